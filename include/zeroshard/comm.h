@@ -1,0 +1,132 @@
+/* zeroshard/comm.h: collectives between ranks, over MPI (host buffers) or NCCL
+ * (device buffers), behind one interface.
+ *
+ * Every operation is non-blocking and ordered on a stream of the comm's device:
+ * it runs after the work already on that stream, and later work on the stream
+ * runs after it; record an event after it to wait for it elsewhere. Ranks must
+ * issue the operations of one comm in the same order (as with MPI and NCCL); the
+ * order that counts is the order of the calls, not of their execution. A NULL
+ * stream is the caller's stream (cpu: the call completes before returning).
+ *
+ * Counts are in elements. Conventions follow NCCL:
+ *  - all_gather: each rank sends sendcount elements; recv holds size*sendcount.
+ *    In place when send == recv + rank*sendcount.
+ *  - reduce_scatter: send holds size*recvcount; each rank receives its recvcount
+ *    block. In place when recv == send + rank*recvcount.
+ *  - gather / scatter: per-rank counts; the root's buffer holds size*count.
+ *  - all_to_all: count elements per peer; block j of rank i goes to block i of rank j.
+ *  - all_reduce / reduce / broadcast: in place when send == recv.
+ *  - send / recv: point to point; a rank must not block both peers on sends
+ *    (post matching recv and send in an order that cannot deadlock).
+ * Dtypes: fp32, bf16, fp16, int32, int64, uint8. Ops: sum, avg, max, min, prod.
+ * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
+ * avg on integers truncates toward zero.
+ *
+ * Errors: invalid arguments (NULL buffers with a non-zero count, a root or peer
+ * out of range, a dtype or op the backend cannot do, overlapping buffers that are
+ * not the in-place form) return ZS_ERR_INVALID before anything is queued. A
+ * failure after queuing (a peer died, a timeout after ZS_COMM_TIMEOUT_S seconds)
+ * becomes the comm's asynchronous error and the stream's sticky error: query it
+ * with zs_comm_async_error; after it, zs_comm_abort and destroy the comm.
+ *
+ * Tracing: every comm counts calls and the bytes each rank sends and receives per
+ * collective kind, in the terms of the standard algorithms (N ranks, B = bytes of
+ * the full buffer):
+ *   all_reduce (ring)       sent = recv = 2(N-1)B/N
+ *   all_gather, reduce_scatter (ring): sent = recv = (N-1)B/N  (B = the gathered size)
+ *   broadcast, scatter      root sends (N-1)b, each other rank receives b  (b = per-rank part)
+ *   reduce, gather          each non-root sends b, the root receives (N-1)b
+ *   all_to_all              sent = recv = (N-1)b (b = bytes per peer)
+ *   send / recv             b
+ * With N == 1 nothing is sent.
+ */
+#ifndef ZEROSHARD_COMM_H
+#define ZEROSHARD_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard/device.h"
+#include "zeroshard/status.h"
+#include "zeroshard/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_comm zs_comm_t;
+
+typedef enum {
+  ZS_COLL_BROADCAST = 0,
+  ZS_COLL_SCATTER,
+  ZS_COLL_REDUCE,
+  ZS_COLL_ALL_REDUCE,
+  ZS_COLL_GATHER,
+  ZS_COLL_ALL_GATHER,
+  ZS_COLL_REDUCE_SCATTER,
+  ZS_COLL_ALL_TO_ALL,
+  ZS_COLL_SEND,
+  ZS_COLL_RECV,
+  ZS_COLL_BARRIER,
+  ZS_COLL_COUNT
+} zs_coll_kind_t;
+
+typedef struct {
+  uint64_t calls[ZS_COLL_COUNT];
+  uint64_t bytes_sent[ZS_COLL_COUNT];
+  uint64_t bytes_recv[ZS_COLL_COUNT];
+} zs_comm_stats_t;
+
+/* MPI over MPI_COMM_WORLD (initialises MPI with MPI_THREAD_MULTIPLE if no one has;
+ * the comm that initialised MPI finalises it when the last comm is destroyed).
+ * Buffers are host memory; the device must be a cpu device. Use zeroshard/mpi.h
+ * to wrap an existing MPI_Comm. */
+zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);
+/* Splits like MPI_Comm_split: ranks with the same color form a comm, ordered by key.
+ * Collective over the parent; completes before returning. */
+zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out);
+/* Waits for queued work, then frees the comm. */
+void zs_comm_destroy(zs_comm_t *comm);
+
+int zs_comm_rank(const zs_comm_t *comm);
+int zs_comm_size(const zs_comm_t *comm);
+zs_device_t *zs_comm_device(const zs_comm_t *comm);
+const char *zs_comm_backend(const zs_comm_t *comm); /* "mpi" or "nccl" */
+const char *zs_comm_last_error(const zs_comm_t *comm);
+/* ZS_OK, or the error of an operation that failed after it was queued. */
+zs_status_t zs_comm_async_error(zs_comm_t *comm);
+/* Abandons queued and running operations (ncclCommAbort, or marks the MPI comm
+ * broken so later calls fail fast). The comm can only be destroyed afterwards. */
+zs_status_t zs_comm_abort(zs_comm_t *comm);
+
+void zs_comm_stats(const zs_comm_t *comm, zs_comm_stats_t *out);
+void zs_comm_stats_reset(zs_comm_t *comm);
+const char *zs_coll_name(zs_coll_kind_t kind);
+
+zs_status_t zs_comm_broadcast(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                              zs_dtype_t dtype, int root, zs_stream_t *s);
+zs_status_t zs_comm_scatter(zs_comm_t *comm, const void *send, void *recv, size_t recvcount,
+                            zs_dtype_t dtype, int root, zs_stream_t *s);
+zs_status_t zs_comm_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                           zs_dtype_t dtype, zs_redop_t op, int root, zs_stream_t *s);
+zs_status_t zs_comm_all_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                               zs_dtype_t dtype, zs_redop_t op, zs_stream_t *s);
+zs_status_t zs_comm_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
+                           zs_dtype_t dtype, int root, zs_stream_t *s);
+zs_status_t zs_comm_all_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
+                               zs_dtype_t dtype, zs_stream_t *s);
+zs_status_t zs_comm_reduce_scatter(zs_comm_t *comm, const void *send, void *recv,
+                                   size_t recvcount, zs_dtype_t dtype, zs_redop_t op,
+                                   zs_stream_t *s);
+zs_status_t zs_comm_all_to_all(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                               zs_dtype_t dtype, zs_stream_t *s);
+zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtype_t dtype,
+                         int peer, zs_stream_t *s);
+zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
+                         zs_stream_t *s);
+zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

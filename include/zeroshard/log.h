@@ -1,0 +1,29 @@
+/* zeroshard/log.h: where the library's messages go.
+ *
+ * The library never prints to stdout. Messages at or above the level go to the
+ * callback, by default a line on stderr ("zeroshard[rank] LEVEL file:line msg").
+ * The initial level comes from ZS_LOG=error|warn|info|debug (default warn). The
+ * callback may be called from the library's worker threads; it must be thread-safe.
+ */
+#ifndef ZEROSHARD_LOG_H
+#define ZEROSHARD_LOG_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { ZS_LOG_NONE = 0, ZS_LOG_ERROR, ZS_LOG_WARN, ZS_LOG_INFO, ZS_LOG_DEBUG } zs_log_level_t;
+
+typedef void (*zs_log_cb)(zs_log_level_t level, const char *file, int line, const char *msg,
+                          void *user);
+
+/* Replace the sink (NULL restores stderr). Not synchronised with messages in flight:
+ * set it before creating devices, comms or engines. */
+void zs_log_set_callback(zs_log_cb cb, void *user);
+void zs_log_set_level(zs_log_level_t level);
+zs_log_level_t zs_log_get_level(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

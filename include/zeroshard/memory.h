@@ -1,0 +1,46 @@
+/* zeroshard/memory.h: what the library holds, by domain and category.
+ *
+ * Every byte the library allocates goes through an accountant keyed by domain
+ * (device memory, host memory) and category. The figures are exact byte counts
+ * of live allocations (not allocator footprint), so they can be compared with
+ * the ZeRO formulas. On the cpu device the "device" domain is host memory that
+ * plays the device's role; it is still kept apart from the host domain.
+ */
+#ifndef ZEROSHARD_MEMORY_H
+#define ZEROSHARD_MEMORY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { ZS_DOMAIN_DEVICE = 0, ZS_DOMAIN_HOST = 1, ZS_DOMAIN_COUNT } zs_mem_domain_t;
+
+typedef enum {
+  ZS_MEM_PARAMS = 0, /* parameter shards or resident parameters (param dtype) */
+  ZS_MEM_GRADS,      /* gradient shards or full gradient buffers */
+  ZS_MEM_OPTIMIZER,  /* fp32 master, m, v */
+  ZS_MEM_GATHER,     /* gathered (unsharded) unit buffers, transient */
+  ZS_MEM_COMM,       /* staging and reduction scratch for collectives */
+  ZS_MEM_OTHER,
+  ZS_MEM_CATEGORY_COUNT
+} zs_mem_category_t;
+
+typedef struct {
+  uint64_t current[ZS_DOMAIN_COUNT][ZS_MEM_CATEGORY_COUNT];
+  uint64_t peak[ZS_DOMAIN_COUNT][ZS_MEM_CATEGORY_COUNT];
+  uint64_t current_total[ZS_DOMAIN_COUNT];
+  uint64_t peak_total[ZS_DOMAIN_COUNT]; /* peak of the domain's sum, not a sum of peaks */
+  uint64_t pageable_copies;             /* host<->device copies that touched pageable memory */
+} zs_memory_stats_t;
+
+/* "params", "grads", "optimizer", "gather", "comm", "other". */
+const char *zs_mem_category_name(zs_mem_category_t cat);
+/* "device" or "host". */
+const char *zs_mem_domain_name(zs_mem_domain_t dom);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

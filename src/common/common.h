@@ -1,0 +1,90 @@
+/* Internal: errors, CHECK macros, logging, settings and fault injection shared by
+ * every layer. Not installed. */
+#ifndef ZS_COMMON_COMMON_H
+#define ZS_COMMON_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard/log.h"
+#include "zeroshard/status.h"
+#include "zeroshard/types.h"
+
+#define ZS_ERRBUF 512
+
+#if defined(__GNUC__)
+#define ZS_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define ZS_PRINTF(a, b)
+#endif
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* Formats the message into the calling thread's last error and into `handle_buf`
+ * (ZS_ERRBUF bytes, may be NULL), logs it at error level, returns `st`. */
+zs_status_t zs__fail(char *handle_buf, zs_status_t st, const char *file, int line,
+                     const char *fmt, ...) ZS_PRINTF(5, 6);
+/* Same without logging: for conditions the caller may expect and handle. */
+zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ...)
+    ZS_PRINTF(3, 4);
+#define ZS_FAIL(buf, st, ...) zs__fail((buf), (st), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Return form: propagate a failing status (the callee already set the message). */
+#define ZS_CHECK(expr)                      \
+  do {                                      \
+    zs_status_t zs__st_ = (expr);           \
+    if (zs__st_ != ZS_OK) return zs__st_;   \
+  } while (0)
+/* Goto form: keep the status in `st` and jump to the function's cleanup block. */
+#define ZS_CHECK_GOTO(expr, st, label) \
+  do {                                 \
+    (st) = (expr);                     \
+    if ((st) != ZS_OK) goto label;     \
+  } while (0)
+
+/* ---- logging --------------------------------------------------------------- */
+
+void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, ...)
+    ZS_PRINTF(4, 5);
+/* Rank shown in the default sink's prefix (-1: none). Set by comm creation. */
+void zs__log_set_rank(int rank);
+#define ZS_LOG_E(...) zs__log(ZS_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+#define ZS_LOG_W(...) zs__log(ZS_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define ZS_LOG_I(...) zs__log(ZS_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define ZS_LOG_D(...) zs__log(ZS_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ---- settings (ZS_* environment variables, read once) ---------------------- */
+
+typedef struct {
+  zs_log_level_t log_level; /* ZS_LOG: error|warn|info|debug (default warn) */
+  double comm_timeout_s;    /* ZS_COMM_TIMEOUT_S: 0 = wait forever (default 300) */
+  int threads;              /* ZS_THREADS: CPU optimizer threads, 0 = one per core */
+  char simd[16];            /* ZS_SIMD: force a CPU path: scalar|avx2|avx512 ("" = best) */
+} zs_settings_t;
+
+const zs_settings_t *zs__settings(void);
+/* Re-reads the environment (tests only). */
+void zs__settings_reload(void);
+
+/* ---- fault injection (tests) ---------------------------------------------- */
+
+typedef enum {
+  ZS_FAULT_HOST_ALLOC = 0, /* zs__host_malloc */
+  ZS_FAULT_DEVICE_ALLOC,   /* zs_device_alloc */
+  ZS_FAULT_PINNED,         /* pinning an extent of the pinned arena */
+  ZS_FAULT_COUNT
+} zs_fault_t;
+
+/* After `skip` more calls succeed, the next `count` calls of kind `f` fail.
+ * Also armed from the environment: ZS_FAULT_HOST_ALLOC=skip:count, etc. */
+void zs__fault_arm(zs_fault_t f, int skip, int count);
+/* 1 if this call must fail. Thread-safe. */
+int zs__fault_hit(zs_fault_t f);
+
+/* ---- misc ------------------------------------------------------------------ */
+
+/* Monotonic seconds. */
+double zs__now(void);
+
+#endif

@@ -1,0 +1,50 @@
+/* Internal: the memory accountant, host allocations on jemalloc, the pinned arena. */
+#ifndef ZS_MEMORY_MEMORY_H
+#define ZS_MEMORY_MEMORY_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "zeroshard/memory.h"
+
+/* ---- accountant ------------------------------------------------------------ */
+
+typedef struct {
+  pthread_mutex_t mu;
+  zs_memory_stats_t s;
+} zs_mem_acct_t;
+
+void zs__acct_init(zs_mem_acct_t *a);
+void zs__acct_destroy(zs_mem_acct_t *a);
+void zs__acct_add(zs_mem_acct_t *a, zs_mem_domain_t dom, zs_mem_category_t cat, uint64_t bytes);
+void zs__acct_sub(zs_mem_acct_t *a, zs_mem_domain_t dom, zs_mem_category_t cat, uint64_t bytes);
+void zs__acct_pageable_copy(zs_mem_acct_t *a);
+void zs__acct_get(zs_mem_acct_t *a, zs_memory_stats_t *out);
+void zs__acct_reset_peaks(zs_mem_acct_t *a);
+
+/* ---- host memory (jemalloc) ------------------------------------------------ */
+
+/* 64-byte aligned host memory from jemalloc (mallocx); NULL on failure or when the
+ * ZS_FAULT_HOST_ALLOC fault fires. bytes == 0 gives NULL. Not counted: callers
+ * count through an accountant. In sanitizer builds (ZS_SYSTEM_MALLOC) it uses
+ * aligned_alloc so AddressSanitizer sees every buffer. */
+void *zs__host_malloc(size_t bytes);
+void zs__host_free(void *p, size_t bytes);
+
+/* ---- pinned arena ---------------------------------------------------------- */
+
+/* Allocates from a jemalloc arena whose extents come from mmap and are page-locked
+ * through cudaHostRegister when the build has CUDA and a GPU is present (plain
+ * pages otherwise). *pinned tells whether the memory is page-locked (always 0
+ * without a GPU). If pinning an extent fails (or ZS_FAULT_PINNED fires) the
+ * allocation fails with ZS_ERR_NOMEM; the caller decides whether to fall back. */
+zs_status_t zs__pinned_alloc(size_t bytes, void **out, int *pinned);
+void zs__pinned_free(void *p, size_t bytes);
+/* 1 if p lies in an extent of the pinned arena. */
+int zs__pinned_contains(const void *p);
+/* Bytes of extents the arena holds from the OS (for tests). */
+uint64_t zs__pinned_mapped_bytes(void);
+
+#endif
