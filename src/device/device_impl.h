@@ -1,0 +1,62 @@
+/* Internal: the device backend interface (a struct of function pointers plus a
+ * context, one implementation per backend: cpu.c, cuda.c) and the internal
+ * entry points other layers use. The public wrappers in device.c validate
+ * arguments, count memory in the accountant and call through `iface`. */
+#ifndef ZS_DEVICE_DEVICE_IMPL_H
+#define ZS_DEVICE_DEVICE_IMPL_H
+
+#include "common/common.h"
+#include "memory/memory.h"
+#include "zeroshard/device.h"
+
+/* A task run in stream order; a non-OK return becomes the stream's sticky error
+ * (the message should already be set through zs__fail). */
+typedef zs_status_t (*zs_task_fn)(void *arg);
+
+typedef struct {
+  const char *name; /* "cpu" or "cuda" */
+  zs_status_t (*alloc)(void *ctx, size_t bytes, void **out);
+  void (*free)(void *ctx, void *ptr);
+  /* pinned host memory; may be NULL: device.c then uses the pinned arena */
+  zs_status_t (*host_alloc_pinned)(void *ctx, size_t bytes, void **out, int *pinned);
+  void (*host_free_pinned)(void *ctx, void *ptr, size_t bytes);
+
+  zs_status_t (*stream_create)(void *ctx, zs_stream_t **out);
+  void (*stream_destroy)(void *ctx, zs_stream_t *s);
+  zs_status_t (*stream_synchronize)(void *ctx, zs_stream_t *s);
+  zs_status_t (*memcpy_async)(void *ctx, void *dst, const void *src, size_t bytes,
+                              zs_copy_kind_t kind, zs_stream_t *s);
+  zs_status_t (*memset_async)(void *ctx, void *dst, int value, size_t bytes, zs_stream_t *s);
+  zs_status_t (*enqueue)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg);
+
+  zs_status_t (*event_create)(void *ctx, zs_event_t **out);
+  void (*event_destroy)(void *ctx, zs_event_t *ev);
+  zs_status_t (*event_record)(void *ctx, zs_event_t *ev, zs_stream_t *s);
+  zs_status_t (*stream_wait_event)(void *ctx, zs_stream_t *s, zs_event_t *ev);
+  zs_status_t (*event_query)(void *ctx, zs_event_t *ev, int *done);
+  zs_status_t (*event_synchronize)(void *ctx, zs_event_t *ev);
+
+  void *(*stream_native)(void *ctx, zs_stream_t *s); /* cudaStream_t, or NULL on cpu */
+  void (*destroy)(void *ctx);
+} zs_device_i;
+
+struct zs_device {
+  zs_device_i iface;
+  void *ctx;
+  zs_device_kind_t kind;
+  int ordinal;
+  zs_mem_acct_t acct;
+  char err[ZS_ERRBUF];
+};
+
+/* Runs fn(arg) in order on stream s (NULL: at once on the calling thread). */
+zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg);
+/* The backend's native stream handle (cudaStream_t) or NULL on cpu. */
+void *zs__stream_native(zs_device_t *dev, zs_stream_t *s);
+/* The accountant of the device (for layers that allocate through other means). */
+zs_mem_acct_t *zs__device_acct(zs_device_t *dev);
+/* Used by the backends' create functions: fills the common part. */
+zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *ctx,
+                            zs_device_kind_t kind, int ordinal);
+
+#endif
