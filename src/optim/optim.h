@@ -1,0 +1,82 @@
+/* Internal: optimizer math on a rank's shard, CPU (SIMD, threads) and CUDA
+ * (kernels/), behind one interface the engine calls per shard segment.
+ *
+ * A segment is a contiguous run of one parameter's shard elements. All pointers
+ * of a segment live in the memory of the device the call runs on (host memory
+ * for the cpu functions). The step computes, per element i (g = grad * grad_mult):
+ *   AdamW: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *          w -= lr*lr_scale * (mhat / (sqrt(vhat) + eps) + wd*wd_scale * w)
+ *          with mhat = m / (1-b1^t), vhat = v / (1-b2^t)
+ *   Adam:  g += wd*wd_scale * w, then as AdamW without the decay term
+ *   SGD:   g += wd*wd_scale * w; m = momentum m + g (m = g at t == 1);
+ *          d = nesterov ? g + momentum m : m (momentum 0: d = g); w -= lr*lr_scale * d
+ * and, when `param` is not NULL, writes w rounded (nearest even) to param_dtype.
+ * Arithmetic is fp32 (as DeepSpeed's CPU Adam and PyTorch's fused AdamW).
+ */
+#ifndef ZS_OPTIM_OPTIM_H
+#define ZS_OPTIM_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "zeroshard/config.h"
+#include "zeroshard/device.h"
+
+typedef struct {
+  float *master;     /* fp32 weights (the parameter itself when param dtype is fp32) */
+  float *m, *v;      /* Adam moments; SGD uses m as the momentum buffer, v unused */
+  const void *grad;  /* grad_dtype elements */
+  void *param;       /* param_dtype copy written in the same pass, or NULL */
+  size_t n;
+  float lr_scale;    /* multiplies lr */
+  float wd_scale;    /* multiplies weight_decay (0 for no-decay parameters) */
+} zs_optim_seg_t;
+
+typedef struct {
+  zs_optim_config_t cfg;
+  int64_t step;          /* 1-based step for bias correction */
+  float grad_mult;       /* averaging, loss-scale unscale and clip folded into one factor */
+  zs_dtype_t grad_dtype; /* fp32, bf16, fp16 */
+  zs_dtype_t param_dtype;/* dtype of seg.param (bf16 or fp16; ignored when param is NULL) */
+} zs_optim_hyper_t;
+
+/* ---- CPU (src/optim/) ------------------------------------------------------ */
+
+typedef enum { ZS_SIMD_SCALAR = 0, ZS_SIMD_AVX2, ZS_SIMD_AVX512 } zs_simd_t;
+
+/* Best path this CPU supports, or the one ZS_SIMD / zs__optim_force_simd chose. */
+zs_simd_t zs__optim_simd(void);
+const char *zs__simd_name(zs_simd_t s);
+/* Forces a path for tests and benchmarks; ZS_ERR_UNSUPPORTED if the CPU lacks it. */
+zs_status_t zs__optim_force_simd(zs_simd_t s);
+/* Threads used by the CPU functions (0 = ZS_THREADS or one per core). */
+void zs__optim_set_threads(int n);
+int zs__optim_threads(void);
+
+zs_status_t zs__optim_step_cpu(const zs_optim_hyper_t *h, const zs_optim_seg_t *segs, int nseg);
+/* Sum of x^2 in double, in a fixed order independent of the thread count. */
+double zs__sumsq_cpu(const void *x, zs_dtype_t dt, size_t n);
+/* 1 if any element is inf or NaN. */
+int zs__nonfinite_cpu(const void *x, zs_dtype_t dt, size_t n);
+/* dst = src converted (fp32, bf16, fp16 in any direction; nearest even). */
+void zs__cast_cpu(void *dst, zs_dtype_t dst_dt, const void *src, zs_dtype_t src_dt, size_t n);
+/* x *= s (in x's dtype, rounding to nearest even). */
+void zs__scale_cpu(void *x, zs_dtype_t dt, size_t n, float s);
+/* dst += src (fp32 accumulator). */
+void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n);
+
+/* ---- device dispatch (cpu device: the CPU functions in stream order; cuda: kernels) --- */
+
+zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
+                           const zs_optim_seg_t *segs, int nseg);
+/* *acc (fp32, device memory) += sum of x^2 (accumulated in double, then rounded). */
+zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
+                      float *acc);
+zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
+                     const void *src, zs_dtype_t src_dt, size_t n);
+zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f);
+zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
+                           zs_dtype_t src_dt, size_t n);
+
+#endif
