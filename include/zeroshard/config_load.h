@@ -1,0 +1,157 @@
+/* zeroshard/config_load.h: checking a zs_config_t, and filling one from the
+ * environment or from JSON (our own keys or a DeepSpeed ds_config.json).
+ *
+ * Common rules for every function here:
+ *  - No handles, no global state except the per-thread list of unknown JSON keys
+ *    (zs_config_unknown_keys) and the per-thread last error (zs_last_error). The
+ *    functions are safe to call from several threads at once, except that
+ *    zs_config_from_env reads the environment (do not setenv concurrently).
+ *  - Nothing blocks except zs_config_from_json_file, which reads one file.
+ *  - The loaders start from ZS_CONFIG_INIT and write *cfg only when they return
+ *    ZS_OK; on any failure *cfg is left exactly as it was.
+ *  - Failures return ZS_ERR_INVALID (or ZS_ERR_IO for files) and set
+ *    zs_last_error() to one line naming the field, variable or JSON key path,
+ *    the offending value and what is allowed, for example
+ *      "config.stage is 5: use 0 (DDP), 1, 2 or 3"
+ *      "config.stage is 7 (from ZS_STAGE): use 0 (DDP), 1, 2 or 3"
+ *      "ZS_LR is 'abc': expected a number such as 3e-4"
+ *      "zero_optimization.stage is \"3\": expected an integer"
+ *    The message is also logged at error level.
+ */
+#ifndef ZEROSHARD_CONFIG_LOAD_H
+#define ZEROSHARD_CONFIG_LOAD_H
+
+#include <stddef.h>
+
+#include "zeroshard/config.h"
+#include "zeroshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Checks every field of *cfg and reports the first bad one (ZS_ERR_INVALID;
+ * ZS_OK if all are good). What is checked, in this order:
+ *   version == ZS_CONFIG_VERSION; stage 0..3; param_dtype fp32|bf16|fp16;
+ *   reduce_dtype fp32|bf16 (fp16 only when param_dtype is fp16); optim.kind one
+ *   of ZS_ADAMW, ZS_ADAM, ZS_SGD; optim.lr > 0 and finite; 0 <= beta1, beta2 < 1;
+ *   eps > 0; weight_decay >= 0; 0 <= momentum < 1; nesterov 0|1 (SGD: needs
+ *   momentum > 0); grad_accum >= 1; grad_clip >= 0; prefetch 0..16; the 0|1
+ *   flags; offload_optimizer none|cpu and only at stage >= 1; delayed_param_update
+ *   only with offload; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
+ *   hysteresis >= 1, 0 < min_scale <= initial_scale. All floats must be finite.
+ * Does not depend on ranks or devices: zs_engine_create checks those. */
+zs_status_t zs_config_validate(const zs_config_t *cfg);
+
+/* Fills *cfg from ZS_CONFIG_INIT plus these environment variables, then
+ * validates. A variable that is unset or empty keeps the default.
+ *   ZS_STAGE             0..3                ZS_PARAM_DTYPE   fp32|bf16|fp16
+ *   ZS_REDUCE_DTYPE      fp32|bf16|fp16      ZS_OPTIM         adamw|adam|sgd
+ *   ZS_LR ZS_BETA1 ZS_BETA2 ZS_EPS ZS_WEIGHT_DECAY ZS_MOMENTUM ZS_GRAD_CLIP
+ *                        numbers (strtod syntax, e.g. 3e-4)
+ *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
+ *   ZS_RESHARD_AFTER_FORWARD   1|0|true|false|on|off|yes|no
+ *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
+ * Names are case-insensitive for the word values. A value that does not parse
+ * is ZS_ERR_INVALID naming the variable and the value; a value that parses but
+ * is out of range fails validation, whose message names the variable. */
+zs_status_t zs_config_from_env(zs_config_t *cfg);
+
+/* Fills *cfg from ZS_CONFIG_INIT plus a JSON object (NUL-terminated UTF-8),
+ * then validates. Two vocabularies are accepted in one document:
+ *
+ * Our own keys, named as the struct fields: "version", "stage", "param_dtype"
+ * and "reduce_dtype" ("fp32"|"bf16"|"fp16"), "optim": {"kind":
+ * "adamw"|"adam"|"sgd", "lr", "beta1", "beta2", "eps", "weight_decay",
+ * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
+ * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
+ * "offload_optimizer" ("none"|"cpu"), "offload_strict", "delayed_param_update",
+ * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale".
+ * Flags take true/false or 0/1. Our keys are applied after the DeepSpeed keys,
+ * so they win wherever both set one field, whatever their order in the file.
+ *
+ * DeepSpeed's ds_config.json, where it maps (the rest of DeepSpeed's schema is
+ * reported as unknown):
+ *   zero_optimization.stage                        -> stage
+ *   zero_optimization.reduce_bucket_size           -> reduce_bucket_size (kept for
+ *       reference: zeroshard reduces whole units, a unit is the bucket)
+ *   zero_optimization.stage3_param_persistence_threshold -> persist_threshold
+ *       (elements in both; DeepSpeed applies it per parameter, zeroshard per unit)
+ *   zero_optimization.stage3_prefetch_bucket_size  accepted, not mapped: it counts
+ *       elements, zeroshard prefetches whole units; prefetch keeps its value (1,
+ *       or our "prefetch") and an info line says so
+ *   zero_optimization.stage3_max_live_parameters   accepted, not mapped: live
+ *       gathered memory is bounded by prefetch+1 units; an info line says so
+ *   zero_optimization.offload_optimizer.device     "cpu" -> ZS_OFFLOAD_CPU,
+ *       "none" -> ZS_OFFLOAD_NONE, "nvme" is rejected (not supported)
+ *   zero_optimization.offload_optimizer.pin_memory accepted: offloaded state is
+ *       always pinned (set offload_strict to fail rather than fall back)
+ *   zero_optimization.offload_param.device         only "none" (parameter
+ *       offload is not supported)
+ *   zero_optimization.overlap_comm, contiguous_gradients, allgather_bucket_size,
+ *       allgather_partitions, reduce_scatter, round_robin_gradients,
+ *       sub_group_size, stage3_max_reuse_distance,
+ *       stage3_gather_16bit_weights_on_model_save (and _fp16_), ...
+ *                                                  accepted no-ops (debug log:
+ *       the engine always overlaps, reduce-scatters and buckets by unit)
+ *   gradient_clipping -> grad_clip; gradient_accumulation_steps -> grad_accum
+ *   communication_data_type "fp32"|"bf16"|"fp16"   -> reduce_dtype. Note: without
+ *       it zeroshard reduces in fp32 (ZS_CONFIG_INIT), where DeepSpeed reduces in
+ *       the compute dtype; set it to "bf16" to match DeepSpeed's traffic.
+ *   bf16.enabled (or "bfloat16") true -> param_dtype bf16
+ *   fp16.enabled true -> param_dtype fp16; fp16.loss_scale -> loss_scale (0 =
+ *       dynamic); initial_scale_power p -> initial_scale = 2^p (0..63);
+ *       loss_scale_window -> scale_window; hysteresis; min_loss_scale -> min_scale
+ *       (bf16 and fp16 both enabled is an error)
+ *   optimizer.type "AdamW"|"Adam"|"SGD" (any case). DeepSpeed runs "Adam" as
+ *       AdamW (decoupled weight decay) unless params.adam_w_mode is false, so
+ *       "Adam" -> ZS_ADAMW, and "Adam" with adam_w_mode false -> ZS_ADAM
+ *       (L2 decay folded into the gradient). "AdamW" is always ZS_ADAMW.
+ *   optimizer.params.lr, betas [b1, b2], eps, weight_decay, momentum, nesterov;
+ *       amsgrad must be false and bias_correction true (what zeroshard does);
+ *       torch_adam and fused are accepted no-ops
+ *   train_batch_size, train_micro_batch_size_per_gpu, steps_per_print,
+ *       wall_clock_breakdown, scheduler, ... accepted and ignored (debug log):
+ *       the trainer owns batching, printing and the learning-rate schedule
+ * A DeepSpeed numeric or flag value of "auto" (Hugging Face's placeholder)
+ * keeps the current value, with an info line.
+ *
+ * Unknown keys, at any depth, do not fail the call: each is logged as one
+ * warning with its path ("zero_optimization.stage3_foo"), and the list is kept
+ * for zs_config_unknown_keys. If a key appears twice the last value wins (a
+ * warning says so).
+ *
+ * Errors (ZS_ERR_INVALID; *cfg unchanged): cfg or json_text NULL; malformed JSON
+ * (the message gives line, column and the text there); the document is not an
+ * object; a known key with the wrong type or a value that cannot be honoured
+ * (the message names the key path and the value); the result fails
+ * zs_config_validate (the message names the field and the key it came from). */
+zs_status_t zs_config_from_json(zs_config_t *cfg, const char *json_text);
+
+/* As zs_config_from_json, reading the document from `path` (under 16 MiB).
+ * Cannot open or read the file: ZS_ERR_IO, with the path and strerror. Messages
+ * about the content start with the path. */
+zs_status_t zs_config_from_json_file(zs_config_t *cfg, const char *path);
+
+/* The unknown keys met by the most recent zs_config_from_json(_file) call on the
+ * calling thread, as JSON paths joined by commas in document order
+ * ("bogus,zero_optimization.stage3_foo"), or "" if there were none (or no call
+ * yet on this thread). Kept even when that call failed (the keys met before the
+ * failure). Very long lists end with ",...". The pointer stays valid, and its
+ * text unchanged, until the next from_json call on this thread. */
+const char *zs_config_unknown_keys(void);
+
+/* Writes a one-line human summary of *cfg into buf (n bytes, truncated to fit,
+ * always NUL-terminated when n > 0) and returns buf, e.g.
+ *   "stage 3, param bf16, reduce fp32, adamw lr 0.0003 betas 0.9/0.95 eps 1e-08
+ *    wd 0.1, grad_accum 4, clip 1, prefetch 1, reshard_after_forward 1, persist 0,
+ *    offload cpu"
+ * Loss-scale settings appear only with fp16 parameters or a static scale.
+ * Does not validate. Returns "" (a static empty string) when buf is NULL or n is 0,
+ * and "(null config)" in buf when cfg is NULL. */
+const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,628 @@
+/* Config: validation messages, environment variables, our JSON keys and
+ * DeepSpeed's ds_config.json, unknown-key reporting, errors, summary. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "common/common.h"
+#include "harness.h"
+#include "zeroshard/config_load.h"
+
+#ifndef ZS_TEST_DATA_DIR
+#define ZS_TEST_DATA_DIR "tests/data"
+#endif
+static const char *data_dir = ZS_TEST_DATA_DIR;
+
+static const char *data_path(const char *name) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf, "%s/%s", data_dir, name);
+  return buf;
+}
+
+/* Every field, exactly (floats compared with ==: the loader must round the
+ * JSON decimal to the nearest float, as the compiler does for a literal). */
+#define EXPECT_CFG_EQ(a, b)                                                   \
+  do {                                                                        \
+    const zs_config_t *a_ = (a), *b_ = (b);                                   \
+    expect_int_eq(a_->version, b_->version);                                  \
+    expect_int_eq(a_->stage, b_->stage);                                      \
+    expect_int_eq(a_->param_dtype, b_->param_dtype);                          \
+    expect_int_eq(a_->reduce_dtype, b_->reduce_dtype);                        \
+    expect_int_eq(a_->optim.kind, b_->optim.kind);                            \
+    expect_true(a_->optim.lr == b_->optim.lr);                                \
+    expect_true(a_->optim.beta1 == b_->optim.beta1);                          \
+    expect_true(a_->optim.beta2 == b_->optim.beta2);                          \
+    expect_true(a_->optim.eps == b_->optim.eps);                              \
+    expect_true(a_->optim.weight_decay == b_->optim.weight_decay);            \
+    expect_true(a_->optim.momentum == b_->optim.momentum);                    \
+    expect_int_eq(a_->optim.nesterov, b_->optim.nesterov);                    \
+    expect_int_eq(a_->grad_accum, b_->grad_accum);                            \
+    expect_true(a_->grad_clip == b_->grad_clip);                              \
+    expect_int_eq(a_->prefetch, b_->prefetch);                                \
+    expect_int_eq(a_->reshard_after_forward, b_->reshard_after_forward);      \
+    expect_u64_eq(a_->persist_threshold, b_->persist_threshold);              \
+    expect_u64_eq(a_->reduce_bucket_size, b_->reduce_bucket_size);            \
+    expect_int_eq(a_->offload_optimizer, b_->offload_optimizer);              \
+    expect_int_eq(a_->offload_strict, b_->offload_strict);                    \
+    expect_int_eq(a_->delayed_param_update, b_->delayed_param_update);        \
+    expect_true(a_->loss_scale == b_->loss_scale);                            \
+    expect_true(a_->initial_scale == b_->initial_scale);                      \
+    expect_int_eq(a_->scale_window, b_->scale_window);                        \
+    expect_int_eq(a_->hysteresis, b_->hysteresis);                            \
+    expect_true(a_->min_scale == b_->min_scale);                              \
+  } while (0)
+
+/* ---- log capture ------------------------------------------------------------ */
+
+static struct {
+  int warn, info;
+  char text[8192];
+} logs;
+
+static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  if (level == ZS_LOG_WARN) logs.warn++;
+  if (level == ZS_LOG_INFO) logs.info++;
+  size_t len = strlen(logs.text);
+  if (level <= ZS_LOG_INFO && len + strlen(msg) + 2 < sizeof logs.text)
+    snprintf(logs.text + len, sizeof logs.text - len, "%s\n", msg);
+}
+static void capture_start(zs_log_level_t level) {
+  memset(&logs, 0, sizeof logs);
+  zs_log_set_callback(capture, NULL);
+  zs_log_set_level(level);
+}
+static void capture_stop(void) {
+  zs_log_set_callback(NULL, NULL);
+  zs_log_set_level(ZS_LOG_WARN);
+}
+
+/* ---- validation ---------------------------------------------------------------- */
+
+static void test_defaults_validate(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  expect_ok(zs_config_validate(&c));
+  /* valid combinations at the edges */
+  c.param_dtype = ZS_FP16;
+  c.reduce_dtype = ZS_FP16;
+  c.stage = 1;
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  c.delayed_param_update = 1;
+  c.prefetch = 16;
+  c.optim.kind = ZS_SGD;
+  c.optim.momentum = 0.9f;
+  c.optim.nesterov = 1;
+  c.loss_scale = 1024.0f;
+  c.grad_clip = 0.0f;
+  expect_ok(zs_config_validate(&c));
+  c.prefetch = 0;
+  c.reduce_dtype = ZS_BF16;
+  expect_ok(zs_config_validate(&c));
+  zs_log_set_level(ZS_LOG_NONE);
+  expect_status(zs_config_validate(NULL), ZS_ERR_INVALID);
+  zs_log_set_level(ZS_LOG_WARN);
+}
+
+#define BAD(stmt, needle)                                                         \
+  do {                                                                            \
+    zs_config_t c = ZS_CONFIG_INIT;                                               \
+    stmt;                                                                         \
+    zs_status_t st_ = zs_config_validate(&c);                                     \
+    if (st_ != ZS_ERR_INVALID) ZS_T_REPORT("%s: validate -> %s", #stmt, zs_status_name(st_)); \
+    expect_str_contains(zs_last_error(), needle);                                 \
+  } while (0)
+
+static void test_invalid_fields(void) {
+  zs_log_set_level(ZS_LOG_NONE); /* the failures below are expected */
+  BAD(c.stage = 5, "config.stage is 5: use 0 (DDP), 1, 2 or 3");
+  BAD(c.stage = -1, "config.stage is -1");
+  BAD(c.version = 7, "config.version is 7: start from ZS_CONFIG_INIT");
+  BAD(c.param_dtype = ZS_INT32, "config.param_dtype is int32: use fp32, bf16 or fp16");
+  BAD(c.param_dtype = (zs_dtype_t)99, "config.param_dtype is invalid");
+  BAD(c.reduce_dtype = ZS_UINT8, "config.reduce_dtype is uint8: use fp32 or bf16");
+  BAD((c.param_dtype = ZS_BF16, c.reduce_dtype = ZS_FP16),
+      "config.reduce_dtype is fp16 with param_dtype bf16: use fp32 or bf16 (fp16 reduction");
+  BAD(c.optim.kind = (zs_optim_kind_t)3, "config.optim.kind is 3");
+  BAD(c.optim.lr = 0.0f, "config.optim.lr is 0: use a finite learning rate > 0");
+  BAD(c.optim.lr = -1e-3f, "config.optim.lr is -0.001");
+  BAD(c.optim.lr = INFINITY, "config.optim.lr is inf");
+  BAD(c.optim.lr = NAN, "config.optim.lr is nan");
+  BAD(c.optim.beta1 = 1.0f, "config.optim.beta1 is 1: use 0 <= beta1 < 1");
+  BAD(c.optim.beta2 = -0.1f, "config.optim.beta2 is -0.1");
+  BAD(c.optim.beta2 = NAN, "config.optim.beta2 is nan");
+  BAD(c.optim.eps = 0.0f, "config.optim.eps is 0");
+  BAD(c.optim.weight_decay = -0.01f, "config.optim.weight_decay is -0.01");
+  BAD(c.optim.momentum = 1.0f, "config.optim.momentum is 1");
+  BAD(c.optim.nesterov = 2, "config.optim.nesterov is 2");
+  BAD((c.optim.kind = ZS_SGD, c.optim.nesterov = 1), "Nesterov SGD needs momentum > 0");
+  BAD(c.grad_accum = 0, "config.grad_accum is 0: use 1 or more");
+  BAD(c.grad_clip = -1.0f, "config.grad_clip is -1");
+  BAD(c.grad_clip = INFINITY, "config.grad_clip is inf");
+  BAD(c.prefetch = 17, "config.prefetch is 17: use 0..16");
+  BAD(c.prefetch = -1, "config.prefetch is -1");
+  BAD(c.reshard_after_forward = 3, "config.reshard_after_forward is 3");
+  BAD(c.offload_optimizer = (zs_offload_t)2, "config.offload_optimizer is 2");
+  BAD(c.offload_optimizer = ZS_OFFLOAD_CPU,
+      "config.offload_optimizer is cpu at stage 0: offload needs stage 1, 2 or 3: at stage 0 every "
+      "rank holds the whole optimizer state");
+  BAD(c.offload_strict = -1, "config.offload_strict is -1");
+  BAD((c.stage = 2, c.delayed_param_update = 1), "config.delayed_param_update is 1 without offload");
+  BAD(c.delayed_param_update = 5, "config.delayed_param_update is 5");
+  BAD(c.loss_scale = -1.0f, "config.loss_scale is -1: use 0 (dynamic)");
+  BAD(c.initial_scale = 0.0f, "config.initial_scale is 0");
+  BAD(c.scale_window = 0, "config.scale_window is 0");
+  BAD(c.hysteresis = 0, "config.hysteresis is 0");
+  BAD(c.min_scale = 0.0f, "config.min_scale is 0");
+  BAD(c.min_scale = 1e6f, "config.min_scale is 1e+06, above initial_scale 65536");
+  zs_log_set_level(ZS_LOG_WARN);
+}
+
+/* ---- environment ---------------------------------------------------------------- */
+
+static const char *const env_vars[] = {
+    "ZS_STAGE", "ZS_PARAM_DTYPE", "ZS_REDUCE_DTYPE", "ZS_OPTIM", "ZS_LR", "ZS_BETA1", "ZS_BETA2",
+    "ZS_EPS", "ZS_WEIGHT_DECAY", "ZS_MOMENTUM", "ZS_GRAD_ACCUM", "ZS_GRAD_CLIP", "ZS_PREFETCH",
+    "ZS_RESHARD_AFTER_FORWARD", "ZS_PERSIST_THRESHOLD", "ZS_OFFLOAD", "ZS_LOSS_SCALE"};
+static void env_clear(void) {
+  for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++) unsetenv(env_vars[i]);
+}
+
+static void test_env(void) {
+  env_clear();
+  zs_config_t c, init = ZS_CONFIG_INIT;
+  memset(&c, 0x5a, sizeof c);
+  assert_ok(zs_config_from_env(&c));
+  EXPECT_CFG_EQ(&c, &init);
+
+  setenv("ZS_STAGE", "3", 1);
+  setenv("ZS_PARAM_DTYPE", "BF16", 1);
+  setenv("ZS_REDUCE_DTYPE", "bf16", 1);
+  setenv("ZS_OPTIM", "sgd", 1);
+  setenv("ZS_LR", "0.05", 1);
+  setenv("ZS_BETA1", "0.8", 1);
+  setenv("ZS_BETA2", " 0.95 ", 1);
+  setenv("ZS_EPS", "1e-6", 1);
+  setenv("ZS_WEIGHT_DECAY", "0.01", 1);
+  setenv("ZS_MOMENTUM", "0.9", 1);
+  setenv("ZS_GRAD_ACCUM", "8", 1);
+  setenv("ZS_GRAD_CLIP", "1.5", 1);
+  setenv("ZS_PREFETCH", "2", 1);
+  setenv("ZS_RESHARD_AFTER_FORWARD", "off", 1);
+  setenv("ZS_PERSIST_THRESHOLD", "100000", 1);
+  setenv("ZS_OFFLOAD", "cpu", 1);
+  setenv("ZS_LOSS_SCALE", "128", 1);
+  assert_ok(zs_config_from_env(&c));
+  zs_config_t want = ZS_CONFIG_INIT;
+  want.stage = 3;
+  want.param_dtype = want.reduce_dtype = ZS_BF16;
+  want.optim.kind = ZS_SGD;
+  want.optim.lr = 0.05f;
+  want.optim.beta1 = 0.8f;
+  want.optim.beta2 = 0.95f;
+  want.optim.eps = 1e-6f;
+  want.optim.weight_decay = 0.01f;
+  want.optim.momentum = 0.9f;
+  want.grad_accum = 8;
+  want.grad_clip = 1.5f;
+  want.prefetch = 2;
+  want.reshard_after_forward = 0;
+  want.persist_threshold = 100000;
+  want.offload_optimizer = ZS_OFFLOAD_CPU;
+  want.loss_scale = 128.0f;
+  EXPECT_CFG_EQ(&c, &want);
+
+  /* malformed values name the variable and the value; *cfg is left alone */
+  zs_log_set_level(ZS_LOG_NONE);
+  zs_config_t before = c;
+  setenv("ZS_LR", "abc", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_LR is 'abc': expected a finite number");
+  EXPECT_CFG_EQ(&c, &before);
+  setenv("ZS_LR", "1e-3x", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_LR is '1e-3x'");
+  setenv("ZS_LR", "1e60", 1); /* beyond float */
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_LR is '1e60'");
+  setenv("ZS_LR", "0.05", 1);
+  setenv("ZS_STAGE", "two", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_STAGE is 'two': expected an integer");
+  setenv("ZS_STAGE", "9", 1); /* parses, fails validation, which names the variable */
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "config.stage is 9 (from ZS_STAGE): use 0 (DDP), 1, 2 or 3");
+  setenv("ZS_STAGE", "3", 1);
+  setenv("ZS_OFFLOAD", "nvme", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_OFFLOAD is 'nvme': expected none or cpu");
+  setenv("ZS_OFFLOAD", "cpu", 1);
+  setenv("ZS_PERSIST_THRESHOLD", "-5", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_PERSIST_THRESHOLD is '-5'");
+  setenv("ZS_PERSIST_THRESHOLD", "0", 1);
+  setenv("ZS_RESHARD_AFTER_FORWARD", "maybe", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_RESHARD_AFTER_FORWARD is 'maybe'");
+  setenv("ZS_RESHARD_AFTER_FORWARD", "", 1); /* empty = unset */
+  setenv("ZS_PARAM_DTYPE", "fp8", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_PARAM_DTYPE is 'fp8': expected fp32, bf16 or fp16");
+  setenv("ZS_PARAM_DTYPE", "fp32", 1);
+  setenv("ZS_REDUCE_DTYPE", "fp16", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "(from ZS_REDUCE_DTYPE)");
+  setenv("ZS_REDUCE_DTYPE", "fp32", 1);
+  setenv("ZS_STAGE", "0", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "offload needs stage 1, 2 or 3");
+  setenv("ZS_OFFLOAD", "none", 1);
+  expect_ok(zs_config_from_env(&c));
+  expect_int_eq(c.reshard_after_forward, 1);
+  expect_status(zs_config_from_env(NULL), ZS_ERR_INVALID);
+  zs_log_set_level(ZS_LOG_WARN);
+  env_clear();
+}
+
+/* ---- JSON: DeepSpeed files ------------------------------------------------------ */
+
+static void test_json_ds_zero3(void) {
+  capture_start(ZS_LOG_INFO);
+  zs_config_t c;
+  zs_status_t st = zs_config_from_json_file(&c, data_path("ds_config_zero3.json"));
+  capture_stop();
+  assert_ok(st);
+  zs_config_t want = ZS_CONFIG_INIT;
+  want.stage = 3;
+  want.param_dtype = ZS_BF16;
+  want.reduce_dtype = ZS_FP32; /* no communication_data_type: we reduce in fp32 */
+  want.optim.kind = ZS_ADAMW;
+  want.optim.lr = 3e-4f;
+  want.optim.beta1 = 0.9f;
+  want.optim.beta2 = 0.95f;
+  want.optim.eps = 1e-8f;
+  want.optim.weight_decay = 0.1f;
+  want.grad_accum = 4;
+  want.grad_clip = 1.0f;
+  want.prefetch = 1; /* stage3_prefetch_bucket_size does not map */
+  want.persist_threshold = 100000;
+  want.reduce_bucket_size = 500000000;
+  want.offload_optimizer = ZS_OFFLOAD_CPU;
+  EXPECT_CFG_EQ(&c, &want);
+  expect_true(!strcmp(zs_config_unknown_keys(), ""));
+  expect_int_eq(logs.warn, 0);
+  /* the unmapped keys that change nothing say so at info level */
+  expect_str_contains(logs.text, "stage3_prefetch_bucket_size counts elements");
+  expect_str_contains(logs.text, "prefetch is 1 (set \"prefetch\" to change it)");
+  expect_str_contains(logs.text, "zero_optimization.stage3_max_live_parameters is not mapped");
+  expect_str_contains(logs.text, "scheduler accepted, not used");
+
+  char buf[512];
+  const char *d = zs_config_describe(&c, buf, sizeof buf);
+  expect_true(d == buf);
+  expect_str_contains(d, "stage 3, param bf16, reduce fp32, adamw lr 0.0003 betas 0.9/0.95 eps 1e-08 wd 0.1");
+  expect_str_contains(d, "grad_accum 4, clip 1, prefetch 1");
+  expect_str_contains(d, "persist 100000, offload cpu");
+}
+
+static void test_json_ds_fp16(void) {
+  zs_config_t c;
+  assert_ok(zs_config_from_json_file(&c, data_path("ds_config_fp16.json")));
+  zs_config_t want = ZS_CONFIG_INIT;
+  want.stage = 2;
+  want.param_dtype = ZS_FP16;
+  want.reduce_dtype = ZS_FP16;
+  want.optim.kind = ZS_ADAMW; /* DeepSpeed's "Adam" decouples weight decay by default */
+  want.optim.lr = 1e-4f;
+  want.optim.beta1 = 0.8f;
+  want.optim.beta2 = 0.99f;
+  want.optim.eps = 1e-6f;
+  want.optim.weight_decay = 0.01f;
+  want.grad_accum = 2;
+  want.reduce_bucket_size = 200000000;
+  want.loss_scale = 0.0f;
+  want.initial_scale = 4096.0f;
+  want.scale_window = 500;
+  want.hysteresis = 3;
+  want.min_scale = 0.25f;
+  EXPECT_CFG_EQ(&c, &want);
+  expect_true(!strcmp(zs_config_unknown_keys(), ""));
+  char buf[512];
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf),
+                      "loss scale dynamic from 4096 (window 500, hysteresis 3, min 0.25)");
+
+  /* adam_w_mode false: L2 decay folded into the gradient */
+  assert_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"adam\", \"params\": "
+                                    "{\"adam_w_mode\": false, \"weight_decay\": 0.01}}}"));
+  expect_int_eq(c.optim.kind, ZS_ADAM);
+  assert_ok(zs_config_from_json(&c, "{\"optimizer\": {\"params\": {\"adam_w_mode\": false}, \"type\": \"ADAMW\"}}"));
+  expect_int_eq(c.optim.kind, ZS_ADAMW);
+  assert_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Sgd\", \"params\": "
+                                    "{\"lr\": 0.1, \"momentum\": 0.9, \"nesterov\": true}}}"));
+  expect_int_eq(c.optim.kind, ZS_SGD);
+  expect_true(c.optim.momentum == 0.9f);
+  expect_int_eq(c.optim.nesterov, 1);
+  /* static scale */
+  assert_ok(zs_config_from_json(&c, "{\"fp16\": {\"enabled\": true, \"loss_scale\": 128}}"));
+  expect_int_eq(c.param_dtype, ZS_FP16);
+  expect_true(c.loss_scale == 128.0f);
+  expect_true(c.initial_scale == 65536.0f);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "loss scale static 128");
+  /* fp16 section present but disabled: dtype stays, scaling keys still read */
+  assert_ok(zs_config_from_json(&c, "{\"fp16\": {\"enabled\": false, \"initial_scale_power\": 8}}"));
+  expect_int_eq(c.param_dtype, ZS_FP32);
+  expect_true(c.initial_scale == 256.0f);
+  /* the old "bfloat16" spelling */
+  assert_ok(zs_config_from_json(&c, "{\"bfloat16\": {\"enabled\": true}, \"communication_data_type\": \"bf16\"}"));
+  expect_int_eq(c.param_dtype, ZS_BF16);
+  expect_int_eq(c.reduce_dtype, ZS_BF16);
+}
+
+static void test_json_hf_auto(void) {
+  capture_start(ZS_LOG_INFO);
+  zs_config_t c, init = ZS_CONFIG_INIT;
+  zs_status_t st = zs_config_from_json_file(&c, data_path("ds_config_hf_auto.json"));
+  capture_stop();
+  assert_ok(st);
+  init.stage = 2;
+  EXPECT_CFG_EQ(&c, &init);
+  expect_int_eq(logs.warn, 0);
+  expect_str_contains(logs.text, "optimizer.params.lr is \"auto\"");
+  expect_str_contains(logs.text, "gradient_clipping is \"auto\"");
+}
+
+/* ---- JSON: our keys, precedence ---------------------------------------------- */
+
+static void test_json_ours(void) {
+  const char *text =
+      "{\"version\": 1, \"stage\": 2, \"param_dtype\": \"bf16\", \"reduce_dtype\": \"bf16\",\n"
+      " \"optim\": {\"kind\": \"sgd\", \"lr\": 0.5, \"beta1\": 0.5, \"beta2\": 0.75, \"eps\": 1e-5,\n"
+      "           \"weight_decay\": 0.25, \"momentum\": 0.9, \"nesterov\": true},\n"
+      " \"grad_accum\": 3, \"grad_clip\": 2.0, \"prefetch\": 2, \"reshard_after_forward\": false,\n"
+      " \"persist_threshold\": 4096, \"reduce_bucket_size\": 1048576, \"offload_optimizer\": \"cpu\",\n"
+      " \"offload_strict\": 1, \"delayed_param_update\": true, \"loss_scale\": 0, \"initial_scale\": 1024,\n"
+      " \"scale_window\": 200, \"hysteresis\": 4, \"min_scale\": 2}";
+  zs_config_t c;
+  assert_ok(zs_config_from_json(&c, text));
+  zs_config_t w = ZS_CONFIG_INIT;
+  w.stage = 2;
+  w.param_dtype = w.reduce_dtype = ZS_BF16;
+  w.optim = (zs_optim_config_t){.kind = ZS_SGD, .lr = 0.5f, .beta1 = 0.5f, .beta2 = 0.75f, .eps = 1e-5f,
+                                .weight_decay = 0.25f, .momentum = 0.9f, .nesterov = 1};
+  w.grad_accum = 3;
+  w.grad_clip = 2.0f;
+  w.prefetch = 2;
+  w.reshard_after_forward = 0;
+  w.persist_threshold = 4096;
+  w.reduce_bucket_size = 1048576;
+  w.offload_optimizer = ZS_OFFLOAD_CPU;
+  w.offload_strict = 1;
+  w.delayed_param_update = 1;
+  w.initial_scale = 1024.0f;
+  w.scale_window = 200;
+  w.hysteresis = 4;
+  w.min_scale = 2.0f;
+  EXPECT_CFG_EQ(&c, &w);
+  expect_true(!strcmp(zs_config_unknown_keys(), ""));
+
+  /* ours win over DeepSpeed's whatever the order in the document */
+  capture_start(ZS_LOG_INFO);
+  zs_status_t st = zs_config_from_json(
+      &c, "{\"stage\": 1, \"prefetch\": 3, \"grad_clip\": 0.5, \"param_dtype\": \"fp32\",\n"
+          " \"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 1000},\n"
+          " \"bf16\": {\"enabled\": true}, \"gradient_clipping\": 1.0,\n"
+          " \"optim\": {\"kind\": \"adam\"}, \"optimizer\": {\"type\": \"SGD\"}}");
+  capture_stop();
+  assert_ok(st);
+  expect_int_eq(c.stage, 1);
+  expect_int_eq(c.prefetch, 3);
+  expect_true(c.grad_clip == 0.5f);
+  expect_int_eq(c.param_dtype, ZS_FP32);
+  expect_int_eq(c.optim.kind, ZS_ADAM);
+  expect_str_contains(logs.text, "prefetch is 3 (from \"prefetch\")");
+
+  /* an empty object is the defaults */
+  zs_config_t init = ZS_CONFIG_INIT;
+  assert_ok(zs_config_from_json(&c, " { } "));
+  EXPECT_CFG_EQ(&c, &init);
+}
+
+/* ---- JSON: unknown keys ------------------------------------------------------- */
+
+static void *other_thread(void *arg) {
+  *(int *)arg = !strcmp(zs_config_unknown_keys(), "");
+  return NULL;
+}
+
+static void test_json_unknown(void) {
+  const char *text =
+      "{\"zero_optimization\": {\"stage\": 1, \"stage3_foo\": 7, \"offload_optimizer\": {\"device\": \"cpu\","
+      " \"colour\": \"blue\"}},\n"
+      " \"bogus\": true,\n"
+      " \"optimizer\": {\"type\": \"sgd\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9, \"frobnicate\": 2}},\n"
+      " \"grad_acum\": 4}";
+  capture_start(ZS_LOG_WARN);
+  zs_config_t c;
+  zs_status_t st = zs_config_from_json(&c, text);
+  capture_stop();
+  assert_ok(st);
+  expect_int_eq(c.stage, 1);
+  expect_int_eq(c.offload_optimizer, ZS_OFFLOAD_CPU);
+  expect_int_eq(c.optim.kind, ZS_SGD);
+  expect_int_eq(c.grad_accum, 1);
+  expect_true(!strcmp(zs_config_unknown_keys(),
+                      "zero_optimization.stage3_foo,zero_optimization.offload_optimizer.colour,bogus,"
+                      "optimizer.params.frobnicate,grad_acum"));
+  expect_int_eq(logs.warn, 5); /* one line per key */
+  expect_str_contains(logs.text, "unknown config key zero_optimization.stage3_foo ignored");
+  expect_str_contains(logs.text, "unknown config key optimizer.params.frobnicate ignored");
+  expect_str_contains(logs.text, "unknown config key grad_acum ignored");
+
+  /* per thread */
+  int other_empty = 0;
+  pthread_t t;
+  assert_int_eq(pthread_create(&t, NULL, other_thread, &other_empty), 0);
+  pthread_join(t, NULL);
+  expect_true(other_empty);
+
+  /* duplicate keys: the last wins, with a warning */
+  capture_start(ZS_LOG_WARN);
+  st = zs_config_from_json(&c, "{\"stage\": 1, \"stage\": 2}");
+  capture_stop();
+  expect_ok(st);
+  expect_int_eq(c.stage, 2);
+  expect_str_contains(logs.text, "key stage appears more than once");
+
+  /* the next parse resets the list */
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 2}"));
+  expect_true(!strcmp(zs_config_unknown_keys(), ""));
+
+  /* a very long list is cut, not overflowed */
+  char big[16384];
+  size_t at = 0;
+  at += (size_t)snprintf(big + at, sizeof big - at, "{");
+  for (int i = 0; i < 400; i++)
+    at += (size_t)snprintf(big + at, sizeof big - at, "%s\"unknown_key_number_%03d\": %d", i ? "," : "", i, i);
+  snprintf(big + at, sizeof big - at, "}");
+  zs_log_set_level(ZS_LOG_NONE);
+  st = zs_config_from_json(&c, big);
+  zs_log_set_level(ZS_LOG_WARN);
+  expect_ok(st);
+  const char *u = zs_config_unknown_keys();
+  expect_true(strlen(u) < 2048);
+  expect_true(!strncmp(u, "unknown_key_number_000,unknown_key_number_001,", 46));
+  expect_true(strlen(u) > 4 && !strcmp(u + strlen(u) - 4, ",..."));
+}
+
+/* ---- JSON: errors ----------------------------------------------------------- */
+
+#define JSON_BAD(text, want_st, needle)                                              \
+  do {                                                                               \
+    zs_config_t c_ = ZS_CONFIG_INIT;                                                 \
+    c_.stage = 2; /* a marker: a failed load must not touch it */                    \
+    expect_status(zs_config_from_json(&c_, text), want_st);                          \
+    expect_str_contains(zs_last_error(), needle);                                    \
+    expect_int_eq(c_.stage, 2);                                                      \
+  } while (0)
+
+static void test_json_errors(void) {
+  zs_log_set_level(ZS_LOG_NONE);
+  /* malformed */
+  JSON_BAD("{\"stage\": 3,\n \"grad_clip\": }", ZS_ERR_INVALID, "malformed JSON at line 2 column 15, near '}'");
+  JSON_BAD("{\"stage\": 3} trailing", ZS_ERR_INVALID, "malformed JSON at line 1 column 14, near 'trailing'");
+  JSON_BAD("{\"stage\": 3", ZS_ERR_INVALID, "malformed JSON at line 1");
+  JSON_BAD("", ZS_ERR_INVALID, "malformed JSON at line 1 column 1, near '(end of input)'");
+  JSON_BAD("[1, 2]", ZS_ERR_INVALID, "the config must be a JSON object");
+  expect_status(zs_config_from_json(NULL, "{}"), ZS_ERR_INVALID);
+  zs_config_t c;
+  expect_status(zs_config_from_json(&c, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "json_text is NULL");
+  /* wrong types: the key path and the value */
+  JSON_BAD("{\"stage\": \"3\"}", ZS_ERR_INVALID, "stage is \"3\": expected an integer");
+  JSON_BAD("{\"zero_optimization\": {\"stage\": 2.5}}", ZS_ERR_INVALID,
+           "zero_optimization.stage is 2.5: expected an integer");
+  JSON_BAD("{\"zero_optimization\": 3}", ZS_ERR_INVALID, "zero_optimization is 3: expected an object");
+  JSON_BAD("{\"zero_optimization\": {\"reduce_bucket_size\": -1}}", ZS_ERR_INVALID,
+           "zero_optimization.reduce_bucket_size is -1: expected a whole number >= 0");
+  JSON_BAD("{\"gradient_clipping\": \"1.0\"}", ZS_ERR_INVALID, "gradient_clipping is \"1.0\": expected a finite number");
+  JSON_BAD("{\"grad_clip\": 1e300}", ZS_ERR_INVALID, "grad_clip is 1e+300: expected a finite number");
+  JSON_BAD("{\"bf16\": {\"enabled\": \"yes\"}}", ZS_ERR_INVALID, "bf16.enabled is \"yes\": expected true or false");
+  JSON_BAD("{\"reshard_after_forward\": 2}", ZS_ERR_INVALID, "reshard_after_forward is 2: expected true or false");
+  JSON_BAD("{\"param_dtype\": \"fp8\"}", ZS_ERR_INVALID, "param_dtype is \"fp8\": expected fp32, bf16 or fp16");
+  JSON_BAD("{\"param_dtype\": 1}", ZS_ERR_INVALID, "param_dtype is 1: expected fp32, bf16 or fp16");
+  JSON_BAD("{\"optim\": {\"kind\": \"lion\"}}", ZS_ERR_INVALID, "optim.kind is \"lion\": expected adamw, adam or sgd");
+  JSON_BAD("{\"optimizer\": {\"params\": {\"betas\": [0.9]}}}", ZS_ERR_INVALID,
+           "optimizer.params.betas is [0.9]: expected [beta1, beta2]");
+  JSON_BAD("{\"optimizer\": {\"params\": {\"betas\": [0.9, \"x\"]}}}", ZS_ERR_INVALID, "optimizer.params.betas is [0.9,\"x\"]");
+  JSON_BAD("{\"optimizer\": {\"type\": \"Lamb\"}}", ZS_ERR_INVALID,
+           "optimizer.type is \"Lamb\": zeroshard supports \"AdamW\", \"Adam\" and \"SGD\"");
+  JSON_BAD("{\"optimizer\": {\"type\": \"adam\", \"params\": {\"amsgrad\": true}}}", ZS_ERR_INVALID,
+           "optimizer.params.amsgrad is true: AMSGrad is not supported");
+  JSON_BAD("{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\"}}}", ZS_ERR_INVALID,
+           "zero_optimization.offload_optimizer.device is \"nvme\": NVMe offload is not supported");
+  JSON_BAD("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", ZS_ERR_INVALID,
+           "zero_optimization.offload_optimizer.device is \"gpu\": use \"cpu\" or \"none\"");
+  JSON_BAD("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}", ZS_ERR_INVALID,
+           "zero_optimization.offload_param.device is \"cpu\": parameter offload is not supported");
+  JSON_BAD("{\"fp16\": {\"initial_scale_power\": 99}}", ZS_ERR_INVALID,
+           "fp16.initial_scale_power is 99: expected an integer power 0..63");
+  JSON_BAD("{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", ZS_ERR_INVALID,
+           "bf16.enabled and fp16.enabled are both true");
+  /* values that parse but fail validation name the field and the key */
+  JSON_BAD("{\"zero_optimization\": {\"stage\": 5}}", ZS_ERR_INVALID,
+           "config.stage is 5 (from zero_optimization.stage): use 0 (DDP), 1, 2 or 3");
+  JSON_BAD("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", ZS_ERR_INVALID,
+           "config.offload_optimizer is cpu at stage 0 (from zero_optimization.offload_optimizer.device): "
+           "offload needs stage 1, 2 or 3");
+  JSON_BAD("{\"optimizer\": {\"params\": {\"betas\": [0.9, 1.5]}}}", ZS_ERR_INVALID,
+           "config.optim.beta2 is 1.5 (from optimizer.params.betas)");
+  JSON_BAD("{\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp16\"}", ZS_ERR_INVALID,
+           "config.reduce_dtype is fp16 with param_dtype bf16 (from communication_data_type)");
+  JSON_BAD("{\"fp16\": {\"enabled\": true, \"min_loss_scale\": 0}}", ZS_ERR_INVALID,
+           "config.min_scale is 0 (from fp16.min_loss_scale)");
+  JSON_BAD("{\"gradient_accumulation_steps\": 0}", ZS_ERR_INVALID,
+           "config.grad_accum is 0 (from gradient_accumulation_steps)");
+  /* the file's path starts messages about its content */
+  char tmp[] = "/tmp/zs_test_config_XXXXXX";
+  int fd = mkstemp(tmp);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("{\n  \"zero_optimization\": {\n    \"stage\": 3,\n  }\n}\n", f);
+  fclose(f);
+  c.stage = 2;
+  expect_status(zs_config_from_json_file(&c, tmp), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), tmp);
+  expect_str_contains(zs_last_error(), "malformed JSON at line 4");
+  f = fopen(tmp, "w");
+  fputs("{\"stage\": 1, \"zero_optimization\": {\"stage\": 3}, \"typo_key\": 1}", f);
+  fclose(f);
+  expect_ok(zs_config_from_json_file(&c, tmp));
+  expect_int_eq(c.stage, 1);
+  expect_true(!strcmp(zs_config_unknown_keys(), "typo_key"));
+  remove(tmp);
+  /* missing file */
+  c.stage = 2;
+  expect_status(zs_config_from_json_file(&c, "/nonexistent/dir/ds_config.json"), ZS_ERR_IO);
+  expect_str_contains(zs_last_error(), "cannot open config file '/nonexistent/dir/ds_config.json': No such file");
+  expect_int_eq(c.stage, 2);
+  expect_status(zs_config_from_json_file(&c, "/"), ZS_ERR_IO); /* a directory */
+  expect_str_contains(zs_last_error(), "'/'");
+  expect_status(zs_config_from_json_file(&c, NULL), ZS_ERR_INVALID);
+  zs_log_set_level(ZS_LOG_WARN);
+}
+
+/* ---- describe ------------------------------------------------------------------ */
+
+static void test_describe(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  char buf[256];
+  expect_true(!strcmp(zs_config_describe(&c, buf, sizeof buf),
+                      "stage 0, param fp32, reduce fp32, adamw lr 0.001 betas 0.9/0.999 eps 1e-08 wd 0, "
+                      "grad_accum 1, clip 0, prefetch 1, reshard_after_forward 1, persist 0, offload none"));
+  c.optim.kind = ZS_SGD;
+  c.optim.momentum = 0.9f;
+  c.optim.nesterov = 1;
+  c.stage = 1;
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  c.delayed_param_update = 1;
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "sgd lr 0.001 momentum 0.9 nesterov wd 0");
+  expect_str_contains(buf, "offload cpu delayed-update");
+  char small[16];
+  expect_true(!strcmp(zs_config_describe(&c, small, sizeof small), "stage 1, param "));
+  expect_true(!strcmp(zs_config_describe(&c, small, 1), ""));
+  expect_true(!strcmp(zs_config_describe(&c, NULL, 0), ""));
+  expect_true(!strcmp(zs_config_describe(NULL, buf, sizeof buf), "(null config)"));
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) data_dir = argv[1];
+  zs_test_run(test_defaults_validate);
+  zs_test_run(test_invalid_fields);
+  zs_test_run(test_env);
+  zs_test_run(test_json_ds_zero3);
+  zs_test_run(test_json_ds_fp16);
+  zs_test_run(test_json_hf_auto);
+  zs_test_run(test_json_ours);
+  zs_test_run(test_json_unknown);
+  zs_test_run(test_json_errors);
+  zs_test_run(test_describe);
+  return zs_test_finish();
+}
