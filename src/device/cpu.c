@@ -1,0 +1,481 @@
+/* The cpu backend: the device interface served by host memory and threads, so
+ * the engine's stream/event code runs (and is tested) on machines without a GPU.
+ *
+ * Streams: one worker thread per stream runs a FIFO of tasks in order. Events
+ * follow CUDA: zs_event_record takes a new generation number at call time and
+ * queues a marker; the worker completes that generation when it reaches the
+ * marker. A wait binds to the generation last recorded before the wait call,
+ * and waits for exactly that one: records of one event on several streams can
+ * complete out of order, so "done" is "no marker of that generation pending",
+ * not "the highest completed generation is >= g". The NULL stream runs work at
+ * once on the calling thread.
+ *
+ * Locks: each stream's mutex guards its queue; each event's mutex guards its
+ * pending markers; the context mutex guards the lists of live handles. No
+ * thread holds two of them at once, so there is no lock order to get wrong.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device_impl.h"
+
+typedef struct cpu_ctx cpu_ctx_t;
+
+typedef enum { TASK_COPY, TASK_SET, TASK_CALL, TASK_RECORD, TASK_WAIT } task_kind_t;
+
+typedef struct task {
+  struct task *next; /* stream FIFO */
+  task_kind_t kind;
+  union {
+    struct {
+      void *dst;
+      const void *src;
+      size_t bytes;
+    } copy;
+    struct {
+      void *dst;
+      int value;
+      size_t bytes;
+    } set;
+    struct {
+      zs_task_fn fn;
+      void *arg;
+    } call;
+    struct {
+      zs_event_t *ev;
+      uint64_t gen;
+      struct task *ev_next;
+    } mark; /* RECORD, WAIT */
+  } u;
+} task_t;
+
+struct zs_event {
+  cpu_ctx_t *ctx;
+  zs_event_t *prev, *next; /* ctx->events (while the user holds it) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a marker completed */
+  uint64_t last_gen; /* generation of the last record; 0 = never recorded */
+  task_t *pending;   /* RECORD markers queued and not yet reached */
+  int refs;          /* the user's handle + queued RECORD/WAIT tasks */
+};
+
+struct zs_stream {
+  cpu_ctx_t *ctx;
+  zs_stream_t *prev, *next; /* ctx->streams */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work; /* worker: a task arrived or stop was set */
+  pthread_cond_t cv_idle; /* synchronize: the queue drained */
+  task_t *head, *tail;
+  int busy, stop;
+  zs_status_t sticky; /* first failed task's status */
+  char errmsg[ZS_ERRBUF];
+};
+
+struct cpu_ctx {
+  zs_device_t *dev;
+  pthread_mutex_t mu;
+  zs_stream_t *streams;
+  zs_event_t *events;
+};
+
+/* Device memory is host memory. The interface's free has no size but
+ * zs__host_free needs it (jemalloc sized deallocation), so a 64-byte header in
+ * front of each buffer keeps it and keeps the buffer 64-byte aligned. */
+#define CPU_HDR 64
+
+static zs_status_t cpu_alloc(void *vctx, size_t bytes, void **out) {
+  (void)vctx;
+  char *p = bytes <= SIZE_MAX - CPU_HDR ? zs__host_malloc(bytes + CPU_HDR) : NULL;
+  /* quiet: zs_device_alloc reports it with the category and usage */
+  if (!p) return zs__fail_quiet(NULL, ZS_ERR_NOMEM, "host memory exhausted");
+  *(size_t *)p = bytes + CPU_HDR;
+  *out = p + CPU_HDR;
+  return ZS_OK;
+}
+
+static void cpu_free(void *vctx, void *ptr) {
+  (void)vctx;
+  char *p = (char *)ptr - CPU_HDR;
+  zs__host_free(p, *(size_t *)p);
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+static void event_unref(zs_event_t *ev) {
+  pthread_mutex_lock(&ev->mu);
+  int left = --ev->refs;
+  pthread_mutex_unlock(&ev->mu);
+  if (left) return;
+  pthread_cond_destroy(&ev->cv);
+  pthread_mutex_destroy(&ev->mu);
+  free(ev);
+}
+
+/* Caller holds ev->mu. */
+static int gen_done(const zs_event_t *ev, uint64_t gen) {
+  for (const task_t *t = ev->pending; t; t = t->u.mark.ev_next)
+    if (t->u.mark.gen == gen) return 0;
+  return 1;
+}
+
+static void event_wait_gen(zs_event_t *ev, uint64_t gen) {
+  pthread_mutex_lock(&ev->mu);
+  while (!gen_done(ev, gen)) pthread_cond_wait(&ev->cv, &ev->mu);
+  pthread_mutex_unlock(&ev->mu);
+}
+
+static void event_complete(task_t *mark) {
+  zs_event_t *ev = mark->u.mark.ev;
+  pthread_mutex_lock(&ev->mu);
+  for (task_t **pp = &ev->pending; *pp; pp = &(*pp)->u.mark.ev_next) {
+    if (*pp == mark) {
+      *pp = mark->u.mark.ev_next;
+      break;
+    }
+  }
+  pthread_cond_broadcast(&ev->cv);
+  pthread_mutex_unlock(&ev->mu);
+}
+
+static zs_status_t cpu_event_create(void *vctx, zs_event_t **out) {
+  cpu_ctx_t *ctx = vctx;
+  zs_event_t *ev = calloc(1, sizeof *ev);
+  if (!ev) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for an event");
+  ev->ctx = ctx;
+  ev->refs = 1;
+  pthread_mutex_init(&ev->mu, NULL);
+  pthread_cond_init(&ev->cv, NULL);
+  pthread_mutex_lock(&ctx->mu);
+  ev->next = ctx->events;
+  if (ctx->events) ctx->events->prev = ev;
+  ctx->events = ev;
+  pthread_mutex_unlock(&ctx->mu);
+  *out = ev;
+  return ZS_OK;
+}
+
+/* Like cudaEventDestroy: returns at once; queued markers keep the event alive. */
+static void cpu_event_destroy(void *vctx, zs_event_t *ev) {
+  cpu_ctx_t *ctx = vctx;
+  pthread_mutex_lock(&ctx->mu);
+  if (ev->prev)
+    ev->prev->next = ev->next;
+  else
+    ctx->events = ev->next;
+  if (ev->next) ev->next->prev = ev->prev;
+  pthread_mutex_unlock(&ctx->mu);
+  event_unref(ev);
+}
+
+static zs_status_t cpu_event_query(void *vctx, zs_event_t *ev, int *done) {
+  (void)vctx;
+  pthread_mutex_lock(&ev->mu);
+  *done = gen_done(ev, ev->last_gen);
+  pthread_mutex_unlock(&ev->mu);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_event_synchronize(void *vctx, zs_event_t *ev) {
+  (void)vctx;
+  pthread_mutex_lock(&ev->mu);
+  uint64_t gen = ev->last_gen;
+  pthread_mutex_unlock(&ev->mu);
+  event_wait_gen(ev, gen);
+  return ZS_OK;
+}
+
+/* ---- streams ----------------------------------------------------------------- */
+
+static void task_run(zs_stream_t *s, task_t *t) {
+  switch (t->kind) {
+    case TASK_COPY:
+      memcpy(t->u.copy.dst, t->u.copy.src, t->u.copy.bytes);
+      break;
+    case TASK_SET:
+      memset(t->u.set.dst, t->u.set.value, t->u.set.bytes);
+      break;
+    case TASK_CALL: {
+      zs_status_t st = t->u.call.fn(t->u.call.arg);
+      if (st != ZS_OK) {
+        pthread_mutex_lock(&s->mu);
+        if (s->sticky == ZS_OK) {
+          s->sticky = st;
+          /* the task set its message on this (the worker's) thread */
+          snprintf(s->errmsg, sizeof s->errmsg, "%s", zs_last_error());
+        }
+        pthread_mutex_unlock(&s->mu);
+      }
+      break;
+    }
+    case TASK_RECORD:
+      event_complete(t);
+      event_unref(t->u.mark.ev);
+      break;
+    case TASK_WAIT:
+      event_wait_gen(t->u.mark.ev, t->u.mark.gen);
+      event_unref(t->u.mark.ev);
+      break;
+  }
+  free(t);
+}
+
+static void *stream_worker(void *arg) {
+  zs_stream_t *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
+    if (!s->head) break; /* stop, and nothing left */
+    task_t *t = s->head;
+    s->head = t->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    task_run(s, t);
+    pthread_mutex_lock(&s->mu);
+    s->busy = 0;
+    if (!s->head) pthread_cond_broadcast(&s->cv_idle);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static void stream_push(zs_stream_t *s, task_t *t) {
+  t->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
+  s->tail = t;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static task_t *task_new(cpu_ctx_t *ctx, task_kind_t kind) {
+  task_t *t = calloc(1, sizeof *t);
+  if (!t)
+    ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a stream task");
+  else
+    t->kind = kind;
+  return t;
+}
+
+static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
+  cpu_ctx_t *ctx = vctx;
+  zs_stream_t *s = calloc(1, sizeof *s);
+  if (!s) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a stream");
+  s->ctx = ctx;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv_work, NULL);
+  pthread_cond_init(&s->cv_idle, NULL);
+  int rc = pthread_create(&s->thread, NULL, stream_worker, s);
+  if (rc != 0) {
+    pthread_cond_destroy(&s->cv_idle);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM,
+                   "cpu device: could not start a stream worker thread: %s", strerror(rc));
+  }
+  pthread_mutex_lock(&ctx->mu);
+  s->next = ctx->streams;
+  if (ctx->streams) ctx->streams->prev = s;
+  ctx->streams = s;
+  pthread_mutex_unlock(&ctx->mu);
+  *out = s;
+  return ZS_OK;
+}
+
+/* Drains the queue (every queued task runs) and joins the worker. */
+static void cpu_stream_destroy(void *vctx, zs_stream_t *s) {
+  cpu_ctx_t *ctx = vctx;
+  pthread_mutex_lock(&ctx->mu);
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    ctx->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&ctx->mu);
+
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  if (s->sticky != ZS_OK)
+    ZS_LOG_W("cpu device: stream destroyed with a pending error: %s: %s", zs_status_name(s->sticky),
+             s->errmsg);
+  pthread_cond_destroy(&s->cv_idle);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
+  cpu_ctx_t *ctx = vctx;
+  if (!s) return ZS_OK; /* NULL-stream work already ran */
+  pthread_mutex_lock(&s->mu);
+  while (s->head || s->busy) pthread_cond_wait(&s->cv_idle, &s->mu);
+  zs_status_t st = s->sticky;
+  char msg[ZS_ERRBUF];
+  if (st != ZS_OK) memcpy(msg, s->errmsg, sizeof msg);
+  pthread_mutex_unlock(&s->mu);
+  if (st != ZS_OK)
+    return zs__fail_quiet(ctx->dev->err, st, "a task on this stream failed: %s", msg);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_memcpy_async(void *vctx, void *dst, const void *src, size_t bytes,
+                                    zs_copy_kind_t kind, zs_stream_t *s) {
+  (void)kind; /* all host memory */
+  if (!s) {
+    memcpy(dst, src, bytes);
+    return ZS_OK;
+  }
+  task_t *t = task_new(vctx, TASK_COPY);
+  if (!t) return ZS_ERR_NOMEM;
+  t->u.copy.dst = dst;
+  t->u.copy.src = src;
+  t->u.copy.bytes = bytes;
+  stream_push(s, t);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_memset_async(void *vctx, void *dst, int value, size_t bytes,
+                                    zs_stream_t *s) {
+  if (!s) {
+    memset(dst, value, bytes);
+    return ZS_OK;
+  }
+  task_t *t = task_new(vctx, TASK_SET);
+  if (!t) return ZS_ERR_NOMEM;
+  t->u.set.dst = dst;
+  t->u.set.value = value;
+  t->u.set.bytes = bytes;
+  stream_push(s, t);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
+  if (!s) return fn(arg);
+  task_t *t = task_new(vctx, TASK_CALL);
+  if (!t) return ZS_ERR_NOMEM;
+  t->u.call.fn = fn;
+  t->u.call.arg = arg;
+  stream_push(s, t);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
+  task_t *t = NULL;
+  if (s && !(t = task_new(vctx, TASK_RECORD))) return ZS_ERR_NOMEM;
+  pthread_mutex_lock(&ev->mu);
+  uint64_t gen = ++ev->last_gen;
+  if (t) {
+    t->u.mark.ev = ev;
+    t->u.mark.gen = gen;
+    t->u.mark.ev_next = ev->pending;
+    ev->pending = t;
+    ev->refs++;
+  }
+  pthread_mutex_unlock(&ev->mu);
+  /* On the NULL stream everything before this call is done: nothing pends. */
+  if (t) stream_push(s, t);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
+  pthread_mutex_lock(&ev->mu);
+  uint64_t gen = ev->last_gen;
+  int done = gen_done(ev, gen);
+  if (!done && s) ev->refs++;
+  pthread_mutex_unlock(&ev->mu);
+  if (done) return ZS_OK; /* nothing to wait for, now or later */
+  if (!s) {
+    event_wait_gen(ev, gen);
+    return ZS_OK;
+  }
+  task_t *t = task_new(vctx, TASK_WAIT);
+  if (!t) {
+    event_unref(ev);
+    return ZS_ERR_NOMEM;
+  }
+  t->u.mark.ev = ev;
+  t->u.mark.gen = gen;
+  stream_push(s, t);
+  return ZS_OK;
+}
+
+static void *cpu_stream_native(void *vctx, zs_stream_t *s) {
+  (void)vctx, (void)s;
+  return NULL;
+}
+
+/* Streams still alive are drained and joined (their threads must not outlive
+ * the device); events still alive are freed. Both are the caller's leaks. */
+static void cpu_destroy(void *vctx) {
+  cpu_ctx_t *ctx = vctx;
+  int nstreams = 0, nevents = 0;
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    zs_stream_t *s = ctx->streams;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!s) break;
+    cpu_stream_destroy(ctx, s);
+    nstreams++;
+  }
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    zs_event_t *ev = ctx->events;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!ev) break;
+    cpu_event_destroy(ctx, ev);
+    nevents++;
+  }
+  if (nstreams || nevents)
+    ZS_LOG_W("cpu device destroyed with %d stream(s) and %d event(s) not destroyed: freed them",
+             nstreams, nevents);
+  pthread_mutex_destroy(&ctx->mu);
+  free(ctx);
+}
+
+static const zs_device_i cpu_iface = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc_pinned = NULL, /* the pinned arena */
+    .host_free_pinned = NULL,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_synchronize = cpu_stream_synchronize,
+    .memcpy_async = cpu_memcpy_async,
+    .memset_async = cpu_memset_async,
+    .enqueue = cpu_enqueue,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_query = cpu_event_query,
+    .event_synchronize = cpu_event_synchronize,
+    .stream_native = cpu_stream_native,
+    .destroy = cpu_destroy,
+};
+
+zs_status_t zs_device_create_cpu(zs_device_t **out) {
+  if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_device_create_cpu: out is NULL");
+  *out = NULL;
+  cpu_ctx_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: out of memory");
+  pthread_mutex_init(&ctx->mu, NULL);
+  zs_status_t st = zs__device_wrap(out, &cpu_iface, ctx, ZS_DEVICE_CPU, 0);
+  if (st != ZS_OK) {
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+    return st;
+  }
+  ctx->dev = *out;
+  return ZS_OK;
+}

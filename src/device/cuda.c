@@ -1,0 +1,407 @@
+/* The cuda backend: the device interface on the CUDA runtime API.
+ *
+ * Streams are non-blocking (they do not synchronise with the legacy default
+ * stream, which serves as the NULL stream), events have timing disabled (the
+ * cheap kind). Pinned host memory comes from the pinned arena (device.c), so
+ * host_alloc_pinned stays NULL here. Every CUDA error becomes ZS_ERR_DEVICE
+ * naming the call and CUDA's message.
+ *
+ * The device is made current (cudaSetDevice) at the top of every call, because
+ * the engine calls from several threads (trainer, comm, offload) and the current
+ * device is per thread in the runtime.
+ *
+ * Host tasks (cudaLaunchHostFunc) cannot return a status to CUDA: a failure is
+ * kept in the stream's sticky slot, which synchronize reports.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h> /* defines: cudaMalloc, streams, events, cudaLaunchHostFunc */
+
+#include "device/device_impl.h"
+
+typedef struct cuda_ctx cuda_ctx_t;
+
+typedef struct {
+  pthread_mutex_t mu; /* written from CUDA's callback thread, read by synchronize */
+  zs_status_t st;
+  char msg[ZS_ERRBUF];
+} sticky_t;
+
+struct zs_stream {
+  cudaStream_t cs;
+  cuda_ctx_t *ctx;
+  zs_stream_t *prev, *next; /* ctx->streams */
+  sticky_t sticky;
+};
+
+struct zs_event {
+  cudaEvent_t ce;
+  zs_event_t *prev, *next; /* ctx->events */
+};
+
+struct cuda_ctx {
+  zs_device_t *dev;
+  int ordinal;
+  pthread_mutex_t mu; /* guards the lists */
+  zs_stream_t *streams;
+  zs_event_t *events;
+  sticky_t null_sticky; /* host tasks on the legacy default stream */
+};
+
+static zs_status_t cu_fail(cuda_ctx_t *ctx, cudaError_t e, const char *call, const char *file,
+                           int line) {
+  cudaGetLastError(); /* clear a non-sticky error so later calls do not report it */
+  return zs__fail(ctx->dev->err, ZS_ERR_DEVICE, file, line, "cuda device %d: %s failed: %s (%s)",
+                  ctx->ordinal, call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CU(ctx, call)                                                                  \
+  do {                                                                                 \
+    cudaError_t cu_e_ = (call);                                                        \
+    if (cu_e_ != cudaSuccess) return cu_fail((ctx), cu_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define CU_CURRENT(ctx) CU(ctx, cudaSetDevice((ctx)->ordinal))
+
+static cudaStream_t native(zs_stream_t *s) { return s ? s->cs : (cudaStream_t)0; }
+
+static void sticky_init(sticky_t *k) {
+  pthread_mutex_init(&k->mu, NULL);
+  k->st = ZS_OK;
+  k->msg[0] = '\0';
+}
+
+/* Returns the sticky status and, if failed, sets the caller's message. */
+static zs_status_t sticky_check(cuda_ctx_t *ctx, sticky_t *k) {
+  char msg[ZS_ERRBUF];
+  pthread_mutex_lock(&k->mu);
+  zs_status_t st = k->st;
+  if (st != ZS_OK) memcpy(msg, k->msg, sizeof msg);
+  pthread_mutex_unlock(&k->mu);
+  if (st != ZS_OK)
+    return zs__fail_quiet(ctx->dev->err, st, "a task on this stream failed: %s", msg);
+  return ZS_OK;
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  cudaError_t e = cudaMalloc(out, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    /* quiet: zs_device_alloc reports it with the category and usage */
+    return zs__fail_quiet(NULL, ZS_ERR_NOMEM,
+                          "cudaMalloc: out of memory on GPU %d (%zu of %zu bytes free)",
+                          ctx->ordinal, free_b, total_b);
+  }
+  if (e != cudaSuccess) return cu_fail(ctx, e, "cudaMalloc", __FILE__, __LINE__);
+  return ZS_OK;
+}
+
+static void cuda_free(void *vctx, void *ptr) {
+  cuda_ctx_t *ctx = vctx;
+  cudaSetDevice(ctx->ordinal);
+  cudaError_t e = cudaFree(ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ZS_LOG_E("cuda device %d: cudaFree(%p) failed: %s", ctx->ordinal, ptr, cudaGetErrorString(e));
+  }
+}
+
+/* device.c: before the pinned arena registers memory on this thread. */
+void zs__cuda_make_current(const zs_device_t *dev) {
+  if (cudaSetDevice(dev->ordinal) != cudaSuccess) cudaGetLastError();
+}
+
+/* device.c: is ptr memory CUDA can copy without staging? */
+int zs__cuda_ptr_pinned(const zs_device_t *dev, const void *ptr) {
+  (void)dev;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type != cudaMemoryTypeUnregistered;
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+static zs_status_t cuda_stream_create(void *vctx, zs_stream_t **out) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  zs_stream_t *s = calloc(1, sizeof *s);
+  if (!s) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a stream");
+  cudaError_t e = cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    free(s);
+    return cu_fail(ctx, e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+  }
+  s->ctx = ctx;
+  sticky_init(&s->sticky);
+  pthread_mutex_lock(&ctx->mu);
+  s->next = ctx->streams;
+  if (ctx->streams) ctx->streams->prev = s;
+  ctx->streams = s;
+  pthread_mutex_unlock(&ctx->mu);
+  *out = s;
+  return ZS_OK;
+}
+
+/* Waits first: queued host tasks point at s->sticky. */
+static void cuda_stream_destroy(void *vctx, zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  pthread_mutex_lock(&ctx->mu);
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    ctx->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&ctx->mu);
+  cudaSetDevice(ctx->ordinal);
+  cudaError_t e = cudaStreamSynchronize(s->cs);
+  if (e == cudaSuccess) e = cudaStreamDestroy(s->cs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ZS_LOG_E("cuda device %d: destroying a stream failed: %s", ctx->ordinal, cudaGetErrorString(e));
+  }
+  pthread_mutex_lock(&s->sticky.mu);
+  if (s->sticky.st != ZS_OK)
+    ZS_LOG_W("cuda device %d: stream destroyed with a pending error: %s: %s", ctx->ordinal,
+             zs_status_name(s->sticky.st), s->sticky.msg);
+  pthread_mutex_unlock(&s->sticky.mu);
+  pthread_mutex_destroy(&s->sticky.mu);
+  free(s);
+}
+
+static zs_status_t cuda_stream_synchronize(void *vctx, zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  CU(ctx, cudaStreamSynchronize(native(s)));
+  return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
+}
+
+static zs_status_t cuda_memcpy_async(void *vctx, void *dst, const void *src, size_t bytes,
+                                     zs_copy_kind_t kind, zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                              cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
+  CU_CURRENT(ctx);
+  CU(ctx, cudaMemcpyAsync(dst, src, bytes, kinds[kind], native(s)));
+  return ZS_OK;
+}
+
+static zs_status_t cuda_memset_async(void *vctx, void *dst, int value, size_t bytes,
+                                     zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  CU(ctx, cudaMemsetAsync(dst, value, bytes, native(s)));
+  return ZS_OK;
+}
+
+typedef struct {
+  zs_task_fn fn;
+  void *arg;
+  sticky_t *sticky;
+} host_task_t;
+
+/* Runs on a CUDA-owned thread: must not call CUDA. */
+static void CUDART_CB host_task_run(void *p) {
+  host_task_t t = *(host_task_t *)p;
+  free(p);
+  zs_status_t st = t.fn(t.arg);
+  if (st == ZS_OK) return;
+  pthread_mutex_lock(&t.sticky->mu);
+  if (t.sticky->st == ZS_OK) {
+    t.sticky->st = st;
+    snprintf(t.sticky->msg, sizeof t.sticky->msg, "%s", zs_last_error());
+  }
+  pthread_mutex_unlock(&t.sticky->mu);
+}
+
+static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  host_task_t *t = malloc(sizeof *t);
+  if (!t) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a host task");
+  *t = (host_task_t){fn, arg, s ? &s->sticky : &ctx->null_sticky};
+  cudaError_t e = cudaLaunchHostFunc(native(s), host_task_run, t);
+  if (e != cudaSuccess) {
+    free(t);
+    return cu_fail(ctx, e, "cudaLaunchHostFunc", __FILE__, __LINE__);
+  }
+  return ZS_OK;
+}
+
+static void *cuda_stream_native(void *vctx, zs_stream_t *s) {
+  (void)vctx;
+  return (void *)native(s);
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  zs_event_t *ev = calloc(1, sizeof *ev);
+  if (!ev) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for an event");
+  cudaError_t e = cudaEventCreateWithFlags(&ev->ce, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    free(ev);
+    return cu_fail(ctx, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+  }
+  pthread_mutex_lock(&ctx->mu);
+  ev->next = ctx->events;
+  if (ctx->events) ctx->events->prev = ev;
+  ctx->events = ev;
+  pthread_mutex_unlock(&ctx->mu);
+  *out = ev;
+  return ZS_OK;
+}
+
+static void cuda_event_destroy(void *vctx, zs_event_t *ev) {
+  cuda_ctx_t *ctx = vctx;
+  pthread_mutex_lock(&ctx->mu);
+  if (ev->prev)
+    ev->prev->next = ev->next;
+  else
+    ctx->events = ev->next;
+  if (ev->next) ev->next->prev = ev->prev;
+  pthread_mutex_unlock(&ctx->mu);
+  cudaSetDevice(ctx->ordinal);
+  if (cudaEventDestroy(ev->ce) != cudaSuccess) cudaGetLastError();
+  free(ev);
+}
+
+static zs_status_t cuda_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  CU(ctx, cudaEventRecord(ev->ce, native(s)));
+  return ZS_OK;
+}
+
+static zs_status_t cuda_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  CU(ctx, cudaStreamWaitEvent(native(s), ev->ce, 0));
+  return ZS_OK;
+}
+
+static zs_status_t cuda_event_query(void *vctx, zs_event_t *ev, int *done) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  cudaError_t e = cudaEventQuery(ev->ce);
+  if (e == cudaSuccess || e == cudaErrorNotReady) {
+    *done = e == cudaSuccess;
+    return ZS_OK;
+  }
+  return cu_fail(ctx, e, "cudaEventQuery", __FILE__, __LINE__);
+}
+
+static zs_status_t cuda_event_synchronize(void *vctx, zs_event_t *ev) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  CU(ctx, cudaEventSynchronize(ev->ce));
+  return ZS_OK;
+}
+
+/* ---- device ------------------------------------------------------------------- */
+
+static void cuda_destroy(void *vctx) {
+  cuda_ctx_t *ctx = vctx;
+  int nstreams = 0, nevents = 0;
+  cudaSetDevice(ctx->ordinal);
+  if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  while (ctx->streams) {
+    cuda_stream_destroy(ctx, ctx->streams);
+    nstreams++;
+  }
+  while (ctx->events) {
+    cuda_event_destroy(ctx, ctx->events);
+    nevents++;
+  }
+  if (nstreams || nevents)
+    ZS_LOG_W("cuda device %d destroyed with %d stream(s) and %d event(s) not destroyed: freed them",
+             ctx->ordinal, nstreams, nevents);
+  pthread_mutex_destroy(&ctx->null_sticky.mu);
+  pthread_mutex_destroy(&ctx->mu);
+  free(ctx);
+}
+
+static const zs_device_i cuda_iface = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .host_alloc_pinned = NULL, /* the pinned arena */
+    .host_free_pinned = NULL,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .memcpy_async = cuda_memcpy_async,
+    .memset_async = cuda_memset_async,
+    .enqueue = cuda_enqueue,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .stream_native = cuda_stream_native,
+    .destroy = cuda_destroy,
+};
+
+int zs_device_cuda_count(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ZS_LOG_D("cudaGetDeviceCount: %s: no usable GPU", cudaGetErrorString(e));
+    return 0;
+  }
+  return n;
+}
+
+zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
+  if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_device_create_cuda: out is NULL");
+  *out = NULL;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return ZS_FAIL(NULL, ZS_ERR_DEVICE,
+                   "zs_device_create_cuda(%d): cudaGetDeviceCount failed: %s: no usable GPU "
+                   "(check the driver, nvidia-smi and CUDA_VISIBLE_DEVICES)",
+                   ordinal, cudaGetErrorString(e));
+  }
+  if (ordinal < 0 || ordinal >= n)
+    return ZS_FAIL(NULL, ZS_ERR_DEVICE,
+                   "zs_device_create_cuda(%d): no such GPU: %d visible (0..%d)", ordinal, n, n - 1);
+  /* Make the device current and create its context now, so failures surface
+   * here rather than in the first copy. */
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaFree(NULL)) != cudaSuccess) {
+    cudaGetLastError();
+    return ZS_FAIL(NULL, ZS_ERR_DEVICE,
+                   "zs_device_create_cuda(%d): initialising the GPU failed: %s", ordinal,
+                   cudaGetErrorString(e));
+  }
+  cuda_ctx_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cuda: out of memory");
+  ctx->ordinal = ordinal;
+  pthread_mutex_init(&ctx->mu, NULL);
+  sticky_init(&ctx->null_sticky);
+  zs_status_t st = zs__device_wrap(out, &cuda_iface, ctx, ZS_DEVICE_CUDA, ordinal);
+  if (st != ZS_OK) {
+    pthread_mutex_destroy(&ctx->null_sticky.mu);
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+    return st;
+  }
+  ctx->dev = *out;
+  return ZS_OK;
+}

@@ -1,0 +1,372 @@
+/* The public device API: argument checks, memory accounting, pinned host memory
+ * with its pageable fallback, pageable-copy counting; everything else is passed
+ * to the backend (cpu.c, cuda.c) through dev->iface. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device_impl.h"
+
+#ifdef ZS_HAVE_CUDA
+/* cuda.c: 1 if CUDA knows ptr as device, managed or page-locked host memory. */
+int zs__cuda_ptr_pinned(const zs_device_t *dev, const void *ptr);
+/* cuda.c: makes dev's GPU current on the calling thread. */
+void zs__cuda_make_current(const zs_device_t *dev);
+#endif
+
+#define ZS_HOST_FLAGS (ZS_HOST_PINNED | ZS_HOST_STRICT)
+
+static int cat_ok(zs_mem_category_t cat) { return (unsigned)cat < ZS_MEM_CATEGORY_COUNT; }
+
+/* Rejects a NULL device (no handle to hold the message) in one line. */
+#define CHECK_DEV(dev, fn)                                                \
+  do {                                                                    \
+    if (!(dev)) return ZS_FAIL(NULL, ZS_ERR_INVALID, fn ": dev is NULL"); \
+  } while (0)
+
+/* ---- handle ------------------------------------------------------------------ */
+
+zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *ctx,
+                            zs_device_kind_t kind, int ordinal) {
+  if (!out || !iface) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs__device_wrap: out or iface is NULL");
+  zs_device_t *dev = calloc(1, sizeof *dev);
+  if (!dev) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "device: out of memory for the handle");
+  dev->iface = *iface;
+  dev->ctx = ctx;
+  dev->kind = kind;
+  dev->ordinal = ordinal;
+  zs__acct_init(&dev->acct);
+  *out = dev;
+  return ZS_OK;
+}
+
+/* ---- host memory from a backend's own pinned allocator ------------------------ */
+
+/* Neither backend has one (both use the pinned arena, which zs__pinned_contains
+ * recognises), but the interface allows it, and host_free must then know which
+ * pointers to hand back to it: they are listed here. */
+typedef struct bk_block {
+  const zs_device_t *dev;
+  void *ptr;
+  struct bk_block *next;
+} bk_block_t;
+static pthread_mutex_t bk_mu = PTHREAD_MUTEX_INITIALIZER;
+static bk_block_t *bk_list;
+
+static int bk_add(const zs_device_t *dev, void *ptr) {
+  bk_block_t *b = malloc(sizeof *b);
+  if (!b) return 0;
+  b->dev = dev;
+  b->ptr = ptr;
+  pthread_mutex_lock(&bk_mu);
+  b->next = bk_list;
+  bk_list = b;
+  pthread_mutex_unlock(&bk_mu);
+  return 1;
+}
+
+/* Removes (dev, ptr), or every block of dev when ptr is NULL; returns the count. */
+static int bk_remove(const zs_device_t *dev, const void *ptr) {
+  int n = 0;
+  pthread_mutex_lock(&bk_mu);
+  for (bk_block_t **pp = &bk_list; *pp;) {
+    bk_block_t *b = *pp;
+    if (b->dev == dev && (!ptr || b->ptr == ptr)) {
+      *pp = b->next;
+      free(b);
+      n++;
+      if (ptr) break;
+    } else {
+      pp = &b->next;
+    }
+  }
+  pthread_mutex_unlock(&bk_mu);
+  return n;
+}
+
+void zs_device_destroy(zs_device_t *dev) {
+  if (!dev) return;
+  /* The backend drains and frees streams the caller left behind. */
+  dev->iface.destroy(dev->ctx);
+  zs_memory_stats_t s;
+  zs__acct_get(&dev->acct, &s);
+  for (int d = 0; d < ZS_DOMAIN_COUNT; d++)
+    for (int c = 0; c < ZS_MEM_CATEGORY_COUNT; c++)
+      if (s.current[d][c])
+        ZS_LOG_W("%s device destroyed with %llu bytes of %s memory (%s) still allocated: leak",
+                 dev->iface.name, (unsigned long long)s.current[d][c],
+                 zs_mem_domain_name((zs_mem_domain_t)d),
+                 zs_mem_category_name((zs_mem_category_t)c));
+  bk_remove(dev, NULL);
+  zs__acct_destroy(&dev->acct);
+  free(dev);
+}
+
+zs_device_kind_t zs_device_kind(const zs_device_t *dev) { return dev ? dev->kind : ZS_DEVICE_CPU; }
+const char *zs_device_name(const zs_device_t *dev) { return dev ? dev->iface.name : "(null)"; }
+const char *zs_device_last_error(const zs_device_t *dev) { return dev ? dev->err : ""; }
+
+void zs_device_memory_stats(const zs_device_t *dev, zs_memory_stats_t *out) {
+  if (!dev || !out) return;
+  zs__acct_get((zs_mem_acct_t *)&dev->acct, out); /* locks the mutex: not really const */
+}
+
+void zs_device_memory_reset_peaks(zs_device_t *dev) {
+  if (dev) zs__acct_reset_peaks(&dev->acct);
+}
+
+zs_mem_acct_t *zs__device_acct(zs_device_t *dev) { return dev ? &dev->acct : NULL; }
+
+/* ---- device memory ------------------------------------------------------------- */
+
+zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat, void **out) {
+  CHECK_DEV(dev, "zs_device_alloc");
+  if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_device_alloc: out is NULL");
+  *out = NULL;
+  if (!cat_ok(cat))
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_device_alloc: category %d is not a zs_mem_category_t", (int)cat);
+  if (bytes == 0) return ZS_OK;
+  if (zs__fault_hit(ZS_FAULT_DEVICE_ALLOC))
+    return ZS_FAIL(dev->err, ZS_ERR_NOMEM,
+                   "%s device: allocation of %zu bytes for %s failed (ZS_FAULT_DEVICE_ALLOC)",
+                   dev->iface.name, bytes, zs_mem_category_name(cat));
+  zs_status_t st = dev->iface.alloc(dev->ctx, bytes, out);
+  if (st != ZS_OK) {
+    *out = NULL;
+    char why[ZS_ERRBUF]; /* the backend's message, set quietly on this thread */
+    snprintf(why, sizeof why, "%s", zs_last_error());
+    zs_memory_stats_t s;
+    zs__acct_get(&dev->acct, &s);
+    return ZS_FAIL(dev->err, st,
+                   "%s device: allocation of %zu bytes for %s failed with %llu bytes in use: %s",
+                   dev->iface.name, bytes, zs_mem_category_name(cat),
+                   (unsigned long long)s.current_total[ZS_DOMAIN_DEVICE], why);
+  }
+  zs__acct_add(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
+  return ZS_OK;
+}
+
+void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t cat) {
+  if (!dev || !ptr) return;
+  if (!cat_ok(cat)) {
+    ZS_LOG_E("zs_device_free: category %d is not a zs_mem_category_t; %p not freed", (int)cat, ptr);
+    return;
+  }
+  dev->iface.free(dev->ctx, ptr);
+  zs__acct_sub(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
+}
+
+/* ---- host memory --------------------------------------------------------------- */
+
+static zs_status_t host_alloc_pinned(zs_device_t *dev, size_t bytes, void **out) {
+  int pinned = 0;
+#ifdef ZS_HAVE_CUDA
+  /* The arena may register a new extent on this thread: with no device made
+   * current here, CUDA would create a context on GPU 0 for it. */
+  if (dev->kind == ZS_DEVICE_CUDA) zs__cuda_make_current(dev);
+#endif
+  if (!dev->iface.host_alloc_pinned) return zs__pinned_alloc(bytes, out, &pinned);
+  zs_status_t st = dev->iface.host_alloc_pinned(dev->ctx, bytes, out, &pinned);
+  if (st != ZS_OK) *out = NULL;
+  if (st == ZS_OK && !bk_add(dev, *out)) {
+    dev->iface.host_free_pinned(dev->ctx, *out, bytes);
+    *out = NULL;
+    st = zs__fail_quiet(NULL, ZS_ERR_NOMEM, "out of memory for the pinned block list");
+  }
+  return st;
+}
+
+zs_status_t zs_device_host_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat,
+                                 unsigned flags, void **out) {
+  CHECK_DEV(dev, "zs_device_host_alloc");
+  if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_device_host_alloc: out is NULL");
+  *out = NULL;
+  if (!cat_ok(cat))
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_device_host_alloc: category %d is not a zs_mem_category_t", (int)cat);
+  if (flags & ~ZS_HOST_FLAGS)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_device_host_alloc: unknown flags 0x%x (use ZS_HOST_PINNED, ZS_HOST_STRICT)",
+                   flags);
+  if (bytes == 0) return ZS_OK;
+
+  if (flags & ZS_HOST_PINNED) {
+    if (host_alloc_pinned(dev, bytes, out) != ZS_OK) {
+      char why[ZS_ERRBUF]; /* copied: the next message is formatted into the same buffer */
+      snprintf(why, sizeof why, "%s", zs_last_error());
+      if (flags & ZS_HOST_STRICT)
+        return ZS_FAIL(dev->err, ZS_ERR_NOMEM,
+                       "pinned host allocation of %zu bytes for %s failed and ZS_HOST_STRICT "
+                       "forbids pageable memory: %s",
+                       bytes, zs_mem_category_name(cat), why);
+      ZS_LOG_W(
+          "pinned host allocation of %zu bytes for %s failed (%s): using pageable memory, "
+          "so copies to and from it will be slower",
+          bytes, zs_mem_category_name(cat), why);
+    }
+  }
+  if (!*out && !(*out = zs__host_malloc(bytes)))
+    return ZS_FAIL(dev->err, ZS_ERR_NOMEM, "host allocation of %zu bytes for %s failed", bytes,
+                   zs_mem_category_name(cat));
+  zs__acct_add(&dev->acct, ZS_DOMAIN_HOST, cat, bytes);
+  return ZS_OK;
+}
+
+void zs_device_host_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t cat) {
+  if (!dev || !ptr) return;
+  if (!cat_ok(cat)) {
+    ZS_LOG_E("zs_device_host_free: category %d is not a zs_mem_category_t; %p not freed", (int)cat,
+             ptr);
+    return;
+  }
+  if (zs__pinned_contains(ptr))
+    zs__pinned_free(ptr, bytes);
+  else if (dev->iface.host_free_pinned && bk_remove(dev, ptr))
+    dev->iface.host_free_pinned(dev->ctx, ptr, bytes);
+  else
+    zs__host_free(ptr, bytes);
+  zs__acct_sub(&dev->acct, ZS_DOMAIN_HOST, cat, bytes);
+}
+
+/* On cpu nothing is staged, but the answer is kept to the same meaning as on
+ * cuda (memory from the pinned arena) so that code that asserts "no pageable
+ * copies" is checked on CPU ranks too. */
+int zs_device_is_pinned(zs_device_t *dev, const void *ptr) {
+  if (!dev || !ptr) return 0;
+  if (zs__pinned_contains(ptr)) return 1;
+#ifdef ZS_HAVE_CUDA
+  if (dev->kind == ZS_DEVICE_CUDA) return zs__cuda_ptr_pinned(dev, ptr);
+#endif
+  return 0;
+}
+
+/* ---- streams, copies, host functions ------------------------------------------- */
+
+zs_status_t zs_stream_create(zs_device_t *dev, zs_stream_t **out) {
+  CHECK_DEV(dev, "zs_stream_create");
+  if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_create: out is NULL");
+  *out = NULL;
+  return dev->iface.stream_create(dev->ctx, out);
+}
+
+void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s) {
+  if (dev && s) dev->iface.stream_destroy(dev->ctx, s);
+}
+
+zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s) {
+  CHECK_DEV(dev, "zs_stream_synchronize");
+  return dev->iface.stream_synchronize(dev->ctx, s);
+}
+
+zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t bytes,
+                            zs_copy_kind_t kind, zs_stream_t *s) {
+  CHECK_DEV(dev, "zs_memcpy_async");
+  if ((unsigned)kind > ZS_COPY_H2H)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_memcpy_async: copy kind %d is not a zs_copy_kind_t", (int)kind);
+  if (bytes == 0) return ZS_OK;
+  if (!dst || !src)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_memcpy_async: %s is NULL for a copy of %zu bytes",
+                   !dst ? "dst" : "src", bytes);
+  ZS_CHECK(dev->iface.memcpy_async(dev->ctx, dst, src, bytes, kind, s));
+  const void *host = kind == ZS_COPY_H2D ? src : kind == ZS_COPY_D2H ? dst : NULL;
+  if (host && !zs_device_is_pinned(dev, host)) zs__acct_pageable_copy(&dev->acct);
+  return ZS_OK;
+}
+
+zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes, zs_stream_t *s) {
+  CHECK_DEV(dev, "zs_memset_async");
+  if (bytes == 0) return ZS_OK;
+  if (!dst)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_memset_async: dst is NULL for %zu bytes", bytes);
+  return dev->iface.memset_async(dev->ctx, dst, value, bytes, s);
+}
+
+zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
+  CHECK_DEV(dev, "zs__device_enqueue");
+  if (!fn) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__device_enqueue: fn is NULL");
+  return dev->iface.enqueue(dev->ctx, s, fn, arg);
+}
+
+typedef struct {
+  void (*fn)(void *);
+  void *arg;
+} host_call_t;
+
+static zs_status_t host_call_run(void *p) {
+  host_call_t c = *(host_call_t *)p;
+  free(p);
+  c.fn(c.arg);
+  return ZS_OK;
+}
+
+zs_status_t zs_launch_host_func(zs_device_t *dev, zs_stream_t *s, void (*fn)(void *), void *arg) {
+  CHECK_DEV(dev, "zs_launch_host_func");
+  if (!fn) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_launch_host_func: fn is NULL");
+  host_call_t *c = malloc(sizeof *c);
+  if (!c) return ZS_FAIL(dev->err, ZS_ERR_NOMEM, "zs_launch_host_func: out of memory");
+  c->fn = fn;
+  c->arg = arg;
+  /* A task that was not queued will not run: the closure is still ours. (On the
+   * cpu NULL stream it ran at once, freed it and returned ZS_OK.) */
+  zs_status_t st = dev->iface.enqueue(dev->ctx, s, host_call_run, c);
+  if (st != ZS_OK) free(c);
+  return st;
+}
+
+void *zs__stream_native(zs_device_t *dev, zs_stream_t *s) {
+  return dev ? dev->iface.stream_native(dev->ctx, s) : NULL;
+}
+
+/* ---- events -------------------------------------------------------------------- */
+
+zs_status_t zs_event_create(zs_device_t *dev, zs_event_t **out) {
+  CHECK_DEV(dev, "zs_event_create");
+  if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_create: out is NULL");
+  *out = NULL;
+  return dev->iface.event_create(dev->ctx, out);
+}
+
+void zs_event_destroy(zs_device_t *dev, zs_event_t *ev) {
+  if (dev && ev) dev->iface.event_destroy(dev->ctx, ev);
+}
+
+zs_status_t zs_event_record(zs_device_t *dev, zs_event_t *ev, zs_stream_t *s) {
+  CHECK_DEV(dev, "zs_event_record");
+  if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_record: ev is NULL");
+  return dev->iface.event_record(dev->ctx, ev, s);
+}
+
+zs_status_t zs_stream_wait_event(zs_device_t *dev, zs_stream_t *s, zs_event_t *ev) {
+  CHECK_DEV(dev, "zs_stream_wait_event");
+  if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_wait_event: ev is NULL");
+  return dev->iface.stream_wait_event(dev->ctx, s, ev);
+}
+
+zs_status_t zs_event_query(zs_device_t *dev, zs_event_t *ev, int *done) {
+  CHECK_DEV(dev, "zs_event_query");
+  if (!ev || !done)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_query: %s is NULL", !ev ? "ev" : "done");
+  return dev->iface.event_query(dev->ctx, ev, done);
+}
+
+zs_status_t zs_event_synchronize(zs_device_t *dev, zs_event_t *ev) {
+  CHECK_DEV(dev, "zs_event_synchronize");
+  if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_synchronize: ev is NULL");
+  return dev->iface.event_synchronize(dev->ctx, ev);
+}
+
+/* ---- builds without CUDA ------------------------------------------------------- */
+
+#ifndef ZS_HAVE_CUDA
+int zs_device_cuda_count(void) { return 0; }
+
+zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
+  if (out) *out = NULL;
+  return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
+                 "zs_device_create_cuda(%d): this zeroshard was built without CUDA (configure with "
+                 "-DZS_CUDA=ON)",
+                 ordinal);
+}
+#endif
