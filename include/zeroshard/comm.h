@@ -13,21 +13,36 @@
  *    In place when send == recv + rank*sendcount.
  *  - reduce_scatter: send holds size*recvcount; each rank receives its recvcount
  *    block. In place when recv == send + rank*recvcount.
- *  - gather / scatter: per-rank counts; the root's buffer holds size*count.
+ *  - gather / scatter: per-rank counts; the root's buffer holds size*count. In
+ *    place at the root when send == recv + root*sendcount (gather) or
+ *    recv == send + root*recvcount (scatter). Buffers a rank does not use may be
+ *    NULL: recv on non-roots of reduce and gather, send on non-roots of
+ *    broadcast and scatter.
  *  - all_to_all: count elements per peer; block j of rank i goes to block i of rank j.
  *  - all_reduce / reduce / broadcast: in place when send == recv.
  *  - send / recv: point to point; a rank must not block both peers on sends
- *    (post matching recv and send in an order that cannot deadlock).
+ *    (post matching recv and send in an order that cannot deadlock). The peer
+ *    must be another rank.
  * Dtypes: fp32, bf16, fp16, int32, int64, uint8. Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
  * avg on integers truncates toward zero.
  *
  * Errors: invalid arguments (NULL buffers with a non-zero count, a root or peer
- * out of range, a dtype or op the backend cannot do, overlapping buffers that are
- * not the in-place form) return ZS_ERR_INVALID before anything is queued. A
- * failure after queuing (a peer died, a timeout after ZS_COMM_TIMEOUT_S seconds)
- * becomes the comm's asynchronous error and the stream's sticky error: query it
- * with zs_comm_async_error; after it, zs_comm_abort and destroy the comm.
+ * out of range, an invalid dtype or op, overlapping buffers that are not the
+ * in-place form, a byte size that overflows) return ZS_ERR_INVALID before
+ * anything is queued, and a dtype/op pair the backend cannot reduce returns
+ * ZS_ERR_UNSUPPORTED (the mpi backend also refuses counts above INT_MAX). These
+ * checks use only the calling rank's own arguments, so each rank that passes a
+ * bad argument finds out itself. What must agree between ranks (the sequence of
+ * calls, counts, dtypes, ops, roots, matching send/recv) cannot be checked
+ * locally: a disagreement shows up as a timeout (ZS_ERR_TIMEOUT) or wrong data.
+ * A failure after queuing (a peer died, a timeout after ZS_COMM_TIMEOUT_S seconds)
+ * becomes the comm's asynchronous error and, on the mpi backend, the stream's
+ * sticky error (CUDA streams cannot carry it: on nccl, zs_comm_async_error and
+ * the next call report it). Every later call on the comm fails at once; after
+ * it, zs_comm_abort and destroy the comm. An operation ended by a timeout or an
+ * abort may still write its receive buffer if the other ranks reach it later
+ * (MPI cannot cancel a collective), so keep its buffers allocated.
  *
  * Tracing: every comm counts calls and the bytes each rank sends and receives per
  * collective kind, in the terms of the standard algorithms (N ranks, B = bytes of
@@ -38,7 +53,8 @@
  *   reduce, gather          each non-root sends b, the root receives (N-1)b
  *   all_to_all              sent = recv = (N-1)b (b = bytes per peer)
  *   send / recv             b
- * With N == 1 nothing is sent.
+ * With N == 1 nothing is sent. Fractions round down. A call is counted when it
+ * is accepted (after the argument checks), whether or not it later succeeds.
  */
 #ifndef ZEROSHARD_COMM_H
 #define ZEROSHARD_COMM_H
@@ -78,12 +94,15 @@ typedef struct {
 } zs_comm_stats_t;
 
 /* MPI over MPI_COMM_WORLD (initialises MPI with MPI_THREAD_MULTIPLE if no one has;
- * the comm that initialised MPI finalises it when the last comm is destroyed).
+ * the comm that initialised MPI finalises it when the last comm is destroyed; MPI
+ * cannot be initialised again, so later calls fail with ZS_ERR_STATE: keep one
+ * comm alive for the whole program).
  * Buffers are host memory; the device must be a cpu device. Use zeroshard/mpi.h
  * to wrap an existing MPI_Comm. */
 zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);
 /* Splits like MPI_Comm_split: ranks with the same color form a comm, ordered by key.
- * Collective over the parent; completes before returning. */
+ * A negative color joins no comm (*out = NULL). Collective over the parent, in
+ * order with the calls already queued on it; completes before returning. */
 zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out);
 /* Waits for queued work, then frees the comm. */
 void zs_comm_destroy(zs_comm_t *comm);

@@ -1,0 +1,348 @@
+/* Public comm calls: argument checks, the in-place decision and tracing, then
+ * the backend (comm_impl.h). Everything here runs on the caller's thread and
+ * depends only on the caller's own arguments, so every rank that passes a bad
+ * argument finds out itself, before anything is queued. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "common/half.h"
+
+/* ---- handle ---------------------------------------------------------------- */
+
+zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs_device_t *dev,
+                          int rank, int size) {
+  zs_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "out of host memory for a comm handle");
+  c->iface = *iface;
+  c->ctx = ctx;
+  c->dev = dev;
+  c->rank = rank;
+  c->size = size;
+  pthread_mutex_init(&c->stats_mu, NULL);
+  *out = c;
+  return ZS_OK;
+}
+
+void zs_comm_destroy(zs_comm_t *comm) {
+  if (!comm) return;
+  comm->iface.destroy(comm->ctx);
+  pthread_mutex_destroy(&comm->stats_mu);
+  free(comm);
+}
+
+int zs_comm_rank(const zs_comm_t *comm) { return comm ? comm->rank : -1; }
+int zs_comm_size(const zs_comm_t *comm) { return comm ? comm->size : 0; }
+zs_device_t *zs_comm_device(const zs_comm_t *comm) { return comm ? comm->dev : NULL; }
+const char *zs_comm_backend(const zs_comm_t *comm) { return comm ? comm->iface.name : "none"; }
+const char *zs_comm_last_error(const zs_comm_t *comm) { return comm ? comm->err : ""; }
+
+zs_status_t zs_comm_async_error(zs_comm_t *comm) {
+  if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_async_error: comm is NULL");
+  return comm->iface.async_error(comm->ctx);
+}
+
+zs_status_t zs_comm_abort(zs_comm_t *comm) {
+  if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_abort: comm is NULL");
+  return comm->iface.abort(comm->ctx);
+}
+
+zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out) {
+  if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_split: comm is NULL");
+  if (!out) return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_split: out is NULL");
+  *out = NULL;
+  if (!comm->iface.split)
+    return ZS_FAIL(comm->err, ZS_ERR_UNSUPPORTED, "zs_comm_split: the %s backend cannot split",
+                   comm->iface.name);
+  return comm->iface.split(comm->ctx, color < 0 ? -1 : color, key, out);
+}
+
+/* ---- tracing --------------------------------------------------------------- */
+
+const char *zs_coll_name(zs_coll_kind_t kind) {
+  static const char *const n[ZS_COLL_COUNT] = {"broadcast", "scatter",        "reduce",
+                                               "all_reduce", "gather",        "all_gather",
+                                               "reduce_scatter", "all_to_all", "send",
+                                               "recv",      "barrier"};
+  return ((int)kind >= 0 && kind < ZS_COLL_COUNT) ? n[kind] : "invalid";
+}
+
+void zs_comm_stats(const zs_comm_t *comm, zs_comm_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!comm) return;
+  zs_comm_t *c = (zs_comm_t *)comm; /* the lock is not part of the logical state */
+  pthread_mutex_lock(&c->stats_mu);
+  *out = c->stats;
+  pthread_mutex_unlock(&c->stats_mu);
+}
+
+void zs_comm_stats_reset(zs_comm_t *comm) {
+  if (!comm) return;
+  pthread_mutex_lock(&comm->stats_mu);
+  memset(&comm->stats, 0, sizeof comm->stats);
+  pthread_mutex_unlock(&comm->stats_mu);
+}
+
+/* floor(num * x / den) without overflow for any x < 2^64 (num, den small). */
+static uint64_t muldiv(uint64_t x, uint64_t num, uint64_t den) {
+  return (x / den) * num + ((x % den) * num) / den;
+}
+
+/* The bytes this rank sends and receives under comm.h's formulas. */
+static void trace(zs_comm_t *c, const zs__coll_args_t *a) {
+  uint64_t n = (uint64_t)c->size, b = (uint64_t)a->count * zs_dtype_size(a->dtype);
+  uint64_t sent = 0, recv = 0;
+  int root = a->root == c->rank;
+  switch (a->kind) {
+    case ZS_COLL_ALL_REDUCE: sent = recv = muldiv(b, 2 * (n - 1), n); break;
+    case ZS_COLL_ALL_GATHER:
+    case ZS_COLL_REDUCE_SCATTER:
+    case ZS_COLL_ALL_TO_ALL: sent = recv = (n - 1) * b; break;
+    case ZS_COLL_BROADCAST:
+    case ZS_COLL_SCATTER:
+      if (root) sent = (n - 1) * b;
+      else recv = b;
+      break;
+    case ZS_COLL_REDUCE:
+    case ZS_COLL_GATHER:
+      if (root) recv = (n - 1) * b;
+      else sent = b;
+      break;
+    case ZS_COLL_SEND: sent = b; break;
+    case ZS_COLL_RECV: recv = b; break;
+    default: break;
+  }
+  pthread_mutex_lock(&c->stats_mu);
+  c->stats.calls[a->kind]++;
+  c->stats.bytes_sent[a->kind] += sent;
+  c->stats.bytes_recv[a->kind] += recv;
+  pthread_mutex_unlock(&c->stats_mu);
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+static int is_reduction(zs_coll_kind_t k) {
+  return k == ZS_COLL_REDUCE || k == ZS_COLL_ALL_REDUCE || k == ZS_COLL_REDUCE_SCATTER;
+}
+
+static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return an && bn && x < y + bn && y < x + an;
+}
+
+/* Checks `a` for this rank and fills a->in_place. Every message names the call. */
+static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
+  const char *fn = zs_coll_name(a->kind);
+  size_t es = zs_dtype_size(a->dtype);
+  int n = c->size, me = c->rank;
+  if (es == 0)
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: invalid dtype %d (use a zs_dtype_t)", fn,
+                   (int)a->dtype);
+  if (is_reduction(a->kind)) {
+    if ((int)a->op < 0 || a->op >= ZS_REDOP_COUNT)
+      return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: invalid reduction op %d (use a zs_redop_t)",
+                     fn, (int)a->op);
+    if (c->iface.supports && !c->iface.supports(c->ctx, a->dtype, a->op))
+      return ZS_FAIL(c->err, ZS_ERR_UNSUPPORTED, "zs_comm_%s: the %s backend cannot reduce %s with %s",
+                     fn, c->iface.name, zs_dtype_name(a->dtype), zs_redop_name(a->op));
+  }
+  int rooted = a->kind == ZS_COLL_BROADCAST || a->kind == ZS_COLL_SCATTER ||
+               a->kind == ZS_COLL_REDUCE || a->kind == ZS_COLL_GATHER;
+  int p2p = a->kind == ZS_COLL_SEND || a->kind == ZS_COLL_RECV;
+  if ((rooted || p2p) && (a->root < 0 || a->root >= n))
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: %s %d is out of range for a comm of %d ranks",
+                   fn, p2p ? "peer" : "root", a->root, n);
+  if (p2p && a->root == me)
+    return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                   "zs_comm_%s: peer %d is this rank: copy the buffer instead of sending it to itself",
+                   fn, a->root);
+
+  /* bytes of each buffer this rank uses (0: not used on this rank) */
+  if (a->count > SIZE_MAX / es / (size_t)n)
+    return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                   "zs_comm_%s: %zu elements of %s on %d ranks overflow size_t bytes", fn, a->count,
+                   zs_dtype_name(a->dtype), n);
+  size_t part = a->count * es, full = part * (size_t)n, sb = 0, rb = 0;
+  int root = a->root == me;
+  const char *sname = "send", *rname = "recv";
+  switch (a->kind) {
+    case ZS_COLL_ALL_REDUCE: sb = rb = part; break;
+    case ZS_COLL_BROADCAST: sb = root ? part : 0; rb = part; break;
+    case ZS_COLL_REDUCE: sb = part; rb = root ? part : 0; break;
+    case ZS_COLL_ALL_GATHER: sb = part; rb = full; break;
+    case ZS_COLL_REDUCE_SCATTER: sb = full; rb = part; break;
+    case ZS_COLL_GATHER: sb = part; rb = root ? full : 0; break;
+    case ZS_COLL_SCATTER: sb = root ? full : 0; rb = part; break;
+    case ZS_COLL_ALL_TO_ALL: sb = rb = full; break;
+    case ZS_COLL_SEND: sb = part; sname = "buf"; break;
+    case ZS_COLL_RECV: rb = part; rname = "buf"; break;
+    default: break;
+  }
+  if (sb && !a->send)
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: %s is NULL with %zu elements to send%s", fn,
+                   sname, sb / es, rooted ? (root ? " (on the root)" : "") : "");
+  if (rb && !a->recv)
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: %s is NULL with %zu elements to receive%s",
+                   fn, rname, rb / es, rooted && root ? " (on the root)" : "");
+
+  /* the documented in-place forms (comm.h) */
+  const char *s = a->send;
+  char *r = a->recv;
+  int in_place = 0;
+  switch (a->kind) {
+    case ZS_COLL_ALL_REDUCE:
+    case ZS_COLL_BROADCAST:
+    case ZS_COLL_REDUCE: in_place = sb && rb && s == r; break;
+    case ZS_COLL_ALL_GATHER: in_place = sb && s == r + (size_t)me * part; break;
+    case ZS_COLL_REDUCE_SCATTER: in_place = rb && r == s + (size_t)me * part; break;
+    case ZS_COLL_GATHER: in_place = rb && s == r + (size_t)me * part; break;
+    case ZS_COLL_SCATTER: in_place = sb && r == s + (size_t)me * part; break;
+    default: break;
+  }
+  if (!in_place && overlaps(s, sb, r, rb)) {
+    const char *form = "";
+    switch (a->kind) {
+      case ZS_COLL_ALL_REDUCE: case ZS_COLL_BROADCAST: case ZS_COLL_REDUCE:
+        form = "; in place means send == recv"; break;
+      case ZS_COLL_ALL_GATHER: case ZS_COLL_GATHER:
+        form = "; in place means send == recv + rank*sendcount"; break;
+      case ZS_COLL_REDUCE_SCATTER: case ZS_COLL_SCATTER:
+        form = "; in place means recv == send + rank*recvcount"; break;
+      case ZS_COLL_ALL_TO_ALL: form = "; all_to_all has no in-place form"; break;
+      default: break;
+    }
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: send and recv overlap on rank %d%s", fn, me,
+                   form);
+  }
+  a->in_place = in_place;
+  return ZS_OK;
+}
+
+static zs_status_t submit(zs_comm_t *c, zs__coll_args_t a, zs_stream_t *s) {
+  if (!c) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_%s: comm is NULL", zs_coll_name(a.kind));
+  if (a.kind != ZS_COLL_BARRIER) ZS_CHECK(validate(c, &a));
+  ZS_CHECK(c->iface.coll(c->ctx, &a, s));
+  trace(c, &a);
+  return ZS_OK;
+}
+
+/* ---- the calls --------------------------------------------------------------- */
+
+zs_status_t zs_comm_broadcast(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                              zs_dtype_t dtype, int root, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_BROADCAST, send, recv, count, dtype, ZS_SUM, root, 0}, s);
+}
+zs_status_t zs_comm_scatter(zs_comm_t *comm, const void *send, void *recv, size_t recvcount,
+                            zs_dtype_t dtype, int root, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_SCATTER, send, recv, recvcount, dtype, ZS_SUM, root, 0}, s);
+}
+zs_status_t zs_comm_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                           zs_dtype_t dtype, zs_redop_t op, int root, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE, send, recv, count, dtype, op, root, 0}, s);
+}
+zs_status_t zs_comm_all_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                               zs_dtype_t dtype, zs_redop_t op, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_REDUCE, send, recv, count, dtype, op, 0, 0}, s);
+}
+zs_status_t zs_comm_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
+                           zs_dtype_t dtype, int root, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_GATHER, send, recv, sendcount, dtype, ZS_SUM, root, 0}, s);
+}
+zs_status_t zs_comm_all_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
+                               zs_dtype_t dtype, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_GATHER, send, recv, sendcount, dtype, ZS_SUM, 0, 0}, s);
+}
+zs_status_t zs_comm_reduce_scatter(zs_comm_t *comm, const void *send, void *recv,
+                                   size_t recvcount, zs_dtype_t dtype, zs_redop_t op,
+                                   zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, 0, 0}, s);
+}
+zs_status_t zs_comm_all_to_all(zs_comm_t *comm, const void *send, void *recv, size_t count,
+                               zs_dtype_t dtype, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_TO_ALL, send, recv, count, dtype, ZS_SUM, 0, 0}, s);
+}
+zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtype_t dtype,
+                         int peer, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_SEND, buf, NULL, count, dtype, ZS_SUM, peer, 0}, s);
+}
+zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
+                         zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0}, s);
+}
+zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s) {
+  return submit(comm, (zs__coll_args_t){ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0}, s);
+}
+
+/* ---- element-wise helpers for host backends ---------------------------------- */
+
+#define ZS__HALF_LOOP(cvt_in, cvt_out, expr)              \
+  for (size_t i = 0; i < n; i++) {                        \
+    float x = cvt_in(src[i]), y = cvt_in(dst[i]);         \
+    dst[i] = cvt_out(expr);                               \
+  }
+
+void zs__reduce_half(zs_dtype_t dt, zs_redop_t op, const uint16_t *src, uint16_t *dst, size_t n) {
+  /* max/min: NaN wins, like fmaxf would not; keeps a NaN gradient visible */
+#define ZS__HALF_OPS(in, out)                                                  \
+  switch (op) {                                                                \
+    case ZS_SUM: case ZS_AVG: ZS__HALF_LOOP(in, out, x + y); break;            \
+    case ZS_PROD: ZS__HALF_LOOP(in, out, x * y); break;                        \
+    case ZS_MAX: ZS__HALF_LOOP(in, out, (x != x || x > y) ? x : y); break;     \
+    case ZS_MIN: ZS__HALF_LOOP(in, out, (x != x || x < y) ? x : y); break;     \
+    default: break;                                                            \
+  }
+  if (dt == ZS_BF16) {
+    ZS__HALF_OPS(zs_bf16_to_f32, zs_f32_to_bf16)
+  } else {
+    ZS__HALF_OPS(zs_f16_to_f32, zs_f32_to_f16)
+  }
+#undef ZS__HALF_OPS
+}
+
+void zs__divide(zs_dtype_t dt, void *x, size_t count, int n) {
+  switch (dt) {
+    case ZS_FP32: {
+      float *p = x;
+      for (size_t i = 0; i < count; i++) p[i] /= (float)n;
+      break;
+    }
+    case ZS_BF16: {
+      uint16_t *p = x;
+      for (size_t i = 0; i < count; i++) p[i] = zs_f32_to_bf16(zs_bf16_to_f32(p[i]) / (float)n);
+      break;
+    }
+    case ZS_FP16: {
+      uint16_t *p = x;
+      for (size_t i = 0; i < count; i++) p[i] = zs_f32_to_f16(zs_f16_to_f32(p[i]) / (float)n);
+      break;
+    }
+    case ZS_INT32: {
+      int32_t *p = x;
+      for (size_t i = 0; i < count; i++) p[i] /= n;
+      break;
+    }
+    case ZS_INT64: {
+      int64_t *p = x;
+      for (size_t i = 0; i < count; i++) p[i] /= n;
+      break;
+    }
+    case ZS_UINT8: {
+      uint8_t *p = x;
+      for (size_t i = 0; i < count; i++) p[i] = (uint8_t)(p[i] / n);
+      break;
+    }
+    default: break;
+  }
+}
+
+/* ---- builds without a backend -------------------------------------------------- */
+
+#ifndef ZS_HAVE_MPI
+zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev) {
+  if (out) *out = NULL;
+  return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
+                 "zs_comm_create_mpi_world: this build has no MPI (configure with ZS_MPI=ON)");
+}
+#endif

@@ -1,0 +1,794 @@
+/* Backend-independent checks of the collectives, shared by test_comm.c (mpi,
+ * cpu device) and test_comm_gpu.c (nccl, cuda device). Buffers live in device
+ * memory and travel through host staging, so the same code runs on both.
+ *
+ * Every rank fills its data from (rank, index) with a formula chosen so that
+ * sums, products and averages are exact (or round in a known way), and computes
+ * the expected result itself in double / int64; nothing is taken from the
+ * library's own arithmetic except half.h's fp32 <-> bf16/fp16 rounding, which
+ * test_common checks against an independent reference. */
+#ifndef ZS_TESTS_TEST_COMM_CHECKS_H
+#define ZS_TESTS_TEST_COMM_CHECKS_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/half.h"
+#include "harness.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/device.h"
+#include "zeroshard/log.h"
+
+typedef struct {
+  zs_comm_t *comm;
+  zs_device_t *dev;
+  int rank, size;
+  int approx_avg; /* backend averages by pre-scaling (nccl): compare avg with a tolerance */
+} tc_env_t;
+static tc_env_t E;
+
+static const size_t tc_counts[] = {1, 7, 1001};
+#define TC_NCOUNTS 3
+
+/* ---- device buffers through host staging ----------------------------------------- */
+
+static void *tc_dalloc(size_t bytes) {
+  void *p = NULL;
+  if (bytes && zs_device_alloc(E.dev, bytes, ZS_MEM_OTHER, &p) != ZS_OK) {
+    fprintf(stderr, "[rank %d] device allocation of %zu bytes failed: %s\n", E.rank, bytes, zs_last_error());
+    exit(1);
+  }
+  return p;
+}
+static void tc_dfree(void *p, size_t bytes) {
+  if (p) zs_device_free(E.dev, p, bytes, ZS_MEM_OTHER);
+}
+static void tc_h2d(void *d, const void *h, size_t bytes) {
+  if (!bytes) return;
+  expect_ok(zs_memcpy_async(E.dev, d, h, bytes, ZS_COPY_H2D, NULL));
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+}
+/* Waits for the NULL stream (where the comm calls ran) first. */
+static void tc_d2h(void *h, const void *d, size_t bytes) {
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+  if (!bytes) return;
+  expect_ok(zs_memcpy_async(E.dev, h, d, bytes, ZS_COPY_D2H, NULL));
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+static int tc_is_float(zs_dtype_t dt) { return dt == ZS_FP32 || dt == ZS_BF16 || dt == ZS_FP16; }
+
+/* Element i of a dtype buffer as a double (exact for every dtype here). */
+static double tc_get(const void *buf, zs_dtype_t dt, size_t i) {
+  switch (dt) {
+    case ZS_FP32: return ((const float *)buf)[i];
+    case ZS_BF16: return zs_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ZS_FP16: return zs_f16_to_f32(((const uint16_t *)buf)[i]);
+    case ZS_INT32: return ((const int32_t *)buf)[i];
+    case ZS_INT64: return (double)((const int64_t *)buf)[i];
+    default: return ((const uint8_t *)buf)[i];
+  }
+}
+/* Stores v (rounded to nearest even for floats that cannot hold it). */
+static void tc_put(void *buf, zs_dtype_t dt, size_t i, double v) {
+  switch (dt) {
+    case ZS_FP32: ((float *)buf)[i] = (float)v; break;
+    case ZS_BF16: ((uint16_t *)buf)[i] = zs_f32_to_bf16((float)v); break;
+    case ZS_FP16: ((uint16_t *)buf)[i] = zs_f32_to_f16((float)v); break;
+    case ZS_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ZS_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  }
+}
+/* v rounded to dt (v is exact in fp32 for the float cases used here). */
+static double tc_round(zs_dtype_t dt, double v) {
+  uint8_t tmp[8];
+  tc_put(tmp, dt, 0, v);
+  return tc_get(tmp, dt, 0);
+}
+
+/* Rank `r`'s element i for op: exact in its dtype; sums over 4 ranks stay exact
+ * (small integers, quarter steps for fp32), products of 4 stay exact (powers of
+ * two, small integers), uint8 sums stay below 256. */
+static double tc_gen(zs_dtype_t dt, zs_redop_t op, int r, size_t i) {
+  long ii = (long)(i % 100003);
+  if (op == ZS_PROD) {
+    static const double pw[5] = {1, -1, 2, 0.5, -2};
+    if (tc_is_float(dt)) return pw[(r * 3 + ii) % 5];
+    if (dt == ZS_UINT8) return (double)((r + ii) % 3);
+    return (double)((r + ii) % 5 - 2);
+  }
+  switch (dt) {
+    case ZS_FP32: return (double)((r * 7 + ii * 3) % 19 - 9) + 0.25 * (double)((ii + r) % 4);
+    case ZS_BF16:
+    case ZS_FP16: return (double)((r * 5 + ii * 3) % 17 - 8);
+    case ZS_INT32: return (double)((r * 131 + ii * 17) % 1000 - 500);
+    case ZS_INT64: return (double)((int64_t)(r + 1) * ((int64_t)1 << 33) + (ii * 7919) % 100000 - 50000);
+    default: return (double)((r * 13 + ii * 7) % 50);
+  }
+}
+
+/* The reduction of tc_gen over n ranks, computed here: exact in double / int64,
+ * then the documented semantics (avg = the sum rounded to dt, divided in fp32 and
+ * rounded again; integers truncate). */
+static double tc_ref(zs_dtype_t dt, zs_redop_t op, int n, size_t i) {
+  if (!tc_is_float(dt)) {
+    int64_t acc = (int64_t)tc_gen(dt, op, 0, i);
+    for (int r = 1; r < n; r++) {
+      int64_t v = (int64_t)tc_gen(dt, op, r, i);
+      switch (op) {
+        case ZS_SUM: case ZS_AVG: acc += v; break;
+        case ZS_PROD: acc *= v; break;
+        case ZS_MAX: acc = v > acc ? v : acc; break;
+        default: acc = v < acc ? v : acc; break;
+      }
+    }
+    if (op == ZS_AVG) acc /= n;
+    return (double)acc;
+  }
+  double acc = tc_gen(dt, op, 0, i);
+  for (int r = 1; r < n; r++) {
+    double v = tc_gen(dt, op, r, i);
+    switch (op) {
+      case ZS_SUM: case ZS_AVG: acc += v; break;
+      case ZS_PROD: acc *= v; break;
+      case ZS_MAX: acc = v > acc ? v : acc; break;
+      default: acc = v < acc ? v : acc; break;
+    }
+  }
+  acc = tc_round(dt, acc);
+  if (op == ZS_AVG) acc = tc_round(dt, (double)((float)acc / (float)n));
+  return acc;
+}
+
+/* Compares n elements with want[]; rtol 0 = exact. Reports the first mismatch. */
+static void tc_compare(const char *what, const void *got, zs_dtype_t dt, const double *want,
+                       size_t n, double rtol) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) {
+    double g = tc_get(got, dt, i), w = want[i];
+    int ok = rtol > 0 ? fabs(g - w) <= rtol * fabs(w) + rtol : g == w;
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad)
+    ZS_T_REPORT("%s: %zu of %zu elements wrong; first [%zu] = %.9g, want %.9g", what, bad, n, first,
+                tc_get(got, dt, first), want[first]);
+}
+
+static double tc_rtol(zs_dtype_t dt, zs_redop_t op) {
+  if (op != ZS_AVG || !E.approx_avg || !tc_is_float(dt)) return 0;
+  return dt == ZS_FP32 ? 1e-6 : 1e-2;
+}
+
+/* A call the backend cannot do (ZS_ERR_UNSUPPORTED) is skipped: the check is the
+ * same on every rank, so every rank skips it. Returns 1 when the call ran. */
+static int tc_ran(zs_status_t st, const char *what) {
+  if (st == ZS_ERR_UNSUPPORTED) return 0;
+  if (st != ZS_OK) ZS_T_REPORT("%s -> %s (%s)", what, zs_status_name(st), zs_last_error());
+  return st == ZS_OK;
+}
+
+#define TC_WHAT(buf, fmt, ...) snprintf(buf, sizeof buf, fmt, __VA_ARGS__)
+
+/* ---- reductions -------------------------------------------------------------------- */
+
+static void tc_all_reduce(void) {
+  char what[160];
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < ZS_REDOP_COUNT; op++)
+      for (int c = 0; c < TC_NCOUNTS; c++)
+        for (int inpl = 0; inpl < 2; inpl++) {
+          size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+          uint8_t *h = malloc(bytes), *g = malloc(bytes);
+          double *want = malloc(n * sizeof *want);
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, i, tc_gen(dt, op, E.rank, i));
+          for (size_t i = 0; i < n; i++) want[i] = tc_ref(dt, op, E.size, i);
+          void *ds = tc_dalloc(bytes), *dr = inpl ? ds : tc_dalloc(bytes);
+          tc_h2d(ds, h, bytes);
+          TC_WHAT(what, "all_reduce %s %s count %zu%s", zs_dtype_name(dt), zs_redop_name(op), n,
+                  inpl ? " in place" : "");
+          if (tc_ran(zs_comm_all_reduce(E.comm, ds, dr, n, dt, op, NULL), what)) {
+            tc_d2h(g, dr, bytes);
+            tc_compare(what, g, dt, want, n, tc_rtol(dt, op));
+            if (!inpl) { /* send untouched */
+              tc_d2h(g, ds, bytes);
+              if (memcmp(g, h, bytes)) ZS_T_REPORT("%s: send buffer changed", what);
+            }
+          }
+          tc_dfree(ds, bytes);
+          if (!inpl) tc_dfree(dr, bytes);
+          free(h), free(g), free(want);
+        }
+}
+
+static void tc_reduce(void) {
+  char what[160];
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < ZS_REDOP_COUNT; op++)
+      for (int c = 0; c < TC_NCOUNTS; c++) {
+        int root = (dt * 5 + op + c) % E.size, inpl = (dt + op + c) % 2, me_root = root == E.rank;
+        size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+        uint8_t *h = malloc(bytes), *g = malloc(bytes);
+        double *want = malloc(n * sizeof *want);
+        for (size_t i = 0; i < n; i++) tc_put(h, dt, i, tc_gen(dt, op, E.rank, i));
+        for (size_t i = 0; i < n; i++) want[i] = tc_ref(dt, op, E.size, i);
+        void *ds = tc_dalloc(bytes), *dr = NULL;
+        tc_h2d(ds, h, bytes);
+        /* non-roots pass no recv buffer: it is not used there */
+        if (me_root) dr = inpl ? ds : tc_dalloc(bytes);
+        TC_WHAT(what, "reduce %s %s count %zu root %d%s", zs_dtype_name(dt), zs_redop_name(op), n,
+                root, inpl ? " in place" : "");
+        if (tc_ran(zs_comm_reduce(E.comm, ds, dr, n, dt, op, root, NULL), what) && me_root) {
+          tc_d2h(g, dr, bytes);
+          tc_compare(what, g, dt, want, n, tc_rtol(dt, op));
+        }
+        tc_dfree(ds, bytes);
+        if (dr && dr != ds) tc_dfree(dr, bytes);
+        free(h), free(g), free(want);
+      }
+}
+
+static void tc_reduce_scatter(void) {
+  char what[160];
+  int N = E.size;
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < ZS_REDOP_COUNT; op++)
+      for (int c = 0; c < TC_NCOUNTS; c++)
+        for (int inpl = 0; inpl < 2; inpl++) {
+          size_t n = tc_counts[c], es = zs_dtype_size(dt), bytes = n * es;
+          uint8_t *h = malloc(bytes * N), *g = malloc(bytes);
+          double *want = malloc(n * sizeof *want);
+          for (size_t j = 0; j < n * N; j++) tc_put(h, dt, j, tc_gen(dt, op, E.rank, j));
+          for (size_t i = 0; i < n; i++) want[i] = tc_ref(dt, op, N, (size_t)E.rank * n + i);
+          uint8_t *ds = tc_dalloc(bytes * N), *dr = inpl ? ds + (size_t)E.rank * bytes : tc_dalloc(bytes);
+          tc_h2d(ds, h, bytes * N);
+          TC_WHAT(what, "reduce_scatter %s %s recvcount %zu%s", zs_dtype_name(dt), zs_redop_name(op),
+                  n, inpl ? " in place" : "");
+          if (tc_ran(zs_comm_reduce_scatter(E.comm, ds, dr, n, dt, op, NULL), what)) {
+            tc_d2h(g, dr, bytes);
+            tc_compare(what, g, dt, want, n, tc_rtol(dt, op));
+          }
+          tc_dfree(ds, bytes * N);
+          if (!inpl) tc_dfree(dr, bytes);
+          free(h), free(g), free(want);
+        }
+}
+
+/* ---- data movement ------------------------------------------------------------------ */
+
+static void tc_all_gather(void) {
+  char what[160];
+  int N = E.size;
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int c = 0; c < TC_NCOUNTS; c++)
+      for (int inpl = 0; inpl < 2; inpl++) {
+        size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+        uint8_t *h = malloc(bytes * N), *g = malloc(bytes * N);
+        double *want = malloc(n * N * sizeof *want);
+        memset(h, 0x5a, bytes * N);
+        for (int r = 0; r < N; r++)
+          for (size_t i = 0; i < n; i++) want[r * n + i] = tc_gen(dt, ZS_SUM, r, i);
+        uint8_t *dr = tc_dalloc(bytes * N), *ds;
+        if (inpl) {
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, E.rank * n + i, tc_gen(dt, ZS_SUM, E.rank, i));
+          tc_h2d(dr, h, bytes * N);
+          ds = dr + (size_t)E.rank * bytes;
+        } else {
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, i, tc_gen(dt, ZS_SUM, E.rank, i));
+          ds = tc_dalloc(bytes);
+          tc_h2d(ds, h, bytes);
+        }
+        TC_WHAT(what, "all_gather %s sendcount %zu%s", zs_dtype_name(dt), n, inpl ? " in place" : "");
+        if (tc_ran(zs_comm_all_gather(E.comm, ds, dr, n, dt, NULL), what)) {
+          tc_d2h(g, dr, bytes * N);
+          tc_compare(what, g, dt, want, n * N, 0);
+        }
+        if (!inpl) tc_dfree(ds, bytes);
+        tc_dfree(dr, bytes * N);
+        free(h), free(g), free(want);
+      }
+}
+
+static void tc_broadcast(void) {
+  char what[160];
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int c = 0; c < TC_NCOUNTS; c++)
+      for (int root = 0; root < E.size; root++) {
+        int inpl = (dt + c + root) % 2, me_root = root == E.rank;
+        size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+        uint8_t *h = malloc(bytes), *g = malloc(bytes);
+        double *want = malloc(n * sizeof *want);
+        for (size_t i = 0; i < n; i++) want[i] = tc_gen(dt, ZS_SUM, root, i);
+        memset(h, 0x5a, bytes);
+        if (me_root)
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, i, want[i]);
+        void *dr = tc_dalloc(bytes), *ds = NULL;
+        if (me_root && !inpl) {
+          ds = tc_dalloc(bytes);
+          tc_h2d(ds, h, bytes);
+          memset(h, 0x5a, bytes);
+          tc_h2d(dr, h, bytes);
+        } else {
+          tc_h2d(dr, h, bytes);
+          ds = me_root ? dr : NULL; /* send is not used on other ranks */
+        }
+        TC_WHAT(what, "broadcast %s count %zu root %d%s", zs_dtype_name(dt), n, root, inpl ? " in place" : "");
+        if (tc_ran(zs_comm_broadcast(E.comm, ds, dr, n, dt, root, NULL), what)) {
+          tc_d2h(g, dr, bytes);
+          tc_compare(what, g, dt, want, n, 0);
+        }
+        if (ds && ds != dr) tc_dfree(ds, bytes);
+        tc_dfree(dr, bytes);
+        free(h), free(g), free(want);
+      }
+}
+
+static void tc_gather_scatter(void) {
+  char what[160];
+  int N = E.size;
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int c = 0; c < TC_NCOUNTS; c++)
+      for (int root = 0; root < N; root++) {
+        int inpl = (dt + c + root) % 2, me_root = root == E.rank;
+        size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+        uint8_t *h = malloc(bytes * N), *g = malloc(bytes * N);
+        double *want = malloc(n * N * sizeof *want);
+
+        /* gather: block r of the root's recv is rank r's send */
+        for (int r = 0; r < N; r++)
+          for (size_t i = 0; i < n; i++) want[r * n + i] = tc_gen(dt, ZS_SUM, r, i);
+        uint8_t *dr = me_root ? tc_dalloc(bytes * N) : NULL, *ds;
+        if (me_root && inpl) {
+          memset(h, 0x5a, bytes * N);
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, root * n + i, want[root * n + i]);
+          tc_h2d(dr, h, bytes * N);
+          ds = dr + (size_t)root * bytes;
+        } else {
+          for (size_t i = 0; i < n; i++) tc_put(h, dt, i, tc_gen(dt, ZS_SUM, E.rank, i));
+          ds = tc_dalloc(bytes);
+          tc_h2d(ds, h, bytes);
+        }
+        TC_WHAT(what, "gather %s sendcount %zu root %d%s", zs_dtype_name(dt), n, root,
+                me_root && inpl ? " in place" : "");
+        if (tc_ran(zs_comm_gather(E.comm, ds, dr, n, dt, root, NULL), what) && me_root) {
+          tc_d2h(g, dr, bytes * N);
+          tc_compare(what, g, dt, want, n * N, 0);
+        }
+        if (!(me_root && inpl)) tc_dfree(ds, bytes);
+        if (dr) tc_dfree(dr, bytes * N);
+
+        /* scatter: rank r receives block r of the root's send */
+        uint8_t *ss = me_root ? tc_dalloc(bytes * N) : NULL, *rr;
+        if (me_root) {
+          for (int r = 0; r < N; r++)
+            for (size_t i = 0; i < n; i++) tc_put(h, dt, r * n + i, tc_gen(dt, ZS_SUM, 100 + r, i));
+          tc_h2d(ss, h, bytes * N);
+        }
+        rr = me_root && inpl ? ss + (size_t)root * bytes : tc_dalloc(bytes);
+        for (size_t i = 0; i < n; i++) want[i] = tc_gen(dt, ZS_SUM, 100 + E.rank, i);
+        TC_WHAT(what, "scatter %s recvcount %zu root %d%s", zs_dtype_name(dt), n, root,
+                me_root && inpl ? " in place" : "");
+        if (tc_ran(zs_comm_scatter(E.comm, ss, rr, n, dt, root, NULL), what)) {
+          tc_d2h(g, rr, bytes);
+          tc_compare(what, g, dt, want, n, 0);
+        }
+        if (!(me_root && inpl)) tc_dfree(rr, bytes);
+        if (ss) tc_dfree(ss, bytes * N);
+        free(h), free(g), free(want);
+      }
+}
+
+static void tc_all_to_all(void) {
+  char what[160];
+  int N = E.size;
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int c = 0; c < TC_NCOUNTS; c++) {
+      size_t n = tc_counts[c], bytes = n * zs_dtype_size(dt);
+      uint8_t *h = malloc(bytes * N), *g = malloc(bytes * N);
+      double *want = malloc(n * N * sizeof *want);
+      /* block j of rank i holds values of "pair (i, j)"; it lands in block i of rank j */
+      for (int j = 0; j < N; j++)
+        for (size_t k = 0; k < n; k++) tc_put(h, dt, j * n + k, tc_gen(dt, ZS_SUM, E.rank * 8 + j, k));
+      for (int i = 0; i < N; i++)
+        for (size_t k = 0; k < n; k++) want[i * n + k] = tc_gen(dt, ZS_SUM, i * 8 + E.rank, k);
+      void *ds = tc_dalloc(bytes * N), *dr = tc_dalloc(bytes * N);
+      tc_h2d(ds, h, bytes * N);
+      TC_WHAT(what, "all_to_all %s count %zu", zs_dtype_name(dt), n);
+      if (tc_ran(zs_comm_all_to_all(E.comm, ds, dr, n, dt, NULL), what)) {
+        tc_d2h(g, dr, bytes * N);
+        tc_compare(what, g, dt, want, n * N, 0);
+      }
+      tc_dfree(ds, bytes * N), tc_dfree(dr, bytes * N);
+      free(h), free(g), free(want);
+    }
+}
+
+/* Ring: every rank sends to the next and receives from the previous. Even ranks
+ * send first, odd ranks receive first, so no two neighbours both wait on a send. */
+static void tc_send_recv(void) {
+  if (E.size < 2) return;
+  char what[160];
+  int next = (E.rank + 1) % E.size, prev = (E.rank + E.size - 1) % E.size;
+  for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
+    for (int c = 0; c < TC_NCOUNTS; c++) {
+      size_t n = tc_counts[c] * 9, bytes = n * zs_dtype_size(dt); /* up to 72 KB: past eager limits */
+      uint8_t *h = malloc(bytes), *g = malloc(bytes);
+      double *want = malloc(n * sizeof *want);
+      for (size_t i = 0; i < n; i++) tc_put(h, dt, i, tc_gen(dt, ZS_SUM, E.rank, i));
+      for (size_t i = 0; i < n; i++) want[i] = tc_gen(dt, ZS_SUM, prev, i);
+      void *ds = tc_dalloc(bytes), *dr = tc_dalloc(bytes);
+      tc_h2d(ds, h, bytes);
+      TC_WHAT(what, "send/recv %s count %zu", zs_dtype_name(dt), n);
+      if (E.rank % 2 == 0) {
+        expect_ok(zs_comm_send(E.comm, ds, n, dt, next, NULL));
+        expect_ok(zs_comm_recv(E.comm, dr, n, dt, prev, NULL));
+      } else {
+        expect_ok(zs_comm_recv(E.comm, dr, n, dt, prev, NULL));
+        expect_ok(zs_comm_send(E.comm, ds, n, dt, next, NULL));
+      }
+      tc_d2h(g, dr, bytes);
+      tc_compare(what, g, dt, want, n, 0);
+      tc_dfree(ds, bytes), tc_dfree(dr, bytes);
+      free(h), free(g), free(want);
+    }
+}
+
+static void tc_barrier(void) {
+  for (int i = 0; i < 3; i++) expect_ok(zs_comm_barrier(E.comm, NULL));
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+}
+
+/* The textbook picture: every rank holds [0, 1, ..., N-1]. reduce_scatter(sum)
+ * gives rank i the value N*i (4i on 4 ranks); all_to_all moves block j of rank
+ * i to block i of rank j. */
+static void tc_textbook(void) {
+  int N = E.size;
+  if (N > 4) return;
+  float h[4], g[4];
+  for (int j = 0; j < N; j++) h[j] = (float)j;
+  float *ds = tc_dalloc(sizeof h), *dr = tc_dalloc(sizeof h);
+  tc_h2d(ds, h, N * sizeof(float));
+  assert_ok(zs_comm_reduce_scatter(E.comm, ds, dr, 1, ZS_FP32, ZS_SUM, NULL));
+  tc_d2h(g, dr, sizeof(float));
+  expect_near(g[0], (double)N * E.rank, 0, 0);
+  for (int j = 0; j < N; j++) h[j] = (float)(100 * E.rank + j); /* "block j of rank i" = 100i + j */
+  tc_h2d(ds, h, N * sizeof(float));
+  assert_ok(zs_comm_all_to_all(E.comm, ds, dr, 1, ZS_FP32, NULL));
+  tc_d2h(g, dr, N * sizeof(float));
+  for (int i = 0; i < N; i++) expect_near(g[i], 100.0 * i + E.rank, 0, 0);
+  tc_dfree(ds, sizeof h), tc_dfree(dr, sizeof h);
+}
+
+/* ---- bf16 / fp16 rounding ------------------------------------------------------------ */
+
+/* Pattern A ("ties"): integers whose full sum S lies just above 2^8 (bf16) or
+ * 2^11 (fp16), where the spacing is 2, so every odd S is a tie. Each rank holds
+ * about S/N, and any proper subset sums to at most 2^8 (2^11): every partial sum
+ * is exact whatever order the backend combines in, only the last step rounds.
+ * Pattern B ("random"): random values on ranks 0 and 1 and +0 elsewhere; adding
+ * +0 is exact, so the result is x0 + x1 rounded once, in any order. Exponents
+ * differ by at most 6, so the fp32 sum is exact too. Both are compared with an
+ * fp32-accumulate-then-round-to-nearest-even reference. */
+static double tc_rgen(zs_dtype_t dt, int pattern, int r, int n, size_t i) {
+  if (pattern == 0) {
+    long base = dt == ZS_BF16 ? 256 : 2048, span = dt == ZS_BF16 ? 84 : 600;
+    long S = base + 1 + (long)(i % (size_t)span);
+    long x = S / n + (r == 0 ? S % n : 0);
+    double sign = (i / (size_t)span) % 2 ? -1.0 : 1.0;
+    return sign * ldexp((double)x, -(int)(i % 3));
+  }
+  if (r > 1) return 0.0;
+  uint64_t seed = (uint64_t)i * 7 + (uint64_t)r * 1000003 + 17;
+  float v = zs_t_rand_f(&seed, 1.0f, 2.0f) * ldexpf(1.0f, (int)(zs_t_rand_u64(&seed) % 7) - 3);
+  return (zs_t_rand_u64(&seed) & 1) ? -(double)v : (double)v;
+}
+
+static void tc_rounding(void) {
+  char what[160];
+  int N = E.size;
+  size_t n = 1001;
+  for (int dt = ZS_BF16; dt <= ZS_FP16; dt++)
+    for (int pat = 0; pat < 2; pat++)
+      for (int op = ZS_SUM; op <= ZS_AVG; op++) {
+        size_t bytes = n * 2;
+        uint16_t *h = malloc(bytes * N), *g = malloc(bytes * N);
+        double *want = malloc(n * N * sizeof *want);
+        for (size_t i = 0; i < n * N; i++) {
+          float acc = 0.0f; /* fp32 accumulation of the rounded inputs, then RNE */
+          for (int r = 0; r < N; r++) acc += (float)tc_round(dt, tc_rgen(dt, pat, r, N, i));
+          double s = tc_round(dt, acc);
+          want[i] = op == ZS_AVG ? tc_round(dt, (double)((float)s / (float)N)) : s;
+        }
+        for (size_t i = 0; i < n * N; i++) tc_put(h, dt, i, tc_rgen(dt, pat, E.rank, N, i));
+        uint16_t *ds = tc_dalloc(bytes * N), *dr = tc_dalloc(bytes * N);
+        double rtol = tc_rtol(dt, op);
+
+        tc_h2d(ds, h, bytes);
+        TC_WHAT(what, "rounding all_reduce %s %s pattern %d", zs_dtype_name(dt), zs_redop_name(op), pat);
+        if (tc_ran(zs_comm_all_reduce(E.comm, ds, dr, n, dt, op, NULL), what)) {
+          tc_d2h(g, dr, bytes);
+          tc_compare(what, g, dt, want, n, rtol);
+        }
+        TC_WHAT(what, "rounding all_reduce in place %s %s pattern %d", zs_dtype_name(dt), zs_redop_name(op), pat);
+        if (tc_ran(zs_comm_all_reduce(E.comm, ds, ds, n, dt, op, NULL), what)) {
+          tc_d2h(g, ds, bytes);
+          tc_compare(what, g, dt, want, n, rtol);
+        }
+        tc_h2d(ds, h, bytes * N);
+        TC_WHAT(what, "rounding reduce_scatter %s %s pattern %d", zs_dtype_name(dt), zs_redop_name(op), pat);
+        if (tc_ran(zs_comm_reduce_scatter(E.comm, ds, dr, n, dt, op, NULL), what)) {
+          tc_d2h(g, dr, bytes);
+          tc_compare(what, g, dt, want + (size_t)E.rank * n, n, rtol);
+        }
+        TC_WHAT(what, "rounding reduce %s %s pattern %d root %d", zs_dtype_name(dt), zs_redop_name(op), pat, N - 1);
+        if (tc_ran(zs_comm_reduce(E.comm, ds, dr, n, dt, op, N - 1, NULL), what) && E.rank == N - 1) {
+          tc_d2h(g, dr, bytes);
+          tc_compare(what, g, dt, want, n, rtol);
+        }
+        tc_dfree(ds, bytes * N), tc_dfree(dr, bytes * N);
+        free(h), free(g), free(want);
+      }
+}
+
+/* ---- sub-communicators ------------------------------------------------------------------ */
+
+static void tc_split(void) {
+  int N = E.size, color = E.rank % 2;
+  zs_comm_t *sub = NULL;
+  assert_ok(zs_comm_split(E.comm, color, E.rank, &sub));
+  assert_true(sub != NULL);
+  int want_size = color == 0 ? (N + 1) / 2 : N / 2;
+  expect_int_eq(zs_comm_size(sub), want_size);
+  expect_int_eq(zs_comm_rank(sub), E.rank / 2);
+  expect_true(zs_comm_device(sub) == E.dev);
+  expect_true(!strcmp(zs_comm_backend(sub), zs_comm_backend(E.comm)));
+  /* sum of the world ranks of my parity */
+  int64_t h = E.rank, g = -1, want = 0;
+  for (int r = color; r < N; r += 2) want += r;
+  int64_t *d = tc_dalloc(sizeof h);
+  tc_h2d(d, &h, sizeof h);
+  expect_ok(zs_comm_all_reduce(sub, d, d, 1, ZS_INT64, ZS_SUM, NULL));
+  tc_d2h(&g, d, sizeof g);
+  expect_int_eq(g, want);
+  zs_comm_stats_t st;
+  zs_comm_stats(sub, &st);
+  expect_u64_eq(st.calls[ZS_COLL_ALL_REDUCE], 1);
+
+  /* a split of the split, with reversed keys: ranks come out in reverse order */
+  zs_comm_t *rev = NULL;
+  expect_ok(zs_comm_split(sub, 0, -E.rank, &rev));
+  if (rev) {
+    expect_int_eq(zs_comm_size(rev), want_size);
+    expect_int_eq(zs_comm_rank(rev), want_size - 1 - E.rank / 2);
+    zs_comm_destroy(rev);
+  }
+  zs_comm_destroy(sub);
+
+  /* a negative color: this rank joins no comm (only rank 0 opts out) */
+  zs_comm_t *some = NULL;
+  expect_ok(zs_comm_split(E.comm, E.rank == 0 ? -1 : 1, 0, &some));
+  if (E.rank == 0) {
+    expect_true(some == NULL);
+  } else if (some) {
+    expect_int_eq(zs_comm_size(some), N - 1);
+    expect_int_eq(zs_comm_rank(some), E.rank - 1);
+    expect_ok(zs_comm_barrier(some, NULL));
+    expect_ok(zs_stream_synchronize(E.dev, NULL));
+    zs_comm_destroy(some);
+  }
+  tc_dfree(d, sizeof h);
+}
+
+/* ---- streams and events ---------------------------------------------------------------- */
+
+static void tc_sleep_ms(void *arg) {
+  struct timespec ts = {0, (long)(intptr_t)arg * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Two streams, each rank issuing the same calls in the same order, the streams
+ * joined by events:
+ *   s1: copy x into a; [sleep]; all_reduce(a) -> b; record e1
+ *   s2: wait e1; all_gather(b[0..k]) -> c; record e2
+ *   s1: wait e2; broadcast(c, root N-1); copy c into out
+ * plus an independent all_reduce on s2 issued between them. The sleep makes s1
+ * late on purpose: the calls still pair up across ranks in call order. */
+static void tc_streams(void) {
+  int N = E.size;
+  const size_t n = 1001, k = 10;
+  zs_stream_t *s1 = NULL, *s2 = NULL;
+  zs_event_t *e1 = NULL, *e2 = NULL;
+  assert_ok(zs_stream_create(E.dev, &s1));
+  assert_ok(zs_stream_create(E.dev, &s2));
+  assert_ok(zs_event_create(E.dev, &e1));
+  assert_ok(zs_event_create(E.dev, &e2));
+  float *hx = malloc(n * 4), *hy = malloc(n * 4), *ho = malloc(N * k * 4), *hz = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) hx[i] = (float)(E.rank + 1) * (float)(i % 13);
+  for (size_t i = 0; i < n; i++) hy[i] = (float)(E.rank * 2);
+  float *x = tc_dalloc(n * 4), *a = tc_dalloc(n * 4), *b = tc_dalloc(n * 4), *c = tc_dalloc(N * k * 4);
+  float *out = tc_dalloc(N * k * 4), *y = tc_dalloc(n * 4);
+  tc_h2d(x, hx, n * 4);
+  tc_h2d(y, hy, n * 4);
+
+  expect_ok(zs_memcpy_async(E.dev, a, x, n * 4, ZS_COPY_D2D, s1));
+  expect_ok(zs_launch_host_func(E.dev, s1, tc_sleep_ms, (void *)(intptr_t)(20 * (E.rank % 2))));
+  expect_ok(zs_comm_all_reduce(E.comm, a, b, n, ZS_FP32, ZS_SUM, s1));
+  expect_ok(zs_event_record(E.dev, e1, s1));
+  expect_ok(zs_comm_all_reduce(E.comm, y, y, n, ZS_FP32, ZS_MAX, s2)); /* independent */
+  expect_ok(zs_stream_wait_event(E.dev, s2, e1));
+  expect_ok(zs_comm_all_gather(E.comm, b, c, k, ZS_FP32, s2));
+  expect_ok(zs_event_record(E.dev, e2, s2));
+  expect_ok(zs_stream_wait_event(E.dev, s1, e2));
+  expect_ok(zs_comm_broadcast(E.comm, c, c, N * k, ZS_FP32, N - 1, s1));
+  expect_ok(zs_memcpy_async(E.dev, out, c, N * k * 4, ZS_COPY_D2D, s1));
+  expect_ok(zs_stream_synchronize(E.dev, s1));
+  expect_ok(zs_stream_synchronize(E.dev, s2));
+
+  double tri = (double)N * (N + 1) / 2; /* sum of (rank + 1) */
+  tc_d2h(ho, out, N * k * 4);
+  for (int r = 0; r < N; r++)
+    for (size_t i = 0; i < k; i++) expect_near(ho[r * k + i], tri * (double)(i % 13), 0, 0);
+  tc_d2h(hz, y, n * 4);
+  expect_near(hz[0], 2.0 * (N - 1), 0, 0);
+  expect_near(hz[n - 1], 2.0 * (N - 1), 0, 0);
+
+  tc_dfree(x, n * 4), tc_dfree(a, n * 4), tc_dfree(b, n * 4), tc_dfree(c, N * k * 4);
+  tc_dfree(out, N * k * 4), tc_dfree(y, n * 4);
+  free(hx), free(hy), free(ho), free(hz);
+  zs_event_destroy(E.dev, e1);
+  zs_event_destroy(E.dev, e2);
+  zs_stream_destroy(E.dev, s1);
+  zs_stream_destroy(E.dev, s2);
+}
+
+/* ---- tracing ----------------------------------------------------------------------------- */
+
+/* One call of each kind with fixed sizes; the expected bytes are written out per
+ * world size (not recomputed from the formula), from comm.h:
+ *   all_reduce fp32 x1001 (B = 4004): floor(2(N-1)B/N) = 0, 4004, 5338, 6006
+ *   all_gather bf16 x100 per rank (200 B): (N-1)*200
+ *   reduce_scatter int64 x50 per rank (400 B): (N-1)*400
+ *   broadcast int32 x33 (132 B) root 0: root sends (N-1)*132, others receive 132
+ *   scatter fp32 x10 (40 B) root N-1: root sends (N-1)*40, others receive 40
+ *   reduce fp16 x20 (40 B) root 0: others send 40, root receives (N-1)*40
+ *   gather int64 x5 (40 B) root 0: same as reduce
+ *   all_to_all uint8 x3 per peer: (N-1)*3
+ *   send / recv fp32 x8: 32 */
+static void tc_tracing(void) {
+  static const uint64_t ar[5] = {0, 0, 4004, 5338, 6006};
+  int N = E.size, me = E.rank;
+  uint64_t n1 = (uint64_t)(N - 1);
+  uint8_t *d1 = tc_dalloc(16384), *d2 = tc_dalloc(16384);
+  zs_comm_stats_t st;
+  zs_comm_stats_reset(E.comm);
+  zs_comm_stats(E.comm, &st);
+  for (int k = 0; k < ZS_COLL_COUNT; k++) expect_u64_eq(st.calls[k] + st.bytes_sent[k] + st.bytes_recv[k], 0);
+
+  expect_ok(zs_comm_all_reduce(E.comm, d1, d2, 1001, ZS_FP32, ZS_SUM, NULL));
+  expect_ok(zs_comm_all_reduce(E.comm, d1, d1, 1001, ZS_FP32, ZS_SUM, NULL));
+  expect_ok(zs_comm_all_gather(E.comm, d1, d2, 100, ZS_BF16, NULL));
+  expect_ok(zs_comm_reduce_scatter(E.comm, d1, d2, 50, ZS_INT64, ZS_SUM, NULL));
+  expect_ok(zs_comm_broadcast(E.comm, d1, d1, 33, ZS_INT32, 0, NULL));
+  expect_ok(zs_comm_scatter(E.comm, d1, d2, 10, ZS_FP32, N - 1, NULL));
+  expect_ok(zs_comm_reduce(E.comm, d1, d2, 20, ZS_FP16, ZS_SUM, 0, NULL));
+  expect_ok(zs_comm_gather(E.comm, d1, d2, 5, ZS_INT64, 0, NULL));
+  expect_ok(zs_comm_all_to_all(E.comm, d1, d2, 3, ZS_UINT8, NULL));
+  expect_ok(zs_comm_barrier(E.comm, NULL));
+  if (N >= 2) {
+    if (me == 0) expect_ok(zs_comm_send(E.comm, d1, 8, ZS_FP32, 1, NULL));
+    if (me == 1) expect_ok(zs_comm_recv(E.comm, d2, 8, ZS_FP32, 0, NULL));
+  }
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+  zs_comm_stats(E.comm, &st);
+
+  expect_u64_eq(st.calls[ZS_COLL_ALL_REDUCE], 2);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_ALL_REDUCE], 2 * ar[N]);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_ALL_REDUCE], 2 * ar[N]);
+  expect_u64_eq(st.calls[ZS_COLL_ALL_GATHER], 1);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_ALL_GATHER], n1 * 200);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_ALL_GATHER], n1 * 200);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_REDUCE_SCATTER], n1 * 400);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_REDUCE_SCATTER], n1 * 400);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_BROADCAST], me == 0 ? n1 * 132 : 0);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_BROADCAST], me == 0 ? 0 : 132);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_SCATTER], me == N - 1 ? n1 * 40 : 0);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_SCATTER], me == N - 1 ? 0 : 40);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_REDUCE], me == 0 ? 0 : 40);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_REDUCE], me == 0 ? n1 * 40 : 0);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_GATHER], me == 0 ? 0 : 40);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_GATHER], me == 0 ? n1 * 40 : 0);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_ALL_TO_ALL], n1 * 3);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_ALL_TO_ALL], n1 * 3);
+  expect_u64_eq(st.calls[ZS_COLL_BARRIER], 1);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_BARRIER] + st.bytes_recv[ZS_COLL_BARRIER], 0);
+  expect_u64_eq(st.calls[ZS_COLL_SEND], N >= 2 && me == 0);
+  expect_u64_eq(st.bytes_sent[ZS_COLL_SEND], N >= 2 && me == 0 ? 32 : 0);
+  expect_u64_eq(st.calls[ZS_COLL_RECV], N >= 2 && me == 1);
+  expect_u64_eq(st.bytes_recv[ZS_COLL_RECV], N >= 2 && me == 1 ? 32 : 0);
+  expect_true(!strcmp(zs_coll_name(ZS_COLL_REDUCE_SCATTER), "reduce_scatter"));
+  expect_true(!strcmp(zs_coll_name(ZS_COLL_COUNT), "invalid"));
+  zs_comm_stats_reset(E.comm);
+  zs_comm_stats(E.comm, &st);
+  expect_u64_eq(st.calls[ZS_COLL_ALL_REDUCE], 0);
+  tc_dfree(d1, 16384), tc_dfree(d2, 16384);
+}
+
+/* ---- argument errors --------------------------------------------------------------------- */
+
+#define TC_BAD(call, want_st, needle)                         \
+  do {                                                        \
+    expect_status(call, want_st);                             \
+    expect_str_contains(zs_last_error(), needle);             \
+    expect_str_contains(zs_comm_last_error(E.comm), needle);  \
+  } while (0)
+
+/* Each rank finds these itself (they depend on its own arguments only), and
+ * nothing is queued or counted. */
+static void tc_bad_args(void) {
+  int N = E.size, me = E.rank;
+  float *d = tc_dalloc(64 * 4);
+  zs_log_level_t lvl = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE); /* the failures below are expected */
+  zs_comm_stats_reset(E.comm);
+
+  expect_status(zs_comm_all_reduce(NULL, d, d, 4, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "comm is NULL");
+  TC_BAD(zs_comm_all_reduce(E.comm, NULL, d, 4, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID, "send is NULL");
+  TC_BAD(zs_comm_all_reduce(E.comm, d, NULL, 4, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID, "recv is NULL");
+  TC_BAD(zs_comm_all_reduce(E.comm, d, d, 4, (zs_dtype_t)42, ZS_SUM, NULL), ZS_ERR_INVALID, "invalid dtype 42");
+  TC_BAD(zs_comm_all_reduce(E.comm, d, d, 4, ZS_FP32, (zs_redop_t)9, NULL), ZS_ERR_INVALID, "invalid reduction op 9");
+  TC_BAD(zs_comm_all_reduce(E.comm, d, d + 1, 4, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID,
+         "in place means send == recv");
+  TC_BAD(zs_comm_all_reduce(E.comm, d, d, SIZE_MAX / 2, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID, "overflow");
+  TC_BAD(zs_comm_broadcast(E.comm, d, d, 4, ZS_FP32, N, NULL), ZS_ERR_INVALID, "out of range");
+  TC_BAD(zs_comm_broadcast(E.comm, d, d, 4, ZS_FP32, -1, NULL), ZS_ERR_INVALID, "root -1 is out of range");
+  TC_BAD(zs_comm_reduce(E.comm, d, d, 4, ZS_FP32, ZS_SUM, N + 3, NULL), ZS_ERR_INVALID, "out of range");
+  TC_BAD(zs_comm_gather(E.comm, d, NULL, 4, ZS_FP32, me, NULL), ZS_ERR_INVALID, "recv is NULL");
+  TC_BAD(zs_comm_scatter(E.comm, NULL, d, 4, ZS_FP32, me, NULL), ZS_ERR_INVALID, "send is NULL");
+  TC_BAD(zs_comm_send(E.comm, d, 4, ZS_FP32, me, NULL), ZS_ERR_INVALID, "is this rank");
+  TC_BAD(zs_comm_recv(E.comm, d, 4, ZS_FP32, N, NULL), ZS_ERR_INVALID, "peer");
+  if (N > 1) TC_BAD(zs_comm_recv(E.comm, NULL, 4, ZS_FP32, (me + 1) % N, NULL), ZS_ERR_INVALID, "buf is NULL");
+  /* all_gather: send inside recv but not at recv + rank*sendcount */
+  TC_BAD(zs_comm_all_gather(E.comm, d + 4 * ((me + 1) % N) + 1, d, 4, ZS_FP32, NULL), ZS_ERR_INVALID,
+         "in place means send == recv + rank*sendcount");
+  TC_BAD(zs_comm_reduce_scatter(E.comm, d, d + 1, 4, ZS_FP32, ZS_SUM, NULL), ZS_ERR_INVALID,
+         "in place means recv == send + rank*recvcount");
+  TC_BAD(zs_comm_all_to_all(E.comm, d, d, 4, ZS_FP32, NULL), ZS_ERR_INVALID, "no in-place form");
+  TC_BAD(zs_comm_split(E.comm, 0, 0, NULL), ZS_ERR_INVALID, "out is NULL");
+
+  zs_comm_stats_t st;
+  zs_comm_stats(E.comm, &st);
+  for (int k = 0; k < ZS_COLL_COUNT; k++) expect_u64_eq(st.calls[k], 0);
+  expect_int_eq(zs_comm_async_error(E.comm), ZS_OK);
+  zs_log_set_level(lvl);
+
+  /* zero elements: buffers may be NULL, and the call is a real (empty) collective */
+  expect_ok(zs_comm_all_reduce(E.comm, NULL, NULL, 0, ZS_FP32, ZS_SUM, NULL));
+  expect_ok(zs_comm_all_gather(E.comm, NULL, NULL, 0, ZS_BF16, NULL));
+  expect_ok(zs_stream_synchronize(E.dev, NULL));
+  tc_dfree(d, 64 * 4);
+}
+
+static void tc_run_all(void) {
+  zs_test_run(tc_all_reduce);
+  zs_test_run(tc_reduce);
+  zs_test_run(tc_reduce_scatter);
+  zs_test_run(tc_all_gather);
+  zs_test_run(tc_broadcast);
+  zs_test_run(tc_gather_scatter);
+  zs_test_run(tc_all_to_all);
+  zs_test_run(tc_send_recv);
+  zs_test_run(tc_barrier);
+  zs_test_run(tc_textbook);
+  zs_test_run(tc_rounding);
+  zs_test_run(tc_split);
+  zs_test_run(tc_streams);
+  zs_test_run(tc_tracing);
+  zs_test_run(tc_bad_args);
+}
+
+#endif

@@ -1,0 +1,70 @@
+/* The comm checks of test_comm_checks.h over NCCL on cuda devices, one GPU per
+ * rank; plus wrapping a NCCL comm the caller made. Skips (77) without a GPU for
+ * every rank or in a build without NCCL. */
+#include <stdlib.h>
+
+#ifdef ZS_HAVE_NCCL
+#include "test_comm_checks.h"
+#include "zeroshard/nccl.h"
+
+/* A comm from an ncclComm_t we made ourselves: the wrapper leaves it to us. */
+static void test_from(void) {
+  ncclUniqueId id;
+  if (E.rank == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t nc;
+  assert_int_eq(ncclCommInitRank(&nc, E.size, id, E.rank), ncclSuccess);
+  zs_comm_t *c = NULL;
+  assert_ok(zs_comm_create_nccl_from(&c, E.dev, nc));
+  expect_true(!strcmp(zs_comm_backend(c), "nccl"));
+  expect_int_eq(zs_comm_rank(c), E.rank);
+  expect_int_eq(zs_comm_size(c), E.size);
+  int32_t h = E.rank + 1, g = 0, *d = tc_dalloc(4);
+  tc_h2d(d, &h, 4);
+  expect_ok(zs_comm_all_reduce(c, d, d, 1, ZS_INT32, ZS_SUM, NULL));
+  tc_d2h(&g, d, 4);
+  expect_int_eq(g, E.size * (E.size + 1) / 2);
+  tc_dfree(d, 4);
+  zs_comm_destroy(c);
+  expect_int_eq(ncclCommDestroy(nc), ncclSuccess);
+}
+#else
+#include "harness.h"
+#endif
+
+int main(int argc, char **argv) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  zs_t_rank = r ? atoi(r) : 0;
+#ifndef ZS_HAVE_NCCL
+  (void)argc, (void)argv, (void)zs_t_failed_checks;
+  ZS_SKIP("build without NCCL");
+#else
+  int ndev = zs_device_cuda_count();
+  if (ndev == 0) ZS_SKIP("no CUDA device");
+  int provided = 0, rank = 0, size = 1;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  zs_t_rank = rank;
+  if (size > ndev) { /* NCCL wants one GPU per rank */
+    MPI_Finalize();
+    ZS_SKIP("needs one GPU per rank");
+  }
+  zs_device_t *dev = NULL;
+  zs_comm_t *comm = NULL;
+  if (zs_device_create_cuda(&dev, rank % ndev) != ZS_OK ||
+      zs_comm_create_nccl_mpi(&comm, dev, MPI_COMM_WORLD) != ZS_OK) {
+    fprintf(stderr, "setup failed: %s\n", zs_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  E = (tc_env_t){.comm = comm, .dev = dev, .rank = rank, .size = size, .approx_avg = 1};
+  expect_true(!strcmp(zs_comm_backend(comm), "nccl"));
+  tc_run_all();
+  zs_test_run(test_from);
+  int rc = zs_test_finish();
+  zs_comm_destroy(comm);
+  zs_device_destroy(dev);
+  MPI_Finalize();
+  return rc;
+#endif
+}
