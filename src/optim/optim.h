@@ -11,7 +11,9 @@
  *   SGD:   g += wd*wd_scale * w; m = momentum m + g (m = g at t == 1);
  *          d = nesterov ? g + momentum m : m (momentum 0: d = g); w -= lr*lr_scale * d
  * and, when `param` is not NULL, writes w rounded (nearest even) to param_dtype.
- * Arithmetic is fp32 (as DeepSpeed's CPU Adam and PyTorch's fused AdamW).
+ * Arithmetic is fp32 (as DeepSpeed's CPU Adam and PyTorch's fused AdamW), each
+ * operation rounded separately in the order of kernels/optim_ref.h, so the
+ * scalar, AVX2, AVX-512 and CUDA paths give the same bits.
  */
 #ifndef ZS_OPTIM_OPTIM_H
 #define ZS_OPTIM_OPTIM_H
@@ -25,7 +27,8 @@
 
 typedef struct {
   float *master;     /* fp32 weights (the parameter itself when param dtype is fp32) */
-  float *m, *v;      /* Adam moments; SGD uses m as the momentum buffer, v unused */
+  float *m, *v;      /* Adam moments; SGD uses m as the momentum buffer (NULL when
+                        momentum is 0), v unused (may be NULL) */
   const void *grad;  /* grad_dtype elements */
   void *param;       /* param_dtype copy written in the same pass, or NULL */
   size_t n;
@@ -50,14 +53,19 @@ zs_simd_t zs__optim_simd(void);
 const char *zs__simd_name(zs_simd_t s);
 /* Forces a path for tests and benchmarks; ZS_ERR_UNSUPPORTED if the CPU lacks it. */
 zs_status_t zs__optim_force_simd(zs_simd_t s);
-/* Threads used by the CPU functions (0 = ZS_THREADS or one per core). */
+/* Threads used by the CPU functions (0 = ZS_THREADS or one per CPU this process
+ * may run on). Each call splits its elements into one contiguous range per
+ * thread (OpenMP); calls under 32768 elements per thread use fewer threads. */
 void zs__optim_set_threads(int n);
 int zs__optim_threads(void);
 
+/* Runs at once on the calling thread (and its OpenMP team). ZS_ERR_INVALID names
+ * the bad argument; segments with n == 0 may have NULL pointers. */
 zs_status_t zs__optim_step_cpu(const zs_optim_hyper_t *h, const zs_optim_seg_t *segs, int nseg);
 /* Sum of x^2 in double, in a fixed order independent of the thread count. */
 double zs__sumsq_cpu(const void *x, zs_dtype_t dt, size_t n);
-/* 1 if any element is inf or NaN. */
+/* 1 if any element is inf or NaN. (Helpers: dtypes other than fp32, bf16, fp16
+ * do nothing and give 0; the dispatch functions below reject them.) */
 int zs__nonfinite_cpu(const void *x, zs_dtype_t dt, size_t n);
 /* dst = src converted (fp32, bf16, fp16 in any direction; nearest even). */
 void zs__cast_cpu(void *dst, zs_dtype_t dst_dt, const void *src, zs_dtype_t src_dt, size_t n);
@@ -66,13 +74,22 @@ void zs__scale_cpu(void *x, zs_dtype_t dt, size_t n, float s);
 /* dst += src (fp32 accumulator). */
 void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n);
 
-/* ---- device dispatch (cpu device: the CPU functions in stream order; cuda: kernels) --- */
+/* ---- device dispatch (cpu device: the CPU functions in stream order; cuda: kernels) --- *
+ * Arguments are checked and `h` and `segs` copied before the call returns (the
+ * caller's arrays may then die); the memory they point to must stay valid until
+ * the work has run in stream order. On a cpu device the NULL stream runs the
+ * work at once on the calling thread. A cuda device in a build without CUDA
+ * gives ZS_ERR_UNSUPPORTED. */
 
 zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
                            const zs_optim_seg_t *segs, int nseg);
 /* *acc (fp32, device memory) += sum of x^2 (accumulated in double, then rounded). */
 zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
                       float *acc);
+/* *flag (int, device memory) = 1 if any element is inf or NaN; left as it was
+ * otherwise, so one flag can collect several calls. */
+zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
+                          int *flag);
 zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
                      const void *src, zs_dtype_t src_dt, size_t n);
 zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f);

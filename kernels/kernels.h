@@ -1,0 +1,58 @@
+/* kernels/kernels.h: host-callable launchers of the CUDA kernels, as plain C.
+ *
+ * Every launcher queues its work on `stream` (a cudaStream_t passed as void *;
+ * NULL is the legacy default stream) and returns at once with a cudaError_t as
+ * int: 0 on success, else the launch error (zs_k_error_string names it). All
+ * pointers are device memory of the current device, except the segment array of
+ * zs_k_optim_step, which is host memory read before the call returns (the
+ * segments travel in the kernel's parameters, so no copy is pending).
+ * dtype arguments are zs_dtype_t values: ZS_FP32, ZS_BF16 or ZS_FP16.
+ * The math is kernels/optim_ref.h, bit for bit (tests/test_optim_gpu.c).
+ */
+#ifndef ZS_KERNELS_KERNELS_H
+#define ZS_KERNELS_KERNELS_H
+
+#include <stddef.h>
+
+#include "kernels/optim_ref.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One segment of a step, with its folded constants (zs_ref_adam / zs_ref_sgd). */
+typedef struct {
+  float *master, *m, *v; /* m: NULL for plain SGD; v: NULL for SGD */
+  const void *grad;      /* gdt elements */
+  void *param;           /* pdt copy of the updated master, or NULL */
+  size_t n;
+  float lr, wd;
+} zs_k_seg_t;
+
+/* Segments per launch (they ride in the kernel parameters, under 4 KiB). */
+#define ZS_K_SEGS_PER_LAUNCH 48
+
+/* The fused step over nseg segments: reads master, m, v, grad once, writes master,
+ * m, v and the param copy once. Launches ceil(nseg / ZS_K_SEGS_PER_LAUNCH) kernels;
+ * empty segments cost nothing. */
+int zs_k_optim_step(const zs_k_hyper_t *h, int gdt, int pdt, const zs_k_seg_t *segs, int nseg,
+                    void *stream);
+/* *acc += sum of x^2: per-block sums in double, combined in a fixed order that
+ * depends only on n (deterministic), added to *acc in double, rounded to fp32.
+ * Uses stream-ordered scratch (cudaMallocAsync, a few KiB). */
+int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *stream);
+/* *flag = 1 if any element is inf or NaN; *flag is left as it was otherwise. */
+int zs_k_nonfinite(const void *x, int dt, size_t n, int *flag, void *stream);
+/* dst = src converted, nearest even (dtypes may be equal: a copy). */
+int zs_k_cast(void *dst, int ddt, const void *src, int sdt, size_t n, void *stream);
+/* x *= s, in x's dtype, nearest even. */
+int zs_k_scale(void *x, int dt, size_t n, float s, void *stream);
+/* dst += src (fp32 accumulator). */
+int zs_k_accumulate(float *dst, const void *src, int sdt, size_t n, void *stream);
+
+const char *zs_k_error_string(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

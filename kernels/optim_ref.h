@@ -1,0 +1,174 @@
+/* kernels/optim_ref.h: the optimizer's per-element math, written once in plain C.
+ *
+ * The same text compiles as host C (the CPU scalar path in src/optim/cpu.c, which
+ * is also the reference the kernel tests compare with) and as CUDA device code
+ * (kernels/optim_step.cu). The SIMD paths in src/optim/ repeat these operations
+ * in the same order. Every operation is a separately rounded fp32 operation:
+ * no fused multiply-add (nvcc would contract a*b+c by default, hence the _rn
+ * intrinsics; the C files are built with -ffp-contract=off), IEEE division and
+ * square root. So all paths agree bit for bit, not only to a tolerance.
+ *
+ * The per-call constants are folded on the host (in double, rounded once to
+ * fp32) by src/optim: see zs__optim_fold in src/optim/optim_cpu.h.
+ */
+#ifndef ZS_KERNELS_OPTIM_REF_H
+#define ZS_KERNELS_OPTIM_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "zeroshard/types.h"
+
+#if defined(__CUDACC__)
+#define ZS_HD static __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define ZS_HD static inline __attribute__((always_inline)) /* callers specialize on constants */
+#else
+#define ZS_HD static inline
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define ZS_ADD(a, b) __fadd_rn((a), (b))
+#define ZS_SUB(a, b) __fsub_rn((a), (b))
+#define ZS_MUL(a, b) __fmul_rn((a), (b))
+#define ZS_DIV(a, b) __fdiv_rn((a), (b))
+#define ZS_SQRT(a) __fsqrt_rn(a)
+#else
+#include <math.h>
+#define ZS_ADD(a, b) ((a) + (b))
+#define ZS_SUB(a, b) ((a) - (b))
+#define ZS_MUL(a, b) ((a) * (b))
+#define ZS_DIV(a, b) ((a) / (b))
+#define ZS_SQRT(a) sqrtf(a)
+#endif
+
+/* Which update rule runs; SGD is split by momentum so the loops specialize. */
+typedef enum {
+  ZS_K_ADAMW = 0,     /* decoupled weight decay */
+  ZS_K_ADAM,          /* L2 folded into the gradient */
+  ZS_K_SGD,           /* plain SGD (momentum 0), L2 */
+  ZS_K_SGD_MOM,       /* heavy-ball momentum */
+  ZS_K_SGD_NESTEROV,  /* Nesterov momentum */
+  ZS_K_KIND_COUNT
+} zs_k_kind_t;
+
+/* Constants of one call, shared by all its segments. */
+typedef struct {
+  int kind;     /* zs_k_kind_t */
+  int first;    /* SGD with momentum at step 1: the buffer starts as g (PyTorch) */
+  float gm;     /* gradient multiplier: averaging, unscale and clip in one factor */
+  float b1, a1; /* Adam: beta1 and 1 - beta1; SGD: b1 = momentum */
+  float b2, a2; /* Adam: beta2 and 1 - beta2 */
+  float rbc2;   /* Adam: 1 / sqrt(1 - beta2^t) */
+  float eps;    /* Adam */
+} zs_k_hyper_t;
+
+/* Adam and AdamW on one element. lr is the step size lr * lr_scale / (1 - beta1^t)
+ * for Adam*; wd is lr * lr_scale * wd * wd_scale for AdamW (decoupled) and
+ * wd * wd_scale for Adam (L2). g is the raw gradient already converted to fp32.
+ *   w' = w - (lr * m'/(sqrt(v') * rbc2 + eps) + wd * w)       AdamW
+ * equals w - lr0 * (mhat / (sqrt(vhat) + eps) + wd0 * w) of the Adam paper. */
+ZS_HD void zs_ref_adam(const zs_k_hyper_t *h, int decoupled, float lr, float wd, float g,
+                       float *w, float *m, float *v) {
+  float x = *w;
+  g = ZS_MUL(g, h->gm);
+  if (!decoupled) g = ZS_ADD(g, ZS_MUL(wd, x));
+  float mm = ZS_ADD(ZS_MUL(h->b1, *m), ZS_MUL(h->a1, g));
+  float vv = ZS_ADD(ZS_MUL(h->b2, *v), ZS_MUL(h->a2, ZS_MUL(g, g)));
+  float d = ZS_ADD(ZS_MUL(ZS_SQRT(vv), h->rbc2), h->eps);
+  float u = ZS_MUL(lr, ZS_DIV(mm, d));
+  if (decoupled) u = ZS_ADD(u, ZS_MUL(wd, x));
+  *w = ZS_SUB(x, u);
+  *m = mm;
+  *v = vv;
+}
+
+/* SGD on one element (kind ZS_K_SGD*): lr = lr * lr_scale, wd = wd * wd_scale (L2).
+ * m may be NULL for plain SGD. */
+ZS_HD void zs_ref_sgd(const zs_k_hyper_t *h, int kind, float lr, float wd, float g, float *w,
+                      float *m) {
+  float x = *w;
+  g = ZS_ADD(ZS_MUL(g, h->gm), ZS_MUL(wd, x));
+  float d = g;
+  if (kind != ZS_K_SGD) {
+    float mm = h->first ? g : ZS_ADD(ZS_MUL(h->b1, *m), g);
+    *m = mm;
+    d = kind == ZS_K_SGD_NESTEROV ? ZS_ADD(g, ZS_MUL(h->b1, mm)) : mm;
+  }
+  *w = ZS_SUB(x, ZS_MUL(lr, d));
+}
+
+/* fp32 <-> bf16 / fp16: the same code as src/common/half.h (which stays the
+ * definition), repeated here so device code can call it. */
+ZS_HD uint32_t zs_ref_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+ZS_HD float zs_ref_float(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+ZS_HD uint16_t zs_ref_f32_to_bf16(float f) {
+  uint32_t x = zs_ref_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+ZS_HD float zs_ref_bf16_to_f32(uint16_t h) { return zs_ref_float((uint32_t)h << 16); }
+ZS_HD uint16_t zs_ref_f32_to_f16(float f) {
+  uint32_t x = zs_ref_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+  if (a < 0x38800000u) {                                   /* below 2^-14: subnormal */
+    if (a < 0x33000000u) return (uint16_t)sign;            /* below 2^-25: zero */
+    uint32_t e = a >> 23, mt = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e;
+    uint32_t r = mt >> shift, rem = mt & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = a - 0x38000000u;
+  r += 0xfffu + ((r >> 13) & 1u);
+  return (uint16_t)(sign | (r >> 13));
+}
+ZS_HD float zs_ref_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mt = h & 0x3ffu, x;
+  if (e == 0) {
+    x = zs_ref_bits((float)mt * 5.9604644775390625e-08f) | sign; /* exact: mt * 2^-24 */
+  } else if (e == 31) {
+    x = sign | 0x7f800000u | (mt << 13);
+  } else {
+    x = sign | ((e + 112u) << 23) | (mt << 13);
+  }
+  return zs_ref_float(x);
+}
+
+/* Element i of an fp32 / bf16 / fp16 array as fp32 (exact). */
+ZS_HD float zs_ref_load(const void *p, int dt, size_t i) {
+  if (dt == ZS_BF16) return zs_ref_bf16_to_f32(((const uint16_t *)p)[i]);
+  if (dt == ZS_FP16) return zs_ref_f16_to_f32(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+/* Stores f rounded to nearest even into element i of an fp32 / bf16 / fp16 array. */
+ZS_HD void zs_ref_store(void *p, int dt, size_t i, float f) {
+  if (dt == ZS_BF16) ((uint16_t *)p)[i] = zs_ref_f32_to_bf16(f);
+  else if (dt == ZS_FP16) ((uint16_t *)p)[i] = zs_ref_f32_to_f16(f);
+  else ((float *)p)[i] = f;
+}
+
+/* One element of a step: the reference every path (SIMD, CUDA) must equal bit for
+ * bit. grad is in gdt; param (NULL: none) receives w rounded to pdt. */
+ZS_HD void zs_ref_step(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w,
+                       float *m, float *v, const void *grad, void *param, size_t i) {
+  float g = zs_ref_load(grad, gdt, i);
+  if (h->kind <= ZS_K_ADAM) zs_ref_adam(h, h->kind == ZS_K_ADAMW, lr, wd, g, w + i, m + i, v + i);
+  else zs_ref_sgd(h, h->kind, lr, wd, g, w + i, m ? m + i : NULL);
+  if (param) zs_ref_store(param, pdt, i, w[i]);
+}
+
+#endif

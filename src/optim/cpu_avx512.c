@@ -1,0 +1,108 @@
+/* AVX-512 path (F, BW, VL, DQ): 16 fp32 lanes. Built with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512dq -ffp-contract=off; cpu.c calls it only when the CPU
+ * (and the OS, for the zmm state) supports those.
+ *
+ * Why bf16 is rounded with integer operations and not VCVTNEPS2BF16: that
+ * instruction (AVX512_BF16) flushes subnormal inputs to zero, so it would not
+ * match half.h bit for bit; the integer sequence costs a few operations per 16
+ * elements in a loop that waits on memory anyway. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "optim/optim_cpu.h"
+
+#define VW 16
+typedef __m512 vf;
+
+static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+static inline vf v_sqrt(vf a) { return _mm512_sqrt_ps(a); }
+static inline __m512i i_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
+
+static inline vf ld_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline void st_f32(float *p, vf x) { _mm512_storeu_ps(p, x); }
+
+static inline vf ld_bf16(const uint16_t *p) {
+  __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+
+static inline vf ld_f16(const uint16_t *p) {
+  __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  vf f = _mm512_cvtph_ps(h);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  if (nan) { /* half.h keeps a NaN's payload bits and does not quiet it */
+    __m512i x = _mm512_cvtepu16_epi32(h);
+    __m512i bits = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x, i_set1(0x8000u)), 16), i_set1(0x7f800000u)),
+        _mm512_slli_epi32(_mm512_and_si512(x, i_set1(0x3ffu)), 13));
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+  }
+  return f;
+}
+
+/* zs_f32_to_bf16 on 16 lanes: add 0x7fff plus the kept lsb, keep the high half;
+ * NaN lanes become (x >> 16) | 0x40. */
+static inline void st_bf16(uint16_t *p, vf f) {
+  __m512i x = _mm512_castps_si512(f);
+  __m512i hi = _mm512_srli_epi32(x, 16);
+  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_and_si512(hi, i_set1(1u)), i_set1(0x7fffu)));
+  r = _mm512_srli_epi32(r, 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, i_set1(0x7fffffffu)), i_set1(0x7f800000u));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, i_set1(0x40u)));
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+
+/* VCVTPS2PH rounds to nearest even with correct subnormals and overflow, as
+ * half.h; only NaNs differ (it keeps payload bits), so NaN lanes are patched. */
+static inline void st_f16(uint16_t *p, vf f) {
+  __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  if (nan) {
+    __m512i x = _mm512_castps_si512(f);
+    __m512i fix = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 16), i_set1(0x8000u)),
+                                  i_set1(0x7e00u));
+    h = _mm256_mask_mov_epi16(h, (__mmask16)nan, _mm512_cvtepi32_epi16(fix));
+  }
+  _mm256_storeu_si256((__m256i *)p, h);
+}
+
+/* 16 double lanes in two registers: lanes 0-7 and 8-15. x*x is exact in double,
+ * so the fused multiply-add rounds exactly like the scalar path's add. */
+typedef struct {
+  __m512d lo, hi;
+} sumsq_state;
+#define SUMSQ_ZERO {_mm512_setzero_pd(), _mm512_setzero_pd()}
+static inline void sumsq_acc(sumsq_state *s, const void *x, int dt) {
+  vf f = dt == ZS_BF16 ? ld_bf16(x) : dt == ZS_FP16 ? ld_f16(x) : ld_f32(x);
+  __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+  __m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+  s->lo = _mm512_fmadd_pd(a, a, s->lo);
+  s->hi = _mm512_fmadd_pd(b, b, s->hi);
+}
+static inline double sumsq_fold(const sumsq_state *s) {
+  __m512d r8 = _mm512_add_pd(s->lo, s->hi); /* lane i + lane i+8 */
+  __m256d r4 = _mm256_add_pd(_mm512_castpd512_pd256(r8), _mm512_extractf64x4_pd(r8, 1));
+  __m128d r2 = _mm_add_pd(_mm256_castpd256_pd128(r4), _mm256_extractf128_pd(r4, 1));
+  return _mm_cvtsd_f64(r2) + _mm_cvtsd_f64(_mm_unpackhi_pd(r2, r2));
+}
+
+/* inf/NaN: the exponent field is all ones, i.e. |bits| >= the inf pattern. */
+typedef uint32_t nf_flag;
+#define NF_ZERO 0u
+static inline nf_flag nf_or(nf_flag a, nf_flag b) { return a | b; }
+static inline int nf_any(nf_flag f) { return f != 0; }
+static inline nf_flag nf_vec(const void *p, int dt) {
+  __m512i x = _mm512_loadu_si512(p);
+  if (dt == ZS_FP32)
+    return _mm512_cmpge_epu32_mask(_mm512_and_si512(x, i_set1(0x7fffffffu)), i_set1(0x7f800000u));
+  __m512i lim = _mm512_set1_epi16(dt == ZS_BF16 ? 0x7f80 : 0x7c00);
+  return _mm512_cmpge_epu16_mask(_mm512_and_si512(x, _mm512_set1_epi16(0x7fff)), lim);
+}
+
+#define PATH_NAME "avx512"
+#define PATH_SYM zs__optim_path_avx512
+#include "optim/cpu_simd.h"

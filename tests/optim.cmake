@@ -1,0 +1,20 @@
+# Owner: optim layer. test_optim: the CPU functions (and the cpu-device dispatch
+# once the device layer is built); test_optim_gpu: the CUDA kernels (label gpu;
+# skips without a GPU or without CUDA in the build).
+set(zs_optim_layers zs_common zs_memory zs_optim)
+if(TARGET zs_device)
+  list(APPEND zs_optim_layers zs_device)
+endif()
+if(TARGET zs_kernels)
+  list(APPEND zs_optim_layers zs_kernels)
+endif()
+zs_add_test(NAME test_optim SOURCES test_optim.c LAYERS ${zs_optim_layers} TIMEOUT 900)
+if(TARGET zs_device)
+  target_compile_definitions(test_optim PRIVATE ZS_TEST_DISPATCH=1)
+endif()
+set(zs_optim_gpu_libs "")
+if(ZS_HAVE_CUDA)
+  set(zs_optim_gpu_libs CUDA::cudart)
+endif()
+zs_add_test(NAME test_optim_gpu SOURCES test_optim_gpu.c LAYERS ${zs_optim_layers}
+            LIBS ${zs_optim_gpu_libs} LABELS gpu TIMEOUT 600)
