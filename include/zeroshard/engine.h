@@ -1,0 +1,144 @@
+/* zeroshard/engine.h: the ZeRO engine. The trainer declares units and
+ * parameters once; the engine lays them out in flat sharded buffers, gathers
+ * them before forward and backward, reduces gradients after, and steps the
+ * optimizer on each rank's shard. Stage 0 is DDP, 1 shards optimizer state,
+ * 2 also gradients, 3 also parameters.
+ *
+ * Life cycle (every call returns zs_status_t; ZS_ERR_STATE for calls out of order):
+ *   zs_engine_create -> zs_unit_add / zs_param_add ... -> zs_engine_setup
+ *   per step, grad_accum rounds of:
+ *     zs_forward_begin; per unit: zs_gather(u) ... compute ... zs_release(u)
+ *     zs_backward_begin; per unit in reverse: zs_gather(u) ... backward ... zs_reduce(u)
+ *   then zs_step. An evaluation pass is zs_forward_begin ... zs_forward_end.
+ *
+ * Pointer slots: zs_param_add takes the address of the trainer's pointer for the
+ * parameter (and its gradient). The engine writes the current address into it:
+ * stages 0-2 keep parameters resident, so the slot is valid from setup on; at
+ * stage 3 it is valid between zs_gather and zs_release/zs_reduce, NULL otherwise.
+ * Gradient slots are valid between zs_gather and zs_reduce in backward (stage 0-1:
+ * always). Gradient buffers are zeroed by the engine at the start of each step
+ * (stages 0-1) or each round (2-3); the trainer ADDS its gradients into them.
+ * Gradients are reduced with a sum and averaged (divided by ranks x grad_accum)
+ * inside the optimizer step: each round's gradient should be the mean over that
+ * rank's micro-batch.
+ *
+ * Streams: engine work runs on its own streams (all-gather, reduce) ordered by
+ * events against the compute stream (NULL: the caller's; see zs_engine_set_stream).
+ * On the cpu device zs_gather blocks until the unit is gathered.
+ *
+ * Memory is bounded and does not depend on timing: at stage 3 the engine holds
+ * at most `prefetch` units the trainer has not asked for yet, plus the units the
+ * trainer holds (gathered and not released). A released unit's buffer is freed
+ * at the next zs_gather / zs_backward_begin / zs_step (after the compute stream
+ * is done with it). Stage 2-3 full gradient buffers likewise after their reduction.
+ *
+ * Thread rules: one engine is driven from one thread.
+ */
+#ifndef ZEROSHARD_ENGINE_H
+#define ZEROSHARD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard/comm.h"
+#include "zeroshard/config.h"
+#include "zeroshard/device.h"
+#include "zeroshard/memory.h"
+#include "zeroshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_engine zs_engine_t;
+
+/* Parameter flags. */
+#define ZS_PARAM_DEFAULT 0u
+#define ZS_PARAM_NO_DECAY 1u /* no weight decay (biases, norms) */
+#define ZS_PARAM_FROZEN 2u   /* never updated; its gradient is ignored */
+
+#define ZS_MAX_DIMS 8
+#define ZS_NAME_MAX 96
+
+/* Fills count fp32 values of parameter `param` (id from zs_param_add) starting at
+ * element `offset` of the parameter (row-major). Called only for the ranges this
+ * rank stores, so no rank ever materialises the whole model at stage 3. Return
+ * non-zero to fail setup. */
+typedef int (*zs_init_fn)(void *user, int param, int64_t offset, int64_t count, float *dst);
+
+typedef struct {
+  int64_t step;      /* optimizer steps taken (skipped steps not counted) */
+  float grad_norm;   /* global L2 norm of the averaged, unscaled gradient (before clipping) */
+  float clip_coef;   /* factor applied by clipping (1 when not clipped) */
+  int skipped;       /* 1 if the step was skipped for non-finite gradients */
+  float loss_scale;  /* the scale to multiply the next loss by (1 unless fp16) */
+} zs_step_report_t;
+
+/* The engine keeps pointers to dev and comm (the caller keeps ownership; both
+ * must outlive the engine). comm's device must be dev. cfg is copied. */
+zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
+                             zs_comm_t *comm);
+/* Waits for queued work, frees everything the engine allocated. NULL is a no-op. */
+void zs_engine_destroy(zs_engine_t *zs);
+const char *zs_engine_last_error(const zs_engine_t *zs);
+/* Compute stream the trainer works on (default NULL: the caller's). */
+zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
+
+/* Declaration (before setup). Names are copied (at most ZS_NAME_MAX-1 bytes). */
+zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out);
+/* param_slot and grad_slot: addresses of the trainer's pointers (either may be
+ * NULL). param_out (may be NULL) receives the parameter's id. */
+zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
+                         const int64_t *shape, unsigned flags, void **param_slot,
+                         void **grad_slot, int *param_out);
+
+/* Collective: lays out and allocates every buffer, checks that every rank made
+ * the same declaration (ZS_ERR_MISMATCH on every rank, naming the first
+ * difference), and initialises parameters through init (NULL: zeros; then use
+ * zs_param_set before the first step). */
+zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
+/* Local: copies this rank's part of the parameter's full fp32 data (numel values). */
+zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
+/* Collective: writes the parameter's full fp32 master values into out (numel). At
+ * stages 1-3 it all-gathers the unit's master shards (counted in the comm stats). */
+zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out);
+
+zs_status_t zs_forward_begin(zs_engine_t *zs);
+zs_status_t zs_gather(zs_engine_t *zs, int unit);
+zs_status_t zs_release(zs_engine_t *zs, int unit);
+/* Ends a forward-only pass (evaluation): every unit gathered in it must have been
+ * released; no backward, no reduction, no step follows. Allowed between steps or
+ * between accumulation rounds. */
+zs_status_t zs_forward_end(zs_engine_t *zs);
+zs_status_t zs_backward_begin(zs_engine_t *zs);
+zs_status_t zs_reduce(zs_engine_t *zs, int unit);
+/* Waits for reductions, computes the global gradient norm, clips, skips on
+ * non-finite gradients (fp16 loss scaling: backs off; ZS_ERR_OVERFLOW when the
+ * scale is already at min_scale), updates every shard and regathers parameters
+ * (stages 1-2). rep may be NULL. */
+zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
+
+/* Multiply the loss by this before backward (1 unless fp16 loss scaling). */
+float zs_loss_scale(const zs_engine_t *zs);
+int zs_engine_rank(const zs_engine_t *zs);
+int zs_engine_world(const zs_engine_t *zs);
+int zs_engine_unit_count(const zs_engine_t *zs);
+int zs_engine_param_count(const zs_engine_t *zs);
+int64_t zs_param_numel(const zs_engine_t *zs, int param);
+const char *zs_param_name(const zs_engine_t *zs, int param);
+
+/* Layout of a unit after setup: padded flat size and shard size (elements). */
+zs_status_t zs_unit_layout(const zs_engine_t *zs, int unit, int64_t *numel, int64_t *padded,
+                           int64_t *shard);
+
+/* The device accountant's figures (bytes by domain and category). */
+zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
+/* Calls and bytes per collective kind on the engine's comm since setup or the
+ * last reset. */
+zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out);
+void zs_engine_comm_stats_reset(zs_engine_t *zs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,51 @@
+/* Internal: ZeRO-Offload's host side. fp32 master, m, v and the fp32 gradient
+ * shard of every unit live in pinned host memory; gradient shards arrive
+ * device-to-host on a copy stream as each unit's reduction finishes (and are
+ * accumulated in fp32 on the host across rounds); at the step the CPU optimizer
+ * updates one unit at a time while the previous unit's parameters travel back
+ * host-to-device on the copy stream. The engine (src/zero) owns the buffers and
+ * drives these functions; nothing here knows about units beyond what it is given. */
+#ifndef ZS_OFFLOAD_OFFLOAD_H
+#define ZS_OFFLOAD_OFFLOAD_H
+
+#include "common/common.h"
+#include "optim/optim.h"
+#include "zeroshard/device.h"
+
+/* Moves one reduced gradient shard to the host, in order on `copy`: waits for
+ * `reduced`, copies `n` elements of `dtype` from device `src` into the pinned
+ * `staging`, then (a host task on the same stream) writes them into the fp32
+ * host shard `dst`: overwrite when `first`, add otherwise. `task` is caller-owned
+ * storage that must live until the copy stream passes this point. */
+typedef struct {
+  float *dst;
+  const void *staging;
+  zs_dtype_t dtype;
+  size_t n;
+  int first;
+} zs_offload_grad_task_t;
+
+zs_status_t zs__offload_grad_d2h(zs_device_t *dev, zs_stream_t *copy, zs_event_t *reduced,
+                                 const void *src, zs_offload_grad_task_t *task);
+
+/* One unit of the pipelined CPU step. */
+typedef struct {
+  const zs_optim_seg_t *segs; /* host pointers; param copies (if any) point into staging */
+  int nseg;
+  /* after stepping, each segment's parameter values go to the device: from the
+   * segment's param copy when it has one, else from its fp32 master */
+  void *const *dev_dst;       /* per segment: device destination */
+  size_t elem_bytes;          /* bytes per parameter element on the device */
+  int staging_slot;           /* which of the two staging buffers the copies use (-1: none) */
+} zs_offload_unit_t;
+
+/* Steps every unit on the CPU (zs__optim_step_cpu), sending each unit's updated
+ * parameters host-to-device on `copy` while the next unit is stepped. Units
+ * using staging slot k wait until the copy of the previous user of slot k has
+ * finished (events slot_done[k]). On return all copies are queued; `done` is
+ * recorded after the last one. */
+zs_status_t zs__offload_step(zs_device_t *dev, zs_stream_t *copy, const zs_optim_hyper_t *h,
+                             const zs_offload_unit_t *units, int nunits, zs_event_t *slot_done[2],
+                             zs_event_t *done);
+
+#endif

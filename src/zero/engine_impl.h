@@ -1,0 +1,143 @@
+/* Internal: the engine's state, shared by engine.c (declaration, setup, layout),
+ * phases.c (gather, release, reduce, prefetch) and step.c (norm, clip, update).
+ *
+ * Layout of a unit (r = rank, N = ranks): parameters laid end to end in a flat
+ * buffer, each start aligned to ZS_ALIGN elements, the total padded to a multiple
+ * of N*ZS_ALIGN and cut into N shards of `shard` elements; rank r owns flat range
+ * [r*shard, (r+1)*shard). The optimizer owns that range (stage 0: the whole
+ * buffer). What lives where (pb/rb: bytes of param/reduce dtype):
+ *   stage 0: full params P*pb, full grads P*pb, master (fp32, P; aliases the params
+ *            when they are fp32), m, v (P each)
+ *   stage 1: full params, full grads; master, m, v on the shard (S)
+ *   stage 2: full params; grad shard S*rb; full grads transient per unit
+ *   stage 3: param shard S*pb; grad shard S*rb; master, m, v on the shard;
+ *            full params and full grads transient per unit
+ * With offload (stages 1-3) master, m, v and an fp32 grad shard (S each) live in
+ * pinned host memory; the device keeps the parameters as above, stage 1's full
+ * grads, and transient buffers (stage 2-3 grad shards exist only between the
+ * reduction and their copy to the host).
+ */
+#ifndef ZS_ZERO_ENGINE_IMPL_H
+#define ZS_ZERO_ENGINE_IMPL_H
+
+#include "common/common.h"
+#include "offload/offload.h"
+#include "optim/optim.h"
+#include "zeroshard/engine.h"
+
+#define ZS_ALIGN 64
+
+typedef struct {
+  char name[ZS_NAME_MAX];
+  int unit, ndim;
+  int64_t shape[ZS_MAX_DIMS];
+  int64_t numel, flat_off;
+  unsigned flags;
+  void **pslot, **gslot;
+} zs_param_t;
+
+/* Stage-3 life of a unit's gathered parameters (stages 0-2: IDLE <-> HELD only). */
+typedef enum {
+  ZS_U_IDLE = 0,  /* not gathered (stage 3) / resident and not in use (0-2) */
+  ZS_U_PREFETCHED,/* gather issued ahead, trainer has not asked yet */
+  ZS_U_HELD,      /* handed to the trainer by zs_gather */
+  ZS_U_KEPT,      /* released in forward with reshard_after_forward off */
+  ZS_U_RELEASED   /* released; buffer freed at the next free point */
+} zs_ustate_t;
+
+typedef struct {
+  void *p;
+  size_t bytes;
+  zs_mem_category_t cat;
+  int host;
+} zs_owned_t;
+
+typedef struct {
+  char name[ZS_NAME_MAX];
+  int first_param, nparams;
+  int64_t numel, padded, shard; /* elements */
+  int64_t opt_off, opt_n;       /* flat range the optimizer owns */
+  int persistent;               /* stage 3: kept gathered for the whole run */
+
+  void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
+  void *pshard;     /* stage 3: param shard (param dtype) */
+  float *master, *m, *v;
+  int master_owned; /* master is its own allocation (not an alias of params) */
+  void *gfull;      /* full grads: persistent (0-1) or per round (2-3) */
+  void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
+  void *gtemp;      /* reduce-dtype staging when it differs from the param dtype */
+  float *hgrad;     /* offload: fp32 grad shard in pinned host memory */
+  zs_offload_grad_task_t gtask; /* offload: the pending device-to-host copy */
+  int seg_first, seg_count;     /* this unit's optimizer segments */
+
+  zs_owned_t owned[8]; /* persistent allocations, freed at destroy */
+  int nowned;
+
+  zs_ustate_t st;
+  int grad_live, grad_pending; /* stage 2-3 full grads: allocated / awaiting free */
+  int reduced_round;           /* round in which zs_reduce last ran */
+  zs_event_t *ev_gathered, *ev_released, *ev_computed, *ev_reduced, *ev_offloaded;
+} zs_unit_t;
+
+enum { ZS_PH_IDLE = 0, ZS_PH_FORWARD = 1, ZS_PH_BACKWARD = 2 };
+
+struct zs_engine {
+  zs_config_t cfg;
+  zs_device_t *dev;
+  zs_comm_t *comm;
+  int rank, world;
+  zs_stream_t *compute, *ag_stream, *rs_stream;
+  zs_event_t *ev_step;
+
+  zs_unit_t *units;
+  int nunits, cap_units;
+  zs_param_t *params;
+  int nparams, cap_params;
+  int setup_done;
+
+  int phase;       /* ZS_PH_* */
+  int phase_before_forward; /* restored by zs_forward_end */
+  int round;       /* backward rounds begun since the last step */
+  int64_t step;
+  float loss_scale;
+  int good_steps, hysteresis_left;
+
+  /* prefetch: predicted order per phase (last step's record) and this step's record */
+  int *order[3], order_len[3], *rec[3], rec_len[3], pos;
+  int last_reduced;     /* unit whose reduction was queued last */
+  zs_event_t *ev_reduced_all;
+  float *hscalar;       /* pinned host scalar for the norm */
+
+  /* offload */
+  int offload;
+  zs_stream_t *copy_stream;
+  zs_event_t *ev_copy_done, *ev_slot[2];
+  void *hstage_grad, *hstage_param[2];
+  size_t hstage_grad_bytes, hstage_param_bytes;
+  zs_offload_unit_t *ounits;
+  void **seg_dst;       /* per segment: device destination of its parameters */
+
+  size_t pb, rb;        /* bytes per param / reduce element */
+  zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
+  float *scalar;        /* device: one fp32 for the norm */
+  zs_optim_seg_t *segs; /* every optimizer segment, built at setup */
+  int nsegs;
+  char err[ZS_ERRBUF];
+};
+
+/* phases.c */
+zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int u);
+zs_status_t zs__eng_free_released(zs_engine_t *zs);
+zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest);
+zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);
+/* step.c helpers used by engine.c */
+/* Re-gathers resident parameters after their shards changed: every unit at stages
+ * 1-2 when `all`, persistent stage-3 units always. */
+zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
+/* memory helpers (host: pinned host memory, counted in the host domain) */
+zs_status_t zs__eng_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
+zs_status_t zs__eng_host_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
+void zs__eng_host_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat);
+void zs__eng_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat);
+
+#endif

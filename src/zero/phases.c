@@ -1,0 +1,352 @@
+/* Phases of a step: forward and backward rounds, gathering units (with prefetch
+ * along the order recorded on the previous step), releasing them, and reducing
+ * gradients on the reduce stream while the trainer goes on computing.
+ *
+ * Buffers are freed only at fixed points (zs_gather, zs_backward_begin,
+ * zs_forward_begin, zs_step), after waiting on the event of their last use, so
+ * the bytes live at any call boundary do not depend on timing. */
+#include <string.h>
+
+#include "zero/engine_impl.h"
+
+/* ============================================================================
+ * small helpers
+ * ========================================================================== */
+
+static zs_status_t dev_fail(zs_engine_t *zs, zs_status_t st, const char *what) {
+  return ZS_FAIL(zs->err, st, "%s failed on rank %d: %s", what, zs->rank, zs_last_error());
+}
+#define ZS_ECHECK(zs, expr, what)                      \
+  do {                                                 \
+    zs_status_t zs__e_ = (expr);                       \
+    if (zs__e_ != ZS_OK) return dev_fail((zs), zs__e_, (what)); \
+  } while (0)
+
+static void set_param_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
+  for (int k = 0; k < u->nparams; k++) {
+    zs_param_t *p = &zs->params[u->first_param + k];
+    if (p->pslot) *p->pslot = base ? (char *)base + (size_t)p->flat_off * zs->pb : NULL;
+  }
+}
+
+static void set_grad_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
+  for (int k = 0; k < u->nparams; k++) {
+    zs_param_t *p = &zs->params[u->first_param + k];
+    if (p->gslot) *p->gslot = base ? (char *)base + (size_t)p->flat_off * zs->pb : NULL;
+  }
+}
+
+static int gathers_on_demand(const zs_engine_t *zs, const zs_unit_t *u) {
+  return zs->cfg.stage == 3 && !u->persistent;
+}
+
+static zs_status_t check_unit(zs_engine_t *zs, int unit, const char *what) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", what);
+  if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", what);
+  if (unit < 0 || unit >= zs->nunits)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s: unit %d is not declared (the engine has %d units)", what, unit,
+                   zs->nunits);
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * buffer life: gather, free released, evict unused prefetches, free gradients
+ * ========================================================================== */
+
+zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
+  zs_unit_t *u = &zs->units[ui];
+  size_t bytes = (size_t)u->padded * zs->pb;
+  ZS_CHECK(zs__eng_alloc(zs, bytes, ZS_MEM_GATHER, &u->full));
+  ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
+  ZS_ECHECK(zs, zs_comm_all_gather(zs->comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
+            "all-gather of a unit");
+  ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
+  return ZS_OK;
+}
+
+static zs_status_t drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_event_t *last_use) {
+  ZS_ECHECK(zs, zs_event_synchronize(zs->dev, last_use), "waiting for a unit's last use");
+  zs__eng_free(zs, &u->full, (size_t)u->padded * zs->pb, ZS_MEM_GATHER);
+  u->st = ZS_U_IDLE;
+  return ZS_OK;
+}
+
+zs_status_t zs__eng_free_released(zs_engine_t *zs) {
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].st == ZS_U_RELEASED) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_released));
+  return ZS_OK;
+}
+
+zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs) {
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].st == ZS_U_PREFETCHED) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_gathered));
+  return ZS_OK;
+}
+
+/* Stage 2-3 full gradient buffers (and reduce-dtype staging) whose reduction was
+ * queued. keep_latest leaves the most recent one alive so its reduction overlaps
+ * the trainer's next unit of backward. */
+zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest) {
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    if (!u->grad_pending || (keep_latest && i == zs->last_reduced)) continue;
+    /* with offload the last use is the copy to the host, which follows the reduction */
+    ZS_ECHECK(zs, zs_event_synchronize(zs->dev, zs->offload ? u->ev_offloaded : u->ev_reduced),
+              "waiting for a reduction");
+    if (zs->cfg.stage >= 2) zs__eng_free(zs, &u->gfull, (size_t)u->padded * zs->pb, ZS_MEM_GRADS);
+    if (zs->cfg.stage >= 2 && zs->offload) zs__eng_free(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS);
+    zs__eng_free(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM);
+    u->grad_pending = 0;
+  }
+  return ZS_OK;
+}
+
+/* Issues the gathers of the next `prefetch` units of the predicted order and
+ * evicts prefetched units that fell out of that window (a mispredicted order). */
+static zs_status_t prefetch(zs_engine_t *zs) {
+  if (zs->cfg.stage != 3) return ZS_OK;
+  const int *ord = zs->order[zs->phase];
+  int len = zs->order_len[zs->phase], k = zs->cfg.prefetch;
+  for (int i = 0; i < zs->nunits; i++) {
+    if (zs->units[i].st != ZS_U_PREFETCHED) continue;
+    int in_window = 0;
+    for (int j = zs->pos; j < zs->pos + k && j < len; j++) in_window |= ord[j] == i;
+    if (!in_window) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_gathered));
+  }
+  for (int j = zs->pos; j < zs->pos + k && j < len; j++) {
+    zs_unit_t *w = &zs->units[ord[j]];
+    if (w->persistent || w->st != ZS_U_IDLE) continue;
+    ZS_CHECK(zs__eng_issue_gather(zs, ord[j]));
+    w->st = ZS_U_PREFETCHED;
+  }
+  return ZS_OK;
+}
+
+static void record_order(zs_engine_t *zs, int unit) {
+  int ph = zs->phase;
+  if (zs->rec_len[ph] < 4 * zs->nunits) zs->rec[ph][zs->rec_len[ph]++] = unit;
+  const int *ord = zs->order[ph];
+  for (int j = zs->pos; j < zs->order_len[ph]; j++)
+    if (ord[j] == unit) {
+      zs->pos = j + 1;
+      break;
+    }
+}
+
+/* The order recorded during the last phase `ph` becomes the prediction. */
+static void adopt_order(zs_engine_t *zs, int ph) {
+  if (zs->rec_len[ph] == 0) return;
+  int n = zs->rec_len[ph]; /* a unit may appear more than once (tied weights) */
+  memcpy(zs->order[ph], zs->rec[ph], (size_t)n * sizeof(int));
+  zs->order_len[ph] = n;
+  zs->rec_len[ph] = 0;
+}
+
+/* ============================================================================
+ * phases
+ * ========================================================================== */
+
+static zs_status_t check_no_held(zs_engine_t *zs, const char *what) {
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].st == ZS_U_HELD)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s while unit %d '%s' is still gathered: %s it first", what, i,
+                     zs->units[i].name, zs->phase == ZS_PH_FORWARD ? "zs_release" : "zs_reduce");
+  return ZS_OK;
+}
+
+static int all_reduced(const zs_engine_t *zs) {
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].reduced_round != zs->round) return 0;
+  return 1;
+}
+
+zs_status_t zs_forward_begin(zs_engine_t *zs) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_forward_begin: engine is NULL");
+  if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin before zs_engine_setup");
+  if (zs->phase == ZS_PH_FORWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin twice: run zs_backward_begin and the backward first");
+  if (zs->phase == ZS_PH_BACKWARD) {
+    ZS_CHECK(check_no_held(zs, "zs_forward_begin"));
+    if (!all_reduced(zs))
+      return ZS_FAIL(zs->err, ZS_ERR_STATE,
+                     "zs_forward_begin before every unit was reduced: call zs_reduce for each unit in backward");
+    if (zs->round >= zs->cfg.grad_accum)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE,
+                     "zs_forward_begin after %d rounds with grad_accum %d: call zs_step first", zs->round,
+                     zs->cfg.grad_accum);
+  }
+  ZS_CHECK(zs__eng_free_released(zs));
+  ZS_CHECK(zs__eng_free_grads(zs, 0));
+  adopt_order(zs, ZS_PH_BACKWARD);
+  zs->phase_before_forward = zs->phase;
+  zs->phase = ZS_PH_FORWARD;
+  zs->rec_len[ZS_PH_FORWARD] = 0;
+  zs->pos = 0;
+  return prefetch(zs);
+}
+
+zs_status_t zs_forward_end(zs_engine_t *zs) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_forward_end: engine is NULL");
+  if (zs->phase != ZS_PH_FORWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_end without zs_forward_begin");
+  ZS_CHECK(check_no_held(zs, "zs_forward_end"));
+  ZS_CHECK(zs__eng_free_released(zs));
+  ZS_CHECK(zs__eng_evict_prefetched(zs));
+  /* an evaluation pass: the predicted order stays the training one */
+  zs->rec_len[ZS_PH_FORWARD] = 0;
+  zs->phase = zs->phase_before_forward;
+  return ZS_OK;
+}
+
+zs_status_t zs_backward_begin(zs_engine_t *zs) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_backward_begin: engine is NULL");
+  if (zs->phase != ZS_PH_FORWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_backward_begin without zs_forward_begin: run the forward first");
+  ZS_CHECK(check_no_held(zs, "zs_backward_begin"));
+  ZS_CHECK(zs__eng_free_released(zs));
+  ZS_CHECK(zs__eng_evict_prefetched(zs));
+  adopt_order(zs, ZS_PH_FORWARD);
+  zs->round++;
+  zs->phase = ZS_PH_BACKWARD;
+  zs->rec_len[ZS_PH_BACKWARD] = 0;
+  zs->pos = 0;
+  zs->last_reduced = -1;
+  return prefetch(zs);
+}
+
+zs_status_t zs_gather(zs_engine_t *zs, int unit) {
+  ZS_CHECK(check_unit(zs, unit, "zs_gather"));
+  zs_unit_t *u = &zs->units[unit];
+  if (zs->phase == ZS_PH_IDLE)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d) outside a phase: call zs_forward_begin or zs_backward_begin",
+                   unit);
+  if (u->st == ZS_U_HELD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d): unit '%s' is already gathered: %s it first", unit, u->name,
+                   zs->phase == ZS_PH_FORWARD ? "zs_release" : "zs_reduce");
+  int backward = zs->phase == ZS_PH_BACKWARD;
+  if (backward && u->reduced_round == zs->round)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d): unit '%s' was already reduced in this backward", unit,
+                   u->name);
+  record_order(zs, unit);
+  ZS_CHECK(zs__eng_free_released(zs));
+  if (backward) ZS_CHECK(zs__eng_free_grads(zs, 1));
+
+  if (gathers_on_demand(zs, u)) {
+    if (u->st == ZS_U_IDLE) ZS_CHECK(zs__eng_issue_gather(zs, unit));
+    if (u->st != ZS_U_KEPT)
+      ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, zs->compute, u->ev_gathered), "waiting for a gather");
+    set_param_slots(zs, u, u->full);
+  } else {
+    /* resident: wait for the all-gather that followed the last step */
+    ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, zs->compute, u->ev_gathered), "waiting for the parameter all-gather");
+  }
+  u->st = ZS_U_HELD;
+
+  if (backward && zs->cfg.stage >= 2) {
+    size_t bytes = (size_t)u->padded * zs->pb;
+    ZS_CHECK(zs__eng_alloc(zs, bytes, ZS_MEM_GRADS, &u->gfull));
+    ZS_ECHECK(zs, zs_memset_async(zs->dev, u->gfull, 0, bytes, zs->compute), "zeroing gradients");
+    set_grad_slots(zs, u, u->gfull);
+  }
+  return prefetch(zs);
+}
+
+zs_status_t zs_release(zs_engine_t *zs, int unit) {
+  ZS_CHECK(check_unit(zs, unit, "zs_release"));
+  zs_unit_t *u = &zs->units[unit];
+  if (zs->phase != ZS_PH_FORWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_release(%d) outside forward: in backward finish a unit with zs_reduce",
+                   unit);
+  if (u->st != ZS_U_HELD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_release(%d): unit '%s' is not gathered: call zs_gather first", unit,
+                   u->name);
+  if (gathers_on_demand(zs, u)) {
+    ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_released, zs->compute), "recording the release event");
+    set_param_slots(zs, u, NULL);
+    u->st = zs->cfg.reshard_after_forward ? ZS_U_RELEASED : ZS_U_KEPT;
+  } else {
+    u->st = ZS_U_IDLE;
+  }
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * reduction
+ * ========================================================================== */
+
+zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
+  ZS_CHECK(check_unit(zs, unit, "zs_reduce"));
+  zs_unit_t *u = &zs->units[unit];
+  if (zs->phase != ZS_PH_BACKWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d) outside backward: call zs_backward_begin first", unit);
+  if (u->st != ZS_U_HELD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d): unit '%s' is not gathered in this backward: zs_gather it",
+                   unit, u->name);
+  const zs_config_t *c = &zs->cfg;
+  zs_stream_t *rs = zs->rs_stream;
+  int last = zs->round == c->grad_accum;
+  size_t P = (size_t)u->padded, S = (size_t)u->shard, off = (size_t)zs->rank * S;
+
+  ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_computed, zs->compute), "recording the backward event");
+  ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, rs, u->ev_computed), "ordering the reduction");
+
+  if (c->stage >= 2 || last) {
+    /* reduce in reduce dtype: stage through gtemp when it differs from the grads' */
+    void *src = u->gfull;
+    zs_dtype_t dt = c->param_dtype;
+    size_t eb = zs->pb;
+    if (c->reduce_dtype != c->param_dtype) {
+      ZS_CHECK(zs__eng_alloc(zs, P * zs->rb, ZS_MEM_COMM, &u->gtemp));
+      ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gtemp, c->reduce_dtype, u->gfull, c->param_dtype, P), "casting gradients");
+      src = u->gtemp;
+      dt = c->reduce_dtype;
+      eb = zs->rb;
+    }
+    char *block = (char *)src + off * eb;
+    if (c->stage == 0) {
+      ZS_ECHECK(zs, zs_comm_all_reduce(zs->comm, src, src, P, dt, ZS_SUM, rs), "gradient all-reduce");
+      if (src != u->gfull)
+        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gfull, c->param_dtype, src, dt, P), "casting gradients back");
+    } else if (zs->offload) {
+      /* reduce into a device shard (stage 1: in place), then to the host in fp32 */
+      const void *red = block;
+      if (c->stage == 1) {
+        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      } else {
+        ZS_CHECK(zs__eng_alloc(zs, S * zs->rb, ZS_MEM_GRADS, &u->gshard));
+        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        red = u->gshard;
+      }
+      ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
+      u->gtask = (zs_offload_grad_task_t){.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
+                                          .first = c->stage == 1 || zs->round == 1};
+      ZS_ECHECK(zs, zs__offload_grad_d2h(zs->dev, zs->copy_stream, u->ev_reduced, red, &u->gtask),
+                "copying a gradient shard to the host");
+      ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_offloaded, zs->copy_stream), "recording the copy event");
+    } else if (c->stage == 1) {
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      if (src != u->gfull)
+        ZS_ECHECK(zs, zs__cast(zs->dev, rs, (char *)u->gfull + off * zs->pb, c->param_dtype, block, dt, S),
+                  "casting gradients back");
+    } else if (zs->round == 1) {
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+    } else {
+      /* later accumulation rounds: reduce in place, then add into the shard */
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
+    }
+    if (!zs->offload) ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
+    u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
+  }
+  u->reduced_round = zs->round;
+  zs->last_reduced = unit;
+  if (c->stage >= 2) set_grad_slots(zs, u, NULL);
+  if (gathers_on_demand(zs, u)) {
+    ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_released, zs->compute), "recording the release event");
+    set_param_slots(zs, u, NULL);
+    u->st = ZS_U_RELEASED;
+  } else {
+    u->st = ZS_U_IDLE;
+  }
+  return ZS_OK;
+}

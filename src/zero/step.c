@@ -1,0 +1,168 @@
+/* zs_step: wait for the reductions, the global gradient norm (one all-reduce of
+ * the shards' sums of squares, which also detects inf/NaN), clipping, fp16 loss
+ * scaling, the optimizer on every shard segment in one call, zeroing gradients,
+ * and the parameter all-gather that stages 1-2 need after the update. */
+#include <math.h>
+#include <string.h>
+
+#include "zero/engine_impl.h"
+
+zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
+  const zs_config_t *c = &zs->cfg;
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    const void *send;
+    if (c->stage == 1 || c->stage == 2) {
+      if (!all) continue;
+      send = (char *)u->full + (size_t)u->opt_off * zs->pb; /* in place */
+    } else if (c->stage == 3 && u->persistent) {
+      send = u->pshard;
+    } else {
+      continue;
+    }
+    zs_status_t st;
+    if ((st = zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step)) != ZS_OK ||
+        (st = zs_comm_all_gather(zs->comm, send, u->full, (size_t)u->shard, c->param_dtype, zs->ag_stream)) != ZS_OK ||
+        (st = zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream)) != ZS_OK)
+      return ZS_FAIL(zs->err, st, "parameter all-gather of unit '%s' failed on rank %d: %s", u->name, zs->rank,
+                     zs_last_error());
+  }
+  return ZS_OK;
+}
+
+/* Global sum of squares of the (summed, still scaled) gradients this rank owns.
+ * Per segment a double sum rounded into an fp32 total, in segment order, on the
+ * device or (offload) on the host the same way, so both give the same bits. */
+static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
+  zs_status_t st;
+  if (zs->offload) {
+    float acc = 0.0f;
+    for (int i = 0; i < zs->nsegs; i++)
+      acc = (float)((double)acc + zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n));
+    *zs->hscalar = acc;
+    if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(float), ZS_COPY_H2D, zs->compute)) != ZS_OK)
+      goto fail;
+  } else {
+    if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK) goto fail;
+    for (int i = 0; i < zs->nsegs; i++)
+      if ((st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype, zs->segs[i].n, zs->scalar)) != ZS_OK)
+        goto fail;
+  }
+  /* stage 0: every rank holds the whole reduced gradient, nothing to add up */
+  if (zs->cfg.stage >= 1 && zs->world > 1 &&
+      (st = zs_comm_all_reduce(zs->comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK)
+    goto fail;
+  if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(float), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
+      (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
+    goto fail;
+  *out = *zs->hscalar;
+  return ZS_OK;
+fail:
+  return ZS_FAIL(zs->err, st, "gradient norm failed on rank %d: %s", zs->rank, zs_last_error());
+}
+
+static zs_status_t zero_grads(zs_engine_t *zs) {
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    if (zs->offload) { /* the CPU step is over: the host shards are free */
+      memset(u->hgrad, 0, (size_t)u->opt_n * 4);
+      if (zs->cfg.stage >= 2) continue;
+    }
+    void *g = zs->cfg.stage <= 1 ? u->gfull : u->gshard;
+    size_t bytes = zs->cfg.stage <= 1 ? (size_t)u->padded * zs->pb : (size_t)u->shard * zs->rb;
+    zs_status_t st = zs_memset_async(zs->dev, g, 0, bytes, zs->compute);
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zeroing gradients failed: %s", zs_last_error());
+  }
+  return ZS_OK;
+}
+
+zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_step: engine is NULL");
+  if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step before zs_engine_setup");
+  const zs_config_t *c = &zs->cfg;
+  if (zs->phase != ZS_PH_BACKWARD)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step before backward: run zs_backward_begin and reduce every unit first");
+  for (int i = 0; i < zs->nunits; i++) {
+    if (zs->units[i].st == ZS_U_HELD)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step while unit %d '%s' is gathered: zs_reduce it first", i,
+                     zs->units[i].name);
+    if (zs->units[i].reduced_round != zs->round)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step before unit %d '%s' was reduced: call zs_reduce for every unit",
+                     i, zs->units[i].name);
+  }
+  if (zs->round != c->grad_accum)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step after %d of %d accumulation rounds: run the remaining rounds first",
+                   zs->round, c->grad_accum);
+  zs_status_t st;
+  /* the compute stream waits for every reduction; then transient buffers go */
+  if ((st = zs_event_record(zs->dev, zs->ev_reduced_all, zs->rs_stream)) != ZS_OK ||
+      (st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_reduced_all)) != ZS_OK)
+    return ZS_FAIL(zs->err, st, "waiting for reductions failed: %s", zs_last_error());
+  ZS_CHECK(zs__eng_free_released(zs));
+  if (zs->offload) { /* the host reads the gradient shards the copy stream delivered */
+    if ((st = zs_event_record(zs->dev, zs->ev_copy_done, zs->copy_stream)) != ZS_OK ||
+        (st = zs_event_synchronize(zs->dev, zs->ev_copy_done)) != ZS_OK)
+      return ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
+  }
+  ZS_CHECK(zs__eng_free_grads(zs, 0));
+
+  double sumsq;
+  ZS_CHECK(grad_sumsq(zs, &sumsq));
+  double base = 1.0 / ((double)zs->world * (double)c->grad_accum * (double)zs->loss_scale);
+  double norm = sqrt(sumsq) * base;
+  int finite = isfinite(sumsq);
+  int dynamic = c->param_dtype == ZS_FP16 && c->loss_scale == 0.0f;
+  float coef = 1.0f;
+  zs_status_t result = ZS_OK;
+
+  if (!finite) {
+    if (dynamic) {
+      if (zs->loss_scale <= c->min_scale) {
+        result = ZS_FAIL(zs->err, ZS_ERR_OVERFLOW,
+                         "gradients overflow at the minimum fp16 loss scale %g (step %lld): the scale cannot back "
+                         "off further; lower the learning rate, check the data, or train in bf16",
+                         (double)zs->loss_scale, (long long)zs->step);
+      } else if (--zs->hysteresis_left <= 0) {
+        zs->loss_scale = fmaxf(zs->loss_scale * 0.5f, c->min_scale);
+        zs->hysteresis_left = c->hysteresis;
+        ZS_LOG_I("fp16 overflow: loss scale backs off to %g", (double)zs->loss_scale);
+      }
+      zs->good_steps = 0;
+    } else {
+      ZS_LOG_W("step skipped on rank %d: the gradients hold inf or NaN (norm %g)", zs->rank, norm);
+    }
+  } else {
+    if (c->grad_clip > 0 && norm > c->grad_clip) coef = (float)(c->grad_clip / (norm + 1e-6));
+    zs->step++;
+    zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
+                          .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
+    if (zs->offload) {
+      st = zs__offload_step(zs->dev, zs->copy_stream, &h, zs->ounits, zs->nunits, zs->ev_slot, zs->ev_copy_done);
+      if (st == ZS_OK) st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_copy_done);
+    } else {
+      st = zs__optim_step(zs->dev, zs->compute, &h, zs->segs, zs->nsegs);
+    }
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "optimizer step failed on rank %d: %s", zs->rank, zs_last_error());
+    if (dynamic && ++zs->good_steps >= c->scale_window) {
+      zs->loss_scale *= 2.0f;
+      zs->good_steps = 0;
+      zs->hysteresis_left = c->hysteresis;
+    }
+  }
+  ZS_CHECK(zero_grads(zs));
+  if ((st = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
+    return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
+  if (finite) ZS_CHECK(zs__eng_regather(zs, 1));
+
+  zs->phase = ZS_PH_IDLE;
+  zs->round = 0;
+  for (int i = 0; i < zs->nunits; i++) zs->units[i].reduced_round = 0;
+  if (rep) {
+    rep->step = zs->step;
+    rep->grad_norm = (float)norm;
+    rep->clip_coef = coef;
+    rep->skipped = !finite;
+    rep->loss_scale = zs->loss_scale;
+  }
+  return result;
+}

@@ -1,0 +1,459 @@
+/* The engine's memory and traffic against the ZeRO formulas, computed here from
+ * the parameter shapes (not from the engine's layout), at every call boundary of
+ * a step; misuse and cross-rank mismatches reported as errors; fp16 loss scaling.
+ * Run at 1-4 ranks through mpiexec. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "common/half.h"
+#include "harness.h"
+#include "tiny_model.h"
+#include "zeroshard/engine.h"
+
+#define NBLK 3
+#define NU (NBLK + 2)
+
+static zs_device_t *dev;
+static zs_comm_t *world;
+static int rank, nranks;
+
+/* ---- the formulas ----------------------------------------------------------- */
+
+static const int64_t unit_params[NU][3] = {
+    {TM_DIN * TM_D, TM_D, 0}, {TM_D * TM_D, TM_D, TM_D}, {TM_D * TM_D, TM_D, TM_D},
+    {TM_D * TM_D, TM_D, TM_D}, {TM_D * TM_DOUT, TM_DOUT, 0}};
+static int64_t Pu[NU], Su[NU];
+
+/* Each parameter starts at a multiple of 64 elements; a unit is padded to a
+ * multiple of 64 x ranks and cut into equal shards. */
+static void formula_layout(int n) {
+  for (int u = 0; u < NU; u++) {
+    int64_t t = 0;
+    for (int k = 0; k < 3; k++) t += (unit_params[u][k] + 63) / 64 * 64;
+    Pu[u] = (t + 64 * n - 1) / (64 * n) * (64 * n);
+    Su[u] = Pu[u] / n;
+  }
+}
+
+typedef struct {
+  uint64_t params, grads, optim, gather; /* device domain */
+  uint64_t host_grads, host_optim;       /* host domain (offload) */
+} expect_t;
+
+/* Model-state bytes between steps (DESIGN.md's table with pb/rb bytes per
+ * param/reduce element, fp32 master, m and v). */
+static expect_t formula_static(int stage, size_t pb, size_t rb, int offload) {
+  expect_t e = {0};
+  for (int u = 0; u < NU; u++) {
+    uint64_t P = (uint64_t)Pu[u], S = (uint64_t)Su[u], on = stage == 0 ? P : S;
+    e.params += (stage <= 2 ? P : S) * pb;
+    if (!offload) {
+      e.grads += stage <= 1 ? P * pb : S * rb;
+      e.optim += (pb == 4 ? 0 : 4 * on) + 8 * on;
+    } else {
+      /* ZeRO-Offload: fp32 master, m, v and grad shard on the host (16 bytes per
+       * shard element); the device keeps stage 1's full gradient buffer */
+      e.grads += stage <= 1 ? P * pb : 0;
+      e.host_optim += 12 * S;
+      e.host_grads += 4 * S;
+    }
+  }
+  return e;
+}
+
+static int memcheck_failures;
+static void check_mem(const char *where, expect_t e) {
+  zs_memory_stats_t s;
+  zs_device_memory_stats(dev, &s);
+  const uint64_t *c = s.current[ZS_DOMAIN_DEVICE], *h = s.current[ZS_DOMAIN_HOST];
+  if (h[ZS_MEM_GRADS] != e.host_grads || h[ZS_MEM_OPTIMIZER] != e.host_optim || h[ZS_MEM_PARAMS] != 0) {
+    if (memcheck_failures++ < 5)
+      ZS_T_REPORT("%s: host grads %llu/%llu optimizer %llu/%llu params %llu/0 (measured/formula)", where,
+                  (unsigned long long)h[ZS_MEM_GRADS], (unsigned long long)e.host_grads,
+                  (unsigned long long)h[ZS_MEM_OPTIMIZER], (unsigned long long)e.host_optim,
+                  (unsigned long long)h[ZS_MEM_PARAMS]);
+  }
+  if (c[ZS_MEM_PARAMS] != e.params || c[ZS_MEM_GRADS] != e.grads || c[ZS_MEM_OPTIMIZER] != e.optim ||
+      c[ZS_MEM_GATHER] != e.gather) {
+    if (memcheck_failures++ < 5)
+      ZS_T_REPORT("%s: params %llu/%llu grads %llu/%llu optimizer %llu/%llu gather %llu/%llu (measured/formula)",
+                  where, (unsigned long long)c[ZS_MEM_PARAMS], (unsigned long long)e.params,
+                  (unsigned long long)c[ZS_MEM_GRADS], (unsigned long long)e.grads,
+                  (unsigned long long)c[ZS_MEM_OPTIMIZER], (unsigned long long)e.optim,
+                  (unsigned long long)c[ZS_MEM_GATHER], (unsigned long long)e.gather);
+  }
+}
+
+static uint64_t gathered(int lo, int hi, size_t pb) { /* units lo..hi clipped to the model */
+  uint64_t b = 0;
+  for (int u = lo < 0 ? 0 : lo; u <= hi && u < NU; u++) b += (uint64_t)Pu[u] * pb;
+  return b;
+}
+
+/* One step without compute, checking the accountant after every call. */
+static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = stage;
+  c.param_dtype = c.reduce_dtype = dt;
+  c.prefetch = k;
+  c.offload_optimizer = off ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
+  size_t pb = zs_dtype_size(dt), rb = pb;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, dt));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  for (int u = 0; u < NU; u++) {
+    int64_t pad, sh;
+    expect_ok(zs_unit_layout(zs, u, NULL, &pad, &sh));
+    expect_int_eq(pad, Pu[u]);
+    expect_int_eq(sh, Su[u]);
+  }
+  expect_t st = formula_static(stage, pb, rb, off), e;
+  char w[128];
+  if (off && stage == 3 && dt == ZS_BF16) { /* issue 5's formula: device 2psi/N, host 16psi/N */
+    uint64_t S = 0;
+    for (int u = 0; u < NU; u++) S += (uint64_t)Su[u];
+    expect_u64_eq(st.params + st.grads + st.optim, 2 * S);
+    expect_u64_eq(st.host_grads + st.host_optim, 16 * S);
+  }
+  /* DESIGN.md's table in its own terms for mixed precision (2 + 2 + 12) */
+  if (dt == ZS_BF16 && !off) {
+    uint64_t P = 0, S = 0;
+    for (int u = 0; u < NU; u++) P += (uint64_t)Pu[u], S += (uint64_t)Su[u];
+    uint64_t table[4] = {16 * P, 4 * P + 12 * S, 2 * P + 14 * S, 16 * S};
+    expect_u64_eq(st.params + st.grads + st.optim, table[stage]);
+  }
+  snprintf(w, sizeof w, "stage %d %s prefetch %d after setup", stage, zs_dtype_name(dt), k);
+  check_mem(w, st);
+  for (int step = 0; step < 2; step++) {
+    int s3 = stage == 3;
+    expect_ok(zs_forward_begin(zs));
+    e = st;
+    if (s3) e.gather = gathered(0, k - 1, pb);
+    snprintf(w, sizeof w, "stage %d %s k %d forward_begin", stage, zs_dtype_name(dt), k);
+    check_mem(w, e);
+    for (int u = 0; u < NU; u++) {
+      expect_ok(zs_gather(zs, u));
+      if (s3) e.gather = gathered(u, u + k, pb);
+      snprintf(w, sizeof w, "stage %d %s k %d forward gather(%d)", stage, zs_dtype_name(dt), k, u);
+      check_mem(w, e);
+      expect_ok(zs_release(zs, u));
+      check_mem(w, e);
+    }
+    expect_ok(zs_backward_begin(zs));
+    if (s3) e.gather = gathered(NU - k, NU - 1, pb);
+    snprintf(w, sizeof w, "stage %d %s k %d backward_begin", stage, zs_dtype_name(dt), k);
+    check_mem(w, e);
+    for (int u = NU - 1; u >= 0; u--) {
+      expect_ok(zs_gather(zs, u));
+      if (s3) e.gather = gathered(u - k, u, pb);
+      /* full grads of this unit and of the one reducing; with offload also the
+       * reduced device shard of the one being copied to the host */
+      if (stage >= 2) e.grads = st.grads + gathered(u, u + 1, pb) + (off && u + 1 < NU ? (uint64_t)Su[u + 1] * rb : 0);
+      snprintf(w, sizeof w, "stage %d %s k %d off %d backward gather(%d)", stage, zs_dtype_name(dt), k, off, u);
+      check_mem(w, e);
+      expect_ok(zs_reduce(zs, u));
+      if (stage >= 2 && off) e.grads += (uint64_t)Su[u] * rb;
+      snprintf(w, sizeof w, "stage %d %s k %d reduce(%d)", stage, zs_dtype_name(dt), k, u);
+      check_mem(w, e);
+    }
+    expect_ok(zs_step(zs, NULL));
+    snprintf(w, sizeof w, "stage %d %s k %d after step", stage, zs_dtype_name(dt), k);
+    check_mem(w, st);
+  }
+  zs_engine_destroy(zs);
+  free(m);
+  zs_memory_stats_t s;
+  zs_device_memory_stats(dev, &s);
+  expect_u64_eq(s.current_total[ZS_DOMAIN_DEVICE], 0); /* everything returned */
+}
+
+static void test_memory_formulas(void) {
+  for (int stage = 0; stage <= 3; stage++)
+    for (int d = 0; d < 2; d++)
+      for (int k = 0; k <= (stage == 3 ? 2 : 0); k++)
+        for (int off = 0; off <= (stage > 0); off++) memory_case(stage, d ? ZS_BF16 : ZS_FP32, k, off);
+}
+
+/* ---- traffic ---------------------------------------------------------------- */
+
+static void traffic_case(int stage, int accum) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = stage;
+  c.grad_accum = accum;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  for (int step = 0; step < 2; step++) {
+    zs_engine_comm_stats_reset(zs);
+    for (int a = 0; a < accum; a++) {
+      expect_ok(zs_forward_begin(zs));
+      for (int u = 0; u < NU; u++) {
+        expect_ok(zs_gather(zs, u));
+        expect_ok(zs_release(zs, u));
+      }
+      expect_ok(zs_backward_begin(zs));
+      for (int u = NU - 1; u >= 0; u--) {
+        expect_ok(zs_gather(zs, u));
+        expect_ok(zs_reduce(zs, u));
+      }
+    }
+    expect_ok(zs_step(zs, NULL));
+    zs_comm_stats_t s;
+    expect_ok(zs_engine_comm_stats(zs, &s));
+    /* ring terms: a unit of B bytes costs (N-1)B/N per all-gather or reduce-scatter */
+    uint64_t ring = 0, N = (uint64_t)nranks;
+    for (int u = 0; u < NU; u++) ring += (N - 1) * (uint64_t)Pu[u] * 4 / N;
+    uint64_t ag = stage == 3 ? 2 * (uint64_t)accum * ring : (stage >= 1 ? ring : 0);
+    uint64_t rs = stage >= 2 ? (uint64_t)accum * ring : (stage == 1 ? ring : 0);
+    uint64_t ar = stage == 0 ? 2 * ring : 0;
+    expect_u64_eq(s.bytes_sent[ZS_COLL_ALL_GATHER], ag);
+    expect_u64_eq(s.bytes_recv[ZS_COLL_ALL_GATHER], ag);
+    expect_u64_eq(s.bytes_sent[ZS_COLL_REDUCE_SCATTER], rs);
+    if (stage == 0) expect_u64_eq(s.bytes_sent[ZS_COLL_ALL_REDUCE], ar);
+    else expect_u64_eq(s.calls[ZS_COLL_ALL_REDUCE], nranks > 1 ? 1 : 0); /* the norm: one fp32 */
+    if (accum == 1) { /* 2psi for stages 0-2, 3psi for stage 3 */
+      uint64_t moved = s.bytes_sent[ZS_COLL_ALL_GATHER] + s.bytes_sent[ZS_COLL_REDUCE_SCATTER] +
+                       (stage == 0 ? s.bytes_sent[ZS_COLL_ALL_REDUCE] : 0);
+      expect_u64_eq(moved, (stage == 3 ? 3 : 2) * ring);
+    }
+    expect_u64_eq(s.calls[ZS_COLL_BROADCAST] + s.calls[ZS_COLL_ALL_TO_ALL] + s.calls[ZS_COLL_SEND], 0);
+  }
+  zs_engine_destroy(zs);
+  free(m);
+}
+
+static void test_traffic(void) {
+  for (int stage = 0; stage <= 3; stage++) {
+    traffic_case(stage, 1);
+    traffic_case(stage, 3);
+  }
+}
+
+/* ---- misuse ------------------------------------------------------------------- */
+
+static void test_misuse(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE); /* the errors below are expected */
+  zs_config_t c = ZS_CONFIG_INIT;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  c.stage = 7;
+  expect_status(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage");
+  c.stage = 3;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "before zs_engine_setup");
+  expect_status(zs_engine_setup(zs, NULL, NULL), ZS_ERR_STATE); /* nothing declared */
+  int u;
+  expect_status(zs_param_add(zs, 0, "w", 1, (int64_t[]){4}, 0, NULL, NULL, NULL), ZS_ERR_STATE);
+  expect_ok(zs_unit_add(zs, "only", &u));
+  expect_status(zs_param_add(zs, u, "bad", 1, (int64_t[]){0}, 0, NULL, NULL, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), "'bad'");
+  void *w = NULL, *gw = NULL;
+  expect_ok(zs_param_add(zs, u, "w", 2, (int64_t[]){3, 5}, 0, &w, &gw, NULL));
+  expect_ok(zs_engine_setup(zs, NULL, NULL));
+  expect_status(zs_unit_add(zs, "late", &u), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "after zs_engine_setup");
+  expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "before backward");
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE); /* outside a phase */
+  expect_status(zs_forward_end(zs), ZS_ERR_STATE);
+  /* an evaluation pass: forward only, everything released afterwards */
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, 0));
+  expect_status(zs_forward_end(zs), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "still gathered");
+  expect_ok(zs_release(zs, 0));
+  expect_ok(zs_forward_end(zs));
+  zs_memory_stats_t ms;
+  zs_device_memory_stats(dev, &ms);
+  expect_u64_eq(ms.current[ZS_DOMAIN_DEVICE][ZS_MEM_GATHER], 0);
+  expect_status(zs_backward_begin(zs), ZS_ERR_STATE);
+  expect_ok(zs_forward_begin(zs));
+  expect_status(zs_gather(zs, 99), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "unit 99 is not declared");
+  expect_status(zs_release(zs, 0), ZS_ERR_STATE);
+  expect_true(w == NULL); /* stage 3: no slot outside gather */
+  expect_ok(zs_gather(zs, 0));
+  expect_true(w != NULL);
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "already gathered");
+  expect_status(zs_backward_begin(zs), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "still gathered");
+  expect_status(zs_reduce(zs, 0), ZS_ERR_STATE);
+  expect_ok(zs_release(zs, 0));
+  expect_true(w == NULL);
+  expect_ok(zs_backward_begin(zs));
+  expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "was reduced");
+  expect_ok(zs_gather(zs, 0));
+  expect_true(gw != NULL);
+  expect_ok(zs_reduce(zs, 0));
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "already reduced");
+  expect_status(zs_forward_begin(zs), ZS_ERR_STATE); /* rounds done: step first */
+  expect_str_contains(zs_engine_last_error(zs), "zs_step first");
+  expect_ok(zs_step(zs, NULL));
+  zs_engine_destroy(zs);
+  free(m);
+  zs_log_set_level(saved);
+}
+
+/* Ranks that declare differently get ZS_ERR_MISMATCH on every rank, naming the
+ * first differing parameter; no hang. */
+static void test_mismatch(void) {
+  if (nranks < 2) return;
+  for (int kind = 0; kind < 3; kind++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 3;
+    if (kind == 2 && rank == 1) c.stage = 2;
+    zs_engine_t *zs;
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    int u;
+    expect_ok(zs_unit_add(zs, "a", &u));
+    expect_ok(zs_param_add(zs, u, "a.w", 1, (int64_t[]){10}, 0, NULL, NULL, NULL));
+    expect_ok(zs_unit_add(zs, "b", &u));
+    int64_t n = (kind == 0 && rank == nranks - 1) ? 12 : 11;
+    expect_ok(zs_param_add(zs, u, "b.w", 2, (int64_t[]){n, 3}, 0, NULL, NULL, NULL));
+    if (kind == 1 && rank == 0) expect_ok(zs_param_add(zs, u, "b.extra", 1, (int64_t[]){2}, 0, NULL, NULL, NULL));
+    expect_status(zs_engine_setup(zs, NULL, NULL), ZS_ERR_MISMATCH);
+    const char *msg = zs_engine_last_error(zs);
+    if (kind == 0) {
+      expect_str_contains(msg, "'b.w'");
+      expect_str_contains(msg, "shape [12,3]");
+      expect_str_contains(msg, "shape [11,3]");
+    } else if (kind == 1) {
+      expect_str_contains(msg, "options differ"); /* the parameter count is an option-level fact */
+    } else {
+      expect_str_contains(msg, "stage 2");
+    }
+    zs_engine_destroy(zs);
+  }
+}
+
+/* ---- fp16 loss scaling ---------------------------------------------------------- */
+
+static void test_loss_scaling(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 2;
+  c.param_dtype = c.reduce_dtype = ZS_FP16;
+  c.initial_scale = 1024.0f;
+  c.scale_window = 2;
+  c.hysteresis = 1;
+  c.min_scale = 256.0f;
+  zs_engine_t *zs;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  int u;
+  void *w, *g;
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  /* grads 0.01 x scale everywhere, plus an inf at element 7 on the last rank in
+   * steps 3-4; window 2 doubles the scale after two good steps, hysteresis 1
+   * halves it at each overflow */
+  const float want[] = {1024, 1024, 2048, 2048, 1024, 512, 512};
+  const int inject[] = {0, 0, 0, 1, 1, 0, 0};
+  for (int s = 0; s < 7; s++) {
+    expect_near(zs_loss_scale(zs), want[s], 0, 0);
+    expect_ok(zs_forward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    expect_ok(zs_release(zs, u));
+    expect_ok(zs_backward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    for (int i = 0; i < 100; i++) ((uint16_t *)g)[i] = zs_f32_to_f16(0.01f * zs_loss_scale(zs));
+    if (inject[s] && rank == nranks - 1) ((uint16_t *)g)[7] = 0x7c00;
+    expect_ok(zs_reduce(zs, u));
+    zs_step_report_t rep;
+    zs_status_t st = zs_step(zs, &rep);
+    expect_int_eq(st, ZS_OK);
+    expect_int_eq(rep.skipped, inject[s]);
+    if (!inject[s]) expect_near(rep.grad_norm, 0.01 * sqrt(100.0), 2e-3, 0); /* unscaled, averaged */
+  }
+  /* at the minimum scale an overflow is an error, not a silent loop */
+  zs_engine_destroy(zs);
+  c.initial_scale = c.min_scale = 256.0f;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  expect_ok(zs_release(zs, u));
+  expect_ok(zs_backward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  ((uint16_t *)g)[3] = 0x7e00; /* NaN on every rank */
+  expect_ok(zs_reduce(zs, u));
+  expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
+  expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
+  zs_engine_destroy(zs);
+}
+
+/* Pinning fails: the offloaded state falls back to pageable memory with a
+ * warning and training goes on, or setup fails cleanly when strict. */
+static void test_offload_pinned_faults(void) {
+  for (int strict = 0; strict <= 1; strict++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 3;
+    c.offload_optimizer = ZS_OFFLOAD_CPU;
+    c.offload_strict = strict;
+    zs_engine_t *zs;
+    tm_model_t *m = calloc(1, sizeof *m);
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+    zs__fault_arm(ZS_FAULT_PINNED, 2, 1000); /* every pinning after the first two fails */
+    zs_status_t st = zs_engine_setup(zs, tm_init, zs);
+    zs__fault_arm(ZS_FAULT_PINNED, 0, 0);
+    if (strict) {
+      expect_int_eq(st, ZS_ERR_NOMEM);
+      expect_str_contains(zs_engine_last_error(zs), "pinned");
+    } else {
+      expect_int_eq(st, ZS_OK);
+      for (int step = 0; step < 2 && st == ZS_OK; step++) {
+        expect_ok(zs_forward_begin(zs));
+        for (int u = 0; u < NU; u++) {
+          expect_ok(zs_gather(zs, u));
+          expect_ok(zs_release(zs, u));
+        }
+        expect_ok(zs_backward_begin(zs));
+        for (int u = NU - 1; u >= 0; u--) {
+          expect_ok(zs_gather(zs, u));
+          expect_ok(zs_reduce(zs, u));
+        }
+        expect_ok(zs_step(zs, NULL));
+      }
+    }
+    zs_engine_destroy(zs);
+    free(m);
+    zs_memory_stats_t s;
+    zs_device_memory_stats(dev, &s);
+    expect_u64_eq(s.current_total[ZS_DOMAIN_HOST], 0);
+    expect_u64_eq(s.current_total[ZS_DOMAIN_DEVICE], 0);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (zs_device_create_cpu(&dev) != ZS_OK) return 1;
+  if (zs_comm_create_mpi_world(&world, dev) != ZS_OK) return 1;
+  rank = zs_comm_rank(world);
+  nranks = zs_comm_size(world);
+  zs_t_rank = rank;
+  formula_layout(nranks);
+  zs_test_run(test_memory_formulas);
+  zs_test_run(test_traffic);
+  zs_test_run(test_misuse);
+  zs_test_run(test_mismatch);
+  zs_test_run(test_loss_scaling);
+  zs_test_run(test_offload_pinned_faults);
+  int rc = zs_test_finish();
+  zs_comm_destroy(world);
+  zs_device_destroy(dev);
+  return rc;
+}

@@ -1,0 +1,212 @@
+/* A small residual MLP trained through the engine, for the engine's tests.
+ *
+ * Units: 0 "embed" {W0 [din,d], b0 [d]}, 1..nblk "blk.l" {W [d,d], b [d],
+ * g [d] (no decay)}, nblk+1 "head" {Wh [d,dout], bh [dout]}.
+ *   h0 = tanh(x W0 + b0);  h_l = h_{l-1} + g * tanh(h_{l-1} W_l + b_l);
+ *   y = h Wh + bh;  loss = mean over samples of 0.5 |y - t|^2
+ * Odd sizes (d = 13, din = 5, dout = 3) make parameters straddle shard borders.
+ * Forward and backward are written by hand in float, reading parameters and
+ * adding gradients in the engine's param dtype (fp32 or bf16). */
+#ifndef ZS_TESTS_TINY_MODEL_H
+#define ZS_TESTS_TINY_MODEL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "zeroshard/engine.h"
+
+#define TM_MAXB 4
+#define TM_MAXS 64 /* samples per micro-batch */
+#define TM_D 13
+#define TM_DIN 5
+#define TM_DOUT 3
+
+typedef struct {
+  int nblk;
+  zs_dtype_t dt;
+  void *W0, *b0, *Wh, *bh, *W[TM_MAXB], *b[TM_MAXB], *g[TM_MAXB];
+  void *dW0, *db0, *dWh, *dbh, *dW[TM_MAXB], *db[TM_MAXB], *dg[TM_MAXB];
+  /* activations of the current micro-batch */
+  float h[TM_MAXB + 1][TM_MAXS][TM_D], u[TM_MAXB + 1][TM_MAXS][TM_D], dy[TM_MAXS][TM_DOUT];
+} tm_model_t;
+
+static inline float tm_ld(const void *p, int64_t i, zs_dtype_t dt) {
+  return dt == ZS_FP32 ? ((const float *)p)[i] : zs_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+static inline void tm_add(void *p, int64_t i, float v, zs_dtype_t dt) {
+  if (dt == ZS_FP32) ((float *)p)[i] += v;
+  else ((uint16_t *)p)[i] = zs_f32_to_bf16(zs_bf16_to_f32(((uint16_t *)p)[i]) + v);
+}
+
+/* Declares the model; returns the first failing status. */
+static inline zs_status_t tm_declare(zs_engine_t *zs, tm_model_t *m, int nblk, zs_dtype_t dt) {
+  memset(m, 0, sizeof *m);
+  m->nblk = nblk;
+  m->dt = dt;
+  int u;
+  zs_status_t st;
+  char name[64];
+  if ((st = zs_unit_add(zs, "embed", &u))) return st;
+  if ((st = zs_param_add(zs, u, "embed.W", 2, (int64_t[]){TM_DIN, TM_D}, 0, &m->W0, &m->dW0, NULL))) return st;
+  if ((st = zs_param_add(zs, u, "embed.b", 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->b0, &m->db0, NULL))) return st;
+  for (int l = 0; l < nblk; l++) {
+    snprintf(name, sizeof name, "blk.%d", l);
+    if ((st = zs_unit_add(zs, name, &u))) return st;
+    snprintf(name, sizeof name, "blk.%d.W", l);
+    if ((st = zs_param_add(zs, u, name, 2, (int64_t[]){TM_D, TM_D}, 0, &m->W[l], &m->dW[l], NULL))) return st;
+    snprintf(name, sizeof name, "blk.%d.b", l);
+    if ((st = zs_param_add(zs, u, name, 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->b[l], &m->db[l], NULL))) return st;
+    snprintf(name, sizeof name, "blk.%d.g", l);
+    if ((st = zs_param_add(zs, u, name, 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->g[l], &m->dg[l], NULL))) return st;
+  }
+  if ((st = zs_unit_add(zs, "head", &u))) return st;
+  if ((st = zs_param_add(zs, u, "head.W", 2, (int64_t[]){TM_D, TM_DOUT}, 0, &m->Wh, &m->dWh, NULL))) return st;
+  if ((st = zs_param_add(zs, u, "head.b", 1, (int64_t[]){TM_DOUT}, ZS_PARAM_NO_DECAY, &m->bh, &m->dbh, NULL))) return st;
+  return ZS_OK;
+}
+
+/* Initial values from (parameter id, element index) only: the same model at every
+ * world size and stage. Gains start near 1, the rest uniform in [-0.4, 0.4). */
+static inline int tm_init(void *user, int param, int64_t offset, int64_t count, float *dst) {
+  zs_engine_t *zs = user;
+  const char *name = zs_param_name(zs, param);
+  int gain = name && name[strlen(name) - 1] == 'g' && name[strlen(name) - 2] == '.';
+  for (int64_t i = 0; i < count; i++) {
+    uint64_t z = ((uint64_t)param << 40) ^ (uint64_t)(offset + i) ^ 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    float r = (float)((double)(z >> 11) / 9007199254740992.0) - 0.5f;
+    dst[i] = gain ? 1.0f + 0.2f * r : 0.8f * r;
+  }
+  return 0;
+}
+
+/* The data set: n samples, the same on every rank. */
+static inline void tm_data(int n, float x[][TM_DIN], float t[][TM_DOUT]) {
+  uint64_t s = 12345;
+  for (int i = 0; i < n; i++) {
+    for (int j = 0; j < TM_DIN; j++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      x[i][j] = (float)((s >> 33) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int j = 0; j < TM_DOUT; j++) t[i][j] = sinf(1.3f * x[i][j] + 0.7f * x[i][(j + 2) % TM_DIN]);
+  }
+}
+
+/* One forward and backward round through the engine over samples [s0, s0+n).
+ * Returns the micro-batch mean loss in *loss. */
+static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x[][TM_DIN],
+                                   const float t[][TM_DOUT], int s0, int n, double *loss) {
+  zs_status_t st;
+  const zs_dtype_t dt = m->dt;
+  const int L = m->nblk, H = L + 1;
+  if ((st = zs_forward_begin(zs))) return st;
+  /* embed */
+  if ((st = zs_gather(zs, 0))) return st;
+  for (int s = 0; s < n; s++)
+    for (int j = 0; j < TM_D; j++) {
+      float a = tm_ld(m->b0, j, dt);
+      for (int i = 0; i < TM_DIN; i++) a += x[s0 + s][i] * tm_ld(m->W0, i * TM_D + j, dt);
+      m->h[0][s][j] = tanhf(a);
+    }
+  if ((st = zs_release(zs, 0))) return st;
+  /* blocks */
+  for (int l = 0; l < L; l++) {
+    if ((st = zs_gather(zs, 1 + l))) return st;
+    for (int s = 0; s < n; s++)
+      for (int j = 0; j < TM_D; j++) {
+        float a = tm_ld(m->b[l], j, dt);
+        for (int i = 0; i < TM_D; i++) a += m->h[l][s][i] * tm_ld(m->W[l], i * TM_D + j, dt);
+        m->u[l + 1][s][j] = tanhf(a);
+        m->h[l + 1][s][j] = m->h[l][s][j] + tm_ld(m->g[l], j, dt) * m->u[l + 1][s][j];
+      }
+    if ((st = zs_release(zs, 1 + l))) return st;
+  }
+  /* head and loss */
+  if ((st = zs_gather(zs, H))) return st;
+  double ls = 0;
+  for (int s = 0; s < n; s++)
+    for (int k = 0; k < TM_DOUT; k++) {
+      float y = tm_ld(m->bh, k, dt);
+      for (int i = 0; i < TM_D; i++) y += m->h[L][s][i] * tm_ld(m->Wh, i * TM_DOUT + k, dt);
+      float e = y - t[s0 + s][k];
+      ls += 0.5 * (double)e * e;
+      m->dy[s][k] = e / (float)n;
+    }
+  *loss = ls / n;
+  if ((st = zs_release(zs, H))) return st;
+
+  if ((st = zs_backward_begin(zs))) return st;
+  float dh[TM_MAXS][TM_D];
+  if ((st = zs_gather(zs, H))) return st;
+  for (int k = 0; k < TM_DOUT; k++) {
+    float sb = 0;
+    for (int s = 0; s < n; s++) sb += m->dy[s][k];
+    tm_add(m->dbh, k, sb, dt);
+    for (int i = 0; i < TM_D; i++) {
+      float sw = 0;
+      for (int s = 0; s < n; s++) sw += m->h[L][s][i] * m->dy[s][k];
+      tm_add(m->dWh, i * TM_DOUT + k, sw, dt);
+    }
+  }
+  for (int s = 0; s < n; s++)
+    for (int i = 0; i < TM_D; i++) {
+      float a = 0;
+      for (int k = 0; k < TM_DOUT; k++) a += m->dy[s][k] * tm_ld(m->Wh, i * TM_DOUT + k, dt);
+      dh[s][i] = a;
+    }
+  if ((st = zs_reduce(zs, H))) return st;
+  for (int l = L - 1; l >= 0; l--) {
+    if ((st = zs_gather(zs, 1 + l))) return st;
+    float dz[TM_MAXS][TM_D];
+    for (int s = 0; s < n; s++)
+      for (int j = 0; j < TM_D; j++) {
+        float uu = m->u[l + 1][s][j];
+        dz[s][j] = dh[s][j] * tm_ld(m->g[l], j, dt) * (1.0f - uu * uu);
+      }
+    for (int j = 0; j < TM_D; j++) {
+      float sg = 0, sb = 0;
+      for (int s = 0; s < n; s++) {
+        sg += dh[s][j] * m->u[l + 1][s][j];
+        sb += dz[s][j];
+      }
+      tm_add(m->dg[l], j, sg, dt);
+      tm_add(m->db[l], j, sb, dt);
+      for (int i = 0; i < TM_D; i++) {
+        float sw = 0;
+        for (int s = 0; s < n; s++) sw += m->h[l][s][i] * dz[s][j];
+        tm_add(m->dW[l], i * TM_D + j, sw, dt);
+      }
+    }
+    for (int s = 0; s < n; s++)
+      for (int i = 0; i < TM_D; i++) {
+        float a = 0;
+        for (int j = 0; j < TM_D; j++) a += dz[s][j] * tm_ld(m->W[l], i * TM_D + j, dt);
+        dh[s][i] += a;
+      }
+    if ((st = zs_reduce(zs, 1 + l))) return st;
+  }
+  if ((st = zs_gather(zs, 0))) return st;
+  for (int j = 0; j < TM_D; j++) {
+    float sb = 0;
+    float da[TM_MAXS];
+    for (int s = 0; s < n; s++) {
+      float hh = m->h[0][s][j];
+      da[s] = dh[s][j] * (1.0f - hh * hh);
+      sb += da[s];
+    }
+    tm_add(m->db0, j, sb, dt);
+    for (int i = 0; i < TM_DIN; i++) {
+      float sw = 0;
+      for (int s = 0; s < n; s++) sw += x[s0 + s][i] * da[s];
+      tm_add(m->dW0, i * TM_D + j, sw, dt);
+    }
+  }
+  return zs_reduce(zs, 0);
+}
+
+#endif
