@@ -1,0 +1,360 @@
+/* gpt.c: the GPT's parameter table, initialisation, activations, and each unit's
+ * forward and backward, composed from the layers in ops.c. */
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* ============================================================================
+ * shapes and the parameter table
+ * ========================================================================== */
+
+int gpt_config_check(const gpt_config_t *c, char *err, size_t n) {
+  if (c->vocab < 256) {
+    snprintf(err, n, "--vocab %d: tokens are bytes, so the vocabulary needs at least 256 rows", c->vocab);
+    return -1;
+  }
+  if (c->seq < 1 || c->channels < 1 || c->heads < 1 || c->layers < 1) {
+    snprintf(err, n, "--seq, --channels, --heads and --layers must be positive");
+    return -1;
+  }
+  if (c->layers > GPT_MAX_LAYERS) {
+    snprintf(err, n, "--layers %d: at most %d", c->layers, GPT_MAX_LAYERS);
+    return -1;
+  }
+  if (c->channels % c->heads) {
+    snprintf(err, n, "--channels %d is not a multiple of --heads %d", c->channels, c->heads);
+    return -1;
+  }
+  return 0;
+}
+
+int gpt_unit_count(const gpt_config_t *c) { return c->layers + 2; }
+int gpt_param_table_size(const gpt_config_t *c) { return 2 + GPT_BLOCK_NPARAMS * c->layers + 2; }
+
+int gpt_unit_first_param(const gpt_config_t *c, int unit) {
+  if (unit <= 0) return 0;
+  if (unit <= c->layers + 1) return 2 + GPT_BLOCK_NPARAMS * (unit - 1);
+  return gpt_param_table_size(c);
+}
+
+void gpt_unit_name(const gpt_config_t *c, int unit, char *buf, size_t n) {
+  if (unit == 0) snprintf(buf, n, "embed");
+  else if (unit <= c->layers) snprintf(buf, n, "h.%d", unit - 1);
+  else snprintf(buf, n, "lnf");
+}
+
+/* A block's twelve tensors: name suffix, shape in multiples of C (0 = 1), kind. */
+static const struct {
+  const char *name;
+  int rows, cols; /* rows x C by cols x C; cols 0: a vector of rows x C */
+  int no_decay;
+  gpt_init_kind_t init;
+} k_block[GPT_BLOCK_NPARAMS] = {
+    {"ln1.w", 1, 0, 1, GPT_INIT_ONE},        {"ln1.b", 1, 0, 1, GPT_INIT_ZERO},
+    {"attn.qkv.w", 1, 3, 0, GPT_INIT_NORMAL}, {"attn.qkv.b", 3, 0, 1, GPT_INIT_ZERO},
+    {"attn.proj.w", 1, 1, 0, GPT_INIT_RESID}, {"attn.proj.b", 1, 0, 1, GPT_INIT_ZERO},
+    {"ln2.w", 1, 0, 1, GPT_INIT_ONE},        {"ln2.b", 1, 0, 1, GPT_INIT_ZERO},
+    {"mlp.fc.w", 1, 4, 0, GPT_INIT_NORMAL},   {"mlp.fc.b", 4, 0, 1, GPT_INIT_ZERO},
+    {"mlp.proj.w", 4, 1, 0, GPT_INIT_RESID},  {"mlp.proj.b", 1, 0, 1, GPT_INIT_ZERO},
+};
+
+void gpt_param_info(const gpt_config_t *c, int index, gpt_param_info_t *p) {
+  const int64_t C = c->channels;
+  memset(p, 0, sizeof *p);
+  const int nb = GPT_BLOCK_NPARAMS * c->layers;
+  if (index < 2) {
+    p->unit = 0;
+    p->ndim = 2;
+    p->shape[0] = index == 0 ? c->vocab : c->seq;
+    p->shape[1] = C;
+    p->init = GPT_INIT_NORMAL;
+    snprintf(p->name, sizeof p->name, index == 0 ? "wte" : "wpe");
+  } else if (index < 2 + nb) {
+    int l = (index - 2) / GPT_BLOCK_NPARAMS, k = (index - 2) % GPT_BLOCK_NPARAMS;
+    p->unit = 1 + l;
+    if (k_block[k].cols) {
+      p->ndim = 2;
+      p->shape[0] = k_block[k].rows * C;
+      p->shape[1] = k_block[k].cols * C;
+    } else {
+      p->ndim = 1;
+      p->shape[0] = k_block[k].rows * C;
+    }
+    p->no_decay = k_block[k].no_decay;
+    p->init = k_block[k].init;
+    snprintf(p->name, sizeof p->name, "h.%d.%s", l, k_block[k].name);
+  } else {
+    int k = index - 2 - nb;
+    p->unit = c->layers + 1;
+    p->ndim = 1;
+    p->shape[0] = C;
+    p->no_decay = 1;
+    p->init = k == 0 ? GPT_INIT_ONE : GPT_INIT_ZERO;
+    snprintf(p->name, sizeof p->name, k == 0 ? "lnf.w" : "lnf.b");
+  }
+  p->numel = p->shape[0] * (p->ndim == 2 ? p->shape[1] : 1);
+}
+
+int64_t gpt_param_count(const gpt_config_t *c) {
+  int64_t total = 0;
+  gpt_param_info_t p;
+  for (int i = 0; i < gpt_param_table_size(c); i++) {
+    gpt_param_info(c, i, &p);
+    total += p.numel;
+  }
+  return total;
+}
+
+/* ============================================================================
+ * initialisation: counter-based normal draws
+ * ========================================================================== */
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* uniform in (0, 1) from (seed, param, element, which draw) */
+static double uniform01(uint64_t seed, int param, int64_t i, int k) {
+  uint64_t h = mix64(mix64(mix64(seed) ^ (uint64_t)param) ^ (uint64_t)i);
+  h = mix64(h ^ (uint64_t)k);
+  return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+void gpt_init_fill(const gpt_config_t *c, uint64_t seed, int index, int64_t offset, int64_t count,
+                   float *dst) {
+  gpt_param_info_t p;
+  gpt_param_info(c, index, &p);
+  if (p.init == GPT_INIT_ONE || p.init == GPT_INIT_ZERO) {
+    float v = p.init == GPT_INIT_ONE ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < count; i++) dst[i] = v;
+    return;
+  }
+  double std = 0.02;
+  if (p.init == GPT_INIT_RESID) std /= sqrt(2.0 * c->layers);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) {
+    int64_t e = offset + i;
+    double u1 = uniform01(seed, index, e, 0), u2 = uniform01(seed, index, e, 1);
+    dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  }
+}
+
+void gpt_weights_bind(const gpt_config_t *c, float *const *t, gpt_weights_t *w) {
+  memset(w, 0, sizeof *w);
+  w->embed.wte = t[0];
+  w->embed.wpe = t[1];
+  for (int l = 0; l < c->layers; l++) {
+    float *const *b = t + 2 + GPT_BLOCK_NPARAMS * l;
+    gpt_block_w_t *k = &w->blk[l];
+    k->ln1_w = b[0], k->ln1_b = b[1], k->qkv_w = b[2], k->qkv_b = b[3];
+    k->proj_w = b[4], k->proj_b = b[5], k->ln2_w = b[6], k->ln2_b = b[7];
+    k->fc_w = b[8], k->fc_b = b[9], k->mproj_w = b[10], k->mproj_b = b[11];
+  }
+  const int f = 2 + GPT_BLOCK_NPARAMS * c->layers;
+  w->lnf.w = t[f];
+  w->lnf.b = t[f + 1];
+}
+
+/* ============================================================================
+ * activations
+ * ========================================================================== */
+
+int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train) {
+  memset(a, 0, sizeof *a);
+  a->cfg = *c;
+  a->B = B;
+  a->T = T;
+  a->train = train;
+  a->nblocks = train ? c->layers : 1;
+  const size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->heads;
+  /* the head works on chunks of rows so its logits stay near 16 MiB at any vocabulary */
+  size_t rows = ((size_t)1 << 22) / (size_t)c->vocab;
+  a->head_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
+
+  /* two passes: count, then carve */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t off = 0;
+#define CARVE(ptr, n)                              \
+  do {                                             \
+    if (pass) (ptr) = a->mem + off;                \
+    off += ((size_t)(n) + 15) & ~(size_t)15;       \
+  } while (0)
+    CARVE(a->resid, (a->nblocks + 1) * N * C);
+    for (int l = 0; l < a->nblocks; l++) {
+      gpt_block_acts_t *k = &a->blk[l];
+      CARVE(k->ln1, N * C);
+      CARVE(k->ln1_mean, N);
+      CARVE(k->ln1_rstd, N);
+      CARVE(k->qkv, 3 * N * C);
+      CARVE(k->att, (size_t)B * NH * T * T);
+      CARVE(k->atty, N * C);
+      CARVE(k->mid, N * C);
+      CARVE(k->ln2, N * C);
+      CARVE(k->ln2_mean, N);
+      CARVE(k->ln2_rstd, N);
+      CARVE(k->fc, 4 * N * C);
+      CARVE(k->gelu, 4 * N * C);
+    }
+    CARVE(a->lnf, N * C);
+    CARVE(a->lnf_mean, N);
+    CARVE(a->lnf_rstd, N);
+    CARVE(a->logits, (size_t)a->head_rows * c->vocab);
+    if (train) {
+      CARVE(a->dlnf, N * C);
+      CARVE(a->dres, N * C);
+      CARVE(a->d4, 4 * N * C);
+      CARVE(a->dln, N * C);
+      CARVE(a->datty, N * C);
+      CARVE(a->dqkv, 3 * N * C);
+      CARVE(a->dtmp, (size_t)B * NH * T);
+    }
+#undef CARVE
+    if (!pass) {
+      a->nfloats = off;
+      a->mem = calloc(off, sizeof(float));
+      if (!a->mem) return -1;
+    }
+  }
+  return 0;
+}
+
+void gpt_acts_free(gpt_acts_t *a) {
+  free(a->mem);
+  memset(a, 0, sizeof *a);
+}
+
+/* ============================================================================
+ * units
+ * ========================================================================== */
+
+void gpt_embed_forward(const gpt_config_t *c, const gpt_embed_w_t *w, const int *tokens, int B,
+                       int T, float *x) {
+  const int C = c->channels;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const float *e = w->wte + (int64_t)tokens[b * T + t] * C, *p = w->wpe + (int64_t)t * C;
+      float *o = x + ((int64_t)b * T + t) * C;
+      for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+    }
+}
+
+void gpt_embed_backward(const gpt_config_t *c, gpt_embed_w_t *dw, const int *tokens, int B, int T,
+                        const float *dx) {
+  const int C = c->channels;
+  /* positions: one row of dwpe per iteration */
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float *d = dw->wpe + (int64_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float *g = dx + ((int64_t)b * T + t) * C;
+      for (int i = 0; i < C; i++) d[i] += g[i];
+    }
+  }
+  /* tokens repeat, so rows of dwte are shared: add in token order, split by channel */
+#pragma omp parallel for schedule(static)
+  for (int i0 = 0; i0 < C; i0 += 16) {
+    int i1 = i0 + 16 < C ? i0 + 16 : C;
+    for (int64_t n = 0; n < (int64_t)B * T; n++) {
+      float *d = dw->wte + (int64_t)tokens[n] * C;
+      const float *g = dx + n * C;
+      for (int i = i0; i < i1; i++) d[i] += g[i];
+    }
+  }
+}
+
+void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a,
+                       const float *x_in, float *x_out, int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  /* attention branch: mid = x + proj(attn(ln1(x))) */
+  op_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C);
+  op_matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0);
+  op_attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
+  memcpy(a->mid, x_in, (size_t)N * C * sizeof(float)); /* last read of x_in */
+  op_matmul_forward(a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1);
+  /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
+  op_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C);
+  op_matmul_forward(a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0);
+  op_gelu_forward(a->gelu, a->fc, N * 4 * C);
+  memcpy(x_out, a->mid, (size_t)N * C * sizeof(float));
+  op_matmul_forward(x_out, a->gelu, w->mproj_w, w->mproj_b, N, 4 * C, C, 1);
+}
+
+void gpt_block_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                        const gpt_block_acts_t *a, gpt_acts_t *s, const float *x_in, float *dres,
+                        int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  /* MLP branch; dres (d out) also flows straight through to d mid */
+  op_matmul_backward(s->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0);
+  op_gelu_backward(s->d4, a->fc, s->d4, N * 4 * C);
+  op_matmul_backward(s->dln, dw->fc_w, dw->fc_b, s->d4, a->ln2, w->fc_w, N, C, 4 * C, 0);
+  op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, s->dln, a->mid, w->ln2_w, a->ln2_mean,
+                        a->ln2_rstd, N, C); /* dres is now d mid */
+  /* attention branch; d mid flows straight through to d x */
+  op_matmul_backward(s->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0);
+  op_attention_backward(s->dqkv, s->dtmp, s->datty, a->qkv, a->att, B, T, C, c->heads);
+  op_matmul_backward(s->dln, dw->qkv_w, dw->qkv_b, s->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0);
+  op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, s->dln, x_in, w->ln1_w, a->ln1_mean,
+                        a->ln1_rstd, N, C); /* dres is now d x_in */
+}
+
+void gpt_lnf_forward(const gpt_config_t *c, const gpt_lnf_w_t *w, const float *x, float *out,
+                     float *mean, float *rstd, int64_t N) {
+  op_layernorm_forward(out, mean, rstd, x, w->w, w->b, N, c->channels);
+}
+
+void gpt_lnf_backward(const gpt_config_t *c, const gpt_lnf_w_t *w, gpt_lnf_w_t *dw, const float *x,
+                      const float *mean, const float *rstd, const float *dout, float *dx, int64_t N) {
+  memset(dx, 0, (size_t)N * c->channels * sizeof(float));
+  op_layernorm_backward(dx, dw->w, dw->b, dout, x, w->w, mean, rstd, N, c->channels);
+}
+
+void gpt_logits(const gpt_config_t *c, const float *wte, const float *x, int64_t n, float *logits) {
+  op_tied_forward(logits, x, wte, n, c->channels, c->vocab);
+}
+
+double gpt_head(const gpt_config_t *c, const float *wte, const float *x, const int *targets,
+                int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte) {
+  const int C = c->channels, V = c->vocab;
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
+    int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
+    op_tied_forward(logits, x + r0 * C, wte, n, C, V);
+    total += op_crossentropy(logits, targets + r0, n, V, grad_scale, dx != NULL);
+    if (dx) op_tied_backward(dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V);
+  }
+  return total;
+}
+
+/* ============================================================================
+ * the whole model in one process
+ * ========================================================================== */
+
+double gpt_forward_backward(const gpt_config_t *c, const gpt_weights_t *w, gpt_weights_t *g,
+                            gpt_acts_t *a, const int *inputs, const int *targets) {
+  const int B = a->B, T = a->T, L = c->layers;
+  const int64_t N = (int64_t)B * T, NC = N * c->channels;
+  gpt_embed_forward(c, &w->embed, inputs, B, T, a->resid);
+  for (int l = 0; l < L; l++)
+    gpt_block_forward(c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+  gpt_lnf_forward(c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
+  double sum = gpt_head(c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
+                        g ? a->dlnf : NULL, g ? g->embed.wte : NULL);
+  if (g) {
+    gpt_lnf_backward(c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
+    for (int l = L - 1; l >= 0; l--)
+      gpt_block_backward(c, &w->blk[l], &g->blk[l], &a->blk[l], a, a->resid + l * NC, a->dres, B, T);
+    gpt_embed_backward(c, &g->embed, inputs, B, T, a->dres);
+  }
+  return sum / (double)N;
+}

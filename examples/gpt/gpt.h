@@ -1,0 +1,177 @@
+/* gpt.h: a GPT-2-architecture language model on plain float pointers.
+ *
+ * The model is cut into the units the zeroshard engine gathers and reduces:
+ *   unit 0        "embed"  wte [V,C], wpe [T,C]
+ *   unit 1+l      "h.l"    ln1.w [C], ln1.b [C], attn.qkv.w [C,3C], attn.qkv.b [3C],
+ *                          attn.proj.w [C,C], attn.proj.b [C], ln2.w [C], ln2.b [C],
+ *                          mlp.fc.w [C,4C], mlp.fc.b [4C], mlp.proj.w [4C,C], mlp.proj.b [C]
+ *   unit L+1      "lnf"    lnf.w [C], lnf.b [C]
+ * The LM head has no weights of its own: it is tied to wte (logits = x wte^T).
+ *
+ * Layout convention: every tensor is row-major; a linear layer's weight is
+ * stored [in, out] and applied as y = x W + b with x [N, in] (GPT-2's own
+ * "Conv1D" layout), so W[i*out + o] connects input i to output o. wte row v is
+ * token v's embedding, wpe row t position t's. Activations are [B, T, C] (N = B*T
+ * rows of C). qkv rows hold q | k | v, each C wide, head h at columns h*hs..h*hs+hs.
+ *
+ * Each unit has a forward and a backward on float pointers; gradients are ADDED
+ * into the gradient tensors (the engine zeroes them), so a trainer can call the
+ * unit functions between zs_gather and zs_release / zs_reduce. gpt_forward_backward
+ * chains them for a whole model in one process (the tests' reference).
+ * Loops use OpenMP; every sum has a fixed order independent of the thread count,
+ * so results do not depend on OMP_NUM_THREADS. */
+#ifndef ZS_EXAMPLES_GPT_H
+#define ZS_EXAMPLES_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPT_MAX_LAYERS 128
+#define GPT_BLOCK_NPARAMS 12
+#define GPT_NAME_MAX 48
+
+typedef struct {
+  int vocab;    /* V: embedding rows (tokens are bytes, so >= 256) */
+  int seq;      /* T: context length = rows of wpe */
+  int channels; /* C */
+  int heads;    /* NH (C % NH == 0) */
+  int layers;   /* L */
+} gpt_config_t;
+
+/* How a parameter starts: GPT-2's initialisation. */
+typedef enum {
+  GPT_INIT_NORMAL = 0, /* normal, std 0.02 */
+  GPT_INIT_RESID,      /* residual projections: std 0.02 / sqrt(2 L) */
+  GPT_INIT_ONE,        /* LayerNorm weights */
+  GPT_INIT_ZERO        /* biases */
+} gpt_init_kind_t;
+
+/* One row of the parameter table, in declaration order. */
+typedef struct {
+  char name[GPT_NAME_MAX];
+  int unit;
+  int ndim;
+  int64_t shape[2];
+  int64_t numel;
+  int no_decay; /* LayerNorm weights and biases */
+  gpt_init_kind_t init;
+} gpt_param_info_t;
+
+/* ---- shapes and the parameter table ---------------------------------------- */
+
+/* 0 if the shapes are usable, else -1 with a message in err. */
+int gpt_config_check(const gpt_config_t *cfg, char *err, size_t errlen);
+int gpt_unit_count(const gpt_config_t *cfg);  /* L + 2 */
+int gpt_param_table_size(const gpt_config_t *cfg); /* 2 + 12 L + 2 */
+/* First table index of unit u (u = unit count gives the table size). */
+int gpt_unit_first_param(const gpt_config_t *cfg, int unit);
+void gpt_unit_name(const gpt_config_t *cfg, int unit, char *buf, size_t n);
+void gpt_param_info(const gpt_config_t *cfg, int index, gpt_param_info_t *out);
+/* Total parameters, from the shapes alone (no allocation). */
+int64_t gpt_param_count(const gpt_config_t *cfg);
+
+/* Initial values of elements [offset, offset+count) of table entry `index`, from
+ * (seed, index, element) only: normal draws by Box-Muller on a counter-based
+ * hash, so any rank can fill any range and every world size gets one model. */
+void gpt_init_fill(const gpt_config_t *cfg, uint64_t seed, int index, int64_t offset,
+                   int64_t count, float *dst);
+
+/* ---- weight views ------------------------------------------------------------ */
+
+typedef struct {
+  float *wte, *wpe;
+} gpt_embed_w_t;
+
+typedef struct { /* fields in table order */
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+  float *ln2_w, *ln2_b, *fc_w, *fc_b, *mproj_w, *mproj_b;
+} gpt_block_w_t;
+
+typedef struct {
+  float *w, *b;
+} gpt_lnf_w_t;
+
+typedef struct {
+  gpt_embed_w_t embed;
+  gpt_block_w_t blk[GPT_MAX_LAYERS];
+  gpt_lnf_w_t lnf;
+} gpt_weights_t;
+
+/* Fills the views from one pointer per table entry (NULL entries stay NULL). */
+void gpt_weights_bind(const gpt_config_t *cfg, float *const *tensors, gpt_weights_t *out);
+
+/* ---- activations ------------------------------------------------------------- */
+
+typedef struct { /* what one block's backward needs from its forward */
+  float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+  float *qkv;                       /* [N,3C] */
+  float *att;                       /* [B,NH,T,T] softmax probabilities */
+  float *atty;                      /* [N,C] attention output before the projection */
+  float *mid;                       /* [N,C] residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fc, *gelu;                 /* [N,4C] */
+} gpt_block_acts_t;
+
+typedef struct {
+  gpt_config_t cfg;
+  int B, T, nblocks, train;
+  float *resid;               /* [nblocks+1][N,C]: input of block l at l, output at l+1 */
+  gpt_block_acts_t blk[GPT_MAX_LAYERS];
+  float *lnf, *lnf_mean, *lnf_rstd; /* final LayerNorm output [N,C] and statistics */
+  float *logits;              /* [head_rows, V]: one chunk of the head */
+  int head_rows;
+  /* train only: gradients flowing back */
+  float *dlnf;                /* [N,C] d loss / d lnf output (written by the head) */
+  float *dres;                /* [N,C] d loss / d residual stream */
+  float *d4, *dln, *datty, *dqkv, *dtmp; /* block backward scratch */
+  float *mem;
+  size_t nfloats;
+} gpt_acts_t;
+
+/* Allocates activations for micro-batches of B sequences of T tokens (T <= cfg->seq).
+ * train: all L blocks plus backward scratch; eval: one reusable block, no
+ * gradients (forward only, see gpt_block_forward's aliasing note). 0 or -1. */
+int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train);
+void gpt_acts_free(gpt_acts_t *a);
+
+/* ---- units: forward and backward ---------------------------------------------- */
+
+/* x[b,t] = wte[tokens[b,t]] + wpe[t]. */
+void gpt_embed_forward(const gpt_config_t *cfg, const gpt_embed_w_t *w, const int *tokens, int B,
+                       int T, float *x);
+/* dwte[tokens[b,t]] += dx[b,t]; dwpe[t] += sum over b of dx[b,t]. */
+void gpt_embed_backward(const gpt_config_t *cfg, gpt_embed_w_t *dw, const int *tokens, int B, int T,
+                        const float *dx);
+
+/* One transformer block. x_out may equal x_in (x_in is read only before x_out is
+ * written), which the forward-only path uses to keep one residual buffer. */
+void gpt_block_forward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_acts_t *a,
+                       const float *x_in, float *x_out, int B, int T);
+/* dres: in d loss/d x_out, out d loss/d x_in (updated in place); adds into dw.
+ * Scratch comes from acts (a train allocation). */
+void gpt_block_backward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                        const gpt_block_acts_t *a, gpt_acts_t *scratch, const float *x_in,
+                        float *dres, int B, int T);
+
+/* Final LayerNorm over N rows (out may equal x). */
+void gpt_lnf_forward(const gpt_config_t *cfg, const gpt_lnf_w_t *w, const float *x, float *out,
+                     float *mean, float *rstd, int64_t N);
+/* dx = (overwritten) d loss/d x; adds into dw. */
+void gpt_lnf_backward(const gpt_config_t *cfg, const gpt_lnf_w_t *w, gpt_lnf_w_t *dw, const float *x,
+                      const float *mean, const float *rstd, const float *dout, float *dx, int64_t N);
+
+/* logits [n,V] = x [n,C] wte^T. */
+void gpt_logits(const gpt_config_t *cfg, const float *wte, const float *x, int64_t n, float *logits);
+/* The tied LM head and the cross-entropy loss over N rows, in chunks of
+ * logits_rows rows (logits scratch [logits_rows, V]). Returns the SUM of the
+ * token losses (double). With dx != NULL also backpropagates the loss scaled by
+ * grad_scale (1/N gives the mean): dx = (overwritten) d/d x, dwte += d/d wte. */
+double gpt_head(const gpt_config_t *cfg, const float *wte, const float *x, const int *targets,
+                int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte);
+
+/* Whole model in one process: mean loss over B*T tokens; with grads != NULL the
+ * gradients are ADDED into it (wte gets both the embedding's and the head's part). */
+double gpt_forward_backward(const gpt_config_t *cfg, const gpt_weights_t *w, gpt_weights_t *grads,
+                            gpt_acts_t *a, const int *inputs, const int *targets);
+
+#endif

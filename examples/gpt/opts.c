@@ -1,0 +1,169 @@
+/* opts.c: parsing zs-train-gpt's flags (--name value or --name=value). */
+#include "opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void gpt_opts_default(gpt_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->layers = 2;
+  o->channels = 64;
+  o->heads = 4;
+  o->vocab = 256;
+  o->seq = 64;
+  o->steps = 300;
+  o->batch = 16;
+  o->accum = 1;
+  o->seed = 1337;
+  o->lr = 1e-3f;
+  o->weight_decay = 0.0f;
+  o->clip = 1.0f;
+  o->stage = 0;
+  o->dtype = ZS_FP32;
+  o->reduce_dtype = ZS_FP32;
+  o->prefetch = -1;
+  o->val_every = 0;
+  o->val_seqs = 32;
+}
+
+void gpt_opts_usage(FILE *f) {
+  fprintf(f,
+          "usage: mpiexec -n N zs-train-gpt [flags]\n"
+          "Trains a GPT-2-architecture model on byte tokens of the license texts in\n"
+          "/usr/share/common-licenses, sharded by zeroshard over the MPI ranks.\n"
+          "model:\n"
+          "  --layers L (2)  --channels C (64)  --heads H (4)  --vocab V (256, >= 256)\n"
+          "  --seq T (64)    (GPT-2 small: --layers 12 --channels 768 --heads 12 --vocab 50257 --seq 1024)\n"
+          "training:\n"
+          "  --steps S (300) --batch B (16: global sequences per step) --accum A (1: micro-batches per rank)\n"
+          "  --lr X (1e-3)   --weight-decay X (0) --clip X (1.0, 0 = off)  --seed N (1337)\n"
+          "engine:\n"
+          "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
+          "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
+          "  --device cpu|cuda (cpu)\n"
+          "data and output:\n"
+          "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
+          "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
+          "B must be a multiple of the number of ranks, and B / ranks a multiple of A.\n");
+}
+
+/* Flags that take a value. */
+static const char *const k_valued[] = {
+    "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
+    "--stage", "--prefetch", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
+    "--clip", "--dtype", "--reduce-dtype", "--device", "--data",
+};
+
+static int is_valued(const char *name) {
+  for (size_t i = 0; i < sizeof k_valued / sizeof k_valued[0]; i++)
+    if (!strcmp(name, k_valued[i])) return 1;
+  return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || v != v) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+static int parse_dtype(const char *s, zs_dtype_t *out) {
+  if (!strcmp(s, "fp32")) *out = ZS_FP32;
+  else if (!strcmp(s, "bf16")) *out = ZS_BF16;
+  else return -1;
+  return 0;
+}
+
+int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
+  for (int i = 1; i < argc; i++) {
+    char name[64];
+    const char *arg = argv[i], *val = NULL;
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
+    if (strncmp(arg, "--", 2)) {
+      snprintf(err, n, "unexpected argument '%s' (flags start with --; see --help)", arg);
+      return -1;
+    }
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, arg, len);
+    name[len] = 0;
+    /* flags without a value */
+    if (!strcmp(name, "--json")) { o->json = 1; continue; }
+    if (!strcmp(name, "--offload")) { o->offload = 1; continue; }
+    if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
+    if (!is_valued(name)) {
+      snprintf(err, n, "unknown flag %s (see --help)", name);
+      return -1;
+    }
+    if (eq) val = eq + 1;
+    else if (i + 1 < argc) val = argv[++i];
+    else {
+      snprintf(err, n, "%s needs a value (see --help)", name);
+      return -1;
+    }
+    int bad = 0, iv;
+#define INT_FLAG(flag, field, lo, hi)                        \
+  else if (!strcmp(name, flag)) {                            \
+    if (parse_int(val, lo, hi, &iv)) bad = 1;                \
+    else o->field = iv;                                      \
+  }
+    if (0) {}
+    INT_FLAG("--layers", layers, 1, 128)
+    INT_FLAG("--channels", channels, 1, 1 << 16)
+    INT_FLAG("--heads", heads, 1, 1 << 12)
+    INT_FLAG("--vocab", vocab, 1, 1 << 24)
+    INT_FLAG("--seq", seq, 1, 1 << 16)
+    INT_FLAG("--steps", steps, 0, 1 << 30)
+    INT_FLAG("--batch", batch, 1, 1 << 24)
+    INT_FLAG("--accum", accum, 1, 1 << 16)
+    INT_FLAG("--stage", stage, 0, 3)
+    INT_FLAG("--prefetch", prefetch, 0, 16)
+    INT_FLAG("--val-every", val_every, 0, 1 << 30)
+    INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)
+    else if (!strcmp(name, "--seed")) {
+      char *end;
+      errno = 0;
+      unsigned long long s = strtoull(val, &end, 10);
+      if (errno || end == val || *end) bad = 1;
+      else o->seed = s;
+    }
+    else if (!strcmp(name, "--lr")) { bad = parse_float(val, &o->lr) || !(o->lr > 0); }
+    else if (!strcmp(name, "--weight-decay")) { bad = parse_float(val, &o->weight_decay) || o->weight_decay < 0; }
+    else if (!strcmp(name, "--clip")) { bad = parse_float(val, &o->clip) || o->clip < 0; }
+    else if (!strcmp(name, "--dtype")) { bad = parse_dtype(val, &o->dtype); }
+    else if (!strcmp(name, "--reduce-dtype")) {
+      bad = parse_dtype(val, &o->reduce_dtype);
+      o->reduce_dtype_set = 1;
+    }
+    else if (!strcmp(name, "--device")) {
+      if (!strcmp(val, "cpu")) o->device_cuda = 0;
+      else if (!strcmp(val, "cuda")) o->device_cuda = 1;
+      else bad = 1;
+    }
+    else if (!strcmp(name, "--data")) { o->data = val; }
+    else {
+      snprintf(err, n, "unknown flag %s (see --help)", name);
+      return -1;
+    }
+#undef INT_FLAG
+    if (bad) {
+      snprintf(err, n, "%s '%s' is not valid (see --help)", name, val);
+      return -1;
+    }
+  }
+  if (!o->reduce_dtype_set) o->reduce_dtype = o->dtype;
+  return 0;
+}

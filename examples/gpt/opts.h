@@ -1,0 +1,40 @@
+/* opts.h: zs-train-gpt's command line. */
+#ifndef ZS_EXAMPLES_GPT_OPTS_H
+#define ZS_EXAMPLES_GPT_OPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zeroshard/types.h"
+
+typedef struct {
+  /* model */
+  int layers, channels, heads, vocab, seq;
+  /* training */
+  int steps, batch, accum;
+  uint64_t seed;
+  float lr, weight_decay, clip;
+  /* engine */
+  int stage;
+  zs_dtype_t dtype, reduce_dtype;
+  int reduce_dtype_set; /* --reduce-dtype given */
+  int offload;
+  int prefetch;         /* -1: the engine's default */
+  int device_cuda;
+  /* data and evaluation */
+  const char *data;     /* NULL: the license texts */
+  int val_every;        /* 0: validate at the start and the end only */
+  int val_seqs;         /* validation windows in all (split across ranks) */
+  /* output */
+  int json, quiet;
+} gpt_opts_t;
+
+/* The defaults: the small config that learns on a laptop CPU in a few minutes
+ * (2 layers, 64 channels, 4 heads, seq 64, batch 16, 300 steps, fp32, stage 0). */
+void gpt_opts_default(gpt_opts_t *o);
+/* 0: parsed; 1: --help was asked; -1: bad command line (message in err). */
+int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t errlen);
+void gpt_opts_usage(FILE *f);
+
+#endif

@@ -1,0 +1,610 @@
+/* trainer.c: the GPT trained through the zeroshard engine.
+ *
+ * The schedule of one round (one micro-batch) and why it is shaped this way.
+ * Units: 0 = embed {wte, wpe}, 1..L = blocks, L+1 = lnf. The LM head is tied to
+ * wte, so wte is used twice in forward (token lookup at the start, logits at the
+ * end) and receives gradient from both. The engine's rules: in forward a unit is
+ * gathered and released (it may be gathered again after its release); in
+ * backward each unit is gathered once and reduced once per round, and its
+ * gradient slot exists only between that gather and that reduce (stages 2-3).
+ *
+ *   forward:  gather(0)  embed                                  release(0)
+ *             gather(l)  block l           (l = 1..L)           release(l)
+ *             gather(L+1) final LayerNorm                       release(L+1)
+ *             gather(0)  head: logits = lnf_out wte^T, loss, and the head's
+ *                        backward: d lnf_out, and d wte from the head into a
+ *                        private fp32 buffer dwte_head [V,C]  release(0)
+ *   backward: gather(L+1) LayerNorm backward (d lnf_out -> d residual)  reduce(L+1)
+ *             gather(l)  block backward     (l = L..1)           reduce(l)
+ *             gather(0)  embedding backward into the wte/wpe gradient slots,
+ *                        plus dwte_head added into the wte slot   reduce(0)
+ *
+ * The head's backward runs in forward because that is where wte is gathered
+ * with the logits at hand; keeping dwte_head until unit 0's backward costs V*C
+ * floats but no third gather of unit 0 and no [N,V] logits kept alive. At stage 3
+ * unit 0 is thus gathered three times per round (twice in forward, once in
+ * backward); stages 0-2 keep it resident, so the extra gather is free.
+ *
+ * Gradients: the engine zeroes the gradient buffers and averages over ranks and
+ * micro-batches; a round adds the gradient of its micro-batch's MEAN token loss.
+ * bf16: the engine's parameter and gradient slots are bf16; at each gather the
+ * unit's parameters are widened into an fp32 scratch, the unit's gradients are
+ * computed into a zeroed fp32 scratch, and added (rounded to nearest even) into
+ * the bf16 slots just before zs_reduce.
+ *
+ * Validation: the engine has no forward-only round (zs_forward_begin must be
+ * followed by a backward that reduces every unit). So validation rides along
+ * with a training forward: while a unit is gathered for the first micro-batch of
+ * a step, the validation windows go through it too (the loss of the model before
+ * that step's update). The final validation, after the last update, is a round
+ * with no training micro-batch: validation forward, then a backward that only
+ * gathers and reduces (zero gradients), and no zs_step. */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
+#include "data.h"
+#include "gpt.h"
+#include "zeroshard/config_load.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/log.h"
+
+/* ============================================================================
+ * state
+ * ========================================================================== */
+
+typedef struct {
+  const gpt_opts_t *o;
+  gpt_config_t mc;
+  zs_engine_t *zs;
+  zs_comm_t *comm;
+  int rank, world, L, nunits, np, bf16;
+  int per_rank, micro; /* sequences per rank per step, per micro-batch */
+  gpt_data_t data;
+
+  /* the parameter table and the engine's slots, per table entry */
+  gpt_param_info_t *info;
+  int *tidx;           /* engine parameter id -> table entry */
+  void **pslot, **gslot;
+  float **pv, **gv;    /* fp32 views: the slots (fp32) or the scratch (bf16) */
+  int64_t *uoff;       /* entry's offset inside its unit (bf16 scratch) */
+  float *pscratch, *gscratch;
+  gpt_weights_t w, g;  /* bound from pv / gv at every gather */
+
+  float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
+  gpt_acts_t acts;     /* one training micro-batch */
+  int *tin, *ttg;
+
+  /* validation: this rank's windows [v_first, v_first + v_count) */
+  int v_total, v_first, v_count, v_chunk;
+  gpt_acts_t vacts;    /* forward only, v_chunk sequences */
+  float *vresid;       /* [v_count, T, C]: residual stream, kept across units */
+  int *vin, *vtg;
+  double val_time;
+} trainer_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define TRY(expr)                       \
+  do {                                  \
+    zs_status_t st_ = (expr);           \
+    if (st_ != ZS_OK) return st_;       \
+  } while (0)
+
+/* ============================================================================
+ * units: gather, release, reduce with fp32 views
+ * ========================================================================== */
+
+static void bind(trainer_t *t) {
+  gpt_weights_bind(&t->mc, t->pv, &t->w);
+  gpt_weights_bind(&t->mc, t->gv, &t->g);
+}
+
+static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
+  TRY(zs_gather(t->zs, u));
+  const int a = gpt_unit_first_param(&t->mc, u), b = gpt_unit_first_param(&t->mc, u + 1);
+  for (int i = a; i < b; i++) {
+    const int64_t n = t->info[i].numel;
+    if (!t->bf16) {
+      t->pv[i] = t->pslot[i];
+      t->gv[i] = backward ? t->gslot[i] : NULL;
+      continue;
+    }
+    float *p = t->pscratch + t->uoff[i];
+    const uint16_t *src = t->pslot[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+    t->pv[i] = p;
+    t->gv[i] = NULL;
+    if (backward) {
+      t->gv[i] = t->gscratch + t->uoff[i];
+      memset(t->gv[i], 0, (size_t)n * sizeof(float));
+    }
+  }
+  bind(t);
+  return ZS_OK;
+}
+
+static void unit_forget(trainer_t *t, int u) {
+  for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
+    t->pv[i] = t->gv[i] = NULL;
+  bind(t);
+}
+
+static zs_status_t unit_release(trainer_t *t, int u) {
+  unit_forget(t, u);
+  return zs_release(t->zs, u);
+}
+
+static zs_status_t unit_reduce(trainer_t *t, int u) {
+  if (t->bf16) {
+    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+      uint16_t *dst = t->gslot[i];
+      const float *src = t->gv[i];
+      const int64_t n = t->info[i].numel;
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + src[k]);
+    }
+  }
+  unit_forget(t, u);
+  return zs_reduce(t->zs, u);
+}
+
+/* ============================================================================
+ * one round: forward (training micro-batch and/or validation), then backward
+ * ========================================================================== */
+
+/* Runs the validation windows through one piece of the model. */
+typedef enum { V_EMBED, V_BLOCK, V_LNF, V_HEAD } vpart_t;
+
+static void val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+  const int T = t->o->seq, C = t->mc.channels;
+  double t0 = now_s();
+  for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
+    int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
+    float *x = t->vresid + (int64_t)c0 * T * C;
+    switch (part) {
+    case V_EMBED: gpt_embed_forward(&t->mc, &t->w.embed, t->vin + c0 * T, nb, T, x); break;
+    case V_BLOCK: gpt_block_forward(&t->mc, &t->w.blk[l], &t->vacts.blk[0], x, x, nb, T); break;
+    case V_LNF:
+      gpt_lnf_forward(&t->mc, &t->w.lnf, x, x, t->vacts.lnf_mean, t->vacts.lnf_rstd, (int64_t)nb * T);
+      break;
+    case V_HEAD:
+      *vsum += gpt_head(&t->mc, t->w.embed.wte, x, t->vtg + c0 * T, (int64_t)nb * T, t->vacts.logits,
+                        t->vacts.head_rows, 0.0f, NULL, NULL);
+      break;
+    }
+  }
+  t->val_time += now_s() - t0;
+}
+
+/* train: run the micro-batch in t->tin/ttg (its mean loss into *loss);
+ * val: run this rank's validation windows (sum of token losses into *vsum). */
+static zs_status_t run_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
+  const gpt_config_t *c = &t->mc;
+  gpt_acts_t *a = &t->acts;
+  const int L = t->L, B = t->micro, T = t->o->seq, LNF = L + 1;
+  const int64_t N = (int64_t)B * T, NC = N * c->channels;
+  val = val && t->v_count > 0;
+
+  /* ---- forward ---- */
+  TRY(zs_forward_begin(t->zs));
+  TRY(unit_gather(t, 0, 0));
+  if (train) gpt_embed_forward(c, &t->w.embed, t->tin, B, T, a->resid);
+  if (val) val_part(t, V_EMBED, 0, vsum);
+  TRY(unit_release(t, 0));
+  for (int l = 0; l < L; l++) {
+    TRY(unit_gather(t, 1 + l, 0));
+    if (train) gpt_block_forward(c, &t->w.blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+    if (val) val_part(t, V_BLOCK, l, vsum);
+    TRY(unit_release(t, 1 + l));
+  }
+  TRY(unit_gather(t, LNF, 0));
+  if (train) gpt_lnf_forward(c, &t->w.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
+  if (val) val_part(t, V_LNF, 0, vsum);
+  TRY(unit_release(t, LNF));
+  TRY(unit_gather(t, 0, 0)); /* wte again, for the tied head */
+  if (train) {
+    memset(t->dwte_head, 0, (size_t)c->vocab * c->channels * sizeof(float));
+    *loss = gpt_head(c, t->w.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N,
+                     a->dlnf, t->dwte_head) / (double)N;
+  }
+  if (val) val_part(t, V_HEAD, 0, vsum);
+  TRY(unit_release(t, 0));
+
+  /* ---- backward ---- */
+  TRY(zs_backward_begin(t->zs));
+  TRY(unit_gather(t, LNF, 1));
+  if (train)
+    gpt_lnf_backward(c, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
+  TRY(unit_reduce(t, LNF));
+  for (int l = L - 1; l >= 0; l--) {
+    TRY(unit_gather(t, 1 + l, 1));
+    if (train) gpt_block_backward(c, &t->w.blk[l], &t->g.blk[l], &a->blk[l], a, a->resid + l * NC, a->dres, B, T);
+    TRY(unit_reduce(t, 1 + l));
+  }
+  TRY(unit_gather(t, 0, 1));
+  if (train) {
+    gpt_embed_backward(c, &t->g.embed, t->tin, B, T, a->dres);
+    float *dwte = t->g.embed.wte;
+    const int64_t n = (int64_t)c->vocab * c->channels;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
+  }
+  TRY(unit_reduce(t, 0));
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * setup
+ * ========================================================================== */
+
+static int init_cb(void *user, int param, int64_t offset, int64_t count, float *dst) {
+  trainer_t *t = user;
+  if (param < 0 || param >= t->np) return -1;
+  gpt_init_fill(&t->mc, t->o->seed, t->tidx[param], offset, count, dst);
+  return 0;
+}
+
+static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
+  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
+           zs_status_name(st));
+  return st;
+}
+
+static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
+  zs_status_t st;
+  for (int u = 0; u < t->nunits; u++) {
+    char name[GPT_NAME_MAX];
+    int uid;
+    gpt_unit_name(&t->mc, u, name, sizeof name);
+    if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) return fail(res, st, "zs_unit_add", zs_engine_last_error(t->zs));
+    int64_t off = 0;
+    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+      const gpt_param_info_t *p = &t->info[i];
+      int pid;
+      st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT,
+                        &t->pslot[i], &t->gslot[i], &pid);
+      if (st != ZS_OK) return fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
+      t->tidx[pid] = i;
+      t->uoff[i] = off;
+      off += p->numel;
+    }
+  }
+  return ZS_OK;
+}
+
+static void trainer_free(trainer_t *t) {
+  zs_engine_destroy(t->zs);
+  gpt_acts_free(&t->acts);
+  gpt_acts_free(&t->vacts);
+  gpt_data_free(&t->data);
+  free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
+  free(t->pscratch), free(t->gscratch), free(t->dwte_head);
+  free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
+}
+
+/* Everything up to a set-up engine; also the per-rank shares and buffers. */
+static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
+                                gpt_result_t *res) {
+  char err[256];
+  zs_status_t st;
+  t->o = o;
+  t->comm = comm;
+  t->rank = zs_comm_rank(comm);
+  t->world = zs_comm_size(comm);
+  t->mc = (gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
+                         .layers = o->layers};
+  t->L = o->layers;
+  t->nunits = gpt_unit_count(&t->mc);
+  t->np = gpt_param_table_size(&t->mc);
+  t->bf16 = o->dtype == ZS_BF16;
+  if (gpt_config_check(&t->mc, err, sizeof err)) return fail(res, ZS_ERR_INVALID, "model", err);
+  if (o->batch % t->world)
+    return fail(res, ZS_ERR_INVALID, "batch",
+                "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
+  t->per_rank = o->batch / t->world;
+  if (t->per_rank % o->accum)
+    return fail(res, ZS_ERR_INVALID, "batch", "--batch / ranks must be a multiple of --accum");
+  t->micro = t->per_rank / o->accum;
+
+  /* data */
+  int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
+                   : gpt_data_load_licenses(&t->data, NULL, err, sizeof err);
+  if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
+  t->v_total = o->val_seqs < gpt_data_val_windows(&t->data, o->seq) ? o->val_seqs
+                                                                     : gpt_data_val_windows(&t->data, o->seq);
+  t->v_first = (int)((int64_t)t->v_total * t->rank / t->world);
+  t->v_count = (int)((int64_t)t->v_total * (t->rank + 1) / t->world) - t->v_first;
+
+  /* the engine */
+  zs_config_t cfg = ZS_CONFIG_INIT;
+  cfg.stage = o->stage;
+  cfg.param_dtype = o->dtype;
+  cfg.reduce_dtype = o->reduce_dtype;
+  if (o->accum > 1 && o->stage >= 2 && cfg.reduce_dtype != ZS_FP32) {
+    if (t->rank == 0)
+      fprintf(stderr, "note: stage %d with --accum %d accumulates gradient shards in fp32: reduce dtype set to fp32%s\n",
+              o->stage, o->accum, o->reduce_dtype_set ? " (instead of the --reduce-dtype given)" : "");
+    cfg.reduce_dtype = ZS_FP32;
+  }
+  cfg.grad_accum = o->accum;
+  cfg.grad_clip = o->clip;
+  cfg.optim.kind = ZS_ADAMW;
+  cfg.optim.lr = o->lr;
+  cfg.optim.beta1 = 0.9f;
+  cfg.optim.beta2 = 0.95f;
+  cfg.optim.eps = 1e-8f;
+  cfg.optim.weight_decay = o->weight_decay;
+  if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
+  if (o->offload) cfg.offload_optimizer = ZS_OFFLOAD_CPU;
+  zs_device_memory_reset_peaks(dev); /* peaks of this run, not of earlier ones on the device */
+  if ((st = zs_engine_create(&t->zs, &cfg, dev, comm)) != ZS_OK) {
+    if (st == ZS_ERR_UNSUPPORTED && o->offload)
+      return fail(res, st, "the engine cannot run this configuration yet (offload)", zs_last_error());
+    return fail(res, st, "zs_engine_create", zs_last_error());
+  }
+
+  /* the table, slots, scratch */
+  t->info = calloc((size_t)t->np, sizeof *t->info);
+  t->tidx = calloc((size_t)t->np, sizeof *t->tidx);
+  t->pslot = calloc((size_t)t->np, sizeof(void *));
+  t->gslot = calloc((size_t)t->np, sizeof(void *));
+  t->pv = calloc((size_t)t->np, sizeof(float *));
+  t->gv = calloc((size_t)t->np, sizeof(float *));
+  t->uoff = calloc((size_t)t->np, sizeof(int64_t));
+  if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->uoff)
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  int64_t max_unit = 0;
+  for (int u = 0; u < t->nunits; u++) {
+    int64_t n = 0;
+    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+      gpt_param_info(&t->mc, i, &t->info[i]);
+      n += t->info[i].numel;
+    }
+    if (n > max_unit) max_unit = n;
+  }
+  TRY(declare(t, res));
+  if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
+    return fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
+
+  const int T = o->seq, C = o->channels;
+  if (t->bf16) {
+    t->pscratch = malloc((size_t)max_unit * sizeof(float));
+    t->gscratch = malloc((size_t)max_unit * sizeof(float));
+    if (!t->pscratch || !t->gscratch) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
+  }
+  t->dwte_head = malloc((size_t)o->vocab * C * sizeof(float));
+  t->tin = malloc((size_t)t->micro * T * sizeof(int));
+  t->ttg = malloc((size_t)t->micro * T * sizeof(int));
+  if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+  if (t->v_count > 0) {
+    t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
+    t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
+    t->vin = malloc((size_t)t->v_count * T * sizeof(int));
+    t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
+    if (!t->vresid || !t->vin || !t->vtg || gpt_acts_alloc(&t->vacts, &t->mc, t->v_chunk, T, 0))
+      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+    gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
+  }
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * the run
+ * ========================================================================== */
+
+/* Sums `k` doubles over ranks, in rank order (the same sum at every world size up
+ * to double rounding). Raw bytes travel, so nothing is rounded to float. */
+static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum, int k) {
+  double *all = malloc(sizeof(double) * (size_t)k * t->world);
+  if (!all) return ZS_ERR_NOMEM;
+  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, sizeof(double) * (size_t)k, ZS_UINT8, NULL);
+  if (st == ZS_OK)
+    for (int j = 0; j < k; j++) {
+      sum[j] = 0;
+      for (int r = 0; r < t->world; r++) sum[j] += all[r * k + j];
+    }
+  free(all);
+  return st;
+}
+
+static int val_due(const gpt_opts_t *o, int step) {
+  if (o->val_seqs <= 0) return 0;
+  return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
+}
+
+static void add_val(gpt_result_t *res, int step, double v) {
+  res->val_steps[res->nval] = step;
+  res->val_losses[res->nval] = v;
+  res->nval++;
+  res->val_loss = v;
+}
+
+/* The training steps; fills losses, grad norms, validation points, tokens/s. */
+static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  const int T = o->seq;
+  const double vtokens = (double)t->v_total * T;
+  double train_time = 0;
+  zs_status_t st;
+  for (int step = 0; step < o->steps; step++) {
+    const int val = val_due(o, step);
+    const double vt0 = t->val_time, t0 = now_s();
+    double mine[2] = {0, 0}, sum[2];
+    for (int m = 0; m < o->accum; m++) {
+      double loss = 0;
+      gpt_data_train_batch(&t->data, o->seed, step, t->rank * t->per_rank + m * t->micro, t->micro, T, t->tin,
+                           t->ttg);
+      if ((st = run_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
+        return fail(res, st, "forward/backward", zs_engine_last_error(t->zs));
+      mine[0] += loss;
+    }
+    zs_step_report_t rep;
+    if ((st = zs_step(t->zs, &rep)) != ZS_OK) return fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+    const double dt = now_s() - t0 - (t->val_time - vt0);
+    train_time += dt;
+    if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
+      return fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
+    res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
+    res->grad_norms[step] = rep.grad_norm;
+    res->skipped += rep.skipped;
+    res->steps = step + 1;
+    if (val) add_val(res, step, sum[1] / vtokens);
+    if (t->rank == 0 && !o->quiet) {
+      zs_memory_stats_t ms;
+      zs_memory_stats(t->zs, &ms);
+      fprintf(stderr, "step %5d/%d | loss %.6f | grad norm %.4f | %8.0f tok/s | device peak %.2f MiB%s", step + 1,
+              o->steps, res->losses[step], rep.grad_norm, (double)o->batch * T / dt,
+              (double)ms.peak_total[ZS_DOMAIN_DEVICE] / 1048576.0, rep.skipped ? " | skipped" : "");
+      if (val) fprintf(stderr, " | val loss %.6f (before this step)", res->val_loss);
+      fprintf(stderr, "\n");
+    }
+  }
+  res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  return ZS_OK;
+}
+
+/* The final validation: a round with no training micro-batch, and no step. */
+static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  if (o->val_seqs <= 0 || t->v_total <= 0) return ZS_OK;
+  double mine[1] = {0}, sum[1], unused = 0;
+  zs_status_t st = run_round(t, 0, 1, &unused, &mine[0]);
+  if (st != ZS_OK) return fail(res, st, "validation", zs_engine_last_error(t->zs));
+  if ((st = sum_over_ranks(t, mine, sum, 1)) != ZS_OK)
+    return fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
+  add_val(res, o->steps, sum[0] / ((double)t->v_total * o->seq));
+  if (t->rank == 0 && !o->quiet)
+    fprintf(stderr, "val loss %.6f after %d steps (%.6f at the start); %.0f training tokens/s\n", res->val_loss,
+            o->steps, res->val_losses[0], res->tokens_per_s);
+  return ZS_OK;
+}
+
+/* Every rank's memory peaks, for the JSON. */
+static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
+  zs_memory_stats_t ms;
+  zs_memory_stats(t->zs, &ms);
+  int64_t mine[2] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
+  int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)t->world);
+  if (!all) return fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
+  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, 2, ZS_INT64, NULL);
+  for (int r = 0; st == ZS_OK && r < t->world; r++)
+    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
+  free(all);
+  if (st != ZS_OK) return fail(res, st, "peak all-gather", zs_comm_last_error(t->comm));
+  return ZS_OK;
+}
+
+static void print_header(const trainer_t *t, const gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  fprintf(stderr,
+          "zs-train-gpt: %d rank(s), stage %d, %s params / %s reduce, %lld parameters (L %d C %d H %d V %d T %d)\n"
+          "  data: %lld byte tokens from %d file(s), %lld train / %lld validation; batch %d = %d rank(s) x %d "
+          "micro-batch(es) x %d; %d validation windows\n",
+          t->world, o->stage, zs_dtype_name(o->dtype),
+          zs_dtype_name(o->accum > 1 && o->stage >= 2 ? ZS_FP32 : o->reduce_dtype), (long long)res->params, o->layers,
+          o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
+          (long long)(t->data.n - t->data.n_train), o->batch, t->world, o->accum, t->micro, t->v_total);
+}
+
+zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->val_loss = NAN;
+  trainer_t t;
+  memset(&t, 0, sizeof t);
+  zs_status_t st = trainer_init(&t, o, dev, comm, res);
+  res->world = t.world;
+  res->stage = o->stage;
+  res->params = gpt_param_count(&t.mc);
+  res->losses = calloc((size_t)o->steps + 1, sizeof(float));
+  res->grad_norms = calloc((size_t)o->steps + 1, sizeof(float));
+  res->val_steps = calloc((size_t)o->steps + 2, sizeof(int));
+  res->val_losses = calloc((size_t)o->steps + 2, sizeof(double));
+  res->ranks = calloc((size_t)(t.world > 0 ? t.world : 1), sizeof *res->ranks);
+  if (st == ZS_OK && (!res->losses || !res->grad_norms || !res->val_steps || !res->val_losses || !res->ranks))
+    st = fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (st == ZS_OK && t.rank == 0 && !o->quiet) print_header(&t, res);
+  if (st == ZS_OK) st = run_steps(&t, res);
+  if (st == ZS_OK) st = final_validation(&t, res);
+  if (st == ZS_OK) st = gather_peaks(&t, res);
+  trainer_free(&t);
+  return st;
+}
+
+void gpt_result_free(gpt_result_t *res) {
+  free(res->losses), free(res->grad_norms), free(res->val_steps), free(res->val_losses), free(res->ranks);
+  memset(res, 0, sizeof *res);
+}
+
+/* ============================================================================
+ * output
+ * ========================================================================== */
+
+static void json_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.9g", v);
+  else fprintf(f, "null");
+}
+
+void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
+  fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
+  fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, ", zs_dtype_name(o->dtype),
+          zs_dtype_name(o->accum > 1 && o->stage >= 2 ? ZS_FP32 : o->reduce_dtype), o->accum,
+          o->offload ? "true" : "false");
+  fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,
+          o->channels, o->heads, o->vocab, o->seq);
+  fprintf(f, "\"batch\": %d, \"steps\": %d, \"seed\": %llu, \"lr\": %g,\n", o->batch, r->steps,
+          (unsigned long long)o->seed, (double)o->lr);
+  fprintf(f, " \"losses\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->losses[i]);
+  fprintf(f, "],\n \"grad_norms\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->grad_norms[i]);
+  fprintf(f, "],\n \"val_loss\": ");
+  json_num(f, r->val_loss);
+  fprintf(f, ", \"val_history\": [");
+  for (int i = 0; i < r->nval; i++) {
+    fprintf(f, "%s{\"step\": %d, \"loss\": ", i ? ", " : "", r->val_steps[i]);
+    json_num(f, r->val_losses[i]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "], \"skipped_steps\": %d, \"tokens_per_s\": ", r->skipped);
+  json_num(f, r->tokens_per_s);
+  fprintf(f, ",\n \"ranks\": [");
+  for (int i = 0; i < r->world; i++)
+    fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld}", i ? ", " : "",
+            r->ranks[i].rank, (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes);
+  fprintf(f, "]}\n");
+}
+
+int gpt_threads_auto(int ranks_here) {
+  const char *env = getenv("OMP_NUM_THREADS");
+  int n = 1;
+#ifdef _OPENMP
+  if (env && *env) {
+    n = omp_get_max_threads();
+  } else {
+    n = omp_get_num_procs() / (ranks_here > 0 ? ranks_here : 1);
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+  }
+#else
+  (void)env;
+  (void)ranks_here;
+#endif
+  openblas_set_num_threads(n);
+  return n;
+}

@@ -1,0 +1,50 @@
+/* trainer.h: training the GPT through the zeroshard engine (CPU path).
+ *
+ * gpt_train_run is what zs-train-gpt's main runs, and what the parity test runs
+ * at several stages inside one MPI job. Collective over comm: every rank calls it
+ * with the same options. */
+#ifndef ZS_EXAMPLES_GPT_TRAINER_H
+#define ZS_EXAMPLES_GPT_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "opts.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/device.h"
+#include "zeroshard/status.h"
+
+typedef struct {
+  int rank;
+  int64_t peak_device_bytes, peak_host_bytes; /* the engine's accountant */
+} gpt_rank_mem_t;
+
+typedef struct {
+  int world, stage;
+  int64_t params;
+  int steps;              /* steps run (losses and grad_norms hold this many) */
+  float *losses;          /* global mean training loss per step (before its update) */
+  float *grad_norms;      /* global gradient norm per step (before clipping) */
+  int skipped;            /* steps the engine skipped (non-finite gradients) */
+  int nval;               /* validation points */
+  int *val_steps;         /* updates done when measured (0 = initial model) */
+  double *val_losses;
+  double val_loss;        /* the last validation loss (after all steps); NAN if none */
+  double tokens_per_s;    /* training tokens over training time (validation excluded) */
+  gpt_rank_mem_t *ranks;  /* world entries */
+  char err[512];          /* why it failed */
+} gpt_result_t;
+
+/* Runs the training the options describe on comm (its device: a cpu device).
+ * On failure returns the status and a message in res->err (the same on every
+ * rank when the failure is collective, e.g. a configuration the engine rejects). */
+zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);
+void gpt_result_free(gpt_result_t *res);
+/* The --json document. */
+void gpt_result_json(const gpt_result_t *res, const gpt_opts_t *o, FILE *f);
+
+/* OpenMP and OpenBLAS threads for `ranks_here` ranks sharing this machine's cores,
+ * unless OMP_NUM_THREADS says otherwise. Returns the count chosen. */
+int gpt_threads_auto(int ranks_here);
+
+#endif

@@ -1,0 +1,252 @@
+/* test_gpt_parity: the example GPT trainer (examples/gpt) at this world size and
+ * stages 0-3 in fp32 agrees with a single-rank stage-0 run: every step's loss and
+ * the final validation loss within 1e-5 relative (ANCHORS.md: DeepSpeed's parity
+ * test tolerates 0.5; ours is float rounding). The reference runs inside the job
+ * on rank 0 alone (a comm split off the world), then its numbers are broadcast.
+ * Also: gradient accumulation and prefetch variants at the same tolerance, bf16
+ * close to fp32 and learning, per-rank memory shrinking with the stage, offload
+ * where the engine supports it. Tiny model: 2 layers, 32 channels, 2 heads,
+ * seq 16, batch 8, 20 steps. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "harness.h"
+#include "trainer.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/device.h"
+
+enum { STEPS = 20 };
+
+static zs_device_t *g_dev;
+static zs_comm_t *g_world;
+static int g_rank, g_size;
+static float g_ref_loss[STEPS], g_ref_norm[STEPS];
+static double g_ref_val;
+
+static void tiny(gpt_opts_t *o) {
+  gpt_opts_default(o);
+  o->layers = 2, o->channels = 32, o->heads = 2, o->seq = 16, o->vocab = 256;
+  o->batch = 8, o->steps = STEPS, o->val_seqs = 8, o->seed = 2024, o->quiet = 1;
+  o->dtype = o->reduce_dtype = ZS_FP32;
+}
+
+/* Step 0's loss and gradient norm from the model code alone (gpt_forward_backward,
+ * which test_gpt checks against finite differences) on the same initial weights
+ * and batch: ties the engine-driven schedule (units, tied head, dwte kept from
+ * forward to backward) to the checked model. */
+static void standalone_step0(const gpt_opts_t *o, double *loss, double *norm) {
+  gpt_config_t c = {.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
+                    .layers = o->layers};
+  const int np = gpt_param_table_size(&c);
+  const int64_t total = gpt_param_count(&c);
+  float *flat = calloc((size_t)total, sizeof(float)), *gflat = calloc((size_t)total, sizeof(float));
+  float **t = calloc((size_t)np, sizeof(float *)), **g = calloc((size_t)np, sizeof(float *));
+  int *in = malloc(sizeof(int) * (size_t)o->batch * o->seq), *tg = malloc(sizeof(int) * (size_t)o->batch * o->seq);
+  gpt_data_t d;
+  char err[256];
+  *loss = *norm = NAN;
+  if (flat && gflat && t && g && in && tg && gpt_data_load_licenses(&d, NULL, err, sizeof err) == 0) {
+    int64_t off = 0;
+    for (int i = 0; i < np; i++) {
+      gpt_param_info_t p;
+      gpt_param_info(&c, i, &p);
+      t[i] = flat + off, g[i] = gflat + off;
+      gpt_init_fill(&c, o->seed, i, 0, p.numel, t[i]);
+      off += p.numel;
+    }
+    gpt_weights_t w, dw;
+    gpt_weights_bind(&c, t, &w);
+    gpt_weights_bind(&c, g, &dw);
+    gpt_acts_t a;
+    if (gpt_acts_alloc(&a, &c, o->batch, o->seq, 1) == 0) {
+      gpt_data_train_batch(&d, o->seed, 0, 0, o->batch, o->seq, in, tg);
+      *loss = gpt_forward_backward(&c, &w, &dw, &a, in, tg);
+      double s2 = 0;
+      for (int64_t k = 0; k < total; k++) s2 += (double)gflat[k] * gflat[k];
+      *norm = sqrt(s2);
+      gpt_acts_free(&a);
+    }
+    gpt_data_free(&d);
+  }
+  free(flat), free(gflat), free(t), free(g), free(in), free(tg);
+}
+
+/* The reference: one rank, stage 0, fp32. */
+static void test_reference(void) {
+  zs_comm_t *self = NULL;
+  assert_ok(zs_comm_split(g_world, g_rank == 0 ? 0 : -1, 0, &self));
+  double buf[2 * STEPS + 1];
+  if (g_rank == 0) {
+    assert_true(self != NULL);
+    gpt_opts_t o;
+    tiny(&o);
+    gpt_result_t r;
+    zs_status_t st = gpt_train_run(&o, zs_comm_device(self), self, &r);
+    if (st != ZS_OK) fprintf(stderr, "reference run failed: %s\n", r.err);
+    expect_ok(st);
+    expect_int_eq(r.world, 1);
+    for (int i = 0; i < STEPS; i++) buf[i] = r.losses[i], buf[STEPS + i] = r.grad_norms[i];
+    buf[2 * STEPS] = r.val_loss;
+    expect_true(r.losses[STEPS - 1] < r.losses[0] - 0.3f); /* it learns */
+    double loss0, norm0;
+    standalone_step0(&o, &loss0, &norm0);
+    expect_near(r.losses[0], loss0, 1e-6, 0);
+    expect_near(r.grad_norms[0], norm0, 1e-5, 0);
+    fprintf(stderr, "step 0: trainer loss %.7f norm %.7f, standalone model loss %.7f norm %.7f\n",
+            (double)r.losses[0], (double)r.grad_norms[0], loss0, norm0);
+    gpt_result_free(&r);
+    zs_comm_destroy(self);
+  }
+  assert_ok(zs_comm_broadcast(g_world, buf, buf, sizeof buf, ZS_UINT8, 0, NULL));
+  for (int i = 0; i < STEPS; i++) g_ref_loss[i] = (float)buf[i], g_ref_norm[i] = (float)buf[STEPS + i];
+  g_ref_val = buf[2 * STEPS];
+  assert_true(isfinite(g_ref_val));
+}
+
+/* Runs o at the world size; compares with the reference at tolerance rtol. */
+static zs_status_t run_compare(const gpt_opts_t *o, const char *what, double rtol, gpt_result_t *keep) {
+  gpt_result_t r;
+  zs_status_t st = gpt_train_run(o, g_dev, g_world, &r);
+  if (st != ZS_OK) {
+    if (st != ZS_ERR_UNSUPPORTED) ZS_T_REPORT("%s: run failed: %s", what, r.err);
+    gpt_result_free(&r);
+    return st;
+  }
+  expect_int_eq(r.world, g_size);
+  expect_int_eq(r.steps, STEPS);
+  expect_int_eq(r.skipped, 0);
+  double worst = 0;
+  for (int i = 0; i < STEPS; i++) {
+    double d = fabs((double)r.losses[i] - g_ref_loss[i]) / fabs((double)g_ref_loss[i]);
+    if (d > worst) worst = d;
+    if (!(d <= rtol)) {
+      ZS_T_REPORT("%s: step %d loss %.9g vs single-rank stage-0 %.9g (rel %.3g > %.3g)", what, i,
+                  (double)r.losses[i], (double)g_ref_loss[i], d, rtol);
+      break;
+    }
+  }
+  expect_near(r.val_loss, g_ref_val, rtol, 0);
+  /* gradient norms: a sum of squares over every element, so more rounding than
+   * the loss; 10x the loss tolerance */
+  for (int i = 0; i < STEPS; i++)
+    if (fabs((double)r.grad_norms[i] - g_ref_norm[i]) > 10 * rtol * fabs((double)g_ref_norm[i])) {
+      ZS_T_REPORT("%s: step %d grad norm %.9g vs single-rank stage-0 %.9g", what, i, (double)r.grad_norms[i],
+                  (double)g_ref_norm[i]);
+      break;
+    }
+  if (g_rank == 0)
+    fprintf(stderr, "parity %-28s world %d: worst loss rel diff %.3g, val %.7f (ref %.7f), peak %lld B\n", what,
+            g_size, worst, r.val_loss, g_ref_val, (long long)r.ranks[0].peak_device_bytes);
+  if (keep) *keep = r;
+  else gpt_result_free(&r);
+  return ZS_OK;
+}
+
+static void test_stages(void) {
+  int64_t peak[4] = {0};
+  for (int s = 0; s < 4; s++) {
+    gpt_opts_t o;
+    tiny(&o);
+    o.stage = s;
+    char what[64];
+    snprintf(what, sizeof what, "stage %d fp32", s);
+    gpt_result_t r;
+    if (run_compare(&o, what, 1e-5, &r) != ZS_OK) continue;
+    for (int k = 0; k < g_size; k++) expect_true(r.ranks[k].peak_device_bytes > 0);
+    peak[s] = r.ranks[0].peak_device_bytes;
+    gpt_result_free(&r);
+  }
+  /* ZeRO's point: with more than one rank, sharding lowers what a rank holds.
+   * (Not stage 3 below stage 1 here: each unit is a third of this tiny model, so
+   * stage 3's gathered units and transient full gradients outweigh its shard
+   * savings at 2 ranks; the memory tests check the formulas on their own models.) */
+  if (g_size > 1) {
+    expect_true(peak[1] < peak[0]);
+    expect_true(peak[3] < peak[0]);
+  }
+}
+
+static void test_variants(void) {
+  struct {
+    int stage, accum, prefetch;
+    const char *what;
+  } v[] = {{1, 2, -1, "stage 1 accum 2"}, {2, 2, -1, "stage 2 accum 2"}, {3, 2, -1, "stage 3 accum 2"},
+           {3, 1, 2, "stage 3 prefetch 2"}, {3, 1, 0, "stage 3 prefetch 0"}};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    gpt_opts_t o;
+    tiny(&o);
+    if ((o.batch / g_size) % v[i].accum) continue;
+    o.stage = v[i].stage, o.accum = v[i].accum, o.prefetch = v[i].prefetch;
+    run_compare(&o, v[i].what, 1e-5, NULL);
+  }
+}
+
+static void test_offload(void) {
+  gpt_opts_t o;
+  tiny(&o);
+  o.stage = 2;
+  o.offload = 1;
+  zs_status_t st = run_compare(&o, "stage 2 offload", 1e-5, NULL);
+  if (st == ZS_ERR_UNSUPPORTED && g_rank == 0) fprintf(stderr, "note: offload not supported by the engine yet\n");
+}
+
+/* bf16 parameters and gradients: not bit-comparable with fp32, but close, and it
+ * learns. Tolerance 1e-2: bf16 keeps 8 bits of mantissa (relative 4e-3 per value);
+ * over 20 steps the fp32 master weights keep the runs within ~5e-4 here. */
+static void test_bf16(void) {
+  for (int s = 0; s < 4; s += 3) {
+    gpt_opts_t o;
+    tiny(&o);
+    o.stage = s;
+    o.dtype = o.reduce_dtype = ZS_BF16;
+    char what[64];
+    snprintf(what, sizeof what, "stage %d bf16", s);
+    gpt_result_t r;
+    if (run_compare(&o, what, 1e-2, &r) != ZS_OK) continue;
+    expect_true(r.losses[STEPS - 1] < r.losses[0] - 0.3f);
+    gpt_result_free(&r);
+  }
+}
+
+/* Collective failures are reported the same on every rank, without a hang. */
+static void test_errors(void) {
+  gpt_opts_t o;
+  tiny(&o);
+  o.batch = 4 * g_size + (g_size > 1 ? 1 : 0);
+  o.accum = g_size > 1 ? 1 : 3; /* world 1: 4 sequences do not split into 3 micro-batches */
+  gpt_result_t r;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
+  expect_str_contains(r.err, "batch");
+  gpt_result_free(&r);
+  tiny(&o);
+  o.heads = 3;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
+  expect_str_contains(r.err, "heads");
+  gpt_result_free(&r);
+}
+
+int main(void) {
+  if (zs_device_create_cpu(&g_dev) != ZS_OK) ZS_SKIP("no cpu device");
+  if (zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) ZS_SKIP("no MPI");
+  g_rank = zs_comm_rank(g_world);
+  g_size = zs_comm_size(g_world);
+  zs_t_rank = g_rank;
+  gpt_threads_auto(g_size); /* the ranks share this machine's cores */
+  zs_test_run(test_reference);
+  zs_test_run(test_stages);
+  zs_test_run(test_variants);
+  zs_test_run(test_offload);
+  zs_test_run(test_bf16);
+  zs_test_run(test_errors);
+  int rc = zs_test_finish();
+  /* every rank agrees on the verdict, so a failure on one rank fails the job */
+  int32_t mine = rc, worst = 0;
+  zs_comm_all_reduce(g_world, &mine, &worst, 1, ZS_INT32, ZS_MAX, NULL);
+  zs_comm_destroy(g_world);
+  zs_device_destroy(g_dev);
+  return worst ? 1 : 0;
+}
