@@ -32,13 +32,11 @@
  * computed into a zeroed fp32 scratch, and added (rounded to nearest even) into
  * the bf16 slots just before zs_reduce.
  *
- * Validation: the engine has no forward-only round (zs_forward_begin must be
- * followed by a backward that reduces every unit). So validation rides along
- * with a training forward: while a unit is gathered for the first micro-batch of
- * a step, the validation windows go through it too (the loss of the model before
- * that step's update). The final validation, after the last update, is a round
- * with no training micro-batch: validation forward, then a backward that only
- * gathers and reduces (zero gradients), and no zs_step. */
+ * Validation rides along with a training forward: while a unit is gathered for
+ * the first micro-batch of a step, the validation windows go through it too (the
+ * loss of the model before that step's update), so the parameters are gathered
+ * once for both. The final validation, after the last update, is a forward-only
+ * pass ended by zs_forward_end: no backward, no reduction, no step. */
 #include "trainer.h"
 
 #include <math.h>
@@ -224,6 +222,7 @@ static zs_status_t run_round(trainer_t *t, int train, int val, double *loss, dou
   }
   if (val) val_part(t, V_HEAD, 0, vsum);
   TRY(unit_release(t, 0));
+  if (!train) return zs_forward_end(t->zs); /* evaluation only */
 
   /* ---- backward ---- */
   TRY(zs_backward_begin(t->zs));
@@ -479,7 +478,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   return ZS_OK;
 }
 
-/* The final validation: a round with no training micro-batch, and no step. */
+/* The final validation: a forward-only pass, no step. */
 static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   if (o->val_seqs <= 0 || t->v_total <= 0) return ZS_OK;
