@@ -10,6 +10,9 @@
 #include "tiny_model.h"
 #include "zeroshard/config_load.h"
 #include "zeroshard/engine.h"
+#ifdef ZS_HAVE_NCCL
+#include "zeroshard/nccl.h"
+#endif
 
 #define G 36 /* global batch: divisible by ranks x accumulation for 1-4 ranks, accum 1 and 3 */
 #define STEPS 10
@@ -34,7 +37,8 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
   memset(out, 0, sizeof *out);
   zs_engine_t *zs = NULL;
   tm_model_t *m = calloc(1, sizeof *m);
-  float *lbuf = NULL;
+  m->mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
+  float *lbuf = NULL, lhost;
   zs_status_t st;
   int N = zs_comm_size(comm), r = zs_comm_rank(comm), per = G / N, mb = per / cfg->grad_accum;
   if ((st = zs_engine_create(&zs, cfg, dev, comm))) goto done;
@@ -49,9 +53,12 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
     }
     zs_step_report_t rep;
     if ((st = zs_step(zs, &rep))) goto done;
-    *lbuf = (float)(lsum / cfg->grad_accum);
-    if ((st = zs_comm_all_reduce(comm, lbuf, lbuf, 1, ZS_FP32, ZS_SUM, NULL))) goto done;
-    out->loss[s] = *lbuf / N;
+    lhost = (float)(lsum / cfg->grad_accum);
+    if ((st = zs_memcpy_async(dev, lbuf, &lhost, 4, ZS_COPY_H2D, NULL)) ||
+        (st = zs_comm_all_reduce(comm, lbuf, lbuf, 1, ZS_FP32, ZS_SUM, NULL)) ||
+        (st = zs_memcpy_async(dev, &lhost, lbuf, 4, ZS_COPY_D2H, NULL)) || (st = zs_stream_synchronize(dev, NULL)))
+      goto done;
+    out->loss[s] = lhost / N;
     out->norm[s] = rep.grad_norm;
   }
   int np = zs_engine_param_count(zs);
@@ -65,6 +72,7 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
 done:
   if (lbuf) zs_device_free(dev, lbuf, sizeof(float), ZS_MEM_OTHER);
   zs_engine_destroy(zs);
+  tm_free(m);
   free(m);
   return st;
 }
@@ -200,6 +208,7 @@ static void test_parity_bf16(void) {
  * double over the same model (full batch, no engine): the engine's reference
  * is itself right. */
 static void test_reference_is_right(void) {
+  if (zs_device_kind(dev) == ZS_DEVICE_CUDA) return; /* the plain trainer reads device memory: CPU only */
   zs_config_t c = base_config();
   run_t r;
   assert_ok(train(self, &c, &r));
@@ -214,11 +223,8 @@ static void test_reference_is_right(void) {
   assert_ok(zs_engine_create(&zs, &sgd, dev, self));
   assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
   assert_ok(zs_engine_setup(zs, tm_init, zs));
-  /* gather pointers of every parameter (stage 0: resident) and run AdamW in double */
-  void **ps[] = {&m->W0, &m->b0, &m->W[0], &m->b[0], &m->g[0], &m->W[1], &m->b[1], &m->g[1],
-                 &m->W[2], &m->b[2], &m->g[2], &m->Wh, &m->bh};
-  void **gs[] = {&m->dW0, &m->db0, &m->dW[0], &m->db[0], &m->dg[0], &m->dW[1], &m->db[1], &m->dg[1],
-                 &m->dW[2], &m->db[2], &m->dg[2], &m->dWh, &m->dbh};
+  /* stage 0 keeps parameters resident: the slots stay valid; AdamW in double */
+  void **ps = m->pslot, **gs = m->gslot;
   int np = zs_engine_param_count(zs);
   assert_int_eq(np, 13);
   double *mm[13], *vv[13];
@@ -232,7 +238,7 @@ static void test_reference_is_right(void) {
     assert_ok(tm_round(zs, m, X, T, 0, G, &l));
     if (fabs(l - r.loss[s]) > 1e-5 * fabs(l) && !bad++) ZS_T_REPORT("plain trainer loss %.9g vs engine %.9g", l, r.loss[s]);
     for (int p = 0; p < np; p++) {
-      float *w = *ps[p], *g = *gs[p];
+      float *w = ps[p], *g = gs[p];
       const char *nm = zs_param_name(zs, p);
       size_t nl = strlen(nm);
       int nodecay = nm[nl - 2] == '.' && (nm[nl - 1] == 'b' || nm[nl - 1] == 'g');
@@ -252,7 +258,7 @@ static void test_reference_is_right(void) {
   }
   int64_t o = 0;
   for (int p = 0; p < np; p++) {
-    float *w = *ps[p];
+    float *w = ps[p];
     for (int64_t i = 0; i < zs_param_numel(zs, p); i++, o++)
       if (fabs(w[i] - r.params[o]) > 1e-5 * fabs(w[i]) + 1e-6 && !bad++)
         ZS_T_REPORT("plain trainer %s[%lld] = %.9g vs engine %.9g", zs_param_name(zs, p), (long long)i, w[i],
@@ -261,6 +267,7 @@ static void test_reference_is_right(void) {
     free(vv[p]);
   }
   zs_engine_destroy(zs);
+  tm_free(m);
   free(m);
   run_free(&r);
 }
@@ -303,10 +310,33 @@ static void test_offload_parity(void) {
       }
 }
 
+/* ZS_TEST_DEVICE=cuda runs the same tests on a GPU over NCCL (scripts/gpu-check). */
+static int open_world(void) {
+  const char *d = getenv("ZS_TEST_DEVICE");
+  if (!d || strcmp(d, "cuda")) return zs_device_create_cpu(&dev) == ZS_OK && zs_comm_create_mpi_world(&world, dev) == ZS_OK;
+#ifdef ZS_HAVE_NCCL
+  int init = 0, provided;
+  MPI_Initialized(&init);
+  if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (zs_device_cuda_count() == 0) {
+    MPI_Finalize();
+    ZS_SKIP("ZS_TEST_DEVICE=cuda but no GPU is visible");
+  }
+  return zs_device_create_cuda(&dev, r % zs_device_cuda_count()) == ZS_OK &&
+         zs_comm_create_nccl_mpi(&world, dev, MPI_COMM_WORLD) == ZS_OK;
+#else
+  ZS_SKIP("ZS_TEST_DEVICE=cuda but this build has no NCCL");
+#endif
+}
+
 int main(int argc, char **argv) {
   zs_t_rank = 0;
-  if (zs_device_create_cpu(&dev) != ZS_OK) return 1;
-  if (zs_comm_create_mpi_world(&world, dev) != ZS_OK) return 1;
+  if (!open_world()) {
+    fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
+    return 1;
+  }
   rank = zs_comm_rank(world);
   nranks = zs_comm_size(world);
   zs_t_rank = rank;

@@ -6,7 +6,10 @@
  *   y = h Wh + bh;  loss = mean over samples of 0.5 |y - t|^2
  * Odd sizes (d = 13, din = 5, dout = 3) make parameters straddle shard borders.
  * Forward and backward are written by hand in float, reading parameters and
- * adding gradients in the engine's param dtype (fp32 or bf16). */
+ * adding gradients in the engine's param dtype (fp32 or bf16). On a cuda device
+ * the engine's slots hold device addresses: the model then computes on host
+ * mirrors, copied from the slots after zs_gather and back before zs_reduce
+ * (what is tested is the engine, not the model's kernels). */
 #ifndef ZS_TESTS_TINY_MODEL_H
 #define ZS_TESTS_TINY_MODEL_H
 
@@ -24,9 +27,16 @@
 #define TM_DIN 5
 #define TM_DOUT 3
 
+#define TM_MAXP (4 + 3 * TM_MAXB)
+
 typedef struct {
-  int nblk;
+  int nblk, np;
   zs_dtype_t dt;
+  zs_device_t *mirror;              /* non-NULL: compute on host copies (cuda) */
+  void *pslot[TM_MAXP], *gslot[TM_MAXP]; /* what the engine writes */
+  void *hp[TM_MAXP], *hg[TM_MAXP];  /* host mirrors */
+  int64_t numel[TM_MAXP];
+  /* what the compute reads and adds into (the slots, or the mirrors) */
   void *W0, *b0, *Wh, *bh, *W[TM_MAXB], *b[TM_MAXB], *g[TM_MAXB];
   void *dW0, *db0, *dWh, *dbh, *dW[TM_MAXB], *db[TM_MAXB], *dg[TM_MAXB];
   /* activations of the current micro-batch */
@@ -42,30 +52,96 @@ static inline void tm_add(void *p, int64_t i, float v, zs_dtype_t dt) {
 }
 
 /* Declares the model; returns the first failing status. */
+static inline zs_status_t tm_add_param(zs_engine_t *zs, tm_model_t *m, int u, const char *name, int64_t d0,
+                                       int64_t d1, unsigned flags) {
+  int p = m->np++;
+  m->numel[p] = d0 * (d1 ? d1 : 1);
+  return zs_param_add(zs, u, name, d1 ? 2 : 1, (int64_t[]){d0, d1}, flags, &m->pslot[p], &m->gslot[p], NULL);
+}
+
+/* Parameter ids: embed W 0, b 1; block l: W 2+3l, b 3+3l, g 4+3l; head W, b last. */
 static inline zs_status_t tm_declare(zs_engine_t *zs, tm_model_t *m, int nblk, zs_dtype_t dt) {
+  zs_device_t *mirror = m->mirror; /* set by the caller before declaring, or NULL */
   memset(m, 0, sizeof *m);
+  m->mirror = mirror;
   m->nblk = nblk;
   m->dt = dt;
   int u;
   zs_status_t st;
   char name[64];
   if ((st = zs_unit_add(zs, "embed", &u))) return st;
-  if ((st = zs_param_add(zs, u, "embed.W", 2, (int64_t[]){TM_DIN, TM_D}, 0, &m->W0, &m->dW0, NULL))) return st;
-  if ((st = zs_param_add(zs, u, "embed.b", 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->b0, &m->db0, NULL))) return st;
+  if ((st = tm_add_param(zs, m, u, "embed.W", TM_DIN, TM_D, 0))) return st;
+  if ((st = tm_add_param(zs, m, u, "embed.b", TM_D, 0, ZS_PARAM_NO_DECAY))) return st;
   for (int l = 0; l < nblk; l++) {
     snprintf(name, sizeof name, "blk.%d", l);
     if ((st = zs_unit_add(zs, name, &u))) return st;
     snprintf(name, sizeof name, "blk.%d.W", l);
-    if ((st = zs_param_add(zs, u, name, 2, (int64_t[]){TM_D, TM_D}, 0, &m->W[l], &m->dW[l], NULL))) return st;
+    if ((st = tm_add_param(zs, m, u, name, TM_D, TM_D, 0))) return st;
     snprintf(name, sizeof name, "blk.%d.b", l);
-    if ((st = zs_param_add(zs, u, name, 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->b[l], &m->db[l], NULL))) return st;
+    if ((st = tm_add_param(zs, m, u, name, TM_D, 0, ZS_PARAM_NO_DECAY))) return st;
     snprintf(name, sizeof name, "blk.%d.g", l);
-    if ((st = zs_param_add(zs, u, name, 1, (int64_t[]){TM_D}, ZS_PARAM_NO_DECAY, &m->g[l], &m->dg[l], NULL))) return st;
+    if ((st = tm_add_param(zs, m, u, name, TM_D, 0, ZS_PARAM_NO_DECAY))) return st;
   }
   if ((st = zs_unit_add(zs, "head", &u))) return st;
-  if ((st = zs_param_add(zs, u, "head.W", 2, (int64_t[]){TM_D, TM_DOUT}, 0, &m->Wh, &m->dWh, NULL))) return st;
-  if ((st = zs_param_add(zs, u, "head.b", 1, (int64_t[]){TM_DOUT}, ZS_PARAM_NO_DECAY, &m->bh, &m->dbh, NULL))) return st;
+  if ((st = tm_add_param(zs, m, u, "head.W", TM_D, TM_DOUT, 0))) return st;
+  if ((st = tm_add_param(zs, m, u, "head.b", TM_DOUT, 0, ZS_PARAM_NO_DECAY))) return st;
+  if (mirror)
+    for (int p = 0; p < m->np; p++) {
+      m->hp[p] = calloc((size_t)m->numel[p], 4);
+      m->hg[p] = calloc((size_t)m->numel[p], 4);
+      if (!m->hp[p] || !m->hg[p]) return ZS_ERR_NOMEM;
+    }
   return ZS_OK;
+}
+
+static inline void tm_free(tm_model_t *m) {
+  for (int p = 0; p < m->np; p++) free(m->hp[p]), free(m->hg[p]);
+}
+
+static inline void tm_point(tm_model_t *m) {
+  void **P = m->mirror ? m->hp : m->pslot, **G = m->mirror ? m->hg : m->gslot;
+  int L = m->nblk;
+  m->W0 = P[0], m->b0 = P[1], m->dW0 = G[0], m->db0 = G[1];
+  for (int l = 0; l < L; l++) {
+    m->W[l] = P[2 + 3 * l], m->b[l] = P[3 + 3 * l], m->g[l] = P[4 + 3 * l];
+    m->dW[l] = G[2 + 3 * l], m->db[l] = G[3 + 3 * l], m->dg[l] = G[4 + 3 * l];
+  }
+  m->Wh = P[m->np - 2], m->bh = P[m->np - 1], m->dWh = G[m->np - 2], m->dbh = G[m->np - 1];
+}
+
+/* Parameters [p0, p1) of a unit: after zs_gather, copy device values to the
+ * mirrors (and gradients in backward); before zs_reduce, gradients back. */
+static inline zs_status_t tm_pull(tm_model_t *m, int p0, int p1, int grads) {
+  if (!m->mirror) return ZS_OK;
+  size_t es = zs_dtype_size(m->dt);
+  for (int p = p0; p < p1; p++) {
+    zs_status_t st = zs_memcpy_async(m->mirror, m->hp[p], m->pslot[p], (size_t)m->numel[p] * es, ZS_COPY_D2H, NULL);
+    if (!st && grads) st = zs_memcpy_async(m->mirror, m->hg[p], m->gslot[p], (size_t)m->numel[p] * es, ZS_COPY_D2H, NULL);
+    if (st) return st;
+  }
+  return zs_stream_synchronize(m->mirror, NULL);
+}
+static inline zs_status_t tm_push(tm_model_t *m, int p0, int p1) {
+  if (!m->mirror) return ZS_OK;
+  size_t es = zs_dtype_size(m->dt);
+  for (int p = p0; p < p1; p++) {
+    zs_status_t st = zs_memcpy_async(m->mirror, m->gslot[p], m->hg[p], (size_t)m->numel[p] * es, ZS_COPY_H2D, NULL);
+    if (st) return st;
+  }
+  return zs_stream_synchronize(m->mirror, NULL);
+}
+/* first parameter id of unit u (units: embed, blocks, head) */
+static inline int tm_p0(const tm_model_t *m, int u) { return u == 0 ? 0 : u <= m->nblk ? 2 + 3 * (u - 1) : m->np - 2; }
+static inline int tm_p1(const tm_model_t *m, int u) { return u == 0 ? 2 : u <= m->nblk ? 5 + 3 * (u - 1) : m->np; }
+static inline zs_status_t tm_gather(zs_engine_t *zs, tm_model_t *m, int u, int backward) {
+  zs_status_t st = zs_gather(zs, u);
+  if (!st) st = tm_pull(m, tm_p0(m, u), tm_p1(m, u), backward);
+  tm_point(m);
+  return st;
+}
+static inline zs_status_t tm_reduce(zs_engine_t *zs, tm_model_t *m, int u) {
+  zs_status_t st = tm_push(m, tm_p0(m, u), tm_p1(m, u));
+  return st ? st : zs_reduce(zs, u);
 }
 
 /* Initial values from (parameter id, element index) only: the same model at every
@@ -106,7 +182,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
   const int L = m->nblk, H = L + 1;
   if ((st = zs_forward_begin(zs))) return st;
   /* embed */
-  if ((st = zs_gather(zs, 0))) return st;
+  if ((st = tm_gather(zs, m, 0, 0))) return st;
   for (int s = 0; s < n; s++)
     for (int j = 0; j < TM_D; j++) {
       float a = tm_ld(m->b0, j, dt);
@@ -116,7 +192,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
   if ((st = zs_release(zs, 0))) return st;
   /* blocks */
   for (int l = 0; l < L; l++) {
-    if ((st = zs_gather(zs, 1 + l))) return st;
+    if ((st = tm_gather(zs, m, 1 + l, 0))) return st;
     for (int s = 0; s < n; s++)
       for (int j = 0; j < TM_D; j++) {
         float a = tm_ld(m->b[l], j, dt);
@@ -127,7 +203,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
     if ((st = zs_release(zs, 1 + l))) return st;
   }
   /* head and loss */
-  if ((st = zs_gather(zs, H))) return st;
+  if ((st = tm_gather(zs, m, H, 0))) return st;
   double ls = 0;
   for (int s = 0; s < n; s++)
     for (int k = 0; k < TM_DOUT; k++) {
@@ -142,7 +218,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
 
   if ((st = zs_backward_begin(zs))) return st;
   float dh[TM_MAXS][TM_D];
-  if ((st = zs_gather(zs, H))) return st;
+  if ((st = tm_gather(zs, m, H, 1))) return st;
   for (int k = 0; k < TM_DOUT; k++) {
     float sb = 0;
     for (int s = 0; s < n; s++) sb += m->dy[s][k];
@@ -159,9 +235,9 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
       for (int k = 0; k < TM_DOUT; k++) a += m->dy[s][k] * tm_ld(m->Wh, i * TM_DOUT + k, dt);
       dh[s][i] = a;
     }
-  if ((st = zs_reduce(zs, H))) return st;
+  if ((st = tm_reduce(zs, m, H))) return st;
   for (int l = L - 1; l >= 0; l--) {
-    if ((st = zs_gather(zs, 1 + l))) return st;
+    if ((st = tm_gather(zs, m, 1 + l, 1))) return st;
     float dz[TM_MAXS][TM_D];
     for (int s = 0; s < n; s++)
       for (int j = 0; j < TM_D; j++) {
@@ -188,9 +264,9 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
         for (int j = 0; j < TM_D; j++) a += dz[s][j] * tm_ld(m->W[l], i * TM_D + j, dt);
         dh[s][i] += a;
       }
-    if ((st = zs_reduce(zs, 1 + l))) return st;
+    if ((st = tm_reduce(zs, m, 1 + l))) return st;
   }
-  if ((st = zs_gather(zs, 0))) return st;
+  if ((st = tm_gather(zs, m, 0, 1))) return st;
   for (int j = 0; j < TM_D; j++) {
     float sb = 0;
     float da[TM_MAXS];
@@ -206,7 +282,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
       tm_add(m->dW0, i * TM_D + j, sw, dt);
     }
   }
-  return zs_reduce(zs, 0);
+  return tm_reduce(zs, m, 0);
 }
 
 #endif
