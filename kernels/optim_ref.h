@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "zeroshard/types.h"
 
 #if defined(__CUDACC__)
@@ -99,54 +100,11 @@ ZS_HD void zs_ref_sgd(const zs_k_hyper_t *h, int kind, float lr, float wd, float
   *w = ZS_SUB(x, ZS_MUL(lr, d));
 }
 
-/* fp32 <-> bf16 / fp16: the same code as src/common/half.h (which stays the
- * definition), repeated here so device code can call it. */
-ZS_HD uint32_t zs_ref_bits(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  return x;
-}
-ZS_HD float zs_ref_float(uint32_t x) {
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-ZS_HD uint16_t zs_ref_f32_to_bf16(float f) {
-  uint32_t x = zs_ref_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-ZS_HD float zs_ref_bf16_to_f32(uint16_t h) { return zs_ref_float((uint32_t)h << 16); }
-ZS_HD uint16_t zs_ref_f32_to_f16(float f) {
-  uint32_t x = zs_ref_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-  if (a < 0x38800000u) {                                   /* below 2^-14: subnormal */
-    if (a < 0x33000000u) return (uint16_t)sign;            /* below 2^-25: zero */
-    uint32_t e = a >> 23, mt = (a & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e;
-    uint32_t r = mt >> shift, rem = mt & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (r & 1u))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = a - 0x38000000u;
-  r += 0xfffu + ((r >> 13) & 1u);
-  return (uint16_t)(sign | (r >> 13));
-}
-ZS_HD float zs_ref_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mt = h & 0x3ffu, x;
-  if (e == 0) {
-    x = zs_ref_bits((float)mt * 5.9604644775390625e-08f) | sign; /* exact: mt * 2^-24 */
-  } else if (e == 31) {
-    x = sign | 0x7f800000u | (mt << 13);
-  } else {
-    x = sign | ((e + 112u) << 23) | (mt << 13);
-  }
-  return zs_ref_float(x);
-}
+/* fp32 <-> bf16 / fp16: src/common/half.h, the one definition (host and device). */
+#define zs_ref_f32_to_bf16 zs_f32_to_bf16
+#define zs_ref_bf16_to_f32 zs_bf16_to_f32
+#define zs_ref_f32_to_f16 zs_f32_to_f16
+#define zs_ref_f16_to_f32 zs_f16_to_f32
 
 /* Element i of an fp32 / bf16 / fp16 array as fp32 (exact). */
 ZS_HD float zs_ref_load(const void *p, int dt, size_t i) {

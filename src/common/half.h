@@ -7,7 +7,14 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t zs_f32_to_bf16(float f) {
+/* Callable from CUDA device code too (kernels/optim_ref.h uses these). */
+#if defined(__CUDACC__)
+#define ZS_HALF_FN static __host__ __device__ __forceinline__
+#else
+#define ZS_HALF_FN static inline
+#endif
+
+ZS_HALF_FN uint16_t zs_f32_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
@@ -15,14 +22,14 @@ static inline uint16_t zs_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-static inline float zs_bf16_to_f32(uint16_t h) {
+ZS_HALF_FN float zs_bf16_to_f32(uint16_t h) {
   uint32_t x = (uint32_t)h << 16;
   float f;
   memcpy(&f, &x, 4);
   return f;
 }
 
-static inline uint16_t zs_f32_to_f16(float f) {
+ZS_HALF_FN uint16_t zs_f32_to_f16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -42,7 +49,7 @@ static inline uint16_t zs_f32_to_f16(float f) {
   return (uint16_t)(sign | (r >> 13));
 }
 
-static inline float zs_f16_to_f32(uint16_t h) {
+ZS_HALF_FN float zs_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
   float f;
   if (e == 0) {

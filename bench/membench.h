@@ -1,0 +1,121 @@
+/* membench.h: what the parts of zs-membench share (membench.c: flags, runs and
+ * measurement; membench_gpt.c: the example GPT's units and compute;
+ * membench_report.c: the table, the JSON document and the plot). */
+#ifndef ZS_BENCH_MEMBENCH_H
+#define ZS_BENCH_MEMBENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zeroshard/engine.h"
+
+#define MB_NAME_MAX 64
+
+/* ---- the command line ------------------------------------------------------------ */
+
+typedef struct {
+  int gpt;                                  /* --model gpt (else --units) */
+  int layers, channels, heads, vocab, seq;  /* --model gpt: the trainer's model flags */
+  int batch;                                /* sequences per rank per step (compute) */
+  int compute;                              /* gpt: run forward/backward (--no-compute: 0) */
+  int64_t *units;                           /* --units N1,N2,...: elements per unit */
+  int nunits;
+  int stages[4], nstages;
+  zs_dtype_t dtype, reduce_dtype;
+  int offload;                              /* add offloaded runs for stages 1-3 */
+  int prefetch;                             /* -1: the engine's default */
+  int cuda;                                 /* --device cuda */
+  int steps;
+  int json;
+  const char *plot;                         /* --plot FILE.png */
+} mb_opts_t;
+
+/* ---- the model as declared: units of parameters ------------------------------------ */
+
+typedef struct {
+  char name[MB_NAME_MAX];
+  int unit, ndim;
+  int64_t shape[2], numel;
+  unsigned flags;
+} mb_param_t;
+
+typedef struct {
+  char desc[160];      /* for titles: "gpt L2 C64 H4 V256 T64" or "units 1000,3000" */
+  int nunits, nparams;
+  int *unit_first;     /* [nunits + 1]: first parameter of each unit */
+  char (*unit_names)[MB_NAME_MAX];
+  mb_param_t *params;
+  int64_t numel;       /* parameters, unpadded */
+} mb_model_t;
+
+void mb_model_free(mb_model_t *m);
+
+/* ---- figures per rank and per run ------------------------------------------------------ */
+
+enum { MB_F_PARAMS = 0, MB_F_GRADS, MB_F_OPTIM, MB_F_COUNT }; /* model-state categories */
+
+/* One rank's figures for one run; gathered on rank 0 as raw bytes. */
+typedef struct {
+  int64_t rank;
+  int64_t model_state, host_model_state; /* measured after zs_step (params+grads+optimizer) */
+  int64_t formula, host_formula;         /* the ZeRO table with padding */
+  int64_t f_dev[MB_F_COUNT], f_host[MB_F_COUNT];
+  int64_t peak, host_peak;               /* peak of the domain total over the run */
+  int64_t cur[ZS_MEM_CATEGORY_COUNT], pk[ZS_MEM_CATEGORY_COUNT];   /* device domain */
+  int64_t hcur[ZS_MEM_CATEGORY_COUNT], hpk[ZS_MEM_CATEGORY_COUNT]; /* host domain */
+  int64_t comm_bytes;                    /* bytes sent over all steps, every kind */
+  int64_t comm_ag, comm_rs, comm_ar;     /* of which all-gather, reduce-scatter, all-reduce */
+  int64_t comm_calls;
+  double step_s;                         /* mean over the steps after the first */
+} mb_rank_t;
+
+typedef struct {
+  int stage, offload;
+  double step_s;                 /* max over ranks */
+  double comm_bytes_per_step;    /* rank 0's bytes sent per step */
+  int64_t comm_theory;           /* ZeRO: 2psi(N-1)/N (stages 0-2), 3psi(N-1)/N (stage 3) */
+  int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
+  int64_t padded;                /* parameters including padding */
+  mb_rank_t *ranks;              /* world entries (rank 0 only) */
+} mb_result_t;
+
+typedef struct {
+  const mb_opts_t *o;
+  const mb_model_t *m;
+  int world;
+  const char *device;
+  mb_result_t *res;
+  int nres;
+} mb_report_t;
+
+/* ---- membench_gpt.c ---------------------------------------------------------------------- */
+
+typedef struct mb_gpt mb_gpt_t;
+
+/* 1 when this build has the example GPT (examples/gpt with a CBLAS). */
+int mb_gpt_available(void);
+/* The parameter table of the GPT the options describe. 0, or -1 with a message. */
+int mb_gpt_model(const mb_opts_t *o, mb_model_t *m, char *err, size_t errlen);
+/* State for the trainer's schedule on a tiny batch. pslot/gslot: the slots the
+ * engine writes (one per parameter, in table order). 0 or -1 (message in err). */
+int mb_gpt_create(mb_gpt_t **out, const mb_opts_t *o, const mb_model_t *m, void **pslot, void **gslot, int rank,
+                  char *err, size_t errlen);
+/* The engine's init callback: GPT-2's initialisation of every element. user: mb_gpt_t. */
+int mb_gpt_init(void *user, int param, int64_t offset, int64_t count, float *dst);
+/* One training round (forward, backward) in the trainer's order of gathers,
+ * releases and reductions; with compute, the model's math on synthetic tokens. */
+zs_status_t mb_gpt_round(mb_gpt_t *g, zs_engine_t *zs, int step);
+void mb_gpt_destroy(mb_gpt_t *g);
+/* OpenMP/BLAS threads for ranks sharing the machine (the trainer's rule). */
+int mb_gpt_threads(int ranks_here);
+
+/* ---- membench_report.c ------------------------------------------------------------------- */
+
+/* 1 if model_state == formula and host_model_state == host_formula on every rank. */
+int mb_result_ok(const mb_result_t *r, int world);
+void mb_report_table(const mb_report_t *rep, FILE *f);
+void mb_report_json(const mb_report_t *rep, FILE *f);
+/* Writes FILE.png through gnuplot; 0, or -1 after a warning on stderr (skipped). */
+int mb_report_plot(const mb_report_t *rep, const char *path);
+
+#endif

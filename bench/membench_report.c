@@ -1,0 +1,297 @@
+/* membench_report.c: zs-membench's output, from rank 0's gathered figures.
+ *
+ * Table (people): per run two rows for rank 0, what was measured and what the
+ * formula says, per model-state category, then the peak, traffic per step
+ * beside theory, and step time; a per-rank section for runs where ranks differ.
+ *
+ * JSON (programs), one document:
+ *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
+ *    "device", "steps", "compute", "ok",
+ *    "results": [{"stage", "offload", "step_s", "comm_bytes_per_step",
+ *                 "comm_theory_bytes", "comm_norm_bytes", "comm_extra_bytes",
+ *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
+ *                 "ok",
+ *                 "ranks": [{"rank", "model_state_bytes", "host_model_state_bytes",
+ *                            "formula_bytes", "host_formula_bytes", "peak_bytes",
+ *                            "host_peak_bytes", "step_s", "comm_bytes_per_step",
+ *                            "by_category": {"params": {"current", "peak", "formula"},
+ *                                            "grads", "optimizer" (same),
+ *                                            "gather", "comm", "other": {"current", "peak"}},
+ *                            "host_by_category": {... the host domain, same keys}}]}]}
+ * comm_extra_bytes = comm_bytes_per_step - comm_theory_bytes - comm_norm_bytes
+ * (rank 0): traffic the ZeRO table does not count (e.g. a unit gathered again).
+ *
+ * Plot: gnuplot (pngcairo, else png) draws rank 0's model state per stage as
+ * bars, offloaded runs beside (device and host), with the formula as a black
+ * dash on each bar. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "membench.h"
+
+static const zs_mem_category_t k_state_cat[MB_F_COUNT] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIMIZER};
+
+int mb_result_ok(const mb_result_t *r, int world) {
+  for (int k = 0; k < world; k++)
+    if (r->ranks[k].model_state != r->ranks[k].formula || r->ranks[k].host_model_state != r->ranks[k].host_formula)
+      return 0;
+  return 1;
+}
+
+static int ranks_differ(const mb_result_t *r, int world) {
+  const mb_rank_t *a = &r->ranks[0];
+  for (int k = 1; k < world; k++) {
+    const mb_rank_t *b = &r->ranks[k];
+    if (a->model_state != b->model_state || a->host_model_state != b->host_model_state || a->peak != b->peak ||
+        a->formula != b->formula || a->comm_bytes != b->comm_bytes)
+      return 1;
+  }
+  return 0;
+}
+
+/* ============================================================================
+ * table
+ * ========================================================================== */
+
+static void header_line(const mb_report_t *rep, FILE *f) {
+  const mb_opts_t *o = rep->o;
+  fprintf(f, "# zs-membench: %s, %lld params (%lld with padding at %d ranks), %d rank(s), %s params / %s reduce, %s, %d steps",
+          rep->m->desc, (long long)rep->m->numel, (long long)(rep->nres ? rep->res[0].padded : 0), rep->world,
+          rep->world, zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), rep->device, o->steps);
+  if (o->gpt && o->compute) fprintf(f, ", compute %d x %d tokens per rank", o->batch, o->seq);
+  else fprintf(f, ", no compute");
+  fprintf(f, "\n");
+}
+
+void mb_report_table(const mb_report_t *rep, FILE *f) {
+  header_line(rep, f);
+  fprintf(f, "# rank 0's bytes after zs_step: measured, and the ZeRO formula (with padding) below it;\n"
+             "# peak = device peak over the run; comm = bytes sent per step (formula row: ZeRO theory + norm all-reduce)\n");
+  fprintf(f, "%-5s %-7s %-8s %12s %12s %12s %12s %12s %12s | %12s %10s %8s | %9s\n", "stage", "offload", "", "params",
+          "grads", "optimizer", "model_state", "host_state", "peak", "comm/step", "extra", "check", "step_ms");
+  for (int r = 0; r < rep->nres; r++) {
+    const mb_result_t *x = &rep->res[r];
+    const mb_rank_t *a = &x->ranks[0];
+    double extra = x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm;
+    fprintf(f, "%-5d %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f\n", x->stage,
+            x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS], (long long)a->cur[ZS_MEM_GRADS],
+            (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state, (long long)a->host_model_state,
+            (long long)a->peak, x->comm_bytes_per_step, extra, mb_result_ok(x, rep->world) ? "ok" : "DIFF",
+            x->step_s * 1e3);
+    fprintf(f, "%-5s %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12s | %12lld %10s %8s |\n", "", "", "formula",
+            (long long)a->f_dev[MB_F_PARAMS], (long long)a->f_dev[MB_F_GRADS], (long long)a->f_dev[MB_F_OPTIM],
+            (long long)a->formula, (long long)a->host_formula, "", (long long)(x->comm_theory + x->comm_norm), "", "");
+  }
+  /* runs where ranks differ: every rank */
+  for (int r = 0; r < rep->nres; r++) {
+    const mb_result_t *x = &rep->res[r];
+    if (!ranks_differ(x, rep->world)) continue;
+    fprintf(f, "# stage %d%s: ranks differ\n", x->stage, x->offload ? " offload" : "");
+    fprintf(f, "%-5s %12s %12s %12s %12s %12s %12s\n", "rank", "model_state", "formula", "host_state", "host_formula",
+            "peak", "comm/step");
+    for (int k = 0; k < rep->world; k++) {
+      const mb_rank_t *b = &x->ranks[k];
+      fprintf(f, "%-5lld %12lld %12lld %12lld %12lld %12lld %12.0f\n", (long long)b->rank, (long long)b->model_state,
+              (long long)b->formula, (long long)b->host_model_state, (long long)b->host_formula, (long long)b->peak,
+              (double)b->comm_bytes / rep->o->steps);
+    }
+  }
+  for (int r = 0; r < rep->nres; r++) {
+    const mb_result_t *x = &rep->res[r];
+    for (int k = 0; k < rep->world; k++) {
+      const mb_rank_t *b = &x->ranks[k];
+      if (b->model_state != b->formula || b->host_model_state != b->host_formula)
+        fprintf(f, "# MISMATCH stage %d%s rank %lld: device %lld measured vs %lld formula (params %lld/%lld grads %lld/%lld "
+                   "optimizer %lld/%lld), host %lld vs %lld\n",
+                x->stage, x->offload ? " offload" : "", (long long)b->rank, (long long)b->model_state,
+                (long long)b->formula, (long long)b->cur[ZS_MEM_PARAMS], (long long)b->f_dev[MB_F_PARAMS],
+                (long long)b->cur[ZS_MEM_GRADS], (long long)b->f_dev[MB_F_GRADS], (long long)b->cur[ZS_MEM_OPTIMIZER],
+                (long long)b->f_dev[MB_F_OPTIM], (long long)b->host_model_state, (long long)b->host_formula);
+    }
+  }
+  fflush(f);
+}
+
+/* ============================================================================
+ * JSON
+ * ========================================================================== */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static void json_categories(FILE *f, const int64_t *cur, const int64_t *pk, const int64_t *form) {
+  fputc('{', f);
+  for (int k = 0; k < ZS_MEM_CATEGORY_COUNT; k++) {
+    fprintf(f, "%s\"%s\": {\"current\": %lld, \"peak\": %lld", k ? ", " : "", zs_mem_category_name((zs_mem_category_t)k),
+            (long long)cur[k], (long long)pk[k]);
+    for (int j = 0; j < MB_F_COUNT; j++)
+      if (k_state_cat[j] == (zs_mem_category_t)k) fprintf(f, ", \"formula\": %lld", (long long)form[j]);
+    fputc('}', f);
+  }
+  fputc('}', f);
+}
+
+void mb_report_json(const mb_report_t *rep, FILE *f) {
+  const mb_opts_t *o = rep->o;
+  int all_ok = 1;
+  for (int r = 0; r < rep->nres; r++) all_ok &= mb_result_ok(&rep->res[r], rep->world);
+  fprintf(f, "{\"model\": \"%s\", ", o->gpt ? "gpt" : "units");
+  if (o->gpt)
+    fprintf(f, "\"model_config\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ",
+            o->layers, o->channels, o->heads, o->vocab, o->seq);
+  else {
+    fprintf(f, "\"units\": [");
+    for (int u = 0; u < o->nunits; u++) fprintf(f, "%s%lld", u ? ", " : "", (long long)o->units[u]);
+    fprintf(f, "], ");
+  }
+  fprintf(f, "\"description\": ");
+  json_str(f, rep->m->desc);
+  fprintf(f, ", \"params\": %lld, \"padded_params\": %lld, \"world\": %d, \"param_dtype\": \"%s\", "
+             "\"reduce_dtype\": \"%s\", \"device\": \"%s\", \"steps\": %d, \"compute\": %s, \"ok\": %s,\n \"results\": [",
+          (long long)rep->m->numel, (long long)(rep->nres ? rep->res[0].padded : 0), rep->world, zs_dtype_name(o->dtype),
+          zs_dtype_name(o->reduce_dtype), rep->device, o->steps, o->gpt && o->compute ? "true" : "false",
+          all_ok ? "true" : "false");
+  for (int r = 0; r < rep->nres; r++) {
+    const mb_result_t *x = &rep->res[r];
+    const mb_rank_t *a = &x->ranks[0];
+    double steps = o->steps;
+    fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ", r ? "," : "",
+            x->stage, x->offload ? "true" : "false", x->step_s, x->comm_bytes_per_step);
+    fprintf(f, "\"comm_theory_bytes\": %lld, \"comm_norm_bytes\": %lld, \"comm_extra_bytes\": %.17g, ",
+            (long long)x->comm_theory, (long long)x->comm_norm,
+            x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm);
+    fprintf(f, "\"comm_by_kind\": {\"all_gather\": %.17g, \"reduce_scatter\": %.17g, \"all_reduce\": %.17g}, ",
+            (double)a->comm_ag / steps, (double)a->comm_rs / steps, (double)a->comm_ar / steps);
+    fprintf(f, "\"ok\": %s, \"ranks\": [", mb_result_ok(x, rep->world) ? "true" : "false");
+    for (int k = 0; k < rep->world; k++) {
+      const mb_rank_t *b = &x->ranks[k];
+      static const int64_t none[MB_F_COUNT] = {0};
+      fprintf(f, "%s\n   {\"rank\": %lld, \"model_state_bytes\": %lld, \"host_model_state_bytes\": %lld, "
+                 "\"formula_bytes\": %lld, \"host_formula_bytes\": %lld, \"peak_bytes\": %lld, \"host_peak_bytes\": %lld, "
+                 "\"step_s\": %.9g, \"comm_bytes_per_step\": %.17g,\n    \"by_category\": ",
+              k ? "," : "", (long long)b->rank, (long long)b->model_state, (long long)b->host_model_state,
+              (long long)b->formula, (long long)b->host_formula, (long long)b->peak, (long long)b->host_peak, b->step_s,
+              (double)b->comm_bytes / steps);
+      json_categories(f, b->cur, b->pk, b->f_dev);
+      fprintf(f, ",\n    \"host_by_category\": ");
+      json_categories(f, b->hcur, b->hpk, x->offload ? b->f_host : none);
+      fputc('}', f);
+    }
+    fprintf(f, "]}");
+  }
+  fprintf(f, "\n]}\n");
+}
+
+/* ============================================================================
+ * plot
+ * ========================================================================== */
+
+static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+/* gnuplot quotes: single-quoted strings, a quote doubled. */
+static void gp_str(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++) {
+    if (*s == '\'') fputc('\'', f);
+    fputc(*s, f);
+  }
+  fputc('\'', f);
+}
+
+int mb_report_plot(const mb_report_t *rep, const char *path) {
+  if (!have_gnuplot()) {
+    fprintf(stderr, "zs-membench: warning: gnuplot not found (apt-get install gnuplot-nox): --plot %s skipped\n", path);
+    return -1;
+  }
+  int any_off = 0;
+  double vmax = 0;
+  for (int r = 0; r < rep->nres; r++) {
+    const mb_rank_t *a = &rep->res[r].ranks[0];
+    any_off |= rep->res[r].offload;
+    double v[4] = {(double)a->model_state, (double)a->formula, (double)a->host_model_state, (double)a->host_formula};
+    for (int j = 0; j < 4; j++) vmax = v[j] > vmax ? v[j] : vmax;
+  }
+  double unit = vmax >= 1048576.0 ? 1048576.0 : 1024.0;
+  const char *uname = unit > 1024.0 ? "MiB" : "KiB";
+  /* bar positions: around each stage, no offload left of offloaded device and host */
+  double w = any_off ? 0.26 : 0.5;
+
+  FILE *g = popen("gnuplot", "w");
+  if (!g) {
+    fprintf(stderr, "zs-membench: warning: cannot start gnuplot: --plot %s skipped\n", path);
+    return -1;
+  }
+  /* pngcairo when gnuplot has it (gnuplot-nox does), else the libgd png terminal */
+  fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 960,560 font ',10' } "
+             "else { set terminal png size 960,560 }\n");
+  fprintf(g, "set output ");
+  gp_str(g, path);
+  char title[512];
+  snprintf(title, sizeof title, "zs-membench: %s (%lld params), %d rank(s), %s params / %s reduce, %s",
+           rep->m->desc, (long long)rep->m->numel, rep->world, zs_dtype_name(rep->o->dtype),
+           zs_dtype_name(rep->o->reduce_dtype), rep->device);
+  fprintf(g, "\nset title ");
+  gp_str(g, title);
+  fprintf(g, "\nset ylabel 'model state of rank 0 after zs\\_step (%s)'\n", uname);
+  fprintf(g, "set xlabel 'ZeRO stage (black dash: formula from the ZeRO table with padding)'\n");
+  fprintf(g, "set xtics (");
+  for (int r = 0, first = 1; r < rep->nres; r++) {
+    if (rep->res[r].offload) continue;
+    const char *lab[4] = {"0 (DDP)", "1 (optimizer)", "2 (+ grads)", "3 (+ params, FSDP)"};
+    fprintf(g, "%s'%s' %d", first ? "" : ", ", lab[rep->res[r].stage], rep->res[r].stage);
+    first = 0;
+  }
+  fprintf(g, ")\n");
+  int smin = 3, smax = 0;
+  for (int r = 0; r < rep->nres; r++) {
+    smin = rep->res[r].stage < smin ? rep->res[r].stage : smin;
+    smax = rep->res[r].stage > smax ? rep->res[r].stage : smax;
+  }
+  fprintf(g, "set xrange [%g:%g]\nset yrange [0:%g]\n", smin - 0.6, smax + 0.6, vmax / unit * 1.15);
+  fprintf(g, "set style fill solid 0.85 border -1\nset boxwidth %g absolute\nset grid ytics\n"
+             "set key top right box opaque\n", w * 0.95);
+  /* one data block per series: x, value, formula (in the plot's unit) */
+  const char *names[3] = {"dev", "off", "host"};
+  for (int s = 0; s < 3; s++) {
+    fprintf(g, "$%s << EOD\n", names[s]);
+    for (int r = 0; r < rep->nres; r++) {
+      const mb_result_t *x = &rep->res[r];
+      const mb_rank_t *a = &x->ranks[0];
+      if ((s == 0) != !x->offload) continue;
+      int stage_off = 0; /* does this stage have offloaded bars beside it? */
+      for (int q = 0; q < rep->nres; q++) stage_off |= rep->res[q].offload && rep->res[q].stage == x->stage;
+      double xpos = stage_off ? x->stage + (s == 0 ? -w : s == 1 ? 0 : w) : x->stage;
+      double v = s == 2 ? (double)a->host_model_state : (double)a->model_state;
+      double fm = s == 2 ? (double)a->host_formula : (double)a->formula;
+      fprintf(g, "%g %.6f %.6f\n", xpos, v / unit, fm / unit);
+    }
+    fprintf(g, "EOD\n");
+  }
+  fprintf(g, "fmt = '%s'\n", vmax / unit < 10 ? "%.2f" : "%.1f");
+  fprintf(g, "plot $dev using 1:2 with boxes lc rgb '#4472c4' title 'device (optimizer state on the device)'");
+  fprintf(g, ", $dev using 1:2:(sprintf(fmt, $2)) with labels offset 0,0.8 font ',8' notitle");
+  fprintf(g, ", $dev using ($1-%g):3:(%g):(0) with vectors nohead lw 3 lc rgb 'black' title 'formula'", w * 0.45, w * 0.9);
+  if (any_off) {
+    fprintf(g, ", $off using 1:2 with boxes lc rgb '#ed7d31' title 'device, offload'");
+    fprintf(g, ", $off using 1:2:(sprintf(fmt, $2)) with labels offset 0,0.8 font ',8' notitle");
+    fprintf(g, ", $off using ($1-%g):3:(%g):(0) with vectors nohead lw 3 lc rgb 'black' notitle", w * 0.45, w * 0.9);
+    fprintf(g, ", $host using 1:2 with boxes lc rgb '#a5a5a5' title 'host (pinned), offload'");
+    fprintf(g, ", $host using 1:2:(sprintf(fmt, $2)) with labels offset 0,0.8 font ',8' notitle");
+    fprintf(g, ", $host using ($1-%g):3:(%g):(0) with vectors nohead lw 3 lc rgb 'black' notitle", w * 0.45, w * 0.9);
+  }
+  fprintf(g, "\n");
+  int rc = pclose(g);
+  if (rc != 0) {
+    fprintf(stderr, "zs-membench: warning: gnuplot failed (status %d): --plot %s may be incomplete\n", rc, path);
+    return -1;
+  }
+  fprintf(stderr, "zs-membench: plot written to %s\n", path);
+  return 0;
+}

@@ -1,0 +1,25 @@
+# Owner: membench. zs-membench (bench/membench.cmake) run at several world sizes;
+# test_membench launches it through mpiexec and checks its JSON: the contract's
+# keys, measured model-state bytes == the ZeRO formula on every rank and stage,
+# traffic against theory. zs-membench is defined after tests/ (bench/), so its
+# path is a generator expression; the GPT cases skip (77) in builds without the
+# example GPT.
+if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
+  set(zs_mb_units --units 1000,3000,517 --stages 0,1,2,3 --offload --steps 2)
+  set(zs_mb_gpt --model gpt --layers 1 --channels 32 --heads 2 --seq 16 --steps 2)
+  # test_membench itself: the units at 1 rank; the cases below reuse the executable
+  zs_add_test(NAME test_membench SOURCES test_membench.c
+              ARGS ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> 1 ${zs_mb_units} TIMEOUT 180)
+  set_tests_properties(test_membench PROPERTIES LABELS mpi ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  function(zs_membench_case name ranks)
+    add_test(NAME test_membench_${name}
+             COMMAND test_membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> ${ranks} ${ARGN})
+    set_tests_properties(test_membench_${name} PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 180
+                         ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  endfunction()
+  zs_membench_case(units_np2 2 ${zs_mb_units})
+  zs_membench_case(units_np4 4 ${zs_mb_units})
+  zs_membench_case(units_bf16_np3 3 ${zs_mb_units} --dtype bf16)
+  zs_membench_case(gpt_np2 2 ${zs_mb_gpt} --offload)
+  zs_membench_case(gpt_bf16_np4 4 ${zs_mb_gpt} --dtype bf16)
+endif()

@@ -1,0 +1,181 @@
+/* zs-membench's JSON document, checked from outside the program.
+ *
+ *   test_membench MPIEXEC ZS-MEMBENCH RANKS [zs-membench flags...]
+ *
+ * Launches `MPIEXEC -n RANKS --oversubscribe ZS-MEMBENCH flags --json`, parses
+ * stdout and checks the issue's contract: the keys, one entry per rank, the
+ * measured model-state bytes equal to the formula on every rank and at every
+ * stage (device and host), the categories adding up, offload moving state to the
+ * host, and the formula itself against DESIGN.md's table in closed form from
+ * padded_params (P; S = P / ranks): fp32 16P, 8P+8S, 4P+12S, 16S; bf16 16P,
+ * 4P+12S, 2P+14S, 16S; offload device 2pbP, pbP, pbS and host 16S. Traffic: with
+ * --units every byte sent is ZeRO's (no extra); one rank sends nothing.
+ * zs-membench exiting 77 (the GPT or a device missing in this build) is a skip. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static int nranks, units_model;
+static cJSON *doc;
+
+static long long num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v)) {
+    ZS_T_REPORT("key \"%s\" missing or not a number", key);
+    return -1;
+  }
+  return (long long)v->valuedouble;
+}
+
+static const cJSON *item(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v) ZS_T_REPORT("key \"%s\" missing", key);
+  return v;
+}
+
+static void test_top_level(void) {
+  const cJSON *model = item(doc, "model"), *dt = item(doc, "param_dtype"), *res = item(doc, "results");
+  assert_true(cJSON_IsString(model) && cJSON_IsString(dt) && cJSON_IsArray(res));
+  expect_true(!strcmp(model->valuestring, units_model ? "units" : "gpt"));
+  expect_int_eq(num(doc, "world"), nranks);
+  expect_true(num(doc, "params") > 0);
+  expect_int_ge(num(doc, "padded_params"), num(doc, "params"));
+  expect_int_eq(num(doc, "padded_params") % (64 * nranks), 0);
+  expect_true(cJSON_GetArraySize(res) > 0);
+  expect_true(cJSON_IsTrue(item(doc, "ok")));
+}
+
+/* DESIGN.md's table per stage in closed form (pb == rb). */
+static void table(int stage, int offload, long long pb, long long P, long long S, long long *dev, long long *host) {
+  if (offload) {
+    *dev = stage == 1 ? 2 * pb * P : stage == 2 ? pb * P : pb * S;
+    *host = 16 * S;
+    return;
+  }
+  *host = 0;
+  long long opt = (pb == 4 ? 8 : 12);
+  switch (stage) {
+  case 0: *dev = 16 * P; break;
+  case 1: *dev = 2 * pb * P + opt * S; break;
+  case 2: *dev = pb * P + (pb + opt) * S; break;
+  default: *dev = 16 * S; break;
+  }
+}
+
+static void test_results(void) {
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results");
+  const char *pdt = cJSON_GetObjectItemCaseSensitive(doc, "param_dtype")->valuestring;
+  const cJSON *rdt = cJSON_GetObjectItemCaseSensitive(doc, "reduce_dtype");
+  long long pb = !strcmp(pdt, "bf16") ? 2 : 4, P = num(doc, "padded_params"), S = P / nranks;
+  int same_dtypes = cJSON_IsString(rdt) && !strcmp(rdt->valuestring, pdt);
+  const char *cats[] = {"params", "grads", "optimizer", "gather", "comm", "other"};
+  const cJSON *r;
+  cJSON_ArrayForEach(r, res) {
+    int stage = (int)num(r, "stage");
+    const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
+    assert_true(cJSON_IsBool(off) && cJSON_IsArray(ranks));
+    int offload = cJSON_IsTrue(off);
+    expect_true(stage >= 0 && stage <= 3);
+    expect_true(!(offload && stage == 0));
+    expect_true(cJSON_GetObjectItemCaseSensitive(r, "step_s")->valuedouble > 0);
+    double comm = cJSON_GetObjectItemCaseSensitive(r, "comm_bytes_per_step")->valuedouble;
+    long long theory = num(r, "comm_theory_bytes"), norm = num(r, "comm_norm_bytes");
+    if (nranks == 1) expect_true(comm == 0);
+    if (units_model) expect_near(comm, (double)(theory + norm), 0, 0);
+    else expect_true(comm >= (double)(theory + norm));
+    if (same_dtypes) /* 2psi (N-1)/N, 3psi (N-1)/N at stage 3 */
+      expect_int_eq(theory, (stage == 3 ? 3 : 2) * (nranks - 1) * P * pb / nranks);
+    long long want_dev, want_host;
+    table(stage, offload, pb, P, S, &want_dev, &want_host);
+    assert_int_eq(cJSON_GetArraySize(ranks), nranks);
+    int k = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, ranks) {
+      long long ms = num(x, "model_state_bytes"), hms = num(x, "host_model_state_bytes");
+      expect_int_eq(num(x, "rank"), k);
+      if (ms != num(x, "formula_bytes") || hms != num(x, "host_formula_bytes"))
+        ZS_T_REPORT("stage %d offload %d rank %d: measured %lld/%lld (device/host) vs formula %lld/%lld", stage,
+                    offload, k, ms, hms, num(x, "formula_bytes"), num(x, "host_formula_bytes"));
+      if (same_dtypes) {
+        expect_int_eq(num(x, "formula_bytes"), want_dev);
+        expect_int_eq(num(x, "host_formula_bytes"), want_host);
+      }
+      if (offload) expect_true(hms > 0);
+      else expect_int_eq(hms, 0);
+      expect_int_ge(num(x, "peak_bytes"), ms);
+      const cJSON *bc = item(x, "by_category"), *hbc = item(x, "host_by_category");
+      assert_true(cJSON_IsObject(bc) && cJSON_IsObject(hbc));
+      long long sum = 0, hsum = 0;
+      for (int c = 0; c < 6; c++) {
+        const cJSON *cat = item(bc, cats[c]), *hcat = item(hbc, cats[c]);
+        assert_true(cJSON_IsObject(cat) && cJSON_IsObject(hcat));
+        expect_int_ge(num(cat, "peak"), num(cat, "current"));
+        if (c < 3) {
+          sum += num(cat, "current"), hsum += num(hcat, "current");
+          expect_int_eq(num(cat, "current"), num(cat, "formula")); /* per category too */
+          expect_int_eq(num(hcat, "current"), num(hcat, "formula"));
+        }
+      }
+      expect_int_eq(sum, ms);
+      expect_int_eq(hsum, hms);
+      expect_int_eq(num(item(bc, "gather"), "current"), 0); /* nothing gathered between steps */
+      k++;
+    }
+  }
+}
+
+static char *run(int argc, char **argv, int *code) {
+  size_t cap = 4096, len = 0;
+  char *cmd = malloc(cap);
+  len += (size_t)snprintf(cmd + len, cap - len, "'%s' -n %d --oversubscribe '%s'", argv[1], nranks, argv[2]);
+  for (int i = 4; i < argc; i++) len += (size_t)snprintf(cmd + len, cap - len, " '%s'", argv[i]);
+  snprintf(cmd + len, cap - len, " --json");
+  fprintf(stderr, "running: %s\n", cmd);
+  FILE *p = popen(cmd, "r");
+  free(cmd);
+  if (!p) return NULL;
+  size_t n = 0, ocap = 1 << 16;
+  char *out = malloc(ocap);
+  for (size_t got; (got = fread(out + n, 1, ocap - n - 1, p)) > 0;) {
+    n += got;
+    if (ocap - n < 1024) out = realloc(out, ocap *= 2);
+  }
+  out[n] = 0;
+  int st = pclose(p);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return out;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: test_membench MPIEXEC ZS-MEMBENCH RANKS [flags...]\n");
+    return 2;
+  }
+  zs_t_rank = 0;
+  nranks = atoi(argv[3]);
+  for (int i = 4; i < argc; i++) units_model |= !strcmp(argv[i], "--units");
+  int code = 0;
+  char *out = run(argc, argv, &code);
+  if (!out) {
+    fprintf(stderr, "cannot run %s\n", argv[1]);
+    return 1;
+  }
+  if (code == ZS_SKIP_CODE) ZS_SKIP("zs-membench cannot run this here (see its message above)");
+  if (code != 0) fprintf(stderr, "zs-membench exited %d\n", code);
+  const char *end = NULL;
+  doc = cJSON_ParseWithOpts(out, &end, 1); /* exactly one document (only rank 0 prints) */
+  if (!doc) {
+    fprintf(stderr, "stdout is not one JSON document:\n%s\n", out);
+    return 1;
+  }
+  zs_test_run(test_top_level);
+  zs_test_run(test_results);
+  cJSON_Delete(doc);
+  free(out);
+  int rc = zs_test_finish();
+  return code ? 1 : rc;
+}
