@@ -21,5 +21,7 @@ set(ZS_PC_REQUIRES "jemalloc libcjson")
 if(ZS_HAVE_MPI)
   string(APPEND ZS_PC_REQUIRES " ompi-c")
 endif()
+# relocatable: the prefix is found from the .pc file's own folder
+file(RELATIVE_PATH ZS_PC_UP "/x/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/x")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/zeroshard.pc.in ${CMAKE_BINARY_DIR}/zeroshard.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/zeroshard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -9,10 +9,8 @@
 #include "harness.h"
 #include "tiny_model.h"
 #include "zeroshard/config_load.h"
+#include "engine_world.h"
 #include "zeroshard/engine.h"
-#ifdef ZS_HAVE_NCCL
-#include "zeroshard/nccl.h"
-#endif
 
 #define G 36 /* global batch: divisible by ranks x accumulation for 1-4 ranks, accum 1 and 3 */
 #define STEPS 10
@@ -27,6 +25,7 @@ typedef struct {
   double loss[STEPS], norm[STEPS];
   float *params; /* every parameter's full values, concatenated */
   int64_t nvals;
+  uint64_t pageable; /* host<->device copies through pageable memory while training */
 } run_t;
 
 static void run_free(run_t *r) { free(r->params); }
@@ -38,13 +37,17 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
   zs_engine_t *zs = NULL;
   tm_model_t *m = calloc(1, sizeof *m);
   m->mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
-  float *lbuf = NULL, lhost;
+  float *lbuf = NULL, *lhost = NULL; /* the loss goes through pinned memory */
   zs_status_t st;
   int N = zs_comm_size(comm), r = zs_comm_rank(comm), per = G / N, mb = per / cfg->grad_accum;
   if ((st = zs_engine_create(&zs, cfg, dev, comm))) goto done;
   if ((st = tm_declare(zs, m, NBLK, cfg->param_dtype))) goto done;
   if ((st = zs_engine_setup(zs, tm_init, zs))) goto done;
   if ((st = zs_device_alloc(dev, sizeof(float), ZS_MEM_OTHER, (void **)&lbuf))) goto done;
+  if ((st = zs_device_host_alloc(dev, sizeof(float), ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&lhost))) goto done;
+  zs_memory_stats_t ms;
+  zs_device_memory_stats(dev, &ms);
+  out->pageable = ms.pageable_copies;
   for (int s = 0; s < STEPS; s++) {
     double lsum = 0, l;
     for (int a = 0; a < cfg->grad_accum; a++) {
@@ -53,14 +56,16 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
     }
     zs_step_report_t rep;
     if ((st = zs_step(zs, &rep))) goto done;
-    lhost = (float)(lsum / cfg->grad_accum);
-    if ((st = zs_memcpy_async(dev, lbuf, &lhost, 4, ZS_COPY_H2D, NULL)) ||
+    *lhost = (float)(lsum / cfg->grad_accum);
+    if ((st = zs_memcpy_async(dev, lbuf, lhost, 4, ZS_COPY_H2D, NULL)) ||
         (st = zs_comm_all_reduce(comm, lbuf, lbuf, 1, ZS_FP32, ZS_SUM, NULL)) ||
-        (st = zs_memcpy_async(dev, &lhost, lbuf, 4, ZS_COPY_D2H, NULL)) || (st = zs_stream_synchronize(dev, NULL)))
+        (st = zs_memcpy_async(dev, lhost, lbuf, 4, ZS_COPY_D2H, NULL)) || (st = zs_stream_synchronize(dev, NULL)))
       goto done;
-    out->loss[s] = lhost / N;
+    out->loss[s] = *lhost / N;
     out->norm[s] = rep.grad_norm;
   }
+  zs_device_memory_stats(dev, &ms);
+  out->pageable = ms.pageable_copies - out->pageable;
   int np = zs_engine_param_count(zs);
   for (int p = 0; p < np; p++) out->nvals += zs_param_numel(zs, p);
   out->params = malloc((size_t)out->nvals * sizeof(float));
@@ -71,6 +76,7 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
   }
 done:
   if (lbuf) zs_device_free(dev, lbuf, sizeof(float), ZS_MEM_OTHER);
+  if (lhost) zs_device_host_free(dev, lhost, sizeof(float), ZS_MEM_OTHER);
   zs_engine_destroy(zs);
   tm_free(m);
   free(m);
@@ -296,44 +302,21 @@ static void test_offload_parity(void) {
         snprintf(what, sizeof what, "offload world %d stage %d accum %d %s", nranks, stage, accum,
                  zs_dtype_name(c.param_dtype));
         assert_ok(train(world, &c, &plain));
-        zs_memory_stats_t m0, m1;
-        zs_device_memory_stats(dev, &m0);
         c.offload_optimizer = ZS_OFFLOAD_CPU;
         zs_status_t st = train(world, &c, &off);
-        zs_device_memory_stats(dev, &m1);
         if (st != ZS_OK) ZS_T_REPORT("%s: %s (%s)", what, zs_status_name(st), zs_last_error());
         else compare(what, &off, &plain, 0, 0);
-        /* setup stages initial values through ordinary memory; training does not */
-        expect_int_le(m1.pageable_copies - m0.pageable_copies, 4 * (NBLK + 2) * 3 + 16);
+        /* every copy between host and device while training uses pinned memory */
+        expect_u64_eq(off.pageable, 0);
+        expect_u64_eq(plain.pageable, 0);
         run_free(&plain);
         run_free(&off);
       }
 }
 
-/* ZS_TEST_DEVICE=cuda runs the same tests on a GPU over NCCL (scripts/gpu-check). */
-static int open_world(void) {
-  const char *d = getenv("ZS_TEST_DEVICE");
-  if (!d || strcmp(d, "cuda")) return zs_device_create_cpu(&dev) == ZS_OK && zs_comm_create_mpi_world(&world, dev) == ZS_OK;
-#ifdef ZS_HAVE_NCCL
-  int init = 0, provided;
-  MPI_Initialized(&init);
-  if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  if (zs_device_cuda_count() == 0) {
-    MPI_Finalize();
-    ZS_SKIP("ZS_TEST_DEVICE=cuda but no GPU is visible");
-  }
-  return zs_device_create_cuda(&dev, r % zs_device_cuda_count()) == ZS_OK &&
-         zs_comm_create_nccl_mpi(&world, dev, MPI_COMM_WORLD) == ZS_OK;
-#else
-  ZS_SKIP("ZS_TEST_DEVICE=cuda but this build has no NCCL");
-#endif
-}
-
 int main(int argc, char **argv) {
   zs_t_rank = 0;
-  if (!open_world()) {
+  if (!open_world(&dev, &world)) {
     fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
     return 1;
   }

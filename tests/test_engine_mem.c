@@ -10,6 +10,7 @@
 #include "common/common.h"
 #include "common/half.h"
 #include "harness.h"
+#include "engine_world.h"
 #include "tiny_model.h"
 #include "zeroshard/engine.h"
 
@@ -341,6 +342,12 @@ static void test_mismatch(void) {
 
 /* ---- fp16 loss scaling ---------------------------------------------------------- */
 
+/* Writes the trainer's gradient (device memory on a GPU). */
+static zs_status_t put(void *dst, const void *src, size_t bytes) {
+  zs_status_t st = zs_memcpy_async(dev, dst, src, bytes, ZS_COPY_H2D, NULL);
+  return st ? st : zs_stream_synchronize(dev, NULL);
+}
+
 static void test_loss_scaling(void) {
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = 2;
@@ -368,8 +375,10 @@ static void test_loss_scaling(void) {
     expect_ok(zs_release(zs, u));
     expect_ok(zs_backward_begin(zs));
     expect_ok(zs_gather(zs, u));
-    for (int i = 0; i < 100; i++) ((uint16_t *)g)[i] = zs_f32_to_f16(0.01f * zs_loss_scale(zs));
-    if (inject[s] && rank == nranks - 1) ((uint16_t *)g)[7] = 0x7c00;
+    uint16_t hg[100];
+    for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(0.01f * zs_loss_scale(zs));
+    if (inject[s] && rank == nranks - 1) hg[7] = 0x7c00;
+    expect_ok(put(g, hg, sizeof hg));
     expect_ok(zs_reduce(zs, u));
     zs_step_report_t rep;
     zs_status_t st = zs_step(zs, &rep);
@@ -389,7 +398,9 @@ static void test_loss_scaling(void) {
   expect_ok(zs_release(zs, u));
   expect_ok(zs_backward_begin(zs));
   expect_ok(zs_gather(zs, u));
-  ((uint16_t *)g)[3] = 0x7e00; /* NaN on every rank */
+  uint16_t nan16[100] = {0};
+  nan16[3] = 0x7e00; /* NaN on every rank */
+  expect_ok(put(g, nan16, sizeof nan16));
   expect_ok(zs_reduce(zs, u));
   expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
   expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
@@ -440,8 +451,10 @@ static void test_offload_pinned_faults(void) {
 }
 
 int main(int argc, char **argv) {
-  if (zs_device_create_cpu(&dev) != ZS_OK) return 1;
-  if (zs_comm_create_mpi_world(&world, dev) != ZS_OK) return 1;
+  if (!open_world(&dev, &world)) {
+    fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
+    return 1;
+  }
   rank = zs_comm_rank(world);
   nranks = zs_comm_size(world);
   zs_t_rank = rank;

@@ -1,0 +1,24 @@
+/* Uses the installed headers and library: a cpu device, an allocation counted by
+ * the accountant, a config validated, a status string. Prints "consumer ok". */
+#include <stdio.h>
+#include <string.h>
+
+#include <zeroshard/zeroshard.h>
+
+int main(void) {
+  zs_device_t *dev;
+  if (zs_device_create_cpu(&dev) != ZS_OK) return 1;
+  void *p;
+  if (zs_device_alloc(dev, 1000, ZS_MEM_PARAMS, &p) != ZS_OK) return 2;
+  zs_memory_stats_t s;
+  zs_device_memory_stats(dev, &s);
+  int ok = s.current[ZS_DOMAIN_DEVICE][ZS_MEM_PARAMS] == 1000;
+  zs_device_free(dev, p, 1000, ZS_MEM_PARAMS);
+  zs_device_destroy(dev);
+  zs_config_t cfg = ZS_CONFIG_INIT;
+  cfg.stage = 9;
+  zs_log_set_level(ZS_LOG_NONE);
+  ok = ok && zs_config_validate(&cfg) == ZS_ERR_INVALID && strstr(zs_last_error(), "stage");
+  printf("%s\n", ok ? "consumer ok" : "consumer FAILED");
+  return ok ? 0 : 3;
+}

@@ -1,0 +1,37 @@
+/* The device and world comm an engine test runs on: the cpu device over MPI, or
+ * with ZS_TEST_DEVICE=cuda a GPU over NCCL (scripts/gpu-check); skips (exit 77)
+ * when asked for a GPU that is not there. */
+#ifndef ZS_TESTS_ENGINE_WORLD_H
+#define ZS_TESTS_ENGINE_WORLD_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/device.h"
+#ifdef ZS_HAVE_NCCL
+#include "zeroshard/nccl.h"
+#endif
+
+static int open_world(zs_device_t **dev, zs_comm_t **world) {
+  const char *d = getenv("ZS_TEST_DEVICE");
+  if (!d || strcmp(d, "cuda"))
+    return zs_device_create_cpu(dev) == ZS_OK && zs_comm_create_mpi_world(world, *dev) == ZS_OK;
+#ifdef ZS_HAVE_NCCL
+  int init = 0, provided, r;
+  MPI_Initialized(&init);
+  if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (zs_device_cuda_count() == 0) {
+    MPI_Finalize();
+    ZS_SKIP("ZS_TEST_DEVICE=cuda but no GPU is visible");
+  }
+  return zs_device_create_cuda(dev, r % zs_device_cuda_count()) == ZS_OK &&
+         zs_comm_create_nccl_mpi(world, *dev, MPI_COMM_WORLD) == ZS_OK;
+#else
+  ZS_SKIP("ZS_TEST_DEVICE=cuda but this build has no NCCL");
+#endif
+}
+
+#endif
