@@ -2,7 +2,8 @@
  *
  *   mpiexec -n 4 zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8]
  *       [--min-bytes 1K] [--max-bytes 16M] [--factor 2|4] [--iters 20] [--warmup 5]
- *       [--colls all_reduce,all_gather,...] [--null-stream] [--json]
+ *       [--colls all_reduce,all_gather,...] [--algo auto|mpi|ring[,...]] [--rounds 1]
+ *       [--null-stream] [--json]
  *
  * "bytes" is nccl-tests' size: the whole buffer of the collective (all_reduce,
  * broadcast, reduce: the buffer; all_gather: the gathered buffer; reduce_scatter
@@ -15,9 +16,17 @@
  * Calls go on a stream made for the purpose (--null-stream: the NULL stream,
  * where each call waits for its completion).
  *
+ * --algo (mpi backend): which algorithm the comm uses for reduce_scatter and
+ * all_reduce (the other collectives always use MPI's): auto (ZS_MPI_RING_MIN_BYTES
+ * as set, or its default), mpi (MPI's own: the variable set to off) or ring (set
+ * to 0; comm.h). A list makes one comm per algorithm and measures them
+ * interleaved, size by size, so their ratio comes from one run on a busy
+ * machine; --rounds R repeats each (size, algorithm) measurement R times,
+ * interleaved, and keeps the fastest.
+ *
  * Rank 0 prints a table for people (stdout; stderr with --json) and, with
  * --json, one JSON document on stdout:
- *   {"backend","world","dtype","results":[{"coll","bytes","count","time_us",
+ *   {"backend","world","dtype","results":[{"coll","algo","bytes","count","time_us",
  *    "algbw_gbps","busbw_gbps","wrong"}]}
  */
 #include <mpi.h>
@@ -43,12 +52,14 @@ typedef struct {
   const char *backend;
   zs_dtype_t dtype;
   size_t min_bytes, max_bytes;
-  int factor, iters, warmup, json, null_stream;
+  int factor, iters, warmup, json, null_stream, rounds;
   int colls[C_N];
+  int nalgos;
+  const char *algos[3]; /* "auto", "mpi", "ring" */
 } opts_t;
 
 static int rank, world;
-static zs_comm_t *comm;
+static zs_comm_t *comm; /* the comm of the algorithm being measured */
 static zs_device_t *dev;
 static zs_stream_t *stream;
 
@@ -78,12 +89,12 @@ static void usage(void) {
             "usage: zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8]\n"
             "       [--min-bytes 1K] [--max-bytes 16M] [--factor 2|4] [--iters 20] [--warmup 5]\n"
             "       [--colls all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all]\n"
-            "       [--null-stream] [--json]\n");
+            "       [--algo auto|mpi|ring[,...]] [--rounds 1] [--null-stream] [--json]\n");
 }
 
 static opts_t parse(int argc, char **argv) {
   opts_t o = {.backend = "mpi", .dtype = ZS_FP32, .min_bytes = 1024, .max_bytes = 16u << 20,
-              .factor = 2, .iters = 20, .warmup = 5};
+              .factor = 2, .iters = 20, .warmup = 5, .rounds = 1, .nalgos = 1, .algos = {"auto"}};
   for (int c = 0; c < C_N; c++) o.colls[c] = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -107,7 +118,22 @@ static opts_t parse(int argc, char **argv) {
       if (o.factor != 2 && o.factor != 4) die("--factor must be 2 or 4, not '%s'", v);
     } else if (!strcmp(a, "--iters")) o.iters = atoi(v) > 0 ? atoi(v) : 1;
     else if (!strcmp(a, "--warmup")) o.warmup = atoi(v) >= 0 ? atoi(v) : 0;
-    else if (!strcmp(a, "--colls")) {
+    else if (!strcmp(a, "--rounds")) o.rounds = atoi(v) > 0 ? atoi(v) : 1;
+    else if (!strcmp(a, "--algo")) {
+      static const char *const known[3] = {"auto", "mpi", "ring"};
+      static char buf[64];
+      snprintf(buf, sizeof buf, "%s", v);
+      o.nalgos = 0;
+      for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int found = -1;
+        for (int k = 0; k < 3; k++)
+          if (!strcmp(tok, known[k])) found = k;
+        if (found < 0) die("unknown algorithm '%s' (auto, mpi or ring)", tok);
+        if (o.nalgos == 3) die("%s", "--algo lists at most 3 algorithms");
+        o.algos[o.nalgos++] = known[found];
+      }
+      if (o.nalgos == 0) die("%s", "--algo needs at least one algorithm");
+    } else if (!strcmp(a, "--colls")) {
       for (int c = 0; c < C_N; c++) o.colls[c] = 0;
       char buf[256];
       snprintf(buf, sizeof buf, "%s", v);
@@ -211,10 +237,39 @@ static uint64_t verify(coll_t c, void *ds, void *dr, size_t count, zs_dtype_t dt
 
 typedef struct {
   coll_t coll;
+  const char *algo;
   size_t bytes, count;
   double time_us, algbw, busbw;
   uint64_t wrong;
 } result_t;
+
+/* The mpi comm for one --algo: the algorithm is read from ZS_MPI_RING_MIN_BYTES
+ * when the comm is created (and made the same on every rank). */
+static zs_comm_t *create_mpi_comm(const char *algo) {
+  const char *env = "ZS_MPI_RING_MIN_BYTES", *old = getenv(env);
+  char *saved = old ? strdup(old) : NULL;
+  if (!strcmp(algo, "mpi")) setenv(env, "off", 1);
+  else if (!strcmp(algo, "ring")) setenv(env, "0", 1);
+  zs_comm_t *c = NULL;
+  check(zs_comm_create_mpi(&c, dev, MPI_COMM_WORLD));
+  if (saved) setenv(env, saved, 1);
+  else unsetenv(env);
+  free(saved);
+  return c;
+}
+
+/* Mean seconds per call of one (collective, size) on `comm`, the maximum over ranks. */
+static double time_coll(coll_t c, void *ds, void *dr, size_t count, const opts_t *o) {
+  for (int i = 0; i < o->warmup; i++) check(run_once(c, ds, dr, count, o->dtype));
+  check(zs_stream_synchronize(dev, stream));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = zs__now();
+  for (int i = 0; i < o->iters; i++) check(run_once(c, ds, dr, count, o->dtype));
+  check(zs_stream_synchronize(dev, stream));
+  double mean = (zs__now() - t0) / o->iters, tmax = 0;
+  MPI_Allreduce(&mean, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return tmax;
+}
 
 int main(int argc, char **argv) {
   int provided = 0;
@@ -224,18 +279,20 @@ int main(int argc, char **argv) {
   opts_t o = parse(argc, argv);
   if (provided < MPI_THREAD_MULTIPLE) die("%s", "this MPI does not provide MPI_THREAD_MULTIPLE");
 
+  zs_comm_t *comms[3] = {NULL, NULL, NULL};
   if (!strcmp(o.backend, "nccl")) {
 #ifdef ZS_HAVE_NCCL
     int ndev = zs_device_cuda_count();
     if (ndev == 0) die("%s", "--backend nccl needs a GPU");
+    if (o.nalgos != 1 || strcmp(o.algos[0], "auto")) die("%s", "--algo is for the mpi backend");
     check(zs_device_create_cuda(&dev, rank % ndev));
-    check(zs_comm_create_nccl_mpi(&comm, dev, MPI_COMM_WORLD));
+    check(zs_comm_create_nccl_mpi(&comms[0], dev, MPI_COMM_WORLD));
 #else
     die("%s", "this build has no NCCL");
 #endif
   } else {
     check(zs_device_create_cpu(&dev));
-    check(zs_comm_create_mpi(&comm, dev, MPI_COMM_WORLD));
+    for (int k = 0; k < o.nalgos; k++) comms[k] = create_mpi_comm(o.algos[k]);
   }
   if (!o.null_stream) check(zs_stream_create(dev, &stream));
 
@@ -251,13 +308,13 @@ int main(int argc, char **argv) {
 
   size_t nsizes = 0;
   for (size_t b = o.min_bytes; b <= o.max_bytes; b *= (size_t)o.factor) nsizes++;
-  result_t *res = calloc(nsizes * C_N, sizeof *res);
+  result_t *res = calloc(nsizes * C_N * (size_t)o.nalgos, sizeof *res);
   size_t nres = 0;
   FILE *tab = o.json ? stderr : stdout;
   if (rank == 0) {
-    fprintf(tab, "# zs-bench-comm: backend %s, %d ranks, dtype %s, iters %d, warmup %d\n", o.backend, world,
-            zs_dtype_name(o.dtype), o.iters, o.warmup);
-    fprintf(tab, "# %-15s %12s %12s %12s %12s %12s %8s\n", "coll", "bytes", "count", "time(us)",
+    fprintf(tab, "# zs-bench-comm: backend %s, %d ranks, dtype %s, iters %d, warmup %d, rounds %d\n", o.backend,
+            world, zs_dtype_name(o.dtype), o.iters, o.warmup, o.rounds);
+    fprintf(tab, "# %-15s %-5s %12s %12s %12s %12s %12s %8s\n", "coll", "algo", "bytes", "count", "time(us)",
             "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
   for (int c = 0; c < C_N; c++) {
@@ -268,31 +325,33 @@ int main(int argc, char **argv) {
       size_t count = blocked ? b / (N * es) : b / es;
       size_t bytes = blocked ? count * N * es : count * es;
       if (count == 0) continue;
-      for (int i = 0; i < o.warmup; i++) check(run_once((coll_t)c, ds, dr, count, o.dtype));
-      check(zs_stream_synchronize(dev, stream));
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = zs__now();
-      for (int i = 0; i < o.iters; i++) check(run_once((coll_t)c, ds, dr, count, o.dtype));
-      check(zs_stream_synchronize(dev, stream));
-      double mean = (zs__now() - t0) / o.iters, tmax = 0;
-      MPI_Allreduce(&mean, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      uint64_t wrong = verify((coll_t)c, ds, dr, count, o.dtype, hs, hr), wsum = 0;
-      MPI_Allreduce(&wrong, &wsum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-
-      result_t *r = &res[nres++];
-      r->coll = (coll_t)c;
-      r->bytes = bytes;
-      r->count = count;
-      r->time_us = tmax * 1e6;
-      r->algbw = (double)bytes / tmax / 1e9;
-      double f = 1.0;
-      if (c == C_ALL_REDUCE) f = 2.0 * (world - 1) / world;
-      else if (blocked) f = (double)(world - 1) / world;
-      r->busbw = r->algbw * f;
-      r->wrong = wsum;
-      if (rank == 0)
-        fprintf(tab, "  %-15s %12zu %12zu %12.1f %12.3f %12.3f %8llu\n", coll_names[c], bytes, count,
-                r->time_us, r->algbw, r->busbw, (unsigned long long)wsum);
+      double best[3] = {0, 0, 0};
+      for (int round = 0; round < o.rounds; round++)
+        for (int k = 0; k < o.nalgos; k++) {
+          comm = comms[k];
+          double t = time_coll((coll_t)c, ds, dr, count, &o);
+          if (round == 0 || t < best[k]) best[k] = t;
+        }
+      for (int k = 0; k < o.nalgos; k++) {
+        comm = comms[k];
+        uint64_t wrong = verify((coll_t)c, ds, dr, count, o.dtype, hs, hr), wsum = 0;
+        MPI_Allreduce(&wrong, &wsum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        result_t *r = &res[nres++];
+        r->coll = (coll_t)c;
+        r->algo = o.algos[k];
+        r->bytes = bytes;
+        r->count = count;
+        r->time_us = best[k] * 1e6;
+        r->algbw = (double)bytes / best[k] / 1e9;
+        double f = 1.0;
+        if (c == C_ALL_REDUCE) f = 2.0 * (world - 1) / world;
+        else if (blocked) f = (double)(world - 1) / world;
+        r->busbw = r->algbw * f;
+        r->wrong = wsum;
+        if (rank == 0)
+          fprintf(tab, "  %-15s %-5s %12zu %12zu %12.1f %12.3f %12.3f %8llu\n", coll_names[c], r->algo, bytes,
+                  count, r->time_us, r->algbw, r->busbw, (unsigned long long)wsum);
+      }
     }
   }
   uint64_t total_wrong = 0;
@@ -301,10 +360,10 @@ int main(int argc, char **argv) {
     printf("{\"backend\":\"%s\",\"world\":%d,\"dtype\":\"%s\",\"results\":[", o.backend, world,
            zs_dtype_name(o.dtype));
     for (size_t i = 0; i < nres; i++)
-      printf("%s{\"coll\":\"%s\",\"bytes\":%zu,\"count\":%zu,\"time_us\":%.3f,\"algbw_gbps\":%.6f,"
-             "\"busbw_gbps\":%.6f,\"wrong\":%llu}",
-             i ? "," : "", coll_names[res[i].coll], res[i].bytes, res[i].count, res[i].time_us, res[i].algbw,
-             res[i].busbw, (unsigned long long)res[i].wrong);
+      printf("%s{\"coll\":\"%s\",\"algo\":\"%s\",\"bytes\":%zu,\"count\":%zu,\"time_us\":%.3f,"
+             "\"algbw_gbps\":%.6f,\"busbw_gbps\":%.6f,\"wrong\":%llu}",
+             i ? "," : "", coll_names[res[i].coll], res[i].algo, res[i].bytes, res[i].count, res[i].time_us,
+             res[i].algbw, res[i].busbw, (unsigned long long)res[i].wrong);
     printf("]}\n");
   }
   if (rank == 0 && total_wrong) fprintf(stderr, "zs-bench-comm: %llu wrong elements\n", (unsigned long long)total_wrong);
@@ -313,7 +372,8 @@ int main(int argc, char **argv) {
   zs_device_free(dev, dr, cap, ZS_MEM_COMM);
   free(hs), free(hr), free(res);
   if (stream) zs_stream_destroy(dev, stream);
-  zs_comm_destroy(comm);
+  for (int k = 0; k < 3; k++)
+    if (comms[k]) zs_comm_destroy(comms[k]);
   zs_device_destroy(dev);
   MPI_Finalize();
   return total_wrong ? 1 : 0;

@@ -27,6 +27,19 @@
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
  * avg on integers truncates toward zero.
  *
+ * Algorithms (mpi backend): reduce_scatter and all_reduce whose whole buffer
+ * (reduce_scatter: size*recvcount elements; all_reduce: count) holds at least
+ * ZS_MPI_RING_MIN_BYTES bytes run as a ring over point-to-point messages between
+ * neighbours, on the comm's own MPI communicator and tags that zs_comm_send/recv
+ * never use; smaller ones, and every other collective, use MPI's own. The ring
+ * needs at most one block of scratch (counted as ZS_MEM_COMM while it runs) and
+ * folds the blocks in a different order than MPI, so fp32 sums may differ in the
+ * last bits. ZS_MPI_RING_MIN_BYTES is a byte count with an optional K, M or G
+ * suffix (1024-based), 0 for always or "off" for never; default 256K. It is read
+ * when zs_comm_create_mpi_world / zs_comm_create_mpi make a comm (rank 0's value
+ * is used on every rank, since the ranks must agree), and a split keeps its
+ * parent's.
+ *
  * Errors: invalid arguments (NULL buffers with a non-zero count, a root or peer
  * out of range, an invalid dtype or op, overlapping buffers that are not the
  * in-place form, a byte size that overflows) return ZS_ERR_INVALID before

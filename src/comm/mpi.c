@@ -16,6 +16,9 @@
  * an abort is left behind ("orphaned"): its buffers may still be written if the
  * other ranks catch up, and the MPI communicator is not freed while such a
  * request is outstanding.
+ *
+ * Large reduce_scatter and all_reduce run as a ring over point-to-point messages
+ * instead of MPI's collectives, which are slow for them (see "ring collectives").
  */
 #include <limits.h>
 #include <mpi.h>
@@ -25,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -57,11 +61,14 @@ typedef struct mpi_op {
   zs_status_t st;
 } mpi_op_t;
 
+/* Requests of an op ended by a timeout or an abort, with the scratch they may
+ * still use (freed at destroy if they completed by then). */
 typedef struct orphan {
   struct orphan *next;
-  MPI_Request req;
   void *scratch;
   size_t scratch_bytes;
+  int nreq;
+  MPI_Request req[]; /* nreq */
 } orphan_t;
 
 enum { NHALF_OPS = 4 }; /* sum (avg), max, min, prod */
@@ -71,6 +78,7 @@ struct mpi_ctx {
   zs_device_t *dev;
   MPI_Comm mc;     /* our duplicate */
   int rank, size;
+  uint64_t ring_min_bytes; /* ZS_MPI_RING_MIN_BYTES: ring collectives from this size up */
   MPI_Datatype half_type[2];          /* bf16, fp16: 2 contiguous bytes */
   MPI_Op half_op[2][NHALF_OPS];
 
@@ -154,56 +162,87 @@ static void sleep_ns(long ns) {
   nanosleep(&ts, NULL);
 }
 
-/* Polls req until it completes, the comm is aborted, or the timeout passes.
+/* Polling, shared by wait_req and the ring.
  *
- * Open MPI's non-blocking collectives only move when someone calls into MPI:
- * every shared-memory fragment and every round of the schedule needs a call on
+ * Open MPI's non-blocking operations only move when someone calls into MPI:
+ * every shared-memory fragment and every round of a schedule needs a call on
  * both sides, so the polling rate bounds bandwidth (a blocking MPI call simply
  * spins at full speed). A nap is at least ~30 us even with the timer slack at
  * 1 us, far slower than the rounds of a large collective. So: poll back to back
  * (yielding the core each time, as the machine may run more ranks than cores)
  * for `busy_s`, about as long as the op should take; then nap, polling in short
  * bursts, with naps growing from 1 us to 16 us while the op is young and up to
- * 1 ms once a peer is plainly late. On timeout or abort the request is handed
- * to the orphan list. */
+ * 1 ms once a peer is plainly late. The timeout counts from the op's start. */
+typedef struct {
+  double t0, t, busy_s, limit;
+  long pause;
+  unsigned it;
+} poller_t;
+
+static void poller_init(poller_t *p, double busy_s) {
+  p->limit = zs__settings()->comm_timeout_s;
+  p->t0 = p->t = zs__now();
+  p->busy_s = busy_s;
+  p->pause = 1000;
+  p->it = 0;
+}
+
+/* How many tests to make back to back before the next poller_idle. */
+static int poller_burst(const poller_t *p) { return p->t - p->t0 < p->busy_s ? 1 : 8; }
+
+/* After a burst of tests that completed nothing: yields or naps and returns
+ * ZS_OK, or returns the status that ends the wait (aborted, timed out). */
+static zs_status_t poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
+  if (poller_burst(p) > 1 || (p->it++ & 15) == 0) p->t = zs__now();
+  if (atomic_load(&ctx->broken))
+    return zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
+                          "mpi comm (rank %d): %s abandoned: the comm was aborted", ctx->rank, what);
+  if (p->limit > 0 && p->t - p->t0 > p->limit)
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
+                   "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
+                   "a rank is stuck or the ranks issued different collectives",
+                   ctx->rank, ctx->size, what, p->limit);
+  if (p->t - p->t0 < p->busy_s) {
+    sched_yield();
+  } else {
+    sleep_ns(p->pause);
+    long cap = p->t - p->t0 < 10 * p->busy_s ? 16000 : 1000000;
+    p->pause = p->pause * 2 > cap ? cap : p->pause * 2;
+  }
+  return ZS_OK;
+}
+
+/* Hands the requests of a failed op, and the scratch they may use, to the
+ * orphan list (progress thread only). */
+static void orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch,
+                       size_t scratch_bytes) {
+  orphan_t *o = calloc(1, sizeof *o + sizeof(MPI_Request) * (size_t)nreq);
+  if (!o) return; /* the scratch leaks: MPI may still write it */
+  memcpy(o->req, req, sizeof(MPI_Request) * (size_t)nreq);
+  o->nreq = nreq;
+  o->scratch = scratch;
+  o->scratch_bytes = scratch_bytes;
+  o->next = ctx->orphans;
+  ctx->orphans = o;
+}
+
+/* Polls req until it completes, the comm is aborted, or the timeout passes. On
+ * timeout or abort the request is handed to the orphan list. */
 static zs_status_t wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s,
                             void *scratch, size_t scratch_bytes) {
-  double limit = zs__settings()->comm_timeout_s, t0 = zs__now(), t = t0;
-  long pause = 1000;
-  for (unsigned it = 0;; it++) {
-    int flag = 0, burst = t - t0 < busy_s ? 1 : 8;
+  poller_t p;
+  poller_init(&p, busy_s);
+  for (;;) {
+    int flag = 0, burst = poller_burst(&p);
     for (int b = 0; b < burst && !flag; b++) {
       int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, what);
     }
     if (flag) return ZS_OK;
-    zs_status_t st = ZS_OK;
-    if (burst > 1 || (it & 15) == 0) t = zs__now();
-    if (atomic_load(&ctx->broken))
-      st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
-                          "mpi comm (rank %d): %s abandoned: the comm was aborted", ctx->rank, what);
-    else if (limit > 0 && t - t0 > limit)
-      st = ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
-                   "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
-                   "a rank is stuck or the ranks issued different collectives",
-                   ctx->rank, ctx->size, what, limit);
+    zs_status_t st = poller_idle(ctx, &p, what);
     if (st != ZS_OK) {
-      orphan_t *o = calloc(1, sizeof *o);
-      if (o) {
-        o->req = *req;
-        o->scratch = scratch;
-        o->scratch_bytes = scratch_bytes;
-        o->next = ctx->orphans;
-        ctx->orphans = o;
-      }
+      orphan_add(ctx, req, 1, scratch, scratch_bytes);
       return st;
-    }
-    if (t - t0 < busy_s) {
-      sched_yield();
-    } else {
-      sleep_ns(pause);
-      long cap = t - t0 < 10 * busy_s ? 16000 : 1000000;
-      pause = pause * 2 > cap ? cap : pause * 2;
     }
   }
 }
@@ -220,7 +259,305 @@ static void scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes) {
   zs__acct_sub(zs__device_acct(ctx->dev), ZS_DOMAIN_DEVICE, ZS_MEM_COMM, bytes);
 }
 
+/* ---- ring collectives (progress thread) ------------------------------------------ */
+
+/* Why: over shared memory, Open MPI 4.1's MPI_Ireduce_scatter_block is 6-30x
+ * slower than its MPI_Iallgather for messages of megabytes (its Iallreduce
+ * 1.2-2.5x slower than a ring), and reduce-scatter is what ZeRO reduces
+ * gradients with. A ring over neighbour point-to-point moves (N-1)/N of the buffer per
+ * rank, the bandwidth optimum, but pays N-1 latencies; so reduce_scatter and
+ * all_reduce from ZS_MPI_RING_MIN_BYTES up take the ring, everything else keeps
+ * MPI's own algorithms (a ring all_gather measured no faster than MPI's).
+ *
+ * The buffer is N blocks (reduce_scatter: block b = elements [b*count,
+ * (b+1)*count) of send; all_reduce: [b*count/N, (b+1)*count/N)). On rank r,
+ *   reduce_scatter step s (0..N-2): send the partial result of block r-s-1 to
+ *     r+1, receive that of block r-s-2 from r-1 and fold this rank's own block
+ *     r-s-2 into it; after step N-2 the partial of block r holds every rank's.
+ *   all_reduce: those steps, into recv; then N-1 gather steps: send block r-t,
+ *     receive block r-t-1.
+ * Every block is cut into segments of about RING_SEG_BYTES; lane j runs segments
+ * j, j+W, j+2W, ... one after the other, each through all the steps, and the W
+ * lanes run at once, so one lane's reduction overlaps another's transfer.
+ *
+ * Receive buffers, per lane: reduce_scatter alternates between two, receiving
+ * into one while the other is sent on. Out of place one is recv itself (the last
+ * step lands there) and one is scratch (none on 2 ranks); in place both are
+ * scratch, since recv holds this rank's own block until the last step, which
+ * folds the received partial into it. all_reduce out of place receives straight
+ * into recv's blocks and folds in the send buffer's; in place it receives into
+ * one scratch slot and folds that into recv. The scratch (at most one block, and
+ * at most 2 x RING_LANES x RING_SEG_BYTES) is counted as ZS_MEM_COMM while the
+ * op runs. bf16/fp16 fold through fp32 and round each step, like MPI's path.
+ *
+ * Matching: the messages use the comm's own MPI communicator with tag
+ * RING_TAG + lane; zs_comm_send/recv use tag 0, so neither matches the other.
+ * MPI keeps the messages of one (source, tag) in order, and every rank runs the
+ * ops, and the segments of a lane, in the same order, so the k-th message of a
+ * lane meets the k-th receive. */
+enum { RING_TAG = 1000, RING_LANES = 4 };
+/* 64 KiB to 1 MiB segments and 2 to 8 lanes measured the same within noise */
+#define RING_SEG_BYTES ((size_t)256 << 10)
+
+typedef struct {
+  size_t seg;     /* current segment; >= nseg: the lane is done */
+  int step;       /* current step of the segment */
+  size_t lo, n;   /* the segment: elements [lo, lo + n) of every block */
+  char *buf[2];   /* receive buffers (see above) */
+} ring_lane_t;
+
+typedef struct {
+  mpi_ctx_t *ctx;
+  const zs__coll_args_t *a;
+  int N, r, nsteps, nlanes, slots;
+  size_t es, L, nseg, slot_elems; /* L: elements of the longest block */
+  MPI_Datatype type;
+  MPI_Op op;
+  char *scratch;
+  size_t scratch_bytes;
+  ring_lane_t lane[RING_LANES];
+  MPI_Request req[2 * RING_LANES]; /* lane j: [2j] receive, [2j+1] send */
+} ring_t;
+
+static int ring_mod(const ring_t *R, int b) { return ((b % R->N) + R->N) % R->N; }
+
+/* Lane l's current segment within block b: the byte offset into a full buffer;
+ * *n its elements (all_reduce blocks differ in length, so it may be short or 0). */
+static size_t ring_part(const ring_t *R, const ring_lane_t *l, int b, size_t *n) {
+  size_t off, len, c = R->a->count, N = (size_t)R->N, bb = (size_t)ring_mod(R, b);
+  if (R->a->kind == ZS_COLL_ALL_REDUCE) {
+    off = bb * c / N;
+    len = (bb + 1) * c / N - off;
+  } else {
+    off = bb * c;
+    len = c;
+  }
+  size_t lo = l->lo < len ? l->lo : len;
+  *n = len - lo < l->n ? len - lo : l->n;
+  return (off + lo) * R->es;
+}
+
+/* Segments, lanes and scratch slots so that the scratch stays within one block.
+ * Ranks may differ in whether they call in place, so the segments and lanes are
+ * planned for the in-place form's slots on every rank (they must match); only
+ * the scratch differs. Returns 0, on every rank alike, where that cannot be done
+ * (reduce_scatter of 1 element on 3+ ranks). */
+static int ring_plan(ring_t *R, mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  memset(R, 0, sizeof *R);
+  R->ctx = ctx;
+  R->a = a;
+  R->N = ctx->size;
+  R->r = ctx->rank;
+  R->es = zs_dtype_size(a->dtype);
+  R->type = mpi_type(ctx, a->dtype);
+  R->op = mpi_op(ctx, a->dtype, a->op);
+  int N = R->N;
+  size_t plan_slots;
+  switch (a->kind) {
+    case ZS_COLL_REDUCE_SCATTER:
+      R->L = a->count;
+      R->nsteps = N - 1;
+      plan_slots = N >= 3 ? 2 : 1;
+      R->slots = a->in_place ? (int)plan_slots : (N >= 3 ? 1 : 0);
+      break;
+    default: /* all_reduce */
+      R->L = (a->count + (size_t)N - 1) / (size_t)N;
+      R->nsteps = 2 * (N - 1);
+      plan_slots = 1;
+      R->slots = a->in_place ? 1 : 0;
+      break;
+  }
+  size_t L = R->L, target = RING_SEG_BYTES / R->es, seglen;
+  size_t nseg = (L + target - 1) / target, lanes;
+  for (;;) {
+    seglen = (L + nseg - 1) / nseg;
+    lanes = nseg < RING_LANES ? nseg : RING_LANES;
+    while (lanes > 1 && plan_slots * lanes * seglen > L) lanes--;
+    if (plan_slots * lanes * seglen <= L) break;
+    if (nseg >= L) return 0;
+    nseg++;
+  }
+  R->nseg = nseg;
+  R->nlanes = (int)lanes;
+  R->slot_elems = R->slots ? seglen : 0;
+  R->scratch_bytes = (size_t)R->slots * lanes * R->slot_elems * R->es;
+  return 1;
+}
+
+/* Points lane j at segment seg (step 0). */
+static void ring_lane_start(ring_t *R, int j, size_t seg) {
+  ring_lane_t *l = &R->lane[j];
+  l->seg = seg;
+  l->step = 0;
+  if (seg >= R->nseg) return;
+  l->lo = seg * R->L / R->nseg;
+  l->n = (seg + 1) * R->L / R->nseg - l->lo;
+  char *slot = R->scratch ? R->scratch + (size_t)j * (size_t)R->slots * R->slot_elems * R->es : NULL;
+  l->buf[0] = slot;
+  l->buf[1] = slot ? slot + R->slot_elems * R->es : NULL;
+  if (R->a->kind == ZS_COLL_REDUCE_SCATTER && !R->a->in_place) {
+    l->buf[(R->N - 2) & 1] = (char *)R->a->recv + l->lo * R->es; /* the last step lands in recv */
+    l->buf[(R->N - 1) & 1] = slot;
+  }
+}
+
+/* Posts the receive and the send of lane j's current step. */
+static zs_status_t ring_post(ring_t *R, int j) {
+  ring_lane_t *l = &R->lane[j];
+  const zs__coll_args_t *a = R->a;
+  int s = l->step, r = R->r;
+  const char *send = a->send;
+  char *recv = a->recv, *rp;
+  const char *sp;
+  size_t sn, rn, so, ro;
+  switch (a->kind) {
+    case ZS_COLL_REDUCE_SCATTER:
+      so = ring_part(R, l, r - s - 1, &sn);
+      ring_part(R, l, r - s - 2, &rn);
+      sp = s == 0 ? send + so : l->buf[(s - 1) & 1];
+      rp = l->buf[s & 1];
+      break;
+    default: /* all_reduce */
+      if (s < R->N - 1) {
+        so = ring_part(R, l, r - s - 1, &sn);
+        ro = ring_part(R, l, r - s - 2, &rn);
+        sp = (s == 0 ? send : recv) + so;
+        rp = a->in_place ? l->buf[0] : recv + ro;
+      } else {
+        int t = s - (R->N - 1);
+        so = ring_part(R, l, r - t, &sn);
+        ro = ring_part(R, l, r - t - 1, &rn);
+        sp = recv + so;
+        rp = recv + ro;
+      }
+      break;
+  }
+  int tag = RING_TAG + j, next = (r + 1) % R->N, prev = (r + R->N - 1) % R->N;
+  int rc = MPI_Irecv(rp, (int)(rn * R->es), MPI_BYTE, prev, tag, R->ctx->mc, &R->req[2 * j]);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Isend(sp, (int)(sn * R->es), MPI_BYTE, next, tag, R->ctx->mc, &R->req[2 * j + 1]);
+  return rc == MPI_SUCCESS ? ZS_OK : mpi_fail(R->ctx, rc, "ring MPI_Irecv/MPI_Isend");
+}
+
+/* dst = dst op src, element-wise (bf16/fp16 through fp32, rounded each time). */
+static zs_status_t ring_reduce(ring_t *R, const void *src, void *dst, size_t n) {
+  if (n == 0) return ZS_OK;
+  zs_dtype_t dt = R->a->dtype;
+  if (dt == ZS_BF16 || dt == ZS_FP16) {
+    zs__reduce_half(dt, R->a->op, src, dst, n);
+    return ZS_OK;
+  }
+  int rc = MPI_Reduce_local(src, dst, (int)n, R->type, R->op);
+  return rc == MPI_SUCCESS ? ZS_OK : mpi_fail(R->ctx, rc, "MPI_Reduce_local");
+}
+
+/* Lane j's step completed: folds in this rank's part and moves the lane on. */
+static zs_status_t ring_step_done(ring_t *R, int j) {
+  ring_lane_t *l = &R->lane[j];
+  const zs__coll_args_t *a = R->a;
+  int s = l->step, r = R->r;
+  const char *send = a->send;
+  char *recv = a->recv;
+  size_t n, o;
+  zs_status_t st = ZS_OK;
+  if (a->kind == ZS_COLL_REDUCE_SCATTER) {
+    o = ring_part(R, l, r - s - 2, &n);
+    if (a->in_place && s == R->N - 2) st = ring_reduce(R, l->buf[s & 1], recv + l->lo * R->es, n);
+    else st = ring_reduce(R, send + o, l->buf[s & 1], n);
+  } else if (a->kind == ZS_COLL_ALL_REDUCE && s < R->N - 1) {
+    o = ring_part(R, l, r - s - 2, &n);
+    st = a->in_place ? ring_reduce(R, l->buf[0], recv + o, n) : ring_reduce(R, send + o, recv + o, n);
+  }
+  if (st != ZS_OK) return st;
+  if (++l->step == R->nsteps) ring_lane_start(R, j, l->seg + (size_t)R->nlanes);
+  return ZS_OK;
+}
+
+/* Runs a planned ring op to the end, polling like wait_req. */
+static zs_status_t ring_run(ring_t *R, const char *what, double busy_s) {
+  mpi_ctx_t *ctx = R->ctx;
+  zs_status_t st = ZS_OK;
+  int nreq = 2 * R->nlanes, active = 0;
+  for (int i = 0; i < nreq; i++) R->req[i] = MPI_REQUEST_NULL;
+  if (R->scratch_bytes && !(R->scratch = scratch_alloc(ctx, R->scratch_bytes)))
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "mpi comm: no host memory for %zu bytes of %s scratch",
+                   R->scratch_bytes, what);
+  for (int j = 0; j < R->nlanes; j++) {
+    ring_lane_start(R, j, (size_t)j);
+    if ((st = ring_post(R, j)) != ZS_OK) goto fail;
+    active++;
+  }
+  poller_t p;
+  poller_init(&p, busy_s);
+  while (active) {
+    int moved = 0, burst = poller_burst(&p);
+    for (int b = 0; b < burst && !moved; b++) {
+      int outcount = 0, idx[2 * RING_LANES];
+      int rc = MPI_Testsome(nreq, R->req, &outcount, idx, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        st = mpi_fail(ctx, rc, what);
+        goto fail;
+      }
+      for (int j = 0; j < R->nlanes && outcount != MPI_UNDEFINED && outcount > 0; j++) {
+        if (R->lane[j].seg >= R->nseg || R->req[2 * j] != MPI_REQUEST_NULL ||
+            R->req[2 * j + 1] != MPI_REQUEST_NULL)
+          continue;
+        moved = 1;
+        if ((st = ring_step_done(R, j)) != ZS_OK) goto fail;
+        if (R->lane[j].seg >= R->nseg) active--;
+        else if ((st = ring_post(R, j)) != ZS_OK) goto fail;
+      }
+    }
+    if (!moved && (st = poller_idle(ctx, &p, what)) != ZS_OK) goto fail;
+  }
+  scratch_free(ctx, R->scratch, R->scratch_bytes);
+  return ZS_OK;
+
+fail:
+  /* Like an abandoned collective: the requests stay posted (a late peer's data
+   * lands where it always would) and go to the orphan list with the scratch. */
+  orphan_add(ctx, R->req, nreq, R->scratch, R->scratch_bytes);
+  return st;
+}
+
+/* Whether this call takes the ring (and plans it in *R). Every rank decides the
+ * same way: the inputs are the call's arguments and the comm-wide threshold. */
+static int ring_pick(mpi_ctx_t *ctx, const zs__coll_args_t *a, ring_t *R) {
+  if (ctx->size < 2 || a->count == 0) return 0;
+  uint64_t bytes = (uint64_t)a->count * zs_dtype_size(a->dtype);
+  switch (a->kind) {
+    case ZS_COLL_REDUCE_SCATTER: bytes *= (uint64_t)ctx->size; break;
+    case ZS_COLL_ALL_REDUCE: break;
+    default: return 0;
+  }
+  return bytes >= ctx->ring_min_bytes && ring_plan(R, ctx, a);
+}
+
+/* How long the op should take if all ranks are there: 1 ms plus its bytes at a
+ * pessimistic 0.5 GB/s (see poller_t). */
+static double busy_estimate(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  size_t part = a->count * zs_dtype_size(a->dtype);
+  int blocks = a->kind == ZS_COLL_ALL_GATHER || a->kind == ZS_COLL_REDUCE_SCATTER ||
+               a->kind == ZS_COLL_ALL_TO_ALL || a->kind == ZS_COLL_GATHER || a->kind == ZS_COLL_SCATTER;
+  return 1e-3 + (double)part * (blocks ? ctx->size : 2) / 5e8;
+}
+
+/* avg: MPI and the ring sum; divide where the result landed */
+static void finish_avg(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  int reduced_here = a->kind == ZS_COLL_ALL_REDUCE || a->kind == ZS_COLL_REDUCE_SCATTER ||
+                     (a->kind == ZS_COLL_REDUCE && a->root == ctx->rank);
+  if (a->op == ZS_AVG && reduced_here) zs__divide(a->dtype, a->recv, a->count, ctx->size);
+}
+
 static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  ring_t ring;
+  if (ring_pick(ctx, a, &ring)) {
+    char what[64];
+    snprintf(what, sizeof what, "ring %s (MPI_Isend/MPI_Irecv)", zs_coll_name(a->kind));
+    zs_status_t st = ring_run(&ring, what, busy_estimate(ctx, a));
+    if (st == ZS_OK) finish_avg(ctx, a);
+    return st;
+  }
   MPI_Request req = MPI_REQUEST_NULL;
   MPI_Datatype t = mpi_type(ctx, a->dtype);
   MPI_Op op = mpi_op(ctx, a->dtype, a->op);
@@ -292,12 +629,8 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
       break;
     default: return ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL, "mpi comm: unknown op kind %d", a->kind);
   }
-  /* how long the op should take if all ranks are there: 1 ms plus its bytes at
-   * a pessimistic 0.5 GB/s (see wait_req) */
-  int blocks = a->kind == ZS_COLL_ALL_GATHER || a->kind == ZS_COLL_REDUCE_SCATTER ||
-               a->kind == ZS_COLL_ALL_TO_ALL || a->kind == ZS_COLL_GATHER || a->kind == ZS_COLL_SCATTER;
-  double busy_s = 1e-3 + (double)part * (blocks ? ctx->size : 2) / 5e8;
-  zs_status_t st = rc == MPI_SUCCESS ? wait_req(ctx, &req, what, busy_s, scratch, part) : mpi_fail(ctx, rc, what);
+  zs_status_t st = rc == MPI_SUCCESS ? wait_req(ctx, &req, what, busy_estimate(ctx, a), scratch, part)
+                                     : mpi_fail(ctx, rc, what);
   if (st != ZS_OK) {
     if (rc != MPI_SUCCESS) scratch_free(ctx, scratch, part); /* never handed to MPI */
     return st;
@@ -306,9 +639,7 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
     memcpy(a->recv, scratch, part);
     scratch_free(ctx, scratch, part);
   }
-  int reduced_here = a->kind == ZS_COLL_ALL_REDUCE || a->kind == ZS_COLL_REDUCE_SCATTER ||
-                     (a->kind == ZS_COLL_REDUCE && root);
-  if (a->op == ZS_AVG && reduced_here) zs__divide(a->dtype, a->recv, a->count, ctx->size);
+  finish_avg(ctx, a);
   return ZS_OK;
 }
 
@@ -481,7 +812,7 @@ static void ctx_free_mpi_objects(mpi_ctx_t *ctx) {
 }
 
 /* Takes ownership of mc (a communicator we made). */
-static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, zs_comm_t **out) {
+static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, zs_comm_t **out) {
   mpi_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     MPI_Comm_free(&mc);
@@ -491,6 +822,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, zs_comm_t **out) {
   int rc;
   ctx->mc = mc;
   ctx->dev = dev;
+  ctx->ring_min_bytes = ring_min_bytes;
   for (int h = 0; h < 2; h++) {
     ctx->half_type[h] = MPI_DATATYPE_NULL;
     for (int o = 0; o < NHALF_OPS; o++) ctx->half_op[h][o] = MPI_OP_NULL;
@@ -555,7 +887,7 @@ static void mpi_destroy(void *vctx) {
   for (orphan_t *o = ctx->orphans, *next; o; o = next) {
     next = o->next;
     int flag = 0;
-    if (MPI_Test(&o->req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+    if (MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag)
       scratch_free(ctx, o->scratch, o->scratch_bytes);
     else
       outstanding++;
@@ -612,7 +944,7 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   pthread_mutex_unlock(&ctx->mu);
   if (st != ZS_OK) return st;
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
-  return ctx_create(newcomm, ctx->dev, out);
+  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, out); /* the parent's threshold */
 }
 
 static const zs_comm_i mpi_iface = {
@@ -635,16 +967,51 @@ static zs_status_t check_device(zs_device_t *dev, const char *fn) {
   return ZS_OK;
 }
 
+/* ZS_MPI_RING_MIN_BYTES (comm.h): a byte count with an optional K, M or G
+ * suffix, or "off". Unset or empty: the default, measured on shared memory (a
+ * 2-core Xeon, Open MPI 4.1, 2-4 ranks), where the ring overtakes MPI's own
+ * reduce_scatter from about 64-256 KiB. */
+#define RING_MIN_BYTES_DEFAULT ((uint64_t)256 << 10)
+
+static uint64_t ring_min_bytes_env(void) {
+  const char *v = getenv("ZS_MPI_RING_MIN_BYTES");
+  if (!v || !*v) return RING_MIN_BYTES_DEFAULT;
+  if (!strcasecmp(v, "off")) return UINT64_MAX;
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (end == v || *end || *v == '-' || x > (UINT64_MAX >> shift)) {
+    ZS_LOG_W("ZS_MPI_RING_MIN_BYTES='%s' is not a byte count (like 262144, 256K, 1M or off); "
+             "using %llu", v, (unsigned long long)RING_MIN_BYTES_DEFAULT);
+    return RING_MIN_BYTES_DEFAULT;
+  }
+  return (uint64_t)x << shift;
+}
+
 static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
-  MPI_Comm mc;
+  MPI_Comm mc = MPI_COMM_NULL;
+  const char *what = "MPI_Comm_dup";
   int rc = MPI_Comm_dup(mpi_comm, &mc);
+  /* The ranks must pick the same algorithm for each call, so rank 0's setting
+   * wins (MPI_Comm_dup has just synchronised the ranks anyway). */
+  uint64_t ring_min = ring_min_bytes_env(), mine = ring_min;
+  if (rc == MPI_SUCCESS && (rc = MPI_Bcast(&ring_min, 1, MPI_UINT64_T, 0, mc)) != MPI_SUCCESS) {
+    what = "MPI_Bcast of ZS_MPI_RING_MIN_BYTES";
+    MPI_Comm_free(&mc);
+  }
   if (rc != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: MPI_Comm_dup failed: %s", fn, msg);
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: %s failed: %s", fn, what, msg);
   }
-  ZS_CHECK(ctx_create(mc, dev, out));
+  if (mine != ring_min)
+    ZS_LOG_W("%s: ZS_MPI_RING_MIN_BYTES differs between ranks; using rank 0's value (%llu bytes)", fn,
+             (unsigned long long)ring_min);
+  ZS_CHECK(ctx_create(mc, dev, ring_min, out));
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   zs__log_set_rank(wrank);
