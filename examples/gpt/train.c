@@ -4,8 +4,11 @@
  *
  * Progress goes to stderr (rank 0); with --json rank 0 prints one JSON document
  * on stdout. Exit codes: 0 done, 1 the run failed, 2 bad flags or a feature that
- * is not available (the CUDA model path, offload before the engine has it).
- * The schedule of gathers, releases and reductions is described in trainer.c. */
+ * is not available (--device cuda in a build without CUDA and NCCL or on a
+ * machine without a GPU, offload before the engine has it).
+ * --device cuda: one GPU per rank (local rank modulo the GPUs visible), a NCCL
+ * comm over MPI_COMM_WORLD. The schedule of gathers, releases and reductions is
+ * described in trainer.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,10 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#if defined(ZS_GPT_CUDA) && defined(ZS_HAVE_NCCL)
+#include "zeroshard/nccl.h" // defines: zs_comm_create_nccl_mpi (and brings in mpi.h)
+#define GPT_CAN_CUDA 1
+#endif
 
 /* Ranks on this machine, from the launcher's environment (Open MPI, MPICH). */
 static int local_ranks(int world) {
@@ -24,6 +31,38 @@ static int local_ranks(int world) {
   }
   return world;
 }
+
+#ifdef GPT_CAN_CUDA
+/* The GPU of this rank (local rank modulo the GPUs visible) and a NCCL comm over
+ * every rank. Initialises MPI if nobody has (*we_init then says to finalize it). */
+static zs_status_t open_cuda(zs_device_t **dev, zs_comm_t **comm, int *we_init) {
+  int init = 0, provided = 0, lrank = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      fprintf(stderr, "zs-train-gpt: MPI_Init_thread failed\n");
+      return ZS_ERR_COMM;
+    }
+    *we_init = 1;
+  }
+  const int ngpu = zs_device_cuda_count();
+  if (ngpu == 0) {
+    fprintf(stderr, "zs-train-gpt: --device cuda: no CUDA device is visible; use --device cpu\n");
+    return ZS_ERR_UNSUPPORTED;
+  }
+  MPI_Comm local;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+    MPI_Comm_rank(local, &lrank);
+    MPI_Comm_free(&local);
+  }
+  zs_status_t st = zs_device_create_cuda(dev, lrank % ngpu);
+  if (st == ZS_OK) st = zs_comm_create_nccl_mpi(comm, *dev, MPI_COMM_WORLD);
+  if (st != ZS_OK)
+    fprintf(stderr, "zs-train-gpt: cannot create the cuda device %d and NCCL comm: %s (%s)\n", lrank % ngpu,
+            zs_last_error(), zs_status_string(st));
+  return st;
+}
+#endif
 
 int main(int argc, char **argv) {
   gpt_opts_t o;
@@ -38,20 +77,39 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zs-train-gpt: %s\n", err);
     return 2;
   }
+#ifndef GPT_CAN_CUDA
   if (o.device_cuda) {
-    fprintf(stderr, "zs-train-gpt: --device cuda: the CUDA model path is not built yet; use --device cpu\n");
+    fprintf(stderr, "zs-train-gpt: --device cuda: this build has no CUDA model path or no NCCL (configure with "
+                    "the CUDA toolkit and NCCL); use --device cpu\n");
     return 2;
   }
+#endif
 
   zs_device_t *dev = NULL;
   zs_comm_t *comm = NULL;
-  zs_status_t st = zs_device_create_cpu(&dev);
-  if (st == ZS_OK) st = zs_comm_create_mpi_world(&comm, dev);
-  if (st != ZS_OK) {
-    fprintf(stderr, "zs-train-gpt: cannot create the cpu device and MPI comm: %s (%s)\n", zs_last_error(),
-            zs_status_string(st));
-    zs_device_destroy(dev);
-    return 1;
+  int we_init_mpi = 0; /* the CUDA path initialised MPI itself */
+  zs_status_t st = ZS_OK;
+  (void)we_init_mpi;
+#ifdef GPT_CAN_CUDA
+  if (o.device_cuda) {
+    st = open_cuda(&dev, &comm, &we_init_mpi);
+    if (st != ZS_OK) {
+      zs_comm_destroy(comm);
+      zs_device_destroy(dev);
+      if (we_init_mpi) MPI_Finalize();
+      return st == ZS_ERR_UNSUPPORTED ? 2 : 1;
+    }
+  }
+#endif
+  if (!o.device_cuda) {
+    st = zs_device_create_cpu(&dev);
+    if (st == ZS_OK) st = zs_comm_create_mpi_world(&comm, dev);
+    if (st != ZS_OK) {
+      fprintf(stderr, "zs-train-gpt: cannot create the cpu device and MPI comm: %s (%s)\n", zs_last_error(),
+              zs_status_string(st));
+      zs_device_destroy(dev);
+      return 1;
+    }
   }
   const int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
   int threads = gpt_threads_auto(local_ranks(world));
@@ -71,5 +129,8 @@ int main(int argc, char **argv) {
   gpt_result_free(&res);
   zs_comm_destroy(comm);
   zs_device_destroy(dev);
+#ifdef GPT_CAN_CUDA
+  if (we_init_mpi) MPI_Finalize();
+#endif
   return code;
 }

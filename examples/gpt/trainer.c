@@ -36,7 +36,19 @@
  * the first micro-batch of a step, the validation windows go through it too (the
  * loss of the model before that step's update), so the parameters are gathered
  * once for both. The final validation, after the last update, is a forward-only
- * pass ended by zs_forward_end: no backward, no reduction, no step. */
+ * pass ended by zs_forward_end: no backward, no reduction, no step.
+ *
+ * The CUDA path (a cuda device, built with ZS_GPT_CUDA): the same schedule, with
+ * each unit's compute going to model_cuda.c instead of gpt.c (the m_* functions
+ * below choose). The engine's slots then hold device addresses; activations,
+ * dwte_head, the bf16 scratch and the validation residual are device buffers the
+ * trainer cudaMallocs. All compute runs on the legacy default stream (stream 0,
+ * the engine's NULL compute stream: its events order gathers and reductions
+ * against it), cuBLAS included. Tokens are uploaded at the start of a round;
+ * token losses stay on the device until the round's end, when one copy (which
+ * waits for the round's compute) brings them back to be summed on the host.
+ * Host-side all-gathers (losses, peaks) stage through device memory, because a
+ * NCCL comm takes device buffers only. */
 #include "trainer.h"
 
 #include <math.h>
@@ -52,6 +64,9 @@
 #include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
 #include "data.h"
 #include "gpt.h"
+#ifdef ZS_GPT_CUDA
+#include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
+#endif
 #include "zeroshard/config_load.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/log.h"
@@ -88,6 +103,19 @@ typedef struct {
   float *vresid;       /* [v_count, T, C]: residual stream, kept across units */
   int *vin, *vtg;
   double val_time;
+
+  /* the CUDA path: pscratch, gscratch, dwte_head and vresid are then device
+   * buffers, and the activations are cacts / cvacts instead of acts / vacts */
+  int cuda;
+  char cuerr[256];     /* why the last CUDA call failed ("" when none did) */
+#ifdef ZS_GPT_CUDA
+  cublasHandle_t blas;
+  gpt_cuda_acts_t cacts, cvacts;
+  int *vin_d, *vtg_d;  /* the validation windows, uploaded once */
+  double *vloss_d;     /* [v_count, T] validation token losses of the current round */
+  void *stage;         /* device staging of host-side all-gathers */
+  size_t stage_bytes;
+#endif
 } trainer_t;
 
 static double now_s(void) {
@@ -103,12 +131,135 @@ static double now_s(void) {
   } while (0)
 
 /* ============================================================================
+ * model calls: gpt.c on the CPU, model_cuda.c on the GPU
+ * ========================================================================== */
+
+#ifdef ZS_GPT_CUDA
+/* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
+static zs_status_t cu_check(trainer_t *t, int rc, const char *what) {
+  if (!rc) return ZS_OK;
+  snprintf(t->cuerr, sizeof t->cuerr, "%s on the GPU: %s", what, opc_strerror(rc));
+  return ZS_ERR_DEVICE;
+}
+#define CU(expr, what) TRY(cu_check(t, (expr), (what)))
+#endif
+
+/* Each m_* runs one unit's compute on t's device. Token arrays come twice: the
+ * host copy (CPU) and the device copy (CUDA). */
+static zs_status_t m_embed_forward(trainer_t *t, const int *tok, const int *tok_d, int B, float *x) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return cu_check(t, gpt_cuda_embed_forward(t->blas, 0, &t->mc, &t->w.embed, tok_d, B, t->o->seq, x),
+                               "embedding forward");
+#endif
+  gpt_embed_forward(&t->mc, &t->w.embed, tok, B, t->o->seq, x);
+  return ZS_OK;
+}
+
+static zs_status_t m_block_forward(trainer_t *t, int l, gpt_block_acts_t *a, const float *x_in, float *x_out, int B) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda)
+    return cu_check(t, gpt_cuda_block_forward(t->blas, 0, &t->mc, &t->w.blk[l], a, x_in, x_out, B, t->o->seq),
+                    "block forward");
+#endif
+  gpt_block_forward(&t->mc, &t->w.blk[l], a, x_in, x_out, B, t->o->seq);
+  return ZS_OK;
+}
+
+static zs_status_t m_lnf_forward(trainer_t *t, const float *x, float *out, float *mean, float *rstd, int64_t N) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda)
+    return cu_check(t, gpt_cuda_lnf_forward(t->blas, 0, &t->mc, &t->w.lnf, x, out, mean, rstd, N), "final LayerNorm");
+#endif
+  gpt_lnf_forward(&t->mc, &t->w.lnf, x, out, mean, rstd, N);
+  return ZS_OK;
+}
+
+/* The head over N rows. CPU: adds the sum of the token losses to *sum. CUDA:
+ * leaves the token losses in loss_d (device) for the caller to sum later. */
+static zs_status_t m_head(trainer_t *t, const float *x, const int *tg, const int *tg_d, int64_t N, gpt_acts_t *a,
+                          float grad_scale, float *dx, float *dwte, double *loss_d, double *sum) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda)
+    return cu_check(t, gpt_cuda_head(t->blas, 0, &t->mc, t->w.embed.wte, x, tg_d, N, a->logits, a->head_rows,
+                                     grad_scale, dx, dwte, loss_d), "LM head");
+#endif
+  *sum += gpt_head(&t->mc, t->w.embed.wte, x, tg, N, a->logits, a->head_rows, grad_scale, dx, dwte);
+  return ZS_OK;
+}
+
+static zs_status_t m_lnf_backward(trainer_t *t, const float *x, const float *mean, const float *rstd,
+                                  const float *dout, float *dx, int64_t N) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda)
+    return cu_check(t, gpt_cuda_lnf_backward(t->blas, 0, &t->mc, &t->w.lnf, &t->g.lnf, x, mean, rstd, dout, dx, N),
+                    "final LayerNorm backward");
+#endif
+  gpt_lnf_backward(&t->mc, &t->w.lnf, &t->g.lnf, x, mean, rstd, dout, dx, N);
+  return ZS_OK;
+}
+
+static zs_status_t m_block_backward(trainer_t *t, int l, const float *x_in, float *dres, int B) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda)
+    return cu_check(t, gpt_cuda_block_backward(t->blas, 0, &t->mc, &t->w.blk[l], &t->g.blk[l], &t->cacts.a.blk[l],
+                                               &t->cacts, x_in, dres, B, t->o->seq), "block backward");
+#endif
+  gpt_block_backward(&t->mc, &t->w.blk[l], &t->g.blk[l], &t->acts.blk[l], &t->acts, x_in, dres, B, t->o->seq);
+  return ZS_OK;
+}
+
+/* The embedding's backward, then the head's part of d wte (dwte_head) added in. */
+static zs_status_t m_embed_backward(trainer_t *t, const float *dx) {
+  const int64_t n = (int64_t)t->mc.vocab * t->mc.channels;
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) {
+    CU(gpt_cuda_embed_backward(t->blas, 0, &t->mc, &t->g.embed, t->cacts.tokens, t->micro, t->o->seq, dx),
+       "embedding backward");
+    return cu_check(t, opc_add(t->g.embed.wte, t->dwte_head, n, 0), "adding the head's wte gradient");
+  }
+#endif
+  gpt_embed_backward(&t->mc, &t->g.embed, t->tin, t->micro, t->o->seq, dx);
+  float *dwte = t->g.embed.wte;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
+  return ZS_OK;
+}
+
+static zs_status_t m_zero(trainer_t *t, float *p, int64_t n) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return cu_check(t, (int)cudaMemsetAsync(p, 0, (size_t)n * sizeof(float), 0), "cudaMemsetAsync");
+#endif
+  memset(p, 0, (size_t)n * sizeof(float));
+  return ZS_OK;
+}
+
+/* ============================================================================
  * units: gather, release, reduce with fp32 views
  * ========================================================================== */
 
 static void bind(trainer_t *t) {
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
+}
+
+/* bf16: widens n parameters into the fp32 view p. */
+static zs_status_t widen(trainer_t *t, float *p, const uint16_t *src, int64_t n) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return cu_check(t, opc_bf16_to_f32(p, src, n, 0), "widening bf16 parameters");
+#endif
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+  return ZS_OK;
+}
+
+/* bf16: adds the fp32 gradient src into the bf16 slot dst (nearest even). */
+static zs_status_t narrow_add(trainer_t *t, uint16_t *dst, const float *src, int64_t n) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return cu_check(t, opc_bf16_add_f32(dst, src, n, 0), "adding gradients into bf16 slots");
+#endif
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + src[k]);
+  return ZS_OK;
 }
 
 static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
@@ -122,14 +273,12 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
       continue;
     }
     float *p = t->pscratch + t->uoff[i];
-    const uint16_t *src = t->pslot[i];
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+    TRY(widen(t, p, t->pslot[i], n));
     t->pv[i] = p;
     t->gv[i] = NULL;
     if (backward) {
       t->gv[i] = t->gscratch + t->uoff[i];
-      memset(t->gv[i], 0, (size_t)n * sizeof(float));
+      TRY(m_zero(t, t->gv[i], n));
     }
   }
   bind(t);
@@ -149,13 +298,8 @@ static zs_status_t unit_release(trainer_t *t, int u) {
 
 static zs_status_t unit_reduce(trainer_t *t, int u) {
   if (t->bf16) {
-    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-      uint16_t *dst = t->gslot[i];
-      const float *src = t->gv[i];
-      const int64_t n = t->info[i].numel;
-#pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + src[k]);
-    }
+    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
+      TRY(narrow_add(t, t->gslot[i], t->gv[i], t->info[i].numel));
   }
   unit_forget(t, u);
   return zs_reduce(t->zs, u);
@@ -165,85 +309,135 @@ static zs_status_t unit_reduce(trainer_t *t, int u) {
  * one round: forward (training micro-batch and/or validation), then backward
  * ========================================================================== */
 
+static gpt_acts_t *train_acts(trainer_t *t) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return &t->cacts.a;
+#endif
+  return &t->acts;
+}
+
+static gpt_acts_t *val_acts(trainer_t *t) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return &t->cvacts.a;
+#endif
+  return &t->vacts;
+}
+
 /* Runs the validation windows through one piece of the model. */
 typedef enum { V_EMBED, V_BLOCK, V_LNF, V_HEAD } vpart_t;
 
-static void val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
   const int T = t->o->seq, C = t->mc.channels;
+  gpt_acts_t *va = val_acts(t);
+  const int *vin_d = NULL, *vtg_d = NULL;
+  double *vloss_d = NULL;
+#ifdef ZS_GPT_CUDA
+  vin_d = t->vin_d, vtg_d = t->vtg_d, vloss_d = t->vloss_d;
+#endif
   double t0 = now_s();
   for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
     int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
     float *x = t->vresid + (int64_t)c0 * T * C;
+    const int64_t r0 = (int64_t)c0 * T;
     switch (part) {
-    case V_EMBED: gpt_embed_forward(&t->mc, &t->w.embed, t->vin + c0 * T, nb, T, x); break;
-    case V_BLOCK: gpt_block_forward(&t->mc, &t->w.blk[l], &t->vacts.blk[0], x, x, nb, T); break;
-    case V_LNF:
-      gpt_lnf_forward(&t->mc, &t->w.lnf, x, x, t->vacts.lnf_mean, t->vacts.lnf_rstd, (int64_t)nb * T);
-      break;
+    case V_EMBED: TRY(m_embed_forward(t, t->vin + r0, vin_d ? vin_d + r0 : NULL, nb, x)); break;
+    case V_BLOCK: TRY(m_block_forward(t, l, &va->blk[0], x, x, nb)); break;
+    case V_LNF: TRY(m_lnf_forward(t, x, x, va->lnf_mean, va->lnf_rstd, (int64_t)nb * T)); break;
     case V_HEAD:
-      *vsum += gpt_head(&t->mc, t->w.embed.wte, x, t->vtg + c0 * T, (int64_t)nb * T, t->vacts.logits,
-                        t->vacts.head_rows, 0.0f, NULL, NULL);
+      TRY(m_head(t, x, t->vtg + r0, vtg_d ? vtg_d + r0 : NULL, (int64_t)nb * T, va, 0.0f, NULL, NULL,
+                 vloss_d ? vloss_d + r0 : NULL, vsum));
       break;
     }
   }
   t->val_time += now_s() - t0;
+  return ZS_OK;
 }
+
+#ifdef ZS_GPT_CUDA
+/* CUDA: the round's token losses, left on the device by the heads, summed on
+ * the host (the copy waits for the round's compute on stream 0). */
+static zs_status_t cuda_round_losses(trainer_t *t, int train, int val, double *loss, double *vsum) {
+  const int64_t N = (int64_t)t->micro * t->o->seq;
+  double s = 0;
+  if (train) {
+    CU(gpt_cuda_loss_sum(0, t->cacts.loss, N, &s), "reading the training loss");
+    *loss = s / (double)N;
+  }
+  if (val) {
+    CU(gpt_cuda_loss_sum(0, t->vloss_d, (int64_t)t->v_count * t->o->seq, &s), "reading the validation loss");
+    *vsum += s;
+  }
+  return ZS_OK;
+}
+#endif
 
 /* train: run the micro-batch in t->tin/ttg (its mean loss into *loss);
  * val: run this rank's validation windows (sum of token losses into *vsum). */
 static zs_status_t run_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
   const gpt_config_t *c = &t->mc;
-  gpt_acts_t *a = &t->acts;
+  gpt_acts_t *a = train_acts(t);
   const int L = t->L, B = t->micro, T = t->o->seq, LNF = L + 1;
   const int64_t N = (int64_t)B * T, NC = N * c->channels;
+  const int *tin_d = NULL, *ttg_d = NULL;
+  double *loss_d = NULL;
   val = val && t->v_count > 0;
+#ifdef ZS_GPT_CUDA
+  if (t->cuda && train) {
+    const size_t bytes = (size_t)N * sizeof(int);
+    CU((int)cudaMemcpyAsync(t->cacts.tokens, t->tin, bytes, cudaMemcpyHostToDevice, 0), "uploading tokens");
+    CU((int)cudaMemcpyAsync(t->cacts.targets, t->ttg, bytes, cudaMemcpyHostToDevice, 0), "uploading targets");
+  }
+  tin_d = t->cacts.tokens, ttg_d = t->cacts.targets, loss_d = t->cacts.loss;
+#endif
 
   /* ---- forward ---- */
   TRY(zs_forward_begin(t->zs));
   TRY(unit_gather(t, 0, 0));
-  if (train) gpt_embed_forward(c, &t->w.embed, t->tin, B, T, a->resid);
-  if (val) val_part(t, V_EMBED, 0, vsum);
+  if (train) TRY(m_embed_forward(t, t->tin, tin_d, B, a->resid));
+  if (val) TRY(val_part(t, V_EMBED, 0, vsum));
   TRY(unit_release(t, 0));
   for (int l = 0; l < L; l++) {
     TRY(unit_gather(t, 1 + l, 0));
-    if (train) gpt_block_forward(c, &t->w.blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
-    if (val) val_part(t, V_BLOCK, l, vsum);
+    if (train) TRY(m_block_forward(t, l, &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B));
+    if (val) TRY(val_part(t, V_BLOCK, l, vsum));
     TRY(unit_release(t, 1 + l));
   }
   TRY(unit_gather(t, LNF, 0));
-  if (train) gpt_lnf_forward(c, &t->w.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
-  if (val) val_part(t, V_LNF, 0, vsum);
+  if (train) TRY(m_lnf_forward(t, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N));
+  if (val) TRY(val_part(t, V_LNF, 0, vsum));
   TRY(unit_release(t, LNF));
   TRY(unit_gather(t, 0, 0)); /* wte again, for the tied head */
   if (train) {
-    memset(t->dwte_head, 0, (size_t)c->vocab * c->channels * sizeof(float));
-    *loss = gpt_head(c, t->w.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N,
-                     a->dlnf, t->dwte_head) / (double)N;
+    double sum = 0;
+    TRY(m_zero(t, t->dwte_head, (int64_t)c->vocab * c->channels));
+    TRY(m_head(t, a->lnf, t->ttg, ttg_d, N, a, 1.0f / (float)N, a->dlnf, t->dwte_head, loss_d, &sum));
+    *loss = sum / (double)N;
   }
-  if (val) val_part(t, V_HEAD, 0, vsum);
+  if (val) TRY(val_part(t, V_HEAD, 0, vsum));
   TRY(unit_release(t, 0));
-  if (!train) return zs_forward_end(t->zs); /* evaluation only */
+  if (!train) { /* evaluation only */
+#ifdef ZS_GPT_CUDA
+    if (t->cuda) TRY(cuda_round_losses(t, 0, val, loss, vsum));
+#endif
+    return zs_forward_end(t->zs);
+  }
 
   /* ---- backward ---- */
   TRY(zs_backward_begin(t->zs));
   TRY(unit_gather(t, LNF, 1));
-  if (train)
-    gpt_lnf_backward(c, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
+  TRY(m_lnf_backward(t, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N));
   TRY(unit_reduce(t, LNF));
   for (int l = L - 1; l >= 0; l--) {
     TRY(unit_gather(t, 1 + l, 1));
-    if (train) gpt_block_backward(c, &t->w.blk[l], &t->g.blk[l], &a->blk[l], a, a->resid + l * NC, a->dres, B, T);
+    TRY(m_block_backward(t, l, a->resid + l * NC, a->dres, B));
     TRY(unit_reduce(t, 1 + l));
   }
   TRY(unit_gather(t, 0, 1));
-  if (train) {
-    gpt_embed_backward(c, &t->g.embed, t->tin, B, T, a->dres);
-    float *dwte = t->g.embed.wte;
-    const int64_t n = (int64_t)c->vocab * c->channels;
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
-  }
+  TRY(m_embed_backward(t, a->dres));
   TRY(unit_reduce(t, 0));
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) TRY(cuda_round_losses(t, 1, val, loss, vsum));
+#endif
   return ZS_OK;
 }
 
@@ -288,6 +482,16 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
 
 static void trainer_free(trainer_t *t) {
   zs_engine_destroy(t->zs);
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) { /* device buffers (cudaFree waits for the work that uses them) */
+    cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
+    t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
+    cudaFree(t->vin_d), cudaFree(t->vtg_d), cudaFree(t->vloss_d), cudaFree(t->stage);
+    gpt_cuda_acts_free(&t->cacts);
+    gpt_cuda_acts_free(&t->cvacts);
+    if (t->blas) cublasDestroy(t->blas);
+  }
+#endif
   gpt_acts_free(&t->acts);
   gpt_acts_free(&t->vacts);
   gpt_data_free(&t->data);
@@ -295,6 +499,59 @@ static void trainer_free(trainer_t *t) {
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
 }
+
+#ifdef ZS_GPT_CUDA
+static int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
+
+/* The CUDA path's buffers: the CPU path's, in device memory (the tokens also
+ * stay on the host, where the data loader writes them). */
+static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  const int T = o->seq, C = o->channels;
+  char msg[256];
+  if (cublasCreate(&t->blas) != CUBLAS_STATUS_SUCCESS) {
+    t->blas = NULL;
+    return fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
+  }
+  /* the engine's compute stream (legacy default); plain fp32 sgemm (no TF32) */
+  if (cublasSetStream(t->blas, 0) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
+    return fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
+  int rc = 0;
+  if (t->bf16) {
+    rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
+    if (!rc) rc = dalloc(&t->gscratch, (size_t)max_unit * sizeof(float));
+  }
+  if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
+  if (!rc) rc = gpt_cuda_acts_alloc(&t->cacts, &t->mc, t->micro, T, 1);
+  t->tin = malloc((size_t)t->micro * T * sizeof(int));
+  t->ttg = malloc((size_t)t->micro * T * sizeof(int));
+  if (rc || !t->tin || !t->ttg) {
+    snprintf(msg, sizeof msg, "out of memory for activations (%s)", rc ? opc_strerror(rc) : "host");
+    return fail(res, ZS_ERR_NOMEM, "setup", msg);
+  }
+  if (t->v_count > 0) {
+    const size_t nv = (size_t)t->v_count * T;
+    t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
+    rc = dalloc(&t->vresid, nv * C * sizeof(float));
+    if (!rc) rc = dalloc(&t->vin_d, nv * sizeof(int));
+    if (!rc) rc = dalloc(&t->vtg_d, nv * sizeof(int));
+    if (!rc) rc = dalloc(&t->vloss_d, nv * sizeof(double));
+    if (!rc) rc = gpt_cuda_acts_alloc(&t->cvacts, &t->mc, t->v_chunk, T, 0);
+    t->vin = malloc(nv * sizeof(int));
+    t->vtg = malloc(nv * sizeof(int));
+    if (rc || !t->vin || !t->vtg) {
+      snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
+      return fail(res, ZS_ERR_NOMEM, "setup", msg);
+    }
+    gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
+    rc = (int)cudaMemcpy(t->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
+    if (!rc) rc = (int)cudaMemcpy(t->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
+    if (rc) return fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
+  }
+  return ZS_OK;
+}
+#endif
 
 /* Everything up to a set-up engine; also the per-rank shares and buffers. */
 static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
@@ -311,6 +568,14 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->nunits = gpt_unit_count(&t->mc);
   t->np = gpt_param_table_size(&t->mc);
   t->bf16 = o->dtype == ZS_BF16;
+  t->cuda = zs_device_kind(dev) == ZS_DEVICE_CUDA;
+  if (o->device_cuda && !t->cuda)
+    return fail(res, ZS_ERR_INVALID, "device", "--device cuda needs a cuda device and comm (this one is cpu)");
+#ifndef ZS_GPT_CUDA
+  if (t->cuda)
+    return fail(res, ZS_ERR_UNSUPPORTED, "device",
+                "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
+#endif
   if (gpt_config_check(&t->mc, err, sizeof err)) return fail(res, ZS_ERR_INVALID, "model", err);
   if (o->batch % t->world)
     return fail(res, ZS_ERR_INVALID, "batch",
@@ -380,6 +645,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
 
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) return cuda_buffers(t, max_unit, res);
+#endif
   const int T = o->seq, C = o->channels;
   if (t->bf16) {
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
@@ -407,12 +675,39 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
  * the run
  * ========================================================================== */
 
+/* An all-gather of host memory: a cpu device's comm takes it as it is; a NCCL
+ * comm takes device buffers only, so on the CUDA path the bytes go through
+ * t->stage (the copies are synchronous: the result is on the host at return). */
+static zs_status_t host_all_gather(trainer_t *t, const void *send, void *recv, size_t count, zs_dtype_t dt) {
+#ifdef ZS_GPT_CUDA
+  if (t->cuda) {
+    const size_t bytes = count * zs_dtype_size(dt), need = bytes * ((size_t)t->world + 1);
+    if (need > t->stage_bytes) {
+      cudaFree(t->stage);
+      t->stage = NULL;
+      t->stage_bytes = 0;
+      CU(dalloc(&t->stage, need), "allocating an all-gather staging buffer");
+      t->stage_bytes = need;
+    }
+    char *dsend = (char *)t->stage + bytes * (size_t)t->world;
+    CU((int)cudaMemcpy(dsend, send, bytes, cudaMemcpyHostToDevice), "staging an all-gather");
+    TRY(zs_comm_all_gather(t->comm, dsend, t->stage, count, dt, NULL));
+    return cu_check(t, (int)cudaMemcpy(recv, t->stage, bytes * (size_t)t->world, cudaMemcpyDeviceToHost),
+                    "staging an all-gather");
+  }
+#endif
+  return zs_comm_all_gather(t->comm, send, recv, count, dt, NULL);
+}
+
+/* Why a round or a host all-gather failed: the CUDA message if there is one. */
+static const char *round_error(const trainer_t *t, const char *other) { return t->cuerr[0] ? t->cuerr : other; }
+
 /* Sums `k` doubles over ranks, in rank order (the same sum at every world size up
  * to double rounding). Raw bytes travel, so nothing is rounded to float. */
 static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum, int k) {
   double *all = malloc(sizeof(double) * (size_t)k * t->world);
   if (!all) return ZS_ERR_NOMEM;
-  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, sizeof(double) * (size_t)k, ZS_UINT8, NULL);
+  zs_status_t st = host_all_gather(t, mine, all, sizeof(double) * (size_t)k, ZS_UINT8);
   if (st == ZS_OK)
     for (int j = 0; j < k; j++) {
       sum[j] = 0;
@@ -450,7 +745,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       gpt_data_train_batch(&t->data, o->seed, step, t->rank * t->per_rank + m * t->micro, t->micro, T, t->tin,
                            t->ttg);
       if ((st = run_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
-        return fail(res, st, "forward/backward", zs_engine_last_error(t->zs));
+        return fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
       mine[0] += loss;
     }
     zs_step_report_t rep;
@@ -458,7 +753,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     const double dt = now_s() - t0 - (t->val_time - vt0);
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
-      return fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
+      return fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
     res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
     res->grad_norms[step] = rep.grad_norm;
     res->skipped += rep.skipped;
@@ -484,9 +779,9 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   if (o->val_seqs <= 0 || t->v_total <= 0) return ZS_OK;
   double mine[1] = {0}, sum[1], unused = 0;
   zs_status_t st = run_round(t, 0, 1, &unused, &mine[0]);
-  if (st != ZS_OK) return fail(res, st, "validation", zs_engine_last_error(t->zs));
+  if (st != ZS_OK) return fail(res, st, "validation", round_error(t, zs_engine_last_error(t->zs)));
   if ((st = sum_over_ranks(t, mine, sum, 1)) != ZS_OK)
-    return fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
+    return fail(res, st, "validation all-gather", round_error(t, zs_comm_last_error(t->comm)));
   add_val(res, o->steps, sum[0] / ((double)t->v_total * o->seq));
   if (t->rank == 0 && !o->quiet)
     fprintf(stderr, "val loss %.6f after %d steps (%.6f at the start); %.0f training tokens/s\n", res->val_loss,
@@ -501,11 +796,11 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int64_t mine[2] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
   int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)t->world);
   if (!all) return fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
-  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, 2, ZS_INT64, NULL);
+  zs_status_t st = host_all_gather(t, mine, all, 2, ZS_INT64);
   for (int r = 0; st == ZS_OK && r < t->world; r++)
     res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
   free(all);
-  if (st != ZS_OK) return fail(res, st, "peak all-gather", zs_comm_last_error(t->comm));
+  if (st != ZS_OK) return fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
   return ZS_OK;
 }
 

@@ -35,7 +35,7 @@ typedef struct {
   char err[512];          /* why it failed */
 } gpt_result_t;
 
-/* Runs the training the options describe on comm (its device: a cpu device).
+/* Runs the training the options describe on comm (its device: cpu, or cuda with a NCCL comm).
  * On failure returns the status and a message in res->err (the same on every
  * rank when the failure is collective, e.g. a configuration the engine rejects). */
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);

@@ -1,0 +1,230 @@
+/* model_cuda.c: the GPT's units on a CUDA device, composed from ops_cuda.cu
+ * exactly as gpt.c composes them from ops.c (same calls in the same order, so
+ * the two files read side by side). */
+#include "model_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(expr)         \
+  do {                   \
+    int rc_ = (expr);    \
+    if (rc_) return rc_; \
+  } while (0)
+
+/* ============================================================================
+ * activations
+ * ========================================================================== */
+
+int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T, int train) {
+  memset(ca, 0, sizeof *ca);
+  gpt_acts_t *a = &ca->a;
+  a->cfg = *c;
+  a->B = B;
+  a->T = T;
+  a->train = train;
+  a->nblocks = train ? c->layers : 1;
+  const size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->heads;
+  size_t rows = ((size_t)1 << 22) / (size_t)c->vocab;
+  a->head_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
+
+  /* gpt_acts_alloc's carving, field for field: keep the two in step */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t off = 0;
+#define CARVE(ptr, n)                              \
+  do {                                             \
+    if (pass) (ptr) = a->mem + off;                \
+    off += ((size_t)(n) + 15) & ~(size_t)15;       \
+  } while (0)
+    CARVE(a->resid, (a->nblocks + 1) * N * C);
+    for (int l = 0; l < a->nblocks; l++) {
+      gpt_block_acts_t *k = &a->blk[l];
+      CARVE(k->ln1, N * C);
+      CARVE(k->ln1_mean, N);
+      CARVE(k->ln1_rstd, N);
+      CARVE(k->qkv, 3 * N * C);
+      CARVE(k->att, (size_t)B * NH * T * T);
+      CARVE(k->atty, N * C);
+      CARVE(k->mid, N * C);
+      CARVE(k->ln2, N * C);
+      CARVE(k->ln2_mean, N);
+      CARVE(k->ln2_rstd, N);
+      CARVE(k->fc, 4 * N * C);
+      CARVE(k->gelu, 4 * N * C);
+    }
+    CARVE(a->lnf, N * C);
+    CARVE(a->lnf_mean, N);
+    CARVE(a->lnf_rstd, N);
+    CARVE(a->logits, (size_t)a->head_rows * c->vocab);
+    if (train) {
+      CARVE(a->dlnf, N * C);
+      CARVE(a->dres, N * C);
+      CARVE(a->d4, 4 * N * C);
+      CARVE(a->dln, N * C);
+      CARVE(a->datty, N * C);
+      CARVE(a->dqkv, 3 * N * C);
+      CARVE(a->dtmp, (size_t)B * NH * T);
+    }
+#undef CARVE
+    if (!pass) {
+      a->nfloats = off;
+      int rc = (int)cudaMalloc((void **)&a->mem, off * sizeof(float));
+      if (!rc) rc = (int)cudaMemset(a->mem, 0, off * sizeof(float));
+      if (rc) {
+        gpt_cuda_acts_free(ca);
+        return rc;
+      }
+    }
+  }
+  /* what only the GPU path needs, in allocations of their own */
+  int rc = 0;
+  if (train) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
+  if (!rc) rc = (int)cudaMalloc((void **)&ca->loss, N * sizeof(double));
+  if (!rc) rc = (int)cudaMalloc((void **)&ca->tokens, N * sizeof(int));
+  if (!rc) rc = (int)cudaMalloc((void **)&ca->targets, N * sizeof(int));
+  if (!rc && train) rc = (int)cudaMemset(ca->datt, 0, (size_t)B * NH * T * T * sizeof(float));
+  if (!rc) rc = (int)cudaMemset(ca->loss, 0, N * sizeof(double));
+  if (!rc) rc = (int)cudaMemset(ca->tokens, 0, N * sizeof(int));
+  if (!rc) rc = (int)cudaMemset(ca->targets, 0, N * sizeof(int));
+  if (rc) gpt_cuda_acts_free(ca);
+  return rc;
+}
+
+void gpt_cuda_acts_free(gpt_cuda_acts_t *ca) {
+  cudaFree(ca->a.mem);
+  cudaFree(ca->datt);
+  cudaFree(ca->loss);
+  cudaFree(ca->tokens);
+  cudaFree(ca->targets);
+  memset(ca, 0, sizeof *ca);
+}
+
+/* ============================================================================
+ * units
+ * ========================================================================== */
+
+int gpt_cuda_embed_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_embed_w_t *w,
+                           const int *tokens, int B, int T, float *x) {
+  (void)h;
+  return opc_embed_forward(x, w->wte, w->wpe, tokens, B, T, c->channels, s);
+}
+
+int gpt_cuda_embed_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, gpt_embed_w_t *dw,
+                            const int *tokens, int B, int T, const float *dx) {
+  (void)h;
+  return opc_embed_backward(dw->wte, dw->wpe, dx, tokens, B, T, c->channels, s);
+}
+
+int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_block_w_t *w,
+                           gpt_block_acts_t *a, const float *x_in, float *x_out, int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  const size_t bytes = (size_t)N * C * sizeof(float);
+  /* attention branch: mid = x + proj(attn(ln1(x))) */
+  CK(opc_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C, s));
+  CK(opc_matmul_forward(h, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0, s));
+  CK(opc_attention_forward(h, a->atty, a->att, a->qkv, B, T, C, c->heads, s));
+  CK((int)cudaMemcpyAsync(a->mid, x_in, bytes, cudaMemcpyDeviceToDevice, s)); /* last read of x_in */
+  CK(opc_matmul_forward(h, a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1, s));
+  /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
+  CK(opc_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C, s));
+  CK(opc_matmul_forward(h, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0, s));
+  CK(opc_gelu_forward(a->gelu, a->fc, N * 4 * C, s));
+  CK((int)cudaMemcpyAsync(x_out, a->mid, bytes, cudaMemcpyDeviceToDevice, s));
+  return opc_matmul_forward(h, x_out, a->gelu, w->mproj_w, w->mproj_b, N, 4 * C, C, 1, s);
+}
+
+int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_block_w_t *w,
+                            gpt_block_w_t *dw, const gpt_block_acts_t *a, gpt_cuda_acts_t *scratch,
+                            const float *x_in, float *dres, int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  gpt_acts_t *sc = &scratch->a;
+  /* MLP branch; dres (d out) also flows straight through to d mid */
+  CK(opc_matmul_backward(h, sc->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0, s));
+  CK(opc_gelu_backward(sc->d4, a->fc, sc->d4, N * 4 * C, s));
+  CK(opc_matmul_backward(h, sc->dln, dw->fc_w, dw->fc_b, sc->d4, a->ln2, w->fc_w, N, C, 4 * C, 0, s));
+  CK(opc_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, sc->dln, a->mid, w->ln2_w, a->ln2_mean, a->ln2_rstd, N, C,
+                            s)); /* dres is now d mid */
+  /* attention branch; d mid flows straight through to d x */
+  CK(opc_matmul_backward(h, sc->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0, s));
+  CK(opc_attention_backward(h, sc->dqkv, scratch->datt, sc->datty, a->qkv, a->att, B, T, C, c->heads, s));
+  CK(opc_matmul_backward(h, sc->dln, dw->qkv_w, dw->qkv_b, sc->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0, s));
+  return opc_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, sc->dln, x_in, w->ln1_w, a->ln1_mean, a->ln1_rstd, N,
+                                C, s); /* dres is now d x_in */
+}
+
+int gpt_cuda_lnf_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_lnf_w_t *w,
+                         const float *x, float *out, float *mean, float *rstd, int64_t N) {
+  (void)h;
+  return opc_layernorm_forward(out, mean, rstd, x, w->w, w->b, N, c->channels, s);
+}
+
+int gpt_cuda_lnf_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_lnf_w_t *w,
+                          gpt_lnf_w_t *dw, const float *x, const float *mean, const float *rstd, const float *dout,
+                          float *dx, int64_t N) {
+  (void)h;
+  CK((int)cudaMemsetAsync(dx, 0, (size_t)N * c->channels * sizeof(float), s));
+  return opc_layernorm_backward(dx, dw->w, dw->b, dout, x, w->w, mean, rstd, N, c->channels, s);
+}
+
+int gpt_cuda_logits(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const float *wte, const float *x,
+                    int64_t n, float *logits) {
+  return opc_tied_forward(h, logits, x, wte, n, c->channels, c->vocab, s);
+}
+
+int gpt_cuda_head(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const float *wte, const float *x,
+                  const int *targets, int64_t N, float *logits, int logits_rows, float grad_scale, float *dx,
+                  float *dwte, double *loss) {
+  const int C = c->channels, V = c->vocab;
+  for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
+    int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
+    CK(opc_tied_forward(h, logits, x + r0 * C, wte, n, C, V, s));
+    CK(opc_crossentropy(logits, loss + r0, targets + r0, n, V, grad_scale, dx != NULL, s));
+    if (dx) CK(opc_tied_backward(h, dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V, s));
+  }
+  return 0;
+}
+
+int gpt_cuda_loss_sum(cudaStream_t s, const double *loss, int64_t n, double *sum) {
+  *sum = 0;
+  if (n <= 0) return 0;
+  double *host = malloc((size_t)n * sizeof(double));
+  if (!host) return (int)cudaErrorMemoryAllocation;
+  int rc = (int)cudaMemcpyAsync(host, loss, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s);
+  if (!rc) rc = (int)cudaStreamSynchronize(s);
+  if (!rc)
+    for (int64_t i = 0; i < n; i++) *sum += host[i];
+  free(host);
+  return rc;
+}
+
+/* ============================================================================
+ * the whole model in one process
+ * ========================================================================== */
+
+int gpt_cuda_forward_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_weights_t *w,
+                              gpt_weights_t *g, gpt_cuda_acts_t *ca, const int *inputs, const int *targets,
+                              double *mean_loss) {
+  gpt_acts_t *a = &ca->a;
+  const int B = a->B, T = a->T, L = c->layers;
+  const int64_t N = (int64_t)B * T, NC = N * c->channels;
+  CK(gpt_cuda_embed_forward(h, s, c, &w->embed, inputs, B, T, a->resid));
+  for (int l = 0; l < L; l++)
+    CK(gpt_cuda_block_forward(h, s, c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T));
+  CK(gpt_cuda_lnf_forward(h, s, c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N));
+  CK(gpt_cuda_head(h, s, c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
+                   g ? a->dlnf : NULL, g ? g->embed.wte : NULL, ca->loss));
+  if (g) {
+    CK(gpt_cuda_lnf_backward(h, s, c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf,
+                             a->dres, N));
+    for (int l = L - 1; l >= 0; l--)
+      CK(gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], &a->blk[l], ca, a->resid + l * NC, a->dres, B,
+                                 T));
+    CK(gpt_cuda_embed_backward(h, s, c, &g->embed, inputs, B, T, a->dres));
+  }
+  double sum = 0;
+  CK(gpt_cuda_loss_sum(s, ca->loss, N, &sum));
+  *mean_loss = sum / (double)N;
+  return 0;
+}

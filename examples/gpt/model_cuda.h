@@ -1,0 +1,78 @@
+/* model_cuda.h: the GPT's units on a CUDA device (gpt.h's twins).
+ *
+ * Each function mirrors the gpt.h function of the same name without "_cuda":
+ * same arguments in the same order, same layouts, same accumulate/overwrite
+ * rules, but every float and int pointer is device memory of the current device,
+ * and two arguments come first: a cuBLAS handle and the stream to compute on.
+ * The functions queue their work on that stream and return at once with 0, or
+ * an error code opc_strerror (ops_cuda.h) names. The trainer passes stream 0
+ * (the legacy default stream, which the engine's compute-stream events order
+ * against its gathers and reductions).
+ *
+ * Weight views are gpt.h's gpt_*_w_t with device pointers; activations are a
+ * gpt_acts_t carved exactly as gpt_acts_alloc carves it (same fields at the same
+ * offsets: tests compare the two buffers field by field), in one device
+ * allocation, plus what only the GPU needs. */
+#ifndef ZS_EXAMPLES_GPT_MODEL_CUDA_H
+#define ZS_EXAMPLES_GPT_MODEL_CUDA_H
+
+#include <stdint.h>
+
+#include "gpt.h"
+#include "ops_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  gpt_acts_t a;          /* gpt_acts_alloc's layout; a.mem is one cudaMalloc of a.nfloats floats */
+  float *datt;           /* train: [B,NH,T,T] attention backward scratch */
+  double *loss;          /* [B*T] per-token losses written by gpt_cuda_head */
+  int *tokens, *targets; /* [B*T] the micro-batch, for the caller to upload */
+} gpt_cuda_acts_t;
+
+/* 0 or a cudaError_t (out of device memory); on failure nothing stays allocated.
+ * The memory starts zeroed. */
+int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *cfg, int B, int T, int train);
+void gpt_cuda_acts_free(gpt_cuda_acts_t *ca);
+
+int gpt_cuda_embed_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_embed_w_t *w,
+                           const int *tokens, int B, int T, float *x);
+int gpt_cuda_embed_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, gpt_embed_w_t *dw,
+                            const int *tokens, int B, int T, const float *dx);
+/* x_out may equal x_in, as in gpt_block_forward. */
+int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_block_w_t *w,
+                           gpt_block_acts_t *a, const float *x_in, float *x_out, int B, int T);
+/* Scratch from a train allocation. */
+int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_block_w_t *w,
+                            gpt_block_w_t *dw, const gpt_block_acts_t *a, gpt_cuda_acts_t *scratch,
+                            const float *x_in, float *dres, int B, int T);
+int gpt_cuda_lnf_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_lnf_w_t *w,
+                         const float *x, float *out, float *mean, float *rstd, int64_t N);
+int gpt_cuda_lnf_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_lnf_w_t *w,
+                          gpt_lnf_w_t *dw, const float *x, const float *mean, const float *rstd, const float *dout,
+                          float *dx, int64_t N);
+/* logits [n,V] = x [n,C] wte^T. */
+int gpt_cuda_logits(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const float *wte, const float *x,
+                    int64_t n, float *logits);
+/* gpt_head on the device. Instead of returning the sum of the token losses it
+ * writes each row's loss to loss[0..N) (device, double); gpt_cuda_loss_sum adds
+ * them up on the host in row order. */
+int gpt_cuda_head(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const float *wte, const float *x,
+                  const int *targets, int64_t N, float *logits, int logits_rows, float grad_scale, float *dx,
+                  float *dwte, double *loss);
+/* Waits for s, copies loss[0..n) to the host and sums it in order into *sum. */
+int gpt_cuda_loss_sum(cudaStream_t s, const double *loss, int64_t n, double *sum);
+
+/* The whole model (gpt_forward_backward): inputs and targets are device copies
+ * (e.g. ca->tokens, ca->targets); *mean_loss gets the mean token loss (this call
+ * waits for the stream). With g != NULL the gradients are ADDED into it. */
+int gpt_cuda_forward_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_weights_t *w,
+                              gpt_weights_t *g, gpt_cuda_acts_t *ca, const int *inputs, const int *targets,
+                              double *mean_loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/* ops_cuda.h: the GPT's layers on a CUDA device, as plain C (ops.h's twins).
+ *
+ * Same shapes, layouts and accumulate/overwrite rules as ops.h (row-major; a
+ * linear layer's weight is [K, M], y = x W + b); every pointer is device memory
+ * of the current device. Each function queues its work on `s` (NULL: the legacy
+ * default stream) and returns at once with 0, or an error code that
+ * opc_strerror names: a cudaError_t from a launch, or OPC_BLAS_ERR(status) from
+ * cuBLAS. Functions that multiply matrices take a cuBLAS handle, which they bind
+ * to `s` (cublasSetStream) before use.
+ *
+ * Matrix products go to cuBLAS sgemm (fp32, no TF32: the handle's math mode is
+ * the caller's, CUBLAS_DEFAULT_MATH unless changed); the rest are small kernels
+ * in ops_cuda.cu, each with its plain C reference in ops.c. The kernels that sum
+ * (LayerNorm statistics, column sums, softmax, cross-entropy) do so in a fixed
+ * order that depends only on the shapes, so a run is reproducible; the order is
+ * not ops.c's, so results agree with the CPU to float rounding, not bit for bit
+ * (the embedding backward is the exception: it adds in ops.c's order). */
+#ifndef ZS_EXAMPLES_GPT_OPS_CUDA_H
+#define ZS_EXAMPLES_GPT_OPS_CUDA_H
+
+#include <stdint.h>
+
+#include <cublas_v2.h>    // defines: cublasHandle_t
+#include <cuda_runtime.h> // defines: cudaStream_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OPC_BLAS_ERR_BASE 100000
+#define OPC_BLAS_ERR(status) (OPC_BLAS_ERR_BASE + (int)(status))
+/* "cudaErrorInvalidValue: invalid argument", "cuBLAS: CUBLAS_STATUS_...", ... */
+const char *opc_strerror(int code);
+
+/* ---- embeddings ----------------------------------------------------------------- */
+
+/* x[n] = wte[tokens[n]] + wpe[n % T] for the N = B*T rows. */
+int opc_embed_forward(float *x, const float *wte, const float *wpe, const int *tokens, int B, int T,
+                      int C, cudaStream_t s);
+/* dwpe[t] += sum over b of dx[b,t]; dwte[tokens[n]] += dx[n] for n in order
+ * (deterministic, and the same order as gpt.c). */
+int opc_embed_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B, int T,
+                       int C, cudaStream_t s);
+
+/* ---- LayerNorm ------------------------------------------------------------------- */
+
+int opc_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int64_t N, int C, cudaStream_t s);
+/* dx += d/dx; dw += d/dw; db += d/db. */
+int opc_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                           const float *w, const float *mean, const float *rstd, int64_t N, int C,
+                           cudaStream_t s);
+
+/* ---- linear layers ----------------------------------------------------------------- */
+
+/* out = x W + b (accumulate 0) or out += x W + b (accumulate 1); b may be NULL. */
+int opc_matmul_forward(cublasHandle_t h, float *out, const float *x, const float *W, const float *b,
+                       int64_t N, int K, int M, int accumulate, cudaStream_t s);
+/* dx = dout W^T (or += with dx_accumulate; dx may be NULL); dW += x^T dout; db += column sums. */
+int opc_matmul_backward(cublasHandle_t h, float *dx, float *dW, float *db, const float *dout,
+                        const float *x, const float *W, int64_t N, int K, int M, int dx_accumulate,
+                        cudaStream_t s);
+/* logits [N,V] = x [N,C] E^T. */
+int opc_tied_forward(cublasHandle_t h, float *logits, const float *x, const float *E, int64_t N, int C,
+                     int V, cudaStream_t s);
+/* dx = (overwritten) dlogits E; dE += dlogits^T x. */
+int opc_tied_backward(cublasHandle_t h, float *dx, float *dE, const float *dlogits, const float *x,
+                      const float *E, int64_t N, int C, int V, cudaStream_t s);
+
+/* ---- causal self-attention ----------------------------------------------------------- */
+
+/* qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the probabilities (zero
+ * above the diagonal), as op_attention_forward. */
+int opc_attention_forward(cublasHandle_t h, float *out, float *att, const float *qkv, int B, int T,
+                          int C, int NH, cudaStream_t s);
+/* dqkv = (overwritten) from dout; datt: B*NH*T*T floats of scratch (ops.c needs
+ * only B*NH*T: it walks rows, we multiply whole matrices). */
+int opc_attention_backward(cublasHandle_t h, float *dqkv, float *datt, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH,
+                           cudaStream_t s);
+
+/* ---- elementwise ----------------------------------------------------------------------- */
+
+int opc_gelu_forward(float *out, const float *x, int64_t n, cudaStream_t s);
+/* dx = dout * gelu'(x); dx may equal dout. */
+int opc_gelu_backward(float *dx, const float *x, const float *dout, int64_t n, cudaStream_t s);
+/* dst += src. */
+int opc_add(float *dst, const float *src, int64_t n, cudaStream_t s);
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------- */
+
+/* Per row n of N: loss[n] = logsumexp(logits[n]) - logits[n, targets[n]] (double,
+ * as ops.c's per-row value); with want_grad the logits are replaced by
+ * grad_scale * (softmax - onehot). The caller sums loss[] (in row order, on the
+ * host) to get op_crossentropy's return value. */
+int opc_crossentropy(float *logits, double *loss, const int *targets, int64_t N, int V, float grad_scale,
+                     int want_grad, cudaStream_t s);
+
+/* ---- bf16 parameters and gradients ----------------------------------------------------------- */
+
+/* dst[i] = (float) src[i] for bf16 src (exact). */
+int opc_bf16_to_f32(float *dst, const uint16_t *src, int64_t n, cudaStream_t s);
+/* dst[i] = bf16(float(dst[i]) + src[i]), round to nearest even (src/common/half.h). */
+int opc_bf16_add_f32(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
