@@ -599,12 +599,6 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   cfg.stage = o->stage;
   cfg.param_dtype = o->dtype;
   cfg.reduce_dtype = o->reduce_dtype;
-  if (o->accum > 1 && o->stage >= 2 && cfg.reduce_dtype != ZS_FP32) {
-    if (t->rank == 0)
-      fprintf(stderr, "note: stage %d with --accum %d accumulates gradient shards in fp32: reduce dtype set to fp32%s\n",
-              o->stage, o->accum, o->reduce_dtype_set ? " (instead of the --reduce-dtype given)" : "");
-    cfg.reduce_dtype = ZS_FP32;
-  }
   cfg.grad_accum = o->accum;
   cfg.grad_clip = o->clip;
   cfg.optim.kind = ZS_ADAMW;
@@ -811,7 +805,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           "  data: %lld byte tokens from %d file(s), %lld train / %lld validation; batch %d = %d rank(s) x %d "
           "micro-batch(es) x %d; %d validation windows\n",
           t->world, o->stage, zs_dtype_name(o->dtype),
-          zs_dtype_name(o->accum > 1 && o->stage >= 2 ? ZS_FP32 : o->reduce_dtype), (long long)res->params, o->layers,
+          zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->world, o->accum, t->micro, t->v_total);
 }
@@ -857,7 +851,7 @@ static void json_num(FILE *f, double v) {
 void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
   fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, ", zs_dtype_name(o->dtype),
-          zs_dtype_name(o->accum > 1 && o->stage >= 2 ? ZS_FP32 : o->reduce_dtype), o->accum,
+          zs_dtype_name(o->reduce_dtype), o->accum,
           o->offload ? "true" : "false");
   fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,
           o->channels, o->heads, o->vocab, o->seq);

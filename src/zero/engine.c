@@ -61,10 +61,6 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: the comm was created on another device handle: pass the "
                    "device the comm uses");
-  if (cfg->stage >= 2 && cfg->grad_accum > 1 && cfg->reduce_dtype != ZS_FP32)
-    return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
-                   "stage %d with grad_accum %d accumulates gradient shards across rounds in fp32: set "
-                   "reduce_dtype to fp32 (it is %s)", cfg->stage, cfg->grad_accum, zs_dtype_name(cfg->reduce_dtype));
   if (cfg->delayed_param_update)
     return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
                    "delayed_param_update is not implemented yet: leave it 0 (the step runs before the next forward)");
@@ -113,6 +109,7 @@ static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
     if (zs->offload) zs__eng_free(zs, &u->gshard, S * zs->rb, ZS_MEM_GRADS);
   }
   zs__eng_free(zs, &u->gtemp, P * zs->rb, ZS_MEM_COMM);
+  zs__eng_free(zs, (void **)&u->gacc, S * 4, ZS_MEM_COMM);
   zs_event_t **evs[] = {&u->ev_gathered, &u->ev_released, &u->ev_computed, &u->ev_reduced, &u->ev_offloaded};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
     if (*evs[i]) zs_event_destroy(zs->dev, *evs[i]);

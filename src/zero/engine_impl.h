@@ -66,6 +66,7 @@ typedef struct {
   void *gfull;      /* full grads: persistent (0-1) or per round (2-3) */
   void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
   void *gtemp;      /* reduce-dtype staging when it differs from the param dtype */
+  float *gacc;      /* fp32 scratch to add a round into a 16-bit grad shard (stages 2-3) */
   float *hgrad;     /* offload: fp32 grad shard in pinned host memory */
   zs_offload_grad_task_t gtask; /* offload: the pending device-to-host copy */
   int seg_first, seg_count;     /* this unit's optimizer segments */

@@ -96,6 +96,7 @@ zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest) {
     if (zs->cfg.stage >= 2) zs__eng_free(zs, &u->gfull, (size_t)u->padded * zs->pb, ZS_MEM_GRADS);
     if (zs->cfg.stage >= 2 && zs->offload) zs__eng_free(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS);
     zs__eng_free(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM);
+    zs__eng_free(zs, (void **)&u->gacc, (size_t)u->shard * 4, ZS_MEM_COMM);
     u->grad_pending = 0;
   }
   return ZS_OK;
@@ -331,12 +332,20 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
     } else if (zs->round == 1) {
       ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
     } else {
-      /* later accumulation rounds: reduce in place, then add into the shard */
+      /* later accumulation rounds: reduce in place, then add into the shard (a
+       * 16-bit shard goes through fp32 so each round rounds once) */
       ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
-      ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
+      if (c->reduce_dtype == ZS_FP32) {
+        ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
+      } else {
+        ZS_CHECK(zs__eng_alloc(zs, S * 4, ZS_MEM_COMM, (void **)&u->gacc));
+        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gshard, c->reduce_dtype, S), "widening gradients");
+        ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gacc, block, dt, S), "accumulating gradients");
+        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S), "rounding gradients");
+      }
     }
     if (!zs->offload) ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
-    u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
+    u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload; /* gacc: stage >= 2 */
   }
   u->reduced_round = zs->round;
   zs->last_reduced = unit;
