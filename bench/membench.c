@@ -334,6 +334,10 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   memset(me, 0, sizeof *me);
   me->rank = rank;
   zs_device_memory_reset_peaks(dev); /* this run's peaks, not the previous run's */
+  size_t rt_free0 = 0, rt_total = 0, rt_free1 = 0;
+  int have_rt = zs_device_mem_info(dev, &rt_free0, &rt_total) == ZS_OK;
+  zs_memory_stats_t ms0;
+  zs_device_memory_stats(dev, &ms0);
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   if (st != ZS_OK) die_rank(st, "zs_engine_create", zs_last_error());
@@ -364,6 +368,12 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
     if (s > 0 || o->steps == 1) tsum += dt;
   }
   me->step_s = tsum / (o->steps > 1 ? o->steps - 1 : 1);
+  me->runtime_used = -1;
+  if (have_rt) {
+    /* what the engine holds now, as CUDA sees it (after the streams drained) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (zs_device_mem_info(dev, &rt_free1, &rt_total) == ZS_OK) me->runtime_used = (int64_t)rt_free0 - (int64_t)rt_free1;
+  }
 
   /* what stays resident between steps; the comm counters before anything else
    * (the figures' own gather below) runs on the comm */
@@ -373,6 +383,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   ECHECK(zs_engine_comm_stats(zs, &cs), "zs_engine_comm_stats");
   const uint64_t *c = ms.current[ZS_DOMAIN_DEVICE], *h = ms.current[ZS_DOMAIN_HOST];
   me->model_state = (int64_t)(c[ZS_MEM_PARAMS] + c[ZS_MEM_GRADS] + c[ZS_MEM_OPTIMIZER]);
+  me->acct_device = (int64_t)ms.current_total[ZS_DOMAIN_DEVICE] - (int64_t)ms0.current_total[ZS_DOMAIN_DEVICE];
   me->host_model_state = (int64_t)(h[ZS_MEM_PARAMS] + h[ZS_MEM_GRADS] + h[ZS_MEM_OPTIMIZER]);
   me->peak = (int64_t)ms.peak_total[ZS_DOMAIN_DEVICE];
   me->host_peak = (int64_t)ms.peak_total[ZS_DOMAIN_HOST];

@@ -67,6 +67,11 @@ typedef struct {
   int64_t comm_ag, comm_rs, comm_ar;     /* of which all-gather, reduce-scatter, all-reduce */
   int64_t comm_calls;
   double step_s;                         /* mean over the steps after the first */
+  /* the runtime's view (cudaMemGetInfo) of device memory used after the steps,
+   * minus before engine creation; -1 where there is none (cpu device). GPU-wide:
+   * ranks sharing a GPU see each other's allocations. */
+  int64_t runtime_used;
+  int64_t acct_device;                   /* the accountant's device total at the same point */
 } mb_rank_t;
 
 typedef struct {

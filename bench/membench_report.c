@@ -14,6 +14,9 @@
  *                 "ranks": [{"rank", "model_state_bytes", "host_model_state_bytes",
  *                            "formula_bytes", "host_formula_bytes", "peak_bytes",
  *                            "host_peak_bytes", "step_s", "comm_bytes_per_step",
+ *                            "device_check": {"accountant_device_bytes",
+ *                                             "runtime_device_bytes" (cudaMemGetInfo
+ *                                             delta; null on the cpu device)},
  *                            "by_category": {"params": {"current", "peak", "formula"},
  *                                            "grads", "optimizer" (same),
  *                                            "gather", "comm", "other": {"current", "peak"}},
@@ -81,6 +84,18 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
     fprintf(f, "%-5s %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12s | %12lld %10s %8s |\n", "", "", "formula",
             (long long)a->f_dev[MB_F_PARAMS], (long long)a->f_dev[MB_F_GRADS], (long long)a->f_dev[MB_F_OPTIM],
             (long long)a->formula, (long long)a->host_formula, "", (long long)(x->comm_theory + x->comm_norm), "", "");
+  }
+  /* GPU: the runtime's figure beside the accountant's */
+  if (rep->nres && rep->res[0].ranks[0].runtime_used >= 0) {
+    fprintf(f, "# device bytes held after the steps, rank 0: accountant vs cudaMemGetInfo (GPU-wide, so ranks\n"
+               "# sharing a GPU add up; CUDA rounds allocations up to its page size)\n");
+    fprintf(f, "%-5s %-7s %14s %14s %9s\n", "stage", "offload", "accountant", "cuda", "cuda/acct");
+    for (int r = 0; r < rep->nres; r++) {
+      const mb_rank_t *a = &rep->res[r].ranks[0];
+      fprintf(f, "%-5d %-7s %14lld %14lld %9.4f\n", rep->res[r].stage, rep->res[r].offload ? "yes" : "no",
+              (long long)a->acct_device, (long long)a->runtime_used,
+              a->acct_device > 0 ? (double)a->runtime_used / (double)a->acct_device : 0.0);
+    }
   }
   /* runs where ranks differ: every rank */
   for (int r = 0; r < rep->nres; r++) {
@@ -175,10 +190,14 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
       static const int64_t none[MB_F_COUNT] = {0};
       fprintf(f, "%s\n   {\"rank\": %lld, \"model_state_bytes\": %lld, \"host_model_state_bytes\": %lld, "
                  "\"formula_bytes\": %lld, \"host_formula_bytes\": %lld, \"peak_bytes\": %lld, \"host_peak_bytes\": %lld, "
-                 "\"step_s\": %.9g, \"comm_bytes_per_step\": %.17g,\n    \"by_category\": ",
+                 "\"step_s\": %.9g, \"comm_bytes_per_step\": %.17g,\n    \"device_check\": ",
               k ? "," : "", (long long)b->rank, (long long)b->model_state, (long long)b->host_model_state,
               (long long)b->formula, (long long)b->host_formula, (long long)b->peak, (long long)b->host_peak, b->step_s,
               (double)b->comm_bytes / steps);
+      fprintf(f, "{\"accountant_device_bytes\": %lld, \"runtime_device_bytes\": ", (long long)b->acct_device);
+      if (b->runtime_used >= 0) fprintf(f, "%lld}", (long long)b->runtime_used);
+      else fprintf(f, "null}");
+      fprintf(f, ",\n    \"by_category\": ");
       json_categories(f, b->cur, b->pk, b->f_dev);
       fprintf(f, ",\n    \"host_by_category\": ");
       json_categories(f, b->hcur, b->hpk, x->offload ? b->f_host : none);

@@ -1,6 +1,7 @@
 /* The device and world comm an engine test runs on: the cpu device over MPI, or
- * with ZS_TEST_DEVICE=cuda a GPU over NCCL (scripts/gpu-check); skips (exit 77)
- * when asked for a GPU that is not there. */
+ * with ZS_TEST_DEVICE=cuda a GPU over NCCL (scripts/gpu-check), or with also
+ * ZS_TEST_COMM=mpi a GPU over the mpi comm's host staging (ranks may share one
+ * GPU); skips (exit 77) when asked for a GPU that is not there. */
 #ifndef ZS_TESTS_ENGINE_WORLD_H
 #define ZS_TESTS_ENGINE_WORLD_H
 
@@ -11,8 +12,16 @@
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #ifdef ZS_HAVE_NCCL
+#include "zeroshard/mpi.h"
 #include "zeroshard/nccl.h"
 #endif
+
+/* The world comm moves device buffers through pinned host staging (an mpi comm on
+ * a cuda device, or ZS_MPI_STAGING=1 on a cpu device). */
+static inline int staged_comm(void) {
+  const char *s = getenv("ZS_MPI_STAGING"), *c = getenv("ZS_TEST_COMM"), *d = getenv("ZS_TEST_DEVICE");
+  return (s && *s && strcmp(s, "0")) || (d && !strcmp(d, "cuda") && c && !strcmp(c, "mpi"));
+}
 
 static int open_world(zs_device_t **dev, zs_comm_t **world) {
   const char *d = getenv("ZS_TEST_DEVICE");
@@ -27,8 +36,11 @@ static int open_world(zs_device_t **dev, zs_comm_t **world) {
     MPI_Finalize();
     ZS_SKIP("ZS_TEST_DEVICE=cuda but no GPU is visible");
   }
-  return zs_device_create_cuda(dev, r % zs_device_cuda_count()) == ZS_OK &&
-         zs_comm_create_nccl_mpi(world, *dev, MPI_COMM_WORLD) == ZS_OK;
+  if (zs_device_create_cuda(dev, r % zs_device_cuda_count()) != ZS_OK) return 0;
+  /* ZS_TEST_COMM=mpi: ranks may share a GPU, through the mpi comm's host staging */
+  const char *c = getenv("ZS_TEST_COMM");
+  if (c && !strcmp(c, "mpi")) return zs_comm_create_mpi(world, *dev, MPI_COMM_WORLD) == ZS_OK;
+  return zs_comm_create_nccl_mpi(world, *dev, MPI_COMM_WORLD) == ZS_OK;
 #else
   ZS_SKIP("ZS_TEST_DEVICE=cuda but this build has no NCCL");
 #endif

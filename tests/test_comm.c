@@ -290,6 +290,37 @@ static void test_ring_default(void) {
   free(h);
 }
 
+/* Host staging (ZS_MPI_STAGING=1 on a cpu device; always on a cuda device): every
+ * check of tc_run_all runs through it on the staged comm; here, that it is really
+ * used (pinned host bytes of category comm while a call runs), that the copies
+ * through pinned memory are counted as such, and that destroy returns every
+ * staging buffer. */
+static zs_comm_t *g_staged;
+static uint64_t g_host_comm_before; /* host comm bytes before the staged comm was made */
+static void test_staging_used(void) {
+  zs_comm_t *staged = g_staged;
+  const size_t n = 1000;
+  zs_memory_stats_t m0, m1;
+  zs_device_memory_reset_peaks(E.dev);
+  zs_device_memory_stats(E.dev, &m0);
+  float *d = tc_dalloc(n * 4), *h = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) h[i] = (float)(E.rank + 1) * (float)i;
+  tc_h2d(d, h, n * 4);
+  expect_ok(zs_comm_all_reduce(staged, d, d, n, ZS_FP32, ZS_SUM, NULL));
+  tc_d2h(h, d, n * 4);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += h[i] != (float)(E.size * (E.size + 1) / 2) * (float)i;
+  expect_u64_eq(bad, 0);
+  zs_device_memory_stats(E.dev, &m1);
+  expect_true(m1.peak[ZS_DOMAIN_HOST][ZS_MEM_COMM] >= m0.current[ZS_DOMAIN_HOST][ZS_MEM_COMM] + n * 4);
+  expect_u64_eq(m1.pageable_copies, m0.pageable_copies + 2); /* the test's own h2d and d2h only */
+  tc_dfree(d, n * 4);
+  free(h);
+  zs_comm_destroy(staged);
+  zs_device_memory_stats(E.dev, &m1);
+  expect_u64_eq(m1.current[ZS_DOMAIN_HOST][ZS_MEM_COMM], g_host_comm_before);
+}
+
 int main(void) {
   zs_device_t *dev = NULL;
   zs_comm_t *comm = NULL, *ring = NULL;
@@ -324,6 +355,25 @@ int main(void) {
   zs_test_run(test_ring_tags);
   zs_test_run(test_ring_abort);
   zs_test_run(test_ring_timeout);
+
+  /* every check again with device buffers through pinned host staging */
+  zs_comm_t *staged = NULL;
+  zs_memory_stats_t ms;
+  zs_device_memory_stats(dev, &ms);
+  setenv("ZS_MPI_STAGING", "1", 1);
+  st = zs_comm_create_mpi_world(&staged, dev);
+  unsetenv("ZS_MPI_STAGING");
+  if (st != ZS_OK) {
+    fprintf(stderr, "setup of the staged comm failed: %s\n", zs_last_error());
+    return 1;
+  }
+  E.comm = staged;
+  failed = zs_t_tests_failed;
+  tc_run_all();
+  if (zs_t_tests_failed > failed) fprintf(stderr, "[rank %d] (the failures above are on the staged comm)\n", E.rank);
+  g_staged = staged;
+  g_host_comm_before = ms.current[ZS_DOMAIN_HOST][ZS_MEM_COMM];
+  zs_test_run(test_staging_used);
   E.comm = comm;
 
   int rc = zs_test_finish();

@@ -773,6 +773,12 @@ static void test_bad_args(void) {
   assert_ok(zs_device_create_cpu(&dev));
   assert_ok(zs_stream_create(dev, &s));
   assert_ok(zs_event_create(dev, &ev));
+  /* the cpu device has no memory of its own for the runtime to report */
+  size_t fb = 1, tb = 1;
+  expect_status(zs_device_mem_info(dev, &fb, &tb), ZS_ERR_UNSUPPORTED);
+  expect_str_contains(zs_device_last_error(dev), "no memory of its own");
+  expect_true(fb == 0 && tb == 0);
+  expect_status(zs_device_mem_info(NULL, &fb, &tb), ZS_ERR_INVALID);
   expect_status(zs_device_alloc(NULL, 10, ZS_MEM_PARAMS, &p), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "dev is NULL");
   expect_status(zs_device_alloc(dev, 10, ZS_MEM_PARAMS, NULL), ZS_ERR_INVALID);

@@ -20,6 +20,25 @@ static void test_create(void) {
   expect_status(zs_device_create_cuda(&bad, -1), ZS_ERR_DEVICE);
 }
 
+/* The runtime's view of device memory follows our allocations: 256 MiB more in
+ * use after zs_device_alloc (CUDA's granularity adds at most a few MiB), and
+ * back after the free. */
+static void test_mem_info(void) {
+  size_t f0, t0, f1, t1, f2, t2;
+  assert_ok(zs_device_mem_info(dev, &f0, &t0));
+  expect_true(t0 > 0 && f0 <= t0);
+  void *d = NULL;
+  const size_t bytes = (size_t)256 << 20;
+  assert_ok(zs_device_alloc(dev, bytes, ZS_MEM_OTHER, &d));
+  assert_ok(zs_device_mem_info(dev, &f1, &t1));
+  expect_int_eq(t1, t0);
+  expect_true(f0 - f1 >= bytes && f0 - f1 <= bytes + ((size_t)8 << 20));
+  zs_device_free(dev, d, bytes, ZS_MEM_OTHER);
+  assert_ok(zs_device_mem_info(dev, &f2, &t2));
+  expect_true(f2 >= f1 + bytes);
+  expect_status(zs_device_mem_info(dev, NULL, &t2), ZS_ERR_INVALID);
+}
+
 /* pinned host -> device -> device -> pinned host, with a memset in between */
 static void test_round_trip(void) {
   enum { N = 1 << 22 };
@@ -256,6 +275,7 @@ int main(void) {
   }
   zs_test_run(test_create);
   zs_test_run(test_round_trip);
+  zs_test_run(test_mem_info);
   zs_test_run(test_event_ordering);
   zs_test_run(test_host_tasks);
   zs_test_run(test_null_stream_and_events);

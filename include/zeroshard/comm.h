@@ -40,6 +40,14 @@
  * is used on every rank, since the ranks must agree), and a split keeps its
  * parent's.
  *
+ * Device buffers (mpi backend on a cuda device, e.g. ranks sharing a GPU where
+ * NCCL wants one GPU per rank): each call copies what this rank sends to pinned
+ * host memory on its stream, runs the collective on the host, and copies the
+ * result back on the same stream; the staging (ZS_MEM_COMM, host domain) is
+ * freed after the copy back, at a later call or destroy. ZS_MPI_STAGING=1 forces
+ * this path on a cpu device (read when a comm is made; a split keeps it), which
+ * is how CI tests it.
+ *
  * Errors: invalid arguments (NULL buffers with a non-zero count, a root or peer
  * out of range, an invalid dtype or op, overlapping buffers that are not the
  * in-place form, a byte size that overflows) return ZS_ERR_INVALID before
@@ -110,8 +118,8 @@ typedef struct {
  * the comm that initialised MPI finalises it when the last comm is destroyed; MPI
  * cannot be initialised again, so later calls fail with ZS_ERR_STATE: keep one
  * comm alive for the whole program).
- * Buffers are host memory; the device must be a cpu device. Use zeroshard/mpi.h
- * to wrap an existing MPI_Comm. */
+ * Buffers are host memory on a cpu device, device memory on a cuda device (host
+ * staging, above). Use zeroshard/mpi.h to wrap an existing MPI_Comm. */
 zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);
 /* Splits like MPI_Comm_split: ranks with the same color form a comm, ordered by key.
  * A negative color joins no comm (*out = NULL). Collective over the parent, in

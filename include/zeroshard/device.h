@@ -55,6 +55,11 @@ const char *zs_device_last_error(const zs_device_t *dev);
 void zs_device_memory_stats(const zs_device_t *dev, zs_memory_stats_t *out);
 /* Peaks restart from current values. */
 void zs_device_memory_reset_peaks(zs_device_t *dev);
+/* Free and total device memory as the runtime sees it (cudaMemGetInfo: the whole
+ * GPU, every process on it, allocation granularity included), to check the
+ * accountant against. ZS_ERR_UNSUPPORTED on the cpu device, whose "device"
+ * memory is the host's. */
+zs_status_t zs_device_mem_info(zs_device_t *dev, size_t *free_bytes, size_t *total_bytes);
 
 /* Device-domain memory. 0 bytes gives NULL and ZS_OK. */
 zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat, void **out);

@@ -11,7 +11,9 @@ extern "C" {
 #endif
 
 /* Duplicates `mpi_comm` (the caller keeps ownership of its own). MPI must be
- * initialised with MPI_THREAD_MULTIPLE (ZS_ERR_UNSUPPORTED otherwise). */
+ * initialised with MPI_THREAD_MULTIPLE (ZS_ERR_UNSUPPORTED otherwise). dev may
+ * be a cpu device (host buffers) or a cuda device (device buffers through
+ * pinned host staging: see zeroshard/comm.h). */
 zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
 
 #ifdef __cplusplus

@@ -132,6 +132,26 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
   return an && bn && x < y + bn && y < x + an;
 }
 
+void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_bytes, size_t *recv_bytes) {
+  size_t part = a->count * zs_dtype_size(a->dtype), full = part * (size_t)size, sb = 0, rb = 0;
+  int root = a->root == rank;
+  switch (a->kind) {
+    case ZS_COLL_ALL_REDUCE: sb = rb = part; break;
+    case ZS_COLL_BROADCAST: sb = root ? part : 0; rb = part; break;
+    case ZS_COLL_REDUCE: sb = part; rb = root ? part : 0; break;
+    case ZS_COLL_ALL_GATHER: sb = part; rb = full; break;
+    case ZS_COLL_REDUCE_SCATTER: sb = full; rb = part; break;
+    case ZS_COLL_GATHER: sb = part; rb = root ? full : 0; break;
+    case ZS_COLL_SCATTER: sb = root ? full : 0; rb = part; break;
+    case ZS_COLL_ALL_TO_ALL: sb = rb = full; break;
+    case ZS_COLL_SEND: sb = part; break;
+    case ZS_COLL_RECV: rb = part; break;
+    default: break;
+  }
+  *send_bytes = sb;
+  *recv_bytes = rb;
+}
+
 /* Checks `a` for this rank and fills a->in_place. Every message names the call. */
 static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
   const char *fn = zs_coll_name(a->kind);
@@ -164,22 +184,10 @@ static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
     return ZS_FAIL(c->err, ZS_ERR_INVALID,
                    "zs_comm_%s: %zu elements of %s on %d ranks overflow size_t bytes", fn, a->count,
                    zs_dtype_name(a->dtype), n);
-  size_t part = a->count * es, full = part * (size_t)n, sb = 0, rb = 0;
+  size_t part = a->count * es, sb, rb;
   int root = a->root == me;
-  const char *sname = "send", *rname = "recv";
-  switch (a->kind) {
-    case ZS_COLL_ALL_REDUCE: sb = rb = part; break;
-    case ZS_COLL_BROADCAST: sb = root ? part : 0; rb = part; break;
-    case ZS_COLL_REDUCE: sb = part; rb = root ? part : 0; break;
-    case ZS_COLL_ALL_GATHER: sb = part; rb = full; break;
-    case ZS_COLL_REDUCE_SCATTER: sb = full; rb = part; break;
-    case ZS_COLL_GATHER: sb = part; rb = root ? full : 0; break;
-    case ZS_COLL_SCATTER: sb = root ? full : 0; rb = part; break;
-    case ZS_COLL_ALL_TO_ALL: sb = rb = full; break;
-    case ZS_COLL_SEND: sb = part; sname = "buf"; break;
-    case ZS_COLL_RECV: rb = part; rname = "buf"; break;
-    default: break;
-  }
+  const char *sname = a->kind == ZS_COLL_SEND ? "buf" : "send", *rname = a->kind == ZS_COLL_RECV ? "buf" : "recv";
+  zs__coll_bytes(a, me, n, &sb, &rb);
   if (sb && !a->send)
     return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: %s is NULL with %zu elements to send%s", fn,
                    sname, sb / es, rooted ? (root ? " (on the root)" : "") : "");

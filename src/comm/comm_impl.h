@@ -59,6 +59,11 @@ struct zs_comm {
 zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs_device_t *dev,
                           int rank, int size);
 
+/* Bytes of the send and recv buffers this rank uses in call `a` (0: not used on
+ * this rank), for a comm of `size` ranks where this one is `rank`. The caller
+ * has checked that count * dtype size * size does not overflow. */
+void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_bytes, size_t *recv_bytes);
+
 /* Element-wise dst = dst op src for the formats MPI and the tests' references
  * share: bf16/fp16 combine in fp32 and round to nearest even (half.h). */
 void zs__reduce_half(zs_dtype_t dt, zs_redop_t op, const uint16_t *src, uint16_t *dst, size_t n);

@@ -1,4 +1,5 @@
-/* The mpi backend: host buffers on a cpu device, one progress thread per comm.
+/* The mpi backend: one progress thread per comm; host buffers on a cpu device,
+ * device buffers through pinned host staging on a cuda device.
  *
  * Why a progress thread and a FIFO: a call may be given on any stream, and the
  * streams of one rank run at their own pace, but MPI needs every rank to start
@@ -19,6 +20,17 @@
  *
  * Large reduce_scatter and all_reduce run as a ring over point-to-point messages
  * instead of MPI's collectives, which are slow for them (see "ring collectives").
+ *
+ * Host staging (a cuda device; ZS_MPI_STAGING=1 forces it on a cpu device so the
+ * path runs in CI): per call, pinned host buffers; on the call's stream a
+ * device-to-host copy of what this rank sends and an event `ready`, then the
+ * blocking stream task, then a host-to-device copy of what it receives and an
+ * event `done` after which the buffers are freed (by a later call or destroy).
+ * The progress thread starts a staged op when `ready` has completed rather than
+ * when the stream task starts: a CUDA host function may run on a thread shared
+ * by every stream, so a task blocked on a later op must never be what an
+ * earlier op waits for. Waits on events only ever point back in call order,
+ * which is the FIFO's order, so this cannot deadlock.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -59,7 +71,16 @@ typedef struct mpi_op {
   MPI_Comm newcomm; /* OP_SPLIT result */
   int started, done, cancelled;
   zs_status_t st;
+  zs_event_t *ready; /* staged: the host copy of the send data is complete */
 } mpi_op_t;
+
+/* One staged call's pinned buffers, freed once `done` has completed. */
+typedef struct staging {
+  struct staging *next;
+  void *buf[2];
+  size_t bytes[2];
+  zs_event_t *ready, *done;
+} staging_t;
 
 /* Requests of an op ended by a timeout or an abort, with the scratch they may
  * still use (freed at destroy if they completed by then). */
@@ -92,6 +113,9 @@ struct mpi_ctx {
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
+  int staged;        /* device buffers go through pinned host staging */
+  pthread_mutex_t stage_mu;
+  staging_t *stagings;
 };
 
 static const zs_comm_i mpi_iface;
@@ -676,9 +700,20 @@ static void *progress_main(void *arg) {
     while (!ctx->head && !ctx->stop) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
     mpi_op_t *op = ctx->head;
     if (!op) break; /* stop, and nothing left */
-    while (!op->started && !atomic_load(&ctx->broken)) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
-    zs_status_t st;
-    if (op->cancelled) {
+    zs_status_t st, ready_st = ZS_OK;
+    if (op->ready && !op->cancelled) { /* staged: inputs are on the host once `ready` completes */
+      zs_event_t *ev = op->ready;
+      pthread_mutex_unlock(&ctx->mu);
+      ready_st = zs_event_synchronize(ctx->dev, ev);
+      pthread_mutex_lock(&ctx->mu);
+    } else {
+      while (!op->started && !atomic_load(&ctx->broken)) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
+    }
+    if (ready_st != ZS_OK) {
+      st = zs__fail_quiet(NULL, ready_st, "mpi comm: waiting for the staged copy to the host failed: %s",
+                          zs_last_error());
+      set_broken(ctx, st, zs_last_error());
+    } else if (op->cancelled) {
       st = op->st;
     } else if (atomic_load(&ctx->broken)) {
       st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
@@ -767,18 +802,125 @@ static int mpi_supports(void *vctx, zs_dtype_t dt, zs_redop_t op) {
   return 1;
 }
 
+/* ---- host staging ------------------------------------------------------------------ */
+
+static void staging_free(mpi_ctx_t *ctx, staging_t *g) {
+  for (int k = 0; k < 2; k++)
+    if (g->buf[k]) zs_device_host_free(ctx->dev, g->buf[k], g->bytes[k], ZS_MEM_COMM);
+  if (g->ready) zs_event_destroy(ctx->dev, g->ready);
+  if (g->done) zs_event_destroy(ctx->dev, g->done);
+  free(g);
+}
+
+/* Frees the staging of calls whose last copy has completed (all of them, after
+ * waiting, when `wait`). */
+static void staging_reclaim(mpi_ctx_t *ctx, int wait) {
+  pthread_mutex_lock(&ctx->stage_mu);
+  for (staging_t **pp = &ctx->stagings; *pp;) {
+    staging_t *g = *pp;
+    int done = 0;
+    if (wait) {
+      zs_event_synchronize(ctx->dev, g->done); /* completes even on a failed stream */
+      done = 1;
+    } else if (zs_event_query(ctx->dev, g->done, &done) != ZS_OK) done = 0;
+    if (done) {
+      *pp = g->next;
+      staging_free(ctx, g);
+    } else {
+      pp = &g->next;
+    }
+  }
+  pthread_mutex_unlock(&ctx->stage_mu);
+}
+
+static zs_status_t stage_alloc(mpi_ctx_t *ctx, staging_t *g, int k, size_t bytes, const char *what) {
+  zs_status_t st = zs_device_host_alloc(ctx->dev, bytes, ZS_MEM_COMM, ZS_HOST_PINNED, &g->buf[k]);
+  if (st != ZS_OK)
+    return ZS_FAIL(ctx->comm->err, st, "%s: allocating %zu bytes of pinned host staging failed: %s", what, bytes,
+                   zs_last_error());
+  g->bytes[k] = bytes;
+  return ZS_OK;
+}
+
+/* A call on device buffers: copy in, run on host buffers, copy out (see the top). */
+static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stream_t *s, const char *what) {
+  staging_reclaim(ctx, 0);
+  size_t sb, rb;
+  zs__coll_bytes(a, ctx->rank, ctx->size, &sb, &rb);
+  staging_t *g = calloc(1, sizeof *g);
+  mpi_op_t *op = calloc(1, sizeof *op);
+  zs_status_t st = ZS_OK;
+  if (!g || !op) {
+    free(g);
+    free(op);
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of host memory", what);
+  }
+  zs__coll_args_t h = *a;
+  char *hs = NULL, *hr = NULL;
+  if (a->in_place && sb && rb) {
+    /* one buffer laid out like the device's: the larger side, the other inside it */
+    if (rb >= sb) {
+      ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, rb, what), st, fail);
+      hr = g->buf[0];
+      hs = hr + ((const char *)a->send - (const char *)a->recv);
+    } else {
+      ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, sb, what), st, fail);
+      hs = g->buf[0];
+      hr = hs + ((const char *)a->recv - (const char *)a->send);
+    }
+  } else {
+    if (sb) ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, sb, what), st, fail);
+    if (rb) ZS_CHECK_GOTO(stage_alloc(ctx, g, 1, rb, what), st, fail);
+    hs = g->buf[0];
+    hr = g->buf[1];
+  }
+  h.send = sb ? hs : NULL;
+  h.recv = rb ? hr : NULL;
+  if ((st = zs_event_create(ctx->dev, &g->ready)) != ZS_OK || (st = zs_event_create(ctx->dev, &g->done)) != ZS_OK ||
+      (sb && (st = zs_memcpy_async(ctx->dev, hs, a->send, sb, ZS_COPY_D2H, s)) != ZS_OK) ||
+      (st = zs_event_record(ctx->dev, g->ready, s)) != ZS_OK) {
+    st = ZS_FAIL(ctx->comm->err, st, "%s: staging the send buffer failed: %s", what, zs_last_error());
+    goto fail;
+  }
+  /* from here the op is in the FIFO (or failed there): the buffers wait for `done` */
+  op->type = OP_COLL;
+  op->a = h;
+  op->ready = g->ready;
+  st = submit(ctx, op, s, what);
+  zs_status_t st2 = ZS_OK;
+  if (st == ZS_OK && rb) st2 = zs_memcpy_async(ctx->dev, a->recv, hr, rb, ZS_COPY_H2D, s);
+  if (st2 == ZS_OK) st2 = zs_event_record(ctx->dev, g->done, s);
+  if (st2 != ZS_OK) { /* cannot tell when the stream is done with the buffers: wait for it */
+    zs_stream_synchronize(ctx->dev, s);
+    zs_event_record(ctx->dev, g->done, NULL);
+    if (st == ZS_OK)
+      st = ZS_FAIL(ctx->comm->err, st2, "%s: copying the result to the device failed: %s", what, zs_last_error());
+  }
+  pthread_mutex_lock(&ctx->stage_mu);
+  g->next = ctx->stagings;
+  ctx->stagings = g;
+  pthread_mutex_unlock(&ctx->stage_mu);
+  return st;
+fail:
+  if (g->ready) zs_stream_synchronize(ctx->dev, s); /* a queued copy may still use the buffer */
+  staging_free(ctx, g);
+  free(op);
+  return st;
+}
+
 static zs_status_t mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
   mpi_ctx_t *ctx = vctx;
   if (a->count > INT_MAX)
     return ZS_FAIL(ctx->comm->err, ZS_ERR_UNSUPPORTED,
                    "zs_comm_%s: %zu elements exceed MPI's int count (%d): split the call",
                    zs_coll_name(a->kind), a->count, INT_MAX);
+  char what[64];
+  snprintf(what, sizeof what, "zs_comm_%s", zs_coll_name(a->kind));
+  if (ctx->staged) return staged_coll(ctx, a, s, what);
   mpi_op_t *op = calloc(1, sizeof *op);
   if (!op) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "zs_comm_%s: out of host memory", zs_coll_name(a->kind));
   op->type = OP_COLL;
   op->a = *a;
-  char what[64];
-  snprintf(what, sizeof what, "zs_comm_%s", zs_coll_name(a->kind));
   return submit(ctx, op, s, what);
 }
 
@@ -812,7 +954,7 @@ static void ctx_free_mpi_objects(mpi_ctx_t *ctx) {
 }
 
 /* Takes ownership of mc (a communicator we made). */
-static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, zs_comm_t **out) {
+static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, int staged, zs_comm_t **out) {
   mpi_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     MPI_Comm_free(&mc);
@@ -823,6 +965,8 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   ctx->mc = mc;
   ctx->dev = dev;
   ctx->ring_min_bytes = ring_min_bytes;
+  ctx->staged = staged;
+  pthread_mutex_init(&ctx->stage_mu, NULL);
   for (int h = 0; h < 2; h++) {
     ctx->half_type[h] = MPI_DATATYPE_NULL;
     for (int o = 0; o < NHALF_OPS; o++) ctx->half_op[h][o] = MPI_OP_NULL;
@@ -868,6 +1012,7 @@ fail_sync:
 fail:
   ctx_free_mpi_objects(ctx);
   MPI_Comm_free(&ctx->mc);
+  pthread_mutex_destroy(&ctx->stage_mu);
   free(ctx);
   return st;
 }
@@ -880,6 +1025,8 @@ static void mpi_destroy(void *vctx) {
   pthread_cond_broadcast(&ctx->cv_work);
   pthread_mutex_unlock(&ctx->mu);
   pthread_join(ctx->thread, NULL);
+  staging_reclaim(ctx, 1);
+  pthread_mutex_destroy(&ctx->stage_mu);
 
   /* Orphaned requests: free what completed since; keep the rest's memory and
    * the communicator alive, since MPI may still use them. */
@@ -944,7 +1091,7 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   pthread_mutex_unlock(&ctx->mu);
   if (st != ZS_OK) return st;
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
-  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, out); /* the parent's threshold */
+  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, out); /* the parent's settings */
 }
 
 static const zs_comm_i mpi_iface = {
@@ -960,10 +1107,8 @@ static const zs_comm_i mpi_iface = {
 static zs_status_t check_device(zs_device_t *dev, const char *fn) {
   if (!dev) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dev is NULL", fn);
   if (zs_device_kind(dev) != ZS_DEVICE_CPU)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "%s: the mpi backend moves host buffers and needs a cpu device (got %s); "
-                   "use zs_comm_create_nccl_mpi for a cuda device",
-                   fn, zs_device_name(dev));
+    ZS_LOG_I("%s: %s device buffers go through pinned host staging (zs_comm_create_nccl_mpi is faster "
+             "where NCCL can run)", fn, zs_device_name(dev));
   return ZS_OK;
 }
 
@@ -1011,7 +1156,9 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   if (mine != ring_min)
     ZS_LOG_W("%s: ZS_MPI_RING_MIN_BYTES differs between ranks; using rank 0's value (%llu bytes)", fn,
              (unsigned long long)ring_min);
-  ZS_CHECK(ctx_create(mc, dev, ring_min, out));
+  const char *sv = getenv("ZS_MPI_STAGING");
+  int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || (sv && *sv && strcmp(sv, "0"));
+  ZS_CHECK(ctx_create(mc, dev, ring_min, staged, out));
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   zs__log_set_rank(wrank);

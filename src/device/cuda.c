@@ -105,6 +105,14 @@ static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
   return ZS_OK;
 }
 
+static zs_status_t cuda_mem_info(void *vctx, size_t *free_bytes, size_t *total_bytes) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+  if (e != cudaSuccess) return cu_fail(ctx, e, "cudaMemGetInfo", __FILE__, __LINE__);
+  return ZS_OK;
+}
+
 static void cuda_free(void *vctx, void *ptr) {
   cuda_ctx_t *ctx = vctx;
   cudaSetDevice(ctx->ordinal);
@@ -353,6 +361,7 @@ static const zs_device_i cuda_iface = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .stream_native = cuda_stream_native,
+    .mem_info = cuda_mem_info,
     .destroy = cuda_destroy,
 };
 

@@ -106,6 +106,17 @@ zs_device_kind_t zs_device_kind(const zs_device_t *dev) { return dev ? dev->kind
 const char *zs_device_name(const zs_device_t *dev) { return dev ? dev->iface.name : "(null)"; }
 const char *zs_device_last_error(const zs_device_t *dev) { return dev ? dev->err : ""; }
 
+zs_status_t zs_device_mem_info(zs_device_t *dev, size_t *free_bytes, size_t *total_bytes) {
+  if (!dev || !free_bytes || !total_bytes)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_device_mem_info: dev, free_bytes and total_bytes must not be NULL");
+  *free_bytes = *total_bytes = 0;
+  if (!dev->iface.mem_info)
+    return zs__fail_quiet(dev->err, ZS_ERR_UNSUPPORTED,
+                          "zs_device_mem_info: the %s device has no memory of its own (see zs_device_memory_stats)",
+                          dev->iface.name);
+  return dev->iface.mem_info(dev->ctx, free_bytes, total_bytes);
+}
+
 void zs_device_memory_stats(const zs_device_t *dev, zs_memory_stats_t *out) {
   if (!dev || !out) return;
   zs__acct_get((zs_mem_acct_t *)&dev->acct, out); /* locks the mutex: not really const */

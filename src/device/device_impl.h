@@ -37,6 +37,8 @@ typedef struct {
   zs_status_t (*event_synchronize)(void *ctx, zs_event_t *ev);
 
   void *(*stream_native)(void *ctx, zs_stream_t *s); /* cudaStream_t, or NULL on cpu */
+  /* the runtime's view of device memory (cudaMemGetInfo); NULL: none (cpu) */
+  zs_status_t (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
   void (*destroy)(void *ctx);
 } zs_device_i;
 
