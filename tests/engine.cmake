@@ -5,13 +5,25 @@ if(TARGET zs_zero AND TARGET zs_comm)
     target_include_directories(test_engine PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
     target_include_directories(test_engine_mem PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
   endif()
+  # The same tests with every collective's buffers through the mpi comm's pinned
+  # host staging (the path a cuda device takes over MPI), on cpu ranks.
+  foreach(t test_engine test_engine_mem)
+    add_test(NAME ${t}_staged_np3 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
+             $<TARGET_FILE:${t}>)
+    set_tests_properties(${t}_staged_np3 PROPERTIES LABELS "mpi" TIMEOUT 300
+                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1")
+  endforeach()
 endif()
-# The same parity and memory tests on a GPU over NCCL (skipped without one;
-# scripts/gpu-check runs them).
+# The same parity and memory tests on a GPU over NCCL, and 2 ranks sharing the
+# GPU over the mpi comm with host staging (skipped without a GPU; scripts/gpu-check
+# runs them).
 if(TARGET zs_zero AND ZS_HAVE_NCCL)
   foreach(t test_engine test_engine_mem)
     add_test(NAME ${t}_gpu_np1 COMMAND ${MPIEXEC_EXECUTABLE} -n 1 $<TARGET_FILE:${t}>)
     set_tests_properties(${t}_gpu_np1 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
                          ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda")
+    add_test(NAME ${t}_gpu_mpi_np2 COMMAND ${MPIEXEC_EXECUTABLE} -n 2 --oversubscribe $<TARGET_FILE:${t}>)
+    set_tests_properties(${t}_gpu_mpi_np2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda;ZS_TEST_COMM=mpi")
   endforeach()
 endif()

@@ -161,7 +161,7 @@ static void test_invalid_fields(void) {
 static const char *const env_vars[] = {
     "ZS_STAGE", "ZS_PARAM_DTYPE", "ZS_REDUCE_DTYPE", "ZS_OPTIM", "ZS_LR", "ZS_BETA1", "ZS_BETA2",
     "ZS_EPS", "ZS_WEIGHT_DECAY", "ZS_MOMENTUM", "ZS_GRAD_ACCUM", "ZS_GRAD_CLIP", "ZS_PREFETCH",
-    "ZS_RESHARD_AFTER_FORWARD", "ZS_PERSIST_THRESHOLD", "ZS_OFFLOAD", "ZS_LOSS_SCALE"};
+    "ZS_RESHARD_AFTER_FORWARD", "ZS_PERSIST_THRESHOLD", "ZS_OFFLOAD", "ZS_DELAYED_PARAM_UPDATE", "ZS_LOSS_SCALE"};
 static void env_clear(void) {
   for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++) unsetenv(env_vars[i]);
 }
@@ -189,6 +189,7 @@ static void test_env(void) {
   setenv("ZS_RESHARD_AFTER_FORWARD", "off", 1);
   setenv("ZS_PERSIST_THRESHOLD", "100000", 1);
   setenv("ZS_OFFLOAD", "cpu", 1);
+  setenv("ZS_DELAYED_PARAM_UPDATE", "1", 1);
   setenv("ZS_LOSS_SCALE", "128", 1);
   assert_ok(zs_config_from_env(&c));
   zs_config_t want = ZS_CONFIG_INIT;
@@ -207,6 +208,7 @@ static void test_env(void) {
   want.reshard_after_forward = 0;
   want.persist_threshold = 100000;
   want.offload_optimizer = ZS_OFFLOAD_CPU;
+  want.delayed_param_update = 1;
   want.loss_scale = 128.0f;
   EXPECT_CFG_EQ(&c, &want);
 
@@ -254,9 +256,14 @@ static void test_env(void) {
   setenv("ZS_STAGE", "0", 1);
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "offload needs stage 1, 2 or 3");
+  setenv("ZS_STAGE", "3", 1);
   setenv("ZS_OFFLOAD", "none", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "delayed_param_update is 1 without offload (from ZS_DELAYED_PARAM_UPDATE)");
+  setenv("ZS_DELAYED_PARAM_UPDATE", "no", 1);
   expect_ok(zs_config_from_env(&c));
   expect_int_eq(c.reshard_after_forward, 1);
+  expect_int_eq(c.delayed_param_update, 0);
   expect_status(zs_config_from_env(NULL), ZS_ERR_INVALID);
   zs_log_set_level(ZS_LOG_WARN);
   env_clear();

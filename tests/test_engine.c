@@ -281,7 +281,7 @@ static void test_reference_is_right(void) {
 /* Offloaded optimizer state: the same CPU optimizer code runs on host copies of
  * the same numbers, so results are identical bit for bit to the non-offloaded
  * run, at every stage, accumulation and dtype; and no copy touches pageable
- * memory during training. */
+ * memory during training. Then the same with the delayed parameter update. */
 static void test_offload_parity(void) {
   for (int stage = 1; stage <= 3; stage++)
     for (int accum = 1; accum <= 3; accum += 2)
@@ -309,9 +309,170 @@ static void test_offload_parity(void) {
         /* every copy between host and device while training uses pinned memory */
         expect_u64_eq(off.pageable, 0);
         expect_u64_eq(plain.pageable, 0);
+        /* The delayed parameter update: forward/backward of step s run on the
+         * parameters after update s-2 (the initial ones for s = 0, 1), so losses
+         * 0 and 1 are both the undelayed loss 0, and loss 2 is the undelayed
+         * loss 1 bit for bit (the same update from the same gradient, by the
+         * same CPU code). */
+        c.delayed_param_update = 1;
+        run_t dl;
+        strcat(what, " delayed");
+        if ((st = train(world, &c, &dl)) != ZS_OK) {
+          ZS_T_REPORT("%s: %s (%s)", what, zs_status_name(st), zs_last_error());
+        } else if (off.nvals) {
+          if (dl.loss[0] != off.loss[0] || dl.loss[1] != off.loss[0] || dl.loss[2] != off.loss[1])
+            ZS_T_REPORT("%s: losses %.9g %.9g %.9g, expected %.9g %.9g %.9g", what, dl.loss[0], dl.loss[1], dl.loss[2],
+                        off.loss[0], off.loss[0], off.loss[1]);
+          expect_true(dl.loss[3] != off.loss[3]);       /* stale gradients really change the run */
+          expect_true(dl.loss[STEPS - 1] < dl.loss[0]); /* and it still learns */
+          expect_u64_eq(dl.pageable, 0);
+        }
+        run_free(&dl);
         run_free(&plain);
         run_free(&off);
       }
+}
+
+/* The delayed run against a plain trainer written here: the gradient of step s
+ * is taken at the parameters of step s-2 (kept in a history), AdamW in double;
+ * losses and final parameters agree to float rounding. Also across world sizes
+ * and stages: the same numbers as the single-rank delayed run. */
+static void test_delayed_reference(void) {
+  zs_config_t c = base_config();
+  c.stage = 1;
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  c.delayed_param_update = 1;
+  run_t r;
+  assert_ok(train(self, &c, &r));
+  for (int stage = 1; stage <= 3; stage++) {
+    zs_config_t w = c;
+    w.stage = stage;
+    run_t o;
+    char what[64];
+    snprintf(what, sizeof what, "delayed fp32 world %d stage %d", nranks, stage);
+    if (train(world, &w, &o) == ZS_OK) compare(what, &o, &r, 1e-6, 1e-7);
+    else ZS_T_REPORT("%s: %s", what, zs_last_error());
+    run_free(&o);
+  }
+  if (zs_device_kind(dev) == ZS_DEVICE_CUDA) { /* the plain trainer reads device memory */
+    run_free(&r);
+    return;
+  }
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  zs_config_t sgd = ZS_CONFIG_INIT;
+  sgd.optim.kind = ZS_SGD;
+  sgd.optim.lr = 1e-30f; /* borrowed buffers only, as in test_reference_is_right */
+  assert_ok(zs_engine_create(&zs, &sgd, dev, self));
+  assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  int np = zs_engine_param_count(zs);
+  int64_t n = 0, off[14];
+  for (int p = 0; p < np; p++) off[p] = n, n += zs_param_numel(zs, p);
+  off[np] = n;
+  /* w: master; hist[s % 3]: the parameters forward of step s reads */
+  double *w = malloc((size_t)n * sizeof *w), *mm = calloc((size_t)n, sizeof *mm), *vv = calloc((size_t)n, sizeof *vv);
+  float *hist[3];
+  for (int k = 0; k < 3; k++) hist[k] = malloc((size_t)n * sizeof(float));
+  for (int p = 0; p < np; p++)
+    for (int64_t i = 0; i < zs_param_numel(zs, p); i++) w[off[p] + i] = ((float *)m->pslot[p])[i];
+  for (int64_t i = 0; i < n; i++) hist[0][i] = hist[1][i] = (float)w[i];
+  int bad = 0;
+  for (int s = 0; s < STEPS; s++) {
+    for (int p = 0; p < np; p++) memcpy(m->pslot[p], hist[s % 3] + off[p], (size_t)zs_param_numel(zs, p) * 4);
+    double l;
+    assert_ok(tm_round(zs, m, X, T, 0, G, &l));
+    if (fabs(l - r.loss[s]) > 1e-5 * fabs(l) && !bad++)
+      ZS_T_REPORT("plain delayed trainer step %d loss %.9g vs engine %.9g", s, l, r.loss[s]);
+    for (int p = 0; p < np; p++) {
+      float *g = m->gslot[p];
+      const char *nm = zs_param_name(zs, p);
+      size_t nl = strlen(nm);
+      double wd = nm[nl - 2] == '.' && (nm[nl - 1] == 'b' || nm[nl - 1] == 'g') ? 0 : 0.1;
+      for (int64_t i = 0; i < zs_param_numel(zs, p); i++) {
+        double gi = g[i], *x = &w[off[p] + i];
+        mm[off[p] + i] = 0.9 * mm[off[p] + i] + 0.1 * gi;
+        vv[off[p] + i] = 0.999 * vv[off[p] + i] + 0.001 * gi * gi;
+        double mh = mm[off[p] + i] / (1 - pow(0.9, s + 1)), vh = vv[off[p] + i] / (1 - pow(0.999, s + 1));
+        *x = (float)(*x - 3e-3 * (mh / (sqrt(vh) + 1e-8) + wd * *x));
+        g[i] = 0;
+      }
+    }
+    for (int64_t i = 0; i < n; i++) hist[(s + 2) % 3][i] = (float)w[i]; /* read by step s+2 */
+    zs_step_report_t rep;
+    assert_ok(zs_step(zs, &rep));
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (fabs(w[i] - r.params[i]) > 1e-5 * fabs(w[i]) + 1e-6 && !bad++)
+      ZS_T_REPORT("plain delayed trainer value %lld = %.9g vs engine %.9g", (long long)i, w[i], r.params[i]);
+  expect_int_eq(bad, 0);
+  for (int k = 0; k < 3; k++) free(hist[k]);
+  free(w);
+  free(mm);
+  free(vv);
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+  run_free(&r);
+}
+
+/* What the trainer reads for parameter p of unit u: an evaluation pass gathers it. */
+static zs_status_t read_gathered(zs_engine_t *zs, tm_model_t *m, int u, int p, float *out) {
+  size_t bytes = (size_t)zs_param_numel(zs, p) * 4;
+  zs_status_t st;
+  if ((st = zs_forward_begin(zs)) || (st = zs_gather(zs, u))) return st;
+  if (zs_device_kind(dev) == ZS_DEVICE_CUDA) {
+    if ((st = zs_memcpy_async(dev, out, m->pslot[p], bytes, ZS_COPY_D2H, NULL)) ||
+        (st = zs_stream_synchronize(dev, NULL)))
+      return st;
+  } else {
+    memcpy(out, m->pslot[p], bytes);
+  }
+  if ((st = zs_release(zs, u))) return st;
+  return zs_forward_end(zs);
+}
+
+/* zs_flush: the parameters the trainer reads are one update behind until it is
+ * called, then equal the master; it refuses to run inside a step; without the
+ * option it is a no-op. */
+static void test_flush(void) {
+  for (int dl = 0; dl <= 1; dl++) {
+    zs_config_t c = base_config();
+    c.stage = 1; /* resident parameters: the slots stay valid */
+    c.offload_optimizer = ZS_OFFLOAD_CPU;
+    c.delayed_param_update = dl;
+    zs_engine_t *zs;
+    tm_model_t *m = calloc(1, sizeof *m);
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+    assert_ok(zs_engine_setup(zs, tm_init, zs));
+    int per = G / nranks;
+    double l;
+    for (int s = 0; s < 3; s++) {
+      assert_ok(tm_round(zs, m, X, T, rank * per, per, &l));
+      if (s == 2) { /* inside a step */
+        expect_status(zs_flush(zs), ZS_ERR_STATE);
+        expect_str_contains(zs_last_error(), "between zs_step and the next zs_forward_begin");
+      }
+      assert_ok(zs_step(zs, NULL));
+    }
+    int p = 2; /* blk.0.W */
+    int64_t n = zs_param_numel(zs, p);
+    float *master = malloc((size_t)n * 4), *seen = malloc((size_t)n * 4);
+    assert_ok(zs_param_get(zs, p, master));
+    assert_ok(read_gathered(zs, m, 1, p, seen));
+    /* delayed: the trainer still sees the parameters of the previous update */
+    expect_int_eq(memcmp(seen, master, (size_t)n * 4) != 0, dl);
+    assert_ok(zs_flush(zs));
+    assert_ok(read_gathered(zs, m, 1, p, seen));
+    expect_int_eq(memcmp(seen, master, (size_t)n * 4), 0);
+    assert_ok(zs_flush(zs)); /* twice: nothing left to land */
+    free(master);
+    free(seen);
+    zs_engine_destroy(zs);
+    tm_free(m);
+    free(m);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -330,6 +491,8 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "fp32")) zs_test_run(test_parity_fp32);
   if (!*only || strstr(only, "bf16")) zs_test_run(test_parity_bf16);
   if (!*only || strstr(only, "offload")) zs_test_run(test_offload_parity);
+  if (!*only || strstr(only, "delayed")) zs_test_run(test_delayed_reference);
+  if (!*only || strstr(only, "flush")) zs_test_run(test_flush);
   int rc = zs_test_finish();
   zs_comm_destroy(self);
   zs_comm_destroy(world);

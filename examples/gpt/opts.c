@@ -41,6 +41,8 @@ void gpt_opts_usage(FILE *f) {
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
+          "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
+          "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --device cpu|cuda (cpu)\n"
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
@@ -103,6 +105,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     /* flags without a value */
     if (!strcmp(name, "--json")) { o->json = 1; continue; }
     if (!strcmp(name, "--offload")) { o->offload = 1; continue; }
+    if (!strcmp(name, "--delayed-update")) { o->delayed_update = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
     if (!is_valued(name)) {
       snprintf(err, n, "unknown flag %s (see --help)", name);

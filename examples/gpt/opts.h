@@ -20,6 +20,7 @@ typedef struct {
   zs_dtype_t dtype, reduce_dtype;
   int reduce_dtype_set; /* --reduce-dtype given */
   int offload;
+  int delayed_update;   /* --delayed-update (with --offload) */
   int prefetch;         /* -1: the engine's default */
   int device_cuda;
   /* data and evaluation */

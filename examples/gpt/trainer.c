@@ -609,6 +609,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   cfg.optim.weight_decay = o->weight_decay;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
   if (o->offload) cfg.offload_optimizer = ZS_OFFLOAD_CPU;
+  cfg.delayed_param_update = o->delayed_update;
   zs_device_memory_reset_peaks(dev); /* peaks of this run, not of earlier ones on the device */
   if ((st = zs_engine_create(&t->zs, &cfg, dev, comm)) != ZS_OK) {
     if (st == ZS_ERR_UNSUPPORTED && o->offload)
@@ -772,7 +773,10 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   if (o->val_seqs <= 0 || t->v_total <= 0) return ZS_OK;
   double mine[1] = {0}, sum[1], unused = 0;
-  zs_status_t st = run_round(t, 0, 1, &unused, &mine[0]);
+  /* a delayed update lands first: validate the final parameters */
+  zs_status_t st = zs_flush(t->zs);
+  if (st != ZS_OK) return fail(res, st, "zs_flush", zs_engine_last_error(t->zs));
+  st = run_round(t, 0, 1, &unused, &mine[0]);
   if (st != ZS_OK) return fail(res, st, "validation", round_error(t, zs_engine_last_error(t->zs)));
   if ((st = sum_over_ranks(t, mine, sum, 1)) != ZS_OK)
     return fail(res, st, "validation all-gather", round_error(t, zs_comm_last_error(t->comm)));
@@ -850,9 +854,9 @@ static void json_num(FILE *f, double v) {
 
 void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
-  fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, ", zs_dtype_name(o->dtype),
-          zs_dtype_name(o->reduce_dtype), o->accum,
-          o->offload ? "true" : "false");
+  fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, \"delayed_update\": %s, ",
+          zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), o->accum, o->offload ? "true" : "false",
+          o->delayed_update ? "true" : "false");
   fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,
           o->channels, o->heads, o->vocab, o->seq);
   fprintf(f, "\"batch\": %d, \"steps\": %d, \"seed\": %llu, \"lr\": %g,\n", o->batch, r->steps,

@@ -50,7 +50,7 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_LR ZS_BETA1 ZS_BETA2 ZS_EPS ZS_WEIGHT_DECAY ZS_MOMENTUM ZS_GRAD_CLIP
  *                        numbers (strtod syntax, e.g. 3e-4)
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
- *   ZS_RESHARD_AFTER_FORWARD   1|0|true|false|on|off|yes|no
+ *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE   1|0|true|false|on|off|yes|no
  *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
  * Names are case-insensitive for the word values. A value that does not parse
  * is ZS_ERR_INVALID naming the variable and the value; a value that parses but

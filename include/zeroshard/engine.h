@@ -117,6 +117,16 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * scale is already at min_scale), updates every shard and regathers parameters
  * (stages 1-2). rep may be NULL. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
+/* Delayed parameter update (config delayed_param_update, with offload): zs_step
+ * starts the CPU optimizer of step t in the background and returns; forward and
+ * backward of step t+1 run on the parameters of step t-1, and step t's result
+ * reaches the device at the next zs_step. This changes the numerics (gradients
+ * are one step stale). zs_flush waits for the running update and puts its
+ * parameters on the device, so the next forward sees current values: call it
+ * between steps, before evaluation or saving. No-op without the option.
+ * zs_param_get waits for the update (it returns current master values);
+ * zs_param_set flushes first. */
+zs_status_t zs_flush(zs_engine_t *zs);
 
 /* Multiply the loss by this before backward (1 unless fp16 loss scaling). */
 float zs_loss_scale(const zs_engine_t *zs);

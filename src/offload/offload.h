@@ -48,4 +48,24 @@ zs_status_t zs__offload_step(zs_device_t *dev, zs_stream_t *copy, const zs_optim
                              const zs_offload_unit_t *units, int nunits, zs_event_t *slot_done[2],
                              zs_event_t *done);
 
+/* Delayed parameter update (ZeRO-Offload's DPU): a host thread runs the CPU
+ * optimizer of step t while the trainer runs forward and backward of step t+1;
+ * the engine copies the results to the device at the next step. One job at a
+ * time. The job steps unit i only after `ready[i]` (when given) has completed,
+ * so the previous step's copies of unit i's values leave its host buffers first. */
+typedef struct zs_offload_worker zs_offload_worker_t;
+
+zs_status_t zs__offload_worker_create(zs_offload_worker_t **out, zs_device_t *dev, int nunits);
+/* Starts a job: copies *h and units[0..nunits) (their segments must stay valid
+ * and untouched by the caller until zs__offload_worker_join returns).
+ * ready may be NULL. ZS_ERR_STATE if a job is still running. */
+zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyper_t *h,
+                                      const zs_offload_unit_t *units, int nunits, zs_event_t *const *ready);
+/* Waits for the running job (if any); returns its status, with its message in
+ * zs_last_error() of the calling thread. */
+zs_status_t zs__offload_worker_join(zs_offload_worker_t *w);
+int zs__offload_worker_busy(const zs_offload_worker_t *w);
+/* Joins and ends the thread. NULL is a no-op. */
+void zs__offload_worker_destroy(zs_offload_worker_t *w);
+
 #endif

@@ -245,6 +245,7 @@ static const struct {
      "reshard_after_forward"},
     {"ZS_PERSIST_THRESHOLD", K_SIZE, offsetof(zs_config_t, persist_threshold), "persist_threshold"},
     {"ZS_OFFLOAD", K_OFFLOAD, offsetof(zs_config_t, offload_optimizer), "offload_optimizer"},
+    {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
     {"ZS_LOSS_SCALE", K_FLOAT, offsetof(zs_config_t, loss_scale), "loss_scale"},
 };
 

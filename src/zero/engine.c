@@ -61,12 +61,10 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: the comm was created on another device handle: pass the "
                    "device the comm uses");
-  if (cfg->delayed_param_update)
-    return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
-                   "delayed_param_update is not implemented yet: leave it 0 (the step runs before the next forward)");
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
   zs->offload = cfg->offload_optimizer == ZS_OFFLOAD_CPU;
+  zs->dpu = zs->offload && cfg->delayed_param_update; /* validated: needs offload */
   zs->cfg = *cfg;
   zs->dev = dev;
   zs->comm = comm;
@@ -119,6 +117,8 @@ static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
 
 void zs_engine_destroy(zs_engine_t *zs) {
   if (!zs) return;
+  zs__offload_worker_destroy(zs->worker); /* waits for a running delayed update */
+  zs->worker = NULL;
   if (zs->ag_stream) zs_stream_synchronize(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_synchronize(zs->dev, zs->rs_stream);
   if (zs->copy_stream) zs_stream_synchronize(zs->dev, zs->copy_stream);
@@ -144,6 +144,11 @@ void zs_engine_destroy(zs_engine_t *zs) {
     free(zs->rec[p]);
   }
   free(zs->segs);
+  free(zs->segs2);
+  if (zs->ev_applied)
+    for (int i = 0; i < zs->nunits; i++)
+      if (zs->ev_applied[i]) zs_event_destroy(zs->dev, zs->ev_applied[i]);
+  free(zs->ev_applied);
   free(zs->units);
   free(zs->params);
   free(zs);
@@ -423,6 +428,10 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
   else if (!off) ZS_CHECK(own(zs, u, S * zs->rb, ZS_MEM_GRADS, 0, &u->gshard));
   if (off) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
+  if (zs->dpu) {
+    ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad2));
+    if (c->param_dtype != ZS_FP32) ZS_CHECK(own(zs, u, on * pb, ZS_MEM_PARAMS, 1, &u->hparam));
+  }
   return ZS_OK;
 }
 
@@ -439,7 +448,7 @@ static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_se
     s->grad = u->hgrad + lo;
     s->param = NULL;
     if (c->param_dtype != ZS_FP32)
-      s->param = (char *)zs->hstage_param[(int)(u - zs->units) % 2] + (size_t)lo * zs->pb;
+      s->param = (char *)(zs->dpu ? u->hparam : zs->hstage_param[(int)(u - zs->units) % 2]) + (size_t)lo * zs->pb;
     zs->seg_dst[zs->nsegs] = dev_param;
     return;
   }
@@ -477,7 +486,21 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     u->seg_count = (i + 1 < zs->nunits ? zs->units[i + 1].seg_first : zs->nsegs) - u->seg_first;
     zs->ounits[i] = (zs_offload_unit_t){.segs = zs->segs + u->seg_first, .nseg = u->seg_count,
                                         .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb,
-                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 ? i % 2 : -1};
+                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu ? i % 2 : -1};
+  }
+  if (zs->dpu) { /* the same segments reading the other grad shard */
+    zs->segs2 = malloc(n * sizeof *zs->segs2);
+    zs->ev_applied = calloc((size_t)zs->nunits, sizeof *zs->ev_applied);
+    if (!zs->segs2 || !zs->ev_applied) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+    for (int i = 0; i < zs->nunits; i++) {
+      zs_unit_t *u = &zs->units[i];
+      for (int k = u->seg_first; k < u->seg_first + u->seg_count; k++) {
+        zs->segs2[k] = zs->segs[k];
+        zs->segs2[k].grad = u->hgrad2 + ((const float *)zs->segs[k].grad - u->hgrad);
+      }
+      ZS_CHECK(zs_event_create(zs->dev, &zs->ev_applied[i]));
+    }
+    ZS_CHECK(zs__offload_worker_create(&zs->worker, zs->dev, zs->nunits));
   }
   return ZS_OK;
 }
@@ -583,7 +606,7 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
     for (int i = 0; i < zs->nunits; i++) maxs = (size_t)zs->units[i].shard > maxs ? (size_t)zs->units[i].shard : maxs;
     zs->hstage_grad_bytes = maxs * (zs->pb > zs->rb ? zs->pb : zs->rb);
     ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_grad_bytes, ZS_MEM_COMM, &zs->hstage_grad));
-    if (zs->cfg.param_dtype != ZS_FP32) {
+    if (zs->cfg.param_dtype != ZS_FP32 && !zs->dpu) { /* delayed update: hparam instead */
       zs->hstage_param_bytes = maxs * zs->pb;
       for (int k = 0; k < 2; k++)
         ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_param_bytes, ZS_MEM_COMM, &zs->hstage_param[k]));
@@ -631,6 +654,7 @@ zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
   if (!full) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
+  ZS_CHECK(zs_flush(zs)); /* a delayed update lands first, then these values */
   zs_param_t *p = &zs->params[param];
   int64_t a, b;
   if (!stored_range(zs, p, &a, &b)) return ZS_OK;
@@ -645,6 +669,7 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   if (!out) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
   zs_param_t *p = &zs->params[param];
   zs_unit_t *u = &zs->units[p->unit];
+  ZS_CHECK(zs__eng_dpu_join(zs)); /* the master is current once a delayed update is done */
   ZS_CHECK(zs_stream_synchronize(zs->dev, zs->rs_stream));
   ZS_CHECK(zs_stream_synchronize(zs->dev, zs->ag_stream));
   if (zs->cfg.stage == 0) {

@@ -13,7 +13,8 @@
  *   stage 3: param shard S*pb; grad shard S*rb; master, m, v on the shard;
  *            full params and full grads transient per unit
  * With offload (stages 1-3) master, m, v and an fp32 grad shard (S each) live in
- * pinned host memory; the device keeps the parameters as above, stage 1's full
+ * pinned host memory (delayed update: a second grad shard, and for 16-bit params
+ * a host copy of the param shard in param dtype); the device keeps the parameters as above, stage 1's full
  * grads, and transient buffers (stage 2-3 grad shards exist only between the
  * reduction and their copy to the host).
  */
@@ -67,7 +68,9 @@ typedef struct {
   void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
   void *gtemp;      /* reduce-dtype staging when it differs from the param dtype */
   float *gacc;      /* fp32 scratch to add a round into a 16-bit grad shard (stages 2-3) */
-  float *hgrad;     /* offload: fp32 grad shard in pinned host memory */
+  float *hgrad;     /* offload: fp32 grad shard in pinned host memory (receiving this step's rounds) */
+  float *hgrad2;    /* delayed update: the other grad shard, read by the running CPU step */
+  void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
   zs_offload_grad_task_t gtask; /* offload: the pending device-to-host copy */
   int seg_first, seg_count;     /* this unit's optimizer segments */
 
@@ -116,6 +119,13 @@ struct zs_engine {
   void *hstage_grad, *hstage_param[2];
   size_t hstage_grad_bytes, hstage_param_bytes;
   zs_offload_unit_t *ounits;
+  /* delayed parameter update: the CPU step of step t runs on `worker` during
+   * forward/backward of t+1; its results reach the device at the next zs_step or
+   * zs_flush. segs2: the segments reading the other grad shard (hgrad2). */
+  int dpu, dpu_running, dpu_unapplied;
+  zs_offload_worker_t *worker;
+  zs_optim_seg_t *segs2;
+  zs_event_t **ev_applied; /* per unit: its parameters left the host buffers */
   void **seg_dst;       /* per segment: device destination of its parameters */
 
   size_t pb, rb;        /* bytes per param / reduce element */
@@ -135,6 +145,8 @@ zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);
 /* Re-gathers resident parameters after their shards changed: every unit at stages
  * 1-2 when `all`, persistent stage-3 units always. */
 zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
+/* Waits for a running delayed update (its results stay on the host until applied). */
+zs_status_t zs__eng_dpu_join(zs_engine_t *zs);
 /* memory helpers (host: pinned host memory, counted in the host domain) */
 zs_status_t zs__eng_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
 zs_status_t zs__eng_host_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);

@@ -61,6 +61,85 @@ fail:
   return ZS_FAIL(zs->err, st, "gradient norm failed on rank %d: %s", zs->rank, zs_last_error());
 }
 
+/* ---- delayed parameter update ------------------------------------------------
+ * zs_step(t) computes the norm from the fresh host grad shard, lands the update
+ * of step t-1 (join the worker, copy its parameters to the device), then
+ * launches the CPU step of t on the worker and swaps the grad shards, so
+ * backward of t+1 fills the other one. Forward/backward of t+1 therefore run on
+ * the parameters of step t-1: one step stale, as in ZeRO-Offload's DPU. */
+
+zs_status_t zs__eng_dpu_join(zs_engine_t *zs) {
+  if (!zs->dpu_running) return ZS_OK;
+  zs->dpu_running = 0;
+  zs_status_t st = zs__offload_worker_join(zs->worker);
+  if (st != ZS_OK) {
+    zs->dpu_unapplied = 0; /* the master is partly updated: report, do not copy */
+    return ZS_FAIL(zs->err, st, "the delayed update of step %lld failed on rank %d: %s", (long long)zs->step,
+                   zs->rank, zs_last_error());
+  }
+  return ZS_OK;
+}
+
+/* Copies a finished delayed update's parameters to the device, unit by unit on
+ * the copy stream (ev_applied[i] after unit i), and orders the compute stream
+ * after them. The compute stream is idle here (the norm synchronised it). */
+static zs_status_t dpu_apply(zs_engine_t *zs, int *applied) {
+  *applied = 0;
+  ZS_CHECK(zs__eng_dpu_join(zs));
+  if (!zs->dpu_unapplied) return ZS_OK;
+  zs->dpu_unapplied = 0;
+  zs_status_t st = ZS_OK;
+  for (int i = 0; i < zs->nunits && st == ZS_OK; i++) {
+    const zs_unit_t *u = &zs->units[i];
+    for (int k = u->seg_first; k < u->seg_first + u->seg_count && st == ZS_OK; k++) {
+      const zs_optim_seg_t *s = &zs->segs[k]; /* param and master are the same in both sets */
+      const void *src = s->param ? s->param : (const void *)s->master;
+      st = zs_memcpy_async(zs->dev, zs->seg_dst[k], src, s->n * zs->pb, ZS_COPY_H2D, zs->copy_stream);
+    }
+    if (st == ZS_OK) st = zs_event_record(zs->dev, zs->ev_applied[i], zs->copy_stream);
+  }
+  if (st == ZS_OK) st = zs_event_record(zs->dev, zs->ev_copy_done, zs->copy_stream);
+  if (st == ZS_OK) st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_copy_done);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "copying the delayed update's parameters to the device failed on rank %d: %s",
+                   zs->rank, zs_last_error());
+  *applied = 1;
+  return ZS_OK;
+}
+
+/* Starts the CPU step on the grad shards just filled, then swaps the shards. */
+static zs_status_t dpu_launch(zs_engine_t *zs, const zs_optim_hyper_t *h, int applied) {
+  zs_status_t st = zs__offload_worker_launch(zs->worker, h, zs->ounits, zs->nunits, applied ? zs->ev_applied : NULL);
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "starting the delayed update failed: %s", zs_last_error());
+  zs->dpu_running = zs->dpu_unapplied = 1;
+  zs_optim_seg_t *t = zs->segs;
+  zs->segs = zs->segs2;
+  zs->segs2 = t;
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    float *g = u->hgrad;
+    u->hgrad = u->hgrad2;
+    u->hgrad2 = g;
+    zs->ounits[i].segs = zs->segs + u->seg_first;
+  }
+  return ZS_OK;
+}
+
+zs_status_t zs_flush(zs_engine_t *zs) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_flush: engine is NULL");
+  if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_flush before zs_engine_setup");
+  if (zs->phase != ZS_PH_IDLE)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE,
+                   "zs_flush during a step: call it between zs_step and the next zs_forward_begin");
+  if (!zs->dpu) return ZS_OK;
+  int applied;
+  ZS_CHECK(dpu_apply(zs, &applied));
+  if (!applied) return ZS_OK;
+  zs_status_t st = zs_event_record(zs->dev, zs->ev_step, zs->compute);
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
+  return zs__eng_regather(zs, 1);
+}
+
 static zs_status_t zero_grads(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
@@ -114,6 +193,8 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
   int dynamic = c->param_dtype == ZS_FP16 && c->loss_scale == 0.0f;
   float coef = 1.0f;
   zs_status_t result = ZS_OK;
+  int applied = 0; /* a delayed update landed on the device in this call */
+  if (zs->dpu) ZS_CHECK(dpu_apply(zs, &applied));
 
   if (!finite) {
     if (dynamic) {
@@ -136,7 +217,9 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
     zs->step++;
     zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
                           .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
-    if (zs->offload) {
+    if (zs->dpu) {
+      st = dpu_launch(zs, &h, applied);
+    } else if (zs->offload) {
       st = zs__offload_step(zs->dev, zs->copy_stream, &h, zs->ounits, zs->nunits, zs->ev_slot, zs->ev_copy_done);
       if (st == ZS_OK) st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_copy_done);
     } else {
@@ -152,7 +235,8 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
   ZS_CHECK(zero_grads(zs));
   if ((st = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
-  if (finite) ZS_CHECK(zs__eng_regather(zs, 1));
+  /* delayed update: the parameters that changed are the ones just applied */
+  if (zs->dpu ? applied : finite) ZS_CHECK(zs__eng_regather(zs, 1));
 
   zs->phase = ZS_PH_IDLE;
   zs->round = 0;
