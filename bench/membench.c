@@ -5,6 +5,7 @@
  *       [--batch 1] [--no-compute]
  *   mpiexec -n 4 zs-membench --units 1000,3000,517
  *   common: [--stages 0,1,2,3] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--offload]
+ *           [--delayed] [--compute-ms X]
  *           [--prefetch K] [--device cpu|cuda] [--steps 3] [--json] [--plot FILE.png]
  *
  * World size is the number of ranks it was launched with. For each stage (and,
@@ -19,12 +20,16 @@
  *                           multiple of 64 x ranks, shard = padded / ranks
  *   peak_bytes              the device domain's peak over the run (from engine
  *                           creation on; the peaks are reset before each run)
- *   comm_bytes_per_step     bytes sent per step over every collective kind
+ *   comm_bytes_per_step     bytes sent per step over every collective kind, after
+ *                           the first step (mb_measured_steps)
  *                           (zs_engine_comm_stats), beside the ZeRO traffic and the
  *                           gradient norm's all-reduce
  *   step_s                  mean step time after the first step, max over ranks
  * --units N1,N2,...: one parameter of Ni elements per unit, no compute (gather /
- * release, gather / reduce only). --model gpt: the example GPT's units, with its
+ * release, gather / reduce only); --compute-ms X emulates X ms of accelerator
+ * compute per round as a sleep split between forward and backward (the host is
+ * idle meanwhile, as when a GPU computes), so --delayed (offloaded runs again
+ * with the delayed parameter update) shows how much of the CPU step it hides. --model gpt: the example GPT's units, with its
  * forward and backward on a tiny batch (--batch sequences per rank) unless
  * --no-compute.
  *
@@ -104,6 +109,8 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --stages 0,1,2,3 (all)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (also run stages 1-3 with the optimizer state on the host)  --prefetch K\n"
+          "  --delayed (also run them with the delayed parameter update)\n"
+          "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
           "  --device cpu|cuda (cpu)  --steps S (3)\n"
           "output:\n"
           "  --json (one JSON document on stdout; the table goes to stderr)  --plot FILE.png (gnuplot)\n"
@@ -162,6 +169,7 @@ static mb_opts_t parse(int argc, char **argv) {
     }
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (!strcmp(a, "--offload")) { o.offload = 1; continue; }
+    if (!strcmp(a, "--delayed")) { o.delayed = 1; continue; }
     if (!strcmp(a, "--no-compute")) { o.compute = 0; continue; }
     if (!v) {
       if (i + 1 >= argc) {
@@ -188,6 +196,11 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
+    else if (!strcmp(a, "--compute-ms")) {
+      char *end;
+      o.compute_ms = strtod(v, &end);
+      bad = end == v || *end || !(o.compute_ms >= 0 && o.compute_ms <= 1e6);
+    }
     else if (!strcmp(a, "--device")) {
       if (!strcmp(v, "cuda")) o.cuda = 1;
       else if (strcmp(v, "cpu")) bad = 1;
@@ -263,8 +276,8 @@ static int64_t unit_padded(const mb_model_t *m, int u, int n) {
  * master, m, v and an fp32 gradient shard (16 bytes per shard element) to the
  * host; the device keeps the parameters (full at stages 1-2, a shard at 3) and
  * stage 1's full gradient buffer. */
-static void formula(const mb_model_t *m, int stage, int offload, size_t pb, size_t rb, int n, int64_t f_dev[MB_F_COUNT],
-                    int64_t f_host[MB_F_COUNT]) {
+static void formula(const mb_model_t *m, int stage, int offload, int delayed, size_t pb, size_t rb, int n,
+                    int64_t f_dev[MB_F_COUNT], int64_t f_host[MB_F_COUNT]) {
   memset(f_dev, 0, sizeof(int64_t) * MB_F_COUNT);
   memset(f_host, 0, sizeof(int64_t) * MB_F_COUNT);
   for (int u = 0; u < m->nunits; u++) {
@@ -277,6 +290,10 @@ static void formula(const mb_model_t *m, int stage, int offload, size_t pb, size
       f_dev[MB_F_GRADS] += stage == 1 ? P * (int64_t)pb : 0;
       f_host[MB_F_GRADS] += 4 * S;
       f_host[MB_F_OPTIM] += 12 * S;
+      if (delayed) { /* a second fp32 grad shard; 16-bit params: the step's param copies */
+        f_host[MB_F_GRADS] += 4 * S;
+        f_host[MB_F_PARAMS] += pb == 4 ? 0 : S * (int64_t)pb;
+      }
     }
   }
 }
@@ -304,14 +321,28 @@ static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb,
 
 static void **pslot, **gslot;
 
-static zs_status_t plain_round(zs_engine_t *zs, int nunits) {
+static void sleep_ms(double ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
+  while (nanosleep(&ts, &ts) != 0) {}
+}
+
+static zs_status_t plain_round(zs_engine_t *zs, int nunits, double compute_ms) {
   zs_status_t st;
   if ((st = zs_forward_begin(zs)) != ZS_OK) return st;
-  for (int u = 0; u < nunits; u++)
-    if ((st = zs_gather(zs, u)) != ZS_OK || (st = zs_release(zs, u)) != ZS_OK) return st;
+  /* each unit's share of the compute between its gather and release/reduce:
+   * forward a third, backward two thirds */
+  for (int u = 0; u < nunits; u++) {
+    if ((st = zs_gather(zs, u)) != ZS_OK) return st;
+    sleep_ms(compute_ms / 3 / nunits);
+    if ((st = zs_release(zs, u)) != ZS_OK) return st;
+  }
   if ((st = zs_backward_begin(zs)) != ZS_OK) return st;
-  for (int u = nunits - 1; u >= 0; u--)
-    if ((st = zs_gather(zs, u)) != ZS_OK || (st = zs_reduce(zs, u)) != ZS_OK) return st;
+  for (int u = nunits - 1; u >= 0; u--) {
+    if ((st = zs_gather(zs, u)) != ZS_OK) return st;
+    sleep_ms(compute_ms * 2 / 3 / nunits);
+    if ((st = zs_reduce(zs, u)) != ZS_OK) return st;
+  }
   return ZS_OK;
 }
 
@@ -321,7 +352,7 @@ static zs_status_t plain_round(zs_engine_t *zs, int nunits) {
     if (st_ != ZS_OK) die_rank(st_, (what), zs_engine_last_error(zs));      \
   } while (0)
 
-static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offload, mb_rank_t *me) {
+static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offload, int delayed, mb_rank_t *me) {
   zs_config_t cfg = ZS_CONFIG_INIT;
   cfg.stage = stage;
   cfg.param_dtype = o->dtype;
@@ -330,6 +361,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.optim.kind = ZS_ADAMW;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
+  cfg.delayed_param_update = delayed;
 
   memset(me, 0, sizeof *me);
   me->rank = rank;
@@ -362,12 +394,13 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   zs_engine_comm_stats_reset(zs);
   for (int s = 0; s < o->steps; s++) {
     double t0 = now_s();
-    ECHECK(g ? mb_gpt_round(g, zs, s) : plain_round(zs, m->nunits), "forward/backward");
+    ECHECK(g ? mb_gpt_round(g, zs, s) : plain_round(zs, m->nunits, o->compute_ms), "forward/backward");
     ECHECK(zs_step(zs, NULL), "zs_step");
     double dt = now_s() - t0;
     if (s > 0 || o->steps == 1) tsum += dt;
+    if (s == 0 && o->steps > 1) zs_engine_comm_stats_reset(zs); /* see mb_measured_steps */
   }
-  me->step_s = tsum / (o->steps > 1 ? o->steps - 1 : 1);
+  me->step_s = tsum / mb_measured_steps(o);
   me->runtime_used = -1;
   if (have_rt) {
     /* what the engine holds now, as CUDA sees it (after the streams drained) */
@@ -400,7 +433,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   me->comm_ag = (int64_t)cs.bytes_sent[ZS_COLL_ALL_GATHER];
   me->comm_rs = (int64_t)cs.bytes_sent[ZS_COLL_REDUCE_SCATTER];
   me->comm_ar = (int64_t)cs.bytes_sent[ZS_COLL_ALL_REDUCE];
-  formula(m, stage, offload, zs_dtype_size(o->dtype), zs_dtype_size(o->reduce_dtype), world, me->f_dev, me->f_host);
+  formula(m, stage, offload, delayed, zs_dtype_size(o->dtype), zs_dtype_size(o->reduce_dtype), world, me->f_dev, me->f_host);
   for (int k = 0; k < MB_F_COUNT; k++) me->formula += me->f_dev[k], me->host_formula += me->f_host[k];
 
   zs_engine_destroy(zs);
@@ -483,17 +516,19 @@ int main(int argc, char **argv) {
 
   /* the runs: each stage; with --offload stages 1-3 again, offloaded */
   int nres = 0;
-  mb_result_t res[8];
+  mb_result_t res[12];
   memset(res, 0, sizeof res);
   for (int i = 0; i < o.nstages; i++) res[nres++] = (mb_result_t){.stage = o.stages[i]};
   for (int i = 0; o.offload && i < o.nstages; i++)
     if (o.stages[i] > 0) res[nres++] = (mb_result_t){.stage = o.stages[i], .offload = 1};
+  for (int i = 0; o.delayed && i < o.nstages; i++)
+    if (o.stages[i] > 0) res[nres++] = (mb_result_t){.stage = o.stages[i], .offload = 1, .delayed = 1};
 
   size_t pb = zs_dtype_size(o.dtype), rb = zs_dtype_size(o.reduce_dtype);
   for (int r = 0; r < nres; r++) {
     mb_result_t *x = &res[r];
     mb_rank_t me;
-    run_one(&o, &m, x->stage, x->offload, &me);
+    run_one(&o, &m, x->stage, x->offload, x->delayed, &me);
     if (rank == 0) {
       x->ranks = calloc((size_t)world, sizeof *x->ranks);
       if (!x->ranks) die_rank(ZS_ERR_NOMEM, "results", "out of host memory");
@@ -501,7 +536,7 @@ int main(int argc, char **argv) {
     gather_ranks(&me, x->ranks);
     if (rank != 0) continue;
     for (int k = 0; k < world; k++) x->step_s = x->ranks[k].step_s > x->step_s ? x->ranks[k].step_s : x->step_s;
-    x->comm_bytes_per_step = (double)x->ranks[0].comm_bytes / o.steps;
+    x->comm_bytes_per_step = (double)x->ranks[0].comm_bytes / mb_measured_steps(&o);
     x->comm_theory = comm_theory(&m, x->stage, pb, rb, world, &x->comm_norm);
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, world);
   }

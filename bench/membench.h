@@ -23,6 +23,8 @@ typedef struct {
   int stages[4], nstages;
   zs_dtype_t dtype, reduce_dtype;
   int offload;                              /* add offloaded runs for stages 1-3 */
+  int delayed;                              /* add offloaded runs with the delayed update */
+  double compute_ms;                        /* --units: emulated compute per round (host idle) */
   int prefetch;                             /* -1: the engine's default */
   int cuda;                                 /* --device cuda */
   int steps;
@@ -31,6 +33,10 @@ typedef struct {
 } mb_opts_t;
 
 /* ---- the model as declared: units of parameters ------------------------------------ */
+
+/* Steps the comm and time figures average over: every step after the first
+ * (which differs with the delayed update: nothing to regather yet), or the one. */
+static inline int mb_measured_steps(const mb_opts_t *o) { return o->steps > 1 ? o->steps - 1 : 1; }
 
 typedef struct {
   char name[MB_NAME_MAX];
@@ -75,7 +81,7 @@ typedef struct {
 } mb_rank_t;
 
 typedef struct {
-  int stage, offload;
+  int stage, offload, delayed;   /* delayed: offload with the delayed parameter update */
   double step_s;                 /* max over ranks */
   double comm_bytes_per_step;    /* rank 0's bytes sent per step */
   int64_t comm_theory;           /* ZeRO: 2psi(N-1)/N (stages 0-2), 3psi(N-1)/N (stage 3) */

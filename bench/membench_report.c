@@ -7,7 +7,7 @@
  * JSON (programs), one document:
  *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
  *    "device", "steps", "compute", "ok",
- *    "results": [{"stage", "offload", "step_s", "comm_bytes_per_step",
+ *    "results": [{"stage", "offload", "delayed", "step_s", "comm_bytes_per_step",
  *                 "comm_theory_bytes", "comm_norm_bytes", "comm_extra_bytes",
  *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
  *                 "ok",
@@ -62,6 +62,7 @@ static void header_line(const mb_report_t *rep, FILE *f) {
           rep->m->desc, (long long)rep->m->numel, (long long)(rep->nres ? rep->res[0].padded : 0), rep->world,
           rep->world, zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), rep->device, o->steps);
   if (o->gpt && o->compute) fprintf(f, ", compute %d x %d tokens per rank", o->batch, o->seq);
+  else if (o->compute_ms > 0) fprintf(f, ", emulated compute %g ms per round (host idle)", o->compute_ms);
   else fprintf(f, ", no compute");
   fprintf(f, "\n");
 }
@@ -77,7 +78,7 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
     const mb_rank_t *a = &x->ranks[0];
     double extra = x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm;
     fprintf(f, "%-5d %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f\n", x->stage,
-            x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS], (long long)a->cur[ZS_MEM_GRADS],
+            x->delayed ? "delayed" : x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS], (long long)a->cur[ZS_MEM_GRADS],
             (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state, (long long)a->host_model_state,
             (long long)a->peak, x->comm_bytes_per_step, extra, mb_result_ok(x, rep->world) ? "ok" : "DIFF",
             x->step_s * 1e3);
@@ -92,7 +93,8 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
     fprintf(f, "%-5s %-7s %14s %14s %9s\n", "stage", "offload", "accountant", "cuda", "cuda/acct");
     for (int r = 0; r < rep->nres; r++) {
       const mb_rank_t *a = &rep->res[r].ranks[0];
-      fprintf(f, "%-5d %-7s %14lld %14lld %9.4f\n", rep->res[r].stage, rep->res[r].offload ? "yes" : "no",
+      fprintf(f, "%-5d %-7s %14lld %14lld %9.4f\n", rep->res[r].stage,
+              rep->res[r].delayed ? "delayed" : rep->res[r].offload ? "yes" : "no",
               (long long)a->acct_device, (long long)a->runtime_used,
               a->acct_device > 0 ? (double)a->runtime_used / (double)a->acct_device : 0.0);
     }
@@ -101,14 +103,14 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
     if (!ranks_differ(x, rep->world)) continue;
-    fprintf(f, "# stage %d%s: ranks differ\n", x->stage, x->offload ? " offload" : "");
+    fprintf(f, "# stage %d%s: ranks differ\n", x->stage, x->delayed ? " delayed" : x->offload ? " offload" : "");
     fprintf(f, "%-5s %12s %12s %12s %12s %12s %12s\n", "rank", "model_state", "formula", "host_state", "host_formula",
             "peak", "comm/step");
     for (int k = 0; k < rep->world; k++) {
       const mb_rank_t *b = &x->ranks[k];
       fprintf(f, "%-5lld %12lld %12lld %12lld %12lld %12lld %12.0f\n", (long long)b->rank, (long long)b->model_state,
               (long long)b->formula, (long long)b->host_model_state, (long long)b->host_formula, (long long)b->peak,
-              (double)b->comm_bytes / rep->o->steps);
+              (double)b->comm_bytes / mb_measured_steps(rep->o));
     }
   }
   for (int r = 0; r < rep->nres; r++) {
@@ -118,7 +120,8 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
       if (b->model_state != b->formula || b->host_model_state != b->host_formula)
         fprintf(f, "# MISMATCH stage %d%s rank %lld: device %lld measured vs %lld formula (params %lld/%lld grads %lld/%lld "
                    "optimizer %lld/%lld), host %lld vs %lld\n",
-                x->stage, x->offload ? " offload" : "", (long long)b->rank, (long long)b->model_state,
+                x->stage, x->delayed ? " delayed" : x->offload ? " offload" : "", (long long)b->rank,
+                (long long)b->model_state,
                 (long long)b->formula, (long long)b->cur[ZS_MEM_PARAMS], (long long)b->f_dev[MB_F_PARAMS],
                 (long long)b->cur[ZS_MEM_GRADS], (long long)b->f_dev[MB_F_GRADS], (long long)b->cur[ZS_MEM_OPTIMIZER],
                 (long long)b->f_dev[MB_F_OPTIM], (long long)b->host_model_state, (long long)b->host_formula);
@@ -176,9 +179,10 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
     const mb_rank_t *a = &x->ranks[0];
-    double steps = o->steps;
-    fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ", r ? "," : "",
-            x->stage, x->offload ? "true" : "false", x->step_s, x->comm_bytes_per_step);
+    double steps = mb_measured_steps(o);
+    fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
+            r ? "," : "", x->stage, x->offload ? "true" : "false", x->delayed ? "true" : "false", x->step_s,
+            x->comm_bytes_per_step);
     fprintf(f, "\"comm_theory_bytes\": %lld, \"comm_norm_bytes\": %lld, \"comm_extra_bytes\": %.17g, ",
             (long long)x->comm_theory, (long long)x->comm_norm,
             x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm);
@@ -283,7 +287,7 @@ int mb_report_plot(const mb_report_t *rep, const char *path) {
     for (int r = 0; r < rep->nres; r++) {
       const mb_result_t *x = &rep->res[r];
       const mb_rank_t *a = &x->ranks[0];
-      if ((s == 0) != !x->offload) continue;
+      if ((s == 0) != !x->offload || x->delayed) continue; /* the delayed runs: table and JSON only */
       int stage_off = 0; /* does this stage have offloaded bars beside it? */
       for (int q = 0; q < rep->nres; q++) stage_off |= rep->res[q].offload && rep->res[q].stage == x->stage;
       double xpos = stage_off ? x->stage + (s == 0 ? -w : s == 1 ? 0 : w) : x->stage;

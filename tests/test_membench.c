@@ -50,10 +50,12 @@ static void test_top_level(void) {
 }
 
 /* DESIGN.md's table per stage in closed form (pb == rb). */
-static void table(int stage, int offload, long long pb, long long P, long long S, long long *dev, long long *host) {
+static void table(int stage, int offload, int delayed, long long pb, long long P, long long S, long long *dev,
+                  long long *host) {
   if (offload) {
     *dev = stage == 1 ? 2 * pb * P : stage == 2 ? pb * P : pb * S;
-    *host = 16 * S;
+    /* delayed update: a second fp32 grad shard, and 16-bit param copies */
+    *host = 16 * S + (delayed ? 4 * S + (pb == 4 ? 0 : pb * S) : 0);
     return;
   }
   *host = 0;
@@ -78,7 +80,9 @@ static void test_results(void) {
     int stage = (int)num(r, "stage");
     const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
     assert_true(cJSON_IsBool(off) && cJSON_IsArray(ranks));
-    int offload = cJSON_IsTrue(off);
+    int offload = cJSON_IsTrue(off), delayed = cJSON_IsTrue(item(r, "delayed"));
+    expect_true(cJSON_IsBool(item(r, "delayed")));
+    expect_true(!delayed || offload);
     expect_true(stage >= 0 && stage <= 3);
     expect_true(!(offload && stage == 0));
     expect_true(cJSON_GetObjectItemCaseSensitive(r, "step_s")->valuedouble > 0);
@@ -90,7 +94,7 @@ static void test_results(void) {
     if (same_dtypes) /* 2psi (N-1)/N, 3psi (N-1)/N at stage 3 */
       expect_int_eq(theory, (stage == 3 ? 3 : 2) * (nranks - 1) * P * pb / nranks);
     long long want_dev, want_host;
-    table(stage, offload, pb, P, S, &want_dev, &want_host);
+    table(stage, offload, delayed, pb, P, S, &want_dev, &want_host);
     assert_int_eq(cJSON_GetArraySize(ranks), nranks);
     int k = 0;
     const cJSON *x;

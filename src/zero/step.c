@@ -143,10 +143,9 @@ zs_status_t zs_flush(zs_engine_t *zs) {
 static zs_status_t zero_grads(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
-    if (zs->offload) { /* the CPU step is over: the host shards are free */
-      memset(u->hgrad, 0, (size_t)u->opt_n * 4);
-      if (zs->cfg.stage >= 2) continue;
-    }
+    /* offload: the host shard needs no zeroing, the first copy of a step
+     * overwrites it (zs__offload_grad_d2h); stages 2-3 have no device grads */
+    if (zs->offload && zs->cfg.stage >= 2) continue;
     void *g = zs->cfg.stage <= 1 ? u->gfull : u->gshard;
     size_t bytes = zs->cfg.stage <= 1 ? (size_t)u->padded * zs->pb : (size_t)u->shard * zs->rb;
     zs_status_t st = zs_memset_async(zs->dev, g, 0, bytes, zs->compute);
