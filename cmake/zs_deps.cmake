@@ -3,10 +3,11 @@ find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
+pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib) # CRC-32 of checkpoint blocks
 find_package(OpenMP COMPONENTS C)
 
 set(ZS_PUBLIC_LIBS Threads::Threads m)
-set(ZS_PRIVATE_LIBS PkgConfig::JEMALLOC PkgConfig::CJSON)
+set(ZS_PRIVATE_LIBS PkgConfig::JEMALLOC PkgConfig::CJSON PkgConfig::ZLIB)
 if(OpenMP_C_FOUND)
   list(APPEND ZS_PUBLIC_LIBS OpenMP::OpenMP_C)
 endif()

@@ -17,7 +17,7 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmak
 install(FILES ${CMAKE_BINARY_DIR}/zeroshardConfig.cmake ${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
 
-set(ZS_PC_REQUIRES "jemalloc libcjson")
+set(ZS_PC_REQUIRES "jemalloc libcjson zlib")
 if(ZS_HAVE_MPI)
   string(APPEND ZS_PC_REQUIRES " ompi-c")
 endif()

@@ -1,7 +1,7 @@
 # Shared by scripts/test, scripts/demo, scripts/gpu-check: install what is missing
 # (Debian packages), configure and build. Rerunning skips what is already there.
 ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libjemalloc-dev libcjson-dev
-         libopenblas-dev gnuplot-nox)
+         zlib1g-dev libopenblas-dev gnuplot-nox)
 
 zs_install_deps() {
   local missing=()

@@ -5,6 +5,7 @@
 #ifndef ZS_TESTS_ENGINE_WORLD_H
 #define ZS_TESTS_ENGINE_WORLD_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,17 @@ static int open_world(zs_device_t **dev, zs_comm_t **world) {
 #else
   ZS_SKIP("ZS_TEST_DEVICE=cuda but this build has no NCCL");
 #endif
+}
+
+/* open_world, or exit 1 with the reason; sets the harness's rank prefix. */
+static void open_world_or_exit(zs_device_t **dev, zs_comm_t **world, int *rank, int *nranks) {
+  if (!open_world(dev, world)) {
+    fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
+    exit(1);
+  }
+  *rank = zs_comm_rank(*world);
+  *nranks = zs_comm_size(*world);
+  zs_t_rank = *rank;
 }
 
 #endif

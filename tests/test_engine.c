@@ -477,13 +477,7 @@ static void test_flush(void) {
 
 int main(int argc, char **argv) {
   zs_t_rank = 0;
-  if (!open_world(&dev, &world)) {
-    fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
-    return 1;
-  }
-  rank = zs_comm_rank(world);
-  nranks = zs_comm_size(world);
-  zs_t_rank = rank;
+  open_world_or_exit(&dev, &world, &rank, &nranks);
   if (zs_comm_split(world, rank, 0, &self) != ZS_OK) return 1;
   tm_data(G, X, T);
   const char *only = argc > 1 ? argv[1] : "";

@@ -462,13 +462,7 @@ static void test_offload_pinned_faults(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!open_world(&dev, &world)) {
-    fprintf(stderr, "cannot open the device or comm: %s\n", zs_last_error());
-    return 1;
-  }
-  rank = zs_comm_rank(world);
-  nranks = zs_comm_size(world);
-  zs_t_rank = rank;
+  open_world_or_exit(&dev, &world, &rank, &nranks);
   formula_layout(nranks);
   zs_test_run(test_memory_formulas);
   zs_test_run(test_traffic);

@@ -44,6 +44,9 @@ void gpt_opts_usage(FILE *f) {
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --device cpu|cuda (cpu)\n"
+          "checkpoints:\n"
+          "  --load DIR (resume: state and step count; the data continues from that step)\n"
+          "  --save DIR (at the end)  --save-every N (also every N steps)\n"
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
           "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
@@ -54,7 +57,7 @@ void gpt_opts_usage(FILE *f) {
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
-    "--clip", "--dtype", "--reduce-dtype", "--device", "--data",
+    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every",
 };
 
 static int is_valued(const char *name) {
@@ -136,6 +139,9 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--prefetch", prefetch, 0, 16)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)
+    INT_FLAG("--save-every", save_every, 0, 1 << 30)
+    else if (!strcmp(name, "--load")) o->load = val;
+    else if (!strcmp(name, "--save")) o->save = val;
     else if (!strcmp(name, "--seed")) {
       char *end;
       errno = 0;

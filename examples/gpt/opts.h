@@ -21,6 +21,9 @@ typedef struct {
   int reduce_dtype_set; /* --reduce-dtype given */
   int offload;
   int delayed_update;   /* --delayed-update (with --offload) */
+  const char *load;     /* --load DIR: resume from a checkpoint */
+  const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */
+  int save_every;
   int prefetch;         /* -1: the engine's default */
   int device_cuda;
   /* data and evaluation */

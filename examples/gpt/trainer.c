@@ -67,6 +67,7 @@
 #ifdef ZS_GPT_CUDA
 #include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
 #endif
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/config_load.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/log.h"
@@ -81,6 +82,7 @@ typedef struct {
   zs_engine_t *zs;
   zs_comm_t *comm;
   int rank, world, L, nunits, np, bf16;
+  int64_t step0; /* optimizer steps before this run (from --load) */
   int per_rank, micro; /* sequences per rank per step, per micro-batch */
   gpt_data_t data;
 
@@ -639,6 +641,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   TRY(declare(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
+  if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
+    return fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
+  t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
 
 #ifdef ZS_GPT_CUDA
   if (t->cuda) return cuda_buffers(t, max_unit, res);
@@ -737,8 +742,8 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     double mine[2] = {0, 0}, sum[2];
     for (int m = 0; m < o->accum; m++) {
       double loss = 0;
-      gpt_data_train_batch(&t->data, o->seed, step, t->rank * t->per_rank + m * t->micro, t->micro, T, t->tin,
-                           t->ttg);
+      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->rank * t->per_rank + m * t->micro, t->micro,
+                           T, t->tin, t->ttg);
       if ((st = run_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
         return fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
       mine[0] += loss;
@@ -754,6 +759,9 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     res->skipped += rep.skipped;
     res->steps = step + 1;
     if (val) add_val(res, step, sum[1] / vtokens);
+    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps &&
+        (st = zs_checkpoint_save(t->zs, o->save)) != ZS_OK)
+      return fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t->zs));
     if (t->rank == 0 && !o->quiet) {
       zs_memory_stats_t ms;
       zs_memory_stats(t->zs, &ms);
@@ -832,6 +840,8 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
     st = fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (st == ZS_OK && t.rank == 0 && !o->quiet) print_header(&t, res);
   if (st == ZS_OK) st = run_steps(&t, res);
+  if (st == ZS_OK && o->save && (st = zs_checkpoint_save(t.zs, o->save)) != ZS_OK)
+    st = fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = final_validation(&t, res);
   if (st == ZS_OK) st = gather_peaks(&t, res);
   trainer_free(&t);

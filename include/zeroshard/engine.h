@@ -128,6 +128,8 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
  * zs_param_set flushes first. */
 zs_status_t zs_flush(zs_engine_t *zs);
 
+/* Optimizer steps taken (restored by zs_checkpoint_load); -1 for NULL. */
+int64_t zs_engine_step(const zs_engine_t *zs);
 /* Multiply the loss by this before backward (1 unless fp16 loss scaling). */
 float zs_loss_scale(const zs_engine_t *zs);
 int zs_engine_rank(const zs_engine_t *zs);

@@ -3,6 +3,7 @@
 #ifndef ZEROSHARD_ZEROSHARD_H
 #define ZEROSHARD_ZEROSHARD_H
 
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/config.h"
 #include "zeroshard/config_load.h"

@@ -508,7 +508,7 @@ static zs_status_t build_segments(zs_engine_t *zs) {
 /* Writes `count` fp32 values of parameter p starting at element `poff` wherever
  * this rank stores them: the full resident buffer (stages 0-2, in param dtype),
  * the param shard (stage 3) and the fp32 master range. Host staging, then H2D. */
-static zs_status_t write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, int64_t count, const float *src) {
+zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, int64_t count, const float *src) {
   zs_unit_t *u = &zs->units[p->unit];
   const zs_config_t *c = &zs->cfg;
   int64_t f0 = p->flat_off + poff, f1 = f0 + count;
@@ -578,7 +578,7 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
                      (long long)o, (long long)(o + n));
         break;
       }
-      st = write_values(zs, p, o, n, buf);
+      st = zs__eng_write_values(zs, p, o, n, buf);
     }
   }
   free(buf);
@@ -658,7 +658,7 @@ zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
   zs_param_t *p = &zs->params[param];
   int64_t a, b;
   if (!stored_range(zs, p, &a, &b)) return ZS_OK;
-  ZS_CHECK(write_values(zs, p, a, b - a, full + a));
+  ZS_CHECK(zs__eng_write_values(zs, p, a, b - a, full + a));
   zs_unit_t *u = &zs->units[p->unit];
   if (u->persistent) ZS_CHECK(zs__eng_regather(zs, 0));
   return ZS_OK;
@@ -701,6 +701,7 @@ done:
  * ========================================================================== */
 
 float zs_loss_scale(const zs_engine_t *zs) { return zs ? zs->loss_scale : 1.0f; }
+int64_t zs_engine_step(const zs_engine_t *zs) { return zs ? zs->step : -1; }
 int zs_engine_rank(const zs_engine_t *zs) { return zs ? zs->rank : -1; }
 int zs_engine_world(const zs_engine_t *zs) { return zs ? zs->world : 0; }
 int zs_engine_unit_count(const zs_engine_t *zs) { return zs ? zs->nunits : 0; }

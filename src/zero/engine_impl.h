@@ -145,6 +145,10 @@ zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);
 /* Re-gathers resident parameters after their shards changed: every unit at stages
  * 1-2 when `all`, persistent stage-3 units always. */
 zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
+/* Writes `count` fp32 values of parameter p from element `poff` wherever this
+ * rank stores them: parameter storage (param dtype, rounded) and the fp32 master
+ * (when it is its own buffer), clipped to what the rank holds. Synchronous. */
+zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, int64_t count, const float *src);
 /* Waits for a running delayed update (its results stay on the host until applied). */
 zs_status_t zs__eng_dpu_join(zs_engine_t *zs);
 /* memory helpers (host: pinned host memory, counted in the host domain) */

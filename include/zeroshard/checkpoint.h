@@ -1,0 +1,53 @@
+/* zeroshard/checkpoint.h: save and load the engine's training state, and export
+ * the parameters for other tools.
+ *
+ * A checkpoint is a directory:
+ *   manifest.json            what it holds: format version, world size, stage,
+ *                            step, loss scale, param dtype, optimizer, which
+ *                            optimizer state it has, every tensor (name, unit,
+ *                            shape), and the rank files with their sizes
+ *   <id>.rank<r>.zsr         rank r's shard of every tensor: blocks of fp32 values
+ *                            (master weights, Adam m and v / SGD momentum), each
+ *                            with the tensor, the element offset, the count and a
+ *                            CRC-32 of its header and of its data
+ * Every file is written under a temporary name, fsynced and renamed; the manifest
+ * goes last, so a directory whose manifest exists holds a complete checkpoint,
+ * and a save that fails midway leaves the previous one loadable. After a
+ * successful save, rank files of earlier saves in the directory are removed.
+ * The ranks must see the same directory (one machine, or a shared file system).
+ *
+ * Loading reads, on each rank, only the blocks that overlap the ranges it stores
+ * in its own layout, so a checkpoint saved at one world size and stage loads at
+ * any other (and with or without offload, or another param dtype: parameters are
+ * rounded from the fp32 master). Everything is read and checked before anything
+ * in the engine changes: a missing, truncated or corrupt file, or a checkpoint of
+ * another model, is an error on every rank and leaves the engine as it was.
+ *
+ * All three calls are collective over the engine's comm and allowed between
+ * steps only (ZS_ERR_STATE otherwise); a delayed parameter update is landed first.
+ * Errors: ZS_ERR_IO (file system), ZS_ERR_CORRUPT (a file fails its checks),
+ * ZS_ERR_MISMATCH (tensors or optimizer state differ from the engine's), with a
+ * message naming the file, block or tensor; on every rank (a rank whose own part
+ * went well reports which rank failed). */
+#ifndef ZEROSHARD_CHECKPOINT_H
+#define ZEROSHARD_CHECKPOINT_H
+
+#include "zeroshard/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Saves into `dir` (created if missing; its parent must exist). */
+zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
+/* Loads the checkpoint in `dir` into an engine that was set up with the same
+ * parameters (names, shapes, order); restores the step count and loss scale. */
+zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
+/* Writes every parameter's full fp32 master values to `path` in the safetensors
+ * format (tensor names as declared, "__metadata__" with the step), from rank 0. */
+zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
