@@ -9,6 +9,15 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     zs_add_test(NAME test_gpt_parity SOURCES test_gpt_parity.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.
+    # The --export file read back by Python's safetensors (skips without it).
+    find_package(Python3 COMPONENTS Interpreter)
+    if(Python3_Interpreter_FOUND)
+      add_test(NAME test_safetensors_python
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_safetensors.py
+                       ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-train-gpt> 2)
+      set_tests_properties(test_safetensors_python PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120
+                           ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    endif()
     zs_add_test(NAME test_gpt_gpu SOURCES test_gpt_gpu.c LIBS zs_gpt_trainer RANKS 1 LABELS gpu TIMEOUT 300)
     if(ZS_HAVE_NCCL)
       target_include_directories(test_gpt_gpu PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})

@@ -47,6 +47,7 @@ void gpt_opts_usage(FILE *f) {
           "checkpoints:\n"
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
           "  --save DIR (at the end)  --save-every N (also every N steps)\n"
+          "  --export FILE.safetensors (the final fp32 weights, for Python tools)\n"
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
           "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
@@ -57,7 +58,7 @@ void gpt_opts_usage(FILE *f) {
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
-    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every",
+    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
 };
 
 static int is_valued(const char *name) {
@@ -142,6 +143,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--save-every", save_every, 0, 1 << 30)
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;
+    else if (!strcmp(name, "--export")) o->export_path = val;
     else if (!strcmp(name, "--seed")) {
       char *end;
       errno = 0;

@@ -24,6 +24,7 @@ typedef struct {
   const char *load;     /* --load DIR: resume from a checkpoint */
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */
   int save_every;
+  const char *export_path; /* --export FILE.safetensors: the final weights */
   int prefetch;         /* -1: the engine's default */
   int device_cuda;
   /* data and evaluation */
