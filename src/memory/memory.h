@@ -31,6 +31,8 @@ void zs__acct_reset_peaks(zs_mem_acct_t *a);
  * count through an accountant. In sanitizer builds (ZS_SYSTEM_MALLOC) it uses
  * aligned_alloc so AddressSanitizer sees every buffer. */
 void *zs__host_malloc(size_t bytes);
+/* Returns the pages our big-buffer arena keeps for reuse to the kernel. */
+void zs__host_trim(void);
 void zs__host_free(void *p, size_t bytes);
 
 /* ---- pinned arena ---------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/half.h"
+#include "memory/memory.h"
 #include "zero/engine_impl.h"
 #include "zeroshard/config_load.h"
 
@@ -152,6 +153,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
   free(zs->units);
   free(zs->params);
   free(zs);
+  zs__host_trim(); /* the transient buffers' cached pages go back */
 }
 
 const char *zs_engine_last_error(const zs_engine_t *zs) { return zs ? zs->err : zs_last_error(); }
