@@ -17,6 +17,16 @@
  * is stuck inside NCCL while holding it (blocking connection setup with a peer
  * that never comes), the watchdog aborts without it after a grace period: that
  * is the only way to unblock the call.
+ *
+ * One comm, several streams (the engine issues all-gathers, reduce-scatters and
+ * the norm's all-reduce on three): NCCL serialises the operations of a
+ * communicator itself, in the order they were issued, with CUDA events between
+ * them (NVIDIA's answer in NVIDIA/nccl#574 and #592), so this is safe as long as
+ * every rank issues the same sequence, which the engine does from one thread.
+ * The price: a prefetched all-gather and a reduce-scatter do not run at the same
+ * time on the GPU. A second communicator would let them, but NCCL warns that two
+ * communicators' kernels may block each other (CUDA gives no forward-progress
+ * guarantee between streams), so we keep one.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
