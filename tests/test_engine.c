@@ -467,6 +467,16 @@ static void test_flush(void) {
     assert_ok(read_gathered(zs, m, 1, p, seen));
     expect_int_eq(memcmp(seen, master, (size_t)n * 4), 0);
     assert_ok(zs_flush(zs)); /* twice: nothing left to land */
+    /* zs_param_set lands a pending update first, so the update cannot overwrite
+     * the values afterwards */
+    assert_ok(tm_round(zs, m, X, T, rank * per, per, &l));
+    assert_ok(zs_step(zs, NULL));
+    for (int64_t i = 0; i < n; i++) master[i] = 0.25f + 1e-3f * (float)i;
+    assert_ok(zs_param_set(zs, p, master));
+    assert_ok(zs_param_get(zs, p, seen));
+    expect_int_eq(memcmp(seen, master, (size_t)n * 4), 0);
+    assert_ok(read_gathered(zs, m, 1, p, seen));
+    expect_int_eq(memcmp(seen, master, (size_t)n * 4), 0);
     free(master);
     free(seen);
     zs_engine_destroy(zs);
