@@ -82,13 +82,18 @@ zs_status_t zs__eng_dpu_join(zs_engine_t *zs) {
 
 /* Copies a finished delayed update's parameters to the device, unit by unit on
  * the copy stream (ev_applied[i] after unit i), and orders the compute stream
- * after them. The compute stream is idle here (the norm synchronised it). */
+ * after them. First nothing may still read the parameters: the compute stream
+ * (idle in zs_step, where the norm synchronised it; an evaluation pass may
+ * precede zs_flush) and the all-gather stream (a prefetch left by one). */
 static zs_status_t dpu_apply(zs_engine_t *zs, int *applied) {
   *applied = 0;
   ZS_CHECK(zs__eng_dpu_join(zs));
   if (!zs->dpu_unapplied) return ZS_OK;
+  zs_status_t st = zs_stream_synchronize(zs->dev, zs->compute);
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "waiting for the streams before the delayed update failed: %s", zs_last_error());
   zs->dpu_unapplied = 0;
-  zs_status_t st = ZS_OK;
   for (int i = 0; i < zs->nunits && st == ZS_OK; i++) {
     const zs_unit_t *u = &zs->units[i];
     for (int k = u->seg_first; k < u->seg_first + u->seg_count && st == ZS_OK; k++) {
