@@ -135,28 +135,28 @@ static int kind_present(const zs_engine_t *zs, int kind) {
   return zs->nunits > 0 && state_base(&zs->units[0], kind) != NULL;
 }
 
-/* Where the optimizer state lives: host (offload) or device. */
-static zs_status_t state_copy(zs_engine_t *zs, void *dst, const void *src, size_t bytes, int to_engine, float *pinned) {
+/* Optimizer state to the engine from pinned host memory: it lives on the host
+ * with offload (a memcpy), on the device otherwise (one copy, synchronised). */
+static zs_status_t state_put(zs_engine_t *zs, float *dst, const float *pinned_src, size_t n) {
   if (zs->offload) {
-    memcpy(dst, src, bytes);
+    memcpy(dst, pinned_src, n * 4);
     return ZS_OK;
   }
-  zs_status_t st;
-  for (size_t o = 0; o < bytes; o += CK_CHUNK * 4) {
-    size_t n = bytes - o < CK_CHUNK * 4 ? bytes - o : CK_CHUNK * 4;
-    if (to_engine) {
-      memcpy(pinned, (const char *)src + o, n);
-      if ((st = zs_memcpy_async(zs->dev, (char *)dst + o, pinned, n, ZS_COPY_H2D, zs->compute)) != ZS_OK ||
-          (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
-        return st;
-    } else {
-      if ((st = zs_memcpy_async(zs->dev, pinned, (const char *)src + o, n, ZS_COPY_D2H, zs->compute)) != ZS_OK ||
-          (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
-        return st;
-      memcpy((char *)dst + o, pinned, n);
-    }
+  zs_status_t st = zs_memcpy_async(zs->dev, dst, pinned_src, n * 4, ZS_COPY_H2D, zs->compute);
+  return st == ZS_OK ? zs_stream_synchronize(zs->dev, zs->compute) : st;
+}
+
+/* n values of optimizer state where the file writer can read them: the state
+ * itself with offload (host memory), else a copy in the pinned chunk. */
+static zs_status_t state_view(zs_engine_t *zs, const float *src, size_t n, float *pinned, const float **out) {
+  if (zs->offload) {
+    *out = src;
+    return ZS_OK;
   }
-  return ZS_OK;
+  zs_status_t st = zs_memcpy_async(zs->dev, pinned, src, n * 4, ZS_COPY_D2H, zs->compute);
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->compute);
+  *out = pinned;
+  return st;
 }
 
 /* This rank's saved range of parameter p in element offsets: its nominal shard. */
@@ -224,18 +224,13 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     if (saved_range(zs, &zs->params[i], &a, &b))
       for (int k = 0; k < K_COUNT; k++) nblocks += kind_present(zs, k);
   }
-  float *pinned = NULL, *host = NULL;
+  float *pinned = NULL;
   if (!zs->offload) {
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   }
-  host = malloc(CK_CHUNK * 4);
   FILE *f = fopen(tmp, "wb");
   zs_status_t st = ZS_OK;
-  if (!host) {
-    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "checkpoint: out of host memory");
-    goto done;
-  }
   if (!f) {
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     goto done;
@@ -267,13 +262,14 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       uint32_t c = crc(NULL, 0);
       for (int64_t o = 0; o < b - a; o += (int64_t)CK_CHUNK) {
         size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
-        if ((st = state_copy(zs, host, src + o, n * 4, 0, pinned)) != ZS_OK) {
+        const float *view;
+        if ((st = state_view(zs, src + o, n, pinned, &view)) != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", k_names[k], p->name,
                        zs_last_error());
           goto done;
         }
-        c = crc_more(c, host, n * 4);
-        if (fwrite(host, 4, n, f) != n) goto io;
+        c = crc_more(c, view, n * 4);
+        if (fwrite(view, 4, n, f) != n) goto io;
       }
       bh.data_crc = c;
       bh.head_crc = crc(&bh, offsetof(ck_block_head_t, head_crc));
@@ -295,7 +291,6 @@ done:
     fclose(f);
     unlink(tmp);
   }
-  free(host);
   if (pinned) zs_device_host_free(zs->dev, pinned, CK_CHUNK * 4, ZS_MEM_OTHER);
   return st;
 }
@@ -590,13 +585,14 @@ done:
 /* What this rank reads: per unit and kind, its owned range's values, and how
  * many elements of each (tensor, kind) arrived. */
 typedef struct {
-  float **val;      /* [unit * K_COUNT + kind]: opt_n values, NULL if not needed */
+  float **val;      /* [unit * K_COUNT + kind]: opt_n values in pinned memory, NULL if not needed */
   int64_t *covered; /* [tensor * K_COUNT + kind] */
 } staging_t;
 
 static void staging_free(zs_engine_t *zs, staging_t *s) {
   if (s->val)
-    for (int i = 0; i < zs->nunits * K_COUNT; i++) free(s->val[i]);
+    for (int i = 0; i < zs->nunits * K_COUNT; i++)
+      if (s->val[i]) zs_device_host_free(zs->dev, s->val[i], (size_t)zs->units[i / K_COUNT].opt_n * 4, ZS_MEM_OTHER);
   free(s->val);
   free(s->covered);
 }
@@ -658,7 +654,9 @@ static zs_status_t read_rank_file(zs_engine_t *zs, const char *dir, const manife
       pos += bh.count * 4;
       continue;
     }
-    if ((size_t)bh.count > cap) {
+    float *into = NULL; /* the block is wholly ours: read it where it goes */
+    if (lo >= a && hi <= e) into = dst + (p->flat_off + lo - u->opt_off);
+    if (!into && (size_t)bh.count > cap) {
       free(data);
       cap = (size_t)bh.count;
       if (!(data = malloc(cap * 4))) {
@@ -667,11 +665,12 @@ static zs_status_t read_rank_file(zs_engine_t *zs, const char *dir, const manife
         goto done;
       }
     }
-    if (fread(data, 4, (size_t)bh.count, f) != (size_t)bh.count) {
+    float *buf = into ? into : data;
+    if (fread(buf, 4, (size_t)bh.count, f) != (size_t)bh.count) {
       st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: %s: block %u is truncated", path, b);
       goto done;
     }
-    if (crc(data, (size_t)bh.count * 4) != bh.data_crc) {
+    if (crc(buf, (size_t)bh.count * 4) != bh.data_crc) {
       st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
                    "zs_checkpoint_load: %s: block %u (%s of '%s', elements %lld..%lld) fails its CRC: the file is "
                    "corrupt",
@@ -680,7 +679,7 @@ static zs_status_t read_rank_file(zs_engine_t *zs, const char *dir, const manife
     }
     pos += bh.count * 4;
     int64_t x0 = lo > a ? lo : a, x1 = hi < e ? hi : e;
-    memcpy(dst + (p->flat_off + x0 - u->opt_off), data + (x0 - lo), (size_t)(x1 - x0) * 4);
+    if (!into) memcpy(dst + (p->flat_off + x0 - u->opt_off), data + (x0 - lo), (size_t)(x1 - x0) * 4);
     s->covered[bh.tensor * K_COUNT + bh.kind] += x1 - x0;
   }
 done:
@@ -696,9 +695,10 @@ static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *
   for (int i = 0; i < zs->nunits; i++)
     for (int k = 0; k < K_COUNT; k++) {
       if (!kind_present(zs, k) || zs->units[i].opt_n == 0) continue;
-      if (!(s->val[i * K_COUNT + k] = calloc((size_t)zs->units[i].opt_n, sizeof(float))))
-        return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory staging unit '%s'",
-                       zs->units[i].name);
+      zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)zs->units[i].opt_n * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
+                                            (void **)&s->val[i * K_COUNT + k]);
+      if (st != ZS_OK)
+        return ZS_FAIL(zs->err, st, "zs_checkpoint_load: staging unit '%s': %s", zs->units[i].name, zs_last_error());
     }
   for (int r = 0; r < m->nfiles; r++) ZS_CHECK(read_rank_file(zs, dir, m, r, s));
   for (int i = 0; i < zs->nparams; i++) {
@@ -718,11 +718,7 @@ static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *
 /* Writes what was read into the engine: parameters (rounded from the master) and
  * master through the engine's own path, m and v directly. */
 static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
-  float *pinned = NULL;
   zs_status_t st = ZS_OK;
-  if (!zs->offload && (st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
-                                                  (void **)&pinned)) != ZS_OK)
-    return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
     zs_param_t *p = &zs->params[i];
     zs_unit_t *u = &zs->units[p->unit];
@@ -732,10 +728,9 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
     st = zs__eng_write_values(zs, p, a, b - a, s->val[p->unit * K_COUNT + K_MASTER] + at);
     for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) {
       float *base = state_base(u, k);
-      if (base) st = state_copy(zs, base + at, s->val[p->unit * K_COUNT + k] + at, (size_t)(b - a) * 4, 1, pinned);
+      if (base) st = state_put(zs, base + at, s->val[p->unit * K_COUNT + k] + at, (size_t)(b - a));
     }
   }
-  if (pinned) zs_device_host_free(zs->dev, pinned, CK_CHUNK * 4, ZS_MEM_OTHER);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_load: writing the state failed: %s", zs_last_error());
   return ZS_OK;
 }
