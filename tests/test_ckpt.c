@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <cjson/cJSON.h>
 
+#include "common/common.h"
 #include "engine_world.h"
 #include "harness.h"
 #include "tiny_model.h"
@@ -337,6 +338,29 @@ static void test_damage(void) {
   expect_ok(zs_forward_end(a.zs));
   expect_status(zs_checkpoint_save(a.zs, NULL), ZS_ERR_INVALID);
   expect_status(zs_checkpoint_save(NULL, dir), ZS_ERR_INVALID);
+  /* host memory runs out on rank 0 while staging the load (pinning fails and so
+   * does the pageable fallback): out of memory on every rank, nothing changed */
+  {
+    int64_t n0, n1;
+    float *before = values(&b, &n0);
+    zs_log_level_t lv = zs_log_get_level();
+    zs_log_set_level(ZS_LOG_NONE); /* the pinning fallback warns per allocation */
+    if (rank == 0) {
+      zs__fault_arm(ZS_FAULT_PINNED, 0, 1 << 30);
+      zs__fault_arm(ZS_FAULT_HOST_ALLOC, 0, 1 << 30);
+    }
+    zs_status_t st = zs_checkpoint_load(b.zs, dir);
+    zs__fault_arm(ZS_FAULT_PINNED, 0, 0);
+    zs__fault_arm(ZS_FAULT_HOST_ALLOC, 0, 0);
+    zs_log_set_level(lv);
+    expect_status(st, ZS_ERR_NOMEM);
+    if (rank == 0) expect_str_contains(zs_last_error(), "staging unit");
+    else expect_str_contains(zs_last_error(), "failed on rank 0");
+    float *after = values(&b, &n1);
+    expect_true(before && after && n0 == n1 && count_diff(before, after, n0, 0) == 0);
+    free(before);
+    free(after);
+  }
   /* after all that, the good checkpoint still loads */
   expect_ok(zs_checkpoint_load(b.zs, dir));
   close_run(&a);

@@ -71,22 +71,19 @@ static uint32_t crc_more(uint32_t c, const void *p, size_t n) {
 
 /* ---- collectives on the engine's comm (device buffers, as NCCL wants) -------------- */
 
-/* v[0..n) = element-wise max over ranks. */
+/* v[0..n) = element-wise max over ranks, through the engine's scratch (no
+ * allocation: see xdev in engine_impl.h). n <= 2 * world + 2. */
 static zs_status_t max_i64(zs_engine_t *zs, int64_t *v, int n) {
+  if (n > zs->xcount) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "checkpoint: %d values exceed the scratch", n);
   size_t bytes = (size_t)n * sizeof(int64_t);
-  int64_t *d = NULL, *h = NULL;
-  zs_status_t st = zs_device_alloc(zs->dev, bytes, ZS_MEM_COMM, (void **)&d);
-  if (st == ZS_OK) st = zs_device_host_alloc(zs->dev, bytes, ZS_MEM_COMM, ZS_HOST_PINNED, (void **)&h);
-  if (st == ZS_OK) {
-    memcpy(h, v, bytes);
-    if ((st = zs_memcpy_async(zs->dev, d, h, bytes, ZS_COPY_H2D, zs->compute)) == ZS_OK &&
-        (zs->world == 1 || (st = zs_comm_all_reduce(zs->comm, d, d, (size_t)n, ZS_INT64, ZS_MAX, zs->compute)) == ZS_OK) &&
-        (st = zs_memcpy_async(zs->dev, h, d, bytes, ZS_COPY_D2H, zs->compute)) == ZS_OK &&
-        (st = zs_stream_synchronize(zs->dev, zs->compute)) == ZS_OK)
-      memcpy(v, h, bytes);
-  }
-  if (h) zs_device_host_free(zs->dev, h, bytes, ZS_MEM_COMM);
-  if (d) zs_device_free(zs->dev, d, bytes, ZS_MEM_COMM);
+  zs_status_t st;
+  memcpy(zs->xhost, v, bytes);
+  if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, zs->compute)) == ZS_OK &&
+      (zs->world == 1 ||
+       (st = zs_comm_all_reduce(zs->comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, ZS_MAX, zs->compute)) == ZS_OK) &&
+      (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, zs->compute)) == ZS_OK &&
+      (st = zs_stream_synchronize(zs->dev, zs->compute)) == ZS_OK)
+    memcpy(v, zs->xhost, bytes);
   return st;
 }
 

@@ -127,6 +127,8 @@ void zs_engine_destroy(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(float), ZS_MEM_COMM);
   zs__eng_host_free(zs, (void **)&zs->hscalar, sizeof(float), ZS_MEM_COMM);
+  zs__eng_free(zs, (void **)&zs->xdev, (size_t)zs->xcount * 8, ZS_MEM_COMM);
+  zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);
   zs__eng_host_free(zs, &zs->hstage_grad, zs->hstage_grad_bytes, ZS_MEM_COMM);
   for (int k = 0; k < 2; k++) {
     zs__eng_host_free(zs, &zs->hstage_param[k], zs->hstage_param_bytes, ZS_MEM_COMM);
@@ -601,6 +603,9 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
   for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
   ZS_CHECK(zs__eng_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->scalar));
   ZS_CHECK(zs__eng_host_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->hscalar));
+  zs->xcount = 2 * zs->world + 2;
+  ZS_CHECK(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev));
+  ZS_CHECK(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost));
   if (zs->offload) {
     /* one grad staging buffer (the copy stream serialises its users) and two
      * parameter staging slots (stepping unit i while unit i-1 copies) */

@@ -131,6 +131,11 @@ struct zs_engine {
   size_t pb, rb;        /* bytes per param / reduce element */
   zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
   float *scalar;        /* device: one fp32 for the norm */
+  /* device and pinned host scratch for small collectives of the checkpoint code
+   * (2*world+2 int64), made at setup so those calls never allocate: an
+   * allocation failing on one rank must not leave the others in a collective */
+  int64_t *xdev, *xhost;
+  int xcount;
   zs_optim_seg_t *segs; /* every optimizer segment, built at setup */
   int nsegs;
   char err[ZS_ERRBUF];
