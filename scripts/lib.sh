@@ -17,6 +17,43 @@ zs_install_deps() {
   fi
 }
 
+# zs_use_carried_debs PREFIX: unpacks .debs/*.deb (scripts/gpu-deps) under PREFIX
+# with dpkg -x and points the build and the run at them: PATH, the Open MPI
+# relocation (OPAL_PREFIX), pkg-config (only the carried .pc files, their paths
+# under PREFIX through PKG_CONFIG_SYSROOT_DIR), libraries. For a machine that
+# reaches no package archive.
+zs_use_carried_debs() {
+  local root=$1 p
+  mkdir -p "$root"
+  for f in .debs/*.deb; do dpkg -x "$f" "$root"; done
+  p=$root/usr
+  local lib=$p/lib/x86_64-linux-gnu
+  # dpkg -x sets up no alternatives: name the programs ourselves
+  for x in mpicc mpiexec mpirun; do ln -sf "$x.openmpi" "$p/bin/$x"; done
+  # absolute links (libz.so -> /lib/.../libz.so.1.2.13) may name files this image
+  # lacks: point them into the unpacked tree, else at the image's own soname
+  local l t so
+  for l in "$lib"/*.so; do
+    [ -L "$l" ] && [ ! -e "$l" ] || continue
+    t=$(readlink "$l")
+    if [ -e "$root$t" ]; then
+      ln -sf "$root$t" "$l"
+    else
+      so=$(basename "$l").1
+      for c in /lib/x86_64-linux-gnu/$so /usr/lib/x86_64-linux-gnu/$so; do [ -e "$c" ] && ln -sf "$c" "$l" && break; done
+    fi
+  done
+  [ -e "$p/bin/pkg-config" ] || ln -sf pkgconf "$p/bin/pkg-config"
+  export PATH=$p/bin:$PATH OPAL_PREFIX=$p MPI_HOME=$lib/openmpi
+  export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}
+  export LIBRARY_PATH=$lib:$lib/openblas-pthread:${LIBRARY_PATH:-}
+  export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$p/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$root
+  export CMAKE_PREFIX_PATH=$p:${CMAKE_PREFIX_PATH:-}
+  export CPATH=$p/include:$p/include/x86_64-linux-gnu/openblas-pthread:$lib/openmpi/include:${CPATH:-}
+  export OMPI_MCA_plm_rsh_agent=false
+}
+
 # zs_build BUILD_DIR [cmake args...]
 zs_build() {
   local dir=$1
