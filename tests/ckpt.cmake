@@ -13,3 +13,10 @@ if(TARGET zs_ckpt AND ZS_HAVE_NCCL)
   set_tests_properties(test_ckpt_gpu_np1 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda")
 endif()
+# The zs-ckpt tool on a checkpoint the example trainer saved.
+if(TARGET zs-ckpt AND TARGET zs-train-gpt)
+  add_test(NAME zs_ckpt_cli COMMAND ${CMAKE_COMMAND} -D MPIEXEC=${MPIEXEC_EXECUTABLE}
+           -D TRAINER=$<TARGET_FILE:zs-train-gpt> -D ZS_CKPT=$<TARGET_FILE:zs-ckpt>
+           -D WORK=${CMAKE_CURRENT_BINARY_DIR}/zs_ckpt_cli -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/zs_ckpt_cli.cmake)
+  set_tests_properties(zs_ckpt_cli PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+endif()

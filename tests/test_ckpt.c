@@ -279,6 +279,14 @@ static void test_damage(void) {
   if (rank == 0) flip_byte(file, 32 + 40 + 5);
   barrier();
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "fails its CRC");
+  if (rank == nranks - 1) { /* the offline check sees it too, from any process */
+    expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "fails its CRC");
+    char out[400];
+    snprintf(out, sizeof out, "%s/never.safetensors", base);
+    expect_status(zs_checkpoint_to_safetensors(dir, out), ZS_ERR_CORRUPT);
+    expect_true(access(out, F_OK) != 0);
+  }
   barrier();
   if (rank == 0) flip_byte(file, 32 + 40 + 5); /* undo */
   /* a damaged block header */
@@ -294,6 +302,10 @@ static void test_damage(void) {
   if (rank == 0) expect_true(truncate(file, sb.st_size - 10) == 0);
   barrier();
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "truncated");
+  if (rank == 0) {
+    expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "truncated");
+  }
   barrier();
   /* no checkpoint at all, and a manifest that is not JSON */
   if (rank == 0) mkdir(empty, 0777);
@@ -378,7 +390,36 @@ static void test_safetensors(void) {
   assert_ok(open_run(&a, world, &c, NBLK));
   assert_ok(steps(&a, 2, NULL, NULL));
   assert_ok(zs_export_safetensors(a.zs, path));
+  char dir[320], path2[340];
+  path_of(dir, sizeof dir, "st-ckpt");
+  snprintf(path2, sizeof path2, "%s/offline.safetensors", base);
+  assert_ok(zs_checkpoint_save(a.zs, dir));
   float *v = values(&a, &n);
+  if (rank == 0) {
+    /* offline, from the checkpoint: the same file, byte for byte */
+    zs_checkpoint_info_t info;
+    expect_ok(zs_checkpoint_verify(dir, &info));
+    expect_int_eq(info.world, nranks);
+    expect_int_eq(info.step, 2);
+    expect_int_eq(info.ntensors, zs_engine_param_count(a.zs));
+    expect_int_eq(info.params, n);
+    expect_true(!strcmp(info.optimizer, "adamw"));
+    expect_ok(zs_checkpoint_to_safetensors(dir, path2));
+    FILE *f1 = fopen(path, "rb"), *f2 = fopen(path2, "rb");
+    assert_true(f1 && f2);
+    int c1, c2;
+    long same = 0, diff = 0;
+    do {
+      c1 = fgetc(f1), c2 = fgetc(f2);
+      if (c1 == c2) same++;
+      else diff++;
+    } while (c1 != EOF && c2 != EOF);
+    fclose(f1);
+    fclose(f2);
+    expect_int_eq(diff, 0);
+    expect_true(same > n * 4);
+  }
+  barrier();
   assert_true(v != NULL);
   FILE *f = fopen(path, "rb");
   assert_true(f != NULL);

@@ -32,6 +32,8 @@
 #ifndef ZEROSHARD_CHECKPOINT_H
 #define ZEROSHARD_CHECKPOINT_H
 
+#include <stdint.h>
+
 #include "zeroshard/engine.h"
 
 #ifdef __cplusplus
@@ -46,6 +48,24 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
 /* Writes every parameter's full fp32 master values to `path` in the safetensors
  * format (tensor names as declared, "__metadata__" with the step), from rank 0. */
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path);
+
+/* Offline, on one process, without an engine or MPI (build/bin/zs-ckpt wraps
+ * these; messages in zs_last_error()): */
+typedef struct {
+  int world;          /* ranks that saved it */
+  int64_t step;       /* optimizer steps taken */
+  int ntensors;
+  int64_t params;     /* elements over all tensors */
+  int64_t bytes;      /* rank files' bytes */
+  char optimizer[16]; /* "adamw", "adam", "sgd" */
+} zs_checkpoint_info_t;
+/* Reads every block of every rank file and checks its CRC, and that each tensor's
+ * every element is present once per kind of state. info may be NULL. */
+zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
+/* Assembles the full fp32 master tensors from the rank files and writes them to
+ * `path` in the safetensors format: the same file zs_export_safetensors writes
+ * at the step of the checkpoint, with no training job running. */
+zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
 
 #ifdef __cplusplus
 }

@@ -185,18 +185,18 @@ static zs_status_t fsync_dir(const char *dir) {
 }
 
 /* Closes f after flushing and fsyncing it, then renames tmp to final. */
-static zs_status_t commit_file(zs_engine_t *zs, FILE *f, const char *tmp, const char *final) {
+static zs_status_t commit_file(char *err_buf, FILE *f, const char *tmp, const char *final) {
   int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
   int err = errno;
   if (fclose(f) != 0 && !bad) bad = 1, err = errno;
   if (bad) {
     unlink(tmp);
-    return ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(err));
+    return ZS_FAIL(err_buf, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(err));
   }
   if (rename(tmp, final) != 0) {
     err = errno;
     unlink(tmp);
-    return ZS_FAIL(zs->err, ZS_ERR_IO, "renaming %s to %s failed: %s", tmp, final, strerror(err));
+    return ZS_FAIL(err_buf, ZS_ERR_IO, "renaming %s to %s failed: %s", tmp, final, strerror(err));
   }
   return ZS_OK;
 }
@@ -276,7 +276,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       written += (int64_t)sizeof bh + (b - a) * 4;
     }
   }
-  st = commit_file(zs, f, tmp, final);
+  st = commit_file(zs->err, f, tmp, final);
   f = NULL;
   *bytes_out = written;
   *blocks_out = nblocks;
@@ -354,7 +354,7 @@ static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, uint64_t id,
     fclose(f);
     unlink(tmp);
   } else {
-    st = commit_file(zs, f, tmp, final);
+    st = commit_file(zs->err, f, tmp, final);
   }
   cJSON_free(text);
   if (st == ZS_OK && fsync_dir(dir) != ZS_OK)
@@ -432,14 +432,26 @@ typedef struct {
   int64_t step, good_steps, hysteresis_left;
   double loss_scale;
   int has[K_COUNT];
+  char optimizer[16];
   char (*file)[64];
   int64_t *file_bytes, *file_blocks;
+  /* the tensors as saved */
+  int ntensors;
+  char (*tname)[ZS_NAME_MAX];
+  int *tndim;
+  int64_t (*tshape)[ZS_MAX_DIMS];
+  int64_t *tnumel;
 } manifest_t;
 
 static void manifest_free(manifest_t *m) {
   free(m->file);
   free(m->file_bytes);
   free(m->file_blocks);
+  free(m->tname);
+  free(m->tndim);
+  free(m->tshape);
+  free(m->tnumel);
+  memset(m, 0, sizeof *m);
 }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -447,15 +459,15 @@ static int num_ok(const cJSON *n, double lo, double hi) {
   return cJSON_IsNumber(n) && n->valuedouble >= lo && n->valuedouble <= hi && n->valuedouble == (double)(int64_t)n->valuedouble;
 }
 
-/* Reads and checks the manifest against the engine's declaration. */
-static zs_status_t read_manifest(zs_engine_t *zs, const char *dir, manifest_t *m) {
+/* Reads and checks dir/manifest.json on its own terms (no engine). Messages go
+ * to err (ZS_ERRBUF, may be NULL) prefixed with fn. */
+static zs_status_t parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn) {
   memset(m, 0, sizeof *m);
   char path[CK_PATH];
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   FILE *f = fopen(path, "rb");
   if (!f)
-    return ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_load: cannot open %s: %s (no complete checkpoint there)", path,
-                   strerror(errno));
+    return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s (no complete checkpoint there)", fn, path, strerror(errno));
   char *text = NULL;
   long n = -1;
   if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
@@ -465,108 +477,88 @@ static zs_status_t read_manifest(zs_engine_t *zs, const char *dir, manifest_t *m
   else if (text)
     free(text), text = NULL;
   fclose(f);
-  if (!text) return ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_load: cannot read %s", path);
+  if (!text) return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot read %s", fn, path);
   cJSON *j = cJSON_Parse(text);
   free(text);
   zs_status_t st = ZS_OK;
-#define BAD(...)                                                       \
-  do {                                                                 \
-    st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, __VA_ARGS__);                \
-    goto done;                                                         \
+#define BAD(...)                                          \
+  do {                                                    \
+    st = ZS_FAIL(err, ZS_ERR_CORRUPT, __VA_ARGS__);       \
+    goto done;                                            \
   } while (0)
-  if (!j) BAD("zs_checkpoint_load: %s is not valid JSON", path);
+  if (!j) BAD("%s: %s is not valid JSON", fn, path);
   const cJSON *fmt = get(j, "format"), *ver = get(j, "version"), *id = get(j, "id"), *world = get(j, "world");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT))
-    BAD("zs_checkpoint_load: %s is not a zeroshard checkpoint manifest (format)", path);
-  if (!num_ok(ver, 1, 1e9)) BAD("zs_checkpoint_load: %s has no valid version", path);
+    BAD("%s: %s is not a zeroshard checkpoint manifest (format)", fn, path);
+  if (!num_ok(ver, 1, 1e9)) BAD("%s: %s has no valid version", fn, path);
   if (ver->valuedouble != CK_VERSION)
-    BAD("zs_checkpoint_load: %s is format version %d; this library reads version %d", path, (int)ver->valuedouble,
-        CK_VERSION);
+    BAD("%s: %s is format version %d; this library reads version %d", fn, path, (int)ver->valuedouble, CK_VERSION);
   if (!cJSON_IsString(id) || strlen(id->valuestring) != 16 || sscanf(id->valuestring, "%16" SCNx64, &m->id) != 1)
-    BAD("zs_checkpoint_load: %s has no valid id", path);
-  if (!num_ok(world, 1, 1 << 20)) BAD("zs_checkpoint_load: %s has no valid world size", path);
+    BAD("%s: %s has no valid id", fn, path);
+  if (!num_ok(world, 1, 1 << 20)) BAD("%s: %s has no valid world size", fn, path);
   m->world = (int)world->valuedouble;
   const cJSON *step = get(j, "step"), *ls = get(j, "loss_scale"), *gs = get(j, "good_steps"),
               *hl = get(j, "hysteresis_left");
   if (!num_ok(step, 0, 9e15) || !cJSON_IsNumber(ls) || !(ls->valuedouble > 0) || !num_ok(gs, 0, 2e9) ||
       !num_ok(hl, -2e9, 2e9))
-    BAD("zs_checkpoint_load: %s: step, loss_scale, good_steps or hysteresis_left missing or invalid", path);
+    BAD("%s: %s: step, loss_scale, good_steps or hysteresis_left missing or invalid", fn, path);
   m->step = (int64_t)step->valuedouble;
   m->loss_scale = ls->valuedouble;
   m->good_steps = (int64_t)gs->valuedouble;
   m->hysteresis_left = (int64_t)hl->valuedouble;
+  const cJSON *opt = get(j, "optimizer");
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", cJSON_IsString(opt) ? opt->valuestring : "?");
   const cJSON *state = get(j, "state"), *e;
-  if (!cJSON_IsArray(state)) BAD("zs_checkpoint_load: %s has no state list", path);
+  if (!cJSON_IsArray(state)) BAD("%s: %s has no state list", fn, path);
   cJSON_ArrayForEach(e, state) {
     for (int k = 0; k < K_COUNT; k++)
       if (cJSON_IsString(e) && !strcmp(e->valuestring, k_names[k])) m->has[k] = 1;
   }
-  if (!m->has[K_MASTER]) BAD("zs_checkpoint_load: %s lists no master weights", path);
-  const cJSON *opt = get(j, "optimizer");
-  for (int k = K_M; k < K_COUNT; k++)
-    if (kind_present(zs, k) && !m->has[k]) {
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                   "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
-                   "engine's %s needs",
-                   k_names[k], cJSON_IsString(opt) ? opt->valuestring : "?", optim_name(zs->cfg.optim.kind));
-      goto done;
-    }
-  /* tensors: the same names and shapes in the same order */
+  if (!m->has[K_MASTER]) BAD("%s: %s lists no master weights", fn, path);
   const cJSON *ts = get(j, "tensors");
-  if (!cJSON_IsArray(ts)) BAD("zs_checkpoint_load: %s has no tensor list", path);
-  int nt = cJSON_GetArraySize(ts), i = 0;
-  cJSON_ArrayForEach(e, ts) {
-    const cJSON *name = get(e, "name"), *shape = get(e, "shape"), *numel = get(e, "numel");
-    if (!cJSON_IsString(name) || !cJSON_IsArray(shape) || !num_ok(numel, 0, 9e15))
-      BAD("zs_checkpoint_load: %s: tensor %d has no valid name, shape or numel", path, i);
-    if (i >= zs->nparams) {
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                   "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first extra: '%s')",
-                   nt, zs->nparams, name->valuestring);
-      goto done;
-    }
-    const zs_param_t *p = &zs->params[i];
-    int same = !strcmp(name->valuestring, p->name) && cJSON_GetArraySize(shape) == p->ndim &&
-               (int64_t)numel->valuedouble == p->numel;
-    for (int d = 0; same && d < p->ndim; d++) {
-      const cJSON *x = cJSON_GetArrayItem(shape, d);
-      same = num_ok(x, 0, 9e15) && (int64_t)x->valuedouble == p->shape[d];
-    }
-    if (!same) {
-      char *s = cJSON_PrintUnformatted(shape);
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                   "zs_checkpoint_load: tensor %d is '%s' with shape %s in the checkpoint but '%s' with %lld elements "
-                   "(%d dims) in this engine",
-                   i, name->valuestring, s ? s : "?", p->name, (long long)p->numel, p->ndim);
-      cJSON_free(s);
-      goto done;
-    }
-    i++;
-  }
-  if (nt != zs->nparams) {
-    st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first missing: '%s')", nt,
-                 zs->nparams, zs->params[nt].name);
-    goto done;
-  }
+  if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) > (1 << 24)) BAD("%s: %s has no tensor list", fn, path);
+  m->ntensors = cJSON_GetArraySize(ts);
+  size_t nt = (size_t)(m->ntensors > 0 ? m->ntensors : 1);
+  m->tname = calloc(nt, sizeof *m->tname);
+  m->tndim = calloc(nt, sizeof *m->tndim);
+  m->tshape = calloc(nt, sizeof *m->tshape);
+  m->tnumel = calloc(nt, sizeof *m->tnumel);
   const cJSON *fs = get(j, "files");
   if (!cJSON_IsArray(fs) || cJSON_GetArraySize(fs) != m->world)
-    BAD("zs_checkpoint_load: %s lists %d rank files for a world of %d", path, cJSON_IsArray(fs) ? cJSON_GetArraySize(fs) : 0,
+    BAD("%s: %s lists %d rank files for a world of %d", fn, path, cJSON_IsArray(fs) ? cJSON_GetArraySize(fs) : 0,
         m->world);
   m->nfiles = m->world;
   m->file = calloc((size_t)m->nfiles, sizeof *m->file);
   m->file_bytes = calloc((size_t)m->nfiles, sizeof *m->file_bytes);
   m->file_blocks = calloc((size_t)m->nfiles, sizeof *m->file_blocks);
-  if (!m->file || !m->file_bytes || !m->file_blocks) {
-    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->file || !m->file_bytes || !m->file_blocks) {
+    st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
     goto done;
+  }
+  int i = 0;
+  cJSON_ArrayForEach(e, ts) {
+    const cJSON *name = get(e, "name"), *shape = get(e, "shape"), *numel = get(e, "numel"), *x;
+    if (!cJSON_IsString(name) || strlen(name->valuestring) >= ZS_NAME_MAX || !cJSON_IsArray(shape) ||
+        cJSON_GetArraySize(shape) > ZS_MAX_DIMS || !num_ok(numel, 0, 9e15))
+      BAD("%s: %s: tensor %d has no valid name, shape or numel", fn, path, i);
+    snprintf(m->tname[i], ZS_NAME_MAX, "%s", name->valuestring);
+    int64_t prod = 1;
+    cJSON_ArrayForEach(x, shape) {
+      if (!num_ok(x, 0, 9e15)) BAD("%s: %s: tensor %d has an invalid shape", fn, path, i);
+      m->tshape[i][m->tndim[i]++] = (int64_t)x->valuedouble;
+      prod *= (int64_t)x->valuedouble;
+    }
+    m->tnumel[i] = (int64_t)numel->valuedouble;
+    if (prod != m->tnumel[i]) BAD("%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn, path,
+                                  m->tname[i], (long long)m->tnumel[i], (long long)prod);
+    i++;
   }
   i = 0;
   cJSON_ArrayForEach(e, fs) {
     const cJSON *name = get(e, "name"), *bytes = get(e, "bytes"), *blocks = get(e, "blocks");
     if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->file[0] || strchr(name->valuestring, '/') ||
         !num_ok(bytes, 32, 9e15) || !num_ok(blocks, 0, 4e9))
-      BAD("zs_checkpoint_load: %s: rank file %d has no valid name, bytes or blocks", path, i);
+      BAD("%s: %s: rank file %d has no valid name, bytes or blocks", fn, path, i);
     snprintf(m->file[i], sizeof m->file[i], "%s", name->valuestring);
     m->file_bytes[i] = (int64_t)bytes->valuedouble;
     m->file_blocks[i] = (int64_t)blocks->valuedouble;
@@ -579,48 +571,67 @@ done:
   return st;
 }
 
-/* What this rank reads: per unit and kind, its owned range's values, and how
- * many elements of each (tensor, kind) arrived. */
-typedef struct {
-  float **val;      /* [unit * K_COUNT + kind]: opt_n values in pinned memory, NULL if not needed */
-  int64_t *covered; /* [tensor * K_COUNT + kind] */
-} staging_t;
-
-static void staging_free(zs_engine_t *zs, staging_t *s) {
-  if (s->val)
-    for (int i = 0; i < zs->nunits * K_COUNT; i++)
-      if (s->val[i]) zs_device_host_free(zs->dev, s->val[i], (size_t)zs->units[i / K_COUNT].opt_n * 4, ZS_MEM_OTHER);
-  free(s->val);
-  free(s->covered);
+/* The manifest against the engine's declaration and optimizer state. */
+static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
+  for (int k = K_M; k < K_COUNT; k++)
+    if (kind_present(zs, k) && !m->has[k])
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
+                     "engine's %s needs",
+                     k_names[k], m->optimizer, optim_name(zs->cfg.optim.kind));
+  int n = m->ntensors < zs->nparams ? m->ntensors : zs->nparams;
+  for (int i = 0; i < n; i++) {
+    const zs_param_t *p = &zs->params[i];
+    int same = !strcmp(m->tname[i], p->name) && m->tndim[i] == p->ndim && m->tnumel[i] == p->numel;
+    for (int d = 0; same && d < p->ndim; d++) same = m->tshape[i][d] == p->shape[d];
+    if (!same)
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: tensor %d is '%s' with %lld elements (%d dims) in the checkpoint but '%s' "
+                     "with %lld elements (%d dims) in this engine",
+                     i, m->tname[i], (long long)m->tnumel[i], m->tndim[i], p->name, (long long)p->numel, p->ndim);
+  }
+  if (m->ntensors != zs->nparams)
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')",
+                   m->ntensors, zs->nparams, m->ntensors > zs->nparams ? "extra" : "missing",
+                   m->ntensors > zs->nparams ? m->tname[n] : zs->params[n].name);
+  return ZS_OK;
 }
 
-static zs_status_t read_rank_file(zs_engine_t *zs, const char *dir, const manifest_t *m, int r, staging_t *s) {
+/* Where the blocks read go. dest() returns where element *a of tensor t's kind
+ * k goes, [*a, *e) being the range wanted, or NULL if none of it is. covered
+ * counts arrivals per (tensor, kind); verify_all also CRC-checks blocks nobody
+ * wants. */
+typedef struct {
+  float *(*dest)(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e);
+  void *ctx;
+  int64_t *covered; /* [tensor * K_COUNT + kind] */
+  int verify_all;
+} sink_t;
+
+static zs_status_t read_rank_file(const char *dir, const manifest_t *m, int r, sink_t *sink, char *err,
+                                  const char *fn) {
   char path[CK_PATH];
   snprintf(path, sizeof path, "%s/%s", dir, m->file[r]);
   struct stat sb;
-  if (stat(path, &sb) != 0)
-    return ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: rank file %s is missing: %s", path, strerror(errno));
+  if (stat(path, &sb) != 0) return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: rank file %s is missing: %s", fn, path, strerror(errno));
   if ((int64_t)sb.st_size != m->file_bytes[r])
-    return ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
-                   "zs_checkpoint_load: %s is %lld bytes, the manifest says %lld (truncated or from another save)",
-                   path, (long long)sb.st_size, (long long)m->file_bytes[r]);
+    return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s is %lld bytes, the manifest says %lld (truncated or from another save)",
+                   fn, path, (long long)sb.st_size, (long long)m->file_bytes[r]);
   FILE *f = fopen(path, "rb");
-  if (!f) return ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_load: cannot open %s: %s", path, strerror(errno));
+  if (!f) return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
   zs_status_t st = ZS_OK;
   float *data = NULL;
   size_t cap = 0;
   ck_file_head_t fh;
   if (fread(&fh, sizeof fh, 1, f) != 1 || memcmp(fh.magic, CK_FILE_MAGIC, 8) ||
       fh.crc != crc(&fh, offsetof(ck_file_head_t, crc))) {
-    st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: %s has no valid zeroshard rank-file header", path);
+    st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s has no valid zeroshard rank-file header", fn, path);
     goto done;
   }
   if (fh.id != m->id || fh.rank != (uint32_t)r || fh.world != (uint32_t)m->world ||
       (int64_t)fh.nblocks != m->file_blocks[r]) {
-    st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
-                 "zs_checkpoint_load: %s belongs to another save (id, rank, world or block count differ from the "
-                 "manifest)",
-                 path);
+    st = ZS_FAIL(err, ZS_ERR_CORRUPT,
+                 "%s: %s belongs to another save (id, rank, world or block count differ from the manifest)", fn, path);
     goto done;
   }
   int64_t pos = (int64_t)sizeof fh;
@@ -628,56 +639,55 @@ static zs_status_t read_rank_file(zs_engine_t *zs, const char *dir, const manife
     ck_block_head_t bh;
     if (fread(&bh, sizeof bh, 1, f) != 1 || bh.magic != CK_BLOCK_MAGIC ||
         bh.head_crc != crc(&bh, offsetof(ck_block_head_t, head_crc))) {
-      st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: %s: block %u has a bad header (at byte %lld)", path,
-                   b, (long long)pos);
+      st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u has a bad header (at byte %lld)", fn, path, b,
+                   (long long)pos);
       goto done;
     }
     pos += (int64_t)sizeof bh;
-    if (bh.tensor >= (uint32_t)zs->nparams || bh.kind >= K_COUNT || bh.offset < 0 || bh.count <= 0 ||
-        bh.offset + bh.count > zs->params[bh.tensor].numel || pos + bh.count * 4 > (int64_t)sb.st_size) {
-      st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: %s: block %u is out of range", path, b);
+    if (bh.tensor >= (uint32_t)m->ntensors || bh.kind >= K_COUNT || !m->has[bh.kind] || bh.offset < 0 ||
+        bh.count <= 0 || bh.offset + bh.count > m->tnumel[bh.tensor] || pos + bh.count * 4 > (int64_t)sb.st_size) {
+      st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u is out of range", fn, path, b);
       goto done;
     }
-    const zs_param_t *p = &zs->params[bh.tensor];
-    const zs_unit_t *u = &zs->units[p->unit];
-    float *dst = s->val[p->unit * K_COUNT + (int)bh.kind];
-    int64_t a, e;
-    int64_t lo = bh.offset, hi = bh.offset + bh.count;
-    if (!dst || !owned_range(zs, p, &a, &e) || hi <= a || lo >= e) { /* not ours */
+    int64_t lo = bh.offset, hi = bh.offset + bh.count, a = 0, e = 0;
+    float *dst = sink->dest(sink->ctx, bh.tensor, bh.kind, &a, &e);
+    if (dst && (hi <= a || lo >= e)) dst = NULL;
+    if (!dst && !sink->verify_all) { /* not wanted */
       if (fseek(f, (long)(bh.count * 4), SEEK_CUR) != 0) {
-        st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_load: seeking in %s failed: %s", path, strerror(errno));
+        st = ZS_FAIL(err, ZS_ERR_IO, "%s: seeking in %s failed: %s", fn, path, strerror(errno));
         goto done;
       }
       pos += bh.count * 4;
       continue;
     }
-    float *into = NULL; /* the block is wholly ours: read it where it goes */
-    if (lo >= a && hi <= e) into = dst + (p->flat_off + lo - u->opt_off);
+    float *into = dst && lo >= a && hi <= e ? dst + (lo - a) : NULL; /* wholly wanted: read it where it goes */
     if (!into && (size_t)bh.count > cap) {
       free(data);
       cap = (size_t)bh.count;
       if (!(data = malloc(cap * 4))) {
-        st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory for a block of %lld values",
-                     (long long)bh.count);
+        st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory for a block of %lld values", fn, (long long)bh.count);
         goto done;
       }
     }
     float *buf = into ? into : data;
     if (fread(buf, 4, (size_t)bh.count, f) != (size_t)bh.count) {
-      st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "zs_checkpoint_load: %s: block %u is truncated", path, b);
+      st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u is truncated", fn, path, b);
       goto done;
     }
     if (crc(buf, (size_t)bh.count * 4) != bh.data_crc) {
-      st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
-                   "zs_checkpoint_load: %s: block %u (%s of '%s', elements %lld..%lld) fails its CRC: the file is "
-                   "corrupt",
-                   path, b, k_names[bh.kind], p->name, (long long)lo, (long long)hi);
+      st = ZS_FAIL(err, ZS_ERR_CORRUPT,
+                   "%s: %s: block %u (%s of '%s', elements %lld..%lld) fails its CRC: the file is corrupt", fn, path,
+                   b, k_names[bh.kind], m->tname[bh.tensor], (long long)lo, (long long)hi);
       goto done;
     }
     pos += bh.count * 4;
+    if (!dst) { /* verify_all: count what is there */
+      sink->covered[bh.tensor * K_COUNT + bh.kind] += bh.count;
+      continue;
+    }
     int64_t x0 = lo > a ? lo : a, x1 = hi < e ? hi : e;
-    if (!into) memcpy(dst + (p->flat_off + x0 - u->opt_off), data + (x0 - lo), (size_t)(x1 - x0) * 4);
-    s->covered[bh.tensor * K_COUNT + bh.kind] += x1 - x0;
+    if (!into) memcpy(dst + (x0 - a), data + (x0 - lo), (size_t)(x1 - x0) * 4);
+    sink->covered[bh.tensor * K_COUNT + bh.kind] += x1 - x0;
   }
 done:
   free(data);
@@ -685,31 +695,69 @@ done:
   return st;
 }
 
+/* Every rank file through the sink, then every wanted range complete. */
+static zs_status_t read_files(const char *dir, const manifest_t *m, sink_t *sink, char *err, const char *fn) {
+  for (int r = 0; r < m->nfiles; r++) ZS_CHECK(read_rank_file(dir, m, r, sink, err, fn));
+  for (int t = 0; t < m->ntensors; t++)
+    for (int k = 0; k < K_COUNT; k++) {
+      int64_t a = 0, e = 0;
+      if (!sink->dest(sink->ctx, (uint32_t)t, (uint32_t)k, &a, &e) || a >= e) continue;
+      if (sink->covered[t * K_COUNT + k] != e - a)
+        return ZS_FAIL(err, ZS_ERR_CORRUPT,
+                       "%s: the checkpoint holds %lld of the %lld values of %s of '%s' wanted (elements %lld..%lld): "
+                       "blocks are missing or overlap",
+                       fn, (long long)sink->covered[t * K_COUNT + k], (long long)(e - a), k_names[k], m->tname[t],
+                       (long long)a, (long long)e);
+    }
+  return ZS_OK;
+}
+
+/* ---- the engine's sink: its owned range of every tensor, in pinned staging --------- */
+
+typedef struct {
+  zs_engine_t *zs;
+  float **val; /* [unit * K_COUNT + kind]: opt_n values in pinned memory, NULL if not needed */
+} staging_t;
+
+static float *engine_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e) {
+  staging_t *s = ctx;
+  zs_engine_t *zs = s->zs;
+  const zs_param_t *p = &zs->params[t];
+  const zs_unit_t *u = &zs->units[p->unit];
+  float *base = s->val[p->unit * K_COUNT + (int)k];
+  if (!base || !owned_range(zs, p, a, e)) return NULL;
+  return base + (p->flat_off + *a - u->opt_off);
+}
+
+static void staging_free(zs_engine_t *zs, staging_t *s) {
+  if (s->val)
+    for (int i = 0; i < zs->nunits * K_COUNT; i++)
+      if (s->val[i]) zs_device_host_free(zs->dev, s->val[i], (size_t)zs->units[i / K_COUNT].opt_n * 4, ZS_MEM_OTHER);
+  free(s->val);
+}
+
 static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *m, staging_t *s) {
+  s->zs = zs;
   s->val = calloc((size_t)zs->nunits * K_COUNT, sizeof *s->val);
-  s->covered = calloc((size_t)zs->nparams * K_COUNT, sizeof *s->covered);
-  if (!s->val || !s->covered) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  int64_t *covered = calloc((size_t)zs->nparams * K_COUNT, sizeof *covered);
+  if (!s->val || !covered) {
+    free(covered);
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  }
   for (int i = 0; i < zs->nunits; i++)
     for (int k = 0; k < K_COUNT; k++) {
       if (!kind_present(zs, k) || zs->units[i].opt_n == 0) continue;
       zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)zs->units[i].opt_n * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
                                             (void **)&s->val[i * K_COUNT + k]);
-      if (st != ZS_OK)
+      if (st != ZS_OK) {
+        free(covered);
         return ZS_FAIL(zs->err, st, "zs_checkpoint_load: staging unit '%s': %s", zs->units[i].name, zs_last_error());
+      }
     }
-  for (int r = 0; r < m->nfiles; r++) ZS_CHECK(read_rank_file(zs, dir, m, r, s));
-  for (int i = 0; i < zs->nparams; i++) {
-    int64_t a, b;
-    if (!owned_range(zs, &zs->params[i], &a, &b)) continue;
-    for (int k = 0; k < K_COUNT; k++)
-      if (kind_present(zs, k) && s->covered[i * K_COUNT + k] != b - a)
-        return ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
-                       "zs_checkpoint_load: the checkpoint holds %lld of the %lld values of %s of '%s' this rank "
-                       "needs (elements %lld..%lld): blocks are missing or overlap",
-                       (long long)s->covered[i * K_COUNT + k], (long long)(b - a), k_names[k], zs->params[i].name,
-                       (long long)a, (long long)b);
-  }
-  return ZS_OK;
+  sink_t sink = {.dest = engine_dest, .ctx = s, .covered = covered};
+  zs_status_t st = read_files(dir, m, &sink, zs->err, "zs_checkpoint_load");
+  free(covered);
+  return st;
 }
 
 /* Writes what was read into the engine: parameters (rounded from the master) and
@@ -741,8 +789,9 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir) {
   ZS_CHECK(agree(zs, st, "zs_checkpoint_load: finishing pending work"));
   manifest_t m;
   staging_t s = {0};
-  st = read_manifest(zs, dir, &m);
+  st = parse_manifest(dir, &m, zs->err, "zs_checkpoint_load");
   int have_m = st == ZS_OK;
+  if (st == ZS_OK) st = check_manifest(zs, &m);
   if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
   st = agree(zs, st, "zs_checkpoint_load: reading the checkpoint");
   if (st == ZS_OK) {
@@ -770,57 +819,83 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir) {
 }
 
 /* ============================================================================
- * safetensors export
+ * safetensors
  * ========================================================================== */
 
+typedef struct {
+  const char *name;
+  int ndim;
+  const int64_t *shape;
+  int64_t numel;
+} ck_tensor_t;
+
+/* Creates tmp and writes the safetensors header: 8-byte little-endian length,
+ * the JSON (tensors in order, laid end to end, F32; "__metadata__" with the
+ * step), padded with spaces to a multiple of 8. */
+static zs_status_t st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_t step, char *err, const char *fn,
+                            FILE **out) {
+  *out = NULL;
+  cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
+  char sstep[32];
+  snprintf(sstep, sizeof sstep, "%lld", (long long)step);
+  cJSON_AddStringToObject(meta, "producer", "zeroshard");
+  cJSON_AddStringToObject(meta, "step", sstep);
+  int64_t off = 0;
+  zs_status_t st = ZS_OK;
+  for (int i = 0; i < n && st == ZS_OK; i++) {
+    if (cJSON_GetObjectItemCaseSensitive(h, t[i].name) || !strcmp(t[i].name, "__metadata__")) {
+      st = ZS_FAIL(err, ZS_ERR_INVALID, "%s: two tensors are named '%s': safetensors needs unique names", fn,
+                   t[i].name);
+      break;
+    }
+    cJSON *x = cJSON_AddObjectToObject(h, t[i].name), *shape = cJSON_AddArrayToObject(x, "shape");
+    cJSON_AddStringToObject(x, "dtype", "F32");
+    for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+    cJSON *o = cJSON_AddArrayToObject(x, "data_offsets");
+    cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+    off += t[i].numel * 4;
+    cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+  }
+  char *head = st == ZS_OK ? cJSON_PrintUnformatted(h) : NULL;
+  cJSON_Delete(h);
+  if (st == ZS_OK && !head) st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  FILE *f = NULL;
+  if (st == ZS_OK && !(f = fopen(tmp, "wb"))) st = ZS_FAIL(err, ZS_ERR_IO, "%s: cannot create %s: %s", fn, tmp, strerror(errno));
+  if (st == ZS_OK) {
+    size_t len = strlen(head), padded = (len + 7) / 8 * 8;
+    unsigned char b8[8];
+    for (int b = 0; b < 8; b++) b8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+    int ok = fwrite(b8, 8, 1, f) == 1 && fwrite(head, 1, len, f) == len;
+    for (size_t k = len; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
+    if (!ok) {
+      st = ZS_FAIL(err, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
+      fclose(f);
+      unlink(tmp);
+      f = NULL;
+    }
+  }
+  cJSON_free(head);
+  *out = f;
+  return st;
+}
+
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
-  ZS_CHECK(check_call(zs, path, "zs_export_safetensors"));
+  static const char fn[] = "zs_export_safetensors";
+  ZS_CHECK(check_call(zs, path, fn));
   ZS_CHECK(zs_flush(zs));
   zs_status_t st = ZS_OK;
   char tmp[CK_PATH + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = NULL;
-  char *head = NULL;
   int64_t maxn = 0;
   for (int i = 0; i < zs->nparams; i++) maxn = zs->params[i].numel > maxn ? zs->params[i].numel : maxn;
   float *buf = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof(float));
-  if (!buf) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_export_safetensors: out of host memory");
+  ck_tensor_t *t = calloc((size_t)zs->nparams, sizeof *t);
+  if (!buf || !t) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   if (st == ZS_OK && zs->rank == 0) {
-    /* the header: tensors in declaration order, laid end to end */
-    cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
-    char step[32];
-    snprintf(step, sizeof step, "%lld", (long long)zs->step);
-    cJSON_AddStringToObject(meta, "producer", "zeroshard");
-    cJSON_AddStringToObject(meta, "step", step);
-    int64_t off = 0;
-    for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
-      const zs_param_t *p = &zs->params[i];
-      if (cJSON_GetObjectItemCaseSensitive(h, p->name) || !strcmp(p->name, "__metadata__")) {
-        st = ZS_FAIL(zs->err, ZS_ERR_INVALID,
-                     "zs_export_safetensors: two parameters are named '%s': safetensors needs unique names", p->name);
-        break;
-      }
-      cJSON *t = cJSON_AddObjectToObject(h, p->name);
-      cJSON_AddStringToObject(t, "dtype", "F32");
-      cJSON_AddItemToObject(t, "shape", shape_json(p));
-      cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
-      cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-      off += p->numel * 4;
-      cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-    }
-    head = st == ZS_OK ? cJSON_PrintUnformatted(h) : NULL;
-    cJSON_Delete(h);
-    if (st == ZS_OK && !head) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_export_safetensors: out of host memory");
-    if (st == ZS_OK && !(f = fopen(tmp, "wb")))
-      st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_export_safetensors: cannot create %s: %s", tmp, strerror(errno));
-    if (st == ZS_OK) {
-      size_t n = strlen(head), padded = (n + 7) / 8 * 8;
-      unsigned char len[8];
-      for (int b = 0; b < 8; b++) len[b] = (unsigned char)((uint64_t)padded >> (8 * b));
-      int ok = fwrite(len, 8, 1, f) == 1 && fwrite(head, 1, n, f) == n;
-      for (size_t k = n; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
-      if (!ok) st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_export_safetensors: writing %s failed: %s", tmp, strerror(errno));
-    }
+    for (int i = 0; i < zs->nparams; i++)
+      t[i] = (ck_tensor_t){zs->params[i].name, zs->params[i].ndim, zs->params[i].shape, zs->params[i].numel};
+    st = st_begin(tmp, t, zs->nparams, zs->step, zs->err, fn, &f);
   }
   ZS_CHECK_GOTO(agree(zs, st, "zs_export_safetensors: writing the header"), st, done);
   /* every rank joins each parameter's gather; rank 0 writes */
@@ -828,10 +903,10 @@ zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
   for (int i = 0; i < zs->nparams; i++) {
     ZS_CHECK_GOTO(zs_param_get(zs, i, buf), st, done);
     if (zs->rank == 0 && wst == ZS_OK && fwrite(buf, 4, (size_t)zs->params[i].numel, f) != (size_t)zs->params[i].numel)
-      wst = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_export_safetensors: writing %s failed: %s", tmp, strerror(errno));
+      wst = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
   }
   if (zs->rank == 0 && wst == ZS_OK) {
-    wst = commit_file(zs, f, tmp, path);
+    wst = commit_file(zs->err, f, tmp, path);
     f = NULL;
   }
   st = agree(zs, wst, "zs_export_safetensors: writing the tensors");
@@ -840,7 +915,98 @@ done:
     fclose(f);
     unlink(tmp);
   }
-  cJSON_free(head);
+  free(t);
   free(buf);
+  return st;
+}
+
+/* ============================================================================
+ * offline: no engine, no MPI
+ * ========================================================================== */
+
+static float *null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e) {
+  (void)ctx, (void)t, (void)k, (void)a, (void)e;
+  return NULL;
+}
+
+zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info) {
+  static const char fn[] = "zs_checkpoint_verify";
+  if (!dir || !*dir) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir is NULL or empty", fn);
+  manifest_t m;
+  ZS_CHECK(parse_manifest(dir, &m, NULL, fn));
+  int64_t *covered = calloc((size_t)(m.ntensors > 0 ? m.ntensors : 1) * K_COUNT, sizeof *covered);
+  zs_status_t st = covered ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  sink_t sink = {.dest = null_dest, .covered = covered, .verify_all = 1};
+  for (int r = 0; r < m.nfiles && st == ZS_OK; r++) st = read_rank_file(dir, &m, r, &sink, NULL, fn);
+  /* every element of every tensor, once, in every kind the manifest lists */
+  for (int t = 0; t < m.ntensors && st == ZS_OK; t++)
+    for (int k = 0; k < K_COUNT && st == ZS_OK; k++)
+      if (m.has[k] && covered[t * K_COUNT + k] != m.tnumel[t])
+        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s holds %lld of the %lld values of %s of '%s'", fn, dir,
+                     (long long)covered[t * K_COUNT + k], (long long)m.tnumel[t], k_names[k], m.tname[t]);
+  if (st == ZS_OK && info) {
+    memset(info, 0, sizeof *info);
+    info->world = m.world;
+    info->step = m.step;
+    info->ntensors = m.ntensors;
+    for (int t = 0; t < m.ntensors; t++) info->params += m.tnumel[t];
+    for (int r = 0; r < m.nfiles; r++) info->bytes += m.file_bytes[r];
+    snprintf(info->optimizer, sizeof info->optimizer, "%s", m.optimizer);
+  }
+  free(covered);
+  manifest_free(&m);
+  return st;
+}
+
+typedef struct {
+  const manifest_t *m;
+  float **full;
+} full_t;
+
+static float *full_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e) {
+  full_t *x = ctx;
+  if (k != K_MASTER) return NULL;
+  *a = 0;
+  *e = x->m->tnumel[t];
+  return x->full[t];
+}
+
+zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
+  static const char fn[] = "zs_checkpoint_to_safetensors";
+  if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
+  manifest_t m;
+  ZS_CHECK(parse_manifest(dir, &m, NULL, fn));
+  size_t nt = (size_t)(m.ntensors > 0 ? m.ntensors : 1);
+  float **full = calloc(nt, sizeof *full);
+  int64_t *covered = calloc(nt * K_COUNT, sizeof *covered);
+  ck_tensor_t *t = calloc(nt, sizeof *t);
+  zs_status_t st = full && covered && t ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  for (int i = 0; i < m.ntensors && st == ZS_OK; i++) {
+    if (!(full[i] = malloc((size_t)(m.tnumel[i] > 0 ? m.tnumel[i] : 1) * 4)))
+      st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for '%s'", fn, m.tname[i]);
+    t[i] = (ck_tensor_t){m.tname[i], m.tndim[i], m.tshape[i], m.tnumel[i]};
+  }
+  full_t x = {&m, full};
+  sink_t sink = {.dest = full_dest, .ctx = &x, .covered = covered};
+  if (st == ZS_OK) st = read_files(dir, &m, &sink, NULL, fn);
+  char tmp[CK_PATH + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = NULL;
+  if (st == ZS_OK) st = st_begin(tmp, t, m.ntensors, m.step, NULL, fn, &f);
+  for (int i = 0; i < m.ntensors && st == ZS_OK; i++)
+    if (fwrite(full[i], 4, (size_t)m.tnumel[i], f) != (size_t)m.tnumel[i])
+      st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
+  if (f && st == ZS_OK) {
+    st = commit_file(NULL, f, tmp, path);
+  } else if (f) {
+    fclose(f);
+    unlink(tmp);
+  }
+  if (full)
+    for (int i = 0; i < m.ntensors; i++) free(full[i]);
+  free(full);
+  free(covered);
+  free(t);
+  manifest_free(&m);
   return st;
 }
