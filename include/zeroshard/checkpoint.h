@@ -64,7 +64,9 @@ typedef struct {
 zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
 /* Assembles the full fp32 master tensors from the rank files and writes them to
  * `path` in the safetensors format: the same file zs_export_safetensors writes
- * at the step of the checkpoint, with no training job running. */
+ * at the step of the checkpoint, with no training job running. One tensor at a
+ * time (an index of the blocks first), so it needs memory for the largest
+ * tensor, not the model. */
 zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
 
 #ifdef __cplusplus

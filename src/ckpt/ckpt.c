@@ -606,6 +606,9 @@ typedef struct {
   void *ctx;
   int64_t *covered; /* [tensor * K_COUNT + kind] */
   int verify_all;
+  /* index mode (when set): called per valid block header with the data's file
+   * position; the data is skipped, not read (nor CRC-checked) */
+  zs_status_t (*index)(void *ctx, int r, const ck_block_head_t *bh, int64_t pos);
 } sink_t;
 
 static zs_status_t read_rank_file(const char *dir, const manifest_t *m, int r, sink_t *sink, char *err,
@@ -650,6 +653,15 @@ static zs_status_t read_rank_file(const char *dir, const manifest_t *m, int r, s
       goto done;
     }
     int64_t lo = bh.offset, hi = bh.offset + bh.count, a = 0, e = 0;
+    if (sink->index) {
+      if ((st = sink->index(sink->ctx, r, &bh, pos)) != ZS_OK) goto done;
+      if (fseek(f, (long)(bh.count * 4), SEEK_CUR) != 0) {
+        st = ZS_FAIL(err, ZS_ERR_IO, "%s: seeking in %s failed: %s", fn, path, strerror(errno));
+        goto done;
+      }
+      pos += bh.count * 4;
+      continue;
+    }
     float *dst = sink->dest(sink->ctx, bh.tensor, bh.kind, &a, &e);
     if (dst && (hi <= a || lo >= e)) dst = NULL;
     if (!dst && !sink->verify_all) { /* not wanted */
@@ -958,17 +970,36 @@ zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info) {
   return st;
 }
 
+/* The master blocks of every tensor: where they are, to read one tensor at a time. */
 typedef struct {
-  const manifest_t *m;
-  float **full;
-} full_t;
+  int r;
+  int64_t pos, offset, count;
+  uint32_t crc;
+} ck_entry_t;
 
-static float *full_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e) {
-  full_t *x = ctx;
-  if (k != K_MASTER) return NULL;
-  *a = 0;
-  *e = x->m->tnumel[t];
-  return x->full[t];
+typedef struct {
+  ck_entry_t **e; /* per tensor */
+  int *n, *cap;
+} ck_index_t;
+
+static int entry_cmp(const void *a, const void *b) {
+  int64_t x = ((const ck_entry_t *)a)->offset, y = ((const ck_entry_t *)b)->offset;
+  return x < y ? -1 : x > y;
+}
+
+static zs_status_t index_block(void *ctx, int r, const ck_block_head_t *bh, int64_t pos) {
+  ck_index_t *x = ctx;
+  if (bh->kind != K_MASTER) return ZS_OK;
+  int t = (int)bh->tensor;
+  if (x->n[t] == x->cap[t]) {
+    int cap = x->cap[t] ? 2 * x->cap[t] : 4;
+    ck_entry_t *e = realloc(x->e[t], (size_t)cap * sizeof *e);
+    if (!e) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_checkpoint_to_safetensors: out of host memory for the index");
+    x->e[t] = e;
+    x->cap[t] = cap;
+  }
+  x->e[t][x->n[t]++] = (ck_entry_t){r, pos, bh->offset, bh->count, bh->data_crc};
+  return ZS_OK;
 }
 
 zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
@@ -976,37 +1007,73 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
   if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
   manifest_t m;
   ZS_CHECK(parse_manifest(dir, &m, NULL, fn));
+  /* pass 1: where every master block is (headers only); pass 2: one tensor at a
+   * time, so memory is the largest tensor, not the model */
   size_t nt = (size_t)(m.ntensors > 0 ? m.ntensors : 1);
-  float **full = calloc(nt, sizeof *full);
-  int64_t *covered = calloc(nt * K_COUNT, sizeof *covered);
+  ck_index_t x = {calloc(nt, sizeof(ck_entry_t *)), calloc(nt, sizeof(int)), calloc(nt, sizeof(int))};
   ck_tensor_t *t = calloc(nt, sizeof *t);
-  zs_status_t st = full && covered && t ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
-  for (int i = 0; i < m.ntensors && st == ZS_OK; i++) {
-    if (!(full[i] = malloc((size_t)(m.tnumel[i] > 0 ? m.tnumel[i] : 1) * 4)))
-      st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for '%s'", fn, m.tname[i]);
-    t[i] = (ck_tensor_t){m.tname[i], m.tndim[i], m.tshape[i], m.tnumel[i]};
+  FILE **files = calloc((size_t)m.nfiles, sizeof *files);
+  int64_t maxn = 1;
+  zs_status_t st = x.e && x.n && x.cap && t && files ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  for (int i = 0; i < m.ntensors; i++) {
+    if (t) t[i] = (ck_tensor_t){m.tname[i], m.tndim[i], m.tshape[i], m.tnumel[i]};
+    maxn = m.tnumel[i] > maxn ? m.tnumel[i] : maxn;
   }
-  full_t x = {&m, full};
-  sink_t sink = {.dest = full_dest, .ctx = &x, .covered = covered};
-  if (st == ZS_OK) st = read_files(dir, &m, &sink, NULL, fn);
+  sink_t sink = {.dest = null_dest, .ctx = &x, .index = index_block};
+  for (int r = 0; r < m.nfiles && st == ZS_OK; r++) st = read_rank_file(dir, &m, r, &sink, NULL, fn);
+  float *buf = st == ZS_OK ? malloc((size_t)maxn * 4) : NULL;
+  if (st == ZS_OK && !buf) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for a tensor of %lld values", fn,
+                                        (long long)maxn);
   char tmp[CK_PATH + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = NULL;
   if (st == ZS_OK) st = st_begin(tmp, t, m.ntensors, m.step, NULL, fn, &f);
-  for (int i = 0; i < m.ntensors && st == ZS_OK; i++)
-    if (fwrite(full[i], 4, (size_t)m.tnumel[i], f) != (size_t)m.tnumel[i])
+  for (int i = 0; i < m.ntensors && st == ZS_OK; i++) {
+    int64_t covered = 0; /* blocks must tile the tensor: sorted, each starting where the last ended */
+    if (x.n[i] > 1) qsort(x.e[i], (size_t)x.n[i], sizeof(ck_entry_t), entry_cmp);
+    for (int k = 0; k < x.n[i] && st == ZS_OK; k++) {
+      const ck_entry_t *e = &x.e[i][k];
+      if (e->offset != covered) {
+        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: the master blocks of '%s' %s at element %lld", fn, dir,
+                     m.tname[i], e->offset < covered ? "overlap" : "leave a gap", (long long)covered);
+        break;
+      }
+      char fpath[CK_PATH];
+      snprintf(fpath, sizeof fpath, "%s/%s", dir, m.file[e->r]);
+      if (!files[e->r] && !(files[e->r] = fopen(fpath, "rb"))) {
+        st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot open %s: %s", fn, fpath, strerror(errno));
+        break;
+      }
+      float *into = buf + e->offset; /* offset + count <= numel: checked when indexed */
+      if (fseek(files[e->r], (long)e->pos, SEEK_SET) != 0 ||
+          fread(into, 4, (size_t)e->count, files[e->r]) != (size_t)e->count)
+        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: a block of '%s' is truncated", fn, fpath, m.tname[i]);
+      else if (crc(into, (size_t)e->count * 4) != e->crc)
+        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: the block of '%s' at elements %lld..%lld fails its CRC", fn,
+                     fpath, m.tname[i], (long long)e->offset, (long long)(e->offset + e->count));
+      covered += e->count;
+    }
+    if (st == ZS_OK && covered != m.tnumel[i])
+      st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s holds %lld of the %lld master values of '%s'", fn, dir,
+                   (long long)covered, (long long)m.tnumel[i], m.tname[i]);
+    if (st == ZS_OK && fwrite(buf, 4, (size_t)m.tnumel[i], f) != (size_t)m.tnumel[i])
       st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
+  }
   if (f && st == ZS_OK) {
     st = commit_file(NULL, f, tmp, path);
   } else if (f) {
     fclose(f);
     unlink(tmp);
   }
-  if (full)
-    for (int i = 0; i < m.ntensors; i++) free(full[i]);
-  free(full);
-  free(covered);
+  for (int r = 0; files && r < m.nfiles; r++)
+    if (files[r]) fclose(files[r]);
+  for (int i = 0; x.e && i < m.ntensors; i++) free(x.e[i]);
+  free(x.e);
+  free(x.n);
+  free(x.cap);
+  free(files);
   free(t);
+  free(buf);
   manifest_free(&m);
   return st;
 }
