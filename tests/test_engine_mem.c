@@ -114,6 +114,26 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
   tm_model_t *m = calloc(1, sizeof *m);
   assert_ok(zs_engine_create(&zs, &c, dev, world));
   assert_ok(tm_declare(zs, m, NBLK, dt));
+  /* the estimate, before anything is allocated, at this and other world sizes:
+   * the formula exactly (checked against the accountant below) */
+  for (int W = 1; W <= 8; W++) {
+    zs_mem_estimate_t est;
+    assert_ok(zs_engine_estimate(zs, W, &est));
+    formula_layout(W);
+    expect_t f = formula_static(stage, pb, rb, off != 0, off == 2);
+    expect_u64_eq(est.device[ZS_MEM_PARAMS], f.params);
+    expect_u64_eq(est.device[ZS_MEM_GRADS], f.grads);
+    expect_u64_eq(est.device[ZS_MEM_OPTIMIZER], f.optim);
+    expect_u64_eq(est.device[ZS_MEM_GATHER], 0);
+    expect_u64_eq(est.host[ZS_MEM_GRADS], f.host_grads);
+    expect_u64_eq(est.host[ZS_MEM_OPTIMIZER], f.host_optim);
+    expect_u64_eq(est.host[ZS_MEM_PARAMS], f.host_params);
+    expect_u64_eq(est.device_model_state, f.params + f.grads + f.optim);
+  }
+  formula_layout(nranks);
+  zs_mem_estimate_t est;
+  assert_ok(zs_engine_estimate(zs, nranks, &est));
+  zs_device_memory_reset_peaks(dev);
   assert_ok(zs_engine_setup(zs, tm_init, zs));
   for (int u = 0; u < NU; u++) {
     int64_t pad, sh;
@@ -175,6 +195,13 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
     snprintf(w, sizeof w, "stage %d %s k %d after step", stage, zs_dtype_name(dt), k);
     check_mem(w, st);
   }
+  /* the step's device peak stays within the estimate's bound */
+  zs_memory_stats_t ps;
+  zs_device_memory_stats(dev, &ps);
+  if (ps.peak_total[ZS_DOMAIN_DEVICE] > est.device_peak_bound)
+    ZS_T_REPORT("stage %d %s k %d off %d: device peak %llu above the estimate's bound %llu", stage, zs_dtype_name(dt),
+                k, off, (unsigned long long)ps.peak_total[ZS_DOMAIN_DEVICE],
+                (unsigned long long)est.device_peak_bound);
   zs_engine_destroy(zs);
   free(m);
   zs_memory_stats_t s;

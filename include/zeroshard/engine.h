@@ -145,6 +145,25 @@ zs_status_t zs_unit_layout(const zs_engine_t *zs, int unit, int64_t *numel, int6
 
 /* The device accountant's figures (bytes by domain and category). */
 zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
+
+/* What the declared model will hold per rank at `world` ranks (any world size:
+ * a what-if), from the declaration and config alone; callable before setup.
+ * model state = params + grads + optimizer (+ stage-3 persistent units, category
+ * gather) between steps, exactly what the accountant will show per category and
+ * domain. device_peak_bound bounds the device bytes during a step when the
+ * trainer holds one unit at a time (each further unit held adds its gathered
+ * size): the model state plus the transient buffers (gathered units within the
+ * prefetch window,
+ * full gradient buffers, reduce-dtype and accumulation scratch, the mpi
+ * comm's reduction scratch) at their most. */
+typedef struct {
+  int world;
+  uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category */
+  uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain) */
+  uint64_t device_model_state, host_model_state;
+  uint64_t device_peak_bound;
+} zs_mem_estimate_t;
+zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out);
 /* Calls and bytes per collective kind on the engine's comm since setup or the
  * last reset. */
 zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out);

@@ -392,6 +392,74 @@ static void layout(zs_engine_t *zs) {
   }
 }
 
+zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
+  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_estimate: engine and out must not be NULL");
+  if (world < 1) return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_estimate: world %d must be >= 1", world);
+  const zs_config_t *c = &zs->cfg;
+  memset(out, 0, sizeof *out);
+  out->world = world;
+  uint64_t pb = zs->pb, rb = zs->rb, quantum = (uint64_t)world * ZS_ALIGN;
+  int off = zs->offload, adam = c->optim.kind != ZS_SGD;
+  uint64_t *opt = off ? out->host : out->device;
+  uint64_t maxP = 0, maxS = 0, gathered[3] = {0}; /* the largest gathered units, for the bound */
+  for (int i = 0; i < zs->nunits; i++) {
+    const zs_unit_t *u = &zs->units[i];
+    uint64_t numel = 0;
+    for (int k = 0; k < u->nparams; k++)
+      numel += (uint64_t)(zs->params[u->first_param + k].numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+    uint64_t P = (numel + quantum - 1) / quantum * quantum;
+    if (P == 0) P = quantum;
+    uint64_t S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
+    int persistent = c->stage == 3 && c->persist_threshold > 0 && numel <= c->persist_threshold;
+    out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
+    if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
+    if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
+    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
+    else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
+    if (off) out->host[ZS_MEM_GRADS] += on * 4;
+    if (zs->dpu) {
+      out->host[ZS_MEM_GRADS] += on * 4;
+      if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
+    }
+    maxP = P > maxP ? P : maxP;
+    maxS = S > maxS ? S : maxS;
+    if (c->stage == 3 && !persistent) { /* keep the three largest */
+      uint64_t x = P;
+      for (int j = 0; j < 3; j++)
+        if (x > gathered[j]) {
+          uint64_t t = gathered[j];
+          gathered[j] = x;
+          x = t;
+        }
+    }
+  }
+  for (int k = ZS_MEM_PARAMS; k <= ZS_MEM_OPTIMIZER; k++) {
+    out->device_model_state += out->device[k];
+    out->host_model_state += out->host[k];
+  }
+  out->device_model_state += out->device[ZS_MEM_GATHER];
+  /* transients at their most: gathered units (the held one plus the prefetch
+   * window), two units' full gradients (the one computing, the one reducing),
+   * their reduce-dtype copies, reduced shards awaiting the copy to the host,
+   * the fp32 accumulation scratch, and the engine's scalars */
+  uint64_t t = 0;
+  int window = c->prefetch + 1 < 3 ? c->prefetch + 1 : 3;
+  if (c->stage == 3) {
+    for (int j = 0; j < window; j++) t += gathered[j] * pb;
+    for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
+  }
+  if (c->stage >= 2) t += 2 * maxP * pb;
+  if (rb != pb) t += 2 * maxP * rb;
+  if (c->stage >= 2 && off) t += 2 * maxS * rb;
+  if (c->stage >= 2) t += 2 * maxS * 4;
+  t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
+  t += 4 + (uint64_t)(2 * zs->world + 2) * 8;
+  out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
+  return ZS_OK;
+}
+
 /* A persistent buffer of the unit, zeroed, remembered for destroy. */
 static zs_status_t own(zs_engine_t *zs, zs_unit_t *u, size_t bytes, zs_mem_category_t cat, int host, void **out) {
   if (host) {
