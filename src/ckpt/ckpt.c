@@ -116,7 +116,7 @@ static zs_status_t check_call(zs_engine_t *zs, const char *path, const char *fn)
 static zs_status_t drain(zs_engine_t *zs) {
   zs_stream_t *s[] = {zs->rs_stream, zs->ag_stream, zs->copy_stream, zs->compute};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
-    if (i == 2 && !s[i]) continue;
+    if (!s[i] && s[i] != zs->compute) continue; /* no copy stream without offload */
     zs_status_t st = zs_stream_synchronize(zs->dev, s[i]);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "waiting for the engine's streams failed: %s", zs_last_error());
   }

@@ -104,14 +104,6 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
   return ZS_OK;
 }
 
-int zs__offload_worker_busy(const zs_offload_worker_t *w) {
-  zs_offload_worker_t *m = (zs_offload_worker_t *)w;
-  pthread_mutex_lock(&m->mu);
-  int busy = m->queued || m->running;
-  pthread_mutex_unlock(&m->mu);
-  return busy;
-}
-
 zs_status_t zs__offload_worker_join(zs_offload_worker_t *w) {
   pthread_mutex_lock(&w->mu);
   while (w->queued || w->running) pthread_cond_wait(&w->cv, &w->mu);

@@ -64,7 +64,6 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
 /* Waits for the running job (if any); returns its status, with its message in
  * zs_last_error() of the calling thread. */
 zs_status_t zs__offload_worker_join(zs_offload_worker_t *w);
-int zs__offload_worker_busy(const zs_offload_worker_t *w);
 /* Joins and ends the thread. NULL is a no-op. */
 void zs__offload_worker_destroy(zs_offload_worker_t *w);
 

@@ -371,24 +371,29 @@ done:
  * setup: layout, allocation, segments, initial values
  * ========================================================================== */
 
+/* A unit's flat size at `world` ranks: its parameters each aligned to ZS_ALIGN
+ * (numel), padded to a multiple of world * ZS_ALIGN (padded); whether it stays
+ * gathered at stage 3. Sets the parameters' flat offsets when `place`. */
+static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
+                        int64_t *padded, int *persistent) {
+  int64_t quantum = world * ZS_ALIGN, off = 0;
+  for (int k = 0; k < u->nparams; k++) {
+    zs_param_t *p = &zs->params[u->first_param + k];
+    if (place) p->flat_off = off;
+    off += (p->numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+  }
+  *numel = off;
+  *padded = off ? (off + quantum - 1) / quantum * quantum : quantum;
+  *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (size_t)off <= zs->cfg.persist_threshold;
+}
+
 static void layout(zs_engine_t *zs) {
-  int64_t quantum = (int64_t)zs->world * ZS_ALIGN;
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
-    int64_t off = 0;
-    for (int k = 0; k < u->nparams; k++) {
-      zs_param_t *p = &zs->params[u->first_param + k];
-      p->flat_off = off;
-      off += (p->numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
-    }
-    u->numel = off;
-    u->padded = (off + quantum - 1) / quantum * quantum;
-    if (u->padded == 0) u->padded = quantum;
+    unit_extent(zs, u, zs->world, 1, &u->numel, &u->padded, &u->persistent);
     u->shard = u->padded / zs->world;
     u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->rank * u->shard;
     u->opt_n = zs->cfg.stage == 0 ? u->padded : u->shard;
-    u->persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 &&
-                    (size_t)u->numel <= zs->cfg.persist_threshold;
   }
 }
 
@@ -398,19 +403,15 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   const zs_config_t *c = &zs->cfg;
   memset(out, 0, sizeof *out);
   out->world = world;
-  uint64_t pb = zs->pb, rb = zs->rb, quantum = (uint64_t)world * ZS_ALIGN;
+  uint64_t pb = zs->pb, rb = zs->rb;
   int off = zs->offload, adam = c->optim.kind != ZS_SGD;
   uint64_t *opt = off ? out->host : out->device;
   uint64_t maxP = 0, maxS = 0, gathered[3] = {0}; /* the largest gathered units, for the bound */
   for (int i = 0; i < zs->nunits; i++) {
-    const zs_unit_t *u = &zs->units[i];
-    uint64_t numel = 0;
-    for (int k = 0; k < u->nparams; k++)
-      numel += (uint64_t)(zs->params[u->first_param + k].numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
-    uint64_t P = (numel + quantum - 1) / quantum * quantum;
-    if (P == 0) P = quantum;
-    uint64_t S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
-    int persistent = c->stage == 3 && c->persist_threshold > 0 && numel <= c->persist_threshold;
+    int64_t numel, padded;
+    int persistent;
+    unit_extent(zs, &zs->units[i], world, 0, &numel, &padded, &persistent);
+    uint64_t P = (uint64_t)padded, S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
     out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
     if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
     if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
