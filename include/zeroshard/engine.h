@@ -97,7 +97,8 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
  * difference), and initialises parameters through init (NULL: zeros; then use
  * zs_param_set before the first step). */
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
-/* Local: copies this rank's part of the parameter's full fp32 data (numel values). */
+/* Local: copies this rank's part of the parameter's full fp32 data (numel values).
+ * With delayed_param_update and an update pending it is collective (zs_flush). */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
 /* Collective: writes the parameter's full fp32 master values into out (numel). At
  * stages 1-3 it all-gathers the unit's master shards (counted in the comm stats). */

@@ -731,6 +731,10 @@ zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
   ZS_CHECK(zs_flush(zs)); /* a delayed update lands first, then these values */
+  /* a regather still in flight (after a step or that flush) would write the
+   * old values over the new ones */
+  zs_status_t gst = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (gst != ZS_OK) return ZS_FAIL(zs->err, gst, "zs_param_set: waiting for the all-gather stream: %s", zs_last_error());
   zs_param_t *p = &zs->params[param];
   int64_t a, b;
   if (!stored_range(zs, p, &a, &b)) return ZS_OK;
