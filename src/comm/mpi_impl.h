@@ -1,0 +1,138 @@
+/* Internal: the mpi backend's context and the functions its files share.
+ *   mpi.c        create / destroy, bf16/fp16 MPI types and ops, the interface table
+ *   mpi_run.c    running one op on the progress thread: polling, timeouts, orphans, MPI calls
+ *   mpi_ring.c   ring reduce_scatter / all_reduce over point-to-point
+ *   mpi_queue.c  queuing calls in order on their streams, host staging of device buffers
+ * (see mpi.c for why there is a progress thread and a FIFO) */
+#ifndef ZS_COMM_MPI_IMPL_H
+#define ZS_COMM_MPI_IMPL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "comm/comm_impl.h"
+#include "device/device_impl.h"
+#include "memory/memory.h"
+
+typedef struct mpi_ctx mpi_ctx_t;
+
+typedef enum { OP_COLL, OP_SPLIT } op_type_t;
+
+typedef struct mpi_op {
+  struct mpi_op *next; /* FIFO */
+  mpi_ctx_t *ctx;
+  op_type_t type;
+  zs__coll_args_t a;
+  int color, key;   /* OP_SPLIT */
+  MPI_Comm newcomm; /* OP_SPLIT result */
+  int started, done, cancelled;
+  zs_status_t st;
+  zs_event_t *ready; /* staged: the host copy of the send data is complete */
+} mpi_op_t;
+
+/* One staged call's pinned buffers, freed once `done` has completed. */
+typedef struct staging {
+  struct staging *next;
+  void *buf[2];
+  size_t bytes[2];
+  zs_event_t *ready, *done;
+} staging_t;
+
+/* Requests of an op ended by a timeout or an abort, with the scratch they may
+ * still use (freed at destroy if they completed by then). */
+typedef struct orphan {
+  struct orphan *next;
+  void *scratch;
+  size_t scratch_bytes;
+  int nreq;
+  MPI_Request req[]; /* nreq */
+} orphan_t;
+
+enum { NHALF_OPS = 4 }; /* sum (avg), max, min, prod */
+
+struct mpi_ctx {
+  zs_comm_t *comm; /* back pointer: rank, size, err */
+  zs_device_t *dev;
+  MPI_Comm mc;     /* our duplicate */
+  int rank, size;
+  uint64_t ring_min_bytes; /* ZS_MPI_RING_MIN_BYTES: ring collectives from this size up */
+  MPI_Datatype half_type[2];          /* bf16, fp16: 2 contiguous bytes */
+  MPI_Op half_op[2][NHALF_OPS];
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work; /* progress thread: an op arrived, started, or stop/abort */
+  pthread_cond_t cv_done; /* waiters: an op finished; destroy: pending fell */
+  mpi_op_t *head, *tail;
+  int pending; /* ops queued whose waiter has not yet let go of them */
+  int stop;
+  atomic_int broken; /* 0, or the status that broke the comm */
+  char broken_msg[ZS_ERRBUF];
+  orphan_t *orphans; /* progress thread only, then destroy */
+  int staged;        /* device buffers go through pinned host staging */
+  pthread_mutex_t stage_mu;
+  staging_t *stagings;
+};
+
+/* ---- mpi_run.c ---- */
+
+MPI_Datatype zs__mpi_type(mpi_ctx_t *ctx, zs_dtype_t dt);
+MPI_Op zs__mpi_op(mpi_ctx_t *ctx, zs_dtype_t dt, zs_redop_t op);
+zs_status_t zs__mpi_fail(mpi_ctx_t *ctx, int rc, const char *what);
+
+/* Polling, shared by wait_req and the ring.
+ *
+ * Open MPI's non-blocking operations only move when someone calls into MPI:
+ * every shared-memory fragment and every round of a schedule needs a call on
+ * both sides, so the polling rate bounds bandwidth (a blocking MPI call simply
+ * spins at full speed). A nap is at least ~30 us even with the timer slack at
+ * 1 us, far slower than the rounds of a large collective. So: poll back to back
+ * (yielding the core each time, as the machine may run more ranks than cores)
+ * for `busy_s`, about as long as the op should take; then nap, polling in short
+ * bursts, with naps growing from 1 us to 16 us while the op is young and up to
+ * 1 ms once a peer is plainly late. The timeout counts from the op's start. */
+typedef struct {
+  double t0, t, busy_s, limit;
+  long pause;
+  unsigned it;
+} poller_t;
+
+void zs__mpi_poller_init(poller_t *p, double busy_s);
+/* How many tests to make back to back before the next zs__mpi_poller_idle. */
+int zs__mpi_poller_burst(const poller_t *p);
+/* After a burst of tests that completed nothing: yields or naps and returns
+ * ZS_OK, or returns the status that ends the wait (aborted, timed out). */
+zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what);
+/* Hands the requests of a failed op, and the scratch they may use, to the
+ * orphan list (progress thread only). */
+void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch, size_t scratch_bytes);
+/* Polls req until it completes, the comm is aborted, or the timeout passes. On
+ * timeout or abort the request is handed to the orphan list. */
+zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, void *scratch,
+                             size_t scratch_bytes);
+/* Host scratch counted as ZS_MEM_COMM in the device domain while an op runs. */
+void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes);
+void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes);
+/* Caller holds ctx->mu. The first failure wins. */
+void zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
+/* The progress thread: takes ops in FIFO order and runs them. */
+void *zs__mpi_progress_main(void *arg);
+
+/* ---- mpi_ring.c ---- */
+
+/* Runs the call as a ring when it should take one (every rank decides alike);
+ * returns 0 when it does not (nothing done), else 1 with the result in *st. */
+int zs__mpi_ring(mpi_ctx_t *ctx, const zs__coll_args_t *a, double busy_s, zs_status_t *st);
+
+/* ---- mpi_queue.c ---- */
+
+zs_status_t zs__mpi_broken_status(mpi_ctx_t *ctx, const char *what);
+/* Frees the staging of calls whose last copy has completed (all of them, after
+ * waiting, when `wait`). */
+void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait);
+zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
+zs_status_t zs__mpi_async_error(void *vctx);
+zs_status_t zs__mpi_abort(void *vctx);
+
+#endif

@@ -1,0 +1,320 @@
+/* The mpi backend, part 2: running one op on the progress thread. Polling with
+ * a timeout, orphaned requests, the MPI calls of each collective, splits, and
+ * the progress thread itself. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "comm/mpi_impl.h"
+
+/* ---- MPI datatypes and ops ------------------------------------------------------- */
+
+static int half_op_index(zs_redop_t op) {
+  switch (op) {
+    case ZS_SUM: case ZS_AVG: return 0;
+    case ZS_MAX: return 1;
+    case ZS_MIN: return 2;
+    default: return 3;
+  }
+}
+
+MPI_Datatype zs__mpi_type(mpi_ctx_t *ctx, zs_dtype_t dt) {
+  switch (dt) {
+    case ZS_FP32: return MPI_FLOAT;
+    case ZS_BF16: return ctx->half_type[0];
+    case ZS_FP16: return ctx->half_type[1];
+    case ZS_INT32: return MPI_INT32_T;
+    case ZS_INT64: return MPI_INT64_T;
+    default: return MPI_UINT8_T;
+  }
+}
+
+MPI_Op zs__mpi_op(mpi_ctx_t *ctx, zs_dtype_t dt, zs_redop_t op) {
+  if (dt == ZS_BF16 || dt == ZS_FP16) return ctx->half_op[dt == ZS_FP16][half_op_index(op)];
+  switch (op) {
+    case ZS_MAX: return MPI_MAX;
+    case ZS_MIN: return MPI_MIN;
+    case ZS_PROD: return MPI_PROD;
+    default: return MPI_SUM;
+  }
+}
+
+/* ---- running one op (progress thread) ---------------------------------------------- */
+
+zs_status_t zs__mpi_fail(mpi_ctx_t *ctx, int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+  return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "mpi comm (rank %d of %d): %s failed: %s", ctx->rank,
+                 ctx->size, what, msg);
+}
+
+static void sleep_ns(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+void zs__mpi_poller_init(poller_t *p, double busy_s) {
+  p->limit = zs__settings()->comm_timeout_s;
+  p->t0 = p->t = zs__now();
+  p->busy_s = busy_s;
+  p->pause = 1000;
+  p->it = 0;
+}
+
+/* How many tests to make back to back before the next zs__mpi_poller_idle. */
+int zs__mpi_poller_burst(const poller_t *p) { return p->t - p->t0 < p->busy_s ? 1 : 8; }
+
+/* After a burst of tests that completed nothing: yields or naps and returns
+ * ZS_OK, or returns the status that ends the wait (aborted, timed out). */
+zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
+  if (zs__mpi_poller_burst(p) > 1 || (p->it++ & 15) == 0) p->t = zs__now();
+  if (atomic_load(&ctx->broken))
+    return zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
+                          "mpi comm (rank %d): %s abandoned: the comm was aborted", ctx->rank, what);
+  if (p->limit > 0 && p->t - p->t0 > p->limit)
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
+                   "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
+                   "a rank is stuck or the ranks issued different collectives",
+                   ctx->rank, ctx->size, what, p->limit);
+  if (p->t - p->t0 < p->busy_s) {
+    sched_yield();
+  } else {
+    sleep_ns(p->pause);
+    long cap = p->t - p->t0 < 10 * p->busy_s ? 16000 : 1000000;
+    p->pause = p->pause * 2 > cap ? cap : p->pause * 2;
+  }
+  return ZS_OK;
+}
+
+/* Hands the requests of a failed op, and the scratch they may use, to the
+ * orphan list (progress thread only). */
+void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch,
+                       size_t scratch_bytes) {
+  orphan_t *o = calloc(1, sizeof *o + sizeof(MPI_Request) * (size_t)nreq);
+  if (!o) return; /* the scratch leaks: MPI may still write it */
+  memcpy(o->req, req, sizeof(MPI_Request) * (size_t)nreq);
+  o->nreq = nreq;
+  o->scratch = scratch;
+  o->scratch_bytes = scratch_bytes;
+  o->next = ctx->orphans;
+  ctx->orphans = o;
+}
+
+/* Polls req until it completes, the comm is aborted, or the timeout passes. On
+ * timeout or abort the request is handed to the orphan list. */
+zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s,
+                            void *scratch, size_t scratch_bytes) {
+  poller_t p;
+  zs__mpi_poller_init(&p, busy_s);
+  for (;;) {
+    int flag = 0, burst = zs__mpi_poller_burst(&p);
+    for (int b = 0; b < burst && !flag; b++) {
+      int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return zs__mpi_fail(ctx, rc, what);
+    }
+    if (flag) return ZS_OK;
+    zs_status_t st = zs__mpi_poller_idle(ctx, &p, what);
+    if (st != ZS_OK) {
+      zs__mpi_orphan_add(ctx, req, 1, scratch, scratch_bytes);
+      return st;
+    }
+  }
+}
+
+void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes) {
+  void *p = zs__host_malloc(bytes);
+  if (p) zs__acct_add(zs__device_acct(ctx->dev), ZS_DOMAIN_DEVICE, ZS_MEM_COMM, bytes);
+  return p;
+}
+
+void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes) {
+  if (!p) return;
+  zs__host_free(p, bytes);
+  zs__acct_sub(zs__device_acct(ctx->dev), ZS_DOMAIN_DEVICE, ZS_MEM_COMM, bytes);
+}
+
+/* How long the op should take if all ranks are there: 1 ms plus its bytes at a
+ * pessimistic 0.5 GB/s (see poller_t). */
+static double busy_estimate(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  size_t part = a->count * zs_dtype_size(a->dtype);
+  int blocks = a->kind == ZS_COLL_ALL_GATHER || a->kind == ZS_COLL_REDUCE_SCATTER ||
+               a->kind == ZS_COLL_ALL_TO_ALL || a->kind == ZS_COLL_GATHER || a->kind == ZS_COLL_SCATTER;
+  return 1e-3 + (double)part * (blocks ? ctx->size : 2) / 5e8;
+}
+
+/* avg: MPI and the ring sum; divide where the result landed */
+static void finish_avg(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  int reduced_here = a->kind == ZS_COLL_ALL_REDUCE || a->kind == ZS_COLL_REDUCE_SCATTER ||
+                     (a->kind == ZS_COLL_REDUCE && a->root == ctx->rank);
+  if (a->op == ZS_AVG && reduced_here) zs__divide(a->dtype, a->recv, a->count, ctx->size);
+}
+
+static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  /* One rank: every collective is a copy (none in place; avg divides by 1).
+   * Open MPI would allocate and fault in temporaries of the whole buffer per call. */
+  if (ctx->size == 1 && a->kind != ZS_COLL_BARRIER && a->kind != ZS_COLL_SEND && a->kind != ZS_COLL_RECV) {
+    size_t sb, rb;
+    zs__coll_bytes(a, 0, 1, &sb, &rb);
+    if (!a->in_place && sb && rb) memcpy(a->recv, a->send, sb < rb ? sb : rb);
+    return ZS_OK;
+  }
+  zs_status_t rst;
+  if (zs__mpi_ring(ctx, a, busy_estimate(ctx, a), &rst)) {
+    if (rst == ZS_OK) finish_avg(ctx, a);
+    return rst;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Datatype t = zs__mpi_type(ctx, a->dtype);
+  MPI_Op op = zs__mpi_op(ctx, a->dtype, a->op);
+  int n = (int)a->count, root = a->root == ctx->rank;
+  size_t part = a->count * zs_dtype_size(a->dtype);
+  void *scratch = NULL;
+  const char *what = "";
+  int rc = MPI_SUCCESS;
+  char *recv = a->recv;
+  switch (a->kind) {
+    case ZS_COLL_BROADCAST:
+      what = "MPI_Ibcast";
+      if (root && !a->in_place && part) memcpy(a->recv, a->send, part);
+      rc = MPI_Ibcast(a->recv, n, t, a->root, ctx->mc, &req);
+      break;
+    case ZS_COLL_REDUCE:
+      what = "MPI_Ireduce";
+      rc = MPI_Ireduce(root && a->in_place ? MPI_IN_PLACE : a->send, root ? a->recv : NULL, n, t,
+                       op, a->root, ctx->mc, &req);
+      break;
+    case ZS_COLL_ALL_REDUCE:
+      what = "MPI_Iallreduce";
+      rc = MPI_Iallreduce(a->in_place ? MPI_IN_PLACE : a->send, a->recv, n, t, op, ctx->mc, &req);
+      break;
+    case ZS_COLL_ALL_GATHER:
+      what = "MPI_Iallgather";
+      if (a->in_place)
+        rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a->recv, n, t, ctx->mc, &req);
+      else
+        rc = MPI_Iallgather(a->send, n, t, a->recv, n, t, ctx->mc, &req);
+      break;
+    case ZS_COLL_REDUCE_SCATTER:
+      what = "MPI_Ireduce_scatter_block";
+      /* MPI's in-place form differs from NCCL's (and would scribble over the
+       * other blocks), so reduce into scratch and copy. */
+      if (a->in_place && part) {
+        if (!(scratch = zs__mpi_scratch_alloc(ctx, part)))
+          return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM,
+                         "mpi comm: no host memory for %zu bytes of reduce_scatter scratch", part);
+        recv = scratch;
+      }
+      rc = MPI_Ireduce_scatter_block(a->send, recv, n, t, op, ctx->mc, &req);
+      break;
+    case ZS_COLL_GATHER:
+      what = "MPI_Igather";
+      rc = MPI_Igather(root && a->in_place ? MPI_IN_PLACE : a->send, n, t, root ? a->recv : NULL, n,
+                       t, a->root, ctx->mc, &req);
+      break;
+    case ZS_COLL_SCATTER:
+      what = "MPI_Iscatter";
+      rc = MPI_Iscatter(root ? a->send : NULL, n, t, root && a->in_place ? MPI_IN_PLACE : a->recv,
+                        n, t, a->root, ctx->mc, &req);
+      break;
+    case ZS_COLL_ALL_TO_ALL:
+      what = "MPI_Ialltoall";
+      rc = MPI_Ialltoall(a->send, n, t, a->recv, n, t, ctx->mc, &req);
+      break;
+    case ZS_COLL_SEND:
+      what = "MPI_Isend";
+      rc = MPI_Isend(a->send, n, t, a->root, 0, ctx->mc, &req);
+      break;
+    case ZS_COLL_RECV:
+      what = "MPI_Irecv";
+      rc = MPI_Irecv(a->recv, n, t, a->root, 0, ctx->mc, &req);
+      break;
+    case ZS_COLL_BARRIER:
+      what = "MPI_Ibarrier";
+      rc = MPI_Ibarrier(ctx->mc, &req);
+      break;
+    default: return ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL, "mpi comm: unknown op kind %d", a->kind);
+  }
+  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, what, busy_estimate(ctx, a), scratch, part)
+                                     : zs__mpi_fail(ctx, rc, what);
+  if (st != ZS_OK) {
+    if (rc != MPI_SUCCESS) zs__mpi_scratch_free(ctx, scratch, part); /* never handed to MPI */
+    return st;
+  }
+  if (scratch) {
+    memcpy(a->recv, scratch, part);
+    zs__mpi_scratch_free(ctx, scratch, part);
+  }
+  finish_avg(ctx, a);
+  return ZS_OK;
+}
+
+/* Splits in two steps so a rank that never arrives shows up as a timeout: an
+ * all-gather of (color, key) with the usual polling, then MPI_Comm_split, which
+ * cannot block for long once every rank is known to have reached it. */
+static zs_status_t run_split(mpi_ctx_t *ctx, mpi_op_t *op) {
+  int *all = malloc(sizeof(int) * 2 * (size_t)ctx->size);
+  if (!all) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "zs_comm_split: out of host memory");
+  int mine[2] = {op->color, op->key};
+  MPI_Request req;
+  int rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, ctx->mc, &req);
+  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, "zs_comm_split (MPI_Iallgather)", 1e-3, NULL, 0)
+                                     : zs__mpi_fail(ctx, rc, "zs_comm_split (MPI_Iallgather)");
+  if (st != ZS_OK) return st; /* `all` may still be written by an orphaned request: leak it */
+  free(all);
+  rc = MPI_Comm_split(ctx->mc, op->color < 0 ? MPI_UNDEFINED : op->color, op->key, &op->newcomm);
+  if (rc != MPI_SUCCESS) return zs__mpi_fail(ctx, rc, "MPI_Comm_split");
+  return ZS_OK;
+}
+
+/* Caller holds ctx->mu. The first failure wins. */
+void zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st))
+    snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
+}
+
+void *zs__mpi_progress_main(void *arg) {
+  mpi_ctx_t *ctx = arg;
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: see zs__mpi_wait_req */
+  pthread_mutex_lock(&ctx->mu);
+  for (;;) {
+    while (!ctx->head && !ctx->stop) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
+    mpi_op_t *op = ctx->head;
+    if (!op) break; /* stop, and nothing left */
+    zs_status_t st, ready_st = ZS_OK;
+    if (op->ready && !op->cancelled) { /* staged: inputs are on the host once `ready` completes */
+      zs_event_t *ev = op->ready;
+      pthread_mutex_unlock(&ctx->mu);
+      ready_st = zs_event_synchronize(ctx->dev, ev);
+      pthread_mutex_lock(&ctx->mu);
+    } else {
+      while (!op->started && !atomic_load(&ctx->broken)) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
+    }
+    if (ready_st != ZS_OK) {
+      st = zs__fail_quiet(NULL, ready_st, "mpi comm: waiting for the staged copy to the host failed: %s",
+                          zs_last_error());
+      zs__mpi_set_broken(ctx, st, zs_last_error());
+    } else if (op->cancelled) {
+      st = op->st;
+    } else if (atomic_load(&ctx->broken)) {
+      st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
+                          "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
+    } else {
+      pthread_mutex_unlock(&ctx->mu);
+      st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a);
+      pthread_mutex_lock(&ctx->mu);
+      if (st != ZS_OK) zs__mpi_set_broken(ctx, st, zs_last_error());
+    }
+    ctx->head = op->next;
+    if (!ctx->head) ctx->tail = NULL;
+    op->st = st;
+    op->done = 1;
+    pthread_cond_broadcast(&ctx->cv_done);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  return NULL;
+}
