@@ -1,0 +1,158 @@
+/* Checkpoints: loading into an engine (its owned ranges, in pinned staging). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+
+/* Optimizer state to the engine from pinned host memory: it lives on the host
+ * with offload (a memcpy), on the device otherwise (one copy, synchronised). */
+static zs_status_t state_put(zs_engine_t *zs, float *dst, const float *pinned_src, size_t n) {
+  if (zs->offload) {
+    memcpy(dst, pinned_src, n * 4);
+    return ZS_OK;
+  }
+  zs_status_t st = zs_memcpy_async(zs->dev, dst, pinned_src, n * 4, ZS_COPY_H2D, zs->compute);
+  return st == ZS_OK ? zs_stream_synchronize(zs->dev, zs->compute) : st;
+}
+
+/* The range of parameter p whose optimizer state this rank owns (element offsets). */
+static int owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+  const zs_unit_t *u = &zs->units[p->unit];
+  int64_t lo = u->opt_off, hi = lo + u->opt_n;
+  int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
+  *a = fa - p->flat_off;
+  *b = fb - p->flat_off;
+  return fa < fb;
+}
+
+/* The manifest against the engine's declaration and optimizer state. */
+static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
+  for (int k = K_M; k < K_COUNT; k++)
+    if (zs__ck_kind_present(zs, k) && !m->has[k])
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
+                     "engine's %s needs",
+                     zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
+  int n = m->ntensors < zs->nparams ? m->ntensors : zs->nparams;
+  for (int i = 0; i < n; i++) {
+    const zs_param_t *p = &zs->params[i];
+    int same = !strcmp(m->tname[i], p->name) && m->tndim[i] == p->ndim && m->tnumel[i] == p->numel;
+    for (int d = 0; same && d < p->ndim; d++) same = m->tshape[i][d] == p->shape[d];
+    if (!same)
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: tensor %d is '%s' with %lld elements (%d dims) in the checkpoint but '%s' "
+                     "with %lld elements (%d dims) in this engine",
+                     i, m->tname[i], (long long)m->tnumel[i], m->tndim[i], p->name, (long long)p->numel, p->ndim);
+  }
+  if (m->ntensors != zs->nparams)
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')",
+                   m->ntensors, zs->nparams, m->ntensors > zs->nparams ? "extra" : "missing",
+                   m->ntensors > zs->nparams ? m->tname[n] : zs->params[n].name);
+  return ZS_OK;
+}
+
+/* ---- the engine's sink: its owned range of every tensor, in pinned staging --------- */
+
+typedef struct {
+  zs_engine_t *zs;
+  float **val; /* [unit * K_COUNT + kind]: opt_n values in pinned memory, NULL if not needed */
+} staging_t;
+
+static float *engine_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e) {
+  staging_t *s = ctx;
+  zs_engine_t *zs = s->zs;
+  const zs_param_t *p = &zs->params[t];
+  const zs_unit_t *u = &zs->units[p->unit];
+  float *base = s->val[p->unit * K_COUNT + (int)k];
+  if (!base || !owned_range(zs, p, a, e)) return NULL;
+  return base + (p->flat_off + *a - u->opt_off);
+}
+
+static void staging_free(zs_engine_t *zs, staging_t *s) {
+  if (s->val)
+    for (int i = 0; i < zs->nunits * K_COUNT; i++)
+      if (s->val[i]) zs_device_host_free(zs->dev, s->val[i], (size_t)zs->units[i / K_COUNT].opt_n * 4, ZS_MEM_OTHER);
+  free(s->val);
+}
+
+static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *m, staging_t *s) {
+  s->zs = zs;
+  s->val = calloc((size_t)zs->nunits * K_COUNT, sizeof *s->val);
+  int64_t *covered = calloc((size_t)zs->nparams * K_COUNT, sizeof *covered);
+  if (!s->val || !covered) {
+    free(covered);
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  }
+  for (int i = 0; i < zs->nunits; i++)
+    for (int k = 0; k < K_COUNT; k++) {
+      if (!zs__ck_kind_present(zs, k) || zs->units[i].opt_n == 0) continue;
+      zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)zs->units[i].opt_n * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
+                                            (void **)&s->val[i * K_COUNT + k]);
+      if (st != ZS_OK) {
+        free(covered);
+        return ZS_FAIL(zs->err, st, "zs_checkpoint_load: staging unit '%s': %s", zs->units[i].name, zs_last_error());
+      }
+    }
+  sink_t sink = {.dest = engine_dest, .ctx = s, .covered = covered};
+  zs_status_t st = zs__ck_read_files(dir, m, &sink, zs->err, "zs_checkpoint_load");
+  free(covered);
+  return st;
+}
+
+/* Writes what was read into the engine: parameters (rounded from the master) and
+ * master through the engine's own path, m and v directly. */
+static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
+  zs_status_t st = ZS_OK;
+  for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
+    zs_param_t *p = &zs->params[i];
+    zs_unit_t *u = &zs->units[p->unit];
+    int64_t a, b;
+    if (!owned_range(zs, p, &a, &b)) continue;
+    int64_t at = p->flat_off + a - u->opt_off;
+    st = zs__eng_write_values(zs, p, a, b - a, s->val[p->unit * K_COUNT + K_MASTER] + at);
+    for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) {
+      float *base = zs__ck_state_base(u, k);
+      if (base) st = state_put(zs, base + at, s->val[p->unit * K_COUNT + k] + at, (size_t)(b - a));
+    }
+  }
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_load: writing the state failed: %s", zs_last_error());
+  return ZS_OK;
+}
+
+zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir) {
+  ZS_CHECK(zs__ck_check_call(zs, dir, "zs_checkpoint_load"));
+  /* a running delayed update finishes first (it writes the master); it is
+   * dropped only once the load is certain */
+  zs_status_t st = zs__eng_dpu_join(zs);
+  if (st == ZS_OK) st = zs__ck_drain(zs);
+  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_load: finishing pending work"));
+  manifest_t m;
+  staging_t s = {0};
+  st = zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load");
+  int have_m = st == ZS_OK;
+  if (st == ZS_OK) st = check_manifest(zs, &m);
+  if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
+  st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint");
+  if (st == ZS_OK) {
+    st = apply(zs, &s);
+    if (st == ZS_OK) {
+      zs->step = m.step;
+      zs->loss_scale = (float)m.loss_scale;
+      zs->good_steps = (int)m.good_steps;
+      zs->hysteresis_left = (int)m.hysteresis_left;
+      if (zs->cfg.param_dtype != ZS_FP16) zs->loss_scale = 1.0f; /* scaling is an fp16 matter */
+      else if (zs->cfg.loss_scale > 0) zs->loss_scale = zs->cfg.loss_scale; /* a static scale wins */
+      zs->dpu_unapplied = 0; /* overwritten by the loaded state */
+      zs_status_t e = zs_event_record(zs->dev, zs->ev_step, zs->compute);
+      st = e == ZS_OK ? zs__eng_regather(zs, 1) : ZS_FAIL(zs->err, e, "recording the step event failed");
+    }
+    st = zs__ck_agree(zs, st, "zs_checkpoint_load: writing the state");
+  }
+  staging_free(zs, &s);
+  if (have_m) {
+    if (st == ZS_OK)
+      ZS_LOG_I("checkpoint of step %lld loaded from %s (saved by %d ranks)", (long long)m.step, dir, m.world);
+    zs__ck_manifest_free(&m);
+  }
+  return st;
+}
