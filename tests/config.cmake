@@ -1,4 +1,3 @@
 # Config validation and loading (env, our JSON keys, DeepSpeed ds_config.json).
-zs_add_test(NAME test_config SOURCES test_config.c ${PROJECT_SOURCE_DIR}/src/zero/config.c
-            LAYERS zs_common)
+zs_add_test(NAME test_config SOURCES test_config.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)
 target_compile_definitions(test_config PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

@@ -1,0 +1,162 @@
+/* Config from the environment (zs_config_from_env), and the value parsing it
+ * shares with JSON: words (dtypes, optimizers, flags), numbers, and storing a
+ * parsed value into its field. */
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zero/config_impl.h"
+
+/* ---- values shared by the environment and JSON ------------------------------- */
+
+const char *const zs__config_kind_expect[] = {
+    [K_INT] = "an integer",
+    [K_FLOAT] = "a finite number such as 3e-4",
+    [K_SIZE] = "a whole number >= 0",
+    [K_BOOL] = "true or false (or 1/0, on/off, yes/no)",
+    [K_DTYPE] = "fp32, bf16 or fp16",
+    [K_OPTIM] = "adamw, adam or sgd",
+    [K_OFFLOAD] = "none or cpu",
+};
+
+static int word_dtype(const char *s, zs_dtype_t *out) {
+  if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float32")) *out = ZS_FP32;
+  else if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = ZS_BF16;
+  else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "float16")) *out = ZS_FP16;
+  else return 0;
+  return 1;
+}
+static int word_optim(const char *s, zs_optim_kind_t *out) {
+  if (!strcasecmp(s, "adamw")) *out = ZS_ADAMW;
+  else if (!strcasecmp(s, "adam")) *out = ZS_ADAM;
+  else if (!strcasecmp(s, "sgd")) *out = ZS_SGD;
+  else return 0;
+  return 1;
+}
+int zs__config_word_offload(const char *s, zs_offload_t *out) {
+  if (!strcasecmp(s, "none")) *out = ZS_OFFLOAD_NONE;
+  else if (!strcasecmp(s, "cpu")) *out = ZS_OFFLOAD_CPU;
+  else return 0;
+  return 1;
+}
+static int word_bool(const char *s, int *out) {
+  static const char *const yes[] = {"1", "true", "on", "yes"}, *const no[] = {"0", "false", "off", "no"};
+  for (int i = 0; i < 4; i++) {
+    if (!strcasecmp(s, yes[i])) return *out = 1, 1;
+    if (!strcasecmp(s, no[i])) return *out = 0, 1;
+  }
+  return 0;
+}
+
+/* Stores a parsed value of `kind` into the field at byte offset `off`. */
+void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int word) {
+  char *f = (char *)c + off;
+  switch (kind) {
+    case K_INT: case K_BOOL: *(int *)f = kind == K_INT ? (int)num : word; break;
+    case K_FLOAT: *(float *)f = (float)num; break;
+    case K_SIZE: *(size_t *)f = (size_t)num; break;
+    case K_DTYPE: *(zs_dtype_t *)f = (zs_dtype_t)word; break;
+    case K_OPTIM: *(zs_optim_kind_t *)f = (zs_optim_kind_t)word; break;
+    case K_OFFLOAD: *(zs_offload_t *)f = (zs_offload_t)word; break;
+    default: break;
+  }
+}
+
+
+/* ---- environment ------------------------------------------------------------- */
+
+static const struct {
+  const char *var;
+  kind_t kind;
+  size_t off;
+  const char *field;
+} env_keys[] = {
+    {"ZS_STAGE", K_INT, offsetof(zs_config_t, stage), "stage"},
+    {"ZS_PARAM_DTYPE", K_DTYPE, offsetof(zs_config_t, param_dtype), "param_dtype"},
+    {"ZS_REDUCE_DTYPE", K_DTYPE, offsetof(zs_config_t, reduce_dtype), "reduce_dtype"},
+    {"ZS_OPTIM", K_OPTIM, offsetof(zs_config_t, optim.kind), "optim.kind"},
+    {"ZS_LR", K_FLOAT, offsetof(zs_config_t, optim.lr), "optim.lr"},
+    {"ZS_BETA1", K_FLOAT, offsetof(zs_config_t, optim.beta1), "optim.beta1"},
+    {"ZS_BETA2", K_FLOAT, offsetof(zs_config_t, optim.beta2), "optim.beta2"},
+    {"ZS_EPS", K_FLOAT, offsetof(zs_config_t, optim.eps), "optim.eps"},
+    {"ZS_WEIGHT_DECAY", K_FLOAT, offsetof(zs_config_t, optim.weight_decay), "optim.weight_decay"},
+    {"ZS_MOMENTUM", K_FLOAT, offsetof(zs_config_t, optim.momentum), "optim.momentum"},
+    {"ZS_GRAD_ACCUM", K_INT, offsetof(zs_config_t, grad_accum), "grad_accum"},
+    {"ZS_GRAD_CLIP", K_FLOAT, offsetof(zs_config_t, grad_clip), "grad_clip"},
+    {"ZS_PREFETCH", K_INT, offsetof(zs_config_t, prefetch), "prefetch"},
+    {"ZS_RESHARD_AFTER_FORWARD", K_BOOL, offsetof(zs_config_t, reshard_after_forward),
+     "reshard_after_forward"},
+    {"ZS_PERSIST_THRESHOLD", K_SIZE, offsetof(zs_config_t, persist_threshold), "persist_threshold"},
+    {"ZS_OFFLOAD", K_OFFLOAD, offsetof(zs_config_t, offload_optimizer), "offload_optimizer"},
+    {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
+    {"ZS_LOSS_SCALE", K_FLOAT, offsetof(zs_config_t, loss_scale), "loss_scale"},
+};
+
+int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
+  char tmp[128];
+  while (*s == ' ' || *s == '\t') s++;
+  size_t len = strlen(s);
+  while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n')) len--;
+  if (len == 0 || len >= sizeof tmp) return 0;
+  memcpy(tmp, s, len);
+  tmp[len] = '\0';
+  char *end;
+  errno = 0;
+  switch (kind) {
+    case K_INT: {
+      long v = strtol(tmp, &end, 10);
+      if (*end || errno || v < INT_MIN || v > INT_MAX) return 0;
+      *num = (double)v;
+      return 1;
+    }
+    case K_SIZE: {
+      if (tmp[0] == '-') return 0; /* strtoull would wrap it */
+      unsigned long long v = strtoull(tmp, &end, 10);
+      if (*end || errno || (double)v > SIZE_LIMIT || v > SIZE_MAX) return 0;
+      *num = (double)v;
+      return 1;
+    }
+    case K_FLOAT: {
+      double v = strtod(tmp, &end);
+      if (*end || !isfinite(v) || fabs(v) > FLT_MAX) return 0;
+      *num = v;
+      return 1;
+    }
+    case K_BOOL: return word_bool(tmp, word);
+    case K_DTYPE: { zs_dtype_t d; if (!word_dtype(tmp, &d)) return 0; *word = (int)d; return 1; }
+    case K_OPTIM: { zs_optim_kind_t k; if (!word_optim(tmp, &k)) return 0; *word = (int)k; return 1; }
+    case K_OFFLOAD: {
+      zs_offload_t f;
+      if (!zs__config_word_offload(tmp, &f)) return 0;
+      *word = (int)f;
+      return 1;
+    }
+    default: return 0;
+  }
+}
+
+zs_status_t zs_config_from_env(zs_config_t *cfg) {
+  if (!cfg) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_from_env: cfg is NULL");
+  zs_config_t c = ZS_CONFIG_INIT;
+  origins_t org = {0};
+  for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
+    const char *v = getenv(env_keys[i].var);
+    if (!v || !*v) continue;
+    double num = 0;
+    int word = 0;
+    if (!zs__config_parse_text(v, env_keys[i].kind, &num, &word))
+      return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s is '%.64s': expected %s", env_keys[i].var, v,
+                     zs__config_kind_expect[env_keys[i].kind]);
+    zs__config_store(&c, env_keys[i].off, env_keys[i].kind, num, word);
+    origin_set(&org, env_keys[i].field, env_keys[i].var);
+  }
+  ZS_CHECK(zs__config_validate(&c, &org, ""));
+  *cfg = c;
+  return ZS_OK;
+}
+

@@ -1,0 +1,137 @@
+/* Internal to the config loaders (src/zero/config_*.c): where a field's value
+ * came from, the value kinds shared by the environment and JSON, and the JSON
+ * walker's context and key tables. Public API: zeroshard/config_load.h. */
+#ifndef ZS_ZERO_CONFIG_IMPL_H
+#define ZS_ZERO_CONFIG_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "zeroshard/config_load.h"
+
+/* ---- where a field's value came from ---------------------------------------- */
+
+/* Validation names struct fields ("config.stage"); a user who wrote
+ * "zero_optimization.stage" or ZS_STAGE needs to see that name too, so loaders
+ * record which key or variable set each field. */
+#define ORIGIN_MAX 48
+typedef struct {
+  int n;
+  struct {
+    const char *field; /* a string literal: "stage", "optim.lr", ... */
+    char from[128];
+  } e[ORIGIN_MAX];
+} origins_t;
+
+static inline void origin_set(origins_t *o, const char *field, const char *from) {
+  int i = 0;
+  while (i < o->n && strcmp(o->e[i].field, field)) i++;
+  if (i == ORIGIN_MAX) return;
+  if (i == o->n) o->n++;
+  o->e[i].field = field;
+  size_t len = strnlen(from, sizeof o->e[i].from - 1); /* cut to fit */
+  memcpy(o->e[i].from, from, len);
+  o->e[i].from[len] = '\0';
+}
+
+static inline const char *origin_get(const origins_t *o, const char *field) {
+  if (!o) return NULL;
+  for (int i = 0; i < o->n; i++)
+    if (!strcmp(o->e[i].field, field)) return o->e[i].from;
+  return NULL;
+}
+
+/* ---- validation (config_validate.c) ------------------------------------------- */
+
+/* zs_config_validate, with the origins of fields for messages and a prefix
+ * ("<path>: " or "") before them. */
+zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const char *prefix);
+
+/* ---- values shared by the environment and JSON (config_env.c) ---------------- */
+
+typedef enum {
+  K_INT,      /* int */
+  K_FLOAT,    /* float, finite */
+  K_SIZE,     /* size_t */
+  K_BOOL,     /* int 0|1 */
+  K_DTYPE,    /* zs_dtype_t from "fp32"|"bf16"|"fp16" */
+  K_OPTIM,    /* zs_optim_kind_t from "adamw"|"adam"|"sgd" */
+  K_OFFLOAD,  /* zs_offload_t from "none"|"cpu" */
+  K_FN,       /* JSON: a handler (sections and keys with their own rules) */
+  K_ACCEPT,   /* JSON: known, not used; debug log with the note */
+  K_ACCEPT_I, /* same, logged at info: the user may expect an effect */
+} kind_t;
+
+extern const char *const zs__config_kind_expect[];
+
+int zs__config_word_offload(const char *s, zs_offload_t *out);
+
+/* Stores a parsed value of `kind` into the field at byte offset `off`. */
+void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int word);
+
+/* 2^53: above it a JSON double no longer counts whole elements exactly. */
+#define SIZE_LIMIT 9007199254740992.0
+
+/* Parses one variable's text; 1 on success. Surrounding blanks are allowed. */
+int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word);
+
+/* ---- JSON: parsing context and key tables (config_json.c) --------------------- */
+
+typedef struct {
+  zs_config_t cfg;
+  origins_t org;
+  char src[300];   /* "" or "<path>: ", before every message */
+  int bf16_on, fp16_on;      /* -1 unset */
+  char bf16_key[16];         /* "bf16" or "bfloat16", for messages */
+  int ds_type;               /* -1 unset, else 0 Adam, 1 AdamW, 2 SGD */
+  int adam_w_mode;           /* -1 unset */
+  int ds_prefetch_seen;
+} ctx_t;
+
+typedef zs_status_t (*key_fn)(ctx_t *x, const cJSON *item, const char *path);
+
+typedef struct {
+  const char *key;
+  kind_t kind;
+  size_t off;        /* K_INT..K_OFFLOAD: the field's offset */
+  const char *field; /* the field name for origins ("stage", "optim.lr") */
+  key_fn fn;         /* K_FN */
+  int ds;            /* a DeepSpeed key: "auto" keeps the value; root pass 1 */
+  const char *note;  /* K_ACCEPT*: why it is not used */
+} spec_t;
+
+#define OFF(f) offsetof(zs_config_t, f)
+#define FIELD(key, kind, f, ds) {key, kind, OFF(f), #f, NULL, ds, NULL}
+#define FN(key, fn, ds) {key, K_FN, 0, NULL, fn, ds, NULL}
+#define ACCEPT(key, note) {key, K_ACCEPT, 0, NULL, NULL, 1, note}
+#define ACCEPT_I(key, note) {key, K_ACCEPT_I, 0, NULL, NULL, 1, note}
+
+zs_status_t zs__config_wrong(ctx_t *x, const cJSON *item, const char *path, const char *expect_fmt, ...)
+    ZS_PRINTF(4, 5);
+/* Converts a JSON value of `kind`; 1 on success. */
+int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word);
+/* A DeepSpeed value of "auto" keeps the current value; 1 if it was one. */
+int zs__config_skip_auto(ctx_t *x, const cJSON *item, const char *path);
+zs_status_t zs__config_need_object(ctx_t *x, const cJSON *item, const char *path);
+/* Reads a flag (true/false, 0/1); "auto" leaves *out alone. */
+zs_status_t zs__config_get_flag(ctx_t *x, const cJSON *item, const char *path, int *out);
+
+enum { PASS_ALL, PASS_DS, PASS_OURS };
+
+/* Applies every member of `obj` through `table`. At the root, pass PASS_DS
+ * handles DeepSpeed keys and records unknown ones, PASS_OURS our own keys, so
+ * ours win whatever the order in the document. */
+zs_status_t zs__config_apply_object(ctx_t *x, const cJSON *obj, const char *prefix,
+                                    const spec_t *table, size_t n, int pass);
+
+#define APPLY(x, item, path, table) \
+  zs__config_apply_object(x, item, path, table, sizeof table / sizeof table[0], PASS_ALL)
+
+/* The root table (config_keys.c): our keys and DeepSpeed's. */
+extern const spec_t zs__config_root_keys[];
+extern const size_t zs__config_root_count;
+
+#endif

@@ -1,0 +1,313 @@
+/* The JSON key tables: which key of our vocabulary or of DeepSpeed's
+ * ds_config.json sets which field, and the handlers for keys with their own
+ * rules. The mapping is documented in include/zeroshard/config_load.h; this file
+ * says why where the table alone would not. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zero/config_impl.h"
+
+/* ---- JSON: DeepSpeed's zero_optimization ------------------------------------ */
+
+static zs_status_t fn_offload_device(ctx_t *x, const cJSON *item, const char *path) {
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "nvme"))
+    return zs__config_wrong(x, item, path,
+                            "NVMe offload is not supported by zeroshard: use \"cpu\" or \"none\"");
+  zs_offload_t f;
+  if (!cJSON_IsString(item) || !zs__config_word_offload(item->valuestring, &f))
+    return zs__config_wrong(x, item, path, "use \"cpu\" or \"none\"");
+  x->cfg.offload_optimizer = f;
+  origin_set(&x->org, "offload_optimizer", path);
+  return ZS_OK;
+}
+
+static zs_status_t fn_pin_memory(ctx_t *x, const cJSON *item, const char *path) {
+  int pin = 1;
+  ZS_CHECK(zs__config_get_flag(x, item, path, &pin));
+  if (!pin)
+    ZS_LOG_I("%s%s is false: zeroshard pins offloaded optimizer state anyway (copies from pageable "
+             "memory are several times slower)", x->src, path);
+  return ZS_OK;
+}
+
+static const spec_t offload_opt_keys[] = {
+    FN("device", fn_offload_device, 1),
+    FN("pin_memory", fn_pin_memory, 1),
+    ACCEPT("buffer_count", "used by NVMe offload only"),
+    ACCEPT("fast_init", "used by NVMe offload only"),
+    ACCEPT("pipeline", "used by NVMe offload only"),
+    ACCEPT("pipeline_read", "used by NVMe offload only"),
+    ACCEPT("pipeline_write", "used by NVMe offload only"),
+    ACCEPT("nvme_path", "used by NVMe offload only"),
+};
+
+static zs_status_t fn_offload_optimizer(ctx_t *x, const cJSON *item, const char *path) {
+  if (cJSON_IsNull(item)) return ZS_OK; /* DeepSpeed's default */
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, offload_opt_keys);
+}
+
+static zs_status_t fn_offload_param_device(ctx_t *x, const cJSON *item, const char *path) {
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "none")) return ZS_OK;
+  return zs__config_wrong(x, item, path,
+                          "parameter offload is not supported by zeroshard (stage 3 shards parameters "
+                          "across ranks; optimizer state can be offloaded): use \"none\" or remove offload_param");
+}
+
+static const spec_t offload_param_keys[] = {
+    FN("device", fn_offload_param_device, 1),
+    ACCEPT("pin_memory", "parameters are not offloaded"),
+    ACCEPT("buffer_count", "parameters are not offloaded"),
+    ACCEPT("buffer_size", "parameters are not offloaded"),
+    ACCEPT("max_in_cpu", "parameters are not offloaded"),
+    ACCEPT("nvme_path", "parameters are not offloaded"),
+};
+
+static zs_status_t fn_offload_param(ctx_t *x, const cJSON *item, const char *path) {
+  if (cJSON_IsNull(item)) return ZS_OK;
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, offload_param_keys);
+}
+
+/* Element counts that have no field: checked for type, then explained. */
+static zs_status_t ds_count(ctx_t *x, const cJSON *item, const char *path, int *seen) {
+  double num;
+  int word;
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  if (!zs__config_json_value(item, K_SIZE, &num, &word))
+    return zs__config_wrong(x, item, path, "expected %s", zs__config_kind_expect[K_SIZE]);
+  if (seen) *seen = 1;
+  return ZS_OK;
+}
+
+static zs_status_t fn_prefetch_bucket(ctx_t *x, const cJSON *item, const char *path) {
+  return ds_count(x, item, path, &x->ds_prefetch_seen); /* explained after our keys */
+}
+
+static zs_status_t fn_max_live(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(ds_count(x, item, path, NULL));
+  ZS_LOG_I("%s%s is not mapped: zeroshard bounds live gathered memory by units (at most prefetch+1 "
+           "gathered at a time); size the units to bound it", x->src, path);
+  return ZS_OK;
+}
+
+static const spec_t zero_keys[] = {
+    FIELD("stage", K_INT, stage, 1),
+    FIELD("reduce_bucket_size", K_SIZE, reduce_bucket_size, 1),
+    FIELD("stage3_param_persistence_threshold", K_SIZE, persist_threshold, 1),
+    FN("stage3_prefetch_bucket_size", fn_prefetch_bucket, 1),
+    FN("stage3_max_live_parameters", fn_max_live, 1),
+    FN("offload_optimizer", fn_offload_optimizer, 1),
+    FN("offload_param", fn_offload_param, 1),
+    ACCEPT("overlap_comm", "the engine always overlaps reductions and prefetched gathers with compute"),
+    ACCEPT("contiguous_gradients", "each unit's gradients are one flat buffer already"),
+    ACCEPT("allgather_bucket_size", "units are the all-gather buckets"),
+    ACCEPT("allgather_partitions", "the engine always all-gathers parameter shards"),
+    ACCEPT("reduce_scatter", "the engine always reduce-scatters gradients at stages 1-3"),
+    ACCEPT("round_robin_gradients", "each rank reduces its own shard of every unit"),
+    ACCEPT("sub_group_size", "the optimizer steps one unit's shard at a time"),
+    ACCEPT("stage3_max_reuse_distance", "at most prefetch+1 gathered units are live"),
+    ACCEPT("stage3_gather_16bit_weights_on_model_save", "checkpoint export writes full tensors"),
+    ACCEPT("stage3_gather_fp16_weights_on_model_save", "checkpoint export writes full tensors"),
+    ACCEPT("ignore_unused_parameters", "units without gradients are reduced as zeros"),
+    ACCEPT("elastic_checkpoint", "checkpoints reshard on load"),
+    ACCEPT("load_from_fp32_weights", "checkpoints hold the fp32 master weights"),
+};
+
+static zs_status_t fn_zero(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, zero_keys);
+}
+
+/* ---- JSON: DeepSpeed's precision sections ------------------------------------- */
+
+static zs_status_t fn_bf16_enabled(ctx_t *x, const cJSON *item, const char *path) {
+  return zs__config_get_flag(x, item, path, &x->bf16_on);
+}
+static zs_status_t fn_fp16_enabled(ctx_t *x, const cJSON *item, const char *path) {
+  return zs__config_get_flag(x, item, path, &x->fp16_on);
+}
+
+static zs_status_t fn_scale_power(ctx_t *x, const cJSON *item, const char *path) {
+  double num;
+  int word;
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  if (!zs__config_json_value(item, K_INT, &num, &word) || num < 0 || num > 63)
+    return zs__config_wrong(x, item, path,
+                            "expected an integer power 0..63 (scale = 2^power; DeepSpeed's default is 16)");
+  x->cfg.initial_scale = ldexpf(1.0f, (int)num);
+  origin_set(&x->org, "initial_scale", path);
+  return ZS_OK;
+}
+
+static const spec_t bf16_keys[] = {FN("enabled", fn_bf16_enabled, 1)};
+
+static const spec_t fp16_keys[] = {
+    FN("enabled", fn_fp16_enabled, 1),
+    FIELD("loss_scale", K_FLOAT, loss_scale, 1),
+    FN("initial_scale_power", fn_scale_power, 1),
+    {"loss_scale_window", K_INT, OFF(scale_window), "scale_window", NULL, 1, NULL},
+    FIELD("hysteresis", K_INT, hysteresis, 1),
+    {"min_loss_scale", K_FLOAT, OFF(min_scale), "min_scale", NULL, 1, NULL},
+    ACCEPT("auto_cast", "the trainer owns casting"),
+};
+
+static zs_status_t fn_bf16(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  snprintf(x->bf16_key, sizeof x->bf16_key, "%s", path);
+  return APPLY(x, item, path, bf16_keys);
+}
+static zs_status_t fn_fp16(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, fp16_keys);
+}
+
+/* ---- JSON: DeepSpeed's optimizer ---------------------------------------------- */
+
+static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
+  static const char *const names[] = {"adam", "adamw", "sgd"};
+  for (int i = 0; cJSON_IsString(item) && i < 3; i++)
+    if (!strcasecmp(item->valuestring, names[i])) {
+      x->ds_type = i;
+      origin_set(&x->org, "optim.kind", path);
+      return ZS_OK;
+    }
+  return zs__config_wrong(x, item, path, "zeroshard supports \"AdamW\", \"Adam\" and \"SGD\"");
+}
+
+static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  const cJSON *b1 = cJSON_GetArrayItem(item, 0), *b2 = cJSON_GetArrayItem(item, 1);
+  double v1, v2;
+  int w;
+  if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2 ||
+      !zs__config_json_value(b1, K_FLOAT, &v1, &w) || !zs__config_json_value(b2, K_FLOAT, &v2, &w))
+    return zs__config_wrong(x, item, path, "expected [beta1, beta2], two numbers");
+  x->cfg.optim.beta1 = (float)v1;
+  x->cfg.optim.beta2 = (float)v2;
+  origin_set(&x->org, "optim.beta1", path);
+  origin_set(&x->org, "optim.beta2", path);
+  return ZS_OK;
+}
+
+static zs_status_t fn_adam_w_mode(ctx_t *x, const cJSON *item, const char *path) {
+  return zs__config_get_flag(x, item, path, &x->adam_w_mode);
+}
+
+/* Options zeroshard implements one way only: accepted when they ask for that way. */
+static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why) {
+  int v = want;
+  ZS_CHECK(zs__config_get_flag(x, item, path, &v));
+  if (v != want) return zs__config_wrong(x, item, path, "%s", why);
+  return ZS_OK;
+}
+static zs_status_t fn_amsgrad(ctx_t *x, const cJSON *item, const char *path) {
+  return must_flag(x, item, path, 0, "AMSGrad is not supported by zeroshard: use false");
+}
+static zs_status_t fn_bias_correction(ctx_t *x, const cJSON *item, const char *path) {
+  return must_flag(x, item, path, 1, "zeroshard's Adam always corrects bias: use true");
+}
+
+static const spec_t opt_param_keys[] = {
+    {"lr", K_FLOAT, OFF(optim.lr), "optim.lr", NULL, 1, NULL},
+    FN("betas", fn_betas, 1),
+    {"eps", K_FLOAT, OFF(optim.eps), "optim.eps", NULL, 1, NULL},
+    {"weight_decay", K_FLOAT, OFF(optim.weight_decay), "optim.weight_decay", NULL, 1, NULL},
+    {"momentum", K_FLOAT, OFF(optim.momentum), "optim.momentum", NULL, 1, NULL},
+    {"nesterov", K_BOOL, OFF(optim.nesterov), "optim.nesterov", NULL, 1, NULL},
+    FN("adam_w_mode", fn_adam_w_mode, 1),
+    FN("amsgrad", fn_amsgrad, 1),
+    FN("bias_correction", fn_bias_correction, 1),
+    ACCEPT("torch_adam", "zeroshard runs its own Adam"),
+    ACCEPT("fused", "zeroshard runs its own Adam"),
+};
+
+static zs_status_t fn_opt_params(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, opt_param_keys);
+}
+
+static const spec_t opt_keys[] = {FN("type", fn_opt_type, 1), FN("params", fn_opt_params, 1)};
+
+static zs_status_t fn_optimizer(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  ZS_CHECK(APPLY(x, item, path, opt_keys));
+  /* DeepSpeed runs "Adam" with decoupled weight decay unless adam_w_mode is
+   * false; "AdamW" always decouples. */
+  if (x->ds_type == 0) x->cfg.optim.kind = x->adam_w_mode == 0 ? ZS_ADAM : ZS_ADAMW;
+  else if (x->ds_type == 1) x->cfg.optim.kind = ZS_ADAMW;
+  else if (x->ds_type == 2) x->cfg.optim.kind = ZS_SGD;
+  return ZS_OK;
+}
+
+/* ---- JSON: our own nested "optim" ------------------------------------------- */
+
+static const spec_t our_optim_keys[] = {
+    {"kind", K_OPTIM, OFF(optim.kind), "optim.kind", NULL, 0, NULL},
+    {"lr", K_FLOAT, OFF(optim.lr), "optim.lr", NULL, 0, NULL},
+    {"beta1", K_FLOAT, OFF(optim.beta1), "optim.beta1", NULL, 0, NULL},
+    {"beta2", K_FLOAT, OFF(optim.beta2), "optim.beta2", NULL, 0, NULL},
+    {"eps", K_FLOAT, OFF(optim.eps), "optim.eps", NULL, 0, NULL},
+    {"weight_decay", K_FLOAT, OFF(optim.weight_decay), "optim.weight_decay", NULL, 0, NULL},
+    {"momentum", K_FLOAT, OFF(optim.momentum), "optim.momentum", NULL, 0, NULL},
+    {"nesterov", K_BOOL, OFF(optim.nesterov), "optim.nesterov", NULL, 0, NULL},
+};
+
+static zs_status_t fn_our_optim(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, our_optim_keys);
+}
+
+/* ---- JSON: the root ------------------------------------------------------------ */
+
+#define TRAINER(key) ACCEPT(key, "the trainer owns batching, logging and monitoring")
+
+const spec_t zs__config_root_keys[] = {
+    /* ours (applied second) */
+    FIELD("version", K_INT, version, 0),
+    FIELD("stage", K_INT, stage, 0),
+    FIELD("param_dtype", K_DTYPE, param_dtype, 0),
+    FIELD("reduce_dtype", K_DTYPE, reduce_dtype, 0),
+    FN("optim", fn_our_optim, 0),
+    FIELD("grad_accum", K_INT, grad_accum, 0),
+    FIELD("grad_clip", K_FLOAT, grad_clip, 0),
+    FIELD("prefetch", K_INT, prefetch, 0),
+    FIELD("reshard_after_forward", K_BOOL, reshard_after_forward, 0),
+    FIELD("persist_threshold", K_SIZE, persist_threshold, 0),
+    FIELD("reduce_bucket_size", K_SIZE, reduce_bucket_size, 0),
+    FIELD("offload_optimizer", K_OFFLOAD, offload_optimizer, 0),
+    FIELD("offload_strict", K_BOOL, offload_strict, 0),
+    FIELD("delayed_param_update", K_BOOL, delayed_param_update, 0),
+    FIELD("loss_scale", K_FLOAT, loss_scale, 0),
+    FIELD("initial_scale", K_FLOAT, initial_scale, 0),
+    FIELD("scale_window", K_INT, scale_window, 0),
+    FIELD("hysteresis", K_INT, hysteresis, 0),
+    FIELD("min_scale", K_FLOAT, min_scale, 0),
+    /* DeepSpeed's (applied first) */
+    FN("zero_optimization", fn_zero, 1),
+    {"gradient_clipping", K_FLOAT, OFF(grad_clip), "grad_clip", NULL, 1, NULL},
+    {"gradient_accumulation_steps", K_INT, OFF(grad_accum), "grad_accum", NULL, 1, NULL},
+    {"communication_data_type", K_DTYPE, OFF(reduce_dtype), "reduce_dtype", NULL, 1, NULL},
+    FN("bf16", fn_bf16, 1),
+    FN("bfloat16", fn_bf16, 1),
+    FN("fp16", fn_fp16, 1),
+    FN("optimizer", fn_optimizer, 1),
+    ACCEPT_I("scheduler", "the trainer owns the learning-rate schedule (optim.lr is the base rate)"),
+    TRAINER("train_batch_size"),
+    TRAINER("train_micro_batch_size_per_gpu"),
+    TRAINER("steps_per_print"),
+    TRAINER("wall_clock_breakdown"),
+    TRAINER("memory_breakdown"),
+    TRAINER("tensorboard"),
+    TRAINER("wandb"),
+    TRAINER("csv_monitor"),
+    TRAINER("comms_logger"),
+    TRAINER("flops_profiler"),
+    ACCEPT("zero_allow_untested_optimizer", "zeroshard runs its own optimizers"),
+    ACCEPT("zero_force_ds_cpu_optimizer", "zeroshard runs its own CPU optimizer"),
+};
+const size_t zs__config_root_count = sizeof zs__config_root_keys / sizeof zs__config_root_keys[0];

@@ -1,0 +1,157 @@
+/* Config checking: zs_config_validate (the rules are listed in
+ * include/zeroshard/config_load.h) and the one-line summary zs_config_describe. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zero/config_impl.h"
+
+/* ---- validation -------------------------------------------------------------- */
+
+/* "[prefix]config.<field> is <value>[ (from <origin>)]: <allowed>" */
+static zs_status_t bad(const char *prefix, const origins_t *o, const char *field,
+                       const char *value, const char *allowed_fmt, ...) ZS_PRINTF(5, 6);
+static zs_status_t bad(const char *prefix, const origins_t *o, const char *field,
+                       const char *value, const char *allowed_fmt, ...) {
+  char allowed[256], from[160] = "";
+  va_list ap;
+  va_start(ap, allowed_fmt);
+  vsnprintf(allowed, sizeof allowed, allowed_fmt, ap);
+  va_end(ap);
+  const char *org = origin_get(o, field);
+  if (org) snprintf(from, sizeof from, " (from %s)", org);
+  return ZS_FAIL(NULL, ZS_ERR_INVALID, "%sconfig.%s is %s%s: %s", prefix, field, value, from,
+                 allowed);
+}
+
+#define BAD_I(field, x, ...)                           \
+  do {                                                 \
+    char v_[32];                                       \
+    snprintf(v_, sizeof v_, "%lld", (long long)(x));   \
+    return bad(prefix, o, field, v_, __VA_ARGS__);     \
+  } while (0)
+#define BAD_F(field, x, ...)                           \
+  do {                                                 \
+    char v_[48];                                       \
+    snprintf(v_, sizeof v_, "%g", (double)(x));        \
+    return bad(prefix, o, field, v_, __VA_ARGS__);     \
+  } while (0)
+#define IS_FLAG(x) ((x) == 0 || (x) == 1)
+
+static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
+
+zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const char *prefix) {
+  if (!c)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "config is NULL: pass a zs_config_t started from ZS_CONFIG_INIT");
+  if (c->version != ZS_CONFIG_VERSION)
+    BAD_I("version", c->version, "start from ZS_CONFIG_INIT (version %d)", ZS_CONFIG_VERSION);
+  if (c->stage < 0 || c->stage > 3) BAD_I("stage", c->stage, "use 0 (DDP), 1, 2 or 3");
+  if (!dtype_is_float(c->param_dtype))
+    return bad(prefix, o, "param_dtype", zs_dtype_name(c->param_dtype), "use fp32, bf16 or fp16");
+  if (!dtype_is_float(c->reduce_dtype))
+    return bad(prefix, o, "reduce_dtype", zs_dtype_name(c->reduce_dtype), "use fp32 or bf16");
+  if (c->reduce_dtype == ZS_FP16 && c->param_dtype != ZS_FP16) {
+    char v[48];
+    snprintf(v, sizeof v, "fp16 with param_dtype %s", zs_dtype_name(c->param_dtype));
+    return bad(prefix, o, "reduce_dtype", v,
+               "use fp32 or bf16 (fp16 reduction is allowed only with fp16 parameters)");
+  }
+  const zs_optim_config_t *p = &c->optim;
+  if (p->kind != ZS_ADAMW && p->kind != ZS_ADAM && p->kind != ZS_SGD)
+    BAD_I("optim.kind", p->kind, "use ZS_ADAMW, ZS_ADAM or ZS_SGD");
+  if (!(isfinite(p->lr) && p->lr > 0)) BAD_F("optim.lr", p->lr, "use a finite learning rate > 0");
+  if (!(p->beta1 >= 0 && p->beta1 < 1)) BAD_F("optim.beta1", p->beta1, "use 0 <= beta1 < 1");
+  if (!(p->beta2 >= 0 && p->beta2 < 1)) BAD_F("optim.beta2", p->beta2, "use 0 <= beta2 < 1");
+  if (!(isfinite(p->eps) && p->eps > 0)) BAD_F("optim.eps", p->eps, "use a finite eps > 0");
+  if (!(isfinite(p->weight_decay) && p->weight_decay >= 0))
+    BAD_F("optim.weight_decay", p->weight_decay, "use a finite weight decay >= 0");
+  if (!(p->momentum >= 0 && p->momentum < 1))
+    BAD_F("optim.momentum", p->momentum, "use 0 <= momentum < 1 (0 = plain SGD)");
+  if (!IS_FLAG(p->nesterov)) BAD_I("optim.nesterov", p->nesterov, "use 0 or 1");
+  if (p->kind == ZS_SGD && p->nesterov && p->momentum == 0)
+    return bad(prefix, o, "optim.nesterov", "1 with momentum 0",
+               "Nesterov SGD needs momentum > 0: set optim.momentum or nesterov 0");
+  if (c->grad_accum < 1)
+    BAD_I("grad_accum", c->grad_accum, "use 1 or more forward/backward rounds per zs_step");
+  if (!(isfinite(c->grad_clip) && c->grad_clip >= 0))
+    BAD_F("grad_clip", c->grad_clip, "use 0 (off) or a finite maximum global norm > 0");
+  if (c->prefetch < 0 || c->prefetch > 16)
+    BAD_I("prefetch", c->prefetch, "use 0..16 units gathered ahead");
+  if (!IS_FLAG(c->reshard_after_forward))
+    BAD_I("reshard_after_forward", c->reshard_after_forward, "use 1 (free at zs_release) or 0");
+  if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->offload_optimizer != ZS_OFFLOAD_CPU)
+    BAD_I("offload_optimizer", c->offload_optimizer, "use ZS_OFFLOAD_NONE or ZS_OFFLOAD_CPU");
+  if (c->offload_optimizer == ZS_OFFLOAD_CPU && c->stage == 0)
+    return bad(prefix, o, "offload_optimizer", "cpu at stage 0",
+               "offload needs stage 1, 2 or 3: at stage 0 every rank holds the whole optimizer state");
+  if (!IS_FLAG(c->offload_strict)) BAD_I("offload_strict", c->offload_strict, "use 0 or 1");
+  if (!IS_FLAG(c->delayed_param_update))
+    BAD_I("delayed_param_update", c->delayed_param_update, "use 0 or 1");
+  if (c->delayed_param_update && c->offload_optimizer != ZS_OFFLOAD_CPU)
+    return bad(prefix, o, "delayed_param_update", "1 without offload",
+               "it overlaps the CPU optimizer step with the next forward/backward: set "
+               "offload_optimizer to cpu or delayed_param_update to 0");
+  if (!(isfinite(c->loss_scale) && c->loss_scale >= 0))
+    BAD_F("loss_scale", c->loss_scale, "use 0 (dynamic) or a finite static scale > 0");
+  if (!(isfinite(c->initial_scale) && c->initial_scale > 0))
+    BAD_F("initial_scale", c->initial_scale, "use a finite starting scale > 0 (default 65536)");
+  if (c->scale_window < 1) BAD_I("scale_window", c->scale_window, "use 1 or more good steps");
+  if (c->hysteresis < 1) BAD_I("hysteresis", c->hysteresis, "use 1 or more overflows");
+  if (!(isfinite(c->min_scale) && c->min_scale > 0))
+    BAD_F("min_scale", c->min_scale, "use a finite minimum scale > 0 (default 1)");
+  if (c->min_scale > c->initial_scale) {
+    char v[64];
+    snprintf(v, sizeof v, "%g, above initial_scale %g", (double)c->min_scale, (double)c->initial_scale);
+    return bad(prefix, o, "min_scale", v, "use min_scale <= initial_scale");
+  }
+  return ZS_OK;
+}
+
+zs_status_t zs_config_validate(const zs_config_t *cfg) { return zs__config_validate(cfg, NULL, ""); }
+
+
+/* ---- summary ------------------------------------------------------------------ */
+
+static void put(char *buf, size_t n, size_t *at, const char *fmt, ...) ZS_PRINTF(4, 5);
+static void put(char *buf, size_t n, size_t *at, const char *fmt, ...) {
+  if (*at >= n - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(buf + *at, n - *at, fmt, ap);
+  va_end(ap);
+  if (k > 0) *at = (size_t)k >= n - *at ? n - 1 : *at + (size_t)k;
+}
+
+const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
+  if (!buf || n == 0) return "";
+  size_t at = 0;
+  buf[0] = '\0';
+  if (!cfg) {
+    put(buf, n, &at, "(null config)");
+    return buf;
+  }
+  const zs_optim_config_t *p = &cfg->optim;
+  static const char *const kinds[] = {"adamw", "adam", "sgd"};
+  const char *kind = ((int)p->kind >= 0 && p->kind <= ZS_SGD) ? kinds[p->kind] : "invalid-optim";
+  put(buf, n, &at, "stage %d, param %s, reduce %s, %s lr %g", cfg->stage, zs_dtype_name(cfg->param_dtype),
+      zs_dtype_name(cfg->reduce_dtype), kind, (double)p->lr);
+  if (p->kind == ZS_SGD)
+    put(buf, n, &at, " momentum %g%s", (double)p->momentum, p->nesterov ? " nesterov" : "");
+  else
+    put(buf, n, &at, " betas %g/%g eps %g", (double)p->beta1, (double)p->beta2, (double)p->eps);
+  put(buf, n, &at, " wd %g, grad_accum %d, clip %g, prefetch %d, reshard_after_forward %d, persist %zu",
+      (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
+      cfg->reshard_after_forward, cfg->persist_threshold);
+  if (cfg->offload_optimizer == ZS_OFFLOAD_CPU)
+    put(buf, n, &at, ", offload cpu%s%s", cfg->offload_strict ? " strict" : "",
+        cfg->delayed_param_update ? " delayed-update" : "");
+  else
+    put(buf, n, &at, ", offload none");
+  if (cfg->loss_scale > 0)
+    put(buf, n, &at, ", loss scale static %g", (double)cfg->loss_scale);
+  else if (cfg->param_dtype == ZS_FP16)
+    put(buf, n, &at, ", loss scale dynamic from %g (window %d, hysteresis %d, min %g)",
+        (double)cfg->initial_scale, cfg->scale_window, cfg->hysteresis, (double)cfg->min_scale);
+  return buf;
+}
