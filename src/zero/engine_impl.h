@@ -141,6 +141,16 @@ struct zs_engine {
   char err[ZS_ERRBUF];
 };
 
+/* declare.c */
+zs_status_t zs__eng_check_declaring(zs_engine_t *zs, const char *what);
+/* Collective: every rank declared the same (ZS_ERR_MISMATCH on every rank otherwise). */
+zs_status_t zs__eng_check_declarations(zs_engine_t *zs);
+/* Waits for the compute stream; a failure carries the stream's message. */
+zs_status_t zs__eng_sync_compute(zs_engine_t *zs);
+/* setup.c */
+/* The range [*a, *b) of parameter p this rank stores (everything at stages 0-2,
+ * the intersection with its shard at stage 3); 0 when empty. */
+int zs__eng_stored_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b);
 /* phases.c */
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int u);
 zs_status_t zs__eng_free_released(zs_engine_t *zs);

@@ -1,0 +1,353 @@
+/* Setup: layout of the flat sharded buffers, the memory estimate, allocation,
+ * optimizer segments, initial values. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "zero/engine_impl.h"
+
+/* ============================================================================
+ * setup: layout, allocation, segments, initial values
+ * ========================================================================== */
+
+/* A unit's flat size at `world` ranks: its parameters each aligned to ZS_ALIGN
+ * (numel), padded to a multiple of world * ZS_ALIGN (padded); whether it stays
+ * gathered at stage 3. Sets the parameters' flat offsets when `place`. */
+static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
+                        int64_t *padded, int *persistent) {
+  int64_t quantum = world * ZS_ALIGN, off = 0;
+  for (int k = 0; k < u->nparams; k++) {
+    zs_param_t *p = &zs->params[u->first_param + k];
+    if (place) p->flat_off = off;
+    off += (p->numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+  }
+  *numel = off;
+  *padded = off ? (off + quantum - 1) / quantum * quantum : quantum;
+  *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (size_t)off <= zs->cfg.persist_threshold;
+}
+
+static void layout(zs_engine_t *zs) {
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    unit_extent(zs, u, zs->world, 1, &u->numel, &u->padded, &u->persistent);
+    u->shard = u->padded / zs->world;
+    u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->rank * u->shard;
+    u->opt_n = zs->cfg.stage == 0 ? u->padded : u->shard;
+  }
+}
+
+zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
+  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_estimate: engine and out must not be NULL");
+  if (world < 1) return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_estimate: world %d must be >= 1", world);
+  const zs_config_t *c = &zs->cfg;
+  memset(out, 0, sizeof *out);
+  out->world = world;
+  uint64_t pb = zs->pb, rb = zs->rb;
+  int off = zs->offload, adam = c->optim.kind != ZS_SGD;
+  uint64_t *opt = off ? out->host : out->device;
+  uint64_t maxP = 0, maxS = 0, gathered[3] = {0}; /* the largest gathered units, for the bound */
+  for (int i = 0; i < zs->nunits; i++) {
+    int64_t numel, padded;
+    int persistent;
+    unit_extent(zs, &zs->units[i], world, 0, &numel, &padded, &persistent);
+    uint64_t P = (uint64_t)padded, S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
+    out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
+    if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
+    if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
+    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
+    else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
+    if (off) out->host[ZS_MEM_GRADS] += on * 4;
+    if (zs->dpu) {
+      out->host[ZS_MEM_GRADS] += on * 4;
+      if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
+    }
+    maxP = P > maxP ? P : maxP;
+    maxS = S > maxS ? S : maxS;
+    if (c->stage == 3 && !persistent) { /* keep the three largest */
+      uint64_t x = P;
+      for (int j = 0; j < 3; j++)
+        if (x > gathered[j]) {
+          uint64_t t = gathered[j];
+          gathered[j] = x;
+          x = t;
+        }
+    }
+  }
+  for (int k = ZS_MEM_PARAMS; k <= ZS_MEM_OPTIMIZER; k++) {
+    out->device_model_state += out->device[k];
+    out->host_model_state += out->host[k];
+  }
+  out->device_model_state += out->device[ZS_MEM_GATHER];
+  /* transients at their most: gathered units (the held one plus the prefetch
+   * window), two units' full gradients (the one computing, the one reducing),
+   * their reduce-dtype copies, reduced shards awaiting the copy to the host,
+   * the fp32 accumulation scratch, and the engine's scalars */
+  uint64_t t = 0;
+  int window = c->prefetch + 1 < 3 ? c->prefetch + 1 : 3;
+  if (c->stage == 3) {
+    for (int j = 0; j < window; j++) t += gathered[j] * pb;
+    for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
+  }
+  if (c->stage >= 2) t += 2 * maxP * pb;
+  if (rb != pb) t += 2 * maxP * rb;
+  if (c->stage >= 2 && off) t += 2 * maxS * rb;
+  if (c->stage >= 2) t += 2 * maxS * 4;
+  t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
+  t += 4 + (uint64_t)(2 * zs->world + 2) * 8;
+  out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
+  return ZS_OK;
+}
+
+/* A persistent buffer of the unit, zeroed, remembered for destroy. */
+static zs_status_t own(zs_engine_t *zs, zs_unit_t *u, size_t bytes, zs_mem_category_t cat, int host, void **out) {
+  if (host) {
+    ZS_CHECK(zs__eng_host_alloc(zs, bytes, cat, out));
+  } else {
+    ZS_CHECK(zs__eng_alloc(zs, bytes, cat, out));
+    if (*out) ZS_CHECK(zs_memset_async(zs->dev, *out, 0, bytes, zs->compute));
+  }
+  if (*out) u->owned[u->nowned++] = (zs_owned_t){*out, bytes, cat, host};
+  return ZS_OK;
+}
+
+static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
+  const zs_config_t *c = &zs->cfg;
+  size_t P = (size_t)u->padded, S = (size_t)u->shard, pb = zs->pb, on = (size_t)u->opt_n;
+  int off = zs->offload; /* optimizer state on the host */
+  ZS_CHECK(zs_event_create(zs->dev, &u->ev_gathered));
+  ZS_CHECK(zs_event_create(zs->dev, &u->ev_released));
+  ZS_CHECK(zs_event_create(zs->dev, &u->ev_computed));
+  ZS_CHECK(zs_event_create(zs->dev, &u->ev_reduced));
+  ZS_CHECK(zs_event_create(zs->dev, &u->ev_offloaded));
+  if (c->stage <= 2) {
+    ZS_CHECK(own(zs, u, P * pb, ZS_MEM_PARAMS, 0, &u->full));
+  } else {
+    ZS_CHECK(own(zs, u, S * pb, ZS_MEM_PARAMS, 0, &u->pshard));
+    if (u->persistent) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GATHER, 0, &u->full));
+  }
+  /* master: fp32 params are their own master copy, unless it lives on the host */
+  if (c->param_dtype == ZS_FP32 && !off) {
+    u->master = c->stage == 3 ? (float *)u->pshard : (float *)u->full + u->opt_off;
+  } else {
+    ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->master));
+    u->master_owned = 1;
+  }
+  int adam = c->optim.kind != ZS_SGD;
+  if (adam || c->optim.momentum > 0) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->m));
+  if (adam) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->v));
+  if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
+  else if (!off) ZS_CHECK(own(zs, u, S * zs->rb, ZS_MEM_GRADS, 0, &u->gshard));
+  if (off) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
+  if (zs->dpu) {
+    ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad2));
+    if (c->param_dtype != ZS_FP32) ZS_CHECK(own(zs, u, on * pb, ZS_MEM_PARAMS, 1, &u->hparam));
+  }
+  return ZS_OK;
+}
+
+/* Pointers of the optimizer's inputs for flat offset `off` (inside the owned range). */
+static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_seg_t *s) {
+  const zs_config_t *c = &zs->cfg;
+  int64_t lo = off - u->opt_off; /* index inside the owned range */
+  s->master = u->master + lo;
+  s->m = u->m ? u->m + lo : NULL;
+  s->v = u->v ? u->v + lo : NULL;
+  void *dev_param = c->stage == 3 ? (char *)u->pshard + (size_t)lo * zs->pb : (char *)u->full + (size_t)off * zs->pb;
+  if (zs->offload) {
+    /* host inputs; bf16/fp16 copies go to a staging slot, then to dev_param */
+    s->grad = u->hgrad + lo;
+    s->param = NULL;
+    if (c->param_dtype != ZS_FP32)
+      s->param = (char *)(zs->dpu ? u->hparam : zs->hstage_param[(int)(u - zs->units) % 2]) + (size_t)lo * zs->pb;
+    zs->seg_dst[zs->nsegs] = dev_param;
+    return;
+  }
+  if (c->stage <= 1)
+    s->grad = (char *)u->gfull + (size_t)off * zs->pb;
+  else
+    s->grad = (char *)u->gshard + (size_t)lo * zs->rb;
+  s->param = c->param_dtype != ZS_FP32 ? dev_param : NULL;
+}
+
+static zs_status_t build_segments(zs_engine_t *zs) {
+  size_t n = (size_t)zs->nparams;
+  zs->segs = calloc(n, sizeof *zs->segs);
+  zs->seg_dst = calloc(n, sizeof *zs->seg_dst);
+  zs->ounits = calloc((size_t)zs->nunits, sizeof *zs->ounits);
+  if (!zs->segs || !zs->seg_dst || !zs->ounits) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+  zs->nsegs = 0;
+  for (int i = 0; i < zs->nparams; i++) {
+    zs_param_t *p = &zs->params[i];
+    zs_unit_t *u = &zs->units[p->unit];
+    if (i == u->first_param) u->seg_first = zs->nsegs;
+    if (p->flags & ZS_PARAM_FROZEN) continue;
+    int64_t a = p->flat_off > u->opt_off ? p->flat_off : u->opt_off;
+    int64_t b = p->flat_off + p->numel < u->opt_off + u->opt_n ? p->flat_off + p->numel : u->opt_off + u->opt_n;
+    if (a >= b) continue;
+    zs_optim_seg_t *s = &zs->segs[zs->nsegs];
+    seg_pointers(zs, u, a, s);
+    zs->nsegs++;
+    s->n = (size_t)(b - a);
+    s->lr_scale = 1.0f;
+    s->wd_scale = (p->flags & ZS_PARAM_NO_DECAY) ? 0.0f : 1.0f;
+  }
+  for (int i = 0; i < zs->nunits; i++) {
+    zs_unit_t *u = &zs->units[i];
+    u->seg_count = (i + 1 < zs->nunits ? zs->units[i + 1].seg_first : zs->nsegs) - u->seg_first;
+    zs->ounits[i] = (zs_offload_unit_t){.segs = zs->segs + u->seg_first, .nseg = u->seg_count,
+                                        .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb,
+                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu ? i % 2 : -1};
+  }
+  if (zs->dpu) { /* the same segments reading the other grad shard */
+    zs->segs2 = malloc(n * sizeof *zs->segs2);
+    zs->ev_applied = calloc((size_t)zs->nunits, sizeof *zs->ev_applied);
+    if (!zs->segs2 || !zs->ev_applied) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+    for (int i = 0; i < zs->nunits; i++) {
+      zs_unit_t *u = &zs->units[i];
+      for (int k = u->seg_first; k < u->seg_first + u->seg_count; k++) {
+        zs->segs2[k] = zs->segs[k];
+        zs->segs2[k].grad = u->hgrad2 + ((const float *)zs->segs[k].grad - u->hgrad);
+      }
+      ZS_CHECK(zs_event_create(zs->dev, &zs->ev_applied[i]));
+    }
+    ZS_CHECK(zs__offload_worker_create(&zs->worker, zs->dev, zs->nunits));
+  }
+  return ZS_OK;
+}
+
+/* Writes `count` fp32 values of parameter p starting at element `poff` wherever
+ * this rank stores them: the full resident buffer (stages 0-2, in param dtype),
+ * the param shard (stage 3) and the fp32 master range. Host staging, then H2D. */
+zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, int64_t count, const float *src) {
+  zs_unit_t *u = &zs->units[p->unit];
+  const zs_config_t *c = &zs->cfg;
+  int64_t f0 = p->flat_off + poff, f1 = f0 + count;
+  void *tmp = NULL;
+  zs_status_t st = ZS_OK;
+  if (c->param_dtype != ZS_FP32) {
+    tmp = malloc((size_t)count * zs->pb);
+    if (!tmp) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "out of host memory staging '%s'", p->name);
+    uint16_t *t = tmp;
+    for (int64_t i = 0; i < count; i++)
+      t[i] = c->param_dtype == ZS_BF16 ? zs_f32_to_bf16(src[i]) : zs_f32_to_f16(src[i]);
+  }
+  const void *pvals = tmp ? tmp : (const void *)src;
+  /* parameter storage in param dtype */
+  int64_t s0 = c->stage <= 2 ? 0 : u->opt_off, s1 = c->stage <= 2 ? u->padded : u->opt_off + u->opt_n;
+  void *base = c->stage <= 2 ? u->full : u->pshard;
+  int64_t a = f0 > s0 ? f0 : s0, b = f1 < s1 ? f1 : s1;
+  if (a < b)
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (char *)base + (size_t)(a - s0) * zs->pb,
+                                  (const char *)pvals + (size_t)(a - f0) * zs->pb, (size_t)(b - a) * zs->pb,
+                                  ZS_COPY_H2D, zs->compute), st, done);
+  /* fp32 master (when it is not the parameter storage itself) */
+  if (u->master_owned) {
+    a = f0 > u->opt_off ? f0 : u->opt_off;
+    b = f1 < u->opt_off + u->opt_n ? f1 : u->opt_off + u->opt_n;
+    if (a < b && zs->offload) /* master in host memory */
+      memcpy(u->master + (a - u->opt_off), src + (a - f0), (size_t)(b - a) * 4);
+    else if (a < b)
+      ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, u->master + (a - u->opt_off), src + (a - f0), (size_t)(b - a) * 4,
+                                    ZS_COPY_H2D, zs->compute), st, done);
+  }
+  st = zs__eng_sync_compute(zs); /* the staging buffer dies here */
+done:
+  free(tmp);
+  return st;
+}
+
+/* The range of parameter p this rank stores: everything at stages 0-2, the
+ * intersection with its shard at stage 3. */
+int zs__eng_stored_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+  const zs_unit_t *u = &zs->units[p->unit];
+  if (zs->cfg.stage <= 2) {
+    *a = 0;
+    *b = p->numel;
+  } else {
+    int64_t lo = u->opt_off - p->flat_off, hi = u->opt_off + u->opt_n - p->flat_off;
+    *a = lo > 0 ? lo : 0;
+    *b = hi < p->numel ? hi : p->numel;
+  }
+  return *a < *b;
+}
+
+#define ZS_STAGING (1 << 20)
+
+static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
+  float *buf = malloc((size_t)ZS_STAGING * sizeof(float));
+  if (!buf) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory for init staging");
+  zs_status_t st = ZS_OK;
+  for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
+    zs_param_t *p = &zs->params[i];
+    int64_t a, b;
+    if (!zs__eng_stored_range(zs, p, &a, &b)) continue;
+    for (int64_t o = a; o < b && st == ZS_OK; o += ZS_STAGING) {
+      int64_t n = b - o < ZS_STAGING ? b - o : ZS_STAGING;
+      if (init(user, i, o, n, buf) != 0) {
+        st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "init callback failed for parameter '%s' range [%lld, %lld)", p->name,
+                     (long long)o, (long long)(o + n));
+        break;
+      }
+      st = zs__eng_write_values(zs, p, o, n, buf);
+    }
+  }
+  free(buf);
+  return st;
+}
+
+zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
+  ZS_CHECK(zs__eng_check_declaring(zs, "zs_engine_setup"));
+  if (zs->nunits == 0 || zs->nparams == 0)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].nparams == 0)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: unit %d '%s' has no parameters", i,
+                     zs->units[i].name);
+  ZS_CHECK(zs__eng_check_declarations(zs));
+  layout(zs);
+  zs->grad_dtype = zs->offload ? ZS_FP32 : zs->cfg.stage <= 1 ? zs->cfg.param_dtype : zs->cfg.reduce_dtype;
+  for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
+  ZS_CHECK(zs__eng_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->scalar));
+  ZS_CHECK(zs__eng_host_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->hscalar));
+  zs->xcount = 2 * zs->world + 2;
+  ZS_CHECK(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev));
+  ZS_CHECK(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost));
+  if (zs->offload) {
+    /* one grad staging buffer (the copy stream serialises its users) and two
+     * parameter staging slots (stepping unit i while unit i-1 copies) */
+    size_t maxs = 0;
+    for (int i = 0; i < zs->nunits; i++) maxs = (size_t)zs->units[i].shard > maxs ? (size_t)zs->units[i].shard : maxs;
+    zs->hstage_grad_bytes = maxs * (zs->pb > zs->rb ? zs->pb : zs->rb);
+    ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_grad_bytes, ZS_MEM_COMM, &zs->hstage_grad));
+    if (zs->cfg.param_dtype != ZS_FP32 && !zs->dpu) { /* delayed update: hparam instead */
+      zs->hstage_param_bytes = maxs * zs->pb;
+      for (int k = 0; k < 2; k++)
+        ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_param_bytes, ZS_MEM_COMM, &zs->hstage_param[k]));
+    }
+  }
+  ZS_CHECK(build_segments(zs));
+  for (int ph = 1; ph <= 2; ph++) {
+    zs->order[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));
+    zs->rec[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));
+    if (!zs->order[ph] || !zs->rec[ph]) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+    for (int i = 0; i < zs->nunits; i++) zs->order[ph][i] = ph == ZS_PH_FORWARD ? i : zs->nunits - 1 - i;
+    zs->order_len[ph] = zs->nunits;
+  }
+  if (init) ZS_CHECK(init_values(zs, init, user));
+  ZS_CHECK(zs__eng_sync_compute(zs));
+  /* slots of resident parameters and persistent gradients */
+  for (int i = 0; i < zs->nparams; i++) {
+    zs_param_t *p = &zs->params[i];
+    zs_unit_t *u = &zs->units[p->unit];
+    if (p->pslot) *p->pslot = zs->cfg.stage <= 2 ? (char *)u->full + (size_t)p->flat_off * zs->pb : NULL;
+    if (p->gslot) *p->gslot = zs->cfg.stage <= 1 ? (char *)u->gfull + (size_t)p->flat_off * zs->pb : NULL;
+  }
+  zs->setup_done = 1;
+  ZS_CHECK(zs__eng_regather(zs, 0)); /* persistent stage-3 units */
+  zs_comm_stats_reset(zs->comm);
+  return ZS_OK;
+}
