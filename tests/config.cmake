@@ -1,3 +1,5 @@
 # Config validation and loading (env, our JSON keys, DeepSpeed ds_config.json).
 zs_add_test(NAME test_config SOURCES test_config.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)
 target_compile_definitions(test_config PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+# Hostile and careless input: strict JSON, limits, ranges, duplicates, timing.
+zs_add_test(NAME test_config_strict SOURCES test_config_strict.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)

@@ -52,9 +52,12 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
  *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE   1|0|true|false|on|off|yes|no
  *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
- * Names are case-insensitive for the word values. A value that does not parse
- * is ZS_ERR_INVALID naming the variable and the value; a value that parses but
- * is out of range fails validation, whose message names the variable. */
+ * Names are case-insensitive for the word values. Numbers are read in the C
+ * locale (a decimal point, whatever setlocale says). A value that does not parse
+ * is ZS_ERR_INVALID naming the variable and the value (control bytes shown as
+ * \xNN); a number beyond what its field holds says "out of range" and the range
+ * (as for JSON below); a value that parses but is not allowed fails validation,
+ * whose message names the variable. */
 zs_status_t zs_config_from_env(zs_config_t *cfg);
 
 /* Fills *cfg from ZS_CONFIG_INIT plus a JSON object (NUL-terminated UTF-8),
@@ -117,20 +120,43 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * keeps the current value, with an info line.
  *
  * Unknown keys, at any depth, do not fail the call: each is logged as one
- * warning with its path ("zero_optimization.stage3_foo"), and the list is kept
- * for zs_config_unknown_keys. If a key appears twice the last value wins (a
- * warning says so).
+ * warning with its path ("zero_optimization.stage3_foo"), the first 20 one by
+ * one and then one line with the count, and the list is kept for
+ * zs_config_unknown_keys. If a known key appears more than once in an object
+ * its last value wins whole (a repeated section replaces the earlier one, whose
+ * values are not read) and one warning says so.
  *
- * Errors (ZS_ERR_INVALID; *cfg unchanged): cfg or json_text NULL; malformed JSON
- * (the message gives line, column and the text there); the document is not an
- * object; a known key with the wrong type or a value that cannot be honoured
- * (the message names the key path and the value); the result fails
- * zs_config_validate (the message names the field and the key it came from). */
+ * The text must be strict JSON (RFC 8259), and is checked before anything is
+ * applied. Refused, with the line, column and text there: whitespace other than
+ * space, tab, CR and LF (control bytes); raw control bytes in strings; \u0000
+ * anywhere (a C string would end there); control characters in keys; invalid
+ * UTF-8 (overlong, surrogates, past U+10FFFF, cut short); unpaired UTF-16
+ * surrogates in \u escapes; numbers JSON does not have (01, 1., .5, +1, 0x10,
+ * NaN, Infinity), longer than 40 characters, or nonzero and below the smallest
+ * double (1e-400); comments, trailing commas and text after the object. A UTF-8
+ * BOM at the very start is skipped. Limits that bound time and memory (a
+ * DeepSpeed config has ~100 values, 4 levels): the text under 16 MiB, at most
+ * 100000 values, at most 64 levels of nesting. Loading is linear in the size of
+ * the text.
+ *
+ * Numbers: integer fields take whole numbers in any notation (3, 3.0, 5e8; 2.5
+ * is an error) in -2147483648..2147483647; sizes take whole numbers 0..2^53;
+ * float fields take magnitudes up to 3.4e38, and a nonzero value that would
+ * round to 0 in a float (below 1.4e-45) is out of range too.
+ *
+ * Errors (ZS_ERR_INVALID; *cfg unchanged): cfg or json_text NULL; text that
+ * breaks the rules above (the message gives line, column and the text there);
+ * the document is not an object; a known key with the wrong type, a number out
+ * of its field's range ("optim.lr is beyond 1.8e+308: out of range for a float
+ * (largest magnitude 3.4e+38)") or a value that cannot be honoured (the message
+ * names the key path and the value); the result fails zs_config_validate (the
+ * message names the field and the key it came from). ZS_ERR_NOMEM if memory
+ * runs out. */
 zs_status_t zs_config_from_json(zs_config_t *cfg, const char *json_text);
 
-/* As zs_config_from_json, reading the document from `path` (under 16 MiB).
- * Cannot open or read the file: ZS_ERR_IO, with the path and strerror. Messages
- * about the content start with the path. */
+/* As zs_config_from_json, reading the document from `path` (under 16 MiB, no
+ * NUL bytes). Cannot open or read the file: ZS_ERR_IO, with the path and
+ * strerror. Messages about the content start with the path. */
 zs_status_t zs_config_from_json_file(zs_config_t *cfg, const char *path);
 
 /* The unknown keys met by the most recent zs_config_from_json(_file) call on the

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,28 @@ static int word_bool(const char *s, int *out) {
   return 0;
 }
 
+const char *zs__config_range_text(kind_t kind, double v) {
+  switch (kind) {
+    case K_INT: return "out of range for an integer (-2147483648..2147483647)";
+    case K_SIZE: return "out of range: at most 9007199254740992 (2^53)";
+    case K_FLOAT:
+      return fabs(v) > FLT_MAX ? "out of range for a float (largest magnitude 3.4e+38)"
+                               : "out of range for a float (nonzero magnitudes below 1.4e-45 round to 0)";
+    default: return "out of range";
+  }
+}
+
+/* A trainer that calls setlocale(LC_ALL, "") in a locale with a decimal comma
+ * must not turn ZS_LR=0.05 into an error and ZS_LR=0,05 into 0.05. */
+static locale_t c_locale;
+static void c_locale_make(void) { c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0); }
+double zs__config_strtod(const char *s, char **end) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, c_locale_make);
+  errno = 0; /* for the caller's ERANGE check */
+  return c_locale ? strtod_l(s, end, c_locale) : strtod(s, end);
+}
+
 /* Stores a parsed value of `kind` into the field at byte offset `off`. */
 void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int word) {
   char *f = (char *)c + off;
@@ -66,7 +90,6 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
     default: break;
   }
 }
-
 
 /* ---- environment ------------------------------------------------------------- */
 
@@ -102,7 +125,7 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
   while (*s == ' ' || *s == '\t') s++;
   size_t len = strlen(s);
   while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n')) len--;
-  if (len == 0 || len >= sizeof tmp) return 0;
+  if (len == 0 || len >= sizeof tmp) return VAL_TYPE;
   memcpy(tmp, s, len);
   tmp[len] = '\0';
   char *end;
@@ -110,33 +133,45 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
   switch (kind) {
     case K_INT: {
       long v = strtol(tmp, &end, 10);
-      if (*end || errno || v < INT_MIN || v > INT_MAX) return 0;
+      if (*end) return VAL_TYPE;
       *num = (double)v;
-      return 1;
+      return errno == ERANGE || v < INT_MIN || v > INT_MAX ? VAL_RANGE : VAL_OK;
     }
     case K_SIZE: {
-      if (tmp[0] == '-') return 0; /* strtoull would wrap it */
+      if (tmp[0] == '-') return VAL_TYPE; /* strtoull would wrap it */
       unsigned long long v = strtoull(tmp, &end, 10);
-      if (*end || errno || (double)v > SIZE_LIMIT || v > SIZE_MAX) return 0;
+      if (*end) return VAL_TYPE;
       *num = (double)v;
-      return 1;
+      return errno == ERANGE || v > (1ull << 53) || v > SIZE_MAX ? VAL_RANGE : VAL_OK;
     }
     case K_FLOAT: {
-      double v = strtod(tmp, &end);
-      if (*end || !isfinite(v) || fabs(v) > FLT_MAX) return 0;
+      double v = zs__config_strtod(tmp, &end);
+      if (*end || isnan(v) || (isinf(v) && errno != ERANGE)) return VAL_TYPE; /* "inf", "nan" */
       *num = v;
-      return 1;
+      /* too large, or nonzero and rounding to 0 (strtod says ERANGE, or the float does) */
+      if (fabs(v) > FLT_MAX || (errno == ERANGE && v == 0) || (v != 0 && (float)v == 0)) return VAL_RANGE;
+      return VAL_OK;
     }
-    case K_BOOL: return word_bool(tmp, word);
-    case K_DTYPE: { zs_dtype_t d; if (!word_dtype(tmp, &d)) return 0; *word = (int)d; return 1; }
-    case K_OPTIM: { zs_optim_kind_t k; if (!word_optim(tmp, &k)) return 0; *word = (int)k; return 1; }
+    case K_BOOL: return word_bool(tmp, word) ? VAL_OK : VAL_TYPE;
+    case K_DTYPE: {
+      zs_dtype_t d;
+      if (!word_dtype(tmp, &d)) return VAL_TYPE;
+      *word = (int)d;
+      return VAL_OK;
+    }
+    case K_OPTIM: {
+      zs_optim_kind_t k;
+      if (!word_optim(tmp, &k)) return VAL_TYPE;
+      *word = (int)k;
+      return VAL_OK;
+    }
     case K_OFFLOAD: {
       zs_offload_t f;
-      if (!zs__config_word_offload(tmp, &f)) return 0;
+      if (!zs__config_word_offload(tmp, &f)) return VAL_TYPE;
       *word = (int)f;
-      return 1;
+      return VAL_OK;
     }
-    default: return 0;
+    default: return VAL_TYPE;
   }
 }
 
@@ -149,9 +184,16 @@ zs_status_t zs_config_from_env(zs_config_t *cfg) {
     if (!v || !*v) continue;
     double num = 0;
     int word = 0;
-    if (!zs__config_parse_text(v, env_keys[i].kind, &num, &word))
-      return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s is '%.64s': expected %s", env_keys[i].var, v,
-                     zs__config_kind_expect[env_keys[i].kind]);
+    int r = zs__config_parse_text(v, env_keys[i].kind, &num, &word);
+    if (r != VAL_OK) {
+      char shown[4 * 64 + 1];
+      size_t len = strnlen(v, 64);
+      zs__config_printable(shown, sizeof shown, v, len);
+      return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s is '%s%s': %s%s", env_keys[i].var, shown, v[len] ? "..." : "",
+                     r == VAL_TYPE ? "expected " : "",
+                     r == VAL_TYPE ? zs__config_kind_expect[env_keys[i].kind]
+                                   : zs__config_range_text(env_keys[i].kind, num));
+    }
     zs__config_store(&c, env_keys[i].off, env_keys[i].kind, num, word);
     origin_set(&org, env_keys[i].field, env_keys[i].var);
   }

@@ -32,9 +32,9 @@ static inline void origin_set(origins_t *o, const char *field, const char *from)
   if (i == ORIGIN_MAX) return;
   if (i == o->n) o->n++;
   o->e[i].field = field;
-  size_t len = strnlen(from, sizeof o->e[i].from - 1); /* cut to fit */
-  memcpy(o->e[i].from, from, len);
-  o->e[i].from[len] = '\0';
+  size_t k = 0; /* cut to fit */
+  for (; k + 1 < sizeof o->e[i].from && from[k]; k++) o->e[i].from[k] = from[k];
+  o->e[i].from[k] = '\0';
 }
 
 static inline const char *origin_get(const origins_t *o, const char *field) {
@@ -67,7 +67,16 @@ typedef enum {
 
 extern const char *const zs__config_kind_expect[];
 
+/* What converting a value gave: the value, a wrong type or form (the message
+ * says what is expected), or a number of the right form beyond what the field
+ * holds (the message says the range: zs__config_range_text). */
+enum { VAL_OK, VAL_TYPE, VAL_RANGE };
+const char *zs__config_range_text(kind_t kind, double v);
+
 int zs__config_word_offload(const char *s, zs_offload_t *out);
+
+/* strtod in the C locale, whatever the process's locale. */
+double zs__config_strtod(const char *s, char **end);
 
 /* Stores a parsed value of `kind` into the field at byte offset `off`. */
 void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int word);
@@ -75,8 +84,31 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
 /* 2^53: above it a JSON double no longer counts whole elements exactly. */
 #define SIZE_LIMIT 9007199254740992.0
 
-/* Parses one variable's text; 1 on success. Surrounding blanks are allowed. */
+/* Parses one variable's text (numbers in the C locale, whatever the process
+ * has set); VAL_*. Surrounding blanks are allowed. */
 int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word);
+
+/* ---- JSON: limits and the strict syntax check (config_syntax.c) ---------------- */
+
+/* What a config document may hold. A DeepSpeed config has about a hundred
+ * values nested four deep; these bound what a wrong file can cost in time and
+ * memory (cJSON takes ~80 bytes per value and recurses per level). */
+#define JSON_MAX_BYTES (16u << 20) /* the text, NUL excluded, is shorter */
+#define JSON_MAX_DEPTH 64
+#define JSON_MAX_VALUES 100000
+#define JSON_MAX_NUMBER 40 /* characters in one number */
+
+/* ZS_OK if text[0..len) is one JSON value by RFC 8259 within the limits above,
+ * with strings that hold no NUL, well-formed UTF-8 and paired surrogates, and
+ * keys without control characters. Else ZS_ERR_INVALID with the line, column
+ * and text there; `src` ("" or "<path>: ") starts the message. */
+zs_status_t zs__config_check_syntax(const char *text, size_t len, const char *src);
+
+/* Copies s[0..len) into buf (n bytes, NUL-terminated) for a message: bytes
+ * outside printable ASCII as \xNN, '\' as "\\", stopping before what would not
+ * fit. Returns how many bytes of s it copied. Messages never carry raw control
+ * bytes into a terminal. */
+size_t zs__config_printable(char *buf, size_t n, const char *s, size_t len);
 
 /* ---- JSON: parsing context and key tables (config_json.c) --------------------- */
 
@@ -89,6 +121,7 @@ typedef struct {
   int ds_type;               /* -1 unset, else 0 Adam, 1 AdamW, 2 SGD */
   int adam_w_mode;           /* -1 unset */
   int ds_prefetch_seen;
+  int unknown; /* unknown keys met; the first few are logged one by one */
 } ctx_t;
 
 typedef zs_status_t (*key_fn)(ctx_t *x, const cJSON *item, const char *path);
@@ -111,8 +144,12 @@ typedef struct {
 
 zs_status_t zs__config_wrong(ctx_t *x, const cJSON *item, const char *path, const char *expect_fmt, ...)
     ZS_PRINTF(4, 5);
-/* Converts a JSON value of `kind`; 1 on success. */
+/* Converts a JSON value of `kind`; VAL_*. */
 int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word);
+/* Converts a JSON value of `kind`, or fails naming `path`, the value and either
+ * `expect` or the range the field holds. */
+zs_status_t zs__config_get(ctx_t *x, const cJSON *item, const char *path, kind_t kind, const char *expect,
+                           double *num, int *word);
 /* A DeepSpeed value of "auto" keeps the current value; 1 if it was one. */
 int zs__config_skip_auto(ctx_t *x, const cJSON *item, const char *path);
 zs_status_t zs__config_need_object(ctx_t *x, const cJSON *item, const char *path);

@@ -15,6 +15,9 @@
 
 /* ---- JSON: unknown keys (per thread) ------------------------------------------ */
 
+/* Unknown keys logged one line each; the rest are counted in one line. */
+#define UNKNOWN_LOG_MAX 20
+
 static _Thread_local char unknown_list[2048];
 static _Thread_local int unknown_full;
 
@@ -38,13 +41,27 @@ static void unknown_add(const char *path) {
 
 /* ---- JSON: parsing context and key tables ------------------------------------ */
 
-/* Prints a value for a message: compact JSON, cut to fit. */
+/* Prints a value for a message: compact JSON, cut to fit. Bounded work
+ * whatever the value's size: strings are cut before printing, containers are
+ * printed into a fixed buffer or not at all. cJSON prints a number beyond the
+ * range of a double (1e400 parses to inf) as null: say what it was instead. */
 static const char *repr(const cJSON *item, char *buf, size_t n) {
-  char *s = cJSON_PrintUnformatted(item);
-  if (!s) return "(value)";
-  if (strlen(s) >= n && n > 4) snprintf(buf, n, "%.*s...", (int)(n - 4), s);
-  else snprintf(buf, n, "%s", s);
-  cJSON_free(s);
+  char tmp[256];
+  if (n) buf[0] = '\0';
+  if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) {
+    snprintf(buf, n, "beyond %s1.8e+308", item->valuedouble < 0 ? "-" : "");
+  } else if (cJSON_IsString(item) && n > 6) { /* room for the quotes, "..." and the NUL */
+    size_t len = strnlen(item->valuestring, n - 6);
+    buf[0] = '"';
+    size_t used = zs__config_printable(buf + 1, n - 6, item->valuestring, len);
+    strcat(buf, used < len || item->valuestring[len] ? "...\"" : "\"");
+  } else if (cJSON_PrintPreallocated((cJSON *)item, tmp, (int)sizeof tmp - 5, 0)) {
+    size_t len = strlen(tmp);
+    if (len >= n && n > 4) snprintf(buf, n, "%.*s...", (int)(n - 4), tmp);
+    else if (n > len) memcpy(buf, tmp, len + 1);
+  } else {
+    snprintf(buf, n, "%s", cJSON_IsArray(item) ? "[...]" : "{...}");
+  }
   return buf;
 }
 
@@ -61,24 +78,43 @@ static int is_auto(const cJSON *item) {
   return cJSON_IsString(item) && !strcasecmp(item->valuestring, "auto");
 }
 
+/* A number's form decides VAL_TYPE (2.5 for an integer, -1 for a size), its
+ * size VAL_RANGE. Whole numbers count as integers in any notation: DeepSpeed
+ * configs write sizes as 5e8. A double that is not finite is a literal beyond
+ * 1.8e308 (the syntax check lets no NaN or Infinity through). */
 int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word) {
-  if (kind == K_BOOL && cJSON_IsBool(item)) return *word = cJSON_IsTrue(item), 1;
+  if (kind == K_BOOL && cJSON_IsBool(item)) return *word = cJSON_IsTrue(item), VAL_OK;
   if (kind == K_DTYPE || kind == K_OPTIM || kind == K_OFFLOAD) {
-    if (!cJSON_IsString(item)) return 0;
+    if (!cJSON_IsString(item)) return VAL_TYPE;
     return zs__config_parse_text(item->valuestring, kind, num, word);
   }
-  if (!cJSON_IsNumber(item)) return 0;
+  if (!cJSON_IsNumber(item)) return VAL_TYPE;
   double v = item->valuedouble;
-  if (!isfinite(v)) return 0;
-  switch (kind) {
-    case K_INT: if (v != floor(v) || v < INT_MIN || v > INT_MAX) return 0; break;
-    case K_SIZE: if (v != floor(v) || v < 0 || v > SIZE_LIMIT) return 0; break;
-    case K_FLOAT: if (fabs(v) > FLT_MAX) return 0; break;
-    case K_BOOL: if (v != 0 && v != 1) return 0; *word = (int)v; break;
-    default: return 0;
-  }
   *num = v;
-  return 1;
+  switch (kind) {
+    case K_INT:
+      if (isfinite(v) && v != floor(v)) return VAL_TYPE;
+      return v >= INT_MIN && v <= INT_MAX ? VAL_OK : VAL_RANGE;
+    case K_SIZE:
+      if (v < 0 || (isfinite(v) && v != floor(v))) return VAL_TYPE;
+      return v <= SIZE_LIMIT && v <= (double)SIZE_MAX ? VAL_OK : VAL_RANGE;
+    case K_FLOAT:
+      if (fabs(v) > FLT_MAX || (v != 0 && (float)v == 0)) return VAL_RANGE;
+      return VAL_OK;
+    case K_BOOL:
+      if (v != 0 && v != 1) return VAL_TYPE;
+      *word = (int)v;
+      return VAL_OK;
+    default: return VAL_TYPE;
+  }
+}
+
+zs_status_t zs__config_get(ctx_t *x, const cJSON *item, const char *path, kind_t kind, const char *expect,
+                           double *num, int *word) {
+  int r = zs__config_json_value(item, kind, num, word);
+  if (r == VAL_TYPE) return zs__config_wrong(x, item, path, "expected %s", expect);
+  if (r == VAL_RANGE) return zs__config_wrong(x, item, path, "%s", zs__config_range_text(kind, *num));
+  return ZS_OK;
 }
 
 int zs__config_skip_auto(ctx_t *x, const cJSON *item, const char *path) {
@@ -91,32 +127,52 @@ static zs_status_t apply_field(ctx_t *x, const spec_t *s, const cJSON *item, con
   double num = 0;
   int word = 0;
   if (s->ds && zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (!zs__config_json_value(item, s->kind, &num, &word))
-    return zs__config_wrong(x, item, path, "expected %s",
-                            s->kind == K_BOOL ? "true or false (or 0/1)" : zs__config_kind_expect[s->kind]);
+  const char *expect = s->kind == K_BOOL ? "true or false (or 0/1)" : zs__config_kind_expect[s->kind];
+  ZS_CHECK(zs__config_get(x, item, path, s->kind, expect, &num, &word));
   zs__config_store(&x->cfg, s->off, s->kind, num, word);
   origin_set(&x->org, s->field, path);
   return ZS_OK;
 }
 
+/* The table entry for `key`, or -1. */
+static int spec_find(const spec_t *table, size_t n, const char *key) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(table[i].key, key)) return (int)i;
+  return -1;
+}
+
+/* Where a known key appears more than once, only its last member is applied
+ * (a repeated section replaces the earlier one whole, as in Python's json).
+ * The last member of each key is found in one pass over the members first: an
+ * object may have 100000 of them, and comparing each with those before it was
+ * quadratic. Unknown keys are reported each time they appear. */
+#define TABLE_MAX 64
 zs_status_t zs__config_apply_object(ctx_t *x, const cJSON *obj, const char *prefix,
                                     const spec_t *table, size_t n, int pass) {
+  const cJSON *last[TABLE_MAX] = {0};
+  int count[TABLE_MAX] = {0};
+  if (n > TABLE_MAX) return ZS_FAIL(NULL, ZS_ERR_INTERNAL, "config key table of %zu keys: raise TABLE_MAX", n);
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    int i = spec_find(table, n, it->string);
+    if (i >= 0) last[i] = it, count[i]++;
+  }
   for (const cJSON *it = obj->child; it; it = it->next) {
     char path[256];
     if (prefix) snprintf(path, sizeof path, "%s.%s", prefix, it->string);
     else snprintf(path, sizeof path, "%s", it->string);
-    const spec_t *s = NULL;
-    for (size_t i = 0; i < n && !s; i++)
-      if (!strcmp(table[i].key, it->string)) s = &table[i];
+    int i = spec_find(table, n, it->string);
+    const spec_t *s = i >= 0 ? &table[i] : NULL;
     if (pass != PASS_ALL && (!s || s->ds) != (pass == PASS_DS)) continue;
-    for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
-      if (!strcmp(prev->string, it->string)) {
-        ZS_LOG_W("%skey %s appears more than once: the last value wins", x->src, path);
-        break;
-      }
+    if (s && last[i] != it) {
+      if (count[i] > 0) /* warn at the first of the repeats only */
+        ZS_LOG_W("%skey %s appears %d times: the last value wins", x->src, path, count[i]);
+      count[i] = 0;
+      continue;
+    }
     if (!s) {
-      ZS_LOG_W("%sunknown config key %s ignored: check its spelling against zeroshard/config_load.h",
-               x->src, path);
+      if (++x->unknown <= UNKNOWN_LOG_MAX)
+        ZS_LOG_W("%sunknown config key %s ignored: check its spelling against zeroshard/config_load.h",
+                 x->src, path);
       unknown_add(path);
       continue;
     }
@@ -136,20 +192,23 @@ zs_status_t zs__config_need_object(ctx_t *x, const cJSON *item, const char *path
 }
 
 zs_status_t zs__config_get_flag(ctx_t *x, const cJSON *item, const char *path, int *out) {
-  double num;
-  int word;
+  double num = 0;
+  int word = 0;
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (!zs__config_json_value(item, K_BOOL, &num, &word))
-    return zs__config_wrong(x, item, path, "expected true or false");
+  ZS_CHECK(zs__config_get(x, item, path, K_BOOL, "true or false", &num, &word));
   *out = word;
   return ZS_OK;
 }
 
-/* Parses `text` (NUL-terminated) into *cfg; `src` names the source in messages. */
-static zs_status_t from_json(zs_config_t *cfg, const char *text, const char *src) {
+/* Parses `text` (len bytes, then a NUL) into *cfg; `src` names the source in
+ * messages. */
+static zs_status_t from_json(zs_config_t *cfg, const char *text, size_t len, const char *src) {
   unknown_reset();
   if (!cfg || !text)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_from_json: %s is NULL", cfg ? "json_text" : "cfg");
+  if (len >= JSON_MAX_BYTES)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_config_from_json: the JSON text is 16 MiB or longer: is it a config?");
   ctx_t *x = calloc(1, sizeof *x); /* ~8 KiB: keep it off small thread stacks */
   if (!x) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_config_from_json: out of memory");
   zs_config_t init = ZS_CONFIG_INIT;
@@ -158,22 +217,12 @@ static zs_status_t from_json(zs_config_t *cfg, const char *text, const char *src
   snprintf(x->bf16_key, sizeof x->bf16_key, "bf16");
   if (src) snprintf(x->src, sizeof x->src, "%s: ", src);
 
-  zs_status_t st = ZS_OK;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-  if (!root) {
-    /* line and column of the failure, and the text there */
-    if (!end || end < text) end = text;
-    int line = 1;
-    const char *bol = text;
-    for (const char *p = text; p < end; p++)
-      if (*p == '\n') line++, bol = p + 1;
-    char near[32];
-    size_t k = 0;
-    for (const char *p = end; *p && k < 24; p++) near[k++] = (*p == '\n' || *p == '\t' || *p == '\r') ? ' ' : *p;
-    near[k] = '\0';
-    st = ZS_FAIL(NULL, ZS_ERR_INVALID, "%smalformed JSON at line %d column %d, near '%s': fix the syntax there",
-                 x->src, line, (int)(end - bol) + 1, k ? near : "(end of input)");
+  cJSON *root = NULL;
+  zs_status_t st = zs__config_check_syntax(text, len, x->src);
+  if (st != ZS_OK) goto exit;
+  root = cJSON_ParseWithOpts(text, NULL, 1);
+  if (!root) { /* the check above lets through only what cJSON parses */
+    st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%sout of memory parsing %zu bytes of JSON", x->src, len);
     goto exit;
   }
   if (!cJSON_IsObject(root)) {
@@ -195,6 +244,9 @@ static zs_status_t from_json(zs_config_t *cfg, const char *text, const char *src
     origin_set(&x->org, "param_dtype", from);
   }
   ZS_CHECK_GOTO(zs__config_apply_object(x, root, NULL, root_keys, nroot, PASS_OURS), st, exit);
+  if (x->unknown > UNKNOWN_LOG_MAX)
+    ZS_LOG_W("%s%d unknown config keys in all, the first %d logged: zs_config_unknown_keys() lists "
+             "them (up to 2 KiB)", x->src, x->unknown, UNKNOWN_LOG_MAX);
   if (x->ds_prefetch_seen)
     ZS_LOG_I("%szero_optimization.stage3_prefetch_bucket_size counts elements, zeroshard prefetches "
              "whole units: prefetch is %d%s", x->src, x->cfg.prefetch,
@@ -208,10 +260,8 @@ exit:
 }
 
 zs_status_t zs_config_from_json(zs_config_t *cfg, const char *json_text) {
-  return from_json(cfg, json_text, NULL);
+  return from_json(cfg, json_text, json_text ? strnlen(json_text, JSON_MAX_BYTES) : 0, NULL);
 }
-
-#define FILE_LIMIT (16u << 20)
 
 zs_status_t zs_config_from_json_file(zs_config_t *cfg, const char *path) {
   unknown_reset();
@@ -224,7 +274,7 @@ zs_status_t zs_config_from_json_file(zs_config_t *cfg, const char *path) {
   if (!f) return ZS_FAIL(NULL, ZS_ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
   for (;;) {
     if (len == cap) {
-      if (cap >= FILE_LIMIT) {
+      if (cap >= JSON_MAX_BYTES) {
         st = ZS_FAIL(NULL, ZS_ERR_INVALID, "config file '%s' is 16 MiB or larger: is it a config file?", path);
         goto exit;
       }
@@ -249,7 +299,7 @@ zs_status_t zs_config_from_json_file(zs_config_t *cfg, const char *path) {
     goto exit;
   }
   buf[len] = '\0';
-  st = from_json(cfg, buf, path);
+  st = from_json(cfg, buf, len, path);
 exit:
   fclose(f);
   free(buf);

@@ -75,11 +75,10 @@ static zs_status_t fn_offload_param(ctx_t *x, const cJSON *item, const char *pat
 
 /* Element counts that have no field: checked for type, then explained. */
 static zs_status_t ds_count(ctx_t *x, const cJSON *item, const char *path, int *seen) {
-  double num;
-  int word;
+  double num = 0;
+  int word = 0;
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (!zs__config_json_value(item, K_SIZE, &num, &word))
-    return zs__config_wrong(x, item, path, "expected %s", zs__config_kind_expect[K_SIZE]);
+  ZS_CHECK(zs__config_get(x, item, path, K_SIZE, zs__config_kind_expect[K_SIZE], &num, &word));
   if (seen) *seen = 1;
   return ZS_OK;
 }
@@ -133,10 +132,10 @@ static zs_status_t fn_fp16_enabled(ctx_t *x, const cJSON *item, const char *path
 }
 
 static zs_status_t fn_scale_power(ctx_t *x, const cJSON *item, const char *path) {
-  double num;
-  int word;
+  double num = 0;
+  int word = 0;
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (!zs__config_json_value(item, K_INT, &num, &word) || num < 0 || num > 63)
+  if (zs__config_json_value(item, K_INT, &num, &word) != VAL_OK || num < 0 || num > 63)
     return zs__config_wrong(x, item, path,
                             "expected an integer power 0..63 (scale = 2^power; DeepSpeed's default is 16)");
   x->cfg.initial_scale = ldexpf(1.0f, (int)num);
@@ -181,14 +180,18 @@ static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
 
 static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  const cJSON *b1 = cJSON_GetArrayItem(item, 0), *b2 = cJSON_GetArrayItem(item, 1);
-  double v1, v2;
-  int w;
-  if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2 ||
-      !zs__config_json_value(b1, K_FLOAT, &v1, &w) || !zs__config_json_value(b2, K_FLOAT, &v2, &w))
+  if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2)
     return zs__config_wrong(x, item, path, "expected [beta1, beta2], two numbers");
-  x->cfg.optim.beta1 = (float)v1;
-  x->cfg.optim.beta2 = (float)v2;
+  double v[2] = {0, 0};
+  int w = 0;
+  for (int i = 0; i < 2; i++) {
+    char at[272];
+    snprintf(at, sizeof at, "%s[%d]", path, i);
+    const cJSON *b = cJSON_GetArrayItem(item, i);
+    ZS_CHECK(zs__config_get(x, b, at, K_FLOAT, zs__config_kind_expect[K_FLOAT], &v[i], &w));
+  }
+  x->cfg.optim.beta1 = (float)v[0];
+  x->cfg.optim.beta2 = (float)v[1];
   origin_set(&x->org, "optim.beta1", path);
   origin_set(&x->org, "optim.beta2", path);
   return ZS_OK;
