@@ -1,6 +1,9 @@
 if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine SOURCES test_engine.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
   zs_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
+  # what a trainer touches: slots (persistent units), declarations refused,
+  # setup failing on some ranks, the clipping rule, layout figures
+  zs_add_test(NAME test_engine_api SOURCES test_engine_api.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120)
   if(ZS_HAVE_NCCL)
     target_include_directories(test_engine PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
     target_include_directories(test_engine_mem PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})

@@ -150,7 +150,7 @@ static void test_parity_fp32(void) {
     else ZS_T_REPORT("stage 3 reshard off failed: %s", zs_last_error());
     run_free(&r);
     c.reshard_after_forward = 1;
-    c.persist_threshold = 100; /* the head unit (42 elements) stays gathered */
+    c.persist_threshold = 100; /* embed (78 elements) and head (42) stay gathered */
     if (train(world, &c, &r) == ZS_OK) compare("stage 3 persistent head", &r, &ref, 1e-6, 1e-7);
     else ZS_T_REPORT("stage 3 persistent failed: %s", zs_last_error());
     run_free(&r);

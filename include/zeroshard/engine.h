@@ -14,7 +14,12 @@
  * Pointer slots: zs_param_add takes the address of the trainer's pointer for the
  * parameter (and its gradient). The engine writes the current address into it:
  * stages 0-2 keep parameters resident, so the slot is valid from setup on; at
- * stage 3 it is valid between zs_gather and zs_release/zs_reduce, NULL otherwise.
+ * stage 3 it is valid between zs_gather and zs_release/zs_reduce, NULL otherwise,
+ * except for persistent units (persist_threshold: units of at most that many
+ * elements stay gathered), whose slots are valid from setup on as at stages 0-2.
+ * A resident slot's address never changes, but its values are updated after each
+ * zs_step on the engine's streams: zs_gather(u) orders the compute stream after
+ * that update, so read a unit's parameters between zs_gather and zs_release.
  * Gradient slots are valid between zs_gather and zs_reduce in backward (stage 0-1:
  * always). Gradient buffers are zeroed by the engine at the start of each step
  * (stages 0-1) or each round (2-3); the trainer ADDS its gradients into them.
@@ -69,7 +74,7 @@ typedef int (*zs_init_fn)(void *user, int param, int64_t offset, int64_t count, 
 typedef struct {
   int64_t step;      /* optimizer steps taken (skipped steps not counted) */
   float grad_norm;   /* global L2 norm of the averaged, unscaled gradient (before clipping) */
-  float clip_coef;   /* factor applied by clipping (1 when not clipped) */
+  float clip_coef;   /* factor applied by clipping: min(1, clip / (norm + 1e-6)); 1 without clipping */
   int skipped;       /* 1 if the step was skipped for non-finite gradients */
   float loss_scale;  /* the scale to multiply the next loss by (1 unless fp16) */
 } zs_step_report_t;
@@ -84,10 +89,18 @@ const char *zs_engine_last_error(const zs_engine_t *zs);
 /* Compute stream the trainer works on (default NULL: the caller's). */
 zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
 
-/* Declaration (before setup). Names are copied (at most ZS_NAME_MAX-1 bytes). */
+/* Declaration (before setup). Names are copied; a name longer than ZS_NAME_MAX-1
+ * bytes, or one already used (unit names among units, parameter names across the
+ * whole model), is ZS_ERR_INVALID. A refused declaration leaves nothing behind. */
 zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out);
-/* param_slot and grad_slot: addresses of the trainer's pointers (either may be
- * NULL). param_out (may be NULL) receives the parameter's id. */
+/* Adds a parameter to `unit`, which must be the last unit declared (ZS_ERR_STATE
+ * otherwise): declare each unit's parameters right after the unit; a unit's flat
+ * buffer holds them in declaration order.
+ * param_slot and grad_slot: addresses of the trainer's pointers (either may be
+ * NULL); each slot may be given once, to one parameter as one kind
+ * (ZS_ERR_INVALID otherwise: the engine writes every slot). A model holds at
+ * most 2^56 elements (each parameter counted rounded up to 64), so that every
+ * byte size fits in 64 bits. param_out (may be NULL) receives the parameter's id. */
 zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
                          const int64_t *shape, unsigned flags, void **param_slot,
                          void **grad_slot, int *param_out);
@@ -95,7 +108,11 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
 /* Collective: lays out and allocates every buffer, checks that every rank made
  * the same declaration (ZS_ERR_MISMATCH on every rank, naming the first
  * difference), and initialises parameters through init (NULL: zeros; then use
- * zs_param_set before the first step). */
+ * zs_param_set before the first step). What fails on some ranks only (an
+ * allocation, the init callback, which at stage 3 runs on each rank's own
+ * ranges) fails setup on every rank with the lowest failing rank's status and
+ * message ("zs_engine_setup failed on rank R: ..."); a failed setup frees what
+ * it made, and the engine can be set up again. */
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
 /* Local: copies this rank's part of the parameter's full fp32 data (numel values).
  * With delayed_param_update and an update pending it is collective (zs_flush). */
@@ -113,7 +130,9 @@ zs_status_t zs_release(zs_engine_t *zs, int unit);
 zs_status_t zs_forward_end(zs_engine_t *zs);
 zs_status_t zs_backward_begin(zs_engine_t *zs);
 zs_status_t zs_reduce(zs_engine_t *zs, int unit);
-/* Waits for reductions, computes the global gradient norm, clips, skips on
+/* Waits for reductions, computes the global gradient norm, clips (with
+ * grad_clip > 0 the gradients are multiplied by min(1, grad_clip / (norm + 1e-6))
+ * in fp32, torch.nn.utils.clip_grad_norm_'s rule), skips on
  * non-finite gradients (fp16 loss scaling: backs off; ZS_ERR_OVERFLOW when the
  * scale is already at min_scale), updates every shard and regathers parameters
  * (stages 1-2). rep may be NULL. */
@@ -140,7 +159,9 @@ int zs_engine_param_count(const zs_engine_t *zs);
 int64_t zs_param_numel(const zs_engine_t *zs, int param);
 const char *zs_param_name(const zs_engine_t *zs, int param);
 
-/* Layout of a unit after setup: padded flat size and shard size (elements). */
+/* Layout of a unit after setup (elements): numel, the unit's element count;
+ * padded, its flat buffer (each parameter starting at a multiple of 64, the total
+ * a multiple of 64 x ranks); shard, one rank's part (padded / ranks). */
 zs_status_t zs_unit_layout(const zs_engine_t *zs, int unit, int64_t *numel, int64_t *padded,
                            int64_t *shard);
 

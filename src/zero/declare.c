@@ -18,9 +18,107 @@ zs_status_t zs__eng_check_declaring(zs_engine_t *zs, const char *what) {
   return ZS_OK;
 }
 
+/* ---- sets of names and slots ------------------------------------------------
+ * Duplicate names and pointer slots are refused at the call that declares them.
+ * A model may have tens of thousands of parameters, so lookups go through an
+ * open-addressing table of (hash, entry) pairs instead of a scan per call. */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *b = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t hash_str(const char *s) { return fnv1a(0xcbf29ce484222325ull, s, strlen(s)); }
+
+static uint64_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdull;
+  return x ^ (x >> 33);
+}
+
+/* entry: a unit index (unit names), a parameter index (parameter names), or
+ * 2 * parameter + (0 parameter slot, 1 gradient slot) (slots) */
+typedef int (*entry_eq_fn)(const zs_engine_t *zs, int32_t entry, const void *key);
+
+static int unit_name_eq(const zs_engine_t *zs, int32_t e, const void *key) {
+  return !strcmp(zs->units[e].name, key);
+}
+static int param_name_eq(const zs_engine_t *zs, int32_t e, const void *key) {
+  return !strcmp(zs->params[e].name, key);
+}
+static void **slot_of(const zs_engine_t *zs, int32_t e) {
+  return e & 1 ? zs->params[e >> 1].gslot : zs->params[e >> 1].pslot;
+}
+static int slot_eq(const zs_engine_t *zs, int32_t e, const void *key) { return (const void *)slot_of(zs, e) == key; }
+
+/* The entry equal to key, or -1. */
+static int32_t set_find(const zs_engine_t *zs, const zs_index_set_t *s, uint64_t h, entry_eq_fn eq, const void *key) {
+  if (!s->cap) return -1;
+  for (size_t i = h & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+    if (s->tab[i].entry < 0) return -1;
+    if (s->tab[i].hash == h && eq(zs, s->tab[i].entry, key)) return s->tab[i].entry;
+  }
+}
+
+/* Room for `more` insertions at a load of at most one half. */
+static int set_reserve(zs_index_set_t *s, size_t more) {
+  if (2 * (s->n + more) <= s->cap) return 1;
+  size_t cap = s->cap ? s->cap : 64;
+  while (2 * (s->n + more) > cap) cap *= 2;
+  zs_index_slot_t *t = malloc(cap * sizeof *t);
+  if (!t) return 0;
+  for (size_t i = 0; i < cap; i++) t[i].entry = -1;
+  for (size_t i = 0; i < s->cap; i++) {
+    if (s->tab[i].entry < 0) continue;
+    size_t j = s->tab[i].hash & (cap - 1);
+    while (t[j].entry >= 0) j = (j + 1) & (cap - 1);
+    t[j] = s->tab[i];
+  }
+  free(s->tab);
+  s->tab = t;
+  s->cap = cap;
+  return 1;
+}
+
+/* After set_reserve. */
+static void set_insert(zs_index_set_t *s, uint64_t h, int32_t entry) {
+  size_t i = h & (s->cap - 1);
+  while (s->tab[i].entry >= 0) i = (i + 1) & (s->cap - 1);
+  s->tab[i] = (zs_index_slot_t){h, entry};
+  s->n++;
+}
+
+void zs__eng_decl_free(zs_engine_t *zs) {
+  zs_index_set_t *sets[] = {&zs->unit_names, &zs->param_names, &zs->slots};
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+    free(sets[i]->tab);
+    memset(sets[i], 0, sizeof *sets[i]);
+  }
+}
+
+/* ---- zs_unit_add / zs_param_add ---------------------------------------------- */
+
+static zs_status_t check_name(zs_engine_t *zs, const char *fn, const char *what, const char *name) {
+  if (!name || !*name) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: give the %s a name", fn, what);
+  size_t len = strnlen(name, ZS_NAME_MAX);
+  if (len >= ZS_NAME_MAX)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "%s: the %s name '%.40s...' is longer than %d bytes (ZS_NAME_MAX - 1): names are kept "
+                   "whole so that distinct names never collide; shorten it",
+                   fn, what, name, ZS_NAME_MAX - 1);
+  return ZS_OK;
+}
+
 zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out) {
   ZS_CHECK(zs__eng_check_declaring(zs, "zs_unit_add"));
-  if (!name || !*name) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_unit_add: give the unit a name");
+  ZS_CHECK(check_name(zs, "zs_unit_add", "unit", name));
+  uint64_t h = hash_str(name);
+  int32_t dup = set_find(zs, &zs->unit_names, h, unit_name_eq, name);
+  if (dup >= 0)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_unit_add: unit '%s' is already declared (unit %d): give each unit "
+                   "its own name", name, dup);
+  if (zs->nunits == INT32_MAX - 1) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_unit_add: too many units");
   if (zs->nunits == zs->cap_units) {
     int cap = zs->cap_units ? 2 * zs->cap_units : 16;
     zs_unit_t *n = realloc(zs->units, (size_t)cap * sizeof *n);
@@ -28,12 +126,31 @@ zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out) {
     zs->units = n;
     zs->cap_units = cap;
   }
+  if (!set_reserve(&zs->unit_names, 1)) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_unit_add: out of host memory");
   zs_unit_t *u = &zs->units[zs->nunits];
   memset(u, 0, sizeof *u);
   snprintf(u->name, sizeof u->name, "%s", name);
   u->first_param = zs->nparams;
+  set_insert(&zs->unit_names, h, zs->nunits);
   if (unit_out) *unit_out = zs->nunits;
   zs->nunits++;
+  return ZS_OK;
+}
+
+/* Refuses a slot that another parameter (or this one, as the other kind) uses. */
+static zs_status_t check_slot(zs_engine_t *zs, const char *name, void **slot, const char *kind, void **other) {
+  if (!slot) return ZS_OK;
+  if (slot == other)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_param_add: '%s' has the same address as parameter slot and gradient slot: the engine "
+                   "writes both, give each its own pointer",
+                   name);
+  int32_t e = set_find(zs, &zs->slots, hash_ptr(slot), slot_eq, slot);
+  if (e >= 0)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_param_add: the %s slot of '%s' (%p) is already the %s slot of '%s': the engine writes "
+                   "each slot, give every parameter and gradient its own pointer",
+                   kind, name, (void *)slot, e & 1 ? "gradient" : "parameter", zs->params[e >> 1].name);
   return ZS_OK;
 }
 
@@ -46,9 +163,10 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
                    zs->nunits);
   if (unit != zs->nunits - 1)
     return ZS_FAIL(zs->err, ZS_ERR_STATE,
-                   "zs_param_add: parameters must be added to the last declared unit (%d), not unit %d",
+                   "zs_param_add: parameters must be added to the last declared unit (%d), not unit %d: declare "
+                   "each unit's parameters right after the unit",
                    zs->nunits - 1, unit);
-  if (!name || !*name) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: give the parameter a name");
+  ZS_CHECK(check_name(zs, "zs_param_add", "parameter", name));
   if (ndim < 1 || ndim > ZS_MAX_DIMS || !shape)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has ndim %d: use 1..%d with a shape array",
                    name, ndim, ZS_MAX_DIMS);
@@ -56,11 +174,31 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has unknown flags 0x%x", name, flags);
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
-    if (shape[d] <= 0 || numel > INT64_MAX / shape[d])
+    if (shape[d] <= 0)
       return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' dimension %d is %lld: sizes must be positive",
                      name, d, (long long)shape[d]);
+    if (numel > ZS_MAX_ELEMS / shape[d]) {
+      numel = ZS_MAX_ELEMS + 1;
+      break;
+    }
     numel *= shape[d];
   }
+  /* every byte size the engine and zs_engine_estimate form must fit in 64 bits */
+  int64_t extent = (numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+  if (numel > ZS_MAX_ELEMS || zs->extent_total > ZS_MAX_ELEMS - extent)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_param_add: '%s' would bring the model past %lld elements, zeroshard's limit (byte sizes of "
+                   "its buffers must fit in 64 bits): check the shape",
+                   name, (long long)ZS_MAX_ELEMS);
+  int32_t dup = set_find(zs, &zs->param_names, hash_str(name), param_name_eq, name);
+  if (dup >= 0)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_param_add: parameter '%s' is already declared (parameter %d, in unit %d '%s'): names must be "
+                   "unique across the model (checkpoints and exports key tensors by name)",
+                   name, dup, zs->params[dup].unit, zs->units[zs->params[dup].unit].name);
+  ZS_CHECK(check_slot(zs, name, param_slot, "parameter", grad_slot));
+  ZS_CHECK(check_slot(zs, name, grad_slot, "gradient", NULL));
+  if (zs->nparams >= (INT32_MAX >> 1) - 1) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: too many parameters");
   if (zs->nparams == zs->cap_params) {
     int cap = zs->cap_params ? 2 * zs->cap_params : 64;
     zs_param_t *n = realloc(zs->params, (size_t)cap * sizeof *n);
@@ -68,7 +206,10 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
     zs->params = n;
     zs->cap_params = cap;
   }
-  zs_param_t *p = &zs->params[zs->nparams];
+  if (!set_reserve(&zs->param_names, 1) || !set_reserve(&zs->slots, 2))
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_param_add: out of host memory");
+  int id = zs->nparams;
+  zs_param_t *p = &zs->params[id];
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
   p->unit = unit;
@@ -78,9 +219,13 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
   p->flags = flags;
   p->pslot = param_slot;
   p->gslot = grad_slot;
+  set_insert(&zs->param_names, hash_str(name), id);
+  if (param_slot) set_insert(&zs->slots, hash_ptr(param_slot), 2 * id);
+  if (grad_slot) set_insert(&zs->slots, hash_ptr(grad_slot), 2 * id + 1);
+  zs->extent_total += extent;
   if (param_slot) *param_slot = NULL;
   if (grad_slot) *grad_slot = NULL;
-  if (param_out) *param_out = zs->nparams;
+  if (param_out) *param_out = id;
   zs->units[unit].nparams++;
   zs->nparams++;
   return ZS_OK;
@@ -89,12 +234,6 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
 /* ============================================================================
  * the cross-rank declaration check
  * ========================================================================== */
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *b = data;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 
 #define ZS_DESC 224
 
@@ -130,77 +269,53 @@ zs_status_t zs__eng_sync_compute(zs_engine_t *zs) {
 
 /* Every rank runs the same fixed sequence of collectives whatever it declared,
  * so a mismatch is an error on every rank, never a hang: (1) MAX of the
- * parameter count, (2) MIN and MAX of per-entry hashes padded to that count,
- * (3) all-gather of the first differing entry's description. */
+ * parameter count, (2) per chunk of entries (padded to that count), MIN of the
+ * hashes and of their negations (their MAX), (3) at the first entry that
+ * differs, the lowest rank holding the smallest hash and the lowest rank
+ * holding another, (4) those two ranks' descriptions, broadcast. Every buffer
+ * is the engine's scratch made at create: no allocation can fail on one rank
+ * and leave the others in a collective. */
+#define ZS_CHUNK 32 /* entries per all-reduce: 2 x 32 int64 fit the scratch */
+
 zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
-  zs_status_t st = ZS_OK;
-  int64_t *hbuf = NULL;
-  char *desc = NULL;
-  size_t hbytes = 0, dbytes = (size_t)ZS_DESC * (size_t)zs->world;
-  char *hhost = NULL, *dhost = NULL;
-  int64_t cnt_host = zs->nparams, *cnt = NULL;
-  ZS_CHECK_GOTO(zs__eng_alloc(zs, sizeof(int64_t), ZS_MEM_COMM, (void **)&cnt), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, cnt, &cnt_host, sizeof cnt_host, ZS_COPY_H2D, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_comm_all_reduce(zs->comm, cnt, cnt, 1, ZS_INT64, ZS_MAX, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, &cnt_host, cnt, sizeof cnt_host, ZS_COPY_D2H, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs__eng_sync_compute(zs), st, done);
-
-  size_t n = (size_t)cnt_host + 1;
-  hbytes = 2 * n * sizeof(int64_t);
-  hhost = malloc(hbytes);
-  dhost = malloc(dbytes);
-  if (!hhost || !dhost) {
-    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory for the declaration check");
-    goto done;
-  }
-  int64_t *h = (int64_t *)hhost;
+  int64_t v[2 * ZS_CHUNK];
   char d[ZS_DESC];
-  for (size_t i = 0; i < n; i++) {
-    describe(zs, (int)i, d);
-    h[i] = (int64_t)(fnv1a(0xcbf29ce484222325ull, d, ZS_DESC) >> 1);
-    h[n + i] = h[i];
-  }
-  ZS_CHECK_GOTO(zs__eng_alloc(zs, hbytes, ZS_MEM_COMM, (void **)&hbuf), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, hbuf, h, hbytes, ZS_COPY_H2D, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_comm_all_reduce(zs->comm, hbuf, hbuf, n, ZS_INT64, ZS_MIN, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_comm_all_reduce(zs->comm, hbuf + n, hbuf + n, n, ZS_INT64, ZS_MAX, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, h, hbuf, hbytes, ZS_COPY_D2H, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs__eng_sync_compute(zs), st, done);
-  size_t first = n;
-  for (size_t i = 0; i < n && first == n; i++)
-    if (h[i] != h[n + i]) first = i;
-  if (first == n) goto done;
-
-  describe(zs, (int)first, d);
-  ZS_CHECK_GOTO(zs__eng_alloc(zs, dbytes, ZS_MEM_COMM, (void **)&desc), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, desc + (size_t)zs->rank * ZS_DESC, d, ZS_DESC, ZS_COPY_H2D, zs->compute),
-                st, done);
-  ZS_CHECK_GOTO(zs_comm_all_gather(zs->comm, desc + (size_t)zs->rank * ZS_DESC, desc, ZS_DESC, ZS_UINT8,
-                                   zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, dhost, desc, dbytes, ZS_COPY_D2H, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs__eng_sync_compute(zs), st, done);
-  int other = 0;
-  for (int r = 0; r < zs->world; r++)
-    if (memcmp(dhost + (size_t)r * ZS_DESC, d, ZS_DESC)) {
-      other = r;
-      break;
+  v[0] = zs->nparams;
+  ZS_CHECK(zs__eng_xall_reduce(zs, v, 1, ZS_MAX));
+  size_t n = (size_t)v[0] + 1, first = n;
+  int64_t hfirst = 0, hmin = 0;
+  for (size_t c0 = 0; c0 < n && first == n; c0 += ZS_CHUNK) {
+    size_t k = n - c0 < ZS_CHUNK ? n - c0 : ZS_CHUNK;
+    int64_t h[ZS_CHUNK];
+    for (size_t i = 0; i < k; i++) {
+      describe(zs, (int)(c0 + i), d);
+      h[i] = (int64_t)(fnv1a(0xcbf29ce484222325ull, d, ZS_DESC) >> 1);
+      v[i] = h[i];
+      v[k + i] = -h[i];
     }
-  dhost[(size_t)other * ZS_DESC + ZS_DESC - 1] = 0;
+    ZS_CHECK(zs__eng_xall_reduce(zs, v, (int)(2 * k), ZS_MIN));
+    for (size_t i = 0; i < k && first == n; i++)
+      if (v[i] != -v[k + i]) first = c0 + i, hfirst = h[i], hmin = v[i];
+  }
+  if (first == n) return ZS_OK;
+  /* rank a: lowest with the smallest hash; rank b: lowest with another */
+  v[0] = hfirst == hmin ? zs->rank : zs->world;
+  v[1] = hfirst != hmin ? zs->rank : zs->world;
+  ZS_CHECK(zs__eng_xall_reduce(zs, v, 2, ZS_MIN));
+  int ra = (int)v[0], rb = (int)v[1];
+  char da[ZS_DESC], db[ZS_DESC];
+  describe(zs, (int)first, da);
+  memcpy(db, da, ZS_DESC);
+  ZS_CHECK(zs__eng_xbroadcast(zs, da, ZS_DESC, ra));
+  ZS_CHECK(zs__eng_xbroadcast(zs, db, ZS_DESC, rb));
+  da[ZS_DESC - 1] = db[ZS_DESC - 1] = 0;
   if (first == 0)
-    st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "engine options differ across ranks: rank %d has {%s} but rank %d has {%s}: every rank "
-                 "must use the same configuration and declare the same units and parameters",
-                 zs->rank, d, other, dhost + (size_t)other * ZS_DESC);
-  else
-    st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "engine options differ across ranks: rank %d has {%s} but rank %d has {%s}: every rank "
+                   "must use the same configuration and declare the same units and parameters",
+                   ra, da, rb, db);
+  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "parameter %zu is %s on rank %d but %s on rank %d: every rank must declare the same "
                  "parameters in the same order",
-                 first - 1, d, zs->rank, dhost + (size_t)other * ZS_DESC, other);
-done:
-  zs__eng_free(zs, (void **)&cnt, sizeof(int64_t), ZS_MEM_COMM);
-  zs__eng_free(zs, (void **)&hbuf, hbytes, ZS_MEM_COMM);
-  zs__eng_free(zs, (void **)&desc, dbytes, ZS_MEM_COMM);
-  free(hhost);
-  free(dhost);
-  return st;
+                 first - 1, da, ra, db, rb);
 }

@@ -86,12 +86,81 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[0]), st, fail);
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[1]), st, fail);
   }
+  /* scratch for the small collectives of setup and checkpoints, made here
+   * (local) so that no collective path allocates */
+  zs->xcount = (int)(zs__eng_scratch_bytes(zs->world) / 8);
+  ZS_CHECK_GOTO(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev), st, fail);
+  ZS_CHECK_GOTO(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost), st, fail);
   *out = zs;
   return ZS_OK;
 fail:
   zs_engine_destroy(zs);
   return st;
 }
+
+uint64_t zs__eng_scratch_bytes(int world) {
+  uint64_t b = ((uint64_t)world * 2 + 2) * 8; /* checkpoints: 2 * world + 2 int64 */
+  if (b < 8 + ZS_ERRBUF) b = 8 + ZS_ERRBUF;      /* zs__eng_agree: status + message (> 64 int64) */
+  return (b + 7) / 8 * 8;
+}
+
+/* ============================================================================
+ * small collectives on the scratch, on the caller's (NULL) stream
+ * ========================================================================== */
+
+/* The NULL stream: a stream the trainer broke must not keep a rank out of a
+ * collective the others are in. */
+static zs_status_t x_fail(zs_engine_t *zs, zs_status_t st, const char *what) {
+  return ZS_FAIL(zs->err, st, "%s on rank %d failed: %s", what, zs->rank, zs_last_error());
+}
+
+zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op) {
+  size_t bytes = (size_t)n * 8;
+  zs_status_t st;
+  if (n > zs->xcount) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "engine scratch: %d values exceed it", n);
+  memcpy(zs->xhost, v, bytes);
+  if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, NULL)) != ZS_OK ||
+      (st = zs_comm_all_reduce(zs->comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, op, NULL)) != ZS_OK ||
+      (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, NULL)) != ZS_OK ||
+      (st = zs_stream_synchronize(zs->dev, NULL)) != ZS_OK)
+    return x_fail(zs, st, "an all-reduce of the engine's bookkeeping");
+  memcpy(v, zs->xhost, bytes);
+  return ZS_OK;
+}
+
+zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root) {
+  zs_status_t st;
+  if (bytes > (size_t)zs->xcount * 8) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "engine scratch: %zu bytes exceed it", bytes);
+  memcpy(zs->xhost, buf, bytes);
+  if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, NULL)) != ZS_OK ||
+      (st = zs_comm_broadcast(zs->comm, zs->xdev, zs->xdev, bytes, ZS_UINT8, root, NULL)) != ZS_OK ||
+      (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, NULL)) != ZS_OK ||
+      (st = zs_stream_synchronize(zs->dev, NULL)) != ZS_OK)
+    return x_fail(zs, st, "a broadcast of the engine's bookkeeping");
+  memcpy(buf, zs->xhost, bytes);
+  return ZS_OK;
+}
+
+zs_status_t zs__eng_agree(zs_engine_t *zs, zs_status_t st, const char *what) {
+  struct {
+    int64_t status;
+    char msg[ZS_ERRBUF];
+  } m;
+  memset(&m, 0, sizeof m);
+  if (st != ZS_OK) snprintf(m.msg, sizeof m.msg, "%s", zs_last_error());
+  int64_t r = st != ZS_OK ? zs->rank : zs->world; /* the lowest failing rank speaks */
+  zs_status_t cst = zs__eng_xall_reduce(zs, &r, 1, ZS_MIN);
+  if (cst != ZS_OK) return st != ZS_OK ? ZS_FAIL(zs->err, st, "%s failed: %s", what, m.msg) : cst;
+  if (r == zs->world) return ZS_OK;
+  m.status = st;
+  if ((cst = zs__eng_xbroadcast(zs, &m, sizeof m, (int)r)) != ZS_OK) return cst;
+  m.msg[ZS_ERRBUF - 1] = 0;
+  return ZS_FAIL(zs->err, (zs_status_t)m.status, "%s failed on rank %d: %s", what, (int)r, m.msg);
+}
+
+/* ============================================================================
+ * releasing what setup made
+ * ========================================================================== */
 
 static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
   size_t P = (size_t)u->padded, S = (size_t)u->shard;
@@ -113,12 +182,18 @@ static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
     if (*evs[i]) zs_event_destroy(zs->dev, *evs[i]);
     *evs[i] = NULL;
   }
+  /* back to what the declaration made */
+  zs_unit_t keep = *u;
+  memset(u, 0, sizeof *u);
+  memcpy(u->name, keep.name, sizeof u->name);
+  u->first_param = keep.first_param;
+  u->nparams = keep.nparams;
 }
 
-void zs_engine_destroy(zs_engine_t *zs) {
-  if (!zs) return;
+void zs__eng_release_setup(zs_engine_t *zs) {
   zs__offload_worker_destroy(zs->worker); /* waits for a running delayed update */
   zs->worker = NULL;
+  /* errors here are the streams' sticky ones, already reported */
   if (zs->ag_stream) zs_stream_synchronize(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_synchronize(zs->dev, zs->rs_stream);
   if (zs->copy_stream) zs_stream_synchronize(zs->dev, zs->copy_stream);
@@ -126,33 +201,50 @@ void zs_engine_destroy(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(float), ZS_MEM_COMM);
   zs__eng_host_free(zs, (void **)&zs->hscalar, sizeof(float), ZS_MEM_COMM);
-  zs__eng_free(zs, (void **)&zs->xdev, (size_t)zs->xcount * 8, ZS_MEM_COMM);
-  zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);
   zs__eng_host_free(zs, &zs->hstage_grad, zs->hstage_grad_bytes, ZS_MEM_COMM);
-  for (int k = 0; k < 2; k++) {
-    zs__eng_host_free(zs, &zs->hstage_param[k], zs->hstage_param_bytes, ZS_MEM_COMM);
-    if (zs->ev_slot[k]) zs_event_destroy(zs->dev, zs->ev_slot[k]);
-  }
-  if (zs->ev_copy_done) zs_event_destroy(zs->dev, zs->ev_copy_done);
-  if (zs->copy_stream) zs_stream_destroy(zs->dev, zs->copy_stream);
+  for (int k = 0; k < 2; k++) zs__eng_host_free(zs, &zs->hstage_param[k], zs->hstage_param_bytes, ZS_MEM_COMM);
+  zs->hstage_grad_bytes = zs->hstage_param_bytes = 0;
   free(zs->ounits);
   free(zs->seg_dst);
-  if (zs->ev_step) zs_event_destroy(zs->dev, zs->ev_step);
-  if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
-  if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
-  if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
-  for (int p = 0; p < 3; p++) {
-    free(zs->order[p]);
-    free(zs->rec[p]);
-  }
   free(zs->segs);
   free(zs->segs2);
+  zs->ounits = NULL;
+  zs->seg_dst = NULL;
+  zs->segs = zs->segs2 = NULL;
+  zs->nsegs = 0;
   if (zs->ev_applied)
     for (int i = 0; i < zs->nunits; i++)
       if (zs->ev_applied[i]) zs_event_destroy(zs->dev, zs->ev_applied[i]);
   free(zs->ev_applied);
+  zs->ev_applied = NULL;
+  for (int p = 0; p < 3; p++) {
+    free(zs->order[p]);
+    free(zs->rec[p]);
+    zs->order[p] = zs->rec[p] = NULL;
+    zs->order_len[p] = zs->rec_len[p] = 0;
+  }
+  zs->phase = ZS_PH_IDLE;
+  zs->round = 0;
+  zs->dpu_running = zs->dpu_unapplied = 0;
+  zs->setup_done = 0;
+}
+
+void zs_engine_destroy(zs_engine_t *zs) {
+  if (!zs) return;
+  zs__eng_release_setup(zs);
+  zs__eng_free(zs, (void **)&zs->xdev, (size_t)zs->xcount * 8, ZS_MEM_COMM);
+  zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);
+  for (int k = 0; k < 2; k++)
+    if (zs->ev_slot[k]) zs_event_destroy(zs->dev, zs->ev_slot[k]);
+  if (zs->ev_copy_done) zs_event_destroy(zs->dev, zs->ev_copy_done);
+  if (zs->copy_stream) zs_stream_destroy(zs->dev, zs->copy_stream);
+  if (zs->ev_step) zs_event_destroy(zs->dev, zs->ev_step);
+  if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
+  if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
+  if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
   free(zs->units);
   free(zs->params);
+  zs__eng_decl_free(zs);
   free(zs);
   zs__host_trim(); /* the transient buffers' cached pages go back */
 }

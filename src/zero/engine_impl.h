@@ -27,6 +27,19 @@
 #include "zeroshard/engine.h"
 
 #define ZS_ALIGN 64
+/* The most elements a model may declare (64-aligned parameters): with at most
+ * ~32 bytes per element across every buffer, byte sizes stay below 2^62. */
+#define ZS_MAX_ELEMS ((int64_t)1 << 56)
+
+/* declare.c: an open-addressing set of entries (indices) with their hashes */
+typedef struct {
+  uint64_t hash;
+  int32_t entry; /* -1: empty */
+} zs_index_slot_t;
+typedef struct {
+  zs_index_slot_t *tab;
+  size_t cap, n; /* cap: a power of two */
+} zs_index_set_t;
 
 typedef struct {
   char name[ZS_NAME_MAX];
@@ -97,6 +110,8 @@ struct zs_engine {
   int nunits, cap_units;
   zs_param_t *params;
   int nparams, cap_params;
+  zs_index_set_t unit_names, param_names, slots; /* duplicate checks (declare.c) */
+  int64_t extent_total; /* elements declared, each parameter aligned to ZS_ALIGN */
   int setup_done;
 
   int phase;       /* ZS_PH_* */
@@ -141,7 +156,21 @@ struct zs_engine {
   char err[ZS_ERRBUF];
 };
 
+/* engine.c */
+/* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
+uint64_t zs__eng_scratch_bytes(int world);
+/* Collectives of a few values through the scratch, on the NULL stream; they
+ * complete before returning. v holds n int64 (n <= xcount). */
+zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);
+zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root);
+/* Collective: the ranks agree on a local outcome. ZS_OK when every rank passed
+ * st == ZS_OK; otherwise every rank returns the lowest failing rank's status with
+ * "<what> failed on rank R: <its message>". */
+zs_status_t zs__eng_agree(zs_engine_t *zs, zs_status_t st, const char *what);
+/* Frees everything setup made and returns the engine to its declared state. */
+void zs__eng_release_setup(zs_engine_t *zs);
 /* declare.c */
+void zs__eng_decl_free(zs_engine_t *zs);
 zs_status_t zs__eng_check_declaring(zs_engine_t *zs, const char *what);
 /* Collective: every rank declared the same (ZS_ERR_MISMATCH on every rank otherwise). */
 zs_status_t zs__eng_check_declarations(zs_engine_t *zs);

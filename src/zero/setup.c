@@ -13,19 +13,21 @@
  * ========================================================================== */
 
 /* A unit's flat size at `world` ranks: its parameters each aligned to ZS_ALIGN
- * (numel), padded to a multiple of world * ZS_ALIGN (padded); whether it stays
- * gathered at stage 3. Sets the parameters' flat offsets when `place`. */
+ * (extent), padded to a multiple of world * ZS_ALIGN (padded); its element
+ * count (numel) and whether it stays gathered at stage 3 (persist_threshold
+ * compares the element count). Sets the parameters' flat offsets when `place`. */
 static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
                         int64_t *padded, int *persistent) {
-  int64_t quantum = world * ZS_ALIGN, off = 0;
+  int64_t quantum = world * ZS_ALIGN, off = 0, n = 0;
   for (int k = 0; k < u->nparams; k++) {
     zs_param_t *p = &zs->params[u->first_param + k];
     if (place) p->flat_off = off;
     off += (p->numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+    n += p->numel;
   }
-  *numel = off;
+  *numel = n;
   *padded = off ? (off + quantum - 1) / quantum * quantum : quantum;
-  *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (size_t)off <= zs->cfg.persist_threshold;
+  *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (uint64_t)n <= zs->cfg.persist_threshold;
 }
 
 static void layout(zs_engine_t *zs) {
@@ -97,7 +99,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (c->stage >= 2 && off) t += 2 * maxS * rb;
   if (c->stage >= 2) t += 2 * maxS * 4;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
-  t += 4 + (uint64_t)(2 * zs->world + 2) * 8;
+  t += 4 + zs__eng_scratch_bytes(world);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }
@@ -108,9 +110,9 @@ static zs_status_t own(zs_engine_t *zs, zs_unit_t *u, size_t bytes, zs_mem_categ
     ZS_CHECK(zs__eng_host_alloc(zs, bytes, cat, out));
   } else {
     ZS_CHECK(zs__eng_alloc(zs, bytes, cat, out));
-    if (*out) ZS_CHECK(zs_memset_async(zs->dev, *out, 0, bytes, zs->compute));
   }
   if (*out) u->owned[u->nowned++] = (zs_owned_t){*out, bytes, cat, host};
+  if (*out && !host) ZS_CHECK(zs_memset_async(zs->dev, *out, 0, bytes, zs->compute));
   return ZS_OK;
 }
 
@@ -299,23 +301,15 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
   return st;
 }
 
-zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
-  ZS_CHECK(zs__eng_check_declaring(zs, "zs_engine_setup"));
-  if (zs->nunits == 0 || zs->nparams == 0)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
-  for (int i = 0; i < zs->nunits; i++)
-    if (zs->units[i].nparams == 0)
-      return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: unit %d '%s' has no parameters", i,
-                     zs->units[i].name);
-  ZS_CHECK(zs__eng_check_declarations(zs));
+/* The local part of setup: allocation, segments, initial values. A failure
+ * returns at once; zs_engine_setup agrees on it with the other ranks and undoes
+ * what was made. */
+static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
   layout(zs);
   zs->grad_dtype = zs->offload ? ZS_FP32 : zs->cfg.stage <= 1 ? zs->cfg.param_dtype : zs->cfg.reduce_dtype;
   for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
   ZS_CHECK(zs__eng_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->scalar));
   ZS_CHECK(zs__eng_host_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->hscalar));
-  zs->xcount = 2 * zs->world + 2;
-  ZS_CHECK(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev));
-  ZS_CHECK(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost));
   if (zs->offload) {
     /* one grad staging buffer (the copy stream serialises its users) and two
      * parameter staging slots (stepping unit i while unit i-1 copies) */
@@ -338,16 +332,44 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
     zs->order_len[ph] = zs->nunits;
   }
   if (init) ZS_CHECK(init_values(zs, init, user));
-  ZS_CHECK(zs__eng_sync_compute(zs));
-  /* slots of resident parameters and persistent gradients */
+  return zs__eng_sync_compute(zs);
+}
+
+zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
+  ZS_CHECK(zs__eng_check_declaring(zs, "zs_engine_setup"));
+  /* collective first: once every rank is known to have declared the same, the
+   * checks below give the same answer everywhere */
+  ZS_CHECK(zs__eng_check_declarations(zs));
+  if (zs->nunits == 0 || zs->nparams == 0)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].nparams == 0)
+      return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: unit %d '%s' has no parameters", i,
+                     zs->units[i].name);
+  /* An allocation or the init callback can fail on some ranks only (at stage 3
+   * each rank initialises its own ranges): the ranks agree on the outcome, so
+   * every rank returns the failing rank's error instead of some going on into
+   * collectives the others never join. */
+  zs_status_t st = setup_local(zs, init, user);
+  st = zs__eng_agree(zs, st, "zs_engine_setup");
+  if (st != ZS_OK) {
+    zs__eng_release_setup(zs); /* ready to be set up again */
+    return st;
+  }
+  /* slots of resident parameters (stages 0-2 and persistent stage-3 units) and
+   * persistent gradients (stages 0-1) */
   for (int i = 0; i < zs->nparams; i++) {
     zs_param_t *p = &zs->params[i];
     zs_unit_t *u = &zs->units[p->unit];
-    if (p->pslot) *p->pslot = zs->cfg.stage <= 2 ? (char *)u->full + (size_t)p->flat_off * zs->pb : NULL;
+    int resident = zs->cfg.stage <= 2 || u->persistent;
+    if (p->pslot) *p->pslot = resident ? (char *)u->full + (size_t)p->flat_off * zs->pb : NULL;
     if (p->gslot) *p->gslot = zs->cfg.stage <= 1 ? (char *)u->gfull + (size_t)p->flat_off * zs->pb : NULL;
   }
   zs->setup_done = 1;
   ZS_CHECK(zs__eng_regather(zs, 0)); /* persistent stage-3 units */
+  /* their slots are readable when setup returns, as at stages 0-2 */
+  if ((st = zs_stream_synchronize(zs->dev, zs->ag_stream)) != ZS_OK)
+    return ZS_FAIL(zs->err, st, "zs_engine_setup: gathering the persistent units failed: %s", zs_last_error());
   zs_comm_stats_reset(zs->comm);
   return ZS_OK;
 }

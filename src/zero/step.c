@@ -217,7 +217,9 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
       ZS_LOG_W("step skipped on rank %d: the gradients hold inf or NaN (norm %g)", zs->rank, norm);
     }
   } else {
-    if (c->grad_clip > 0 && norm > c->grad_clip) coef = (float)(c->grad_clip / (norm + 1e-6));
+    /* torch.nn.utils.clip_grad_norm_'s rule, in its fp32 arithmetic: the
+     * gradients are always multiplied by min(1, clip / (norm + 1e-6)) */
+    if (c->grad_clip > 0) coef = fminf(1.0f, c->grad_clip / ((float)norm + 1e-6f));
     zs->step++;
     zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
                           .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
