@@ -1,13 +1,13 @@
 # Finds the engines zeroshard builds on and sets ZS_HAVE_* plus the link lists.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+include(${CMAKE_CURRENT_LIST_DIR}/zs_jemalloc.cmake) # target zs_jemalloc, ZS_JEMALLOC_LIBS
 pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib) # CRC-32 of checkpoint blocks
 find_package(OpenMP COMPONENTS C)
 
 set(ZS_PUBLIC_LIBS Threads::Threads m)
-set(ZS_PRIVATE_LIBS PkgConfig::JEMALLOC PkgConfig::CJSON PkgConfig::ZLIB)
+set(ZS_PRIVATE_LIBS ${ZS_JEMALLOC_LIBS} PkgConfig::CJSON PkgConfig::ZLIB)
 if(OpenMP_C_FOUND)
   list(APPEND ZS_PUBLIC_LIBS OpenMP::OpenMP_C)
 endif()

@@ -17,7 +17,15 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmak
 install(FILES ${CMAKE_BINARY_DIR}/zeroshardConfig.cmake ${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
 
-set(ZS_PC_REQUIRES "jemalloc libcjson zlib")
+set(ZS_PC_REQUIRES "libcjson zlib")
+set(ZS_PC_LIBS_PRIVATE "-lpthread -lm")
+if(ZS_JEMALLOC_MODE STREQUAL "SYSTEM")
+  string(PREPEND ZS_PC_REQUIRES "jemalloc ")
+else() # bundled: inside the libraries
+  foreach(l ${CMAKE_DL_LIBS})
+    string(APPEND ZS_PC_LIBS_PRIVATE " -l${l}")
+  endforeach()
+endif()
 if(ZS_HAVE_MPI)
   string(APPEND ZS_PC_REQUIRES " ompi-c")
 endif()

@@ -15,6 +15,36 @@ zs_install_deps() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
   fi
+  zs_fetch_jemalloc_source
+}
+
+# zs_fetch_jemalloc_source: Debian's jemalloc source package (apt-get source: the
+# .orig tarball, checked against the archive's signed index) into .debs/, which
+# git ignores and scripts/gpu-deps carries. The build compiles it privately with
+# general-dynamic TLS so that libzeroshard.so can be dlopened (cmake/zs_jemalloc.cmake
+# says why). The machine's apt sources are read, not changed: their deb-src twins
+# go into a private apt state that is removed afterwards.
+zs_fetch_jemalloc_source() {
+  ls .debs/jemalloc_*.orig.tar.* >/dev/null 2>&1 && return 0
+  local tmp f rc=0
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/parts" "$tmp/lists/partial" "$tmp/cache/archives/partial" .debs
+  touch "$tmp/none"
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -e "$f" ] && sed -E 's/^Types:.*/Types: deb-src/' "$f" >"$tmp/parts/$(basename "$f")"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -e "$f" ] && sed -nE 's/^deb[[:space:]]/deb-src /p' "$f" >"$tmp/parts/$(basename "$f").list"
+  done
+  local o=(-o Dir::Etc::SourceList="$tmp/none" -o Dir::Etc::SourceParts="$tmp/parts"
+           -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache" -o APT::Sandbox::User=root)
+  echo "fetching jemalloc's source package into .debs/" >&2
+  # an index that has no sources (a third-party repository) must not stop the rest
+  apt-get -qq "${o[@]}" update >&2 || true
+  (cd .debs && apt-get -qq "${o[@]}" source --download-only jemalloc >&2) || rc=$?
+  rm -rf "$tmp"
+  ((rc == 0)) || echo "zs_fetch_jemalloc_source: apt-get source jemalloc failed" >&2
+  return $rc
 }
 
 # zs_use_carried_debs PREFIX: unpacks .debs/*.deb (scripts/gpu-deps) under PREFIX

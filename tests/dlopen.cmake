@@ -1,0 +1,22 @@
+# Owner: memory layer (jemalloc). test_dlopen: libzeroshard.so loaded with
+# ctypes.CDLL in a plain python3 (no GLIBC_TUNABLES, no LD_PRELOAD), as a plugin
+# or a language binding loads it, then a device, pinned and big host buffers and
+# the accountant through it. Sanitizer builds skip: an ASan library loads only
+# into a process that starts with the ASan runtime (LD_PRELOAD), which is what
+# this test forbids.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  set(zs_dlopen_skip "")
+  if(ZS_SANITIZE)
+    set(zs_dlopen_skip --skip "sanitizer build (ZS_SANITIZE=${ZS_SANITIZE}): an instrumented library needs the sanitizer runtime preloaded")
+  endif()
+  add_test(NAME test_dlopen
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_dlopen.py $<TARGET_FILE:zeroshard>
+                   ${zs_dlopen_skip})
+  set_tests_properties(test_dlopen PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
+                       ENVIRONMENT_MODIFICATION "GLIBC_TUNABLES=unset:;LD_PRELOAD=unset:")
+else()
+  # registered all the same, so that a machine without python3 shows a skip, not nothing
+  add_test(NAME test_dlopen COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found")
+  set_tests_properties(test_dlopen PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+endif()
