@@ -30,3 +30,20 @@ if(TARGET zs_zero AND ZS_HAVE_NCCL)
                          ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda;ZS_TEST_COMM=mpi")
   endforeach()
 endif()
+# A rank stopped (SIGSTOP) mid-run: the others get ZS_ERR_TIMEOUT and exit, the
+# job ends, nothing is left running (tests/scripts/stall.py drives mpiexec).
+if(TARGET zs_zero AND ZS_HAVE_MPI)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_executable(test_stall test_stall.c)
+    target_include_directories(test_stall PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
+                                                  ${PROJECT_SOURCE_DIR}/tests)
+    target_link_libraries(test_stall PRIVATE zeroshard_static)
+    foreach(mode step abort create)
+      add_test(NAME test_stall_${mode}
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stall.py ${MPIEXEC_EXECUTABLE}
+                       $<TARGET_FILE:test_stall> ${mode})
+      set_tests_properties(test_stall_${mode} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    endforeach()
+  endif()
+endif()

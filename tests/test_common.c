@@ -1,6 +1,7 @@
 /* Status strings, half-precision rounding, settings, fault injection, accountant. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "common/half.h"
@@ -39,6 +40,22 @@ static double round_ref(double x, int mbits, int emin, double maxfin) {
   else r = fmod(lo / ulp, 2.0) == 0.0 ? lo : hi;
   if (r > maxfin) r = INFINITY;
   return x < 0 ? -r : r;
+}
+
+/* A message built from the previous one (the usual "what: <callee's message>"):
+ * the text must come out whole, in the thread's last error and the handle's. */
+static void test_error_wraps_previous(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  char handle[ZS_ERRBUF];
+  zs__fail_quiet(handle, ZS_ERR_COMM, "inner %d", 7);
+  expect_int_eq(ZS_FAIL(handle, ZS_ERR_TIMEOUT, "outer: %s", zs_last_error()), ZS_ERR_TIMEOUT);
+  expect_true(!strcmp(zs_last_error(), "outer: inner 7"));
+  expect_true(!strcmp(handle, "outer: inner 7"));
+  ZS_FAIL(handle, ZS_ERR_TIMEOUT, "again: %s", handle);
+  expect_true(!strcmp(handle, "again: outer: inner 7"));
+  expect_true(!strcmp(zs_last_error(), "again: outer: inner 7"));
+  zs_log_set_level(saved);
 }
 
 static void test_half_rounding(void) {
@@ -135,6 +152,7 @@ static void test_accountant(void) {
 
 int main(void) {
   zs_test_run(test_status_strings);
+  zs_test_run(test_error_wraps_previous);
   zs_test_run(test_half_rounding);
   zs_test_run(test_settings_and_faults);
   zs_test_run(test_logging);

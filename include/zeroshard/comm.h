@@ -65,6 +65,18 @@
  * abort may still write its receive buffer if the other ranks reach it later
  * (MPI cannot cancel a collective), so keep its buffers allocated.
  *
+ * Ending the process after a failure (mpi backend): destroy returns promptly
+ * after a timeout or an abort. MPI_Finalize waits for every rank, so when
+ * zeroshard initialised MPI, the last destroy first runs a barrier with every
+ * rank; after a failure it waits at most min(ZS_COMM_TIMEOUT_S, 10 s) and, if a
+ * rank is missing, leaves MPI unfinalised (with a warning) so that the process
+ * can exit; mpiexec then ends the job, the lost rank included. When the caller
+ * initialised MPI, MPI_Finalize is the caller's: after a failure, exit without
+ * it (or call MPI_Abort), or it may wait forever for the lost rank. Every MPI
+ * error on a zeroshard comm returns (MPI_ERRORS_RETURN) as a zs_status_t; making
+ * a comm (MPI_Comm_idup) is also bounded by ZS_COMM_TIMEOUT_S, so a rank that
+ * never arrives is ZS_ERR_TIMEOUT there too.
+ *
  * Tracing: every comm counts calls and the bytes each rank sends and receives per
  * collective kind, in the terms of the standard algorithms (N ranks, B = bytes of
  * the full buffer):
@@ -114,10 +126,11 @@ typedef struct {
   uint64_t bytes_recv[ZS_COLL_COUNT];
 } zs_comm_stats_t;
 
-/* MPI over MPI_COMM_WORLD (initialises MPI with MPI_THREAD_MULTIPLE if no one has;
- * the comm that initialised MPI finalises it when the last comm is destroyed; MPI
- * cannot be initialised again, so later calls fail with ZS_ERR_STATE: keep one
- * comm alive for the whole program).
+/* MPI over MPI_COMM_WORLD (initialises MPI with MPI_THREAD_MULTIPLE if no one has,
+ * and then sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and MPI_COMM_SELF; the comm
+ * that initialised MPI finalises it when the last comm is destroyed (see "Ending
+ * the process after a failure"); MPI cannot be initialised again, so later calls
+ * fail with ZS_ERR_STATE: keep one comm alive for the whole program).
  * Buffers are host memory on a cpu device, device memory on a cuda device (host
  * staging, above). Use zeroshard/mpi.h to wrap an existing MPI_Comm. */
 zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);

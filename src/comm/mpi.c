@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "comm/mpi_impl.h"
 #include "zeroshard/mpi.h"
@@ -44,9 +45,72 @@
 /* ---- process-wide MPI state ----------------------------------------------------- */
 
 /* Live mpi-backend comms, and whether zeroshard initialised MPI (then the last
- * comm's destroy finalises it; MPI cannot be initialised again afterwards). */
+ * comm's destroy finalises it; MPI cannot be initialised again afterwards).
+ *
+ * Finalising after a failure: MPI_Finalize waits for every rank, so once a comm
+ * has broken (a rank stopped or died, a timeout, zs_comm_abort) it could wait
+ * forever, and the process could never exit. So the last destroy first runs a
+ * barrier on g_fence (a duplicate of MPI_COMM_WORLD made at MPI_Init) on every
+ * rank: a rank whose comms are healthy waits for it as MPI_Finalize would; a
+ * rank that saw a failure waits at most min(ZS_COMM_TIMEOUT_S, 10 s). If the
+ * barrier completes, every rank is there and MPI_Finalize is safe; if not, MPI
+ * is left unfinalised (a warning says so) and the process can exit: mpiexec
+ * then ends the job, the lost rank included. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_live, g_we_init;
+static MPI_Comm g_fence = MPI_COMM_NULL;
+static atomic_int g_broken;
+
+void zs__mpi_note_broken(void) { atomic_store(&g_broken, 1); }
+
+zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what) {
+  double limit = limit_s > 0 ? limit_s : zs__settings()->comm_timeout_s, t0 = zs__now();
+  long pause = 1000;
+  for (;;) {
+    int flag = 0, rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      return ZS_FAIL(NULL, ZS_ERR_COMM, "%s failed: %s", what, msg);
+    }
+    if (flag) return ZS_OK;
+    if (limit > 0 && zs__now() - t0 > limit)
+      return ZS_FAIL(NULL, ZS_ERR_TIMEOUT,
+                     "%s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank is stuck, gone, or never "
+                     "reached this call",
+                     what, limit);
+    struct timespec ts = {0, pause};
+    nanosleep(&ts, NULL);
+    if (pause < 1000000) pause *= 2;
+  }
+}
+
+/* The last comm is gone and zeroshard initialised MPI: finalise it unless a
+ * rank is lost (see above). Caller holds g_mu. */
+static void finalize_mpi(void) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin) return;
+  int ok = 1;
+  if (g_fence != MPI_COMM_NULL) {
+    MPI_Request req;
+    double t = zs__settings()->comm_timeout_s;
+    double limit = atomic_load(&g_broken) ? (t > 0 && t < 10 ? t : 10) : -1;
+    zs_status_t st = MPI_Ibarrier(g_fence, &req) == MPI_SUCCESS
+                         ? zs__mpi_poll(&req, limit < 0 ? 1e300 : limit, "the barrier before MPI_Finalize")
+                         : ZS_ERR_COMM;
+    ok = st == ZS_OK;
+    if (ok) MPI_Comm_free(&g_fence);
+  }
+  if (ok) {
+    MPI_Finalize();
+  } else {
+    ZS_LOG_W("MPI is not finalized: a comm failed earlier and not every rank reached the end (%s); "
+             "MPI_Finalize would wait for them forever. The process can exit; mpiexec ends the job.",
+             zs_last_error());
+  }
+}
 
 static const zs_comm_i mpi_iface;
 
@@ -186,11 +250,7 @@ static void mpi_destroy(void *vctx) {
   free(ctx);
 
   pthread_mutex_lock(&g_mu);
-  if (--g_live == 0 && g_we_init) {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
-  }
+  if (--g_live == 0 && g_we_init) finalize_mpi();
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -269,22 +329,55 @@ static uint64_t ring_min_bytes_env(void) {
   return (uint64_t)x << shift;
 }
 
+/* Duplicates mpi_comm without blocking for good: MPI_Comm_idup and MPI_Ibcast
+ * polled with the comm timeout, so a rank that never arrives is ZS_ERR_TIMEOUT
+ * here instead of a hang. Errors return (MPI_ERRORS_RETURN) rather than abort
+ * the job: the caller's communicator has its handler switched for the duplicate
+ * (which inherits it) and then restored. */
 static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
   MPI_Comm mc = MPI_COMM_NULL;
-  const char *what = "MPI_Comm_dup";
-  int rc = MPI_Comm_dup(mpi_comm, &mc);
-  /* The ranks must pick the same algorithm for each call, so rank 0's setting
-   * wins (MPI_Comm_dup has just synchronised the ranks anyway). */
-  uint64_t ring_min = ring_min_bytes_env(), mine = ring_min;
-  if (rc == MPI_SUCCESS && (rc = MPI_Bcast(&ring_min, 1, MPI_UINT64_T, 0, mc)) != MPI_SUCCESS) {
-    what = "MPI_Bcast of ZS_MPI_RING_MIN_BYTES";
-    MPI_Comm_free(&mc);
+  MPI_Errhandler user_eh = MPI_ERRHANDLER_NULL;
+  MPI_Request req = MPI_REQUEST_NULL;
+  char what[96];
+  snprintf(what, sizeof what, "%s: MPI_Comm_idup", fn);
+  int rc = MPI_Comm_get_errhandler(mpi_comm, &user_eh);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(mpi_comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_idup(mpi_comm, &mc, &req);
+  if (user_eh != MPI_ERRHANDLER_NULL) {
+    MPI_Comm_set_errhandler(mpi_comm, user_eh);
+    MPI_Errhandler_free(&user_eh);
   }
+  zs_status_t st = ZS_OK;
   if (rc != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: %s failed: %s", fn, what, msg);
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s failed: %s", what, msg);
+  }
+  /* on a timeout the request stays outstanding (MPI cannot cancel it): mc is
+   * left to MPI */
+  if ((st = zs__mpi_poll(&req, 0, what)) != ZS_OK) {
+    zs__mpi_note_broken(); /* a rank is missing: finalising must not wait for it */
+    return st;
+  }
+  MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+  /* The ranks must pick the same algorithm for each call, so rank 0's setting
+   * wins (the duplication has just synchronised the ranks anyway). */
+  uint64_t ring_min = ring_min_bytes_env(), mine = ring_min;
+  snprintf(what, sizeof what, "%s: MPI_Ibcast of ZS_MPI_RING_MIN_BYTES", fn);
+  rc = MPI_Ibcast(&ring_min, 1, MPI_UINT64_T, 0, mc, &req);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&mc);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s failed: %s", what, msg);
+  }
+  if ((st = zs__mpi_poll(&req, 0, what)) != ZS_OK) {
+    /* the request stays outstanding and may still write ring_min: unlikely
+     * after the duplication succeeded everywhere, but then leave mc to MPI */
+    zs__mpi_note_broken();
+    return st;
   }
   if (mine != ring_min)
     ZS_LOG_W("%s: ZS_MPI_RING_MIN_BYTES differs between ranks; using rank 0's value (%llu bytes)", fn,
@@ -324,6 +417,11 @@ zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev) {
                    fn, provided);
     } else {
       g_we_init = 1;
+      /* we own MPI: its errors return instead of ending the job, and the fence
+       * for finalising (see g_fence) */
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+      if (MPI_Comm_dup(MPI_COMM_WORLD, &g_fence) != MPI_SUCCESS) g_fence = MPI_COMM_NULL;
     }
   } else {
     MPI_Query_thread(&provided);

@@ -75,6 +75,17 @@ struct mpi_ctx {
   staging_t *stagings;
 };
 
+/* ---- mpi.c ---- */
+
+/* A comm of this process broke (timeout, abort, failure): MPI_Finalize may wait
+ * forever for a lost rank, so the last destroy fences first (see mpi.c). */
+void zs__mpi_note_broken(void);
+/* Polls a request with the comm timeout (ZS_COMM_TIMEOUT_S; limit_s overrides it
+ * when > 0). ZS_OK, ZS_ERR_TIMEOUT (the request is left outstanding) or
+ * ZS_ERR_COMM with MPI's message; `what` names the call. For comm creation and
+ * teardown, where no progress thread runs yet. */
+zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what);
+
 /* ---- mpi_run.c ---- */
 
 MPI_Datatype zs__mpi_type(mpi_ctx_t *ctx, zs_dtype_t dt);

@@ -275,6 +275,7 @@ void zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st))
     snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
+  zs__mpi_note_broken();
 }
 
 void *zs__mpi_progress_main(void *arg) {

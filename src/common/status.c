@@ -29,9 +29,14 @@ const char *zs_status_name(zs_status_t st) {
 
 const char *zs_last_error(void) { return last_error; }
 
+/* Formats into a local buffer first: the arguments often include the message
+ * being replaced (zs_last_error(), a handle's buffer), and vsnprintf into the
+ * buffer it reads from is undefined (and garbles the text). */
 static void set_error(char *handle_buf, const char *fmt, va_list ap) {
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
-  if (handle_buf) memcpy(handle_buf, last_error, sizeof last_error);
+  char msg[ZS_ERRBUF];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  memcpy(last_error, msg, sizeof msg);
+  if (handle_buf) memcpy(handle_buf, msg, sizeof msg);
 }
 
 zs_status_t zs__fail(char *handle_buf, zs_status_t st, const char *file, int line,
