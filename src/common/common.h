@@ -59,13 +59,37 @@ void zs__log_set_rank(int rank);
 typedef struct {
   zs_log_level_t log_level; /* ZS_LOG: error|warn|info|debug (default warn) */
   double comm_timeout_s;    /* ZS_COMM_TIMEOUT_S: 0 = wait forever (default 300) */
-  int threads;              /* ZS_THREADS: CPU optimizer threads, 0 = one per core */
+  int threads;              /* ZS_THREADS: CPU optimizer threads, 0 = decide (src/optim) */
+  int omp_threads;          /* OMP_NUM_THREADS (its first value), 0 = unset: the same role */
   char simd[16];            /* ZS_SIMD: force a CPU path: scalar|avx2|avx512 ("" = best) */
 } zs_settings_t;
 
 const zs_settings_t *zs__settings(void);
 /* Re-reads the environment (tests only). */
 void zs__settings_reload(void);
+
+/* ---- ranks on this node ------------------------------------------------------ */
+
+/* How many ranks of the job run on this node and which one this is, so thread
+ * pools can share the node's cores instead of each taking all of them. */
+typedef struct {
+  int local_rank, local_size; /* 0 <= local_rank < local_size */
+  const char *source;         /* what said so: "the MPI comm", a variable's name, or "default" */
+} zs_node_ranks_t;
+
+/* Called by the MPI comm when it is created (the shared-memory split of its
+ * communicator). Thread-safe; the largest local_size set so far is kept (a
+ * sub-communicator sees only part of the node). Ignored unless
+ * 0 <= local_rank < local_size. */
+void zs__set_node_ranks(int local_rank, int local_size);
+/* What zs__set_node_ranks set; before any call, the launcher's variables (read
+ * once): Open MPI OMPI_COMM_WORLD_LOCAL_SIZE/_RANK, MPICH/Hydra MPI_LOCALNRANKS/
+ * MPI_LOCALRANKID, torchrun LOCAL_WORLD_SIZE/LOCAL_RANK, Slurm
+ * SLURM_STEP_TASKS_PER_NODE (this node's entry, SLURM_NODEID) or
+ * SLURM_NTASKS_PER_NODE with SLURM_LOCALID; else 1 rank ("default"). */
+zs_node_ranks_t zs__node_ranks(void);
+/* Forgets what zs__set_node_ranks set and re-reads the environment (tests only). */
+void zs__node_ranks_reset(void);
 
 /* ---- fault injection (tests) ---------------------------------------------- */
 

@@ -1,4 +1,5 @@
-/* Settings from ZS_* environment variables (read once), fault injection, clock. */
+/* Settings from ZS_* environment variables (read once), ranks on this node,
+ * fault injection, clock. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,6 +36,13 @@ static void settings_read(void) {
     else fprintf(stderr, "zeroshard WARN ZS_COMM_TIMEOUT_S='%s' is not a number of seconds\n", v);
   }
   if ((v = getenv("ZS_THREADS")) && *v) s.threads = atoi(v) > 0 ? atoi(v) : 0;
+  /* OpenMP's own list form "4,2" gives the outer level first */
+  if ((v = getenv("OMP_NUM_THREADS")) && *v) {
+    char *end;
+    long t = strtol(v, &end, 10);
+    if (t > 0 && t <= 1 << 20 && (*end == '\0' || *end == ',')) s.omp_threads = (int)t;
+    else fprintf(stderr, "zeroshard WARN OMP_NUM_THREADS='%s' is not a thread count; ignored\n", v);
+  }
   if ((v = getenv("ZS_SIMD")) && *v) snprintf(s.simd, sizeof s.simd, "%s", v);
   settings = s;
   for (int f = 0; f < ZS_FAULT_COUNT; f++) {
@@ -52,6 +60,99 @@ void zs__settings_reload(void) {
   pthread_once(&settings_once, settings_read);
   settings_read();
 }
+
+/* ---- ranks on this node ----------------------------------------------------- */
+
+static pthread_mutex_t node_mu = PTHREAD_MUTEX_INITIALIZER;
+static zs_node_ranks_t node_set;   /* from zs__set_node_ranks; local_size 0 = never */
+static zs_node_ranks_t node_env;   /* from the launcher's variables */
+static int node_env_read;
+
+/* The variable as a count in [lo, 1<<24], or -1. */
+static int env_int(const char *name, int lo) {
+  const char *v = getenv(name);
+  if (!v || !*v) return -1;
+  char *end;
+  long x = strtol(v, &end, 10);
+  return *end == '\0' && x >= lo && x <= 1 << 24 ? (int)x : -1;
+}
+
+/* Slurm's per-node task counts, "2(x3),1": the entry of node `node`, or -1. */
+static int slurm_tasks_on(const char *list, int node) {
+  if (!list || node < 0) return -1;
+  const char *p = list;
+  int at = 0;
+  while (*p) {
+    char *end;
+    long c = strtol(p, &end, 10), rep = 1;
+    if (end == p || c < 1) return -1;
+    p = end;
+    if (!strncmp(p, "(x", 2)) {
+      rep = strtol(p + 2, &end, 10);
+      if (end == p + 2 || rep < 1 || *end != ')') return -1;
+      p = end + 1;
+    }
+    if (node < at + rep) return (int)c;
+    at += (int)rep;
+    if (*p == ',') p++;
+    else if (*p) return -1;
+  }
+  return -1;
+}
+
+static zs_node_ranks_t node_env_vars(void) {
+  static const struct { const char *size, *rank; } launchers[] = {
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}, /* Open MPI */
+      {"MPI_LOCALNRANKS", "MPI_LOCALRANKID"},                       /* MPICH, Hydra */
+      {"LOCAL_WORLD_SIZE", "LOCAL_RANK"},                           /* torchrun */
+  };
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
+    int n = env_int(launchers[i].size, 1), k = env_int(launchers[i].rank, 0);
+    if (n >= 1) return (zs_node_ranks_t){k >= 0 && k < n ? k : 0, n, launchers[i].size};
+  }
+  /* Slurm, in a task that srun started (SLURM_LOCALID; a batch script's own
+   * process has the job's counts but is one process): the step's layout, else
+   * --ntasks-per-node */
+  int k = env_int("SLURM_LOCALID", 0);
+  if (k < 0) return (zs_node_ranks_t){0, 1, "default"};
+  const char *src = "SLURM_STEP_TASKS_PER_NODE";
+  int n = slurm_tasks_on(getenv(src), env_int("SLURM_NODEID", 0));
+  if (n < 1) {
+    src = "SLURM_NTASKS_PER_NODE";
+    n = env_int(src, 1);
+  }
+  if (n < 1) return (zs_node_ranks_t){0, 1, "default"};
+  return (zs_node_ranks_t){k < n ? k : 0, n, src};
+}
+
+static void node_env_scan(void) {
+  node_env = node_env_vars();
+  node_env_read = 1;
+}
+
+void zs__set_node_ranks(int local_rank, int local_size) {
+  if (local_size < 1 || local_rank < 0 || local_rank >= local_size) return;
+  pthread_mutex_lock(&node_mu);
+  if (local_size > node_set.local_size) node_set = (zs_node_ranks_t){local_rank, local_size, "the MPI comm"};
+  pthread_mutex_unlock(&node_mu);
+}
+
+zs_node_ranks_t zs__node_ranks(void) {
+  pthread_mutex_lock(&node_mu);
+  if (!node_env_read) node_env_scan();
+  zs_node_ranks_t r = node_set.local_size > 0 ? node_set : node_env;
+  pthread_mutex_unlock(&node_mu);
+  return r;
+}
+
+void zs__node_ranks_reset(void) {
+  pthread_mutex_lock(&node_mu);
+  node_set = (zs_node_ranks_t){0, 0, NULL};
+  node_env_scan();
+  pthread_mutex_unlock(&node_mu);
+}
+
+/* ---- fault injection ----------------------------------------------------------- */
 
 void zs__fault_arm(zs_fault_t f, int skip, int count) {
   atomic_store(&fault_skip[f], skip);

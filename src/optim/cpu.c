@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -260,16 +261,79 @@ static atomic_int threads_set = 0;
 
 void zs__optim_set_threads(int n) { atomic_store(&threads_set, n > 0 ? n : 0); }
 
+#define ZS_PLURAL(n) ((n) == 1 ? "" : "s")
+
+int zs__optim_threads_decide(const zs_threads_in_t *in, char *why, size_t why_len) {
+  char text[320];
+  int n;
+  if (in->zs_threads > 0) {
+    n = in->zs_threads;
+    snprintf(text, sizeof text, "%d thread%s: ZS_THREADS=%d", n, ZS_PLURAL(n), n);
+  } else if (in->omp_threads > 0) {
+    n = in->omp_threads;
+    snprintf(text, sizeof text, "%d thread%s: OMP_NUM_THREADS=%d", n, ZS_PLURAL(n), n);
+  } else {
+    int cpus = in->mask_cpus > 0 ? in->mask_cpus : 1;
+    int ranks = in->node.local_size > 0 ? in->node.local_size : 1;
+    const char *src = in->node.source ? in->node.source : "default";
+    int sharing = ranks; /* unbound: every rank of the node runs on these CPUs */
+    if (in->launcher_cpus > cpus) {
+      /* bound to part of the launcher's CPUs: the other ranks are on the rest */
+      long long s = ((long long)ranks * cpus + in->launcher_cpus - 1) / in->launcher_cpus;
+      sharing = s < 1 ? 1 : s > ranks ? ranks : (int)s;
+    }
+    n = cpus / sharing > 1 ? cpus / sharing : 1;
+    if (sharing == ranks && in->launcher_cpus <= cpus)
+      snprintf(text, sizeof text, "%d thread%s: %d CPU%s in the affinity mask / %d rank%s on this node (%s)",
+               n, ZS_PLURAL(n), cpus, ZS_PLURAL(cpus), ranks, ZS_PLURAL(ranks), src);
+    else
+      snprintf(text, sizeof text, "%d thread%s: %d CPU%s in the affinity mask / %d rank%s sharing it "
+               "(%d rank%s on this node (%s), bound to parts of the launcher's %d CPUs)",
+               n, ZS_PLURAL(n), cpus, ZS_PLURAL(cpus), sharing, ZS_PLURAL(sharing), ranks,
+               ZS_PLURAL(ranks), src, in->launcher_cpus);
+  }
+  if (why && why_len) snprintf(why, why_len, "%s", text);
+  return n;
+}
+
+static int cpus_of(pid_t pid) {
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity(pid, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  (void)pid;
+  return 0;
+}
+
+/* The default, remembered with its inputs: decided again (and logged) only when
+ * the settings or the ranks on this node change, e.g. when an MPI comm is made
+ * after the first optimizer call. */
+static pthread_mutex_t dflt_mu = PTHREAD_MUTEX_INITIALIZER;
+static zs_threads_in_t dflt_in;
+static int dflt_n;
+
 int zs__optim_threads(void) {
   int n = atomic_load(&threads_set);
   if (n > 0) return n;
-  if ((n = zs__settings()->threads) > 0) return n;
-#ifdef CPU_COUNT
-  cpu_set_t set; /* the CPUs this process may run on, not all the machine has */
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && (n = CPU_COUNT(&set)) > 0) return n;
-#endif
-  long c = sysconf(_SC_NPROCESSORS_ONLN);
-  return c > 0 ? (int)c : 1;
+  const zs_settings_t *st = zs__settings();
+  zs_node_ranks_t node = zs__node_ranks();
+  pthread_mutex_lock(&dflt_mu);
+  if (dflt_n == 0 || dflt_in.zs_threads != st->threads || dflt_in.omp_threads != st->omp_threads ||
+      dflt_in.node.local_size != node.local_size || dflt_in.node.source != node.source) {
+    zs_threads_in_t in = {.zs_threads = st->threads, .omp_threads = st->omp_threads,
+                          .mask_cpus = cpus_of(0), .launcher_cpus = cpus_of(getppid()), .node = node};
+    if (in.mask_cpus <= 0) {
+      long c = sysconf(_SC_NPROCESSORS_ONLN);
+      in.mask_cpus = c > 0 ? (int)c : 1;
+    }
+    char why[400];
+    dflt_n = zs__optim_threads_decide(&in, why, sizeof why);
+    dflt_in = in;
+    ZS_LOG_I("CPU optimizer: %s", why);
+  }
+  n = dflt_n;
+  pthread_mutex_unlock(&dflt_mu);
+  return n;
 }
 
 /* Team size for n elements: at most the setting, at least ZS_PAR_MIN elements each. */

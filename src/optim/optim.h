@@ -53,11 +53,31 @@ zs_simd_t zs__optim_simd(void);
 const char *zs__simd_name(zs_simd_t s);
 /* Forces a path for tests and benchmarks; ZS_ERR_UNSUPPORTED if the CPU lacks it. */
 zs_status_t zs__optim_force_simd(zs_simd_t s);
-/* Threads used by the CPU functions (0 = ZS_THREADS or one per CPU this process
- * may run on). Each call splits its elements into one contiguous range per
- * thread (OpenMP); calls under 32768 elements per thread use fewer threads. */
+/* Threads used by the CPU functions: n > 0 forces n, 0 restores the default
+ * (zs__optim_threads_decide, logged at info level when first decided or when
+ * its inputs change). Each call splits its elements into one contiguous range
+ * per thread (OpenMP); calls under 32768 elements per thread use fewer threads. */
 void zs__optim_set_threads(int n);
 int zs__optim_threads(void);
+
+/* What the default thread count is decided from. */
+typedef struct {
+  int zs_threads;        /* ZS_THREADS, 0 = unset */
+  int omp_threads;       /* OMP_NUM_THREADS, 0 = unset */
+  int mask_cpus;         /* CPUs in this process's affinity mask */
+  int launcher_cpus;     /* CPUs in the parent process's mask (the launcher's local
+                            daemon: orted, mpiexec, slurmstepd, torchrun), 0 = unknown */
+  zs_node_ranks_t node;  /* ranks on this node */
+} zs_threads_in_t;
+/* ZS_THREADS wins, then OMP_NUM_THREADS; else the CPUs of the affinity mask
+ * divided among the ranks of this node that share that mask, at least 1. Ranks
+ * whose masks equal the launcher's (unbound) all share it. Ranks bound to parts
+ * of the launcher's CPUs (mpirun's per-socket binding, srun --cpu-bind) are
+ * taken to be spread evenly: ceil(ranks x mask / launcher) share each mask. The
+ * count, and in why[why_len] (may be NULL) the sentence the log shows, e.g.
+ * "1 thread: 2 CPUs in the affinity mask / 4 ranks on this node
+ * (OMPI_COMM_WORLD_LOCAL_SIZE)". */
+int zs__optim_threads_decide(const zs_threads_in_t *in, char *why, size_t why_len);
 
 /* Runs at once on the calling thread (and its OpenMP team). ZS_ERR_INVALID names
  * the bad argument; segments with n == 0 may have NULL pointers. */
