@@ -1,10 +1,21 @@
 # Owner: checkpoints (src/ckpt). test_ckpt: resume bit for bit, resharding across
 # world sizes / stages / offload / dtypes, damaged and mismatched checkpoints,
-# the safetensors export; 1-4 cpu ranks.
+# the safetensors export; test_ckpt_checks: edited manifests and rank files whose
+# fields fail their checks, through the load, verify and the zs-ckpt tool; 1-4
+# cpu ranks.
 if(TARGET zs_ckpt)
   zs_add_test(NAME test_ckpt SOURCES test_ckpt.c LIBS zeroshard_static PkgConfig::CJSON RANKS 1 2 3 4 TIMEOUT 300)
-  if(ZS_HAVE_NCCL)
-    target_include_directories(test_ckpt PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+  zs_add_test(NAME test_ckpt_checks SOURCES test_ckpt_checks.c LIBS zeroshard_static PkgConfig::CJSON
+              PkgConfig::ZLIB RANKS 1 2 3 4 TIMEOUT 120)
+  foreach(t test_ckpt test_ckpt_checks)
+    if(ZS_HAVE_NCCL)
+      target_include_directories(${t} PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+    endif()
+  endforeach()
+  if(TARGET zs-ckpt)
+    foreach(n 1 2 3 4)
+      set_property(TEST test_ckpt_checks_np${n} APPEND PROPERTY ENVIRONMENT ZS_CKPT_TOOL=$<TARGET_FILE:zs-ckpt>)
+    endforeach()
   endif()
 endif()
 # The same on a GPU over NCCL (label gpu; skipped without one; scripts/gpu-check runs it).

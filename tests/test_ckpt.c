@@ -3,136 +3,9 @@
  * setting and param dtype; damaged, missing, foreign or mismatched checkpoints
  * are errors on every rank that leave the engine unchanged; the safetensors
  * export holds the master values. */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <dirent.h>
 #include <cjson/cJSON.h>
 
-#include "common/common.h"
-#include "engine_world.h"
-#include "harness.h"
-#include "tiny_model.h"
-#include "zeroshard/checkpoint.h"
-#include "zeroshard/engine.h"
-
-#define G 36
-#define NBLK 3
-
-static zs_device_t *dev;
-static zs_comm_t *world, *self;
-static int rank, nranks;
-static float X[G][TM_DIN], T[G][TM_DOUT];
-static char base[256]; /* a fresh directory shared by the ranks */
-
-typedef struct {
-  zs_engine_t *zs;
-  tm_model_t m;
-  zs_comm_t *comm;
-} run_t;
-
-static zs_config_t cfg(int stage, zs_dtype_t dt, int offload) {
-  zs_config_t c = ZS_CONFIG_INIT;
-  c.stage = stage;
-  c.param_dtype = c.reduce_dtype = dt;
-  c.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
-  c.optim.lr = 3e-3f;
-  c.optim.weight_decay = 0.1f;
-  return c;
-}
-
-static zs_status_t open_run(run_t *r, zs_comm_t *comm, const zs_config_t *c, int nblk) {
-  memset(r, 0, sizeof *r);
-  r->comm = comm;
-  r->m.mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
-  zs_status_t st = zs_engine_create(&r->zs, c, dev, comm);
-  if (!st) st = tm_declare(r->zs, &r->m, nblk, c->param_dtype);
-  if (!st) st = zs_engine_setup(r->zs, tm_init, r->zs);
-  return st;
-}
-
-static void close_run(run_t *r) {
-  zs_engine_destroy(r->zs);
-  tm_free(&r->m);
-  r->zs = NULL;
-}
-
-/* n steps on the comm's share of the global batch; losses of this rank's part */
-static zs_status_t steps(run_t *r, int n, double *loss, int64_t *last_step) {
-  int N = zs_comm_size(r->comm), me = zs_comm_rank(r->comm), per = G / N;
-  for (int s = 0; s < n; s++) {
-    double l;
-    zs_step_report_t rep;
-    zs_status_t st = tm_round(r->zs, &r->m, X, T, me * per, per, &l);
-    if (!st) st = zs_step(r->zs, &rep);
-    if (st) return st;
-    if (loss) loss[s] = l;
-    if (last_step) *last_step = rep.step;
-  }
-  return ZS_OK;
-}
-
-/* every parameter's full master values, concatenated (collective) */
-static float *values(run_t *r, int64_t *n) {
-  int np = zs_engine_param_count(r->zs);
-  int64_t total = 0;
-  for (int p = 0; p < np; p++) total += zs_param_numel(r->zs, p);
-  float *v = malloc((size_t)total * 4);
-  int64_t o = 0;
-  for (int p = 0; p < np; p++) {
-    if (zs_param_get(r->zs, p, v + o) != ZS_OK) {
-      free(v);
-      return NULL;
-    }
-    o += zs_param_numel(r->zs, p);
-  }
-  *n = total;
-  return v;
-}
-
-static int64_t count_diff(const float *a, const float *b, int64_t n, double rtol) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]), mx = fmax(fabs(a[i]), fabs(b[i]));
-    bad += rtol == 0 ? memcmp(&a[i], &b[i], 4) != 0 : d > rtol * mx + 1e-7;
-  }
-  return bad;
-}
-
-/* ---- a shared directory: rank 0 makes it, everyone learns its name -------------- */
-
-static void bcast_bytes(void *buf, size_t n) {
-  void *d = NULL;
-  if (zs_device_alloc(dev, n, ZS_MEM_OTHER, &d) || zs_memcpy_async(dev, d, buf, n, ZS_COPY_H2D, NULL) ||
-      zs_comm_broadcast(world, d, d, n, ZS_UINT8, 0, NULL) || zs_memcpy_async(dev, buf, d, n, ZS_COPY_D2H, NULL) ||
-      zs_stream_synchronize(dev, NULL)) {
-    fprintf(stderr, "broadcast failed: %s\n", zs_last_error());
-    exit(1);
-  }
-  zs_device_free(dev, d, n, ZS_MEM_OTHER);
-}
-
-static void barrier(void) {
-  if (zs_comm_barrier(world, NULL) || zs_stream_synchronize(dev, NULL)) exit(1);
-}
-
-static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", base, name); }
-
-static int count_files(const char *dir, const char *suffix) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return -1;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    size_t l = strlen(e->d_name), k = strlen(suffix);
-    n += l > k && !strcmp(e->d_name + l - k, suffix);
-  }
-  closedir(d);
-  return n;
-}
+#include "ckpt_world.h"
 
 /* ============================================================================ */
 
@@ -182,7 +55,7 @@ static void test_reshard(void) {
   path_of(dir, sizeof dir, "reshard-world");
   path_of(dir1, sizeof dir1, "reshard-rank0");
   run_t a, b, c1, w;
-  int64_t na, nb;
+  int64_t na = 0, nb = 0;
   zs_config_t ca = cfg(3, ZS_BF16, 1), cb = cfg(0, ZS_FP32, 0);
   assert_ok(open_run(&a, world, &ca, NBLK));
   assert_ok(steps(&a, 3, NULL, NULL));
@@ -222,40 +95,6 @@ static void test_reshard(void) {
   close_run(&b);
 }
 
-/* Damage: every rank fails with the same status, and the engine keeps its state. */
-static void expect_load_fails(run_t *r, const char *dir, zs_status_t want, const char *msg) {
-  int64_t n0, n1;
-  float *before = values(r, &n0);
-  zs_status_t st = zs_checkpoint_load(r->zs, dir);
-  if (st != want)
-    ZS_T_REPORT("loading %s: %s, wanted %s (%s)", dir, zs_status_name(st), zs_status_name(want), zs_last_error());
-  else if (msg && !strstr(zs_last_error(), msg) && !strstr(zs_last_error(), "failed on rank"))
-    ZS_T_REPORT("loading %s: message \"%s\" lacks \"%s\"", dir, zs_last_error(), msg);
-  float *after = values(r, &n1);
-  assert_true(before && after && n0 == n1);
-  expect_int_eq(count_diff(before, after, n0, 0), 0);
-  free(before);
-  free(after);
-}
-
-static void flip_byte(const char *file, long at) {
-  FILE *f = fopen(file, "r+b");
-  if (!f) return;
-  fseek(f, at, SEEK_SET);
-  int c = fgetc(f);
-  fseek(f, at, SEEK_SET);
-  fputc(c ^ 0x40, f);
-  fclose(f);
-}
-
-static void first_rank_file(const char *dir, char *out, size_t n) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  out[0] = 0;
-  while (d && (e = readdir(d)))
-    if (strstr(e->d_name, ".rank00000.zsr") && !strstr(e->d_name, ".tmp")) snprintf(out, n, "%s/%s", dir, e->d_name);
-  if (d) closedir(d);
-}
 
 static void test_damage(void) {
   char dir[320], file[640], man[400], empty[320];
@@ -264,19 +103,15 @@ static void test_damage(void) {
   snprintf(man, sizeof man, "%s/manifest.json", dir);
   zs_config_t c = cfg(2, ZS_FP32, 0);
   run_t a, b;
-  assert_ok(open_run(&a, world, &c, NBLK));
-  assert_ok(steps(&a, 2, NULL, NULL));
-  assert_ok(zs_checkpoint_save(a.zs, dir));
+  assert_ok(saved_pair(&a, &b, &c, 2, dir));
   assert_ok(zs_checkpoint_save(a.zs, dir)); /* again: the first save's files go */
   expect_int_eq(count_files(dir, ".zsr"), nranks);
   expect_int_eq(count_files(dir, ".tmp"), 0);
   first_rank_file(dir, file, sizeof file);
   assert_true(file[0]);
-  assert_ok(open_run(&b, world, &c, NBLK)); /* a fresh engine, state at init */
-  assert_ok(steps(&b, 1, NULL, NULL));
 
   /* a flipped bit in rank 0's first block of values */
-  if (rank == 0) flip_byte(file, 32 + 40 + 5);
+  if (rank == 0) flip_byte(file, FILE_HEAD + BLOCK_HEAD + 5);
   barrier();
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "fails its CRC");
   if (rank == nranks - 1) { /* the offline check sees it too, from any process */
@@ -288,13 +123,13 @@ static void test_damage(void) {
     expect_true(access(out, F_OK) != 0);
   }
   barrier();
-  if (rank == 0) flip_byte(file, 32 + 40 + 5); /* undo */
+  if (rank == 0) flip_byte(file, FILE_HEAD + BLOCK_HEAD + 5); /* undo */
   /* a damaged block header */
-  if (rank == 0) flip_byte(file, 32 + 20);
+  if (rank == 0) flip_byte(file, FILE_HEAD + 20);
   barrier();
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "bad header");
   barrier();
-  if (rank == 0) flip_byte(file, 32 + 20);
+  if (rank == 0) flip_byte(file, FILE_HEAD + 20);
   barrier();
   /* a truncated rank file: every rank sees the size */
   struct stat sb;
@@ -353,7 +188,7 @@ static void test_damage(void) {
   /* host memory runs out on rank 0 while staging the load (pinning fails and so
    * does the pageable fallback): out of memory on every rank, nothing changed */
   {
-    int64_t n0, n1;
+    int64_t n0 = 0, n1 = 0;
     float *before = values(&b, &n0);
     zs_log_level_t lv = zs_log_get_level();
     zs_log_set_level(ZS_LOG_NONE); /* the pinning fallback warns per allocation */
@@ -386,7 +221,7 @@ static void test_safetensors(void) {
   path_of(path, sizeof path, "model.safetensors");
   zs_config_t c = cfg(3, ZS_BF16, 0);
   run_t a;
-  int64_t n;
+  int64_t n = 0;
   assert_ok(open_run(&a, world, &c, NBLK));
   assert_ok(steps(&a, 2, NULL, NULL));
   assert_ok(zs_export_safetensors(a.zs, path));
@@ -470,7 +305,7 @@ static void test_delayed(void) {
   zs_config_t c = cfg(1, ZS_FP32, 1);
   c.delayed_param_update = 1;
   run_t a, b;
-  int64_t na, nb;
+  int64_t na = 0, nb = 0;
   assert_ok(open_run(&a, world, &c, NBLK));
   assert_ok(steps(&a, 3, NULL, NULL));
   assert_ok(zs_checkpoint_save(a.zs, dir));
@@ -487,46 +322,12 @@ static void test_delayed(void) {
   close_run(&b);
 }
 
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    struct stat sb;
-    if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
-    else unlink(p);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
 int main(void) {
-  open_world_or_exit(&dev, &world, &rank, &nranks);
-  if (zs_comm_split(world, rank, 0, &self) != ZS_OK) return 1;
-  tm_data(G, X, T);
-  memset(base, 0, sizeof base);
-  if (rank == 0) {
-    const char *t = getenv("TMPDIR");
-    snprintf(base, sizeof base, "%s/zs-ckpt-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(base)) {
-      fprintf(stderr, "mkdtemp failed: %s\n", strerror(errno));
-      return 1;
-    }
-  }
-  bcast_bytes(base, sizeof base);
+  ckpt_world_open();
   zs_test_run(test_resume_exact);
   zs_test_run(test_reshard);
   zs_test_run(test_damage);
   zs_test_run(test_safetensors);
   zs_test_run(test_delayed);
-  barrier();
-  if (rank == 0) remove_tree(base);
-  int rc = zs_test_finish();
-  zs_comm_destroy(self);
-  zs_comm_destroy(world);
-  zs_device_destroy(dev);
-  return rc;
+  return ckpt_world_close();
 }

@@ -1,11 +1,14 @@
 /* zs-ckpt: a checkpoint directory without the training job.
  *
- *   zs-ckpt verify DIR                 every block's CRC, every tensor complete;
+ *   zs-ckpt verify DIR                 what a load checks (the manifest's checksum
+ *                                      and fields, every rank file's header and
+ *                                      blocks, every tensor complete once);
  *                                      prints what the checkpoint holds
  *   zs-ckpt export DIR OUT.safetensors the fp32 master weights for Python tools
  *
- * Exit: 0 ok, 1 the checkpoint or the file system failed (the message says
- * which file, block or tensor), 2 bad usage. */
+ * Exit: 0 ok, 1 the checkpoint or the file system failed (the status name and
+ * the message say which file, block or tensor: ZS_ERR_CORRUPT, ZS_ERR_UNSUPPORTED
+ * for another format version, ZS_ERR_IO), 2 bad usage. */
 #include <stdio.h>
 #include <string.h>
 

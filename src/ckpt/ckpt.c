@@ -1,10 +1,12 @@
 /* Checkpoints: what the other checkpoint files share (see ckpt_impl.h for the
- * format): CRCs, the collectives on the engine's comm, engine-state helpers,
- * file commits and names. */
+ * format): CRCs, the manifest's checksum, the collectives on the engine's comm,
+ * engine-state helpers, file commits and names. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -29,10 +31,43 @@ uint32_t zs__ck_crc_more(uint32_t c, const void *p, size_t n) {
   return (uint32_t)crc32((uLong)c, (const Bytef *)p, (uInt)n); /* n <= CK_CHUNK * 4 */
 }
 
+/* ---- the manifest's checksum ------------------------------------------------------ */
+
+/* The checksum member replaces the object's closing brace, so the text before
+ * it is the printed object minus that brace (and the white space before it). */
+char *zs__ck_manifest_seal(const char *json, uint32_t *crc) {
+  size_t n = strlen(json);
+  while (n && json[n - 1] != '}') n--;
+  if (n) n--;
+  while (n && isspace((unsigned char)json[n - 1])) n--;
+  char *t = malloc(n + CK_SEAL_LEN + 1);
+  if (!t) return NULL;
+  memcpy(t, json, n);
+  *crc = zs__ck_crc(t, n);
+  snprintf(t + n, CK_SEAL_LEN + 1, CK_SEAL_HEAD "%08" PRIx32 CK_SEAL_TAIL, *crc);
+  return t;
+}
+
+int zs__ck_manifest_sealed(const char *text, size_t n, uint32_t *crc, size_t *body) {
+  const size_t hl = sizeof CK_SEAL_HEAD - 1, tl = sizeof CK_SEAL_TAIL - 1;
+  if (n < CK_SEAL_LEN) return 0;
+  const char *s = text + n - CK_SEAL_LEN;
+  if (memcmp(s, CK_SEAL_HEAD, hl) != 0 || memcmp(s + hl + 8, CK_SEAL_TAIL, tl) != 0) return 0;
+  uint32_t v = 0;
+  for (size_t i = hl; i < hl + 8; i++) {
+    int d = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10 : -1;
+    if (d < 0) return 0;
+    v = v << 4 | (uint32_t)d;
+  }
+  *crc = v;
+  *body = n - CK_SEAL_LEN;
+  return 1;
+}
+
 /* ---- collectives on the engine's comm (device buffers, as NCCL wants) -------------- */
 
 /* v[0..n) = element-wise max over ranks, through the engine's scratch (no
- * allocation: see xdev in engine_impl.h). n <= 2 * world + 2. */
+ * allocation: see xdev in engine_impl.h). n <= zs->xcount. */
 zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n) {
   if (n > zs->xcount) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "checkpoint: %d values exceed the scratch", n);
   size_t bytes = (size_t)n * sizeof(int64_t);

@@ -12,10 +12,23 @@
  * everything was there, then writes master, m and v, rounds the parameters from
  * the master and regathers them (stages 1-2, persistent stage-3 units).
  *
- * Rank file layout (little-endian): a 32-byte header {"ZSCKPT01", rank, world,
- * id, nblocks, crc of the header's first 28 bytes}, then per block a 40-byte
- * header {magic "ZSBK", tensor, kind, crc of the data, element offset, count,
- * crc of the block header's first 32 bytes, 0} and count fp32 values. */
+ * Format version 2. The manifest is JSON closed by a "checksum" member in one
+ * fixed form (CK_SEAL_*): the CRC-32 of every byte before it. Rank 0 makes the
+ * manifest before any rank file is written (every rank file's size and block
+ * count follow from the layout), so each rank file records that checksum too:
+ * an edited manifest fails its own checksum, and one whose checksum was
+ * recomputed fails every rank file's record.
+ *
+ * Rank file layout (little-endian): a 48-byte header {"ZSCKPT02", rank, world,
+ * id, the file's size in bytes, nblocks, the manifest's checksum, 0, crc of the
+ * header's first 44 bytes}, then per block a 40-byte header {magic "ZSBK",
+ * tensor, kind, crc of the data, element offset, count, crc of the block
+ * header's first 32 bytes, 0} and count fp32 values, to the end of the file.
+ *
+ * Nothing read is trusted before it is checked: every number is bounded before
+ * it is used in arithmetic, names are the ones the id implies, and the blocks of
+ * every (tensor, kind) must tile the range wanted exactly (no overlap, no gap).
+ * Version 1 (no manifest checksum) is refused as ZS_ERR_UNSUPPORTED. */
 #ifndef ZS_CKPT_IMPL_H
 #define ZS_CKPT_IMPL_H
 
@@ -27,11 +40,20 @@
 #include "zeroshard/checkpoint.h"
 
 #define CK_FORMAT "zeroshard-checkpoint"
-#define CK_VERSION 1
-#define CK_FILE_MAGIC "ZSCKPT01"
+#define CK_VERSION 2
+#define CK_FILE_MAGIC "ZSCKPT02"
 #define CK_BLOCK_MAGIC 0x4B42535Au /* "ZSBK" */
 #define CK_CHUNK ((size_t)1 << 20)  /* elements per staged device copy */
 #define CK_PATH 4096
+#define CK_MAX_WORLD (1 << 20)
+#define CK_MAX_TENSORS (1 << 24)
+#define CK_MAX_ELEMS ((int64_t)1 << 50) /* per tensor and over all tensors: 4 PiB of fp32 */
+#define CK_MAX_BYTES ((int64_t)1 << 60) /* per rank file and over all rank files */
+
+/* The manifest ends in exactly CK_SEAL_HEAD, 8 lowercase hex digits, CK_SEAL_TAIL. */
+#define CK_SEAL_HEAD ",\n\t\"checksum\":\t\""
+#define CK_SEAL_TAIL "\"\n}\n"
+#define CK_SEAL_LEN (sizeof CK_SEAL_HEAD - 1 + 8 + sizeof CK_SEAL_TAIL - 1)
 
 enum { K_MASTER = 0, K_M, K_V, K_COUNT };
 extern const char *const zs__ck_kind_names[K_COUNT];
@@ -39,8 +61,8 @@ extern const char *const zs__ck_kind_names[K_COUNT];
 typedef struct {
   char magic[8];
   uint32_t rank, world;
-  uint64_t id;
-  uint32_t nblocks, crc;
+  uint64_t id, bytes;
+  uint32_t nblocks, manifest_crc, reserved, crc;
 } ck_file_head_t;
 
 typedef struct {
@@ -49,7 +71,7 @@ typedef struct {
   uint32_t head_crc, reserved;
 } ck_block_head_t;
 
-_Static_assert(sizeof(ck_file_head_t) == 32, "file header layout");
+_Static_assert(sizeof(ck_file_head_t) == 48, "file header layout");
 _Static_assert(sizeof(ck_block_head_t) == 40, "block header layout");
 
 uint32_t zs__ck_crc(const void *p, size_t n);
@@ -63,16 +85,24 @@ int zs__ck_kind_present(const zs_engine_t *zs, int kind);
 zs_status_t zs__ck_commit_file(char *err_buf, FILE *f, const char *tmp, const char *final);
 void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank);
 const char *zs__ck_optim_name(zs_optim_kind_t k);
+/* json (a printed JSON object) closed by its checksum member: a new string
+ * (free with free()), or NULL without memory; *crc the checksum. */
+char *zs__ck_manifest_seal(const char *json, uint32_t *crc);
+/* Whether text[0..n) ends in the checksum member; then *crc is the checksum it
+ * records and *body the length of the text it covers. */
+int zs__ck_manifest_sealed(const char *text, size_t n, uint32_t *crc, size_t *body);
 
-/* ---- ckpt_read.c ---- */
+/* ---- ckpt_manifest.c ---- */
 
+/* The manifest, checked (see zs__ck_parse_manifest_text). */
 typedef struct {
   uint64_t id;
-  int world, nfiles;
+  uint32_t crc; /* its checksum, which every rank file records */
+  int world, nfiles, stage;
   int64_t step, good_steps, hysteresis_left;
   double loss_scale;
   int has[K_COUNT];
-  char optimizer[16];
+  char optimizer[16], param_dtype[16];
   char (*file)[64];
   int64_t *file_bytes, *file_blocks;
   /* the tensors as saved */
@@ -84,27 +114,53 @@ typedef struct {
 } manifest_t;
 
 void zs__ck_manifest_free(manifest_t *m);
-/* Reads and checks dir/manifest.json on its own terms (no engine). Messages go
- * to err (ZS_ERRBUF, may be NULL) prefixed with fn. */
+/* Checks text[0..n) (NUL-terminated; path names it in messages) on its own
+ * terms, no engine: its checksum, then every field in range and consistent with
+ * the others (rank-file names from the id, sizes that can hold their blocks,
+ * shapes without overflow, unique tensor names, known dtype, optimizer and state
+ * names). Messages go to err (ZS_ERRBUF, may be NULL) prefixed with fn.
+ * ZS_ERR_CORRUPT, ZS_ERR_UNSUPPORTED (another format version), ZS_ERR_NOMEM. */
+zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *path, manifest_t *m, char *err,
+                                       const char *fn);
+/* The same for dir/manifest.json (ZS_ERR_IO when it cannot be read). */
 zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn);
 
+/* ---- ckpt_read.c ---- */
+
+/* What arrived of one (tensor, kind): element ranges [lo, hi), with where the
+ * data lies (rank file r, byte pos) and its CRC when the sink only indexes. */
+typedef struct {
+  int64_t lo, hi, pos;
+  int r;
+  uint32_t crc;
+} ck_span_t;
+
+typedef struct {
+  ck_span_t *s;
+  size_t n, cap;
+} ck_spans_t;
+
 /* Where the blocks read go. dest() returns where element *a of tensor t's kind
- * k goes, [*a, *e) being the range wanted, or NULL if none of it is. covered
- * counts arrivals per (tensor, kind); verify_all also CRC-checks blocks nobody
- * wants. */
+ * k goes, [*a, *e) being the range wanted, or NULL if none of it is; what
+ * arrives is recorded in spans, which must tile the range wanted exactly.
+ * verify_all: every block is read and CRC-checked, and [0, numel) of every
+ * kind the manifest lists is wanted. index_only: the same ranges wanted, every
+ * block recorded with its position, no data read (nor CRC-checked). */
 typedef struct {
   float *(*dest)(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e);
   void *ctx;
-  int64_t *covered; /* [tensor * K_COUNT + kind] */
-  int verify_all;
-  /* index mode (when set): called per valid block header with the data's file
-   * position; the data is skipped, not read (nor CRC-checked) */
-  zs_status_t (*index)(void *ctx, int r, const ck_block_head_t *bh, int64_t pos);
+  ck_spans_t *spans; /* [tensor * K_COUNT + kind], from zs__ck_spans_new */
+  int verify_all, index_only;
 } sink_t;
 
+ck_spans_t *zs__ck_spans_new(int ntensors);
+void zs__ck_spans_free(ck_spans_t *sp, int ntensors);
+/* Rank file r of the manifest through the sink: its header against the
+ * manifest, every block header in range, the data of the blocks wanted. */
 zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, sink_t *sink, char *err,
                                   const char *fn);
-/* Every rank file through the sink, then every wanted range complete. */
+/* Every rank file through the sink, then every range wanted tiled exactly once
+ * (the spans end sorted by element). */
 zs_status_t zs__ck_read_files(const char *dir, const manifest_t *m, sink_t *sink, char *err, const char *fn);
 /* A sink's dest() that wants nothing. */
 float *zs__ck_null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e);

@@ -1,4 +1,5 @@
 /* Checkpoints: loading into an engine (its owned ranges, in pinned staging). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,17 @@ static int owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, i
   return fa < fb;
 }
 
-/* The manifest against the engine's declaration and optimizer state. */
+/* "[5, 13]" */
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+  return buf;
+}
+
+/* The manifest against the engine's declaration and optimizer state: another
+ * model is ZS_ERR_MISMATCH (the manifest itself has passed its checks). */
 static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
   for (int k = K_M; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k) && !m->has[k])
@@ -38,11 +49,13 @@ static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
     const zs_param_t *p = &zs->params[i];
     int same = !strcmp(m->tname[i], p->name) && m->tndim[i] == p->ndim && m->tnumel[i] == p->numel;
     for (int d = 0; same && d < p->ndim; d++) same = m->tshape[i][d] == p->shape[d];
+    char s0[128], s1[128];
     if (!same)
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                     "zs_checkpoint_load: tensor %d is '%s' with %lld elements (%d dims) in the checkpoint but '%s' "
-                     "with %lld elements (%d dims) in this engine",
-                     i, m->tname[i], (long long)m->tnumel[i], m->tndim[i], p->name, (long long)p->numel, p->ndim);
+                     "zs_checkpoint_load: tensor %d is '%s' of shape %s in the checkpoint but '%s' of shape %s in "
+                     "this engine: a checkpoint of another model, or parameters declared in another order",
+                     i, m->tname[i], shape_str(s0, sizeof s0, m->tndim[i], m->tshape[i]), p->name,
+                     shape_str(s1, sizeof s1, p->ndim, p->shape));
   }
   if (m->ntensors != zs->nparams)
     return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')",
@@ -78,24 +91,19 @@ static void staging_free(zs_engine_t *zs, staging_t *s) {
 static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *m, staging_t *s) {
   s->zs = zs;
   s->val = calloc((size_t)zs->nunits * K_COUNT, sizeof *s->val);
-  int64_t *covered = calloc((size_t)zs->nparams * K_COUNT, sizeof *covered);
-  if (!s->val || !covered) {
-    free(covered);
-    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
-  }
+  if (!s->val) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   for (int i = 0; i < zs->nunits; i++)
     for (int k = 0; k < K_COUNT; k++) {
       if (!zs__ck_kind_present(zs, k) || zs->units[i].opt_n == 0) continue;
       zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)zs->units[i].opt_n * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
                                             (void **)&s->val[i * K_COUNT + k]);
-      if (st != ZS_OK) {
-        free(covered);
+      if (st != ZS_OK)
         return ZS_FAIL(zs->err, st, "zs_checkpoint_load: staging unit '%s': %s", zs->units[i].name, zs_last_error());
-      }
     }
-  sink_t sink = {.dest = engine_dest, .ctx = s, .covered = covered};
+  sink_t sink = {.dest = engine_dest, .ctx = s, .spans = zs__ck_spans_new(m->ntensors)};
+  if (!sink.spans) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   zs_status_t st = zs__ck_read_files(dir, m, &sink, zs->err, "zs_checkpoint_load");
-  free(covered);
+  zs__ck_spans_free(sink.spans, m->ntensors);
   return st;
 }
 

@@ -106,57 +106,26 @@ done:
   return st;
 }
 
-/* The master blocks of every tensor: where they are, to read one tensor at a time. */
-typedef struct {
-  int r;
-  int64_t pos, offset, count;
-  uint32_t crc;
-} ck_entry_t;
-
-typedef struct {
-  ck_entry_t **e; /* per tensor */
-  int *n, *cap;
-} ck_index_t;
-
-static int entry_cmp(const void *a, const void *b) {
-  int64_t x = ((const ck_entry_t *)a)->offset, y = ((const ck_entry_t *)b)->offset;
-  return x < y ? -1 : x > y;
-}
-
-static zs_status_t index_block(void *ctx, int r, const ck_block_head_t *bh, int64_t pos) {
-  ck_index_t *x = ctx;
-  if (bh->kind != K_MASTER) return ZS_OK;
-  int t = (int)bh->tensor;
-  if (x->n[t] == x->cap[t]) {
-    int cap = x->cap[t] ? 2 * x->cap[t] : 4;
-    ck_entry_t *e = realloc(x->e[t], (size_t)cap * sizeof *e);
-    if (!e) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_checkpoint_to_safetensors: out of host memory for the index");
-    x->e[t] = e;
-    x->cap[t] = cap;
-  }
-  x->e[t][x->n[t]++] = (ck_entry_t){r, pos, bh->offset, bh->count, bh->data_crc};
-  return ZS_OK;
-}
-
 zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
   static const char fn[] = "zs_checkpoint_to_safetensors";
   if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
+  if (strlen(dir) > CK_PATH - 64 || strlen(path) > CK_PATH - 64)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: a path is too long", fn);
   manifest_t m;
   ZS_CHECK(zs__ck_parse_manifest(dir, &m, NULL, fn));
-  /* pass 1: where every master block is (headers only); pass 2: one tensor at a
-   * time, so memory is the largest tensor, not the model */
+  /* pass 1: where every block is (headers only), each kind tiling its tensors;
+   * pass 2: one tensor at a time, so memory is the largest tensor, not the model */
   size_t nt = (size_t)(m.ntensors > 0 ? m.ntensors : 1);
-  ck_index_t x = {calloc(nt, sizeof(ck_entry_t *)), calloc(nt, sizeof(int)), calloc(nt, sizeof(int))};
+  sink_t sink = {.dest = zs__ck_null_dest, .spans = zs__ck_spans_new(m.ntensors), .index_only = 1};
   ck_tensor_t *t = calloc(nt, sizeof *t);
   FILE **files = calloc((size_t)m.nfiles, sizeof *files);
   int64_t maxn = 1;
-  zs_status_t st = x.e && x.n && x.cap && t && files ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  zs_status_t st = sink.spans && t && files ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   for (int i = 0; i < m.ntensors; i++) {
     if (t) t[i] = (ck_tensor_t){m.tname[i], m.tndim[i], m.tshape[i], m.tnumel[i]};
     maxn = m.tnumel[i] > maxn ? m.tnumel[i] : maxn;
   }
-  sink_t sink = {.dest = zs__ck_null_dest, .ctx = &x, .index = index_block};
-  for (int r = 0; r < m.nfiles && st == ZS_OK; r++) st = zs__ck_read_rank_file(dir, &m, r, &sink, NULL, fn);
+  if (st == ZS_OK) st = zs__ck_read_files(dir, &m, &sink, NULL, fn);
   float *buf = st == ZS_OK ? malloc((size_t)maxn * 4) : NULL;
   if (st == ZS_OK && !buf) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for a tensor of %lld values", fn,
                                         (long long)maxn);
@@ -165,33 +134,23 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
   FILE *f = NULL;
   if (st == ZS_OK) st = st_begin(tmp, t, m.ntensors, m.step, NULL, fn, &f);
   for (int i = 0; i < m.ntensors && st == ZS_OK; i++) {
-    int64_t covered = 0; /* blocks must tile the tensor: sorted, each starting where the last ended */
-    if (x.n[i] > 1) qsort(x.e[i], (size_t)x.n[i], sizeof(ck_entry_t), entry_cmp);
-    for (int k = 0; k < x.n[i] && st == ZS_OK; k++) {
-      const ck_entry_t *e = &x.e[i][k];
-      if (e->offset != covered) {
-        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: the master blocks of '%s' %s at element %lld", fn, dir,
-                     m.tname[i], e->offset < covered ? "overlap" : "leave a gap", (long long)covered);
-        break;
-      }
+    const ck_spans_t *sp = &sink.spans[i * K_COUNT + K_MASTER]; /* sorted, tiling [0, numel) */
+    for (size_t k = 0; k < sp->n && st == ZS_OK; k++) {
+      const ck_span_t *e = &sp->s[k];
       char fpath[CK_PATH];
       snprintf(fpath, sizeof fpath, "%s/%s", dir, m.file[e->r]);
       if (!files[e->r] && !(files[e->r] = fopen(fpath, "rb"))) {
         st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot open %s: %s", fn, fpath, strerror(errno));
         break;
       }
-      float *into = buf + e->offset; /* offset + count <= numel: checked when indexed */
-      if (fseek(files[e->r], (long)e->pos, SEEK_SET) != 0 ||
-          fread(into, 4, (size_t)e->count, files[e->r]) != (size_t)e->count)
+      float *into = buf + e->lo;
+      size_t count = (size_t)(e->hi - e->lo);
+      if (fseek(files[e->r], (long)e->pos, SEEK_SET) != 0 || fread(into, 4, count, files[e->r]) != count)
         st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: a block of '%s' is truncated", fn, fpath, m.tname[i]);
-      else if (zs__ck_crc(into, (size_t)e->count * 4) != e->crc)
+      else if (zs__ck_crc(into, count * 4) != e->crc)
         st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: the block of '%s' at elements %lld..%lld fails its CRC", fn,
-                     fpath, m.tname[i], (long long)e->offset, (long long)(e->offset + e->count));
-      covered += e->count;
+                     fpath, m.tname[i], (long long)e->lo, (long long)e->hi);
     }
-    if (st == ZS_OK && covered != m.tnumel[i])
-      st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s holds %lld of the %lld master values of '%s'", fn, dir,
-                   (long long)covered, (long long)m.tnumel[i], m.tname[i]);
     if (st == ZS_OK && fwrite(buf, 4, (size_t)m.tnumel[i], f) != (size_t)m.tnumel[i])
       st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
   }
@@ -203,10 +162,7 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
   }
   for (int r = 0; files && r < m.nfiles; r++)
     if (files[r]) fclose(files[r]);
-  for (int i = 0; x.e && i < m.ntensors; i++) free(x.e[i]);
-  free(x.e);
-  free(x.n);
-  free(x.cap);
+  zs__ck_spans_free(sink.spans, m.ntensors);
   free(files);
   free(t);
   free(buf);

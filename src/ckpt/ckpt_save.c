@@ -25,10 +25,10 @@ static zs_status_t state_view(zs_engine_t *zs, const float *src, size_t n, float
   return st;
 }
 
-/* This rank's saved range of parameter p in element offsets: its nominal shard. */
-static int saved_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+/* Rank r's saved range of parameter p in element offsets: its nominal shard. */
+static int saved_range(const zs_engine_t *zs, int r, const zs_param_t *p, int64_t *a, int64_t *b) {
   const zs_unit_t *u = &zs->units[p->unit];
-  int64_t lo = (int64_t)zs->rank * u->shard, hi = lo + u->shard;
+  int64_t lo = (int64_t)r * u->shard, hi = lo + u->shard;
   int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
   *a = fa - p->flat_off;
   *b = fb - p->flat_off;
@@ -43,19 +43,28 @@ static zs_status_t fsync_dir(const char *dir) {
   return rc == 0 ? ZS_OK : ZS_ERR_IO;
 }
 
+/* Rank r's file: its size and block count, which follow from the layout alone
+ * (so rank 0 can name them in the manifest before any file is written). */
+static void rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64_t *blocks) {
+  int kinds = 0;
+  for (int k = 0; k < K_COUNT; k++) kinds += zs__ck_kind_present(zs, k);
+  *bytes = (int64_t)sizeof(ck_file_head_t);
+  *blocks = 0;
+  for (int i = 0; i < zs->nparams; i++) {
+    int64_t a, b;
+    if (!saved_range(zs, r, &zs->params[i], &a, &b)) continue;
+    *blocks += kinds;
+    *bytes += kinds * ((int64_t)sizeof(ck_block_head_t) + (b - a) * 4);
+  }
+}
 
-static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, int64_t *bytes_out,
-                                   int64_t *blocks_out) {
+static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc) {
   char name[64], final[CK_PATH], tmp[CK_PATH + 8];
   zs__ck_rank_file_name(name, sizeof name, id, zs->rank);
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
-  uint32_t nblocks = 0;
-  for (int i = 0; i < zs->nparams; i++) {
-    int64_t a, b;
-    if (saved_range(zs, &zs->params[i], &a, &b))
-      for (int k = 0; k < K_COUNT; k++) nblocks += zs__ck_kind_present(zs, k);
-  }
+  int64_t bytes, nblocks;
+  rank_file_layout(zs, zs->rank, &bytes, &nblocks);
   float *pinned = NULL;
   if (!zs->offload) {
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
@@ -73,16 +82,18 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   fh.rank = (uint32_t)zs->rank;
   fh.world = (uint32_t)zs->world;
   fh.id = id;
-  fh.nblocks = nblocks;
+  fh.bytes = (uint64_t)bytes;
+  fh.nblocks = (uint32_t)nblocks;
+  fh.manifest_crc = manifest_crc;
   fh.crc = zs__ck_crc(&fh, offsetof(ck_file_head_t, crc));
-  int64_t written = 0;
+  int64_t written = 0, blocks = 0;
   if (fwrite(&fh, sizeof fh, 1, f) != 1) goto io;
   written += (int64_t)sizeof fh;
   for (int i = 0; i < zs->nparams; i++) {
     const zs_param_t *p = &zs->params[i];
     const zs_unit_t *u = &zs->units[p->unit];
     int64_t a, b;
-    if (!saved_range(zs, p, &a, &b)) continue;
+    if (!saved_range(zs, zs->rank, p, &a, &b)) continue;
     for (int k = 0; k < K_COUNT; k++) {
       const float *base = zs__ck_state_base(u, k);
       if (!base) continue;
@@ -109,12 +120,16 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       if (end < 0 || fseek(f, at, SEEK_SET) != 0 || fwrite(&bh, sizeof bh, 1, f) != 1 || fseek(f, end, SEEK_SET) != 0)
         goto io;
       written += (int64_t)sizeof bh + (b - a) * 4;
+      blocks++;
     }
+  }
+  if (written != bytes || blocks != nblocks) { /* the manifest, made already, names bytes and nblocks */
+    st = ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "checkpoint: rank file %s has %lld bytes in %lld blocks, not %lld in %lld",
+                 tmp, (long long)written, (long long)blocks, (long long)bytes, (long long)nblocks);
+    goto done;
   }
   st = zs__ck_commit_file(zs->err, f, tmp, final);
   f = NULL;
-  *bytes_out = written;
-  *blocks_out = nblocks;
   goto done;
 io:
   st = ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
@@ -133,9 +148,14 @@ static cJSON *shape_json(const zs_param_t *p) {
   return s;
 }
 
-static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, uint64_t id, const int64_t *sizes) {
+/* The manifest's text, sealed with its checksum (*crc), from rank 0's engine;
+ * read back through the loader's own parser, so that a save never writes what
+ * a load would refuse. */
+static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, uint32_t *crc) {
+  static const char fn[] = "zs_checkpoint_save";
+  *text_out = NULL;
   cJSON *m = cJSON_CreateObject();
-  if (!m) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "checkpoint manifest: out of host memory");
+  if (!m) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: manifest: out of host memory", fn);
   char idbuf[32];
   snprintf(idbuf, sizeof idbuf, "%016" PRIx64, id);
   cJSON_AddStringToObject(m, "format", CK_FORMAT);
@@ -165,16 +185,35 @@ static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, uint64_t id,
   cJSON *fs = cJSON_AddArrayToObject(m, "files");
   for (int r = 0; r < zs->world; r++) {
     char name[64];
+    int64_t bytes, blocks;
     zs__ck_rank_file_name(name, sizeof name, id, r);
+    rank_file_layout(zs, r, &bytes, &blocks);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "name", name);
-    cJSON_AddNumberToObject(f, "bytes", (double)sizes[2 * r]);
-    cJSON_AddNumberToObject(f, "blocks", (double)sizes[2 * r + 1]);
+    cJSON_AddNumberToObject(f, "bytes", (double)bytes);
+    cJSON_AddNumberToObject(f, "blocks", (double)blocks);
     cJSON_AddItemToArray(fs, f);
   }
-  char *text = cJSON_Print(m);
+  char *json = cJSON_Print(m);
   cJSON_Delete(m);
-  if (!text) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "checkpoint manifest: out of host memory");
+  char *text = json ? zs__ck_manifest_seal(json, crc) : NULL;
+  cJSON_free(json);
+  if (!text) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: manifest: out of host memory", fn);
+  /* a member cJSON failed to add (out of memory) or a value out of the format's
+   * bounds shows here */
+  manifest_t back;
+  zs_status_t st = zs__ck_parse_manifest_text(text, strlen(text), "manifest.json", &back, zs->err, fn);
+  if (st != ZS_OK) {
+    free(text);
+    return ZS_FAIL(zs->err, st == ZS_ERR_NOMEM ? st : ZS_ERR_INTERNAL, "%s: the manifest made fails its own checks: %s",
+                   fn, zs_last_error());
+  }
+  zs__ck_manifest_free(&back);
+  *text_out = text;
+  return ZS_OK;
+}
+
+static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, const char *text) {
   char final[CK_PATH], tmp[CK_PATH + 8];
   snprintf(final, sizeof final, "%s/manifest.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
@@ -182,14 +221,13 @@ static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, uint64_t id,
   FILE *f = fopen(tmp, "wb");
   if (!f) {
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  } else if (fputs(text, f) == EOF || fputc('\n', f) == EOF) {
+  } else if (fputs(text, f) == EOF) {
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
     fclose(f);
     unlink(tmp);
   } else {
     st = zs__ck_commit_file(zs->err, f, tmp, final);
   }
-  cJSON_free(text);
   if (st == ZS_OK && fsync_dir(dir) != ZS_OK)
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "syncing directory %s failed: %s", dir, strerror(errno));
   return st;
@@ -235,22 +273,29 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir) {
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: %s exists and is not a directory", dir);
   ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: creating the directory"));
 
-  int64_t bytes = 0, blocks = 0;
-  st = write_rank_file(zs, dir, (uint64_t)id, &bytes, &blocks);
-  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: writing the rank files"));
-  int64_t *sizes = calloc(2 * (size_t)zs->world, sizeof *sizes);
-  if (!sizes) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
-  sizes[2 * zs->rank] = bytes;
-  sizes[2 * zs->rank + 1] = blocks;
-  st = zs__ck_max_i64(zs, sizes, 2 * zs->world);
-  if (st != ZS_OK) {
-    free(sizes);
-    return ZS_FAIL(zs->err, st, "zs_checkpoint_save: gathering file sizes failed: %s", zs_last_error());
+  /* the manifest first (rank 0), so that every rank file records its checksum */
+  char *text = NULL;
+  uint32_t mcrc = 0;
+  st = zs->rank == 0 ? make_manifest(zs, (uint64_t)id, &text, &mcrc) : ZS_OK;
+  st = zs__ck_agree(zs, st, "zs_checkpoint_save: making the manifest");
+  if (st == ZS_OK) {
+    int64_t v = mcrc; /* 0 on the other ranks */
+    st = zs__ck_max_i64(zs, &v, 1);
+    if (st != ZS_OK)
+      st = ZS_FAIL(zs->err, st, "zs_checkpoint_save: sharing the manifest's checksum failed: %s", zs_last_error());
+    else
+      st = write_rank_file(zs, dir, (uint64_t)id, (uint32_t)v);
+    st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the rank files");
   }
-  st = zs->rank == 0 ? write_manifest(zs, dir, (uint64_t)id, sizes) : ZS_OK;
-  free(sizes);
-  if (st == ZS_OK && zs->rank == 0) remove_stale(dir, (uint64_t)id); /* before anyone returns */
-  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: writing the manifest"));
+  if (st == ZS_OK) {
+    if (zs->rank == 0) {
+      st = write_manifest(zs, dir, text);
+      if (st == ZS_OK) remove_stale(dir, (uint64_t)id); /* before anyone returns */
+    }
+    st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the manifest");
+  }
+  free(text);
+  ZS_CHECK(st);
   ZS_LOG_I("checkpoint of step %lld saved to %s (%d rank files)", (long long)zs->step, dir, zs->world);
   return ZS_OK;
 }

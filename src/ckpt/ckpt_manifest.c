@@ -1,0 +1,244 @@
+/* Checkpoints: the manifest parser, shared by the load, the offline tools and
+ * the save (which reads back what it is about to write). Nothing in the text is
+ * trusted: the checksum first, then every field against the format's bounds and
+ * the other fields, before any of it is used. */
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+
+void zs__ck_manifest_free(manifest_t *m) {
+  free(m->file);
+  free(m->file_bytes);
+  free(m->file_blocks);
+  free(m->tname);
+  free(m->tndim);
+  free(m->tshape);
+  free(m->tnumel);
+  memset(m, 0, sizeof *m);
+}
+
+static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+/* An integer in [lo, hi] (bounds within +-2^53, where doubles are exact). */
+static int num_ok(const cJSON *n, double lo, double hi) {
+  return cJSON_IsNumber(n) && n->valuedouble >= lo && n->valuedouble <= hi && n->valuedouble == (double)(int64_t)n->valuedouble;
+}
+
+/* A non-empty string shorter than max bytes. */
+static int str_ok(const cJSON *s, size_t max) {
+  return cJSON_IsString(s) && s->valuestring[0] && strlen(s->valuestring) < max;
+}
+
+static int is_param_dtype(const char *s) {
+  return !strcmp(s, zs_dtype_name(ZS_FP32)) || !strcmp(s, zs_dtype_name(ZS_BF16)) || !strcmp(s, zs_dtype_name(ZS_FP16));
+}
+
+static int optim_of(const char *s) {
+  for (int k = ZS_ADAMW; k <= ZS_SGD; k++)
+    if (!strcmp(s, zs__ck_optim_name((zs_optim_kind_t)k))) return k;
+  return -1;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The name two tensors share, or NULL. */
+static const char *duplicate_name(const manifest_t *m, const char **v) {
+  for (int i = 0; i < m->ntensors; i++) v[i] = m->tname[i];
+  qsort(v, (size_t)m->ntensors, sizeof *v, name_cmp);
+  for (int i = 1; i < m->ntensors; i++)
+    if (!strcmp(v[i - 1], v[i])) return v[i];
+  return NULL;
+}
+
+zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *path, manifest_t *m, char *err,
+                                       const char *fn) {
+  memset(m, 0, sizeof *m);
+  uint32_t sealed_crc = 0;
+  size_t body = 0;
+  int sealed = zs__ck_manifest_sealed(text, n, &sealed_crc, &body);
+  const char **names = NULL;
+  cJSON *j = NULL;
+  zs_status_t st = ZS_OK;
+#define BAD(...)                                    \
+  do {                                              \
+    st = ZS_FAIL(err, ZS_ERR_CORRUPT, __VA_ARGS__); \
+    goto done;                                      \
+  } while (0)
+  if (strlen(text) != n) BAD("%s: %s holds a NUL byte: it is damaged", fn, path);
+  if (sealed && zs__ck_crc(text, body) != sealed_crc)
+    BAD("%s: %s fails its checksum: the manifest was edited or damaged after the save (any change counts, white "
+        "space too); put back the file the save wrote",
+        fn, path);
+  if (!(j = cJSON_Parse(text))) BAD("%s: %s is not valid JSON", fn, path);
+  const cJSON *fmt = get(j, "format"), *ver = get(j, "version");
+  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT))
+    BAD("%s: %s is not a zeroshard checkpoint manifest (format)", fn, path);
+  if (!num_ok(ver, 1, 1e9)) BAD("%s: %s has no valid version", fn, path);
+  int version = (int)ver->valuedouble;
+  if (version < CK_VERSION && !sealed) {
+    st = ZS_FAIL(err, ZS_ERR_UNSUPPORTED,
+                 "%s: %s is format version %d, whose manifest has no checksum; this library reads version %d only: "
+                 "load it with the zeroshard that saved it, or export its weights with that build's `zs-ckpt export`",
+                 fn, path, version, CK_VERSION);
+    goto done;
+  }
+  if (version > CK_VERSION) {
+    st = ZS_FAIL(err, ZS_ERR_UNSUPPORTED, "%s: %s is format version %d, from a newer zeroshard; this library reads "
+                 "version %d", fn, path, version, CK_VERSION);
+    goto done;
+  }
+  if (!sealed)
+    BAD("%s: %s does not end in its checksum member as the save wrote it: it was edited, reformatted or cut off",
+        fn, path);
+  if (version != CK_VERSION) BAD("%s: %s says format version %d but has a version %d checksum", fn, path, version,
+                                 CK_VERSION);
+  m->crc = sealed_crc;
+
+  /* the run */
+  const cJSON *id = get(j, "id"), *world = get(j, "world"), *stage = get(j, "stage");
+  if (!str_ok(id, 17) || strlen(id->valuestring) != 16 || strspn(id->valuestring, "0123456789abcdef") != 16)
+    BAD("%s: %s has no valid id (16 lowercase hex digits)", fn, path);
+  m->id = strtoull(id->valuestring, NULL, 16);
+  if (!num_ok(world, 1, CK_MAX_WORLD)) BAD("%s: %s has no valid world size (1..%d)", fn, path, CK_MAX_WORLD);
+  m->world = (int)world->valuedouble;
+  if (!num_ok(stage, 0, 3)) BAD("%s: %s has no valid stage (0..3)", fn, path);
+  m->stage = (int)stage->valuedouble;
+  const cJSON *step = get(j, "step"), *ls = get(j, "loss_scale"), *gs = get(j, "good_steps"),
+              *hl = get(j, "hysteresis_left");
+  if (!num_ok(step, 0, 9e15)) BAD("%s: %s: step is missing or not an integer in 0..9e15", fn, path);
+  if (!cJSON_IsNumber(ls) || !isfinite(ls->valuedouble) || !(ls->valuedouble > 0) || ls->valuedouble > FLT_MAX)
+    BAD("%s: %s: loss_scale is missing or not a positive float", fn, path);
+  if (!num_ok(gs, 0, INT_MAX) || !num_ok(hl, INT_MIN, INT_MAX))
+    BAD("%s: %s: good_steps or hysteresis_left is missing or not an int (good_steps >= 0)", fn, path);
+  m->step = (int64_t)step->valuedouble;
+  m->loss_scale = ls->valuedouble;
+  m->good_steps = (int64_t)gs->valuedouble;
+  m->hysteresis_left = (int64_t)hl->valuedouble;
+  const cJSON *dt = get(j, "param_dtype"), *opt = get(j, "optimizer");
+  if (!str_ok(dt, sizeof m->param_dtype) || !is_param_dtype(dt->valuestring))
+    BAD("%s: %s: param_dtype is not fp32, bf16 or fp16", fn, path);
+  snprintf(m->param_dtype, sizeof m->param_dtype, "%s", dt->valuestring);
+  int optim = str_ok(opt, sizeof m->optimizer) ? optim_of(opt->valuestring) : -1;
+  if (optim < 0) BAD("%s: %s: optimizer is not adamw, adam or sgd", fn, path);
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", opt->valuestring);
+
+  /* the optimizer state: known kinds, each once, the master always, m and v for
+   * Adam, never v for SGD */
+  const cJSON *state = get(j, "state"), *e;
+  if (!cJSON_IsArray(state)) BAD("%s: %s has no state list", fn, path);
+  cJSON_ArrayForEach(e, state) {
+    int k = 0;
+    while (k < K_COUNT && !(cJSON_IsString(e) && !strcmp(e->valuestring, zs__ck_kind_names[k]))) k++;
+    if (k == K_COUNT || m->has[k]) BAD("%s: %s: the state list holds an unknown or repeated entry", fn, path);
+    m->has[k] = 1;
+  }
+  if (!m->has[K_MASTER]) BAD("%s: %s lists no master weights", fn, path);
+  if (optim == ZS_SGD ? m->has[K_V] : !m->has[K_M] || !m->has[K_V])
+    BAD("%s: %s: the state list does not fit the optimizer %s", fn, path, m->optimizer);
+
+  /* the tensors */
+  const cJSON *ts = get(j, "tensors"), *fs = get(j, "files");
+  if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) > CK_MAX_TENSORS) BAD("%s: %s has no tensor list", fn, path);
+  if (!cJSON_IsArray(fs) || cJSON_GetArraySize(fs) != m->world)
+    BAD("%s: %s lists %d rank files for a world of %d", fn, path, cJSON_IsArray(fs) ? cJSON_GetArraySize(fs) : 0,
+        m->world);
+  m->ntensors = cJSON_GetArraySize(ts);
+  m->nfiles = m->world;
+  size_t nt = (size_t)(m->ntensors > 0 ? m->ntensors : 1);
+  m->tname = calloc(nt, sizeof *m->tname);
+  m->tndim = calloc(nt, sizeof *m->tndim);
+  m->tshape = calloc(nt, sizeof *m->tshape);
+  m->tnumel = calloc(nt, sizeof *m->tnumel);
+  m->file = calloc((size_t)m->nfiles, sizeof *m->file);
+  m->file_bytes = calloc((size_t)m->nfiles, sizeof *m->file_bytes);
+  m->file_blocks = calloc((size_t)m->nfiles, sizeof *m->file_blocks);
+  names = malloc(nt * sizeof *names);
+  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->file || !m->file_bytes || !m->file_blocks || !names) {
+    st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+    goto done;
+  }
+  int i = 0;
+  int64_t total = 0;
+  cJSON_ArrayForEach(e, ts) {
+    const cJSON *name = get(e, "name"), *unit = get(e, "unit"), *shape = get(e, "shape"), *numel = get(e, "numel"), *x;
+    if (!str_ok(name, ZS_NAME_MAX) || !str_ok(unit, ZS_NAME_MAX) || !cJSON_IsArray(shape) ||
+        cJSON_GetArraySize(shape) > ZS_MAX_DIMS || !num_ok(numel, 0, (double)CK_MAX_ELEMS))
+      BAD("%s: %s: tensor %d has no valid name, unit, shape or numel", fn, path, i);
+    snprintf(m->tname[i], ZS_NAME_MAX, "%s", name->valuestring);
+    int64_t prod = 1; /* <= CK_MAX_ELEMS at every step: no overflow */
+    cJSON_ArrayForEach(x, shape) {
+      int64_t d = num_ok(x, 0, (double)CK_MAX_ELEMS) ? (int64_t)x->valuedouble : -1;
+      if (d < 0 || (d > 0 && prod > CK_MAX_ELEMS / d))
+        BAD("%s: %s: tensor '%s' has a shape dimension out of range (its elements must number at most 2^50)", fn,
+            path, m->tname[i]);
+      m->tshape[i][m->tndim[i]++] = d;
+      prod *= d;
+    }
+    m->tnumel[i] = (int64_t)numel->valuedouble;
+    if (prod != m->tnumel[i])
+      BAD("%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn, path, m->tname[i],
+          (long long)m->tnumel[i], (long long)prod);
+    if ((total += m->tnumel[i]) > CK_MAX_ELEMS) BAD("%s: %s: the tensors hold more than 2^50 elements", fn, path);
+    i++;
+  }
+  const char *dup = duplicate_name(m, names);
+  if (dup) BAD("%s: %s names two tensors '%s'", fn, path, dup);
+
+  /* the rank files: the names the id implies, sizes that can hold their blocks */
+  const int64_t head = (int64_t)sizeof(ck_file_head_t), bhead = (int64_t)sizeof(ck_block_head_t);
+  int64_t all_bytes = 0;
+  i = 0;
+  cJSON_ArrayForEach(e, fs) {
+    const cJSON *name = get(e, "name"), *bytes = get(e, "bytes"), *blocks = get(e, "blocks");
+    char want[64];
+    zs__ck_rank_file_name(want, sizeof want, m->id, i);
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, want))
+      BAD("%s: %s: rank file %d is not named %s (the save's id and the rank)", fn, path, i, want);
+    snprintf(m->file[i], sizeof m->file[i], "%s", want);
+    if (!num_ok(bytes, (double)head, (double)CK_MAX_BYTES) || !num_ok(blocks, 0, UINT32_MAX))
+      BAD("%s: %s: rank file %d has no valid bytes or blocks", fn, path, i);
+    int64_t nb = (int64_t)bytes->valuedouble, nk = (int64_t)blocks->valuedouble;
+    /* every block is a header and at least one value, and values are 4 bytes */
+    if (nk > (nb - head) / (bhead + 4) || (nb - head - nk * bhead) % 4 != 0)
+      BAD("%s: %s: rank file %d cannot hold %lld blocks in %lld bytes", fn, path, i, (long long)nk, (long long)nb);
+    m->file_bytes[i] = nb;
+    m->file_blocks[i] = nk;
+    if ((all_bytes += nb) > CK_MAX_BYTES) BAD("%s: %s: the rank files are too large", fn, path);
+    i++;
+  }
+#undef BAD
+done:
+  free(names);
+  cJSON_Delete(j);
+  if (st != ZS_OK) zs__ck_manifest_free(m);
+  return st;
+}
+
+zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn) {
+  memset(m, 0, sizeof *m);
+  char path[CK_PATH];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s (no complete checkpoint there)", fn, path, strerror(errno));
+  char *text = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+  if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) &&
+      fread(text, 1, (size_t)n, f) == (size_t)n)
+    text[n] = 0;
+  else if (text)
+    free(text), text = NULL;
+  fclose(f);
+  if (!text) return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot read %s (or it is over 64 MiB)", fn, path);
+  zs_status_t st = zs__ck_parse_manifest_text(text, (size_t)n, path, m, err, fn);
+  free(text);
+  return st;
+}
