@@ -273,6 +273,45 @@ static void test_setup_alloc_fails_on_one_rank(void) {
   zs_log_set_level(saved);
 }
 
+/* zs_param_get / zs_param_set are collective: a bad argument on one rank is an
+ * error on every rank (no rank left waiting in the all-gather), and destroy
+ * leaves no slot pointing into freed memory. */
+static void test_param_access_agrees(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  c.persist_threshold = 50; /* the head is persistent: zs_param_set regathers it */
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  const int hp = 2 + 3 * NBLK; /* head.W: 39 values */
+  float v[64];
+  int bad = nranks > 1; /* the rank that errs */
+  char want[64];
+  snprintf(want, sizeof want, "failed on rank %d", bad);
+  expect_status(zs_param_get(zs, hp, rank == bad ? NULL : v), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), want);
+  expect_status(zs_param_get(zs, rank == bad ? 999 : hp, v), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), "parameter 999 is not declared");
+  for (int i = 0; i < 64; i++) v[i] = 0.25f * (float)i;
+  expect_status(zs_param_set(zs, hp, rank == bad ? NULL : v), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), want);
+  /* and it all still works */
+  float got[64];
+  expect_ok(zs_param_set(zs, hp, v));
+  expect_ok(zs_param_get(zs, hp, got));
+  expect_true(!memcmp(got, v, 39 * sizeof(float)));
+  expect_true(slot_matches(zs, m, hp)); /* the persistent copy was gathered again */
+  zs_engine_destroy(zs);
+  for (int p = 0; p < m->np; p++) expect_true(m->pslot[p] == NULL && m->gslot[p] == NULL);
+  tm_free(m);
+  free(m);
+  zs_log_set_level(saved);
+}
+
 /* ============================================================================
  * clipping: torch.nn.utils.clip_grad_norm_'s rule
  * ========================================================================== */
@@ -354,6 +393,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "declar")) zs_test_run(test_declaration_errors);
   if (!*only || strstr(only, "setup")) zs_test_run(test_setup_fails_on_one_rank);
   if (!*only || strstr(only, "alloc")) zs_test_run(test_setup_alloc_fails_on_one_rank);
+  if (!*only || strstr(only, "access")) zs_test_run(test_param_access_agrees);
   if (!*only || strstr(only, "clip")) zs_test_run(test_clip_rule);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
   int rc = zs_test_finish();

@@ -83,7 +83,8 @@ typedef struct {
  * must outlive the engine). comm's device must be dev. cfg is copied. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
-/* Waits for queued work, frees everything the engine allocated. NULL is a no-op. */
+/* Waits for queued work, frees everything the engine allocated and sets every
+ * pointer slot to NULL. NULL is a no-op. */
 void zs_engine_destroy(zs_engine_t *zs);
 const char *zs_engine_last_error(const zs_engine_t *zs);
 /* Compute stream the trainer works on (default NULL: the caller's). */
@@ -98,7 +99,8 @@ zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out);
  * buffer holds them in declaration order.
  * param_slot and grad_slot: addresses of the trainer's pointers (either may be
  * NULL); each slot may be given once, to one parameter as one kind
- * (ZS_ERR_INVALID otherwise: the engine writes every slot). A model holds at
+ * (ZS_ERR_INVALID otherwise: the engine writes every slot) and must stay valid
+ * until zs_engine_destroy, which sets it to NULL. A model holds at
  * most 2^56 elements (each parameter counted rounded up to 64), so that every
  * byte size fits in 64 bits. param_out (may be NULL) receives the parameter's id. */
 zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
@@ -114,11 +116,15 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
  * message ("zs_engine_setup failed on rank R: ..."); a failed setup frees what
  * it made, and the engine can be set up again. */
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
-/* Local: copies this rank's part of the parameter's full fp32 data (numel values).
- * With delayed_param_update and an update pending it is collective (zs_flush). */
+/* Collective (every rank, same parameter, same values): copies this rank's part
+ * of the parameter's full fp32 data (numel values) into its storage; a delayed
+ * update pending lands first (zs_flush), and a persistent stage-3 unit is
+ * gathered again. A bad argument on any rank is that error on every rank. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
-/* Collective: writes the parameter's full fp32 master values into out (numel). At
- * stages 1-3 it all-gathers the unit's master shards (counted in the comm stats). */
+/* Writes the parameter's full fp32 master values into out (numel). Collective at
+ * stages 1-3 (it all-gathers the unit's master shards, counted in the comm
+ * stats; a bad argument on any rank is that error on every rank); local at
+ * stage 0. */
 zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out);
 
 zs_status_t zs_forward_begin(zs_engine_t *zs);

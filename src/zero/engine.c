@@ -227,6 +227,11 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   zs->round = 0;
   zs->dpu_running = zs->dpu_unapplied = 0;
   zs->setup_done = 0;
+  /* no slot may point into freed memory */
+  for (int i = 0; i < zs->nparams; i++) {
+    if (zs->params[i].pslot) *zs->params[i].pslot = NULL;
+    if (zs->params[i].gslot) *zs->params[i].gslot = NULL;
+  }
 }
 
 void zs_engine_destroy(zs_engine_t *zs) {
@@ -264,7 +269,6 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
  * ========================================================================== */
 
 static zs_status_t check_param(const zs_engine_t *zs, int param, const char *what) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", what);
   if (!zs->setup_done)
     return ZS_FAIL((char *)zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", what);
   if (param < 0 || param >= zs->nparams)
@@ -273,42 +277,53 @@ static zs_status_t check_param(const zs_engine_t *zs, int param, const char *wha
   return ZS_OK;
 }
 
+/* Both calls are collective: a bad argument or a failed allocation on one rank
+ * is agreed on (every rank gets it) before any collective that rank would miss. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
-  ZS_CHECK(check_param(zs, param, "zs_param_set"));
-  if (!full) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
-  if (zs->phase != ZS_PH_IDLE)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_param_set: engine is NULL");
+  zs_status_t st = check_param(zs, param, "zs_param_set");
+  if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
+  if (st == ZS_OK && zs->phase != ZS_PH_IDLE)
+    st = ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
+  ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
   ZS_CHECK(zs_flush(zs)); /* a delayed update lands first, then these values */
   /* a regather still in flight (after a step or that flush) would write the
    * old values over the new ones */
-  zs_status_t gst = zs_stream_synchronize(zs->dev, zs->ag_stream);
-  if (gst != ZS_OK) return ZS_FAIL(zs->err, gst, "zs_param_set: waiting for the all-gather stream: %s", zs_last_error());
+  st = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (st != ZS_OK) st = ZS_FAIL(zs->err, st, "zs_param_set: waiting for the all-gather stream: %s", zs_last_error());
   zs_param_t *p = &zs->params[param];
-  int64_t a, b;
-  if (!zs__eng_stored_range(zs, p, &a, &b)) return ZS_OK;
-  ZS_CHECK(zs__eng_write_values(zs, p, a, b - a, full + a));
   zs_unit_t *u = &zs->units[p->unit];
-  if (u->persistent) ZS_CHECK(zs__eng_regather(zs, 0));
-  return ZS_OK;
+  int64_t a, b;
+  if (st == ZS_OK && zs__eng_stored_range(zs, p, &a, &b)) st = zs__eng_write_values(zs, p, a, b - a, full + a);
+  if (!u->persistent) return st;
+  ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
+  return zs__eng_regather(zs, 0); /* the persistent units' gathered copies */
 }
 
 zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
-  ZS_CHECK(check_param(zs, param, "zs_param_get"));
-  if (!out) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
-  zs_param_t *p = &zs->params[param];
-  zs_unit_t *u = &zs->units[p->unit];
-  ZS_CHECK(zs__eng_dpu_join(zs)); /* the master is current once a delayed update is done */
-  ZS_CHECK(zs_stream_synchronize(zs->dev, zs->rs_stream));
-  ZS_CHECK(zs_stream_synchronize(zs->dev, zs->ag_stream));
-  if (zs->cfg.stage == 0) {
-    ZS_CHECK(zs_memcpy_async(zs->dev, out, u->master + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute));
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_param_get: engine is NULL");
+  zs_status_t st = check_param(zs, param, "zs_param_get");
+  if (st == ZS_OK && !out) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
+  if (st == ZS_OK) st = zs__eng_dpu_join(zs); /* the master is current once a delayed update is done */
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->rs_stream);
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (zs->cfg.stage == 0) { /* local */
+    ZS_CHECK(st);
+    zs_param_t *p = &zs->params[param];
+    ZS_CHECK(zs_memcpy_async(zs->dev, out, zs->units[p->unit].master + p->flat_off, (size_t)p->numel * 4,
+                             ZS_COPY_D2H, zs->compute));
     return zs__eng_sync_compute(zs);
   }
   /* gather the unit's fp32 master shards (counted as all_gather traffic) */
   float *tmp = NULL;
-  size_t bytes = (size_t)u->padded * 4;
-  zs_status_t st = ZS_OK;
-  ZS_CHECK_GOTO(zs__eng_alloc(zs, bytes, ZS_MEM_OTHER, (void **)&tmp), st, done);
+  size_t bytes = 0;
+  if (st == ZS_OK) {
+    bytes = (size_t)zs->units[zs->params[param].unit].padded * 4;
+    st = zs__eng_alloc(zs, bytes, ZS_MEM_OTHER, (void **)&tmp);
+  }
+  ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
+  zs_param_t *p = &zs->params[param];
+  zs_unit_t *u = &zs->units[p->unit];
   const float *send = u->master;
   if (zs->offload) { /* the master lives on the host: stage it in the gathered buffer's own slot */
     send = tmp + (size_t)zs->rank * (size_t)u->shard;
