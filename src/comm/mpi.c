@@ -382,6 +382,20 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   if (mine != ring_min)
     ZS_LOG_W("%s: ZS_MPI_RING_MIN_BYTES differs between ranks; using rank 0's value (%llu bytes)", fn,
              (unsigned long long)ring_min);
+  /* The ranks sharing this node (its cores, its GPUs): over the whole job only,
+   * so only a duplicate of MPI_COMM_WORLD tells (MPI_Comm_split_type is
+   * collective; every rank has just completed the duplication). */
+  int same = MPI_UNEQUAL;
+  MPI_Comm_compare(mpi_comm, MPI_COMM_WORLD, &same);
+  MPI_Comm node = MPI_COMM_NULL;
+  if ((same == MPI_IDENT || same == MPI_CONGRUENT) &&
+      MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    int lr = 0, ls = 1;
+    MPI_Comm_rank(node, &lr);
+    MPI_Comm_size(node, &ls);
+    zs__set_node_ranks(lr, ls);
+    MPI_Comm_free(&node);
+  }
   const char *sv = getenv("ZS_MPI_STAGING");
   int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || (sv && *sv && strcmp(sv, "0"));
   ZS_CHECK(ctx_create(mc, dev, ring_min, staged, out));
