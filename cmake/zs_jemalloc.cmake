@@ -101,6 +101,7 @@ else()
   set(zs_je_make ${ZS_MAKE_PROGRAM})
 endif()
 ExternalProject_Add(zs_jemalloc_ep
+  PREFIX ${zs_je_root}/ep # its stamps go with the tree when a new tarball replaces it
   SOURCE_DIR ${zs_je_tree}
   BINARY_DIR ${zs_je_bin}
   CONFIGURE_COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER} AR=${CMAKE_AR}
