@@ -11,8 +11,8 @@
  * once on the calling thread.
  *
  * Locks: each stream's mutex guards its queue; each event's mutex guards its
- * pending markers; the context mutex guards the lists of live handles. No
- * thread holds two of them at once, so there is no lock order to get wrong.
+ * pending markers. No thread holds two of them at once, so there is no lock
+ * order to get wrong. (device.c keeps the lists of live handles.)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -52,8 +52,8 @@ typedef struct task {
 } task_t;
 
 struct zs_event {
+  zs__handle_t h; /* first: device.c's list of live events */
   cpu_ctx_t *ctx;
-  zs_event_t *prev, *next; /* ctx->events (while the user holds it) */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a marker completed */
   uint64_t last_gen; /* generation of the last record; 0 = never recorded */
@@ -62,8 +62,8 @@ struct zs_event {
 };
 
 struct zs_stream {
+  zs__handle_t h; /* first: device.c's list of live streams */
   cpu_ctx_t *ctx;
-  zs_stream_t *prev, *next; /* ctx->streams */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv_work; /* worker: a task arrived or stop was set */
@@ -76,9 +76,6 @@ struct zs_stream {
 
 struct cpu_ctx {
   zs_device_t *dev;
-  pthread_mutex_t mu;
-  zs_stream_t *streams;
-  zs_event_t *events;
 };
 
 /* Device memory is host memory. The interface's free has no size but
@@ -148,25 +145,13 @@ static zs_status_t cpu_event_create(void *vctx, zs_event_t **out) {
   ev->refs = 1;
   pthread_mutex_init(&ev->mu, NULL);
   pthread_cond_init(&ev->cv, NULL);
-  pthread_mutex_lock(&ctx->mu);
-  ev->next = ctx->events;
-  if (ctx->events) ctx->events->prev = ev;
-  ctx->events = ev;
-  pthread_mutex_unlock(&ctx->mu);
   *out = ev;
   return ZS_OK;
 }
 
 /* Like cudaEventDestroy: returns at once; queued markers keep the event alive. */
 static void cpu_event_destroy(void *vctx, zs_event_t *ev) {
-  cpu_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
-  if (ev->prev)
-    ev->prev->next = ev->next;
-  else
-    ctx->events = ev->next;
-  if (ev->next) ev->next->prev = ev->prev;
-  pthread_mutex_unlock(&ctx->mu);
+  (void)vctx;
   event_unref(ev);
 }
 
@@ -280,26 +265,13 @@ static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
     return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM,
                    "cpu device: could not start a stream worker thread: %s", strerror(rc));
   }
-  pthread_mutex_lock(&ctx->mu);
-  s->next = ctx->streams;
-  if (ctx->streams) ctx->streams->prev = s;
-  ctx->streams = s;
-  pthread_mutex_unlock(&ctx->mu);
   *out = s;
   return ZS_OK;
 }
 
 /* Drains the queue (every queued task runs) and joins the worker. */
 static void cpu_stream_destroy(void *vctx, zs_stream_t *s) {
-  cpu_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    ctx->streams = s->next;
-  if (s->next) s->next->prev = s->prev;
-  pthread_mutex_unlock(&ctx->mu);
-
+  (void)vctx;
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->cv_work);
@@ -414,33 +386,7 @@ static void *cpu_stream_native(void *vctx, zs_stream_t *s) {
   return NULL;
 }
 
-/* Streams still alive are drained and joined (their threads must not outlive
- * the device); events still alive are freed. Both are the caller's leaks. */
-static void cpu_destroy(void *vctx) {
-  cpu_ctx_t *ctx = vctx;
-  int nstreams = 0, nevents = 0;
-  for (;;) {
-    pthread_mutex_lock(&ctx->mu);
-    zs_stream_t *s = ctx->streams;
-    pthread_mutex_unlock(&ctx->mu);
-    if (!s) break;
-    cpu_stream_destroy(ctx, s);
-    nstreams++;
-  }
-  for (;;) {
-    pthread_mutex_lock(&ctx->mu);
-    zs_event_t *ev = ctx->events;
-    pthread_mutex_unlock(&ctx->mu);
-    if (!ev) break;
-    cpu_event_destroy(ctx, ev);
-    nevents++;
-  }
-  if (nstreams || nevents)
-    ZS_LOG_W("cpu device destroyed with %d stream(s) and %d event(s) not destroyed: freed them",
-             nstreams, nevents);
-  pthread_mutex_destroy(&ctx->mu);
-  free(ctx);
-}
+static void cpu_destroy(void *vctx) { free(vctx); }
 
 static const zs_device_i cpu_iface = {
     .name = "cpu",
@@ -469,10 +415,8 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
   *out = NULL;
   cpu_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: out of memory");
-  pthread_mutex_init(&ctx->mu, NULL);
   zs_status_t st = zs__device_wrap(out, &cpu_iface, ctx, ZS_DEVICE_CPU, 0);
   if (st != ZS_OK) {
-    pthread_mutex_destroy(&ctx->mu);
     free(ctx);
     return st;
   }

@@ -31,23 +31,20 @@ typedef struct {
 } sticky_t;
 
 struct zs_stream {
+  zs__handle_t h; /* first: device.c's list of live streams */
   cudaStream_t cs;
   cuda_ctx_t *ctx;
-  zs_stream_t *prev, *next; /* ctx->streams */
   sticky_t sticky;
 };
 
 struct zs_event {
+  zs__handle_t h; /* first: device.c's list of live events */
   cudaEvent_t ce;
-  zs_event_t *prev, *next; /* ctx->events */
 };
 
 struct cuda_ctx {
   zs_device_t *dev;
   int ordinal;
-  pthread_mutex_t mu; /* guards the lists */
-  zs_stream_t *streams;
-  zs_event_t *events;
   sticky_t null_sticky; /* host tasks on the legacy default stream */
 };
 
@@ -123,14 +120,13 @@ static void cuda_free(void *vctx, void *ptr) {
   }
 }
 
-/* device.c: before the pinned arena registers memory on this thread. */
-void zs__cuda_make_current(const zs_device_t *dev) {
-  if (cudaSetDevice(dev->ordinal) != cudaSuccess) cudaGetLastError();
+static void cuda_make_current(void *vctx) {
+  cuda_ctx_t *ctx = vctx;
+  if (cudaSetDevice(ctx->ordinal) != cudaSuccess) cudaGetLastError();
 }
 
-/* device.c: is ptr memory CUDA can copy without staging? */
-int zs__cuda_ptr_pinned(const zs_device_t *dev, const void *ptr) {
-  (void)dev;
+static int cuda_ptr_pinned(void *vctx, const void *ptr) {
+  (void)vctx;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
     cudaGetLastError();
@@ -153,11 +149,6 @@ static zs_status_t cuda_stream_create(void *vctx, zs_stream_t **out) {
   }
   s->ctx = ctx;
   sticky_init(&s->sticky);
-  pthread_mutex_lock(&ctx->mu);
-  s->next = ctx->streams;
-  if (ctx->streams) ctx->streams->prev = s;
-  ctx->streams = s;
-  pthread_mutex_unlock(&ctx->mu);
   *out = s;
   return ZS_OK;
 }
@@ -165,13 +156,6 @@ static zs_status_t cuda_stream_create(void *vctx, zs_stream_t **out) {
 /* Waits first: queued host tasks point at s->sticky. */
 static void cuda_stream_destroy(void *vctx, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    ctx->streams = s->next;
-  if (s->next) s->next->prev = s->prev;
-  pthread_mutex_unlock(&ctx->mu);
   cudaSetDevice(ctx->ordinal);
   cudaError_t e = cudaStreamSynchronize(s->cs);
   if (e == cudaSuccess) e = cudaStreamDestroy(s->cs);
@@ -264,24 +248,12 @@ static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
     free(ev);
     return cu_fail(ctx, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
   }
-  pthread_mutex_lock(&ctx->mu);
-  ev->next = ctx->events;
-  if (ctx->events) ctx->events->prev = ev;
-  ctx->events = ev;
-  pthread_mutex_unlock(&ctx->mu);
   *out = ev;
   return ZS_OK;
 }
 
 static void cuda_event_destroy(void *vctx, zs_event_t *ev) {
   cuda_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
-  if (ev->prev)
-    ev->prev->next = ev->next;
-  else
-    ctx->events = ev->next;
-  if (ev->next) ev->next->prev = ev->prev;
-  pthread_mutex_unlock(&ctx->mu);
   cudaSetDevice(ctx->ordinal);
   if (cudaEventDestroy(ev->ce) != cudaSuccess) cudaGetLastError();
   free(ev);
@@ -323,22 +295,9 @@ static zs_status_t cuda_event_synchronize(void *vctx, zs_event_t *ev) {
 
 static void cuda_destroy(void *vctx) {
   cuda_ctx_t *ctx = vctx;
-  int nstreams = 0, nevents = 0;
   cudaSetDevice(ctx->ordinal);
   if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
-  while (ctx->streams) {
-    cuda_stream_destroy(ctx, ctx->streams);
-    nstreams++;
-  }
-  while (ctx->events) {
-    cuda_event_destroy(ctx, ctx->events);
-    nevents++;
-  }
-  if (nstreams || nevents)
-    ZS_LOG_W("cuda device %d destroyed with %d stream(s) and %d event(s) not destroyed: freed them",
-             ctx->ordinal, nstreams, nevents);
   pthread_mutex_destroy(&ctx->null_sticky.mu);
-  pthread_mutex_destroy(&ctx->mu);
   free(ctx);
 }
 
@@ -362,6 +321,8 @@ static const zs_device_i cuda_iface = {
     .event_synchronize = cuda_event_synchronize,
     .stream_native = cuda_stream_native,
     .mem_info = cuda_mem_info,
+    .make_current = cuda_make_current,
+    .ptr_pinned = cuda_ptr_pinned,
     .destroy = cuda_destroy,
 };
 
@@ -402,12 +363,10 @@ zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
   cuda_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cuda: out of memory");
   ctx->ordinal = ordinal;
-  pthread_mutex_init(&ctx->mu, NULL);
   sticky_init(&ctx->null_sticky);
   zs_status_t st = zs__device_wrap(out, &cuda_iface, ctx, ZS_DEVICE_CUDA, ordinal);
   if (st != ZS_OK) {
     pthread_mutex_destroy(&ctx->null_sticky.mu);
-    pthread_mutex_destroy(&ctx->mu);
     free(ctx);
     return st;
   }

@@ -7,13 +7,6 @@
 
 #include "device/device_impl.h"
 
-#ifdef ZS_HAVE_CUDA
-/* cuda.c: 1 if CUDA knows ptr as device, managed or page-locked host memory. */
-int zs__cuda_ptr_pinned(const zs_device_t *dev, const void *ptr);
-/* cuda.c: makes dev's GPU current on the calling thread. */
-void zs__cuda_make_current(const zs_device_t *dev);
-#endif
-
 #define ZS_HOST_FLAGS (ZS_HOST_PINNED | ZS_HOST_STRICT)
 
 static int cat_ok(zs_mem_category_t cat) { return (unsigned)cat < ZS_MEM_CATEGORY_COUNT; }
@@ -36,8 +29,42 @@ zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *c
   dev->kind = kind;
   dev->ordinal = ordinal;
   zs__acct_init(&dev->acct);
+  pthread_mutex_init(&dev->handles_mu, NULL);
   *out = dev;
   return ZS_OK;
+}
+
+/* ---- live streams and events ------------------------------------------------- */
+
+static void handle_add(zs_device_t *dev, zs__handle_t **list, zs__handle_t *h) {
+  pthread_mutex_lock(&dev->handles_mu);
+  h->prev = NULL;
+  h->next = *list;
+  if (*list) (*list)->prev = h;
+  *list = h;
+  pthread_mutex_unlock(&dev->handles_mu);
+}
+
+static void handle_remove(zs_device_t *dev, zs__handle_t **list, zs__handle_t *h) {
+  pthread_mutex_lock(&dev->handles_mu);
+  if (h->prev) h->prev->next = h->next;
+  else *list = h->next;
+  if (h->next) h->next->prev = h->prev;
+  pthread_mutex_unlock(&dev->handles_mu);
+}
+
+/* Destroys what the caller left on a list (its leak); returns the count. */
+static int handles_drain(zs_device_t *dev, zs__handle_t **list, int streams) {
+  int n = 0;
+  for (;;) {
+    pthread_mutex_lock(&dev->handles_mu);
+    zs__handle_t *h = *list;
+    pthread_mutex_unlock(&dev->handles_mu);
+    if (!h) return n;
+    if (streams) zs_stream_destroy(dev, (zs_stream_t *)h);
+    else zs_event_destroy(dev, (zs_event_t *)h);
+    n++;
+  }
 }
 
 /* ---- host memory from a backend's own pinned allocator ------------------------ */
@@ -86,7 +113,11 @@ static int bk_remove(const zs_device_t *dev, const void *ptr) {
 
 void zs_device_destroy(zs_device_t *dev) {
   if (!dev) return;
-  /* The backend drains and frees streams the caller left behind. */
+  /* streams left behind are drained (their work runs) before anything goes */
+  int nstreams = handles_drain(dev, &dev->streams, 1), nevents = handles_drain(dev, &dev->events, 0);
+  if (nstreams || nevents)
+    ZS_LOG_W("%s device destroyed with %d stream(s) and %d event(s) not destroyed: freed them", dev->iface.name,
+             nstreams, nevents);
   dev->iface.destroy(dev->ctx);
   zs_memory_stats_t s;
   zs__acct_get(&dev->acct, &s);
@@ -99,6 +130,7 @@ void zs_device_destroy(zs_device_t *dev) {
                  zs_mem_category_name((zs_mem_category_t)c));
   bk_remove(dev, NULL);
   zs__acct_destroy(&dev->acct);
+  pthread_mutex_destroy(&dev->handles_mu);
   free(dev);
 }
 
@@ -172,11 +204,9 @@ void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t
 
 static zs_status_t host_alloc_pinned(zs_device_t *dev, size_t bytes, void **out) {
   int pinned = 0;
-#ifdef ZS_HAVE_CUDA
   /* The arena may register a new extent on this thread: with no device made
    * current here, CUDA would create a context on GPU 0 for it. */
-  if (dev->kind == ZS_DEVICE_CUDA) zs__cuda_make_current(dev);
-#endif
+  if (dev->iface.make_current) dev->iface.make_current(dev->ctx);
   if (!dev->iface.host_alloc_pinned) return zs__pinned_alloc(bytes, out, &pinned);
   zs_status_t st = dev->iface.host_alloc_pinned(dev->ctx, bytes, out, &pinned);
   if (st != ZS_OK) *out = NULL;
@@ -246,10 +276,7 @@ void zs_device_host_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_categ
 int zs_device_is_pinned(zs_device_t *dev, const void *ptr) {
   if (!dev || !ptr) return 0;
   if (zs__pinned_contains(ptr)) return 1;
-#ifdef ZS_HAVE_CUDA
-  if (dev->kind == ZS_DEVICE_CUDA) return zs__cuda_ptr_pinned(dev, ptr);
-#endif
-  return 0;
+  return dev->iface.ptr_pinned ? dev->iface.ptr_pinned(dev->ctx, ptr) : 0;
 }
 
 /* ---- streams, copies, host functions ------------------------------------------- */
@@ -258,11 +285,15 @@ zs_status_t zs_stream_create(zs_device_t *dev, zs_stream_t **out) {
   CHECK_DEV(dev, "zs_stream_create");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_create: out is NULL");
   *out = NULL;
-  return dev->iface.stream_create(dev->ctx, out);
+  ZS_CHECK(dev->iface.stream_create(dev->ctx, out));
+  handle_add(dev, &dev->streams, (zs__handle_t *)*out);
+  return ZS_OK;
 }
 
 void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s) {
-  if (dev && s) dev->iface.stream_destroy(dev->ctx, s);
+  if (!dev || !s) return;
+  handle_remove(dev, &dev->streams, (zs__handle_t *)s);
+  dev->iface.stream_destroy(dev->ctx, s);
 }
 
 zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s) {
@@ -336,11 +367,15 @@ zs_status_t zs_event_create(zs_device_t *dev, zs_event_t **out) {
   CHECK_DEV(dev, "zs_event_create");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_create: out is NULL");
   *out = NULL;
-  return dev->iface.event_create(dev->ctx, out);
+  ZS_CHECK(dev->iface.event_create(dev->ctx, out));
+  handle_add(dev, &dev->events, (zs__handle_t *)*out);
+  return ZS_OK;
 }
 
 void zs_event_destroy(zs_device_t *dev, zs_event_t *ev) {
-  if (dev && ev) dev->iface.event_destroy(dev->ctx, ev);
+  if (!dev || !ev) return;
+  handle_remove(dev, &dev->events, (zs__handle_t *)ev);
+  dev->iface.event_destroy(dev->ctx, ev);
 }
 
 zs_status_t zs_event_record(zs_device_t *dev, zs_event_t *ev, zs_stream_t *s) {

@@ -5,6 +5,8 @@
 #ifndef ZS_DEVICE_DEVICE_IMPL_H
 #define ZS_DEVICE_DEVICE_IMPL_H
 
+#include <pthread.h>
+
 #include "common/common.h"
 #include "memory/memory.h"
 #include "zeroshard/device.h"
@@ -12,6 +14,13 @@
 /* A task run in stream order; a non-OK return becomes the stream's sticky error
  * (the message should already be set through zs__fail). */
 typedef zs_status_t (*zs_task_fn)(void *arg);
+
+/* The first member of every backend's struct zs_stream and struct zs_event:
+ * device.c keeps the live handles on lists through it (to free what a caller
+ * left behind when the device is destroyed), so the backends keep none. */
+typedef struct zs__handle {
+  struct zs__handle *prev, *next;
+} zs__handle_t;
 
 typedef struct {
   const char *name; /* "cpu" or "cuda" */
@@ -39,6 +48,13 @@ typedef struct {
   void *(*stream_native)(void *ctx, zs_stream_t *s); /* cudaStream_t, or NULL on cpu */
   /* the runtime's view of device memory (cudaMemGetInfo); NULL: none (cpu) */
   zs_status_t (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+  /* makes the device current on the calling thread (before the pinned arena
+   * registers memory there); NULL: nothing to do (cpu) */
+  void (*make_current)(void *ctx);
+  /* 1 if the runtime can copy ptr without staging (device or page-locked
+   * memory it knows of); NULL: no memory beyond the pinned arena (cpu) */
+  int (*ptr_pinned)(void *ctx, const void *ptr);
+  /* Frees the context. Streams and events still alive were destroyed first. */
   void (*destroy)(void *ctx);
 } zs_device_i;
 
@@ -48,6 +64,8 @@ struct zs_device {
   zs_device_kind_t kind;
   int ordinal;
   zs_mem_acct_t acct;
+  pthread_mutex_t handles_mu; /* guards the two lists */
+  zs__handle_t *streams, *events;
   char err[ZS_ERRBUF];
 };
 
