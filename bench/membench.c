@@ -39,6 +39,7 @@
  * formula; 3 a mismatch (listed); 2 bad flags; 77 this build or machine
  * cannot run what was asked (no example GPT, no CUDA/NCCL or no GPU: CTest's
  * skip code); 1 a run failed. */
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,6 +392,8 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   ECHECK(zs_engine_setup(zs, g ? mb_gpt_init : NULL, g), "zs_engine_setup");
 
   double tsum = 0;
+  zs_memory_stats_t c0, c1;
+  zs_device_memory_stats(dev, &c0);
   zs_engine_comm_stats_reset(zs);
   for (int s = 0; s < o->steps; s++) {
     double t0 = now_s();
@@ -398,8 +401,16 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
     ECHECK(zs_step(zs, NULL), "zs_step");
     double dt = now_s() - t0;
     if (s > 0 || o->steps == 1) tsum += dt;
-    if (s == 0 && o->steps > 1) zs_engine_comm_stats_reset(zs); /* see mb_measured_steps */
+    if (s == 0 && o->steps > 1) { /* see mb_measured_steps */
+      zs_engine_comm_stats_reset(zs);
+      zs_device_memory_stats(dev, &c0);
+    }
   }
+  zs_device_memory_stats(dev, &c1);
+  me->backend_allocs = (int64_t)(c1.backend_allocs - c0.backend_allocs);
+  me->backend_frees = (int64_t)(c1.backend_frees - c0.backend_frees);
+  me->device_syncs = (int64_t)(c1.device_syncs - c0.device_syncs);
+  me->host_waits = (int64_t)(c1.host_waits - c0.host_waits);
   me->step_s = tsum / mb_measured_steps(o);
   me->runtime_used = -1;
   if (have_rt) {
@@ -535,7 +546,15 @@ int main(int argc, char **argv) {
     }
     gather_ranks(&me, x->ranks);
     if (rank != 0) continue;
-    for (int k = 0; k < world; k++) x->step_s = x->ranks[k].step_s > x->step_s ? x->ranks[k].step_s : x->step_s;
+    double steps = mb_measured_steps(&o);
+    for (int k = 0; k < world; k++) {
+      const mb_rank_t *b = &x->ranks[k];
+      x->step_s = b->step_s > x->step_s ? b->step_s : x->step_s;
+      x->allocs_per_step = fmax(x->allocs_per_step, (double)b->backend_allocs / steps);
+      x->frees_per_step = fmax(x->frees_per_step, (double)b->backend_frees / steps);
+      x->syncs_per_step = fmax(x->syncs_per_step, (double)b->device_syncs / steps);
+      x->waits_per_step = fmax(x->waits_per_step, (double)b->host_waits / steps);
+    }
     x->comm_bytes_per_step = (double)x->ranks[0].comm_bytes / mb_measured_steps(&o);
     x->comm_theory = comm_theory(&m, x->stage, pb, rb, world, &x->comm_norm);
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, world);

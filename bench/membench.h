@@ -78,12 +78,17 @@ typedef struct {
    * ranks sharing a GPU see each other's allocations. */
   int64_t runtime_used;
   int64_t acct_device;                   /* the accountant's device total at the same point */
+  /* over the steps after the first: device memory from and to the backend,
+   * device-wide synchronisations, host waits (zeroshard/memory.h) */
+  int64_t backend_allocs, backend_frees, device_syncs, host_waits;
 } mb_rank_t;
 
 typedef struct {
   int stage, offload, delayed;   /* delayed: offload with the delayed parameter update */
   double step_s;                 /* max over ranks */
   double comm_bytes_per_step;    /* rank 0's bytes sent per step */
+  /* per step after the first, the most over ranks (0 in steady state) */
+  double allocs_per_step, frees_per_step, syncs_per_step, waits_per_step;
   int64_t comm_theory;           /* ZeRO: 2psi(N-1)/N (stages 0-2), 3psi(N-1)/N (stage 3) */
   int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
   int64_t padded;                /* parameters including padding */

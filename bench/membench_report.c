@@ -8,6 +8,9 @@
  *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
  *    "device", "steps", "compute", "ok",
  *    "results": [{"stage", "offload", "delayed", "step_s", "comm_bytes_per_step",
+ *                 "backend_allocs_per_step", "backend_frees_per_step",
+ *                 "device_syncs_per_step", "host_waits_per_step" (steps after the
+ *                 first, the most over ranks; the first three are 0 in steady state),
  *                 "comm_theory_bytes", "comm_norm_bytes", "comm_extra_bytes",
  *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
  *                 "ok",
@@ -71,17 +74,20 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
   header_line(rep, f);
   fprintf(f, "# rank 0's bytes after zs_step: measured, and the ZeRO formula (with padding) below it;\n"
              "# peak = device peak over the run; comm = bytes sent per step (formula row: ZeRO theory + norm all-reduce)\n");
-  fprintf(f, "%-5s %-7s %-8s %12s %12s %12s %12s %12s %12s | %12s %10s %8s | %9s\n", "stage", "offload", "", "params",
-          "grads", "optimizer", "model_state", "host_state", "peak", "comm/step", "extra", "check", "step_ms");
+  fprintf(f, "# allocs, frees, syncs = backend allocations, frees and device-wide syncs per step after the first\n");
+  fprintf(f, "%-5s %-7s %-8s %12s %12s %12s %12s %12s %12s | %12s %10s %8s | %9s %6s %6s %6s\n", "stage", "offload", "",
+          "params", "grads", "optimizer", "model_state", "host_state", "peak", "comm/step", "extra", "check", "step_ms",
+          "allocs", "frees", "syncs");
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
     const mb_rank_t *a = &x->ranks[0];
     double extra = x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm;
-    fprintf(f, "%-5d %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f\n", x->stage,
-            x->delayed ? "delayed" : x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS], (long long)a->cur[ZS_MEM_GRADS],
-            (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state, (long long)a->host_model_state,
-            (long long)a->peak, x->comm_bytes_per_step, extra, mb_result_ok(x, rep->world) ? "ok" : "DIFF",
-            x->step_s * 1e3);
+    fprintf(f, "%-5d %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f %6.1f %6.1f %6.1f\n",
+            x->stage, x->delayed ? "delayed" : x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS],
+            (long long)a->cur[ZS_MEM_GRADS], (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state,
+            (long long)a->host_model_state, (long long)a->peak, x->comm_bytes_per_step, extra,
+            mb_result_ok(x, rep->world) ? "ok" : "DIFF", x->step_s * 1e3, x->allocs_per_step, x->frees_per_step,
+            x->syncs_per_step);
     fprintf(f, "%-5s %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12s | %12lld %10s %8s |\n", "", "", "formula",
             (long long)a->f_dev[MB_F_PARAMS], (long long)a->f_dev[MB_F_GRADS], (long long)a->f_dev[MB_F_OPTIM],
             (long long)a->formula, (long long)a->host_formula, "", (long long)(x->comm_theory + x->comm_norm), "", "");
@@ -183,6 +189,9 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
             r ? "," : "", x->stage, x->offload ? "true" : "false", x->delayed ? "true" : "false", x->step_s,
             x->comm_bytes_per_step);
+    fprintf(f, "\"backend_allocs_per_step\": %.9g, \"backend_frees_per_step\": %.9g, \"device_syncs_per_step\": %.9g, "
+               "\"host_waits_per_step\": %.9g, ",
+            x->allocs_per_step, x->frees_per_step, x->syncs_per_step, x->waits_per_step);
     fprintf(f, "\"comm_theory_bytes\": %lld, \"comm_norm_bytes\": %lld, \"comm_extra_bytes\": %.17g, ",
             (long long)x->comm_theory, (long long)x->comm_norm,
             x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm);

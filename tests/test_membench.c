@@ -86,6 +86,13 @@ static void test_results(void) {
     expect_true(stage >= 0 && stage <= 3);
     expect_true(!(offload && stage == 0));
     expect_true(cJSON_GetObjectItemCaseSensitive(r, "step_s")->valuedouble > 0);
+    /* steady state: nothing from or to the backend, no device-wide sync in a step */
+    expect_true(cJSON_IsNumber(item(r, "host_waits_per_step")));
+    if (num(doc, "steps") > 1) {
+      expect_int_eq(num(r, "backend_allocs_per_step"), 0);
+      expect_int_eq(num(r, "backend_frees_per_step"), 0);
+      expect_int_eq(num(r, "device_syncs_per_step"), 0);
+    }
     double comm = cJSON_GetObjectItemCaseSensitive(r, "comm_bytes_per_step")->valuedouble;
     long long theory = num(r, "comm_theory_bytes"), norm = num(r, "comm_norm_bytes");
     if (nranks == 1) expect_true(comm == 0);

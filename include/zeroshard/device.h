@@ -64,6 +64,24 @@ zs_status_t zs_device_mem_info(zs_device_t *dev, size_t *free_bytes, size_t *tot
 /* Device-domain memory. 0 bytes gives NULL and ZS_OK. */
 zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat, void **out);
 void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t cat);
+/* Stream-ordered device memory, for buffers made and dropped while work is in
+ * flight (what a training step does). zs_device_alloc_async takes a block of
+ * exactly `bytes` from the device's cache, or from the backend when the cache
+ * holds none of that size; the block's previous use is ordered before the
+ * work queued on s from now on (s waits for the event recorded when it was
+ * freed), so the host does not wait (on the cpu device the NULL stream is the
+ * host: it waits if that use is still running). zs_device_free_async puts the
+ * block back in the cache after the work queued on s so far, its last use: use
+ * it on no other stream after that without an event. In use, a block is counted
+ * like zs_device_alloc's; cached, it is counted in cache_bytes (memory.h). The
+ * cache holds per size the most blocks ever in use at once, whatever the timing.
+ * zs_device_free and zs_device_free_async both accept either kind of block. */
+zs_status_t zs_device_alloc_async(zs_device_t *dev, size_t bytes, zs_mem_category_t cat, zs_stream_t *s,
+                                  void **out);
+void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t cat, zs_stream_t *s);
+/* Gives the cached blocks back to the backend, after their last uses (host
+ * waits; a cudaFree each). zs_device_destroy does it too. */
+void zs_device_cache_trim(zs_device_t *dev);
 /* Host-domain memory (flags above). PINNED memory comes from a jemalloc arena whose
  * extents are page-locked through CUDA when a GPU is present; if pinning fails
  * the allocation falls back to pageable memory with a warning, unless STRICT. */

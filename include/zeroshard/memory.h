@@ -33,6 +33,16 @@ typedef struct {
   uint64_t current_total[ZS_DOMAIN_COUNT];
   uint64_t peak_total[ZS_DOMAIN_COUNT]; /* peak of the domain's sum, not a sum of peaks */
   uint64_t pageable_copies;             /* host<->device copies that touched pageable memory */
+  /* The device's stream-ordered cache (see zs_device_alloc_async): device memory
+   * held for reuse, not counted in current/peak above (those count what is in use). */
+  uint64_t cache_bytes, cache_peak;
+  /* Counters since the device was made (never reset). A step in steady state
+   * should add none of the first three: */
+  uint64_t backend_allocs; /* device memory taken from the backend (cudaMalloc; cpu: the host heap) */
+  uint64_t backend_frees;  /* ... given back to it */
+  uint64_t device_syncs;   /* device-wide synchronisations (a cudaFree waits for every stream) */
+  uint64_t host_waits;     /* the host waited on device work (stream/event synchronize, a wait on
+                              the cpu device's NULL stream) */
 } zs_memory_stats_t;
 
 /* "params", "grads", "optimizer", "gather", "comm", "other". */

@@ -390,6 +390,7 @@ static void cpu_destroy(void *vctx) { free(vctx); }
 
 static const zs_device_i cpu_iface = {
     .name = "cpu",
+    .null_stream_is_host = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .host_alloc_pinned = NULL, /* the pinned arena */

@@ -24,6 +24,10 @@ zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *c
   if (!out || !iface) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs__device_wrap: out or iface is NULL");
   zs_device_t *dev = calloc(1, sizeof *dev);
   if (!dev) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "device: out of memory for the handle");
+  if (zs__pool_create(&dev->pool) != ZS_OK) {
+    free(dev);
+    return ZS_ERR_NOMEM;
+  }
   dev->iface = *iface;
   dev->ctx = ctx;
   dev->kind = kind;
@@ -113,6 +117,8 @@ static int bk_remove(const zs_device_t *dev, const void *ptr) {
 
 void zs_device_destroy(zs_device_t *dev) {
   if (!dev) return;
+  zs__pool_destroy(dev, dev->pool); /* waits for the cached blocks' last uses */
+  dev->pool = NULL;
   /* streams left behind are drained (their work runs) before anything goes */
   int nstreams = handles_drain(dev, &dev->streams, 1), nevents = handles_drain(dev, &dev->events, 0);
   if (nstreams || nevents)
@@ -186,6 +192,7 @@ zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t ca
                    dev->iface.name, bytes, zs_mem_category_name(cat),
                    (unsigned long long)s.current_total[ZS_DOMAIN_DEVICE], why);
   }
+  zs__acct_count(&dev->acct, ZS_ACCT_BACKEND_ALLOC);
   zs__acct_add(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
   return ZS_OK;
 }
@@ -197,6 +204,8 @@ void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t
     return;
   }
   dev->iface.free(dev->ctx, ptr);
+  zs__acct_count(&dev->acct, ZS_ACCT_BACKEND_FREE);
+  zs__acct_count(&dev->acct, ZS_ACCT_DEVICE_SYNC); /* cudaFree waits for the whole device */
   zs__acct_sub(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
 }
 
@@ -298,6 +307,7 @@ void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s) {
 
 zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s) {
   CHECK_DEV(dev, "zs_stream_synchronize");
+  zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.stream_synchronize(dev->ctx, s);
 }
 
@@ -387,6 +397,7 @@ zs_status_t zs_event_record(zs_device_t *dev, zs_event_t *ev, zs_stream_t *s) {
 zs_status_t zs_stream_wait_event(zs_device_t *dev, zs_stream_t *s, zs_event_t *ev) {
   CHECK_DEV(dev, "zs_stream_wait_event");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_wait_event: ev is NULL");
+  if (!s && dev->iface.null_stream_is_host) zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.stream_wait_event(dev->ctx, s, ev);
 }
 
@@ -400,6 +411,7 @@ zs_status_t zs_event_query(zs_device_t *dev, zs_event_t *ev, int *done) {
 zs_status_t zs_event_synchronize(zs_device_t *dev, zs_event_t *ev) {
   CHECK_DEV(dev, "zs_event_synchronize");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_synchronize: ev is NULL");
+  zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.event_synchronize(dev->ctx, ev);
 }
 

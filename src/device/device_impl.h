@@ -24,6 +24,7 @@ typedef struct zs__handle {
 
 typedef struct {
   const char *name; /* "cpu" or "cuda" */
+  int null_stream_is_host; /* the NULL stream is the caller's thread (cpu): waits on it block the host */
   zs_status_t (*alloc)(void *ctx, size_t bytes, void **out);
   void (*free)(void *ctx, void *ptr);
   /* pinned host memory; may be NULL: device.c then uses the pinned arena */
@@ -58,8 +59,13 @@ typedef struct {
   void (*destroy)(void *ctx);
 } zs_device_i;
 
+typedef struct zs__pool zs__pool_t; /* pool.c: the stream-ordered cache */
+zs_status_t zs__pool_create(zs__pool_t **out);
+void zs__pool_destroy(zs_device_t *dev, zs__pool_t *p);
+
 struct zs_device {
   zs_device_i iface;
+  zs__pool_t *pool;
   void *ctx;
   zs_device_kind_t kind;
   int ordinal;

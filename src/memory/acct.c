@@ -40,6 +40,24 @@ void zs__acct_pageable_copy(zs_mem_acct_t *a) {
   pthread_mutex_unlock(&a->mu);
 }
 
+void zs__acct_count(zs_mem_acct_t *a, zs_acct_counter_t c) {
+  pthread_mutex_lock(&a->mu);
+  switch (c) {
+    case ZS_ACCT_BACKEND_ALLOC: a->s.backend_allocs++; break;
+    case ZS_ACCT_BACKEND_FREE: a->s.backend_frees++; break;
+    case ZS_ACCT_DEVICE_SYNC: a->s.device_syncs++; break;
+    case ZS_ACCT_HOST_WAIT: a->s.host_waits++; break;
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+void zs__acct_cache(zs_mem_acct_t *a, int64_t delta) {
+  pthread_mutex_lock(&a->mu);
+  a->s.cache_bytes = (uint64_t)((int64_t)a->s.cache_bytes + delta);
+  if (a->s.cache_bytes > a->s.cache_peak) a->s.cache_peak = a->s.cache_bytes;
+  pthread_mutex_unlock(&a->mu);
+}
+
 void zs__acct_get(zs_mem_acct_t *a, zs_memory_stats_t *out) {
   pthread_mutex_lock(&a->mu);
   *out = a->s;
@@ -50,6 +68,7 @@ void zs__acct_reset_peaks(zs_mem_acct_t *a) {
   pthread_mutex_lock(&a->mu);
   memcpy(a->s.peak, a->s.current, sizeof a->s.peak);
   memcpy(a->s.peak_total, a->s.current_total, sizeof a->s.peak_total);
+  a->s.cache_peak = a->s.cache_bytes;
   pthread_mutex_unlock(&a->mu);
 }
 

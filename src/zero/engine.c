@@ -30,6 +30,21 @@ void zs__eng_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat
   *p = NULL;
 }
 
+zs_status_t zs__eng_alloc_on(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, zs_stream_t *s, void **out) {
+  *out = NULL;
+  if (bytes == 0) return ZS_OK;
+  zs_status_t st = zs_device_alloc_async(zs->dev, bytes, cat, s, out);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "allocating %zu bytes of %s on rank %d failed: %s", bytes,
+                   zs_mem_category_name(cat), zs->rank, zs_device_last_error(zs->dev));
+  return ZS_OK;
+}
+
+void zs__eng_free_on(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat, zs_stream_t *s) {
+  if (*p) zs_device_free_async(zs->dev, *p, bytes, cat, s);
+  *p = NULL;
+}
+
 zs_status_t zs__eng_host_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out) {
   *out = NULL;
   if (bytes == 0) return ZS_OK;
@@ -169,14 +184,15 @@ static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
     else zs__eng_free(zs, &u->owned[i].p, u->owned[i].bytes, u->owned[i].cat);
   }
   u->nowned = 0;
-  /* transient buffers still alive (a step abandoned midway) */
-  if (zs->cfg.stage == 3 && !u->persistent) zs__eng_free(zs, &u->full, P * zs->pb, ZS_MEM_GATHER);
+  /* transient buffers still alive (a step abandoned midway; the streams are
+   * idle here) go back to the device's cache */
+  if (zs->cfg.stage == 3 && !u->persistent) zs__eng_free_on(zs, &u->full, P * zs->pb, ZS_MEM_GATHER, NULL);
   if (zs->cfg.stage >= 2) {
-    zs__eng_free(zs, &u->gfull, P * zs->pb, ZS_MEM_GRADS);
-    if (zs->offload) zs__eng_free(zs, &u->gshard, S * zs->rb, ZS_MEM_GRADS);
+    zs__eng_free_on(zs, &u->gfull, P * zs->pb, ZS_MEM_GRADS, NULL);
+    if (zs->offload) zs__eng_free_on(zs, &u->gshard, S * zs->rb, ZS_MEM_GRADS, NULL);
   }
-  zs__eng_free(zs, &u->gtemp, P * zs->rb, ZS_MEM_COMM);
-  zs__eng_free(zs, (void **)&u->gacc, S * 4, ZS_MEM_COMM);
+  zs__eng_free_on(zs, &u->gtemp, P * zs->rb, ZS_MEM_COMM, NULL);
+  zs__eng_free_on(zs, (void **)&u->gacc, S * 4, ZS_MEM_COMM, NULL);
   zs_event_t **evs[] = {&u->ev_gathered, &u->ev_released, &u->ev_computed, &u->ev_reduced, &u->ev_offloaded};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
     if (*evs[i]) zs_event_destroy(zs->dev, *evs[i]);
@@ -250,8 +266,9 @@ void zs_engine_destroy(zs_engine_t *zs) {
   free(zs->units);
   free(zs->params);
   zs__eng_decl_free(zs);
+  zs_device_cache_trim(zs->dev); /* the step's transient buffers go back to the backend */
   free(zs);
-  zs__host_trim(); /* the transient buffers' cached pages go back */
+  zs__host_trim(); /* and their pages (cpu device) to the kernel */
 }
 
 const char *zs_engine_last_error(const zs_engine_t *zs) { return zs ? zs->err : zs_last_error(); }
@@ -319,7 +336,7 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   size_t bytes = 0;
   if (st == ZS_OK) {
     bytes = (size_t)zs->units[zs->params[param].unit].padded * 4;
-    st = zs__eng_alloc(zs, bytes, ZS_MEM_OTHER, (void **)&tmp);
+    st = zs__eng_alloc_on(zs, bytes, ZS_MEM_OTHER, zs->compute, (void **)&tmp);
   }
   ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
   zs_param_t *p = &zs->params[param];
@@ -335,7 +352,7 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
                 done);
   st = zs__eng_sync_compute(zs);
 done:
-  zs__eng_free(zs, (void **)&tmp, bytes, ZS_MEM_OTHER);
+  zs__eng_free_on(zs, (void **)&tmp, bytes, ZS_MEM_OTHER, zs->compute);
   return st;
 }
 

@@ -200,5 +200,9 @@ zs_status_t zs__eng_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, 
 zs_status_t zs__eng_host_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
 void zs__eng_host_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat);
 void zs__eng_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat);
+/* Transient buffers of a step, from the device's stream-ordered cache: the
+ * buffer's first use is on stream s (alloc), its last use was queued on s (free). */
+zs_status_t zs__eng_alloc_on(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, zs_stream_t *s, void **out);
+void zs__eng_free_on(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat, zs_stream_t *s);
 
 #endif

@@ -2,9 +2,11 @@
  * along the order recorded on the previous step), releasing them, and reducing
  * gradients on the reduce stream while the trainer goes on computing.
  *
- * Buffers are freed only at fixed points (zs_gather, zs_backward_begin,
- * zs_forward_begin, zs_step), after waiting on the event of their last use, so
- * the bytes live at any call boundary do not depend on timing. */
+ * Transient buffers come from the device's stream-ordered cache and go back to
+ * it only at fixed points (zs_gather, zs_backward_begin, zs_forward_begin,
+ * zs_step), ordered after their last use on its stream without the host
+ * waiting, so the bytes live at any call boundary do not depend on timing and a
+ * step after the first takes nothing from the backend. */
 #include <string.h>
 
 #include "zero/engine_impl.h"
@@ -56,7 +58,7 @@ static zs_status_t check_unit(zs_engine_t *zs, int unit, const char *what) {
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   zs_unit_t *u = &zs->units[ui];
   size_t bytes = (size_t)u->padded * zs->pb;
-  ZS_CHECK(zs__eng_alloc(zs, bytes, ZS_MEM_GATHER, &u->full));
+  ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GATHER, zs->ag_stream, &u->full));
   ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
   ZS_ECHECK(zs, zs_comm_all_gather(zs->comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
             "all-gather of a unit");
@@ -64,22 +66,23 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   return ZS_OK;
 }
 
-static zs_status_t drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_event_t *last_use) {
-  ZS_ECHECK(zs, zs_event_synchronize(zs->dev, last_use), "waiting for a unit's last use");
-  zs__eng_free(zs, &u->full, (size_t)u->padded * zs->pb, ZS_MEM_GATHER);
+/* The buffer goes back to the device's cache after its last use, queued on
+ * `last` (the compute stream for a released unit, the all-gather stream for a
+ * prefetch nobody used): no host wait, no free to the backend. */
+static void drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last) {
+  zs__eng_free_on(zs, &u->full, (size_t)u->padded * zs->pb, ZS_MEM_GATHER, last);
   u->st = ZS_U_IDLE;
-  return ZS_OK;
 }
 
 zs_status_t zs__eng_free_released(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++)
-    if (zs->units[i].st == ZS_U_RELEASED) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_released));
+    if (zs->units[i].st == ZS_U_RELEASED) drop_gathered(zs, &zs->units[i], zs->compute);
   return ZS_OK;
 }
 
 zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++)
-    if (zs->units[i].st == ZS_U_PREFETCHED) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_gathered));
+    if (zs->units[i].st == ZS_U_PREFETCHED) drop_gathered(zs, &zs->units[i], zs->ag_stream);
   return ZS_OK;
 }
 
@@ -90,13 +93,14 @@ zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
     if (!u->grad_pending || (keep_latest && i == zs->last_reduced)) continue;
-    /* with offload the last use is the copy to the host, which follows the reduction */
-    ZS_ECHECK(zs, zs_event_synchronize(zs->dev, zs->offload ? u->ev_offloaded : u->ev_reduced),
-              "waiting for a reduction");
-    if (zs->cfg.stage >= 2) zs__eng_free(zs, &u->gfull, (size_t)u->padded * zs->pb, ZS_MEM_GRADS);
-    if (zs->cfg.stage >= 2 && zs->offload) zs__eng_free(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS);
-    zs__eng_free(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM);
-    zs__eng_free(zs, (void **)&u->gacc, (size_t)u->shard * 4, ZS_MEM_COMM);
+    /* last uses: the reduction (reduce stream) reads the full gradients and
+     * their reduce-dtype copy; with offload the copy to the host (copy stream)
+     * reads the reduced shard */
+    if (zs->cfg.stage >= 2) zs__eng_free_on(zs, &u->gfull, (size_t)u->padded * zs->pb, ZS_MEM_GRADS, zs->rs_stream);
+    if (zs->cfg.stage >= 2 && zs->offload)
+      zs__eng_free_on(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS, zs->copy_stream);
+    zs__eng_free_on(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM, zs->rs_stream);
+    zs__eng_free_on(zs, (void **)&u->gacc, (size_t)u->shard * 4, ZS_MEM_COMM, zs->rs_stream);
     u->grad_pending = 0;
   }
   return ZS_OK;
@@ -112,7 +116,7 @@ static zs_status_t prefetch(zs_engine_t *zs) {
     if (zs->units[i].st != ZS_U_PREFETCHED) continue;
     int in_window = 0;
     for (int j = zs->pos; j < zs->pos + k && j < len; j++) in_window |= ord[j] == i;
-    if (!in_window) ZS_CHECK(drop_gathered(zs, &zs->units[i], zs->units[i].ev_gathered));
+    if (!in_window) drop_gathered(zs, &zs->units[i], zs->ag_stream);
   }
   for (int j = zs->pos; j < zs->pos + k && j < len; j++) {
     zs_unit_t *w = &zs->units[ord[j]];
@@ -245,7 +249,7 @@ zs_status_t zs_gather(zs_engine_t *zs, int unit) {
 
   if (backward && zs->cfg.stage >= 2) {
     size_t bytes = (size_t)u->padded * zs->pb;
-    ZS_CHECK(zs__eng_alloc(zs, bytes, ZS_MEM_GRADS, &u->gfull));
+    ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GRADS, zs->compute, &u->gfull));
     ZS_ECHECK(zs, zs_memset_async(zs->dev, u->gfull, 0, bytes, zs->compute), "zeroing gradients");
     set_grad_slots(zs, u, u->gfull);
   }
@@ -297,7 +301,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
     zs_dtype_t dt = c->param_dtype;
     size_t eb = zs->pb;
     if (c->reduce_dtype != c->param_dtype) {
-      ZS_CHECK(zs__eng_alloc(zs, P * zs->rb, ZS_MEM_COMM, &u->gtemp));
+      ZS_CHECK(zs__eng_alloc_on(zs, P * zs->rb, ZS_MEM_COMM, rs, &u->gtemp));
       ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gtemp, c->reduce_dtype, u->gfull, c->param_dtype, P), "casting gradients");
       src = u->gtemp;
       dt = c->reduce_dtype;
@@ -314,7 +318,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
       if (c->stage == 1) {
         ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       } else {
-        ZS_CHECK(zs__eng_alloc(zs, S * zs->rb, ZS_MEM_GRADS, &u->gshard));
+        ZS_CHECK(zs__eng_alloc_on(zs, S * zs->rb, ZS_MEM_GRADS, rs, &u->gshard));
         ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
         red = u->gshard;
       }
@@ -338,7 +342,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
       if (c->reduce_dtype == ZS_FP32) {
         ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
       } else {
-        ZS_CHECK(zs__eng_alloc(zs, S * 4, ZS_MEM_COMM, (void **)&u->gacc));
+        ZS_CHECK(zs__eng_alloc_on(zs, S * 4, ZS_MEM_COMM, rs, (void **)&u->gacc));
         ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gshard, c->reduce_dtype, S), "widening gradients");
         ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gacc, block, dt, S), "accumulating gradients");
         ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S), "rounding gradients");
