@@ -2,7 +2,9 @@
  * on, assert_* records it and ends the test function (return). Each failure
  * prints the expression and both values. A test binary calls zs_test_run() for
  * each test function and returns zs_test_finish(). Exit code 77 means skipped
- * (CTest SKIP_RETURN_CODE); say why with ZS_SKIP(reason). */
+ * (CTest SKIP_RETURN_CODE); say why with ZS_SKIP(reason). A test function that
+ * cannot run in this configuration (one rank, a GPU) ends with zs_test_skip(why):
+ * it counts as skipped, not passed, and a binary whose tests all skipped exits 77. */
 #ifndef ZS_TESTS_HARNESS_H
 #define ZS_TESTS_HARNESS_H
 
@@ -14,8 +16,9 @@
 
 #define ZS_SKIP_CODE 77
 
-static int zs_t_failed_checks, zs_t_tests_passed, zs_t_tests_failed, zs_t_rank = -1;
-static int zs_t_cur_failed;
+static int zs_t_failed_checks, zs_t_tests_passed, zs_t_tests_failed, zs_t_tests_skipped, zs_t_rank = -1;
+static int zs_t_cur_failed, zs_t_cur_skipped;
+static const char *zs_t_cur_name = "";
 
 #define ZS_T_REPORT(fmt, ...)                                                                    \
   do {                                                                                           \
@@ -88,21 +91,40 @@ static int zs_t_cur_failed;
 typedef void (*zs_test_fn)(void);
 
 static inline void zs_test_run_named(const char *name, zs_test_fn fn) {
-  zs_t_cur_failed = 0;
+  zs_t_cur_failed = zs_t_cur_skipped = 0;
+  zs_t_cur_name = name;
   fn();
   if (zs_t_cur_failed) {
     zs_t_tests_failed++;
     fprintf(stderr, "[rank %d] FAIL %s\n", zs_t_rank, name);
+  } else if (zs_t_cur_skipped) {
+    zs_t_tests_skipped++;
   } else {
     zs_t_tests_passed++;
   }
 }
 #define zs_test_run(fn) zs_test_run_named(#fn, fn)
 
-/* Prints the plain closing line and returns the exit code. */
+/* Ends the current test function as skipped, saying why (printed on rank 0 or
+ * without ranks). Checks that failed before it still fail the test. */
+#define zs_test_skip(reason)                                                            \
+  do {                                                                                  \
+    zs_t_cur_skipped = 1;                                                               \
+    if (zs_t_rank <= 0) printf("skipped %s: %s\n", zs_t_cur_name, reason);              \
+    return;                                                                             \
+  } while (0)
+
+/* Prints the plain closing line and returns the exit code: 1 if a test failed,
+ * 77 (skipped) if every test skipped, else 0. */
 static inline int zs_test_finish(void) {
-  if (zs_t_rank <= 0) printf("%d passed, %d failed\n", zs_t_tests_passed, zs_t_tests_failed);
-  return zs_t_tests_failed ? 1 : 0;
+  if (zs_t_rank <= 0) {
+    if (zs_t_tests_skipped)
+      printf("%d passed, %d failed, %d skipped\n", zs_t_tests_passed, zs_t_tests_failed, zs_t_tests_skipped);
+    else
+      printf("%d passed, %d failed\n", zs_t_tests_passed, zs_t_tests_failed);
+  }
+  if (zs_t_tests_failed) return 1;
+  return zs_t_tests_skipped && !zs_t_tests_passed ? ZS_SKIP_CODE : 0;
 }
 
 #define ZS_SKIP(reason)                                  \

@@ -410,7 +410,7 @@ static void tc_all_to_all(void) {
 /* Ring: every rank sends to the next and receives from the previous. Even ranks
  * send first, odd ranks receive first, so no two neighbours both wait on a send. */
 static void tc_send_recv(void) {
-  if (E.size < 2) return;
+  if (E.size < 2) zs_test_skip("needs 2 or more ranks (a rank cannot send to itself)");
   char what[160];
   int next = (E.rank + 1) % E.size, prev = (E.rank + E.size - 1) % E.size;
   for (int dt = 0; dt < ZS_DTYPE_COUNT; dt++)
@@ -447,7 +447,7 @@ static void tc_barrier(void) {
  * i to block i of rank j. */
 static void tc_textbook(void) {
   int N = E.size;
-  if (N > 4) return;
+  if (N > 4) zs_test_skip("the picture is drawn for at most 4 ranks");
   float h[4], g[4];
   for (int j = 0; j < N; j++) h[j] = (float)j;
   float *ds = tc_dalloc(sizeof h), *dr = tc_dalloc(sizeof h);
