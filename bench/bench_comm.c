@@ -282,10 +282,11 @@ int main(int argc, char **argv) {
   zs_comm_t *comms[3] = {NULL, NULL, NULL};
   if (!strcmp(o.backend, "nccl")) {
 #ifdef ZS_HAVE_NCCL
-    int ndev = zs_device_cuda_count();
-    if (ndev == 0) die("%s", "--backend nccl needs a GPU");
+    if (zs_device_cuda_count() == 0) die("%s", "--backend nccl needs a GPU");
     if (o.nalgos != 1 || strcmp(o.algos[0], "auto")) die("%s", "--algo is for the mpi backend");
-    check(zs_device_create_cuda(&dev, rank % ndev));
+    int gpu = -1; /* the node-local rank's GPU */
+    check(zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu));
+    check(zs_device_create_cuda(&dev, gpu));
     check(zs_comm_create_nccl_mpi(&comms[0], dev, MPI_COMM_WORLD));
 #else
     die("%s", "this build has no NCCL");

@@ -486,9 +486,10 @@ static void open_device(const mb_opts_t *o) {
   zs_status_t st;
   if (o->cuda) {
 #ifdef ZS_HAVE_NCCL
-    int ndev = zs_device_cuda_count();
-    if (ndev == 0) die_all(77, "%s", "--device cuda: no usable CUDA device on this machine");
-    if ((st = zs_device_create_cuda(&dev, rank % ndev)) != ZS_OK) die_rank(st, "--device cuda", zs_last_error());
+    if (zs_device_cuda_count() == 0) die_all(77, "%s", "--device cuda: no usable CUDA device on this machine");
+    int gpu = -1; /* the node-local rank's GPU */
+    if ((st = zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu)) != ZS_OK || (st = zs_device_create_cuda(&dev, gpu)) != ZS_OK)
+      die_rank(st, "--device cuda", zs_last_error());
     if ((st = zs_comm_create_nccl_mpi(&comm, dev, MPI_COMM_WORLD)) != ZS_OK) die_rank(st, "NCCL comm", zs_last_error());
 #else
     die_all(77, "%s", "--device cuda: this build has no CUDA and NCCL (configure with -DZS_CUDA=ON on a machine with both)");

@@ -29,15 +29,15 @@ static int open_world(zs_device_t **dev, zs_comm_t **world) {
   if (!d || strcmp(d, "cuda"))
     return zs_device_create_cpu(dev) == ZS_OK && zs_comm_create_mpi_world(world, *dev) == ZS_OK;
 #ifdef ZS_HAVE_NCCL
-  int init = 0, provided, r;
+  int init = 0, provided;
   MPI_Initialized(&init);
   if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
   if (zs_device_cuda_count() == 0) {
     MPI_Finalize();
     ZS_SKIP("ZS_TEST_DEVICE=cuda but no GPU is visible");
   }
-  if (zs_device_create_cuda(dev, r % zs_device_cuda_count()) != ZS_OK) return 0;
+  int gpu = -1; /* the node-local rank's GPU (ranks may share one with ZS_TEST_COMM=mpi) */
+  if (zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu) != ZS_OK || zs_device_create_cuda(dev, gpu) != ZS_OK) return 0;
   /* ZS_TEST_COMM=mpi: ranks may share a GPU, through the mpi comm's host staging */
   const char *c = getenv("ZS_TEST_COMM");
   if (c && !strcmp(c, "mpi")) return zs_comm_create_mpi(world, *dev, MPI_COMM_WORLD) == ZS_OK;

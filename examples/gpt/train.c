@@ -6,7 +6,7 @@
  * on stdout. Exit codes: 0 done, 1 the run failed, 2 bad flags or a feature that
  * is not available (--device cuda in a build without CUDA and NCCL or on a
  * machine without a GPU, offload before the engine has it).
- * --device cuda: one GPU per rank (local rank modulo the GPUs visible), a NCCL
+ * --device cuda: one GPU per rank (zs_mpi_local_gpu: node-local rank modulo the GPUs visible), a NCCL
  * comm over MPI_COMM_WORLD. The schedule of gathers, releases and reductions is
  * described in trainer.c. */
 #include <stdio.h>
@@ -18,6 +18,7 @@
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #if defined(ZS_GPT_CUDA) && defined(ZS_HAVE_NCCL)
+#include "zeroshard/mpi.h"  // defines: zs_mpi_local_gpu
 #include "zeroshard/nccl.h" // defines: zs_comm_create_nccl_mpi (and brings in mpi.h)
 #define GPT_CAN_CUDA 1
 #endif
@@ -33,10 +34,11 @@ static int local_ranks(int world) {
 }
 
 #ifdef GPT_CAN_CUDA
-/* The GPU of this rank (local rank modulo the GPUs visible) and a NCCL comm over
- * every rank. Initialises MPI if nobody has (*we_init then says to finalize it). */
+/* The GPU of this rank (zs_mpi_local_gpu: node-local rank modulo the GPUs
+ * visible) and a NCCL comm over every rank. Initialises MPI if nobody has
+ * (*we_init then says to finalize it). */
 static zs_status_t open_cuda(zs_device_t **dev, zs_comm_t **comm, int *we_init) {
-  int init = 0, provided = 0, lrank = 0;
+  int init = 0, provided = 0, gpu = -1;
   MPI_Initialized(&init);
   if (!init) {
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
@@ -45,20 +47,15 @@ static zs_status_t open_cuda(zs_device_t **dev, zs_comm_t **comm, int *we_init) 
     }
     *we_init = 1;
   }
-  const int ngpu = zs_device_cuda_count();
-  if (ngpu == 0) {
-    fprintf(stderr, "zs-train-gpt: --device cuda: no CUDA device is visible; use --device cpu\n");
+  zs_status_t st = zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu);
+  if (st == ZS_ERR_DEVICE) {
+    fprintf(stderr, "zs-train-gpt: --device cuda: %s; use --device cpu\n", zs_last_error());
     return ZS_ERR_UNSUPPORTED;
   }
-  MPI_Comm local;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-    MPI_Comm_rank(local, &lrank);
-    MPI_Comm_free(&local);
-  }
-  zs_status_t st = zs_device_create_cuda(dev, lrank % ngpu);
+  if (st == ZS_OK) st = zs_device_create_cuda(dev, gpu);
   if (st == ZS_OK) st = zs_comm_create_nccl_mpi(comm, *dev, MPI_COMM_WORLD);
   if (st != ZS_OK)
-    fprintf(stderr, "zs-train-gpt: cannot create the cuda device %d and NCCL comm: %s (%s)\n", lrank % ngpu,
+    fprintf(stderr, "zs-train-gpt: cannot create the cuda device %d and NCCL comm: %s (%s)\n", gpu,
             zs_last_error(), zs_status_string(st));
   return st;
 }

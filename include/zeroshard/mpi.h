@@ -16,6 +16,19 @@ extern "C" {
  * pinned host staging: see zeroshard/comm.h). */
 zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
 
+/* The CUDA ordinal this rank should use (for zs_device_create_cuda): its rank
+ * among the ranks of `comm` on the same node (MPI_Comm_split_type
+ * MPI_COMM_TYPE_SHARED) that have the same CUDA_VISIBLE_DEVICES, modulo the GPUs
+ * it sees. Without per-rank GPU binding by the launcher that is the node-local
+ * rank modulo the GPU count; with it (each rank sees only its own GPU) it is 0.
+ * Right for any placement of ranks on nodes, unlike the world rank modulo the
+ * GPU count. Logs a warning when more ranks than GPUs share a node (they then
+ * share GPUs: NCCL refuses that, the mpi comm's host staging allows it).
+ * ZS_ERR_DEVICE (and *ordinal = -1) when this rank sees no GPU. Collective over
+ * comm (blocking, like MPI_Comm_split_type): every rank of comm must call it,
+ * those without a GPU too. Does not initialise MPI (ZS_ERR_STATE before MPI_Init). */
+zs_status_t zs_mpi_local_gpu(MPI_Comm comm, int *ordinal);
+
 #ifdef __cplusplus
 }
 #endif
