@@ -3,6 +3,9 @@
 #   test_comm_timeout  ZS_COMM_TIMEOUT_S turns a collective only rank 0 issues into ZS_ERR_TIMEOUT
 #   test_comm_gpu      the same checks over NCCL on cuda devices (skips without a GPU per rank)
 #   test_mpi_gpu       zs_mpi_local_gpu: arguments, no GPU here; with GPUs (label gpu) the ordinals
+#   test_comm_nccl     NCCL cannot hang: init, enqueue, stuck kernels, split, abort and destroy
+#                      bounded by ZS_COMM_TIMEOUT_S (label gpu; np1 needs one GPU, np2's stuck
+#                      cases two; _shared_gpu_np2 tries those on one GPU, see the file)
 if(TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_comm SOURCES test_comm.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 2 3 4 TIMEOUT 60)
@@ -12,4 +15,10 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
               RANKS 1 2 LABELS gpu TIMEOUT 120)
   zs_add_test(NAME test_mpi_gpu SOURCES test_mpi_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 3 LABELS gpu TIMEOUT 60)
+  zs_add_test(NAME test_comm_nccl SOURCES test_comm_nccl.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device
+              zs_comm RANKS 1 2 LABELS gpu TIMEOUT 150)
+  add_test(NAME test_comm_nccl_shared_gpu_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:test_comm_nccl>)
+  set_tests_properties(test_comm_nccl_shared_gpu_np2 PROPERTIES LABELS "mpi;gpu" SKIP_RETURN_CODE 77 TIMEOUT 150
+                       ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_NCCL_SHARE_GPU=1")
 endif()

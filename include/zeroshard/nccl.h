@@ -1,4 +1,24 @@
-/* zeroshard/nccl.h: NCCL comms on a cuda device (brings in nccl.h and mpi.h). */
+/* zeroshard/nccl.h: NCCL comms on a cuda device (brings in nccl.h and mpi.h).
+ *
+ * Needs NCCL 2.18 or newer, at build and at run time (ZS_ERR_UNSUPPORTED when
+ * the libnccl loaded is older).
+ *
+ * Nothing waits forever (ZS_COMM_TIMEOUT_S, default 300 s, 0 = wait forever):
+ * the comms zeroshard makes are non-blocking NCCL comms. Creating one returns
+ * ZS_ERR_TIMEOUT if a rank has not joined within the timeout; a call whose
+ * enqueue NCCL cannot finish (a peer never arrives while connecting) returns
+ * ZS_ERR_TIMEOUT; an operation already on the GPU that does not complete within
+ * the timeout of its start (a rank never posted its part) is ended by a watchdog
+ * thread, which aborts the NCCL comm and makes ZS_ERR_TIMEOUT the comm's
+ * asynchronous error (zs_comm_async_error, and every later call). A timed-out
+ * comm is aborted: only destroy it. zs_comm_split uses ncclCommSplit, bounded
+ * the same way. zs_comm_abort and zs_comm_destroy do not wait for a lost rank
+ * (destroy finalizes a healthy comm, bounded by the timeout, else aborts it).
+ * NCCL_COMM_BLOCKING=1 in the environment makes NCCL comms blocking and defeats
+ * this (a warning says so).
+ *
+ * Rank to GPU: NCCL wants one GPU per rank; zs_mpi_local_gpu (zeroshard/mpi.h)
+ * picks it from the node-local rank. */
 #ifndef ZEROSHARD_NCCL_H
 #define ZEROSHARD_NCCL_H
 
@@ -12,12 +32,25 @@ extern "C" {
 #endif
 
 /* Bootstraps a NCCL comm over `mpi_comm` (rank 0 makes the unique id and
- * broadcasts it). dev must be a cuda device. */
+ * broadcasts it with MPI_Ibcast, polled). Collective over mpi_comm; dev must be
+ * a cuda device, a different GPU on every rank of a node. ZS_ERR_TIMEOUT when a
+ * rank has not arrived within ZS_COMM_TIMEOUT_S (then MPI may still complete the
+ * broadcast later: keep mpi_comm for the rest of the program). */
 zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
+/* Makes rank `rank` of an `nranks`-rank NCCL comm from a unique id the caller
+ * made (ncclGetUniqueId on one rank) and distributed (a launcher's store, a
+ * file, MPI): for programs that bootstrap without MPI. Every rank calls it with
+ * the same id and nranks within ZS_COMM_TIMEOUT_S of each other, else
+ * ZS_ERR_TIMEOUT. */
+zs_status_t zs_comm_create_nccl_id(zs_comm_t **out, zs_device_t *dev, ncclUniqueId id, int nranks, int rank);
 /* Wraps a NCCL comm the caller made; the caller keeps ownership of it and
- * destroys it after zs_comm_destroy. Exception: zs_comm_abort, or a timeout or
- * asynchronous error seen by the comm's watchdog, calls ncclCommAbort on it,
- * which frees it: then the caller must not use or destroy it. */
+ * destroys it after zs_comm_destroy. If it is still initialising (non-blocking),
+ * this waits for it, bounded by ZS_COMM_TIMEOUT_S. Exception: zs_comm_abort, or
+ * a timeout or asynchronous error seen by the comm's watchdog, calls
+ * ncclCommAbort on it, which frees it: then the caller must not use or destroy
+ * it. Make it non-blocking (ncclConfig_t.blocking = 0) for the bounds above; a
+ * blocking comm can block a call inside NCCL, which an abort then interrupts
+ * only as a last resort. */
 zs_status_t zs_comm_create_nccl_from(zs_comm_t **out, zs_device_t *dev, ncclComm_t nccl_comm);
 
 #ifdef __cplusplus

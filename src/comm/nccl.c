@@ -4,19 +4,63 @@
  * NCCL enqueues and returns; ordering is the stream's. What this file adds:
  *  - collectives NCCL lacks in older releases (gather, scatter, all_to_all) as
  *    grouped ncclSend/ncclRecv, and barrier as a one-element all-reduce;
- *  - a watchdog thread per comm. Each call records a start and an end event
- *    around its NCCL work; the watchdog polls them in order, and if an op has
- *    started but not ended within ZS_COMM_TIMEOUT_S, or NCCL reports an async
- *    error, it calls ncclCommAbort (which ends the stuck kernels) and keeps the
- *    error as the comm's async error. Later calls then fail at once.
+ *  - a bound on every wait, so that a rank that never arrives, or never posts
+ *    its part of a collective, gives ZS_ERR_TIMEOUT after ZS_COMM_TIMEOUT_S
+ *    instead of a hang (0 = wait forever, as on the mpi backend).
+ *
+ * Why NCCL can hang, and what bounds each wait:
+ *  1. Init. ncclCommInitRank blocks until every rank has called it. We make
+ *     every comm non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig
+ *     returns ncclInProgress and NCCL's own thread does the work; we poll
+ *     ncclCommGetAsyncError until it says ncclSuccess, and at the deadline call
+ *     ncclCommAbort (allowed on a comm still initialising: it stops NCCL's
+ *     thread) and return ZS_ERR_TIMEOUT. zs_comm_create_nccl_mpi's broadcast of
+ *     the unique id is an MPI_Ibcast polled against the same deadline.
+ *  2. Enqueue. On a non-blocking comm any enqueue (a collective, ncclGroupEnd of
+ *     grouped send/recv, ncclCommSplit, ncclCommFinalize) may return
+ *     ncclInProgress while NCCL finishes it in its thread, typically connecting
+ *     to peers for the first collective of a kind (NCCL_RUNTIME_CONNECT, the
+ *     default from NCCL 2.22; older releases connect during init). Until the
+ *     comm's state is ncclSuccess again, nothing may be called on it but
+ *     ncclCommGetAsyncError and ncclCommAbort, and the work is not on the stream
+ *     yet. So the caller polls right there (holding `mu`) against the deadline;
+ *     on expiry it aborts the comm and returns ZS_ERR_TIMEOUT. No caller ever
+ *     sits inside NCCL: the poll also gives way at once when an abort is asked
+ *     for (`abort_req`), so abort never waits for a stuck call.
+ *  3. The GPU. An enqueued kernel whose peer never posts its part spins on the
+ *     GPU forever; the host is not blocked, but the stream is. Each call records
+ *     a start and an end event around its NCCL work, and one watchdog thread per
+ *     comm polls them in issue order (NCCL runs a comm's operations in that
+ *     order, so only the oldest unfinished one can be stuck). An op counts from
+ *     when its start event completes (work queued before it on the stream is the
+ *     caller's, not the comm's); if its end event has not completed
+ *     ZS_COMM_TIMEOUT_S later, or ncclCommGetAsyncError reports an error, the
+ *     watchdog records ZS_ERR_TIMEOUT (or ZS_ERR_COMM) as the comm's async error
+ *     and calls ncclCommAbort, which makes NCCL's kernels see the abort flag and
+ *     return, so the stream moves on. Later calls fail at once with that status.
+ *  4. Destroy. A healthy comm is ncclCommFinalize'd (non-blocking) and polled
+ *     until quiescent, then ncclCommDestroy'd; at the deadline, or for a comm
+ *     that failed, ncclCommAbort instead. Waiting for queued work is bounded the
+ *     same way (an op that never even starts is given up after the timeout).
  * CUDA streams cannot carry a host-side error, so on this backend the failure
  * is reported by zs_comm_async_error and by later calls, not by the stream.
  *
- * Locking: `mu` is held around every use of the ncclComm_t by a caller thread
- * and by abort, so ncclCommAbort never frees the comm under a caller. If a call
- * is stuck inside NCCL while holding it (blocking connection setup with a peer
- * that never comes), the watchdog aborts without it after a grace period: that
- * is the only way to unblock the call.
+ * Locking: `mu` is held around every use of the ncclComm_t by a caller thread,
+ * the watchdog and abort, so ncclCommAbort never frees the comm under another
+ * call. Holders never block inside NCCL on a comm we made (see 2); the watchdog
+ * only try-locks it. A comm the caller made with zs_comm_create_nccl_from may be
+ * blocking (NCCL's default), or NCCL_COMM_BLOCKING=1 may override our config:
+ * then a call can block inside NCCL while holding `mu`, and an abort waits
+ * ABORT_GRACE_S for it before aborting without the lock, the only way to end
+ * such a call (NCCL's abort flag makes it return, but it races with its use of
+ * the comm: a last resort, logged as such).
+ *
+ * NCCL versions: non-blocking comms and ncclCommFinalize exist since 2.14,
+ * ncclCommSplit since 2.18; we require 2.18 when building (cmake/zs_deps.cmake
+ * and the #error below) and check the library loaded at run time. Whether an
+ * enqueue returns ncclInProgress at all, and when connections are made, varies
+ * with the release and NCCL_RUNTIME_CONNECT; the polling above is correct
+ * either way. Written against the nccl.h of NCCL 2.28.
  *
  * One comm, several streams (the engine issues all-gathers, reduce-scatters and
  * the norm's all-reduce on three): NCCL serialises the operations of a
@@ -29,6 +73,7 @@
  * guarantee between streams), so we keep one.
  */
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,8 +83,15 @@
 #include <time.h>
 
 #include "comm/comm_impl.h"
+#include "comm/mpi_impl.h" // defines: zs__mpi_poll
 #include "device/device_impl.h"
 #include "zeroshard/nccl.h"
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "the nccl backend needs NCCL 2.18+ (non-blocking comms, ncclCommSplit): -DZS_NCCL=OFF or a newer NCCL_HOME"
+#endif
+
+enum { ABORT_GRACE_S = 5 }; /* how long an abort waits for a thread blocked inside NCCL */
 
 typedef struct watch {
   struct watch *next;
@@ -54,17 +106,21 @@ typedef struct {
   zs_device_t *dev;
   int ordinal, rank, size;
   ncclComm_t nc;
-  int owns;    /* destroy nc with the comm (not for zs_comm_create_nccl_from) */
-  atomic_int aborted; /* ncclCommAbort ran: nc is gone (set under mu) */
+  int owns;           /* destroy nc with the comm (not for zs_comm_create_nccl_from) */
+  double limit;       /* ZS_COMM_TIMEOUT_S when the comm was made (0: none) */
+  atomic_int aborted; /* ncclCommAbort ran: nc is gone */
+  atomic_int abort_req; /* an abort waits for mu: pollers give way */
   float *barrier_buf; /* one device float, made on the first barrier */
+  ncclComm_t split_out; /* ncclCommSplit's result, which NCCL's thread writes (under mu) */
 
-  pthread_mutex_t mu;      /* the NCCL comm, barrier_buf, aborted */
+  pthread_mutex_t mu;      /* the NCCL comm, barrier_buf, split_out */
   pthread_mutex_t wmu;     /* the watch list */
   pthread_cond_t wcv;      /* watchdog: work arrived or stop; destroy: list drained */
   watch_t *head, *tail, *spare;
   int stop;
   pthread_t watchdog;
-  atomic_int broken;
+  atomic_int broken;       /* the first failure's status (0: none) */
+  pthread_mutex_t bmu;     /* broken_msg, and setting broken */
   char broken_msg[ZS_ERRBUF];
 } nccl_ctx_t;
 
@@ -93,11 +149,16 @@ static ncclRedOp_t nccl_op(zs_redop_t op) {
   }
 }
 
+/* NCCL's last error message ("" when none); NCCL keeps one per process. */
+static const char *nccl_last(ncclComm_t nc) {
+  const char *s = ncclGetLastError(nc);
+  return s ? s : "";
+}
+
 static zs_status_t nccl_fail(nccl_ctx_t *ctx, ncclResult_t r, const char *what) {
-  const char *last = ctx->nc && !ctx->aborted ? ncclGetLastError(ctx->nc) : "";
+  const char *last = ctx->nc && !atomic_load(&ctx->aborted) ? nccl_last(ctx->nc) : "";
   return ZS_FAIL(ctx->comm ? ctx->comm->err : NULL, ZS_ERR_COMM, "nccl comm (rank %d of %d): %s failed: %s%s%s",
-                 ctx->rank, ctx->size, what, ncclGetErrorString(r), last && *last ? ": " : "",
-                 last ? last : "");
+                 ctx->rank, ctx->size, what, ncclGetErrorString(r), *last ? ": " : "", last);
 }
 
 static zs_status_t cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what) {
@@ -105,40 +166,92 @@ static zs_status_t cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what) {
                  ctx->rank, what, cudaGetErrorString(e));
 }
 
+/* The first failure wins; the message is written before the status is seen. */
 static void set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st))
+  pthread_mutex_lock(&ctx->bmu);
+  if (!atomic_load(&ctx->broken)) {
     snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
+    atomic_store(&ctx->broken, (int)st);
+  }
+  pthread_mutex_unlock(&ctx->bmu);
 }
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+/* The first failure's status (ZS_OK: none) and a copy of its message. */
+static zs_status_t broken_get(nccl_ctx_t *ctx, char *msg, size_t len) {
+  pthread_mutex_lock(&ctx->bmu);
+  zs_status_t st = (zs_status_t)atomic_load(&ctx->broken);
+  snprintf(msg, len, "%s", st ? ctx->broken_msg : "it was aborted");
+  pthread_mutex_unlock(&ctx->bmu);
+  return st;
+}
+
+static zs_status_t broken_status(nccl_ctx_t *ctx, const char *what) {
+  char msg[ZS_ERRBUF];
+  zs_status_t st = broken_get(ctx, msg, sizeof msg);
+  return ZS_FAIL(ctx->comm->err, st ? st : ZS_ERR_COMM, "%s: the comm is broken by an earlier failure (%s); destroy it",
+                 what, msg);
+}
+
+static void sleep_ns(long ns) {
+  struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
   nanosleep(&ts, NULL);
 }
 
-/* Aborts the NCCL comm once. Takes mu unless a caller holds it for longer than
- * a grace period (stuck inside NCCL), in which case it aborts anyway. */
+/* The absolute deadline `limit` seconds from now; 0 when there is none. */
+static double deadline_after(double limit) { return limit > 0 ? zs__now() + limit : 0; }
+
+typedef enum { POLL_DONE, POLL_ERROR, POLL_TIMEOUT, POLL_ABORTED } poll_end_t;
+
+/* Polls ncclCommGetAsyncError(nc) while it says ncclInProgress: until ncclSuccess
+ * (DONE), an error (ERROR, the error in *state), the deadline (TIMEOUT; 0: none)
+ * or, if abort_req is given, an abort asked for by another thread (ABORTED).
+ * Sleeps 1 us doubling to 1 ms between polls: an enqueue finishes in microseconds,
+ * init and connection setup in tenths of seconds. */
+static poll_end_t poll_ready(ncclComm_t nc, double deadline, atomic_int *abort_req, ncclResult_t *state) {
+  long pause = 1000;
+  for (;;) {
+    ncclResult_t s = ncclInProgress, r = ncclCommGetAsyncError(nc, &s);
+    *state = r != ncclSuccess ? r : s;
+    if (*state == ncclSuccess) return POLL_DONE;
+    if (*state != ncclInProgress) return POLL_ERROR;
+    if (abort_req && atomic_load(abort_req)) return POLL_ABORTED;
+    if (deadline > 0 && zs__now() > deadline) return POLL_TIMEOUT;
+    sleep_ns(pause);
+    if (pause < 1000000) pause *= 2;
+  }
+}
+
+/* Aborts the NCCL comm once. Caller holds mu (or gave up waiting for it). */
+static void abort_locked(nccl_ctx_t *ctx) {
+  if (!atomic_exchange(&ctx->aborted, 1)) ncclCommAbort(ctx->nc);
+}
+
+/* Aborts from a thread that does not hold mu (watchdog, zs_comm_abort, destroy).
+ * Pollers on our comms release mu within a millisecond of abort_req; only a
+ * thread blocked inside NCCL on a blocking comm keeps it (see the header). */
 static void do_abort(nccl_ctx_t *ctx) {
-  int locked = 0;
-  for (int i = 0; i < 1000 && !locked; i++) {
-    locked = pthread_mutex_trylock(&ctx->mu) == 0;
-    if (!locked) sleep_ms(1);
-  }
-  if (!ctx->aborted) {
-    ctx->aborted = 1;
-    ncclCommAbort(ctx->nc);
-  }
-  if (locked) pthread_mutex_unlock(&ctx->mu);
+  atomic_store(&ctx->abort_req, 1);
+  if (atomic_load(&ctx->aborted)) return;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ABORT_GRACE_S;
+  int rc = pthread_mutex_timedlock(&ctx->mu, &until);
+  if (rc != 0)
+    ZS_LOG_W("nccl comm (rank %d of %d): a call has been inside NCCL for over %d s holding the comm (a blocking "
+             "comm: made by the caller, or NCCL_COMM_BLOCKING=1); aborting it anyway, which may crash that call",
+             ctx->rank, ctx->size, ABORT_GRACE_S);
+  abort_locked(ctx);
+  if (rc == 0) pthread_mutex_unlock(&ctx->mu);
 }
 
 /* The device the comm's CUDA calls need, restoring the caller's afterwards. */
-static int device_enter(nccl_ctx_t *ctx) {
+static int device_enter(int ordinal) {
   int prev = -1;
-  if (cudaGetDevice(&prev) != cudaSuccess || prev != ctx->ordinal) cudaSetDevice(ctx->ordinal);
+  if (cudaGetDevice(&prev) != cudaSuccess || prev != ordinal) cudaSetDevice(ordinal);
   return prev;
 }
-static void device_leave(nccl_ctx_t *ctx, int prev) {
-  if (prev >= 0 && prev != ctx->ordinal) cudaSetDevice(prev);
+static void device_leave(int ordinal, int prev) {
+  if (prev >= 0 && prev != ordinal) cudaSetDevice(prev);
 }
 
 /* ---- watchdog ----------------------------------------------------------------------- */
@@ -148,18 +261,28 @@ static void watch_recycle(nccl_ctx_t *ctx, watch_t *w) { /* caller holds wmu */
   ctx->spare = w;
 }
 
+/* The state NCCL reports for the comm, if nobody holds it (a caller polling an
+ * enqueue holds mu and watches the same state itself). */
+static ncclResult_t peek_async(nccl_ctx_t *ctx) {
+  ncclResult_t ar = ncclSuccess;
+  if (pthread_mutex_trylock(&ctx->mu) != 0) return ncclSuccess;
+  if (!atomic_load(&ctx->aborted)) ncclCommGetAsyncError(ctx->nc, &ar);
+  pthread_mutex_unlock(&ctx->mu);
+  return ar;
+}
+
 static void *watchdog_main(void *arg) {
   nccl_ctx_t *ctx = arg;
   cudaSetDevice(ctx->ordinal);
-  double limit = zs__settings()->comm_timeout_s;
-  int pause = 1;
+  const double limit = ctx->limit;
+  long pause = 1000000; /* ns between polls of an unfinished op: 1 ms doubling to 16 ms */
   pthread_mutex_lock(&ctx->wmu);
   for (;;) {
     if (!ctx->head) {
       pthread_cond_broadcast(&ctx->wcv); /* destroy may wait for the list to drain */
       if (ctx->stop) break;
       pthread_cond_wait(&ctx->wcv, &ctx->wmu);
-      pause = 1;
+      pause = 1000000;
       continue;
     }
     watch_t *w = ctx->head;
@@ -176,15 +299,12 @@ static void *watchdog_main(void *arg) {
       done = q != cudaErrorNotReady;
     }
     if (!done && !atomic_load(&ctx->broken)) {
-      ncclResult_t ar = ncclSuccess;
-      pthread_mutex_lock(&ctx->mu);
-      if (!ctx->aborted) ncclCommGetAsyncError(ctx->nc, &ar);
-      pthread_mutex_unlock(&ctx->mu);
+      ncclResult_t ar = peek_async(ctx);
       char msg[ZS_ERRBUF];
       if (ar != ncclSuccess && ar != ncclInProgress) {
-        snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s", ctx->rank,
-                 ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
-        ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "%s", msg);
+        snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s; the NCCL comm was "
+                 "aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
+        ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
         set_broken(ctx, ZS_ERR_COMM, msg);
         do_abort(ctx);
       } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
@@ -192,24 +312,24 @@ static void *watchdog_main(void *arg) {
                  "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
                  "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
                  ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
-        ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT, "%s", msg);
+        ZS_LOG_E("%s", msg);
         set_broken(ctx, ZS_ERR_TIMEOUT, msg);
         do_abort(ctx);
       }
     }
     /* after an abort the kernels end and the events complete; don't wait on them */
-    if (atomic_load(&ctx->broken) && ctx->aborted) done = 1;
+    if (atomic_load(&ctx->aborted)) done = 1;
 
     pthread_mutex_lock(&ctx->wmu);
     if (done) {
       ctx->head = w->next;
       if (!ctx->head) ctx->tail = NULL;
       watch_recycle(ctx, w);
-      pause = 1;
+      pause = 1000000;
     } else {
       pthread_mutex_unlock(&ctx->wmu);
-      sleep_ms(pause);
-      if (pause < 10) pause *= 2;
+      sleep_ns(pause);
+      if (pause < 16000000) pause *= 2;
       pthread_mutex_lock(&ctx->wmu);
     }
   }
@@ -251,14 +371,30 @@ static void watch_push(nccl_ctx_t *ctx, watch_t *w) {
 
 /* ---- the calls ---------------------------------------------------------------------- */
 
-#define NCHECK(call, what)                          \
-  do {                                              \
-    ncclResult_t r_ = (call);                       \
-    if (r_ != ncclSuccess) return nccl_fail(ctx, r_, what); \
-  } while (0)
+/* The end of an enqueue on a non-blocking comm (header, point 2): ncclInProgress
+ * means NCCL is still at it in its own thread; wait for ncclSuccess, an error,
+ * the deadline or an abort. Caller holds mu. */
+static zs_status_t settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, double deadline) {
+  if (r == ncclSuccess) return ZS_OK;
+  if (r != ncclInProgress) return nccl_fail(ctx, r, what);
+  ncclResult_t state;
+  switch (poll_ready(ctx->nc, deadline, &ctx->abort_req, &state)) {
+    case POLL_DONE: return ZS_OK;
+    case POLL_ERROR: return nccl_fail(ctx, state, what);
+    case POLL_ABORTED: return broken_status(ctx, what);
+    default:
+      return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
+                     "nccl comm (rank %d of %d): %s was still in progress after ZS_COMM_TIMEOUT_S=%g s (NCCL was "
+                     "still working with its peers, e.g. connecting: a rank is stuck, gone, or issued a different "
+                     "call); the NCCL comm was aborted",
+                     ctx->rank, ctx->size, what, ctx->limit);
+  }
+}
+
+#define NCHECK(call, what) ZS_CHECK(settle(ctx, (call), (what), deadline))
 
 /* Issues the NCCL work of one call on cs. Caller holds mu, device entered. */
-static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t cs) {
+static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t cs, double deadline) {
   ncclDataType_t t = nccl_type(a->dtype);
   ncclRedOp_t op = nccl_op(a->op);
   size_t n = a->count, part = n * zs_dtype_size(a->dtype);
@@ -313,8 +449,10 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
   }
   if (e != cudaSuccess) return cuda_fail(ctx, e, "cudaMemcpyAsync");
   if (N == 1) return ZS_OK;
-  NCHECK(ncclGroupStart(), "ncclGroupStart");
-  ncclResult_t res = ncclSuccess;
+  /* inside a group NCCL only records the calls; ncclGroupEnd enqueues them (and
+   * may return ncclInProgress), and must be called even after a failed call */
+  ncclResult_t res = ncclGroupStart();
+  if (res != ncclSuccess) return nccl_fail(ctx, res, "ncclGroupStart");
   for (int p = 0; p < N && res == ncclSuccess; p++) {
     if (p == me) continue;
     switch (a->kind) {
@@ -332,42 +470,41 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
         break;
     }
   }
-  ncclResult_t end = ncclGroupEnd();
-  if (res != ncclSuccess) return nccl_fail(ctx, res, "ncclSend/ncclRecv");
-  if (end != ncclSuccess) return nccl_fail(ctx, end, "ncclGroupEnd");
-  return ZS_OK;
-}
-
-static zs_status_t broken_status(nccl_ctx_t *ctx, const char *what) {
-  return ZS_FAIL(ctx->comm->err, (zs_status_t)atomic_load(&ctx->broken),
-                 "%s: the comm is broken by an earlier failure (%s); destroy it", what, ctx->broken_msg);
+  zs_status_t st = settle(ctx, ncclGroupEnd(), "ncclGroupEnd (grouped ncclSend/ncclRecv)", deadline);
+  if (res != ncclSuccess && res != ncclInProgress && st == ZS_OK) return nccl_fail(ctx, res, "ncclSend/ncclRecv");
+  return st;
 }
 
 static zs_status_t nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
   nccl_ctx_t *ctx = vctx;
   char what[64];
   snprintf(what, sizeof what, "zs_comm_%s", zs_coll_name(a->kind));
-  if (atomic_load(&ctx->broken)) return broken_status(ctx, what);
+  if (atomic_load(&ctx->broken) || atomic_load(&ctx->aborted)) return broken_status(ctx, what);
   cudaStream_t cs = (cudaStream_t)zs__stream_native(ctx->dev, s);
   watch_t *w = NULL;
   ZS_CHECK(watch_get(ctx, &w));
   w->kind = a->kind;
-  int prev = device_enter(ctx);
+  int prev = device_enter(ctx->ordinal);
   pthread_mutex_lock(&ctx->mu);
   zs_status_t st = ZS_OK;
   cudaError_t e;
-  if (ctx->aborted) {
+  if (atomic_load(&ctx->aborted)) {
     st = broken_status(ctx, what);
   } else if ((e = cudaEventRecord(w->start, cs)) != cudaSuccess) {
     st = cuda_fail(ctx, e, "cudaEventRecord");
-  } else if ((st = issue(ctx, a, cs)) == ZS_OK && (e = cudaEventRecord(w->end, cs)) != cudaSuccess) {
+  } else if ((st = issue(ctx, a, cs, deadline_after(ctx->limit))) == ZS_OK &&
+             (e = cudaEventRecord(w->end, cs)) != cudaSuccess) {
     st = cuda_fail(ctx, e, "cudaEventRecord");
   }
-  pthread_mutex_unlock(&ctx->mu);
-  device_leave(ctx, prev);
-  if (st != ZS_OK) {
-    /* a failed enqueue leaves the ranks out of step: break the comm */
+  if (st != ZS_OK && !atomic_load(&ctx->aborted)) {
+    /* a failed or timed-out enqueue leaves the ranks out of step and the NCCL
+     * comm possibly mid-operation: break it and abort it */
     set_broken(ctx, st, zs_last_error());
+    abort_locked(ctx);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  device_leave(ctx->ordinal, prev);
+  if (st != ZS_OK) {
     pthread_mutex_lock(&ctx->wmu);
     watch_recycle(ctx, w);
     pthread_mutex_unlock(&ctx->wmu);
@@ -379,17 +516,15 @@ static zs_status_t nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *
 
 static zs_status_t nccl_async_error(void *vctx) {
   nccl_ctx_t *ctx = vctx;
-  zs_status_t st = (zs_status_t)atomic_load(&ctx->broken);
-  if (st != ZS_OK) return zs__fail_quiet(ctx->comm->err, st, "%s", ctx->broken_msg);
-  ncclResult_t ar = ncclSuccess;
-  pthread_mutex_lock(&ctx->mu);
-  if (!ctx->aborted) ncclCommGetAsyncError(ctx->nc, &ar);
-  pthread_mutex_unlock(&ctx->mu);
-  if (ar == ncclSuccess || ar == ncclInProgress) return ZS_OK;
   char msg[ZS_ERRBUF];
-  snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error: %s", ctx->rank, ctx->size,
-           ncclGetErrorString(ar));
+  zs_status_t st = broken_get(ctx, msg, sizeof msg);
+  if (st != ZS_OK) return zs__fail_quiet(ctx->comm->err, st, "%s", msg);
+  ncclResult_t ar = peek_async(ctx);
+  if (ar == ncclSuccess || ar == ncclInProgress) return ZS_OK;
+  snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error: %s; the NCCL comm was aborted",
+           ctx->rank, ctx->size, ncclGetErrorString(ar));
   set_broken(ctx, ZS_ERR_COMM, msg);
+  do_abort(ctx);
   return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "%s", msg);
 }
 
@@ -402,12 +537,41 @@ static zs_status_t nccl_abort(void *vctx) {
 
 /* ---- create / destroy ----------------------------------------------------------------- */
 
+/* NCCL's version code as major.minor.patch (codes before 2.9 had another form). */
+static void version_parts(int v, int *maj, int *min, int *pat) {
+  if (v >= 10000) *maj = v / 10000, *min = v / 100 % 100, *pat = v % 100;
+  else *maj = v / 1000, *min = v / 100 % 10, *pat = v % 100;
+}
+
+/* The libnccl loaded at run time may be older than the nccl.h we built with. */
+static zs_status_t check_runtime(const char *fn) {
+  static atomic_int warned;
+  int v = 0, maj, min, pat;
+  if (ncclGetVersion(&v) != ncclSuccess)
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: ncclGetVersion failed: is libnccl.so.2 the library we built with?", fn);
+  version_parts(v, &maj, &min, &pat);
+  if (v < NCCL_VERSION(2, 18, 0))
+    return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
+                   "%s: the NCCL library loaded at run time is %d.%d.%d, but zeroshard needs 2.18 or newer "
+                   "(non-blocking comms, ncclCommSplit; built with %d.%d.%d): put a newer libnccl.so.2 first "
+                   "on LD_LIBRARY_PATH",
+                   fn, maj, min, pat, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  const char *b = getenv("NCCL_COMM_BLOCKING");
+  if (b && !strcmp(b, "1") && !atomic_exchange(&warned, 1))
+    ZS_LOG_W("NCCL_COMM_BLOCKING=1 makes NCCL comms blocking: a rank that never arrives can then hang NCCL "
+             "init and calls; unset it to let ZS_COMM_TIMEOUT_S bound them");
+  return ZS_OK;
+}
+
+/* A context around a ready NCCL comm (rank, size, GPU from NCCL), with its
+ * watchdog. On failure nc is left to the caller. */
 static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm_t **out) {
   nccl_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "nccl comm: out of host memory");
   ctx->dev = dev;
   ctx->nc = nc;
   ctx->owns = owns;
+  ctx->limit = zs__settings()->comm_timeout_s;
   ncclResult_t r;
   int cudev = -1;
   if ((r = ncclCommUserRank(nc, &ctx->rank)) != ncclSuccess || (r = ncclCommCount(nc, &ctx->size)) != ncclSuccess ||
@@ -419,6 +583,7 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm
   ctx->ordinal = cudev;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->wmu, NULL);
+  pthread_mutex_init(&ctx->bmu, NULL);
   pthread_cond_init(&ctx->wcv, NULL);
   zs_status_t st = zs__comm_wrap(out, &nccl_iface, ctx, dev, ctx->rank, ctx->size);
   int rc = 0;
@@ -432,24 +597,51 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm
     *out = NULL;
   }
   pthread_cond_destroy(&ctx->wcv);
+  pthread_mutex_destroy(&ctx->bmu);
   pthread_mutex_destroy(&ctx->wmu);
   pthread_mutex_destroy(&ctx->mu);
   free(ctx);
   return st;
 }
 
-static void nccl_destroy(void *vctx) {
-  nccl_ctx_t *ctx = vctx;
-  /* wait for queued work: the watchdog empties the list as the end events complete
-   * (or at once after an abort) */
+/* Waits, bounded, for the watchdog to retire every queued op. An op that stays
+ * unfinished past the deadline (one that never started: the watchdog times only
+ * started ones) breaks and aborts the comm, after which the list drains at once. */
+static void drain(nccl_ctx_t *ctx) {
+  double deadline = deadline_after(ctx->limit);
   pthread_mutex_lock(&ctx->wmu);
-  while (ctx->head) pthread_cond_wait(&ctx->wcv, &ctx->wmu);
+  while (ctx->head) {
+    if (deadline > 0 && zs__now() > deadline) {
+      pthread_mutex_unlock(&ctx->wmu);
+      char msg[ZS_ERRBUF];
+      snprintf(msg, sizeof msg,
+               "nccl comm (rank %d of %d): zs_comm_destroy: queued operations did not finish within "
+               "ZS_COMM_TIMEOUT_S=%g s (their streams wait on work that never came?); the NCCL comm was aborted",
+               ctx->rank, ctx->size, ctx->limit);
+      ZS_LOG_W("%s", msg);
+      set_broken(ctx, ZS_ERR_TIMEOUT, msg);
+      do_abort(ctx);
+      pthread_mutex_lock(&ctx->wmu);
+      deadline = 0; /* aborted: the watchdog now retires everything */
+      continue;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50000000L; /* wake to check the deadline every 50 ms */
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&ctx->wcv, &ctx->wmu, &until);
+  }
   ctx->stop = 1;
   pthread_cond_broadcast(&ctx->wcv);
   pthread_mutex_unlock(&ctx->wmu);
+}
+
+static void nccl_destroy(void *vctx) {
+  nccl_ctx_t *ctx = vctx;
+  drain(ctx);
   pthread_join(ctx->watchdog, NULL);
 
-  int prev = device_enter(ctx);
+  int prev = device_enter(ctx->ordinal);
   for (watch_t *w = ctx->spare, *next; w; w = next) {
     next = w->next;
     cudaEventDestroy(w->start);
@@ -457,34 +649,85 @@ static void nccl_destroy(void *vctx) {
     free(w);
   }
   if (ctx->barrier_buf) zs_device_free(ctx->dev, ctx->barrier_buf, sizeof(float), ZS_MEM_COMM);
-  if (ctx->owns && !ctx->aborted) {
-    ncclResult_t r = ncclCommFinalize(ctx->nc);
-    if (r == ncclSuccess) r = ncclCommDestroy(ctx->nc);
-    else ncclCommAbort(ctx->nc);
-    if (r != ncclSuccess) ZS_LOG_W("nccl comm (rank %d): destroying the NCCL comm failed: %s", ctx->rank,
-                                   ncclGetErrorString(r));
+  if (ctx->owns && !atomic_load(&ctx->aborted)) {
+    /* healthy: finalize (flushes and quiesces with the peers, non-blocking),
+     * polled, then destroy; broken, or not quiescent by the deadline: abort */
+    ncclResult_t r = ncclSuccess, state = ncclSuccess;
+    poll_end_t end = POLL_ERROR;
+    if (!atomic_load(&ctx->broken)) {
+      r = ncclCommFinalize(ctx->nc);
+      if (r == ncclSuccess || r == ncclInProgress) end = poll_ready(ctx->nc, deadline_after(ctx->limit), NULL, &state);
+      else state = r;
+    }
+    if (end == POLL_DONE) {
+      r = ncclCommDestroy(ctx->nc);
+      if (r != ncclSuccess && r != ncclInProgress)
+        ZS_LOG_W("nccl comm (rank %d of %d): ncclCommDestroy failed: %s", ctx->rank, ctx->size, ncclGetErrorString(r));
+    } else {
+      if (!atomic_load(&ctx->broken))
+        ZS_LOG_W("nccl comm (rank %d of %d): ncclCommFinalize %s; aborting the NCCL comm", ctx->rank, ctx->size,
+                 end == POLL_TIMEOUT ? "did not finish within ZS_COMM_TIMEOUT_S (a peer is gone?)"
+                                     : ncclGetErrorString(state));
+      ncclCommAbort(ctx->nc);
+    }
   }
-  device_leave(ctx, prev);
+  device_leave(ctx->ordinal, prev);
   pthread_cond_destroy(&ctx->wcv);
+  pthread_mutex_destroy(&ctx->bmu);
   pthread_mutex_destroy(&ctx->wmu);
   pthread_mutex_destroy(&ctx->mu);
   free(ctx);
 }
 
+/* ncclCommSplit on a non-blocking parent (NCCL 2.18+): the call returns
+ * ncclInProgress and NCCL's thread runs the split, a collective over the parent;
+ * the parent reports ncclInProgress until it is done, and the child handle is
+ * written into split_out only at its end (NULL for NCCL_SPLIT_NOCOLOR). So: poll
+ * the parent, then the child, against the deadline. On failure the parent is
+ * broken (the ranks are out of step) and aborted, and so is a half-made child. */
 static zs_status_t nccl_split(void *vctx, int color, int key, zs_comm_t **out) {
   nccl_ctx_t *ctx = vctx;
-  if (atomic_load(&ctx->broken)) return broken_status(ctx, "zs_comm_split");
-  ncclComm_t nc = NULL;
-  int prev = device_enter(ctx);
+  static const char what[] = "zs_comm_split (ncclCommSplit)";
+  if (atomic_load(&ctx->broken) || atomic_load(&ctx->aborted)) return broken_status(ctx, "zs_comm_split");
+  double deadline = deadline_after(ctx->limit);
+  int prev = device_enter(ctx->ordinal);
   pthread_mutex_lock(&ctx->mu);
-  ncclResult_t r = ctx->aborted ? ncclInvalidUsage
-                                : ncclCommSplit(ctx->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, NULL);
+  zs_status_t st;
+  ncclComm_t nc = NULL;
+  if (atomic_load(&ctx->aborted)) {
+    st = broken_status(ctx, "zs_comm_split");
+  } else {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    __atomic_store_n(&ctx->split_out, NULL, __ATOMIC_RELEASE);
+    st = settle(ctx, ncclCommSplit(ctx->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &ctx->split_out, &cfg),
+                what, deadline);
+    if (st != ZS_OK) {
+      set_broken(ctx, st, zs_last_error());
+      abort_locked(ctx); /* also ends NCCL's split thread, so split_out is final */
+    }
+    nc = __atomic_load_n(&ctx->split_out, __ATOMIC_ACQUIRE);
+    if (st == ZS_OK && color >= 0) {
+      ncclResult_t state = ncclSuccess;
+      poll_end_t end = nc ? poll_ready(nc, deadline, NULL, &state) : POLL_ERROR;
+      if (!nc)
+        st = ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL,
+                     "nccl comm (rank %d of %d): %s succeeded but gave no comm for color %d", ctx->rank, ctx->size,
+                     what, color);
+      else if (end == POLL_TIMEOUT)
+        st = ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
+                     "nccl comm (rank %d of %d): the comm made by %s was not ready within ZS_COMM_TIMEOUT_S=%g s",
+                     ctx->rank, ctx->size, what, ctx->limit);
+      else if (end != POLL_DONE)
+        st = ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "nccl comm (rank %d of %d): the comm made by %s failed: %s%s%s",
+                     ctx->rank, ctx->size, what, ncclGetErrorString(state), *nccl_last(nc) ? ": " : "",
+                     nccl_last(nc));
+    }
+  }
   pthread_mutex_unlock(&ctx->mu);
-  device_leave(ctx, prev);
-  if (r != ncclSuccess) return nccl_fail(ctx, r, "ncclCommSplit");
-  if (!nc) return ZS_OK; /* negative color: this rank joins none */
-  zs_status_t st = ctx_create(ctx->dev, nc, 1, out);
-  if (st != ZS_OK) ncclCommDestroy(nc);
+  if (st == ZS_OK && nc) st = ctx_create(ctx->dev, nc, 1, out);
+  if (st != ZS_OK && nc) ncclCommAbort(nc);
+  device_leave(ctx->ordinal, prev);
   return st;
 }
 
@@ -508,6 +751,43 @@ static zs_status_t check_device(zs_device_t *dev, const char *fn) {
   return ZS_OK;
 }
 
+/* Makes this rank's NCCL comm, non-blocking, and polls it until it is ready or
+ * the deadline passes (then it is aborted: ZS_ERR_TIMEOUT). */
+static zs_status_t init_rank(const char *fn, zs_device_t *dev, ncclUniqueId id, int nranks, int rank,
+                             double deadline, double limit, ncclComm_t *out) {
+  *out = NULL;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  cudaError_t e = cudaSetDevice(dev->ordinal);
+  if (e != cudaSuccess)
+    return ZS_FAIL(NULL, ZS_ERR_DEVICE, "%s: cudaSetDevice(%d) failed: %s", fn, dev->ordinal, cudaGetErrorString(e));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t nc = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&nc, nranks, id, rank, &cfg), state = r;
+  poll_end_t end = POLL_ERROR;
+  if ((r == ncclSuccess || r == ncclInProgress) && nc) end = poll_ready(nc, deadline, NULL, &state);
+  zs_status_t st = ZS_OK;
+  if (end == POLL_TIMEOUT) {
+    st = ZS_FAIL(NULL, ZS_ERR_TIMEOUT,
+                 "%s: NCCL init (rank %d of %d, GPU %d) did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
+                 "never called it, or cannot reach this one (check that every rank creates the comm, and "
+                 "NCCL_SOCKET_IFNAME); the NCCL comm was aborted",
+                 fn, rank, nranks, dev->ordinal, limit);
+  } else if (end != POLL_DONE) {
+    const char *last = nccl_last(nc);
+    st = ZS_FAIL(NULL, ZS_ERR_COMM, "%s: NCCL init (rank %d of %d, GPU %d) failed: %s%s%s%s", fn, rank, nranks,
+                 dev->ordinal, ncclGetErrorString(state), *last ? ": " : "", last,
+                 state == ncclInvalidUsage ? " (NCCL needs one GPU per rank: pick it with zs_mpi_local_gpu; with "
+                                             "fewer GPUs than ranks use zs_comm_create_mpi with host staging)"
+                                           : "");
+  }
+  if (st != ZS_OK && nc) ncclCommAbort(nc);
+  if (prev >= 0 && prev != dev->ordinal) cudaSetDevice(prev);
+  if (st == ZS_OK) *out = nc;
+  return st;
+}
+
 zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm) {
   static const char fn[] = "zs_comm_create_nccl_mpi";
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
@@ -518,41 +798,72 @@ zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm 
   MPI_Finalized(&fin);
   if (!init || fin) return ZS_FAIL(NULL, ZS_ERR_STATE, "%s: MPI is not initialized (call MPI_Init first)", fn);
   if (mpi_comm == MPI_COMM_NULL) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: mpi_comm is MPI_COMM_NULL", fn);
+  ZS_CHECK(check_runtime(fn));
   MPI_Comm_rank(mpi_comm, &rank);
   MPI_Comm_size(mpi_comm, &size);
+  const double limit = zs__settings()->comm_timeout_s, deadline = deadline_after(limit);
 
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
+  /* rank 0 makes the id; one broadcast also says whether it could, so that no
+   * rank waits in NCCL init for an id that never comes. The buffer is on the
+   * heap: after a timeout MPI may still write it when a late rank arrives
+   * (MPI cannot cancel a collective), so then it is left to MPI, never freed. */
+  struct idmsg {
+    int ok;
+    ncclUniqueId id;
+  } *msg = calloc(1, sizeof *msg);
+  if (!msg) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   ncclResult_t r = ncclSuccess;
-  if (rank == 0) r = ncclGetUniqueId(&id);
-  /* every rank learns whether rank 0 got an id, so none waits in ncclCommInitRank */
-  int ok = r == ncclSuccess;
-  if (MPI_Bcast(&ok, 1, MPI_INT, 0, mpi_comm) != MPI_SUCCESS ||
-      MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mpi_comm) != MPI_SUCCESS)
-    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: MPI_Bcast of the NCCL unique id failed", fn);
-  if (!ok)
-    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: ncclGetUniqueId failed on rank 0%s%s", fn,
-                   rank == 0 ? ": " : "", rank == 0 ? ncclGetErrorString(r) : "");
+  if (rank == 0) {
+    r = ncclGetUniqueId(&msg->id);
+    msg->ok = r == ncclSuccess;
+  }
+  MPI_Request req;
+  char what[96];
+  snprintf(what, sizeof what, "%s: MPI_Ibcast of the NCCL unique id", fn);
+  if (MPI_Ibcast(msg, (int)sizeof *msg, MPI_BYTE, 0, mpi_comm, &req) != MPI_SUCCESS) {
+    free(msg);
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s failed", what);
+  }
+  zs_status_t st = zs__mpi_poll(&req, 0, what); /* bounded by ZS_COMM_TIMEOUT_S */
+  if (st == ZS_ERR_TIMEOUT) return st; /* msg stays MPI's */
+  if (st == ZS_OK && !msg->ok)
+    st = ZS_FAIL(NULL, ZS_ERR_COMM, "%s: ncclGetUniqueId failed on rank 0%s%s", fn, rank == 0 ? ": " : "",
+                 rank == 0 ? ncclGetErrorString(r) : "");
+  ncclUniqueId id = msg->id;
+  free(msg);
+  ZS_CHECK(st);
 
-  int prev = -1;
-  cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev->ordinal);
-  if (e != cudaSuccess)
-    return ZS_FAIL(NULL, ZS_ERR_DEVICE, "%s: cudaSetDevice(%d) failed: %s", fn, dev->ordinal, cudaGetErrorString(e));
   ncclComm_t nc = NULL;
-  r = ncclCommInitRank(&nc, size, id, rank);
-  if (prev >= 0 && prev != dev->ordinal) cudaSetDevice(prev);
-  if (r != ncclSuccess)
-    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", fn, rank,
-                   size, dev->ordinal, ncclGetErrorString(r));
-  zs_status_t st = ctx_create(dev, nc, 1, out);
+  ZS_CHECK(init_rank(fn, dev, id, size, rank, deadline, limit, &nc));
+  st = ctx_create(dev, nc, 1, out);
   if (st != ZS_OK) {
-    ncclCommDestroy(nc);
+    ncclCommAbort(nc);
     return st;
   }
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   zs__log_set_rank(wrank);
+  return ZS_OK;
+}
+
+zs_status_t zs_comm_create_nccl_id(zs_comm_t **out, zs_device_t *dev, ncclUniqueId id, int nranks, int rank) {
+  static const char fn[] = "zs_comm_create_nccl_id";
+  if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
+  *out = NULL;
+  ZS_CHECK(check_device(dev, fn));
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: rank %d of %d ranks: need nranks >= 1 and 0 <= rank < nranks", fn, rank,
+                   nranks);
+  ZS_CHECK(check_runtime(fn));
+  const double limit = zs__settings()->comm_timeout_s;
+  ncclComm_t nc = NULL;
+  ZS_CHECK(init_rank(fn, dev, id, nranks, rank, deadline_after(limit), limit, &nc));
+  zs_status_t st = ctx_create(dev, nc, 1, out);
+  if (st != ZS_OK) {
+    ncclCommAbort(nc);
+    return st;
+  }
+  zs__log_set_rank(rank);
   return ZS_OK;
 }
 
@@ -562,6 +873,19 @@ zs_status_t zs_comm_create_nccl_from(zs_comm_t **out, zs_device_t *dev, ncclComm
   *out = NULL;
   ZS_CHECK(check_device(dev, fn));
   if (!nccl_comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: nccl_comm is NULL", fn);
+  ZS_CHECK(check_runtime(fn));
+  /* a non-blocking comm may still be initialising: wait for it (bounded), since
+   * nothing else may be asked of it before */
+  const double limit = zs__settings()->comm_timeout_s;
+  ncclResult_t state = ncclSuccess;
+  poll_end_t end = poll_ready(nccl_comm, deadline_after(limit), NULL, &state);
+  if (end == POLL_TIMEOUT)
+    return ZS_FAIL(NULL, ZS_ERR_TIMEOUT,
+                   "%s: the NCCL comm was still initialising after ZS_COMM_TIMEOUT_S=%g s: a rank never called "
+                   "ncclCommInitRank(Config)?",
+                   fn, limit);
+  if (end != POLL_DONE)
+    return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: the NCCL comm reports an error: %s", fn, ncclGetErrorString(state));
   int cudev = -1;
   if (ncclCommCuDevice(nccl_comm, &cudev) == ncclSuccess && cudev != dev->ordinal)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the NCCL comm is on GPU %d but the device is GPU %d", fn, cudev,
