@@ -9,7 +9,10 @@
  * adding gradients in the engine's param dtype (fp32 or bf16). On a cuda device
  * the engine's slots hold device addresses: the model then computes on host
  * mirrors, copied from the slots after zs_gather and back before zs_reduce
- * (what is tested is the engine, not the model's kernels). */
+ * (what is tested is the engine, not the model's kernels). The mirrors are
+ * pinned host memory of that device (ZS_MEM_OTHER, host domain), so the copies
+ * are not pageable ones (tests count those) and the accountant's host figures
+ * for params, grads and optimizer state stay the engine's alone. */
 #ifndef ZS_TESTS_TINY_MODEL_H
 #define ZS_TESTS_TINY_MODEL_H
 
@@ -19,6 +22,7 @@
 #include <string.h>
 
 #include "common/half.h"
+#include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 
 #define TM_MAXB 4
@@ -87,15 +91,24 @@ static inline zs_status_t tm_declare(zs_engine_t *zs, tm_model_t *m, int nblk, z
   if ((st = tm_add_param(zs, m, u, "head.b", TM_DOUT, 0, ZS_PARAM_NO_DECAY))) return st;
   if (mirror)
     for (int p = 0; p < m->np; p++) {
-      m->hp[p] = calloc((size_t)m->numel[p], 4);
-      m->hg[p] = calloc((size_t)m->numel[p], 4);
-      if (!m->hp[p] || !m->hg[p]) return ZS_ERR_NOMEM;
+      size_t bytes = (size_t)m->numel[p] * 4;
+      if ((st = zs_device_host_alloc(mirror, bytes, ZS_MEM_OTHER, ZS_HOST_PINNED, &m->hp[p])) ||
+          (st = zs_device_host_alloc(mirror, bytes, ZS_MEM_OTHER, ZS_HOST_PINNED, &m->hg[p])))
+        return st;
+      memset(m->hp[p], 0, bytes);
+      memset(m->hg[p], 0, bytes);
     }
   return ZS_OK;
 }
 
+/* Frees the mirrors (nothing without them); the model can be declared again. */
 static inline void tm_free(tm_model_t *m) {
-  for (int p = 0; p < m->np; p++) free(m->hp[p]), free(m->hg[p]);
+  for (int p = 0; p < m->np && m->mirror; p++) {
+    size_t bytes = (size_t)m->numel[p] * 4;
+    if (m->hp[p]) zs_device_host_free(m->mirror, m->hp[p], bytes, ZS_MEM_OTHER);
+    if (m->hg[p]) zs_device_host_free(m->mirror, m->hg[p], bytes, ZS_MEM_OTHER);
+    m->hp[p] = m->hg[p] = NULL;
+  }
 }
 
 static inline void tm_point(tm_model_t *m) {

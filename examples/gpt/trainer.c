@@ -44,7 +44,10 @@
  * dwte_head, the bf16 scratch and the validation residual are device buffers the
  * trainer cudaMallocs. All compute runs on the legacy default stream (stream 0,
  * the engine's NULL compute stream: its events order gathers and reductions
- * against it), cuBLAS included. Tokens are uploaded at the start of a round;
+ * against it), cuBLAS included. Tokens are uploaded at the start of a round,
+ * from pinned host buffers allocated once at setup (a true asynchronous copy;
+ * the data loader rewrites them only after the round's loss read-back has
+ * synchronised stream 0, so the copy has finished by then);
  * token losses stay on the device until the round's end, when one copy (which
  * waits for the round's compute) brings them back to be summed on the host.
  * Host-side all-gathers (losses, peaks) stage through device memory, because a
@@ -489,6 +492,8 @@ static void trainer_free(trainer_t *t) {
     cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
     t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
     cudaFree(t->vin_d), cudaFree(t->vtg_d), cudaFree(t->vloss_d), cudaFree(t->stage);
+    cudaFreeHost(t->tin), cudaFreeHost(t->ttg); /* pinned (cuda_buffers) */
+    t->tin = t->ttg = NULL;
     gpt_cuda_acts_free(&t->cacts);
     gpt_cuda_acts_free(&t->cvacts);
     if (t->blas) cublasDestroy(t->blas);
@@ -526,10 +531,12 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   }
   if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
   if (!rc) rc = gpt_cuda_acts_alloc(&t->cacts, &t->mc, t->micro, T, 1);
-  t->tin = malloc((size_t)t->micro * T * sizeof(int));
-  t->ttg = malloc((size_t)t->micro * T * sizeof(int));
-  if (rc || !t->tin || !t->ttg) {
-    snprintf(msg, sizeof msg, "out of memory for activations (%s)", rc ? opc_strerror(rc) : "host");
+  /* the micro-batch's tokens and targets: pinned, so their upload each round is
+   * an asynchronous DMA rather than a staged pageable copy */
+  if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, (size_t)t->micro * T * sizeof(int));
+  if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, (size_t)t->micro * T * sizeof(int));
+  if (rc) {
+    snprintf(msg, sizeof msg, "out of memory for activations and pinned token buffers (%s)", opc_strerror(rc));
     return fail(res, ZS_ERR_NOMEM, "setup", msg);
   }
   if (t->v_count > 0) {
