@@ -702,27 +702,31 @@ static zs_status_t nccl_split(void *vctx, int color, int key, zs_comm_t **out) {
     __atomic_store_n(&ctx->split_out, NULL, __ATOMIC_RELEASE);
     st = settle(ctx, ncclCommSplit(ctx->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &ctx->split_out, &cfg),
                 what, deadline);
-    if (st != ZS_OK) {
-      set_broken(ctx, st, zs_last_error());
-      abort_locked(ctx); /* also ends NCCL's split thread, so split_out is final */
-    }
-    nc = __atomic_load_n(&ctx->split_out, __ATOMIC_ACQUIRE);
     if (st == ZS_OK && color >= 0) {
+      /* the handle normally arrives with the parent's ncclSuccess; wait for it
+       * (bounded) in case a release publishes it later, then for the child */
+      long pause = 1000;
+      while (!(nc = __atomic_load_n(&ctx->split_out, __ATOMIC_ACQUIRE)) && !(deadline > 0 && zs__now() > deadline)) {
+        sleep_ns(pause);
+        if (pause < 1000000) pause *= 2;
+      }
       ncclResult_t state = ncclSuccess;
-      poll_end_t end = nc ? poll_ready(nc, deadline, NULL, &state) : POLL_ERROR;
-      if (!nc)
-        st = ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL,
-                     "nccl comm (rank %d of %d): %s succeeded but gave no comm for color %d", ctx->rank, ctx->size,
-                     what, color);
-      else if (end == POLL_TIMEOUT)
+      poll_end_t end = nc ? poll_ready(nc, deadline, NULL, &state) : POLL_TIMEOUT;
+      if (end == POLL_TIMEOUT)
         st = ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
-                     "nccl comm (rank %d of %d): the comm made by %s was not ready within ZS_COMM_TIMEOUT_S=%g s",
+                     "nccl comm (rank %d of %d): the comm made by %s was not ready within ZS_COMM_TIMEOUT_S=%g s; "
+                     "the NCCL comm was aborted",
                      ctx->rank, ctx->size, what, ctx->limit);
       else if (end != POLL_DONE)
         st = ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "nccl comm (rank %d of %d): the comm made by %s failed: %s%s%s",
                      ctx->rank, ctx->size, what, ncclGetErrorString(state), *nccl_last(nc) ? ": " : "",
                      nccl_last(nc));
     }
+    if (st != ZS_OK) {
+      set_broken(ctx, st, zs_last_error());
+      abort_locked(ctx); /* also ends NCCL's split thread, so split_out is final */
+    }
+    nc = __atomic_load_n(&ctx->split_out, __ATOMIC_ACQUIRE);
   }
   pthread_mutex_unlock(&ctx->mu);
   if (st == ZS_OK && nc) st = ctx_create(ctx->dev, nc, 1, out);
