@@ -50,6 +50,10 @@ int zs_k_scale(void *x, int dt, size_t n, float s, void *stream);
 /* dst += src (fp32 accumulator). */
 int zs_k_accumulate(float *dst, const void *src, int sdt, size_t n, void *stream);
 
+/* The stream waits until (int32_t)(*p - v) >= 0; p: mapped pinned memory the
+ * host raises (a device pointer to it). One thread polls with naps. */
+int zs_k_wait_value(const void *p, unsigned v, void *stream);
+
 const char *zs_k_error_string(int err);
 
 #ifdef __cplusplus

@@ -250,6 +250,12 @@ static void steady_case(int stage, zs_dtype_t dt, int off, int accum) {
     expect_ok(zs_step(zs, NULL));
   }
   zs_device_memory_stats(dev, &b);
+  /* and no host function: CUDA runs them all on one thread, where a blocking
+   * one (the staged comm's old stream task) or a long one (offload's old
+   * gradient conversion) holds up every stream */
+  if (b.host_funcs != a.host_funcs)
+    ZS_T_REPORT("stage %d %s offload %d accum %d: steps 2-4 queued %llu host functions (want 0)", stage,
+                zs_dtype_name(dt), off, accum, (unsigned long long)(b.host_funcs - a.host_funcs));
   if (b.backend_allocs != a.backend_allocs || b.backend_frees != a.backend_frees || b.device_syncs != a.device_syncs)
     ZS_T_REPORT("stage %d %s offload %d accum %d: steps 2-4 made %llu backend allocations, %llu frees, %llu "
                 "device-wide syncs (want 0)",

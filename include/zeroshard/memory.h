@@ -43,6 +43,8 @@ typedef struct {
   uint64_t device_syncs;   /* device-wide synchronisations (a cudaFree waits for every stream) */
   uint64_t host_waits;     /* the host waited on device work (stream/event synchronize, a wait on
                               the cpu device's NULL stream) */
+  uint64_t host_funcs;     /* host functions queued on streams (CUDA runs them all on one thread);
+                              zeroshard's own steps queue none */
 } zs_memory_stats_t;
 
 /* "params", "grads", "optimizer", "gather", "comm", "other". */

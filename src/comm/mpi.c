@@ -181,6 +181,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv_work, NULL);
   pthread_cond_init(&ctx->cv_done, NULL);
+  ZS_CHECK_GOTO(zs__flag_create(dev, &ctx->flag), st, fail_sync);
   ZS_CHECK_GOTO(zs__comm_wrap(out, &mpi_iface, ctx, dev, ctx->rank, ctx->size), st, fail_sync);
   ctx->comm = *out;
   if ((rc = pthread_create(&ctx->thread, NULL, zs__mpi_progress_main, ctx)) != 0) {
@@ -203,6 +204,7 @@ mpi_error: {
   goto fail;
 }
 fail_sync:
+  zs__flag_destroy(dev, ctx->flag);
   pthread_cond_destroy(&ctx->cv_done);
   pthread_cond_destroy(&ctx->cv_work);
   pthread_mutex_destroy(&ctx->mu);
@@ -217,13 +219,16 @@ fail:
 static void mpi_destroy(void *vctx) {
   mpi_ctx_t *ctx = vctx;
   pthread_mutex_lock(&ctx->mu);
-  while (ctx->head || ctx->pending) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
+  while (ctx->head || ctx->waiters) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
   ctx->stop = 1;
   pthread_cond_broadcast(&ctx->cv_work);
   pthread_mutex_unlock(&ctx->mu);
   pthread_join(ctx->thread, NULL);
-  zs__mpi_staging_reclaim(ctx, 1);
+  zs__mpi_queue_free(ctx);
   pthread_mutex_destroy(&ctx->stage_mu);
+  /* every op is done, so every stream wait on the flag can complete: the flag
+   * outlives those still queued (cpu: counted; cuda: freeing syncs the device) */
+  zs__flag_destroy(ctx->dev, ctx->flag);
 
   /* Orphaned requests: free what completed since; keep the rest's memory and
    * the communicator alive, since MPI may still use them. */
@@ -262,25 +267,25 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   op->color = color;
   op->key = key;
   op->newcomm = MPI_COMM_NULL;
-  MPI_Comm newcomm = MPI_COMM_NULL;
-  /* the progress thread runs it in FIFO order with the queued ops; we wait */
   op->ctx = ctx;
+  op->waiter = 1;
   if (atomic_load(&ctx->broken)) {
     free(op);
     return zs__mpi_broken_status(ctx, "zs_comm_split");
   }
+  /* the progress thread runs it in FIFO order with the queued ops; we wait */
   pthread_mutex_lock(&ctx->mu);
+  op->seq = ++ctx->seq;
   if (ctx->tail) ctx->tail->next = op;
   else ctx->head = op;
   ctx->tail = op;
-  ctx->pending++;
-  op->started = 1;
+  ctx->waiters++;
   pthread_cond_broadcast(&ctx->cv_work);
   while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
   zs_status_t st = op->st;
-  newcomm = op->newcomm;
+  MPI_Comm newcomm = op->newcomm;
   free(op);
-  if (--ctx->pending == 0) pthread_cond_broadcast(&ctx->cv_done);
+  if (--ctx->waiters == 0) pthread_cond_broadcast(&ctx->cv_done);
   pthread_mutex_unlock(&ctx->mu);
   if (st != ZS_OK) return st;
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */

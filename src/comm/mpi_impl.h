@@ -26,17 +26,20 @@ typedef struct mpi_op {
   zs__coll_args_t a;
   int color, key;   /* OP_SPLIT */
   MPI_Comm newcomm; /* OP_SPLIT result */
-  int started, done, cancelled;
+  uint32_t seq;     /* place in call order: the comm's flag reaches it when done */
+  zs_event_t *ready;/* recorded on the call's stream: its inputs are ready (NULL: now) */
+  int waiter;       /* a caller thread waits for it and frees it (NULL stream, split) */
+  int done;
   zs_status_t st;
-  zs_event_t *ready; /* staged: the host copy of the send data is complete */
 } mpi_op_t;
 
-/* One staged call's pinned buffers, freed once `done` has completed. */
+/* One staged call's pinned buffers; reused by a later call of the same sizes
+ * once `done` (recorded after the copy back) has completed. */
 typedef struct staging {
   struct staging *next;
   void *buf[2];
   size_t bytes[2];
-  zs_event_t *ready, *done;
+  zs_event_t *done;
 } staging_t;
 
 /* Requests of an op ended by a timeout or an abort, with the scratch they may
@@ -62,17 +65,22 @@ struct mpi_ctx {
 
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* progress thread: an op arrived, started, or stop/abort */
-  pthread_cond_t cv_done; /* waiters: an op finished; destroy: pending fell */
+  pthread_cond_t cv_work; /* progress thread: an op arrived, or stop/abort */
+  pthread_cond_t cv_done; /* waiters: an op finished; destroy: waiters fell */
   mpi_op_t *head, *tail;
-  int pending; /* ops queued whose waiter has not yet let go of them */
+  uint32_t seq;       /* ops queued so far (guarded by mu) */
+  int waiters;        /* caller threads waiting for an op (destroy waits for them) */
+  zs__flag_t *flag;   /* raised to an op's seq when it is done: streams wait on it */
+  zs_event_t **spare_events; /* `ready` events for reuse (guarded by mu) */
+  int nspare, spare_cap;
   int stop;
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
   int staged;        /* device buffers go through pinned host staging */
   pthread_mutex_t stage_mu;
-  staging_t *stagings;
+  staging_t *stagings;      /* in flight: their `done` has not completed */
+  staging_t *spare_stagings;/* done: for reuse */
 };
 
 /* ---- mpi.c ---- */
@@ -139,6 +147,10 @@ int zs__mpi_ring(mpi_ctx_t *ctx, const zs__coll_args_t *a, double busy_s, zs_sta
 /* ---- mpi_queue.c ---- */
 
 zs_status_t zs__mpi_broken_status(mpi_ctx_t *ctx, const char *what);
+/* Progress thread: op is done (st): raises the flag, wakes a waiter or frees it. */
+void zs__mpi_op_finish(mpi_ctx_t *ctx, mpi_op_t *op, zs_status_t st);
+/* Frees the spare events and stagings (destroy). */
+void zs__mpi_queue_free(mpi_ctx_t *ctx);
 /* Frees the staging of calls whose last copy has completed (all of them, after
  * waiting, when `wait`). */
 void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait);

@@ -7,25 +7,49 @@
 
 #include "comm/mpi_impl.h"
 
-/* ---- queuing (caller threads) ----------------------------------------------------- */
+/* ---- queuing (caller threads) -----------------------------------------------------
+ * Every call takes the next place (seq) in the comm's FIFO, in call order. On a
+ * stream, the call records an event `ready` there (its inputs are written once
+ * the stream's earlier work has run) and makes the stream wait on the device
+ * for the comm's flag to reach seq: the progress thread waits for `ready`, runs
+ * the op and raises the flag. No host function blocks (CUDA runs them all on one
+ * thread), no host thread but the progress thread waits. On the NULL stream the
+ * caller is the stream: it waits for the op itself. */
 
-/* The stream task (or, on the NULL stream, the caller itself): start, wait, let go. */
-static zs_status_t op_task(void *arg) {
-  mpi_op_t *op = arg;
-  mpi_ctx_t *ctx = op->ctx;
+static zs_event_t *ready_get(mpi_ctx_t *ctx) {
+  zs_event_t *ev = NULL;
   pthread_mutex_lock(&ctx->mu);
-  op->started = 1;
-  pthread_cond_broadcast(&ctx->cv_work);
-  while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
-  zs_status_t st = op->st;
-  char msg[ZS_ERRBUF];
-  if (st != ZS_OK)
-    snprintf(msg, sizeof msg, "%s", ctx->broken_msg[0] ? ctx->broken_msg : "mpi comm op failed");
-  free(op);
-  if (--ctx->pending == 0) pthread_cond_broadcast(&ctx->cv_done);
+  if (ctx->nspare) ev = ctx->spare_events[--ctx->nspare];
   pthread_mutex_unlock(&ctx->mu);
-  if (st != ZS_OK) zs__fail_quiet(NULL, st, "%s", msg); /* this thread's message for the stream */
-  return st;
+  if (!ev && zs_event_create(ctx->dev, &ev) != ZS_OK) ev = NULL;
+  return ev;
+}
+
+/* Caller holds ctx->mu. */
+static void ready_put_locked(mpi_ctx_t *ctx, zs_event_t *ev) {
+  if (!ev) return;
+  if (ctx->nspare == ctx->spare_cap) {
+    int cap = ctx->spare_cap ? 2 * ctx->spare_cap : 16;
+    zs_event_t **n = realloc(ctx->spare_events, (size_t)cap * sizeof *n);
+    if (!n) {
+      zs_event_destroy(ctx->dev, ev);
+      return;
+    }
+    ctx->spare_events = n;
+    ctx->spare_cap = cap;
+  }
+  ctx->spare_events[ctx->nspare++] = ev;
+}
+
+void zs__mpi_op_finish(mpi_ctx_t *ctx, mpi_op_t *op, zs_status_t st) {
+  /* caller holds ctx->mu */
+  op->st = st;
+  op->done = 1;
+  zs__flag_set(ctx->dev, ctx->flag, op->seq, st, st != ZS_OK ? ctx->broken_msg : NULL);
+  ready_put_locked(ctx, op->ready);
+  op->ready = NULL;
+  if (op->waiter) pthread_cond_broadcast(&ctx->cv_done);
+  else free(op);
 }
 
 zs_status_t zs__mpi_broken_status(mpi_ctx_t *ctx, const char *what) {
@@ -38,50 +62,73 @@ zs_status_t zs__mpi_broken_status(mpi_ctx_t *ctx, const char *what) {
                  "%s: the comm is broken by an earlier failure (%s); destroy it", what, msg);
 }
 
-/* Appends op to the FIFO and queues its task on s. */
+/* Appends op to the FIFO; on a stream, orders it after the stream's work and
+ * the stream's later work after it; on the NULL stream, waits for it. */
 static zs_status_t submit(mpi_ctx_t *ctx, mpi_op_t *op, zs_stream_t *s, const char *what) {
   op->ctx = ctx;
   if (atomic_load(&ctx->broken)) {
     free(op);
     return zs__mpi_broken_status(ctx, what);
   }
+  zs_status_t st = ZS_OK;
+  if (s) {
+    if (!(op->ready = ready_get(ctx))) st = ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of events", what);
+    else st = zs_event_record(ctx->dev, op->ready, s);
+    if (st != ZS_OK) {
+      /* nothing queued yet: this call simply did not happen */
+      pthread_mutex_lock(&ctx->mu);
+      ready_put_locked(ctx, op->ready);
+      pthread_mutex_unlock(&ctx->mu);
+      free(op);
+      return ZS_FAIL(ctx->comm->err, st, "%s: ordering the call on its stream failed: %s", what, zs_last_error());
+    }
+  }
+  op->waiter = !s;
   pthread_mutex_lock(&ctx->mu);
+  op->seq = ++ctx->seq;
   if (ctx->tail) ctx->tail->next = op;
   else ctx->head = op;
   ctx->tail = op;
-  ctx->pending++;
+  if (op->waiter) ctx->waiters++;
   pthread_cond_broadcast(&ctx->cv_work);
-  pthread_mutex_unlock(&ctx->mu);
-  if (!s) return op_task(op);
-  zs_status_t st = zs__device_enqueue(ctx->dev, s, op_task, op);
-  if (st != ZS_OK) {
-    /* This rank now skips an op the others run: the order is lost, so the comm
-     * breaks rather than pairing later calls with the wrong partners. */
-    pthread_mutex_lock(&ctx->mu);
-    zs__mpi_set_broken(ctx, st, "a comm op could not be queued on its stream");
-    op->cancelled = 1;
-    op->st = st;
-    op->started = 1;
-    pthread_cond_broadcast(&ctx->cv_work);
+  uint32_t seq = op->seq;
+  if (op->waiter) {
+    while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
+    st = op->st;
+    char msg[ZS_ERRBUF];
+    if (st != ZS_OK) snprintf(msg, sizeof msg, "%s", ctx->broken_msg[0] ? ctx->broken_msg : "mpi comm op failed");
+    free(op);
+    if (--ctx->waiters == 0) pthread_cond_broadcast(&ctx->cv_done);
     pthread_mutex_unlock(&ctx->mu);
-    op_task(op);
-    return st;
+    if (st != ZS_OK) return ZS_FAIL(ctx->comm->err, st, "%s failed: %s", what, msg);
+    return ZS_OK;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  /* from here the progress thread owns op */
+  st = zs__stream_wait_flag(ctx->dev, s, ctx->flag, seq);
+  if (st != ZS_OK) {
+    /* the stream would run on before the op is done: the comm's order is
+     * kept (the op runs), but its results cannot be trusted: break the comm */
+    pthread_mutex_lock(&ctx->mu);
+    zs__mpi_set_broken(ctx, st, "a stream could not be made to wait for a comm op");
+    pthread_mutex_unlock(&ctx->mu);
+    return ZS_FAIL(ctx->comm->err, st, "%s: making the stream wait for the op failed: %s", what, zs_last_error());
   }
   return ZS_OK;
 }
 
-/* ---- host staging ------------------------------------------------------------------ */
+/* ---- host staging ------------------------------------------------------------------
+ * Pinned buffers and their `done` event are kept for reuse by later calls of
+ * the same sizes once the copy back has completed: a step's calls repeat the
+ * same sizes, so after the first step none allocates. */
 
 static void staging_free(mpi_ctx_t *ctx, staging_t *g) {
   for (int k = 0; k < 2; k++)
     if (g->buf[k]) zs_device_host_free(ctx->dev, g->buf[k], g->bytes[k], ZS_MEM_COMM);
-  if (g->ready) zs_event_destroy(ctx->dev, g->ready);
   if (g->done) zs_event_destroy(ctx->dev, g->done);
   free(g);
 }
 
-/* Frees the staging of calls whose last copy has completed (all of them, after
- * waiting, when `wait`). */
 void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait) {
   pthread_mutex_lock(&ctx->stage_mu);
   for (staging_t **pp = &ctx->stagings; *pp;) {
@@ -93,7 +140,8 @@ void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait) {
     } else if (zs_event_query(ctx->dev, g->done, &done) != ZS_OK) done = 0;
     if (done) {
       *pp = g->next;
-      staging_free(ctx, g);
+      g->next = ctx->spare_stagings;
+      ctx->spare_stagings = g;
     } else {
       pp = &g->next;
     }
@@ -101,60 +149,82 @@ void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait) {
   pthread_mutex_unlock(&ctx->stage_mu);
 }
 
-static zs_status_t stage_alloc(mpi_ctx_t *ctx, staging_t *g, int k, size_t bytes, const char *what) {
-  zs_status_t st = zs_device_host_alloc(ctx->dev, bytes, ZS_MEM_COMM, ZS_HOST_PINNED, &g->buf[k]);
-  if (st != ZS_OK)
-    return ZS_FAIL(ctx->comm->err, st, "%s: allocating %zu bytes of pinned host staging failed: %s", what, bytes,
-                   zs_last_error());
-  g->bytes[k] = bytes;
+/* A staging of exactly these sizes: a spare one, or a new one. */
+static zs_status_t staging_get(mpi_ctx_t *ctx, size_t b0, size_t b1, staging_t **out, const char *what) {
+  zs__mpi_staging_reclaim(ctx, 0);
+  pthread_mutex_lock(&ctx->stage_mu);
+  for (staging_t **pp = &ctx->spare_stagings; *pp; pp = &(*pp)->next)
+    if ((*pp)->bytes[0] == b0 && (*pp)->bytes[1] == b1) {
+      *out = *pp;
+      *pp = (*pp)->next;
+      (*out)->next = NULL;
+      pthread_mutex_unlock(&ctx->stage_mu);
+      return ZS_OK;
+    }
+  pthread_mutex_unlock(&ctx->stage_mu);
+  staging_t *g = calloc(1, sizeof *g);
+  if (!g) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of host memory", what);
+  zs_status_t st = zs_event_create(ctx->dev, &g->done);
+  size_t b[2] = {b0, b1};
+  for (int k = 0; k < 2 && st == ZS_OK; k++) {
+    if (!b[k]) continue;
+    st = zs_device_host_alloc(ctx->dev, b[k], ZS_MEM_COMM, ZS_HOST_PINNED, &g->buf[k]);
+    if (st == ZS_OK) g->bytes[k] = b[k];
+  }
+  if (st != ZS_OK) {
+    staging_free(ctx, g);
+    return ZS_FAIL(ctx->comm->err, st, "%s: allocating pinned host staging failed: %s", what, zs_last_error());
+  }
+  *out = g;
   return ZS_OK;
 }
 
-/* A call on device buffers: copy in, run on host buffers, copy out (see the top). */
+static void staging_in_flight(mpi_ctx_t *ctx, staging_t *g) {
+  pthread_mutex_lock(&ctx->stage_mu);
+  g->next = ctx->stagings;
+  ctx->stagings = g;
+  pthread_mutex_unlock(&ctx->stage_mu);
+}
+
+/* A call on device buffers: copy in, run on host buffers, copy out (see mpi.c). */
 static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stream_t *s, const char *what) {
-  zs__mpi_staging_reclaim(ctx, 0);
   size_t sb, rb;
   zs__coll_bytes(a, ctx->rank, ctx->size, &sb, &rb);
-  staging_t *g = calloc(1, sizeof *g);
+  /* in place: one buffer laid out like the device's (the larger side, the
+   * other inside it); else one for each side */
+  int one = a->in_place && sb && rb;
+  staging_t *g = NULL;
+  ZS_CHECK(staging_get(ctx, one ? (rb >= sb ? rb : sb) : sb, one ? 0 : rb, &g, what));
   mpi_op_t *op = calloc(1, sizeof *op);
-  zs_status_t st = ZS_OK;
-  if (!g || !op) {
-    free(g);
-    free(op);
+  if (!op) {
+    staging_free(ctx, g);
     return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of host memory", what);
   }
   zs__coll_args_t h = *a;
-  char *hs = NULL, *hr = NULL;
-  if (a->in_place && sb && rb) {
-    /* one buffer laid out like the device's: the larger side, the other inside it */
-    if (rb >= sb) {
-      ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, rb, what), st, fail);
-      hr = g->buf[0];
-      hs = hr + ((const char *)a->send - (const char *)a->recv);
-    } else {
-      ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, sb, what), st, fail);
-      hs = g->buf[0];
-      hr = hs + ((const char *)a->recv - (const char *)a->send);
-    }
+  char *hs, *hr;
+  if (one && rb >= sb) {
+    hr = g->buf[0];
+    hs = hr + ((const char *)a->send - (const char *)a->recv);
+  } else if (one) {
+    hs = g->buf[0];
+    hr = hs + ((const char *)a->recv - (const char *)a->send);
   } else {
-    if (sb) ZS_CHECK_GOTO(stage_alloc(ctx, g, 0, sb, what), st, fail);
-    if (rb) ZS_CHECK_GOTO(stage_alloc(ctx, g, 1, rb, what), st, fail);
     hs = g->buf[0];
     hr = g->buf[1];
   }
   h.send = sb ? hs : NULL;
   h.recv = rb ? hr : NULL;
-  if ((st = zs_event_create(ctx->dev, &g->ready)) != ZS_OK || (st = zs_event_create(ctx->dev, &g->done)) != ZS_OK ||
-      (sb && (st = zs_memcpy_async(ctx->dev, hs, a->send, sb, ZS_COPY_D2H, s)) != ZS_OK) ||
-      (st = zs_event_record(ctx->dev, g->ready, s)) != ZS_OK) {
-    st = ZS_FAIL(ctx->comm->err, st, "%s: staging the send buffer failed: %s", what, zs_last_error());
-    goto fail;
+  zs_status_t st = ZS_OK;
+  if (sb && (st = zs_memcpy_async(ctx->dev, hs, a->send, sb, ZS_COPY_D2H, s)) != ZS_OK) {
+    free(op);
+    zs_stream_synchronize(ctx->dev, s); /* nothing else holds the buffers */
+    staging_in_flight(ctx, g);
+    zs_event_record(ctx->dev, g->done, NULL);
+    return ZS_FAIL(ctx->comm->err, st, "%s: staging the send buffer failed: %s", what, zs_last_error());
   }
-  /* from here the op is in the FIFO (or failed there): the buffers wait for `done` */
   op->type = OP_COLL;
   op->a = h;
-  op->ready = g->ready;
-  st = submit(ctx, op, s, what);
+  st = submit(ctx, op, s, what); /* records `ready` after the copy in */
   zs_status_t st2 = ZS_OK;
   if (st == ZS_OK && rb) st2 = zs_memcpy_async(ctx->dev, a->recv, hr, rb, ZS_COPY_H2D, s);
   if (st2 == ZS_OK) st2 = zs_event_record(ctx->dev, g->done, s);
@@ -164,16 +234,21 @@ static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stre
     if (st == ZS_OK)
       st = ZS_FAIL(ctx->comm->err, st2, "%s: copying the result to the device failed: %s", what, zs_last_error());
   }
-  pthread_mutex_lock(&ctx->stage_mu);
-  g->next = ctx->stagings;
-  ctx->stagings = g;
-  pthread_mutex_unlock(&ctx->stage_mu);
+  staging_in_flight(ctx, g);
   return st;
-fail:
-  if (g->ready) zs_stream_synchronize(ctx->dev, s); /* a queued copy may still use the buffer */
-  staging_free(ctx, g);
-  free(op);
-  return st;
+}
+
+void zs__mpi_queue_free(mpi_ctx_t *ctx) {
+  zs__mpi_staging_reclaim(ctx, 1);
+  for (staging_t *g = ctx->spare_stagings, *n; g; g = n) {
+    n = g->next;
+    staging_free(ctx, g);
+  }
+  ctx->spare_stagings = NULL;
+  for (int i = 0; i < ctx->nspare; i++) zs_event_destroy(ctx->dev, ctx->spare_events[i]);
+  free(ctx->spare_events);
+  ctx->spare_events = NULL;
+  ctx->nspare = ctx->spare_cap = 0;
 }
 
 zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {

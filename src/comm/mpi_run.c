@@ -287,20 +287,17 @@ void *zs__mpi_progress_main(void *arg) {
     mpi_op_t *op = ctx->head;
     if (!op) break; /* stop, and nothing left */
     zs_status_t st, ready_st = ZS_OK;
-    if (op->ready && !op->cancelled) { /* staged: inputs are on the host once `ready` completes */
+    /* the op's inputs are written once `ready` (on its stream) has completed;
+     * a broken comm fails the op without waiting for them */
+    if (op->ready && !atomic_load(&ctx->broken)) {
       zs_event_t *ev = op->ready;
       pthread_mutex_unlock(&ctx->mu);
       ready_st = zs_event_synchronize(ctx->dev, ev);
       pthread_mutex_lock(&ctx->mu);
-    } else {
-      while (!op->started && !atomic_load(&ctx->broken)) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
     }
     if (ready_st != ZS_OK) {
-      st = zs__fail_quiet(NULL, ready_st, "mpi comm: waiting for the staged copy to the host failed: %s",
-                          zs_last_error());
+      st = zs__fail_quiet(NULL, ready_st, "mpi comm: waiting for the op's stream failed: %s", zs_last_error());
       zs__mpi_set_broken(ctx, st, zs_last_error());
-    } else if (op->cancelled) {
-      st = op->st;
     } else if (atomic_load(&ctx->broken)) {
       st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
                           "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
@@ -312,9 +309,7 @@ void *zs__mpi_progress_main(void *arg) {
     }
     ctx->head = op->next;
     if (!ctx->head) ctx->tail = NULL;
-    op->st = st;
-    op->done = 1;
-    pthread_cond_broadcast(&ctx->cv_done);
+    zs__mpi_op_finish(ctx, op, st);
   }
   pthread_mutex_unlock(&ctx->mu);
   return NULL;

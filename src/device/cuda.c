@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>              /* defines: cuStreamWaitValue32's signature and flags (no libcuda link) */
 #include <cuda_runtime_api.h> /* defines: cudaMalloc, streams, events, cudaLaunchHostFunc */
 
 #include "device/device_impl.h"
+#include "kernels/kernels.h"
 
 typedef struct cuda_ctx cuda_ctx_t;
 
@@ -217,7 +219,8 @@ static void CUDART_CB host_task_run(void *p) {
   pthread_mutex_unlock(&t.sticky->mu);
 }
 
-static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
+static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label) {
+  (void)label;
   cuda_ctx_t *ctx = vctx;
   CU_CURRENT(ctx);
   host_task_t *t = malloc(sizeof *t);
@@ -291,6 +294,89 @@ static zs_status_t cuda_event_synchronize(void *vctx, zs_event_t *ev) {
   return ZS_OK;
 }
 
+/* ---- flags -------------------------------------------------------------------- *
+ * A 32-bit value in mapped pinned memory that a host thread raises; a stream
+ * waits on the device with cuStreamWaitValue32 (reached through the runtime's
+ * cudaGetDriverEntryPointByVersion, so the library does not link libcuda), or,
+ * where the driver lacks it, with a one-thread polling kernel (kernels/sync.cu).
+ * No host function blocks and no host thread waits. The cuda device cannot carry
+ * a failure into the stream: the flag's owner reports it (comm async error). */
+
+struct zs__flag {
+  volatile uint32_t *host; /* cudaHostAlloc(mapped, portable) */
+  void *dptr;              /* its device address */
+};
+
+typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+static wait_value_fn g_wait_value;
+static pthread_once_t g_wait_once = PTHREAD_ONCE_INIT;
+
+static void wait_value_resolve(void) {
+  void *p = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess && p)
+    memcpy(&g_wait_value, &p, sizeof p);
+  else
+    cudaGetLastError();
+  ZS_LOG_D("cuda device: stream flags wait with %s", g_wait_value ? "cuStreamWaitValue32" : "a polling kernel");
+}
+
+static zs_status_t cuda_flag_create(void *vctx, zs__flag_t **out) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  zs__flag_t *f = calloc(1, sizeof *f);
+  if (!f) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a flag");
+  void *h = NULL;
+  cudaError_t e = cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) e = cudaHostGetDevicePointer(&f->dptr, h, 0);
+  if (e != cudaSuccess) {
+    if (h) cudaFreeHost(h);
+    free(f);
+    return cu_fail(ctx, e, "cudaHostAlloc(mapped) for a stream flag", __FILE__, __LINE__);
+  }
+  f->host = h;
+  *f->host = 0;
+  pthread_once(&g_wait_once, wait_value_resolve);
+  *out = f;
+  return ZS_OK;
+}
+
+static void cuda_flag_destroy(void *vctx, zs__flag_t *f) {
+  cuda_ctx_t *ctx = vctx;
+  cudaSetDevice(ctx->ordinal);
+  if (cudaFreeHost((void *)f->host) != cudaSuccess) cudaGetLastError();
+  free(f);
+}
+
+static void cuda_flag_set(void *vctx, zs__flag_t *f, uint32_t v, zs_status_t st, const char *msg) {
+  (void)vctx, (void)st, (void)msg;
+  uint32_t cur = __atomic_load_n(f->host, __ATOMIC_ACQUIRE);
+  if ((int32_t)(v - cur) > 0) __atomic_store_n(f->host, v, __ATOMIC_RELEASE);
+}
+
+static zs_status_t cuda_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  if (g_wait_value) {
+    CUresult r = g_wait_value((CUstream)native(s), (CUdeviceptr)(uintptr_t)f->dptr, v, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) return ZS_OK;
+    ZS_LOG_D("cuda device %d: cuStreamWaitValue32 failed (%d): the polling kernel instead", ctx->ordinal, (int)r);
+  }
+  int e = zs_k_wait_value(f->dptr, v, (void *)native(s));
+  if (e != 0) return cu_fail(ctx, (cudaError_t)e, "zs_k_wait_value (a stream flag)", __FILE__, __LINE__);
+  return ZS_OK;
+}
+
+static zs_status_t cuda_stream_error(void *vctx, zs_stream_t *s) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  cudaError_t e = cudaStreamQuery(native(s));
+  if (e != cudaSuccess && e != cudaErrorNotReady) return cu_fail(ctx, e, "cudaStreamQuery", __FILE__, __LINE__);
+  cudaGetLastError();
+  return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
+}
+
 /* ---- device ------------------------------------------------------------------- */
 
 static void cuda_destroy(void *vctx) {
@@ -313,6 +399,12 @@ static const zs_device_i cuda_iface = {
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .enqueue = cuda_enqueue,
+    .enqueue_work = NULL, /* kernels are launched (src/device/dispatch.c) */
+    .flag_create = cuda_flag_create,
+    .flag_destroy = cuda_flag_destroy,
+    .flag_set = cuda_flag_set,
+    .stream_wait_flag = cuda_stream_wait_flag,
+    .stream_error = cuda_stream_error,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

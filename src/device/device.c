@@ -338,7 +338,43 @@ zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes
 zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
   CHECK_DEV(dev, "zs__device_enqueue");
   if (!fn) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__device_enqueue: fn is NULL");
-  return dev->iface.enqueue(dev->ctx, s, fn, arg);
+  const void *label;
+  memcpy(&label, &fn, sizeof label);
+  if (s) zs__acct_count(&dev->acct, ZS_ACCT_HOST_FUNC);
+  return dev->iface.enqueue(dev->ctx, s, fn, arg, label);
+}
+
+zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
+  CHECK_DEV(dev, "zs__device_enqueue_work");
+  if (!dev->iface.enqueue_work)
+    return ZS_FAIL(dev->err, ZS_ERR_UNSUPPORTED, "zs__device_enqueue_work: the %s device launches its own kernels",
+                   dev->iface.name);
+  return dev->iface.enqueue_work(dev->ctx, s, fn, arg);
+}
+
+zs_status_t zs__flag_create(zs_device_t *dev, zs__flag_t **out) {
+  CHECK_DEV(dev, "zs__flag_create");
+  *out = NULL;
+  return dev->iface.flag_create(dev->ctx, out);
+}
+
+void zs__flag_destroy(zs_device_t *dev, zs__flag_t *f) {
+  if (dev && f) dev->iface.flag_destroy(dev->ctx, f);
+}
+
+void zs__flag_set(zs_device_t *dev, zs__flag_t *f, uint32_t v, zs_status_t st, const char *msg) {
+  dev->iface.flag_set(dev->ctx, f, v, st, msg);
+}
+
+zs_status_t zs__stream_wait_flag(zs_device_t *dev, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
+  CHECK_DEV(dev, "zs__stream_wait_flag");
+  if (!s && dev->iface.null_stream_is_host) zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
+  return dev->iface.stream_wait_flag(dev->ctx, s, f, v);
+}
+
+zs_status_t zs__stream_error(zs_device_t *dev, zs_stream_t *s) {
+  CHECK_DEV(dev, "zs__stream_error");
+  return dev->iface.stream_error(dev->ctx, s);
 }
 
 typedef struct {
@@ -362,7 +398,10 @@ zs_status_t zs_launch_host_func(zs_device_t *dev, zs_stream_t *s, void (*fn)(voi
   c->arg = arg;
   /* A task that was not queued will not run: the closure is still ours. (On the
    * cpu NULL stream it ran at once, freed it and returned ZS_OK.) */
-  zs_status_t st = dev->iface.enqueue(dev->ctx, s, host_call_run, c);
+  const void *label;
+  memcpy(&label, &fn, sizeof label); /* the user's function, not the wrapper */
+  if (s) zs__acct_count(&dev->acct, ZS_ACCT_HOST_FUNC);
+  zs_status_t st = dev->iface.enqueue(dev->ctx, s, host_call_run, c, label);
   if (st != ZS_OK) free(c);
   return st;
 }

@@ -14,6 +14,7 @@
 /* A task run in stream order; a non-OK return becomes the stream's sticky error
  * (the message should already be set through zs__fail). */
 typedef zs_status_t (*zs_task_fn)(void *arg);
+typedef struct zs__flag zs__flag_t; /* backend-defined */
 
 /* The first member of every backend's struct zs_stream and struct zs_event:
  * device.c keeps the live handles on lists through it (to free what a caller
@@ -37,7 +38,23 @@ typedef struct {
   zs_status_t (*memcpy_async)(void *ctx, void *dst, const void *src, size_t bytes,
                               zs_copy_kind_t kind, zs_stream_t *s);
   zs_status_t (*memset_async)(void *ctx, void *dst, int value, size_t bytes, zs_stream_t *s);
-  zs_status_t (*enqueue)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg);
+  /* A host function in stream order (CUDA: cudaLaunchHostFunc, run on a thread
+   * every stream shares: it must not wait for other work). */
+  zs_status_t (*enqueue)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label);
+  /* (label: the function to name in diagnostics, fn itself or the user's function fn wraps) */
+  /* The backend's own device work as a host task (cpu: its kernels, on the
+   * stream's worker); NULL where device work is launched otherwise (cuda). */
+  zs_status_t (*enqueue_work)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg);
+  /* Flags: a value the host raises and streams wait for on the device side
+   * (cuda: cuStreamWaitValue32 on mapped pinned memory). flag_set raises the
+   * value to v; with st != ZS_OK it also marks the flag failed, which the cpu
+   * device carries into the streams that wait for it. */
+  zs_status_t (*flag_create)(void *ctx, zs__flag_t **out);
+  void (*flag_destroy)(void *ctx, zs__flag_t *f);
+  void (*flag_set)(void *ctx, zs__flag_t *f, uint32_t v, zs_status_t st, const char *msg);
+  zs_status_t (*stream_wait_flag)(void *ctx, zs_stream_t *s, zs__flag_t *f, uint32_t v);
+  /* The stream's sticky error without waiting (ZS_OK if none). */
+  zs_status_t (*stream_error)(void *ctx, zs_stream_t *s);
 
   zs_status_t (*event_create)(void *ctx, zs_event_t **out);
   void (*event_destroy)(void *ctx, zs_event_t *ev);
@@ -75,8 +92,24 @@ struct zs_device {
   char err[ZS_ERRBUF];
 };
 
-/* Runs fn(arg) in order on stream s (NULL: at once on the calling thread). */
+/* Runs the host function fn(arg) in order on stream s (NULL: at once on the
+ * calling thread). It must not wait for other streams' work (CUDA runs all host
+ * functions on one thread; see ZS_CPU_SHARED_HOST_THREAD in cpu.c). */
 zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg);
+/* The backend's own device work as a task in stream order: the cpu device's
+ * kernels. ZS_ERR_UNSUPPORTED on a backend that launches kernels instead. */
+zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg);
+/* Flags (see zs_device_i): made, raised and destroyed by host threads. */
+zs_status_t zs__flag_create(zs_device_t *dev, zs__flag_t **out);
+void zs__flag_destroy(zs_device_t *dev, zs__flag_t *f);
+/* Raises the value to v (values grow, compared modulo 2^32). With st != ZS_OK
+ * the flag also fails: the cpu device gives msg to the streams that wait on it. */
+void zs__flag_set(zs_device_t *dev, zs__flag_t *f, uint32_t v, zs_status_t st, const char *msg);
+/* Work queued on s after this waits until the flag's value reaches v; the host
+ * does not wait (the NULL stream on the cpu device: the caller does). */
+zs_status_t zs__stream_wait_flag(zs_device_t *dev, zs_stream_t *s, zs__flag_t *f, uint32_t v);
+/* The stream's sticky error (a host task that failed), without waiting. */
+zs_status_t zs__stream_error(zs_device_t *dev, zs_stream_t *s);
 /* The backend's native stream handle (cudaStream_t) or NULL on cpu. */
 void *zs__stream_native(zs_device_t *dev, zs_stream_t *s);
 /* The accountant of the device (for layers that allocate through other means). */

@@ -47,6 +47,7 @@ void zs__acct_count(zs_mem_acct_t *a, zs_acct_counter_t c) {
     case ZS_ACCT_BACKEND_FREE: a->s.backend_frees++; break;
     case ZS_ACCT_DEVICE_SYNC: a->s.device_syncs++; break;
     case ZS_ACCT_HOST_WAIT: a->s.host_waits++; break;
+    case ZS_ACCT_HOST_FUNC: a->s.host_funcs++; break;
   }
   pthread_mutex_unlock(&a->mu);
 }

@@ -21,7 +21,13 @@ void zs__acct_destroy(zs_mem_acct_t *a);
 void zs__acct_add(zs_mem_acct_t *a, zs_mem_domain_t dom, zs_mem_category_t cat, uint64_t bytes);
 void zs__acct_sub(zs_mem_acct_t *a, zs_mem_domain_t dom, zs_mem_category_t cat, uint64_t bytes);
 void zs__acct_pageable_copy(zs_mem_acct_t *a);
-typedef enum { ZS_ACCT_BACKEND_ALLOC, ZS_ACCT_BACKEND_FREE, ZS_ACCT_DEVICE_SYNC, ZS_ACCT_HOST_WAIT } zs_acct_counter_t;
+typedef enum {
+  ZS_ACCT_BACKEND_ALLOC,
+  ZS_ACCT_BACKEND_FREE,
+  ZS_ACCT_DEVICE_SYNC,
+  ZS_ACCT_HOST_WAIT,
+  ZS_ACCT_HOST_FUNC
+} zs_acct_counter_t;
 void zs__acct_count(zs_mem_acct_t *a, zs_acct_counter_t c);
 /* The cache's bytes held for reuse go up or down by delta. */
 void zs__acct_cache(zs_mem_acct_t *a, int64_t delta);

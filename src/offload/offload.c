@@ -1,28 +1,11 @@
-/* ZeRO-Offload's host pipeline: gradient shards device-to-host as reductions
- * finish, and the unit-by-unit CPU step overlapped with host-to-device copies of
- * the updated parameters. Every copy goes through pinned memory on the copy
+/* ZeRO-Offload's host pipeline: the unit-by-unit CPU step overlapped with
+ * host-to-device copies of the updated parameters (gradient shards come to the
+ * host through convert.c). Every copy goes through pinned memory on the copy
  * stream; no device synchronisation. */
 #include <string.h>
 
 #include "device/device_impl.h"
 #include "offload/offload.h"
-
-static zs_status_t grad_to_fp32(void *arg) {
-  zs_offload_grad_task_t *t = arg;
-  if (t->first) zs__cast_cpu(t->dst, ZS_FP32, t->staging, t->dtype, t->n);
-  else zs__accumulate_cpu(t->dst, t->staging, t->dtype, t->n);
-  return ZS_OK;
-}
-
-zs_status_t zs__offload_grad_d2h(zs_device_t *dev, zs_stream_t *copy, zs_event_t *reduced,
-                                 const void *src, zs_offload_grad_task_t *task) {
-  ZS_CHECK(zs_stream_wait_event(dev, copy, reduced));
-  ZS_CHECK(zs_memcpy_async(dev, (void *)task->staging, src, task->n * zs_dtype_size(task->dtype), ZS_COPY_D2H,
-                           copy));
-  /* the staging buffer is reused by the next unit's copy, which is queued after
-   * this host task on the same stream: no extra event needed */
-  return zs__device_enqueue(dev, copy, grad_to_fp32, task);
-}
 
 zs_status_t zs__offload_step(zs_device_t *dev, zs_stream_t *copy, const zs_optim_hyper_t *h,
                              const zs_offload_unit_t *units, int nunits, zs_event_t *slot_done[2],

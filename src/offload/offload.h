@@ -12,11 +12,13 @@
 #include "optim/optim.h"
 #include "zeroshard/device.h"
 
-/* Moves one reduced gradient shard to the host, in order on `copy`: waits for
- * `reduced`, copies `n` elements of `dtype` from device `src` into the pinned
- * `staging`, then (a host task on the same stream) writes them into the fp32
- * host shard `dst`: overwrite when `first`, add otherwise. `task` is caller-owned
- * storage that must live until the copy stream passes this point. */
+/* Reduced gradient shards to the host (convert.c): in order on the copy stream,
+ * each waits for `reduced`, is copied into the pinned `staging` buffer, and is
+ * then written into the fp32 host shard `dst` (overwrite when `first`, add
+ * otherwise) by the conversion thread, not by a host function on the stream.
+ * The next copy into the staging buffer waits (on the device) for that
+ * conversion. zs__offload_conv_wait returns once every conversion queued so far
+ * is done (the step's host wait), with the first failure if any. */
 typedef struct {
   float *dst;
   const void *staging;
@@ -25,8 +27,14 @@ typedef struct {
   int first;
 } zs_offload_grad_task_t;
 
-zs_status_t zs__offload_grad_d2h(zs_device_t *dev, zs_stream_t *copy, zs_event_t *reduced,
-                                 const void *src, zs_offload_grad_task_t *task);
+typedef struct zs_offload_conv zs_offload_conv_t;
+zs_status_t zs__offload_conv_create(zs_offload_conv_t **out, zs_device_t *dev);
+/* Converts what is queued, then ends the thread. NULL is a no-op. */
+void zs__offload_conv_destroy(zs_offload_conv_t *c);
+/* task is copied. */
+zs_status_t zs__offload_grad_d2h(zs_offload_conv_t *c, zs_stream_t *copy, zs_event_t *reduced, const void *src,
+                                 const zs_offload_grad_task_t *task);
+zs_status_t zs__offload_conv_wait(zs_offload_conv_t *c);
 
 /* One unit of the pipelined CPU step. */
 typedef struct {

@@ -30,7 +30,7 @@
 /* Queues fn(task) on s; a task that could not be queued is freed here. The NULL
  * stream never comes here: its work runs directly (see each function). */
 static zs_status_t enqueue_or_free(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *task) {
-  zs_status_t st = zs__device_enqueue(dev, s, fn, task);
+  zs_status_t st = zs__device_enqueue_work(dev, s, fn, task); /* the cpu device's kernels */
   if (st != ZS_OK) free(task);
   return st;
 }

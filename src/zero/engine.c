@@ -100,6 +100,7 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_copy_done), st, fail);
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[0]), st, fail);
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[1]), st, fail);
+    ZS_CHECK_GOTO(zs__offload_conv_create(&zs->conv, dev), st, fail);
   }
   /* scratch for the small collectives of setup and checkpoints, made here
    * (local) so that no collective path allocates */
@@ -213,6 +214,7 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   if (zs->ag_stream) zs_stream_synchronize(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_synchronize(zs->dev, zs->rs_stream);
   if (zs->copy_stream) zs_stream_synchronize(zs->dev, zs->copy_stream);
+  if (zs->conv) zs__offload_conv_wait(zs->conv); /* it writes the host grad shards */
   zs_stream_synchronize(zs->dev, zs->compute);
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(float), ZS_MEM_COMM);
@@ -257,6 +259,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
   zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);
   for (int k = 0; k < 2; k++)
     if (zs->ev_slot[k]) zs_event_destroy(zs->dev, zs->ev_slot[k]);
+  zs__offload_conv_destroy(zs->conv);
   if (zs->ev_copy_done) zs_event_destroy(zs->dev, zs->ev_copy_done);
   if (zs->copy_stream) zs_stream_destroy(zs->dev, zs->copy_stream);
   if (zs->ev_step) zs_event_destroy(zs->dev, zs->ev_step);

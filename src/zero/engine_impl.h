@@ -84,7 +84,6 @@ typedef struct {
   float *hgrad;     /* offload: fp32 grad shard in pinned host memory (receiving this step's rounds) */
   float *hgrad2;    /* delayed update: the other grad shard, read by the running CPU step */
   void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
-  zs_offload_grad_task_t gtask; /* offload: the pending device-to-host copy */
   int seg_first, seg_count;     /* this unit's optimizer segments */
 
   zs_owned_t owned[8]; /* persistent allocations, freed at destroy */
@@ -131,6 +130,7 @@ struct zs_engine {
   int offload;
   zs_stream_t *copy_stream;
   zs_event_t *ev_copy_done, *ev_slot[2];
+  zs_offload_conv_t *conv; /* gradient shards to fp32 host shards, on its own thread */
   void *hstage_grad, *hstage_param[2];
   size_t hstage_grad_bytes, hstage_param_bytes;
   zs_offload_unit_t *ounits;

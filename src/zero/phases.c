@@ -323,9 +323,9 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
         red = u->gshard;
       }
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
-      u->gtask = (zs_offload_grad_task_t){.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
-                                          .first = c->stage == 1 || zs->round == 1};
-      ZS_ECHECK(zs, zs__offload_grad_d2h(zs->dev, zs->copy_stream, u->ev_reduced, red, &u->gtask),
+      zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
+                                     .first = c->stage == 1 || zs->round == 1};
+      ZS_ECHECK(zs, zs__offload_grad_d2h(zs->conv, zs->copy_stream, u->ev_reduced, red, &task),
                 "copying a gradient shard to the host");
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_offloaded, zs->copy_stream), "recording the copy event");
     } else if (c->stage == 1) {

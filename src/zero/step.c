@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "device/device_impl.h"
 #include "zero/engine_impl.h"
 
 zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
@@ -182,11 +183,18 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
       (st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_reduced_all)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "waiting for reductions failed: %s", zs_last_error());
   ZS_CHECK(zs__eng_free_released(zs));
-  if (zs->offload) { /* the host reads the gradient shards the copy stream delivered */
-    if ((st = zs_event_record(zs->dev, zs->ev_copy_done, zs->copy_stream)) != ZS_OK ||
-        (st = zs_event_synchronize(zs->dev, zs->ev_copy_done)) != ZS_OK)
-      return ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
-  }
+  if (zs->offload && (st = zs__offload_conv_wait(zs->conv)) != ZS_OK) /* the host reads the grad shards */
+    return ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
+  /* a collective or a stream task that failed after it was queued surfaces
+   * here, before the step uses what it produced (a CUDA stream carries no
+   * such error to its next synchronize) */
+  if ((st = zs_comm_async_error(zs->comm)) != ZS_OK)
+    return ZS_FAIL(zs->err, st, "zs_step on rank %d: a collective of this step failed: %s", zs->rank,
+                   zs_comm_last_error(zs->comm));
+  zs_stream_t *streams[] = {zs->ag_stream, zs->rs_stream, zs->copy_stream};
+  for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
+    if (streams[i] && (st = zs__stream_error(zs->dev, streams[i])) != ZS_OK)
+      return ZS_FAIL(zs->err, st, "zs_step on rank %d: work of this step failed: %s", zs->rank, zs_last_error());
   ZS_CHECK(zs__eng_free_grads(zs, 0));
 
   double sumsq;

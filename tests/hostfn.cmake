@@ -1,0 +1,18 @@
+# Host functions never wait (issue 10.2): the cpu device with one shared host
+# thread, as CUDA runs host functions (ZS_CPU_SHARED_HOST_THREAD=1), under the
+# mpi comm's streams (host buffers and pinned host staging).
+if(TARGET zs_comm AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_comm_hostfn SOURCES test_comm_hostfn.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm RANKS 1 2 TIMEOUT 60)
+  set_target_properties(test_comm_hostfn PROPERTIES ENABLE_EXPORTS ON) # dladdr names its host functions
+endif()
+# The engine (every stage, offload, the delayed update, through the staged comm)
+# with host functions on one shared thread, as on CUDA.
+if(TARGET zs_zero AND ZS_HAVE_MPI)
+  foreach(t test_engine test_engine_mem)
+    add_test(NAME ${t}_shared_host_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+             $<TARGET_FILE:${t}>)
+    set_tests_properties(${t}_shared_host_np2 PROPERTIES LABELS "mpi" TIMEOUT 300
+                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1;ZS_CPU_SHARED_HOST_THREAD=1")
+  endforeach()
+endif()
