@@ -28,106 +28,12 @@
  * pending markers. No thread holds two of them at once, so there is no lock
  * order to get wrong. (device.c keeps the lists of live handles.)
  */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "device/device_impl.h"
-
-typedef struct cpu_ctx cpu_ctx_t;
-
-typedef enum { TASK_COPY, TASK_SET, TASK_CALL, TASK_HOSTFN, TASK_RECORD, TASK_WAIT, TASK_FLAG } task_kind_t;
-
-typedef struct task {
-  struct task *next; /* stream FIFO */
-  task_kind_t kind;
-  union {
-    struct {
-      void *dst;
-      const void *src;
-      size_t bytes;
-    } copy;
-    struct {
-      void *dst;
-      int value;
-      size_t bytes;
-    } set;
-    struct {
-      zs_task_fn fn;
-      void *arg;
-      const void *label; /* HOSTFN: the function to name in diagnostics */
-    } call; /* CALL, HOSTFN */
-    struct {
-      zs__flag_t *f;
-      uint32_t value;
-    } flag;
-    struct {
-      zs_event_t *ev;
-      uint64_t gen;
-      struct task *ev_next;
-    } mark; /* RECORD, WAIT */
-  } u;
-} task_t;
-
-struct zs_event {
-  zs__handle_t h; /* first: device.c's list of live events */
-  cpu_ctx_t *ctx;
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* a marker completed */
-  uint64_t last_gen; /* generation of the last record; 0 = never recorded */
-  task_t *pending;   /* RECORD markers queued and not yet reached */
-  int refs;          /* the user's handle + queued RECORD/WAIT tasks */
-};
-
-struct zs_stream {
-  zs__handle_t h; /* first: device.c's list of live streams */
-  cpu_ctx_t *ctx;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* worker: a task arrived or stop was set */
-  pthread_cond_t cv_idle; /* synchronize: the queue drained */
-  task_t *head, *tail;
-  int busy, stop;
-  zs_status_t sticky; /* first failed task's status */
-  char errmsg[ZS_ERRBUF];
-};
-
-struct zs__flag {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int refs; /* the owner's + queued waits: a wait may outlive the owner's destroy */
-  uint32_t value;
-  zs_status_t err; /* carried into the streams that waited for it */
-  char msg[ZS_ERRBUF];
-};
-
-/* A host function handed to the shared host thread by a stream's worker. */
-typedef struct host_job {
-  struct host_job *next;
-  zs_task_fn fn;
-  void *arg;
-  const void *label;
-  zs_stream_t *s;
-  int state; /* 0 queued, 1 running, 2 done */
-  zs_status_t st;
-  char msg[ZS_ERRBUF];
-  double started;
-} host_job_t;
-
-struct cpu_ctx {
-  zs_device_t *dev;
-  /* ZS_CPU_SHARED_HOST_THREAD: one thread runs every stream's host functions */
-  int shared;
-  double limit_s; /* ZS_CPU_HOST_FN_LIMIT_S */
-  pthread_t host_thread;
-  pthread_mutex_t hmu;
-  pthread_cond_t hcv_work, hcv_done;
-  host_job_t *hhead, *htail, *running;
-  int hstop;
-};
+#include "device/cpu_impl.h"
 
 /* Device memory is host memory. The interface's free has no size but
  * zs__host_free needs it (jemalloc sized deallocation), so a 64-byte header in
@@ -223,142 +129,6 @@ static zs_status_t cpu_event_synchronize(void *vctx, zs_event_t *ev) {
   return ZS_OK;
 }
 
-/* ---- errors, flags ------------------------------------------------------------ */
-
-/* The stream's first failure wins. */
-static void set_sticky(zs_stream_t *s, zs_status_t st, const char *msg) {
-  pthread_mutex_lock(&s->mu);
-  if (s->sticky == ZS_OK) {
-    s->sticky = st;
-    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
-  }
-  pthread_mutex_unlock(&s->mu);
-}
-
-static zs_status_t cpu_flag_create(void *vctx, zs__flag_t **out) {
-  cpu_ctx_t *ctx = vctx;
-  zs__flag_t *f = calloc(1, sizeof *f);
-  if (!f) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a flag");
-  pthread_mutex_init(&f->mu, NULL);
-  pthread_cond_init(&f->cv, NULL);
-  f->refs = 1;
-  *out = f;
-  return ZS_OK;
-}
-
-static void flag_unref(zs__flag_t *f) {
-  pthread_mutex_lock(&f->mu);
-  int left = --f->refs;
-  pthread_mutex_unlock(&f->mu);
-  if (left) return;
-  pthread_cond_destroy(&f->cv);
-  pthread_mutex_destroy(&f->mu);
-  free(f);
-}
-
-static void cpu_flag_destroy(void *vctx, zs__flag_t *f) {
-  (void)vctx;
-  flag_unref(f);
-}
-
-static void cpu_flag_set(void *vctx, zs__flag_t *f, uint32_t v, zs_status_t st, const char *msg) {
-  (void)vctx;
-  pthread_mutex_lock(&f->mu);
-  if ((int32_t)(v - f->value) > 0) f->value = v;
-  if (st != ZS_OK && f->err == ZS_OK) {
-    f->err = st;
-    snprintf(f->msg, sizeof f->msg, "%s", msg ? msg : zs_status_string(st));
-  }
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
-}
-
-/* Blocks until the flag reaches v (cyclic >=); its error, if any. */
-static zs_status_t flag_wait(zs__flag_t *f, uint32_t v, char *msg) {
-  pthread_mutex_lock(&f->mu);
-  while ((int32_t)(f->value - v) < 0) pthread_cond_wait(&f->cv, &f->mu);
-  zs_status_t st = f->err;
-  if (st != ZS_OK) memcpy(msg, f->msg, ZS_ERRBUF);
-  pthread_mutex_unlock(&f->mu);
-  return st;
-}
-
-/* ---- the shared host thread (ZS_CPU_SHARED_HOST_THREAD) ------------------------ */
-
-static void fn_name(const void *p, char *out, size_t n) {
-  Dl_info di;
-  if (dladdr(p, &di) && di.dli_sname) snprintf(out, n, "%s", di.dli_sname);
-  else snprintf(out, n, "%p", p);
-}
-
-static void *host_main(void *arg) {
-  cpu_ctx_t *ctx = arg;
-  pthread_mutex_lock(&ctx->hmu);
-  for (;;) {
-    while (!ctx->hhead && !ctx->hstop) pthread_cond_wait(&ctx->hcv_work, &ctx->hmu);
-    host_job_t *j = ctx->hhead;
-    if (!j) break;
-    ctx->hhead = j->next;
-    if (!ctx->hhead) ctx->htail = NULL;
-    j->state = 1;
-    j->started = zs__now();
-    ctx->running = j;
-    pthread_mutex_unlock(&ctx->hmu);
-    zs_status_t st = j->fn(j->arg);
-    pthread_mutex_lock(&ctx->hmu);
-    j->st = st;
-    if (st != ZS_OK) snprintf(j->msg, sizeof j->msg, "%s", zs_last_error());
-    j->state = 2;
-    ctx->running = NULL;
-    pthread_cond_broadcast(&ctx->hcv_done);
-  }
-  pthread_mutex_unlock(&ctx->hmu);
-  return NULL;
-}
-
-/* On a stream's worker: runs the host function on the shared thread and waits
- * for it; gives up (the stream's sticky error) if another host function keeps
- * the thread past the limit while this one waits. */
-static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label) {
-  host_job_t j = {.fn = fn, .arg = arg, .label = label, .s = s};
-  pthread_mutex_lock(&ctx->hmu);
-  if (ctx->htail) ctx->htail->next = &j;
-  else ctx->hhead = &j;
-  ctx->htail = &j;
-  pthread_cond_signal(&ctx->hcv_work);
-  while (j.state != 2) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 1;
-    pthread_cond_timedwait(&ctx->hcv_done, &ctx->hmu, &ts);
-    host_job_t *r = ctx->running;
-    if (j.state != 0 || !r || zs__now() - r->started < ctx->limit_s) continue;
-    /* still queued behind a host function that does not return: take it out */
-    host_job_t **pp = &ctx->hhead, *prev = NULL;
-    while (*pp != &j) prev = *pp, pp = &(*pp)->next;
-    *pp = j.next;
-    if (ctx->htail == &j) ctx->htail = prev;
-    char mine[128], theirs[128];
-    fn_name(label, mine, sizeof mine);
-    fn_name(r->label, theirs, sizeof theirs);
-    double ran = zs__now() - r->started;
-    pthread_mutex_unlock(&ctx->hmu);
-    return ZS_FAIL(ctx->dev->err, ZS_ERR_STATE,
-                   "cpu device (shared host thread): host function %s was not run: host function %s (another "
-                   "stream's) has held the shared host thread for %.0f s: a host function must not wait for other "
-                   "work, since CUDA runs every stream's host functions on one thread (ZS_CPU_HOST_FN_LIMIT_S=%g)",
-                   mine, theirs, ran, ctx->limit_s);
-  }
-  zs_status_t st = j.st;
-  pthread_mutex_unlock(&ctx->hmu);
-  if (st != ZS_OK) zs__fail_quiet(NULL, st, "%s", j.msg); /* this thread's message for the stream */
-  return st;
-}
-
-static zs_status_t run_host_fn(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *t) {
-  return ctx->shared ? host_fn_shared(ctx, s, t->u.call.fn, t->u.call.arg, t->u.call.label) : t->u.call.fn(t->u.call.arg);
-}
-
 /* ---- streams ----------------------------------------------------------------- */
 
 static void task_run(zs_stream_t *s, task_t *t) {
@@ -372,16 +142,16 @@ static void task_run(zs_stream_t *s, task_t *t) {
     case TASK_CALL:
     case TASK_HOSTFN: {
       zs_status_t st = t->kind == TASK_CALL ? t->u.call.fn(t->u.call.arg)
-                                            : run_host_fn(s->ctx, s, t);
+                                            : zs__cpu_run_host_fn(s->ctx, s, t);
       /* the task set its message on this (the worker's) thread */
-      if (st != ZS_OK) set_sticky(s, st, zs_last_error());
+      if (st != ZS_OK) zs__cpu_set_sticky(s, st, zs_last_error());
       break;
     }
     case TASK_FLAG: {
       char msg[ZS_ERRBUF];
-      zs_status_t st = flag_wait(t->u.flag.f, t->u.flag.value, msg);
-      flag_unref(t->u.flag.f);
-      if (st != ZS_OK) set_sticky(s, st, msg);
+      zs_status_t st = zs__cpu_flag_wait(t->u.flag.f, t->u.flag.value, msg);
+      zs__cpu_flag_unref(t->u.flag.f);
+      if (st != ZS_OK) zs__cpu_set_sticky(s, st, msg);
       break;
     }
     case TASK_RECORD:
@@ -545,7 +315,7 @@ static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *
   cpu_ctx_t *ctx = vctx;
   if (!s) {
     char msg[ZS_ERRBUF];
-    zs_status_t st = flag_wait(f, v, msg);
+    zs_status_t st = zs__cpu_flag_wait(f, v, msg);
     return st != ZS_OK ? zs__fail_quiet(ctx->dev->err, st, "%s", msg) : ZS_OK;
   }
   task_t *t = task_new(vctx, TASK_FLAG);
@@ -650,9 +420,9 @@ static const zs_device_i cpu_iface = {
     .memset_async = cpu_memset_async,
     .enqueue = cpu_enqueue,
     .enqueue_work = cpu_enqueue_work,
-    .flag_create = cpu_flag_create,
-    .flag_destroy = cpu_flag_destroy,
-    .flag_set = cpu_flag_set,
+    .flag_create = zs__cpu_flag_create,
+    .flag_destroy = zs__cpu_flag_destroy,
+    .flag_set = zs__cpu_flag_set,
     .stream_wait_flag = cpu_stream_wait_flag,
     .stream_error = cpu_stream_error,
     .event_create = cpu_event_create,
@@ -678,7 +448,7 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
     pthread_mutex_init(&ctx->hmu, NULL);
     pthread_cond_init(&ctx->hcv_work, NULL);
     pthread_cond_init(&ctx->hcv_done, NULL);
-    int rc = pthread_create(&ctx->host_thread, NULL, host_main, ctx);
+    int rc = pthread_create(&ctx->host_thread, NULL, zs__cpu_host_main, ctx);
     if (rc != 0) {
       free(ctx);
       return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: could not start the shared host thread: %s",
