@@ -39,8 +39,10 @@ int zs_k_optim_step(const zs_k_hyper_t *h, int gdt, int pdt, const zs_k_seg_t *s
                     void *stream);
 /* *acc += sum of x^2: per-block sums in double, combined in a fixed order that
  * depends only on n (deterministic), added to *acc in double, rounded to fp32.
- * Uses stream-ordered scratch (cudaMallocAsync, a few KiB). */
-int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *stream);
+ * scratch: device memory of zs_k_sumsq_scratch_bytes() bytes, the caller's (made
+ * once; calls sharing it must be on one stream). */
+int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *scratch, void *stream);
+size_t zs_k_sumsq_scratch_bytes(void);
 /* *flag = 1 if any element is inf or NaN; *flag is left as it was otherwise. */
 int zs_k_nonfinite(const void *x, int dt, size_t n, int *flag, void *stream);
 /* dst = src converted, nearest even (dtypes may be equal: a copy). */

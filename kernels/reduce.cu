@@ -104,22 +104,19 @@ __global__ void __launch_bounds__(R_THREADS) nonfinite_kernel(const void *x, siz
 
 } // namespace
 
-extern "C" int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *stream) {
-  if (!acc || (n && !x)) return (int)cudaErrorInvalidValue;
+extern "C" size_t zs_k_sumsq_scratch_bytes(void) { return R_MAXBLOCKS * sizeof(double); }
+
+extern "C" int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *scratch, void *stream) {
+  if (!acc || !scratch || (n && !x)) return (int)cudaErrorInvalidValue;
   if (n == 0) return 0;
   cudaStream_t st = (cudaStream_t)stream;
   unsigned nb = reduce_blocks(n, R_MAXBLOCKS);
-  double *part = nullptr;
-  // stream-ordered scratch: no device-wide synchronization, freed in order
-  cudaError_t e = cudaMallocAsync((void **)&part, nb * sizeof(double), st);
-  if (e != cudaSuccess) return (int)e;
+  double *part = (double *)scratch; // the caller's, made once: nothing allocated here
   if (dt == ZS_BF16) sumsq_partial<ZS_BF16><<<nb, R_THREADS, 0, st>>>(x, n, part);
   else if (dt == ZS_FP16) sumsq_partial<ZS_FP16><<<nb, R_THREADS, 0, st>>>(x, n, part);
   else sumsq_partial<ZS_FP32><<<nb, R_THREADS, 0, st>>>(x, n, part);
   sumsq_final<<<1, R_MAXBLOCKS, 0, st>>>(part, nb, acc);
-  e = cudaGetLastError();
-  cudaError_t f = cudaFreeAsync(part, st);
-  return (int)(e != cudaSuccess ? e : f);
+  return (int)cudaGetLastError();
 }
 
 extern "C" int zs_k_nonfinite(const void *x, int dt, size_t n, int *flag, void *stream) {

@@ -305,8 +305,14 @@ static void test_offload_parity(void) {
         assert_ok(train(world, &c, &plain));
         c.offload_optimizer = ZS_OFFLOAD_CPU;
         zs_status_t st = train(world, &c, &off);
+        /* bit for bit on the cpu device: the same CPU code reduces the norm and
+         * steps. On a GPU the device path sums the norm with the kernel's tree
+         * (kernels/reduce.cu), the offload path on the host in the CPU's chunk
+         * order: both fixed and deterministic, equal to double rounding, so the
+         * fp32 norm, hence the clip coefficient, may differ by an ulp */
+        double tol = zs_device_kind(dev) == ZS_DEVICE_CUDA ? 2e-6 : 0;
         if (st != ZS_OK) ZS_T_REPORT("%s: %s (%s)", what, zs_status_name(st), zs_last_error());
-        else compare(what, &off, &plain, 0, 0);
+        else compare(what, &off, &plain, tol, tol * 0.1);
         /* every copy between host and device while training uses pinned memory */
         expect_u64_eq(off.pageable, 0);
         expect_u64_eq(plain.pageable, 0);

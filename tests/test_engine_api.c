@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "memory/memory.h"
 #include "engine_world.h"
 #include "harness.h"
 #include "tiny_model.h"
@@ -358,6 +359,38 @@ static void test_clip_rule(void) {
 }
 
 /* ============================================================================
+ * offload: the pinned arena sized from the estimate
+ * ========================================================================== */
+
+/* Setup maps the offloaded state's pinned memory as one region (on a GPU one
+ * cudaHostRegister) instead of growing the arena once per buffer. */
+static void test_pinned_reserved(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  zs_engine_t *zs;
+  int u;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  for (int k = 0; k < 4; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "u%d", k);
+    assert_ok(zs_unit_add(zs, name, &u));
+    assert_ok(zs_param_add(zs, u, name, 1, (int64_t[]){(int64_t)1 << 21}, 0, NULL, NULL, NULL));
+  }
+  zs_mem_estimate_t est;
+  assert_ok(zs_engine_estimate(zs, nranks, &est));
+  size_t before = zs__pinned_regions();
+  assert_ok(zs_engine_setup(zs, NULL, NULL));
+  size_t added = zs__pinned_regions() - before;
+  zs_memory_stats_t s;
+  zs_device_memory_stats(dev, &s);
+  expect_u64_eq(s.current[ZS_DOMAIN_HOST][ZS_MEM_OPTIMIZER] + s.current[ZS_DOMAIN_HOST][ZS_MEM_GRADS],
+                est.host_model_state);
+  expect_int_le(added, 1);
+  zs_engine_destroy(zs);
+}
+
+/* ============================================================================
  * layout
  * ========================================================================== */
 
@@ -396,6 +429,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "access")) zs_test_run(test_param_access_agrees);
   if (!*only || strstr(only, "clip")) zs_test_run(test_clip_rule);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
+  if (!*only || strstr(only, "pinned")) zs_test_run(test_pinned_reserved);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

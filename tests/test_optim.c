@@ -12,6 +12,7 @@
 #include "common/common.h"
 #include "common/half.h"
 #include "harness.h"
+#include "device/work.h"
 #include "optim/optim.h"
 #ifdef ZS_TEST_DISPATCH
 #include "zeroshard/device.h"
@@ -646,7 +647,7 @@ static void test_dispatch_cpu(void) {
   /* helpers in stream order: sumsq adds into a float, nonfinite sets a flag */
   float acc = 1.0f;
   int flag = 0;
-  expect_ok(zs__sumsq(dev, s, A.w, ZS_FP32, n, &acc));
+  expect_ok(zs__sumsq(dev, s, A.w, ZS_FP32, n, &acc, NULL)); /* the cpu device needs no scratch */
   expect_ok(zs__nonfinite(dev, s, A.w, ZS_FP32, n, &flag));
   float *copy = xmalloc(n * 4), *sum = xmalloc(n * 4);
   memset(sum, 0, n * 4);
@@ -661,7 +662,7 @@ static void test_dispatch_cpu(void) {
   expect_ok(zs__nonfinite(dev, NULL, A.w, ZS_FP32, n, &flag));
   expect_int_eq(flag, 1);
   /* checks happen at the call, not in the stream */
-  expect_status(zs__sumsq(dev, s, A.w, ZS_INT32, n, &acc), ZS_ERR_INVALID);
+  expect_status(zs__sumsq(dev, s, A.w, ZS_INT32, n, &acc, NULL), ZS_ERR_INVALID);
   expect_status(zs__optim_step(NULL, s, NULL, NULL, 0), ZS_ERR_INVALID);
   zs_optim_hyper_t h = hyper_of(&cfgs[0], 0);
   expect_status(zs__optim_step(dev, s, &h, NULL, 0), ZS_ERR_INVALID);

@@ -12,6 +12,7 @@
 #include "common/common.h"
 #include "common/half.h"
 #include "harness.h"
+#include "device/work.h"
 #include "optim/optim.h"
 
 #ifndef ZS_HAVE_CUDA
@@ -269,11 +270,12 @@ static void test_sumsq(void) {
       for (size_t i = 0; i < n; i++) encode(x, dts[di], i, zs_t_rand_f(&seed, -4, 4));
       char *dx = dalloc((n + 1) * 4);
       float *dacc = dalloc(8), acc[2];
+      void *scratch = dalloc(zs_k_sumsq_scratch_bytes());
       h2d(dx, x, n * esz);
       float init[2] = {1.0f, 1.0f};
       h2d(dacc, init, 8);
-      expect_int_eq(zs_k_sumsq(dx, dts[di], n, dacc, NULL), 0);
-      expect_int_eq(zs_k_sumsq(dx, dts[di], n, dacc + 1, NULL), 0);
+      expect_int_eq(zs_k_sumsq(dx, dts[di], n, dacc, scratch, NULL), 0);
+      expect_int_eq(zs_k_sumsq(dx, dts[di], n, dacc + 1, scratch, NULL), 0);
       CU(cudaDeviceSynchronize());
       d2h(acc, dacc, 8);
       double want = 1.0 + zs__sumsq_cpu(x, dts[di], n);
@@ -282,11 +284,11 @@ static void test_sumsq(void) {
       /* the same values at an odd address (scalar loads) give the same bits */
       h2d(dx + esz, x, n * esz);
       h2d(dacc, init, 4);
-      expect_int_eq(zs_k_sumsq(dx + esz, dts[di], n, dacc, NULL), 0);
+      expect_int_eq(zs_k_sumsq(dx + esz, dts[di], n, dacc, scratch, NULL), 0);
       CU(cudaDeviceSynchronize());
       d2h(&acc[1], dacc, 4);
       expect_true(!memcmp(&acc[0], &acc[1], 4));
-      cudaFree(dx), cudaFree(dacc), free(x);
+      cudaFree(dx), cudaFree(dacc), cudaFree(scratch), free(x);
     }
 }
 
@@ -402,7 +404,9 @@ static void test_dispatch_cuda(void) {
   int *dflag = dalloc(4), flag = 1;
   CU(cudaMemset(dacc, 0, 4));
   CU(cudaMemset(dflag, 0, 4));
-  expect_ok(zs__sumsq(dev, s, S.dw, ZS_FP32, S.n, dacc));
+  void *scratch = dalloc(zs__sumsq_scratch_bytes(dev));
+  expect_status(zs__sumsq(dev, s, S.dw, ZS_FP32, S.n, dacc, NULL), ZS_ERR_INVALID); /* cuda needs scratch */
+  expect_ok(zs__sumsq(dev, s, S.dw, ZS_FP32, S.n, dacc, scratch));
   expect_ok(zs__nonfinite(dev, s, S.dw, ZS_FP32, S.n, dflag));
   expect_ok(zs_stream_synchronize(dev, s));
   d2h(&acc, dacc, 4);
@@ -410,7 +414,7 @@ static void test_dispatch_cuda(void) {
   expect_int_eq(flag, 0);
   expect_near(acc, zs__sumsq_cpu(S.w, ZS_FP32, S.n), 1e-6, 0.0);
   seg_compare(&S, c, "dispatch");
-  cudaFree(dacc), cudaFree(dflag);
+  cudaFree(dacc), cudaFree(dflag), cudaFree(scratch);
   seg_free(&S, c);
   zs_stream_destroy(dev, s);
   zs_device_destroy(dev);

@@ -187,7 +187,7 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 typedef struct {
   int world;
   uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category */
-  uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain) */
+  uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned staging */
   uint64_t device_model_state, host_model_state;
   uint64_t device_peak_bound;
 } zs_mem_estimate_t;

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "device/cpu_impl.h"
+#include "optim/optim_cpu.h"
 
 /* Device memory is host memory. The interface's free has no size but
  * zs__host_free needs it (jemalloc sized deallocation), so a 64-byte header in
@@ -385,6 +386,73 @@ static void *cpu_stream_native(void *vctx, zs_stream_t *s) {
   return NULL;
 }
 
+/* ---- kernels: the CPU functions (src/optim) as device work ---------------------
+ * A heap task holds copies of the arguments, so the caller's arrays may die at
+ * once; the task frees itself. The NULL stream runs them directly. */
+
+typedef struct {
+  zs_optim_hyper_t h;
+  int nseg;
+  zs_optim_seg_t segs[]; /* copy of the caller's array */
+} step_task_t;
+
+static zs_status_t step_run(void *p) {
+  step_task_t *t = p;
+  zs_status_t st = zs__optim_step_cpu(&t->h, t->segs, t->nseg);
+  free(t);
+  return st;
+}
+
+static zs_status_t cpu_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
+                                  int nseg) {
+  cpu_ctx_t *ctx = vctx;
+  if (!s) return zs__optim_step_cpu(h, segs, nseg);
+  step_task_t *t = malloc(sizeof *t + (size_t)nseg * sizeof *segs);
+  if (!t) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "zs__optim_step: out of memory for a task of %d segments", nseg);
+  t->h = *h;
+  t->nseg = nseg;
+  if (nseg) memcpy(t->segs, segs, (size_t)nseg * sizeof *segs);
+  zs_status_t st = push_call(vctx, s, TASK_CALL, step_run, t, NULL);
+  if (st != ZS_OK) free(t);
+  return st;
+}
+
+static void elem_do(const zs_elem_op_t *t) {
+  switch (t->op) {
+    case ZS_ELEM_SUMSQ: {
+      float *acc = t->out;
+      *acc = (float)((double)*acc + zs__sumsq_cpu(t->src, t->sdt, t->n));
+      break;
+    }
+    case ZS_ELEM_NONFINITE:
+      if (zs__nonfinite_cpu(t->src, t->sdt, t->n)) *(int *)t->out = 1;
+      break;
+    case ZS_ELEM_CAST: zs__cast_cpu(t->dst, t->ddt, t->src, t->sdt, t->n); break;
+    case ZS_ELEM_SCALE: zs__scale_cpu(t->dst, t->ddt, t->n, t->f); break;
+    case ZS_ELEM_ACC: zs__accumulate_cpu(t->dst, t->src, t->sdt, t->n); break;
+  }
+}
+
+static zs_status_t elem_run(void *p) {
+  elem_do(p);
+  free(p);
+  return ZS_OK;
+}
+
+static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *op) {
+  cpu_ctx_t *ctx = vctx;
+  if (!s) {
+    elem_do(op);
+    return ZS_OK;
+  }
+  zs_elem_op_t *c = malloc(sizeof *c);
+  if (!c) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a task");
+  *c = *op;
+  zs_status_t st = push_call(vctx, s, TASK_CALL, elem_run, c, NULL);
+  if (st != ZS_OK) free(c);
+  return st;
+}
+
 static void cpu_destroy(void *vctx) {
   cpu_ctx_t *ctx = vctx;
   if (ctx->shared) {
@@ -425,6 +493,9 @@ static const zs_device_i cpu_iface = {
     .flag_set = zs__cpu_flag_set,
     .stream_wait_flag = cpu_stream_wait_flag,
     .stream_error = cpu_stream_error,
+    .optim_step = cpu_optim_step,
+    .elementwise = cpu_elementwise,
+    .sumsq_scratch_bytes = 0,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

@@ -23,6 +23,7 @@
 
 #include "device/device_impl.h"
 #include "kernels/kernels.h"
+#include "optim/optim_cpu.h" /* defines: zs__optim_fold, zs__optim_seg_lrwd */
 
 typedef struct cuda_ctx cuda_ctx_t;
 
@@ -377,6 +378,50 @@ static zs_status_t cuda_stream_error(void *vctx, zs_stream_t *s) {
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
 }
 
+/* ---- kernels (kernels/), launched with the device current ---------------------- */
+
+static zs_status_t k_status(cuda_ctx_t *ctx, int err, const char *what) {
+  if (err == 0) return ZS_OK;
+  cudaGetLastError();
+  return ZS_FAIL(ctx->dev->err, ZS_ERR_DEVICE, "cuda device %d: %s: kernel launch failed: %s", ctx->ordinal, what,
+                 zs_k_error_string(err));
+}
+
+static zs_status_t cuda_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
+                                   int nseg) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  zs_k_hyper_t k;
+  zs__optim_fold(h, &k);
+  zs_k_seg_t ks[ZS_K_SEGS_PER_LAUNCH];
+  /* the launcher takes any count; batching here keeps the folded copy on the stack */
+  for (int i = 0; i < nseg; i += ZS_K_SEGS_PER_LAUNCH) {
+    int cnt = nseg - i < ZS_K_SEGS_PER_LAUNCH ? nseg - i : ZS_K_SEGS_PER_LAUNCH;
+    for (int j = 0; j < cnt; j++) {
+      const zs_optim_seg_t *g = &segs[i + j];
+      ks[j] = (zs_k_seg_t){g->master, g->m, g->v, g->grad, g->param, g->n, 0.0f, 0.0f};
+      zs__optim_seg_lrwd(h, g, &ks[j].lr, &ks[j].wd);
+    }
+    ZS_CHECK(k_status(ctx, zs_k_optim_step(&k, h->grad_dtype, h->param_dtype, ks, cnt, (void *)native(s)),
+                      "zs__optim_step"));
+  }
+  return ZS_OK;
+}
+
+static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *t) {
+  cuda_ctx_t *ctx = vctx;
+  CU_CURRENT(ctx);
+  void *st = (void *)native(s);
+  switch (t->op) {
+    case ZS_ELEM_SUMSQ: return k_status(ctx, zs_k_sumsq(t->src, t->sdt, t->n, t->out, t->scratch, st), "zs__sumsq");
+    case ZS_ELEM_NONFINITE: return k_status(ctx, zs_k_nonfinite(t->src, t->sdt, t->n, t->out, st), "zs__nonfinite");
+    case ZS_ELEM_CAST: return k_status(ctx, zs_k_cast(t->dst, t->ddt, t->src, t->sdt, t->n, st), "zs__cast");
+    case ZS_ELEM_SCALE: return k_status(ctx, zs_k_scale(t->dst, t->ddt, t->n, t->f, st), "zs__scale");
+    case ZS_ELEM_ACC: return k_status(ctx, zs_k_accumulate(t->dst, t->src, t->sdt, t->n, st), "zs__accumulate");
+  }
+  return ZS_FAIL(ctx->dev->err, ZS_ERR_INTERNAL, "cuda device: unknown element-wise op %d", (int)t->op);
+}
+
 /* ---- device ------------------------------------------------------------------- */
 
 static void cuda_destroy(void *vctx) {
@@ -405,6 +450,9 @@ static const zs_device_i cuda_iface = {
     .flag_set = cuda_flag_set,
     .stream_wait_flag = cuda_stream_wait_flag,
     .stream_error = cuda_stream_error,
+    .optim_step = cuda_optim_step,
+    .elementwise = cuda_elementwise,
+    .sumsq_scratch_bytes = 1024 * sizeof(double), /* zs_k_sumsq_scratch_bytes(), checked at device creation */
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
@@ -429,8 +477,27 @@ int zs_device_cuda_count(void) {
   return n;
 }
 
+/* The pinned arena's page-locking (src/memory/pinned.c), installed by the first
+ * cuda device: portable registrations, usable from every device. */
+static int pin_region(void *addr, size_t size, char *err, size_t errlen) {
+  cudaError_t e = cudaHostRegister(addr, size, cudaHostRegisterPortable);
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError(); /* not sticky: clear it so later calls do not see it */
+  snprintf(err, errlen, "cudaHostRegister of %zu bytes failed: %s", size, cudaGetErrorString(e));
+  return -1;
+}
+
+static void unpin_region(void *addr, size_t size) {
+  if (cudaHostUnregister(addr) != cudaSuccess)
+    ZS_LOG_W("pinned arena: cudaHostUnregister(%p, %zu bytes) failed: %s", addr, size,
+             cudaGetErrorString(cudaGetLastError()));
+}
+
 zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_device_create_cuda: out is NULL");
+  if (zs_k_sumsq_scratch_bytes() > cuda_iface.sumsq_scratch_bytes)
+    return ZS_FAIL(NULL, ZS_ERR_INTERNAL, "zs_device_create_cuda: the norm kernel needs %zu bytes of scratch, not %zu",
+                   zs_k_sumsq_scratch_bytes(), cuda_iface.sumsq_scratch_bytes);
   *out = NULL;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -463,5 +530,7 @@ zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
     return st;
   }
   ctx->dev = *out;
+  static const zs_pin_hooks_t hooks = {pin_region, unpin_region};
+  zs__pinned_set_hooks(&hooks);
   return ZS_OK;
 }

@@ -227,6 +227,12 @@ static zs_status_t host_alloc_pinned(zs_device_t *dev, size_t bytes, void **out)
   return st;
 }
 
+zs_status_t zs__device_host_reserve(zs_device_t *dev, size_t bytes) {
+  CHECK_DEV(dev, "zs__device_host_reserve");
+  if (dev->iface.make_current) dev->iface.make_current(dev->ctx);
+  return zs__pinned_reserve(bytes);
+}
+
 zs_status_t zs_device_host_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat,
                                  unsigned flags, void **out) {
   CHECK_DEV(dev, "zs_device_host_alloc");
@@ -453,17 +459,3 @@ zs_status_t zs_event_synchronize(zs_device_t *dev, zs_event_t *ev) {
   zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.event_synchronize(dev->ctx, ev);
 }
-
-/* ---- builds without CUDA ------------------------------------------------------- */
-
-#ifndef ZS_HAVE_CUDA
-int zs_device_cuda_count(void) { return 0; }
-
-zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
-  if (out) *out = NULL;
-  return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
-                 "zs_device_create_cuda(%d): this zeroshard was built without CUDA (configure with "
-                 "-DZS_CUDA=ON)",
-                 ordinal);
-}
-#endif

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "common/common.h"
+#include "device/work.h"
 #include "memory/memory.h"
 #include "zeroshard/device.h"
 
@@ -55,6 +56,12 @@ typedef struct {
   zs_status_t (*stream_wait_flag)(void *ctx, zs_stream_t *s, zs__flag_t *f, uint32_t v);
   /* The stream's sticky error without waiting (ZS_OK if none). */
   zs_status_t (*stream_error)(void *ctx, zs_stream_t *s);
+  /* Device work (work.h; the arguments are checked): the optimizer step over
+   * segments and the element-wise helpers, queued on s. */
+  zs_status_t (*optim_step)(void *ctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
+                            int nseg);
+  zs_status_t (*elementwise)(void *ctx, zs_stream_t *s, const zs_elem_op_t *op);
+  size_t sumsq_scratch_bytes; /* device scratch a sum of squares needs (0: none) */
 
   zs_status_t (*event_create)(void *ctx, zs_event_t **out);
   void (*event_destroy)(void *ctx, zs_event_t *ev);
@@ -112,6 +119,9 @@ zs_status_t zs__stream_wait_flag(zs_device_t *dev, zs_stream_t *s, zs__flag_t *f
 zs_status_t zs__stream_error(zs_device_t *dev, zs_stream_t *s);
 /* The backend's native stream handle (cudaStream_t) or NULL on cpu. */
 void *zs__stream_native(zs_device_t *dev, zs_stream_t *s);
+/* Maps room for `bytes` of pinned host memory now, in one page-locked region
+ * (with this device current), for the allocations that follow. */
+zs_status_t zs__device_host_reserve(zs_device_t *dev, size_t bytes);
 /* The accountant of the device (for layers that allocate through other means). */
 zs_mem_acct_t *zs__device_acct(zs_device_t *dev);
 /* Used by the backends' create functions: fills the common part. */

@@ -48,15 +48,28 @@ void zs__host_free(void *p, size_t bytes);
 /* ---- pinned arena ---------------------------------------------------------- */
 
 /* Allocates from a jemalloc arena whose extents come from mmap and are page-locked
- * through cudaHostRegister when the build has CUDA and a GPU is present (plain
- * pages otherwise). *pinned tells whether the memory is page-locked (always 0
+ * through the hooks a cuda device installs (zs__pinned_set_hooks; plain pages
+ * while there is none). *pinned tells whether the memory is page-locked (always 0
  * without a GPU). If pinning an extent fails (or ZS_FAULT_PINNED fires) the
  * allocation fails with ZS_ERR_NOMEM; the caller decides whether to fall back. */
 zs_status_t zs__pinned_alloc(size_t bytes, void **out, int *pinned);
 void zs__pinned_free(void *p, size_t bytes);
 /* 1 if p lies in an extent of the pinned arena. */
 int zs__pinned_contains(const void *p);
-/* Bytes of extents the arena holds from the OS (for tests). */
+/* Bytes of extents the arena holds from the OS, and their number (for tests). */
 uint64_t zs__pinned_mapped_bytes(void);
+size_t zs__pinned_regions(void);
+/* Maps (and pins) room for `bytes` in one region now, so the allocations that
+ * follow (an engine's offloaded state, sized by its estimate) do not each grow
+ * the arena by a page-locking call. */
+zs_status_t zs__pinned_reserve(size_t bytes);
+/* How regions are page-locked: pin returns 0 or writes why into err. */
+typedef struct {
+  int (*pin)(void *addr, size_t size, char *err, size_t errlen);
+  void (*unpin)(void *addr, size_t size);
+} zs_pin_hooks_t;
+/* The first call (by the first cuda device) turns pinning on for good, and
+ * pins the regions already mapped; later calls do nothing. */
+void zs__pinned_set_hooks(const zs_pin_hooks_t *h);
 
 #endif

@@ -1,5 +1,8 @@
 /* The pinned arena: host memory that the GPU can copy to and from without
- * staging, for offloaded optimizer state and gradient shards.
+ * staging, for offloaded optimizer state and gradient shards. The device layer
+ * pins: a cuda device installs its page-locking hooks (cudaHostRegister) when
+ * it is made, and from then on every region is locked (those mapped before, at
+ * that moment); with only cpu devices, in any build, the pages stay plain.
  *
  * Page-locking is slow (a cudaHostRegister costs about as much as the copy it
  * saves) so it must happen rarely and in large pieces. A jemalloc arena of our
@@ -29,10 +32,6 @@
 
 #include <jemalloc/jemalloc.h>
 
-#ifdef ZS_HAVE_CUDA
-#include <cuda_runtime_api.h> /* cudaGetDeviceCount, cudaHostRegister/Unregister */
-#endif
-
 #include "memory/memory.h"
 
 #define ZS_PINNED_ALIGN 64
@@ -48,7 +47,8 @@ static struct {
   zs_status_t init_st;
   char init_err[ZS_ERRBUF];
   unsigned arena;
-  int use_cuda; /* a GPU is present: register every region */
+  zs_pin_hooks_t pin; /* set by the first cuda device (guarded by lock) */
+  int pinning;
   size_t page;
 
   pthread_rwlock_t lock; /* guards the fields below */
@@ -134,14 +134,7 @@ static int region_remove_exact(uintptr_t base, size_t size, int *locked) {
 /* ---- extent hooks ------------------------------------------------------------- */
 
 static void region_unmap(void *addr, size_t size, int locked) {
-#ifdef ZS_HAVE_CUDA
-  if (locked && cudaHostUnregister(addr) != cudaSuccess) {
-    ZS_LOG_W("pinned arena: cudaHostUnregister(%p, %zu bytes) failed: %s", addr, size,
-             cudaGetErrorString(cudaGetLastError()));
-  }
-#else
-  (void)locked;
-#endif
+  if (locked) P.pin.unpin(addr, size);
   munmap(addr, size);
 }
 
@@ -169,19 +162,17 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
   if (m + len > a + size) munmap(a + size, (size_t)(m + len - (a + size)));
 
   int locked = 0;
-#ifdef ZS_HAVE_CUDA
-  if (P.use_cuda) {
-    cudaError_t e = cudaHostRegister(a, size, cudaHostRegisterPortable);
-    if (e != cudaSuccess) {
-      cudaGetLastError(); /* not sticky: clear it so later calls do not see it */
-      snprintf(hook_err, sizeof hook_err, "cudaHostRegister of %zu bytes failed: %s", size,
-               cudaGetErrorString(e));
+  pthread_rwlock_rdlock(&P.lock);
+  zs_pin_hooks_t pin = P.pin;
+  int pinning = P.pinning;
+  pthread_rwlock_unlock(&P.lock);
+  if (pinning) {
+    if (pin.pin(a, size, hook_err, sizeof hook_err) != 0) {
       munmap(a, size);
       return NULL;
     }
     locked = 1;
   }
-#endif
   if (!region_add((uintptr_t)a, size, locked)) {
     snprintf(hook_err, sizeof hook_err, "pinned arena registry is out of memory");
     region_unmap(a, size, locked);
@@ -236,14 +227,6 @@ static extent_hooks_t hooks = {
 static void arena_init(void) {
   long pg = sysconf(_SC_PAGESIZE);
   P.page = pg > 0 ? (size_t)pg : 4096;
-#ifdef ZS_HAVE_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
-    P.use_cuda = 1;
-  } else {
-    cudaGetLastError();
-  }
-#endif
   extent_hooks_t *hp = &hooks;
   size_t sz = sizeof P.arena;
   int rc = mallctl("arenas.create", &P.arena, &sz, &hp, sizeof hp);
@@ -261,8 +244,7 @@ static void arena_init(void) {
   snprintf(name, sizeof name, "arena.%u.muzzy_decay_ms", P.arena);
   mallctl(name, NULL, NULL, &never, sizeof never);
   P.init_st = ZS_OK;
-  ZS_LOG_D("pinned arena %u created (%s)", P.arena,
-           P.use_cuda ? "page-locked through cudaHostRegister" : "plain pages: no GPU");
+  ZS_LOG_D("pinned arena %u created", P.arena);
 }
 
 /* The tcache would hide allocations from the arena (and hide hook failures
@@ -326,4 +308,42 @@ uint64_t zs__pinned_mapped_bytes(void) {
   uint64_t m = P.mapped;
   pthread_rwlock_unlock(&P.lock);
   return m;
+}
+
+void zs__pinned_set_hooks(const zs_pin_hooks_t *h) {
+  pthread_rwlock_wrlock(&P.lock);
+  if (!P.pinning) {
+    P.pin = *h;
+    P.pinning = 1;
+    /* regions mapped before a GPU was there: lock them now */
+    for (size_t i = 0; i < P.nregions; i++) {
+      region_t *r = &P.regions[i];
+      char err[256];
+      if (!r->locked && P.pin.pin((void *)r->base, r->size, err, sizeof err) == 0) r->locked = 1;
+      else if (!r->locked) ZS_LOG_W("pinned arena: a region made before the GPU stays pageable: %s", err);
+    }
+  }
+  pthread_rwlock_unlock(&P.lock);
+}
+
+zs_status_t zs__pinned_reserve(size_t bytes) {
+  if (bytes == 0) return ZS_OK;
+  pthread_once(&P.once, arena_init);
+  if (P.init_st != ZS_OK) return zs__fail_quiet(NULL, P.init_st, "%s", P.init_err);
+  /* one allocation of the whole size maps (and pins) one region; freed, it
+   * stays with the arena (no decay, no purge) for the allocations to come */
+  hook_err[0] = '\0';
+  void *p = mallocx(bytes, ZS_PINNED_FLAGS);
+  if (!p)
+    return zs__fail_quiet(NULL, ZS_ERR_NOMEM, "pinned arena: could not reserve %zu bytes: %s", bytes,
+                          hook_err[0] ? hook_err : "out of memory");
+  sdallocx(p, bytes, ZS_PINNED_FLAGS);
+  return ZS_OK;
+}
+
+size_t zs__pinned_regions(void) {
+  pthread_rwlock_rdlock(&P.lock);
+  size_t n = P.nregions;
+  pthread_rwlock_unlock(&P.lock);
+  return n;
 }

@@ -94,26 +94,6 @@ void zs__scale_cpu(void *x, zs_dtype_t dt, size_t n, float s);
 /* dst += src (fp32 accumulator). */
 void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n);
 
-/* ---- device dispatch (cpu device: the CPU functions in stream order; cuda: kernels) --- *
- * Arguments are checked and `h` and `segs` copied before the call returns (the
- * caller's arrays may then die); the memory they point to must stay valid until
- * the work has run in stream order. On a cpu device the NULL stream runs the
- * work at once on the calling thread. A cuda device in a build without CUDA
- * gives ZS_ERR_UNSUPPORTED. */
-
-zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
-                           const zs_optim_seg_t *segs, int nseg);
-/* *acc (fp32, device memory) += sum of x^2 (accumulated in double, then rounded). */
-zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
-                      float *acc);
-/* *flag (int, device memory) = 1 if any element is inf or NaN; left as it was
- * otherwise, so one flag can collect several calls. */
-zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
-                          int *flag);
-zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
-                     const void *src, zs_dtype_t src_dt, size_t n);
-zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f);
-zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
-                           zs_dtype_t src_dt, size_t n);
+/* Device dispatch of these (in stream order on a device): src/device/work.h. */
 
 #endif

@@ -218,6 +218,7 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   zs_stream_synchronize(zs->dev, zs->compute);
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(float), ZS_MEM_COMM);
+  zs__eng_free(zs, &zs->norm_scratch, zs->norm_scratch_bytes, ZS_MEM_COMM);
   zs__eng_host_free(zs, (void **)&zs->hscalar, sizeof(float), ZS_MEM_COMM);
   zs__eng_host_free(zs, &zs->hstage_grad, zs->hstage_grad_bytes, ZS_MEM_COMM);
   for (int k = 0; k < 2; k++) zs__eng_host_free(zs, &zs->hstage_param[k], zs->hstage_param_bytes, ZS_MEM_COMM);

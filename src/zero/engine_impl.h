@@ -22,6 +22,7 @@
 #define ZS_ZERO_ENGINE_IMPL_H
 
 #include "common/common.h"
+#include "device/work.h"
 #include "offload/offload.h"
 #include "optim/optim.h"
 #include "zeroshard/engine.h"
@@ -146,6 +147,8 @@ struct zs_engine {
   size_t pb, rb;        /* bytes per param / reduce element */
   zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
   float *scalar;        /* device: one fp32 for the norm */
+  void *norm_scratch;   /* device: the norm kernel's scratch (zs__sumsq_scratch_bytes; none on cpu) */
+  size_t norm_scratch_bytes;
   /* device and pinned host scratch for small collectives of the checkpoint code
    * (2*world+2 int64), made at setup so those calls never allocate: an
    * allocation failing on one rank must not leave the others in a collective */

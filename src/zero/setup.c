@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/half.h"
+#include "device/device_impl.h"
 #include "zero/engine_impl.h"
 
 /* ============================================================================
@@ -83,6 +84,12 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     out->device_model_state += out->device[k];
     out->host_model_state += out->host[k];
   }
+  /* offload's pinned staging: a gradient shard, and two parameter slots for
+   * 16-bit params (the delayed update writes into its own host param copies) */
+  if (off) {
+    out->host[ZS_MEM_COMM] += maxS * (pb > rb ? pb : rb);
+    if (pb != 4 && !zs->dpu) out->host[ZS_MEM_COMM] += 2 * maxS * pb;
+  }
   out->device_model_state += out->device[ZS_MEM_GATHER];
   /* transients at their most: gathered units (the held one plus the prefetch
    * window), two units' full gradients (the one computing, the one reducing),
@@ -99,7 +106,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (c->stage >= 2 && off) t += 2 * maxS * rb;
   if (c->stage >= 2) t += 2 * maxS * 4;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
-  t += 4 + zs__eng_scratch_bytes(world);
+  t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }
@@ -306,9 +313,21 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
  * what was made. */
 static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
   layout(zs);
+  if (zs->offload) {
+    /* the offloaded state in one page-locked region, sized by the estimate,
+     * instead of a region (a cudaHostRegister) each time the arena grows;
+     * best effort: the allocations below say what fails */
+    zs_mem_estimate_t est;
+    if (zs_engine_estimate(zs, zs->world, &est) == ZS_OK &&
+        zs__device_host_reserve(zs->dev, est.host_model_state + est.host[ZS_MEM_COMM]) != ZS_OK)
+      ZS_LOG_I("zs_engine_setup: reserving %llu bytes of pinned host memory failed: %s",
+               (unsigned long long)est.host_model_state, zs_last_error());
+  }
   zs->grad_dtype = zs->offload ? ZS_FP32 : zs->cfg.stage <= 1 ? zs->cfg.param_dtype : zs->cfg.reduce_dtype;
   for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
   ZS_CHECK(zs__eng_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->scalar));
+  zs->norm_scratch_bytes = zs__sumsq_scratch_bytes(zs->dev);
+  ZS_CHECK(zs__eng_alloc(zs, zs->norm_scratch_bytes, ZS_MEM_COMM, &zs->norm_scratch));
   ZS_CHECK(zs__eng_host_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->hscalar));
   if (zs->offload) {
     /* one grad staging buffer (the copy stream serialises its users) and two

@@ -46,7 +46,8 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
   } else {
     if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK) goto fail;
     for (int i = 0; i < zs->nsegs; i++)
-      if ((st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype, zs->segs[i].n, zs->scalar)) != ZS_OK)
+      if ((st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype, zs->segs[i].n, zs->scalar,
+                          zs->norm_scratch)) != ZS_OK)
         goto fail;
   }
   /* stage 0: every rank holds the whole reduced gradient, nothing to add up */

@@ -1,0 +1,92 @@
+/* Device work: argument checks, then the backend's kernels through its
+ * interface (cpu.c: the CPU functions on the stream's worker; cuda.c: kernels/).
+ * No backend is named here. */
+#include "device/device_impl.h"
+#include "device/work.h"
+#include "optim/optim_cpu.h" /* defines: zs__optim_check, zs__optim_float_dtype */
+
+/* Rejects a NULL device in one line. */
+#define CHECK_DEV(dev, fn)                                                   \
+  do {                                                                       \
+    if (!(dev)) return ZS_FAIL(NULL, ZS_ERR_INVALID, fn ": dev is NULL");    \
+  } while (0)
+
+#define CHECK_DT(dev, fn, dt)                                                               \
+  do {                                                                                      \
+    if (!zs__optim_float_dtype(dt))                                                         \
+      return ZS_FAIL((dev)->err, ZS_ERR_INVALID, fn ": dtype %s is not fp32, bf16 or fp16", \
+                     zs_dtype_name(dt));                                                    \
+  } while (0)
+
+/* A NULL data pointer is accepted only for n == 0. */
+#define CHECK_PTR(dev, fn, p, n)                                                          \
+  do {                                                                                    \
+    if (!(p) && (n))                                                                      \
+      return ZS_FAIL((dev)->err, ZS_ERR_INVALID, fn ": " #p " is NULL for %zu elements", \
+                     (size_t)(n));                                                        \
+  } while (0)
+
+zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
+                           const zs_optim_seg_t *segs, int nseg) {
+  CHECK_DEV(dev, "zs__optim_step");
+  ZS_CHECK(zs__optim_check(h, segs, nseg));
+  return dev->iface.optim_step(dev->ctx, s, h, segs, nseg);
+}
+
+static zs_status_t submit(zs_device_t *dev, zs_stream_t *s, const zs_elem_op_t *op) {
+  return op->n ? dev->iface.elementwise(dev->ctx, s, op) : ZS_OK;
+}
+
+size_t zs__sumsq_scratch_bytes(const zs_device_t *dev) { return dev ? dev->iface.sumsq_scratch_bytes : 0; }
+
+zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, float *acc,
+                      void *scratch) {
+  CHECK_DEV(dev, "zs__sumsq");
+  CHECK_DT(dev, "zs__sumsq", dt);
+  CHECK_PTR(dev, "zs__sumsq", x, n);
+  if (!acc) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq: acc is NULL");
+  if (dev->iface.sumsq_scratch_bytes && !scratch)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq: the %s device needs %zu bytes of scratch",
+                   dev->iface.name, dev->iface.sumsq_scratch_bytes);
+  zs_elem_op_t op = {.op = ZS_ELEM_SUMSQ, .src = x, .sdt = dt, .n = n, .out = acc, .scratch = scratch};
+  return submit(dev, s, &op);
+}
+
+zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
+                          int *flag) {
+  CHECK_DEV(dev, "zs__nonfinite");
+  CHECK_DT(dev, "zs__nonfinite", dt);
+  CHECK_PTR(dev, "zs__nonfinite", x, n);
+  if (!flag) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__nonfinite: flag is NULL");
+  zs_elem_op_t op = {.op = ZS_ELEM_NONFINITE, .src = x, .sdt = dt, .n = n, .out = flag};
+  return submit(dev, s, &op);
+}
+
+zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
+                     const void *src, zs_dtype_t src_dt, size_t n) {
+  CHECK_DEV(dev, "zs__cast");
+  CHECK_DT(dev, "zs__cast", dst_dt);
+  CHECK_DT(dev, "zs__cast", src_dt);
+  CHECK_PTR(dev, "zs__cast", dst, n);
+  CHECK_PTR(dev, "zs__cast", src, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_CAST, .dst = dst, .src = src, .ddt = dst_dt, .sdt = src_dt, .n = n};
+  return submit(dev, s, &op);
+}
+
+zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f) {
+  CHECK_DEV(dev, "zs__scale");
+  CHECK_DT(dev, "zs__scale", dt);
+  CHECK_PTR(dev, "zs__scale", x, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_SCALE, .dst = x, .ddt = dt, .n = n, .f = f};
+  return submit(dev, s, &op);
+}
+
+zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
+                           zs_dtype_t src_dt, size_t n) {
+  CHECK_DEV(dev, "zs__accumulate");
+  CHECK_DT(dev, "zs__accumulate", src_dt);
+  CHECK_PTR(dev, "zs__accumulate", dst, n);
+  CHECK_PTR(dev, "zs__accumulate", src, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_ACC, .dst = dst, .src = src, .sdt = src_dt, .n = n};
+  return submit(dev, s, &op);
+}

@@ -1,0 +1,47 @@
+/* Internal: device work on a stream, the backend's own kernels (cpu device: the
+ * CPU functions of src/optim in stream order on the stream's worker; cuda: the
+ * kernels of kernels/). Arguments are checked here, in work.c, and `h` and
+ * `segs` copied before the call returns (the caller's arrays may then die); the
+ * memory they point to must stay valid until the work has run in stream order.
+ * On a cpu device the NULL stream runs the work at once on the calling thread.
+ * A cuda device in a build without CUDA gives ZS_ERR_UNSUPPORTED (it cannot be
+ * made there). */
+#ifndef ZS_DEVICE_WORK_H
+#define ZS_DEVICE_WORK_H
+
+#include "optim/optim.h"
+#include "zeroshard/device.h"
+
+zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
+                           const zs_optim_seg_t *segs, int nseg);
+/* *acc (fp32, device memory) += sum of x^2 (accumulated in double, then rounded).
+ * scratch: device memory of zs__sumsq_scratch_bytes(dev) bytes (NULL where that is
+ * 0, the cpu device), made once by the caller (no allocation in a step); calls
+ * sharing it must be on one stream. */
+zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
+                      float *acc, void *scratch);
+size_t zs__sumsq_scratch_bytes(const zs_device_t *dev);
+/* *flag (int, device memory) = 1 if any element is inf or NaN; left as it was
+ * otherwise, so one flag can collect several calls. */
+zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
+                          int *flag);
+zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
+                     const void *src, zs_dtype_t src_dt, size_t n);
+zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f);
+zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
+                           zs_dtype_t src_dt, size_t n);
+
+/* What a backend's `elementwise` entry receives (checked). */
+typedef enum { ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC } zs_elem_kind_t;
+typedef struct {
+  zs_elem_kind_t op;
+  void *dst;       /* cast, acc: destination; scale: x */
+  const void *src; /* sumsq, nonfinite: x; cast, acc: source */
+  zs_dtype_t ddt, sdt;
+  size_t n;        /* > 0 */
+  float f;         /* scale factor */
+  void *out;       /* sumsq: float *acc; nonfinite: int *flag */
+  void *scratch;   /* sumsq: the caller's scratch */
+} zs_elem_op_t;
+
+#endif
