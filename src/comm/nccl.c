@@ -82,6 +82,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_checks.h"
 #include "comm/comm_impl.h"
 #include "comm/mpi_impl.h" // defines: zs__mpi_poll
 #include "device/device_impl.h"
@@ -162,8 +163,9 @@ static zs_status_t nccl_fail(nccl_ctx_t *ctx, ncclResult_t r, const char *what) 
 }
 
 static zs_status_t cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what) {
-  return ZS_FAIL(ctx->comm ? ctx->comm->err : NULL, ZS_ERR_DEVICE, "nccl comm (rank %d): %s failed: %s",
-                 ctx->rank, what, cudaGetErrorString(e));
+  char where[48];
+  snprintf(where, sizeof where, "nccl comm (rank %d)", ctx->rank);
+  return ZS_CUDA_FAIL(ctx->comm ? ctx->comm->err : NULL, where, e, what);
 }
 
 /* The first failure wins; the message is written before the status is seen. */

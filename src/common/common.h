@@ -43,6 +43,12 @@ zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ..
     if ((st) != ZS_OK) goto label;     \
   } while (0)
 
+/* A NULL handle (no handle to hold the message): ZS_ERR_INVALID "<fn>: <name> is NULL". */
+#define ZS_CHECK_HANDLE(h, fn)                                                    \
+  do {                                                                            \
+    if (!(h)) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: %s is NULL", (fn), #h);   \
+  } while (0)
+
 /* ---- logging --------------------------------------------------------------- */
 
 void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, ...)

@@ -21,6 +21,7 @@
 #include <cuda.h>              /* defines: cuStreamWaitValue32's signature and flags (no libcuda link) */
 #include <cuda_runtime_api.h> /* defines: cudaMalloc, streams, events, cudaLaunchHostFunc */
 
+#include "device/cuda_checks.h"
 #include "device/device_impl.h"
 #include "kernels/kernels.h"
 #include "optim/optim_cpu.h" /* defines: zs__optim_fold, zs__optim_seg_lrwd */
@@ -48,22 +49,13 @@ struct zs_event {
 struct cuda_ctx {
   zs_device_t *dev;
   int ordinal;
+  char where[32]; /* "cuda device N", the prefix of its messages */
   sticky_t null_sticky; /* host tasks on the legacy default stream */
 };
 
-static zs_status_t cu_fail(cuda_ctx_t *ctx, cudaError_t e, const char *call, const char *file,
-                           int line) {
-  cudaGetLastError(); /* clear a non-sticky error so later calls do not report it */
-  return zs__fail(ctx->dev->err, ZS_ERR_DEVICE, file, line, "cuda device %d: %s failed: %s (%s)",
-                  ctx->ordinal, call, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-#define CU(ctx, call)                                                                  \
-  do {                                                                                 \
-    cudaError_t cu_e_ = (call);                                                        \
-    if (cu_e_ != cudaSuccess) return cu_fail((ctx), cu_e_, #call, __FILE__, __LINE__); \
-  } while (0)
-
+/* CUDA failures in this file: "cuda device N: <call> failed: ..." (cuda_checks.h) */
+#define CU(ctx, call) ZS_CUDA_CHECK((ctx)->dev->err, (ctx)->where, call)
+#define cu_fail(ctx, e, call, file, line) zs__cuda_fail((ctx)->dev->err, (ctx)->where, (e), (call), (file), (line))
 #define CU_CURRENT(ctx) CU(ctx, cudaSetDevice((ctx)->ordinal))
 
 static cudaStream_t native(zs_stream_t *s) { return s ? s->cs : (cudaStream_t)0; }
@@ -247,7 +239,9 @@ static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
   CU_CURRENT(ctx);
   zs_event_t *ev = calloc(1, sizeof *ev);
   if (!ev) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for an event");
-  cudaError_t e = cudaEventCreateWithFlags(&ev->ce, cudaEventDisableTiming);
+  /* blocking sync: a host waiting on it sleeps instead of spinning on a core
+   * the CPU optimizer and the comm threads need */
+  cudaError_t e = cudaEventCreateWithFlags(&ev->ce, cudaEventDisableTiming | cudaEventBlockingSync);
   if (e != cudaSuccess) {
     free(ev);
     return cu_fail(ctx, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
@@ -513,7 +507,18 @@ zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
                    "zs_device_create_cuda(%d): no such GPU: %d visible (0..%d)", ordinal, n, n - 1);
   /* Make the device current and create its context now, so failures surface
    * here rather than in the first copy. */
-  if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaFree(NULL)) != cudaSuccess) {
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
+    cudaGetLastError();
+    return ZS_FAIL(NULL, ZS_ERR_DEVICE, "zs_device_create_cuda(%d): cudaSetDevice failed: %s", ordinal,
+                   cudaGetErrorString(e));
+  }
+  /* host waits (stream synchronize) block instead of spinning; settable before
+   * the context exists, so a context the caller made keeps its own setting */
+  if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) {
+    cudaGetLastError();
+    ZS_LOG_D("zs_device_create_cuda(%d): the context exists; its scheduling flags stay as they are", ordinal);
+  }
+  if ((e = cudaFree(NULL)) != cudaSuccess) {
     cudaGetLastError();
     return ZS_FAIL(NULL, ZS_ERR_DEVICE,
                    "zs_device_create_cuda(%d): initialising the GPU failed: %s", ordinal,
@@ -522,6 +527,7 @@ zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal) {
   cuda_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cuda: out of memory");
   ctx->ordinal = ordinal;
+  snprintf(ctx->where, sizeof ctx->where, "cuda device %d", ordinal);
   sticky_init(&ctx->null_sticky);
   zs_status_t st = zs__device_wrap(out, &cuda_iface, ctx, ZS_DEVICE_CUDA, ordinal);
   if (st != ZS_OK) {

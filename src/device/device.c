@@ -11,11 +11,6 @@
 
 static int cat_ok(zs_mem_category_t cat) { return (unsigned)cat < ZS_MEM_CATEGORY_COUNT; }
 
-/* Rejects a NULL device (no handle to hold the message) in one line. */
-#define CHECK_DEV(dev, fn)                                                \
-  do {                                                                    \
-    if (!(dev)) return ZS_FAIL(NULL, ZS_ERR_INVALID, fn ": dev is NULL"); \
-  } while (0)
 
 /* ---- handle ------------------------------------------------------------------ */
 
@@ -169,7 +164,7 @@ zs_mem_acct_t *zs__device_acct(zs_device_t *dev) { return dev ? &dev->acct : NUL
 /* ---- device memory ------------------------------------------------------------- */
 
 zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat, void **out) {
-  CHECK_DEV(dev, "zs_device_alloc");
+  ZS_CHECK_HANDLE(dev, "zs_device_alloc");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_device_alloc: out is NULL");
   *out = NULL;
   if (!cat_ok(cat))
@@ -228,14 +223,14 @@ static zs_status_t host_alloc_pinned(zs_device_t *dev, size_t bytes, void **out)
 }
 
 zs_status_t zs__device_host_reserve(zs_device_t *dev, size_t bytes) {
-  CHECK_DEV(dev, "zs__device_host_reserve");
+  ZS_CHECK_HANDLE(dev, "zs__device_host_reserve");
   if (dev->iface.make_current) dev->iface.make_current(dev->ctx);
   return zs__pinned_reserve(bytes);
 }
 
 zs_status_t zs_device_host_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t cat,
                                  unsigned flags, void **out) {
-  CHECK_DEV(dev, "zs_device_host_alloc");
+  ZS_CHECK_HANDLE(dev, "zs_device_host_alloc");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_device_host_alloc: out is NULL");
   *out = NULL;
   if (!cat_ok(cat))
@@ -297,7 +292,7 @@ int zs_device_is_pinned(zs_device_t *dev, const void *ptr) {
 /* ---- streams, copies, host functions ------------------------------------------- */
 
 zs_status_t zs_stream_create(zs_device_t *dev, zs_stream_t **out) {
-  CHECK_DEV(dev, "zs_stream_create");
+  ZS_CHECK_HANDLE(dev, "zs_stream_create");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_create: out is NULL");
   *out = NULL;
   ZS_CHECK(dev->iface.stream_create(dev->ctx, out));
@@ -312,14 +307,14 @@ void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s) {
 }
 
 zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s) {
-  CHECK_DEV(dev, "zs_stream_synchronize");
+  ZS_CHECK_HANDLE(dev, "zs_stream_synchronize");
   zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.stream_synchronize(dev->ctx, s);
 }
 
 zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t bytes,
                             zs_copy_kind_t kind, zs_stream_t *s) {
-  CHECK_DEV(dev, "zs_memcpy_async");
+  ZS_CHECK_HANDLE(dev, "zs_memcpy_async");
   if ((unsigned)kind > ZS_COPY_H2H)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID,
                    "zs_memcpy_async: copy kind %d is not a zs_copy_kind_t", (int)kind);
@@ -334,7 +329,7 @@ zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t
 }
 
 zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes, zs_stream_t *s) {
-  CHECK_DEV(dev, "zs_memset_async");
+  ZS_CHECK_HANDLE(dev, "zs_memset_async");
   if (bytes == 0) return ZS_OK;
   if (!dst)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_memset_async: dst is NULL for %zu bytes", bytes);
@@ -342,7 +337,7 @@ zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes
 }
 
 zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
-  CHECK_DEV(dev, "zs__device_enqueue");
+  ZS_CHECK_HANDLE(dev, "zs__device_enqueue");
   if (!fn) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__device_enqueue: fn is NULL");
   const void *label;
   memcpy(&label, &fn, sizeof label);
@@ -351,7 +346,7 @@ zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, 
 }
 
 zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
-  CHECK_DEV(dev, "zs__device_enqueue_work");
+  ZS_CHECK_HANDLE(dev, "zs__device_enqueue_work");
   if (!dev->iface.enqueue_work)
     return ZS_FAIL(dev->err, ZS_ERR_UNSUPPORTED, "zs__device_enqueue_work: the %s device launches its own kernels",
                    dev->iface.name);
@@ -359,7 +354,7 @@ zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn
 }
 
 zs_status_t zs__flag_create(zs_device_t *dev, zs__flag_t **out) {
-  CHECK_DEV(dev, "zs__flag_create");
+  ZS_CHECK_HANDLE(dev, "zs__flag_create");
   *out = NULL;
   return dev->iface.flag_create(dev->ctx, out);
 }
@@ -373,13 +368,13 @@ void zs__flag_set(zs_device_t *dev, zs__flag_t *f, uint32_t v, zs_status_t st, c
 }
 
 zs_status_t zs__stream_wait_flag(zs_device_t *dev, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
-  CHECK_DEV(dev, "zs__stream_wait_flag");
+  ZS_CHECK_HANDLE(dev, "zs__stream_wait_flag");
   if (!s && dev->iface.null_stream_is_host) zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.stream_wait_flag(dev->ctx, s, f, v);
 }
 
 zs_status_t zs__stream_error(zs_device_t *dev, zs_stream_t *s) {
-  CHECK_DEV(dev, "zs__stream_error");
+  ZS_CHECK_HANDLE(dev, "zs__stream_error");
   return dev->iface.stream_error(dev->ctx, s);
 }
 
@@ -396,7 +391,7 @@ static zs_status_t host_call_run(void *p) {
 }
 
 zs_status_t zs_launch_host_func(zs_device_t *dev, zs_stream_t *s, void (*fn)(void *), void *arg) {
-  CHECK_DEV(dev, "zs_launch_host_func");
+  ZS_CHECK_HANDLE(dev, "zs_launch_host_func");
   if (!fn) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_launch_host_func: fn is NULL");
   host_call_t *c = malloc(sizeof *c);
   if (!c) return ZS_FAIL(dev->err, ZS_ERR_NOMEM, "zs_launch_host_func: out of memory");
@@ -419,7 +414,7 @@ void *zs__stream_native(zs_device_t *dev, zs_stream_t *s) {
 /* ---- events -------------------------------------------------------------------- */
 
 zs_status_t zs_event_create(zs_device_t *dev, zs_event_t **out) {
-  CHECK_DEV(dev, "zs_event_create");
+  ZS_CHECK_HANDLE(dev, "zs_event_create");
   if (!out) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_create: out is NULL");
   *out = NULL;
   ZS_CHECK(dev->iface.event_create(dev->ctx, out));
@@ -434,27 +429,27 @@ void zs_event_destroy(zs_device_t *dev, zs_event_t *ev) {
 }
 
 zs_status_t zs_event_record(zs_device_t *dev, zs_event_t *ev, zs_stream_t *s) {
-  CHECK_DEV(dev, "zs_event_record");
+  ZS_CHECK_HANDLE(dev, "zs_event_record");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_record: ev is NULL");
   return dev->iface.event_record(dev->ctx, ev, s);
 }
 
 zs_status_t zs_stream_wait_event(zs_device_t *dev, zs_stream_t *s, zs_event_t *ev) {
-  CHECK_DEV(dev, "zs_stream_wait_event");
+  ZS_CHECK_HANDLE(dev, "zs_stream_wait_event");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_stream_wait_event: ev is NULL");
   if (!s && dev->iface.null_stream_is_host) zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.stream_wait_event(dev->ctx, s, ev);
 }
 
 zs_status_t zs_event_query(zs_device_t *dev, zs_event_t *ev, int *done) {
-  CHECK_DEV(dev, "zs_event_query");
+  ZS_CHECK_HANDLE(dev, "zs_event_query");
   if (!ev || !done)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_query: %s is NULL", !ev ? "ev" : "done");
   return dev->iface.event_query(dev->ctx, ev, done);
 }
 
 zs_status_t zs_event_synchronize(zs_device_t *dev, zs_event_t *ev) {
-  CHECK_DEV(dev, "zs_event_synchronize");
+  ZS_CHECK_HANDLE(dev, "zs_event_synchronize");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_synchronize: ev is NULL");
   zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
   return dev->iface.event_synchronize(dev->ctx, ev);

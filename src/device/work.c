@@ -5,11 +5,6 @@
 #include "device/work.h"
 #include "optim/optim_cpu.h" /* defines: zs__optim_check, zs__optim_float_dtype */
 
-/* Rejects a NULL device in one line. */
-#define CHECK_DEV(dev, fn)                                                   \
-  do {                                                                       \
-    if (!(dev)) return ZS_FAIL(NULL, ZS_ERR_INVALID, fn ": dev is NULL");    \
-  } while (0)
 
 #define CHECK_DT(dev, fn, dt)                                                               \
   do {                                                                                      \
@@ -28,7 +23,7 @@
 
 zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
                            const zs_optim_seg_t *segs, int nseg) {
-  CHECK_DEV(dev, "zs__optim_step");
+  ZS_CHECK_HANDLE(dev, "zs__optim_step");
   ZS_CHECK(zs__optim_check(h, segs, nseg));
   return dev->iface.optim_step(dev->ctx, s, h, segs, nseg);
 }
@@ -41,7 +36,7 @@ size_t zs__sumsq_scratch_bytes(const zs_device_t *dev) { return dev ? dev->iface
 
 zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, float *acc,
                       void *scratch) {
-  CHECK_DEV(dev, "zs__sumsq");
+  ZS_CHECK_HANDLE(dev, "zs__sumsq");
   CHECK_DT(dev, "zs__sumsq", dt);
   CHECK_PTR(dev, "zs__sumsq", x, n);
   if (!acc) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq: acc is NULL");
@@ -54,7 +49,7 @@ zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_
 
 zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
                           int *flag) {
-  CHECK_DEV(dev, "zs__nonfinite");
+  ZS_CHECK_HANDLE(dev, "zs__nonfinite");
   CHECK_DT(dev, "zs__nonfinite", dt);
   CHECK_PTR(dev, "zs__nonfinite", x, n);
   if (!flag) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__nonfinite: flag is NULL");
@@ -64,7 +59,7 @@ zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dt
 
 zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
                      const void *src, zs_dtype_t src_dt, size_t n) {
-  CHECK_DEV(dev, "zs__cast");
+  ZS_CHECK_HANDLE(dev, "zs__cast");
   CHECK_DT(dev, "zs__cast", dst_dt);
   CHECK_DT(dev, "zs__cast", src_dt);
   CHECK_PTR(dev, "zs__cast", dst, n);
@@ -74,7 +69,7 @@ zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst
 }
 
 zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f) {
-  CHECK_DEV(dev, "zs__scale");
+  ZS_CHECK_HANDLE(dev, "zs__scale");
   CHECK_DT(dev, "zs__scale", dt);
   CHECK_PTR(dev, "zs__scale", x, n);
   zs_elem_op_t op = {.op = ZS_ELEM_SCALE, .dst = x, .ddt = dt, .n = n, .f = f};
@@ -83,7 +78,7 @@ zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, 
 
 zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
                            zs_dtype_t src_dt, size_t n) {
-  CHECK_DEV(dev, "zs__accumulate");
+  ZS_CHECK_HANDLE(dev, "zs__accumulate");
   CHECK_DT(dev, "zs__accumulate", src_dt);
   CHECK_PTR(dev, "zs__accumulate", dst, n);
   CHECK_PTR(dev, "zs__accumulate", src, n);
