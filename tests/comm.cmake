@@ -8,7 +8,7 @@
 #                      cases two; _shared_gpu_np2 tries those on one GPU, see the file)
 if(TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_comm SOURCES test_comm.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
-              RANKS 1 2 3 4 TIMEOUT 60)
+              RANKS 1 2 3 4 TIMEOUT 150)
   zs_add_test(NAME test_comm_timeout SOURCES test_comm_timeout.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 4 TIMEOUT 60)
   zs_add_test(NAME test_comm_gpu SOURCES test_comm_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm

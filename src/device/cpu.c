@@ -292,24 +292,26 @@ static zs_status_t cpu_memset_async(void *vctx, void *dst, int value, size_t byt
 }
 
 static zs_status_t push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_task_fn fn, void *arg,
-                             const void *label) {
+                             const void *label, void (*discard)(void *)) {
   task_t *t = task_new(vctx, kind);
   if (!t) return ZS_ERR_NOMEM;
   t->u.call.fn = fn;
   t->u.call.arg = arg;
   t->u.call.label = label;
+  t->u.call.discard = discard;
   stream_push(s, t);
   return ZS_OK;
 }
 
 /* A host function: on the NULL stream the caller runs it (it is the host). */
-static zs_status_t cpu_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label) {
-  return s ? push_call(vctx, s, TASK_HOSTFN, fn, arg, label) : fn(arg);
+static zs_status_t cpu_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label,
+                               void (*discard)(void *)) {
+  return s ? push_call(vctx, s, TASK_HOSTFN, fn, arg, label, discard) : fn(arg);
 }
 
 /* The cpu device's own kernels: on the stream's worker. */
 static zs_status_t cpu_enqueue_work(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
-  return s ? push_call(vctx, s, TASK_CALL, fn, arg, NULL) : fn(arg);
+  return s ? push_call(vctx, s, TASK_CALL, fn, arg, NULL, NULL) : fn(arg);
 }
 
 static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
@@ -412,7 +414,7 @@ static zs_status_t cpu_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyp
   t->h = *h;
   t->nseg = nseg;
   if (nseg) memcpy(t->segs, segs, (size_t)nseg * sizeof *segs);
-  zs_status_t st = push_call(vctx, s, TASK_CALL, step_run, t, NULL);
+  zs_status_t st = push_call(vctx, s, TASK_CALL, step_run, t, NULL, NULL);
   if (st != ZS_OK) free(t);
   return st;
 }
@@ -448,7 +450,7 @@ static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_
   zs_elem_op_t *c = malloc(sizeof *c);
   if (!c) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a task");
   *c = *op;
-  zs_status_t st = push_call(vctx, s, TASK_CALL, elem_run, c, NULL);
+  zs_status_t st = push_call(vctx, s, TASK_CALL, elem_run, c, NULL, NULL);
   if (st != ZS_OK) free(c);
   return st;
 }

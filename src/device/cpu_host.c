@@ -105,8 +105,10 @@ void *zs__cpu_host_main(void *arg) {
 /* On a stream's worker: runs the host function on the shared thread and waits
  * for it; gives up (the stream's sticky error) if another host function keeps
  * the thread past the limit while this one waits. */
-static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label) {
-  host_job_t j = {.fn = fn, .arg = arg, .label = label, .s = s};
+static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *t) {
+  zs_task_fn fn = t->u.call.fn;
+  const void *label = t->u.call.label;
+  host_job_t j = {.fn = fn, .arg = t->u.call.arg, .label = label, .discard = t->u.call.discard, .s = s};
   pthread_mutex_lock(&ctx->hmu);
   if (ctx->htail) ctx->htail->next = &j;
   else ctx->hhead = &j;
@@ -129,6 +131,7 @@ static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, zs_task_fn fn,
     fn_name(r->label, theirs, sizeof theirs);
     double ran = zs__now() - r->started;
     pthread_mutex_unlock(&ctx->hmu);
+    if (j.discard) j.discard(j.arg); /* never to run: its argument goes */
     return ZS_FAIL(ctx->dev->err, ZS_ERR_STATE,
                    "cpu device (shared host thread): host function %s was not run: host function %s (another "
                    "stream's) has held the shared host thread for %.0f s: a host function must not wait for other "
@@ -142,5 +145,5 @@ static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, zs_task_fn fn,
 }
 
 zs_status_t zs__cpu_run_host_fn(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *t) {
-  return ctx->shared ? host_fn_shared(ctx, s, t->u.call.fn, t->u.call.arg, t->u.call.label) : t->u.call.fn(t->u.call.arg);
+  return ctx->shared ? host_fn_shared(ctx, s, t) : t->u.call.fn(t->u.call.arg);
 }

@@ -29,6 +29,7 @@ typedef struct task {
       zs_task_fn fn;
       void *arg;
       const void *label; /* HOSTFN: the function to name in diagnostics */
+      void (*discard)(void *arg); /* HOSTFN: frees arg if it is given up unrun */
     } call; /* CALL, HOSTFN */
     struct {
       zs__flag_t *f;
@@ -80,6 +81,7 @@ typedef struct host_job {
   zs_task_fn fn;
   void *arg;
   const void *label;
+  void (*discard)(void *arg);
   zs_stream_t *s;
   int state; /* 0 queued, 1 running, 2 done */
   zs_status_t st;

@@ -212,8 +212,9 @@ static void CUDART_CB host_task_run(void *p) {
   pthread_mutex_unlock(&t.sticky->mu);
 }
 
-static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label) {
-  (void)label;
+static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label,
+                                void (*discard)(void *)) {
+  (void)label, (void)discard; /* CUDA runs every host function it accepted */
   cuda_ctx_t *ctx = vctx;
   CU_CURRENT(ctx);
   host_task_t *t = malloc(sizeof *t);

@@ -342,7 +342,7 @@ zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, 
   const void *label;
   memcpy(&label, &fn, sizeof label);
   if (s) zs__acct_count(&dev->acct, ZS_ACCT_HOST_FUNC);
-  return dev->iface.enqueue(dev->ctx, s, fn, arg, label);
+  return dev->iface.enqueue(dev->ctx, s, fn, arg, label, NULL);
 }
 
 zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg) {
@@ -402,7 +402,7 @@ zs_status_t zs_launch_host_func(zs_device_t *dev, zs_stream_t *s, void (*fn)(voi
   const void *label;
   memcpy(&label, &fn, sizeof label); /* the user's function, not the wrapper */
   if (s) zs__acct_count(&dev->acct, ZS_ACCT_HOST_FUNC);
-  zs_status_t st = dev->iface.enqueue(dev->ctx, s, host_call_run, c, label);
+  zs_status_t st = dev->iface.enqueue(dev->ctx, s, host_call_run, c, label, free);
   if (st != ZS_OK) free(c);
   return st;
 }

@@ -41,8 +41,10 @@ typedef struct {
   zs_status_t (*memset_async)(void *ctx, void *dst, int value, size_t bytes, zs_stream_t *s);
   /* A host function in stream order (CUDA: cudaLaunchHostFunc, run on a thread
    * every stream shares: it must not wait for other work). */
-  zs_status_t (*enqueue)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label);
-  /* (label: the function to name in diagnostics, fn itself or the user's function fn wraps) */
+  zs_status_t (*enqueue)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label,
+                         void (*discard)(void *arg));
+  /* (label: the function to name in diagnostics, fn itself or the user's function
+   * fn wraps; discard: frees arg when the task is given up without running, may be NULL) */
   /* The backend's own device work as a host task (cpu: its kernels, on the
    * stream's worker); NULL where device work is launched otherwise (cuda). */
   zs_status_t (*enqueue_work)(void *ctx, zs_stream_t *s, zs_task_fn fn, void *arg);
