@@ -1,6 +1,12 @@
 if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine SOURCES test_engine.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
   zs_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
+  # hybrid sharding at 6 ranks: 2x3 and 3x2 (4 ranks, 2x2, run in the entries above)
+  foreach(t test_engine test_engine_mem)
+    add_test(NAME ${t}_hybrid_np6 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 6 --oversubscribe
+             $<TARGET_FILE:${t}> hybrid)
+    set_tests_properties(${t}_hybrid_np6 PROPERTIES LABELS "mpi" TIMEOUT 300 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  endforeach()
   # what a trainer touches: slots (persistent units), declarations refused,
   # setup failing on some ranks, the clipping rule, layout figures
   zs_add_test(NAME test_engine_api SOURCES test_engine_api.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120)

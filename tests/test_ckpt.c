@@ -96,6 +96,66 @@ static void test_reshard(void) {
 }
 
 
+/* Hybrid sharding: each shard written once (the first replica's files carry
+ * the blocks, the others' none); the checkpoint loads into a flat single-rank
+ * engine with the same master, and a flat world checkpoint loads into a hybrid
+ * engine that then trains on exactly as the flat one does. */
+static void test_hybrid(void) {
+  int ns = 0;
+  for (int d = 2; d < nranks && !ns; d++)
+    if (nranks % d == 0) ns = d;
+  if (!ns) {
+    zs_test_skip("hybrid sharding needs a world with a divisor between 1 and itself (4 or 6 ranks)");
+    return;
+  }
+  char dir[320], dirf[320];
+  path_of(dir, sizeof dir, "hybrid");
+  path_of(dirf, sizeof dirf, "hybrid-flat");
+  zs_config_t ch = cfg(3, ZS_FP32, 0), c0 = cfg(0, ZS_FP32, 0), cf = cfg(2, ZS_FP32, 0);
+  ch.shard_group = ns;
+  run_t h, one, f, h2;
+  int64_t nh = 0, n1 = 0;
+  assert_ok(open_run(&h, world, &ch, NBLK));
+  assert_ok(steps(&h, 3, NULL, NULL));
+  assert_ok(zs_checkpoint_save(h.zs, dir));
+  float *vh = values(&h, &nh);
+  zs_checkpoint_info_t info;
+  assert_ok(zs_checkpoint_verify(dir, &info));
+  assert_ok(open_run(&one, self, &c0, NBLK));
+  assert_ok(zs_checkpoint_load(one.zs, dir));
+  float *v1 = values(&one, &n1);
+  assert_true(vh && v1 && nh == n1);
+  expect_int_eq(count_diff(vh, v1, nh, 0), 0);
+  free(vh);
+  free(v1);
+  close_run(&h);
+  close_run(&one);
+  /* flat world stage 2 -> hybrid stage 3: the same next steps */
+  assert_ok(open_run(&f, world, &cf, NBLK));
+  assert_ok(steps(&f, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(f.zs, dirf));
+  /* each shard on disk once: about the flat checkpoint's bytes (padding aside),
+   * not world/shard_group times them */
+  zs_checkpoint_info_t finfo;
+  assert_ok(zs_checkpoint_verify(dirf, &finfo));
+  expect_int_eq(info.world, nranks);
+  if ((double)info.bytes > 1.3 * (double)finfo.bytes)
+    ZS_T_REPORT("hybrid checkpoint holds %lld bytes, the flat one %lld: shards written more than once",
+                (long long)info.bytes, (long long)finfo.bytes);
+  assert_ok(open_run(&h2, world, &ch, NBLK));
+  assert_ok(zs_checkpoint_load(h2.zs, dirf));
+  assert_ok(steps(&f, 3, NULL, NULL));
+  assert_ok(steps(&h2, 3, NULL, NULL));
+  float *vf = values(&f, &nh), *v2 = values(&h2, &n1);
+  assert_true(vf && v2 && nh == n1);
+  int64_t bad = count_diff(vf, v2, nh, 1e-6);
+  if (bad) ZS_T_REPORT("hybrid %dx%d after a flat checkpoint: %lld values differ", nranks / ns, ns, (long long)bad);
+  free(vf);
+  free(v2);
+  close_run(&f);
+  close_run(&h2);
+}
+
 static void test_damage(void) {
   char dir[320], file[640], man[400], empty[320];
   path_of(dir, sizeof dir, "damage");
@@ -326,6 +386,7 @@ int main(void) {
   ckpt_world_open();
   zs_test_run(test_resume_exact);
   zs_test_run(test_reshard);
+  zs_test_run(test_hybrid);
   zs_test_run(test_damage);
   zs_test_run(test_safetensors);
   zs_test_run(test_delayed);

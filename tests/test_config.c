@@ -551,6 +551,41 @@ static void test_describe(void) {
   expect_true(!strcmp(zs_config_describe(NULL, buf, sizeof buf), "(null config)"));
 }
 
+/* Hybrid sharding: ours, DeepSpeed's MiCS key, the environment; refused when
+ * negative or at stage 0. */
+static void test_shard_group(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  zs_config_t c = ZS_CONFIG_INIT;
+  expect_int_eq(c.shard_group, 0);
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8}}"));
+  expect_int_eq(c.stage, 3);
+  expect_int_eq(c.shard_group, 8);
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 1, \"shard_group\": 2}"));
+  expect_int_eq(c.shard_group, 2);
+  setenv("ZS_STAGE", "2", 1);
+  setenv("ZS_SHARD_GROUP", "4", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.shard_group, 4);
+  unsetenv("ZS_SHARD_GROUP");
+  unsetenv("ZS_STAGE");
+  zs_config_t bad = ZS_CONFIG_INIT;
+  bad.stage = 3;
+  bad.shard_group = -1;
+  expect_status(zs_config_validate(&bad), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "shard_group");
+  bad.stage = 0;
+  bad.shard_group = 2;
+  expect_status(zs_config_validate(&bad), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage 0 shards nothing");
+  char d[512];
+  zs_config_t h = ZS_CONFIG_INIT;
+  h.stage = 3;
+  h.shard_group = 8;
+  expect_str_contains(zs_config_describe(&h, d, sizeof d), "shard group 8 (hybrid)");
+  zs_log_set_level(saved);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) data_dir = argv[1];
   zs_test_run(test_defaults_validate);
@@ -563,5 +598,6 @@ int main(int argc, char **argv) {
   zs_test_run(test_json_unknown);
   zs_test_run(test_json_errors);
   zs_test_run(test_describe);
+  zs_test_run(test_shard_group);
   return zs_test_finish();
 }

@@ -102,11 +102,15 @@ static uint64_t gathered(int lo, int hi, size_t pb) { /* units lo..hi clipped to
 
 /* One step without compute, checking the accountant after every call. off: 0 no
  * offload, 1 offload, 2 offload with the delayed parameter update. */
-static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
+/* ns: the shard group (hybrid sharding); 0 = flat. A rank holds what it would in
+ * a flat layout of ns ranks: the formulas with ns in place of the world size. */
+static void memory_case(int stage, zs_dtype_t dt, int k, int off, int ns) {
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = stage;
   c.param_dtype = c.reduce_dtype = dt;
   c.prefetch = k;
+  c.shard_group = ns;
+  int N = ns ? ns : nranks;
   c.offload_optimizer = off ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   c.delayed_param_update = off == 2;
   size_t pb = zs_dtype_size(dt), rb = pb;
@@ -130,9 +134,9 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
     expect_u64_eq(est.host[ZS_MEM_PARAMS], f.host_params);
     expect_u64_eq(est.device_model_state, f.params + f.grads + f.optim);
   }
-  formula_layout(nranks);
+  formula_layout(N);
   zs_mem_estimate_t est;
-  assert_ok(zs_engine_estimate(zs, nranks, &est));
+  assert_ok(zs_engine_estimate(zs, N, &est));
   zs_device_memory_reset_peaks(dev);
   assert_ok(zs_engine_setup(zs, tm_init, zs));
   for (int u = 0; u < NU; u++) {
@@ -157,7 +161,7 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off) {
     uint64_t table[4] = {16 * P, 4 * P + 12 * S, 2 * P + 14 * S, 16 * S};
     expect_u64_eq(st.params + st.grads + st.optim, table[stage]);
   }
-  snprintf(w, sizeof w, "stage %d %s prefetch %d after setup", stage, zs_dtype_name(dt), k);
+  snprintf(w, sizeof w, "stage %d %s prefetch %d shard group %d after setup", stage, zs_dtype_name(dt), k, N);
   check_mem(w, st);
   for (int step = 0; step < 2; step++) {
     int s3 = stage == 3;
@@ -213,7 +217,21 @@ static void test_memory_formulas(void) {
   for (int stage = 0; stage <= 3; stage++)
     for (int d = 0; d < 2; d++)
       for (int k = 0; k <= (stage == 3 ? 2 : 0); k++)
-        for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) memory_case(stage, d ? ZS_BF16 : ZS_FP32, k, off);
+        for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) memory_case(stage, d ? ZS_BF16 : ZS_FP32, k, off, 0);
+}
+
+/* hybrid: every divisor of the world as the shard group */
+static void test_memory_hybrid(void) {
+  int tried = 0;
+  for (int ns = 2; ns < nranks; ns++)
+    if (nranks % ns == 0)
+      for (int stage = 1; stage <= 3; stage++)
+        for (int off = 0; off <= 1; off++) {
+          memory_case(stage, ZS_FP32, stage == 3 ? 1 : 0, off, ns);
+          tried++;
+        }
+  formula_layout(nranks);
+  if (!tried) zs_test_skip("hybrid sharding needs a world with a divisor between 1 and itself (4 or 6 ranks)");
 }
 
 /* ---- steady state: no allocation, free or device-wide sync inside a step ----- */
@@ -276,6 +294,63 @@ static void test_steady_state(void) {
 
 /* ---- traffic ---------------------------------------------------------------- */
 
+/* Hybrid: per group. Inside the shard group the flat figures at Ns ranks; across
+ * replicas one all-reduce of each unit's shard per step: 2 (S rb)(Nr-1)/Nr bytes,
+ * psi/Ns elements in all, whatever the accumulation. */
+static void hybrid_traffic_case(int stage, int accum, int ns) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = stage;
+  c.grad_accum = accum;
+  c.shard_group = ns;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  expect_int_eq(zs_engine_shard_group(zs), ns);
+  formula_layout(ns);
+  uint64_t Ns = (uint64_t)ns, Nr = (uint64_t)(nranks / ns), ring = 0, cross = 0;
+  for (int u = 0; u < NU; u++) {
+    ring += (Ns - 1) * (uint64_t)Pu[u] * 4 / Ns;
+    cross += 2 * (Nr - 1) * (uint64_t)Su[u] * 4 / Nr;
+  }
+  for (int step = 0; step < 2; step++) {
+    zs_engine_comm_stats_reset(zs);
+    for (int a = 0; a < accum; a++) {
+      expect_ok(zs_forward_begin(zs));
+      for (int u = 0; u < NU; u++) {
+        expect_ok(zs_gather(zs, u));
+        expect_ok(zs_release(zs, u));
+      }
+      expect_ok(zs_backward_begin(zs));
+      for (int u = NU - 1; u >= 0; u--) {
+        expect_ok(zs_gather(zs, u));
+        expect_ok(zs_reduce(zs, u));
+      }
+    }
+    expect_ok(zs_step(zs, NULL));
+    zs_comm_stats_t sh, rp, wd;
+    expect_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_SHARD, &sh));
+    expect_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &rp));
+    expect_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_WORLD, &wd));
+    uint64_t ag = stage == 3 ? 2 * (uint64_t)accum * ring : ring;
+    uint64_t rs = stage >= 2 ? (uint64_t)accum * ring : ring;
+    expect_u64_eq(sh.bytes_sent[ZS_COLL_ALL_GATHER], ag);
+    expect_u64_eq(sh.bytes_sent[ZS_COLL_REDUCE_SCATTER], rs);
+    expect_u64_eq(sh.calls[ZS_COLL_ALL_REDUCE], 1); /* the norm, inside the group */
+    expect_u64_eq(rp.bytes_sent[ZS_COLL_ALL_REDUCE], cross);
+    expect_u64_eq(rp.calls[ZS_COLL_ALL_REDUCE], NU);
+    expect_u64_eq(rp.bytes_sent[ZS_COLL_ALL_GATHER] + rp.bytes_sent[ZS_COLL_REDUCE_SCATTER], 0);
+    uint64_t wsum = 0;
+    for (int k = 0; k < ZS_COLL_COUNT; k++) wsum += wd.bytes_sent[k];
+    expect_u64_eq(wsum, 0); /* a step uses no world-wide collective */
+  }
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+  formula_layout(nranks);
+}
+
 static void traffic_case(int stage, int accum) {
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = stage;
@@ -329,6 +404,18 @@ static void test_traffic(void) {
     traffic_case(stage, 1);
     traffic_case(stage, 3);
   }
+}
+
+static void test_traffic_hybrid(void) {
+  int tried = 0;
+  for (int ns = 2; ns < nranks; ns++)
+    if (nranks % ns == 0)
+      for (int stage = 1; stage <= 3; stage++) {
+        hybrid_traffic_case(stage, 1, ns);
+        hybrid_traffic_case(stage, 3, ns);
+        tried++;
+      }
+  if (!tried) zs_test_skip("hybrid sharding needs a world with a divisor between 1 and itself (4 or 6 ranks)");
 }
 
 /* ---- misuse ------------------------------------------------------------------- */
@@ -549,13 +636,21 @@ static void test_offload_pinned_faults(void) {
 int main(int argc, char **argv) {
   open_world_or_exit(&dev, &world, &rank, &nranks);
   formula_layout(nranks);
-  zs_test_run(test_memory_formulas);
-  zs_test_run(test_steady_state);
-  zs_test_run(test_traffic);
-  zs_test_run(test_misuse);
-  zs_test_run(test_mismatch);
-  zs_test_run(test_loss_scaling);
-  zs_test_run(test_offload_pinned_faults);
+  const char *only = argc > 1 ? argv[1] : "";
+  if (!strcmp(only, "hybrid")) {
+    zs_test_run(test_memory_hybrid);
+    zs_test_run(test_traffic_hybrid);
+  } else {
+    zs_test_run(test_memory_formulas);
+    zs_test_run(test_memory_hybrid);
+    zs_test_run(test_steady_state);
+    zs_test_run(test_traffic);
+    zs_test_run(test_traffic_hybrid);
+    zs_test_run(test_misuse);
+    zs_test_run(test_mismatch);
+    zs_test_run(test_loss_scaling);
+    zs_test_run(test_offload_pinned_faults);
+  }
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

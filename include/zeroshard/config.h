@@ -53,6 +53,11 @@ typedef struct {
   int scale_window;    /* dynamic: good steps before doubling (1000) */
   int hysteresis;      /* dynamic: overflows tolerated before backing off (2) */
   float min_scale;     /* dynamic: at this scale an overflow is ZS_ERR_OVERFLOW (1) */
+  /* Hybrid sharding (FSDP's HYBRID_SHARD, DeepSpeed's MiCS): stages 1-3 shard
+   * over groups of this many consecutive ranks and replicate across the groups
+   * (a gradient shard is all-reduced across replicas; gathers stay inside the
+   * group). 0 = every rank (flat). Must divide the world size. */
+  int shard_group;
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -64,7 +69,8 @@ typedef struct {
     .grad_accum = 1, .grad_clip = 0.0f, .prefetch = 1, .reshard_after_forward = 1,          \
     .persist_threshold = 0, .reduce_bucket_size = 0, .offload_optimizer = ZS_OFFLOAD_NONE,  \
     .offload_strict = 0, .delayed_param_update = 0, .loss_scale = 0.0f,                     \
-    .initial_scale = 65536.0f, .scale_window = 1000, .hysteresis = 2, .min_scale = 1.0f     \
+    .initial_scale = 65536.0f, .scale_window = 1000, .hysteresis = 2, .min_scale = 1.0f,    \
+    .shard_group = 0                                                                        \
   }
 
 #ifdef __cplusplus

@@ -176,6 +176,8 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 
 /* What the declared model will hold per rank at `world` ranks (any world size:
  * a what-if), from the declaration and config alone; callable before setup.
+ * With hybrid sharding pass the shard group's size: a rank holds what it would
+ * hold in a flat layout of that many ranks.
  * model state = params + grads + optimizer (+ stage-3 persistent units, category
  * gather) between steps, exactly what the accountant will show per category and
  * domain. device_peak_bound bounds the device bytes during a step when the
@@ -192,10 +194,17 @@ typedef struct {
   uint64_t device_peak_bound;
 } zs_mem_estimate_t;
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out);
-/* Calls and bytes per collective kind on the engine's comm since setup or the
- * last reset. */
+/* Calls and bytes per collective kind on the engine's comms since setup or the
+ * last reset: every group (zs_engine_comm_stats), or one group: the world comm
+ * (setup's checks, evaluation of agreement), the shard group (gathers,
+ * reduce-scatters, the norm; with flat sharding that is the world comm), the
+ * replica group (hybrid: the gradient shards' all-reduce across replicas). */
+typedef enum { ZS_GROUP_ALL = 0, ZS_GROUP_WORLD, ZS_GROUP_SHARD, ZS_GROUP_REPLICA } zs_group_t;
 zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out);
+zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out);
 void zs_engine_comm_stats_reset(zs_engine_t *zs);
+/* Ranks in this engine's shard group (config shard_group; the world size when flat). */
+int zs_engine_shard_group(const zs_engine_t *zs);
 
 #ifdef __cplusplus
 }

@@ -25,9 +25,13 @@ static zs_status_t state_view(zs_engine_t *zs, const float *src, size_t n, float
   return st;
 }
 
-/* Rank r's saved range of parameter p in element offsets: its nominal shard. */
+/* Rank r's saved range of parameter p in element offsets: its nominal shard.
+ * With hybrid sharding only the first replica (ranks 0..shard_group-1, whose
+ * shard index is their rank) writes: each shard once; the others' files hold
+ * no blocks. */
 static int saved_range(const zs_engine_t *zs, int r, const zs_param_t *p, int64_t *a, int64_t *b) {
   const zs_unit_t *u = &zs->units[p->unit];
+  if (r >= zs->nshard) return 0;
   int64_t lo = (int64_t)r * u->shard, hi = lo + u->shard;
   int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
   *a = fa - p->flat_off;

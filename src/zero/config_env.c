@@ -118,6 +118,7 @@ static const struct {
     {"ZS_OFFLOAD", K_OFFLOAD, offsetof(zs_config_t, offload_optimizer), "offload_optimizer"},
     {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
     {"ZS_LOSS_SCALE", K_FLOAT, offsetof(zs_config_t, loss_scale), "loss_scale"},
+    {"ZS_SHARD_GROUP", K_INT, offsetof(zs_config_t, shard_group), "shard_group"},
 };
 
 int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {

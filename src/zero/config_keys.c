@@ -98,6 +98,8 @@ static const spec_t zero_keys[] = {
     FIELD("stage", K_INT, stage, 1),
     FIELD("reduce_bucket_size", K_SIZE, reduce_bucket_size, 1),
     FIELD("stage3_param_persistence_threshold", K_SIZE, persist_threshold, 1),
+    FIELD("mics_shard_size", K_INT, shard_group, 1),
+    ACCEPT("mics_hierarchical_params_gather", "gathers stay inside the shard group already"),
     FN("stage3_prefetch_bucket_size", fn_prefetch_bucket, 1),
     FN("stage3_max_live_parameters", fn_max_live, 1),
     FN("offload_optimizer", fn_offload_optimizer, 1),
@@ -290,6 +292,7 @@ const spec_t zs__config_root_keys[] = {
     FIELD("scale_window", K_INT, scale_window, 0),
     FIELD("hysteresis", K_INT, hysteresis, 0),
     FIELD("min_scale", K_FLOAT, min_scale, 0),
+    FIELD("shard_group", K_INT, shard_group, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),
     {"gradient_clipping", K_FLOAT, OFF(grad_clip), "grad_clip", NULL, 1, NULL},

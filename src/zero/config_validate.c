@@ -100,6 +100,11 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->hysteresis < 1) BAD_I("hysteresis", c->hysteresis, "use 1 or more overflows");
   if (!(isfinite(c->min_scale) && c->min_scale > 0))
     BAD_F("min_scale", c->min_scale, "use a finite minimum scale > 0 (default 1)");
+  if (c->shard_group < 0)
+    BAD_I("shard_group", c->shard_group, "use 0 (shard over every rank) or the ranks of one shard group (e.g. per node)");
+  if (c->shard_group > 0 && c->stage == 0)
+    return bad(prefix, o, "shard_group", "set at stage 0",
+               "stage 0 shards nothing: use stage 1, 2 or 3 for hybrid sharding, or shard_group 0");
   if (c->min_scale > c->initial_scale) {
     char v[64];
     snprintf(v, sizeof v, "%g, above initial_scale %g", (double)c->min_scale, (double)c->initial_scale);
@@ -143,6 +148,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
   put(buf, n, &at, " wd %g, grad_accum %d, clip %g, prefetch %d, reshard_after_forward %d, persist %zu",
       (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
       cfg->reshard_after_forward, cfg->persist_threshold);
+  if (cfg->shard_group > 0) put(buf, n, &at, ", shard group %d (hybrid)", cfg->shard_group);
   if (cfg->offload_optimizer == ZS_OFFLOAD_CPU)
     put(buf, n, &at, ", offload cpu%s%s", cfg->offload_strict ? " strict" : "",
         cfg->delayed_param_update ? " delayed-update" : "");

@@ -244,10 +244,10 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
     const zs_config_t *c = &zs->cfg;
     snprintf(buf, ZS_DESC,
              "stage %d, param %s, reduce %s, grad_accum %d, optimizer %d, reshard_after_forward %d, "
-             "persist_threshold %zu, offload %d, %d units, %d parameters",
+             "persist_threshold %zu, offload %d, shard_group %d, %d units, %d parameters",
              c->stage, zs_dtype_name(c->param_dtype), zs_dtype_name(c->reduce_dtype), c->grad_accum,
              (int)c->optim.kind, c->reshard_after_forward, c->persist_threshold, (int)c->offload_optimizer,
-             zs->nunits, zs->nparams);
+             c->shard_group, zs->nunits, zs->nparams);
     return;
   }
   if (i - 1 >= zs->nparams) {

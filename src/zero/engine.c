@@ -85,6 +85,18 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   zs->comm = comm;
   zs->rank = zs_comm_rank(comm);
   zs->world = zs_comm_size(comm);
+  zs->nshard = cfg->shard_group > 0 ? cfg->shard_group : zs->world;
+  if (zs->world % zs->nshard != 0) {
+    free(zs);
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create: shard_group %d does not divide the %d ranks: use a divisor (the ranks per "
+                   "node, typically), or 0 to shard over every rank",
+                   cfg->shard_group, zs_comm_size(comm));
+  }
+  zs->shard_comm = comm;
+  zs->shard_rank = zs->rank % zs->nshard;
+  zs->nrep = zs->world / zs->nshard;
+  zs->rep_rank = zs->rank / zs->nshard;
   zs->pb = zs_dtype_size(cfg->param_dtype);
   zs->rb = zs_dtype_size(cfg->reduce_dtype);
   zs->loss_scale = 1.0f;
@@ -267,6 +279,8 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
   if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
+  if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
+  zs_comm_destroy(zs->rep_comm);
   free(zs->units);
   free(zs->params);
   zs__eng_decl_free(zs);
@@ -347,11 +361,11 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   zs_unit_t *u = &zs->units[p->unit];
   const float *send = u->master;
   if (zs->offload) { /* the master lives on the host: stage it in the gathered buffer's own slot */
-    send = tmp + (size_t)zs->rank * (size_t)u->shard;
+    send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;
     ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (void *)send, u->master, (size_t)u->shard * 4, ZS_COPY_H2D, zs->compute),
                   st, done);
   }
-  ZS_CHECK_GOTO(zs_comm_all_gather(zs->comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);
+  ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);
   ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, tmp + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute), st,
                 done);
   st = zs__eng_sync_compute(zs);
@@ -393,12 +407,43 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out) {
   return ZS_OK;
 }
 
-zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out) {
-  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_comm_stats: engine and out must not be NULL");
-  zs_comm_stats(zs->comm, out);
+zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out) {
+  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_comm_stats_group: engine and out must not be NULL");
+  memset(out, 0, sizeof *out);
+  zs_comm_t *c[3] = {NULL, NULL, NULL};
+  switch (group) {
+    case ZS_GROUP_ALL: c[0] = zs->comm, c[1] = zs->shard_comm != zs->comm ? zs->shard_comm : NULL, c[2] = zs->rep_comm; break;
+    case ZS_GROUP_WORLD: c[0] = zs->comm; break;
+    case ZS_GROUP_SHARD: c[0] = zs->shard_comm; break;
+    case ZS_GROUP_REPLICA: c[0] = zs->rep_comm; break;
+    default:
+      return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_comm_stats_group: group %d is not a zs_group_t",
+                     (int)group);
+  }
+  /* flat: the world comm is the shard group too; its traffic shows under both */
+  for (int i = 0; i < 3; i++) {
+    if (!c[i]) continue;
+    zs_comm_stats_t s;
+    zs_comm_stats(c[i], &s);
+    for (int k = 0; k < ZS_COLL_COUNT; k++) {
+      out->calls[k] += s.calls[k];
+      out->bytes_sent[k] += s.bytes_sent[k];
+      out->bytes_recv[k] += s.bytes_recv[k];
+    }
+  }
   return ZS_OK;
 }
 
-void zs_engine_comm_stats_reset(zs_engine_t *zs) {
-  if (zs) zs_comm_stats_reset(zs->comm);
+zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out) {
+  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_comm_stats: engine and out must not be NULL");
+  return zs_engine_comm_stats_group(zs, ZS_GROUP_ALL, out);
 }
+
+void zs_engine_comm_stats_reset(zs_engine_t *zs) {
+  if (!zs) return;
+  zs_comm_stats_reset(zs->comm);
+  if (zs->shard_comm != zs->comm) zs_comm_stats_reset(zs->shard_comm);
+  if (zs->rep_comm) zs_comm_stats_reset(zs->rep_comm);
+}
+
+int zs_engine_shard_group(const zs_engine_t *zs) { return zs ? zs->nshard : 0; }

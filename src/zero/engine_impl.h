@@ -103,6 +103,17 @@ struct zs_engine {
   zs_device_t *dev;
   zs_comm_t *comm;
   int rank, world;
+  /* Hybrid sharding (cfg.shard_group): state is sharded over the shard group
+   * (nshard consecutive ranks; this rank is shard_rank in it) and replicated
+   * over the replica group (nrep ranks, one per shard group, same shard_rank).
+   * Flat: shard_comm == comm, rep_comm NULL, nshard == world. The sub-comms are
+   * made by the first setup and owned by the engine. */
+  zs_comm_t *shard_comm, *rep_comm;
+  int nshard, shard_rank, nrep, rep_rank;
+  /* model-parallel group (zs_engine_set_model_parallel): the norm adds its
+   * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */
+  zs_comm_t *mp_comm;
+  int mp_rank;
   zs_stream_t *compute, *ag_stream, *rs_stream;
   zs_event_t *ev_step;
 

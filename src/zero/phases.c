@@ -60,7 +60,7 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   size_t bytes = (size_t)u->padded * zs->pb;
   ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GATHER, zs->ag_stream, &u->full));
   ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
-  ZS_ECHECK(zs, zs_comm_all_gather(zs->comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
+  ZS_ECHECK(zs, zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
             "all-gather of a unit");
   ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
   return ZS_OK;
@@ -290,7 +290,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
   const zs_config_t *c = &zs->cfg;
   zs_stream_t *rs = zs->rs_stream;
   int last = zs->round == c->grad_accum;
-  size_t P = (size_t)u->padded, S = (size_t)u->shard, off = (size_t)zs->rank * S;
+  size_t P = (size_t)u->padded, S = (size_t)u->shard, off = (size_t)zs->shard_rank * S;
 
   ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_computed, zs->compute), "recording the backward event");
   ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, rs, u->ev_computed), "ordering the reduction");
@@ -316,12 +316,17 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
       /* reduce into a device shard (stage 1: in place), then to the host in fp32 */
       const void *red = block;
       if (c->stage == 1) {
-        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       } else {
         ZS_CHECK(zs__eng_alloc_on(zs, S * zs->rb, ZS_MEM_GRADS, rs, &u->gshard));
-        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
         red = u->gshard;
       }
+      /* hybrid: the round's shard summed across replicas before it leaves (the
+       * host adds rounds up, so each round's shard crosses the groups) */
+      if (zs->rep_comm)
+        ZS_ECHECK(zs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, ZS_SUM, rs),
+                  "gradient all-reduce across replicas");
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
                                      .first = c->stage == 1 || zs->round == 1};
@@ -329,16 +334,19 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
                 "copying a gradient shard to the host");
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_offloaded, zs->copy_stream), "recording the copy event");
     } else if (c->stage == 1) {
-      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      if (zs->rep_comm) /* hybrid: only psi/Ns elements cross the shard groups */
+        ZS_ECHECK(zs, zs_comm_all_reduce(zs->rep_comm, block, block, S, dt, ZS_SUM, rs),
+                  "gradient all-reduce across replicas");
       if (src != u->gfull)
         ZS_ECHECK(zs, zs__cast(zs->dev, rs, (char *)u->gfull + off * zs->pb, c->param_dtype, block, dt, S),
                   "casting gradients back");
     } else if (zs->round == 1) {
-      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
     } else {
       /* later accumulation rounds: reduce in place, then add into the shard (a
        * 16-bit shard goes through fp32 so each round rounds once) */
-      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       if (c->reduce_dtype == ZS_FP32) {
         ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
       } else {
@@ -348,6 +356,11 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
         ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S), "rounding gradients");
       }
     }
+    /* hybrid, stages 2-3: the accumulated shard summed across replicas once,
+     * after the last round */
+    if (zs->rep_comm && c->stage >= 2 && !zs->offload && last)
+      ZS_ECHECK(zs, zs_comm_all_reduce(zs->rep_comm, u->gshard, u->gshard, S, c->reduce_dtype, ZS_SUM, rs),
+                "gradient all-reduce across replicas");
     if (!zs->offload) ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
     u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload; /* gacc: stage >= 2 */
   }

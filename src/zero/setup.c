@@ -34,9 +34,9 @@ static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world
 static void layout(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
-    unit_extent(zs, u, zs->world, 1, &u->numel, &u->padded, &u->persistent);
-    u->shard = u->padded / zs->world;
-    u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->rank * u->shard;
+    unit_extent(zs, u, zs->nshard, 1, &u->numel, &u->padded, &u->persistent);
+    u->shard = u->padded / zs->nshard;
+    u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->shard_rank * u->shard;
     u->opt_n = zs->cfg.stage == 0 ? u->padded : u->shard;
   }
 }
@@ -318,7 +318,7 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
      * instead of a region (a cudaHostRegister) each time the arena grows;
      * best effort: the allocations below say what fails */
     zs_mem_estimate_t est;
-    if (zs_engine_estimate(zs, zs->world, &est) == ZS_OK &&
+    if (zs_engine_estimate(zs, zs->nshard, &est) == ZS_OK &&
         zs__device_host_reserve(zs->dev, est.host_model_state + est.host[ZS_MEM_COMM]) != ZS_OK)
       ZS_LOG_I("zs_engine_setup: reserving %llu bytes of pinned host memory failed: %s",
                (unsigned long long)est.host_model_state, zs_last_error());
@@ -359,6 +359,18 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
   /* collective first: once every rank is known to have declared the same, the
    * checks below give the same answer everywhere */
   ZS_CHECK(zs__eng_check_declarations(zs));
+  if (zs->nshard < zs->world && zs->shard_comm == zs->comm) {
+    /* hybrid: the shard group (consecutive ranks) and the replica group (one
+     * rank per shard group), made once; collective in this order on every rank */
+    zs_status_t st = zs_comm_split(zs->comm, zs->rep_rank, zs->shard_rank, &zs->shard_comm);
+    if (st == ZS_OK) st = zs_comm_split(zs->comm, zs->shard_rank, zs->rep_rank, &zs->rep_comm);
+    if (st != ZS_OK) {
+      if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
+      zs->shard_comm = zs->comm;
+      return ZS_FAIL(zs->err, st, "zs_engine_setup: making the shard and replica groups of %d ranks failed: %s",
+                     zs->nshard, zs_last_error());
+    }
+  }
   if (zs->nunits == 0 || zs->nparams == 0)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
   for (int i = 0; i < zs->nunits; i++)
@@ -389,6 +401,6 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
   /* their slots are readable when setup returns, as at stages 0-2 */
   if ((st = zs_stream_synchronize(zs->dev, zs->ag_stream)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "zs_engine_setup: gathering the persistent units failed: %s", zs_last_error());
-  zs_comm_stats_reset(zs->comm);
+  zs_engine_comm_stats_reset(zs);
   return ZS_OK;
 }
