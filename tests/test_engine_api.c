@@ -359,6 +359,56 @@ static void test_clip_rule(void) {
 }
 
 /* ============================================================================
+ * the norm across model-parallel ranks
+ * ========================================================================== */
+
+/* Each rank is one model-parallel part (its own data-parallel engine over a
+ * single rank; the world is the model-parallel group): "own" differs per rank,
+ * "shared" is the same parameter on every rank, flagged ZS_PARAM_MP_REPLICATED.
+ * The norm covers the whole model and counts the shared gradient once; without
+ * the flag it counts it once per rank, and without the group only this rank's. */
+static void test_model_parallel_norm(void) {
+  for (int variant = 0; variant < 3; variant++) { /* flag + group, no flag + group, flag without group */
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 1;
+    c.grad_clip = 1e6f;
+    zs_engine_t *zs;
+    void *gs = NULL, *go = NULL, *ps = NULL, *po = NULL;
+    int u;
+    zs_comm_t *me = NULL;
+    assert_ok(zs_comm_split(world, rank, 0, &me)); /* a one-rank data-parallel group */
+    assert_ok(zs_engine_create(&zs, &c, dev, me));
+    if (variant < 2) assert_ok(zs_engine_set_model_parallel(zs, world));
+    assert_ok(zs_unit_add(zs, "u", &u));
+    assert_ok(zs_param_add(zs, u, "shared", 1, (int64_t[]){4}, variant == 1 ? 0 : ZS_PARAM_MP_REPLICATED, &ps, &gs,
+                           NULL));
+    assert_ok(zs_param_add(zs, u, "own", 1, (int64_t[]){4}, 0, &po, &go, NULL));
+    assert_ok(zs_engine_setup(zs, NULL, NULL));
+    assert_ok(zs_forward_begin(zs));
+    assert_ok(zs_gather(zs, u));
+    assert_ok(zs_release(zs, u));
+    assert_ok(zs_backward_begin(zs));
+    assert_ok(zs_gather(zs, u));
+    float shared[4] = {1, 2, 3, 4}, own[4];
+    for (int i = 0; i < 4; i++) own[i] = (float)(rank + 1);
+    assert_ok(zs_memcpy_async(dev, gs, shared, sizeof shared, ZS_COPY_H2D, NULL));
+    assert_ok(zs_memcpy_async(dev, go, own, sizeof own, ZS_COPY_H2D, NULL));
+    assert_ok(zs_stream_synchronize(dev, NULL));
+    assert_ok(zs_reduce(zs, u));
+    zs_step_report_t rep;
+    assert_ok(zs_step(zs, &rep));
+    double own2 = 0, want;
+    for (int r = 0; r < nranks; r++) own2 += 4.0 * (r + 1) * (r + 1);
+    if (variant == 0) want = 30.0 + own2;
+    else if (variant == 1) want = 30.0 * nranks + own2;
+    else want = 30.0 + 4.0 * (rank + 1) * (rank + 1);
+    expect_near(rep.grad_norm, sqrt(want), 1e-6, 0);
+    zs_engine_destroy(zs);
+    zs_comm_destroy(me);
+  }
+}
+
+/* ============================================================================
  * offload: the pinned arena sized from the estimate
  * ========================================================================== */
 
@@ -430,6 +480,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "clip")) zs_test_run(test_clip_rule);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
   if (!*only || strstr(only, "pinned")) zs_test_run(test_pinned_reserved);
+  if (!*only || strstr(only, "mpnorm")) zs_test_run(test_model_parallel_norm);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

@@ -61,6 +61,10 @@ typedef struct zs_engine zs_engine_t;
 #define ZS_PARAM_DEFAULT 0u
 #define ZS_PARAM_NO_DECAY 1u /* no weight decay (biases, norms) */
 #define ZS_PARAM_FROZEN 2u   /* never updated; its gradient is ignored */
+/* the same parameter on every rank of the model-parallel group (a LayerNorm
+ * under tensor parallelism): its gradient counts once in the global norm (see
+ * zs_engine_set_model_parallel); without a model-parallel group it changes nothing */
+#define ZS_PARAM_MP_REPLICATED 4u
 
 #define ZS_MAX_DIMS 8
 #define ZS_NAME_MAX 96
@@ -89,6 +93,13 @@ void zs_engine_destroy(zs_engine_t *zs);
 const char *zs_engine_last_error(const zs_engine_t *zs);
 /* Compute stream the trainer works on (default NULL: the caller's). */
 zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
+/* The model-parallel group this rank belongs to (tensor or pipeline parallel:
+ * ranks holding different parts of one model; the engine's comm is then its
+ * data-parallel group). Before setup; the comm must outlive the engine. The
+ * gradient norm, hence clipping and the inf/NaN skip, then covers the whole
+ * model: the sums of squares are added over it, parameters flagged
+ * ZS_PARAM_MP_REPLICATED counted on its rank 0 only. */
+zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp);
 
 /* Declaration (before setup). Names are copied; a name longer than ZS_NAME_MAX-1
  * bytes, or one already used (unit names among units, parameter names across the

@@ -239,6 +239,8 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   free(zs->seg_dst);
   free(zs->segs);
   free(zs->segs2);
+  free(zs->seg_in_norm);
+  zs->seg_in_norm = NULL;
   zs->ounits = NULL;
   zs->seg_dst = NULL;
   zs->segs = zs->segs2 = NULL;
@@ -290,6 +292,17 @@ void zs_engine_destroy(zs_engine_t *zs) {
 }
 
 const char *zs_engine_last_error(const zs_engine_t *zs) { return zs ? zs->err : zs_last_error(); }
+
+zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_set_model_parallel: engine is NULL");
+  if (zs->setup_done)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_set_model_parallel after zs_engine_setup: set it before");
+  if (mp && zs_comm_device(mp) != zs->dev)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_engine_set_model_parallel: the comm is on another device handle");
+  zs->mp_comm = mp;
+  zs->mp_rank = mp ? zs_comm_rank(mp) : 0;
+  return ZS_OK;
+}
 
 zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_set_stream: engine is NULL");

@@ -167,6 +167,7 @@ struct zs_engine {
   int xcount;
   zs_optim_seg_t *segs; /* every optimizer segment, built at setup */
   int nsegs;
+  unsigned char *seg_in_norm; /* per segment: counted in this rank's share of the norm */
   char err[ZS_ERRBUF];
 };
 

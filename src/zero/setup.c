@@ -186,8 +186,10 @@ static zs_status_t build_segments(zs_engine_t *zs) {
   size_t n = (size_t)zs->nparams;
   zs->segs = calloc(n, sizeof *zs->segs);
   zs->seg_dst = calloc(n, sizeof *zs->seg_dst);
+  zs->seg_in_norm = calloc(n ? n : 1, 1);
   zs->ounits = calloc((size_t)zs->nunits, sizeof *zs->ounits);
-  if (!zs->segs || !zs->seg_dst || !zs->ounits) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+  if (!zs->segs || !zs->seg_dst || !zs->ounits || !zs->seg_in_norm)
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
   zs->nsegs = 0;
   for (int i = 0; i < zs->nparams; i++) {
     zs_param_t *p = &zs->params[i];
@@ -199,6 +201,8 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     if (a >= b) continue;
     zs_optim_seg_t *s = &zs->segs[zs->nsegs];
     seg_pointers(zs, u, a, s);
+    /* a parameter the model-parallel ranks share counts once in the norm */
+    zs->seg_in_norm[zs->nsegs] = !(p->flags & ZS_PARAM_MP_REPLICATED) || zs->mp_rank == 0;
     zs->nsegs++;
     s->n = (size_t)(b - a);
     s->lr_scale = 1.0f;

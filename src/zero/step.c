@@ -39,15 +39,15 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
   if (zs->offload) {
     float acc = 0.0f;
     for (int i = 0; i < zs->nsegs; i++)
-      acc = (float)((double)acc + zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n));
+      if (zs->seg_in_norm[i]) acc = (float)((double)acc + zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n));
     *zs->hscalar = acc;
     if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(float), ZS_COPY_H2D, zs->compute)) != ZS_OK)
       goto fail;
   } else {
     if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK) goto fail;
     for (int i = 0; i < zs->nsegs; i++)
-      if ((st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype, zs->segs[i].n, zs->scalar,
-                          zs->norm_scratch)) != ZS_OK)
+      if (zs->seg_in_norm[i] && (st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype,
+                                                zs->segs[i].n, zs->scalar, zs->norm_scratch)) != ZS_OK)
         goto fail;
   }
   /* stage 0: every rank holds the whole reduced gradient, nothing to add up;
@@ -55,6 +55,10 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
    * model's */
   if (zs->cfg.stage >= 1 && zs->nshard > 1 &&
       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK)
+    goto fail;
+  /* the other parts of the model (tensor/pipeline parallel ranks) */
+  if (zs->mp_comm && zs_comm_size(zs->mp_comm) > 1 &&
+      (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK)
     goto fail;
   if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(float), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
