@@ -110,6 +110,7 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --stages 0,1,2,3 (all)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (also run stages 1-3 with the optimizer state on the host)  --prefetch K\n"
+          "  --shard-group N (stages 1-3 sharded over groups of N ranks, replicated across them)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
           "  --device cpu|cuda (cpu)  --steps S (3)\n"
@@ -194,6 +195,7 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 20, &o.batch);
     else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1 << 20, &o.steps);
     else if (!strcmp(a, "--prefetch")) bad = parse_int(v, 0, 1 << 20, &o.prefetch);
+    else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
@@ -316,6 +318,14 @@ static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb,
   return t;
 }
 
+/* Hybrid sharding: what crosses the shard groups per step, one all-reduce of
+ * each unit's shard (S = P/Ns elements) across the nr replicas. */
+static int64_t comm_inter_theory(const mb_model_t *m, size_t rb, int ns, int nr) {
+  int64_t t = 0;
+  for (int u = 0; u < m->nunits; u++) t += 2 * (int64_t)(nr - 1) * (unit_padded(m, u, ns) / ns) * (int64_t)rb / nr;
+  return t;
+}
+
 /* ============================================================================
  * one run: an engine at one stage, --steps steps, the figures of this rank
  * ========================================================================== */
@@ -361,6 +371,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.grad_clip = 1.0f; /* as the trainer; clipping changes no buffer */
   cfg.optim.kind = ZS_ADAMW;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
+  cfg.shard_group = stage > 0 ? o->shard_group : 0;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   cfg.delayed_param_update = delayed;
 
@@ -444,7 +455,11 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   me->comm_ag = (int64_t)cs.bytes_sent[ZS_COLL_ALL_GATHER];
   me->comm_rs = (int64_t)cs.bytes_sent[ZS_COLL_REDUCE_SCATTER];
   me->comm_ar = (int64_t)cs.bytes_sent[ZS_COLL_ALL_REDUCE];
-  formula(m, stage, offload, delayed, zs_dtype_size(o->dtype), zs_dtype_size(o->reduce_dtype), world, me->f_dev, me->f_host);
+  zs_comm_stats_t rp;
+  ECHECK(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &rp), "zs_engine_comm_stats_group");
+  for (int k = 0; k < ZS_COLL_COUNT; k++) me->comm_inter += (int64_t)rp.bytes_sent[k];
+  int ns = zs_engine_shard_group(zs);
+  formula(m, stage, offload, delayed, zs_dtype_size(o->dtype), zs_dtype_size(o->reduce_dtype), ns, me->f_dev, me->f_host);
   for (int k = 0; k < MB_F_COUNT; k++) me->formula += me->f_dev[k], me->host_formula += me->f_host[k];
 
   zs_engine_destroy(zs);
@@ -557,13 +572,18 @@ int main(int argc, char **argv) {
       x->waits_per_step = fmax(x->waits_per_step, (double)b->host_waits / steps);
     }
     x->comm_bytes_per_step = (double)x->ranks[0].comm_bytes / mb_measured_steps(&o);
-    x->comm_theory = comm_theory(&m, x->stage, pb, rb, world, &x->comm_norm);
-    for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, world);
+    x->comm_inter_bytes_per_step = (double)x->ranks[0].comm_inter / mb_measured_steps(&o);
+    x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : world;
+    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, &x->comm_norm);
+    x->comm_inter_theory = x->shard_group < world ? comm_inter_theory(&m, rb, x->shard_group, world / x->shard_group) : 0;
+    x->comm_theory += x->comm_inter_theory;
+    for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, x->shard_group);
   }
 
   int code = 0;
   if (rank == 0) {
     mb_report_t rep = {.o = &o, .m = &m, .world = world, .device = o.cuda ? "cuda" : "cpu", .res = res, .nres = nres};
+    for (int u = 0; u < m.nunits; u++) rep.padded_world += unit_padded(&m, u, world);
     mb_report_table(&rep, o.json ? stderr : stdout);
     if (o.json) mb_report_json(&rep, stdout);
     fflush(stdout);

@@ -26,6 +26,7 @@ typedef struct {
   int delayed;                              /* add offloaded runs with the delayed update */
   double compute_ms;                        /* --units: emulated compute per round (host idle) */
   int prefetch;                             /* -1: the engine's default */
+  int shard_group;                          /* hybrid sharding (stages 1-3); 0 = all ranks */
   int cuda;                                 /* --device cuda */
   int steps;
   int json;
@@ -71,6 +72,7 @@ typedef struct {
   int64_t hcur[ZS_MEM_CATEGORY_COUNT], hpk[ZS_MEM_CATEGORY_COUNT]; /* host domain */
   int64_t comm_bytes;                    /* bytes sent over all steps, every kind */
   int64_t comm_ag, comm_rs, comm_ar;     /* of which all-gather, reduce-scatter, all-reduce */
+  int64_t comm_inter;                    /* sent inside the replica group (hybrid) */
   int64_t comm_calls;
   double step_s;                         /* mean over the steps after the first */
   /* the runtime's view (cudaMemGetInfo) of device memory used after the steps,
@@ -89,7 +91,11 @@ typedef struct {
   double comm_bytes_per_step;    /* rank 0's bytes sent per step */
   /* per step after the first, the most over ranks (0 in steady state) */
   double allocs_per_step, frees_per_step, syncs_per_step, waits_per_step;
-  int64_t comm_theory;           /* ZeRO: 2psi(N-1)/N (stages 0-2), 3psi(N-1)/N (stage 3) */
+  int64_t comm_theory;           /* ZeRO: 2psi(N-1)/N (stages 0-2), 3psi(N-1)/N (stage 3); hybrid: the
+                                    shard group's (N = Ns) plus the replicas' 2(psi/Ns)(Nr-1)/Nr */
+  int shard_group;               /* ranks sharing a shard (the world when flat) */
+  double comm_inter_bytes_per_step; /* rank 0's bytes sent across shard groups (the replica group) */
+  int64_t comm_inter_theory;     /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype; 0 when flat */
   int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
   int64_t padded;                /* parameters including padding */
   mb_rank_t *ranks;              /* world entries (rank 0 only) */
@@ -102,6 +108,7 @@ typedef struct {
   const char *device;
   mb_result_t *res;
   int nres;
+  int64_t padded_world; /* parameters with padding in a flat layout of every rank */
 } mb_report_t;
 
 /* ---- membench_gpt.c ---------------------------------------------------------------------- */

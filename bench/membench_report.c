@@ -8,6 +8,8 @@
  *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
  *    "device", "steps", "compute", "ok",
  *    "results": [{"stage", "offload", "delayed", "step_s", "comm_bytes_per_step",
+ *                 "shard_group", "comm_inter_bytes_per_step", "comm_inter_theory_bytes"
+ *                 (hybrid: sent across shard groups, measured and in theory),
  *                 "backend_allocs_per_step", "backend_frees_per_step",
  *                 "device_syncs_per_step", "host_waits_per_step" (steps after the
  *                 first, the most over ranks; the first three are 0 in steady state),
@@ -62,7 +64,7 @@ static int ranks_differ(const mb_result_t *r, int world) {
 static void header_line(const mb_report_t *rep, FILE *f) {
   const mb_opts_t *o = rep->o;
   fprintf(f, "# zs-membench: %s, %lld params (%lld with padding at %d ranks), %d rank(s), %s params / %s reduce, %s, %d steps",
-          rep->m->desc, (long long)rep->m->numel, (long long)(rep->nres ? rep->res[0].padded : 0), rep->world,
+          rep->m->desc, (long long)rep->m->numel, (long long)rep->padded_world, rep->world,
           rep->world, zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), rep->device, o->steps);
   if (o->gpt && o->compute) fprintf(f, ", compute %d x %d tokens per rank", o->batch, o->seq);
   else if (o->compute_ms > 0) fprintf(f, ", emulated compute %g ms per round (host idle)", o->compute_ms);
@@ -179,7 +181,7 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
   json_str(f, rep->m->desc);
   fprintf(f, ", \"params\": %lld, \"padded_params\": %lld, \"world\": %d, \"param_dtype\": \"%s\", "
              "\"reduce_dtype\": \"%s\", \"device\": \"%s\", \"steps\": %d, \"compute\": %s, \"ok\": %s,\n \"results\": [",
-          (long long)rep->m->numel, (long long)(rep->nres ? rep->res[0].padded : 0), rep->world, zs_dtype_name(o->dtype),
+          (long long)rep->m->numel, (long long)rep->padded_world, rep->world, zs_dtype_name(o->dtype),
           zs_dtype_name(o->reduce_dtype), rep->device, o->steps, o->gpt && o->compute ? "true" : "false",
           all_ok ? "true" : "false");
   for (int r = 0; r < rep->nres; r++) {
@@ -189,6 +191,9 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
             r ? "," : "", x->stage, x->offload ? "true" : "false", x->delayed ? "true" : "false", x->step_s,
             x->comm_bytes_per_step);
+    fprintf(f, "\"shard_group\": %d, \"padded_shard_params\": %lld, \"comm_inter_bytes_per_step\": %.17g, "
+               "\"comm_inter_theory_bytes\": %lld, ",
+            x->shard_group, (long long)x->padded, x->comm_inter_bytes_per_step, (long long)x->comm_inter_theory);
     fprintf(f, "\"backend_allocs_per_step\": %.9g, \"backend_frees_per_step\": %.9g, \"device_syncs_per_step\": %.9g, "
                "\"host_waits_per_step\": %.9g, ",
             x->allocs_per_step, x->frees_per_step, x->syncs_per_step, x->waits_per_step);

@@ -72,12 +72,28 @@ static void test_results(void) {
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(doc, "results");
   const char *pdt = cJSON_GetObjectItemCaseSensitive(doc, "param_dtype")->valuestring;
   const cJSON *rdt = cJSON_GetObjectItemCaseSensitive(doc, "reduce_dtype");
-  long long pb = !strcmp(pdt, "bf16") ? 2 : 4, P = num(doc, "padded_params"), S = P / nranks;
+  long long pb = !strcmp(pdt, "bf16") ? 2 : 4;
   int same_dtypes = cJSON_IsString(rdt) && !strcmp(rdt->valuestring, pdt);
   const char *cats[] = {"params", "grads", "optimizer", "gather", "comm", "other"};
   const cJSON *r;
   cJSON_ArrayForEach(r, res) {
     int stage = (int)num(r, "stage");
+    /* hybrid sharding: a rank holds what it would in a flat layout of shard_group ranks */
+    long long ns = num(r, "shard_group");
+    expect_true(ns >= 1 && ns <= nranks && nranks % ns == 0);
+    long long P = 0, S;
+    if (ns == nranks) P = num(doc, "padded_params");
+    else P = num(r, "padded_shard_params");
+    S = P / ns;
+    double inter = cJSON_GetObjectItemCaseSensitive(r, "comm_inter_bytes_per_step")->valuedouble;
+    long long inter_theory = num(r, "comm_inter_theory_bytes");
+    if (ns == nranks) expect_true(inter == 0 && inter_theory == 0);
+    else if (units_model) {
+      expect_near(inter, (double)inter_theory, 0, 0);
+      /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype: psi/Ns elements cross per step */
+      long long nr = nranks / ns, rbb = same_dtypes ? pb : 4;
+      expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr);
+    }
     const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
     assert_true(cJSON_IsBool(off) && cJSON_IsArray(ranks));
     int offload = cJSON_IsTrue(off), delayed = cJSON_IsTrue(item(r, "delayed"));
@@ -98,8 +114,8 @@ static void test_results(void) {
     if (nranks == 1) expect_true(comm == 0);
     if (units_model) expect_near(comm, (double)(theory + norm), 0, 0);
     else expect_true(comm >= (double)(theory + norm));
-    if (same_dtypes) /* 2psi (N-1)/N, 3psi (N-1)/N at stage 3 */
-      expect_int_eq(theory, (stage == 3 ? 3 : 2) * (nranks - 1) * P * pb / nranks);
+    if (same_dtypes) /* 2psi (N-1)/N, 3psi (N-1)/N at stage 3, in the shard group; plus what crosses */
+      expect_int_eq(theory - inter_theory, (stage == 3 ? 3 : 2) * (ns - 1) * P * pb / ns);
     long long want_dev, want_host;
     table(stage, offload, delayed, pb, P, S, &want_dev, &want_host);
     assert_int_eq(cJSON_GetArraySize(ranks), nranks);

@@ -41,6 +41,8 @@ void gpt_opts_usage(FILE *f) {
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
+          "  --shard-group N (hybrid sharding, stages 1-3: shard over groups of N ranks, e.g. the\n"
+          "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --device cpu|cuda (cpu)\n"
@@ -57,7 +59,7 @@ void gpt_opts_usage(FILE *f) {
 /* Flags that take a value. */
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
-    "--stage", "--prefetch", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
+    "--stage", "--prefetch", "--shard-group", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
 };
 
@@ -138,6 +140,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--accum", accum, 1, 1 << 16)
     INT_FLAG("--stage", stage, 0, 3)
     INT_FLAG("--prefetch", prefetch, 0, 16)
+    INT_FLAG("--shard-group", shard_group, 0, 1 << 20)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)
     INT_FLAG("--save-every", save_every, 0, 1 << 30)

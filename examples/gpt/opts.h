@@ -26,6 +26,7 @@ typedef struct {
   int save_every;
   const char *export_path; /* --export FILE.safetensors: the final weights */
   int prefetch;         /* -1: the engine's default */
+  int shard_group;      /* hybrid sharding: ranks per shard group (0: all ranks) */
   int device_cuda;
   /* data and evaluation */
   const char *data;     /* NULL: the license texts */

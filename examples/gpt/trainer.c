@@ -617,6 +617,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   cfg.optim.eps = 1e-8f;
   cfg.optim.weight_decay = o->weight_decay;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
+  cfg.shard_group = o->shard_group;
   if (o->offload) cfg.offload_optimizer = ZS_OFFLOAD_CPU;
   cfg.delayed_param_update = o->delayed_update;
   zs_device_memory_reset_peaks(dev); /* peaks of this run, not of earlier ones on the device */
