@@ -294,6 +294,24 @@ static void test_steady_state(void) {
 
 /* ---- traffic ---------------------------------------------------------------- */
 
+/* One step of `accum` rounds with no compute: every unit gathered and released
+ * in forward, gathered and reduced in backward. */
+static void bare_step(zs_engine_t *zs, int accum) {
+  for (int a = 0; a < accum; a++) {
+    expect_ok(zs_forward_begin(zs));
+    for (int u = 0; u < NU; u++) {
+      expect_ok(zs_gather(zs, u));
+      expect_ok(zs_release(zs, u));
+    }
+    expect_ok(zs_backward_begin(zs));
+    for (int u = NU - 1; u >= 0; u--) {
+      expect_ok(zs_gather(zs, u));
+      expect_ok(zs_reduce(zs, u));
+    }
+  }
+  expect_ok(zs_step(zs, NULL));
+}
+
 /* Hybrid: per group. Inside the shard group the flat figures at Ns ranks; across
  * replicas one all-reduce of each unit's shard per step: 2 (S rb)(Nr-1)/Nr bytes,
  * psi/Ns elements in all, whatever the accumulation. */
@@ -316,19 +334,7 @@ static void hybrid_traffic_case(int stage, int accum, int ns) {
   }
   for (int step = 0; step < 2; step++) {
     zs_engine_comm_stats_reset(zs);
-    for (int a = 0; a < accum; a++) {
-      expect_ok(zs_forward_begin(zs));
-      for (int u = 0; u < NU; u++) {
-        expect_ok(zs_gather(zs, u));
-        expect_ok(zs_release(zs, u));
-      }
-      expect_ok(zs_backward_begin(zs));
-      for (int u = NU - 1; u >= 0; u--) {
-        expect_ok(zs_gather(zs, u));
-        expect_ok(zs_reduce(zs, u));
-      }
-    }
-    expect_ok(zs_step(zs, NULL));
+    bare_step(zs, accum);
     zs_comm_stats_t sh, rp, wd;
     expect_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_SHARD, &sh));
     expect_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &rp));
@@ -362,19 +368,7 @@ static void traffic_case(int stage, int accum) {
   assert_ok(zs_engine_setup(zs, tm_init, zs));
   for (int step = 0; step < 2; step++) {
     zs_engine_comm_stats_reset(zs);
-    for (int a = 0; a < accum; a++) {
-      expect_ok(zs_forward_begin(zs));
-      for (int u = 0; u < NU; u++) {
-        expect_ok(zs_gather(zs, u));
-        expect_ok(zs_release(zs, u));
-      }
-      expect_ok(zs_backward_begin(zs));
-      for (int u = NU - 1; u >= 0; u--) {
-        expect_ok(zs_gather(zs, u));
-        expect_ok(zs_reduce(zs, u));
-      }
-    }
-    expect_ok(zs_step(zs, NULL));
+    bare_step(zs, accum);
     zs_comm_stats_t s;
     expect_ok(zs_engine_comm_stats(zs, &s));
     /* ring terms: a unit of B bytes costs (N-1)B/N per all-gather or reduce-scatter */
