@@ -140,6 +140,18 @@ zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);
 zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out);
 /* Waits for queued work, then frees the comm. */
 void zs_comm_destroy(zs_comm_t *comm);
+/* The ranks of comm that share this rank's node (its memory, its GPUs): this
+ * rank's place among them (*local_rank, in rank order), how many they are
+ * (*local_size), and how many nodes the comm spans (*nodes). Any output may be
+ * NULL. Nodes may hold different numbers of ranks: *local_size is this node's.
+ * The mpi backend asks MPI (MPI_Comm_split_type MPI_COMM_TYPE_SHARED on a copy
+ * of the comm's communicator); other backends (nccl) all-gather a node key, the
+ * hostname and /proc/sys/kernel/random/boot_id, through the comm's own
+ * collectives. The first call on a comm is collective over it (every rank,
+ * in order with the comm's other calls, from one thread; blocks until done;
+ * ZS_ERR_TIMEOUT after ZS_COMM_TIMEOUT_S if a rank never makes it); the result
+ * is kept in the handle, and later calls return it without communicating. */
+zs_status_t zs_comm_node(zs_comm_t *comm, int *local_rank, int *local_size, int *nodes);
 
 int zs_comm_rank(const zs_comm_t *comm);
 int zs_comm_size(const zs_comm_t *comm);

@@ -11,6 +11,7 @@
 #include "zeroshard/engine.h"
 #include "zeroshard/log.h"
 #include "zeroshard/memory.h"
+#include "zeroshard/mesh.h"
 #include "zeroshard/status.h"
 #include "zeroshard/types.h"
 

@@ -29,6 +29,7 @@ void zs_comm_destroy(zs_comm_t *comm) {
   if (!comm) return;
   comm->iface.destroy(comm->ctx);
   pthread_mutex_destroy(&comm->stats_mu);
+  free(comm->node);
   free(comm);
 }
 

@@ -42,7 +42,20 @@ typedef struct {
   zs_status_t (*abort)(void *ctx);
   /* Waits for queued work, frees everything the context holds. */
   void (*destroy)(void *ctx);
+  /* Optional: *leader = the lowest rank of this comm on the calling rank's node
+   * (the ranks that share its memory). Collective over the comm, in order with
+   * the calls queued on it; completes before returning. NULL: comm.c all-gathers
+   * a node key instead (zs__comm_node_layout). */
+  zs_status_t (*node_leader)(void *ctx, int *leader);
 } zs_comm_i;
+
+/* Which ranks of a comm share a node (zs_comm_node). Nodes are numbered 0..nodes-1
+ * in the order of their lowest rank; a node's ranks in rank order. */
+typedef struct {
+  int local_rank, local_size, nodes; /* of the calling rank */
+  const char *source;                /* "mpi" (the backend's query) or "node key" (the fallback) */
+  int node_of[];                     /* [comm size]: each rank's node */
+} zs__node_layout_t;
 
 struct zs_comm {
   zs_comm_i iface;
@@ -52,6 +65,7 @@ struct zs_comm {
   pthread_mutex_t stats_mu;
   zs_comm_stats_t stats;
   char err[ZS_ERRBUF]; /* last error of a call on this comm (zs_comm_last_error) */
+  zs__node_layout_t *node; /* NULL until the first zs__comm_node_layout */
 };
 
 /* Used by the backends' create functions: fills the common part and sets the
@@ -63,6 +77,29 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
  * this rank), for a comm of `size` ranks where this one is `rank`. The caller
  * has checked that count * dtype size * size does not overflow. */
 void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_bytes, size_t *recv_bytes);
+
+/* ---- node layout and host-side collectives (comm.c), for the layers above ---- */
+
+/* The comm's node layout: the backend's node_leader and an all-gather of the
+ * leaders, or the node-key fallback. Collective over the comm the first time
+ * (every rank must call it, in order with the comm's other calls, from one
+ * thread); cached in the handle afterwards (no communication, *out owned by the
+ * comm). */
+zs_status_t zs__comm_node_layout(zs_comm_t *c, const zs__node_layout_t **out);
+/* Tests: a non-NULL key makes every later first query on this process use the
+ * fallback (an all-gather of node keys through the comm's collectives) even
+ * where the backend has its own query; "" keeps the real key (hostname and
+ * boot id), anything else replaces it, so that ranks on one machine can play
+ * several nodes. NULL restores the default. Not thread-safe; set it before the
+ * query. */
+void zs__comm_node_force_key(const char *key);
+/* A collective on host buffers whatever the comm's device (buffers of a cuda
+ * device are device memory: the data goes through a device buffer and copies),
+ * completed before returning. kind: ZS_COLL_ALL_REDUCE (buf: count elements, in
+ * place) or ZS_COLL_ALL_GATHER (buf: size*count elements, this rank's block at
+ * rank*count, in place). For small setup-time exchanges, not for a step. */
+zs_status_t zs__comm_host_coll(zs_comm_t *c, zs_coll_kind_t kind, void *buf, size_t count, zs_dtype_t dtype,
+                               zs_redop_t op);
 
 /* Element-wise dst = dst op src for the formats MPI and the tests' references
  * share: bf16/fp16 combine in fp32 and round to nearest even (half.h). */

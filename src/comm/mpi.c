@@ -259,8 +259,10 @@ static void mpi_destroy(void *vctx) {
   pthread_mutex_unlock(&g_mu);
 }
 
-static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
-  mpi_ctx_t *ctx = vctx;
+/* Runs MPI_Comm_split through the FIFO (in order with the queued calls, bounded
+ * by the timeout through its all-gather) and hands back the new communicator. */
+static zs_status_t queue_split(mpi_ctx_t *ctx, int color, int key, MPI_Comm *newcomm) {
+  *newcomm = MPI_COMM_NULL;
   mpi_op_t *op = calloc(1, sizeof *op);
   if (!op) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "zs_comm_split: out of host memory");
   op->type = OP_SPLIT;
@@ -283,13 +285,47 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   pthread_cond_broadcast(&ctx->cv_work);
   while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
   zs_status_t st = op->st;
-  MPI_Comm newcomm = op->newcomm;
+  *newcomm = op->newcomm;
   free(op);
   if (--ctx->waiters == 0) pthread_cond_broadcast(&ctx->cv_done);
   pthread_mutex_unlock(&ctx->mu);
-  if (st != ZS_OK) return st;
+  return st;
+}
+
+static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
+  mpi_ctx_t *ctx = vctx;
+  MPI_Comm newcomm;
+  ZS_CHECK(queue_split(ctx, color, key, &newcomm));
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
   return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, out); /* the parent's settings */
+}
+
+/* zs_comm_i.node_leader: the shared-memory split of a private copy of our
+ * communicator (the progress thread owns ours). The copy goes through the FIFO,
+ * so it is ordered with the queued calls and bounded by the timeout; the
+ * split_type on it blocks, but every rank has just made the copy. Its key 0
+ * keeps rank order, so the node's rank 0 is its lowest rank. */
+static zs_status_t mpi_node_leader(void *vctx, int *leader) {
+  mpi_ctx_t *ctx = vctx;
+  MPI_Comm copy, node = MPI_COMM_NULL;
+  MPI_Group gcopy = MPI_GROUP_NULL, gnode = MPI_GROUP_NULL;
+  ZS_CHECK(queue_split(ctx, 0, ctx->rank, &copy));
+  int zero = 0, rc = MPI_Comm_split_type(copy, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(copy, &gcopy);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(node, &gnode);
+  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(gnode, 1, &zero, gcopy, leader);
+  if (gnode != MPI_GROUP_NULL) MPI_Group_free(&gnode);
+  if (gcopy != MPI_GROUP_NULL) MPI_Group_free(&gcopy);
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  MPI_Comm_free(&copy);
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "zs_comm_node: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed: %s",
+                   msg);
+  }
+  return ZS_OK;
 }
 
 static const zs_comm_i mpi_iface = {
@@ -300,6 +336,7 @@ static const zs_comm_i mpi_iface = {
     .async_error = zs__mpi_async_error,
     .abort = zs__mpi_abort,
     .destroy = mpi_destroy,
+    .node_leader = mpi_node_leader,
 };
 
 static zs_status_t check_device(zs_device_t *dev, const char *fn) {
