@@ -11,6 +11,7 @@
 #include "zeroshard/config_load.h"
 #include "engine_world.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/mesh.h"
 
 #define G 36 /* global batch: divisible by ranks x accumulation for 1-4 ranks, accum 1 and 3 */
 #define STEPS 10
@@ -30,6 +31,10 @@ typedef struct {
 
 static void run_free(run_t *r) { free(r->params); }
 
+/* When set, train() builds its engine over this mesh (zs_engine_create_mesh)
+ * instead of the comm it is given, whose size and rank still split the batch. */
+static zs_mesh_t *train_mesh;
+
 /* Trains STEPS steps on `comm`; each rank takes its share of the global batch
  * split into cfg->grad_accum micro-batches. Losses are global means. */
 static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
@@ -40,7 +45,8 @@ static zs_status_t train(zs_comm_t *comm, const zs_config_t *cfg, run_t *out) {
   float *lbuf = NULL, *lhost = NULL; /* the loss goes through pinned memory */
   zs_status_t st;
   int N = zs_comm_size(comm), r = zs_comm_rank(comm), per = G / N, mb = per / cfg->grad_accum;
-  if ((st = zs_engine_create(&zs, cfg, dev, comm))) goto done;
+  if ((st = train_mesh ? zs_engine_create_mesh(&zs, cfg, dev, train_mesh) : zs_engine_create(&zs, cfg, dev, comm)))
+    goto done;
   if ((st = tm_declare(zs, m, NBLK, cfg->param_dtype))) goto done;
   if ((st = zs_engine_setup(zs, tm_init, zs))) goto done;
   if ((st = zs_device_alloc(dev, sizeof(float), ZS_MEM_OTHER, (void **)&lbuf))) goto done;
@@ -188,6 +194,26 @@ static void test_hybrid_parity(void) {
           run_free(&r);
           tried++;
         }
+  }
+  /* the same through a process mesh: dp_replicate x dp_shard */
+  for (int ns = 2; ns < nranks; ns++) {
+    if (nranks % ns) continue;
+    zs_mesh_t *mesh;
+    const char *names[] = {"dp_replicate", "dp_shard"};
+    assert_ok(zs_mesh_create(&mesh, world, 2, names, (int[]){nranks / ns, ns}));
+    zs_config_t c = rc;
+    c.stage = 3;
+    c.grad_accum = 3;
+    run_t r;
+    train_mesh = mesh;
+    zs_status_t st = train(world, &c, &r);
+    train_mesh = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "mesh %dx%d stage 3 accum 3", nranks / ns, ns);
+    if (st != ZS_OK) ZS_T_REPORT("%s: %s (%s)", what, zs_status_name(st), zs_last_error());
+    else compare(what, &r, &ref, 1e-6, 1e-7);
+    run_free(&r);
+    zs_mesh_destroy(mesh);
   }
   run_free(&ref);
   if (!tried) zs_test_skip("hybrid sharding needs a world with a divisor between 1 and itself (4 or 6 ranks)");

@@ -87,6 +87,15 @@ typedef struct {
  * must outlive the engine). comm's device must be dev. cfg is copied. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
+/* An engine over a process mesh (zeroshard/mesh.h): data parallel over the
+ * mesh's "dp" group; with dimensions named dp_shard and dp_replicate, stages
+ * 1-3 shard over dp_shard and replicate over dp_replicate (hybrid sharding:
+ * cfg->shard_group must be 0 or dp_shard's size); the model-parallel group
+ * ("mp": every other dimension, e.g. tp, pp) joins the gradient norm
+ * (zs_engine_set_model_parallel). Collective over the mesh's world (the mesh
+ * makes the groups' comms the first time). The mesh must outlive the engine. */
+typedef struct zs_mesh zs_mesh_t;
+zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh);
 /* Waits for queued work, frees everything the engine allocated and sets every
  * pointer slot to NULL. NULL is a no-op. */
 void zs_engine_destroy(zs_engine_t *zs);

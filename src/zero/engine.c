@@ -10,6 +10,7 @@
 #include "memory/memory.h"
 #include "zero/engine_impl.h"
 #include "zeroshard/config_load.h"
+#include "zeroshard/mesh.h"
 
 /* ============================================================================
  * memory helpers: every engine buffer goes through the device's accountant
@@ -124,6 +125,61 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
 fail:
   zs_engine_destroy(zs);
   return st;
+}
+
+static int mesh_has(const zs_mesh_t *m, const char *name) {
+  for (int i = 0; i < zs_mesh_ndims(m); i++)
+    if (!strcmp(zs_mesh_dim_name(m, i), name)) return 1;
+  return 0;
+}
+
+zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh) {
+  if (!out || !cfg || !dev || !mesh)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create_mesh: out, cfg, dev and mesh must not be NULL");
+  *out = NULL;
+  /* the groups, made in one fixed order on every rank (the first calls are collective) */
+  int hybrid = mesh_has(mesh, "dp_shard") && mesh_has(mesh, "dp_replicate") &&
+               zs_mesh_size(mesh, "dp_replicate") > 1 && cfg->stage > 0;
+  zs_comm_t *dp = NULL, *shard = NULL, *rep = NULL, *mp = NULL;
+  ZS_CHECK(zs_mesh_comm(mesh, "dp", &dp));
+  if (hybrid) {
+    ZS_CHECK(zs_mesh_comm(mesh, "dp_shard", &shard));
+    ZS_CHECK(zs_mesh_comm(mesh, "dp_replicate", &rep));
+  }
+  if (zs_mesh_size(mesh, "mp") > 1) ZS_CHECK(zs_mesh_comm(mesh, "mp", &mp));
+  zs_config_t c = *cfg;
+  if (hybrid) {
+    int ns = zs_comm_size(shard);
+    if (c.shard_group != 0 && c.shard_group != ns)
+      return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                     "zs_engine_create_mesh: shard_group is %d but the mesh's dp_shard has %d ranks: set 0 to use "
+                     "the mesh's",
+                     c.shard_group, ns);
+    c.shard_group = ns;
+    /* the dp comm's ranks go replica by replica (row-major over dp_replicate,
+     * dp_shard), as the engine's own split would lay them out */
+    if (zs_comm_rank(dp) != zs_comm_rank(rep) * ns + zs_comm_rank(shard))
+      return ZS_FAIL(NULL, ZS_ERR_INTERNAL, "zs_engine_create_mesh: the mesh's dp ranks are not replica-major");
+  } else if (c.shard_group != 0 && c.shard_group != zs_comm_size(dp)) {
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create_mesh: shard_group %d: this mesh has no dp_shard x dp_replicate split; give the "
+                   "mesh those dimensions (zs_mesh_create_default does)",
+                   c.shard_group);
+  }
+  zs_engine_t *zs;
+  ZS_CHECK(zs_engine_create(&zs, &c, dev, dp));
+  if (hybrid) {
+    zs->shard_comm = shard;
+    zs->rep_comm = rep;
+    zs->groups_borrowed = 1;
+  }
+  zs_status_t st = mp ? zs_engine_set_model_parallel(zs, mp) : ZS_OK;
+  if (st != ZS_OK) {
+    zs_engine_destroy(zs);
+    return st;
+  }
+  *out = zs;
+  return ZS_OK;
 }
 
 uint64_t zs__eng_scratch_bytes(int world) {
@@ -281,8 +337,10 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
   if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
-  if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
-  zs_comm_destroy(zs->rep_comm);
+  if (!zs->groups_borrowed) {
+    if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
+    zs_comm_destroy(zs->rep_comm);
+  }
   free(zs->units);
   free(zs->params);
   zs__eng_decl_free(zs);

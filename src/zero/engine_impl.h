@@ -110,6 +110,7 @@ struct zs_engine {
    * made by the first setup and owned by the engine. */
   zs_comm_t *shard_comm, *rep_comm;
   int nshard, shard_rank, nrep, rep_rank;
+  int groups_borrowed; /* shard_comm/rep_comm belong to a mesh (zs_engine_create_mesh) */
   /* model-parallel group (zs_engine_set_model_parallel): the norm adds its
    * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */
   zs_comm_t *mp_comm;
