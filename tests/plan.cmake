@@ -1,0 +1,25 @@
+# Owner: plan. zs-plan (tools/zs_plan.c) checked from outside:
+#   test_plan               its JSON, memory and traffic against DESIGN.md's formulas,
+#                           its choices on given inputs (no network, one process)
+#   test_plan_membench      its memory and comm bytes against zs-membench at 4 ranks on
+#                           this machine, option by option, exactly (flat, hybrid, bf16, GPT)
+#   test_plan_cluster       its predicted comm time per step against zs-membench's step time
+#                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 Mbit/s and 1 Gbit/s
+#                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
+#                           bytes against its prediction (within 2%), memory exactly; skips (77)
+#                           where namespaces cannot be made; runs alone (it measures time)
+# zs-plan and zs-membench are defined after tests/ or beside it: their paths are
+# generator expressions.
+if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_plan SOURCES test_plan.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
+  add_test(NAME test_plan_membench
+           COMMAND test_plan $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>)
+  set_tests_properties(test_plan_membench PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 180
+                       ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+    add_test(NAME test_plan_cluster
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plan_cluster_test.sh ${PROJECT_SOURCE_DIR}/scripts/cluster-sim
+                     $<TARGET_FILE:zs-membench> $<TARGET_FILE:zs-plan>)
+    set_tests_properties(test_plan_cluster PROPERTIES LABELS "mpi;net" SKIP_RETURN_CODE 77 TIMEOUT 150 RUN_SERIAL TRUE)
+  endif()
+endif()

@@ -1,0 +1,351 @@
+/* zs-plan checked from outside the program.
+ *
+ *   test_plan ZS-PLAN
+ *       the JSON contract, memory and traffic against DESIGN.md's formulas in
+ *       closed form, and the choices on given inputs (no network, no mpiexec:
+ *       zs-plan is one process)
+ *   test_plan ZS-PLAN --membench MPIEXEC ZS-MEMBENCH
+ *       zs-plan's memory and traffic against zs-membench's measurement at 4 ranks
+ *       on this machine (one node), option by option, exactly: model_state_bytes,
+ *       host_state_bytes, comm_bytes_per_step and the bytes across the replicas,
+ *       flat, hybrid (--shard-group 2), bf16 and the example GPT
+ *
+ * zs-plan or zs-membench exiting 77 (no example GPT in this build) skips that
+ * check. scripts/cluster-sim's timing check is tests/scripts/plan_cluster_test.sh. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static const char *plan, *mpiexec, *membench;
+
+/* ============================================================================
+ * running the programs
+ * ========================================================================== */
+
+/* Runs cmd (stderr to /dev/null), returns its stdout (malloc'd) and exit code. */
+static char *run(const char *cmd, int *code) {
+  char full[2048];
+  snprintf(full, sizeof full, "%s 2>/dev/null", cmd);
+  FILE *p = popen(full, "r");
+  if (!p) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0;) {
+    n += k;
+    if (cap - n < 4096) buf = realloc(buf, cap *= 2);
+  }
+  int st = pclose(p);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (buf) buf[n] = 0;
+  return buf;
+}
+
+/* zs-plan ARGS --json: the document, or NULL (and *code) */
+static cJSON *plan_json(const char *args, int *code) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s %s --json", plan, args);
+  char *out = run(cmd, code);
+  cJSON *d = out ? cJSON_Parse(out) : NULL;
+  if (!d && *code != 77) ZS_T_REPORT("zs-plan %s: no JSON document (exit %d)", args, *code);
+  free(out);
+  return d;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v)) {
+    ZS_T_REPORT("key \"%s\" missing or not a number", key);
+    return -1;
+  }
+  return v->valuedouble;
+}
+
+static int flag(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsBool(v)) ZS_T_REPORT("key \"%s\" missing or not a boolean", key);
+  return cJSON_IsTrue(v);
+}
+
+/* The option with this stage, shard group and offload, or NULL. */
+static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) {
+  const cJSON *o;
+  cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(doc, "options")) {
+    if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload) return o;
+  }
+  ZS_T_REPORT("no option stage %d shard_group %d offload %d", stage, shard, offload);
+  return NULL;
+}
+
+/* ============================================================================
+ * the JSON contract
+ * ========================================================================== */
+
+#define UNITS4 "--units 1048576,1048576,1048576,1048576"
+
+static void test_contract(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 4 --ranks-per-node 2 --device-mem 1 --inter-gbps 1 --intra-gbps 20", &code);
+  assert_true(d != NULL);
+  expect_int_eq(code, 0);
+  expect_int_eq(num(d, "world"), 4);
+  expect_int_eq(num(d, "nodes"), 2);
+  expect_int_eq(num(d, "params"), 4 << 20);
+  const cJSON *opts = cJSON_GetObjectItemCaseSensitive(d, "options"), *o;
+  assert_true(cJSON_IsArray(opts));
+  /* stage 0; stages 1-3 x flat, hybrid x offload or not */
+  expect_int_eq(cJSON_GetArraySize(opts), 13);
+  const char *nums[] = {"stage", "shard_group", "model_state_bytes", "host_state_bytes", "device_peak_bytes",
+                        "comm_bytes_per_step", "replica_bytes_per_step", "inter_link_bytes_per_step",
+                        "inter_link_wire_bytes_per_step", "intra_bytes_per_step", "comm_s_per_step", "inter_s",
+                        "intra_s", "latency_s"};
+  cJSON_ArrayForEach(o, opts) {
+    for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) expect_true(num(o, nums[k]) >= 0);
+    flag(o, "offload"), flag(o, "fits"), flag(o, "hybrid");
+    expect_true(num(o, "comm_s_per_step") > 0);
+    expect_true(num(o, "device_peak_bytes") >= num(o, "model_state_bytes"));
+  }
+  /* best: the option at best_index, the fastest that fits */
+  int bi = (int)num(d, "best_index");
+  const cJSON *best = cJSON_GetObjectItemCaseSensitive(d, "best");
+  assert_true(cJSON_IsObject(best) && bi >= 0 && bi < cJSON_GetArraySize(opts));
+  const cJSON *at = cJSON_GetArrayItem(opts, bi);
+  expect_int_eq(num(best, "stage"), num(at, "stage"));
+  expect_int_eq(num(best, "shard_group"), num(at, "shard_group"));
+  expect_true(flag(best, "fits"));
+  cJSON_ArrayForEach(o, opts) {
+    if (flag(o, "fits")) expect_true(num(best, "comm_s_per_step") <= num(o, "comm_s_per_step") * 1.01);
+  }
+  cJSON_Delete(d);
+}
+
+/* ============================================================================
+ * memory and traffic against the formulas (4 units of 1M fp32: psi = 16 MiB)
+ * ========================================================================== */
+
+static void test_formulas(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 4 --ranks-per-node 2 --inter-gbps 1 --intra-gbps 20", &code);
+  assert_true(d != NULL);
+  const long long P = 4 << 20, psi = 4 * P; /* elements, fp32 bytes */
+  const cJSON *s0 = option(d, 0, 4, 0), *f3 = option(d, 3, 4, 0), *h3 = option(d, 3, 2, 0);
+  const cJSON *f3o = option(d, 3, 4, 1), *f1 = option(d, 1, 4, 0), *h1 = option(d, 1, 2, 0);
+  assert_true(s0 && f3 && h3 && f3o && f1 && h1);
+  /* DESIGN.md's table, fp32 (the master is the parameter): 16psi, 4P + 12P/N, 16P/N; hybrid at Ns */
+  expect_int_eq(num(s0, "model_state_bytes"), 16 * P);
+  expect_int_eq(num(f1, "model_state_bytes"), 8 * P + 8 * P / 4);
+  expect_int_eq(num(f3, "model_state_bytes"), 16 * P / 4);
+  expect_int_eq(num(h3, "model_state_bytes"), 16 * P / 2);
+  expect_int_eq(num(h1, "model_state_bytes"), 8 * P + 8 * P / 2);
+  expect_int_eq(num(f3o, "model_state_bytes"), 4 * P / 4); /* the parameter shard */
+  expect_int_eq(num(f3o, "host_state_bytes"), 16 * P / 4); /* master (none of its own), m, v, grad shard */
+  expect_int_eq(num(f3, "host_state_bytes"), 0);
+  /* traffic per rank: 2psi(N-1)/N at stage 0; 3psi(N-1)/N + the norm's 2(N-1)/N x 4 bytes at stage 3;
+   * hybrid 3psi(Ns-1)/Ns + 2 (psi/Ns)(Nr-1)/Nr + the norm over the shard group */
+  expect_int_eq(num(s0, "comm_bytes_per_step"), 2 * psi * 3 / 4);
+  expect_int_eq(num(f1, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 6);
+  expect_int_eq(num(f3, "comm_bytes_per_step"), 3 * psi * 3 / 4 + 6);
+  expect_int_eq(num(h3, "comm_bytes_per_step"), 3 * psi / 2 + 2 * (psi / 2) / 2 + 4);
+  expect_int_eq(num(h3, "replica_bytes_per_step"), psi / 2);
+  expect_int_eq(num(f3, "replica_bytes_per_step"), 0);
+  /* what crosses a host link each way at 2 x 2: the ring's one rank share at stage 0; stage 3's
+   * two linear all-gathers put 4 blocks of psi/4 each, its ring reduce-scatter 3psi/4, the norm's
+   * binomial tree 4 bytes; hybrid: both ranks' replica all-reduce of psi/2 */
+  expect_int_eq(num(s0, "inter_link_bytes_per_step"), 2 * psi * 3 / 4);
+  expect_int_eq(num(f3, "inter_link_bytes_per_step"), 2 * psi + psi * 3 / 4 + 4);
+  expect_int_eq(num(h3, "inter_link_bytes_per_step"), psi);
+  /* time: the link dominates at 1 Gbit/s: wire bytes x 8 / 1e9 plus a little */
+  double wire = num(h3, "inter_link_wire_bytes_per_step");
+  expect_true(wire > psi * 1.045 && wire < psi * 1.046);
+  expect_true(num(h3, "comm_s_per_step") >= wire * 8 / 1e9);
+  expect_true(num(h3, "comm_s_per_step") < wire * 8 / 1e9 * 1.1);
+  expect_true(num(f3, "comm_s_per_step") > 2.5 * num(h3, "comm_s_per_step"));
+  cJSON_Delete(d);
+}
+
+/* ============================================================================
+ * choices
+ * ========================================================================== */
+
+static const cJSON *best_of(const cJSON *d) {
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "best");
+  if (!cJSON_IsObject(b)) ZS_T_REPORT("%s", "no best option");
+  return cJSON_IsObject(b) ? b : NULL;
+}
+
+/* One node of 4: 64 MiB of state at stage 0 does not fit in 0.0345 GiB (37 MB),
+ * stage 3's 16 MiB plus its transients does; offloading is ruled out by a host
+ * memory that holds none of it. */
+static void test_fits_only_at_stage3(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 4 --ranks-per-node 4 --device-mem 0.0345 --host-mem 0.01", &code);
+  assert_true(d != NULL);
+  expect_int_eq(code, 0);
+  expect_true(!flag(option(d, 0, 4, 0), "fits"));
+  expect_true(!flag(option(d, 2, 4, 0), "fits"));
+  expect_true(!flag(option(d, 2, 4, 1), "fits")); /* host memory */
+  expect_true(flag(option(d, 3, 4, 0), "fits"));
+  const cJSON *b = best_of(d);
+  if (b) {
+    expect_int_eq(num(b, "stage"), 3);
+    expect_true(!flag(b, "offload"));
+  }
+  cJSON_Delete(d);
+  /* nothing fits: exit 3, best null */
+  d = plan_json(UNITS4 " --world 4 --ranks-per-node 4 --device-mem 0.001", &code);
+  assert_true(d != NULL);
+  expect_int_eq(code, 3);
+  expect_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(d, "best")));
+  cJSON_Delete(d);
+}
+
+/* 2 nodes of 4 ranks. A slow network: hybrid (the group a node) keeps gathers
+ * and reduce-scatters inside the nodes and wins. A network far faster than the
+ * nodes' own links: flat sharding puts fewer bytes inside the node (the ring's
+ * 7/8 and 3 of 8 blocks against hybrid's 3/4 twice) and wins. */
+static void test_hybrid_slow_flat_fast(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100", &code);
+  assert_true(d != NULL);
+  const cJSON *b = best_of(d);
+  if (b) {
+    expect_true(flag(b, "hybrid"));
+    expect_int_eq(num(b, "shard_group"), 4);
+  }
+  cJSON_Delete(d);
+  d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 10000 --intra-gbps 100 --latency-us 0 "
+                "--intra-latency-us 0", &code);
+  assert_true(d != NULL);
+  b = best_of(d);
+  if (b) {
+    expect_true(!flag(b, "hybrid"));
+    expect_int_eq(num(b, "shard_group"), 8);
+  }
+  cJSON_Delete(d);
+  /* 2 ranks per node, 1 Gbit/s: the README's emulated cluster */
+  d = plan_json(UNITS4 " --world 4 --ranks-per-node 2 --inter-gbps 1 --intra-gbps 20", &code);
+  assert_true(d != NULL);
+  b = best_of(d);
+  if (b) expect_true(flag(b, "hybrid"));
+  cJSON_Delete(d);
+}
+
+static void test_bad_flags(void) {
+  int code;
+  char cmd[512];
+  const char *bad[] = {"--world 4", UNITS4, UNITS4 " --world 6 --ranks-per-node 4", UNITS4 " --world 4 --shard-group 3",
+                       UNITS4 " --world 4 --dtype fp64", UNITS4 " --world 4 --bogus 1", "--units 10,-3 --world 2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(cmd, sizeof cmd, "%s %s", plan, bad[i]);
+    free(run(cmd, &code));
+    if (code != 2) ZS_T_REPORT("zs-plan %s: exit %d, want 2", bad[i], code);
+  }
+}
+
+/* The example GPT: the trainer's table (120,576 parameters at its defaults). */
+static void test_gpt(void) {
+  int code;
+  cJSON *d = plan_json("--model gpt --world 2", &code);
+  if (code == 77) {
+    cJSON_Delete(d);
+    zs_test_skip("this build has no example GPT");
+    return;
+  }
+  assert_true(d != NULL);
+  expect_int_eq(num(d, "params"), 120576);
+  expect_int_eq(num(d, "units"), 4);
+  cJSON_Delete(d);
+}
+
+/* ============================================================================
+ * against zs-membench's measurement
+ * ========================================================================== */
+
+/* zs-membench at 4 ranks with FLAGS against zs-plan with PLAN_ARGS: every
+ * result's rank-0 memory and comm bytes equal the plan's option. */
+static void against_membench(const char *flags, const char *plan_args, int shard) {
+  char cmd[1024];
+  int code;
+  snprintf(cmd, sizeof cmd, "%s -n 4 --oversubscribe %s %s --steps 2 --json", mpiexec, membench, flags);
+  char *out = run(cmd, &code);
+  if (code == 77) {
+    free(out);
+    zs_test_skip("zs-membench: not in this build");
+    return;
+  }
+  cJSON *m = out ? cJSON_Parse(out) : NULL;
+  free(out);
+  if (!m) ZS_T_REPORT("zs-membench %s: no JSON (exit %d)", flags, code);
+  cJSON *d = plan_json(plan_args, &code);
+  assert_true(m && d);
+  int n = 0;
+  const cJSON *r;
+  cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
+    int stage = (int)num(r, "stage"), off = flag(r, "offload");
+    if (flag(r, "delayed")) continue;
+    const cJSON *o = option(d, stage, stage == 0 ? 4 : shard, off);
+    const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "ranks"), 0);
+    if (!o || !r0) continue;
+    fprintf(stderr, "  stage %d offload %d shard %d: model state %.0f (plan %.0f), host %.0f (%.0f), comm %.0f (%.0f), "
+            "replicas %.0f (%.0f)\n", stage, off, (int)num(o, "shard_group"), num(r0, "model_state_bytes"),
+            num(o, "model_state_bytes"), num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"),
+            num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"), num(r, "comm_inter_bytes_per_step"),
+            num(o, "replica_bytes_per_step"));
+    expect_int_eq(num(r0, "model_state_bytes"), num(o, "model_state_bytes"));
+    expect_int_eq(num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"));
+    expect_int_eq(num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"));
+    expect_int_eq(num(r, "comm_inter_bytes_per_step"), num(o, "replica_bytes_per_step"));
+    n++;
+  }
+  expect_true(n > 0);
+  cJSON_Delete(m);
+  cJSON_Delete(d);
+}
+
+static void test_membench_flat(void) {
+  against_membench("--units 1000,3000,517 --stages 0,1,2,3 --offload", "--units 1000,3000,517 --world 4 --ranks-per-node 4", 4);
+}
+
+static void test_membench_hybrid(void) {
+  against_membench("--units 1000,300000,517 --stages 1,2,3 --offload --shard-group 2",
+                   "--units 1000,300000,517 --world 4 --ranks-per-node 2", 2);
+}
+
+static void test_membench_bf16(void) {
+  against_membench("--units 1000,3000,517 --stages 0,1,2,3 --dtype bf16 --reduce-dtype fp32 --offload",
+                   "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4);
+}
+
+static void test_membench_gpt(void) {
+  const char *m = "--model gpt --layers 1 --channels 32 --heads 2 --seq 16";
+  char a[256], b[256];
+  snprintf(a, sizeof a, "%s --stages 0,1,2,3 --no-compute", m);
+  snprintf(b, sizeof b, "%s --world 4 --ranks-per-node 4", m);
+  against_membench(a, b, 4);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_plan ZS-PLAN [--membench MPIEXEC ZS-MEMBENCH]\n");
+    return 2;
+  }
+  plan = argv[1];
+  if (argc >= 5 && !strcmp(argv[2], "--membench")) {
+    mpiexec = argv[3], membench = argv[4];
+    zs_test_run(test_membench_flat);
+    zs_test_run(test_membench_hybrid);
+    zs_test_run(test_membench_bf16);
+    zs_test_run(test_membench_gpt);
+    return zs_test_finish();
+  }
+  zs_test_run(test_contract);
+  zs_test_run(test_formulas);
+  zs_test_run(test_fits_only_at_stage3);
+  zs_test_run(test_hybrid_slow_flat_fast);
+  zs_test_run(test_bad_flags);
+  zs_test_run(test_gpt);
+  return zs_test_finish();
+}
