@@ -71,10 +71,12 @@
  *     direction) x --frame-overhead / --inter-gbps, and over the busiest rank's
  *     intra-node link / --intra-gbps;
  *   the queues' bound: a comm runs its calls one after another (one progress
- *     thread, in call order), each taking its own links' bound plus its message
- *     rounds x latency (--latency-us when it crosses nodes, --intra-latency-us
- *     otherwise; rounds: ring n-1 per pass, linear all-gather 1, binomial
- *     log2 n per pass); hybrid's shard and replica comms run side by side.
+ *     thread, in call order), and so does each of the engine's two streams
+ *     (gathers; reductions: hybrid's replica all-reduce of a unit waits for its
+ *     reduce-scatter inside the group, the next unit's reduce-scatter for it);
+ *     each call takes its own links' bound plus its message rounds x latency
+ *     (--latency-us when it crosses nodes, --intra-latency-us otherwise; rounds:
+ *     ring n-1 per pass, linear all-gather 1, binomial log2 n per pass).
  * comm_s_per_step is their sum: no overlap with compute. With --compute-s T1
  * (the compute time of one step of the global batch on one rank), step_s =
  * T1/N + comm_s and speedup = T1/step_s (the optimizer counted in T1, sharded

@@ -13,7 +13,12 @@
 
 #include "zs_plan.h"
 
-enum { PL_QUEUES = 3 }; /* the world comm (and the shard group when flat), the shard comm, the replica comm */
+/* What runs one call at a time: the world comm (and the shard group when flat),
+ * the shard comm, the replica comm (each one progress thread, in call order);
+ * the engine's gather stream and its reduction stream (a call starts after the
+ * stream's previous one: hybrid's replica all-reduce of a unit waits for its
+ * reduce-scatter, and the next reduce-scatter for that all-reduce). */
+enum { PL_QUEUES = 5, PL_Q_GATHER = 3, PL_Q_REDUCE = 4 };
 
 typedef struct {
   double *ntx, *nrx; /* per node: bytes out and in over its link */
@@ -152,9 +157,11 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
   int crosses = inter > 0;
   double lat = rounds * (crosses ? n->alpha_inter : n->alpha_intra);
   double t = fmax(inter * n->frame / n->inter_Bps, intra / n->intra_Bps) + lat;
-  int q = queue_of(n, g);
-  s->queue_s[ph][q] += t * times;
-  s->queue_lat[ph][q] += lat * times;
+  int q[2] = {queue_of(n, g), kind == PL_ALL_GATHER ? PL_Q_GATHER : PL_Q_REDUCE};
+  for (int k = 0; k < 2; k++) {
+    s->queue_s[ph][q[k]] += t * times;
+    s->queue_lat[ph][q[k]] += lat * times;
+  }
   if (crosses) s->rounds_inter += rounds * times;
   else s->rounds_intra += rounds * times;
   loads_t *p = &s->phase[ph];
