@@ -482,10 +482,10 @@ static void judge(const pl_opts_t *o, pl_option_t *x) {
   x->fits = 1;
   if (o->device_mem > 0 && dev_need > o->device_mem) {
     x->fits = 0;
-    snprintf(x->why, sizeof x->why, "device: needs %.2f GiB of %.2f", dev_need / GIB, o->device_mem / GIB);
+    snprintf(x->why, sizeof x->why, "device: needs %.3f GiB of %.3f", dev_need / GIB, o->device_mem / GIB);
   } else if (o->host_mem > 0 && host_need > o->host_mem) {
     x->fits = 0;
-    snprintf(x->why, sizeof x->why, "host: a node needs %.2f GiB of %.2f", host_need / GIB, o->host_mem / GIB);
+    snprintf(x->why, sizeof x->why, "host: a node needs %.3f GiB of %.3f", host_need / GIB, o->host_mem / GIB);
   }
   x->step_s = o->compute_s > 0 ? o->compute_s / o->world + x->net.comm_s : x->net.comm_s;
   x->speedup = o->compute_s > 0 && x->step_s > 0 ? o->compute_s / x->step_s : 0;
