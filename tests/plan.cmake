@@ -10,7 +10,7 @@
 #                           where namespaces cannot be made; runs alone (it measures time)
 # zs-plan and zs-membench are defined after tests/ or beside it: their paths are
 # generator expressions.
-if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
+if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_plan SOURCES test_plan.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
   add_test(NAME test_plan_membench
            COMMAND test_plan $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>)
