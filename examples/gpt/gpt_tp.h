@@ -1,0 +1,127 @@
+/* gpt_tp.h: the GPT of gpt.h split Megatron-style over a tensor-parallel group,
+ * built from zeroshard/tp.h's operators (the library's building blocks).
+ *
+ * Each of the tp ranks holds (gpt.h's table, same order, same names, local shapes):
+ *   wte          [rows, C]   its slice of the vocabulary (zs_tp_vocab_part; rows past
+ *                            the slice are padding: zero, never updated); tied head
+ *   attn.qkv.w   [C, 3C/tp]  column-parallel: for q, k and v, the columns of its heads
+ *   attn.qkv.b   [3C/tp]       (heads r*NH/tp .. (r+1)*NH/tp - 1)
+ *   attn.proj.w  [C/tp, C]   row-parallel: the rows of its heads
+ *   mlp.fc.w     [C, 4C/tp]  column-parallel: columns r*4C/tp ..
+ *   mlp.fc.b     [4C/tp]
+ *   mlp.proj.w   [4C/tp, C]  row-parallel: rows r*4C/tp ..
+ * and everything else whole on every rank (wpe, LayerNorms, attn.proj.b,
+ * mlp.proj.b, lnf): the replicated parameters (ZS_PARAM_MP_REPLICATED for the
+ * engine's norm). The block is f -> column -> attention / gelu -> row -> g, two
+ * all-reduces of N x C floats forward and two backward per block; the head is a
+ * vocab-parallel tied projection with zs_tp_cross_entropy (logits never gathered).
+ *
+ * Sequence parallelism (sp = 1): between the tensor-parallel regions (residual
+ * stream, LayerNorms, biases of the row-parallel layers, wpe) each rank keeps
+ * N/tp of the N = B*T token rows (rows rank*N/tp .., as they lie in [B,T,C]
+ * order); f and g become an all-gather and a reduce-scatter. The replicated
+ * parameters' gradients are then partial sums over each rank's rows: the caller
+ * sums them over tp before the optimizer step (gpt_tp_sum_replicated_grads,
+ * what Megatron does for its sequence-parallel parameters).
+ *
+ * Every call runs on the host (cpu device), synchronously: the tp calls use the
+ * caller's stream (NULL). */
+#ifndef ZS_EXAMPLES_GPT_TP_H
+#define ZS_EXAMPLES_GPT_TP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+#include "zeroshard/tp.h"
+
+typedef struct {
+  gpt_config_t c; /* the whole model */
+  zs_tp_t *tp;
+  int size, rank, sp;
+  int Cl, NHl;     /* C / tp, NH / tp */
+  zs_tp_vocab_t vp; /* this rank's vocabulary slice */
+} gpt_tp_t;
+
+/* 0, or -1 with a message (heads or channels not divisible by tp, ...). tp may
+ * be NULL for a plan only (size 1 then, or pass size and rank through gpt_tp_plan). */
+int gpt_tp_init(gpt_tp_t *m, const gpt_config_t *c, zs_tp_t *tp, int sp, char *err, size_t n);
+/* The same split for (size, rank) without a handle: parameter shapes and the
+ * index maps below (tests, planners). */
+int gpt_tp_plan(gpt_tp_t *m, const gpt_config_t *c, int size, int rank, int sp, char *err, size_t n);
+
+/* Table entry `index` as this rank holds it (local shape and numel); *replicated
+ * is 1 for the parameters every rank holds whole. */
+void gpt_tp_param_info(const gpt_tp_t *m, int index, gpt_param_info_t *p, int *replicated);
+/* Element e of this rank's entry `index` is element gpt_tp_full_index of the
+ * whole tensor (gpt_param_info's shape), or -1 for a padding row of wte. */
+int64_t gpt_tp_full_index(const gpt_tp_t *m, int index, int64_t e);
+/* Initial values of local elements [offset, offset+count): gpt_init_fill's values
+ * of the corresponding whole-tensor elements (0 for padding), so every tp size
+ * starts from the one model. */
+void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offset, int64_t count,
+                      float *dst);
+
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd; /* [Nr,C], [Nr], [Nr] */
+  float *ln1_full;                  /* sp: [N,C] gathered; else = ln1 */
+  float *qkv;                       /* [N,3C/tp] */
+  float *att;                       /* [B,NH/tp,T,T] */
+  float *atty;                      /* [N,C/tp] */
+  float *mid;                       /* [Nr,C] */
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *ln2_full;
+  float *fc, *gelu;                 /* [N,4C/tp] */
+} gpt_tp_block_acts_t;
+
+/* Activations of one micro-batch of B x T tokens on this rank. */
+typedef struct {
+  int B, T, L, train;
+  int64_t N, Nr; /* token rows, and rows kept between regions (N, or N/tp with sp) */
+  float *resid;  /* [L+1][Nr, C] */
+  gpt_tp_block_acts_t blk[GPT_MAX_LAYERS];
+  float *lnf, *lnf_mean, *lnf_rstd, *lnf_full;
+  float *part;  /* [N,C]: a row-parallel layer's partial sums / f's gathered gradient */
+  float *dfull; /* [N,C]: sp: the gathered gradient of a region's output */
+  float *dres;  /* [Nr,C] */
+  float *dlnf;  /* [Nr,C] */
+  float *d4, *dln, *datty, *dqkv, *dtmp;
+  float *logits, *row_loss; /* [head_rows, vp.rows], [head_rows] */
+  int head_rows;
+  float *mem;
+} gpt_tp_acts_t;
+
+int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
+void gpt_tp_acts_free(gpt_tp_acts_t *a);
+
+/* Units (w and dw: views of this rank's local tensors; gradients ADDED).
+ * x / dres are [Nr, C] (this rank's rows with sp). Each returns the first
+ * failing zs_tp call's status. */
+zs_status_t gpt_tp_embed_forward(const gpt_tp_t *m, const gpt_embed_w_t *w, const int *tokens,
+                                 gpt_tp_acts_t *a, float *x);
+zs_status_t gpt_tp_embed_backward(const gpt_tp_t *m, gpt_embed_w_t *dw, const int *tokens,
+                                  gpt_tp_acts_t *a, const float *dx);
+zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
+                                 const float *x_in, float *x_out);
+/* dres: in d loss/d x_out, out d loss/d x_in. */
+zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
+                                  gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,
+                                  float *dres);
+/* Final LayerNorm, the vocab-parallel tied head and the loss: *sum += the sum of
+ * the N token losses (the same on every tp rank). With dwte != NULL also the
+ * backward of the head (loss scaled by grad_scale) into a->dlnf, and of the
+ * LayerNorm into dres (overwritten) and dlnf_w. */
+zs_status_t gpt_tp_head(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *wte, const float *x,
+                        const int *targets, gpt_tp_acts_t *a, float grad_scale, double *sum,
+                        gpt_lnf_w_t *dlnf, float *dwte, float *dres);
+/* sp: sums the replicated parameters' gradients of one unit (gpt.h's unit
+ * numbering) over the tp ranks, in place. No-op without sp. */
+zs_status_t gpt_tp_sum_replicated_grads(const gpt_tp_t *m, int unit, float *const *grads);
+
+/* The whole model in one process per tp rank: mean loss over B*T tokens (the
+ * same on every rank); with g != NULL gradients are ADDED into g (local tensors). */
+zs_status_t gpt_tp_forward_backward(const gpt_tp_t *m, const gpt_weights_t *w, gpt_weights_t *g,
+                                    gpt_tp_acts_t *a, const int *inputs, const int *targets,
+                                    double *loss);
+
+#endif

@@ -1,0 +1,7 @@
+# The example GPT split over a tensor-parallel group (examples/gpt/gpt_tp.c).
+#   test_gpt_tp  tp = world ranks, with and without sequence parallelism, against
+#                the unsplit model in one process: loss, every gradient element,
+#                padding rows, traffic per kind equal to theory
+if(TARGET zs_gpt_trainer AND TARGET zs_tp AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_gpt_tp SOURCES test_gpt_tp.c LIBS zs_gpt_trainer RANKS 1 2 3 4 TIMEOUT 60)
+endif()
