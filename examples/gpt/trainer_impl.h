@@ -1,0 +1,89 @@
+/* trainer_impl.h: the GPT trainer's state, shared by trainer_round.c (one
+ * round's schedule and each unit's compute, CPU or CUDA) and trainer.c (setup,
+ * the steps, output). */
+#ifndef ZS_EXAMPLES_GPT_TRAINER_IMPL_H
+#define ZS_EXAMPLES_GPT_TRAINER_IMPL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "data.h"
+#include "gpt.h"
+#ifdef ZS_GPT_CUDA
+#include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
+#endif
+#include "trainer.h"
+#include "zeroshard/engine.h"
+
+/* ============================================================================
+ * state
+ * ========================================================================== */
+
+typedef struct {
+  const gpt_opts_t *o;
+  gpt_config_t mc;
+  zs_engine_t *zs;
+  zs_comm_t *comm;
+  int rank, world, L, nunits, np, bf16;
+  int64_t step0; /* optimizer steps before this run (from --load) */
+  int per_rank, micro; /* sequences per rank per step, per micro-batch */
+  gpt_data_t data;
+
+  /* the parameter table and the engine's slots, per table entry */
+  gpt_param_info_t *info;
+  int *tidx;           /* engine parameter id -> table entry */
+  void **pslot, **gslot;
+  float **pv, **gv;    /* fp32 views: the slots (fp32) or the scratch (bf16) */
+  int64_t *uoff;       /* entry's offset inside its unit (bf16 scratch) */
+  float *pscratch, *gscratch;
+  gpt_weights_t w, g;  /* bound from pv / gv at every gather */
+
+  float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
+  gpt_acts_t acts;     /* one training micro-batch */
+  int *tin, *ttg;
+
+  /* validation: this rank's windows [v_first, v_first + v_count) */
+  int v_total, v_first, v_count, v_chunk;
+  gpt_acts_t vacts;    /* forward only, v_chunk sequences */
+  float *vresid;       /* [v_count, T, C]: residual stream, kept across units */
+  int *vin, *vtg;
+  double val_time;
+
+  /* the CUDA path: pscratch, gscratch, dwte_head and vresid are then device
+   * buffers, and the activations are cacts / cvacts instead of acts / vacts */
+  int cuda;
+  char cuerr[256];     /* why the last CUDA call failed ("" when none did) */
+#ifdef ZS_GPT_CUDA
+  cublasHandle_t blas;
+  gpt_cuda_acts_t cacts, cvacts;
+  int *vin_d, *vtg_d;  /* the validation windows, uploaded once */
+  double *vloss_d;     /* [v_count, T] validation token losses of the current round */
+  void *stage;         /* device staging of host-side all-gathers */
+  size_t stage_bytes;
+#endif
+} trainer_t;
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define TRY(expr)                       \
+  do {                                  \
+    zs_status_t st_ = (expr);           \
+    if (st_ != ZS_OK) return st_;       \
+  } while (0)
+
+#ifdef ZS_GPT_CUDA
+/* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
+zs_status_t cu_check(trainer_t *t, int rc, const char *what);
+#define CU(expr, what) TRY(cu_check(t, (expr), (what)))
+#endif
+
+/* train: runs the micro-batch in t->tin/ttg (its mean loss into *loss);
+ * val: runs this rank's validation windows (sum of token losses into *vsum).
+ * Forward only (ended by zs_forward_end) when train is 0. */
+zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+
+#endif
