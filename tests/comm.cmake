@@ -1,5 +1,5 @@
 # Owner: comm layer.
-#   test_comm          every collective / dtype / op over MPI on cpu devices, 1-4 ranks
+#   test_comm          every collective / dtype / op (all_to_all_v included) over MPI on cpu devices, 1-4 ranks
 #   test_comm_timeout  ZS_COMM_TIMEOUT_S turns a collective only rank 0 issues into ZS_ERR_TIMEOUT
 #   test_comm_gpu      the same checks over NCCL on cuda devices (skips without a GPU per rank)
 #   test_mpi_gpu       zs_mpi_local_gpu: arguments, no GPU here; with GPUs (label gpu) the ordinals

@@ -58,10 +58,22 @@ static void test_int_count_limit(void) {
   expect_status(zs_comm_all_reduce(E.comm, fake, fake, (size_t)INT_MAX + 1, ZS_UINT8, ZS_SUM, NULL),
                 ZS_ERR_UNSUPPORTED);
   expect_str_contains(zs_comm_last_error(E.comm), "exceed MPI's int count");
+  /* all_to_all_v: each block's count and displacement must fit an int */
+  int64_t *cnt = calloc(2 * (size_t)E.size, sizeof *cnt), *dsp = cnt + E.size;
+  cnt[E.size - 1] = 1;
+  dsp[E.size - 1] = (int64_t)INT_MAX + 1;
+  int64_t *rcnt = calloc((size_t)E.size, sizeof *rcnt);
+  rcnt[E.size - 1] = E.rank == E.size - 1; /* the self block must match */
+  expect_status(zs_comm_all_to_all_v(E.comm, fake, (size_t)INT_MAX + 2, cnt, dsp, fake + ((size_t)INT_MAX + 2) * 4, 1,
+                                     rcnt, NULL, ZS_FP32, NULL),
+                ZS_ERR_UNSUPPORTED);
+  expect_str_contains(zs_comm_last_error(E.comm), "exceeds MPI's int count");
+  free(cnt), free(rcnt);
   zs_log_set_level(lvl);
   zs_comm_stats_t st;
   zs_comm_stats(E.comm, &st);
   expect_u64_eq(st.calls[ZS_COLL_ALL_REDUCE], 0);
+  expect_u64_eq(st.calls[ZS_COLL_ALL_TO_ALL], 0);
 }
 
 /* Abort is local: afterwards every call fails at once, on any stream, and the

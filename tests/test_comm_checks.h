@@ -773,6 +773,8 @@ static void tc_bad_args(void) {
   tc_dfree(d, 64 * 4);
 }
 
+#include "test_comm_a2av.h" /* all_to_all_v */
+
 static void tc_run_all(void) {
   zs_test_run(tc_all_reduce);
   zs_test_run(tc_reduce);
@@ -781,6 +783,7 @@ static void tc_run_all(void) {
   zs_test_run(tc_broadcast);
   zs_test_run(tc_gather_scatter);
   zs_test_run(tc_all_to_all);
+  tc_run_all_to_all_v();
   zs_test_run(tc_send_recv);
   zs_test_run(tc_barrier);
   zs_test_run(tc_textbook);

@@ -19,6 +19,17 @@
  *    NULL: recv on non-roots of reduce and gather, send on non-roots of
  *    broadcast and scatter.
  *  - all_to_all: count elements per peer; block j of rank i goes to block i of rank j.
+ *  - all_to_all_v: per-peer counts and displacements (elements, int64): rank i's
+ *    send_counts[j] elements at send + send_displs[j] land at recv + recv_displs[i]
+ *    on rank j, whose recv_counts[i] must equal that count. NULL displacements
+ *    mean packed (displs[p] = sum of counts[q] for q < p). send_len and recv_len
+ *    are the buffers' sizes in elements: every block must lie inside its buffer,
+ *    receive blocks must not overlap each other (send blocks may), and send and
+ *    recv must not overlap (no in-place form). A rank's block to itself is a
+ *    copy (send_counts[me] must equal recv_counts[me]). Parts of recv outside
+ *    the receive blocks are left as they were. The count arrays are read during
+ *    the call only (the caller may reuse them at once); the buffers follow the
+ *    stream rules as for every call.
  *  - all_reduce / reduce / broadcast: in place when send == recv.
  *  - send / recv: point to point; a rank must not block both peers on sends
  *    (post matching recv and send in an order that cannot deadlock). The peer
@@ -85,6 +96,10 @@
  *   broadcast, scatter      root sends (N-1)b, each other rank receives b  (b = per-rank part)
  *   reduce, gather          each non-root sends b, the root receives (N-1)b
  *   all_to_all              sent = recv = (N-1)b (b = bytes per peer)
+ *   all_to_all_v            counted under ZS_COLL_ALL_TO_ALL: sent = the bytes of
+ *                           the send blocks to other ranks, recv = those of the
+ *                           receive blocks from other ranks (the block to itself
+ *                           is a local copy, never counted, as in all_to_all)
  *   send / recv             b
  * With N == 1 nothing is sent. Fractions round down. A call is counted when it
  * is accepted (after the argument checks), whether or not it later succeeds.
@@ -185,6 +200,17 @@ zs_status_t zs_comm_reduce_scatter(zs_comm_t *comm, const void *send, void *recv
                                    zs_stream_t *s);
 zs_status_t zs_comm_all_to_all(zs_comm_t *comm, const void *send, void *recv, size_t count,
                                zs_dtype_t dtype, zs_stream_t *s);
+/* Errors (ZS_ERR_INVALID, nothing queued, on the rank that passed them): a NULL
+ * count array, a negative count or displacement, a block past send_len /
+ * recv_len or a byte size that overflows, NULL send or recv with a non-zero
+ * block, overlapping receive blocks, send and recv overlapping, and a self
+ * block whose send and receive counts differ. The mpi backend refuses counts
+ * and displacements above INT_MAX (ZS_ERR_UNSUPPORTED). The other ranks'
+ * counts cannot be checked locally: a mismatch is a timeout or wrong data. */
+zs_status_t zs_comm_all_to_all_v(zs_comm_t *comm, const void *send, size_t send_len, const int64_t *send_counts,
+                                 const int64_t *send_displs, void *recv, size_t recv_len,
+                                 const int64_t *recv_counts, const int64_t *recv_displs, zs_dtype_t dtype,
+                                 zs_stream_t *s);
 zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtype_t dtype,
                          int peer, zs_stream_t *s);
 zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,

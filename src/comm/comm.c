@@ -97,10 +97,20 @@ static void trace(zs_comm_t *c, const zs__coll_args_t *a) {
   uint64_t sent = 0, recv = 0;
   int root = a->root == c->rank;
   switch (a->kind) {
+    case ZS_COLL_ALL_TO_ALL:
+      if (a->v) { /* the blocks to and from other ranks, as moved */
+        for (int p = 0; p < c->size; p++)
+          if (p != c->rank) {
+            sent += (uint64_t)a->v->counts[0][p] * zs_dtype_size(a->dtype);
+            recv += (uint64_t)a->v->counts[1][p] * zs_dtype_size(a->dtype);
+          }
+      } else {
+        sent = recv = (n - 1) * b;
+      }
+      break;
     case ZS_COLL_ALL_REDUCE: sent = recv = muldiv(b, 2 * (n - 1), n); break;
     case ZS_COLL_ALL_GATHER:
-    case ZS_COLL_REDUCE_SCATTER:
-    case ZS_COLL_ALL_TO_ALL: sent = recv = (n - 1) * b; break;
+    case ZS_COLL_REDUCE_SCATTER: sent = recv = (n - 1) * b; break;
     case ZS_COLL_BROADCAST:
     case ZS_COLL_SCATTER:
       if (root) sent = (n - 1) * b;
@@ -134,6 +144,15 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
 }
 
 void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_bytes, size_t *recv_bytes) {
+  if (a->v) {
+    size_t b[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+      for (int p = 0; p < size && !b[k]; p++)
+        if (a->v->counts[k][p]) b[k] = a->v->len[k] * zs_dtype_size(a->dtype);
+    *send_bytes = b[0];
+    *recv_bytes = b[1];
+    return;
+  }
   size_t part = a->count * zs_dtype_size(a->dtype), full = part * (size_t)size, sb = 0, rb = 0;
   int root = a->root == rank;
   switch (a->kind) {
@@ -153,14 +172,85 @@ void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_b
   *recv_bytes = rb;
 }
 
+/* all_to_all_v (comm.h): every count, displacement and block of this rank's
+ * arguments; sets a->count to the elements it sends in all. */
+static zs_status_t validate_v(zs_comm_t *c, zs__coll_args_t *a) {
+  static const char fn[] = "zs_comm_all_to_all_v";
+  static const char *const side[2] = {"send", "recv"};
+  const zs__a2av_t *v = a->v;
+  size_t es = zs_dtype_size(a->dtype);
+  int n = c->size, me = c->rank;
+  int64_t total[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    if (!v->counts[k]) return ZS_FAIL(c->err, ZS_ERR_INVALID, "%s: %s_counts is NULL", fn, side[k]);
+    if (v->len[k] > (size_t)INT64_MAX / es)
+      return ZS_FAIL(c->err, ZS_ERR_INVALID, "%s: %s_len %zu elements of %s overflow the byte size", fn, side[k],
+                     v->len[k], zs_dtype_name(a->dtype));
+    int sorted = 1;
+    int64_t prev_end = 0;
+    for (int p = 0; p < n; p++) {
+      int64_t cnt = v->counts[k][p], d = zs__a2av_displ(v, k, p, total[k]);
+      if (cnt < 0)
+        return ZS_FAIL(c->err, ZS_ERR_INVALID, "%s: %s_counts[%d] = %lld is negative", fn, side[k], p,
+                       (long long)cnt);
+      if (d < 0)
+        return ZS_FAIL(c->err, ZS_ERR_INVALID, "%s: %s_displs[%d] = %lld is negative", fn, side[k], p,
+                       (long long)d);
+      if (cnt > INT64_MAX - total[k] || d > INT64_MAX - cnt || (uint64_t)(d + cnt) > (uint64_t)v->len[k])
+        return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                       "%s: the %s block of peer %d (displacement %lld, %lld elements) runs past %s_len = %zu "
+                       "elements on rank %d",
+                       fn, side[k], p, (long long)d, (long long)cnt, side[k], v->len[k], me);
+      total[k] += cnt;
+      if (cnt) {
+        if (d < prev_end) sorted = 0;
+        prev_end = d + cnt;
+      }
+    }
+    if (total[k] && !(k ? (const void *)a->recv : a->send))
+      return ZS_FAIL(c->err, ZS_ERR_INVALID, "%s: %s is NULL with %lld elements to %s", fn, side[k],
+                     (long long)total[k], k ? "receive" : "send");
+    /* two peers writing one place is undefined: receive blocks must be disjoint.
+     * Blocks in peer order, each starting where the last ended or later (the
+     * usual layout) are; otherwise check every pair */
+    if (k == 1 && !sorted) {
+      for (int p = 0; p < n; p++)
+        for (int q = p + 1; q < n; q++) {
+          int64_t cp = v->counts[1][p], cq = v->counts[1][q];
+          if (!cp || !cq) continue;
+          int64_t dp = v->displs[1][p], dq = v->displs[1][q];
+          if (dp < dq + cq && dq < dp + cp)
+            return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                           "%s: the receive blocks of peers %d ([%lld, %lld)) and %d ([%lld, %lld)) overlap on "
+                           "rank %d: each element of recv may be written once",
+                           fn, p, (long long)dp, (long long)(dp + cp), q, (long long)dq, (long long)(dq + cq), me);
+        }
+    }
+  }
+  if (v->counts[0][me] != v->counts[1][me])
+    return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                   "%s: rank %d sends itself %lld elements but expects to receive %lld: send_counts[%d] must "
+                   "equal recv_counts[%d]",
+                   fn, me, (long long)v->counts[0][me], (long long)v->counts[1][me], me, me);
+  size_t sb, rb;
+  zs__coll_bytes(a, me, n, &sb, &rb);
+  if (overlaps(a->send, sb, a->recv, rb))
+    return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                   "%s: send and recv overlap on rank %d; all_to_all_v has no in-place form", fn, me);
+  a->count = (size_t)total[0];
+  a->in_place = 0;
+  return ZS_OK;
+}
+
 /* Checks `a` for this rank and fills a->in_place. Every message names the call. */
 static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
   const char *fn = zs_coll_name(a->kind);
   size_t es = zs_dtype_size(a->dtype);
   int n = c->size, me = c->rank;
   if (es == 0)
-    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: invalid dtype %d (use a zs_dtype_t)", fn,
-                   (int)a->dtype);
+    return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s%s: invalid dtype %d (use a zs_dtype_t)", fn,
+                   a->v ? "_v" : "", (int)a->dtype);
+  if (a->v) return validate_v(c, a);
   if (is_reduction(a->kind)) {
     if ((int)a->op < 0 || a->op >= ZS_REDOP_COUNT)
       return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_%s: invalid reduction op %d (use a zs_redop_t)",
@@ -241,47 +331,56 @@ static zs_status_t submit(zs_comm_t *c, zs__coll_args_t a, zs_stream_t *s) {
 
 zs_status_t zs_comm_broadcast(zs_comm_t *comm, const void *send, void *recv, size_t count,
                               zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_BROADCAST, send, recv, count, dtype, ZS_SUM, root, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_BROADCAST, send, recv, count, dtype, ZS_SUM, root, 0, NULL}, s);
 }
 zs_status_t zs_comm_scatter(zs_comm_t *comm, const void *send, void *recv, size_t recvcount,
                             zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_SCATTER, send, recv, recvcount, dtype, ZS_SUM, root, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_SCATTER, send, recv, recvcount, dtype, ZS_SUM, root, 0, NULL}, s);
 }
 zs_status_t zs_comm_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
                            zs_dtype_t dtype, zs_redop_t op, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE, send, recv, count, dtype, op, root, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE, send, recv, count, dtype, op, root, 0, NULL}, s);
 }
 zs_status_t zs_comm_all_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
                                zs_dtype_t dtype, zs_redop_t op, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_REDUCE, send, recv, count, dtype, op, 0, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_REDUCE, send, recv, count, dtype, op, 0, 0, NULL}, s);
 }
 zs_status_t zs_comm_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
                            zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_GATHER, send, recv, sendcount, dtype, ZS_SUM, root, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_GATHER, send, recv, sendcount, dtype, ZS_SUM, root, 0, NULL}, s);
 }
 zs_status_t zs_comm_all_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
                                zs_dtype_t dtype, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_GATHER, send, recv, sendcount, dtype, ZS_SUM, 0, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_GATHER, send, recv, sendcount, dtype, ZS_SUM, 0, 0, NULL}, s);
 }
 zs_status_t zs_comm_reduce_scatter(zs_comm_t *comm, const void *send, void *recv,
                                    size_t recvcount, zs_dtype_t dtype, zs_redop_t op,
                                    zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, 0, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, 0, 0, NULL}, s);
 }
 zs_status_t zs_comm_all_to_all(zs_comm_t *comm, const void *send, void *recv, size_t count,
                                zs_dtype_t dtype, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_TO_ALL, send, recv, count, dtype, ZS_SUM, 0, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_TO_ALL, send, recv, count, dtype, ZS_SUM, 0, 0, NULL}, s);
+}
+zs_status_t zs_comm_all_to_all_v(zs_comm_t *comm, const void *send, size_t send_len, const int64_t *send_counts,
+                                 const int64_t *send_displs, void *recv, size_t recv_len,
+                                 const int64_t *recv_counts, const int64_t *recv_displs, zs_dtype_t dtype,
+                                 zs_stream_t *s) {
+  if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_all_to_all_v: comm is NULL");
+  zs__a2av_t v = {{send_counts, recv_counts}, {send_displs, recv_displs}, {send_len, recv_len}};
+  zs__coll_args_t a = {ZS_COLL_ALL_TO_ALL, send, recv, 0, dtype, ZS_SUM, 0, 0, &v};
+  return submit(comm, a, s);
 }
 zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtype_t dtype,
                          int peer, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_SEND, buf, NULL, count, dtype, ZS_SUM, peer, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_SEND, buf, NULL, count, dtype, ZS_SUM, peer, 0, NULL}, s);
 }
 zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
                          zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0, NULL}, s);
 }
 zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0}, s);
+  return submit(comm, (zs__coll_args_t){ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0, NULL}, s);
 }
 
 /* ---- element-wise helpers for host backends ---------------------------------- */

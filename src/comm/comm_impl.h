@@ -13,10 +13,26 @@
 #include "common/common.h"
 #include "zeroshard/comm.h"
 
+/* all_to_all_v's counts and displacements (elements), [0] send, [1] recv, as
+ * the caller gave them: the arrays are valid during the backend's `coll` call
+ * only (a backend that runs the call later copies them); displs[k] NULL means
+ * packed. comm.c has checked every count, displacement and block. */
+typedef struct {
+  const int64_t *counts[2], *displs[2];
+  size_t len[2]; /* send_len, recv_len */
+} zs__a2av_t;
+
+/* Offset of peer p's block on side k, given the running sum of the counts
+ * before p (which packed displacements are). */
+static inline int64_t zs__a2av_displ(const zs__a2av_t *v, int k, int p, int64_t packed) {
+  return v->displs[k] ? v->displs[k][p] : packed;
+}
+
 /* One call, as the public wrapper received it. `count` is the count argument of
  * the public call: count (broadcast, reduce, all_reduce, send, recv), sendcount
  * (gather, all_gather), recvcount (scatter, reduce_scatter), per-peer count
- * (all_to_all). */
+ * (all_to_all); for all_to_all_v (kind ZS_COLL_ALL_TO_ALL with `v` set) the
+ * elements this rank sends in all. */
 typedef struct {
   zs_coll_kind_t kind;
   const void *send;
@@ -26,6 +42,7 @@ typedef struct {
   zs_redop_t op;  /* reductions only */
   int root;       /* broadcast, scatter, reduce, gather: root; send, recv: peer */
   int in_place;   /* the documented in-place form (comm.c decided) */
+  const zs__a2av_t *v; /* all_to_all_v; NULL for every other call */
 } zs__coll_args_t;
 
 typedef struct {
@@ -75,7 +92,8 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
 
 /* Bytes of the send and recv buffers this rank uses in call `a` (0: not used on
  * this rank), for a comm of `size` ranks where this one is `rank`. The caller
- * has checked that count * dtype size * size does not overflow. */
+ * has checked that count * dtype size * size does not overflow. all_to_all_v:
+ * send_len and recv_len, or 0 where that side's counts are all 0. */
 void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_bytes, size_t *recv_bytes);
 
 /* ---- node layout and host-side collectives (comm.c), for the layers above ---- */

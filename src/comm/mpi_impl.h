@@ -23,7 +23,9 @@ typedef struct mpi_op {
   struct mpi_op *next; /* FIFO */
   mpi_ctx_t *ctx;
   op_type_t type;
-  zs__coll_args_t a;
+  zs__coll_args_t a; /* a.v is NULL here: all_to_all_v's arrays are in a2av */
+  int *a2av;        /* all_to_all_v: send counts, send displs, recv counts, recv displs (size ints each,
+                       in this op's allocation); NULL for every other call */
   int color, key;   /* OP_SPLIT */
   MPI_Comm newcomm; /* OP_SPLIT result */
   uint32_t seq;     /* place in call order: the comm's flag reaches it when done */

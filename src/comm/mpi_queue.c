@@ -186,6 +186,44 @@ static void staging_in_flight(mpi_ctx_t *ctx, staging_t *g) {
   pthread_mutex_unlock(&ctx->stage_mu);
 }
 
+/* A new op for call `a`; all_to_all_v's counts and displacements are copied in
+ * as MPI's ints (the caller's arrays live only during the call). */
+static mpi_op_t *op_new(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  size_t extra = a->v ? 4 * (size_t)ctx->size * sizeof(int) : 0;
+  mpi_op_t *op = calloc(1, sizeof *op + extra);
+  if (!op) return NULL;
+  op->type = OP_COLL;
+  op->a = *a;
+  op->a.v = NULL;
+  if (a->v) {
+    op->a2av = (int *)(op + 1);
+    for (int k = 0; k < 2; k++) {
+      int64_t packed = 0;
+      for (int p = 0; p < ctx->size; p++) {
+        op->a2av[(2 * k) * ctx->size + p] = (int)a->v->counts[k][p];
+        op->a2av[(2 * k + 1) * ctx->size + p] = (int)zs__a2av_displ(a->v, k, p, packed);
+        packed += a->v->counts[k][p];
+      }
+    }
+  }
+  return op;
+}
+
+/* all_to_all_v staged: the receive blocks go back to the device one by one, so
+ * what lies between them on the device stays as it was. */
+static zs_status_t staged_copy_back_v(mpi_ctx_t *ctx, const zs__coll_args_t *a, const char *hr, zs_stream_t *s) {
+  size_t es = zs_dtype_size(a->dtype);
+  int64_t packed = 0;
+  zs_status_t st = ZS_OK;
+  for (int p = 0; p < ctx->size && st == ZS_OK; p++) {
+    int64_t n = a->v->counts[1][p], d = zs__a2av_displ(a->v, 1, p, packed);
+    packed += n;
+    if (n) st = zs_memcpy_async(ctx->dev, (char *)a->recv + (size_t)d * es, hr + (size_t)d * es, (size_t)n * es,
+                                ZS_COPY_H2D, s);
+  }
+  return st;
+}
+
 /* A call on device buffers: copy in, run on host buffers, copy out (see mpi.c). */
 static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stream_t *s, const char *what) {
   size_t sb, rb;
@@ -195,7 +233,7 @@ static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stre
   int one = a->in_place && sb && rb;
   staging_t *g = NULL;
   ZS_CHECK(staging_get(ctx, one ? (rb >= sb ? rb : sb) : sb, one ? 0 : rb, &g, what));
-  mpi_op_t *op = calloc(1, sizeof *op);
+  mpi_op_t *op = op_new(ctx, a);
   if (!op) {
     staging_free(ctx, g);
     return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of host memory", what);
@@ -222,11 +260,12 @@ static zs_status_t staged_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, zs_stre
     zs_event_record(ctx->dev, g->done, NULL);
     return ZS_FAIL(ctx->comm->err, st, "%s: staging the send buffer failed: %s", what, zs_last_error());
   }
-  op->type = OP_COLL;
-  op->a = h;
+  op->a.send = h.send;
+  op->a.recv = h.recv;
   st = submit(ctx, op, s, what); /* records `ready` after the copy in */
   zs_status_t st2 = ZS_OK;
-  if (st == ZS_OK && rb) st2 = zs_memcpy_async(ctx->dev, a->recv, hr, rb, ZS_COPY_H2D, s);
+  if (st == ZS_OK && rb)
+    st2 = a->v ? staged_copy_back_v(ctx, a, hr, s) : zs_memcpy_async(ctx->dev, a->recv, hr, rb, ZS_COPY_H2D, s);
   if (st2 == ZS_OK) st2 = zs_event_record(ctx->dev, g->done, s);
   if (st2 != ZS_OK) { /* cannot tell when the stream is done with the buffers: wait for it */
     zs_stream_synchronize(ctx->dev, s);
@@ -253,17 +292,29 @@ void zs__mpi_queue_free(mpi_ctx_t *ctx) {
 
 zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
   mpi_ctx_t *ctx = vctx;
-  if (a->count > INT_MAX)
+  char what[64];
+  snprintf(what, sizeof what, "zs_comm_%s%s", zs_coll_name(a->kind), a->v ? "_v" : "");
+  if (a->v) { /* MPI_Ialltoallv takes int counts and displacements */
+    for (int k = 0; k < 2; k++) {
+      int64_t packed = 0;
+      for (int p = 0; p < ctx->size; p++) {
+        int64_t n = a->v->counts[k][p], d = zs__a2av_displ(a->v, k, p, packed);
+        packed += n;
+        if (n > INT_MAX || d > INT_MAX)
+          return ZS_FAIL(ctx->comm->err, ZS_ERR_UNSUPPORTED,
+                         "%s: the %s block of peer %d (displacement %lld, %lld elements) exceeds MPI's int "
+                         "count (%d): split the call",
+                         what, k ? "recv" : "send", p, (long long)d, (long long)n, INT_MAX);
+      }
+    }
+  } else if (a->count > INT_MAX) {
     return ZS_FAIL(ctx->comm->err, ZS_ERR_UNSUPPORTED,
                    "zs_comm_%s: %zu elements exceed MPI's int count (%d): split the call",
                    zs_coll_name(a->kind), a->count, INT_MAX);
-  char what[64];
-  snprintf(what, sizeof what, "zs_comm_%s", zs_coll_name(a->kind));
+  }
   if (ctx->staged) return staged_coll(ctx, a, s, what);
-  mpi_op_t *op = calloc(1, sizeof *op);
-  if (!op) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "zs_comm_%s: out of host memory", zs_coll_name(a->kind));
-  op->type = OP_COLL;
-  op->a = *a;
+  mpi_op_t *op = op_new(ctx, a);
+  if (!op) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of host memory", what);
   return submit(ctx, op, s, what);
 }
 

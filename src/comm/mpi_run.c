@@ -139,8 +139,9 @@ void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes) {
 
 /* How long the op should take if all ranks are there: 1 ms plus its bytes at a
  * pessimistic 0.5 GB/s (see poller_t). */
-static double busy_estimate(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+static double busy_estimate(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
   size_t part = a->count * zs_dtype_size(a->dtype);
+  if (a2av) return 1e-3 + (double)part / 5e8; /* count: what this rank sends in all */
   int blocks = a->kind == ZS_COLL_ALL_GATHER || a->kind == ZS_COLL_REDUCE_SCATTER ||
                a->kind == ZS_COLL_ALL_TO_ALL || a->kind == ZS_COLL_GATHER || a->kind == ZS_COLL_SCATTER;
   return 1e-3 + (double)part * (blocks ? ctx->size : 2) / 5e8;
@@ -153,7 +154,26 @@ static void finish_avg(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
   if (a->op == ZS_AVG && reduced_here) zs__divide(a->dtype, a->recv, a->count, ctx->size);
 }
 
-static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+/* all_to_all_v (a2av: MPI's counts and displacements, see mpi_op_t). One rank:
+ * the block to itself is a copy. */
+static zs_status_t run_all_to_all_v(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
+  int N = ctx->size;
+  const int *sc = a2av, *sd = a2av + N, *rc = a2av + 2 * N, *rd = a2av + 3 * N;
+  size_t es = zs_dtype_size(a->dtype);
+  if (N == 1) {
+    if (sc[0]) memcpy((char *)a->recv + (size_t)rd[0] * es, (const char *)a->send + (size_t)sd[0] * es,
+                      (size_t)sc[0] * es);
+    return ZS_OK;
+  }
+  MPI_Datatype t = zs__mpi_type(ctx, a->dtype);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc_ = MPI_Ialltoallv(a->send, sc, sd, t, a->recv, rc, rd, t, ctx->mc, &req);
+  if (rc_ != MPI_SUCCESS) return zs__mpi_fail(ctx, rc_, "MPI_Ialltoallv");
+  return zs__mpi_wait_req(ctx, &req, "MPI_Ialltoallv", busy_estimate(ctx, a, a2av), NULL, 0);
+}
+
+static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
+  if (a2av) return run_all_to_all_v(ctx, a, a2av);
   /* One rank: every collective is a copy (none in place; avg divides by 1).
    * Open MPI would allocate and fault in temporaries of the whole buffer per call. */
   if (ctx->size == 1 && a->kind != ZS_COLL_BARRIER && a->kind != ZS_COLL_SEND && a->kind != ZS_COLL_RECV) {
@@ -163,7 +183,7 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
     return ZS_OK;
   }
   zs_status_t rst;
-  if (zs__mpi_ring(ctx, a, busy_estimate(ctx, a), &rst)) {
+  if (zs__mpi_ring(ctx, a, busy_estimate(ctx, a, NULL), &rst)) {
     if (rst == ZS_OK) finish_avg(ctx, a);
     return rst;
   }
@@ -238,7 +258,7 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
       break;
     default: return ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL, "mpi comm: unknown op kind %d", a->kind);
   }
-  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, what, busy_estimate(ctx, a), scratch, part)
+  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, what, busy_estimate(ctx, a, NULL), scratch, part)
                                      : zs__mpi_fail(ctx, rc, what);
   if (st != ZS_OK) {
     if (rc != MPI_SUCCESS) zs__mpi_scratch_free(ctx, scratch, part); /* never handed to MPI */
@@ -303,7 +323,7 @@ void *zs__mpi_progress_main(void *arg) {
                           "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
     } else {
       pthread_mutex_unlock(&ctx->mu);
-      st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a);
+      st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a, op->a2av);
       pthread_mutex_lock(&ctx->mu);
       if (st != ZS_OK) zs__mpi_set_broken(ctx, st, zs_last_error());
     }

@@ -2,7 +2,7 @@
  * native cudaStream_t (the NULL stream is the legacy default stream).
  *
  * NCCL enqueues and returns; ordering is the stream's. What this file adds:
- *  - collectives NCCL lacks in older releases (gather, scatter, all_to_all) as
+ *  - collectives NCCL lacks (gather, scatter, all_to_all, all_to_all_v) as
  *    grouped ncclSend/ncclRecv, and barrier as a one-element all-reduce;
  *  - a bound on every wait, so that a rank that never arrives, or never posts
  *    its part of a collective, gives ZS_ERR_TIMEOUT after ZS_COMM_TIMEOUT_S
@@ -395,8 +395,49 @@ static zs_status_t settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, dou
 
 #define NCHECK(call, what) ZS_CHECK(settle(ctx, (call), (what), deadline))
 
+/* all_to_all_v: the block to itself a device copy, the others one group of
+ * ncclSend/ncclRecv, zero-sized ones left out (the peer's matching call has
+ * zero elements too, or the counts disagree, which no rank can check). */
+static zs_status_t issue_all_to_all_v(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t cs, double deadline) {
+  ncclDataType_t t = nccl_type(a->dtype);
+  size_t es = zs_dtype_size(a->dtype);
+  int me = ctx->rank, N = ctx->size;
+  const char *s = a->send;
+  char *r = a->recv;
+  const zs__a2av_t *v = a->v;
+  int64_t off[2] = {0, 0}, soff = 0, roff = 0;
+  for (int p = 0; p <= me; p++) { /* the self block's offsets */
+    soff = zs__a2av_displ(v, 0, p, off[0]);
+    roff = zs__a2av_displ(v, 1, p, off[1]);
+    off[0] += v->counts[0][p];
+    off[1] += v->counts[1][p];
+  }
+  if (v->counts[0][me]) {
+    cudaError_t e = cudaMemcpyAsync(r + (size_t)roff * es, s + (size_t)soff * es, (size_t)v->counts[0][me] * es,
+                                    cudaMemcpyDeviceToDevice, cs);
+    if (e != cudaSuccess) return cuda_fail(ctx, e, "cudaMemcpyAsync");
+  }
+  if (N == 1) return ZS_OK;
+  ncclResult_t res = ncclGroupStart();
+  if (res != ncclSuccess) return nccl_fail(ctx, res, "ncclGroupStart");
+  off[0] = off[1] = 0;
+  for (int p = 0; p < N && res == ncclSuccess; p++) {
+    int64_t sn = v->counts[0][p], rn = v->counts[1][p];
+    int64_t sd = zs__a2av_displ(v, 0, p, off[0]), rd = zs__a2av_displ(v, 1, p, off[1]);
+    off[0] += sn;
+    off[1] += rn;
+    if (p == me) continue;
+    if (sn) res = ncclSend(s + (size_t)sd * es, (size_t)sn, t, p, ctx->nc, cs);
+    if (res == ncclSuccess && rn) res = ncclRecv(r + (size_t)rd * es, (size_t)rn, t, p, ctx->nc, cs);
+  }
+  zs_status_t st = settle(ctx, ncclGroupEnd(), "ncclGroupEnd (all_to_all_v: grouped ncclSend/ncclRecv)", deadline);
+  if (res != ncclSuccess && res != ncclInProgress && st == ZS_OK) return nccl_fail(ctx, res, "ncclSend/ncclRecv");
+  return st;
+}
+
 /* Issues the NCCL work of one call on cs. Caller holds mu, device entered. */
 static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t cs, double deadline) {
+  if (a->v) return issue_all_to_all_v(ctx, a, cs, deadline);
   ncclDataType_t t = nccl_type(a->dtype);
   ncclRedOp_t op = nccl_op(a->op);
   size_t n = a->count, part = n * zs_dtype_size(a->dtype);
@@ -480,7 +521,7 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
 static zs_status_t nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
   nccl_ctx_t *ctx = vctx;
   char what[64];
-  snprintf(what, sizeof what, "zs_comm_%s", zs_coll_name(a->kind));
+  snprintf(what, sizeof what, "zs_comm_%s%s", zs_coll_name(a->kind), a->v ? "_v" : "");
   if (atomic_load(&ctx->broken) || atomic_load(&ctx->aborted)) return broken_status(ctx, what);
   cudaStream_t cs = (cudaStream_t)zs__stream_native(ctx->dev, s);
   watch_t *w = NULL;
