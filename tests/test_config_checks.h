@@ -41,6 +41,14 @@
     expect_int_eq(a_->scale_window, b_->scale_window);                        \
     expect_int_eq(a_->hysteresis, b_->hysteresis);                            \
     expect_true(a_->min_scale == b_->min_scale);                              \
+    expect_int_eq(a_->shard_group, b_->shard_group);                          \
+    expect_int_eq(a_->schedule.kind, b_->schedule.kind);                      \
+    expect_int_eq(a_->schedule.warmup_type, b_->schedule.warmup_type);        \
+    expect_int_eq(a_->schedule.warmup_steps, b_->schedule.warmup_steps);      \
+    expect_int_eq(a_->schedule.total_steps, b_->schedule.total_steps);        \
+    expect_true(a_->schedule.min_lr == b_->schedule.min_lr);                  \
+    expect_true(a_->schedule.warmup_min_ratio == b_->schedule.warmup_min_ratio); \
+    expect_true(a_->schedule.cos_min_ratio == b_->schedule.cos_min_ratio);    \
   } while (0)
 
 /* ---- log capture ------------------------------------------------------------ */

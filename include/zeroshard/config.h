@@ -8,6 +8,7 @@
 #define ZEROSHARD_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zeroshard/status.h"
 #include "zeroshard/types.h"
@@ -20,6 +21,48 @@ extern "C" {
 
 typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD } zs_optim_kind_t;
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
+
+/* Learning-rate schedules: the engine computes the learning rate of each zs_step
+ * from its own step count s (zs_engine_step before that step: 0 for the first,
+ * restored by zs_checkpoint_load, not advanced by skipped steps) and the peak
+ * rate optim.lr (zs_schedule_lr in zeroshard/engine.h gives the value). W =
+ * warmup_steps, T = total_steps, lr = optim.lr.
+ *   CONSTANT  lr (the default; zs_engine_set_lr may change it between steps)
+ *   COSINE    llm.c's GPT-2 schedule: s < W: lr (s+1)/W; then
+ *             min_lr + (lr - min_lr) (1 + cos(pi (s-W)/(T-W))) / 2, min_lr from s >= T
+ *   LINEAR    llm.c's linear: s < W: lr (s+1)/W; then lr - (lr - min_lr)(s-W)/(T-W),
+ *             min_lr from s >= T
+ * DeepSpeed's schedulers, as DeepSpeed computes them: DeepSpeed steps its
+ * scheduler after each optimizer step, so the step taken after s steps uses
+ * f(i) with i = s - 1 (the rate the scheduler set at its creation for s = 0);
+ * W' = max(2, W); g(i) = ln(i+1)/ln(W') (warmup_type LOG) or i/W' (LINEAR):
+ *   WARMUP         WarmupLR: s = 0: min_lr; i < W': min_lr + (lr - min_lr) g(i); then lr
+ *   WARMUP_DECAY   WarmupDecayLR: as WARMUP, then from i >= W'
+ *                  min_lr + (lr - min_lr) max(0, (T - i) / max(1, T - W'))
+ *   WARMUP_COSINE  WarmupCosineLR: s = 0: 0; i < W': lr (r0 + (1 - r0) g(i)) with
+ *                  r0 = warmup_min_ratio; then with c = cos_min_ratio
+ *                  lr max(0, c + (1 - c)(1 + cos(pi (i - W' + 1)/(T - W'))) / 2)
+ *                  (past T the cosine rises again, as in DeepSpeed) */
+typedef enum {
+  ZS_SCHED_CONSTANT = 0,
+  ZS_SCHED_COSINE,
+  ZS_SCHED_LINEAR,
+  ZS_SCHED_WARMUP,
+  ZS_SCHED_WARMUP_DECAY,
+  ZS_SCHED_WARMUP_COSINE
+} zs_sched_kind_t;
+typedef enum { ZS_WARMUP_LINEAR = 0, ZS_WARMUP_LOG } zs_warmup_type_t;
+
+typedef struct {
+  zs_sched_kind_t kind;
+  zs_warmup_type_t warmup_type; /* DeepSpeed kinds only (COSINE and LINEAR warm up linearly) */
+  int64_t warmup_steps;         /* W: >= 0 */
+  int64_t total_steps;          /* T: COSINE, LINEAR, WARMUP_DECAY, WARMUP_COSINE; > W */
+  float min_lr;                 /* COSINE, LINEAR: the rate at T; WARMUP, WARMUP_DECAY:
+                                   warmup_min_lr (the start, and the decay's end) */
+  float warmup_min_ratio;       /* WARMUP_COSINE: the warmup starts at lr x this */
+  float cos_min_ratio;          /* WARMUP_COSINE: the cosine ends at lr x this */
+} zs_schedule_t;
 
 typedef struct {
   zs_optim_kind_t kind; /* AdamW (decoupled decay), Adam (L2 folded into grad), SGD */
@@ -58,6 +101,8 @@ typedef struct {
    * (a gradient shard is all-reduced across replicas; gathers stay inside the
    * group). 0 = every rank (flat). Must divide the world size. */
   int shard_group;
+  /* The learning-rate schedule (see zs_schedule_t); optim.lr is its peak. */
+  zs_schedule_t schedule;
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -70,7 +115,10 @@ typedef struct {
     .persist_threshold = 0, .reduce_bucket_size = 0, .offload_optimizer = ZS_OFFLOAD_NONE,  \
     .offload_strict = 0, .delayed_param_update = 0, .loss_scale = 0.0f,                     \
     .initial_scale = 65536.0f, .scale_window = 1000, .hysteresis = 2, .min_scale = 1.0f,    \
-    .shard_group = 0                                                                        \
+    .shard_group = 0,                                                                       \
+    .schedule = {.kind = ZS_SCHED_CONSTANT, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 0, \
+                 .total_steps = 0, .min_lr = 0.0f, .warmup_min_ratio = 0.0f,                  \
+                 .cos_min_ratio = 0.0f}                                                     \
   }
 
 #ifdef __cplusplus

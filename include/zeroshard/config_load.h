@@ -39,7 +39,13 @@ extern "C" {
  *   momentum > 0); grad_accum >= 1; grad_clip >= 0; prefetch 0..16; the 0|1
  *   flags; offload_optimizer none|cpu and only at stage >= 1; delayed_param_update
  *   only with offload; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
- *   hysteresis >= 1, 0 < min_scale <= initial_scale. All floats must be finite.
+ *   hysteresis >= 1, 0 < min_scale <= initial_scale (these four only where they are
+ *   used: fp16 parameters with loss_scale 0; a static scale or another precision
+ *   ignores them, as DeepSpeed reads its fp16 section only when it is enabled);
+ *   schedule: kind one of ZS_SCHED_*; COSINE and LINEAR warm up linearly; warmup_steps
+ *   0..2^53; total_steps > warmup_steps (DeepSpeed kinds: > max(2, warmup_steps))
+ *   except for WARMUP; 0 <= min_lr <= optim.lr; WARMUP_COSINE: ratios in [0, 1].
+ *   All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 
@@ -52,6 +58,10 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
  *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE   1|0|true|false|on|off|yes|no
  *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
+ *   ZS_SHARD_GROUP       ranks per shard group (0 = all)
+ *   ZS_LR_SCHEDULE       constant|cosine|linear|warmup|warmup_decay|warmup_cosine
+ *   ZS_WARMUP_STEPS ZS_TOTAL_STEPS  whole numbers of steps   ZS_MIN_LR  number
+ *   ZS_WARMUP_TYPE       linear|log (the DeepSpeed kinds)
  * Names are case-insensitive for the word values. Numbers are read in the C
  * locale (a decimal point, whatever setlocale says). A value that does not parse
  * is ZS_ERR_INVALID naming the variable and the value (control bytes shown as
@@ -69,7 +79,10 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
  * "offload_optimizer" ("none"|"cpu"), "offload_strict", "delayed_param_update",
- * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale".
+ * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
+ * "shard_group", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
+ * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",
+ * "warmup_type": "linear"|"log", "warmup_min_ratio", "cos_min_ratio"}.
  * Flags take true/false or 0/1. Our keys are applied after the DeepSpeed keys,
  * so they win wherever both set one field, whatever their order in the file.
  *
@@ -89,8 +102,9 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *       "none" -> ZS_OFFLOAD_NONE, "nvme" is rejected (not supported)
  *   zero_optimization.offload_optimizer.pin_memory accepted: offloaded state is
  *       always pinned (set offload_strict to fail rather than fall back)
- *   zero_optimization.offload_param.device         only "none" (parameter
- *       offload is not supported)
+ *   zero_optimization.offload_param.device         only "none": parameter
+ *       offload is not supported; the message says to set "none" or remove
+ *       offload_param, and what saves device memory instead
  *   zero_optimization.overlap_comm, contiguous_gradients, allgather_bucket_size,
  *       allgather_partitions, reduce_scatter, round_robin_gradients,
  *       sub_group_size, stage3_max_reuse_distance,
@@ -113,11 +127,36 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *   optimizer.params.lr, betas [b1, b2], eps, weight_decay, momentum, nesterov;
  *       amsgrad must be false and bias_correction true (what zeroshard does);
  *       torch_adam and fused are accepted no-ops
+ *   scheduler.type "WarmupLR" -> schedule.kind ZS_SCHED_WARMUP, "WarmupDecayLR" ->
+ *       ZS_SCHED_WARMUP_DECAY, "WarmupCosineLR" -> ZS_SCHED_WARMUP_COSINE (DeepSpeed's
+ *       spelling; their rates are DeepSpeed's, step for step: zeroshard/config.h);
+ *       any other type is an error (set the rate yourself with zs_engine_set_lr);
+ *       no type (or an empty section, or null): no scheduler, as in DeepSpeed.
+ *       params, with DeepSpeed's defaults for what is left out (warmup_num_steps
+ *       1000, warmup_type "log", warmup_min_lr 0, cos_min_ratio 0.0001,
+ *       warmup_min_ratio 0): warmup_min_lr -> schedule.min_lr; warmup_max_lr ->
+ *       optim.lr (DeepSpeed's scheduler overwrites the optimizer's rate; WarmupLR
+ *       without it peaks at the optimizer's lr, WarmupDecayLR at 0.001 as in
+ *       DeepSpeed); warmup_num_steps -> schedule.warmup_steps; total_num_steps ->
+ *       schedule.total_steps (required by WarmupDecayLR and WarmupCosineLR);
+ *       warmup_type "linear"|"log"; warmup_min_ratio, cos_min_ratio;
+ *       last_batch_iteration only -1 (the schedule follows the engine's step
+ *       count). A key the type does not take is an error, as in DeepSpeed.
+ *       "auto" values: warmup_min_lr -> 0 and warmup_max_lr -> optim.lr (what
+ *       Hugging Face's Trainer fills in); warmup_num_steps and total_num_steps
+ *       are taken from our "schedule" keys (warmup_steps, total_steps) in the
+ *       same document, and are an error naming the key otherwise.
  *   train_batch_size, train_micro_batch_size_per_gpu, steps_per_print,
- *       wall_clock_breakdown, scheduler, ... accepted and ignored (debug log):
- *       the trainer owns batching, printing and the learning-rate schedule
+ *       wall_clock_breakdown, ... accepted and ignored (debug log): the trainer
+ *       owns batching and printing
  * A DeepSpeed numeric or flag value of "auto" (Hugging Face's placeholder)
- * keeps the current value, with an info line.
+ * keeps the current value, with an info line. fp16.enabled (or bf16.enabled)
+ * "auto" therefore leaves the precision to the trainer, as Hugging Face and
+ * Accelerate fill it from their own flags (DeepSpeed alone would read the
+ * string as true); the section's loss-scale values are still applied, and
+ * checked only if fp16 with dynamic scaling ends up in use. Flags also take
+ * the strings "true" and "false" (any case), which templated configs write and
+ * DeepSpeed's pydantic sections read as booleans.
  *
  * Unknown keys, at any depth, do not fail the call: each is logged as one
  * warning with its path ("zero_optimization.stage3_foo"), the first 20 one by

@@ -81,6 +81,8 @@ typedef struct {
   float clip_coef;   /* factor applied by clipping: min(1, clip / (norm + 1e-6)); 1 without clipping */
   int skipped;       /* 1 if the step was skipped for non-finite gradients */
   float loss_scale;  /* the scale to multiply the next loss by (1 unless fp16) */
+  float lr;          /* the learning rate of this step (a skipped step: the one it
+                        would have used, which the next attempt uses again) */
 } zs_step_report_t;
 
 /* The engine keeps pointers to dev and comm (the caller keeps ownership; both
@@ -173,6 +175,46 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
  * zs_param_get waits for the update (it returns current master values);
  * zs_param_set flushes first. */
 zs_status_t zs_flush(zs_engine_t *zs);
+
+/* ---- learning rate and weight decay between steps ----------------------------
+ * zs_step uses the learning rate of the config's schedule (config.schedule,
+ * zeroshard/config.h) at the engine's step count, so a run resumed by
+ * zs_checkpoint_load continues its schedule exactly. With the default schedule
+ * (ZS_SCHED_CONSTANT) the rate is optim.lr, which zs_engine_set_lr changes. Who
+ * wins: a schedule owns the rate. zs_engine_set_lr with a rate while a schedule
+ * other than CONSTANT is set is ZS_ERR_STATE (switch it off first with
+ * zs_engine_set_schedule and ZS_SCHED_CONSTANT, or set it to the schedule you
+ * want); the weight decay is never scheduled and may always be set.
+ *
+ * Both setters are collective over the engine's world comm: every rank calls
+ * them between the same two steps with the same values. They run one small
+ * all-reduce (no allocation; it waits for the NULL stream) and return on every
+ * rank the lowest failing rank's error, or ZS_ERR_MISMATCH on every rank when
+ * the ranks passed different values (they would otherwise update their shards
+ * with different rates). Allowed after zs_engine_create and between steps:
+ * ZS_ERR_STATE inside a step (after zs_forward_begin or zs_backward_begin of a
+ * round, until zs_step; an evaluation pass's zs_forward_end returns to between
+ * steps). The value applies from the next zs_step on, on the device optimizer, on
+ * the offloaded CPU optimizer, and with delayed_param_update to the update that
+ * next zs_step launches (the running one keeps the value it started with).
+ * Values are not saved in checkpoints: after zs_checkpoint_load set them again
+ * (a config schedule needs nothing). */
+#define ZS_HYPER_KEEP (-1.0f) /* leaves the value as it is */
+/* lr: finite >= 0, or ZS_HYPER_KEEP; weight_decay: finite >= 0, or ZS_HYPER_KEEP.
+ * Bad values are ZS_ERR_INVALID (on every rank). */
+zs_status_t zs_engine_set_lr(zs_engine_t *zs, float lr, float weight_decay);
+/* Replaces the schedule (checked as zs_config_validate checks config.schedule
+ * against optim.lr); collective as above, ZS_ERR_MISMATCH when ranks differ. A
+ * schedule counts from step 0 of the run, not from the call: set total_steps
+ * to the whole run's length. */
+zs_status_t zs_engine_set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule);
+/* The learning rate the next zs_step will use (the schedule at zs_engine_step);
+ * NAN for NULL. */
+float zs_engine_lr(const zs_engine_t *zs);
+/* The schedule's rate after `step` optimizer steps with peak rate `lr`, in
+ * double (the engine rounds it to float), by the formulas in zeroshard/config.h.
+ * Pure: no engine, no state. NAN for a NULL or unknown schedule, or step < 0. */
+double zs_schedule_lr(const zs_schedule_t *schedule, double lr, int64_t step);
 
 /* Optimizer steps taken (restored by zs_checkpoint_load); -1 for NULL. */
 int64_t zs_engine_step(const zs_engine_t *zs);

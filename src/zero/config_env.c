@@ -24,7 +24,33 @@ const char *const zs__config_kind_expect[] = {
     [K_DTYPE] = "fp32, bf16 or fp16",
     [K_OPTIM] = "adamw, adam or sgd",
     [K_OFFLOAD] = "none or cpu",
+    [K_STEPS] = "a whole number of steps >= 0",
+    [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
+    [K_WARMUP] = "linear or log",
 };
+
+static const char *const sched_names[] = {
+    [ZS_SCHED_CONSTANT] = "constant",          [ZS_SCHED_COSINE] = "cosine",
+    [ZS_SCHED_LINEAR] = "linear",              [ZS_SCHED_WARMUP] = "warmup",
+    [ZS_SCHED_WARMUP_DECAY] = "warmup_decay",  [ZS_SCHED_WARMUP_COSINE] = "warmup_cosine",
+};
+const char *zs__config_sched_name(zs_sched_kind_t k) {
+  return (int)k >= 0 && k <= ZS_SCHED_WARMUP_COSINE ? sched_names[k] : "invalid-schedule";
+}
+const char *zs__config_warmup_name(zs_warmup_type_t w) {
+  return w == ZS_WARMUP_LINEAR ? "linear" : w == ZS_WARMUP_LOG ? "log" : "invalid-warmup";
+}
+static int word_sched(const char *s, int *out) {
+  for (int k = 0; k <= ZS_SCHED_WARMUP_COSINE; k++)
+    if (!strcasecmp(s, sched_names[k])) return *out = k, 1;
+  return 0;
+}
+static int word_warmup(const char *s, int *out) {
+  if (!strcasecmp(s, "linear")) *out = ZS_WARMUP_LINEAR;
+  else if (!strcasecmp(s, "log")) *out = ZS_WARMUP_LOG;
+  else return 0;
+  return 1;
+}
 
 static int word_dtype(const char *s, zs_dtype_t *out) {
   if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float32")) *out = ZS_FP32;
@@ -58,7 +84,8 @@ static int word_bool(const char *s, int *out) {
 const char *zs__config_range_text(kind_t kind, double v) {
   switch (kind) {
     case K_INT: return "out of range for an integer (-2147483648..2147483647)";
-    case K_SIZE: return "out of range: at most 9007199254740992 (2^53)";
+    case K_SIZE:
+    case K_STEPS: return "out of range: at most 9007199254740992 (2^53)";
     case K_FLOAT:
       return fabs(v) > FLT_MAX ? "out of range for a float (largest magnitude 3.4e+38)"
                                : "out of range for a float (nonzero magnitudes below 1.4e-45 round to 0)";
@@ -84,6 +111,9 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
     case K_INT: case K_BOOL: *(int *)f = kind == K_INT ? (int)num : word; break;
     case K_FLOAT: *(float *)f = (float)num; break;
     case K_SIZE: *(size_t *)f = (size_t)num; break;
+    case K_STEPS: *(int64_t *)f = (int64_t)num; break;
+    case K_SCHED: *(zs_sched_kind_t *)f = (zs_sched_kind_t)word; break;
+    case K_WARMUP: *(zs_warmup_type_t *)f = (zs_warmup_type_t)word; break;
     case K_DTYPE: *(zs_dtype_t *)f = (zs_dtype_t)word; break;
     case K_OPTIM: *(zs_optim_kind_t *)f = (zs_optim_kind_t)word; break;
     case K_OFFLOAD: *(zs_offload_t *)f = (zs_offload_t)word; break;
@@ -119,6 +149,11 @@ static const struct {
     {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
     {"ZS_LOSS_SCALE", K_FLOAT, offsetof(zs_config_t, loss_scale), "loss_scale"},
     {"ZS_SHARD_GROUP", K_INT, offsetof(zs_config_t, shard_group), "shard_group"},
+    {"ZS_LR_SCHEDULE", K_SCHED, offsetof(zs_config_t, schedule.kind), "schedule.kind"},
+    {"ZS_WARMUP_STEPS", K_STEPS, offsetof(zs_config_t, schedule.warmup_steps), "schedule.warmup_steps"},
+    {"ZS_TOTAL_STEPS", K_STEPS, offsetof(zs_config_t, schedule.total_steps), "schedule.total_steps"},
+    {"ZS_MIN_LR", K_FLOAT, offsetof(zs_config_t, schedule.min_lr), "schedule.min_lr"},
+    {"ZS_WARMUP_TYPE", K_WARMUP, offsetof(zs_config_t, schedule.warmup_type), "schedule.warmup_type"},
 };
 
 int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
@@ -138,7 +173,8 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
       *num = (double)v;
       return errno == ERANGE || v < INT_MIN || v > INT_MAX ? VAL_RANGE : VAL_OK;
     }
-    case K_SIZE: {
+    case K_SIZE:
+    case K_STEPS: {
       if (tmp[0] == '-') return VAL_TYPE; /* strtoull would wrap it */
       unsigned long long v = strtoull(tmp, &end, 10);
       if (*end) return VAL_TYPE;
@@ -172,6 +208,8 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
       *word = (int)f;
       return VAL_OK;
     }
+    case K_SCHED: return word_sched(tmp, word) ? VAL_OK : VAL_TYPE;
+    case K_WARMUP: return word_warmup(tmp, word) ? VAL_OK : VAL_TYPE;
     default: return VAL_TYPE;
   }
 }

@@ -60,6 +60,9 @@ typedef enum {
   K_DTYPE,    /* zs_dtype_t from "fp32"|"bf16"|"fp16" */
   K_OPTIM,    /* zs_optim_kind_t from "adamw"|"adam"|"sgd" */
   K_OFFLOAD,  /* zs_offload_t from "none"|"cpu" */
+  K_STEPS,    /* int64_t step count from a whole number 0..2^53 */
+  K_SCHED,    /* zs_sched_kind_t from "constant"|"cosine"|"linear"|"warmup"|... */
+  K_WARMUP,   /* zs_warmup_type_t from "linear"|"log" */
   K_FN,       /* JSON: a handler (sections and keys with their own rules) */
   K_ACCEPT,   /* JSON: known, not used; debug log with the note */
   K_ACCEPT_I, /* same, logged at info: the user may expect an effect */
@@ -74,6 +77,9 @@ enum { VAL_OK, VAL_TYPE, VAL_RANGE };
 const char *zs__config_range_text(kind_t kind, double v);
 
 int zs__config_word_offload(const char *s, zs_offload_t *out);
+/* The word of a schedule kind ("cosine") and of a warmup type ("log"). */
+const char *zs__config_sched_name(zs_sched_kind_t k);
+const char *zs__config_warmup_name(zs_warmup_type_t w);
 
 /* strtod in the C locale, whatever the process's locale. */
 double zs__config_strtod(const char *s, char **end);
@@ -121,6 +127,10 @@ typedef struct {
   int ds_type;               /* -1 unset, else 0 Adam, 1 AdamW, 2 SGD */
   int adam_w_mode;           /* -1 unset */
   int ds_prefetch_seen;
+  /* DeepSpeed's scheduler: "auto" step counts wait for our schedule keys */
+  char auto_warmup[256], auto_total[256]; /* the key path, "" when not pending */
+  const cJSON *ds_sched;     /* the "scheduler" section, applied after the other DeepSpeed keys */
+  char ds_sched_path[64];
   int unknown; /* unknown keys met; the first few are logged one by one */
 } ctx_t;
 
@@ -164,8 +174,21 @@ enum { PASS_ALL, PASS_DS, PASS_OURS };
 zs_status_t zs__config_apply_object(ctx_t *x, const cJSON *obj, const char *prefix,
                                     const spec_t *table, size_t n, int pass);
 
+/* Records an unknown key (the warning and zs_config_unknown_keys). */
+void zs__config_unknown(ctx_t *x, const char *path);
+
 #define APPLY(x, item, path, table) \
   zs__config_apply_object(x, item, path, table, sizeof table / sizeof table[0], PASS_ALL)
+
+/* DeepSpeed's "scheduler" section and our "schedule" object (config_sched.c);
+ * zs__config_sched_finish runs after both passes: an "auto" step count that
+ * our keys did not fill is an error naming the key. */
+zs_status_t zs__config_fn_scheduler(ctx_t *x, const cJSON *item, const char *path);
+zs_status_t zs__config_fn_schedule(ctx_t *x, const cJSON *item, const char *path);
+/* Applies the recorded DeepSpeed scheduler: after the optimizer section, whose
+ * lr its warmup_max_lr replaces, wherever the two stand in the file. */
+zs_status_t zs__config_sched_apply_ds(ctx_t *x);
+zs_status_t zs__config_sched_finish(ctx_t *x);
 
 /* The root table (config_keys.c): our keys and DeepSpeed's. */
 extern const spec_t zs__config_root_keys[];

@@ -66,7 +66,7 @@ static const char *repr(const cJSON *item, char *buf, size_t n) {
 }
 
 zs_status_t zs__config_wrong(ctx_t *x, const cJSON *item, const char *path, const char *expect_fmt, ...) {
-  char v[80], expect[256];
+  char v[80], expect[512];
   va_list ap;
   va_start(ap, expect_fmt);
   vsnprintf(expect, sizeof expect, expect_fmt, ap);
@@ -84,7 +84,15 @@ static int is_auto(const cJSON *item) {
  * 1.8e308 (the syntax check lets no NaN or Infinity through). */
 int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word) {
   if (kind == K_BOOL && cJSON_IsBool(item)) return *word = cJSON_IsTrue(item), VAL_OK;
-  if (kind == K_DTYPE || kind == K_OPTIM || kind == K_OFFLOAD) {
+  /* "true" and "false" as strings: tools that write a config from templates or
+   * environment variables quote them, and DeepSpeed's pydantic sections read
+   * them as the booleans they name */
+  if (kind == K_BOOL && cJSON_IsString(item)) {
+    if (!strcasecmp(item->valuestring, "true")) return *word = 1, VAL_OK;
+    if (!strcasecmp(item->valuestring, "false")) return *word = 0, VAL_OK;
+    return VAL_TYPE;
+  }
+  if (kind == K_DTYPE || kind == K_OPTIM || kind == K_OFFLOAD || kind == K_SCHED || kind == K_WARMUP) {
     if (!cJSON_IsString(item)) return VAL_TYPE;
     return zs__config_parse_text(item->valuestring, kind, num, word);
   }
@@ -96,6 +104,7 @@ int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word
       if (isfinite(v) && v != floor(v)) return VAL_TYPE;
       return v >= INT_MIN && v <= INT_MAX ? VAL_OK : VAL_RANGE;
     case K_SIZE:
+    case K_STEPS:
       if (v < 0 || (isfinite(v) && v != floor(v))) return VAL_TYPE;
       return v <= SIZE_LIMIT && v <= (double)SIZE_MAX ? VAL_OK : VAL_RANGE;
     case K_FLOAT:
@@ -141,6 +150,12 @@ static int spec_find(const spec_t *table, size_t n, const char *key) {
   return -1;
 }
 
+void zs__config_unknown(ctx_t *x, const char *path) {
+  if (++x->unknown <= UNKNOWN_LOG_MAX)
+    ZS_LOG_W("%sunknown config key %s ignored: check its spelling against zeroshard/config_load.h", x->src, path);
+  unknown_add(path);
+}
+
 /* Where a known key appears more than once, only its last member is applied
  * (a repeated section replaces the earlier one whole, as in Python's json).
  * The last member of each key is found in one pass over the members first: an
@@ -170,10 +185,7 @@ zs_status_t zs__config_apply_object(ctx_t *x, const cJSON *obj, const char *pref
       continue;
     }
     if (!s) {
-      if (++x->unknown <= UNKNOWN_LOG_MAX)
-        ZS_LOG_W("%sunknown config key %s ignored: check its spelling against zeroshard/config_load.h",
-                 x->src, path);
-      unknown_add(path);
+      zs__config_unknown(x, path);
       continue;
     }
     switch (s->kind) {
@@ -232,6 +244,7 @@ static zs_status_t from_json(zs_config_t *cfg, const char *text, size_t len, con
   const spec_t *root_keys = zs__config_root_keys;
   size_t nroot = zs__config_root_count;
   ZS_CHECK_GOTO(zs__config_apply_object(x, root, NULL, root_keys, nroot, PASS_DS), st, exit);
+  ZS_CHECK_GOTO(zs__config_sched_apply_ds(x), st, exit);
   if (x->bf16_on == 1 && x->fp16_on == 1) {
     st = ZS_FAIL(NULL, ZS_ERR_INVALID, "%s%s.enabled and fp16.enabled are both true: enable one of them",
                  x->src, x->bf16_key);
@@ -244,6 +257,7 @@ static zs_status_t from_json(zs_config_t *cfg, const char *text, size_t len, con
     origin_set(&x->org, "param_dtype", from);
   }
   ZS_CHECK_GOTO(zs__config_apply_object(x, root, NULL, root_keys, nroot, PASS_OURS), st, exit);
+  ZS_CHECK_GOTO(zs__config_sched_finish(x), st, exit);
   if (x->unknown > UNKNOWN_LOG_MAX)
     ZS_LOG_W("%s%d unknown config keys in all, the first %d logged: zs_config_unknown_keys() lists "
              "them (up to 2 KiB)", x->src, x->unknown, UNKNOWN_LOG_MAX);

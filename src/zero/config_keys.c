@@ -54,8 +54,10 @@ static zs_status_t fn_offload_param_device(ctx_t *x, const cJSON *item, const ch
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
   if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "none")) return ZS_OK;
   return zs__config_wrong(x, item, path,
-                          "parameter offload is not supported by zeroshard (stage 3 shards parameters "
-                          "across ranks; optimizer state can be offloaded): use \"none\" or remove offload_param");
+                          "parameter offload is not supported by zeroshard: set it to \"none\" or remove "
+                          "zero_optimization.offload_param. Stage 3 already holds 1/N of the parameters per "
+                          "rank; to save more device memory keep offload_optimizer.device \"cpu\" (master "
+                          "weights, Adam state and gradient shards on the host) or add ranks");
 }
 
 static const spec_t offload_param_keys[] = {
@@ -293,6 +295,7 @@ const spec_t zs__config_root_keys[] = {
     FIELD("hysteresis", K_INT, hysteresis, 0),
     FIELD("min_scale", K_FLOAT, min_scale, 0),
     FIELD("shard_group", K_INT, shard_group, 0),
+    FN("schedule", zs__config_fn_schedule, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),
     {"gradient_clipping", K_FLOAT, OFF(grad_clip), "grad_clip", NULL, 1, NULL},
@@ -302,7 +305,7 @@ const spec_t zs__config_root_keys[] = {
     FN("bfloat16", fn_bf16, 1),
     FN("fp16", fn_fp16, 1),
     FN("optimizer", fn_optimizer, 1),
-    ACCEPT_I("scheduler", "the trainer owns the learning-rate schedule (optim.lr is the base rate)"),
+    FN("scheduler", zs__config_fn_scheduler, 1),
     TRAINER("train_batch_size"),
     TRAINER("train_micro_batch_size_per_gpu"),
     TRAINER("steps_per_print"),

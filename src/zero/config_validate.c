@@ -41,6 +41,45 @@ static zs_status_t bad(const char *prefix, const origins_t *o, const char *field
 
 static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
 
+/* The schedule's fields: every kind needs its own, others are ignored. */
+static zs_status_t schedule_validate(const zs_config_t *c, const origins_t *o, const char *prefix) {
+  const zs_schedule_t *s = &c->schedule;
+  if ((int)s->kind < ZS_SCHED_CONSTANT || s->kind > ZS_SCHED_WARMUP_COSINE)
+    BAD_I("schedule.kind", s->kind, "use ZS_SCHED_CONSTANT, _COSINE, _LINEAR, _WARMUP, _WARMUP_DECAY or _WARMUP_COSINE");
+  if (s->kind == ZS_SCHED_CONSTANT) return ZS_OK;
+  const int ds = s->kind >= ZS_SCHED_WARMUP;
+  const int decays = s->kind != ZS_SCHED_WARMUP;
+  if (ds && s->warmup_type != ZS_WARMUP_LINEAR && s->warmup_type != ZS_WARMUP_LOG)
+    BAD_I("schedule.warmup_type", s->warmup_type, "use ZS_WARMUP_LINEAR or ZS_WARMUP_LOG (DeepSpeed's \"linear\", \"log\")");
+  if (!ds && s->warmup_type != ZS_WARMUP_LINEAR)
+    return bad(prefix, o, "schedule.warmup_type", zs__config_warmup_name(s->warmup_type),
+               "the cosine and linear schedules warm up linearly (llm.c): use linear, or a DeepSpeed kind "
+               "(warmup, warmup_decay, warmup_cosine) for a log warmup");
+  if (s->warmup_steps < 0 || s->warmup_steps > ((int64_t)1 << 53))
+    BAD_I("schedule.warmup_steps", s->warmup_steps, "use 0..2^53 steps");
+  /* DeepSpeed warms up over at least 2 steps (W' = max(2, W)) */
+  int64_t w = ds && s->warmup_steps < 2 ? 2 : s->warmup_steps;
+  if (decays && (s->total_steps <= w || s->total_steps > ((int64_t)1 << 53))) {
+    char v[96];
+    snprintf(v, sizeof v, "%lld with warmup_steps %lld%s", (long long)s->total_steps, (long long)s->warmup_steps,
+             ds && s->warmup_steps < 2 ? " (2 for DeepSpeed's schedules)" : "");
+    return bad(prefix, o, "schedule.total_steps", v,
+               "the decay needs total_steps > warmup_steps: set it to the run's number of optimizer steps");
+  }
+  if (s->kind != ZS_SCHED_WARMUP_COSINE && !(isfinite(s->min_lr) && s->min_lr >= 0 && s->min_lr <= c->optim.lr)) {
+    char v[96];
+    snprintf(v, sizeof v, "%g with optim.lr %g", (double)s->min_lr, (double)c->optim.lr);
+    return bad(prefix, o, "schedule.min_lr", v, "use 0 <= min_lr <= optim.lr (the peak)");
+  }
+  if (s->kind == ZS_SCHED_WARMUP_COSINE) {
+    if (!(s->warmup_min_ratio >= 0 && s->warmup_min_ratio <= 1))
+      BAD_F("schedule.warmup_min_ratio", s->warmup_min_ratio, "use 0 <= warmup_min_ratio <= 1 (of optim.lr)");
+    if (!(s->cos_min_ratio >= 0 && s->cos_min_ratio <= 1))
+      BAD_F("schedule.cos_min_ratio", s->cos_min_ratio, "use 0 <= cos_min_ratio <= 1 (of optim.lr)");
+  }
+  return ZS_OK;
+}
+
 zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const char *prefix) {
   if (!c)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "config is NULL: pass a zs_config_t started from ZS_CONFIG_INIT");
@@ -94,18 +133,24 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
                "offload_optimizer to cpu or delayed_param_update to 0");
   if (!(isfinite(c->loss_scale) && c->loss_scale >= 0))
     BAD_F("loss_scale", c->loss_scale, "use 0 (dynamic) or a finite static scale > 0");
-  if (!(isfinite(c->initial_scale) && c->initial_scale > 0))
+  /* The dynamic scaler's settings are checked only where they are used: fp16
+   * parameters with loss_scale 0. A static scale, or bf16/fp32 parameters,
+   * ignore them (as DeepSpeed reads its fp16 section only when enabled), so a
+   * config written for another precision loads as its author meant. */
+  const int dynamic = c->param_dtype == ZS_FP16 && c->loss_scale == 0;
+  if (dynamic && !(isfinite(c->initial_scale) && c->initial_scale > 0))
     BAD_F("initial_scale", c->initial_scale, "use a finite starting scale > 0 (default 65536)");
-  if (c->scale_window < 1) BAD_I("scale_window", c->scale_window, "use 1 or more good steps");
-  if (c->hysteresis < 1) BAD_I("hysteresis", c->hysteresis, "use 1 or more overflows");
-  if (!(isfinite(c->min_scale) && c->min_scale > 0))
+  if (dynamic && c->scale_window < 1) BAD_I("scale_window", c->scale_window, "use 1 or more good steps");
+  if (dynamic && c->hysteresis < 1) BAD_I("hysteresis", c->hysteresis, "use 1 or more overflows");
+  if (dynamic && !(isfinite(c->min_scale) && c->min_scale > 0))
     BAD_F("min_scale", c->min_scale, "use a finite minimum scale > 0 (default 1)");
   if (c->shard_group < 0)
     BAD_I("shard_group", c->shard_group, "use 0 (shard over every rank) or the ranks of one shard group (e.g. per node)");
   if (c->shard_group > 0 && c->stage == 0)
     return bad(prefix, o, "shard_group", "set at stage 0",
                "stage 0 shards nothing: use stage 1, 2 or 3 for hybrid sharding, or shard_group 0");
-  if (c->min_scale > c->initial_scale) {
+  ZS_CHECK(schedule_validate(c, o, prefix));
+  if (dynamic && c->min_scale > c->initial_scale) {
     char v[64];
     snprintf(v, sizeof v, "%g, above initial_scale %g", (double)c->min_scale, (double)c->initial_scale);
     return bad(prefix, o, "min_scale", v, "use min_scale <= initial_scale");
@@ -154,6 +199,21 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
         cfg->delayed_param_update ? " delayed-update" : "");
   else
     put(buf, n, &at, ", offload none");
+  const zs_schedule_t *s = &cfg->schedule;
+  if (s->kind == ZS_SCHED_COSINE || s->kind == ZS_SCHED_LINEAR)
+    put(buf, n, &at, ", schedule %s warmup %lld total %lld min_lr %g", zs__config_sched_name(s->kind),
+        (long long)s->warmup_steps, (long long)s->total_steps, (double)s->min_lr);
+  else if (s->kind == ZS_SCHED_WARMUP)
+    put(buf, n, &at, ", schedule warmup (%s) warmup %lld min_lr %g", zs__config_warmup_name(s->warmup_type),
+        (long long)s->warmup_steps, (double)s->min_lr);
+  else if (s->kind == ZS_SCHED_WARMUP_DECAY)
+    put(buf, n, &at, ", schedule warmup_decay (%s) warmup %lld total %lld min_lr %g",
+        zs__config_warmup_name(s->warmup_type), (long long)s->warmup_steps, (long long)s->total_steps,
+        (double)s->min_lr);
+  else if (s->kind == ZS_SCHED_WARMUP_COSINE)
+    put(buf, n, &at, ", schedule warmup_cosine (%s) warmup %lld total %lld ratios %g/%g",
+        zs__config_warmup_name(s->warmup_type), (long long)s->warmup_steps, (long long)s->total_steps,
+        (double)s->warmup_min_ratio, (double)s->cos_min_ratio);
   if (cfg->loss_scale > 0)
     put(buf, n, &at, ", loss scale static %g", (double)cfg->loss_scale);
   else if (cfg->param_dtype == ZS_FP16)

@@ -1,7 +1,8 @@
 /* zs_step: wait for the reductions, the global gradient norm (one all-reduce of
  * the shards' sums of squares, which also detects inf/NaN), clipping, fp16 loss
- * scaling, the optimizer on every shard segment in one call, zeroing gradients,
- * and the parameter all-gather that stages 1-2 need after the update. */
+ * scaling, the learning rate of the schedule (schedule.c), the optimizer on every
+ * shard segment in one call, zeroing gradients, and the parameter all-gather that
+ * stages 1-2 need after the update. */
 #include <math.h>
 #include <string.h>
 
@@ -213,6 +214,10 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
   float coef = 1.0f;
   zs_status_t result = ZS_OK;
   int applied = 0; /* a delayed update landed on the device in this call */
+  /* the schedule's rate at the steps taken so far (a skipped step does not
+   * advance it); every optimizer path copies h, so a delayed update keeps the
+   * rate of the zs_step that launched it */
+  const float lr = zs_engine_lr(zs);
   if (zs->dpu) ZS_CHECK(dpu_apply(zs, &applied));
 
   if (!finite) {
@@ -238,6 +243,7 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
     zs->step++;
     zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
                           .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
+    h.cfg.lr = lr;
     if (zs->dpu) {
       st = dpu_launch(zs, &h, applied);
     } else if (zs->offload) {
@@ -268,6 +274,7 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
     rep->clip_coef = coef;
     rep->skipped = !finite;
     rep->loss_scale = zs->loss_scale;
+    rep->lr = lr;
   }
   return result;
 }
