@@ -6,3 +6,17 @@ if(TARGET zs_pp)
   zs_add_test(NAME test_pp_schedule SOURCES test_pp_schedule.c LAYERS zs_common zs_memory zs_device zs_comm zs_pp
               TIMEOUT 60)
 endif()
+#   test_pp_run       each rank a stage of a toy model (pp_toy.h), every kind at several m, callbacks on the host
+#                     or on a stream: received tensors, loss and every stage's gradients equal a float64
+#                     single-process reference, the pp comm's bytes equal the schedule's, no allocation in a
+#                     step; a 2x2 mesh; bad configs give the same error on every rank
+if(TARGET zs_pp AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_pp_run SOURCES test_pp_run.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm zs_mesh zs_pp RANKS 1 2 3 4 TIMEOUT 90)
+endif()
+#   test_pp_timeout   the last stage never runs its step: the others' zs_pp_run returns ZS_ERR_TIMEOUT after
+#                     ZS_COMM_TIMEOUT_S=2 (not a hang), a second step ZS_ERR_STATE, and every process exits
+if(TARGET zs_pp AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_pp_timeout SOURCES test_pp_timeout.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm zs_pp RANKS 2 3 TIMEOUT 60)
+endif()

@@ -1,0 +1,330 @@
+/* The pipeline runtime: one rank's list executed with the trainer's callbacks,
+ * the transfers on the pp comm.
+ *
+ * Two queues, as the schedule's rule has them: computes in list order on the
+ * trainer's stream (or on the calling thread, host_compute), transfers in list
+ * order on a stream of our own, where zs_comm_send/recv run one at a time in
+ * call order. Events join them: a buffer's event is recorded after each use, and
+ * its next user waits for it, on its own stream (or on the host). The pool and
+ * which buffer each action takes come from the schedule's buffer plan, so a step
+ * allocates nothing and never waits for a buffer the ideal timeline frees later. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "device/device_impl.h"
+#include "pp/pp_impl.h"
+
+struct zs_pp {
+  zs_pp_config_t cfg;
+  zs_pp_schedule_t *sched;
+  const zs__pp_list_t *list; /* this rank's */
+  zs_comm_t *comm;
+  zs_device_t *dev;
+  int rank, S, v;
+  size_t bytes;          /* of one buffer */
+  zs_stream_t *ts;       /* transfers */
+  zs_event_t *end_ev;    /* a step's last transfer */
+  int nbuf;
+  void **buf;
+  zs_event_t **ev;       /* per buffer: its last use */
+  int *slots;            /* [4][mb * v + chunk]: act_in, grad_out, act_out, grad_in */
+  zs_status_t failed;    /* a step failed: the comm may be mid-transfer */
+  char err[ZS_ERRBUF];
+};
+
+enum { SLOT_IN = 0, SLOT_GOUT, SLOT_OUT, SLOT_GIN };
+
+/* ---- buffers kept after a failure ---------------------------------------------------
+ * A receive ended by a timeout may still be written when its peer sends late
+ * (MPI cannot cancel it; see comm.h), so a runtime destroyed after a transfer
+ * failure keeps its pool here, reachable, instead of freeing it. */
+
+typedef struct kept {
+  struct kept *next;
+  void **buf;
+  int n;
+} kept_t;
+
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static kept_t *kept_pools;
+
+static void keep_pool(zs_pp_t *pp) {
+  kept_t *k = malloc(sizeof *k);
+  if (!k) return; /* then it is simply lost */
+  *k = (kept_t){NULL, pp->buf, pp->nbuf};
+  pthread_mutex_lock(&kept_mu);
+  k->next = kept_pools;
+  kept_pools = k;
+  pthread_mutex_unlock(&kept_mu);
+  ZS_LOG_W("zs_pp_destroy: the pp comm failed (%s): keeping %d buffers of %zu bytes that a late transfer may "
+           "still write", zs_status_name(pp->failed), pp->nbuf, pp->bytes);
+  pp->buf = NULL;
+}
+
+/* ---- making one ------------------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t config_hash(const zs_pp_config_t *c) {
+  int64_t f[] = {c->version, c->schedule.version, c->schedule.kind, c->schedule.stages, c->schedule.microbatches,
+                 c->schedule.chunks, c->schedule.fwd_cost, c->schedule.bwd_cost, (int64_t)c->act_count, c->dtype};
+  return fnv(1469598103934665603ull, f, sizeof f) & INT64_MAX;
+}
+
+static zs_status_t check_config(const zs_pp_config_t *c, zs_comm_t *comm, const char *fn, char *err) {
+  if (!c) return ZS_FAIL(err, ZS_ERR_INVALID, "%s: cfg is NULL", fn);
+  if (c->version != ZS_PP_CONFIG_VERSION)
+    return ZS_FAIL(err, ZS_ERR_INVALID, "%s: config version %d, this library reads %d: start from ZS_PP_CONFIG_INIT",
+                   fn, c->version, ZS_PP_CONFIG_VERSION);
+  ZS_CHECK(zs__pp_schedule_check(&c->schedule, fn, err));
+  if (c->schedule.stages != zs_comm_size(comm))
+    return ZS_FAIL(err, ZS_ERR_INVALID, "%s: stages = %d but the pp comm has %d ranks: one stage per rank (pass "
+                   "the comm of the mesh's pp dimension)", fn, c->schedule.stages, zs_comm_size(comm));
+  size_t es = zs_dtype_size(c->dtype);
+  if (!es) return ZS_FAIL(err, ZS_ERR_INVALID, "%s: dtype = %d is not a zs_dtype_t", fn, (int)c->dtype);
+  if (c->act_count == 0 || c->act_count > SIZE_MAX / es)
+    return ZS_FAIL(err, ZS_ERR_INVALID, "%s: act_count = %zu: an activation holds at least one element (and its "
+                   "bytes must fit a size_t)", fn, c->act_count);
+  return ZS_OK;
+}
+
+/* Everything this rank needs; on failure the caller destroys the partial handle. */
+static zs_status_t build(zs_pp_t *pp) {
+  const char *fn = "zs_pp_create";
+  ZS_CHECK(zs_pp_schedule_create(&pp->sched, &pp->cfg.schedule));
+  pp->list = &pp->sched->lists[pp->rank];
+  pp->S = pp->sched->S, pp->v = pp->sched->v;
+  pp->bytes = pp->cfg.act_count * zs_dtype_size(pp->cfg.dtype);
+  pp->nbuf = pp->list->nbuf;
+  size_t mv = (size_t)pp->sched->m * (size_t)pp->v;
+  pp->buf = calloc((size_t)pp->nbuf + 1, sizeof *pp->buf);
+  pp->ev = calloc((size_t)pp->nbuf + 1, sizeof *pp->ev);
+  pp->slots = malloc(4 * mv * sizeof *pp->slots);
+  if (!pp->buf || !pp->ev || !pp->slots)
+    return ZS_FAIL(pp->err, ZS_ERR_NOMEM, "%s: out of host memory for %d buffers", fn, pp->nbuf);
+  ZS_CHECK(zs_stream_create(pp->dev, &pp->ts));
+  ZS_CHECK(zs_event_create(pp->dev, &pp->end_ev));
+  for (int b = 0; b < pp->nbuf; b++) {
+    ZS_CHECK(zs_device_alloc(pp->dev, pp->bytes, ZS_MEM_OTHER, &pp->buf[b]));
+    ZS_CHECK(zs_event_create(pp->dev, &pp->ev[b]));
+  }
+  return ZS_OK;
+}
+
+/* One all-gather of (status, hash): every rank leaves with the same answer. */
+static zs_status_t agree(zs_pp_t *pp, zs_status_t mine, uint64_t hash) {
+  const char *fn = "zs_pp_create";
+  int n = zs_comm_size(pp->comm), me = zs_comm_rank(pp->comm);
+  int64_t *all = calloc((size_t)n * 2, sizeof *all);
+  if (!all) return ZS_FAIL(pp->err, ZS_ERR_NOMEM, "%s: out of host memory to compare %d ranks' configs", fn, n);
+  all[2 * me] = mine, all[2 * me + 1] = (int64_t)hash;
+  zs_status_t st = zs__comm_host_coll(pp->comm, ZS_COLL_ALL_GATHER, all, 2, ZS_INT64, ZS_SUM);
+  if (st != ZS_OK) {
+    st = ZS_FAIL(pp->err, st, "%s: comparing the ranks' configs failed: %s", fn, zs_comm_last_error(pp->comm));
+    goto out;
+  }
+  if (mine != ZS_OK) { /* this rank's own message stands */
+    st = mine;
+    goto out;
+  }
+  for (int r = 0; r < n; r++)
+    if (all[2 * r] != ZS_OK) {
+      int64_t s = all[2 * r];
+      st = s > 0 && s < ZS_STATUS_COUNT ? (zs_status_t)s : ZS_ERR_INTERNAL;
+      st = ZS_FAIL(pp->err, st, "%s: pp rank %d failed with %s (its log says why), so no rank made the pipeline",
+                   fn, r, zs_status_name(st));
+      goto out;
+    }
+  for (int r = 1; r < n; r++)
+    if (all[2 * r + 1] != all[1]) {
+      st = ZS_FAIL(pp->err, ZS_ERR_MISMATCH, "%s: pp rank %d's config differs from rank 0's: every stage must "
+                   "pass the same schedule, act_count and dtype", fn, r);
+      goto out;
+    }
+out:
+  free(all);
+  return st;
+}
+
+zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp_comm) {
+  const char *fn = "zs_pp_create";
+  if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!pp_comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: pp_comm is NULL", fn);
+  zs_pp_t *pp = calloc(1, sizeof *pp);
+  if (!pp) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  pp->comm = pp_comm;
+  pp->dev = zs_comm_device(pp_comm);
+  pp->rank = zs_comm_rank(pp_comm);
+  zs_status_t mine = check_config(cfg, pp_comm, fn, pp->err);
+  uint64_t hash = 0;
+  if (mine == ZS_OK) {
+    pp->cfg = *cfg;
+    hash = config_hash(cfg);
+    mine = build(pp);
+    if (mine != ZS_OK) snprintf(pp->err, sizeof pp->err, "%s", zs_last_error());
+  }
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "%s", zs_last_error());
+  zs_status_t st = agree(pp, mine, hash);
+  if (st != ZS_OK) {
+    if (st == mine) zs__fail_quiet(NULL, st, "%s", msg); /* this rank's message, as the last error again */
+    zs_pp_destroy(pp);
+    return st;
+  }
+  *out = pp;
+  return ZS_OK;
+}
+
+void zs_pp_destroy(zs_pp_t *pp) {
+  if (!pp) return;
+  if (pp->ts) zs_stream_destroy(pp->dev, pp->ts); /* waits for the transfers queued */
+  if (pp->end_ev) zs_event_destroy(pp->dev, pp->end_ev);
+  if (pp->failed && zs_comm_async_error(pp->comm) != ZS_OK && pp->buf) keep_pool(pp);
+  for (int b = 0; b < pp->nbuf; b++) {
+    if (pp->ev && pp->ev[b]) zs_event_destroy(pp->dev, pp->ev[b]);
+    if (pp->buf && pp->buf[b]) zs_device_free(pp->dev, pp->buf[b], pp->bytes, ZS_MEM_OTHER);
+  }
+  free(pp->buf);
+  free(pp->ev);
+  free(pp->slots);
+  zs_pp_schedule_destroy(pp->sched);
+  free(pp);
+}
+
+/* ---- a step ------------------------------------------------------------------------ */
+
+/* A transfer failure seen by the host: the comm's or the transfer stream's. */
+static zs_status_t transfer_error(zs_pp_t *pp, const char *what) {
+  zs_status_t st = zs_comm_async_error(pp->comm);
+  const char *why = zs_comm_last_error(pp->comm);
+  if (st == ZS_OK && (st = zs__stream_error(pp->dev, pp->ts)) != ZS_OK) why = zs_last_error();
+  if (st == ZS_OK) return ZS_OK;
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "%s", why);
+  return ZS_FAIL(pp->err, st, "zs_pp_run (pp rank %d): %s: a transfer failed: %s", pp->rank, what, msg);
+}
+
+/* Buffer b (-1: none) is ready for the compute that comes next. */
+static zs_status_t compute_waits(zs_pp_t *pp, int b, const char *what) {
+  if (b < 0) return ZS_OK;
+  if (!pp->cfg.host_compute) return zs_stream_wait_event(pp->dev, pp->cfg.stream, pp->ev[b]);
+  ZS_CHECK(zs_event_synchronize(pp->dev, pp->ev[b]));
+  return transfer_error(pp, what);
+}
+
+static zs_status_t compute_done(zs_pp_t *pp, int b) {
+  return b < 0 ? ZS_OK : zs_event_record(pp->dev, pp->ev[b], pp->cfg.stream);
+}
+
+static zs_status_t transfer(zs_pp_t *pp, const zs_pp_action_t *a, int b) {
+  size_t n = pp->cfg.act_count;
+  ZS_CHECK(zs_stream_wait_event(pp->dev, pp->ts, pp->ev[b]));
+  if (a->op == ZS_PP_SEND_ACT || a->op == ZS_PP_SEND_GRAD)
+    ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
+  else
+    ZS_CHECK(zs_comm_recv(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
+  return zs_event_record(pp->dev, pp->ev[b], pp->ts);
+}
+
+static void *bufp(zs_pp_t *pp, int b) { return b < 0 ? NULL : pp->buf[b]; }
+
+static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
+  const zs_pp_action_t *a = &pp->list->acts[k];
+  int b = pp->list->buf[k], slot = a->mb * pp->v + a->chunk, stg = zs__pp_stage(pp->sched, pp->rank, a->chunk);
+  size_t mv = (size_t)pp->sched->m * (size_t)pp->v;
+  int *in = pp->slots + SLOT_IN * mv, *gout = pp->slots + SLOT_GOUT * mv;
+  int *out = pp->slots + SLOT_OUT * mv, *gin = pp->slots + SLOT_GIN * mv;
+  char what[96];
+  snprintf(what, sizeof what, "%s of micro-batch %d chunk %d (stage %d)", zs_pp_op_name(a->op), a->mb, a->chunk,
+           stg);
+  zs_status_t st;
+  switch (a->op) {
+    case ZS_PP_RECV_ACT: in[slot] = b; return transfer(pp, a, b);
+    case ZS_PP_RECV_GRAD: gout[slot] = b; return transfer(pp, a, b);
+    case ZS_PP_SEND_ACT: return transfer(pp, a, out[slot]);
+    case ZS_PP_SEND_GRAD: return transfer(pp, a, gin[slot]);
+    case ZS_PP_FORWARD: {
+      int i = stg > 0 ? in[slot] : -1;
+      out[slot] = b;
+      ZS_CHECK(compute_waits(pp, i, what));
+      ZS_CHECK(compute_waits(pp, b, what));
+      zs__fail_quiet(NULL, ZS_OK, "%s", ""); /* so that a failure's message is the callback's own */
+      st = cb->forward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, b), pp->cfg.stream);
+      if (st != ZS_OK) break;
+      return compute_done(pp, b);
+    }
+    default: { /* ZS_PP_BACKWARD */
+      int i = stg > 0 ? in[slot] : -1, g = stg < pp->S - 1 ? gout[slot] : -1;
+      gin[slot] = b;
+      ZS_CHECK(compute_waits(pp, g, what));
+      ZS_CHECK(compute_waits(pp, b, what));
+      zs__fail_quiet(NULL, ZS_OK, "%s", "");
+      st = cb->backward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, g), bufp(pp, b), pp->cfg.stream);
+      if (st != ZS_OK) break;
+      ZS_CHECK(compute_done(pp, b));
+      ZS_CHECK(compute_done(pp, i)); /* frees the input and the gradient for their next users */
+      return compute_done(pp, g);
+    }
+  }
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "%s", zs_last_error()[0] ? zs_last_error() : "(the callback set no message)");
+  return ZS_FAIL(pp->err, st, "zs_pp_run (pp rank %d): the %s callback failed on %s with %s: %s", pp->rank,
+                 a->op == ZS_PP_FORWARD ? "forward" : "backward", what, zs_status_name(st), msg);
+}
+
+zs_status_t zs_pp_run(zs_pp_t *pp, const zs_pp_callbacks_t *cb) {
+  ZS_CHECK_HANDLE(pp, "zs_pp_run");
+  if (!cb || !cb->forward_cb || !cb->backward_cb)
+    return ZS_FAIL(pp->err, ZS_ERR_INVALID, "zs_pp_run: %s is NULL: pass both callbacks",
+                   !cb ? "cb" : !cb->forward_cb ? "cb->forward_cb" : "cb->backward_cb");
+  if (pp->failed)
+    return ZS_FAIL(pp->err, ZS_ERR_STATE, "zs_pp_run (pp rank %d): an earlier step failed with %s: its transfers "
+                   "may still be queued; abort the pp comm and destroy the runtime", pp->rank,
+                   zs_status_name(pp->failed));
+  zs_status_t st = transfer_error(pp, "before the step");
+  for (int k = 0; k < pp->list->n && st == ZS_OK; k++) {
+    st = run_action(pp, cb, k);
+    if (st != ZS_OK && st != ZS_ERR_TIMEOUT && st != ZS_ERR_COMM) {
+      /* an event or stream call failed; a transfer failure may be behind it */
+      zs_status_t t = transfer_error(pp, "during the step");
+      if (t != ZS_OK) st = t;
+    }
+  }
+  if (st == ZS_OK) st = zs_event_record(pp->dev, pp->end_ev, pp->ts);
+  if (st == ZS_OK) {
+    if (pp->cfg.host_compute) {
+      st = zs_event_synchronize(pp->dev, pp->end_ev);
+      if (st == ZS_OK) st = transfer_error(pp, "at the end of the step");
+    } else {
+      st = zs_stream_wait_event(pp->dev, pp->cfg.stream, pp->end_ev);
+      if (st == ZS_OK) st = transfer_error(pp, "at the end of the step");
+    }
+  }
+  if (st != ZS_OK) pp->failed = st;
+  return st;
+}
+
+zs_status_t zs_pp_wait(zs_pp_t *pp) {
+  ZS_CHECK_HANDLE(pp, "zs_pp_wait");
+  zs_status_t st = zs_stream_synchronize(pp->dev, pp->ts);
+  if (st == ZS_OK) st = transfer_error(pp, "waiting for the transfers");
+  else st = ZS_FAIL(pp->err, st, "zs_pp_wait (pp rank %d): %s", pp->rank, zs_last_error());
+  if (st != ZS_OK && !pp->failed) pp->failed = st;
+  return st;
+}
+
+const zs_pp_schedule_t *zs_pp_get_schedule(const zs_pp_t *pp) { return pp ? pp->sched : NULL; }
+int zs_pp_rank(const zs_pp_t *pp) { return pp ? pp->rank : -1; }
+void zs_pp_pool(const zs_pp_t *pp, int *buffers, size_t *bytes_each) {
+  if (buffers) *buffers = pp ? pp->nbuf : 0;
+  if (bytes_each) *bytes_each = pp ? pp->bytes : 0;
+}
+const char *zs_pp_last_error(const zs_pp_t *pp) { return pp ? pp->err : ""; }
