@@ -42,7 +42,8 @@ static void tc_all_to_all_v(void) {
         size_t es = zs_dtype_size((zs_dtype_t)dt);
         for (int p = 0; p < N; p++) sc[p] = tc_v_count(me, p, scale[c]), rc[p] = tc_v_count(p, me, scale[c]);
         size_t slen = tc_v_layout(layout, sc, sd, N), rlen = tc_v_layout(layout, rc, rd, N);
-        uint8_t *h = calloc(slen + 1, es), *g = calloc((slen > rlen ? slen : rlen) + 1, es), *init = calloc(rlen + 1, es);
+        size_t glen = (slen > rlen ? slen : rlen) + 1;
+        uint8_t *h = calloc(slen + 1, es), *g = calloc(glen, es), *init = calloc(rlen + 1, es);
         double *want = malloc((rlen + 1) * sizeof *want);
         /* block to peer j holds "pair (me, j)"; receive gaps hold a sentinel */
         for (int j = 0; j < N; j++)
