@@ -270,6 +270,42 @@ static void test_ring_timeout(void) {
   expect_ok(zs_comm_async_error(E.comm));
 }
 
+/* An all_to_all_v only rank 0 issues, on a 2-rank sub-comm, fails with
+ * ZS_ERR_TIMEOUT after ZS_COMM_TIMEOUT_S (2 s, rank 0 only) on its stream and
+ * as the comm's async error, like every other op; the request stays behind. */
+static void test_a2av_timeout(void) {
+  if (E.size < 2) return;
+  zs_comm_t *c = NULL;
+  expect_ok(zs_comm_split(E.comm, E.rank < 2 ? 0 : -1, E.rank, &c));
+  static float sbuf[2 * 300], rbuf[2 * 300];
+  if (E.rank == 0 && c) {
+    setenv("ZS_COMM_TIMEOUT_S", "2", 1);
+    zs__settings_reload();
+    zs_log_level_t lvl = zs_log_get_level();
+    zs_log_set_level(ZS_LOG_NONE);
+    zs_stream_t *s = NULL;
+    assert_ok(zs_stream_create(E.dev, &s));
+    int64_t cnt[2] = {100, 300};
+    double t0 = zs__now();
+    expect_ok(zs_comm_all_to_all_v(c, sbuf, 600, cnt, NULL, rbuf, 600, cnt, NULL, ZS_FP32, s));
+    expect_status(zs_stream_synchronize(E.dev, s), ZS_ERR_TIMEOUT);
+    double dt = zs__now() - t0;
+    expect_true(dt >= 1.9 && dt < 10.0);
+    expect_str_contains(zs_device_last_error(E.dev), "MPI_Ialltoallv");
+    expect_int_eq(zs_comm_async_error(c), ZS_ERR_TIMEOUT);
+    expect_status(zs_comm_all_to_all_v(c, sbuf, 600, cnt, NULL, rbuf, 600, cnt, NULL, ZS_FP32, NULL), ZS_ERR_TIMEOUT);
+    expect_str_contains(zs_last_error(), "broken");
+    zs_stream_destroy(E.dev, s);
+    zs_comm_destroy(c);
+    zs_log_set_level(lvl);
+    unsetenv("ZS_COMM_TIMEOUT_S");
+    zs__settings_reload();
+  } else if (c) {
+    zs_comm_destroy(c);
+  }
+  expect_ok(zs_comm_async_error(E.comm));
+}
+
 /* With the default threshold a large reduce_scatter takes the ring: in place, MPI's
  * path would hold a whole block of scratch, the ring at most 2 MiB here. */
 static void test_ring_default(void) {
@@ -367,6 +403,7 @@ int main(void) {
   zs_test_run(test_ring_tags);
   zs_test_run(test_ring_abort);
   zs_test_run(test_ring_timeout);
+  zs_test_run(test_a2av_timeout);
 
   /* every check again with device buffers through pinned host staging */
   zs_comm_t *staged = NULL;
