@@ -47,6 +47,7 @@
 #ifndef ZEROSHARD_CHECKPOINT_H
 #define ZEROSHARD_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "zeroshard/engine.h"
@@ -86,6 +87,92 @@ zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
  * time (an index of the blocks first), so it needs memory for the largest
  * tensor, not the model. */
 zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
+
+/* ---- starting from pretrained weights --------------------------------------------
+ *
+ * zs_import_safetensors fills the parameters of a set-up engine from a
+ * safetensors file, or from a sharded set as Hugging Face saves one. `path` is
+ *   a .safetensors file;
+ *   an index (model.safetensors.index.json: {"weight_map": {tensor: shard file}},
+ *     the shard files beside it);
+ *   a directory holding model.safetensors.index.json or else model.safetensors.
+ * Each rank reads (positioned reads) only the bytes of the element ranges whose
+ * fp32 master it owns, converting F32, F16, BF16 or F64 values to fp32, so a
+ * rank's extra host memory is its shard plus one block of 2^20 elements, never
+ * the model (stage 3); parameters are then rounded to the param dtype and
+ * regathered where they are resident (stages 0-2, persistent units). Works at
+ * every stage, with offload and with hybrid sharding (every replica reads its
+ * own ranges).
+ *
+ * Names: each tensor of the file is looked up in opts->renames (exact file name;
+ * a NULL param_name skips the tensor), else passed to opts->name_fn, else taken
+ * as the parameter of the same name. Shapes must equal the declared ones
+ * exactly; a parameter may be filled only once.
+ *
+ * Only parameter values change, as with zs_param_set: optimizer state and the
+ * step count stay (load pretrained weights before the first step, or resume with
+ * zs_checkpoint_load). A delayed parameter update still pending is landed first,
+ * then overwritten, as zs_param_set does. Collective over the engine's ranks,
+ * between steps only (ZS_ERR_STATE otherwise).
+ *
+ * Everything is checked before anything in the engine changes, and a failure is
+ * the same status on every rank (a rank whose own part went well names the rank
+ * that failed) with the engine as it was:
+ *   ZS_ERR_IO        path missing or unreadable
+ *   ZS_ERR_CORRUPT   truncated file, header length past the end, header JSON
+ *                    that does not parse, unknown dtype string, data_offsets that
+ *                    do not match dtype x shape, leave a hole, overlap or run past
+ *                    the data; an index naming a missing shard or disagreeing with
+ *                    the shards' headers; a tensor named twice
+ *   ZS_ERR_MISMATCH  a shape that differs from the parameter's, a non-float dtype
+ *                    for a parameter, parameters with no tensor (unless
+ *                    allow_missing), tensors for no parameter (unless
+ *                    allow_unexpected), two tensors for one parameter
+ * Messages name the tensor, the parameter and the file. */
+
+/* What name_fn says about one tensor of the file. */
+enum {
+  ZS_IMPORT_UNKNOWN = 0, /* not known: the same name is tried, else it is unexpected */
+  ZS_IMPORT_LOAD = 1,    /* fills the parameter written to param_name */
+  ZS_IMPORT_SKIP = 2     /* held by the file but not needed (a mask, a tied head) */
+};
+/* Maps file_name to the engine parameter it fills: writes its name (NUL-terminated,
+ * at most cap bytes) and returns ZS_IMPORT_LOAD, or returns ZS_IMPORT_SKIP or
+ * ZS_IMPORT_UNKNOWN. Called on every rank with the same names; must not call
+ * zeroshard. */
+typedef int (*zs_import_name_fn)(void *user, const char *file_name, char *param_name, size_t cap);
+
+typedef struct {
+  const char *file_name;  /* a tensor of the file */
+  const char *param_name; /* the parameter it fills; NULL: skip the tensor */
+} zs_import_rename_t;
+
+typedef struct {
+  int version;                       /* ZS_IMPORT_OPTS_VERSION */
+  const zs_import_rename_t *renames; /* nrenames entries, looked up first; may be NULL */
+  int nrenames;
+  zs_import_name_fn name_fn; /* then this; NULL: none */
+  void *user;
+  int allow_missing;    /* parameters without a tensor keep their values (new layers, adapters) */
+  int allow_unexpected; /* tensors that fill no parameter are skipped (a model cut shorter) */
+} zs_import_opts_t;
+#define ZS_IMPORT_OPTS_VERSION 1
+#define ZS_IMPORT_OPTS_INIT {ZS_IMPORT_OPTS_VERSION, NULL, 0, NULL, NULL, 0, 0}
+
+/* opts may be NULL (ZS_IMPORT_OPTS_INIT: the file's names are the parameters'). */
+zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts);
+
+/* A name_fn for Hugging Face GPT-2 files (GPT2LMHeadModel / GPT2Model, with or
+ * without the "transformer." prefix) onto the names examples/gpt declares:
+ *   wte.weight -> wte, wpe.weight -> wpe, ln_f.{weight,bias} -> lnf.{w,b},
+ *   h.L.ln_1/ln_2.{weight,bias} -> h.L.ln1/ln2.{w,b},
+ *   h.L.attn.c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj .{weight,bias}
+ *     -> h.L.attn.qkv / attn.proj / mlp.fc / mlp.proj .{w,b}
+ *     (GPT-2's Conv1D weights are stored [in, out], the layout examples/gpt uses);
+ * skipped: h.L.attn.bias and h.L.attn.masked_bias (the causal mask buffers, not
+ * weights) and lm_head.weight (tied to wte in both models; a fine-tune that
+ * untied it loses its head). user is unused. */
+int zs_import_name_hf_gpt2(void *user, const char *file_name, char *param_name, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -165,4 +165,55 @@ zs_status_t zs__ck_read_files(const char *dir, const manifest_t *m, sink_t *sink
 /* A sink's dest() that wants nothing. */
 float *zs__ck_null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e);
 
+/* ---- ckpt_st_read.c: safetensors files and Hugging Face indexes, read and checked ----
+ *
+ * A safetensors file: an 8-byte little-endian header length N (at most
+ * ST_MAX_HEADER), N bytes of JSON ({name: {"dtype", "shape", "data_offsets":
+ * [begin, end]}, optional "__metadata__"}, padded with spaces), then the data:
+ * offsets relative to byte 8 + N, each tensor's range exactly dtype x shape
+ * bytes, the ranges tiling the data to the end of the file (no hole, no
+ * overlap). Nothing is trusted before it is checked; the files stay open (one
+ * descriptor each) until zs__st_close, so what was checked is what is read. */
+
+#define ST_MAX_HEADER ((int64_t)100 << 20) /* the reference implementation's limit */
+#define ST_MAX_DIMS 8
+#define ST_BLOCK ((int64_t)1 << 20) /* elements per converted read */
+
+enum { ST_F32 = 0, ST_F16, ST_BF16, ST_F64, ST_NONFLOAT };
+
+typedef struct {
+  char *name;
+  int file;          /* index into the set's files */
+  int kind;          /* ST_F32 .. ST_F64, ST_NONFLOAT for every other dtype */
+  char dtype[16];    /* as written */
+  int ndim;
+  int64_t shape[ST_MAX_DIMS];
+  int64_t numel;
+  int64_t pos, bytes; /* absolute position of its data in the file, and its size */
+} st_tensor_t;
+
+typedef struct {
+  int nfiles;
+  char **path;
+  int *fd;
+  int ntensors, cap;
+  st_tensor_t *t;
+  int *by_name; /* tensor indices sorted by name */
+  int index;    /* opened through an index */
+} st_set_t;
+
+/* Opens a safetensors file, an index (*.json) or a directory holding
+ * model.safetensors.index.json or model.safetensors, and checks every header
+ * (and the index against them). ZS_ERR_IO, ZS_ERR_CORRUPT, ZS_ERR_NOMEM; messages
+ * to err prefixed with fn. On failure the set is empty (zs__st_close is safe). */
+zs_status_t zs__st_open(const char *path, st_set_t *set, char *err, const char *fn);
+void zs__st_close(st_set_t *set);
+/* The tensor named name, or -1. */
+int zs__st_find(const st_set_t *set, const char *name);
+/* Elements [first, first + count) of float tensor t as fp32 into dst, reading
+ * at most ST_BLOCK elements at a time through block (ST_BLOCK * 8 bytes; unused
+ * for F32 sources, which are read in place). */
+zs_status_t zs__st_read_f32(const st_set_t *set, int t, int64_t first, int64_t count, float *dst, void *block,
+                            char *err, const char *fn);
+
 #endif

@@ -1,0 +1,245 @@
+/* Checkpoints: starting from pretrained weights (zs_import_safetensors). The
+ * headers are read and checked by ckpt_st_read.c; here the file's tensors are
+ * matched to the engine's parameters, each rank reads the element ranges whose
+ * fp32 master it owns into one staging buffer (its shard), and only when every
+ * rank has everything are the values written through the engine's own path. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+
+static const char k_fn[] = "zs_import_safetensors";
+
+typedef struct {
+  st_set_t set;
+  int *src;      /* per parameter: the tensor that fills it, -1 none */
+  int64_t *off;  /* per parameter: where its owned range starts in stage */
+  float *stage;  /* the owned ranges of every parameter filled, fp32 */
+  int64_t nstage;
+  int nloaded, nskipped;
+} import_t;
+
+static void import_free(import_t *im) {
+  zs__st_close(&im->set);
+  free(im->src);
+  free(im->off);
+  free(im->stage);
+}
+
+/* The range of parameter p whose fp32 master this rank owns (element offsets). */
+static int owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+  const zs_unit_t *u = &zs->units[p->unit];
+  int64_t lo = u->opt_off, hi = lo + u->opt_n;
+  int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
+  *a = fa - p->flat_off;
+  *b = fb - p->flat_off;
+  return fa < fb;
+}
+
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+  return buf;
+}
+
+/* ---- names -------------------------------------------------------------------------- */
+
+static zs_status_t check_opts(zs_engine_t *zs, const zs_import_opts_t *o) {
+  if (o->version != ZS_IMPORT_OPTS_VERSION)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->version is %d, this library knows %d (ZS_IMPORT_OPTS_INIT)",
+                   k_fn, o->version, ZS_IMPORT_OPTS_VERSION);
+  if (o->nrenames < 0 || (o->nrenames > 0 && !o->renames))
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->renames is NULL with nrenames %d", k_fn, o->nrenames);
+  for (int i = 0; i < o->nrenames; i++)
+    if (!o->renames[i].file_name)
+      return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->renames[%d].file_name is NULL", k_fn, i);
+  return ZS_OK;
+}
+
+/* What tensor fname fills: ZS_IMPORT_LOAD with the parameter's name in pname,
+ * or ZS_IMPORT_SKIP; renames first, then name_fn, then the same name. */
+static int resolve(const zs_import_opts_t *o, const char *fname, char *pname, size_t cap) {
+  for (int i = 0; i < o->nrenames; i++)
+    if (!strcmp(o->renames[i].file_name, fname)) {
+      if (!o->renames[i].param_name) return ZS_IMPORT_SKIP;
+      snprintf(pname, cap, "%s", o->renames[i].param_name);
+      return ZS_IMPORT_LOAD;
+    }
+  if (o->name_fn) {
+    pname[0] = 0;
+    int r = o->name_fn(o->user, fname, pname, cap);
+    pname[cap - 1] = 0;
+    if (r == ZS_IMPORT_SKIP || (r == ZS_IMPORT_LOAD && pname[0])) return r;
+  }
+  snprintf(pname, cap, "%s", fname);
+  return ZS_IMPORT_LOAD;
+}
+
+typedef struct {
+  const char *name;
+  int i;
+} pkey_t;
+static int pkey_cmp(const void *a, const void *b) { return strcmp(((const pkey_t *)a)->name, ((const pkey_t *)b)->name); }
+
+static int param_find(const pkey_t *sorted, int n, const char *name) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2, c = strcmp(sorted[mid].name, name);
+    if (c == 0) return sorted[mid].i;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
+/* "'a', 'b', 'c' and 4 more" */
+static void list_add(char *buf, size_t n, int count, const char *name) {
+  size_t at = strlen(buf);
+  if (count < 3) snprintf(buf + at, n - at, "%s'%.48s'", count ? ", " : "", name);
+  else if (count == 3) snprintf(buf + at, n - at, " ...");
+}
+
+/* Matches the file's tensors to the parameters (im->src): shape and dtype
+ * checked, each parameter filled at most once, nothing unexpected or missing
+ * unless allowed. The same outcome and message on every rank. */
+static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, const char *path) {
+  const st_set_t *s = &im->set;
+  pkey_t *sorted = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *sorted);
+  im->src = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->src);
+  if (!sorted || !im->src) {
+    free(sorted);
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
+  }
+  for (int i = 0; i < zs->nparams; i++) sorted[i] = (pkey_t){zs->params[i].name, i}, im->src[i] = -1;
+  qsort(sorted, (size_t)zs->nparams, sizeof *sorted, pkey_cmp);
+  zs_status_t st = ZS_OK;
+  char unexp[200] = "", s0[128], s1[128], pname[ZS_NAME_MAX];
+  int nunexp = 0;
+  const char *unexp_file = NULL;
+  for (int t = 0; t < s->ntensors && st == ZS_OK; t++) {
+    const st_tensor_t *x = &s->t[t];
+    const char *file = s->path[x->file];
+    if (resolve(o, x->name, pname, sizeof pname) == ZS_IMPORT_SKIP) {
+      im->nskipped++;
+      continue;
+    }
+    int p = param_find(sorted, zs->nparams, pname);
+    if (p < 0) {
+      if (!o->allow_unexpected) list_add(unexp, sizeof unexp, nunexp, x->name);
+      if (!unexp_file) unexp_file = file;
+      nunexp++;
+      im->nskipped++;
+      continue;
+    }
+    const zs_param_t *q = &zs->params[p];
+    int same = x->ndim == q->ndim && x->numel == q->numel;
+    for (int d = 0; same && d < q->ndim; d++) same = x->shape[d] == q->shape[d];
+    if (im->src[p] >= 0)
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensors '%s' and '%s' (in %s) both fill parameter '%s'", k_fn,
+                   s->t[im->src[p]].name, x->name, file, q->name);
+    else if (x->kind == ST_NONFLOAT)
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "%s: tensor '%s' in %s is %s, which cannot fill parameter '%s' (F32, F16, BF16 or F64 can)", k_fn,
+                   x->name, file, x->dtype, q->name);
+    else if (!same)
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' in %s has shape %s but parameter '%s' has shape %s",
+                   k_fn, x->name, file, shape_str(s0, sizeof s0, x->ndim, x->shape), q->name,
+                   shape_str(s1, sizeof s1, q->ndim, q->shape));
+    else
+      im->src[p] = t, im->nloaded++;
+  }
+  if (st == ZS_OK && nunexp && !o->allow_unexpected)
+    st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "%s: %d tensor%s in %s fill%s no parameter of this engine: %s; map them (renames, name_fn) or set "
+                 "allow_unexpected to skip them",
+                 k_fn, nunexp, nunexp > 1 ? "s" : "", s->index ? path : unexp_file, nunexp > 1 ? "" : "s", unexp);
+  if (st == ZS_OK && !o->allow_missing) {
+    char miss[200] = "";
+    int nmiss = 0;
+    for (int p = 0; p < zs->nparams; p++)
+      if (im->src[p] < 0) list_add(miss, sizeof miss, nmiss++, zs->params[p].name);
+    if (nmiss)
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "%s: %d parameter%s no tensor in %s: %s; map them (renames, name_fn) or set allow_missing to keep "
+                   "their values",
+                   k_fn, nmiss, nmiss > 1 ? "s have" : " has", path, miss);
+  }
+  free(sorted);
+  return st;
+}
+
+/* ---- reading the owned ranges ------------------------------------------------------- */
+
+static zs_status_t read_owned(zs_engine_t *zs, import_t *im) {
+  im->off = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->off);
+  if (!im->off) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
+  int need_block = 0;
+  for (int p = 0; p < zs->nparams; p++) {
+    int64_t a, b;
+    im->off[p] = im->nstage;
+    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    im->nstage += b - a;
+    need_block |= im->set.t[im->src[p]].kind != ST_F32;
+  }
+  im->stage = malloc((size_t)(im->nstage > 0 ? im->nstage : 1) * sizeof(float));
+  void *block = need_block ? malloc((size_t)ST_BLOCK * 8) : NULL;
+  zs_status_t st = ZS_OK;
+  if (!im->stage || (need_block && !block))
+    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory for this rank's %lld values", k_fn,
+                 (long long)im->nstage);
+  for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
+    int64_t a, b;
+    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    st = zs__st_read_f32(&im->set, im->src[p], a, b - a, im->stage + im->off[p], block, zs->err, k_fn);
+  }
+  free(block);
+  return st;
+}
+
+/* Writes the staged values (master and parameters, through the engine's own
+ * path, a block at a time so its rounding buffer stays small) and regathers the
+ * resident parameters. A delayed update lands first (zs_flush), as zs_param_set does. */
+static zs_status_t apply(zs_engine_t *zs, const import_t *im) {
+  zs_status_t st = zs_flush(zs);
+  if (st == ZS_OK && (st = zs_stream_synchronize(zs->dev, zs->ag_stream)) != ZS_OK)
+    st = ZS_FAIL(zs->err, st, "%s: waiting for the all-gather stream: %s", k_fn, zs_last_error());
+  ZS_CHECK(zs__ck_agree(zs, st, "zs_import_safetensors: finishing pending work"));
+  for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
+    int64_t a, b;
+    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    for (int64_t o = a; o < b && st == ZS_OK; o += ST_BLOCK) {
+      int64_t n = b - o < ST_BLOCK ? b - o : ST_BLOCK;
+      st = zs__eng_write_values(zs, &zs->params[p], o, n, im->stage + im->off[p] + (o - a));
+    }
+  }
+  if (st != ZS_OK) st = ZS_FAIL(zs->err, st, "%s: writing the parameters failed: %s", k_fn, zs_last_error());
+  ZS_CHECK(zs__ck_agree(zs, st, "zs_import_safetensors: writing the parameters"));
+  if ((st = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
+    st = ZS_FAIL(zs->err, st, "%s: recording the step event failed: %s", k_fn, zs_last_error());
+  if (st == ZS_OK) st = zs__eng_regather(zs, 1);
+  return zs__ck_agree(zs, st, "zs_import_safetensors: gathering the parameters");
+}
+
+zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", k_fn);
+  if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", k_fn);
+  const zs_import_opts_t dflt = ZS_IMPORT_OPTS_INIT, *o = opts ? opts : &dflt;
+  zs_status_t st = zs__ck_check_call(zs, path, k_fn);
+  if (st == ZS_OK) st = check_opts(zs, o);
+  ZS_CHECK(zs__ck_agree(zs, st, k_fn));
+  import_t im = {0};
+  st = zs__st_open(path, &im.set, zs->err, k_fn);
+  if (st == ZS_OK) st = match(zs, o, &im, path);
+  st = zs__ck_agree(zs, st, "zs_import_safetensors: reading the headers");
+  if (st == ZS_OK) st = zs__ck_agree(zs, read_owned(zs, &im), "zs_import_safetensors: reading the tensors");
+  if (st == ZS_OK) st = apply(zs, &im);
+  if (st == ZS_OK)
+    ZS_LOG_I("%s: %d parameters from %s (%d file%s; %d tensors skipped), %lld values read on rank %d", k_fn,
+             im.nloaded, path, im.set.nfiles, im.set.nfiles > 1 ? "s" : "", im.nskipped, (long long)im.nstage,
+             zs->rank);
+  import_free(&im);
+  return st;
+}
