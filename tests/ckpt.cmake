@@ -31,3 +31,29 @@ if(TARGET zs-ckpt AND TARGET zs-train-gpt)
            -D WORK=${CMAKE_CURRENT_BINARY_DIR}/zs_ckpt_cli -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/zs_ckpt_cli.cmake)
   set_tests_properties(zs_ckpt_cli PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
 endif()
+# zs_import_safetensors (test_import): exports and Hugging Face GPT-2 files (written here and,
+# when python3 has safetensors + numpy, by tests/scripts/write_hf_gpt2.py), damage, mismatch,
+# and the host memory a stage-3 import takes; the GPT names need examples/gpt's table.
+if(TARGET zs_ckpt)
+  zs_add_test(NAME test_import SOURCES test_import.c LIBS zeroshard_static PkgConfig::CJSON RANKS 1 2 3 4
+              TIMEOUT 120)
+  if(ZS_HAVE_NCCL)
+    target_include_directories(test_import PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+  endif()
+  if(TARGET zs_gpt_model)
+    target_link_libraries(test_import PRIVATE zs_gpt_model)
+    target_compile_definitions(test_import PRIVATE ZS_TEST_GPT=1)
+  endif()
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    foreach(n 1 2 3 4)
+      set_property(TEST test_import_np${n} APPEND PROPERTY ENVIRONMENT
+                   "ZS_IMPORT_PY=${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/write_hf_gpt2.py")
+    endforeach()
+  endif()
+endif()
+if(TARGET zs_ckpt AND ZS_HAVE_NCCL)
+  add_test(NAME test_import_gpu_np1 COMMAND ${MPIEXEC_EXECUTABLE} -n 1 $<TARGET_FILE:test_import>)
+  set_tests_properties(test_import_gpu_np1 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda")
+endif()
