@@ -18,6 +18,7 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#include "zeroshard/engine.h"
 
 enum { STEPS = 20 };
 
@@ -259,12 +260,15 @@ static void test_resume(void) {
   tiny(&o);
   o.stage = 2;
   o.steps = STEPS / 2;
+  o.lr_steps = STEPS; /* the cosine schedule spans the reference's 20 steps */
   o.save = dir;
   gpt_result_t r;
   assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
   o.save = NULL;
   o.load = dir;
+  o.lr_steps = 0; /* the default: the checkpoint's step + --steps = 20 */
+  zs_schedule_t sched = {.kind = ZS_SCHED_COSINE, .warmup_steps = STEPS / 20, .total_steps = STEPS};
   for (int stage = 2; stage <= 3; stage++) {
     o.stage = stage;
     zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
@@ -280,6 +284,8 @@ static void test_resume(void) {
         }
       }
       expect_near(r.val_loss, g_ref_val, 1e-5, 0);
+      for (int i = 0; i < STEPS / 2; i++) /* the schedule continues where it stopped */
+        expect_true(r.lrs[i] == (float)zs_schedule_lr(&sched, (double)o.lr, STEPS / 2 + i));
     }
     gpt_result_free(&r);
   }

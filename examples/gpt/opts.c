@@ -23,6 +23,8 @@ void gpt_opts_default(gpt_opts_t *o) {
   o->dtype = ZS_FP32;
   o->reduce_dtype = ZS_FP32;
   o->prefetch = -1;
+  o->lr_schedule = ZS_SCHED_COSINE;
+  o->warmup = -1;
   o->val_every = 0;
   o->val_seqs = 32;
 }
@@ -38,6 +40,10 @@ void gpt_opts_usage(FILE *f) {
           "training:\n"
           "  --steps S (300) --batch B (16: global sequences per step) --accum A (1: micro-batches per rank)\n"
           "  --lr X (1e-3)   --weight-decay X (0) --clip X (1.0, 0 = off)  --seed N (1337)\n"
+          "  --lr-schedule constant|cosine|linear (cosine: llm.c's GPT-2 schedule, linear warmup to\n"
+          "                --lr then cosine decay to --min-lr)  --warmup N (5%% of the schedule)\n"
+          "  --min-lr X (0)  --lr-steps N (the schedule's length: the step the run ends at, i.e.\n"
+          "                  the checkpoint's step + --steps; give it to stop early on the same curve)\n"
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
@@ -61,6 +67,7 @@ static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--shard-group", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
+    "--lr-schedule", "--warmup", "--min-lr", "--lr-steps",
 };
 
 static int is_valued(const char *name) {
@@ -144,6 +151,8 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)
     INT_FLAG("--save-every", save_every, 0, 1 << 30)
+    INT_FLAG("--warmup", warmup, 0, 1 << 30)
+    INT_FLAG("--lr-steps", lr_steps, 0, 1 << 30)
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;
     else if (!strcmp(name, "--export")) o->export_path = val;
@@ -157,6 +166,13 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     else if (!strcmp(name, "--lr")) { bad = parse_float(val, &o->lr) || !(o->lr > 0); }
     else if (!strcmp(name, "--weight-decay")) { bad = parse_float(val, &o->weight_decay) || o->weight_decay < 0; }
     else if (!strcmp(name, "--clip")) { bad = parse_float(val, &o->clip) || o->clip < 0; }
+    else if (!strcmp(name, "--min-lr")) { bad = parse_float(val, &o->min_lr) || o->min_lr < 0; }
+    else if (!strcmp(name, "--lr-schedule")) {
+      if (!strcmp(val, "constant")) o->lr_schedule = ZS_SCHED_CONSTANT;
+      else if (!strcmp(val, "cosine")) o->lr_schedule = ZS_SCHED_COSINE;
+      else if (!strcmp(val, "linear")) o->lr_schedule = ZS_SCHED_LINEAR;
+      else bad = 1;
+    }
     else if (!strcmp(name, "--dtype")) { bad = parse_dtype(val, &o->dtype); }
     else if (!strcmp(name, "--reduce-dtype")) {
       bad = parse_dtype(val, &o->reduce_dtype);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "zeroshard/config.h"
 #include "zeroshard/types.h"
 
 typedef struct {
@@ -27,6 +28,11 @@ typedef struct {
   const char *export_path; /* --export FILE.safetensors: the final weights */
   int prefetch;         /* -1: the engine's default */
   int shard_group;      /* hybrid sharding: ranks per shard group (0: all ranks) */
+  /* the learning-rate schedule (zeroshard/config.h), peak --lr */
+  zs_sched_kind_t lr_schedule; /* ZS_SCHED_CONSTANT, _COSINE (default) or _LINEAR */
+  int warmup;           /* warmup steps; -1: 5% of the schedule's length */
+  float min_lr;         /* the rate at the schedule's end (0, as llm.c's GPT-2 run) */
+  int lr_steps;         /* the schedule's length; 0: the step the run ends at */
   int device_cuda;
   /* data and evaluation */
   const char *data;     /* NULL: the license texts */

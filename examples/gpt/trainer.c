@@ -135,6 +135,26 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
 #endif
 
 /* Everything up to a set-up engine; also the per-rank shares and buffers. */
+/* The learning-rate schedule, set once the step count is known (a checkpoint's
+ * step + --steps by default, so a resumed run ends its curve where it stops). */
+static zs_status_t set_schedule(trainer_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  if (o->lr_schedule == ZS_SCHED_CONSTANT) return ZS_OK;
+  int64_t total = o->lr_steps > 0 ? o->lr_steps : t->step0 + o->steps;
+  int64_t warmup = o->warmup >= 0 ? o->warmup : total / 20;
+  if (total <= warmup) {
+    if (o->lr_steps == 0 && o->warmup < 0) return ZS_OK; /* nothing to schedule (--steps 0) */
+    char msg[160];
+    snprintf(msg, sizeof msg, "--warmup %lld needs a longer schedule than %lld steps: lower --warmup or raise "
+             "--lr-steps", (long long)warmup, (long long)total);
+    return fail(res, ZS_ERR_INVALID, "options", msg);
+  }
+  zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
+  zs_status_t st = zs_engine_set_schedule(t->zs, &s);
+  if (st != ZS_OK) return fail(res, st, "zs_engine_set_schedule", zs_engine_last_error(t->zs));
+  return ZS_OK;
+}
+
 static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
                                 gpt_result_t *res) {
   char err[256];
@@ -224,6 +244,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
     return fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
+  TRY(set_schedule(t, res));
 
 #ifdef ZS_GPT_CUDA
   if (t->cuda) return cuda_buffers(t, max_unit, res);
@@ -336,6 +357,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       return fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
     res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
     res->grad_norms[step] = rep.grad_norm;
+    res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
     res->steps = step + 1;
     if (val) add_val(res, step, sum[1] / vtokens);
@@ -345,8 +367,8 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     if (t->rank == 0 && !o->quiet) {
       zs_memory_stats_t ms;
       zs_memory_stats(t->zs, &ms);
-      fprintf(stderr, "step %5d/%d | loss %.6f | grad norm %.4f | %8.0f tok/s | device peak %.2f MiB%s", step + 1,
-              o->steps, res->losses[step], rep.grad_norm, (double)o->batch * T / dt,
+      fprintf(stderr, "step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %8.0f tok/s | device peak %.2f MiB%s",
+              step + 1, o->steps, res->losses[step], (double)rep.lr, rep.grad_norm, (double)o->batch * T / dt,
               (double)ms.peak_total[ZS_DOMAIN_DEVICE] / 1048576.0, rep.skipped ? " | skipped" : "");
       if (val) fprintf(stderr, " | val loss %.6f (before this step)", res->val_loss);
       fprintf(stderr, "\n");
@@ -413,10 +435,11 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   res->params = gpt_param_count(&t.mc);
   res->losses = calloc((size_t)o->steps + 1, sizeof(float));
   res->grad_norms = calloc((size_t)o->steps + 1, sizeof(float));
+  res->lrs = calloc((size_t)o->steps + 1, sizeof(float));
   res->val_steps = calloc((size_t)o->steps + 2, sizeof(int));
   res->val_losses = calloc((size_t)o->steps + 2, sizeof(double));
   res->ranks = calloc((size_t)(t.world > 0 ? t.world : 1), sizeof *res->ranks);
-  if (st == ZS_OK && (!res->losses || !res->grad_norms || !res->val_steps || !res->val_losses || !res->ranks))
+  if (st == ZS_OK && (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks))
     st = fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (st == ZS_OK && t.rank == 0 && !o->quiet) print_header(&t, res);
   if (st == ZS_OK) st = run_steps(&t, res);
@@ -431,7 +454,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
 }
 
 void gpt_result_free(gpt_result_t *res) {
-  free(res->losses), free(res->grad_norms), free(res->val_steps), free(res->val_losses), free(res->ranks);
+  free(res->losses), free(res->grad_norms), free(res->lrs), free(res->val_steps), free(res->val_losses), free(res->ranks);
   memset(res, 0, sizeof *res);
 }
 
@@ -457,6 +480,8 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->losses[i]);
   fprintf(f, "],\n \"grad_norms\": [");
   for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->grad_norms[i]);
+  fprintf(f, "],\n \"lrs\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->lrs[i]);
   fprintf(f, "],\n \"val_loss\": ");
   json_num(f, r->val_loss);
   fprintf(f, ", \"val_history\": [");

@@ -22,9 +22,10 @@ typedef struct {
 typedef struct {
   int world, stage;
   int64_t params;
-  int steps;              /* steps run (losses and grad_norms hold this many) */
+  int steps;              /* steps run (losses, grad_norms and lrs hold this many) */
   float *losses;          /* global mean training loss per step (before its update) */
   float *grad_norms;      /* global gradient norm per step (before clipping) */
+  float *lrs;             /* the learning rate each step used (the step report's) */
   int skipped;            /* steps the engine skipped (non-finite gradients) */
   int nval;               /* validation points */
   int *val_steps;         /* updates done when measured (0 = initial model) */
