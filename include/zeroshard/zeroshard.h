@@ -13,6 +13,7 @@
 #include "zeroshard/memory.h"
 #include "zeroshard/mesh.h"
 #include "zeroshard/status.h"
+#include "zeroshard/tp.h"
 #include "zeroshard/types.h"
 
 #endif
