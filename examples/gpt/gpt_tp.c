@@ -125,7 +125,7 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   memset(a, 0, sizeof *a);
   const int64_t N = (int64_t)B * T, C = m->c.channels, Cl = m->Cl, NHl = m->NHl;
   if (m->sp && N % m->size) return -1;
-  a->B = B, a->T = T, a->train = train, a->N = N;
+  a->B = a->Bmax = B, a->T = T, a->train = train, a->N = N;
   a->L = train ? m->c.layers : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
@@ -182,6 +182,13 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
     if (!m->sp) a->blk[l].ln1_full = a->blk[l].ln1, a->blk[l].ln2_full = a->blk[l].ln2;
   }
   if (!m->sp) a->lnf_full = a->lnf;
+  return 0;
+}
+
+int gpt_tp_acts_set_batch(gpt_tp_acts_t *a, const gpt_tp_t *m, int B) {
+  const int64_t N = (int64_t)B * a->T;
+  if (B < 1 || B > a->Bmax || (m->sp && N % m->size)) return -1;
+  a->B = B, a->N = N, a->Nr = m->sp ? N / m->size : N;
   return 0;
 }
 
@@ -352,17 +359,19 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   return ZS_OK;
 }
 
-zs_status_t gpt_tp_head(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *wte, const float *x,
-                        const int *targets, gpt_tp_acts_t *a, float grad_scale, double *sum,
-                        gpt_lnf_w_t *dlnf, float *dwte, float *dres) {
+zs_status_t gpt_tp_lnf_forward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x, gpt_tp_acts_t *a) {
+  op_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf->w, lnf->b, a->Nr, m->c.channels);
+  return f_fwd(m, a, a->lnf, a->lnf_full);
+}
+
+zs_status_t gpt_tp_head(const gpt_tp_t *m, const float *wte, const float *xfull, const int *targets,
+                        gpt_tp_acts_t *a, float grad_scale, double *sum, float *dwte) {
   const int C = m->c.channels;
-  const int64_t N = a->N, Nr = a->Nr, V = m->vp.rows;
-  op_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf->w, lnf->b, Nr, C);
-  TRY(f_fwd(m, a, a->lnf, a->lnf_full));
+  const int64_t N = a->N, V = m->vp.rows;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += a->head_rows) {
     int64_t n = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-    op_tied_forward(a->logits, a->lnf_full + r0 * C, wte, n, C, (int)V);
+    op_tied_forward(a->logits, xfull + r0 * C, wte, n, C, (int)V);
     if (m->tp) {
       TRY(zs_tp_cross_entropy(m->tp, &m->vp, a->logits, (const int32_t *)targets + r0, (size_t)n, ZS_TP_SUM,
                               grad_scale, a->row_loss, NULL, dwte ? a->logits : NULL, NULL));
@@ -370,14 +379,21 @@ zs_status_t gpt_tp_head(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *
     } else {
       total += op_crossentropy(a->logits, targets + r0, n, (int)V, grad_scale, dwte != NULL);
     }
-    if (dwte) op_tied_backward(a->part + r0 * C, dwte, a->logits, a->lnf_full + r0 * C, wte, n, C, (int)V);
+    if (dwte) op_tied_backward(a->part + r0 * C, dwte, a->logits, xfull + r0 * C, wte, n, C, (int)V);
   }
   *sum += total;
   if (!dwte) return ZS_OK;
   float *dl;
   TRY(f_bwd(m, a, a->part, &dl));
-  memset(dres, 0, (size_t)Nr * C * sizeof(float));
-  op_layernorm_backward(dres, dlnf->w, dlnf->b, dl, x, lnf->w, a->lnf_mean, a->lnf_rstd, Nr, C);
+  memcpy(a->dlnf, dl, (size_t)a->Nr * C * sizeof(float));
+  return ZS_OK;
+}
+
+zs_status_t gpt_tp_lnf_backward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, gpt_lnf_w_t *dlnf_w, const float *x,
+                                gpt_tp_acts_t *a, float *dres) {
+  const int C = m->c.channels;
+  memset(dres, 0, (size_t)a->Nr * C * sizeof(float));
+  op_layernorm_backward(dres, dlnf_w->w, dlnf_w->b, a->dlnf, x, lnf->w, a->lnf_mean, a->lnf_rstd, a->Nr, C);
   return ZS_OK;
 }
 
@@ -403,9 +419,10 @@ zs_status_t gpt_tp_forward_backward(const gpt_tp_t *m, const gpt_weights_t *w, g
   TRY(gpt_tp_embed_forward(m, &w->embed, inputs, a, a->resid));
   for (int l = 0; l < L; l++)
     TRY(gpt_tp_block_forward(m, l, &w->blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
-  TRY(gpt_tp_head(m, &w->lnf, w->embed.wte, a->resid + L * NC, targets, a, 1.0f / (float)a->N, &sum,
-                  g ? &g->lnf : NULL, g ? g->embed.wte : NULL, g ? a->dres : NULL));
+  TRY(gpt_tp_lnf_forward(m, &w->lnf, a->resid + L * NC, a));
+  TRY(gpt_tp_head(m, w->embed.wte, a->lnf_full, targets, a, 1.0f / (float)a->N, &sum, g ? g->embed.wte : NULL));
   if (g) {
+    TRY(gpt_tp_lnf_backward(m, &w->lnf, &g->lnf, a->resid + L * NC, a, a->dres));
     for (int l = L - 1; l >= 0; l--)
       TRY(gpt_tp_block_backward(m, l, &w->blk[l], &g->blk[l], a, a->resid + l * NC, a->dres));
     TRY(gpt_tp_embed_backward(m, &g->embed, inputs, a, a->dres));

@@ -76,7 +76,7 @@ typedef struct {
 
 /* Activations of one micro-batch of B x T tokens on this rank. */
 typedef struct {
-  int B, T, L, train;
+  int B, T, L, train, Bmax;
   int64_t N, Nr; /* token rows, and rows kept between regions (N, or N/tp with sp) */
   float *resid;  /* [L+1][Nr, C] */
   gpt_tp_block_acts_t blk[GPT_MAX_LAYERS];
@@ -92,6 +92,9 @@ typedef struct {
 } gpt_tp_acts_t;
 
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
+/* Runs the next calls on B <= the allocated sequences (a shorter last chunk of
+ * validation windows). 0, or -1 if B does not fit or (sp) B*T rows do not split. */
+int gpt_tp_acts_set_batch(gpt_tp_acts_t *a, const gpt_tp_t *m, int B);
 void gpt_tp_acts_free(gpt_tp_acts_t *a);
 
 /* Units (w and dw: views of this rank's local tensors; gradients ADDED).
@@ -107,13 +110,19 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
 zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                   gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,
                                   float *dres);
-/* Final LayerNorm, the vocab-parallel tied head and the loss: *sum += the sum of
- * the N token losses (the same on every tp rank). With dwte != NULL also the
- * backward of the head (loss scaled by grad_scale) into a->dlnf, and of the
- * LayerNorm into dres (overwritten) and dlnf_w. */
-zs_status_t gpt_tp_head(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *wte, const float *x,
-                        const int *targets, gpt_tp_acts_t *a, float grad_scale, double *sum,
-                        gpt_lnf_w_t *dlnf, float *dwte, float *dres);
+/* Final LayerNorm of this rank's rows x into a->lnf, and (sp) gathered into
+ * a->lnf_full, the head's input. */
+zs_status_t gpt_tp_lnf_forward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x, gpt_tp_acts_t *a);
+/* The vocab-parallel tied head and the loss over the N rows of xfull (the final
+ * LayerNorm's output, all rows: a->lnf_full): *sum += the sum of the N token
+ * losses (the same on every tp rank). With dwte != NULL also its backward, the
+ * loss scaled by grad_scale: d lnf output of this rank's rows into a->dlnf, and
+ * this rank's slice of d wte added into dwte. */
+zs_status_t gpt_tp_head(const gpt_tp_t *m, const float *wte, const float *xfull, const int *targets,
+                        gpt_tp_acts_t *a, float grad_scale, double *sum, float *dwte);
+/* Final LayerNorm backward from a->dlnf: dres = (overwritten) d x, dlnf_w += . */
+zs_status_t gpt_tp_lnf_backward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, gpt_lnf_w_t *dlnf_w, const float *x,
+                                gpt_tp_acts_t *a, float *dres);
 /* sp: sums the replicated parameters' gradients of one unit (gpt.h's unit
  * numbering) over the tp ranks, in place. No-op without sp. */
 zs_status_t gpt_tp_sum_replicated_grads(const gpt_tp_t *m, int unit, float *const *grads);

@@ -25,6 +25,7 @@ void gpt_opts_default(gpt_opts_t *o) {
   o->prefetch = -1;
   o->lr_schedule = ZS_SCHED_COSINE;
   o->warmup = -1;
+  o->tp = 1;
   o->val_every = 0;
   o->val_seqs = 32;
 }
@@ -51,6 +52,10 @@ void gpt_opts_usage(FILE *f) {
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
+          "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
+          "          heads and MLP split, vocab-parallel embedding/head and cross-entropy; the engine\n"
+          "          shards over the world / N data-parallel ranks; cpu device)\n"
+          "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
           "  --device cpu|cuda (cpu)\n"
           "checkpoints:\n"
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
@@ -59,13 +64,13 @@ void gpt_opts_usage(FILE *f) {
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
           "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
-          "B must be a multiple of the number of ranks, and B / ranks a multiple of A.\n");
+          "B must be a multiple of the data-parallel ranks (ranks / tp), and B / those a multiple of A.\n");
 }
 
 /* Flags that take a value. */
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
-    "--stage", "--prefetch", "--shard-group", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
+    "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps",
 };
@@ -120,6 +125,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (!strcmp(name, "--offload")) { o->offload = 1; continue; }
     if (!strcmp(name, "--delayed-update")) { o->delayed_update = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
     if (!is_valued(name)) {
       snprintf(err, n, "unknown flag %s (see --help)", name);
       return -1;
@@ -148,6 +154,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--stage", stage, 0, 3)
     INT_FLAG("--prefetch", prefetch, 0, 16)
     INT_FLAG("--shard-group", shard_group, 0, 1 << 20)
+    INT_FLAG("--tp", tp, 1, 1 << 12)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)
     INT_FLAG("--save-every", save_every, 0, 1 << 30)

@@ -33,6 +33,8 @@ typedef struct {
   int warmup;           /* warmup steps; -1: 5% of the schedule's length */
   float min_lr;         /* the rate at the schedule's end (0, as llm.c's GPT-2 run) */
   int lr_steps;         /* the schedule's length; 0: the step the run ends at */
+  int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
+  int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
   int device_cuda;
   /* data and evaluation */
   const char *data;     /* NULL: the license texts */
@@ -40,6 +42,7 @@ typedef struct {
   int val_seqs;         /* validation windows in all (split across ranks) */
   /* output */
   int json, quiet;
+  int collect_params;   /* not a flag: gpt_train_run returns the final whole parameters (tests) */
 } gpt_opts_t;
 
 /* The defaults: the small config that learns on a laptop CPU in a few minutes

@@ -25,6 +25,12 @@
 static int init_cb(void *user, int param, int64_t offset, int64_t count, float *dst) {
   trainer_t *t = user;
   if (param < 0 || param >= t->np) return -1;
+#ifdef ZS_GPT_TP
+  if (t->tp > 1) {
+    gpt_tp_init_fill(&t->tpm, t->o->seed, t->tidx[param], offset, count, dst);
+    return 0;
+  }
+#endif
   gpt_init_fill(&t->mc, t->o->seed, t->tidx[param], offset, count, dst);
   return 0;
 }
@@ -46,8 +52,14 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
       const gpt_param_info_t *p = &t->info[i];
       int pid;
-      st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT,
-                        &t->pslot[i], &t->gslot[i], &pid);
+      unsigned flags = p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT;
+#ifdef ZS_GPT_TP
+      gpt_param_info_t unused;
+      int replicated = 0;
+      if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &unused, &replicated);
+      if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
+#endif
+      st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
       t->uoff[i] = off;
@@ -73,6 +85,13 @@ static void trainer_free(trainer_t *t) {
 #endif
   gpt_acts_free(&t->acts);
   gpt_acts_free(&t->vacts);
+#ifdef ZS_GPT_TP
+  gpt_tp_acts_free(&t->tacts);
+  gpt_tp_acts_free(&t->tvacts);
+  zs_tp_destroy(t->tph);
+  zs_mesh_destroy(t->mesh); /* after the engine, which used its comms */
+  t->tph = NULL, t->mesh = NULL;
+#endif
   gpt_data_free(&t->data);
   free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
@@ -135,6 +154,77 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
 #endif
 
 /* Everything up to a set-up engine; also the per-rank shares and buffers. */
+/* --tp / --sequence-parallel: what this build and device allow; sets tp, dp, dp_rank. */
+static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  char msg[256];
+  t->tp = o->tp > 1 ? o->tp : 1;
+  t->dp = t->world, t->dp_rank = t->rank;
+  if (o->sequence_parallel && t->tp < 2)
+    return fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
+  if (t->tp == 1) return ZS_OK;
+  if (o->save || o->load || o->export_path)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--tp",
+                "checkpoints and exports of a tensor-parallel run are not written yet (each tp rank holds a "
+                "different part of every split tensor): drop --save/--load/--export or --tp");
+#ifndef ZS_GPT_TP
+  return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
+#else
+  if (t->cuda)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--tp",
+                "the trainer's CUDA model path has no tensor-parallel split yet; run --tp on the cpu device");
+  if (t->world % t->tp) {
+    snprintf(msg, sizeof msg, "--tp %d does not divide the %d ranks (tp groups are %d neighbouring ranks)", t->tp,
+             t->world, t->tp);
+    return fail(res, ZS_ERR_INVALID, "--tp", msg);
+  }
+  if (gpt_tp_plan(&t->tpm, &t->mc, t->tp, t->rank % t->tp, o->sequence_parallel, msg, sizeof msg))
+    return fail(res, ZS_ERR_INVALID, "--tp", msg);
+  t->dp = t->world / t->tp, t->dp_rank = t->rank / t->tp;
+  if (o->shard_group && (o->shard_group > t->dp || t->dp % o->shard_group)) {
+    snprintf(msg, sizeof msg, "--shard-group %d must divide the %d data-parallel ranks (ranks / --tp)", o->shard_group,
+             t->dp);
+    return fail(res, ZS_ERR_INVALID, "--shard-group", msg);
+  }
+  return ZS_OK;
+#endif
+}
+
+/* The mesh (dp_replicate x dp_shard or dp) x tp over comm, the engine over its dp
+ * group (the tp group is its model-parallel group: the norm spans it), the tp
+ * handle, and the splits. */
+static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t *dev, gpt_result_t *res) {
+#ifndef ZS_GPT_TP
+  (void)cfg0, (void)dev;
+  return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
+#else
+  const gpt_opts_t *o = t->o;
+  zs_config_t cfg = *cfg0;
+  zs_status_t st;
+  char err[256];
+  const int sg = o->shard_group && o->shard_group < t->dp ? o->shard_group : 0;
+  const char *hnames[] = {"dp_replicate", "dp_shard", "tp"}, *fnames[] = {"dp", "tp"};
+  const int hsizes[] = {sg ? t->dp / sg : 1, sg, t->tp}, fsizes[] = {t->dp, t->tp};
+  if ((st = sg ? zs_mesh_create(&t->mesh, t->comm, 3, hnames, hsizes) : zs_mesh_create(&t->mesh, t->comm, 2, fnames, fsizes)) != ZS_OK)
+    return fail(res, st, "zs_mesh_create", zs_last_error());
+  cfg.shard_group = 0; /* the mesh's dp_shard says it */
+  if ((st = zs_engine_create_mesh(&t->zs, &cfg, dev, t->mesh)) != ZS_OK)
+    return fail(res, st, "zs_engine_create_mesh", zs_last_error());
+  zs_comm_t *tpc;
+  if ((st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK) return fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+  if ((st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return fail(res, st, "zs_tp_create", zs_last_error());
+  if (gpt_tp_init(&t->tpm, &t->mc, t->tph, o->sequence_parallel, err, sizeof err) ||
+      gpt_tp_init(&t->tpv, &t->mc, t->tph, 0, err, sizeof err))
+    return fail(res, ZS_ERR_INVALID, "--tp", err);
+  if (t->tpm.sp && ((int64_t)t->micro * o->seq) % t->tp) {
+    snprintf(err, sizeof err, "--sequence-parallel splits the %lld tokens of a micro-batch over --tp %d: they must divide",
+             (long long)t->micro * o->seq, t->tp);
+    return fail(res, ZS_ERR_INVALID, "--sequence-parallel", err);
+  }
+  return ZS_OK;
+#endif
+}
+
 /* The learning-rate schedule, set once the step count is known (a checkpoint's
  * step + --steps by default, so a resumed run ends its curve where it stops). */
 static zs_status_t set_schedule(trainer_t *t, gpt_result_t *res) {
@@ -178,10 +268,13 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
                 "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
 #endif
   if (gpt_config_check(&t->mc, err, sizeof err)) return fail(res, ZS_ERR_INVALID, "model", err);
-  if (o->batch % t->world)
+  TRY(tp_check(t, res));
+  if (o->batch % t->dp)
     return fail(res, ZS_ERR_INVALID, "batch",
-                "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
-  t->per_rank = o->batch / t->world;
+                t->tp > 1 ? "--batch must be a multiple of the data-parallel ranks (ranks / --tp; each takes batch/dp "
+                            "sequences)"
+                          : "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
+  t->per_rank = o->batch / t->dp;
   if (t->per_rank % o->accum)
     return fail(res, ZS_ERR_INVALID, "batch", "--batch / ranks must be a multiple of --accum");
   t->micro = t->per_rank / o->accum;
@@ -192,8 +285,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
   t->v_total = o->val_seqs < gpt_data_val_windows(&t->data, o->seq) ? o->val_seqs
                                                                      : gpt_data_val_windows(&t->data, o->seq);
-  t->v_first = (int)((int64_t)t->v_total * t->rank / t->world);
-  t->v_count = (int)((int64_t)t->v_total * (t->rank + 1) / t->world) - t->v_first;
+  t->v_first = (int)((int64_t)t->v_total * t->dp_rank / t->dp);
+  t->v_count = (int)((int64_t)t->v_total * (t->dp_rank + 1) / t->dp) - t->v_first;
 
   /* the engine */
   zs_config_t cfg = ZS_CONFIG_INIT;
@@ -213,7 +306,10 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (o->offload) cfg.offload_optimizer = ZS_OFFLOAD_CPU;
   cfg.delayed_param_update = o->delayed_update;
   zs_device_memory_reset_peaks(dev); /* peaks of this run, not of earlier ones on the device */
-  if ((st = zs_engine_create(&t->zs, &cfg, dev, comm)) != ZS_OK) {
+  if (t->tp > 1) st = tp_engine(t, &cfg, dev, res);
+  else st = zs_engine_create(&t->zs, &cfg, dev, comm);
+  if (st != ZS_OK) {
+    if (res->err[0]) return st;
     if (st == ZS_ERR_UNSUPPORTED && o->offload)
       return fail(res, st, "the engine cannot run this configuration yet (offload)", zs_last_error());
     return fail(res, st, "zs_engine_create", zs_last_error());
@@ -233,7 +329,11 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   for (int u = 0; u < t->nunits; u++) {
     int64_t n = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-      gpt_param_info(&t->mc, i, &t->info[i]);
+#ifdef ZS_GPT_TP
+      if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
+      else
+#endif
+        gpt_param_info(&t->mc, i, &t->info[i]);
       n += t->info[i].numel;
     }
     if (n > max_unit) max_unit = n;
@@ -255,13 +355,21 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     t->gscratch = malloc((size_t)max_unit * sizeof(float));
     if (!t->pscratch || !t->gscratch) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
   }
-  t->dwte_head = malloc((size_t)o->vocab * C * sizeof(float));
+  t->dwte_head = malloc((size_t)t->info[0].numel * sizeof(float)); /* wte as this rank holds it */
   t->tin = malloc((size_t)t->micro * T * sizeof(int));
   t->ttg = malloc((size_t)t->micro * T * sizeof(int));
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
     return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+#ifdef ZS_GPT_TP
+  if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
+#endif
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
+#ifdef ZS_GPT_TP
+    if (t->tp > 1 && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
+      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
+#endif
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
@@ -309,10 +417,10 @@ static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum,
   double *all = malloc(sizeof(double) * (size_t)k * t->world);
   if (!all) return ZS_ERR_NOMEM;
   zs_status_t st = host_all_gather(t, mine, all, sizeof(double) * (size_t)k, ZS_UINT8);
-  if (st == ZS_OK)
+  if (st == ZS_OK) /* the ranks of a tp group hold the same numbers: the first counts */
     for (int j = 0; j < k; j++) {
       sum[j] = 0;
-      for (int r = 0; r < t->world; r++) sum[j] += all[r * k + j];
+      for (int r = 0; r < t->world; r += t->tp) sum[j] += all[r * k + j];
     }
   free(all);
   return st;
@@ -343,8 +451,9 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     double mine[2] = {0, 0}, sum[2];
     for (int m = 0; m < o->accum; m++) {
       double loss = 0;
-      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->rank * t->per_rank + m * t->micro, t->micro,
+      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->dp_rank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
+      t->last_round = m == o->accum - 1;
       if ((st = trainer_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
         return fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
       mine[0] += loss;
@@ -355,7 +464,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
       return fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
-    res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
+    res->losses[step] = (float)(sum[0] / ((double)t->dp * o->accum));
     res->grad_norms[step] = rep.grad_norm;
     res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
@@ -394,6 +503,48 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   if (t->rank == 0 && !o->quiet)
     fprintf(stderr, "val loss %.6f after %d steps (%.6f at the start); %.0f training tokens/s\n", res->val_loss,
             o->steps, res->val_losses[0], res->tokens_per_s);
+  return ZS_OK;
+}
+
+/* The final parameters, whole, on every rank: zs_param_get gives this rank's
+ * part; with --tp the parts of a tp group are all-gathered and placed where
+ * gpt_tp_full_index says. */
+static zs_status_t collect_params(trainer_t *t, gpt_result_t *res) {
+  int64_t most = 0;
+  for (int i = 0; i < t->np; i++) most = t->info[i].numel > most ? t->info[i].numel : most;
+  res->final_params = calloc((size_t)gpt_param_count(&t->mc), sizeof(float));
+  float *mine = malloc((size_t)most * sizeof(float)), *all = malloc((size_t)most * t->tp * sizeof(float));
+  zs_status_t st = res->final_params && mine && all ? ZS_OK : ZS_ERR_NOMEM;
+  int64_t off = 0;
+  for (int pid = 0; st == ZS_OK && pid < t->np; pid++) {
+    const int i = t->tidx[pid]; /* declared in table order: pid == i */
+    const int64_t n = t->info[i].numel;
+    gpt_param_info_t whole;
+    gpt_param_info(&t->mc, i, &whole);
+    if ((st = zs_param_get(t->zs, pid, mine)) != ZS_OK) break;
+    if (t->tp == 1) {
+      memcpy(res->final_params + off, mine, (size_t)n * sizeof(float));
+    } else {
+#ifdef ZS_GPT_TP
+      if ((st = zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL)) != ZS_OK) break;
+      for (int r = 0; r < t->tp; r++) {
+        gpt_tp_t pr;
+        char err[128];
+        if (gpt_tp_plan(&pr, &t->mc, t->tp, r, 0, err, sizeof err)) { /* cannot fail: setup made rank r's */
+          st = ZS_ERR_INVALID;
+          break;
+        }
+        for (int64_t e = 0; e < n; e++) {
+          int64_t f = gpt_tp_full_index(&pr, i, e);
+          if (f >= 0) res->final_params[off + f] = all[(int64_t)r * n + e];
+        }
+      }
+#endif
+    }
+    off += whole.numel;
+  }
+  free(mine), free(all);
+  if (st != ZS_OK) return fail(res, st, "collecting the final parameters", zs_engine_last_error(t->zs));
   return ZS_OK;
 }
 
@@ -448,6 +599,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
     st = fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = final_validation(&t, res);
+  if (st == ZS_OK && o->collect_params) st = collect_params(&t, res);
   if (st == ZS_OK) st = gather_peaks(&t, res);
   trainer_free(&t);
   return st;
@@ -455,6 +607,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
 
 void gpt_result_free(gpt_result_t *res) {
   free(res->losses), free(res->grad_norms), free(res->lrs), free(res->val_steps), free(res->val_losses), free(res->ranks);
+  free(res->final_params);
   memset(res, 0, sizeof *res);
 }
 

@@ -33,6 +33,8 @@ typedef struct {
   double val_loss;        /* the last validation loss (after all steps); NAN if none */
   double tokens_per_s;    /* training tokens over training time (validation excluded) */
   gpt_rank_mem_t *ranks;  /* world entries */
+  float *final_params;    /* with o->collect_params: the final parameters, whole (unsplit), in
+                             gpt.h's table order, on every rank (params floats) */
   char err[512];          /* why it failed */
 } gpt_result_t;
 

@@ -14,6 +14,10 @@
 #endif
 #include "trainer.h"
 #include "zeroshard/engine.h"
+#ifdef ZS_GPT_TP
+#include "gpt_tp.h"
+#include "zeroshard/mesh.h"
+#endif
 
 /* ============================================================================
  * state
@@ -48,6 +52,18 @@ typedef struct {
   float *vresid;       /* [v_count, T, C]: residual stream, kept across units */
   int *vin, *vtg;
   double val_time;
+
+  /* tensor parallelism (--tp > 1, cpu): ranks r with the same r / tp form one
+   * data-parallel replica of the model, split over their tp group (r % tp);
+   * the engine shards each rank's part over the dp = world / tp ranks holding it */
+  int tp, dp, dp_rank;
+  int last_round;      /* the round in progress is the step's last micro-batch */
+#ifdef ZS_GPT_TP
+  zs_mesh_t *mesh;
+  zs_tp_t *tph;
+  gpt_tp_t tpm, tpv;           /* the split for training (with sp) and for validation (without) */
+  gpt_tp_acts_t tacts, tvacts; /* one training micro-batch; validation chunks */
+#endif
 
   /* the CUDA path: pscratch, gscratch, dwte_head and vresid are then device
    * buffers, and the activations are cacts / cvacts instead of acts / vacts */

@@ -300,7 +300,102 @@ static zs_status_t cuda_round_losses(trainer_t *t, int train, int val, double *l
 
 /* train: run the micro-batch in t->tin/ttg (its mean loss into *loss);
  * val: run this rank's validation windows (sum of token losses into *vsum). */
+#ifdef ZS_GPT_TP
+/* ============================================================================
+ * tensor parallel (--tp > 1, cpu): the same schedule, each unit's compute
+ * split over the tp group (gpt_tp.c). The replicated parameters' gradients are
+ * summed over tp before each reduce when the tokens are split (sp).
+ * ========================================================================== */
+
+static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+  const int T = t->o->seq, C = t->mc.channels;
+  gpt_tp_acts_t *va = &t->tvacts;
+  double t0 = now_s();
+  for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
+    int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
+    float *x = t->vresid + (int64_t)c0 * T * C;
+    const int64_t r0 = (int64_t)c0 * T;
+    if (gpt_tp_acts_set_batch(va, &t->tpv, nb)) return ZS_ERR_INVALID;
+    switch (part) {
+    case V_EMBED: TRY(gpt_tp_embed_forward(&t->tpv, &t->w.embed, t->vin + r0, va, x)); break;
+    case V_BLOCK: TRY(gpt_tp_block_forward(&t->tpv, l, &t->w.blk[l], va, x, x)); break;
+    case V_LNF: /* the output replaces the residual, the head's input */
+      TRY(gpt_tp_lnf_forward(&t->tpv, &t->w.lnf, x, va));
+      memcpy(x, va->lnf, (size_t)nb * T * C * sizeof(float));
+      break;
+    case V_HEAD: TRY(gpt_tp_head(&t->tpv, t->w.embed.wte, x, t->vtg + r0, va, 0.0f, vsum, NULL)); break;
+    }
+  }
+  t->val_time += now_s() - t0;
+  return ZS_OK;
+}
+
+/* The sum over tp of the replicated parameters' partial gradients (sp), once
+ * per contribution: fp32 slots at stages 0-1 accumulate the step's rounds (the
+ * engine zeroes them per step), so they are summed after the last round; bf16
+ * scratch and stage 2-3 slots hold one round (zeroed per round), summed each. */
+static zs_status_t tp_reduce(trainer_t *t, int u) {
+  const int accumulates = !t->bf16 && t->o->stage <= 1;
+  if (!accumulates || t->last_round)
+    TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
+  return unit_reduce(t, u);
+}
+
+static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
+  gpt_tp_t *m = &t->tpm;
+  gpt_tp_acts_t *a = &t->tacts;
+  const int L = t->L, LNF = L + 1;
+  const int64_t NC = a->Nr * t->mc.channels, wte_n = t->info[0].numel;
+  val = val && t->v_count > 0;
+
+  TRY(zs_forward_begin(t->zs));
+  TRY(unit_gather(t, 0, 0));
+  if (train) TRY(gpt_tp_embed_forward(m, &t->w.embed, t->tin, a, a->resid));
+  if (val) TRY(tp_val_part(t, V_EMBED, 0, vsum));
+  TRY(unit_release(t, 0));
+  for (int l = 0; l < L; l++) {
+    TRY(unit_gather(t, 1 + l, 0));
+    if (train) TRY(gpt_tp_block_forward(m, l, &t->w.blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
+    if (val) TRY(tp_val_part(t, V_BLOCK, l, vsum));
+    TRY(unit_release(t, 1 + l));
+  }
+  TRY(unit_gather(t, LNF, 0));
+  if (train) TRY(gpt_tp_lnf_forward(m, &t->w.lnf, a->resid + L * NC, a));
+  if (val) TRY(tp_val_part(t, V_LNF, 0, vsum));
+  TRY(unit_release(t, LNF));
+  TRY(unit_gather(t, 0, 0)); /* this rank's vocabulary slice again, for the tied head */
+  if (train) {
+    double sum = 0;
+    memset(t->dwte_head, 0, (size_t)wte_n * sizeof(float));
+    TRY(gpt_tp_head(m, t->w.embed.wte, a->lnf_full, t->ttg, a, 1.0f / (float)a->N, &sum, t->dwte_head));
+    *loss = sum / (double)a->N;
+  }
+  if (val) TRY(tp_val_part(t, V_HEAD, 0, vsum));
+  TRY(unit_release(t, 0));
+  if (!train) return zs_forward_end(t->zs);
+
+  TRY(zs_backward_begin(t->zs));
+  TRY(unit_gather(t, LNF, 1));
+  TRY(gpt_tp_lnf_backward(m, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a, a->dres));
+  TRY(tp_reduce(t, LNF));
+  for (int l = L - 1; l >= 0; l--) {
+    TRY(unit_gather(t, 1 + l, 1));
+    TRY(gpt_tp_block_backward(m, l, &t->w.blk[l], &t->g.blk[l], a, a->resid + l * NC, a->dres));
+    TRY(tp_reduce(t, 1 + l));
+  }
+  TRY(unit_gather(t, 0, 1));
+  TRY(gpt_tp_embed_backward(m, &t->g.embed, t->tin, a, a->dres));
+  float *dwte = t->g.embed.wte;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < wte_n; k++) dwte[k] += t->dwte_head[k];
+  return tp_reduce(t, 0);
+}
+#endif
+
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
+#ifdef ZS_GPT_TP
+  if (t->tp > 1) return tp_round(t, train, val, loss, vsum);
+#endif
   const gpt_config_t *c = &t->mc;
   gpt_acts_t *a = train_acts(t);
   const int L = t->L, B = t->micro, T = t->o->seq, LNF = L + 1;
