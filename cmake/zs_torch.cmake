@@ -1,0 +1,89 @@
+# Finds libtorch's C++ API for adapters/libtorch and defines the imported target
+# zs::torch (headers, torch_cpu, c10) and ZS_HAVE_TORCH.
+#
+#   ZS_TORCH      AUTO (default: build the adapter where Torch is found), ON (fail
+#                 without it), OFF
+#   ZS_TORCH_DIR  a libtorch folder (the zip from pytorch.org: include/, lib/) or
+#                 the torch package folder of a Python installation; default: the
+#                 `torch` package of python3, located without importing it
+#
+# Why not find_package(Torch): PyPI's torch wheel is a CUDA build, and its
+# TorchConfig.cmake enables CUDA, looks for cuDNN and links libtorch.so, which
+# pulls in libtorch_cuda.so and about 3 GB of nvidia-* wheels at run time. The
+# adapter needs only the CPU half (the nn/autograd/optim C++ API lives in
+# libtorch_cpu.so and libc10.so), which loads with libcudart and libcupti alone
+# (a CUDA toolkit, or the two small nvidia-cuda-runtime/-cupti wheels that
+# scripts/test installs next to the torch wheel where no toolkit is present).
+set(ZS_TORCH AUTO CACHE STRING "Build the libtorch adapter (AUTO|ON|OFF)")
+set(ZS_TORCH_DIR "" CACHE PATH "libtorch folder or Python torch package folder (default: python3's torch)")
+
+set(ZS_HAVE_TORCH OFF)
+if(ZS_TORCH STREQUAL "OFF")
+  return()
+endif()
+
+set(zs_torch_root "${ZS_TORCH_DIR}")
+if(NOT zs_torch_root)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    # find_spec locates the package without running its __init__ (which needs the
+    # wheel's CUDA dependencies when it is a CUDA build installed with --no-deps)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c
+                            "import importlib.util as u; s = u.find_spec('torch'); print(list(s.submodule_search_locations)[0] if s else '')"
+                    OUTPUT_VARIABLE zs_torch_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+endif()
+
+set(zs_torch_why "")
+if(NOT zs_torch_root)
+  set(zs_torch_why "no torch package for python3 (pip install torch) and ZS_TORCH_DIR is not set")
+elseif(NOT EXISTS "${zs_torch_root}/include/torch/csrc/api/include/torch/torch.h")
+  set(zs_torch_why "${zs_torch_root} has no include/torch/csrc/api/include/torch/torch.h (not a libtorch folder)")
+else()
+  find_library(ZS_TORCH_CPU_LIB torch_cpu PATHS "${zs_torch_root}/lib" NO_DEFAULT_PATH)
+  find_library(ZS_TORCH_C10_LIB c10 PATHS "${zs_torch_root}/lib" NO_DEFAULT_PATH)
+  if(NOT ZS_TORCH_CPU_LIB OR NOT ZS_TORCH_C10_LIB)
+    set(zs_torch_why "${zs_torch_root}/lib lacks libtorch_cpu or libc10")
+  endif()
+endif()
+if(zs_torch_why)
+  if(ZS_TORCH STREQUAL "ON")
+    message(FATAL_ERROR "ZS_TORCH=ON but ${zs_torch_why}")
+  endif()
+  message(STATUS "libtorch adapter: skipped (${zs_torch_why})")
+  return()
+endif()
+
+# The C++ standard the headers demand: libtorch 2.x before 2.10 asks for C++17,
+# later ones for C++20 (their TorchConfig.cmake says which); the adapter's own
+# code is C++17.
+set(zs_torch_std cxx_std_17)
+if(EXISTS "${zs_torch_root}/share/cmake/Torch/TorchConfig.cmake")
+  file(READ "${zs_torch_root}/share/cmake/Torch/TorchConfig.cmake" zs_torch_cfg)
+  if(zs_torch_cfg MATCHES "cxx_std_20")
+    set(zs_torch_std cxx_std_20)
+  endif()
+endif()
+# Pre-cxx11-ABI builds (old libtorch zips) say so in their TorchConfig's flags
+set(zs_torch_defs "")
+if(zs_torch_cfg MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+  set(zs_torch_defs _GLIBCXX_USE_CXX11_ABI=0)
+endif()
+
+add_library(zs_torch_imported INTERFACE IMPORTED GLOBAL)
+target_include_directories(zs_torch_imported SYSTEM INTERFACE "${zs_torch_root}/include"
+                                                               "${zs_torch_root}/include/torch/csrc/api/include")
+# by name with the folder on the link and run paths: given as full paths, CMake
+# would warn that the folder's own libgomp.so.1 may hide the compiler's (both are
+# GNU OpenMP; the loader takes whichever comes first, which works either way)
+target_link_options(zs_torch_imported INTERFACE "-L${zs_torch_root}/lib" "-Wl,-rpath,${zs_torch_root}/lib")
+target_link_libraries(zs_torch_imported INTERFACE torch_cpu c10)
+target_compile_features(zs_torch_imported INTERFACE ${zs_torch_std})
+if(zs_torch_defs)
+  target_compile_definitions(zs_torch_imported INTERFACE ${zs_torch_defs})
+endif()
+add_library(zs::torch ALIAS zs_torch_imported)
+set(ZS_TORCH_ROOT "${zs_torch_root}")
+set(ZS_TORCH_LIBDIR "${zs_torch_root}/lib")
+set(ZS_HAVE_TORCH ON)
+message(STATUS "libtorch adapter: torch_cpu + c10 from ${zs_torch_root} (${zs_torch_std})")
