@@ -41,6 +41,7 @@ if(TARGET zs_ckpt)
     target_include_directories(test_import PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
   endif()
   if(TARGET zs_gpt_model)
+    target_sources(test_import PRIVATE ${PROJECT_SOURCE_DIR}/examples/gpt/init_from.c) # --init-from's entry
     target_link_libraries(test_import PRIVATE zs_gpt_model)
     target_compile_definitions(test_import PRIVATE ZS_TEST_GPT=1)
   endif()

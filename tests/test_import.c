@@ -12,6 +12,7 @@
 #include "import_files.h"
 #ifdef ZS_TEST_GPT
 #include "gpt.h"
+#include "init_from.h"
 #endif
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -174,23 +175,25 @@ static int init_three(void *user, int param, int64_t offset, int64_t count, floa
   return 0;
 }
 
-static zs_status_t gpt_open(gpt_run_t *r, int stage, zs_dtype_t dt) {
+static zs_status_t gpt_open_as(gpt_run_t *r, const gpt_config_t *g, int stage, zs_dtype_t dt) {
   memset(r, 0, sizeof *r);
   zs_config_t c = cfg(stage, dt, 0);
   zs_status_t st = zs_engine_create(&r->zs, &c, dev, world);
-  for (int u = 0; u < gpt_unit_count(&k_gpt) && !st; u++) {
+  for (int u = 0; u < gpt_unit_count(g) && !st; u++) {
     char name[64];
     int uid;
-    gpt_unit_name(&k_gpt, u, name, sizeof name);
+    gpt_unit_name(g, u, name, sizeof name);
     st = zs_unit_add(r->zs, name, &uid);
-    for (int i = gpt_unit_first_param(&k_gpt, u); i < gpt_unit_first_param(&k_gpt, u + 1) && !st; i++) {
+    for (int i = gpt_unit_first_param(g, u); i < gpt_unit_first_param(g, u + 1) && !st; i++) {
       gpt_param_info_t q;
-      gpt_param_info(&k_gpt, i, &q);
+      gpt_param_info(g, i, &q);
       st = zs_param_add(r->zs, uid, q.name, q.ndim, q.shape, 0, &r->p[i], &r->g[i], NULL);
     }
   }
   return st ? st : zs_engine_setup(r->zs, init_three, NULL);
 }
+
+static zs_status_t gpt_open(gpt_run_t *r, int stage, zs_dtype_t dt) { return gpt_open_as(r, &k_gpt, stage, dt); }
 
 /* The GPT's tensors under HF names (prefix), value k = our index; dtype per tensor from dt(i). */
 static int gpt_tensors(imp_tensor_t *t, char (*names)[64], const char *prefix, const char *(*dt)(int)) {
@@ -264,6 +267,37 @@ static void test_hf_gpt2(void) {
   expect_gpt_file(p, 2, ZS_FP32);
   snprintf(q, sizeof q, "%s/model.safetensors.index.json", p); /* the index's own path */
   expect_gpt_file(q, 0, ZS_FP32);
+}
+
+/* The trainer's --init-from (examples/gpt/init_from.c) on the file above; a
+ * model of another context length is refused with the option to change. */
+static void test_gpt_init_from(void) {
+  char p[512], err[512] = "";
+  path_of(p, sizeof p, "gpt2.safetensors");
+  gpt_run_t r;
+  if (gpt_open(&r, 3, ZS_BF16) == ZS_OK) {
+    expect_ok(gpt_init_from(r.zs, p, err, sizeof err));
+    run_t v = {.zs = r.zs};
+    expect_int_eq(count_not_file(&v, NULL, -1), 0);
+  } else {
+    ZS_T_REPORT("setting up the GPT: %s", zs_last_error());
+  }
+  zs_engine_destroy(r.zs);
+  gpt_config_t longer = k_gpt;
+  longer.seq = 16;
+  if (gpt_open_as(&r, &longer, 2, ZS_FP32) == ZS_OK) {
+    expect_status(gpt_init_from(r.zs, p, err, sizeof err), ZS_ERR_MISMATCH);
+    expect_str_contains(err, "tensor 'wpe.weight' in");
+    expect_str_contains(err, "has shape [12, 8] but parameter 'wpe' has shape [16, 8] (--seq sets wpe's rows");
+    run_t v = {.zs = r.zs};
+    int64_t n = 0;
+    float *x = values(&v, &n);
+    for (int64_t i = 0; x && i < n; i++) expect_true(x[i] == 3.0f); /* unchanged */
+    free(x);
+  } else {
+    ZS_T_REPORT("setting up the GPT: %s", zs_last_error());
+  }
+  zs_engine_destroy(r.zs);
 }
 
 /* The same files written by Python's safetensors (tests/scripts/write_hf_gpt2.py). */
@@ -540,6 +574,7 @@ int main(void) {
   zs_test_run(test_round_trip);
 #ifdef ZS_TEST_GPT
   zs_test_run(test_hf_gpt2);
+  zs_test_run(test_gpt_init_from);
   zs_test_run(test_hf_gpt2_python);
 #endif
   zs_test_run(test_mismatch);
