@@ -85,9 +85,10 @@ static void theory(int sp, uint64_t p, uint64_t *ar, uint64_t *ag, uint64_t *rs)
     /* embedding 1, each block 2 forward (g) + 2 backward (f), the head's f backward */
     *ar += (1 + 4 * L + 1) * ar_bytes(act, p);
   } else {
-    /* f: all-gather forward, reduce-scatter backward; g: the reverse; the
+    /* f: all-gather forward (and of its input again in backward), reduce-scatter
+     * backward; g: the reverse; the
      * embedding's reduce-scatter forward and all-gather backward; the head is an f */
-    *ag += (p - 1) * rows * (2 * L + 2 * L + 1 + 1);
+    *ag += (p - 1) * rows * (2 * L + 2 * L + 2 * L + 1 + 1); /* + the LayerNorms' outputs again in backward */
     *rs += (p - 1) * rows * (2 * L + 2 * L + 1 + 1);
   }
 }
@@ -132,6 +133,17 @@ static void run_split(int sp) {
   gpt_weights_bind(&k_cfg, g, &gv);
   gpt_tp_acts_t a;
   assert_int_eq(gpt_tp_acts_alloc(&a, &m, B, T, 1), 0);
+  /* activation floats a layer keeps: LayerNorm outputs and statistics and the
+   * residuals (4NC + 4N) whole on every rank, or split by sp; the rest split */
+  {
+    const int64_t N = B * T, C = k_cfg.channels, NH = k_cfg.heads, t = g_size;
+    const int64_t whole = 16 * N * C + 4 * N + (int64_t)B * NH * T * T; /* tp = 1 */
+    const int64_t want = m.sp ? whole / t : 4 * N * C + 4 * N + (12 * N * C + (int64_t)B * NH * T * T) / t;
+    expect_int_eq(a.layer_floats, want);
+    if (g_rank == 0)
+      printf("tp %d sp %d: a layer keeps %lld floats per rank (tp 1: %lld, ratio %.3f)\n", g_size, m.sp,
+             (long long)a.layer_floats, (long long)whole, (double)a.layer_floats / (double)whole);
+  }
   zs_comm_stats_reset(g_world);
   double loss = NAN;
   expect_ok(gpt_tp_forward_backward(&m, &wv, &gv, &a, g_in, g_tg, &loss));

@@ -140,10 +140,17 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   } while (0)
     CARVE(a->resid, (a->L + 1) * Nr * C);
     for (int l = 0; l < a->L; l++) {
+      /* what one layer keeps from forward to backward, counted as carved */
+#undef CARVE
+#define CARVE(ptr, n)                                  \
+  do {                                                 \
+    if (pass) (ptr) = a->mem + off;                    \
+    else if (l == 0) a->layer_floats += (int64_t)(n);  \
+    off += ((size_t)(n) + 15) & ~(size_t)15;           \
+  } while (0)
       CARVE(a->blk[l].ln1, Nr * C);
       CARVE(a->blk[l].ln1_mean, Nr);
       CARVE(a->blk[l].ln1_rstd, Nr);
-      if (m->sp) CARVE(a->blk[l].ln1_full, N * C);
       CARVE(a->blk[l].qkv, N * 3 * Cl);
       CARVE(a->blk[l].att, (int64_t)B * NHl * T * T);
       CARVE(a->blk[l].atty, N * Cl);
@@ -151,14 +158,21 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
       CARVE(a->blk[l].ln2, Nr * C);
       CARVE(a->blk[l].ln2_mean, Nr);
       CARVE(a->blk[l].ln2_rstd, Nr);
-      if (m->sp) CARVE(a->blk[l].ln2_full, N * C);
       CARVE(a->blk[l].fc, N * 4 * Cl);
       CARVE(a->blk[l].gelu, N * 4 * Cl);
+#undef CARVE
+#define CARVE(ptr, n)                        \
+  do {                                       \
+    if (pass) (ptr) = a->mem + off;          \
+    off += ((size_t)(n) + 15) & ~(size_t)15; \
+  } while (0)
     }
+    if (!pass) a->layer_floats += Nr * C; /* and its input, a residual */
     CARVE(a->lnf, Nr * C);
     CARVE(a->lnf_mean, Nr);
     CARVE(a->lnf_rstd, Nr);
     if (m->sp) CARVE(a->lnf_full, N * C);
+    if (m->sp) CARVE(a->xg, N * C);
     CARVE(a->part, N * C);
     CARVE(a->logits, (int64_t)a->head_rows * V);
     CARVE(a->row_loss, a->head_rows);
@@ -178,8 +192,12 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
       if (!a->mem) return -1;
     }
   }
+  /* sp: a LayerNorm's gathered output is not kept per layer (it would cost the
+   * N x C per layer that sp saves): forward gathers it into xg for the
+   * column-parallel layer, backward gathers it again (Megatron does the same) */
   for (int l = 0; l < a->L; l++) {
     if (!m->sp) a->blk[l].ln1_full = a->blk[l].ln1, a->blk[l].ln2_full = a->blk[l].ln2;
+    else a->blk[l].ln1_full = a->blk[l].ln2_full = a->xg;
   }
   if (!m->sp) a->lnf_full = a->lnf;
   return 0;
@@ -345,6 +363,7 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   TRY(g_bwd(m, a, dres, &D));
   op_matmul_backward(a->d4, dw->mproj_w, NULL, D, k->gelu, w->mproj_w, N, 4 * Cl, C, 0);
   op_gelu_backward(a->d4, k->fc, a->d4, N * 4 * Cl);
+  if (m->sp) TRY(f_fwd(m, a, k->ln2, k->ln2_full)); /* gathered again */
   op_matmul_backward(a->dln, dw->fc_w, dw->fc_b, a->d4, k->ln2_full, w->fc_w, N, C, 4 * Cl, 0);
   TRY(f_bwd(m, a, a->dln, &dl));
   op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, dl, k->mid, w->ln2_w, k->ln2_mean, k->ln2_rstd, Nr, C);
@@ -353,6 +372,7 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   TRY(g_bwd(m, a, dres, &D));
   op_matmul_backward(a->datty, dw->proj_w, NULL, D, k->atty, w->proj_w, N, Cl, C, 0);
   op_attention_backward(a->dqkv, a->dtmp, a->datty, k->qkv, k->att, a->B, a->T, Cl, m->NHl);
+  if (m->sp) TRY(f_fwd(m, a, k->ln1, k->ln1_full)); /* gathered again */
   op_matmul_backward(a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, k->ln1_full, w->qkv_w, N, C, 3 * Cl, 0);
   TRY(f_bwd(m, a, a->dln, &dl));
   op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, dl, x_in, w->ln1_w, k->ln1_mean, k->ln1_rstd, Nr, C);

@@ -64,7 +64,7 @@ void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offse
 
 typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd; /* [Nr,C], [Nr], [Nr] */
-  float *ln1_full;                  /* sp: [N,C] gathered; else = ln1 */
+  float *ln1_full;                  /* the column-parallel layer's input: ln1, or (sp) xg */
   float *qkv;                       /* [N,3C/tp] */
   float *att;                       /* [B,NH/tp,T,T] */
   float *atty;                      /* [N,C/tp] */
@@ -81,12 +81,17 @@ typedef struct {
   float *resid;  /* [L+1][Nr, C] */
   gpt_tp_block_acts_t blk[GPT_MAX_LAYERS];
   float *lnf, *lnf_mean, *lnf_rstd, *lnf_full;
+  float *xg;    /* sp: [N,C] a LayerNorm's output gathered (forward, and again in backward) */
   float *part;  /* [N,C]: a row-parallel layer's partial sums / f's gathered gradient */
   float *dfull; /* [N,C]: sp: the gathered gradient of a region's output */
   float *dres;  /* [Nr,C] */
   float *dlnf;  /* [Nr,C] */
   float *d4, *dln, *datty, *dqkv, *dtmp;
   float *logits, *row_loss; /* [head_rows, vp.rows], [head_rows] */
+  /* floats one layer keeps from forward to backward: 4 Nr C + 4 Nr (LayerNorm
+   * outputs, statistics, residuals) + 12 N C/tp + B (NH/tp) T^2 (qkv, attention,
+   * MLP): with sp every term is 1/tp of the tp = 1 model's */
+  int64_t layer_floats;
   int head_rows;
   float *mem;
 } gpt_tp_acts_t;
