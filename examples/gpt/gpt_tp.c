@@ -220,6 +220,7 @@ void gpt_tp_acts_free(gpt_tp_acts_t *a) {
  * row-parallel one), plain or sequence-parallel
  * ========================================================================== */
 
+/* --- tp-boundaries begins --- */
 /* f forward: in [Nr,C] -> the [N,C] input of the column-parallel layer */
 static zs_status_t f_fwd(const gpt_tp_t *m, const gpt_tp_acts_t *a, const float *in, float *full) {
   if (m->sp) return zs_tp_sp_gather_forward(m->tp, in, full, (size_t)a->N, (size_t)m->c.channels, ZS_FP32, NULL);
@@ -260,6 +261,7 @@ static zs_status_t g_bwd(const gpt_tp_t *m, gpt_tp_acts_t *a, const float *d, co
   *full = d;
   return ZS_OK;
 }
+/* --- tp-boundaries ends --- */
 
 /* out[r] = x[r] + p[r] + b, over rows */
 static void add_bias_resid(float *out, const float *x, const float *p, const float *b, int64_t rows, int C) {
@@ -325,6 +327,7 @@ zs_status_t gpt_tp_embed_backward(const gpt_tp_t *m, gpt_embed_w_t *dw, const in
   return ZS_OK;
 }
 
+/* --- tp-block begins --- */
 zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
                                  const float *x_in, float *x_out) {
   const int C = m->c.channels, Cl = m->Cl;
@@ -349,6 +352,7 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
   add_bias_resid(x_out, k->mid, sum, w->mproj_b, Nr, C);
   return ZS_OK;
 }
+/* --- tp-block ends --- */
 
 zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                   gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,

@@ -1,14 +1,23 @@
-# The README's walk-through block must be examples/walkthrough/walkthrough.c's
-# region between the "walk-through begins/ends" markers, line for line.
-file(READ ${ROOT}/examples/walkthrough/walkthrough.c src)
+# A README code block must be a source file's marked region, line for line.
+#   -DROOT=<repo>                       the walk-through (the defaults below)
+#   -DSRC=<file> -DNAME=<marker name> -DTAG=<README tag>
+# The region lies between "/* --- NAME begins --- */" and "  /* --- NAME ends --- */"
+# (or "/* --- NAME ends --- */" at the start of a line); the README block between
+# "<!-- TAG -->\n```c\n" and "```\n<!-- /TAG -->".
+if(NOT SRC)
+  set(SRC ${ROOT}/examples/walkthrough/walkthrough.c)
+  set(NAME walk-through)
+  set(TAG walkthrough)
+endif()
+file(READ ${SRC} src)
 file(READ ${ROOT}/README.md readme)
-string(REGEX MATCH "/\\* --- walk-through begins --- \\*/\n(.*)  /\\* --- walk-through ends --- \\*/" m "${src}")
+string(REGEX MATCH "/\\* --- ${NAME} begins --- \\*/\n(.*\n)[ ]*/\\* --- ${NAME} ends --- \\*/" m "${src}")
 set(code "${CMAKE_MATCH_1}")
-string(REGEX MATCH "<!-- walkthrough -->\n```c\n(.*)```\n<!-- /walkthrough -->" m2 "${readme}")
+string(REGEX MATCH "<!-- ${TAG} -->\n```c\n(.*)```\n<!-- /${TAG} -->" m2 "${readme}")
 set(block "${CMAKE_MATCH_1}")
 if(NOT code)
-  message(FATAL_ERROR "markers not found in walkthrough.c")
+  message(FATAL_ERROR "markers '${NAME}' not found in ${SRC}")
 endif()
 if(NOT code STREQUAL block)
-  message(FATAL_ERROR "README.md's walk-through differs from examples/walkthrough/walkthrough.c: copy the region between the markers")
+  message(FATAL_ERROR "README.md's '${TAG}' block differs from ${SRC}: copy the region between the '${NAME}' markers")
 endif()
