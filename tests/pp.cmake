@@ -9,10 +9,16 @@ endif()
 #   test_pp_run       each rank a stage of a toy model (pp_toy.h), every kind at several m, callbacks on the host
 #                     or on a stream: received tensors, loss and every stage's gradients equal a float64
 #                     single-process reference, the pp comm's bytes equal the schedule's, no allocation in a
-#                     step; a 2x2 mesh; bad configs give the same error on every rank
+#                     step; a 2x2 mesh; bad configs give the same error on every rank. _staged_np3: the
+#                     same through the mpi comm's device-buffer staging, host functions on one shared
+#                     thread as CUDA runs them
 if(TARGET zs_pp AND ZS_HAVE_MPI)
   zs_add_test(NAME test_pp_run SOURCES test_pp_run.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm zs_mesh zs_pp RANKS 1 2 3 4 TIMEOUT 90)
+  add_test(NAME test_pp_run_staged_np3
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:test_pp_run>)
+  set_tests_properties(test_pp_run_staged_np3 PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 90
+                       ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1;ZS_CPU_SHARED_HOST_THREAD=1")
 endif()
 #   test_pp_timeout   the last stage never runs its step: the others' zs_pp_run returns ZS_ERR_TIMEOUT after
 #                     ZS_COMM_TIMEOUT_S=2 (not a hang), a second step ZS_ERR_STATE, and every process exits
