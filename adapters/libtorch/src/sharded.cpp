@@ -350,6 +350,7 @@ zs_step_report_t Sharded::step() {
   zs_step_report_t rep;
   check_(zs_step(zs_, &rep), "zs_step");
   phase_ = Phase::Idle;
+  for (auto &u : units_) u->gathered_bwd = u->reduced = false, u->pending = 0;
   return rep;
 }
 

@@ -1,0 +1,33 @@
+# Owner: libtorch adapter (adapters/libtorch), registered only where it was built
+# (Torch found: cmake/zs_torch.cmake; scripts/test installs it so CI runs these).
+#   libtorch_mlp_parity  examples/libtorch at stages 0-3 and offload (1-3), grad_accum 2 and 1:
+#                        losses of 10 steps and final parameters equal plain libtorch + AdamW
+#                        (decay on matrices only, clipping acting) on the global batch to 1e-5
+#   test_libtorch        parameters/gradients are views of the engine's buffers (resident at 0-2,
+#                        empty outside gather at 3, persistent units), a hand-written forward with
+#                        UnitGuard (residuals, a unit unused every other step) against plain libtorch
+#                        at stages 0 and 3, checkpoint resume across stages and the safetensors
+#                        export under named_parameters() names, bf16 parameters, misuse errors
+#   test_libtorch_mem    accountant = ZeRO formulas (fp32 AdamW) at stages 0-3; stage 3 resident
+#                        set grows by the engine's bytes, not by a second model copy
+if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
+  function(zs_libtorch_mpi_test name exe ranks)
+    foreach(n ${ranks})
+      add_test(NAME ${name}_np${n}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe $<TARGET_FILE:${exe}> ${ARGN})
+      set_tests_properties(${name}_np${n} PROPERTIES LABELS "mpi;libtorch" SKIP_RETURN_CODE 77 TIMEOUT 120
+                           ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    endforeach()
+  endfunction()
+
+  if(TARGET zs-libtorch-mlp)
+    zs_libtorch_mpi_test(libtorch_mlp_parity zs-libtorch-mlp "1;2;4" --all)
+  endif()
+  foreach(t test_libtorch test_libtorch_mem)
+    add_executable(${t} ${t}.cpp test_comm_lsan.c)
+    target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+    target_link_libraries(${t} PRIVATE zeroshard_torch PkgConfig::CJSON)
+  endforeach()
+  zs_libtorch_mpi_test(test_libtorch test_libtorch "1;2")
+  zs_libtorch_mpi_test(test_libtorch_mem test_libtorch_mem "2;4")
+endif()
