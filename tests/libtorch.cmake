@@ -31,3 +31,6 @@ if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
   zs_libtorch_mpi_test(test_libtorch test_libtorch "1;2")
   zs_libtorch_mpi_test(test_libtorch_mem test_libtorch_mem "2;4")
 endif()
+# README.md's before/after excerpt is the example's marked regions (no Torch needed)
+add_test(NAME readme_libtorch
+         COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/adapters/libtorch/check_readme.cmake)

@@ -1,0 +1,18 @@
+# README.md's libtorch before/after blocks must be examples/libtorch/mlp.cpp's
+# regions between the "plain libtorch" and "zeroshard" begins/ends markers.
+file(READ ${ROOT}/examples/libtorch/mlp.cpp src)
+file(READ ${ROOT}/README.md readme)
+foreach(pair "plain libtorch;libtorch-before" "zeroshard;libtorch-after")
+  list(GET pair 0 marker)
+  list(GET pair 1 tag)
+  string(REGEX MATCH "// --- ${marker} begins ---\n(.*)  // --- ${marker} ends ---" m "${src}")
+  set(code "${CMAKE_MATCH_1}")
+  string(REGEX MATCH "<!-- ${tag} -->\n```cpp\n(.*)```\n<!-- /${tag} -->" m2 "${readme}")
+  set(block "${CMAKE_MATCH_1}")
+  if(NOT code)
+    message(FATAL_ERROR "the '${marker}' markers are not in examples/libtorch/mlp.cpp")
+  endif()
+  if(NOT code STREQUAL block)
+    message(FATAL_ERROR "README.md's ${tag} block differs from examples/libtorch/mlp.cpp: copy the region between the '${marker}' markers")
+  endif()
+endforeach()
