@@ -26,6 +26,7 @@ void gpt_opts_default(gpt_opts_t *o) {
   o->lr_schedule = ZS_SCHED_COSINE;
   o->warmup = -1;
   o->tp = 1;
+  o->ps_staleness = -1;
   o->val_every = 0;
   o->val_seqs = 32;
 }
@@ -57,6 +58,10 @@ void gpt_opts_usage(FILE *f) {
           "          shards over the world / N data-parallel ranks; cpu device)\n"
           "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
           "  --device cpu|cuda (cpu)\n"
+          "  --ps-servers S (0: a parameter server instead of the engine: the first S ranks hold the\n"
+          "                 parameters and AdamW state, the others are workers; --batch is over the workers)\n"
+          "  --ps-mode sync|async (sync)  --ps-staleness T (async: a worker at most T steps ahead of\n"
+          "                 the slowest; default no bound)\n"
           "checkpoints:\n"
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
           "  --save DIR (at the end)  --save-every N (also every N steps)\n"
@@ -72,7 +77,7 @@ static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
-    "--lr-schedule", "--warmup", "--min-lr", "--lr-steps",
+    "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
 };
 
 static int is_valued(const char *name) {
@@ -160,6 +165,8 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--save-every", save_every, 0, 1 << 30)
     INT_FLAG("--warmup", warmup, 0, 1 << 30)
     INT_FLAG("--lr-steps", lr_steps, 0, 1 << 30)
+    INT_FLAG("--ps-servers", ps_servers, 0, 1 << 20)
+    INT_FLAG("--ps-staleness", ps_staleness, 0, 1 << 30)
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;
     else if (!strcmp(name, "--export")) o->export_path = val;
@@ -191,6 +198,11 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       else bad = 1;
     }
     else if (!strcmp(name, "--data")) { o->data = val; }
+    else if (!strcmp(name, "--ps-mode")) {
+      if (!strcmp(val, "sync")) o->ps_async = 0;
+      else if (!strcmp(val, "async")) o->ps_async = 1;
+      else bad = 1;
+    }
     else {
       snprintf(err, n, "unknown flag %s (see --help)", name);
       return -1;

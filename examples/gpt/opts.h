@@ -36,6 +36,10 @@ typedef struct {
   int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
   int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
   int device_cuda;
+  /* parameter server (trainer_ps.c): the first ps_servers ranks serve, the rest are workers */
+  int ps_servers;       /* 0: the engine, no parameter server */
+  int ps_async;         /* --ps-mode async (default sync) */
+  int ps_staleness;     /* --ps-staleness T; -1: not given (async: no bound) */
   /* data and evaluation */
   const char *data;     /* NULL: the license texts */
   int val_every;        /* 0: validate at the start and the end only */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "opts.h"
+#include "trainer_ps.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #include "zeroshard/status.h"
@@ -35,6 +36,7 @@ typedef struct {
   gpt_rank_mem_t *ranks;  /* world entries */
   float *final_params;    /* with o->collect_params: the final parameters, whole (unsplit), in
                              gpt.h's table order, on every rank (params floats) */
+  gpt_ps_info_t ps;       /* --ps-servers: the parameter server's figures */
   char err[512];          /* why it failed */
 } gpt_result_t;
 
@@ -43,6 +45,9 @@ typedef struct {
  * rank when the failure is collective, e.g. a configuration the engine rejects). */
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);
 void gpt_result_free(gpt_result_t *res);
+/* --ps-servers S: the same run through a parameter server (trainer_ps.c) instead
+ * of the engine; gpt_train_run calls it. Collective over comm. */
+zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);
 /* The --json document. */
 void gpt_result_json(const gpt_result_t *res, const gpt_opts_t *o, FILE *f);
 
