@@ -156,6 +156,58 @@ static void test_layouts(void) {
   if (!ran) zs_test_skip("no layout for this world size (2 or 4 ranks)");
 }
 
+/* A tp checkpoint (one part per tp rank, dir/mp<r>): 5 + 5 steps equal the 10
+ * steps bit for bit at the same layout; another layout is refused on every rank
+ * with the reason. */
+static void test_resume(void) {
+  if (g_size < 2) zs_test_skip("tp needs 2 ranks");
+  char dir[128] = {0};
+  if (g_rank == 0) {
+    snprintf(dir, sizeof dir, "/tmp/zs-gpt-tp-ckpt-XXXXXX");
+    if (!mkdtemp(dir)) dir[0] = 0;
+  }
+  assert_ok(zs_comm_broadcast(g_world, dir, dir, sizeof dir, ZS_UINT8, 0, NULL));
+  assert_true(dir[0] != 0);
+  gpt_opts_t o;
+  gpt_result_t whole, r;
+  tiny(&o);
+  o.tp = 2, o.sequence_parallel = 1, o.stage = g_size > 2 ? 3 : 1, o.lr_steps = STEPS;
+  assert_ok(gpt_train_run(&o, g_dev, g_world, &whole));
+  o.steps = STEPS / 2, o.save = dir;
+  assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
+  gpt_result_free(&r);
+  o.save = NULL, o.load = dir;
+  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("resume: %s", r.err);
+  for (int i = 0; st == ZS_OK && i < STEPS / 2; i++)
+    if (r.losses[i] != whole.losses[STEPS / 2 + i]) {
+      ZS_T_REPORT("resume: step %d loss %.9g vs %.9g without the checkpoint", STEPS / 2 + i, (double)r.losses[i],
+                  (double)whole.losses[STEPS / 2 + i]);
+      break;
+    }
+  if (st == ZS_OK)
+    expect_true(!memcmp(r.final_params, whole.final_params, (size_t)g_nparams * sizeof(float)));
+  gpt_result_free(&r);
+  gpt_result_free(&whole);
+  /* another layout: no tp, or another tp */
+  o.tp = 1, o.sequence_parallel = 0;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
+  expect_str_contains(r.err, "model-parallel");
+  gpt_result_free(&r);
+  if (g_size == 4) {
+    o.tp = 4;
+    expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
+    expect_str_contains(r.err, "part");
+    gpt_result_free(&r);
+  }
+  zs_comm_barrier(g_world, NULL);
+  if (g_rank == 0) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  }
+}
+
 /* what a user meets: the same message on every rank, nothing run */
 static void test_refusals(void) {
   gpt_opts_t o;
@@ -172,9 +224,9 @@ static void test_refusals(void) {
   gpt_result_free(&r);
   if (g_size >= 2) {
     tiny(&o);
-    o.tp = 2, o.save = "/nonexistent/never-written";
+    o.tp = 2, o.export_path = "/nonexistent/never-written.safetensors";
     expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
-    expect_str_contains(r.err, "--save");
+    expect_str_contains(r.err, "--export");
     gpt_result_free(&r);
   }
 }
@@ -189,6 +241,7 @@ int main(int argc, char **argv) {
   zs_t_rank = g_rank;
   zs_test_run(test_reference);
   zs_test_run(test_layouts);
+  zs_test_run(test_resume);
   zs_test_run(test_refusals);
   free(g_ref_params);
   int rc = zs_test_finish();

@@ -163,10 +163,11 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (o->sequence_parallel && t->tp < 2)
     return fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
   if (t->tp == 1) return ZS_OK;
-  if (o->save || o->load || o->export_path)
+  if (o->export_path) /* checkpoints are per tp part (dir/mp<r>); an export needs whole tensors */
     return fail(res, ZS_ERR_UNSUPPORTED, "--tp",
-                "checkpoints and exports of a tensor-parallel run are not written yet (each tp rank holds a "
-                "different part of every split tensor): drop --save/--load/--export or --tp");
+                "--export of a tensor-parallel run is not written yet (each tp rank holds a different part of "
+                "every split tensor): export from a run without --tp (--load takes a tp checkpoint only with "
+                "the same --tp)");
 #ifndef ZS_GPT_TP
   return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
 #else

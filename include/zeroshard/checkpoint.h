@@ -56,13 +56,24 @@
 extern "C" {
 #endif
 
-/* Saves into `dir` (created if missing; its parent must exist). */
+/* Saves into `dir` (created if missing; its parent must exist).
+ * Model parallelism (an engine with a model-parallel group of 2+ ranks:
+ * zs_engine_set_model_parallel, or a mesh with tp/pp dimensions): each part of
+ * the model is a whole checkpoint of its own in dir/mp<r> (r = the part's rank
+ * in the model-parallel group), its manifest recording the group's size and r;
+ * every save, load and their agreements then span the whole mesh (call them on
+ * every rank of it). */
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
 /* Loads the checkpoint in `dir` into an engine that was set up with the same
- * parameters (names, shapes, order); restores the step count and loss scale. */
+ * parameters (names, shapes, order); restores the step count and loss scale.
+ * A model-parallel checkpoint loads only into the layout that saved it (the
+ * same model-parallel size; data-parallel size and stage may differ): another
+ * one, or a checkpoint of the other kind, is ZS_ERR_MISMATCH on every rank. */
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
 /* Writes every parameter's full fp32 master values to `path` in the safetensors
- * format (tensor names as declared, "__metadata__" with the step), from rank 0. */
+ * format (tensor names as declared, "__metadata__" with the step), from rank 0.
+ * A model-parallel engine holds parts of tensors: ZS_ERR_UNSUPPORTED on every
+ * rank (the trainer, which knows how each tensor was split, assembles them). */
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path);
 
 /* Offline, on one process, without an engine or MPI (build/bin/zs-ckpt wraps

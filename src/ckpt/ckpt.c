@@ -68,7 +68,9 @@ int zs__ck_manifest_sealed(const char *text, size_t n, uint32_t *crc, size_t *bo
 
 /* v[0..n) = element-wise max over ranks, through the engine's scratch (no
  * allocation: see xdev in engine_impl.h). n <= zs->xcount. */
-zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n) {
+zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n) { return zs__ck_max_i64_in(zs, v, n, 1); }
+
+zs_status_t zs__ck_max_i64_in(zs_engine_t *zs, int64_t *v, int n, int mesh) {
   if (n > zs->xcount) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "checkpoint: %d values exceed the scratch", n);
   size_t bytes = (size_t)n * sizeof(int64_t);
   zs_status_t st;
@@ -76,6 +78,9 @@ zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n) {
   if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, zs->compute)) == ZS_OK &&
       (zs->world == 1 ||
        (st = zs_comm_all_reduce(zs->comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, ZS_MAX, zs->compute)) == ZS_OK) &&
+      /* with a model-parallel group every checkpoint agreement spans the mesh */
+      (!mesh || !zs__ck_mp_size(zs) ||
+       (st = zs_comm_all_reduce(zs->mp_comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, ZS_MAX, zs->compute)) == ZS_OK) &&
       (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, zs->compute)) == ZS_OK &&
       (st = zs_stream_synchronize(zs->dev, zs->compute)) == ZS_OK)
     memcpy(v, zs->xhost, bytes);
@@ -85,14 +90,32 @@ zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n) {
 /* Every rank learns whether every rank succeeded. A failing rank keeps its own
  * status and message; the others report the failing rank. */
 zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what) {
-  int64_t v = mine == ZS_OK ? 0 : ((int64_t)mine << 24) | (int64_t)zs->rank;
+  int64_t v = mine == ZS_OK ? 0 : ((int64_t)mine << 40) | ((int64_t)zs->mp_rank << 20) | (int64_t)zs->rank;
   zs_status_t st = zs__ck_max_i64(zs, &v, 1);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: exchanging the outcome between ranks failed: %s", what, zs_last_error());
   if (v == 0) return ZS_OK;
   if (mine != ZS_OK) return mine;
-  zs_status_t other = (zs_status_t)(v >> 24);
-  return ZS_FAIL(zs->err, other, "%s failed on rank %d (%s): see that rank's message", what, (int)(v & 0xffffff),
+  zs_status_t other = (zs_status_t)(v >> 40);
+  int rank = (int)(v & 0xfffff), mp = (int)((v >> 20) & 0xfffff);
+  if (zs__ck_mp_size(zs))
+    return ZS_FAIL(zs->err, other, "%s failed on data-parallel rank %d of model-parallel rank %d (%s): see that rank's "
+                   "message", what, rank, mp, zs_status_name(other));
+  return ZS_FAIL(zs->err, other, "%s failed on rank %d (%s): see that rank's message", what, rank,
                  zs_status_name(other));
+}
+
+int zs__ck_mp_size(const zs_engine_t *zs) {
+  int n = zs->mp_comm ? zs_comm_size(zs->mp_comm) : 1;
+  return n > 1 ? n : 0;
+}
+
+char *zs__ck_dir(const zs_engine_t *zs, const char *dir) {
+  size_t n = strlen(dir) + 32;
+  char *out = malloc(n);
+  if (!out) return NULL;
+  if (zs__ck_mp_size(zs)) snprintf(out, n, "%s/mp%d", dir, zs->mp_rank);
+  else snprintf(out, n, "%s", dir);
+  return out;
 }
 
 /* ---- common ------------------------------------------------------------------------ */

@@ -77,7 +77,16 @@ _Static_assert(sizeof(ck_block_head_t) == 40, "block header layout");
 uint32_t zs__ck_crc(const void *p, size_t n);
 uint32_t zs__ck_crc_more(uint32_t c, const void *p, size_t n);
 zs_status_t zs__ck_max_i64(zs_engine_t *zs, int64_t *v, int n);
+/* mesh 0: over the engine's data-parallel comm only (what one part's files share) */
+zs_status_t zs__ck_max_i64_in(zs_engine_t *zs, int64_t *v, int n, int mesh);
 zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what);
+/* The model-parallel group's size when it has more than one rank, else 0. With
+ * one, every agreement above spans the mesh, and each model-parallel rank keeps
+ * its part of the model in its own checkpoint under dir/mp<rank> (zs__ck_dir):
+ * a whole checkpoint of that part, its manifest naming the group's size and rank. */
+int zs__ck_mp_size(const zs_engine_t *zs);
+/* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
+char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
 zs_status_t zs__ck_drain(zs_engine_t *zs);
 float *zs__ck_state_base(const zs_unit_t *u, int kind);
@@ -99,6 +108,7 @@ typedef struct {
   uint64_t id;
   uint32_t crc; /* its checksum, which every rank file records */
   int world, nfiles, stage;
+  int mp_size, mp_rank; /* the model-parallel part this is (1, 0 without) */
   int64_t step, good_steps, hysteresis_left;
   double loss_scale;
   int has[K_COUNT];

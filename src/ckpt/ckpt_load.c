@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "ckpt/ckpt_impl.h"
 
 /* Optimizer state to the engine from pinned host memory: it lives on the host
@@ -38,6 +40,12 @@ static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape
 /* The manifest against the engine's declaration and optimizer state: another
  * model is ZS_ERR_MISMATCH (the manifest itself has passed its checks). */
 static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
+  int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
+  if (m->mp_size != mp || m->mp_rank != (mp > 1 ? zs->mp_rank : 0))
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "zs_checkpoint_load: the checkpoint holds model-parallel part %d of %d, this engine is part %d of %d "
+                   "(load a model-parallel checkpoint with the layout that saved it)",
+                   m->mp_rank, m->mp_size, mp > 1 ? zs->mp_rank : 0, mp);
   for (int k = K_M; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k) && !m->has[k])
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
@@ -127,8 +135,19 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
   return ZS_OK;
 }
 
-zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir) {
-  ZS_CHECK(zs__ck_check_call(zs, dir, "zs_checkpoint_load"));
+static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
+
+zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
+  ZS_CHECK(zs__ck_check_call(zs, top, "zs_checkpoint_load"));
+  char *dir = zs__ck_dir(zs, top); /* top, or top/mp<rank> for a model-parallel part */
+  zs_status_t st = dir ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
+  if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);
+  free(dir);
+  return st;
+}
+
+static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir) {
   /* a running delayed update finishes first (it writes the master); it is
    * dropped only once the load is certain */
   zs_status_t st = zs__eng_dpu_join(zs);
@@ -137,6 +156,20 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir) {
   manifest_t m;
   staging_t s = {0};
   st = zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load");
+  if (st != ZS_OK) { /* a checkpoint of the other kind (model-parallel or not) says so */
+    char probe[CK_PATH + 32];
+    struct stat sb;
+    if (zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/manifest.json", top), stat(probe, &sb) == 0))
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s was saved without model parallelism; this engine "
+                   "is model-parallel part %d of %d and reads %s", top, zs->mp_rank, zs__ck_mp_size(zs), dir);
+    else if (zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0))
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s holds no part %d (%s): it was saved by a run with "
+                   "fewer model-parallel ranks than this one's %d; load it with the layout that saved it", top,
+                   zs->mp_rank, dir, zs__ck_mp_size(zs));
+    else if (!zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0))
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s was saved by a model-parallel run (one part per "
+                   "mp<rank> folder): load it with the layout that saved it", top);
+  }
   int have_m = st == ZS_OK;
   if (st == ZS_OK) st = check_manifest(zs, &m);
   if (st == ZS_OK) st = read_all(zs, dir, &m, &s);

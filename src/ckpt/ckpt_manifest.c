@@ -110,6 +110,14 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
   m->world = (int)world->valuedouble;
   if (!num_ok(stage, 0, 3)) BAD("%s: %s has no valid stage (0..3)", fn, path);
   m->stage = (int)stage->valuedouble;
+  const cJSON *mps = get(j, "mp_size"), *mpr = get(j, "mp_rank");
+  m->mp_size = 1, m->mp_rank = 0;
+  if (mps || mpr) {
+    if (!num_ok(mps, 2, CK_MAX_WORLD) || !num_ok(mpr, 0, mps->valuedouble - 1))
+      BAD("%s: %s: mp_size and mp_rank are not a model-parallel size (2..%d) and a rank below it", fn, path,
+          CK_MAX_WORLD);
+    m->mp_size = (int)mps->valuedouble, m->mp_rank = (int)mpr->valuedouble;
+  }
   const cJSON *step = get(j, "step"), *ls = get(j, "loss_scale"), *gs = get(j, "good_steps"),
               *hl = get(j, "hysteresis_left");
   if (!num_ok(step, 0, 9e15)) BAD("%s: %s: step is missing or not an integer in 0..9e15", fn, path);

@@ -68,6 +68,11 @@ static zs_status_t st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
   static const char fn[] = "zs_export_safetensors";
   ZS_CHECK(zs__ck_check_call(zs, path, fn));
+  if (zs__ck_mp_size(zs)) /* the same answer on every rank: nothing is written */
+    return ZS_FAIL(zs->err, ZS_ERR_UNSUPPORTED,
+                   "%s: this engine holds model-parallel part %d of %d, whose tensors are parts of the model's: "
+                   "assemble whole tensors from every part (the trainer knows how each was split) and write those",
+                   fn, zs->mp_rank, zs__ck_mp_size(zs));
   ZS_CHECK(zs_flush(zs));
   zs_status_t st = ZS_OK;
   char tmp[CK_PATH + 8];

@@ -166,6 +166,10 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
   cJSON_AddNumberToObject(m, "version", CK_VERSION);
   cJSON_AddStringToObject(m, "id", idbuf);
   cJSON_AddNumberToObject(m, "world", zs->world);
+  if (zs__ck_mp_size(zs)) { /* this part's place in the model-parallel group */
+    cJSON_AddNumberToObject(m, "mp_size", zs__ck_mp_size(zs));
+    cJSON_AddNumberToObject(m, "mp_rank", zs->mp_rank);
+  }
   cJSON_AddNumberToObject(m, "stage", zs->cfg.stage);
   cJSON_AddNumberToObject(m, "step", (double)zs->step);
   cJSON_AddNumberToObject(m, "loss_scale", zs->loss_scale);
@@ -256,8 +260,19 @@ static void remove_stale(const char *dir, uint64_t id) {
   closedir(d);
 }
 
-zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir) {
-  ZS_CHECK(zs__ck_check_call(zs, dir, "zs_checkpoint_save"));
+static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
+
+zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
+  ZS_CHECK(zs__ck_check_call(zs, top, "zs_checkpoint_save"));
+  char *dir = zs__ck_dir(zs, top); /* top, or top/mp<rank> for a model-parallel part */
+  zs_status_t st = dir ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
+  st = zs__ck_agree(zs, st, "zs_checkpoint_save: naming the directory");
+  if (st == ZS_OK) st = zs_checkpoint_save_in(zs, top, dir);
+  free(dir);
+  return st;
+}
+
+static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir) {
   ZS_CHECK(zs_flush(zs));
   ZS_CHECK(zs__ck_drain(zs));
   /* an id for this save's files, from rank 0's clock */
@@ -270,7 +285,9 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir) {
   zs_status_t st = zs__ck_max_i64(zs, &id, 1);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_save: agreeing on an id failed: %s", zs_last_error());
   st = ZS_OK;
-  if (zs->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+  if (zs->rank == 0 && strcmp(dir, top) && mkdir(top, 0777) != 0 && errno != EEXIST)
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: cannot create directory %s: %s", top, strerror(errno));
+  if (st == ZS_OK && zs->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: cannot create directory %s: %s", dir, strerror(errno));
   struct stat sb;
   if (st == ZS_OK && zs->rank == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
@@ -283,8 +300,8 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir) {
   st = zs->rank == 0 ? make_manifest(zs, (uint64_t)id, &text, &mcrc) : ZS_OK;
   st = zs__ck_agree(zs, st, "zs_checkpoint_save: making the manifest");
   if (st == ZS_OK) {
-    int64_t v = mcrc; /* 0 on the other ranks */
-    st = zs__ck_max_i64(zs, &v, 1);
+    int64_t v = mcrc; /* 0 on the other ranks; each model-parallel part has its own */
+    st = zs__ck_max_i64_in(zs, &v, 1, 0);
     if (st != ZS_OK)
       st = ZS_FAIL(zs->err, st, "zs_checkpoint_save: sharing the manifest's checksum failed: %s", zs_last_error());
     else
