@@ -289,6 +289,21 @@ static void test_resume(void) {
     }
     gpt_result_free(&r);
   }
+  /* --export, then --init-from that file: the exported model's validation
+   * loss, at another stage */
+  char path[192];
+  snprintf(path, sizeof path, "%s/final.safetensors", dir);
+  o.load = NULL, o.stage = 1, o.steps = 2, o.export_path = path;
+  gpt_result_t first;
+  assert_ok(gpt_train_run(&o, g_dev, g_world, &first));
+  o.export_path = NULL, o.init_from = path, o.steps = 0, o.stage = 3;
+  if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("--init-from: %s", r.err);
+  else expect_near(r.val_loss, first.val_loss, 1e-6, 0);
+  gpt_result_free(&r);
+  gpt_result_free(&first);
+  o.init_from = "/nonexistent/weights.safetensors";
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
+  gpt_result_free(&r);
   zs_comm_barrier(g_world, NULL);
   if (g_rank == 0) {
     char cmd[160];

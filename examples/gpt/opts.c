@@ -66,6 +66,8 @@ void gpt_opts_usage(FILE *f) {
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
           "  --save DIR (at the end)  --save-every N (also every N steps)\n"
           "  --export FILE.safetensors (the final fp32 weights, for Python tools)\n"
+          "  --init-from FILE|DIR (start from pretrained weights: a Hugging Face GPT-2 model.safetensors or\n"
+          "                        sharded directory, or an --export file; --load wins over it)\n"
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
           "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
@@ -76,7 +78,7 @@ void gpt_opts_usage(FILE *f) {
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
-    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export",
+    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
 };
 
@@ -170,6 +172,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;
     else if (!strcmp(name, "--export")) o->export_path = val;
+    else if (!strcmp(name, "--init-from")) o->init_from = val;
     else if (!strcmp(name, "--seed")) {
       char *end;
       errno = 0;

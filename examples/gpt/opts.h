@@ -26,6 +26,7 @@ typedef struct {
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */
   int save_every;
   const char *export_path; /* --export FILE.safetensors: the final weights */
+  const char *init_from;   /* --init-from FILE|DIR: pretrained weights (safetensors, HF GPT-2 names) */
   int prefetch;         /* -1: the engine's default */
   int shard_group;      /* hybrid sharding: ranks per shard group (0: all ranks) */
   /* the learning-rate schedule (zeroshard/config.h), peak --lr */

@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "init_from.h"
 #include "trainer_impl.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/config_load.h"
@@ -344,6 +345,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     return fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
     return fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
+  if (o->init_from && !o->load && (st = gpt_init_from(t->zs, o->init_from, res->err, sizeof res->err)) != ZS_OK)
+    return st; /* res->err says which tensor or option */
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
   TRY(set_schedule(t, res));
 
@@ -577,6 +580,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
 }
 
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
+  if (o->ps_servers > 0) return gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
   memset(res, 0, sizeof *res);
   res->val_loss = NAN;
   trainer_t t;
@@ -650,7 +654,9 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   for (int i = 0; i < r->world; i++)
     fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld}", i ? ", " : "",
             r->ranks[i].rank, (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes);
-  fprintf(f, "]}\n");
+  fprintf(f, "]");
+  gpt_ps_info_json(&r->ps, f);
+  fprintf(f, "}\n");
 }
 
 int gpt_threads_auto(int ranks_here) {
