@@ -12,6 +12,7 @@
  * layers, 32 channels, 4 heads, seq 16, vocabulary 259 (slices of 130/129 rows
  * at tp 2 and 65 at tp 4, one padding row). Also the refusals a user meets. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,62 @@ static void test_resume(void) {
   }
 }
 
+/* --export of a tp run: the file a run without tp writes (header byte for
+ * byte: names, shapes, order, offsets, step), values as the parity above */
+static void test_export(void) {
+  if (g_size < 2) zs_test_skip("tp needs 2 ranks");
+  char dir[128] = {0};
+  if (g_rank == 0) {
+    snprintf(dir, sizeof dir, "/tmp/zs-gpt-tp-export-XXXXXX");
+    if (!mkdtemp(dir)) dir[0] = 0;
+  }
+  assert_ok(zs_comm_broadcast(g_world, dir, dir, sizeof dir, ZS_UINT8, 0, NULL));
+  assert_true(dir[0] != 0);
+  char plain[192], split[192];
+  snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
+  snprintf(split, sizeof split, "%s/tp.safetensors", dir);
+  gpt_opts_t o;
+  gpt_result_t r;
+  tiny(&o);
+  o.steps = 3, o.export_path = plain;
+  assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
+  gpt_result_free(&r);
+  o.tp = g_size, o.stage = 3, o.export_path = split;
+  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("tp export: %s", r.err);
+  gpt_result_free(&r);
+  if (g_rank == 0 && st == ZS_OK) {
+    FILE *a = fopen(plain, "rb"), *b = fopen(split, "rb");
+    assert_true(a && b);
+    fseek(a, 0, SEEK_END), fseek(b, 0, SEEK_END);
+    long na = ftell(a), nb = ftell(b);
+    expect_int_eq(na, nb);
+    rewind(a), rewind(b);
+    unsigned char *x = malloc((size_t)na), *y = malloc((size_t)nb);
+    expect_true(fread(x, 1, (size_t)na, a) == (size_t)na && fread(y, 1, (size_t)nb, b) == (size_t)nb);
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)x[k] << (8 * k);
+    expect_true(na == nb && !memcmp(x, y, 8 + (size_t)hl)); /* the header, byte for byte */
+    const float *fx = (const float *)(x + 8 + hl), *fy = (const float *)(y + 8 + hl);
+    int64_t nf = (na - 8 - (long)hl) / 4;
+    expect_int_eq(nf, g_nparams);
+    double worst = 0, scale = 0;
+    for (int64_t k = 0; k < nf && na == nb; k++) scale = fmax(scale, fabs(fx[k]));
+    for (int64_t k = 0; k < nf && na == nb; k++) worst = fmax(worst, fabs((double)fx[k] - fy[k]));
+    expect_true(worst <= 1e-5 * scale);
+    fprintf(stderr, "tp export: header of %llu bytes identical, values within %.2g of the largest\n",
+            (unsigned long long)hl, worst / scale);
+    free(x), free(y);
+    fclose(a), fclose(b);
+  }
+  zs_comm_barrier(g_world, NULL);
+  if (g_rank == 0) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  }
+}
+
 /* what a user meets: the same message on every rank, nothing run */
 static void test_refusals(void) {
   gpt_opts_t o;
@@ -224,8 +281,8 @@ static void test_refusals(void) {
   gpt_result_free(&r);
   if (g_size >= 2) {
     tiny(&o);
-    o.tp = 2, o.export_path = "/nonexistent/never-written.safetensors";
-    expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
+    o.tp = 2, o.steps = 1, o.export_path = "/nonexistent/never-written.safetensors";
+    expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
     expect_str_contains(r.err, "--export");
     gpt_result_free(&r);
   }
@@ -242,6 +299,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_reference);
   zs_test_run(test_layouts);
   zs_test_run(test_resume);
+  zs_test_run(test_export);
   zs_test_run(test_refusals);
   free(g_ref_params);
   int rc = zs_test_finish();

@@ -164,11 +164,6 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (o->sequence_parallel && t->tp < 2)
     return fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
   if (t->tp == 1) return ZS_OK;
-  if (o->export_path) /* checkpoints are per tp part (dir/mp<r>); an export needs whole tensors */
-    return fail(res, ZS_ERR_UNSUPPORTED, "--tp",
-                "--export of a tensor-parallel run is not written yet (each tp rank holds a different part of "
-                "every split tensor): export from a run without --tp (--load takes a tp checkpoint only with "
-                "the same --tp)");
 #ifndef ZS_GPT_TP
   return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
 #else
@@ -510,48 +505,6 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   return ZS_OK;
 }
 
-/* The final parameters, whole, on every rank: zs_param_get gives this rank's
- * part; with --tp the parts of a tp group are all-gathered and placed where
- * gpt_tp_full_index says. */
-static zs_status_t collect_params(trainer_t *t, gpt_result_t *res) {
-  int64_t most = 0;
-  for (int i = 0; i < t->np; i++) most = t->info[i].numel > most ? t->info[i].numel : most;
-  res->final_params = calloc((size_t)gpt_param_count(&t->mc), sizeof(float));
-  float *mine = malloc((size_t)most * sizeof(float)), *all = malloc((size_t)most * t->tp * sizeof(float));
-  zs_status_t st = res->final_params && mine && all ? ZS_OK : ZS_ERR_NOMEM;
-  int64_t off = 0;
-  for (int pid = 0; st == ZS_OK && pid < t->np; pid++) {
-    const int i = t->tidx[pid]; /* declared in table order: pid == i */
-    const int64_t n = t->info[i].numel;
-    gpt_param_info_t whole;
-    gpt_param_info(&t->mc, i, &whole);
-    if ((st = zs_param_get(t->zs, pid, mine)) != ZS_OK) break;
-    if (t->tp == 1) {
-      memcpy(res->final_params + off, mine, (size_t)n * sizeof(float));
-    } else {
-#ifdef ZS_GPT_TP
-      if ((st = zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL)) != ZS_OK) break;
-      for (int r = 0; r < t->tp; r++) {
-        gpt_tp_t pr;
-        char err[128];
-        if (gpt_tp_plan(&pr, &t->mc, t->tp, r, 0, err, sizeof err)) { /* cannot fail: setup made rank r's */
-          st = ZS_ERR_INVALID;
-          break;
-        }
-        for (int64_t e = 0; e < n; e++) {
-          int64_t f = gpt_tp_full_index(&pr, i, e);
-          if (f >= 0) res->final_params[off + f] = all[(int64_t)r * n + e];
-        }
-      }
-#endif
-    }
-    off += whole.numel;
-  }
-  free(mine), free(all);
-  if (st != ZS_OK) return fail(res, st, "collecting the final parameters", zs_engine_last_error(t->zs));
-  return ZS_OK;
-}
-
 /* Every rank's memory peaks, for the JSON. */
 static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   zs_memory_stats_t ms;
@@ -601,10 +554,13 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK) st = run_steps(&t, res);
   if (st == ZS_OK && o->save && (st = zs_checkpoint_save(t.zs, o->save)) != ZS_OK)
     st = fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
-  if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
+  if (st == ZS_OK && o->export_path && t.tp > 1) /* whole tensors from the tp parts */
+    st = trainer_export_whole(&t, o->export_path, res->err, sizeof res->err);
+  else if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
     st = fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = final_validation(&t, res);
-  if (st == ZS_OK && o->collect_params) st = collect_params(&t, res);
+  if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params)) != ZS_OK)
+    st = fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
   trainer_free(&t);
   return st;

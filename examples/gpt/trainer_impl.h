@@ -102,4 +102,12 @@ zs_status_t cu_check(trainer_t *t, int rc, const char *what);
  * Forward only (ended by zs_forward_end) when train is 0. */
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
 
+/* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
+ * every rank (*params: gpt_param_count floats, to free); collective. */
+zs_status_t trainer_collect_params(trainer_t *t, float **params);
+/* --export of a --tp run: the file zs_export_safetensors writes for the same
+ * model without tp (names, shapes, order, metadata), assembled one tensor at a
+ * time and written by rank 0; collective, the same status on every rank. */
+zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size_t n);
+
 #endif

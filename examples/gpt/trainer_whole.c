@@ -1,0 +1,148 @@
+/* trainer_whole.c: the GPT's parameters whole (unsplit) from a run, whatever its
+ * layout: for the tests (gpt_result_t.final_params) and for --export of a
+ * tensor-parallel run, which writes the file a run without --tp writes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer_impl.h"
+
+/* Parameter `pid`'s whole fp32 values into out (its whole numel), on every
+ * rank: zs_param_get gives this rank's part (collective over the data-parallel
+ * ranks at stages 1-3); with --tp the parts of the tp group are all-gathered and
+ * placed where gpt_tp_full_index says. mine and all: scratch of the largest
+ * part, and of tp of them. */
+static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, float *all) {
+  const int i = t->tidx[pid];
+  const int64_t n = t->info[i].numel;
+  TRY(zs_param_get(t->zs, pid, t->tp == 1 ? out : mine));
+  if (t->tp == 1) return ZS_OK;
+#ifdef ZS_GPT_TP
+  TRY(zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL));
+  for (int r = 0; r < t->tp; r++) {
+    gpt_tp_t pr;
+    char err[128];
+    if (gpt_tp_plan(&pr, &t->mc, t->tp, r, 0, err, sizeof err)) return ZS_ERR_INVALID; /* setup made rank r's */
+    for (int64_t e = 0; e < n; e++) {
+      int64_t f = gpt_tp_full_index(&pr, i, e);
+      if (f >= 0) out[f] = all[(int64_t)r * n + e];
+    }
+  }
+  return ZS_OK;
+#else
+  (void)all;
+  return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+static int64_t largest_part(const trainer_t *t) {
+  int64_t most = 1;
+  for (int i = 0; i < t->np; i++) most = t->info[i].numel > most ? t->info[i].numel : most;
+  return most;
+}
+
+zs_status_t trainer_collect_params(trainer_t *t, float **params) {
+  const int64_t most = largest_part(t);
+  float *p = calloc((size_t)gpt_param_count(&t->mc), sizeof(float));
+  float *mine = malloc((size_t)most * sizeof(float)), *all = malloc((size_t)most * t->tp * sizeof(float));
+  zs_status_t st = p && mine && all ? ZS_OK : ZS_ERR_NOMEM;
+  int64_t off = 0;
+  for (int pid = 0; st == ZS_OK && pid < t->np; pid++) { /* declared in table order */
+    gpt_param_info_t whole;
+    gpt_param_info(&t->mc, t->tidx[pid], &whole);
+    st = whole_param(t, pid, p + off, mine, all);
+    off += whole.numel;
+  }
+  free(mine), free(all);
+  if (st != ZS_OK) free(p), p = NULL;
+  *params = p;
+  return st;
+}
+
+/* ---- --export with --tp: zs_export_safetensors's file, from whole tensors ------------ */
+
+/* zs_export_safetensors's layout: 8-byte little-endian header length, the JSON
+ * ("__metadata__" first, then the tensors in declaration order, shape before
+ * dtype as cJSON writes them there, F32, laid end to end), padded with spaces to
+ * a multiple of 8; then the data. */
+static char *header_json(const trainer_t *t, int64_t step) {
+  size_t cap = 256 + (size_t)t->np * (GPT_NAME_MAX + 128), len = 0;
+  char *h = malloc(cap);
+  if (!h) return NULL;
+  len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"producer\":\"zeroshard\",\"step\":\"%lld\"}",
+                          (long long)step);
+  int64_t off = 0;
+  for (int pid = 0; pid < t->np; pid++) {
+    gpt_param_info_t w;
+    gpt_param_info(&t->mc, t->tidx[pid], &w);
+    len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"shape\":[", w.name);
+    for (int d = 0; d < w.ndim; d++)
+      len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)w.shape[d]);
+    len += (size_t)snprintf(h + len, cap - len, "],\"dtype\":\"F32\",\"data_offsets\":[%lld,%lld]}",
+                            (long long)off, (long long)(off + w.numel * 4));
+    off += w.numel * 4;
+  }
+  snprintf(h + len, cap - len, "}");
+  return h;
+}
+
+zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size_t n) {
+  TRY(zs_flush(t->zs)); /* a delayed update lands first */
+  const int64_t most = largest_part(t);
+  int64_t largest = 0;
+  for (int i = 0; i < t->np; i++) {
+    gpt_param_info_t w;
+    gpt_param_info(&t->mc, i, &w);
+    largest = w.numel > largest ? w.numel : largest;
+  }
+  float *one = malloc((size_t)largest * sizeof(float)), *mine = malloc((size_t)most * sizeof(float));
+  float *all = malloc((size_t)most * t->tp * sizeof(float));
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  zs_status_t st = one && mine && all ? ZS_OK : ZS_ERR_NOMEM;
+  FILE *f = NULL;
+  if (st == ZS_OK && t->rank == 0) { /* world rank 0 writes, every rank assembles */
+    char *h = header_json(t, zs_engine_step(t->zs));
+    if (!h) st = ZS_ERR_NOMEM;
+    else if (!(f = fopen(tmp, "wb"))) {
+      snprintf(err, n, "--export: cannot create %s: %s", tmp, strerror(errno));
+      st = ZS_ERR_IO;
+    } else {
+      size_t len = strlen(h), padded = (len + 7) / 8 * 8;
+      unsigned char b8[8];
+      for (int b = 0; b < 8; b++) b8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+      int ok = fwrite(b8, 8, 1, f) == 1 && fwrite(h, 1, len, f) == len;
+      for (size_t k = len; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
+      if (!ok) st = ZS_ERR_IO;
+    }
+    free(h);
+  }
+  /* every rank takes part in every tensor's assembly (collectives), even after
+   * rank 0 failed to write, then they agree on the outcome */
+  for (int pid = 0; pid < t->np; pid++) {
+    gpt_param_info_t w;
+    gpt_param_info(&t->mc, t->tidx[pid], &w);
+    zs_status_t s = one && mine && all ? whole_param(t, pid, one, mine, all) : ZS_ERR_NOMEM;
+    if (s != ZS_OK) {
+      st = s;
+      break; /* a collective failed: the comm is broken, the others see it too */
+    }
+    if (f && st == ZS_OK && fwrite(one, sizeof(float), (size_t)w.numel, f) != (size_t)w.numel) st = ZS_ERR_IO;
+  }
+  if (f) {
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) st = st == ZS_OK ? ZS_ERR_IO : st;
+    fclose(f);
+    if (st == ZS_OK && rename(tmp, path) != 0) st = ZS_ERR_IO;
+    if (st != ZS_OK) unlink(tmp);
+  }
+  free(one), free(mine), free(all);
+  int64_t code = st, worst = 0;
+  zs_status_t c = zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL);
+  if (c != ZS_OK) return c;
+  if (worst != ZS_OK && !err[0])
+    snprintf(err, n, "--export to %s failed on %s (%s)", path, st != ZS_OK ? "this rank" : "another rank",
+             zs_status_name((zs_status_t)worst));
+  return (zs_status_t)worst;
+}
