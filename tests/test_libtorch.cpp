@@ -311,6 +311,67 @@ static void test_bf16(void) {
   expect_true(last < first); /* it trains */
 }
 
+/* ---- offload with the delayed parameter update ---------------------------------- */
+
+static void test_delayed_update(void) {
+  auto model = mlp();
+  zs_config_t c = config(3);
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  c.delayed_param_update = 1;
+  zs_torch::ShardedSequential f(model, c, dev, world);
+  auto x = torch::randn({4, 8});
+  assert_ok(zs_comm_broadcast(world, x.data_ptr(), x.data_ptr(), 32, ZS_FP32, 0, NULL));
+  float first = 0, last = 0;
+  for (int s = 0; s < 8; s++) {
+    auto loss = f.forward(x).square().mean();
+    loss.backward();
+    f.step(); /* the CPU step runs while the next forward/backward do */
+    (s == 0 ? first : last) = loss.item<float>();
+  }
+  f.flush();
+  auto sd = f.state_dict();
+  {
+    torch::NoGradGuard ng; /* after flush the module computes with the current values */
+    auto g = f.gather("0");
+    expect_true(torch::equal(model->named_parameters()["0.weight"], sd[0].second));
+  }
+  f.forward_end();
+  expect_true(last < first);
+}
+
+/* ---- an engine the trainer made (e.g. over a mesh) --------------------------- */
+
+static void test_own_engine(void) {
+  zs_config_t c = config(2);
+  zs_engine_t *zs = nullptr;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  {
+    auto model = mlp();
+    zs_torch::Sharded f(model.ptr(), zs, c);
+    expect_true(f.engine() == zs);
+    expect_int_eq(zs_engine_unit_count(zs), 2);
+    expect_true(std::string(zs_param_name(zs, 3)) == "2.bias");
+    auto x = torch::randn({2, 8});
+    torch::Tensor h;
+    {
+      auto g = f.gather("0");
+      h = g.output(torch::tanh(model->at<torch::nn::LinearImpl>(0).forward(x)));
+    }
+    {
+      auto g = f.gather("2");
+      h = g.output(model->at<torch::nn::LinearImpl>(2).forward(h));
+    }
+    h.sum().backward();
+    expect_int_eq(f.step().step, 1);
+    expect_int_eq(zs_engine_step(zs), 1);
+  } /* the adapter destroys the engine it took over */
+  /* a constructor that fails destroys it too (ASan sees a leak or a stray write otherwise) */
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  zs_torch::Options o;
+  o.units = {{"a", {"0"}}};
+  expect_throws(zs_torch::Sharded(mlp().ptr(), zs, c, o), ZS_ERR_INVALID, "in none of the units");
+}
+
 /* ---- misuse --------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -370,6 +431,8 @@ int main(void) {
   run_test(test_hand_written);
   run_test(test_checkpoint_export);
   run_test(test_bf16);
+  run_test(test_delayed_update);
+  run_test(test_own_engine);
   run_test(test_errors);
   zs_comm_destroy(world);
   zs_device_destroy(dev);

@@ -77,10 +77,16 @@ Sharded::Sharded(std::shared_ptr<torch::nn::Module> module, const zs_config_t &c
 
 Sharded::Sharded(std::shared_ptr<torch::nn::Module> module, zs_engine_t *engine, const zs_config_t &cfg,
                  Options opts)
-    : module_(std::move(module)), zs_(engine), cfg_(cfg) {
-  if (!module_) fail_(ZS_ERR_INVALID, "zs_torch::Sharded: the module is null");
+    : module_(std::move(module)), zs_(engine), owns_engine_(true), cfg_(cfg) {
   if (!zs_) fail_(ZS_ERR_INVALID, "zs_torch::Sharded: the engine is NULL");
-  declare_and_setup_(std::move(opts));
+  try {
+    if (!module_) fail_(ZS_ERR_INVALID, "zs_torch::Sharded: the module is null");
+    declare_and_setup_(std::move(opts));
+  } catch (...) {
+    zs_engine_destroy(zs_); /* while the slots it writes still exist */
+    zs_ = nullptr;
+    throw;
+  }
 }
 
 /* Which unit each parameter falls in: by the units' module paths (the longest

@@ -131,8 +131,9 @@ class Sharded {
   Sharded(std::shared_ptr<torch::nn::Module> module, const zs_config_t &cfg, zs_device_t *dev, zs_comm_t *comm,
           Options opts = {});
   /* Declares into an engine the caller made (from cfg, e.g. zs_engine_create_mesh)
-   * and has not set up yet; the caller keeps ownership and the engine must
-   * outlive this object. */
+   * and has not set up yet, and takes it over: the engine writes pointer slots
+   * that live in this object until zs_engine_destroy, so this object destroys
+   * it (also when the constructor throws). */
   Sharded(std::shared_ptr<torch::nn::Module> module, zs_engine_t *engine, const zs_config_t &cfg,
           Options opts = {});
   template <typename T>
