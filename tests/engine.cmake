@@ -10,6 +10,8 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # what a trainer touches: slots (persistent units), declarations refused,
   # setup failing on some ranks, the clipping rule, layout figures
   zs_add_test(NAME test_engine_api SOURCES test_engine_api.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120)
+  # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
+  zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)
     target_include_directories(test_engine PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
     target_include_directories(test_engine_mem PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})

@@ -141,13 +141,19 @@ zs_status_t zs__ck_drain(zs_engine_t *zs) {
   return ZS_OK;
 }
 
-/* The optimizer state buffers this engine has (master always). */
+/* The optimizer state buffers a unit has (NULL: none; a frozen unit has none,
+ * its master values are its parameters: zs__eng_read_params). */
 float *zs__ck_state_base(const zs_unit_t *u, int kind) {
   return kind == K_MASTER ? u->master : kind == K_M ? u->m : u->v;
 }
 
+/* The kinds the engine's optimizer keeps (as unit_alloc makes them): the
+ * master always, m for Adam or SGD with momentum, v for Adam. Frozen units
+ * write the master only. */
 int zs__ck_kind_present(const zs_engine_t *zs, int kind) {
-  return zs->nunits > 0 && zs__ck_state_base(&zs->units[0], kind) != NULL;
+  int adam = zs->cfg.optim.kind != ZS_SGD;
+  return zs->nunits > 0 && (kind == K_MASTER || (kind == K_M && (adam || zs->cfg.optim.momentum > 0)) ||
+                            (kind == K_V && adam));
 }
 
 /* Closes f after flushing and fsyncing it, then renames tmp to final. */

@@ -121,6 +121,7 @@ typedef struct {
   int *tndim;
   int64_t (*tshape)[ZS_MAX_DIMS];
   int64_t *tnumel;
+  unsigned char *tfrozen; /* "frozen": true: the master blocks only (the values of a frozen unit) */
 } manifest_t;
 
 void zs__ck_manifest_free(manifest_t *m);

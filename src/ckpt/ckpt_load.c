@@ -58,6 +58,12 @@ static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
     int same = !strcmp(m->tname[i], p->name) && m->tndim[i] == p->ndim && m->tnumel[i] == p->numel;
     for (int d = 0; same && d < p->ndim; d++) same = m->tshape[i][d] == p->shape[d];
     char s0[128], s1[128];
+    if (same && m->tfrozen[i] && !zs->units[p->unit].frozen)
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: tensor '%s' was frozen when the checkpoint was saved (it holds its values "
+                     "but no optimizer state) and is trainable in this engine: declare it ZS_PARAM_FROZEN again, or "
+                     "start from its values with zs_import_safetensors or zs_param_set",
+                     p->name);
     if (!same)
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "zs_checkpoint_load: tensor %d is '%s' of shape %s in the checkpoint but '%s' of shape %s in "
@@ -103,6 +109,7 @@ static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *
   for (int i = 0; i < zs->nunits; i++)
     for (int k = 0; k < K_COUNT; k++) {
       if (!zs__ck_kind_present(zs, k) || zs->units[i].opt_n == 0) continue;
+      if (k != K_MASTER && zs->units[i].frozen) continue; /* values only */
       zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)zs->units[i].opt_n * 4, ZS_MEM_OTHER, ZS_HOST_PINNED,
                                             (void **)&s->val[i * K_COUNT + k]);
       if (st != ZS_OK)

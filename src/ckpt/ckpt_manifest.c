@@ -21,6 +21,7 @@ void zs__ck_manifest_free(manifest_t *m) {
   free(m->tndim);
   free(m->tshape);
   free(m->tnumel);
+  free(m->tfrozen);
   memset(m, 0, sizeof *m);
 }
 
@@ -164,11 +165,12 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
   m->tndim = calloc(nt, sizeof *m->tndim);
   m->tshape = calloc(nt, sizeof *m->tshape);
   m->tnumel = calloc(nt, sizeof *m->tnumel);
+  m->tfrozen = calloc(nt, sizeof *m->tfrozen);
   m->file = calloc((size_t)m->nfiles, sizeof *m->file);
   m->file_bytes = calloc((size_t)m->nfiles, sizeof *m->file_bytes);
   m->file_blocks = calloc((size_t)m->nfiles, sizeof *m->file_blocks);
   names = malloc(nt * sizeof *names);
-  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->file || !m->file_bytes || !m->file_blocks || !names) {
+  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->tfrozen || !m->file || !m->file_bytes || !m->file_blocks || !names) {
     st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
     goto done;
   }
@@ -190,6 +192,10 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
       prod *= d;
     }
     m->tnumel[i] = (int64_t)numel->valuedouble;
+    const cJSON *fz = get(e, "frozen");
+    if (fz && !cJSON_IsBool(fz)) BAD("%s: %s: tensor '%s' has a \"frozen\" member that is not a boolean", fn, path,
+                                     m->tname[i]);
+    m->tfrozen[i] = cJSON_IsTrue(fz);
     if (prod != m->tnumel[i])
       BAD("%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn, path, m->tname[i],
           (long long)m->tnumel[i], (long long)prod);

@@ -199,7 +199,7 @@ zs_status_t zs__ck_read_files(const char *dir, const manifest_t *m, sink_t *sink
     for (int k = 0; k < K_COUNT; k++) {
       int64_t a = 0, e = 0;
       if (sink->verify_all || sink->index_only) {
-        if (!m->has[k]) continue;
+        if (!m->has[k] || (k != K_MASTER && m->tfrozen[t])) continue; /* frozen: values only */
         e = m->tnumel[t];
       } else if (!sink->dest(sink->ctx, (uint32_t)t, (uint32_t)k, &a, &e) || a >= e) {
         continue;

@@ -57,6 +57,11 @@ static void rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64
   for (int i = 0; i < zs->nparams; i++) {
     int64_t a, b;
     if (!saved_range(zs, r, &zs->params[i], &a, &b)) continue;
+    if (zs->units[zs->params[i].unit].frozen) { /* its values, as the master; no optimizer state */
+      *blocks += 1;
+      *bytes += (int64_t)sizeof(ck_block_head_t) + (b - a) * 4;
+      continue;
+    }
     *blocks += kinds;
     *bytes += kinds * ((int64_t)sizeof(ck_block_head_t) + (b - a) * 4);
   }
@@ -70,7 +75,9 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   int64_t bytes, nblocks;
   rank_file_layout(zs, zs->rank, &bytes, &nblocks);
   float *pinned = NULL;
-  if (!zs->offload) {
+  int frozen = 0; /* a frozen unit's values come from the device even with offload */
+  for (int i = 0; i < zs->nunits; i++) frozen |= zs->units[i].frozen;
+  if (!zs->offload || frozen) {
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   }
@@ -100,8 +107,8 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     if (!saved_range(zs, zs->rank, p, &a, &b)) continue;
     for (int k = 0; k < K_COUNT; k++) {
       const float *base = zs__ck_state_base(u, k);
-      if (!base) continue;
-      const float *src = base + (p->flat_off + a - u->opt_off);
+      if (!base && !(u->frozen && k == K_MASTER)) continue;
+      const float *src = base ? base + (p->flat_off + a - u->opt_off) : NULL;
       ck_block_head_t bh = {.magic = CK_BLOCK_MAGIC, .tensor = (uint32_t)i, .kind = (uint32_t)k,
                             .offset = a, .count = b - a};
       long at = ftell(f);
@@ -109,8 +116,10 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       uint32_t c = zs__ck_crc(NULL, 0);
       for (int64_t o = 0; o < b - a; o += (int64_t)CK_CHUNK) {
         size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
-        const float *view;
-        if ((st = state_view(zs, src + o, n, pinned, &view)) != ZS_OK) {
+        const float *view = pinned;
+        if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + o, (int64_t)n, pinned);
+        else st = state_view(zs, src + o, n, pinned, &view);
+        if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", zs__ck_kind_names[k], p->name,
                        zs_last_error());
           goto done;
@@ -188,6 +197,8 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
     cJSON_AddStringToObject(t, "unit", zs->units[p->unit].name);
     cJSON_AddItemToObject(t, "shape", shape_json(p));
     cJSON_AddNumberToObject(t, "numel", (double)p->numel);
+    /* a frozen unit's tensors hold their values (as "master") and no optimizer state */
+    if (zs->units[p->unit].frozen) cJSON_AddBoolToObject(t, "frozen", 1);
     cJSON_AddItemToArray(ts, t);
   }
   cJSON *fs = cJSON_AddArrayToObject(m, "files");

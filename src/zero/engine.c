@@ -416,20 +416,37 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   if (zs->cfg.stage == 0) { /* local */
     ZS_CHECK(st);
     zs_param_t *p = &zs->params[param];
+    if (zs->units[p->unit].frozen) /* no master: its parameters are the truth */
+      return zs__eng_read_params(zs, &zs->units[p->unit], p->flat_off, p->numel, out);
     ZS_CHECK(zs_memcpy_async(zs->dev, out, zs->units[p->unit].master + p->flat_off, (size_t)p->numel * 4,
                              ZS_COPY_D2H, zs->compute));
     return zs__eng_sync_compute(zs);
   }
-  /* gather the unit's fp32 master shards (counted as all_gather traffic) */
+  /* gather the unit's fp32 master shards (counted as all_gather traffic); a
+   * frozen unit's parameter shards in param dtype at stage 3, its resident
+   * parameters read locally at stages 1-2 */
   float *tmp = NULL;
   size_t bytes = 0;
   if (st == ZS_OK) {
-    bytes = (size_t)zs->units[zs->params[param].unit].padded * 4;
+    const zs_unit_t *u = &zs->units[zs->params[param].unit];
+    bytes = !u->frozen ? (size_t)u->padded * 4 : zs->cfg.stage == 3 ? (size_t)u->padded * zs->pb : 0;
     st = zs__eng_alloc_on(zs, bytes, ZS_MEM_OTHER, zs->compute, (void **)&tmp);
   }
   ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
   zs_param_t *p = &zs->params[param];
   zs_unit_t *u = &zs->units[p->unit];
+  if (u->frozen && zs->cfg.stage <= 2) {
+    st = zs__eng_read_params(zs, u, p->flat_off, p->numel, out);
+    goto done;
+  }
+  if (u->frozen) {
+    ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, u->pshard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
+                  st, done);
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, (char *)tmp + (size_t)p->flat_off * zs->pb, (size_t)p->numel * zs->pb,
+                                  ZS_COPY_D2H, zs->compute), st, done);
+    if ((st = zs__eng_sync_compute(zs)) == ZS_OK) zs__eng_widen(out, (size_t)p->numel, zs->cfg.param_dtype);
+    goto done;
+  }
   const float *send = u->master;
   if (zs->offload) { /* the master lives on the host: stage it in the gathered buffer's own slot */
     send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;

@@ -17,6 +17,12 @@
  * a host copy of the param shard in param dtype); the device keeps the parameters as above, stage 1's full
  * grads, and transient buffers (stage 2-3 grad shards exist only between the
  * reduction and their copy to the host).
+ *
+ * A frozen unit (every parameter ZS_PARAM_FROZEN) keeps only its parameters, as
+ * above: no master (its parameters in param dtype are the truth), no m, v, no
+ * gradient buffer of any kind, no reduction; master is NULL. A unit mixing
+ * frozen and trainable parameters is laid out as a trainable one (its frozen
+ * parameters' grads exist but are never handed out, reduced-but-ignored).
  */
 #ifndef ZS_ZERO_ENGINE_IMPL_H
 #define ZS_ZERO_ENGINE_IMPL_H
@@ -73,6 +79,7 @@ typedef struct {
   int64_t numel, padded, shard; /* elements */
   int64_t opt_off, opt_n;       /* flat range the optimizer owns */
   int persistent;               /* stage 3: kept gathered for the whole run */
+  int frozen;                   /* every parameter ZS_PARAM_FROZEN: parameters only */
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */
@@ -202,9 +209,19 @@ zs_status_t zs__eng_free_released(zs_engine_t *zs);
 zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest);
 zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);
 /* step.c helpers used by engine.c */
-/* Re-gathers resident parameters after their shards changed: every unit at stages
- * 1-2 when `all`, persistent stage-3 units always. */
+/* Re-gathers resident parameters after their shards changed: at stages 1-2
+ * every unit (ZS_REGATHER_ALL: values were written, e.g. a checkpoint load) or
+ * every trainable unit (ZS_REGATHER_UPDATED: after an optimizer update, which
+ * never touches frozen units), none with ZS_REGATHER_PERSISTENT; persistent
+ * stage-3 units always, except frozen ones after an update. */
+enum { ZS_REGATHER_PERSISTENT = 0, ZS_REGATHER_ALL = 1, ZS_REGATHER_UPDATED = 2 };
 zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
+/* A frozen unit's values: count fp32 values from flat offset `flat` of unit u,
+ * read from this rank's parameter storage (param dtype, widened) into host
+ * memory; the range must be stored here. Synchronous. */
+zs_status_t zs__eng_read_params(zs_engine_t *zs, const zs_unit_t *u, int64_t flat, int64_t count, float *out);
+/* Widens n 16-bit values of dtype dt at the start of buf to fp32 in place. */
+void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt);
 /* Writes `count` fp32 values of parameter p from element `poff` wherever this
  * rank stores them: parameter storage (param dtype, rounded) and the fp32 master
  * (when it is its own buffer), clipped to what the rank holds. Synchronous. */

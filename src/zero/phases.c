@@ -31,10 +31,12 @@ static void set_param_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
   }
 }
 
+/* A frozen parameter's gradient slot stays NULL: nobody reads its gradient. */
 static void set_grad_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
   for (int k = 0; k < u->nparams; k++) {
     zs_param_t *p = &zs->params[u->first_param + k];
-    if (p->gslot) *p->gslot = base ? (char *)base + (size_t)p->flat_off * zs->pb : NULL;
+    if (p->gslot)
+      *p->gslot = base && !(p->flags & ZS_PARAM_FROZEN) ? (char *)base + (size_t)p->flat_off * zs->pb : NULL;
   }
 }
 
@@ -247,7 +249,7 @@ zs_status_t zs_gather(zs_engine_t *zs, int unit) {
   }
   u->st = ZS_U_HELD;
 
-  if (backward && zs->cfg.stage >= 2) {
+  if (backward && zs->cfg.stage >= 2 && !u->frozen) { /* a frozen unit has no gradients */
     size_t bytes = (size_t)u->padded * zs->pb;
     ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GRADS, zs->compute, &u->gfull));
     ZS_ECHECK(zs, zs_memset_async(zs->dev, u->gfull, 0, bytes, zs->compute), "zeroing gradients");
@@ -292,10 +294,14 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
   int last = zs->round == c->grad_accum;
   size_t P = (size_t)u->padded, S = (size_t)u->shard, off = (size_t)zs->shard_rank * S;
 
-  ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_computed, zs->compute), "recording the backward event");
-  ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, rs, u->ev_computed), "ordering the reduction");
+  /* a frozen unit has no gradients: nothing to reduce, the phase rules above
+   * and the release below as for any unit */
+  if (!u->frozen) {
+    ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_computed, zs->compute), "recording the backward event");
+    ZS_ECHECK(zs, zs_stream_wait_event(zs->dev, rs, u->ev_computed), "ordering the reduction");
+  }
 
-  if (c->stage >= 2 || last) {
+  if (!u->frozen && (c->stage >= 2 || last)) {
     /* reduce in reduce dtype: stage through gtemp when it differs from the grads' */
     void *src = u->gfull;
     zs_dtype_t dt = c->param_dtype;

@@ -31,9 +31,17 @@ static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world
   *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (uint64_t)n <= zs->cfg.persist_threshold;
 }
 
+/* A unit whose parameters are all frozen holds its parameters only. */
+static int unit_frozen(const zs_engine_t *zs, const zs_unit_t *u) {
+  for (int k = 0; k < u->nparams; k++)
+    if (!(zs->params[u->first_param + k].flags & ZS_PARAM_FROZEN)) return 0;
+  return u->nparams > 0;
+}
+
 static void layout(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
+    u->frozen = unit_frozen(zs, u);
     unit_extent(zs, u, zs->nshard, 1, &u->numel, &u->padded, &u->persistent);
     u->shard = u->padded / zs->nshard;
     u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->shard_rank * u->shard;
@@ -50,7 +58,9 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   uint64_t pb = zs->pb, rb = zs->rb;
   int off = zs->offload, adam = c->optim.kind != ZS_SGD;
   uint64_t *opt = off ? out->host : out->device;
-  uint64_t maxP = 0, maxS = 0, gathered[3] = {0}; /* the largest gathered units, for the bound */
+  /* the largest units (maxP, maxS) and the largest trainable ones (maxPt,
+   * maxSt: only they have gradients), the largest gathered units */
+  uint64_t maxP = 0, maxS = 0, maxPt = 0, maxSt = 0, gathered[3] = {0};
   for (int i = 0; i < zs->nunits; i++) {
     int64_t numel, padded;
     int persistent;
@@ -58,16 +68,6 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     uint64_t P = (uint64_t)padded, S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
     out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
     if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
-    if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
-    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += on * 4;
-    if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
-    if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
-    else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
-    if (off) out->host[ZS_MEM_GRADS] += on * 4;
-    if (zs->dpu) {
-      out->host[ZS_MEM_GRADS] += on * 4;
-      if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
-    }
     maxP = P > maxP ? P : maxP;
     maxS = S > maxS ? S : maxS;
     if (c->stage == 3 && !persistent) { /* keep the three largest */
@@ -79,6 +79,19 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
           x = t;
         }
     }
+    if (unit_frozen(zs, &zs->units[i])) continue; /* its parameters are all it has */
+    maxPt = P > maxPt ? P : maxPt;
+    maxSt = S > maxSt ? S : maxSt;
+    if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
+    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
+    else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
+    if (off) out->host[ZS_MEM_GRADS] += on * 4;
+    if (zs->dpu) {
+      out->host[ZS_MEM_GRADS] += on * 4;
+      if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
+    }
   }
   for (int k = ZS_MEM_PARAMS; k <= ZS_MEM_OPTIMIZER; k++) {
     out->device_model_state += out->device[k];
@@ -87,8 +100,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* offload's pinned staging: a gradient shard, and two parameter slots for
    * 16-bit params (the delayed update writes into its own host param copies) */
   if (off) {
-    out->host[ZS_MEM_COMM] += maxS * (pb > rb ? pb : rb);
-    if (pb != 4 && !zs->dpu) out->host[ZS_MEM_COMM] += 2 * maxS * pb;
+    out->host[ZS_MEM_COMM] += maxSt * (pb > rb ? pb : rb);
+    if (pb != 4 && !zs->dpu) out->host[ZS_MEM_COMM] += 2 * maxSt * pb;
   }
   out->device_model_state += out->device[ZS_MEM_GATHER];
   /* transients at their most: gathered units (the held one plus the prefetch
@@ -101,10 +114,10 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     for (int j = 0; j < window; j++) t += gathered[j] * pb;
     for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
   }
-  if (c->stage >= 2) t += 2 * maxP * pb;
-  if (rb != pb) t += 2 * maxP * rb;
-  if (c->stage >= 2 && off) t += 2 * maxS * rb;
-  if (c->stage >= 2) t += 2 * maxS * 4;
+  if (c->stage >= 2) t += 2 * maxPt * pb;
+  if (rb != pb) t += 2 * maxPt * rb;
+  if (c->stage >= 2 && off) t += 2 * maxSt * rb;
+  if (c->stage >= 2) t += 2 * maxSt * 4;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
   t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
@@ -138,6 +151,7 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
     ZS_CHECK(own(zs, u, S * pb, ZS_MEM_PARAMS, 0, &u->pshard));
     if (u->persistent) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GATHER, 0, &u->full));
   }
+  if (u->frozen) return ZS_OK; /* no master, no optimizer state, no gradients */
   /* master: fp32 params are their own master copy, unless it lives on the host */
   if (c->param_dtype == ZS_FP32 && !off) {
     u->master = c->stage == 3 ? (float *)u->pshard : (float *)u->full + u->opt_off;
@@ -213,7 +227,7 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     u->seg_count = (i + 1 < zs->nunits ? zs->units[i + 1].seg_first : zs->nsegs) - u->seg_first;
     zs->ounits[i] = (zs_offload_unit_t){.segs = zs->segs + u->seg_first, .nseg = u->seg_count,
                                         .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb,
-                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu ? i % 2 : -1};
+                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu && !u->frozen ? i % 2 : -1};
   }
   if (zs->dpu) { /* the same segments reading the other grad shard */
     zs->segs2 = malloc(n * sizeof *zs->segs2);
@@ -271,6 +285,23 @@ zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, i
 done:
   free(tmp);
   return st;
+}
+
+void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt) {
+  if (dt == ZS_FP32) return;
+  const uint16_t *h = buf;
+  float *f = buf;
+  for (size_t i = n; i-- > 0;) f[i] = dt == ZS_BF16 ? zs_bf16_to_f32(h[i]) : zs_f16_to_f32(h[i]); /* back to front */
+}
+
+zs_status_t zs__eng_read_params(zs_engine_t *zs, const zs_unit_t *u, int64_t flat, int64_t count, float *out) {
+  const char *src = zs->cfg.stage <= 2 ? (const char *)u->full + (size_t)flat * zs->pb
+                                       : (const char *)u->pshard + (size_t)(flat - u->opt_off) * zs->pb;
+  zs_status_t st = zs_memcpy_async(zs->dev, out, src, (size_t)count * zs->pb, ZS_COPY_D2H, zs->compute);
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "reading parameters of unit '%s': %s", u->name, zs_last_error());
+  ZS_CHECK(zs__eng_sync_compute(zs));
+  zs__eng_widen(out, (size_t)count, zs->cfg.param_dtype);
+  return ZS_OK;
 }
 
 /* The range of parameter p this rank stores: everything at stages 0-2, the
@@ -337,7 +368,8 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
     /* one grad staging buffer (the copy stream serialises its users) and two
      * parameter staging slots (stepping unit i while unit i-1 copies) */
     size_t maxs = 0;
-    for (int i = 0; i < zs->nunits; i++) maxs = (size_t)zs->units[i].shard > maxs ? (size_t)zs->units[i].shard : maxs;
+    for (int i = 0; i < zs->nunits; i++) /* only trainable units' gradients and parameters pass through */
+      if (!zs->units[i].frozen) maxs = (size_t)zs->units[i].shard > maxs ? (size_t)zs->units[i].shard : maxs;
     zs->hstage_grad_bytes = maxs * (zs->pb > zs->rb ? zs->pb : zs->rb);
     ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_grad_bytes, ZS_MEM_COMM, &zs->hstage_grad));
     if (zs->cfg.param_dtype != ZS_FP32 && !zs->dpu) { /* delayed update: hparam instead */
@@ -398,10 +430,12 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
     zs_unit_t *u = &zs->units[p->unit];
     int resident = zs->cfg.stage <= 2 || u->persistent;
     if (p->pslot) *p->pslot = resident ? (char *)u->full + (size_t)p->flat_off * zs->pb : NULL;
-    if (p->gslot) *p->gslot = zs->cfg.stage <= 1 ? (char *)u->gfull + (size_t)p->flat_off * zs->pb : NULL;
+    if (p->gslot)
+      *p->gslot = zs->cfg.stage <= 1 && !(p->flags & ZS_PARAM_FROZEN) ? (char *)u->gfull + (size_t)p->flat_off * zs->pb
+                                                                      : NULL;
   }
   zs->setup_done = 1;
-  ZS_CHECK(zs__eng_regather(zs, 0)); /* persistent stage-3 units */
+  ZS_CHECK(zs__eng_regather(zs, ZS_REGATHER_PERSISTENT)); /* persistent stage-3 units */
   /* their slots are readable when setup returns, as at stages 0-2 */
   if ((st = zs_stream_synchronize(zs->dev, zs->ag_stream)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "zs_engine_setup: gathering the persistent units failed: %s", zs_last_error());

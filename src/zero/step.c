@@ -14,8 +14,9 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
     const void *send;
+    if (all == ZS_REGATHER_UPDATED && u->frozen) continue; /* the optimizer never changes it */
     if (c->stage == 1 || c->stage == 2) {
-      if (!all) continue;
+      if (all == ZS_REGATHER_PERSISTENT) continue;
       send = (char *)u->full + (size_t)u->opt_off * zs->pb; /* in place */
     } else if (c->stage == 3 && u->persistent) {
       send = u->pshard;
@@ -151,7 +152,7 @@ zs_status_t zs_flush(zs_engine_t *zs) {
   if (!applied) return ZS_OK;
   zs_status_t st = zs_event_record(zs->dev, zs->ev_step, zs->compute);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
-  return zs__eng_regather(zs, 1);
+  return zs__eng_regather(zs, ZS_REGATHER_UPDATED);
 }
 
 static zs_status_t zero_grads(zs_engine_t *zs) {
@@ -159,7 +160,7 @@ static zs_status_t zero_grads(zs_engine_t *zs) {
     zs_unit_t *u = &zs->units[i];
     /* offload: the host shard needs no zeroing, the first copy of a step
      * overwrites it (zs__offload_grad_d2h); stages 2-3 have no device grads */
-    if (zs->offload && zs->cfg.stage >= 2) continue;
+    if ((zs->offload && zs->cfg.stage >= 2) || u->frozen) continue; /* frozen: no gradients */
     void *g = zs->cfg.stage <= 1 ? u->gfull : u->gshard;
     size_t bytes = zs->cfg.stage <= 1 ? (size_t)u->padded * zs->pb : (size_t)u->shard * zs->rb;
     zs_status_t st = zs_memset_async(zs->dev, g, 0, bytes, zs->compute);
@@ -263,7 +264,7 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
   if ((st = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
   /* delayed update: the parameters that changed are the ones just applied */
-  if (zs->dpu ? applied : finite) ZS_CHECK(zs__eng_regather(zs, 1));
+  if (zs->dpu ? applied : finite) ZS_CHECK(zs__eng_regather(zs, ZS_REGATHER_UPDATED));
 
   zs->phase = ZS_PH_IDLE;
   zs->round = 0;
