@@ -17,6 +17,7 @@
 #include "gpt.h"
 #include "gpt_tp.h"
 #include "harness.h"
+#include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #include "zeroshard/tp.h"
@@ -211,6 +212,7 @@ int main(int argc, char **argv) {
   }
   g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
   zs_t_rank = g_rank;
+  gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
   reference();
   zs_test_run(test_tp);
   zs_test_run(test_tp_sequence_parallel);
