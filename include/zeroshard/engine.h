@@ -60,7 +60,13 @@ typedef struct zs_engine zs_engine_t;
 /* Parameter flags. */
 #define ZS_PARAM_DEFAULT 0u
 #define ZS_PARAM_NO_DECAY 1u /* no weight decay (biases, norms) */
-#define ZS_PARAM_FROZEN 2u   /* never updated; its gradient is ignored */
+/* never updated; its gradient slot stays NULL. A unit whose parameters are all
+ * frozen costs only its parameters (sharded by the stage: 2psi/N at stage 3 in
+ * bf16): no gradient buffer, no reduction (zs_reduce moves nothing), no master,
+ * m or v, no regather after a step; checkpoints hold its values once. Frozen
+ * parameters inside a unit with trainable ones are skipped by the optimizer
+ * and the norm but keep the unit's buffers: put them in units of their own. */
+#define ZS_PARAM_FROZEN 2u
 /* the same parameter on every rank of the model-parallel group (a LayerNorm
  * under tensor parallelism): its gradient counts once in the global norm (see
  * zs_engine_set_model_parallel); without a model-parallel group it changes nothing */
