@@ -2,7 +2,7 @@
  * the peak, the traffic per step beside theory, and step time, per stage.
  *
  *   mpiexec -n 4 zs-membench --model gpt [--layers 2 --channels 64 --heads 4 --vocab 256 --seq 64]
- *       [--batch 1] [--no-compute]
+ *       [--batch 1] [--no-compute] [--tp N [--sequence-parallel]]
  *   mpiexec -n 4 zs-membench --units 1000,3000,517
  *   common: [--stages 0,1,2,3] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--offload]
  *           [--delayed] [--compute-ms X]
@@ -31,7 +31,15 @@
  * idle meanwhile, as when a GPU computes), so --delayed (offloaded runs again
  * with the delayed parameter update) shows how much of the CPU step it hides. --model gpt: the example GPT's units, with its
  * forward and backward on a tiny batch (--batch sequences per rank) unless
- * --no-compute.
+ * --no-compute. --tp N splits the GPT Megatron-style over tp groups of N
+ * neighbouring ranks (examples/gpt/gpt_tp.c; --sequence-parallel its sp form):
+ * a mesh (dp) x tp, the engine over it (zs_engine_create_mesh: ZeRO over the
+ * world/N data-parallel ranks), each rank declaring its part's shapes
+ * (ZS_PARAM_MP_REPLICATED on the replicated ones). It adds per rank: the
+ * parameters declared against replicated + split/tp, the activation bytes a
+ * layer keeps against 4(4 Nr C + 4 Nr + 12 N C/tp + B (NH/tp) T^2), and the tp
+ * comm's bytes per step against theory (mb_gpt_tp_comm_theory); a difference
+ * is a mismatch (exit 3), as for the model state.
  *
  * Output: rank 0 prints a table for people (stdout; stderr with --json) and,
  * with --json, one JSON document on stdout (see membench_report.c). Exit codes:
@@ -48,6 +56,7 @@
 #include "membench.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#include "zeroshard/mesh.h"
 #include "zeroshard/mpi.h"
 #ifdef ZS_HAVE_NCCL
 #include "zeroshard/nccl.h"
@@ -106,6 +115,8 @@ static void usage(FILE *f) {
           "  --model gpt       the example GPT: --layers L (2) --channels C (64) --heads H (4)\n"
           "                    --vocab V (256) --seq T (64); --batch B (1: sequences per rank per step)\n"
           "                    --no-compute (gathers and reductions only, no forward/backward math)\n"
+          "                    --tp N (split over tp groups of N ranks, ZeRO over the ranks / N)\n"
+          "                    --sequence-parallel (with --tp: Megatron's sequence parallelism)\n"
           "  --units N1,N2,... one parameter of Ni elements per unit, no compute\n"
           "engine:\n"
           "  --stages 0,1,2,3 (all)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
@@ -173,6 +184,7 @@ static mb_opts_t parse(int argc, char **argv) {
     if (!strcmp(a, "--offload")) { o.offload = 1; continue; }
     if (!strcmp(a, "--delayed")) { o.delayed = 1; continue; }
     if (!strcmp(a, "--no-compute")) { o.compute = 0; continue; }
+    if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         if (rank == 0) usage(stderr);
@@ -193,6 +205,7 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--vocab")) bad = parse_int(v, 1, 1 << 30, &o.vocab);
     else if (!strcmp(a, "--seq")) bad = parse_int(v, 1, 1 << 20, &o.seq);
     else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 20, &o.batch);
+    else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, 1 << 20, &o.tp);
     else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1 << 20, &o.steps);
     else if (!strcmp(a, "--prefetch")) bad = parse_int(v, 0, 1 << 20, &o.prefetch);
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
@@ -229,6 +242,15 @@ static mb_opts_t parse(int argc, char **argv) {
   }
   if (o.gpt && o.units) die_all(2, "%s", "give either --model gpt or --units, not both");
   if (!reduce_set) o.reduce_dtype = o.dtype;
+  if (o.tp < 1) o.tp = 1;
+  if (o.tp > 1 && !o.gpt) die_all(2, "%s", "--tp splits the example GPT: give --model gpt");
+  if (o.sp && o.tp < 2) die_all(2, "%s", "--sequence-parallel splits the tokens over a tensor-parallel group: add --tp 2 or more");
+  if (o.sp && o.compute && ((long long)o.batch * o.seq) % o.tp)
+    die_all(2, "%s", "--sequence-parallel splits the --batch x --seq tokens over --tp: --tp must divide them");
+  if (o.tp > 1 && world % o.tp) die_all(2, "%s", "--tp must divide the ranks (tp groups are neighbouring ranks)");
+  if (o.tp > 1 && o.shard_group) die_all(2, "%s", "--shard-group with --tp is not measured yet: leave it out");
+  if (o.tp > 1 && o.offload) die_all(2, "%s", "--offload with --tp is not measured yet: leave it out");
+  o.tp_rank = rank % o.tp;
   return o;
 }
 
@@ -383,8 +405,19 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   zs_memory_stats_t ms0;
   zs_device_memory_stats(dev, &ms0);
   zs_engine_t *zs = NULL;
-  zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
-  if (st != ZS_OK) die_rank(st, "zs_engine_create", zs_last_error());
+  zs_mesh_t *mesh = NULL;
+  zs_comm_t *tpc = NULL, *mpc = NULL;
+  zs_status_t st;
+  if (o->tp > 1) { /* (dp) x tp: the engine over dp, its norm also over tp */
+    const char *names[] = {"dp", "tp"};
+    const int sizes[] = {world / o->tp, o->tp};
+    if ((st = zs_mesh_create(&mesh, comm, 2, names, sizes)) != ZS_OK) die_rank(st, "zs_mesh_create", zs_last_error());
+    if ((st = zs_engine_create_mesh(&zs, &cfg, dev, mesh)) != ZS_OK) die_rank(st, "zs_engine_create_mesh", zs_last_error());
+    if ((st = zs_mesh_comm(mesh, "tp", &tpc)) != ZS_OK || (st = zs_mesh_comm(mesh, "mp", &mpc)) != ZS_OK)
+      die_rank(st, "zs_mesh_comm", zs_mesh_last_error(mesh));
+  } else if ((st = zs_engine_create(&zs, &cfg, dev, comm)) != ZS_OK) {
+    die_rank(st, "zs_engine_create", zs_last_error());
+  }
   for (int u = 0; u < m->nunits; u++) {
     int uid;
     ECHECK(zs_unit_add(zs, m->unit_names[u], &uid), "zs_unit_add");
@@ -398,7 +431,9 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   mb_gpt_t *g = NULL;
   if (o->gpt) {
     char err[256];
-    if (mb_gpt_create(&g, o, m, pslot, gslot, rank, err, sizeof err)) die_rank(ZS_ERR_NOMEM, "GPT", err);
+    if (tpc ? mb_gpt_create_tp(&g, o, m, pslot, gslot, tpc, rank, err, sizeof err)
+            : mb_gpt_create(&g, o, m, pslot, gslot, rank, err, sizeof err))
+      die_rank(ZS_ERR_NOMEM, "GPT", err);
   }
   ECHECK(zs_engine_setup(zs, g ? mb_gpt_init : NULL, g), "zs_engine_setup");
 
@@ -406,6 +441,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   zs_memory_stats_t c0, c1;
   zs_device_memory_stats(dev, &c0);
   zs_engine_comm_stats_reset(zs);
+  if (tpc) zs_comm_stats_reset(tpc);
   for (int s = 0; s < o->steps; s++) {
     double t0 = now_s();
     ECHECK(g ? mb_gpt_round(g, zs, s) : plain_round(zs, m->nunits, o->compute_ms), "forward/backward");
@@ -414,6 +450,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
     if (s > 0 || o->steps == 1) tsum += dt;
     if (s == 0 && o->steps > 1) { /* see mb_measured_steps */
       zs_engine_comm_stats_reset(zs);
+      if (tpc) zs_comm_stats_reset(tpc);
       zs_device_memory_stats(dev, &c0);
     }
   }
@@ -458,12 +495,29 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   zs_comm_stats_t rp;
   ECHECK(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &rp), "zs_engine_comm_stats_group");
   for (int k = 0; k < ZS_COLL_COUNT; k++) me->comm_inter += (int64_t)rp.bytes_sent[k];
+  if (tpc) {
+    zs_comm_stats_t ts;
+    zs_comm_stats(tpc, &ts);
+    int64_t sent = 0, k = mb_measured_steps(o);
+    for (int j = 0; j < ZS_COLL_COUNT; j++) sent += (int64_t)ts.bytes_sent[j];
+    me->tp_comm_step = sent % k ? -1 : sent / k;
+    me->tp_ar = (int64_t)ts.bytes_sent[ZS_COLL_ALL_REDUCE];
+    me->tp_ag = (int64_t)ts.bytes_sent[ZS_COLL_ALL_GATHER];
+    me->tp_rs = (int64_t)ts.bytes_sent[ZS_COLL_REDUCE_SCATTER];
+    /* the engine's norm crosses the tp comm when the mesh's mp group is it */
+    me->tp_comm_theory = mb_gpt_tp_comm_theory(g, m, cfg.grad_clip > 0 && mpc == tpc);
+    for (int i = 0; i < m->nparams; i++) me->tp_numel += zs_param_numel(zs, i);
+    me->tp_numel_formula = m->tp_formula;
+    me->act_bytes = 4 * mb_gpt_layer_floats(g);
+    me->act_formula = 4 * mb_gpt_layer_floats_formula(o);
+  }
   int ns = zs_engine_shard_group(zs);
   formula(m, stage, offload, delayed, zs_dtype_size(o->dtype), zs_dtype_size(o->reduce_dtype), ns, me->f_dev, me->f_host);
   for (int k = 0; k < MB_F_COUNT; k++) me->formula += me->f_dev[k], me->host_formula += me->f_host[k];
 
   zs_engine_destroy(zs);
   mb_gpt_destroy(g);
+  zs_mesh_destroy(mesh); /* after the engine and the tp handle, which use its comms */
 }
 
 /* Every rank's figures on rank 0, through the comm (device staging buffers, so
@@ -573,9 +627,10 @@ int main(int argc, char **argv) {
     }
     x->comm_bytes_per_step = (double)x->ranks[0].comm_bytes / mb_measured_steps(&o);
     x->comm_inter_bytes_per_step = (double)x->ranks[0].comm_inter / mb_measured_steps(&o);
-    x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : world;
+    const int dpw = world / o.tp; /* the data-parallel ranks ZeRO spans */
+    x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : dpw;
     x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, &x->comm_norm);
-    x->comm_inter_theory = x->shard_group < world ? comm_inter_theory(&m, rb, x->shard_group, world / x->shard_group) : 0;
+    x->comm_inter_theory = x->shard_group < dpw ? comm_inter_theory(&m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, x->shard_group);
   }
@@ -583,7 +638,7 @@ int main(int argc, char **argv) {
   int code = 0;
   if (rank == 0) {
     mb_report_t rep = {.o = &o, .m = &m, .world = world, .device = o.cuda ? "cuda" : "cpu", .res = res, .nres = nres};
-    for (int u = 0; u < m.nunits; u++) rep.padded_world += unit_padded(&m, u, world);
+    for (int u = 0; u < m.nunits; u++) rep.padded_world += unit_padded(&m, u, world / o.tp);
     mb_report_table(&rep, o.json ? stderr : stdout);
     if (o.json) mb_report_json(&rep, stdout);
     fflush(stdout);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "zeroshard/comm.h"
 #include "zeroshard/engine.h"
 
 #define MB_NAME_MAX 64
@@ -27,6 +28,8 @@ typedef struct {
   double compute_ms;                        /* --units: emulated compute per round (host idle) */
   int prefetch;                             /* -1: the engine's default */
   int shard_group;                          /* hybrid sharding (stages 1-3); 0 = all ranks */
+  int tp, sp;                               /* --tp N (gpt: mesh dp x tp), --sequence-parallel */
+  int tp_rank;                              /* this rank's coordinate in its tp group (main sets it) */
   int cuda;                                 /* --device cuda */
   int steps;
   int json;
@@ -52,7 +55,11 @@ typedef struct {
   int *unit_first;     /* [nunits + 1]: first parameter of each unit */
   char (*unit_names)[MB_NAME_MAX];
   mb_param_t *params;
-  int64_t numel;       /* parameters, unpadded */
+  int64_t numel;       /* parameters, unpadded (with --tp: this rank's part) */
+  /* --tp: the whole model's parameters replicated across tp (ZS_PARAM_MP_REPLICATED)
+   * and split over it; per rank the formula is replicated + split/tp (the
+   * vocabulary's rows rounded up to ceil(V/tp), tp.h's split) */
+  int64_t tp_replicated, tp_split, tp_formula;
 } mb_model_t;
 
 void mb_model_free(mb_model_t *m);
@@ -83,6 +90,12 @@ typedef struct {
   /* over the steps after the first: device memory from and to the backend,
    * device-wide synchronisations, host waits (zeroshard/memory.h) */
   int64_t backend_allocs, backend_frees, device_syncs, host_waits;
+  /* --tp (0 otherwise): parameters this rank declared (the engine's count) and
+   * the formula; activation bytes one layer keeps (gpt_tp_acts_t.layer_floats x 4)
+   * and 4 (4 Nr C + 4 Nr + 12 N C/tp + B (NH/tp) T^2); bytes sent on the tp comm
+   * per measured step (-1: not a whole number of bytes per step) and theory */
+  int64_t tp_numel, tp_numel_formula, act_bytes, act_formula, tp_comm_step, tp_comm_theory;
+  int64_t tp_ar, tp_ag, tp_rs;           /* the tp comm's bytes by kind, all measured steps */
 } mb_rank_t;
 
 typedef struct {
@@ -123,6 +136,16 @@ int mb_gpt_model(const mb_opts_t *o, mb_model_t *m, char *err, size_t errlen);
  * engine writes (one per parameter, in table order). 0 or -1 (message in err). */
 int mb_gpt_create(mb_gpt_t **out, const mb_opts_t *o, const mb_model_t *m, void **pslot, void **gslot, int rank,
                   char *err, size_t errlen);
+/* --tp: the same on the GPT split over tpc (the mesh's tp comm, borrowed):
+ * gpt_tp.c's units, this rank's parameter shapes. */
+int mb_gpt_create_tp(mb_gpt_t **out, const mb_opts_t *o, const mb_model_t *m, void **pslot, void **gslot,
+                     zs_comm_t *tpc, int rank, char *err, size_t errlen);
+/* --tp: floats one layer keeps from forward to backward (gpt_tp_acts_t.layer_floats),
+ * its formula, and the tp comm's theoretical bytes per step (a rank sends; grad_clip
+ * adds the engine's norm all-reduce of one fp32 over the tp group). 0 without tp. */
+int64_t mb_gpt_layer_floats(const mb_gpt_t *g);
+int64_t mb_gpt_layer_floats_formula(const mb_opts_t *o);
+int64_t mb_gpt_tp_comm_theory(const mb_gpt_t *g, const mb_model_t *m, int norm);
 /* The engine's init callback: GPT-2's initialisation of every element. user: mb_gpt_t. */
 int mb_gpt_init(void *user, int param, int64_t offset, int64_t count, float *dst);
 /* One training round (forward, backward) in the trainer's order of gathers,

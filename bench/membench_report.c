@@ -26,6 +26,12 @@
  *                                            "grads", "optimizer" (same),
  *                                            "gather", "comm", "other": {"current", "peak"}},
  *                            "host_by_category": {... the host domain, same keys}}]}]}
+ * --tp adds "tp": {"size", "sequence_parallel", "dp", "batch", "replicated_params",
+ * "split_params", "params_per_rank_formula"} at the top, and per rank "tp":
+ * {"params", "params_formula", "param_bytes", "param_bytes_formula",
+ *  "act_bytes_per_layer", "act_bytes_per_layer_formula", "comm_bytes_per_step",
+ *  "comm_theory_bytes", "comm_by_kind": {"all_reduce", "all_gather", "reduce_scatter"}}
+ * (the tp comm's bytes a rank sends per step); "ok" includes them.
  * comm_extra_bytes = comm_bytes_per_step - comm_theory_bytes - comm_norm_bytes
  * (rank 0): traffic the ZeRO table does not count (e.g. a unit gathered again).
  *
@@ -39,9 +45,15 @@
 
 static const zs_mem_category_t k_state_cat[MB_F_COUNT] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIMIZER};
 
+/* --tp's figures (all 0 without it) against their formulas */
+static int tp_ok(const mb_rank_t *b) {
+  return b->tp_numel == b->tp_numel_formula && b->act_bytes == b->act_formula && b->tp_comm_step == b->tp_comm_theory;
+}
+
 int mb_result_ok(const mb_result_t *r, int world) {
   for (int k = 0; k < world; k++)
-    if (r->ranks[k].model_state != r->ranks[k].formula || r->ranks[k].host_model_state != r->ranks[k].host_formula)
+    if (r->ranks[k].model_state != r->ranks[k].formula || r->ranks[k].host_model_state != r->ranks[k].host_formula ||
+        !tp_ok(&r->ranks[k]))
       return 0;
   return 1;
 }
@@ -64,8 +76,10 @@ static int ranks_differ(const mb_result_t *r, int world) {
 static void header_line(const mb_report_t *rep, FILE *f) {
   const mb_opts_t *o = rep->o;
   fprintf(f, "# zs-membench: %s, %lld params (%lld with padding at %d ranks), %d rank(s), %s params / %s reduce, %s, %d steps",
-          rep->m->desc, (long long)rep->m->numel, (long long)rep->padded_world, rep->world,
+          rep->m->desc, (long long)rep->m->numel, (long long)rep->padded_world, rep->world / o->tp,
           rep->world, zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), rep->device, o->steps);
+  if (o->tp > 1) fprintf(f, ", tp %d%s (params: one tp rank's part, padded over the data-parallel ranks)", o->tp,
+                         o->sp ? " sp" : "");
   if (o->gpt && o->compute) fprintf(f, ", compute %d x %d tokens per rank", o->batch, o->seq);
   else if (o->compute_ms > 0) fprintf(f, ", emulated compute %g ms per round (host idle)", o->compute_ms);
   else fprintf(f, ", no compute");
@@ -107,6 +121,34 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
               a->acct_device > 0 ? (double)a->runtime_used / (double)a->acct_device : 0.0);
     }
   }
+  /* --tp: what one rank holds and sends of the split model */
+  if (rep->o->tp > 1) {
+    const mb_opts_t *o = rep->o;
+    const mb_model_t *m = rep->m;
+    fprintf(f, "# tp %d%s over %d data-parallel ranks: whole model %lld params, %lld replicated + %lld split;\n"
+               "# per rank: params = declared (formula replicated + split/tp), param_bytes = the accountant's\n"
+               "# params (formula: the ZeRO table over those shapes, with padding), act/layer = activation bytes a\n"
+               "# layer keeps (formula 4(4 Nr C + 4 Nr + 12 N C/tp + B NH/tp T^2)), tp comm/step = bytes sent on the\n"
+               "# tp comm (theory: mb_gpt_tp_comm_theory)\n",
+            o->tp, o->sp ? " with sequence parallelism" : "", rep->world / o->tp,
+            (long long)(m->tp_replicated + m->tp_split), (long long)m->tp_replicated, (long long)m->tp_split);
+    fprintf(f, "%-5s %-4s %-8s %12s %12s %12s %14s %14s %14s %14s %6s\n", "stage", "rank", "", "params", "param_bytes",
+            "act/layer", "tp_comm/step", "all_reduce", "all_gather", "reduce_scatt", "check");
+    const double steps = mb_measured_steps(o);
+    for (int r = 0; r < rep->nres; r++) {
+      const mb_result_t *x = &rep->res[r];
+      for (int k = 0; k < rep->world; k++) {
+        const mb_rank_t *b = &x->ranks[k];
+        if (k > 0 && k != o->tp - 1) continue; /* rank 0 and the last of its tp group */
+        fprintf(f, "%-5d %-4d %-8s %12lld %12lld %12lld %14lld %14.0f %14.0f %14.0f %6s\n", x->stage, k, "measured",
+                (long long)b->tp_numel, (long long)b->cur[ZS_MEM_PARAMS], (long long)b->act_bytes,
+                (long long)b->tp_comm_step, (double)b->tp_ar / steps, (double)b->tp_ag / steps,
+                (double)b->tp_rs / steps, tp_ok(b) ? "ok" : "DIFF");
+        fprintf(f, "%-5s %-4s %-8s %12lld %12lld %12lld %14lld\n", "", "", "formula", (long long)b->tp_numel_formula,
+                (long long)b->f_dev[MB_F_PARAMS], (long long)b->act_formula, (long long)b->tp_comm_theory);
+      }
+    }
+  }
   /* runs where ranks differ: every rank */
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
@@ -125,6 +167,11 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
     const mb_result_t *x = &rep->res[r];
     for (int k = 0; k < rep->world; k++) {
       const mb_rank_t *b = &x->ranks[k];
+      if (!tp_ok(b))
+        fprintf(f, "# MISMATCH stage %d rank %lld (tp): params %lld vs %lld, act/layer %lld vs %lld, tp comm/step %lld vs %lld\n",
+                x->stage, (long long)b->rank, (long long)b->tp_numel, (long long)b->tp_numel_formula,
+                (long long)b->act_bytes, (long long)b->act_formula, (long long)b->tp_comm_step,
+                (long long)b->tp_comm_theory);
       if (b->model_state != b->formula || b->host_model_state != b->host_formula)
         fprintf(f, "# MISMATCH stage %d%s rank %lld: device %lld measured vs %lld formula (params %lld/%lld grads %lld/%lld "
                    "optimizer %lld/%lld), host %lld vs %lld\n",
@@ -177,6 +224,11 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     for (int u = 0; u < o->nunits; u++) fprintf(f, "%s%lld", u ? ", " : "", (long long)o->units[u]);
     fprintf(f, "], ");
   }
+  if (o->tp > 1)
+    fprintf(f, "\"tp\": {\"size\": %d, \"sequence_parallel\": %s, \"dp\": %d, \"batch\": %d, "
+               "\"replicated_params\": %lld, \"split_params\": %lld, \"params_per_rank_formula\": %lld}, ",
+            o->tp, o->sp ? "true" : "false", rep->world / o->tp, o->batch, (long long)rep->m->tp_replicated,
+            (long long)rep->m->tp_split, (long long)rep->m->tp_formula);
   fprintf(f, "\"description\": ");
   json_str(f, rep->m->desc);
   fprintf(f, ", \"params\": %lld, \"padded_params\": %lld, \"world\": %d, \"param_dtype\": \"%s\", "
@@ -208,10 +260,20 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
       static const int64_t none[MB_F_COUNT] = {0};
       fprintf(f, "%s\n   {\"rank\": %lld, \"model_state_bytes\": %lld, \"host_model_state_bytes\": %lld, "
                  "\"formula_bytes\": %lld, \"host_formula_bytes\": %lld, \"peak_bytes\": %lld, \"host_peak_bytes\": %lld, "
-                 "\"step_s\": %.9g, \"comm_bytes_per_step\": %.17g,\n    \"device_check\": ",
+                 "\"step_s\": %.9g, \"comm_bytes_per_step\": %.17g,\n    ",
               k ? "," : "", (long long)b->rank, (long long)b->model_state, (long long)b->host_model_state,
               (long long)b->formula, (long long)b->host_formula, (long long)b->peak, (long long)b->host_peak, b->step_s,
               (double)b->comm_bytes / steps);
+      if (o->tp > 1)
+        fprintf(f, "\"tp\": {\"params\": %lld, \"params_formula\": %lld, \"param_bytes\": %lld, "
+                   "\"param_bytes_formula\": %lld, \"act_bytes_per_layer\": %lld, \"act_bytes_per_layer_formula\": %lld, "
+                   "\"comm_bytes_per_step\": %lld, \"comm_theory_bytes\": %lld, \"comm_by_kind\": {\"all_reduce\": %.17g, "
+                   "\"all_gather\": %.17g, \"reduce_scatter\": %.17g}},\n    ",
+                (long long)b->tp_numel, (long long)b->tp_numel_formula, (long long)b->cur[ZS_MEM_PARAMS],
+                (long long)b->f_dev[MB_F_PARAMS], (long long)b->act_bytes, (long long)b->act_formula,
+                (long long)b->tp_comm_step, (long long)b->tp_comm_theory, (double)b->tp_ar / steps,
+                (double)b->tp_ag / steps, (double)b->tp_rs / steps);
+      fprintf(f, "\"device_check\": ");
       fprintf(f, "{\"accountant_device_bytes\": %lld, \"runtime_device_bytes\": ", (long long)b->acct_device);
       if (b->runtime_used >= 0) fprintf(f, "%lld}", (long long)b->runtime_used);
       else fprintf(f, "null}");

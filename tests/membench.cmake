@@ -22,6 +22,10 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_membench_case(units_bf16_np3 3 ${zs_mb_units} --dtype bf16 --delayed --compute-ms 2)
   zs_membench_case(gpt_np2 2 ${zs_mb_gpt} --offload)
   zs_membench_case(gpt_bf16_np4 4 ${zs_mb_gpt} --dtype bf16)
+  # --tp 2 over 4 ranks (mesh dp 2 x tp 2), plain and sequence-parallel: parameters,
+  # activations and tp traffic per rank equal their formulas (test_membench's test_tp)
+  zs_membench_case(gpt_tp_np4 4 ${zs_mb_gpt} --tp 2 --batch 2)
+  zs_membench_case(gpt_tp_sp_np4 4 ${zs_mb_gpt} --tp 2 --batch 2 --sequence-parallel)
   # hybrid sharding: 2 groups of 2
   zs_membench_case(units_hybrid_np4 4 --units 1000,3000,517 --stages 1,2,3 --offload --steps 2 --shard-group 2)
 endif()

@@ -19,7 +19,7 @@
 
 #include "harness.h"
 
-static int nranks, units_model;
+static int nranks, dpr, units_model; /* dpr: the data-parallel ranks (nranks / --tp) */
 static cJSON *doc;
 
 static long long num(const cJSON *o, const char *key) {
@@ -44,7 +44,7 @@ static void test_top_level(void) {
   expect_int_eq(num(doc, "world"), nranks);
   expect_true(num(doc, "params") > 0);
   expect_int_ge(num(doc, "padded_params"), num(doc, "params"));
-  expect_int_eq(num(doc, "padded_params") % (64 * nranks), 0);
+  expect_int_eq(num(doc, "padded_params") % (64 * dpr), 0);
   expect_true(cJSON_GetArraySize(res) > 0);
   expect_true(cJSON_IsTrue(item(doc, "ok")));
 }
@@ -80,18 +80,18 @@ static void test_results(void) {
     int stage = (int)num(r, "stage");
     /* hybrid sharding: a rank holds what it would in a flat layout of shard_group ranks */
     long long ns = num(r, "shard_group");
-    expect_true(ns >= 1 && ns <= nranks && nranks % ns == 0);
+    expect_true(ns >= 1 && ns <= dpr && dpr % ns == 0);
     long long P = 0, S;
-    if (ns == nranks) P = num(doc, "padded_params");
+    if (ns == dpr) P = num(doc, "padded_params");
     else P = num(r, "padded_shard_params");
     S = P / ns;
     double inter = cJSON_GetObjectItemCaseSensitive(r, "comm_inter_bytes_per_step")->valuedouble;
     long long inter_theory = num(r, "comm_inter_theory_bytes");
-    if (ns == nranks) expect_true(inter == 0 && inter_theory == 0);
+    if (ns == dpr) expect_true(inter == 0 && inter_theory == 0);
     else if (units_model) {
       expect_near(inter, (double)inter_theory, 0, 0);
       /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype: psi/Ns elements cross per step */
-      long long nr = nranks / ns, rbb = same_dtypes ? pb : 4;
+      long long nr = dpr / ns, rbb = same_dtypes ? pb : 4;
       expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr);
     }
     const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
@@ -111,7 +111,7 @@ static void test_results(void) {
     }
     double comm = cJSON_GetObjectItemCaseSensitive(r, "comm_bytes_per_step")->valuedouble;
     long long theory = num(r, "comm_theory_bytes"), norm = num(r, "comm_norm_bytes");
-    if (nranks == 1) expect_true(comm == 0);
+    if (dpr == 1) expect_true(comm == 0);
     if (units_model) expect_near(comm, (double)(theory + norm), 0, 0);
     else expect_true(comm >= (double)(theory + norm));
     if (same_dtypes) /* 2psi (N-1)/N, 3psi (N-1)/N at stage 3, in the shard group; plus what crosses */
@@ -151,6 +151,49 @@ static void test_results(void) {
       expect_int_eq(hsum, hms);
       expect_int_eq(num(item(bc, "gather"), "current"), 0); /* nothing gathered between steps */
       k++;
+    }
+  }
+}
+
+/* --tp: every rank's parameters, activations and tp traffic equal the formulas
+ * zs-membench prints beside them, and those equal closed forms computed here
+ * from the model's flags (tp = 2, where every all-reduce's bytes divide):
+ *   params = replicated + split/tp, replicated = wpe + 6C per layer + lnf's 2C;
+ *   act/layer = 4 (4 Nr C + 4 Nr + 12 N C/tp + B NH/tp T^2), Nr = N (N/tp with sp);
+ *   tp comm/step = 2(t-1)/t x 4NC x (4L+2) plain, (t-1)/t x 4NC x (10L+4) + the
+ *   replicated gradients' all-reduce with sp; + the cross-entropy's 3 floats a
+ *   token and the norm's one, all-reduced. */
+static void test_tp(void) {
+  const cJSON *tp = cJSON_GetObjectItemCaseSensitive(doc, "tp");
+  if (!tp) return;
+  const cJSON *mc = item(doc, "model_config");
+  const long long t = num(tp, "size"), B = num(tp, "batch"), L = num(mc, "layers"), C = num(mc, "channels");
+  const long long H = num(mc, "heads"), V = num(mc, "vocab"), T = num(mc, "seq"), N = B * T;
+  const int sp = cJSON_IsTrue(item(tp, "sequence_parallel"));
+  const long long rep = T * C + 6 * C * L + 2 * C, split = num(tp, "split_params");
+  expect_int_eq(num(tp, "replicated_params"), rep);
+  expect_int_eq(num(tp, "params_per_rank_formula"), rep + (split - V * C) / t + (V + t - 1) / t * C);
+  if (V % t == 0) expect_int_eq(num(tp, "params_per_rank_formula"), rep + split / t);
+  const long long Nr = sp ? N / t : N, act = 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / t + B * (H / t) * T * T);
+  long long X = 4 * N * C, comm = sp ? (t - 1) * X / t * (10 * L + 4) + 2 * (t - 1) * 4 * rep / t
+                                     : 2 * (t - 1) * X / t * (4 * L + 2);
+  comm += 2 * (t - 1) * (12 * N + 4) / t;
+  const cJSON *r;
+  cJSON_ArrayForEach(r, item(doc, "results")) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, item(r, "ranks")) {
+      const cJSON *q = item(x, "tp");
+      assert_true(cJSON_IsObject(q));
+      expect_int_eq(num(q, "params"), num(q, "params_formula"));
+      expect_int_eq(num(q, "params_formula"), num(tp, "params_per_rank_formula"));
+      expect_int_eq(num(q, "param_bytes"), num(q, "param_bytes_formula"));
+      expect_int_eq(num(q, "act_bytes_per_layer"), num(q, "act_bytes_per_layer_formula"));
+      expect_int_eq(num(q, "act_bytes_per_layer_formula"), act);
+      expect_int_eq(num(q, "comm_bytes_per_step"), num(q, "comm_theory_bytes"));
+      if (t == 2) expect_int_eq(num(q, "comm_theory_bytes"), comm);
+      const cJSON *k = item(q, "comm_by_kind");
+      expect_int_eq(num(k, "all_reduce") + num(k, "all_gather") + num(k, "reduce_scatter"), num(q, "comm_bytes_per_step"));
+      if (!sp) expect_int_eq(num(k, "all_gather") + num(k, "reduce_scatter"), 0);
     }
   }
 }
@@ -199,8 +242,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "stdout is not one JSON document:\n%s\n", out);
     return 1;
   }
+  dpr = nranks;
+  {
+    const cJSON *tpo = cJSON_GetObjectItemCaseSensitive(doc, "tp");
+    if (tpo) dpr = nranks / (int)num(tpo, "size");
+  }
   zs_test_run(test_top_level);
   zs_test_run(test_results);
+  zs_test_run(test_tp);
   cJSON_Delete(doc);
   free(out);
   int rc = zs_test_finish();
