@@ -260,13 +260,72 @@ static void test_gpt(void) {
   cJSON_Delete(d);
 }
 
+/* --tp: the data-parallel world is world/tp, one tp rank's part is declared
+ * (replicated + split/tp), the tp traffic per step equals the closed form
+ * (tp = 2: every all-reduce's bytes divide), its time is in comm_s, and tp groups
+ * that would leave a node are refused. */
+static void test_tp(void) {
+  int code;
+  const long long L = 2, C = 64, T = 64, B = 2, N = B * T, rep = T * C + 6 * C * L + 2 * C;
+  const char *m = "--model gpt --layers 2 --channels 64 --heads 4 --vocab 256 --seq 64 --world 8 --ranks-per-node 4";
+  char args[512];
+  snprintf(args, sizeof args, "%s --batch 2", m);
+  cJSON *d1 = plan_json(args, &code);
+  if (code == 77) {
+    cJSON_Delete(d1);
+    zs_test_skip("this build has no example GPT");
+    return;
+  }
+  for (int sp = 0; sp <= 1; sp++) {
+    snprintf(args, sizeof args, "%s --batch 2 --tp 2%s", m, sp ? " --sequence-parallel" : "");
+    cJSON *d = plan_json(args, &code);
+    assert_true(d && d1);
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(d, "tp");
+    assert_true(cJSON_IsObject(tp));
+    expect_int_eq(num(d, "world"), 8);
+    expect_int_eq(num(tp, "size"), 2);
+    expect_int_eq(num(tp, "dp_world"), 4);
+    expect_int_eq(num(tp, "dp_per_node"), 2);
+    expect_int_eq(num(tp, "replicated_params"), rep);
+    expect_int_eq(num(tp, "replicated_params") + num(tp, "split_params"), num(d1, "params"));
+    expect_int_eq(num(tp, "params_per_rank"), rep + num(tp, "split_params") / 2);
+    expect_int_eq(num(d, "params"), num(tp, "params_per_rank"));
+    long long comm = sp ? (10 * L + 4) * 2 * N * C + 4 * rep : (4 * L + 2) * 4 * N * C;
+    expect_int_eq(num(tp, "comm_bytes_per_step"), comm + 12 * N + 4);
+    const long long Nr = sp ? N / 2 : N;
+    expect_int_eq(num(tp, "act_bytes_per_layer"), 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / 2 + B * 2 * T * T));
+    /* stage 0 holds 16 bytes per parameter of the part (with padding); the
+     * flat options are the data-parallel world's */
+    const cJSON *o0 = option(d, 0, 4, 0), *w0 = option(d1, 0, 8, 0), *o3 = option(d, 3, 4, 0);
+    assert_true(o0 && w0 && o3);
+    expect_int_ge(num(o0, "model_state_bytes"), 16 * num(tp, "params_per_rank"));
+    expect_true(num(o0, "model_state_bytes") < num(w0, "model_state_bytes"));
+    expect_true(num(o3, "tp_s") > 0);
+    expect_true(num(o3, "comm_s_per_step") >= num(o3, "tp_s"));
+    expect_true(num(o3, "intra_bytes_per_step") >= (double)num(tp, "comm_bytes_per_step"));
+    cJSON_Delete(d);
+  }
+  cJSON_Delete(d1);
+  const char *bad[] = {"--tp 8", "--tp 3", "--sequence-parallel"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char cmd[640];
+    snprintf(cmd, sizeof cmd, "%s %s %s", plan, m, bad[i]);
+    free(run(cmd, &code));
+    if (code != 2) ZS_T_REPORT("zs-plan %s: exit %d, want 2", bad[i], code);
+  }
+  char cmd[640];
+  snprintf(cmd, sizeof cmd, "%s %s --tp 2", plan, UNITS4 " --world 4");
+  free(run(cmd, &code));
+  if (code != 2) ZS_T_REPORT("zs-plan --units --tp 2: exit %d, want 2", code);
+}
+
 /* ============================================================================
  * against zs-membench's measurement
  * ========================================================================== */
 
 /* zs-membench at 4 ranks with FLAGS against zs-plan with PLAN_ARGS: every
  * result's rank-0 memory and comm bytes equal the plan's option. */
-static void against_membench(const char *flags, const char *plan_args, int shard) {
+static void against_membench(const char *flags, const char *plan_args, int shard, int dp) {
   char cmd[1024];
   int code;
   snprintf(cmd, sizeof cmd, "%s -n 4 --oversubscribe %s %s --steps 2 --json", mpiexec, membench, flags);
@@ -286,7 +345,7 @@ static void against_membench(const char *flags, const char *plan_args, int shard
   cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
     int stage = (int)num(r, "stage"), off = flag(r, "offload");
     if (flag(r, "delayed")) continue;
-    const cJSON *o = option(d, stage, stage == 0 ? 4 : shard, off);
+    const cJSON *o = option(d, stage, stage == 0 ? dp : shard, off);
     const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "ranks"), 0);
     if (!o || !r0) continue;
     fprintf(stderr, "  stage %d offload %d shard %d: model state %.0f (plan %.0f), host %.0f (%.0f), comm %.0f (%.0f), "
@@ -298,6 +357,16 @@ static void against_membench(const char *flags, const char *plan_args, int shard
     expect_int_eq(num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"));
     expect_int_eq(num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"));
     expect_int_eq(num(r, "comm_inter_bytes_per_step"), num(o, "replica_bytes_per_step"));
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r0, "tp"), *pt = cJSON_GetObjectItemCaseSensitive(d, "tp");
+    if (mt) { /* --tp: the part's parameters, the tp traffic and the activations */
+      assert_true(cJSON_IsObject(pt));
+      fprintf(stderr, "    tp: params %.0f (plan %.0f), tp comm %.0f (%.0f), act/layer %.0f (%.0f)\n", num(mt, "params"),
+              num(pt, "params_per_rank"), num(mt, "comm_bytes_per_step"), num(pt, "comm_bytes_per_step"),
+              num(mt, "act_bytes_per_layer"), num(pt, "act_bytes_per_layer"));
+      expect_int_eq(num(mt, "params"), num(pt, "params_per_rank"));
+      expect_int_eq(num(mt, "comm_bytes_per_step"), num(pt, "comm_bytes_per_step"));
+      expect_int_eq(num(mt, "act_bytes_per_layer"), num(pt, "act_bytes_per_layer"));
+    }
     n++;
   }
   expect_true(n > 0);
@@ -306,17 +375,17 @@ static void against_membench(const char *flags, const char *plan_args, int shard
 }
 
 static void test_membench_flat(void) {
-  against_membench("--units 1000,3000,517 --stages 0,1,2,3 --offload", "--units 1000,3000,517 --world 4 --ranks-per-node 4", 4);
+  against_membench("--units 1000,3000,517 --stages 0,1,2,3 --offload", "--units 1000,3000,517 --world 4 --ranks-per-node 4", 4, 4);
 }
 
 static void test_membench_hybrid(void) {
   against_membench("--units 1000,300000,517 --stages 1,2,3 --offload --shard-group 2",
-                   "--units 1000,300000,517 --world 4 --ranks-per-node 2", 2);
+                   "--units 1000,300000,517 --world 4 --ranks-per-node 2", 2, 4);
 }
 
 static void test_membench_bf16(void) {
   against_membench("--units 1000,3000,517 --stages 0,1,2,3 --dtype bf16 --reduce-dtype fp32 --offload",
-                   "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4);
+                   "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4, 4);
 }
 
 static void test_membench_gpt(void) {
@@ -324,7 +393,17 @@ static void test_membench_gpt(void) {
   char a[256], b[256];
   snprintf(a, sizeof a, "%s --stages 0,1,2,3 --no-compute", m);
   snprintf(b, sizeof b, "%s --world 4 --ranks-per-node 4", m);
-  against_membench(a, b, 4);
+  against_membench(a, b, 4, 4);
+}
+
+/* --tp 2 at 4 ranks (dp 2 x tp 2), with sequence parallelism: memory and dp
+ * traffic per option over the data-parallel ranks, tp traffic and activations */
+static void test_membench_gpt_tp(void) {
+  const char *m = "--model gpt --layers 1 --channels 32 --heads 2 --seq 16 --tp 2 --batch 2 --sequence-parallel";
+  char a[256], b[256];
+  snprintf(a, sizeof a, "%s --stages 0,1,2,3", m);
+  snprintf(b, sizeof b, "%s --world 4 --ranks-per-node 4", m);
+  against_membench(a, b, 2, 2);
 }
 
 int main(int argc, char **argv) {
@@ -339,10 +418,12 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_hybrid);
     zs_test_run(test_membench_bf16);
     zs_test_run(test_membench_gpt);
+    zs_test_run(test_membench_gpt_tp);
     return zs_test_finish();
   }
   zs_test_run(test_contract);
   zs_test_run(test_formulas);
+  zs_test_run(test_tp);
   zs_test_run(test_fits_only_at_stage3);
   zs_test_run(test_hybrid_slow_flat_fast);
   zs_test_run(test_bad_flags);

@@ -8,6 +8,7 @@
  *       [--shard-group NS] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--optim adamw|adam|sgd]
  *       [--grad-accum A] [--prefetch P] [--host-mem GiB] [--reserve-gib R] [--latency-us A]
  *       [--intra-latency-us A] [--frame-overhead F] [--compute-s T1] [--json]
+ *       [--tp N [--sequence-parallel] [--batch B]]
  *
  * Options: stage 0; stages 1-3 flat (sharded over all N ranks) and hybrid
  * (sharded over groups of NS consecutive ranks, default K: a node, replicated
@@ -90,6 +91,23 @@
  * layout wins where the node's own links are the bottleneck (K >= 3 ranks per
  * node and a fast network: flat puts fewer bytes on them) or hybrid does not fit.
  *
+ * Tensor parallelism (--tp N [--sequence-parallel] [--batch B], --model gpt): the
+ * GPT split Megatron-style over tp groups of N neighbouring ranks inside a node
+ * (examples/gpt/gpt_tp.c; N must divide --ranks-per-node: a tp group's
+ * all-reduces run on every layer and stay on the node's links). Each option is
+ * then planned over the data-parallel ranks: world/N of them, K/N per node,
+ * the declared model being one tp rank's part (replicated + split/tp: gpt_tp's
+ * local shapes, ZS_PARAM_MP_REPLICATED on the replicated ones) through the same
+ * zs_engine_estimate; the N tp groups' data-parallel traffic shares each node
+ * link (its rate divided by N; inter_link_bytes is the link's total). The tp
+ * traffic per step (zs-membench --tp's theory: per round of B sequences per data-
+ * parallel rank, (4L+2) all-reduces of the B T C fp32 activations, or with sp
+ * (10L+4) all-gathers / reduce-scatters of them plus the replicated gradients'
+ * all-reduces, the vocab-parallel cross-entropy's 3 floats per token, and the
+ * norm's one fp32) crosses each rank's intra-node link: tp_s = those bytes /
+ * --intra-gbps + ring rounds x --intra-latency-us, added to comm_s (no overlap).
+ * "tp" in the JSON gives the figures, with the activation bytes a layer keeps.
+ *
  * Exit: 0 an option fits (JSON "best" is it), 3 none fits ("best": null),
  * 2 bad flags, 77 --model gpt in a build without the example GPT, 1 failure.
  */
@@ -110,6 +128,9 @@
 #ifdef ZS_PLAN_HAVE_GPT
 #include "gpt.h"  // defines: gpt_param_info, gpt_unit_first_param (the trainer's parameter table)
 #include "opts.h" // defines: gpt_opts_default (the trainer's model defaults)
+#ifdef ZS_GPT_TP
+#include "gpt_tp.h" // defines: gpt_tp_plan, gpt_tp_param_info (--tp: one rank's part)
+#endif
 #endif
 
 #define PL_ALIGN 64 /* elements: a parameter's start in its unit (engine.h, zs_unit_layout) */
@@ -147,6 +168,10 @@ typedef struct {
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */
+  int tp, sp, batch;                    /* --tp N (world and per_node above are then the dp ranks'), --sequence-parallel, --batch */
+  int64_t tp_replicated, tp_split;      /* the whole model's parameters replicated across tp, split over it */
+  int64_t tp_bytes, tp_calls_ar, tp_calls_half; /* tp comm: bytes a rank sends per step, calls (ring rounds) */
+  int64_t tp_act_bytes;                 /* activation bytes one layer keeps per rank */
   int layers, channels, heads, vocab, seq;
 } pl_opts_t;
 
@@ -155,6 +180,7 @@ typedef struct {
   zs_mem_estimate_t est;
   pl_result_t net;
   double step_s, speedup;
+  double tp_s;                          /* the tp comm's time per step (0 without --tp) */
   int fits;
   char why[96];
 } pl_option_t;
@@ -202,11 +228,17 @@ static void units_model(pl_model_t *m, const char *list) {
 }
 
 #ifdef ZS_PLAN_HAVE_GPT
-static void gpt_model(pl_model_t *m, const pl_opts_t *o) {
+static void gpt_model(pl_model_t *m, const pl_opts_t *o, int64_t *rep_out, int64_t *split_out) {
   gpt_config_t c = {.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads, .layers = o->layers};
   char err[256];
   if (o->layers > GPT_MAX_LAYERS) die(2, "--layers: the example GPT has at most 128 layers");
   if (gpt_config_check(&c, err, sizeof err)) die(2, err);
+#ifdef ZS_GPT_TP
+  gpt_tp_t tm; /* every tp rank's part has the same shapes (tp.h: the vocabulary's rows too) */
+  if (o->tp > 1 && gpt_tp_plan(&tm, &c, o->tp, 0, o->sp, err, sizeof err)) die(2, err);
+#else
+  if (o->tp > 1) die(77, "--tp: this build's example GPT has no tensor-parallel split (src/tp)");
+#endif
   model_alloc(m, gpt_unit_count(&c), gpt_param_table_size(&c));
   m->gpt = 1;
   for (int u = 0; u <= m->nunits; u++) m->unit_first[u] = gpt_unit_first_param(&c, u);
@@ -214,14 +246,58 @@ static void gpt_model(pl_model_t *m, const pl_opts_t *o) {
   for (int i = 0; i < m->nparams; i++) {
     gpt_param_info_t p;
     gpt_param_info(&c, i, &p);
+    unsigned tpflag = 0;
+#ifdef ZS_GPT_TP
+    if (o->tp > 1) {
+      int rep = 0;
+      const int64_t whole = p.numel;
+      gpt_tp_param_info(&tm, i, &p, &rep);
+      if (rep) tpflag = ZS_PARAM_MP_REPLICATED, *rep_out += whole;
+      else *split_out += whole;
+    }
+#endif
     pl_param_t *q = &m->params[i];
     snprintf(q->name, sizeof q->name, "%s", p.name);
     q->unit = p.unit, q->ndim = p.ndim, q->numel = p.numel;
     q->shape[0] = p.shape[0], q->shape[1] = p.ndim > 1 ? p.shape[1] : 0;
-    q->flags = p.no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT; /* as the trainer declares them */
+    q->flags = (p.no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT) | tpflag; /* as the trainer declares them */
     m->numel += p.numel;
   }
   snprintf(m->desc, sizeof m->desc, "gpt L%d C%d H%d V%d T%d", o->layers, o->channels, o->heads, o->vocab, o->seq);
+  if (o->tp > 1) {
+    size_t n = strlen(m->desc);
+    snprintf(m->desc + n, sizeof m->desc - n, " tp%d%s (one tp rank's part)", o->tp, o->sp ? " sp" : "");
+  }
+}
+
+/* The tp comm's traffic per step and the activations a layer keeps (zs-membench
+ * --tp's theory, examples/gpt/gpt_tp.c's schedule; bytes as zs_comm_stats counts
+ * them: all-reduce floor(2(t-1)b/t) per call, all-gather / reduce-scatter (t-1)
+ * blocks of b/t). */
+static void tp_traffic(pl_opts_t *o) {
+  const uint64_t t = (uint64_t)o->tp;
+  const int64_t B = o->batch, T = o->seq, C = o->channels, L = o->layers, N = B * T, X = 4 * N * C;
+  const int64_t Nr = o->sp ? N / o->tp : N, Vr = (o->vocab + o->tp - 1) / o->tp;
+#define AR(b) ((int64_t)((uint64_t)(b) * 2 * (t - 1) / t))
+#define HALF(b) ((int64_t)((t - 1) * ((uint64_t)(b) / t)))
+  int64_t round = 0, ar = 0, half = 0;
+  if (!o->sp) round += (4 * L + 2) * AR(X), ar += 4 * L + 2;
+  else {
+    round += (10 * L + 4) * HALF(X), half += 10 * L + 4;
+    for (int i = 0; i < o->m.nparams; i++)
+      if (o->m.params[i].flags & ZS_PARAM_MP_REPLICATED) round += AR(4 * o->m.params[i].numel), ar++;
+  }
+  int64_t rows = ((int64_t)1 << 22) / Vr; /* gpt_tp_acts_alloc's head chunk */
+  rows = rows < 1 ? 1 : rows > N ? N : rows;
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = N - r0 < rows ? N - r0 : rows;
+    round += AR(4 * n) + AR(8 * n), ar += 2;
+  }
+  o->tp_bytes = round * o->accum + AR(4); /* + the engine's norm over tp, once per step */
+  o->tp_calls_ar = ar * o->accum + 1, o->tp_calls_half = half * o->accum;
+#undef AR
+#undef HALF
+  o->tp_act_bytes = 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / o->tp + B * (o->heads / o->tp) * T * T);
 }
 #endif
 
@@ -256,6 +332,8 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
+          "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
+          "  --sequence-parallel (with --tp)  --batch B (1: sequences per data-parallel rank per round, tp traffic)\n"
           "output:\n"
           "  --compute-s T1 (compute per step of the global batch on one rank: adds step_s, speedup)\n"
           "  --json (one JSON document on stdout)\n"
@@ -308,7 +386,7 @@ static uint64_t ring_min_env(void) {
 static pl_opts_t parse(int argc, char **argv) {
   pl_opts_t o;
   memset(&o, 0, sizeof o);
-  o.world = 0, o.per_node = 1, o.dtype = ZS_FP32, o.optim = ZS_ADAMW, o.accum = 1, o.prefetch = 1;
+  o.world = 0, o.per_node = 1, o.tp = 1, o.batch = 1, o.dtype = ZS_FP32, o.optim = ZS_ADAMW, o.accum = 1, o.prefetch = 1;
   o.layers = 2, o.channels = 64, o.heads = 4, o.vocab = 256, o.seq = 64;
 #ifdef ZS_PLAN_HAVE_GPT
   gpt_opts_t d; /* the trainer's defaults, so that the same flags mean the same model */
@@ -329,6 +407,7 @@ static pl_opts_t parse(int argc, char **argv) {
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
+    if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         usage(stderr);
@@ -348,6 +427,8 @@ static pl_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--vocab")) o.vocab = inum(a, v, 1, 1 << 30);
     else if (!strcmp(a, "--seq")) o.seq = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--world")) o.world = inum(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--tp")) o.tp = inum(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--batch")) o.batch = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--ranks-per-node")) o.per_node = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--device-mem")) o.device_mem = num(a, v, 0, 1e9) * GIB;
@@ -380,13 +461,30 @@ static pl_opts_t parse(int argc, char **argv) {
   if (o.world < 1) usage(stderr), die(2, "give --world N (the ranks)");
   if (o.world % o.per_node)
     die(2, "--ranks-per-node must divide --world (every node holds the same number of ranks)");
+  if (o.sp && o.tp < 2) die(2, "--sequence-parallel splits the tokens over a tensor-parallel group: add --tp 2 or more");
+  if (o.tp > 1) {
+    char msg[200];
+    if (!gpt) die(2, "--tp splits the example GPT: give --model gpt");
+    if (o.tp > o.per_node || o.per_node % o.tp) {
+      snprintf(msg, sizeof msg, "--tp %d: tp groups stay inside a node, so --tp must divide --ranks-per-node %d "
+               "(every layer all-reduces over the group)", o.tp, o.per_node);
+      die(2, msg);
+    }
+    if (o.sp && ((int64_t)o.batch * o.seq) % o.tp) die(2, "--sequence-parallel: --tp must divide --batch x --seq (the tokens it splits)");
+    o.world /= o.tp, o.per_node /= o.tp; /* from here on: the data-parallel ranks */
+    o.net.inter_Bps /= o.tp;             /* the tp groups' data-parallel rings share each node link */
+    if (o.shard_group && o.shard_group % o.tp)
+      die(2, "--shard-group counts ranks: with --tp give a multiple of it (tp x the data-parallel ranks per group)");
+    o.shard_group /= o.tp;
+  }
   o.hybrid = o.shard_group > 0 || o.per_node > 1; /* a group of 1 only when asked for */
   if (!o.shard_group) o.shard_group = o.per_node;
   o.hybrid = o.hybrid && o.shard_group < o.world;
   if (o.world % o.shard_group) die(2, "--shard-group must divide --world");
   if (gpt) {
 #ifdef ZS_PLAN_HAVE_GPT
-    gpt_model(&o.m, &o);
+    gpt_model(&o.m, &o, &o.tp_replicated, &o.tp_split);
+    if (o.tp > 1) tp_traffic(&o);
 #else
     die(77, "--model gpt: this build has no example GPT (it needs a CBLAS: apt-get install libopenblas-dev)");
 #endif
@@ -487,7 +585,14 @@ static void judge(const pl_opts_t *o, pl_option_t *x) {
     x->fits = 0;
     snprintf(x->why, sizeof x->why, "host: a node needs %.3f GiB of %.3f", host_need / GIB, o->host_mem / GIB);
   }
-  x->step_s = o->compute_s > 0 ? o->compute_s / o->world + x->net.comm_s : x->net.comm_s;
+  if (o->tp > 1) { /* the tp comm on the intra-node links, after the data-parallel traffic */
+    x->tp_s = (double)o->tp_bytes / o->net.intra_Bps +
+              (double)(2 * o->tp_calls_ar + o->tp_calls_half) * (o->tp - 1) * o->net.alpha_intra;
+    x->net.comm_s += x->tp_s;
+    x->net.intra_bytes += (double)o->tp_bytes;
+    x->net.inter_link_bytes *= o->tp; /* every tp coordinate's data-parallel group crosses the link */
+  }
+  x->step_s = o->compute_s > 0 ? o->compute_s / (o->world * o->tp) + x->net.comm_s : x->net.comm_s;
   x->speedup = o->compute_s > 0 && x->step_s > 0 ? o->compute_s / x->step_s : 0;
 }
 
@@ -514,10 +619,16 @@ static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, siz
 
 static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int best, FILE *f) {
   fprintf(f, "# zs-plan: %s, %lld params, %s params / %s reduce; %d ranks, %d per node (%d nodes)\n", o->m.desc,
-          (long long)o->m.numel, dtype_name(o->dtype), dtype_name(o->reduce_dtype), o->world, o->per_node,
-          o->world / o->per_node);
+          (long long)o->m.numel, dtype_name(o->dtype), dtype_name(o->reduce_dtype), o->world * o->tp,
+          o->per_node * o->tp, o->world / o->per_node);
+  if (o->tp > 1)
+    fprintf(f, "# tp %d%s: %d data-parallel ranks (%d per node); per rank %lld params of %lld (%lld replicated + "
+               "%lld split / %d); tp comm %lld bytes/step (batch %d), activations %lld bytes/layer\n",
+            o->tp, o->sp ? " with sequence parallelism" : "", o->world, o->per_node, (long long)o->m.numel,
+            (long long)(o->tp_replicated + o->tp_split), (long long)o->tp_replicated, (long long)o->tp_split, o->tp,
+            (long long)o->tp_bytes, o->batch, (long long)o->tp_act_bytes);
   fprintf(f, "# links: inter %g Gbit/s (x%.4f frames, %g us/round), intra %g Gbit/s (%g us/round); device %.2f GiB%s\n",
-          o->net.inter_Bps * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
+          o->net.inter_Bps * o->tp * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
           o->net.alpha_intra * 1e6, o->device_mem / GIB, o->device_mem > 0 ? "" : " (no limit)");
   fprintf(f, "# bytes per rank; comm/step = bytes a rank sends; inter = the busiest node link, one way\n");
   fprintf(f, "  stage layout     offload  model_state   host_state  device_peak    comm/step   inter/step    comm_s%s  fits\n",
@@ -554,20 +665,26 @@ static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
           r->phase_s[PL_BACKWARD], r->phase_s[PL_STEP]);
   fprintf(f, "\"rounds_inter\": %d, \"rounds_intra\": %d, ", r->rounds_inter, r->rounds_intra);
   if (o->compute_s > 0) fprintf(f, "\"step_s\": %.6g, \"speedup\": %.6g, ", x->step_s, x->speedup);
+  if (o->tp > 1) fprintf(f, "\"tp_s\": %.6g, ", x->tp_s);
   fprintf(f, "\"fits\": %s, \"why\": \"%s\"}", x->fits ? "true" : "false", x->why);
 }
 
 static void print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int best, FILE *f) {
   fprintf(f, "{\"model\": \"%s\", \"params\": %lld, \"units\": %d, \"world\": %d, \"ranks_per_node\": %d, "
              "\"nodes\": %d, ",
-          o->m.desc, (long long)o->m.numel, o->m.nunits, o->world, o->per_node, o->world / o->per_node);
+          o->m.desc, (long long)o->m.numel, o->m.nunits, o->world * o->tp, o->per_node * o->tp, o->world / o->per_node);
+  fprintf(f, "\"tp\": {\"size\": %d, \"sequence_parallel\": %s, \"dp_world\": %d, \"dp_per_node\": %d, \"batch\": %d, "
+             "\"replicated_params\": %lld, \"split_params\": %lld, \"params_per_rank\": %lld, "
+             "\"comm_bytes_per_step\": %lld, \"act_bytes_per_layer\": %lld}, ",
+          o->tp, o->sp ? "true" : "false", o->world, o->per_node, o->batch, (long long)o->tp_replicated,
+          (long long)o->tp_split, (long long)o->m.numel, (long long)o->tp_bytes, (long long)o->tp_act_bytes);
   fprintf(f, "\"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"grad_accum\": %d, ", dtype_name(o->dtype),
           dtype_name(o->reduce_dtype), o->accum);
   fprintf(f, "\"device_mem_bytes\": %.0f, \"host_mem_bytes\": %.0f, \"reserve_bytes\": %.0f, ", o->device_mem,
           o->host_mem, o->reserve);
   fprintf(f, "\"inter_gbps\": %.6g, \"intra_gbps\": %.6g, \"latency_us\": %.6g, \"intra_latency_us\": %.6g, "
              "\"frame_overhead\": %.6g, \"ring_min_bytes\": %llu, ",
-          o->net.inter_Bps * 8 / 1e9, o->net.intra_Bps * 8 / 1e9, o->net.alpha_inter * 1e6, o->net.alpha_intra * 1e6,
+          o->net.inter_Bps * o->tp * 8 / 1e9, o->net.intra_Bps * 8 / 1e9, o->net.alpha_inter * 1e6, o->net.alpha_intra * 1e6,
           o->net.frame, (unsigned long long)o->net.ring_min);
   if (o->compute_s > 0) fprintf(f, "\"compute_s\": %.6g, ", o->compute_s);
   fprintf(f, "\"options\": [");
