@@ -20,6 +20,8 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/mesh.h"
 #include "zeroshard/tp.h"
 
 enum { B = 3, T = 8 };
@@ -204,6 +206,44 @@ static void test_bad_split(void) {
   expect_int_eq(gpt_tp_acts_alloc(&a, &m, 1, 7, 1), -1);
 }
 
+/* The engine over a dp x tp mesh: tp ranks declare their own shapes (allowed)
+ * but the same structure; another name, rank or flag on one tp rank is
+ * ZS_ERR_MISMATCH on every rank, naming the parameter. */
+static zs_status_t tp_declare(zs_mesh_t *mesh, int variant, char *msg, size_t n) {
+  zs_config_t cfg = ZS_CONFIG_INIT;
+  cfg.stage = 1;
+  zs_engine_t *zs = NULL;
+  zs_status_t st = zs_engine_create_mesh(&zs, &cfg, g_dev, mesh);
+  if (st != ZS_OK) return st;
+  int u, id;
+  float *a = NULL, *b = NULL;
+  const int last = g_rank == g_size - 1;
+  int64_t shape[2] = {3 + g_rank, 5}; /* each rank's own part */
+  zs_unit_add(zs, "u", &u);
+  zs_param_add(zs, u, variant == 1 && last ? "a_renamed" : "a", variant == 2 && last ? 1 : 2, shape,
+               variant == 3 && last ? ZS_PARAM_NO_DECAY : 0, (void **)&a, NULL, &id);
+  zs_param_add(zs, u, "b", 1, shape, ZS_PARAM_MP_REPLICATED, (void **)&b, NULL, &id);
+  st = zs_engine_setup(zs, NULL, NULL);
+  snprintf(msg, n, "%s", zs_engine_last_error(zs));
+  zs_engine_destroy(zs);
+  return st;
+}
+
+static void test_tp_declarations(void) {
+  if (g_size < 2) zs_test_skip("needs 2+ ranks");
+  zs_mesh_t *mesh = NULL;
+  const char *names[] = {"dp", "tp"};
+  int sizes[] = {1, g_size};
+  assert_ok(zs_mesh_create(&mesh, g_world, 2, names, sizes));
+  char msg[512];
+  expect_ok(tp_declare(mesh, 0, msg, sizeof msg));
+  for (int v = 1; v <= 3; v++) {
+    expect_status(tp_declare(mesh, v, msg, sizeof msg), ZS_ERR_MISMATCH);
+    expect_str_contains(msg, "tensor-parallel ranks declare different models: parameter 0");
+  }
+  zs_mesh_destroy(mesh);
+}
+
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
   if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
@@ -217,6 +257,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_tp);
   zs_test_run(test_tp_sequence_parallel);
   zs_test_run(test_bad_split);
+  zs_test_run(test_tp_declarations);
   reference_free();
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);

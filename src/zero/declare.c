@@ -277,6 +277,57 @@ zs_status_t zs__eng_sync_compute(zs_engine_t *zs) {
  * and leave the others in a collective. */
 #define ZS_CHUNK 32 /* entries per all-reduce: 2 x 32 int64 fit the scratch */
 
+/* What tensor-parallel ranks must share: everything but the shapes' extents. */
+static void describe_structure(const zs_engine_t *zs, int i, char *buf) {
+  memset(buf, 0, ZS_DESC);
+  if (i >= zs->nparams) {
+    snprintf(buf, ZS_DESC, "no parameter");
+    return;
+  }
+  const zs_param_t *p = &zs->params[i];
+  int n = snprintf(buf, ZS_DESC, "'%s' in unit %d '%s'", p->name, p->unit, zs->units[p->unit].name);
+  if (n >= 0 && n < ZS_DESC - 48) snprintf(buf + n, (size_t)(ZS_DESC - n), ", %d dimension(s), flags %u", p->ndim, p->flags);
+}
+
+/* Across a mesh's tp group: the same parameters, units, ranks and flags, in the
+ * same order; each rank's own shapes (its part) may differ. */
+static zs_status_t check_tp_structure(zs_engine_t *zs) {
+  int64_t v[2 * ZS_CHUNK];
+  char d[ZS_DESC];
+  v[0] = zs->nparams, v[1] = -(int64_t)zs->nparams, v[2] = zs->nunits, v[3] = -(int64_t)zs->nunits;
+  ZS_CHECK(zs__eng_xall_reduce_on(zs, zs->tp_comm, v, 4, ZS_MIN));
+  const int tpr = zs_comm_rank(zs->tp_comm);
+  if (v[0] != -v[1] || v[2] != -v[3])
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "tensor-parallel ranks declare different models: %d units and %d parameters on tp rank %d, "
+                   "between %lld and %lld parameters across the tp group: every tp rank declares the same units "
+                   "and parameters (each with its own part's shape)",
+                   zs->nunits, zs->nparams, tpr, (long long)v[0], (long long)-v[1]);
+  const size_t n = (size_t)zs->nparams;
+  for (size_t c0 = 0; c0 < n; c0 += ZS_CHUNK) {
+    size_t k = n - c0 < ZS_CHUNK ? n - c0 : ZS_CHUNK;
+    int64_t h[ZS_CHUNK];
+    for (size_t i = 0; i < k; i++) {
+      describe_structure(zs, (int)(c0 + i), d);
+      h[i] = (int64_t)(fnv1a(0xcbf29ce484222325ull, d, ZS_DESC) >> 1);
+      v[i] = h[i];
+      v[k + i] = -h[i];
+    }
+    ZS_CHECK(zs__eng_xall_reduce_on(zs, zs->tp_comm, v, (int)(2 * k), ZS_MIN));
+    for (size_t i = 0; i < k; i++)
+      if (v[i] != -v[k + i]) {
+        describe_structure(zs, (int)(c0 + i), d);
+        d[ZS_DESC - 1] = 0;
+        return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                       "tensor-parallel ranks declare different models: parameter %zu is %s on tp rank %d and "
+                       "something else on another: every tp rank declares the same units and parameters (names, "
+                       "order, ranks, flags), each with its own part's shape",
+                       c0 + i, d, tpr);
+      }
+  }
+  return ZS_OK;
+}
+
 zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
   int64_t v[2 * ZS_CHUNK];
   char d[ZS_DESC];
@@ -297,7 +348,7 @@ zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
     for (size_t i = 0; i < k && first == n; i++)
       if (v[i] != -v[k + i]) first = c0 + i, hfirst = h[i], hmin = v[i];
   }
-  if (first == n) return ZS_OK;
+  if (first == n) return zs->tp_comm ? check_tp_structure(zs) : ZS_OK;
   /* rank a: lowest with the smallest hash; rank b: lowest with another */
   v[0] = hfirst == hmin ? zs->rank : zs->world;
   v[1] = hfirst != hmin ? zs->rank : zs->world;

@@ -147,6 +147,8 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     ZS_CHECK(zs_mesh_comm(mesh, "dp_replicate", &rep));
   }
   if (zs_mesh_size(mesh, "mp") > 1) ZS_CHECK(zs_mesh_comm(mesh, "mp", &mp));
+  zs_comm_t *tp = NULL;
+  if (mesh_has(mesh, "tp") && zs_mesh_size(mesh, "tp") > 1) ZS_CHECK(zs_mesh_comm(mesh, "tp", &tp));
   zs_config_t c = *cfg;
   if (hybrid) {
     int ns = zs_comm_size(shard);
@@ -173,6 +175,7 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     zs->rep_comm = rep;
     zs->groups_borrowed = 1;
   }
+  zs->tp_comm = tp;
   zs_status_t st = mp ? zs_engine_set_model_parallel(zs, mp) : ZS_OK;
   if (st != ZS_OK) {
     zs_engine_destroy(zs);
@@ -199,12 +202,16 @@ static zs_status_t x_fail(zs_engine_t *zs, zs_status_t st, const char *what) {
 }
 
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op) {
+  return zs__eng_xall_reduce_on(zs, zs->comm, v, n, op);
+}
+
+zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op) {
   size_t bytes = (size_t)n * 8;
   zs_status_t st;
   if (n > zs->xcount) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "engine scratch: %d values exceed it", n);
   memcpy(zs->xhost, v, bytes);
   if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, NULL)) != ZS_OK ||
-      (st = zs_comm_all_reduce(zs->comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, op, NULL)) != ZS_OK ||
+      (st = zs_comm_all_reduce(comm, zs->xdev, zs->xdev, (size_t)n, ZS_INT64, op, NULL)) != ZS_OK ||
       (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, NULL)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, NULL)) != ZS_OK)
     return x_fail(zs, st, "an all-reduce of the engine's bookkeeping");

@@ -122,6 +122,9 @@ struct zs_engine {
    * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */
   zs_comm_t *mp_comm;
   int mp_rank;
+  /* a mesh's tp group (2+ ranks, zs_engine_create_mesh): setup checks that its
+   * ranks declare the same structure (names, units, ranks of shapes, flags) */
+  zs_comm_t *tp_comm;
   zs_stream_t *compute, *ag_stream, *rs_stream;
   zs_event_t *ev_step;
 
@@ -197,6 +200,8 @@ void zs__eng_decl_free(zs_engine_t *zs);
 zs_status_t zs__eng_check_declaring(zs_engine_t *zs, const char *what);
 /* Collective: every rank declared the same (ZS_ERR_MISMATCH on every rank otherwise). */
 zs_status_t zs__eng_check_declarations(zs_engine_t *zs);
+/* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
+zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
 /* Waits for the compute stream; a failure carries the stream's message. */
 zs_status_t zs__eng_sync_compute(zs_engine_t *zs);
 /* setup.c */
