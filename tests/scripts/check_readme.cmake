@@ -1,9 +1,9 @@
 # A README code block must be a source file's marked region, line for line.
 #   -DROOT=<repo>                       the walk-through (the defaults below)
-#   -DSRC=<file> -DNAME=<marker name> -DTAG=<README tag>
-# The region lies between "/* --- NAME begins --- */" and "  /* --- NAME ends --- */"
-# (or "/* --- NAME ends --- */" at the start of a line); the README block between
-# "<!-- TAG -->\n```c\n" and "```\n<!-- /TAG -->".
+#   -DSRC=<file> -DNAME=<marker name> -DTAG=<README tag> [-DLANG=cpp]
+# The region lies between "/* --- NAME begins --- */" (or "// --- NAME begins ---")
+# and the matching "ends" marker on a line of its own (indented or not); the README
+# block between "<!-- TAG -->\n```LANG\n" (LANG: c by default) and "```\n<!-- /TAG -->".
 if(NOT SRC)
   set(SRC ${ROOT}/examples/walkthrough/walkthrough.c)
   set(NAME walk-through)
@@ -11,9 +11,13 @@ if(NOT SRC)
 endif()
 file(READ ${SRC} src)
 file(READ ${ROOT}/README.md readme)
-string(REGEX MATCH "/\\* --- ${NAME} begins --- \\*/\n(.*\n)[ ]*/\\* --- ${NAME} ends --- \\*/" m "${src}")
-set(code "${CMAKE_MATCH_1}")
-string(REGEX MATCH "<!-- ${TAG} -->\n```c\n(.*)```\n<!-- /${TAG} -->" m2 "${readme}")
+string(REGEX MATCH "(/\\* --- ${NAME} begins --- \\*/|// --- ${NAME} begins ---)\n(.*\n)[ ]*(/\\* --- ${NAME} ends --- \\*/|// --- ${NAME} ends ---)" m
+       "${src}")
+set(code "${CMAKE_MATCH_2}")
+if(NOT LANG)
+  set(LANG c)
+endif()
+string(REGEX MATCH "<!-- ${TAG} -->\n```${LANG}\n(.*)```\n<!-- /${TAG} -->" m2 "${readme}")
 set(block "${CMAKE_MATCH_1}")
 if(NOT code)
   message(FATAL_ERROR "markers '${NAME}' not found in ${SRC}")
