@@ -118,6 +118,8 @@ static void usage(FILE *f) {
           "                    --tp N (split over tp groups of N ranks, ZeRO over the ranks / N)\n"
           "                    --sequence-parallel (with --tp: Megatron's sequence parallelism)\n"
           "  --units N1,N2,... one parameter of Ni elements per unit, no compute\n"
+          "  --frozen K (--units: the first K units frozen: parameters only, no gradient, reduction or\n"
+          "             optimizer state)\n"
           "engine:\n"
           "  --stages 0,1,2,3 (all)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (also run stages 1-3 with the optimizer state on the host)  --prefetch K\n"
@@ -206,6 +208,7 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--seq")) bad = parse_int(v, 1, 1 << 20, &o.seq);
     else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 20, &o.batch);
     else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, 1 << 20, &o.tp);
+    else if (!strcmp(a, "--frozen")) bad = parse_int(v, 0, 1 << 20, &o.frozen);
     else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1 << 20, &o.steps);
     else if (!strcmp(a, "--prefetch")) bad = parse_int(v, 0, 1 << 20, &o.prefetch);
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
@@ -241,6 +244,8 @@ static mb_opts_t parse(int argc, char **argv) {
     die_all(2, "%s", "give --model gpt or --units N1,N2,...");
   }
   if (o.gpt && o.units) die_all(2, "%s", "give either --model gpt or --units, not both");
+  if (o.frozen && (!o.units || o.frozen > o.nunits))
+    die_all(2, "%s", "--frozen K freezes the first K units of --units: give --units with at least K units");
   if (!reduce_set) o.reduce_dtype = o.dtype;
   if (o.tp < 1) o.tp = 1;
   if (o.tp > 1 && !o.gpt) die_all(2, "%s", "--tp splits the example GPT: give --model gpt");
@@ -279,11 +284,21 @@ static void units_model(const mb_opts_t *o, mb_model_t *m) {
     p->unit = u;
     p->ndim = 1;
     p->shape[0] = p->numel = o->units[u];
+    p->flags = u < o->frozen ? ZS_PARAM_FROZEN : 0;
     m->numel += o->units[u];
     if (len > 0 && (size_t)len < sizeof m->desc - 24)
       len += snprintf(m->desc + len, sizeof m->desc - (size_t)len, "%s%lld", u ? "," : " ", (long long)o->units[u]);
   }
   m->unit_first[o->nunits] = o->nunits;
+  if (o->frozen && len > 0 && (size_t)len < sizeof m->desc - 24)
+    snprintf(m->desc + len, sizeof m->desc - (size_t)len, ", first %d frozen", o->frozen);
+}
+
+/* A unit whose parameters are all frozen holds its parameters only. */
+static int unit_frozen(const mb_model_t *m, int u) {
+  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++)
+    if (!(m->params[i].flags & ZS_PARAM_FROZEN)) return 0;
+  return m->unit_first[u + 1] > m->unit_first[u];
 }
 
 /* Padded elements of unit u at `n` ranks, from the shapes: every parameter
@@ -308,6 +323,7 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), S = P / n, on = stage == 0 ? P : S;
     f_dev[MB_F_PARAMS] += (stage <= 2 ? P : S) * (int64_t)pb;
+    if (unit_frozen(m, u)) continue; /* its parameters are the truth: nothing else */
     if (!offload) {
       f_dev[MB_F_GRADS] += stage <= 1 ? P * (int64_t)pb : S * (int64_t)rb;
       f_dev[MB_F_OPTIM] += (pb == 4 ? 0 : 4 * on) + 8 * on;
@@ -334,7 +350,8 @@ static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb,
   int64_t t = 0, N = n;
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
-    t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + 2 * gp;
+    if (unit_frozen(m, u)) t += stage == 3 ? 2 * gp : 0; /* never reduced nor regathered; gathered at stage 3 */
+    else t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + 2 * gp;
   }
   *norm = stage >= 1 && n > 1 ? 2 * (N - 1) * 4 / N : 0;
   return t;
@@ -344,7 +361,8 @@ static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb,
  * each unit's shard (S = P/Ns elements) across the nr replicas. */
 static int64_t comm_inter_theory(const mb_model_t *m, size_t rb, int ns, int nr) {
   int64_t t = 0;
-  for (int u = 0; u < m->nunits; u++) t += 2 * (int64_t)(nr - 1) * (unit_padded(m, u, ns) / ns) * (int64_t)rb / nr;
+  for (int u = 0; u < m->nunits; u++)
+    if (!unit_frozen(m, u)) t += 2 * (int64_t)(nr - 1) * (unit_padded(m, u, ns) / ns) * (int64_t)rb / nr;
   return t;
 }
 

@@ -21,6 +21,7 @@ typedef struct {
   int compute;                              /* gpt: run forward/backward (--no-compute: 0) */
   int64_t *units;                           /* --units N1,N2,...: elements per unit */
   int nunits;
+  int frozen;                               /* --frozen K: the first K units are ZS_PARAM_FROZEN */
   int stages[4], nstages;
   zs_dtype_t dtype, reduce_dtype;
   int offload;                              /* add offloaded runs for stages 1-3 */

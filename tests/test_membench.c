@@ -20,6 +20,10 @@
 #include "harness.h"
 
 static int nranks, dpr, units_model; /* dpr: the data-parallel ranks (nranks / --tp) */
+/* --frozen: units holding parameters only; the whole-model closed forms below
+ * do not apply; measured == zs-membench's per-unit formula and traffic ==
+ * its theory still do (test_engine_frozen checks the engine's own per kind) */
+static int frozen;
 static cJSON *doc;
 
 static long long num(const cJSON *o, const char *key) {
@@ -73,7 +77,7 @@ static void test_results(void) {
   const char *pdt = cJSON_GetObjectItemCaseSensitive(doc, "param_dtype")->valuestring;
   const cJSON *rdt = cJSON_GetObjectItemCaseSensitive(doc, "reduce_dtype");
   long long pb = !strcmp(pdt, "bf16") ? 2 : 4;
-  int same_dtypes = cJSON_IsString(rdt) && !strcmp(rdt->valuestring, pdt);
+  int same_dtypes = cJSON_IsString(rdt) && !strcmp(rdt->valuestring, pdt) && !frozen;
   const char *cats[] = {"params", "grads", "optimizer", "gather", "comm", "other"};
   const cJSON *r;
   cJSON_ArrayForEach(r, res) {
@@ -92,7 +96,7 @@ static void test_results(void) {
       expect_near(inter, (double)inter_theory, 0, 0);
       /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype: psi/Ns elements cross per step */
       long long nr = dpr / ns, rbb = same_dtypes ? pb : 4;
-      expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr);
+      if (!frozen) expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr);
     }
     const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
     assert_true(cJSON_IsBool(off) && cJSON_IsArray(ranks));
@@ -227,7 +231,7 @@ int main(int argc, char **argv) {
   }
   zs_t_rank = 0;
   nranks = atoi(argv[3]);
-  for (int i = 4; i < argc; i++) units_model |= !strcmp(argv[i], "--units");
+  for (int i = 4; i < argc; i++) units_model |= !strcmp(argv[i], "--units"), frozen |= !strcmp(argv[i], "--frozen");
   int code = 0;
   char *out = run(argc, argv, &code);
   if (!out) {
