@@ -2,7 +2,7 @@
  * (the library's zs_comm_all_reduce), measured on the ranks of one mpiexec.
  *
  *   mpiexec -n N zs-bench-ps [--psi FLOATS] [--steps K] [--servers S] [--compute-ms X]
- *                            [--straggler-ms Y] [--staleness T] [--json]
+ *                            [--straggler-ms Y] [--staleness T] [--runs ring,sync,async] [--json]
  *
  * Three runs of K steps over a psi-float fp32 model: ring (all N ranks compute
  * and all-reduce), PS sync and PS async (S servers, W = N - S workers). A
@@ -14,7 +14,9 @@
  * way; PS: a server 4 psi W / S each way, a worker 4 psi); mean step time;
  * each worker's steps/s (PS: over its first K-1 steps, since the last pull
  * waits for every worker: it carries the final parameters); and for async the
- * staleness histogram. Exit 1 if a
+ * staleness histogram. --runs picks some of the three (in that order; default
+ * all), so that a run's traffic can be measured alone, e.g. on the links of
+ * scripts/cluster-sim (scripts/ps-cluster). Exit 1 if a
  * count differs from its formula. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,7 @@
 
 typedef struct {
   long psi;
-  int steps, servers, staleness, json;
+  int steps, servers, staleness, json, runs; /* runs: bit 0 ring, 1 sync, 2 async */
   double compute_ms, straggler_ms;
 } opts_t;
 
@@ -150,6 +152,7 @@ static void print_table(const opts_t *o, int N, result_t *rs, int n) {
     printf(" |\n");
   }
   result_t *a = &rs[n - 1];
+  if (strcmp(a->name, "PS async")) return;
   printf("PS async staleness histogram (updates behind: count):");
   for (int b = 0; b <= a->stale_max && b < ZS_PS_HIST_BINS; b++) printf(" %d:%lld", b, (long long)a->hist[b]);
   printf("\n");
@@ -172,7 +175,7 @@ static void print_json(const opts_t *o, int N, result_t *rs, int n) {
 }
 
 int main(int argc, char **argv) {
-  opts_t o = {.psi = 1 << 20, .steps = 20, .servers = 1, .staleness = -1, .compute_ms = 20, .straggler_ms = 0};
+  opts_t o = {.psi = 1 << 20, .steps = 20, .servers = 1, .staleness = -1, .compute_ms = 20, .straggler_ms = 0, .runs = 7};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json")) o.json = 1;
@@ -182,9 +185,24 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--staleness") && v) o.staleness = atoi(v), i++;
     else if (!strcmp(a, "--compute-ms") && v) o.compute_ms = atof(v), i++;
     else if (!strcmp(a, "--straggler-ms") && v) o.straggler_ms = atof(v), i++;
-    else {
+    else if (!strcmp(a, "--runs") && v) {
+      o.runs = 0, i++;
+      for (const char *q = v; *q;) {
+        size_t l = strcspn(q, ",");
+        if (l == 4 && !strncmp(q, "ring", 4)) o.runs |= 1;
+        else if (l == 4 && !strncmp(q, "sync", 4)) o.runs |= 2;
+        else if (l == 5 && !strncmp(q, "async", 5)) o.runs |= 4;
+        else o.runs = -1;
+        if (o.runs < 0) break;
+        q += l + (q[l] == ',');
+      }
+      if (o.runs <= 0) {
+        fprintf(stderr, "zs-bench-ps: --runs takes ring, sync, async, comma-separated\n");
+        return 2;
+      }
+    } else {
       fprintf(stderr, "usage: mpiexec -n N zs-bench-ps [--psi FLOATS] [--steps K] [--servers S] [--compute-ms X] "
-                      "[--straggler-ms Y] [--staleness T] [--json]\n");
+                      "[--straggler-ms Y] [--staleness T] [--runs ring,sync,async] [--json]\n");
       return 2;
     }
   }
@@ -203,18 +221,21 @@ int main(int argc, char **argv) {
   }
   result_t rs[3];
   memset(rs, 0, sizeof rs);
-  int rc = run_ring(world, &o, &rs[0]) || run_ps(world, &o, ZS_PS_SYNC, &rs[1]) || run_ps(world, &o, ZS_PS_ASYNC, &rs[2]);
+  int n = 0, rc = 0;
+  if (!rc && (o.runs & 1)) rc = run_ring(world, &o, &rs[n++]);
+  if (!rc && (o.runs & 2)) rc = run_ps(world, &o, ZS_PS_SYNC, &rs[n++]);
+  if (!rc && (o.runs & 4)) rc = run_ps(world, &o, ZS_PS_ASYNC, &rs[n++]);
   int bad = 0;
   if (!rc && me == 0) {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < n; k++)
       if (rs[k].busiest_sent != rs[k].formula_each_way || rs[k].busiest_recv != rs[k].formula_each_way) {
         fprintf(stderr, "%s: busiest rank moved %llu / %llu bytes per step, the formula says %llu\n", rs[k].name,
                 (unsigned long long)rs[k].busiest_sent, (unsigned long long)rs[k].busiest_recv,
                 (unsigned long long)rs[k].formula_each_way);
         bad = 1;
       }
-    if (o.json) print_json(&o, N, rs, 3);
-    else print_table(&o, N, rs, 3);
+    if (o.json) print_json(&o, N, rs, n);
+    else print_table(&o, N, rs, n);
   }
   zs_comm_destroy(world);
   zs_device_destroy(dev);
