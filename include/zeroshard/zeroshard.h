@@ -17,6 +17,7 @@
 #include "zeroshard/ps.h"
 #include "zeroshard/status.h"
 #include "zeroshard/tp.h"
+#include "zeroshard/trace.h"
 #include "zeroshard/types.h"
 
 #endif

@@ -3,11 +3,13 @@
  * depends only on the caller's own arguments, so every rank that passes a bad
  * argument finds out itself, before anything is queued. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_impl.h"
 #include "common/half.h"
+#include "trace/trace_impl.h"
 
 /* ---- handle ---------------------------------------------------------------- */
 
@@ -21,13 +23,15 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
   c->rank = rank;
   c->size = size;
   pthread_mutex_init(&c->stats_mu, NULL);
+  zs__trace_set_rank(rank); /* the first comm's (the world's) names the trace file */
   *out = c;
   return ZS_OK;
 }
 
 void zs_comm_destroy(zs_comm_t *comm) {
   if (!comm) return;
-  comm->iface.destroy(comm->ctx);
+  comm->iface.destroy(comm->ctx); /* its queued calls have run: their events are recorded */
+  if (zs__trace_on()) zs_trace_flush();
   pthread_mutex_destroy(&comm->stats_mu);
   free(comm->node);
   free(comm);
@@ -91,8 +95,9 @@ static uint64_t muldiv(uint64_t x, uint64_t num, uint64_t den) {
   return (x / den) * num + ((x % den) * num) / den;
 }
 
-/* The bytes this rank sends and receives under comm.h's formulas. */
-static void trace(zs_comm_t *c, const zs__coll_args_t *a) {
+/* The bytes this rank sends and receives under comm.h's formulas, into
+ * a->bytes_sent / bytes_recv. */
+static void traffic(zs_comm_t *c, zs__coll_args_t *a) {
   uint64_t n = (uint64_t)c->size, b = (uint64_t)a->count * zs_dtype_size(a->dtype);
   uint64_t sent = 0, recv = 0;
   int root = a->root == c->rank;
@@ -125,11 +130,24 @@ static void trace(zs_comm_t *c, const zs__coll_args_t *a) {
     case ZS_COLL_RECV: recv = b; break;
     default: break;
   }
+  a->bytes_sent = sent;
+  a->bytes_recv = recv;
+}
+
+static void count(zs_comm_t *c, const zs__coll_args_t *a) {
   pthread_mutex_lock(&c->stats_mu);
   c->stats.calls[a->kind]++;
-  c->stats.bytes_sent[a->kind] += sent;
-  c->stats.bytes_recv[a->kind] += recv;
+  c->stats.bytes_sent[a->kind] += a->bytes_sent;
+  c->stats.bytes_recv[a->kind] += a->bytes_recv;
   pthread_mutex_unlock(&c->stats_mu);
+}
+
+void zs__comm_trace_ran(const zs__coll_args_t *a, int size, int64_t t0, int64_t t1) {
+  char args[160];
+  snprintf(args, sizeof args, "\"kind\":\"%s\",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"ranks\":%d",
+           zs_coll_name(a->kind), (unsigned long long)a->bytes_sent, (unsigned long long)a->bytes_recv, size);
+  zs__trace_event("comm", a->trace_name[0] ? a->trace_name : zs_coll_name(a->kind), ZS_TRACE_TID_COMM, t0, t1,
+                  args);
 }
 
 /* ---- validation ------------------------------------------------------------ */
@@ -319,11 +337,20 @@ static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
   return ZS_OK;
 }
 
+/* A call's arguments, in zs__coll_args_t's order; the bytes and the trace name are submit's. */
+static zs__coll_args_t coll_args(zs_coll_kind_t kind, const void *send, void *recv, size_t count, zs_dtype_t dtype,
+                                 zs_redop_t op, int root, int in_place, const zs__a2av_t *v) {
+  return (zs__coll_args_t){.kind = kind, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op,
+                           .root = root, .in_place = in_place, .v = v};
+}
+
 static zs_status_t submit(zs_comm_t *c, zs__coll_args_t a, zs_stream_t *s) {
   if (!c) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_%s: comm is NULL", zs_coll_name(a.kind));
   if (a.kind != ZS_COLL_BARRIER) ZS_CHECK(validate(c, &a));
+  traffic(c, &a);
+  if (zs__trace_on()) snprintf(a.trace_name, sizeof a.trace_name, "%s", zs__trace_take_label());
   ZS_CHECK(c->iface.coll(c->ctx, &a, s));
-  trace(c, &a);
+  count(c, &a);
   return ZS_OK;
 }
 
@@ -331,36 +358,36 @@ static zs_status_t submit(zs_comm_t *c, zs__coll_args_t a, zs_stream_t *s) {
 
 zs_status_t zs_comm_broadcast(zs_comm_t *comm, const void *send, void *recv, size_t count,
                               zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_BROADCAST, send, recv, count, dtype, ZS_SUM, root, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_BROADCAST, send, recv, count, dtype, ZS_SUM, root, 0, NULL), s);
 }
 zs_status_t zs_comm_scatter(zs_comm_t *comm, const void *send, void *recv, size_t recvcount,
                             zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_SCATTER, send, recv, recvcount, dtype, ZS_SUM, root, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_SCATTER, send, recv, recvcount, dtype, ZS_SUM, root, 0, NULL), s);
 }
 zs_status_t zs_comm_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
                            zs_dtype_t dtype, zs_redop_t op, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE, send, recv, count, dtype, op, root, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_REDUCE, send, recv, count, dtype, op, root, 0, NULL), s);
 }
 zs_status_t zs_comm_all_reduce(zs_comm_t *comm, const void *send, void *recv, size_t count,
                                zs_dtype_t dtype, zs_redop_t op, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_REDUCE, send, recv, count, dtype, op, 0, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_ALL_REDUCE, send, recv, count, dtype, op, 0, 0, NULL), s);
 }
 zs_status_t zs_comm_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
                            zs_dtype_t dtype, int root, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_GATHER, send, recv, sendcount, dtype, ZS_SUM, root, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_GATHER, send, recv, sendcount, dtype, ZS_SUM, root, 0, NULL), s);
 }
 zs_status_t zs_comm_all_gather(zs_comm_t *comm, const void *send, void *recv, size_t sendcount,
                                zs_dtype_t dtype, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_GATHER, send, recv, sendcount, dtype, ZS_SUM, 0, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_ALL_GATHER, send, recv, sendcount, dtype, ZS_SUM, 0, 0, NULL), s);
 }
 zs_status_t zs_comm_reduce_scatter(zs_comm_t *comm, const void *send, void *recv,
                                    size_t recvcount, zs_dtype_t dtype, zs_redop_t op,
                                    zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, 0, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, 0, 0, NULL), s);
 }
 zs_status_t zs_comm_all_to_all(zs_comm_t *comm, const void *send, void *recv, size_t count,
                                zs_dtype_t dtype, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_ALL_TO_ALL, send, recv, count, dtype, ZS_SUM, 0, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_ALL_TO_ALL, send, recv, count, dtype, ZS_SUM, 0, 0, NULL), s);
 }
 zs_status_t zs_comm_all_to_all_v(zs_comm_t *comm, const void *send, size_t send_len, const int64_t *send_counts,
                                  const int64_t *send_displs, void *recv, size_t recv_len,
@@ -368,19 +395,19 @@ zs_status_t zs_comm_all_to_all_v(zs_comm_t *comm, const void *send, size_t send_
                                  zs_stream_t *s) {
   if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_all_to_all_v: comm is NULL");
   zs__a2av_t v = {{send_counts, recv_counts}, {send_displs, recv_displs}, {send_len, recv_len}};
-  zs__coll_args_t a = {ZS_COLL_ALL_TO_ALL, send, recv, 0, dtype, ZS_SUM, 0, 0, &v};
+  zs__coll_args_t a = coll_args(ZS_COLL_ALL_TO_ALL, send, recv, 0, dtype, ZS_SUM, 0, 0, &v);
   return submit(comm, a, s);
 }
 zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtype_t dtype,
                          int peer, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_SEND, buf, NULL, count, dtype, ZS_SUM, peer, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_SEND, buf, NULL, count, dtype, ZS_SUM, peer, 0, NULL), s);
 }
 zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
                          zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0, NULL), s);
 }
 zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s) {
-  return submit(comm, (zs__coll_args_t){ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0, NULL}, s);
+  return submit(comm, coll_args(ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0, NULL), s);
 }
 
 /* ---- element-wise helpers for host backends ---------------------------------- */

@@ -43,6 +43,11 @@ typedef struct {
   int root;       /* broadcast, scatter, reduce, gather: root; send, recv: peer */
   int in_place;   /* the documented in-place form (comm.c decided) */
   const zs__a2av_t *v; /* all_to_all_v; NULL for every other call */
+  /* comm.c: this rank's bytes under comm.h's formulas (what zs_comm_stats
+   * counts), and, when tracing (ZS_TRACE), the event's name: the caller's label
+   * (zs__trace_label) or "" for the kind's name. */
+  uint64_t bytes_sent, bytes_recv;
+  char trace_name[48];
 } zs__coll_args_t;
 
 typedef struct {
@@ -89,6 +94,9 @@ struct zs_comm {
  * log's rank prefix. On failure the caller still owns ctx. */
 zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs_device_t *dev,
                           int rank, int size);
+/* A backend ran call `a` from t0_us to t1_us (zs_trace_now_us) on a comm of
+ * `size` ranks: its trace event. Call it only when zs__trace_on(). */
+void zs__comm_trace_ran(const zs__coll_args_t *a, int size, int64_t t0_us, int64_t t1_us);
 
 /* Bytes of the send and recv buffers this rank uses in call `a` (0: not used on
  * this rank), for a comm of `size` ranks where this one is `rank`. The caller

@@ -44,6 +44,7 @@ static void settings_read(void) {
     else fprintf(stderr, "zeroshard WARN OMP_NUM_THREADS='%s' is not a thread count; ignored\n", v);
   }
   if ((v = getenv("ZS_SIMD")) && *v) snprintf(s.simd, sizeof s.simd, "%s", v);
+  if ((v = getenv("ZS_TRACE")) && *v) snprintf(s.trace, sizeof s.trace, "%s", v);
   settings = s;
   for (int f = 0; f < ZS_FAULT_COUNT; f++) {
     int skip = 0, count = 0;

@@ -16,6 +16,7 @@
 #include "comm/comm_impl.h"
 #include "device/device_impl.h"
 #include "pp/pp_impl.h"
+#include "trace/trace_impl.h"
 
 struct zs_pp {
   zs_pp_config_t cfg;
@@ -227,11 +228,25 @@ static zs_status_t compute_done(zs_pp_t *pp, int b) {
 static zs_status_t transfer(zs_pp_t *pp, const zs_pp_action_t *a, int b) {
   size_t n = pp->cfg.act_count;
   ZS_CHECK(zs_stream_wait_event(pp->dev, pp->ts, pp->ev[b]));
+  if (zs__trace_on()) { /* the comm's event for this transfer carries its (mb, chunk) */
+    char l[48];
+    snprintf(l, sizeof l, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+    zs__trace_label(l);
+  }
   if (a->op == ZS_PP_SEND_ACT || a->op == ZS_PP_SEND_GRAD)
     ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
   else
     ZS_CHECK(zs_comm_recv(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
   return zs_event_record(pp->dev, pp->ev[b], pp->ts);
+}
+
+/* A forward or backward callback's event: from its call to its return (the
+ * compute itself with host_compute; the queuing of it on a stream otherwise). */
+static void trace_compute(const zs_pp_action_t *a, int stage, int64_t t0) {
+  char name[48], args[96];
+  snprintf(name, sizeof name, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+  snprintf(args, sizeof args, "\"mb\":%d,\"chunk\":%d,\"stage\":%d", a->mb, a->chunk, stage);
+  zs__trace_event("compute", name, ZS_TRACE_TID_COMPUTE, t0, zs_trace_now_us(), args);
 }
 
 static void *bufp(zs_pp_t *pp, int b) { return b < 0 ? NULL : pp->buf[b]; }
@@ -257,7 +272,9 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       ZS_CHECK(compute_waits(pp, i, what));
       ZS_CHECK(compute_waits(pp, b, what));
       zs__fail_quiet(NULL, ZS_OK, "%s", ""); /* so that a failure's message is the callback's own */
+      int64_t t0 = zs__trace_on() ? zs_trace_now_us() : 0;
       st = cb->forward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, b), pp->cfg.stream);
+      if (t0) trace_compute(a, stg, t0);
       if (st != ZS_OK) break;
       return compute_done(pp, b);
     }
@@ -267,7 +284,9 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       ZS_CHECK(compute_waits(pp, g, what));
       ZS_CHECK(compute_waits(pp, b, what));
       zs__fail_quiet(NULL, ZS_OK, "%s", "");
+      int64_t t0 = zs__trace_on() ? zs_trace_now_us() : 0;
       st = cb->backward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, g), bufp(pp, b), pp->cfg.stream);
+      if (t0) trace_compute(a, stg, t0);
       if (st != ZS_OK) break;
       ZS_CHECK(compute_done(pp, b));
       ZS_CHECK(compute_done(pp, i)); /* frees the input and the gradient for their next users */
