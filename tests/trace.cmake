@@ -1,0 +1,23 @@
+# Owner: trace layer.
+#   test_trace_pp     tests/scripts/check_trace.py runs test_trace (one pipeline step over 2 ranks, callbacks
+#                     that sleep) under ZS_TRACE: every rank's file is valid JSON with one compute event per
+#                     forward/backward of the schedule and one comm event per transfer (labelled with its
+#                     mb.chunk), the comm events' bytes equal zs_comm_stats kind by kind, zs-trace merge
+#                     gives one valid file of both ranks; without ZS_TRACE nothing is written. The bubble
+#                     zs-trace measures on 1F1B at p = 2 with 20/40 ms computes is within 10% of
+#                     (p-1)/(m+p-1) for m = 2, 4, 8; zs-trace plot draws the m = 8 timeline when gnuplot is here
+if(TARGET zs_pp AND ZS_HAVE_MPI)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  # the program alone (no test of its own: check_trace.py runs it)
+  zs_layer_closure(trace_layers zs_common zs_memory zs_device zs_comm zs_pp)
+  add_executable(test_trace test_trace.c)
+  target_include_directories(test_trace PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(test_trace PRIVATE ${trace_layers} ${ZS_PUBLIC_LIBS} ${ZS_PRIVATE_LIBS})
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME test_trace_pp
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_trace.py
+                     ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_trace>
+                     $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_out)
+    set_tests_properties(test_trace_pp PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  endif()
+endif()

@@ -1,0 +1,202 @@
+/* zs-trace: the trace files ZS_TRACE writes (zeroshard/trace.h), read back.
+ *
+ *   zs-trace merge OUT FILE...      one Chrome trace of every rank's events (for
+ *                                   chrome://tracing or ui.perfetto.dev)
+ *   zs-trace bubble FILE...         the measured pipeline bubble: the window is
+ *                                   the first compute event's start to the last
+ *                                   one's end over all ranks (one clock: the
+ *                                   ranks of one machine), and each rank's bubble
+ *                                   is the fraction of it that rank was not
+ *                                   computing; the simulator's and the theory's
+ *                                   definition (pipeline.h)
+ *   zs-trace plot OUT.png FILE...   the per-rank timeline (gnuplot): forwards,
+ *                                   backwards and transfers against time
+ *
+ * FILE: a rank's file or a merged one. It reads the files zeroshard writes,
+ * one event a line, not any JSON. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  char name[64], cat[16];
+  int64_t ts, dur;
+  int pid, tid;
+  char *line; /* as read, for merge */
+} ev_t;
+
+static ev_t *evs;
+static size_t nev, cap;
+
+static int field_i64(const char *l, const char *key, int64_t *out) {
+  const char *p = strstr(l, key);
+  if (!p) return 0;
+  *out = strtoll(p + strlen(key), NULL, 10);
+  return 1;
+}
+
+static void field_str(const char *l, const char *key, char *out, size_t n) {
+  out[0] = '\0';
+  const char *p = strstr(l, key);
+  if (!p) return;
+  p += strlen(key);
+  size_t k = 0;
+  for (; *p && *p != '"' && k + 1 < n; p++) {
+    if (*p == '\\' && p[1]) p++;
+    out[k++] = *p;
+  }
+  out[k] = '\0';
+}
+
+static int read_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "zs-trace: cannot read %s\n", path);
+    return 0;
+  }
+  char *line = NULL;
+  size_t len = 0;
+  ssize_t got;
+  int events = 0;
+  while ((got = getline(&line, &len, f)) > 0) {
+    char *l = line;
+    if (*l == ',') l++;
+    if (strncmp(l, "{\"name\":", 8) != 0) continue;
+    while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == ',')) line[--got] = '\0';
+    if (nev == cap) {
+      cap = cap ? 2 * cap : 1024;
+      evs = realloc(evs, cap * sizeof *evs);
+      if (!evs) return 0;
+    }
+    ev_t *e = &evs[nev++];
+    memset(e, 0, sizeof *e);
+    e->line = strdup(l);
+    field_str(l, "{\"name\":\"", e->name, sizeof e->name);
+    field_str(l, "\"cat\":\"", e->cat, sizeof e->cat);
+    int64_t v;
+    if (field_i64(l, "\"ts\":", &v)) e->ts = v;
+    if (field_i64(l, "\"dur\":", &v)) e->dur = v;
+    if (field_i64(l, "\"pid\":", &v)) e->pid = (int)v;
+    if (field_i64(l, "\"tid\":", &v)) e->tid = (int)v;
+    events++;
+  }
+  free(line);
+  fclose(f);
+  if (!events) fprintf(stderr, "zs-trace: %s has no events (not a zeroshard trace?)\n", path);
+  return events > 0;
+}
+
+static int read_all(int n, char **paths) {
+  for (int i = 0; i < n; i++)
+    if (!read_file(paths[i])) return 0;
+  return 1;
+}
+
+static int merge(const char *out) {
+  FILE *f = fopen(out, "w");
+  if (!f) {
+    fprintf(stderr, "zs-trace: cannot write %s\n", out);
+    return 1;
+  }
+  fprintf(f, "{\"traceEvents\":[\n");
+  for (size_t i = 0; i < nev; i++) fprintf(f, "%s%s", i ? ",\n" : "", evs[i].line);
+  fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
+  if (fclose(f) != 0) return 1;
+  printf("%zu events -> %s\n", nev, out);
+  return 0;
+}
+
+static int is_compute(const ev_t *e) { return !strcmp(e->cat, "compute"); }
+
+/* The window over every rank's compute events; ranks 0..*nr-1 busy time. */
+static int window(int64_t *t0, int64_t *t1, int *nr, int64_t **busy) {
+  *t0 = INT64_MAX, *t1 = INT64_MIN, *nr = 0;
+  for (size_t i = 0; i < nev; i++)
+    if (is_compute(&evs[i])) {
+      if (evs[i].ts < *t0) *t0 = evs[i].ts;
+      if (evs[i].ts + evs[i].dur > *t1) *t1 = evs[i].ts + evs[i].dur;
+      if (evs[i].pid + 1 > *nr) *nr = evs[i].pid + 1;
+    }
+  if (*nr == 0) {
+    fprintf(stderr, "zs-trace: no compute events (cat \"compute\": the pipeline runtime's forwards/backwards)\n");
+    return 0;
+  }
+  *busy = calloc((size_t)*nr, sizeof **busy);
+  for (size_t i = 0; i < nev; i++)
+    if (is_compute(&evs[i])) (*busy)[evs[i].pid] += evs[i].dur;
+  return 1;
+}
+
+static int bubble(void) {
+  int64_t t0, t1, *busy;
+  int nr;
+  if (!window(&t0, &t1, &nr, &busy)) return 1;
+  double span = (double)(t1 - t0), sum = 0;
+  printf("window %.3f ms (first compute start to last compute end, all ranks)\n", span / 1e3);
+  for (int r = 0; r < nr; r++) {
+    double b = span > 0 ? 1.0 - (double)busy[r] / span : 0;
+    sum += b;
+    printf("rank %d busy %.3f ms bubble %.4f\n", r, busy[r] / 1e3, b);
+  }
+  printf("bubble %.4f (mean over %d ranks)\n", sum / nr, nr);
+  free(busy);
+  return 0;
+}
+
+static int plot(const char *png) {
+  int64_t t0, t1, *busy;
+  int nr;
+  if (!window(&t0, &t1, &nr, &busy)) return 1;
+  free(busy);
+  char dat[] = "/tmp/zs-trace-XXXXXX";
+  int fd = mkstemp(dat);
+  FILE *d = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!d) {
+    fprintf(stderr, "zs-trace: cannot write a temporary file\n");
+    return 1;
+  }
+  /* x0 x1 y0 y1 color-index label; rank r's computes at r, its transfers just below (rank 0 is drawn on top) */
+  for (size_t i = 0; i < nev; i++) {
+    const ev_t *e = &evs[i];
+    double x0 = (e->ts - t0) / 1e3, x1 = (e->ts + e->dur - t0) / 1e3;
+    if (is_compute(e)) {
+      fprintf(d, "%g %g %g %g %d \"%s\"\n", x0, x1, e->pid - 0.35, e->pid + 0.2, e->name[0] == 'F' ? 1 : 2,
+              e->name + 2);
+    } else if (!strcmp(e->cat, "comm") && (!strncmp(e->name, "send", 4) || !strncmp(e->name, "recv", 4))) {
+      fprintf(d, "%g %g %g %g %d \"\"\n", x0, x1 > x0 ? x1 : x0 + 0.05, e->pid + 0.25, e->pid + 0.4, 3);
+    }
+  }
+  fclose(d);
+  FILE *g = popen("gnuplot", "w");
+  if (!g) {
+    fprintf(stderr, "zs-trace: cannot run gnuplot\n");
+    remove(dat);
+    return 1;
+  }
+  fprintf(g, "set terminal pngcairo size 1200,%d\nset output '%s'\n", 160 + 90 * nr, png);
+  fprintf(g, "set xlabel 'ms'\nset ylabel 'rank'\nset yrange [%g:%g]\nset ytics 1\nset grid x\n",
+          nr - 0.4, -0.6); /* rank 0 on top */
+  fprintf(g, "set palette defined (1 '#4a90d9', 2 '#e07b39', 3 '#888888')\nset cbrange [1:3]\nunset colorbox\n");
+  fprintf(g, "set title 'pipeline timeline: forward (blue), backward (orange), transfers (grey); labels mb.chunk'\n");
+  fprintf(g, "plot '%s' using (($1+$2)/2):(($3+$4)/2):(($2-$1)/2):(($4-$3)/2):5 with boxxyerror fs solid 0.8 "
+             "palette notitle, '' using (($1+$2)/2):(($3+$4)/2):6 with labels font ',8' notitle\n", dat);
+  int rc = pclose(g);
+  remove(dat);
+  if (rc != 0) {
+    fprintf(stderr, "zs-trace: gnuplot failed (%d)\n", rc);
+    return 1;
+  }
+  printf("timeline of %d ranks -> %s\n", nr, png);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *cmd = argc > 1 ? argv[1] : "";
+  if (!strcmp(cmd, "merge") && argc >= 4) return read_all(argc - 3, argv + 3) ? merge(argv[2]) : 1;
+  if (!strcmp(cmd, "bubble") && argc >= 3) return read_all(argc - 2, argv + 2) ? bubble() : 1;
+  if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2]) : 1;
+  fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble FILE...\n"
+                  "       zs-trace plot OUT.png FILE...\n");
+  return 2;
+}
