@@ -63,7 +63,9 @@ steps=${PLAN_STEPS:-3}
 reps=${PLAN_REPS:-1}
 intra=${PLAN_INTRA_GBPS:-20}
 tol=${PLAN_TOL:-0.20}
+# PLAN_TIMING=0 (sanitized builds): bytes and memory only
 tries=${PLAN_TRIES:-3}
+[ "${PLAN_TIMING:-1}" = 0 ] && tries=1 # nothing to retry for
 tcp_flags=${PLAN_TCP_FLAGS:-send,inplace,need-ack,need-csum}
 tcp_cc=${PLAN_TCP_CC:-cubic}
 [ "$tcp_flags" = default ] || export OMPI_MCA_btl_tcp_flags=$tcp_flags
@@ -153,8 +155,12 @@ row() {
   ratio=$(calc "$comm / $pred")
   raw=$(calc "$step / $pred")
   echo "$name at $mbit Mbit/s: step $step s, communication $comm s, predicted $pred s, ratio $ratio (raw $raw)" >&2
-  holds "$ratio >= 1 - $tol && $ratio <= 1 + $tol" && ok "$name $mbit Mbit/s: time within $tol" ||
-    fail "$name $mbit Mbit/s: measured $step s, predicted $pred s (ratio $ratio, outside 1 +- $tol)"
+  if [ "${PLAN_TIMING:-1}" = 0 ]; then
+    echo "  $name $mbit Mbit/s: time not checked (PLAN_TIMING=0: a sanitized build, whose instrumented compute overlaps the communication that 'step - other' measures)" >&2
+  else
+    holds "$ratio >= 1 - $tol && $ratio <= 1 + $tol" && ok "$name $mbit Mbit/s: time within $tol" ||
+      fail "$name $mbit Mbit/s: measured $step s, predicted $pred s (ratio $ratio, outside 1 +- $tol)"
+  fi
   mst=$(field "$r0" model_state_bytes)
   pmst=$(field "$opt" model_state_bytes)
   [ "$mst" = "$pmst" ] && ok "$name: model_state_bytes $mst = zs-plan's" ||
