@@ -4,7 +4,7 @@
 #   test_plan_membench      its memory and comm bytes against zs-membench at 4 ranks on
 #                           this machine, option by option, exactly (flat, hybrid, bf16, GPT)
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
-#                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 Mbit/s and 1 Gbit/s
+#                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 and 500 Mbit/s
 #                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
 #                           bytes against its prediction (within 2%), memory exactly; skips (77)
 #                           where namespaces cannot be made; runs alone (it measures time);
