@@ -120,6 +120,23 @@ char *zs__ck_dir(const zs_engine_t *zs, const char *dir) {
 
 /* ---- common ------------------------------------------------------------------------ */
 
+int zs__ck_owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+  const zs_unit_t *u = &zs->units[p->unit];
+  int64_t lo = u->opt_off, hi = lo + u->opt_n;
+  int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
+  *a = fa - p->flat_off;
+  *b = fb - p->flat_off;
+  return fa < fb;
+}
+
+const char *zs__ck_shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+  return buf;
+}
+
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", fn);
   if (!path || !*path) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: the path is NULL or empty", fn);

@@ -85,6 +85,11 @@ zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what);
  * its part of the model in its own checkpoint under dir/mp<rank> (zs__ck_dir):
  * a whole checkpoint of that part, its manifest naming the group's size and rank. */
 int zs__ck_mp_size(const zs_engine_t *zs);
+/* The range of parameter p whose master and optimizer state this rank owns
+ * (element offsets [*a, *b) of the parameter); 0 when it owns none. */
+int zs__ck_owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b);
+/* "[5, 13]" into buf (n bytes); returns buf. */
+const char *zs__ck_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
 /* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);

@@ -27,24 +27,6 @@ static void import_free(import_t *im) {
   free(im->stage);
 }
 
-/* The range of parameter p whose fp32 master this rank owns (element offsets). */
-static int owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
-  const zs_unit_t *u = &zs->units[p->unit];
-  int64_t lo = u->opt_off, hi = lo + u->opt_n;
-  int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
-  *a = fa - p->flat_off;
-  *b = fb - p->flat_off;
-  return fa < fb;
-}
-
-static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-  size_t at = (size_t)snprintf(buf, n, "[");
-  for (int d = 0; d < ndim && at < n; d++)
-    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-  return buf;
-}
-
 /* ---- names -------------------------------------------------------------------------- */
 
 static zs_status_t check_opts(zs_engine_t *zs, const zs_import_opts_t *o) {
@@ -146,8 +128,8 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
                    x->name, file, x->dtype, q->name);
     else if (!same)
       st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' in %s has shape %s but parameter '%s' has shape %s",
-                   k_fn, x->name, file, shape_str(s0, sizeof s0, x->ndim, x->shape), q->name,
-                   shape_str(s1, sizeof s1, q->ndim, q->shape));
+                   k_fn, x->name, file, zs__ck_shape_str(s0, sizeof s0, x->ndim, x->shape), q->name,
+                   zs__ck_shape_str(s1, sizeof s1, q->ndim, q->shape));
     else
       im->src[p] = t, im->nloaded++;
   }
@@ -180,7 +162,7 @@ static zs_status_t read_owned(zs_engine_t *zs, import_t *im) {
   for (int p = 0; p < zs->nparams; p++) {
     int64_t a, b;
     im->off[p] = im->nstage;
-    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
     im->nstage += b - a;
     need_block |= im->set.t[im->src[p]].kind != ST_F32;
   }
@@ -192,7 +174,7 @@ static zs_status_t read_owned(zs_engine_t *zs, import_t *im) {
                  (long long)im->nstage);
   for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
     int64_t a, b;
-    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
     st = zs__st_read_f32(&im->set, im->src[p], a, b - a, im->stage + im->off[p], block, zs->err, k_fn);
   }
   free(block);
@@ -209,7 +191,7 @@ static zs_status_t apply(zs_engine_t *zs, const import_t *im) {
   ZS_CHECK(zs__ck_agree(zs, st, "zs_import_safetensors: finishing pending work"));
   for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
     int64_t a, b;
-    if (im->src[p] < 0 || !owned_range(zs, &zs->params[p], &a, &b)) continue;
+    if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
     for (int64_t o = a; o < b && st == ZS_OK; o += ST_BLOCK) {
       int64_t n = b - o < ST_BLOCK ? b - o : ST_BLOCK;
       st = zs__eng_write_values(zs, &zs->params[p], o, n, im->stage + im->off[p] + (o - a));

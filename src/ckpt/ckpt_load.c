@@ -18,25 +18,6 @@ static zs_status_t state_put(zs_engine_t *zs, float *dst, const float *pinned_sr
   return st == ZS_OK ? zs_stream_synchronize(zs->dev, zs->compute) : st;
 }
 
-/* The range of parameter p whose optimizer state this rank owns (element offsets). */
-static int owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
-  const zs_unit_t *u = &zs->units[p->unit];
-  int64_t lo = u->opt_off, hi = lo + u->opt_n;
-  int64_t fa = p->flat_off > lo ? p->flat_off : lo, fb = p->flat_off + p->numel < hi ? p->flat_off + p->numel : hi;
-  *a = fa - p->flat_off;
-  *b = fb - p->flat_off;
-  return fa < fb;
-}
-
-/* "[5, 13]" */
-static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-  size_t at = (size_t)snprintf(buf, n, "[");
-  for (int d = 0; d < ndim && at < n; d++)
-    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-  return buf;
-}
-
 /* The manifest against the engine's declaration and optimizer state: another
  * model is ZS_ERR_MISMATCH (the manifest itself has passed its checks). */
 static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
@@ -68,8 +49,8 @@ static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "zs_checkpoint_load: tensor %d is '%s' of shape %s in the checkpoint but '%s' of shape %s in "
                      "this engine: a checkpoint of another model, or parameters declared in another order",
-                     i, m->tname[i], shape_str(s0, sizeof s0, m->tndim[i], m->tshape[i]), p->name,
-                     shape_str(s1, sizeof s1, p->ndim, p->shape));
+                     i, m->tname[i], zs__ck_shape_str(s0, sizeof s0, m->tndim[i], m->tshape[i]), p->name,
+                     zs__ck_shape_str(s1, sizeof s1, p->ndim, p->shape));
   }
   if (m->ntensors != zs->nparams)
     return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')",
@@ -91,7 +72,7 @@ static float *engine_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t
   const zs_param_t *p = &zs->params[t];
   const zs_unit_t *u = &zs->units[p->unit];
   float *base = s->val[p->unit * K_COUNT + (int)k];
-  if (!base || !owned_range(zs, p, a, e)) return NULL;
+  if (!base || !zs__ck_owned_range(zs, p, a, e)) return NULL;
   return base + (p->flat_off + *a - u->opt_off);
 }
 
@@ -130,7 +111,7 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
     zs_param_t *p = &zs->params[i];
     zs_unit_t *u = &zs->units[p->unit];
     int64_t a, b;
-    if (!owned_range(zs, p, &a, &b)) continue;
+    if (!zs__ck_owned_range(zs, p, &a, &b)) continue;
     int64_t at = p->flat_off + a - u->opt_off;
     st = zs__eng_write_values(zs, p, a, b - a, s->val[p->unit * K_COUNT + K_MASTER] + at);
     for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) {
