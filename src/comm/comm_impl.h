@@ -94,9 +94,12 @@ struct zs_comm {
  * log's rank prefix. On failure the caller still owns ctx. */
 zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs_device_t *dev,
                           int rank, int size);
-/* A backend ran call `a` from t0_us to t1_us (zs_trace_now_us) on a comm of
- * `size` ranks: its trace event. Call it only when zs__trace_on(). */
-void zs__comm_trace_ran(const zs__coll_args_t *a, int size, int64_t t0_us, int64_t t1_us);
+/* A backend runs call `a` on a comm of `size` ranks: zs__comm_trace_begin
+ * right before (it opens the NVTX range, returns the start), zs__comm_trace_end
+ * right after, with the call's status (the event is recorded only for ZS_OK).
+ * Call both only when zs__trace_on(), on the thread that runs the call. */
+int64_t zs__comm_trace_begin(const zs__coll_args_t *a);
+void zs__comm_trace_end(const zs__coll_args_t *a, int size, int64_t t0_us, zs_status_t st);
 
 /* Bytes of the send and recv buffers this rank uses in call `a` (0: not used on
  * this rank), for a comm of `size` ranks where this one is `rank`. The caller

@@ -324,9 +324,9 @@ void *zs__mpi_progress_main(void *arg) {
                           "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
     } else {
       pthread_mutex_unlock(&ctx->mu);
-      int64_t t0 = zs__trace_on() ? zs_trace_now_us() : 0;
+      int64_t t0 = op->type == OP_COLL && zs__trace_on() ? zs__comm_trace_begin(&op->a) : 0;
       st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a, op->a2av);
-      if (t0 && op->type == OP_COLL && st == ZS_OK) zs__comm_trace_ran(&op->a, ctx->size, t0, zs_trace_now_us());
+      if (t0) zs__comm_trace_end(&op->a, ctx->size, t0, st);
       pthread_mutex_lock(&ctx->mu);
       if (st != ZS_OK) zs__mpi_set_broken(ctx, st, zs_last_error());
     }

@@ -69,6 +69,7 @@ typedef struct {
   int omp_threads;          /* OMP_NUM_THREADS (its first value), 0 = unset: the same role */
   char simd[16];            /* ZS_SIMD: force a CPU path: scalar|avx2|avx512 ("" = best) */
   char trace[512];          /* ZS_TRACE: trace file prefix ("" = off; zeroshard/trace.h) */
+  int nvtx;                 /* ZS_NVTX=1: NVTX ranges on CUDA builds without ZS_TRACE (zeroshard/trace.h) */
 } zs_settings_t;
 
 const zs_settings_t *zs__settings(void);

@@ -45,6 +45,7 @@ static void settings_read(void) {
   }
   if ((v = getenv("ZS_SIMD")) && *v) snprintf(s.simd, sizeof s.simd, "%s", v);
   if ((v = getenv("ZS_TRACE")) && *v) snprintf(s.trace, sizeof s.trace, "%s", v);
+  if ((v = getenv("ZS_NVTX")) && *v) s.nvtx = strcmp(v, "0") != 0;
   settings = s;
   for (int f = 0; f < ZS_FAULT_COUNT; f++) {
     int skip = 0, count = 0;

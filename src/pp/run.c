@@ -242,11 +242,19 @@ static zs_status_t transfer(zs_pp_t *pp, const zs_pp_action_t *a, int b) {
 
 /* A forward or backward callback's event: from its call to its return (the
  * compute itself with host_compute; the queuing of it on a stream otherwise). */
+static void compute_name(const zs_pp_action_t *a, char name[48]) {
+  snprintf(name, 48, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+}
+static int64_t trace_open(const zs_pp_action_t *a) {
+  char name[48];
+  compute_name(a, name);
+  return zs__trace_open(name);
+}
 static void trace_compute(const zs_pp_action_t *a, int stage, int64_t t0) {
   char name[48], args[96];
-  snprintf(name, sizeof name, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+  compute_name(a, name);
   snprintf(args, sizeof args, "\"mb\":%d,\"chunk\":%d,\"stage\":%d", a->mb, a->chunk, stage);
-  zs__trace_event("compute", name, ZS_TRACE_TID_COMPUTE, t0, zs_trace_now_us(), args);
+  zs__trace_close("compute", name, ZS_TRACE_TID_COMPUTE, t0, args);
 }
 
 static void *bufp(zs_pp_t *pp, int b) { return b < 0 ? NULL : pp->buf[b]; }
@@ -272,7 +280,7 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       ZS_CHECK(compute_waits(pp, i, what));
       ZS_CHECK(compute_waits(pp, b, what));
       zs__fail_quiet(NULL, ZS_OK, "%s", ""); /* so that a failure's message is the callback's own */
-      int64_t t0 = zs__trace_on() ? zs_trace_now_us() : 0;
+      int64_t t0 = zs__trace_on() ? trace_open(a) : 0;
       st = cb->forward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, b), pp->cfg.stream);
       if (t0) trace_compute(a, stg, t0);
       if (st != ZS_OK) break;
@@ -284,7 +292,7 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       ZS_CHECK(compute_waits(pp, g, what));
       ZS_CHECK(compute_waits(pp, b, what));
       zs__fail_quiet(NULL, ZS_OK, "%s", "");
-      int64_t t0 = zs__trace_on() ? zs_trace_now_us() : 0;
+      int64_t t0 = zs__trace_on() ? trace_open(a) : 0;
       st = cb->backward_cb(cb->user, a->mb, a->chunk, bufp(pp, i), bufp(pp, g), bufp(pp, b), pp->cfg.stream);
       if (t0) trace_compute(a, stg, t0);
       if (st != ZS_OK) break;
