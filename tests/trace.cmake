@@ -21,3 +21,13 @@ if(TARGET zs_pp AND ZS_HAVE_MPI)
     set_tests_properties(test_trace_pp PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
   endif()
 endif()
+#   test_trace_engine  (2 ranks) the engine's events read back with cJSON: tracing off writes nothing and
+#                     zs_trace_start refuses bad names; after zs_trace_start, for stage 3 + offload, stage 1
+#                     (bf16) and stage 2 + delayed update: one gather/release/reduce event per call with the
+#                     unit and bytes, one "update step N" per step (per unit inside it with offload), offload
+#                     copies with the shard's / parameters' bytes, all inside the trainer's "step N" ranges,
+#                     rows properly nested
+if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_trace_engine SOURCES test_trace_engine.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
+              ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_out)
+endif()

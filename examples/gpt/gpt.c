@@ -271,8 +271,8 @@ void gpt_embed_backward(const gpt_config_t *c, gpt_embed_w_t *dw, const int *tok
   }
 }
 
-void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a,
-                       const float *x_in, float *x_out, int B, int T) {
+void gpt_attn_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a, const float *x_in,
+                      int B, int T) {
   const int C = c->channels;
   const int64_t N = (int64_t)B * T;
   /* attention branch: mid = x + proj(attn(ln1(x))) */
@@ -281,6 +281,13 @@ void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_
   op_attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
   memcpy(a->mid, x_in, (size_t)N * C * sizeof(float)); /* last read of x_in */
   op_matmul_forward(a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1);
+}
+
+void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a,
+                       const float *x_in, float *x_out, int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  gpt_attn_forward(c, w, a, x_in, B, T);
   /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
   op_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C);
   op_matmul_forward(a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0);
@@ -300,6 +307,13 @@ void gpt_block_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block
   op_matmul_backward(s->dln, dw->fc_w, dw->fc_b, s->d4, a->ln2, w->fc_w, N, C, 4 * C, 0);
   op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, s->dln, a->mid, w->ln2_w, a->ln2_mean,
                         a->ln2_rstd, N, C); /* dres is now d mid */
+  gpt_attn_backward(c, w, dw, a, s, x_in, dres, B, T);
+}
+
+void gpt_attn_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_w_t *dw, const gpt_block_acts_t *a,
+                       gpt_acts_t *s, const float *x_in, float *dres, int B, int T) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
   /* attention branch; d mid flows straight through to d x */
   op_matmul_backward(s->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0);
   op_attention_backward(s->dqkv, s->dtmp, s->datty, a->qkv, a->att, B, T, C, c->heads);

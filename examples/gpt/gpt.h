@@ -153,6 +153,14 @@ void gpt_block_backward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_blo
                         const gpt_block_acts_t *a, gpt_acts_t *scratch, const float *x_in,
                         float *dres, int B, int T);
 
+/* The attention half of a block, for blocks with another MLP (gpt_moe.c):
+ * a->mid = x_in + proj(attn(ln1(x_in))); and its backward, dres from d mid to
+ * d x_in (gpt_block_forward / _backward are these plus the MLP). */
+void gpt_attn_forward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_acts_t *a, const float *x_in,
+                      int B, int T);
+void gpt_attn_backward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                       const gpt_block_acts_t *a, gpt_acts_t *scratch, const float *x_in, float *dres, int B, int T);
+
 /* Final LayerNorm over N rows (out may equal x). */
 void gpt_lnf_forward(const gpt_config_t *cfg, const gpt_lnf_w_t *w, const float *x, float *out,
                      float *mean, float *rstd, int64_t N);

@@ -1,9 +1,12 @@
 /* Device work: argument checks, then the backend's kernels through its
  * interface (cpu.c: the CPU functions on the stream's worker; cuda.c: kernels/).
  * No backend is named here. */
+#include <stdio.h>
+
 #include "device/device_impl.h"
 #include "device/work.h"
 #include "optim/optim_cpu.h" /* defines: zs__optim_check, zs__optim_float_dtype */
+#include "trace/trace_impl.h"
 
 
 #define CHECK_DT(dev, fn, dt)                                                               \
@@ -21,10 +24,26 @@
                      (size_t)(n));                                                        \
   } while (0)
 
+/* Traced on the optimizer row (zeroshard/trace.h): the update itself where the
+ * backend runs it on the caller's thread (cpu, NULL stream), else its queuing. */
+static zs_status_t optim_step_traced(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
+                                     const zs_optim_seg_t *segs, int nseg) {
+  char name[48], args[96];
+  size_t elems = 0;
+  for (int k = 0; k < nseg; k++) elems += segs[k].n;
+  snprintf(name, sizeof name, "update step %lld", (long long)h->step);
+  int64_t t0 = zs__trace_open(name);
+  zs_status_t st = dev->iface.optim_step(dev->ctx, s, h, segs, nseg);
+  snprintf(args, sizeof args, "\"step\":%lld,\"segments\":%d,\"elements\":%zu", (long long)h->step, nseg, elems);
+  zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_OPTIM, t0, args);
+  return st;
+}
+
 zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hyper_t *h,
                            const zs_optim_seg_t *segs, int nseg) {
   ZS_CHECK_HANDLE(dev, "zs__optim_step");
   ZS_CHECK(zs__optim_check(h, segs, nseg));
+  if (zs__trace_on()) return optim_step_traced(dev, s, h, segs, nseg);
   return dev->iface.optim_step(dev->ctx, s, h, segs, nseg);
 }
 

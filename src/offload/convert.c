@@ -17,6 +17,7 @@
 
 #include "device/device_impl.h"
 #include "offload/offload.h"
+#include "trace/trace_impl.h"
 
 typedef struct conv_job {
   struct conv_job *next;
@@ -148,11 +149,16 @@ zs_status_t zs__offload_grad_d2h(zs_offload_conv_t *c, zs_stream_t *copy, zs_eve
   j->seq = seq;
   j->copied = event_get(c);
   zs_status_t st = j->copied ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "offload: out of events");
-  if (st != ZS_OK || (st = zs_stream_wait_event(dev, copy, reduced)) != ZS_OK ||
-      (st = zs__stream_wait_flag(dev, copy, c->flag, prev)) != ZS_OK || /* the staging is free */
-      (st = zs_memcpy_async(dev, (void *)task->staging, src, task->n * zs_dtype_size(task->dtype), ZS_COPY_D2H,
-                            copy)) != ZS_OK ||
-      (st = zs_event_record(dev, j->copied, copy)) != ZS_OK) {
+  size_t bytes = task->n * zs_dtype_size(task->dtype);
+  if (st == ZS_OK && (st = zs_stream_wait_event(dev, copy, reduced)) == ZS_OK &&
+      (st = zs__stream_wait_flag(dev, copy, c->flag, prev)) == ZS_OK) { /* the staging is free */
+    zs__copy_trace_t *ct =
+        zs__trace_on() ? zs__offload_trace_copy_begin(dev, copy, "grad d2h", task->name, task->unit, bytes) : NULL;
+    st = zs_memcpy_async(dev, (void *)task->staging, src, bytes, ZS_COPY_D2H, copy);
+    if (ct) zs__offload_trace_copy_end(dev, copy, ct);
+    if (st == ZS_OK) st = zs_event_record(dev, j->copied, copy);
+  }
+  if (st != ZS_OK) {
     /* the thread must still see every number up to seq, or later waits hang:
      * queue the job with nothing to convert, and the failure */
     zs_stream_synchronize(dev, copy); /* the event may have been recorded: let it complete */

@@ -4,10 +4,12 @@
  * zs_step (or zs_flush, zs_param_get, destroy) before it copies the results to
  * the device, so the job's buffers are never touched by two threads at once. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "offload/offload.h"
+#include "trace/trace_impl.h"
 
 struct zs_offload_worker {
   zs_device_t *dev;
@@ -24,21 +26,47 @@ struct zs_offload_worker {
   char err[ZS_ERRBUF];
 };
 
-static zs_status_t run_job(zs_offload_worker_t *w) {
+/* One unit of the job; traced on the optimizer row (zeroshard/trace.h). */
+static zs_status_t step_unit(zs_offload_worker_t *w, int i) {
+  const zs_offload_unit_t *u = &w->units[i];
+  if (!zs__trace_on()) return zs__optim_step_cpu(&w->h, u->segs, u->nseg);
+  char uname[64], name[96], args[96];
+  zs__offload_trace_unit(w->units, i, uname, sizeof uname);
+  snprintf(name, sizeof name, "update %s", uname);
+  size_t elems = 0;
+  for (int k = 0; k < u->nseg; k++) elems += u->segs[k].n;
+  int64_t t0 = zs__trace_open(name);
+  zs_status_t st = zs__optim_step_cpu(&w->h, u->segs, u->nseg);
+  snprintf(args, sizeof args, "\"unit\":%d,\"elements\":%zu,\"delayed\":1", i, elems);
+  zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_OPTIM, t0, args);
+  return st;
+}
+
+static zs_status_t run_units(zs_offload_worker_t *w) {
   for (int i = 0; i < w->nunits; i++) {
-    const zs_offload_unit_t *u = &w->units[i];
     if (w->has_ready && w->ready[i]) {
       zs_status_t st = zs_event_synchronize(w->dev, w->ready[i]);
       if (st != ZS_OK)
         return ZS_FAIL(w->err, st, "delayed update: waiting for unit %d's previous copies failed: %s", i,
                        zs_last_error());
     }
-    zs_status_t st = zs__optim_step_cpu(&w->h, u->segs, u->nseg);
+    zs_status_t st = step_unit(w, i);
     if (st != ZS_OK)
       return ZS_FAIL(w->err, st, "delayed update: the CPU optimizer failed on unit %d (step %lld): %s", i,
                      (long long)w->h.step, zs_last_error());
   }
   return ZS_OK;
+}
+
+static zs_status_t run_job(zs_offload_worker_t *w) {
+  if (!zs__trace_on()) return run_units(w);
+  char name[48], args[80];
+  snprintf(name, sizeof name, "update step %lld", (long long)w->h.step);
+  int64_t t0 = zs__trace_open(name);
+  zs_status_t st = run_units(w);
+  snprintf(args, sizeof args, "\"step\":%lld,\"units\":%d,\"delayed\":1", (long long)w->h.step, w->nunits);
+  zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_OPTIM, t0, args);
+  return st;
 }
 
 static void *worker_main(void *arg) {

@@ -25,6 +25,8 @@ typedef struct {
   zs_dtype_t dtype;
   size_t n;
   int first;
+  int unit;         /* the engine's unit and its name, for traces (name may be NULL) */
+  const char *name;
 } zs_offload_grad_task_t;
 
 typedef struct zs_offload_conv zs_offload_conv_t;
@@ -45,6 +47,7 @@ typedef struct {
   void *const *dev_dst;       /* per segment: device destination */
   size_t elem_bytes;          /* bytes per parameter element on the device */
   int staging_slot;           /* which of the two staging buffers the copies use (-1: none) */
+  const char *name;           /* the unit's, for traces (NULL: "unit <i>") */
 } zs_offload_unit_t;
 
 /* Steps every unit on the CPU (zs__optim_step_cpu), sending each unit's updated
@@ -74,5 +77,17 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
 zs_status_t zs__offload_worker_join(zs_offload_worker_t *w);
 /* Joins and ends the thread. NULL is a no-op. */
 void zs__offload_worker_destroy(zs_offload_worker_t *w);
+
+/* ---- traces (zeroshard/trace.h: cat "engine"; trace.c's rows) --------------
+ * A copy's event as its stream runs it: zs__offload_trace_copy_begin queues a
+ * host function that stamps the start, zs__offload_trace_copy_end one that
+ * stamps the end and records "<what> <unit>" with its bytes on the copy row.
+ * Call them only when zs__trace_on(); a failure to queue loses the event only.
+ * zs__offload_trace_unit names unit i of units (its name or "unit <i>"). */
+typedef struct zs__copy_trace zs__copy_trace_t;
+zs__copy_trace_t *zs__offload_trace_copy_begin(zs_device_t *dev, zs_stream_t *s, const char *what, const char *unit,
+                                               int unit_index, size_t bytes);
+void zs__offload_trace_copy_end(zs_device_t *dev, zs_stream_t *s, zs__copy_trace_t *t);
+void zs__offload_trace_unit(const zs_offload_unit_t *units, int i, char *out, size_t n);
 
 #endif

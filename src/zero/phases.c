@@ -7,8 +7,10 @@
  * zs_step), ordered after their last use on its stream without the host
  * waiting, so the bytes live at any call boundary do not depend on timing and a
  * step after the first takes nothing from the backend. */
+#include <stdio.h>
 #include <string.h>
 
+#include "trace/trace_impl.h"
 #include "zero/engine_impl.h"
 
 /* ============================================================================
@@ -221,7 +223,7 @@ zs_status_t zs_backward_begin(zs_engine_t *zs) {
   return prefetch(zs);
 }
 
-zs_status_t zs_gather(zs_engine_t *zs, int unit) {
+static zs_status_t gather(zs_engine_t *zs, int unit) {
   ZS_CHECK(check_unit(zs, unit, "zs_gather"));
   zs_unit_t *u = &zs->units[unit];
   if (zs->phase == ZS_PH_IDLE)
@@ -258,7 +260,7 @@ zs_status_t zs_gather(zs_engine_t *zs, int unit) {
   return prefetch(zs);
 }
 
-zs_status_t zs_release(zs_engine_t *zs, int unit) {
+static zs_status_t release(zs_engine_t *zs, int unit) {
   ZS_CHECK(check_unit(zs, unit, "zs_release"));
   zs_unit_t *u = &zs->units[unit];
   if (zs->phase != ZS_PH_FORWARD)
@@ -281,7 +283,7 @@ zs_status_t zs_release(zs_engine_t *zs, int unit) {
  * reduction
  * ========================================================================== */
 
-zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
+static zs_status_t reduce(zs_engine_t *zs, int unit) {
   ZS_CHECK(check_unit(zs, unit, "zs_reduce"));
   zs_unit_t *u = &zs->units[unit];
   if (zs->phase != ZS_PH_BACKWARD)
@@ -335,7 +337,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
                   "gradient all-reduce across replicas");
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
-                                     .first = c->stage == 1 || zs->round == 1};
+                                     .first = c->stage == 1 || zs->round == 1, .unit = unit, .name = u->name};
       ZS_ECHECK(zs, zs__offload_grad_d2h(zs->conv, zs->copy_stream, u->ev_reduced, red, &task),
                 "copying a gradient shard to the host");
       ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_offloaded, zs->copy_stream), "recording the copy event");
@@ -381,4 +383,37 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
     u->st = ZS_U_IDLE;
   }
   return ZS_OK;
+}
+
+/* ============================================================================
+ * the public calls, traced (zeroshard/trace.h: cat "engine" on the caller's
+ * row, from the call to its return; off: one branch)
+ * ========================================================================== */
+
+static zs_status_t traced(zs_engine_t *zs, int unit, const char *verb, int with_bytes,
+                          zs_status_t (*fn)(zs_engine_t *, int)) {
+  if (!zs || !zs->setup_done || unit < 0 || unit >= zs->nunits) return fn(zs, unit); /* its error */
+  const zs_unit_t *u = &zs->units[unit];
+  char name[ZS_NAME_MAX + 16], args[96];
+  snprintf(name, sizeof name, "%s %s", verb, u->name);
+  int64_t t0 = zs__trace_open(name);
+  zs_status_t st = fn(zs, unit);
+  /* bytes: the unit's gathered parameters (gather), its gradients (reduce) */
+  int n = snprintf(args, sizeof args, "\"unit\":%d", unit);
+  if (with_bytes)
+    snprintf(args + n, sizeof args - (size_t)n, ",\"bytes\":%llu", (unsigned long long)u->padded * zs->pb);
+  zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_COMPUTE, t0, args);
+  return st;
+}
+
+zs_status_t zs_gather(zs_engine_t *zs, int unit) {
+  return zs__trace_on() ? traced(zs, unit, "gather", 1, gather) : gather(zs, unit);
+}
+
+zs_status_t zs_release(zs_engine_t *zs, int unit) {
+  return zs__trace_on() ? traced(zs, unit, "release", 0, release) : release(zs, unit);
+}
+
+zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
+  return zs__trace_on() ? traced(zs, unit, "reduce", 1, reduce) : reduce(zs, unit);
 }

@@ -226,7 +226,7 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     zs_unit_t *u = &zs->units[i];
     u->seg_count = (i + 1 < zs->nunits ? zs->units[i + 1].seg_first : zs->nsegs) - u->seg_first;
     zs->ounits[i] = (zs_offload_unit_t){.segs = zs->segs + u->seg_first, .nseg = u->seg_count,
-                                        .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb,
+                                        .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb, .name = u->name,
                                         .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu && !u->frozen ? i % 2 : -1};
   }
   if (zs->dpu) { /* the same segments reading the other grad shard */
