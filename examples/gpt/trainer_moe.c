@@ -1,0 +1,563 @@
+/* trainer_moe.c: the GPT with mixture-of-experts MLPs (gpt_moe.h) trained
+ * through two engines: --moe-experts E --moe-topk K --ep N
+ * [--capacity-factor X] [--moe-aux W].
+ *
+ * Layout (DeepSpeed-MoE's): the ranks form a mesh edp x ep, ep innermost
+ * (neighbouring ranks share their experts out). Every rank takes its slice of
+ * the batch, as in a data-parallel run over the whole world. The dense
+ * parameters (embedding, attention, LayerNorms, routers) live in an engine
+ * over the world; this ep rank's E/ep experts of every layer in an engine over
+ * edp (the ranks holding the same experts), whose model-parallel group is ep,
+ * so the gradient norm counts each expert once. Both are sharded by --stage;
+ * zs_step_group steps them as one model (one norm, one clip, one skip).
+ *
+ * One round (micro-batch), like trainer_round.c's with each block's MLP replaced:
+ *   forward:  embed (dense unit 0); per layer l: gather dense unit 1+l and
+ *             expert unit l, attention, router, route / dispatch / experts /
+ *             combine (all-to-all over ep), release both; lnf; the head (loss,
+ *             d lnf, the head's d wte into dwte_head)
+ *   backward: lnf; per layer in reverse: gather both, the block's backward
+ *             (combine / dispatch backward over ep, the router's gradient with
+ *             the aux loss's), reduce both; embed (+ dwte_head)
+ * The loss a round differentiates is its micro-batch's mean token loss plus
+ * --moe-aux x the sum of the layers' aux losses.
+ *
+ * The single-rank run (ep 1, same E) is the parity reference: at accum =
+ * world it routes the same micro-batches the ranks route (tests/test_gpt_moe_parity.c).
+ * Limits: cpu device, fp32; --tp, --pp, --ps-servers, --shard-group,
+ * --load/--save/--export/--init-from are refused; no validation windows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "gpt_moe.h"
+#include "ops.h"
+#include "trainer.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/mesh.h"
+#include "zeroshard/moe.h"
+
+typedef struct {
+  const gpt_opts_t *o;
+  gpt_moe_t mm;
+  zs_device_t *dev;
+  zs_comm_t *comm, *ep_comm, *edp_comm;
+  zs_mesh_t *mesh;
+  zs_engine_t *dz, *xz;          /* dense (world), experts (edp, mp = ep) */
+  zs_moe_t *moe[GPT_MAX_LAYERS];
+  int rank, world, ep, edp, L, nd, nx, per_rank, micro;
+  int64_t step0;
+  gpt_data_t data;
+  gpt_param_info_t *dinfo, *xinfo;
+  void **dp, **dg, **xp, **xg;   /* the engines' slots, per table entry */
+  gpt_weights_t w, g;            /* embed and lnf views (blk unused) */
+  gpt_moe_block_w_t *bw, *bg;    /* per layer */
+  float **ptrs;                  /* bw/bg's expert pointer arrays: 8 x L x El */
+  gpt_acts_t acts;
+  gpt_moe_acts_t macts;
+  float *dwte_head;
+  int *tin, *ttg;
+  /* this step's routing, summed over layers and micro-batches */
+  uint64_t route_sent, route_recv;
+  int64_t *routed, *kept, *tmp_r, *tmp_k; /* [L x E] this rank's over the run; scratch [E] x 2 */
+  double aux_sum;
+} moet_t;
+
+static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
+  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
+           zs_status_name(st));
+  return st;
+}
+
+#define TRY(expr)                       \
+  do {                                  \
+    zs_status_t st_ = (expr);           \
+    if (st_ != ZS_OK) return st_;       \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ============================================================================
+ * setup
+ * ========================================================================== */
+
+/* What the engine path's options mean here, the same decision on every rank. */
+static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  char msg[256];
+  if (o->moe_experts < 1)
+    return fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
+  if (zs_device_kind(t->dev) != ZS_DEVICE_CPU || o->device_cuda)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
+  if (o->tp > 1 || o->pp > 1 || o->ps_servers > 0)
+    return fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --tp, --pp or --ps-servers "
+                "yet: experts are split over --ep, the rest is data parallel");
+  if (o->dtype != ZS_FP32 || o->reduce_dtype != ZS_FP32)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model trains in fp32 only: drop "
+                "--dtype bf16 / --reduce-dtype bf16");
+  if (o->load || o->save || o->export_path || o->init_from || o->shard_group)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "checkpoints, --export, --init-from and --shard-group are "
+                "not implemented for the two engines of a mixture-of-experts run yet");
+  if (t->world % o->ep) {
+    snprintf(msg, sizeof msg, "--ep %d does not divide the %d ranks (ep groups are %d neighbouring ranks)", o->ep,
+             t->world, o->ep);
+    return fail(res, ZS_ERR_INVALID, "--ep", msg);
+  }
+  if (o->batch % t->world || (o->batch / t->world) % o->accum)
+    return fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks x --accum (each rank takes "
+                "batch/ranks sequences in --accum micro-batches)");
+  return ZS_OK;
+}
+
+static int dense_init(void *user, int param, int64_t off, int64_t count, float *dst) {
+  moet_t *t = user;
+  if (param < 0 || param >= t->nd) return -1;
+  gpt_moe_dense_fill(&t->mm, t->o->seed, param, off, count, dst);
+  return 0;
+}
+
+static int expert_init(void *user, int param, int64_t off, int64_t count, float *dst) {
+  moet_t *t = user;
+  if (param < 0 || param >= t->nx) return -1;
+  gpt_moe_expert_fill(&t->mm, t->o->seed, param, off, count, dst);
+  return 0;
+}
+
+/* Declares a table (one unit per run of entries with the same unit) into zs. */
+static zs_status_t declare(zs_engine_t *zs, const gpt_param_info_t *info, int n, void **ps, void **gs,
+                           const char *suffix) {
+  int uid = -1, cur = -1;
+  for (int i = 0; i < n; i++) {
+    const gpt_param_info_t *p = &info[i];
+    if (p->unit != cur) {
+      char name[GPT_NAME_MAX + 16];
+      cur = p->unit;
+      if (*suffix) snprintf(name, sizeof name, "h.%d%s", cur, suffix); /* the experts' unit l */
+      else if (cur == 0) snprintf(name, sizeof name, "embed");
+      else if (!strncmp(p->name, "lnf", 3)) snprintf(name, sizeof name, "lnf");
+      else snprintf(name, sizeof name, "h.%d", cur - 1);
+      TRY(zs_unit_add(zs, name, &uid));
+    }
+    TRY(zs_param_add(zs, uid, p->name, p->ndim, p->shape, p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT, &ps[i],
+                     &gs[i], NULL));
+  }
+  return ZS_OK;
+}
+
+static zs_status_t engines(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  zs_status_t st;
+  const char *names[] = {"edp", "ep"};
+  const int sizes[] = {t->edp, t->ep};
+  if ((st = zs_mesh_create(&t->mesh, t->comm, 2, names, sizes)) != ZS_OK)
+    return fail(res, st, "zs_mesh_create", zs_last_error());
+  if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK || (st = zs_mesh_comm(t->mesh, "edp", &t->edp_comm)) != ZS_OK)
+    return fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+  char err[256];
+  if (gpt_moe_plan(&t->mm, &(gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels,
+                                           .heads = o->heads, .layers = o->layers},
+                   o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
+    return fail(res, ZS_ERR_INVALID, "model", err);
+  zs_config_t cfg;
+  gpt_opts_engine_config(o, &cfg); /* fp32, no shard group (check_opts) */
+  if ((st = zs_engine_create(&t->dz, &cfg, t->dev, t->comm)) != ZS_OK ||
+      (st = zs_engine_create(&t->xz, &cfg, t->dev, t->edp_comm)) != ZS_OK)
+    return fail(res, st, "zs_engine_create", zs_last_error());
+  if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK)
+    return fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
+  /* the routers: one handle per layer over the ep group */
+  zs_moe_config_t mc = ZS_MOE_CONFIG_INIT;
+  mc.num_experts = o->moe_experts, mc.top_k = o->moe_topk, mc.hidden = o->channels;
+  mc.max_tokens = t->micro * o->seq, mc.capacity_factor = o->capacity_factor, mc.normalize = 1;
+  for (int l = 0; l < t->L; l++)
+    if ((st = zs_moe_create(&t->moe[l], &mc, t->dev, t->ep_comm)) != ZS_OK)
+      return fail(res, st, "zs_moe_create", zs_last_error());
+  return ZS_OK;
+}
+
+static zs_status_t setup(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  zs_status_t st;
+  char err[256];
+  t->L = o->layers;
+  t->ep = o->ep;
+  TRY(check_opts(t, res));
+  t->edp = t->world / t->ep;
+  t->per_rank = o->batch / t->world;
+  t->micro = t->per_rank / o->accum;
+  if (o->layers > GPT_MAX_LAYERS) return fail(res, ZS_ERR_INVALID, "model", "too many layers");
+  TRY(engines(t, res));
+  t->nd = gpt_moe_dense_count(&t->mm);
+  t->nx = gpt_moe_expert_count(&t->mm);
+  const int El = t->mm.El;
+  t->dinfo = calloc((size_t)t->nd, sizeof *t->dinfo);
+  t->xinfo = calloc((size_t)t->nx + 1, sizeof *t->xinfo);
+  t->dp = calloc((size_t)t->nd, sizeof(void *)), t->dg = calloc((size_t)t->nd, sizeof(void *));
+  t->xp = calloc((size_t)t->nx + 1, sizeof(void *)), t->xg = calloc((size_t)t->nx + 1, sizeof(void *));
+  t->bw = calloc((size_t)t->L, sizeof *t->bw), t->bg = calloc((size_t)t->L, sizeof *t->bg);
+  t->ptrs = calloc((size_t)8 * t->L * El, sizeof(float *));
+  t->routed = calloc((size_t)2 * t->L * o->moe_experts + 2 * (size_t)o->moe_experts, sizeof(int64_t));
+  if (!t->dinfo || !t->xinfo || !t->dp || !t->dg || !t->xp || !t->xg || !t->bw || !t->bg || !t->ptrs || !t->routed)
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  t->kept = t->routed + (size_t)t->L * o->moe_experts;
+  t->tmp_r = t->kept + (size_t)t->L * o->moe_experts;
+  t->tmp_k = t->tmp_r + o->moe_experts;
+  for (int i = 0; i < t->nd; i++) gpt_moe_dense_info(&t->mm, i, &t->dinfo[i]);
+  for (int i = 0; i < t->nx; i++) gpt_moe_expert_info(&t->mm, i, &t->xinfo[i]);
+  for (int l = 0; l < t->L; l++) { /* the expert views point into ptrs */
+    float **p = t->ptrs + (size_t)8 * l * El;
+    t->bw[l].fc_w = p, t->bw[l].fc_b = p + El, t->bw[l].proj_w = p + 2 * El, t->bw[l].proj_b = p + 3 * El;
+    t->bg[l].fc_w = p + 4 * El, t->bg[l].fc_b = p + 5 * El, t->bg[l].proj_w = p + 6 * El, t->bg[l].proj_b = p + 7 * El;
+  }
+  if ((st = declare(t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
+      (st = declare(t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK)
+    return fail(res, st, "declaring the parameters", zs_last_error());
+  if ((st = zs_engine_setup(t->dz, dense_init, t)) != ZS_OK)
+    return fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
+  if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
+    return fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
+  t->step0 = zs_engine_step(t->dz);
+  if (o->lr_schedule != ZS_SCHED_CONSTANT) {
+    int64_t total = o->lr_steps > 0 ? o->lr_steps : o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
+    if (total > warmup) {
+      zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
+      if ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK)
+        return fail(res, st, "zs_engine_set_schedule", zs_last_error());
+    }
+  }
+  /* data and buffers */
+  int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
+                   : gpt_data_load_licenses(&t->data, NULL, err, sizeof err);
+  if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
+  t->dwte_head = malloc((size_t)o->vocab * o->channels * sizeof(float));
+  t->tin = malloc((size_t)t->micro * o->seq * sizeof(int));
+  t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
+  if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
+      gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq))
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+  return ZS_OK;
+}
+
+static void teardown(moet_t *t) {
+  zs_engine_destroy(t->dz);
+  zs_engine_destroy(t->xz);
+  for (int l = 0; l < t->L; l++) zs_moe_destroy(t->moe[l]);
+  zs_mesh_destroy(t->mesh); /* after the engines and handles, which used its comms */
+  gpt_acts_free(&t->acts);
+  gpt_moe_acts_free(&t->macts);
+  gpt_data_free(&t->data);
+  free(t->dinfo), free(t->xinfo), free(t->dp), free(t->dg), free(t->xp), free(t->xg);
+  free(t->bw), free(t->bg), free(t->ptrs), free(t->routed);
+  free(t->dwte_head), free(t->tin), free(t->ttg);
+}
+
+/* ============================================================================
+ * one round
+ * ========================================================================== */
+
+/* The views from the slots (NULL where a unit is not gathered). */
+static void bind(moet_t *t) {
+  const int El = t->mm.El;
+  float *dense[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0}, *dgrad[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0};
+  /* gpt.h's table: the dense entries in their gpt places (the MLP ones NULL) */
+  for (int i = 0; i < t->nd; i++) {
+    int l = (i - 2) / GPT_MOE_DENSE_NPARAMS, k = (i - 2) % GPT_MOE_DENSE_NPARAMS;
+    int gi = i < 2 ? i : i >= 2 + GPT_MOE_DENSE_NPARAMS * t->L ? 2 + GPT_BLOCK_NPARAMS * t->L + (i - 2 - GPT_MOE_DENSE_NPARAMS * t->L)
+             : k == GPT_MOE_DENSE_NPARAMS - 1 ? -1 : 2 + GPT_BLOCK_NPARAMS * l + k;
+    if (gi >= 0) dense[gi] = t->dp[i], dgrad[gi] = t->dg[i];
+    else t->bw[l].router = t->dp[i], t->bg[l].router = t->dg[i];
+  }
+  gpt_weights_bind(&t->mm.mc, dense, &t->w);
+  gpt_weights_bind(&t->mm.mc, dgrad, &t->g);
+  for (int l = 0; l < t->L; l++) {
+    t->bw[l].a = t->w.blk[l], t->bg[l].a = t->g.blk[l];
+    for (int e = 0; e < El; e++) {
+      void **p = t->xp + (size_t)(l * El + e) * GPT_MOE_EXPERT_NPARAMS, **g = t->xg + (size_t)(l * El + e) * GPT_MOE_EXPERT_NPARAMS;
+      t->bw[l].fc_w[e] = p[0], t->bw[l].fc_b[e] = p[1], t->bw[l].proj_w[e] = p[2], t->bw[l].proj_b[e] = p[3];
+      t->bg[l].fc_w[e] = g[0], t->bg[l].fc_b[e] = g[1], t->bg[l].proj_w[e] = g[2], t->bg[l].proj_b[e] = g[3];
+    }
+  }
+}
+
+/* dense unit u and (for a block) its experts' unit */
+static zs_status_t gather2(moet_t *t, int u) {
+  TRY(zs_gather(t->dz, u));
+  if (u >= 1 && u <= t->L) TRY(zs_gather(t->xz, u - 1));
+  bind(t);
+  return ZS_OK;
+}
+
+static zs_status_t release2(moet_t *t, int u) {
+  TRY(zs_release(t->dz, u));
+  if (u >= 1 && u <= t->L) TRY(zs_release(t->xz, u - 1));
+  return ZS_OK;
+}
+
+static zs_status_t reduce2(moet_t *t, int u) {
+  if (u >= 1 && u <= t->L) TRY(zs_reduce(t->xz, u - 1));
+  return zs_reduce(t->dz, u);
+}
+
+/* This layer's routing, added to the step's and the run's figures. */
+static zs_status_t note_routing(moet_t *t, int l) {
+  zs_moe_report_t r;
+  TRY(zs_moe_report(t->moe[l], &r, t->tmp_r, t->tmp_k));
+  t->route_sent += r.bytes_sent, t->route_recv += r.bytes_recv;
+  const int E = t->mm.experts;
+  for (int e = 0; e < E; e++) t->routed[l * E + e] += t->tmp_r[e], t->kept[l * E + e] += t->tmp_k[e];
+  t->aux_sum += t->macts.aux[l];
+  return ZS_OK;
+}
+
+static zs_status_t round_train(moet_t *t, double *loss) {
+  const int B = t->micro, T = t->o->seq, C = t->o->channels, L = t->L;
+  const int64_t N = (int64_t)B * T, NC = N * C;
+  gpt_acts_t *a = &t->acts;
+  TRY(zs_forward_begin(t->dz));
+  TRY(zs_forward_begin(t->xz));
+  TRY(gather2(t, 0));
+  gpt_embed_forward(&t->mm.mc, &t->w.embed, t->tin, B, T, a->resid);
+  TRY(release2(t, 0));
+  for (int l = 0; l < L; l++) {
+    TRY(gather2(t, 1 + l));
+    TRY(gpt_moe_block_forward(&t->mm, t->moe[l], t->dev, &t->bw[l], &a->blk[l], &t->macts, l, a->resid + l * NC,
+                              a->resid + (l + 1) * NC, B, T));
+    TRY(note_routing(t, l));
+    TRY(release2(t, 1 + l));
+  }
+  TRY(gather2(t, L + 1));
+  gpt_lnf_forward(&t->mm.mc, &t->w.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
+  TRY(release2(t, L + 1));
+  TRY(gather2(t, 0));
+  memset(t->dwte_head, 0, (size_t)t->o->vocab * C * sizeof(float));
+  double sum = gpt_head(&t->mm.mc, t->w.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N,
+                        a->dlnf, t->dwte_head);
+  *loss = sum / (double)N;
+  TRY(release2(t, 0));
+
+  TRY(zs_backward_begin(t->dz));
+  TRY(zs_backward_begin(t->xz));
+  TRY(gather2(t, L + 1));
+  gpt_lnf_backward(&t->mm.mc, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
+  TRY(reduce2(t, L + 1));
+  for (int l = L - 1; l >= 0; l--) {
+    TRY(gather2(t, 1 + l));
+    TRY(gpt_moe_block_backward(&t->mm, t->moe[l], t->dev, &t->bw[l], &t->bg[l], &a->blk[l], &t->macts, a, l,
+                               a->resid + l * NC, a->dres, t->o->moe_aux, B, T));
+    TRY(reduce2(t, 1 + l));
+  }
+  TRY(gather2(t, 0));
+  gpt_embed_backward(&t->mm.mc, &t->g.embed, t->tin, B, T, a->dres);
+  const int64_t n = (int64_t)t->o->vocab * C;
+  float *dwte = t->g.embed.wte;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
+  return reduce2(t, 0);
+}
+
+/* ============================================================================
+ * the run
+ * ========================================================================== */
+
+/* Sums k doubles over the ranks, in rank order. */
+static zs_status_t sum_over_ranks(moet_t *t, const double *mine, double *sum, int k) {
+  double *all = malloc(sizeof(double) * (size_t)k * t->world);
+  if (!all) return ZS_ERR_NOMEM;
+  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, sizeof(double) * (size_t)k, ZS_UINT8, NULL);
+  for (int j = 0; st == ZS_OK && j < k; j++) {
+    sum[j] = 0;
+    for (int r = 0; r < t->world; r++) sum[j] += all[r * k + j];
+  }
+  free(all);
+  return st;
+}
+
+static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  const int T = o->seq;
+  gpt_moe_info_t *mi = &res->moe;
+  double train_time = 0;
+  zs_status_t st;
+  zs_engine_t *both[2] = {t->dz, t->xz};
+  for (int step = 0; step < o->steps; step++) {
+    const double t0 = now_s();
+    double mine[2] = {0, 0}, sum[2];
+    t->route_sent = t->route_recv = 0;
+    t->aux_sum = 0;
+    zs_comm_stats_reset(t->ep_comm);
+    for (int m = 0; m < o->accum; m++) {
+      double loss = 0;
+      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->rank * t->per_rank + m * t->micro, t->micro,
+                           T, t->tin, t->ttg);
+      if ((st = round_train(t, &loss)) != ZS_OK) {
+        const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
+        return fail(res, st, "forward/backward", why);
+      }
+      mine[0] += loss;
+    }
+    zs_step_report_t rep;
+    if ((st = zs_step_group(both, 2, &rep)) != ZS_OK) return fail(res, st, "zs_step_group", zs_last_error());
+    zs_comm_stats_t cs;
+    zs_comm_stats(t->ep_comm, &cs);
+    mi->a2a_sent[step] = cs.bytes_sent[ZS_COLL_ALL_TO_ALL], mi->a2a_recv[step] = cs.bytes_recv[ZS_COLL_ALL_TO_ALL];
+    mi->route_sent[step] = t->route_sent, mi->route_recv[step] = t->route_recv;
+    const double dt = now_s() - t0;
+    train_time += dt;
+    mine[1] = t->aux_sum;
+    if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
+      return fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
+    res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
+    mi->aux[step] = (float)(sum[1] / ((double)t->world * o->accum * t->L));
+    res->grad_norms[step] = rep.grad_norm;
+    res->lrs[step] = rep.lr;
+    res->skipped += rep.skipped;
+    res->steps = step + 1;
+    if (t->rank == 0 && !o->quiet)
+      fprintf(stderr, "step %5d/%d | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s\n",
+              step + 1, o->steps, res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
+              (double)o->batch * T / dt, (double)(mi->a2a_sent[step] + mi->a2a_recv[step]) / 1024.0,
+              rep.skipped ? " | skipped" : "");
+  }
+  res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  return ZS_OK;
+}
+
+/* The whole model on every rank: the dense table, then per layer every
+ * expert's four tensors in global expert order (gpt_moe.h). Collective. */
+static zs_status_t collect_params(moet_t *t, gpt_result_t *res) {
+  const int El = t->mm.El, L = t->L, C = t->o->channels;
+  const int64_t per_expert = 8 * (int64_t)C * C + 5 * (int64_t)C, mine_n = (int64_t)L * El * per_expert;
+  int64_t nd = 0;
+  for (int i = 0; i < t->nd; i++) nd += t->dinfo[i].numel;
+  float *out = malloc(sizeof(float) * (size_t)(nd + mine_n * t->ep)), *mine = malloc(sizeof(float) * (size_t)mine_n);
+  float *all = malloc(sizeof(float) * (size_t)(mine_n * t->ep));
+  zs_status_t st = out && mine && all ? ZS_OK : ZS_ERR_NOMEM;
+  int64_t off = 0;
+  for (int i = 0; st == ZS_OK && i < t->nd; off += t->dinfo[i].numel, i++) st = zs_param_get(t->dz, i, out + off);
+  off = 0;
+  for (int i = 0; st == ZS_OK && i < t->nx; off += t->xinfo[i].numel, i++) st = zs_param_get(t->xz, i, mine + off);
+  if (st == ZS_OK) st = zs_comm_all_gather(t->ep_comm, mine, all, (size_t)mine_n, ZS_FP32, NULL);
+  /* all: [ep rank q][layer][local expert][tensors] -> [layer][q El + local][tensors] */
+  for (int q = 0; st == ZS_OK && q < t->ep; q++)
+    for (int l = 0; l < L; l++)
+      memcpy(out + nd + ((int64_t)l * t->mm.experts + (int64_t)q * El) * per_expert,
+             all + (int64_t)q * mine_n + (int64_t)l * El * per_expert, sizeof(float) * (size_t)(El * per_expert));
+  free(mine), free(all);
+  if (st != ZS_OK) {
+    free(out);
+    return fail(res, st, "collecting the final parameters", zs_last_error());
+  }
+  res->final_params = out;
+  return ZS_OK;
+}
+
+/* The run's routing summed over ranks; the peaks; the table for people. */
+static zs_status_t finish(moet_t *t, gpt_result_t *res) {
+  const int LE = t->L * t->mm.experts;
+  gpt_moe_info_t *mi = &res->moe;
+  zs_status_t st = zs_comm_all_reduce(t->comm, t->routed, mi->routed, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
+  if (st == ZS_OK) st = zs_comm_all_reduce(t->comm, t->kept, mi->kept, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
+  zs_memory_stats_t ms;
+  zs_memory_stats(t->dz, &ms);
+  int64_t peaks[2] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
+  int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)t->world);
+  if (st == ZS_OK) st = all ? zs_comm_all_gather(t->comm, peaks, all, 2, ZS_INT64, NULL) : ZS_ERR_NOMEM;
+  for (int r = 0; st == ZS_OK && r < t->world; r++)
+    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
+  free(all);
+  if (st != ZS_OK) return fail(res, st, "the routing's totals", zs_last_error());
+  if (t->rank == 0 && !t->o->quiet) {
+    for (int l = 0; l < t->L; l++) {
+      fprintf(stderr, "layer %d tokens per expert (routed/kept):", l);
+      for (int e = 0; e < t->mm.experts; e++)
+        fprintf(stderr, " %lld/%lld", (long long)mi->routed[l * t->mm.experts + e],
+                (long long)mi->kept[l * t->mm.experts + e]);
+      fprintf(stderr, "\n");
+    }
+    fprintf(stderr, "aux loss %.4f at the last step (1 = balanced); %.0f training tokens/s\n",
+            res->steps ? (double)mi->aux[res->steps - 1] : NAN, res->tokens_per_s);
+  }
+  return ZS_OK;
+}
+
+static zs_status_t result_alloc(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  gpt_moe_info_t *mi = &res->moe;
+  const size_t S = (size_t)o->steps + 1, LE = (size_t)o->layers * (o->moe_experts > 0 ? o->moe_experts : 1);
+  res->losses = calloc(S, sizeof(float));
+  res->grad_norms = calloc(S, sizeof(float));
+  res->lrs = calloc(S, sizeof(float));
+  res->val_steps = calloc(S + 1, sizeof(int));
+  res->val_losses = calloc(S + 1, sizeof(double));
+  res->ranks = calloc((size_t)t->world, sizeof *res->ranks);
+  mi->mem = calloc(2 * LE * sizeof(int64_t) + S * sizeof(float) + 4 * S * sizeof(uint64_t), 1);
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks || !mi->mem)
+    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  mi->routed = mi->mem, mi->kept = mi->routed + LE;
+  mi->a2a_sent = (uint64_t *)(mi->kept + LE), mi->a2a_recv = mi->a2a_sent + S;
+  mi->route_sent = mi->a2a_recv + S, mi->route_recv = mi->route_sent + S;
+  mi->aux = (float *)(mi->route_recv + S);
+  mi->experts = o->moe_experts, mi->topk = o->moe_topk, mi->ep = o->ep, mi->layers = o->layers;
+  mi->capacity_factor = o->capacity_factor, mi->aux_weight = o->moe_aux;
+  const int ep = o->ep > 0 ? o->ep : 1;
+  mi->count_bytes = (uint64_t)o->layers * o->accum * (uint64_t)(ep - 1) * (uint64_t)(o->moe_experts / ep) * 8u;
+  return ZS_OK;
+}
+
+zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->val_loss = NAN;
+  moet_t t;
+  memset(&t, 0, sizeof t);
+  t.o = o, t.dev = dev, t.comm = comm;
+  t.rank = zs_comm_rank(comm), t.world = zs_comm_size(comm);
+  res->world = t.world, res->stage = o->stage;
+  zs_device_memory_reset_peaks(dev);
+  zs_status_t st = result_alloc(&t, res);
+  if (st == ZS_OK) st = setup(&t, res);
+  if (st == ZS_OK) res->params = gpt_moe_param_count(&t.mm);
+  if (st == ZS_OK && t.rank == 0 && !o->quiet)
+    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d, stage %d, %lld parameters (L %d C %d H %d V %d T %d), "
+            "%d experts top-%d, capacity factor %g, aux weight %g; batch %d\n", t.world, t.edp, t.ep, o->stage,
+            (long long)res->params, o->layers, o->channels, o->heads, o->vocab, o->seq, o->moe_experts, o->moe_topk,
+            (double)o->capacity_factor, (double)o->moe_aux, o->batch);
+  if (st == ZS_OK) st = run_steps(&t, res);
+  if (st == ZS_OK && o->collect_params) st = collect_params(&t, res);
+  if (st == ZS_OK) st = finish(&t, res);
+  teardown(&t);
+  return st;
+}
+
+/* ============================================================================
+ * output
+ * ========================================================================== */
+
+void gpt_moe_info_json(const gpt_moe_info_t *m, int steps, FILE *f) {
+  if (m->experts <= 0) return;
+  fprintf(f, ", \"moe\": {\"experts\": %d, \"topk\": %d, \"ep\": %d, \"capacity_factor\": %g, \"aux_weight\": %g,\n",
+          m->experts, m->topk, m->ep, (double)m->capacity_factor, (double)m->aux_weight);
+  fprintf(f, "  \"aux_losses\": [");
+  for (int i = 0; i < steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)m->aux[i]);
+  fprintf(f, "],\n  \"tokens_per_expert\": [");
+  for (int l = 0; l < m->layers; l++) {
+    fprintf(f, "%s{\"layer\": %d, \"routed\": [", l ? ", " : "", l);
+    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->routed[l * m->experts + e]);
+    fprintf(f, "], \"kept\": [");
+    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->kept[l * m->experts + e]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "],\n  \"rank0_a2a_bytes_per_step\": [");
+  for (int i = 0; i < steps; i++) fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)(m->a2a_sent[i] + m->a2a_recv[i]));
+  fprintf(f, "]}");
+}
+
+void gpt_moe_info_free(gpt_moe_info_t *m) {
+  free(m->mem);
+  memset(m, 0, sizeof *m);
+}
