@@ -27,7 +27,17 @@ endif()
 #                     unit and bytes, one "update step N" per step (per unit inside it with offload), offload
 #                     copies with the shard's / parameters' bytes, all inside the trainer's "step N" ranges,
 #                     rows properly nested
+#   test_trace_bubble  zs-trace bubble per "step N" range and over one window on a synthetic 2-rank trace with
+#                     known numbers; zs-trace plot with engine events, and of an engine-only trace (gnuplot)
 if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_trace_engine SOURCES test_trace_engine.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
               ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_out)
+endif()
+if(TARGET zs-trace)
+  add_executable(test_trace_bubble test_trace_bubble.c)
+  target_include_directories(test_trace_bubble PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(test_trace_bubble PRIVATE m)
+  add_test(NAME test_trace_bubble COMMAND test_trace_bubble $<TARGET_FILE:zs-trace>
+                                          ${CMAKE_CURRENT_BINARY_DIR}/trace_bubble_out)
+  set_tests_properties(test_trace_bubble PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
 endif()

@@ -8,9 +8,24 @@
  *                                   ranks of one machine), and each rank's bubble
  *                                   is the fraction of it that rank was not
  *                                   computing; the simulator's and the theory's
- *                                   definition (pipeline.h)
+ *                                   definition (pipeline.h). When the trainer
+ *                                   marks "user" ranges named "step N" (N an
+ *                                   integer, zs_trace_begin/zs_trace_range), each
+ *                                   step is measured alone: a compute belongs to
+ *                                   step N when it starts inside its rank's
+ *                                   "step N" range, the window is step N's
+ *                                   computes over all ranks, and the last line
+ *                                   is the mean over the steps (the optimizer
+ *                                   and the data loading between steps are not
+ *                                   pipeline bubble); computes outside every
+ *                                   step range are counted on stderr, not used
  *   zs-trace plot OUT.png FILE...   the per-rank timeline (gnuplot): forwards,
- *                                   backwards and transfers against time
+ *                                   backwards and transfers against time, and a
+ *                                   thin strip above each rank's row with the
+ *                                   engine's events (gathers, reductions,
+ *                                   optimizer updates, offload copies); a trace
+ *                                   without pipeline computes is drawn over the
+ *                                   span of its engine and user events
  *
  * FILE: a rank's file or a merged one. It reads the files zeroshard writes,
  * one event a line, not any JSON. */
@@ -20,7 +35,7 @@
 #include <string.h>
 
 typedef struct {
-  char name[64], cat[16];
+  char name[64], cat[16], ph[4];
   int64_t ts, dur;
   int pid, tid;
   char *line; /* as read, for merge */
@@ -74,6 +89,7 @@ static int read_file(const char *path) {
     e->line = strdup(l);
     field_str(l, "{\"name\":\"", e->name, sizeof e->name);
     field_str(l, "\"cat\":\"", e->cat, sizeof e->cat);
+    field_str(l, "\"ph\":\"", e->ph, sizeof e->ph);
     int64_t v;
     if (field_i64(l, "\"ts\":", &v)) e->ts = v;
     if (field_i64(l, "\"dur\":", &v)) e->dur = v;
@@ -108,12 +124,24 @@ static int merge(const char *out) {
 }
 
 static int is_compute(const ev_t *e) { return !strcmp(e->cat, "compute"); }
+static int is_engine(const ev_t *e) { return !strcmp(e->cat, "engine"); }
 
-/* The window over every rank's compute events; ranks 0..*nr-1 busy time. */
-static int window(int64_t *t0, int64_t *t1, int *nr, int64_t **busy) {
+/* "step N" with N an integer: a step range the trainer marked. */
+static int step_of(const ev_t *e, long *n) {
+  if (strcmp(e->cat, "user") || strncmp(e->name, "step ", 5)) return 0;
+  char *end;
+  *n = strtol(e->name + 5, &end, 10);
+  return end != e->name + 5 && *end == '\0';
+}
+
+/* The window over every rank's compute events (with `any`, over every event
+ * when there is no compute); ranks 0..*nr-1 busy time. */
+static int window(int any, int64_t *t0, int64_t *t1, int *nr, int64_t **busy) {
   *t0 = INT64_MAX, *t1 = INT64_MIN, *nr = 0;
+  int computes = 0;
+  for (size_t i = 0; i < nev; i++) computes += is_compute(&evs[i]);
   for (size_t i = 0; i < nev; i++)
-    if (is_compute(&evs[i])) {
+    if (is_compute(&evs[i]) || (any && !computes && !strcmp(evs[i].ph, "X"))) {
       if (evs[i].ts < *t0) *t0 = evs[i].ts;
       if (evs[i].ts + evs[i].dur > *t1) *t1 = evs[i].ts + evs[i].dur;
       if (evs[i].pid + 1 > *nr) *nr = evs[i].pid + 1;
@@ -128,10 +156,10 @@ static int window(int64_t *t0, int64_t *t1, int *nr, int64_t **busy) {
   return 1;
 }
 
-static int bubble(void) {
+static int bubble_whole(void) {
   int64_t t0, t1, *busy;
   int nr;
-  if (!window(&t0, &t1, &nr, &busy)) return 1;
+  if (!window(0, &t0, &t1, &nr, &busy)) return 1;
   double span = (double)(t1 - t0), sum = 0;
   printf("window %.3f ms (first compute start to last compute end, all ranks)\n", span / 1e3);
   for (int r = 0; r < nr; r++) {
@@ -144,10 +172,95 @@ static int bubble(void) {
   return 0;
 }
 
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* The step ranges' events: steps[k] is N of the k-th distinct "step N". */
+static int bubble_steps(void) {
+  long *steps = malloc(nev * sizeof *steps);
+  int ns = 0, nr = 0;
+  for (size_t i = 0; i < nev; i++) {
+    long n;
+    if (step_of(&evs[i], &n)) {
+      int seen = 0;
+      for (int k = 0; k < ns; k++) seen |= steps[k] == n;
+      if (!seen) steps[ns++] = n;
+    }
+    if (is_compute(&evs[i]) && evs[i].pid + 1 > nr) nr = evs[i].pid + 1;
+  }
+  qsort(steps, (size_t)ns, sizeof *steps, cmp_long);
+  int64_t *busy = calloc((size_t)(nr ? nr : 1), sizeof *busy);
+  char *used = calloc(nev, 1);
+  double total = 0;
+  int measured = 0;
+  for (int k = 0; k < ns; k++) {
+    int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+    memset(busy, 0, (size_t)(nr ? nr : 1) * sizeof *busy);
+    for (size_t i = 0; i < nev; i++) {
+      long n;
+      if (!step_of(&evs[i], &n) || n != steps[k]) continue;
+      const ev_t *st = &evs[i];
+      for (size_t j = 0; j < nev; j++) {
+        const ev_t *e = &evs[j];
+        if (!is_compute(e) || e->pid != st->pid || e->ts < st->ts || e->ts >= st->ts + st->dur || used[j]) continue;
+        used[j] = 1;
+        busy[e->pid] += e->dur;
+        if (e->ts < t0) t0 = e->ts;
+        if (e->ts + e->dur > t1) t1 = e->ts + e->dur;
+      }
+    }
+    if (t1 < t0) {
+      printf("step %ld no computes\n", steps[k]);
+      continue;
+    }
+    double span = (double)(t1 - t0), sum = 0;
+    printf("step %ld window %.3f ms", steps[k], span / 1e3);
+    for (int r = 0; r < nr; r++) {
+      double b = span > 0 ? 1.0 - (double)busy[r] / span : 0;
+      sum += b;
+      printf(" rank %d %.4f", r, b);
+    }
+    printf(" bubble %.4f\n", sum / nr);
+    total += sum / nr;
+    measured++;
+  }
+  size_t outside = 0;
+  for (size_t i = 0; i < nev; i++) outside += is_compute(&evs[i]) && !used[i];
+  if (outside) fprintf(stderr, "zs-trace: %zu compute events outside every \"step N\" range (not measured)\n", outside);
+  free(used);
+  free(busy);
+  free(steps);
+  if (!measured) {
+    fprintf(stderr, "zs-trace: no step range holds a compute event\n");
+    return 1;
+  }
+  printf("bubble %.4f (mean over %d steps of %d ranks)\n", total / measured, measured, nr);
+  return 0;
+}
+
+static int bubble(void) {
+  long n;
+  for (size_t i = 0; i < nev; i++)
+    if (step_of(&evs[i], &n)) return bubble_steps();
+  return bubble_whole();
+}
+
+/* The engine strip's colour: 4 gather, 5 reduce, 6 optimizer update, 7 offload copy; 0: not drawn. */
+static int engine_colour(const ev_t *e) {
+  if (!is_engine(e)) return 0;
+  if (!strncmp(e->name, "gather", 6)) return 4;
+  if (!strncmp(e->name, "reduce", 6)) return 5;
+  if (!strncmp(e->name, "update", 6)) return 6;
+  if (!strncmp(e->name, "grad d2h", 8) || !strncmp(e->name, "param h2d", 9)) return 7;
+  return 0;
+}
+
 static int plot(const char *png) {
   int64_t t0, t1, *busy;
   int nr;
-  if (!window(&t0, &t1, &nr, &busy)) return 1;
+  if (!window(1, &t0, &t1, &nr, &busy)) return 1;
   free(busy);
   char dat[] = "/tmp/zs-trace-XXXXXX";
   int fd = mkstemp(dat);
@@ -165,6 +278,10 @@ static int plot(const char *png) {
               e->name + 2);
     } else if (!strcmp(e->cat, "comm") && (!strncmp(e->name, "send", 4) || !strncmp(e->name, "recv", 4))) {
       fprintf(d, "%g %g %g %g %d \"\"\n", x0, x1 > x0 ? x1 : x0 + 0.05, e->pid + 0.25, e->pid + 0.4, 3);
+    } else if (engine_colour(e)) { /* the strip above the rank's computes: copies on top, the rest below */
+      int c = engine_colour(e);
+      fprintf(d, "%g %g %g %g %d \"\"\n", x0, x1 > x0 ? x1 : x0 + 0.05, e->pid - (c == 7 ? 0.49 : 0.43),
+              e->pid - (c == 7 ? 0.44 : 0.37), c);
     }
   }
   fclose(d);
@@ -174,11 +291,13 @@ static int plot(const char *png) {
     remove(dat);
     return 1;
   }
-  fprintf(g, "set terminal pngcairo size 1200,%d\nset output '%s'\n", 160 + 90 * nr, png);
+  fprintf(g, "set terminal pngcairo size 1200,%d\nset output '%s'\n", 180 + 90 * nr, png);
   fprintf(g, "set xlabel 'ms'\nset ylabel 'rank'\nset yrange [%g:%g]\nset ytics 1\nset grid x\n",
           nr - 0.4, -0.6); /* rank 0 on top */
-  fprintf(g, "set palette defined (1 '#4a90d9', 2 '#e07b39', 3 '#888888')\nset cbrange [1:3]\nunset colorbox\n");
-  fprintf(g, "set title 'pipeline timeline: forward (blue), backward (orange), transfers (grey); labels mb.chunk'\n");
+  fprintf(g, "set palette defined (1 '#4a90d9', 2 '#e07b39', 3 '#888888', 4 '#2ca02c', 5 '#9467bd', 6 '#d62728', "
+             "7 '#8c564b')\nset cbrange [1:7]\nunset colorbox\n");
+  fprintf(g, "set title \"timeline: forward (blue), backward (orange), transfers (grey); labels mb.chunk\\n"
+             "engine strip: gather (green), reduce (purple), optimizer update (red); offload copies (brown) above\"\n");
   fprintf(g, "plot '%s' using (($1+$2)/2):(($3+$4)/2):(($2-$1)/2):(($4-$3)/2):5 with boxxyerror fs solid 0.8 "
              "palette notitle, '' using (($1+$2)/2):(($3+$4)/2):6 with labels font ',8' notitle\n", dat);
   int rc = pclose(g);

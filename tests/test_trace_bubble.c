@@ -1,0 +1,166 @@
+/* zs-trace bubble per step and zs-trace plot with engine events, on synthetic
+ * traces whose numbers are known (zeroshard/trace.h, tools/zs_trace.c).
+ *
+ *   test_trace_bubble ZS_TRACE_TOOL DIR
+ *
+ * Two ranks, two steps marked "step 1" / "step 2" (user ranges), times in us:
+ *   step 1 (both ranks' ranges [0, 1000]):  rank 0 computes [100,400] [500,700],
+ *     rank 1 [200,600]: window 600, bubbles 1-500/600 and 1-400/600, mean 0.25
+ *   step 2 ([2000, 3000]): rank 0 [2000,2500], rank 1 [2100,2600] [2600,2700]:
+ *     window 700, bubbles 1-500/700 and 1-600/700, mean 0.2143
+ *   mean over the steps 0.2321; one compute [5000,5100] on rank 0 outside every
+ *   step (not measured), a "step (range)" user range that is not a step, and
+ *   engine events (gathers, an update, copies) that are not computes.
+ * Without the step ranges the whole window is [100, 5100]: rank 0 busy 1100,
+ * rank 1 1000: bubbles 0.78 and 0.80, mean 0.79 (the single-window rule).
+ * With gnuplot here, zs-trace plot draws this trace and an engine-only one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+
+static const char *tool, *dir;
+static const long long T0 = 1000000; /* a trace's clock does not start at 0 */
+
+static void ev(FILE *f, int *first, const char *name, const char *cat, long long ts, long long dur, int pid,
+               int tid) {
+  fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%d,"
+             "\"args\":{}}", *first ? "" : ",\n", name, cat, T0 + ts, dur, pid, tid);
+  *first = 0;
+}
+
+/* Rank r's file: its computes, optionally its step ranges, engine events. */
+static void write_rank(const char *path, int r, int steps, int computes) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  int first = 1;
+  fprintf(f, "{\"traceEvents\":[\n");
+  if (steps) {
+    ev(f, &first, "step 1", "user", 0, 1000, r, 1);
+    ev(f, &first, "step 2", "user", 2000, 1000, r, 1);
+  }
+  ev(f, &first, "step (range)", "user", 0, 3000, r, 1);
+  if (computes && r == 0) {
+    ev(f, &first, "F 0.0", "compute", 100, 300, 0, 1);
+    ev(f, &first, "B 0.0", "compute", 500, 200, 0, 1);
+    ev(f, &first, "F 0.0", "compute", 2000, 500, 0, 1);
+    ev(f, &first, "F 1.0", "compute", 5000, 100, 0, 1);
+  } else if (computes) {
+    ev(f, &first, "F 0.0", "compute", 200, 400, 1, 1);
+    ev(f, &first, "F 0.0", "compute", 2100, 500, 1, 1);
+    ev(f, &first, "B 0.0", "compute", 2600, 100, 1, 1);
+  }
+  ev(f, &first, "gather blk.0", "engine", 50, 40, r, 1);
+  ev(f, &first, "reduce blk.0", "engine", 720, 30, r, 1);
+  ev(f, &first, "all_gather", "comm", 55, 30, r, 2);
+  ev(f, &first, "update step 1", "engine", 800, 150, r, 3);
+  ev(f, &first, "grad d2h blk.0", "engine", 760, 20, r, 4);
+  ev(f, &first, "param h2d blk.0", "engine", 900, 60, r, 4);
+  fprintf(f, "\n]}\n");
+  fclose(f);
+}
+
+/* Runs `zs-trace ARGS`, returns its exit status and stdout in out. */
+static int run_tool(const char *args, char *out, size_t n) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' %s", tool, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t got = fread(out, 1, n - 1, p);
+  out[got] = '\0';
+  int rc = pclose(p);
+  fprintf(stderr, "$ zs-trace %s\n%s", args, out);
+  return rc;
+}
+
+static double after(const char *hay, const char *key) {
+  const char *p = strstr(hay, key);
+  return p ? atof(p + strlen(key)) : -1.0;
+}
+
+static char f0[600], f1[600];
+
+/* Both ranks' files (with or without step ranges), then zs-trace bubble. */
+static int bubble_of(int steps, char *out, size_t n) {
+  write_rank(f0, 0, steps, 1);
+  write_rank(f1, 1, steps, 1);
+  char args[1400];
+  snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
+  return run_tool(args, out, n);
+}
+
+static void test_steps(void) {
+  char out[4096];
+  assert_int_eq(bubble_of(1, out, sizeof out), 0);
+  const char *s1 = strstr(out, "step 1 window "), *s2 = strstr(out, "step 2 window ");
+  assert_true(s1 && s2);
+  expect_true(fabs(atof(s1 + 14) - 0.600) < 1e-9);
+  expect_true(fabs(after(s1, "rank 0 ") - (1 - 500.0 / 600)) < 1e-4);
+  expect_true(fabs(after(s1, "rank 1 ") - (1 - 400.0 / 600)) < 1e-4);
+  expect_true(fabs(after(s1, "bubble ") - 0.25) < 1e-4);
+  expect_true(fabs(atof(s2 + 14) - 0.700) < 1e-9);
+  expect_true(fabs(after(s2, "rank 0 ") - (1 - 500.0 / 700)) < 1e-4);
+  expect_true(fabs(after(s2, "rank 1 ") - (1 - 600.0 / 700)) < 1e-4);
+  expect_true(fabs(after(s2, "bubble ") - 0.5 * (2.0 / 7 + 1.0 / 7)) < 1e-4);
+  const char *last = strstr(out, "\nbubble ");
+  assert_true(last != NULL);
+  expect_true(fabs(atof(last + 8) - 0.5 * (0.25 + 1.5 / 7)) < 1e-4);
+  expect_str_contains(last, "mean over 2 steps of 2 ranks");
+  expect_true(strstr(out, "step 3") == NULL);
+}
+
+static void test_whole(void) {
+  char out[4096];
+  assert_int_eq(bubble_of(0, out, sizeof out), 0);
+  expect_true(fabs(after(out, "window ") - 5.0) < 1e-9);
+  expect_true(fabs(after(out, "rank 0 busy 1.100 ms bubble ") - 0.78) < 1e-4);
+  expect_true(fabs(after(out, "rank 1 busy 1.000 ms bubble ") - 0.80) < 1e-4);
+  expect_true(fabs(after(out, "\nbubble ") - 0.79) < 1e-4);
+}
+
+static long file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void test_plot(void) {
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    zs_test_skip("gnuplot is not installed");
+    return;
+  }
+  char png[700], args[2200], out[4096];
+  write_rank(f0, 0, 1, 1);
+  write_rank(f1, 1, 1, 1);
+  snprintf(png, sizeof png, "%s/pipeline_engine.png", dir);
+  remove(png);
+  snprintf(args, sizeof args, "plot '%s' '%s' '%s'", png, f0, f1);
+  expect_int_eq(run_tool(args, out, sizeof out), 0);
+  expect_int_ge(file_size(png), 1000);
+  /* an engine-only trace (no pipeline computes) is drawn over its events */
+  write_rank(f0, 0, 1, 0);
+  snprintf(png, sizeof png, "%s/engine_only.png", dir);
+  remove(png);
+  snprintf(args, sizeof args, "plot '%s' '%s'", png, f0);
+  expect_int_eq(run_tool(args, out, sizeof out), 0);
+  expect_int_ge(file_size(png), 1000);
+  /* bubble still wants computes */
+  snprintf(args, sizeof args, "bubble '%s'", f0);
+  expect_int_ne(run_tool(args, out, sizeof out), 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_trace_bubble ZS_TRACE_TOOL DIR\n");
+    return 2;
+  }
+  tool = argv[1], dir = argv[2];
+  mkdir(dir, 0777);
+  snprintf(f0, sizeof f0, "%s/synthetic.rank0", dir);
+  snprintf(f1, sizeof f1, "%s/synthetic.rank1", dir);
+  zs_test_run(test_steps);
+  zs_test_run(test_whole);
+  zs_test_run(test_plot);
+  return zs_test_finish();
+}
