@@ -46,7 +46,12 @@
  *                    shard to the host; args: unit, bytes) and "param h2d
  *                    blk.3" (a unit's updated parameters back; args: unit,
  *                    bytes = its shard's parameter elements x the parameter
- *                    dtype's size).
+ *                    dtype's size). Not recorded: the delayed update's copies
+ *                    back (zs_step's own, after it joins the update thread).
+ * zs_step's other phases show as what they run: the gradient norm's
+ * all-reduce(s) and stages 1-2's parameter all-gathers on the comm row, the
+ * update on the optimizer row; a trainer that wants the whole call marks it
+ * with zs_trace_begin("zs_step")/zs_trace_end.
  * Off (ZS_TRACE unset or empty and no zs_trace_start), each hook is one branch
  * on a cached flag.
  *
