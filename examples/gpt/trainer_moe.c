@@ -24,8 +24,11 @@
  *
  * The single-rank run (ep 1, same E) is the parity reference: at accum =
  * world it routes the same micro-batches the ranks route (tests/test_gpt_moe_parity.c).
+ * Validation (--val-seqs windows split over the ranks, at the start, every
+ * --val-every steps and at the end) is a forward-only pass of its own, layer by
+ * layer over the windows' residual stream.
  * Limits: cpu device, fp32; --tp, --pp, --ps-servers, --shard-group,
- * --load/--save/--export/--init-from are refused; no validation windows. */
+ * --load/--save/--export/--init-from are refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,14 @@ typedef struct {
   gpt_moe_acts_t macts;
   float *dwte_head;
   int *tin, *ttg;
+  /* validation: this rank's windows [v_first, v_first + v_count) of v_total,
+   * their residual stream, in chunks of `micro` sequences, v_chunks of them on
+   * every rank (the all-to-alls pair the ranks' calls; a rank out of windows
+   * routes empty chunks) */
+  int v_total, v_first, v_count, v_chunks;
+  float *vresid;
+  int *vin, *vtg;
+  double val_time;
   /* this step's routing, summed over layers and micro-batches */
   uint64_t route_sent, route_recv;
   int64_t *routed, *kept, *tmp_r, *tmp_k; /* [L x E] this rank's over the run; scratch [E] x 2 */
@@ -241,6 +252,18 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
       gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq))
     return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+  const int windows = gpt_data_val_windows(&t->data, o->seq);
+  t->v_total = o->val_seqs < windows ? o->val_seqs : windows;
+  t->v_first = (int)((int64_t)t->v_total * t->rank / t->world);
+  t->v_count = (int)((int64_t)t->v_total * (t->rank + 1) / t->world) - t->v_first;
+  t->v_chunks = ((t->v_total + t->world - 1) / t->world + t->micro - 1) / t->micro;
+  if (t->v_count > 0) {
+    t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
+    t->vin = malloc((size_t)t->v_count * o->seq * sizeof(int));
+    t->vtg = malloc((size_t)t->v_count * o->seq * sizeof(int));
+    if (!t->vresid || !t->vin || !t->vtg) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+    gpt_data_val_batch(&t->data, t->v_first, t->v_count, o->seq, t->vin, t->vtg);
+  }
   return ZS_OK;
 }
 
@@ -254,7 +277,7 @@ static void teardown(moet_t *t) {
   gpt_data_free(&t->data);
   free(t->dinfo), free(t->xinfo), free(t->dp), free(t->dg), free(t->xp), free(t->xg);
   free(t->bw), free(t->bg), free(t->ptrs), free(t->routed);
-  free(t->dwte_head), free(t->tin), free(t->ttg);
+  free(t->dwte_head), free(t->tin), free(t->ttg), free(t->vresid), free(t->vin), free(t->vtg);
 }
 
 /* ============================================================================
@@ -361,6 +384,39 @@ static zs_status_t round_train(moet_t *t, double *loss) {
   return reduce2(t, 0);
 }
 
+/* A forward-only pass over this rank's validation windows: the sum of their
+ * token losses into *vsum. Collective (the layers' all-to-alls, v_chunks calls
+ * each on every rank). */
+static zs_status_t validate_pass(moet_t *t, double *vsum) {
+  const int T = t->o->seq, C = t->o->channels, L = t->L;
+  gpt_acts_t *a = &t->acts;
+  const double t0 = now_s();
+  *vsum = 0;
+  TRY(zs_forward_begin(t->dz));
+  TRY(zs_forward_begin(t->xz));
+  for (int u = 0; u < L + 3; u++) { /* embed, the blocks, lnf, the head (embed again) */
+    const int unit = u == L + 2 ? 0 : u;
+    TRY(gather2(t, unit));
+    for (int c = 0; c < t->v_chunks; c++) {
+      const int c0 = c * t->micro, nb = c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
+      float *x = t->vresid ? t->vresid + (int64_t)c0 * T * C : NULL;
+      const int64_t r0 = (int64_t)c0 * T, N = (int64_t)nb * T;
+      if (u >= 1 && u <= L) /* every rank routes its chunk, empty or not */
+        TRY(gpt_moe_block_forward(&t->mm, t->moe[u - 1], t->dev, &t->bw[u - 1], &a->blk[0], &t->macts, u - 1,
+                                  nb ? x : a->resid, nb ? x : a->resid, nb, T));
+      else if (!nb) continue;
+      else if (u == 0) gpt_embed_forward(&t->mm.mc, &t->w.embed, t->vin + r0, nb, T, x);
+      else if (u == L + 1) gpt_lnf_forward(&t->mm.mc, &t->w.lnf, x, x, a->lnf_mean, a->lnf_rstd, N);
+      else *vsum += gpt_head(&t->mm.mc, t->w.embed.wte, x, t->vtg + r0, N, a->logits, a->head_rows, 0.0f, NULL, NULL);
+    }
+    TRY(release2(t, unit));
+  }
+  TRY(zs_forward_end(t->dz));
+  TRY(zs_forward_end(t->xz));
+  t->val_time += now_s() - t0;
+  return ZS_OK;
+}
+
 /* ============================================================================
  * the run
  * ========================================================================== */
@@ -378,6 +434,21 @@ static zs_status_t sum_over_ranks(moet_t *t, const double *mine, double *sum, in
   return st;
 }
 
+/* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
+static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
+  double mine = 0, sum = 0;
+  zs_status_t st = validate_pass(t, &mine);
+  if (st != ZS_OK) {
+    const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
+    return fail(res, st, "validation", why);
+  }
+  if ((st = sum_over_ranks(t, &mine, &sum, 1)) != ZS_OK)
+    return fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
+  res->val_steps[res->nval] = step;
+  res->val_losses[res->nval++] = res->val_loss = sum / ((double)t->v_total * t->o->seq);
+  return ZS_OK;
+}
+
 static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   const int T = o->seq;
@@ -386,6 +457,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   zs_status_t st;
   zs_engine_t *both[2] = {t->dz, t->xz};
   for (int step = 0; step < o->steps; step++) {
+    const int val = t->v_total > 0 && (step == 0 || (o->val_every > 0 && step % o->val_every == 0));
+    if (val) TRY(validate(t, res, step)); /* before the step's traffic is counted */
     const double t0 = now_s();
     double mine[2] = {0, 0}, sum[2];
     t->route_sent = t->route_recv = 0;
@@ -418,12 +491,19 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
     res->steps = step + 1;
-    if (t->rank == 0 && !o->quiet)
-      fprintf(stderr, "step %5d/%d | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s\n",
+    if (t->rank == 0 && !o->quiet) {
+      fprintf(stderr, "step %5d/%d | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s",
               step + 1, o->steps, res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
               (double)o->batch * T / dt, (double)(mi->a2a_sent[step] + mi->a2a_recv[step]) / 1024.0,
               rep.skipped ? " | skipped" : "");
+      if (val) fprintf(stderr, " | val loss %.6f (before this step)", res->val_loss);
+      fprintf(stderr, "\n");
+    }
   }
+  /* the final parameters: a delayed update lands first */
+  if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
+    return fail(res, st, "zs_flush", zs_last_error());
+  if (t->v_total > 0) TRY(validate(t, res, o->steps));
   res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
   return ZS_OK;
 }
@@ -480,8 +560,9 @@ static zs_status_t finish(moet_t *t, gpt_result_t *res) {
                 (long long)mi->kept[l * t->mm.experts + e]);
       fprintf(stderr, "\n");
     }
-    fprintf(stderr, "aux loss %.4f at the last step (1 = balanced); %.0f training tokens/s\n",
-            res->steps ? (double)mi->aux[res->steps - 1] : NAN, res->tokens_per_s);
+    fprintf(stderr, "aux loss %.4f at the last step (1 = balanced); val loss %.6f after %d steps; %.0f training "
+            "tokens/s\n", res->steps ? (double)mi->aux[res->steps - 1] : NAN, res->val_loss, res->steps,
+            res->tokens_per_s);
   }
   return ZS_OK;
 }
