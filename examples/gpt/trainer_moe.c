@@ -27,17 +27,24 @@
  * Validation (--val-seqs windows split over the ranks, at the start, every
  * --val-every steps and at the end) is a forward-only pass of its own, layer by
  * layer over the windows' residual stream.
+ * Checkpoints (--save, --save-every, --load): both engines, dir/dense and
+ * dir/experts, the latter in zs_checkpoint_save's model-parallel layout (one
+ * part per ep rank), so it loads at the ep that saved it (another ep:
+ * ZS_ERR_MISMATCH on every rank); stage and edp may differ.
  * Limits: cpu device, fp32; --tp, --pp, --ps-servers, --shard-group,
- * --load/--save/--export/--init-from are refused. */
+ * --export and --init-from are refused. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "data.h"
 #include "gpt_moe.h"
 #include "ops.h"
 #include "trainer.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/mesh.h"
 #include "zeroshard/moe.h"
@@ -112,9 +119,9 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   if (o->dtype != ZS_FP32 || o->reduce_dtype != ZS_FP32)
     return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model trains in fp32 only: drop "
                 "--dtype bf16 / --reduce-dtype bf16");
-  if (o->load || o->save || o->export_path || o->init_from || o->shard_group)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "checkpoints, --export, --init-from and --shard-group are "
-                "not implemented for the two engines of a mixture-of-experts run yet");
+  if (o->export_path || o->init_from || o->shard_group)
+    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "--export, --init-from and --shard-group are not implemented "
+                "for the two engines of a mixture-of-experts run yet");
   if (t->world % o->ep) {
     snprintf(msg, sizeof msg, "--ep %d does not divide the %d ranks (ep groups are %d neighbouring ranks)", o->ep,
              t->world, o->ep);
@@ -233,9 +240,18 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     return fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
   if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
     return fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
+  if (o->load) { /* dir/dense, dir/experts (whose mp<q> parts zs_checkpoint_load finds) */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/dense", o->load);
+    if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
+      return fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
+    snprintf(path, sizeof path, "%s/experts", o->load);
+    if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
+      return fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
+  }
   t->step0 = zs_engine_step(t->dz);
   if (o->lr_schedule != ZS_SCHED_CONSTANT) {
-    int64_t total = o->lr_steps > 0 ? o->lr_steps : o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
+    int64_t total = o->lr_steps > 0 ? o->lr_steps : t->step0 + o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
     if (total > warmup) {
       zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
       if ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK)
@@ -434,6 +450,24 @@ static zs_status_t sum_over_ranks(moet_t *t, const double *mine, double *sum, in
   return st;
 }
 
+/* A checkpoint of both engines: dir/dense, and dir/experts (one mp<q> part per
+ * ep rank when ep > 1: zs_checkpoint_save's model-parallel layout, so that a
+ * checkpoint loads only at the ep that saved it). Collective. */
+static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
+  char path[4096];
+  int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
+  zs_status_t st = zs_comm_all_reduce(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX, NULL);
+  if (st == ZS_OK && bad) st = ZS_ERR_IO;
+  if (st != ZS_OK) return fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
+  snprintf(path, sizeof path, "%s/dense", dir);
+  if ((st = zs_checkpoint_save(t->dz, path)) != ZS_OK)
+    return fail(res, st, "zs_checkpoint_save (dense)", zs_engine_last_error(t->dz));
+  snprintf(path, sizeof path, "%s/experts", dir);
+  if ((st = zs_checkpoint_save(t->xz, path)) != ZS_OK)
+    return fail(res, st, "zs_checkpoint_save (experts)", zs_engine_last_error(t->xz));
+  return ZS_OK;
+}
+
 /* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
 static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
   double mine = 0, sum = 0;
@@ -491,6 +525,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
     res->steps = step + 1;
+    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
+      TRY(save(t, res, o->save));
     if (t->rank == 0 && !o->quiet) {
       fprintf(stderr, "step %5d/%d | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s",
               step + 1, o->steps, res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
@@ -503,6 +539,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   /* the final parameters: a delayed update lands first */
   if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
     return fail(res, st, "zs_flush", zs_last_error());
+  if (o->save) TRY(save(t, res, o->save));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
   res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
   return ZS_OK;
@@ -560,9 +597,9 @@ static zs_status_t finish(moet_t *t, gpt_result_t *res) {
                 (long long)mi->kept[l * t->mm.experts + e]);
       fprintf(stderr, "\n");
     }
-    fprintf(stderr, "aux loss %.4f at the last step (1 = balanced); val loss %.6f after %d steps; %.0f training "
-            "tokens/s\n", res->steps ? (double)mi->aux[res->steps - 1] : NAN, res->val_loss, res->steps,
-            res->tokens_per_s);
+    fprintf(stderr, "aux loss %.4f at the last step (1 = balanced); ", res->steps ? (double)mi->aux[res->steps - 1] : NAN);
+    if (t->v_total > 0) fprintf(stderr, "val loss %.6f after %d steps; ", res->val_loss, res->steps);
+    fprintf(stderr, "%.0f training tokens/s\n", res->tokens_per_s);
   }
   return ZS_OK;
 }
