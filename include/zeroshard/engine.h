@@ -67,10 +67,19 @@ typedef struct zs_engine zs_engine_t;
  * parameters inside a unit with trainable ones are skipped by the optimizer
  * and the norm but keep the unit's buffers: put them in units of their own. */
 #define ZS_PARAM_FROZEN 2u
-/* the same parameter on every rank of the model-parallel group (a LayerNorm
- * under tensor parallelism): its gradient counts once in the global norm (see
- * zs_engine_set_model_parallel); without a model-parallel group it changes nothing */
+/* the same parameter on every rank of the tensor-parallel group (a LayerNorm
+ * under tensor parallelism): its gradient counts once in the global norm, on
+ * the group's rank 0 (over a mesh: the ranks whose "tp" coordinate is 0, so
+ * each pipeline stage's copy counts once; with zs_engine_set_model_parallel:
+ * rank 0 of that comm); without a model-parallel group it changes nothing */
 #define ZS_PARAM_MP_REPLICATED 4u
+/* a copy of a parameter that another rank of the model-parallel group owns and
+ * counts (the LM head tied to the embedding, held by the last pipeline stage
+ * as well as the first): trained like any other, left out of the global norm.
+ * The trainer keeps the copies equal: same initial values, and the two
+ * gradients summed into both before zs_reduce (what Megatron does for its
+ * embedding group). */
+#define ZS_PARAM_TIED_COPY 8u
 
 #define ZS_MAX_DIMS 8
 #define ZS_NAME_MAX 96
@@ -115,7 +124,8 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
  * data-parallel group). Before setup; the comm must outlive the engine. The
  * gradient norm, hence clipping and the inf/NaN skip, then covers the whole
  * model: the sums of squares are added over it, parameters flagged
- * ZS_PARAM_MP_REPLICATED counted on its rank 0 only. */
+ * ZS_PARAM_MP_REPLICATED counted on its rank 0 only, ZS_PARAM_TIED_COPY not at
+ * all. */
 zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp);
 
 /* Declaration (before setup). Names are copied; a name longer than ZS_NAME_MAX-1

@@ -181,6 +181,9 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     zs_engine_destroy(zs);
     return st;
   }
+  /* replicated parameters are replicated over tp, not over the pipeline's
+   * stages: each stage's copy counts on its tp rank 0 */
+  zs->repl_rank = mesh_has(mesh, "tp") ? zs_mesh_coord(mesh, "tp") : zs->mp_rank;
   *out = zs;
   return ZS_OK;
 }
@@ -365,7 +368,7 @@ zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp) {
   if (mp && zs_comm_device(mp) != zs->dev)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_engine_set_model_parallel: the comm is on another device handle");
   zs->mp_comm = mp;
-  zs->mp_rank = mp ? zs_comm_rank(mp) : 0;
+  zs->mp_rank = zs->repl_rank = mp ? zs_comm_rank(mp) : 0;
   return ZS_OK;
 }
 

@@ -122,6 +122,7 @@ struct zs_engine {
    * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */
   zs_comm_t *mp_comm;
   int mp_rank;
+  int repl_rank; /* ZS_PARAM_MP_REPLICATED counts where this is 0: the mp rank, or a mesh's tp coordinate */
   /* a mesh's tp group (2+ ranks, zs_engine_create_mesh): setup checks that its
    * ranks declare the same structure (names, units, ranks of shapes, flags) */
   zs_comm_t *tp_comm;

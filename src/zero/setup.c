@@ -215,8 +215,10 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     if (a >= b) continue;
     zs_optim_seg_t *s = &zs->segs[zs->nsegs];
     seg_pointers(zs, u, a, s);
-    /* a parameter the model-parallel ranks share counts once in the norm */
-    zs->seg_in_norm[zs->nsegs] = !(p->flags & ZS_PARAM_MP_REPLICATED) || zs->mp_rank == 0;
+    /* a parameter the tensor-parallel ranks share counts once in the norm, a
+     * tied copy not at all (its owner counts it) */
+    zs->seg_in_norm[zs->nsegs] =
+        !(p->flags & ZS_PARAM_TIED_COPY) && (!(p->flags & ZS_PARAM_MP_REPLICATED) || zs->repl_rank == 0);
     zs->nsegs++;
     s->n = (size_t)(b - a);
     s->lr_scale = 1.0f;
