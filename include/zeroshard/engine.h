@@ -181,6 +181,34 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * scale is already at min_scale), updates every shard and regathers parameters
  * (stages 1-2). rep may be NULL. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
+/* One step of a model whose parameters live in several engines, e.g. a
+ * mixture of experts (DeepSpeed-MoE's layout): a dense engine over the whole
+ * data-parallel world and an expert engine over the expert-data-parallel group
+ * (the ranks holding the same experts) with the expert-parallel group as its
+ * model-parallel group (zs_engine_set_model_parallel), so that its sum of
+ * squares counts each expert once. zs_step(zs) is zs_step_group(&zs, 1).
+ *
+ * Order: every engine's reductions are waited for (the checks of zs_step, in
+ * array order); then each engine's global sum of squares over its own groups
+ * (collective over them, engines in array order: every rank passes its engines
+ * in the same order); then one norm, sqrt(sum over engines of (engine norm)^2),
+ * each engine's part averaged by its own world x grad_accum x loss scale. A
+ * gradient an engine sums over more ranks than its world (an expert engine's:
+ * each expert's gradient already holds the tokens of its whole expert-parallel
+ * group) is the trainer's to scale (by 1 / ep there) before zs_reduce. That one
+ * norm gives every engine the same clip coefficient and the same inf/NaN
+ * decision (a NaN in one engine skips the step in all); then each engine
+ * updates and regathers as zs_step does. rep (may be NULL) gets the combined
+ * norm, and engines[0]'s step, rate and loss scale.
+ *
+ * Errors: engines NULL, n < 1, a NULL or repeated engine, or engines whose
+ * grad_clip, param_dtype or current loss scale differ are ZS_ERR_INVALID before
+ * anything communicates (the same on every rank when every rank passes the same
+ * engines); the message is in zs_last_error and, where there is one, in
+ * engines[0]'s last error. Errors of one engine's phases are zs_step's, in that
+ * engine's last error; ZS_ERR_OVERFLOW (fp16 at the minimum scale) is returned
+ * after every engine has stepped. */
+zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep);
 /* Delayed parameter update (config delayed_param_update, with offload): zs_step
  * starts the CPU optimizer of step t in the background and returns; forward and
  * backward of step t+1 run on the parameters of step t-1, and step t's result

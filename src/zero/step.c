@@ -169,8 +169,15 @@ static zs_status_t zero_grads(zs_engine_t *zs) {
   return ZS_OK;
 }
 
-zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_step: engine is NULL");
+/* ---- zs_step and zs_step_group ------------------------------------------------
+ * One step in three phases, so that several engines holding the parts of one
+ * model (zs_step_group) can share the middle one: step_prepare (the state
+ * checks, the wait for every reduction, errors queued during the step),
+ * grad_sumsq (each engine's global sum of squares over its own groups), then
+ * step_update with the norm of the whole model (clip coefficient, the inf/NaN
+ * decision, the update, the regather, the report). */
+
+static zs_status_t step_prepare(zs_engine_t *zs) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step before zs_engine_setup");
   const zs_config_t *c = &zs->cfg;
   if (zs->phase != ZS_PH_BACKWARD)
@@ -204,13 +211,21 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
   for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
     if (streams[i] && (st = zs__stream_error(zs->dev, streams[i])) != ZS_OK)
       return ZS_FAIL(zs->err, st, "zs_step on rank %d: work of this step failed: %s", zs->rank, zs_last_error());
-  ZS_CHECK(zs__eng_free_grads(zs, 0));
+  return zs__eng_free_grads(zs, 0);
+}
 
-  double sumsq;
-  ZS_CHECK(grad_sumsq(zs, &sumsq));
-  double base = 1.0 / ((double)zs->world * (double)c->grad_accum * (double)zs->loss_scale);
-  double norm = sqrt(sumsq) * base;
-  int finite = isfinite(sumsq);
+/* What turns this engine's summed, scaled gradients into the average: its
+ * world's ranks, the accumulation rounds and the loss scale. */
+static double grad_base(const zs_engine_t *zs) {
+  return 1.0 / ((double)zs->world * (double)zs->cfg.grad_accum * (double)zs->loss_scale);
+}
+
+/* The update with the whole model's gradient norm (before clipping) and
+ * whether every gradient of it is finite. */
+static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step_report_t *rep) {
+  const zs_config_t *c = &zs->cfg;
+  zs_status_t st;
+  double base = grad_base(zs);
   int dynamic = c->param_dtype == ZS_FP16 && c->loss_scale == 0.0f;
   float coef = 1.0f;
   zs_status_t result = ZS_OK;
@@ -276,6 +291,59 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
     rep->skipped = !finite;
     rep->loss_scale = zs->loss_scale;
     rep->lr = lr;
+  }
+  return result;
+}
+
+zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_step: engine is NULL");
+  return zs_step_group(&zs, 1, rep);
+}
+
+/* The arguments of zs_step_group, checked before anything communicates: they
+ * depend only on what every rank passes, so every rank finds the same error. */
+static zs_status_t group_check(zs_engine_t *const *e, int n) {
+  if (!e || n < 1) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_step_group: %s", !e ? "engines is NULL" : "n < 1");
+  for (int i = 0; i < n; i++) {
+    if (!e[i]) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_step_group: engines[%d] is NULL", i);
+    for (int j = 0; j < i; j++)
+      if (e[j] == e[i])
+        return ZS_FAIL(e[0]->err, ZS_ERR_INVALID, "zs_step_group: engines[%d] and engines[%d] are the same engine: "
+                       "pass each engine once", j, i);
+  }
+  for (int i = 1; i < n; i++) {
+    const zs_config_t *a = &e[0]->cfg, *b = &e[i]->cfg;
+    const char *what = a->grad_clip != b->grad_clip ? "grad_clip"
+                       : a->param_dtype != b->param_dtype ? "param_dtype"
+                       : e[0]->loss_scale != e[i]->loss_scale ? "the loss scale" : NULL;
+    if (what)
+      return ZS_FAIL(e[0]->err, ZS_ERR_INVALID, "zs_step_group: engines[%d] and engines[0] differ in %s: the engines "
+                     "of one model clip, scale and skip as one, so they need the same setting", i, what);
+  }
+  return ZS_OK;
+}
+
+zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
+  ZS_CHECK(group_check(engines, n));
+  for (int i = 0; i < n; i++) ZS_CHECK(step_prepare(engines[i]));
+  /* the norm of the whole model: each engine's share in double, averaged by
+   * its own base; one engine keeps zs_step's arithmetic exactly */
+  double norm = 0, sq = 0;
+  int finite = 1;
+  for (int i = 0; i < n; i++) {
+    double sumsq = 0;
+    ZS_CHECK(grad_sumsq(engines[i], &sumsq));
+    finite &= isfinite(sumsq) != 0;
+    double part = sqrt(sumsq) * grad_base(engines[i]);
+    norm = part;
+    sq += part * part;
+  }
+  if (n > 1) norm = sqrt(sq);
+  zs_status_t result = ZS_OK;
+  for (int i = 0; i < n; i++) {
+    zs_status_t st = step_update(engines[i], norm, finite, i == 0 ? rep : NULL);
+    if (st != ZS_OK && st != ZS_ERR_OVERFLOW) return st;
+    if (result == ZS_OK) result = st;
   }
   return result;
 }
