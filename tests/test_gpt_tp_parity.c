@@ -19,19 +19,18 @@
 #include <string.h>
 
 #include "gpt.h"
+#include "gpt_parity.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 
-enum { STEPS = 10 };
+enum { STEPS = GPT_PARITY_STEPS };
 
 static zs_device_t *g_dev;
 static zs_comm_t *g_world;
 static int g_rank, g_size;
-static float g_ref_loss[STEPS], g_ref_norm[STEPS];
-static double g_ref_val;
-static float *g_ref_params;
+static gpt_ref_t g_ref;
 static int64_t g_nparams;
 
 static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 2};
@@ -47,89 +46,17 @@ static void tiny(gpt_opts_t *o) {
 }
 
 static void test_reference(void) {
-  zs_comm_t *self = NULL;
-  assert_ok(zs_comm_split(g_world, g_rank == 0 ? 0 : -1, 0, &self));
-  g_nparams = gpt_param_count(&k_cfg);
-  g_ref_params = calloc((size_t)g_nparams, sizeof(float));
-  double buf[2 * STEPS + 1];
-  if (g_rank == 0) {
-    gpt_opts_t o;
-    tiny(&o);
-    gpt_result_t r;
-    zs_status_t st = gpt_train_run(&o, zs_comm_device(self), self, &r);
-    if (st != ZS_OK) fprintf(stderr, "reference run failed: %s\n", r.err);
-    expect_ok(st);
-    for (int i = 0; i < STEPS; i++) buf[i] = r.losses[i], buf[STEPS + i] = r.grad_norms[i];
-    buf[2 * STEPS] = r.val_loss;
-    expect_true(r.grad_norms[0] > o.clip); /* clipping is exercised */
-    if (r.final_params) memcpy(g_ref_params, r.final_params, (size_t)g_nparams * sizeof(float));
-    gpt_result_free(&r);
-    zs_comm_destroy(self);
-  }
-  assert_ok(zs_comm_broadcast(g_world, buf, buf, sizeof buf, ZS_UINT8, 0, NULL));
-  assert_ok(zs_comm_broadcast(g_world, g_ref_params, g_ref_params, (size_t)g_nparams, ZS_FP32, 0, NULL));
-  for (int i = 0; i < STEPS; i++) g_ref_loss[i] = (float)buf[i], g_ref_norm[i] = (float)buf[STEPS + i];
-  g_ref_val = buf[2 * STEPS];
+  gpt_opts_t o;
+  tiny(&o);
+  gpt_ref_run(g_world, &o, &k_cfg, &g_ref);
+  g_nparams = g_ref.n;
 }
 
 static void run_compare(const gpt_opts_t *o, const char *what) {
   gpt_result_t r;
   zs_status_t st = gpt_train_run(o, g_dev, g_world, &r);
-  if (st != ZS_OK) {
-    ZS_T_REPORT("%s: run failed: %s", what, r.err);
-    gpt_result_free(&r);
-    return;
-  }
-  double worst = 0;
-  for (int i = 0; i < STEPS; i++) {
-    double d = fabs((double)r.losses[i] - g_ref_loss[i]) / fabs((double)g_ref_loss[i]);
-    worst = fmax(worst, d);
-    if (!(d <= 1e-5)) {
-      ZS_T_REPORT("%s: step %d loss %.9g vs single-rank %.9g", what, i, (double)r.losses[i], (double)g_ref_loss[i]);
-      break;
-    }
-    if (!(fabs((double)r.grad_norms[i] - g_ref_norm[i]) <= 1e-5 * g_ref_norm[i])) {
-      ZS_T_REPORT("%s: step %d grad norm %.9g vs single-rank %.9g", what, i, (double)r.grad_norms[i],
-                  (double)g_ref_norm[i]);
-      break;
-    }
-  }
-  expect_near(r.val_loss, g_ref_val, 1e-5, 0);
-  /* every final parameter, per tensor, against the tensor's largest value */
-  double pworst = 0;
-  int64_t off = 0;
-  for (int i = 0; i < gpt_param_table_size(&k_cfg) && r.final_params; i++) {
-    gpt_param_info_t p;
-    gpt_param_info(&k_cfg, i, &p);
-    double scale = 0;
-    for (int64_t e = 0; e < p.numel; e++) scale = fmax(scale, fabs(g_ref_params[off + e]));
-    for (int64_t e = 0; e < p.numel; e++) {
-      double d = fabs((double)r.final_params[off + e] - g_ref_params[off + e]);
-      /* the attention keys' bias (qkv.b's middle third) has a zero true
-       * gradient (softmax ignores a per-row constant): its AdamW updates
-       * follow the rounding noise of that zero, which any other order of
-       * summation changes; both runs must only keep it near its start (0) */
-      if (strstr(p.name, "attn.qkv.b") && e >= k_cfg.channels && e < 2 * k_cfg.channels) {
-        if (!(fabs(r.final_params[off + e]) <= 1e-4 && fabs(g_ref_params[off + e]) <= 1e-4))
-          ZS_T_REPORT("%s: final %s[%lld] = %.9g (single-rank %.9g): a zero-gradient key bias moved", what, p.name,
-                      (long long)e, (double)r.final_params[off + e], (double)g_ref_params[off + e]);
-        continue;
-      }
-      /* + 1e-3 lr: AdamW moves an element whose gradient is near eps (1e-8) by
-       * lr g / (|g| + eps), which follows the relative rounding of that tiny
-       * gradient (a sum with cancellation, in another order under tp) */
-      pworst = fmax(pworst, d / (scale > 0 ? scale : 1));
-      if (!(d <= 1e-5 * scale + 1e-3 * o->lr)) {
-        ZS_T_REPORT("%s: final %s[%lld] = %.9g vs single-rank %.9g", what, p.name, (long long)e,
-                    (double)r.final_params[off + e], (double)g_ref_params[off + e]);
-        e = p.numel, i = gpt_param_table_size(&k_cfg);
-      }
-    }
-    off += p.numel;
-  }
-  expect_true(r.final_params != NULL);
-  if (g_rank == 0)
-    fprintf(stderr, "tp parity %-44s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
+  if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", what, r.err);
+  else gpt_ref_compare(&g_ref, &k_cfg, o, &r, "tp parity", what, g_rank, g_size);
   gpt_result_free(&r);
 }
 
@@ -162,13 +89,8 @@ static void test_layouts(void) {
  * with the reason. */
 static void test_resume(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2), to keep the 4-rank job short");
-  char dir[128] = {0};
-  if (g_rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/zs-gpt-tp-ckpt-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  assert_ok(zs_comm_broadcast(g_world, dir, dir, sizeof dir, ZS_UINT8, 0, NULL));
-  assert_true(dir[0] != 0);
+  char dir[128];
+  gpt_tmpdir(g_world, "/tmp/zs-gpt-tp-ckpt-XXXXXX", dir);
   gpt_opts_t o;
   gpt_result_t whole, r;
   tiny(&o);
@@ -195,25 +117,15 @@ static void test_resume(void) {
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
   expect_str_contains(r.err, "model-parallel");
   gpt_result_free(&r);
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  }
+  gpt_tmpdir_remove(g_world, dir);
 }
 
 /* --export of a tp run: the file a run without tp writes (header byte for
  * byte: names, shapes, order, offsets, step), values as the parity above */
 static void test_export(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2), to keep the 4-rank job short");
-  char dir[128] = {0};
-  if (g_rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/zs-gpt-tp-export-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  assert_ok(zs_comm_broadcast(g_world, dir, dir, sizeof dir, ZS_UINT8, 0, NULL));
-  assert_true(dir[0] != 0);
+  char dir[128];
+  gpt_tmpdir(g_world, "/tmp/zs-gpt-tp-export-XXXXXX", dir);
   char plain[192], split[192];
   snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
   snprintf(split, sizeof split, "%s/tp.safetensors", dir);
@@ -251,12 +163,7 @@ static void test_export(void) {
     free(x), free(y);
     fclose(a), fclose(b);
   }
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  }
+  gpt_tmpdir_remove(g_world, dir);
 }
 
 /* what a user meets: the same message on every rank, nothing run */
@@ -296,7 +203,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_resume);
   zs_test_run(test_export);
   zs_test_run(test_refusals);
-  free(g_ref_params);
+  free(g_ref.params);
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);
   zs_device_destroy(g_dev);
