@@ -130,4 +130,33 @@ static void gpt_tmpdir_remove(zs_comm_t *world, const char *dir) {
   }
 }
 
+/* The run o describes (steps = GPT_PARITY_STEPS, lr_steps set so that the
+ * schedule does not depend on --steps) against the same run cut in two by a
+ * checkpoint in dir: 5 + 5 steps must equal the 10 bit for bit (losses and
+ * every final parameter). Leaves o->load = dir, o->steps = 5. */
+static void gpt_resume_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *o, const char *dir) {
+  const int half = GPT_PARITY_STEPS / 2;
+  gpt_result_t whole, r;
+  assert_ok(gpt_train_run(o, dev, world, &whole));
+  o->steps = half, o->save = dir;
+  assert_ok(gpt_train_run(o, dev, world, &r));
+  gpt_result_free(&r);
+  o->save = NULL, o->load = dir;
+  zs_status_t st = gpt_train_run(o, dev, world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("resume: %s", r.err);
+  for (int i = 0; st == ZS_OK && i < half; i++)
+    if (r.losses[i] != whole.losses[half + i]) {
+      ZS_T_REPORT("resume: step %d loss %.9g vs %.9g without the checkpoint", half + i, (double)r.losses[i],
+                  (double)whole.losses[half + i]);
+      break;
+    }
+  if (st == ZS_OK && r.final_params && whole.final_params) {
+    gpt_config_t c = {.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads, .layers = o->layers};
+    expect_true(!memcmp(r.final_params, whole.final_params, (size_t)gpt_param_count(&c) * sizeof(float)));
+  }
+  expect_true(st != ZS_OK || (r.final_params && whole.final_params));
+  gpt_result_free(&r);
+  gpt_result_free(&whole);
+}
+
 #endif

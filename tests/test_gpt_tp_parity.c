@@ -92,26 +92,10 @@ static void test_resume(void) {
   char dir[128];
   gpt_tmpdir(g_world, "/tmp/zs-gpt-tp-ckpt-XXXXXX", dir);
   gpt_opts_t o;
-  gpt_result_t whole, r;
+  gpt_result_t r;
   tiny(&o);
   o.tp = 2, o.sequence_parallel = 1, o.stage = 3, o.lr_steps = STEPS;
-  assert_ok(gpt_train_run(&o, g_dev, g_world, &whole));
-  o.steps = STEPS / 2, o.save = dir;
-  assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
-  gpt_result_free(&r);
-  o.save = NULL, o.load = dir;
-  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
-  if (st != ZS_OK) ZS_T_REPORT("resume: %s", r.err);
-  for (int i = 0; st == ZS_OK && i < STEPS / 2; i++)
-    if (r.losses[i] != whole.losses[STEPS / 2 + i]) {
-      ZS_T_REPORT("resume: step %d loss %.9g vs %.9g without the checkpoint", STEPS / 2 + i, (double)r.losses[i],
-                  (double)whole.losses[STEPS / 2 + i]);
-      break;
-    }
-  if (st == ZS_OK)
-    expect_true(!memcmp(r.final_params, whole.final_params, (size_t)g_nparams * sizeof(float)));
-  gpt_result_free(&r);
-  gpt_result_free(&whole);
+  gpt_resume_check(g_dev, g_world, &o, dir);
   /* another layout: no tp, or another tp */
   o.tp = 1, o.sequence_parallel = 0;
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
