@@ -26,9 +26,34 @@ void gpt_opts_default(gpt_opts_t *o) {
   o->lr_schedule = ZS_SCHED_COSINE;
   o->warmup = -1;
   o->tp = 1;
+  o->pp = 1;
+  o->pp_kind = 1; /* ZS_PP_1F1B */
+  o->virtual_stages = 1;
   o->ps_staleness = -1;
+  o->moe_topk = 1;
+  o->ep = 1;
+  o->moe_aux = 0.01f;
   o->val_every = 0;
   o->val_seqs = 32;
+}
+
+void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
+  *cfg = (zs_config_t)ZS_CONFIG_INIT;
+  cfg->stage = o->stage;
+  cfg->param_dtype = o->dtype;
+  cfg->reduce_dtype = o->reduce_dtype;
+  cfg->grad_accum = o->accum;
+  cfg->grad_clip = o->clip;
+  cfg->optim.kind = ZS_ADAMW;
+  cfg->optim.lr = o->lr;
+  cfg->optim.beta1 = 0.9f;
+  cfg->optim.beta2 = 0.95f;
+  cfg->optim.eps = 1e-8f;
+  cfg->optim.weight_decay = o->weight_decay;
+  if (o->prefetch >= 0) cfg->prefetch = o->prefetch;
+  cfg->shard_group = o->shard_group;
+  if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
+  cfg->delayed_param_update = o->delayed_update;
 }
 
 void gpt_opts_usage(FILE *f) {
@@ -57,7 +82,17 @@ void gpt_opts_usage(FILE *f) {
           "          heads and MLP split, vocab-parallel embedding/head and cross-entropy; the engine\n"
           "          shards over the world / N data-parallel ranks; cpu device)\n"
           "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
+          "  --pp N (1: pipeline parallelism over N stages of ranks / N ranks each, outermost)\n"
+          "  --schedule gpipe|1f1b|interleaved (1f1b)  --microbatches M (N: a data-parallel rank's\n"
+          "                  share of --batch cut into M micro-batches; --accum stays 1)\n"
+          "  --virtual V (1: model chunks per rank, with --schedule interleaved)\n"
+          "  --trace FILE (a Chrome-trace/Perfetto timeline: FILE.rank<r>, zs-trace merges them)\n"
           "  --device cpu|cuda (cpu)\n"
+          "  --moe-experts E (0: every block's MLP a mixture of E expert MLPs, top-k routed; cpu, fp32)\n"
+          "  --moe-topk K (1)  --ep N (1: experts split over groups of N neighbouring ranks, all-to-all\n"
+          "                    between them; each expert data parallel over the world / N ranks holding it)\n"
+          "  --capacity-factor X (0: no token dropped; else ceil(K tokens X / E) per expert and rank)\n"
+          "  --moe-aux W (0.01: the weight of the load-balancing loss, Switch's E sum f_e P_e)\n"
           "  --ps-servers S (0: a parameter server instead of the engine: the first S ranks hold the\n"
           "                 parameters and AdamW state, the others are workers; --batch is over the workers)\n"
           "  --ps-mode sync|async (sync)  --ps-staleness T (async: a worker at most T steps ahead of\n"
@@ -80,6 +115,8 @@ static const char *const k_valued[] = {
     "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
+    "--pp", "--schedule", "--microbatches", "--virtual", "--trace",
+    "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux",
 };
 
 static int is_valued(const char *name) {
@@ -169,6 +206,21 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--lr-steps", lr_steps, 0, 1 << 30)
     INT_FLAG("--ps-servers", ps_servers, 0, 1 << 20)
     INT_FLAG("--ps-staleness", ps_staleness, 0, 1 << 30)
+    INT_FLAG("--pp", pp, 1, 1 << 12)
+    INT_FLAG("--moe-experts", moe_experts, 0, 1 << 16)
+    INT_FLAG("--moe-topk", moe_topk, 1, 1 << 16)
+    INT_FLAG("--ep", ep, 1, 1 << 12)
+    else if (!strcmp(name, "--capacity-factor")) bad = parse_float(val, &o->capacity_factor) || o->capacity_factor < 0;
+    else if (!strcmp(name, "--moe-aux")) bad = parse_float(val, &o->moe_aux) || o->moe_aux < 0;
+    INT_FLAG("--microbatches", microbatches, 1, 1 << 16)
+    INT_FLAG("--virtual", virtual_stages, 1, 1 << 10)
+    else if (!strcmp(name, "--trace")) o->trace = val;
+    else if (!strcmp(name, "--schedule")) {
+      if (!strcmp(val, "gpipe")) o->pp_kind = 0;
+      else if (!strcmp(val, "1f1b")) o->pp_kind = 1;
+      else if (!strcmp(val, "interleaved")) o->pp_kind = 2;
+      else bad = 1;
+    }
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;
     else if (!strcmp(name, "--export")) o->export_path = val;

@@ -37,6 +37,18 @@ typedef struct {
   int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
   int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
   int device_cuda;
+  /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
+  int pp;               /* pipeline stages (1: none) */
+  int pp_kind;          /* zs_pp_kind_t: --schedule gpipe|1f1b|interleaved (1f1b) */
+  int microbatches;     /* --microbatches M: a data-parallel rank's share cut in M (0: pp) */
+  int virtual_stages;   /* --virtual V: model chunks per rank (interleaved) */
+  const char *trace;    /* --trace FILE: a timeline trace (zeroshard/trace.h) */
+  /* mixture of experts (trainer_moe.c): every block's MLP becomes moe_experts experts */
+  int moe_experts;      /* --moe-experts E (0: dense MLPs) */
+  int moe_topk;         /* --moe-topk K (1) */
+  int ep;               /* --ep N: expert-parallel ranks (1), innermost; experts data parallel over world / ep */
+  float capacity_factor; /* --capacity-factor X (0: no token dropped) */
+  float moe_aux;        /* --moe-aux W: the load-balancing loss's weight (0.01) */
   /* parameter server (trainer_ps.c): the first ps_servers ranks serve, the rest are workers */
   int ps_servers;       /* 0: the engine, no parameter server */
   int ps_async;         /* --ps-mode async (default sync) */
@@ -53,6 +65,10 @@ typedef struct {
 /* The defaults: the small config that learns on a laptop CPU in a few minutes
  * (2 layers, 64 channels, 4 heads, seq 64, batch 16, 300 steps, fp32, stage 0). */
 void gpt_opts_default(gpt_opts_t *o);
+/* The engine's config the options ask for: stage, dtypes, accumulation, clip,
+ * AdamW (GPT-2's betas 0.9 / 0.95, eps 1e-8, --lr, --weight-decay), prefetch,
+ * shard group, offload, delayed update. */
+void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg);
 /* 0: parsed; 1: --help was asked; -1: bad command line (message in err). */
 int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t errlen);
 void gpt_opts_usage(FILE *f);

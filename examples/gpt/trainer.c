@@ -18,6 +18,8 @@
 #include "zeroshard/config_load.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/log.h"
+#include "zeroshard/pipeline.h"
+#include "zeroshard/trace.h"
 
 /* ============================================================================
  * setup
@@ -27,7 +29,7 @@ static int init_cb(void *user, int param, int64_t offset, int64_t count, float *
   trainer_t *t = user;
   if (param < 0 || param >= t->np) return -1;
 #ifdef ZS_GPT_TP
-  if (t->tp > 1) {
+  if (t->split) {
     gpt_tp_init_fill(&t->tpm, t->o->seed, t->tidx[param], offset, count, dst);
     return 0;
   }
@@ -44,6 +46,12 @@ static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, con
 
 static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
   zs_status_t st;
+  if (t->pp > 1) { /* this rank's stages only */
+    char err[256];
+    if ((st = trainer_pp_declare(t, err, sizeof err)) != ZS_OK) return fail(res, st, "--pp", err);
+    return ZS_OK;
+  }
+  t->neng = t->np, t->head_pid = -1;
   for (int u = 0; u < t->nunits; u++) {
     char name[GPT_NAME_MAX];
     int uid;
@@ -90,6 +98,7 @@ static void trainer_free(trainer_t *t) {
   gpt_tp_acts_free(&t->tacts);
   gpt_tp_acts_free(&t->tvacts);
   zs_tp_destroy(t->tph);
+  trainer_pp_free(t); /* its runtime uses the mesh's pp comm */
   zs_mesh_destroy(t->mesh); /* after the engine, which used its comms */
   t->tph = NULL, t->mesh = NULL;
 #endif
@@ -160,28 +169,40 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   char msg[256];
   t->tp = o->tp > 1 ? o->tp : 1;
+  t->pp = o->pp > 1 ? o->pp : 1;
   t->dp = t->world, t->dp_rank = t->rank;
+  t->rounds = o->accum;
   if (o->sequence_parallel && t->tp < 2)
     return fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
-  if (t->tp == 1) return ZS_OK;
+  const char *flag = t->pp > 1 ? "--pp" : "--tp";
+  if (t->pp == 1 && (o->microbatches || o->virtual_stages > 1))
+    return fail(res, ZS_ERR_INVALID, o->microbatches ? "--microbatches" : "--virtual",
+                "it cuts a pipeline's micro-batches: add --pp 2 or more (without a pipeline use --accum)");
+  if (t->tp == 1 && t->pp == 1) return ZS_OK;
 #ifndef ZS_GPT_TP
-  return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
+  return fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
 #else
   if (t->cuda)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--tp",
-                "the trainer's CUDA model path has no tensor-parallel split yet; run --tp on the cpu device");
-  if (t->world % t->tp) {
-    snprintf(msg, sizeof msg, "--tp %d does not divide the %d ranks (tp groups are %d neighbouring ranks)", t->tp,
-             t->world, t->tp);
-    return fail(res, ZS_ERR_INVALID, "--tp", msg);
+    return fail(res, ZS_ERR_UNSUPPORTED, flag,
+                "the trainer's CUDA model path has no tensor- or pipeline-parallel split yet; run it on the cpu device");
+  if (t->world % (t->tp * t->pp)) {
+    snprintf(msg, sizeof msg, "--tp %d x --pp %d does not divide the %d ranks", t->tp, t->pp, t->world);
+    return fail(res, ZS_ERR_INVALID, flag, msg);
   }
-  if (gpt_tp_plan(&t->tpm, &t->mc, t->tp, t->rank % t->tp, o->sequence_parallel, msg, sizeof msg))
+  t->split = 1;
+  t->tp_rank = t->rank % t->tp;
+  if (gpt_tp_plan(&t->tpm, &t->mc, t->tp, t->tp_rank, o->sequence_parallel, msg, sizeof msg))
     return fail(res, ZS_ERR_INVALID, "--tp", msg);
-  t->dp = t->world / t->tp, t->dp_rank = t->rank / t->tp;
+  t->dp = t->world / (t->tp * t->pp), t->dp_rank = t->rank / t->tp % t->dp;
   if (o->shard_group && (o->shard_group > t->dp || t->dp % o->shard_group)) {
-    snprintf(msg, sizeof msg, "--shard-group %d must divide the %d data-parallel ranks (ranks / --tp)", o->shard_group,
-             t->dp);
+    snprintf(msg, sizeof msg, "--shard-group %d must divide the %d data-parallel ranks (ranks / (--tp x --pp))",
+             o->shard_group, t->dp);
     return fail(res, ZS_ERR_INVALID, "--shard-group", msg);
+  }
+  if (t->pp > 1) {
+    zs_status_t st = trainer_pp_check(t, msg, sizeof msg);
+    if (st != ZS_OK) return fail(res, st, "--pp", msg);
+    t->rounds = o->microbatches > 0 ? o->microbatches : t->pp;
   }
   return ZS_OK;
 #endif
@@ -200,9 +221,9 @@ static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t 
   zs_status_t st;
   char err[256];
   const int sg = o->shard_group && o->shard_group < t->dp ? o->shard_group : 0;
-  const char *hnames[] = {"dp_replicate", "dp_shard", "tp"}, *fnames[] = {"dp", "tp"};
-  const int hsizes[] = {sg ? t->dp / sg : 1, sg, t->tp}, fsizes[] = {t->dp, t->tp};
-  if ((st = sg ? zs_mesh_create(&t->mesh, t->comm, 3, hnames, hsizes) : zs_mesh_create(&t->mesh, t->comm, 2, fnames, fsizes)) != ZS_OK)
+  const char *hnames[] = {"pp", "dp_replicate", "dp_shard", "tp"}, *fnames[] = {"pp", "dp", "tp"};
+  const int hsizes[] = {t->pp, sg ? t->dp / sg : 1, sg, t->tp}, fsizes[] = {t->pp, t->dp, t->tp};
+  if ((st = sg ? zs_mesh_create(&t->mesh, t->comm, 4, hnames, hsizes) : zs_mesh_create(&t->mesh, t->comm, 3, fnames, fsizes)) != ZS_OK)
     return fail(res, st, "zs_mesh_create", zs_last_error());
   cfg.shard_group = 0; /* the mesh's dp_shard says it */
   if ((st = zs_engine_create_mesh(&t->zs, &cfg, dev, t->mesh)) != ZS_OK)
@@ -268,13 +289,15 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   TRY(tp_check(t, res));
   if (o->batch % t->dp)
     return fail(res, ZS_ERR_INVALID, "batch",
-                t->tp > 1 ? "--batch must be a multiple of the data-parallel ranks (ranks / --tp; each takes batch/dp "
-                            "sequences)"
-                          : "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
+                t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
+                           "batch/dp sequences)"
+                         : "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
   t->per_rank = o->batch / t->dp;
-  if (t->per_rank % o->accum)
-    return fail(res, ZS_ERR_INVALID, "batch", "--batch / ranks must be a multiple of --accum");
-  t->micro = t->per_rank / o->accum;
+  if (t->per_rank % t->rounds)
+    return fail(res, ZS_ERR_INVALID, "batch",
+                t->pp > 1 ? "--batch / data-parallel ranks must be a multiple of --microbatches"
+                          : "--batch / ranks must be a multiple of --accum");
+  t->micro = t->per_rank / t->rounds;
 
   /* data */
   int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
@@ -286,24 +309,10 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->v_count = (int)((int64_t)t->v_total * (t->dp_rank + 1) / t->dp) - t->v_first;
 
   /* the engine */
-  zs_config_t cfg = ZS_CONFIG_INIT;
-  cfg.stage = o->stage;
-  cfg.param_dtype = o->dtype;
-  cfg.reduce_dtype = o->reduce_dtype;
-  cfg.grad_accum = o->accum;
-  cfg.grad_clip = o->clip;
-  cfg.optim.kind = ZS_ADAMW;
-  cfg.optim.lr = o->lr;
-  cfg.optim.beta1 = 0.9f;
-  cfg.optim.beta2 = 0.95f;
-  cfg.optim.eps = 1e-8f;
-  cfg.optim.weight_decay = o->weight_decay;
-  if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
-  cfg.shard_group = o->shard_group;
-  if (o->offload) cfg.offload_optimizer = ZS_OFFLOAD_CPU;
-  cfg.delayed_param_update = o->delayed_update;
+  zs_config_t cfg;
+  gpt_opts_engine_config(o, &cfg);
   zs_device_memory_reset_peaks(dev); /* peaks of this run, not of earlier ones on the device */
-  if (t->tp > 1) st = tp_engine(t, &cfg, dev, res);
+  if (t->split) st = tp_engine(t, &cfg, dev, res);
   else st = zs_engine_create(&t->zs, &cfg, dev, comm);
   if (st != ZS_OK) {
     if (res->err[0]) return st;
@@ -327,7 +336,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     int64_t n = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
 #ifdef ZS_GPT_TP
-      if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
+      if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
 #endif
         gpt_param_info(&t->mc, i, &t->info[i]);
@@ -354,19 +363,23 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     t->gscratch = malloc((size_t)max_unit * sizeof(float));
     if (!t->pscratch || !t->gscratch) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
   }
-  t->dwte_head = malloc((size_t)t->info[0].numel * sizeof(float)); /* wte as this rank holds it */
-  t->tin = malloc((size_t)t->micro * T * sizeof(int));
-  t->ttg = malloc((size_t)t->micro * T * sizeof(int));
-  if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+  if (t->pp > 1) { /* the pipeline's runtime, activation pool and token buffers */
+    if ((st = trainer_pp_setup(t, err, sizeof err)) != ZS_OK) return fail(res, st, "--pp", err);
+  } else {
+    t->dwte_head = malloc((size_t)t->info[0].numel * sizeof(float)); /* wte as this rank holds it */
+    t->tin = malloc((size_t)t->micro * T * sizeof(int));
+    t->ttg = malloc((size_t)t->micro * T * sizeof(int));
+    if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
+      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
 #ifdef ZS_GPT_TP
-  if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
+    if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
+      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
 #endif
+  }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
 #ifdef ZS_GPT_TP
-    if (t->tp > 1 && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
+    if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
       return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
 #endif
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
@@ -444,11 +457,18 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   const double vtokens = (double)t->v_total * T;
   double train_time = 0;
   zs_status_t st;
+  zs_engine_comm_stats_reset(t->zs); /* the steps' engine traffic (gather_peaks reports it) */
   for (int step = 0; step < o->steps; step++) {
     const int val = val_due(o, step);
     const double vt0 = t->val_time, t0 = now_s();
     double mine[2] = {0, 0}, sum[2];
-    for (int m = 0; m < o->accum; m++) {
+    char range[32];
+    snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
+    zs_trace_begin(range); /* zs-trace bubble measures each step alone */
+    if (t->pp > 1 && (st = trainer_pp_step(t, t->step0 + step, val, &mine[0], &mine[1])) != ZS_OK)
+      return fail(res, st, "the pipeline's step", trainer_pp_last_error(t) ? trainer_pp_last_error(t)
+                                                                             : zs_engine_last_error(t->zs));
+    for (int m = 0; t->pp == 1 && m < o->accum; m++) {
       double loss = 0;
       gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->dp_rank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
@@ -458,12 +478,16 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       mine[0] += loss;
     }
     zs_step_report_t rep;
-    if ((st = zs_step(t->zs, &rep)) != ZS_OK) return fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+    zs_trace_begin("zs_step");
+    st = zs_step(t->zs, &rep);
+    zs_trace_end();
+    zs_trace_end();
+    if (st != ZS_OK) return fail(res, st, "zs_step", zs_engine_last_error(t->zs));
     const double dt = now_s() - t0 - (t->val_time - vt0);
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
       return fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
-    res->losses[step] = (float)(sum[0] / ((double)t->dp * o->accum));
+    res->losses[step] = (float)(sum[0] / ((double)t->dp * t->rounds));
     res->grad_norms[step] = rep.grad_norm;
     res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
@@ -483,6 +507,9 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     }
   }
   res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  zs_comm_stats_t cs;
+  zs_engine_comm_stats(t->zs, &cs);
+  t->ag_bytes_per_step = res->steps ? (double)cs.bytes_recv[ZS_COLL_ALL_GATHER] / res->steps : 0;
   return ZS_OK;
 }
 
@@ -494,7 +521,7 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   /* a delayed update lands first: validate the final parameters */
   zs_status_t st = zs_flush(t->zs);
   if (st != ZS_OK) return fail(res, st, "zs_flush", zs_engine_last_error(t->zs));
-  st = trainer_round(t, 0, 1, &unused, &mine[0]);
+  st = t->pp > 1 ? trainer_pp_validate(t, &mine[0]) : trainer_round(t, 0, 1, &unused, &mine[0]);
   if (st != ZS_OK) return fail(res, st, "validation", round_error(t, zs_engine_last_error(t->zs)));
   if ((st = sum_over_ranks(t, mine, sum, 1)) != ZS_OK)
     return fail(res, st, "validation all-gather", round_error(t, zs_comm_last_error(t->comm)));
@@ -509,12 +536,18 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
 static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   zs_memory_stats_t ms;
   zs_memory_stats(t->zs, &ms);
-  int64_t mine[2] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
-  int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)t->world);
+  int mb;
+  int64_t act;
+  trainer_pp_act_peak(t, &mb, &act);
+  int64_t mine[5] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
+                     (int64_t)(t->ag_bytes_per_step + 0.5)};
+  int64_t *all = malloc(sizeof(int64_t) * 5 * (size_t)t->world);
   if (!all) return fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
-  zs_status_t st = host_all_gather(t, mine, all, 2, ZS_INT64);
+  zs_status_t st = host_all_gather(t, mine, all, 5, ZS_INT64);
   for (int r = 0; st == ZS_OK && r < t->world; r++)
-    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
+    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[5 * r], .peak_host_bytes = all[5 * r + 1],
+                                     .act_peak_bytes = all[5 * r + 2], .act_peak_microbatches = (int)all[5 * r + 3],
+                                     .gather_bytes_per_step = all[5 * r + 4]};
   free(all);
   if (st != ZS_OK) return fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
   return ZS_OK;
@@ -524,18 +557,28 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   fprintf(stderr,
           "zs-train-gpt: %d rank(s), stage %d, %s params / %s reduce, %lld parameters (L %d C %d H %d V %d T %d)\n"
-          "  data: %lld byte tokens from %d file(s), %lld train / %lld validation; batch %d = %d rank(s) x %d "
+          "  data: %lld byte tokens from %d file(s), %lld train / %lld validation; batch %d = %d data-parallel rank(s) x %d "
           "micro-batch(es) x %d; %d validation windows\n",
           t->world, o->stage, zs_dtype_name(o->dtype),
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
-          (long long)(t->data.n - t->data.n_train), o->batch, t->world, o->accum, t->micro, t->v_total);
+          (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
+#ifdef ZS_GPT_TP
+  if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
+#endif
+  if (t->pp > 1)
+    fprintf(stderr, "  pipeline: %d stages, schedule %s, %d micro-batches, %d chunk(s) per rank, %d layer(s) a model stage\n",
+            t->pp, zs_pp_kind_name((zs_pp_kind_t)o->pp_kind), t->rounds, o->virtual_stages,
+            o->layers / (t->pp * o->virtual_stages));
 }
 
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
   if (o->ps_servers > 0) return gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
+  if (o->moe_experts > 0 || o->ep > 1) return gpt_train_moe(o, dev, comm, res); /* mixture of experts: two engines */
   memset(res, 0, sizeof *res);
   res->val_loss = NAN;
+  zs_status_t tst = o->trace ? zs_trace_start(o->trace) : ZS_OK; /* every rank: the same file name */
+  if (tst != ZS_OK) return fail(res, tst, "--trace", zs_last_error());
   trainer_t t;
   memset(&t, 0, sizeof t);
   zs_status_t st = trainer_init(&t, o, dev, comm, res);
@@ -562,6 +605,8 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params)) != ZS_OK)
     st = fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
+  if (st == ZS_OK && o->trace && zs_trace_flush() != ZS_OK)
+    st = fail(res, ZS_ERR_IO, "--trace", zs_last_error());
   trainer_free(&t);
   return st;
 }
@@ -569,6 +614,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
 void gpt_result_free(gpt_result_t *res) {
   free(res->losses), free(res->grad_norms), free(res->lrs), free(res->val_steps), free(res->val_losses), free(res->ranks);
   free(res->final_params);
+  gpt_moe_info_free(&res->moe);
   memset(res, 0, sizeof *res);
 }
 
@@ -608,9 +654,13 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   json_num(f, r->tokens_per_s);
   fprintf(f, ",\n \"ranks\": [");
   for (int i = 0; i < r->world; i++)
-    fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld}", i ? ", " : "",
-            r->ranks[i].rank, (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes);
+    fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld, \"act_peak_bytes\": %lld, "
+            "\"act_peak_microbatches\": %d, \"gather_bytes_per_step\": %lld}", i ? ", " : "", r->ranks[i].rank,
+            (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes,
+            (long long)r->ranks[i].act_peak_bytes, r->ranks[i].act_peak_microbatches,
+            (long long)r->ranks[i].gather_bytes_per_step);
   fprintf(f, "]");
+  gpt_moe_info_json(&r->moe, r->steps, f);
   gpt_ps_info_json(&r->ps, f);
   fprintf(f, "}\n");
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "opts.h"
+#include "trainer_moe.h"
 #include "trainer_ps.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
@@ -18,6 +19,13 @@
 typedef struct {
   int rank;
   int64_t peak_device_bytes, peak_host_bytes; /* the engine's accountant */
+  /* --pp: the most micro-batches whose activations the rank kept at once (forward
+   * done, backward not yet), and their bytes; 0 without --pp */
+  int64_t act_peak_bytes;
+  int act_peak_microbatches;
+  /* the engine's all-gather bytes received per training step (the parameters'
+   * gathers at stage 3, the regathers after the update at stages 1-2) */
+  int64_t gather_bytes_per_step;
 } gpt_rank_mem_t;
 
 typedef struct {
@@ -36,6 +44,7 @@ typedef struct {
   gpt_rank_mem_t *ranks;  /* world entries */
   float *final_params;    /* with o->collect_params: the final parameters, whole (unsplit), in
                              gpt.h's table order, on every rank (params floats) */
+  gpt_moe_info_t moe;     /* --moe-experts: tokens per expert, aux loss, all-to-all bytes */
   gpt_ps_info_t ps;       /* --ps-servers: the parameter server's figures */
   char err[512];          /* why it failed */
 } gpt_result_t;
@@ -48,6 +57,9 @@ void gpt_result_free(gpt_result_t *res);
 /* --ps-servers S: the same run through a parameter server (trainer_ps.c) instead
  * of the engine; gpt_train_run calls it. Collective over comm. */
 zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);
+/* --moe-experts E: the GPT with mixture-of-experts MLPs over two engines
+ * (trainer_moe.c) instead; gpt_train_run calls it. Collective over comm. */
+zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res);
 /* The --json document. */
 void gpt_result_json(const gpt_result_t *res, const gpt_opts_t *o, FILE *f);
 

@@ -58,6 +58,17 @@ typedef struct {
    * the engine shards each rank's part over the dp = world / tp ranks holding it */
   int tp, dp, dp_rank;
   int last_round;      /* the round in progress is the step's last micro-batch */
+  int rounds;          /* micro-batches per step: --accum, or --microbatches with --pp */
+  double ag_bytes_per_step; /* the engine's all-gather bytes received per step (the run's mean) */
+  /* pipeline parallelism (--pp > 1, trainer_pp.c): the mesh is pp x dp x tp
+   * (pp outermost); this rank holds the model stages chunk * pp + pp_rank, the
+   * engine only their units, plus with the last stage a tied copy of wte */
+  int pp, pp_rank, tp_rank;
+  int split;           /* the model runs through gpt_tp.c (--tp > 1 or --pp > 1) */
+  int neng;            /* parameters declared in the engine (np without --pp) */
+  int head_pid;        /* the last stage's tied wte copy (engine id), or -1 */
+  void *head_p, *head_g; /* its slots */
+  struct trainer_pp *pps;
 #ifdef ZS_GPT_TP
   zs_mesh_t *mesh;
   zs_tp_t *tph;
@@ -101,6 +112,24 @@ zs_status_t cu_check(trainer_t *t, int rc, const char *what);
  * val: runs this rank's validation windows (sum of token losses into *vsum).
  * Forward only (ended by zs_forward_end) when train is 0. */
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+
+/* trainer_pp.c (--pp > 1). check: options and shapes, after tp_check's plan;
+ * declare: this rank's units; setup: the runtime, activation pool, buffers
+ * (after zs_engine_setup); step: one training step's forward and backward of
+ * every micro-batch and the reductions, the losses of this rank's micro-batches
+ * into *loss and (val) the validation windows' into *vsum; validate: the final
+ * forward-only pass; free: everything setup made. */
+zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n);
+zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n);
+zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n);
+zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum);
+zs_status_t trainer_pp_validate(trainer_t *t, double *vsum);
+void trainer_pp_free(trainer_t *t);
+/* The pp comm (NULL without --pp) and this rank's activation peak: the most
+ * micro-batches whose activations it kept at once, and their bytes. */
+void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes);
+zs_comm_t *trainer_pp_comm(const trainer_t *t);
+const char *trainer_pp_last_error(const trainer_t *t);
 
 /* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
  * every rank (*params: gpt_param_count floats, to free); collective. */

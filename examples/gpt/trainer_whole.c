@@ -44,18 +44,24 @@ static int64_t largest_part(const trainer_t *t) {
 }
 
 zs_status_t trainer_collect_params(trainer_t *t, float **params) {
-  const int64_t most = largest_part(t);
-  float *p = calloc((size_t)gpt_param_count(&t->mc), sizeof(float));
+  const int64_t most = largest_part(t), total = gpt_param_count(&t->mc);
+  float *p = calloc((size_t)total, sizeof(float));
   float *mine = malloc((size_t)most * sizeof(float)), *all = malloc((size_t)most * t->tp * sizeof(float));
-  zs_status_t st = p && mine && all ? ZS_OK : ZS_ERR_NOMEM;
-  int64_t off = 0;
-  for (int pid = 0; st == ZS_OK && pid < t->np; pid++) { /* declared in table order */
+  int64_t *off = malloc(sizeof(int64_t) * (size_t)t->np); /* table entry -> its place in p */
+  zs_status_t st = p && mine && all && off ? ZS_OK : ZS_ERR_NOMEM;
+  int64_t at = 0;
+  for (int i = 0; st == ZS_OK && i < t->np; i++) {
     gpt_param_info_t whole;
-    gpt_param_info(&t->mc, t->tidx[pid], &whole);
-    st = whole_param(t, pid, p + off, mine, all);
-    off += whole.numel;
+    gpt_param_info(&t->mc, i, &whole);
+    off[i] = at, at += whole.numel;
   }
-  free(mine), free(all);
+  for (int pid = 0; st == ZS_OK && pid < t->neng; pid++)
+    if (pid != t->head_pid) st = whole_param(t, pid, p + off[t->tidx[pid]], mine, all);
+  /* --pp: each entry lives on one stage, zeros elsewhere: the sum is exact */
+  if (st == ZS_OK && trainer_pp_comm(t))
+    if ((st = zs_comm_all_reduce(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
+      st = zs_stream_synchronize(zs_comm_device(trainer_pp_comm(t)), NULL);
+  free(mine), free(all), free(off);
   if (st != ZS_OK) free(p), p = NULL;
   *params = p;
   return st;

@@ -1,0 +1,463 @@
+/* trainer_pp.c: the GPT trainer with pipeline parallelism (--pp N): the model
+ * cut into model stages over a pipeline of ranks, the micro-batches scheduled
+ * by zeroshard/pipeline.h's runtime (GPipe, 1F1B, interleaved 1F1B), each
+ * stage's parameters sharded by the engine over its data-parallel group.
+ *
+ * Layout. The mesh is pp x dp x tp (or pp x dp_replicate x dp_shard x tp), pp
+ * outermost as Megatron orders it; the engine runs over the dp group and its
+ * gradient norm spans the model-parallel group (pp x tp). The L layers are cut
+ * into S = pp x V model stages of L / S layers; model stage s is chunk s / pp
+ * of pp rank s % pp. Stage 0 also holds the embedding (wte, wpe), stage S - 1
+ * the final LayerNorm and the head. Each stage's compute is gpt_tp.c's (a tp
+ * group of 1 without --tp), so --tp and --sequence-parallel compose.
+ *
+ * The tied embedding. The head is tied to wte, which lives on the first stage;
+ * the last stage holds a copy, declared as its own unit "head" with the
+ * parameter "head.wte" flagged ZS_PARAM_TIED_COPY (out of the norm: stage 0
+ * counts wte). Both start from wte's initial values; after the backward of
+ * every micro-batch the two gradients (the embedding's on stage 0, the head's
+ * on stage S - 1) are exchanged over the pp comm and each adds the other's, so
+ * both hold the sum and take the same update (Megatron's embedding group).
+ * With data-parallel groups of more than 2 ranks the two copies' reductions
+ * may add in different orders, so they may drift apart by rounding.
+ *
+ * One engine round per step. A pipeline interleaves the forwards and backwards
+ * of different micro-batches, so the engine's round (forward, then one
+ * backward in which each unit is reduced once) spans the whole step: at its
+ * start every unit of this rank is gathered in backward (parameters and
+ * gradient slots valid), the runtime runs every micro-batch, the gradients
+ * accumulate in the slots, and each unit is reduced once after the last
+ * micro-batch. Each micro-batch's loss is scaled by 1 / (tokens x M), so the
+ * engine's average over the dp ranks gives the global mean. What this costs
+ * by stage: stages 0-1 nothing more; stage 2 holds the full gradient of this
+ * rank's units during the step (as stage 1 does), its saving is between steps;
+ * stage 3 gathers each unit once per step (not once per micro-batch: 2 M
+ * gathers would move 2 M times the bytes) and holds this rank's parameters
+ * whole during the step: 1 / pp of the model instead of one unit.
+ *
+ * Activations. Each (micro-batch, chunk) in flight needs its own activations:
+ * a pool of slots, as many as the schedule keeps in flight on this rank
+ * (zs_pp_schedule_simulate: M for GPipe, min(M, pp - rank) for 1F1B), taken
+ * at a forward and returned at its backward; the most slots in use at once is
+ * the measured activation peak (trainer_pp_act_peak). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_impl.h"
+#include "zeroshard/pipeline.h"
+
+typedef struct {
+  int used;
+  gpt_tp_acts_t a;
+} pp_slot_t;
+
+struct trainer_pp {
+  zs_pp_kind_t kind;
+  int p, m, v, S, Lc; /* stages, micro-batches, chunks, model stages, layers per model stage */
+  zs_comm_t *ppc;
+  zs_pp_t *rt;
+  int nunits;         /* engine units on this rank */
+  int *unit_tab;      /* engine unit -> gpt.h unit, or -1 for the head copy */
+  pp_slot_t *slots;
+  int nslots, in_use, peak_in_use;
+  int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
+  int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
+  float *tied;        /* stage 0 / S - 1: the other copy's wte gradient */
+  double loss_sum;    /* this step's micro-batch mean losses (last stage) */
+  char err[256];
+};
+
+#ifdef ZS_GPT_TP
+static int is_first(const trainer_t *t) { return t->pp_rank == 0; }             /* holds model stage 0 */
+static int is_last(const trainer_t *t) { return t->pp_rank == t->pps->p - 1; } /* holds model stage S - 1 */
+
+/* ============================================================================
+ * options and declaration
+ * ========================================================================== */
+
+zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
+  const gpt_opts_t *o = t->o;
+  struct trainer_pp *q = calloc(1, sizeof *q);
+  if (!q) return ZS_ERR_NOMEM;
+  t->pps = q;
+  q->p = t->pp;
+  q->kind = (zs_pp_kind_t)o->pp_kind;
+  q->m = o->microbatches > 0 ? o->microbatches : t->pp;
+  q->v = o->virtual_stages;
+  q->S = q->p * q->v;
+  t->pp_rank = t->rank / (t->world / t->pp);
+  if (o->accum != 1) {
+    snprintf(err, n, "--accum %d with --pp: the pipeline's micro-batches are the accumulation; use --microbatches",
+             o->accum);
+    return ZS_ERR_INVALID;
+  }
+  if (t->bf16 || o->export_path || o->init_from) {
+    snprintf(err, n, "%s with --pp is not supported yet (fp32, no --export / --init-from)",
+             t->bf16 ? "--dtype bf16" : o->export_path ? "--export" : "--init-from");
+    return ZS_ERR_UNSUPPORTED;
+  }
+  if (q->v > 1 && q->kind != ZS_PP_INTERLEAVED) {
+    snprintf(err, n, "--virtual %d needs --schedule interleaved", q->v);
+    return ZS_ERR_INVALID;
+  }
+  if (t->L % q->S) {
+    snprintf(err, n, "--layers %d must be a multiple of --pp %d x --virtual %d (the model stages)", t->L, q->p, q->v);
+    return ZS_ERR_INVALID;
+  }
+  q->Lc = t->L / q->S;
+  zs_pp_schedule_config_t sc = ZS_PP_SCHEDULE_CONFIG_INIT;
+  sc.kind = q->kind, sc.stages = q->p, sc.microbatches = q->m, sc.chunks = q->v;
+  zs_pp_schedule_t *s = NULL;
+  zs_status_t st = zs_pp_schedule_create(&s, &sc);
+  if (st != ZS_OK) snprintf(err, n, "the pipeline schedule: %s", zs_last_error());
+  zs_pp_schedule_destroy(s);
+  return st;
+}
+
+/* gpt.h's unit u with this rank's parameter shapes. */
+static zs_status_t declare_unit(trainer_t *t, int u, char *err, size_t n) {
+  char name[GPT_NAME_MAX];
+  int uid;
+  zs_status_t st;
+  gpt_unit_name(&t->mc, u, name, sizeof name);
+  if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) goto fail;
+  t->pps->unit_tab[uid] = u;
+  for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+    const gpt_param_info_t *p = &t->info[i];
+    int pid, replicated = 0;
+    gpt_param_info_t unused;
+    gpt_tp_param_info(&t->tpm, i, &unused, &replicated);
+    unsigned flags = (p->no_decay ? ZS_PARAM_NO_DECAY : 0u) | (replicated ? ZS_PARAM_MP_REPLICATED : 0u);
+    if ((st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid)) != ZS_OK)
+      goto fail;
+    t->tidx[pid] = i;
+    t->neng++;
+  }
+  return ZS_OK;
+fail:
+  snprintf(err, n, "declaring %s: %s", name, zs_engine_last_error(t->zs));
+  return st;
+}
+
+zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
+  struct trainer_pp *q = t->pps;
+  zs_status_t st;
+  q->unit_tab = malloc(sizeof(int) * (size_t)(t->nunits + 1));
+  if (!q->unit_tab) return ZS_ERR_NOMEM;
+  t->head_pid = -1;
+  for (int c = 0; c < q->v; c++) {
+    const int s = c * q->p + t->pp_rank;
+    const int first = s == 0 ? 0 : 1 + s * q->Lc, last = s == q->S - 1 ? t->L + 1 : (s + 1) * q->Lc;
+    for (int u = first; u <= last; u++) TRY(declare_unit(t, u, err, n));
+    if (s != q->S - 1) continue;
+    /* the head's copy of wte (this rank's vocabulary slice, as wte) */
+    const gpt_param_info_t *w = &t->info[0];
+    int uid;
+    if ((st = zs_unit_add(t->zs, "head", &uid)) != ZS_OK ||
+        (st = zs_param_add(t->zs, uid, "head.wte", w->ndim, w->shape, ZS_PARAM_TIED_COPY, &t->head_p, &t->head_g,
+                           &t->head_pid)) != ZS_OK) {
+      snprintf(err, n, "declaring the head's tied wte: %s", zs_engine_last_error(t->zs));
+      return st;
+    }
+    q->unit_tab[uid] = -1;
+    t->tidx[t->head_pid] = 0; /* initialised as wte */
+    t->neng++;
+  }
+  q->nunits = zs_engine_unit_count(t->zs);
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * setup
+ * ========================================================================== */
+
+zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
+  struct trainer_pp *q = t->pps;
+  const int T = t->o->seq, C = t->mc.channels;
+  zs_status_t st;
+  if ((st = zs_mesh_comm(t->mesh, "pp", &q->ppc)) != ZS_OK) {
+    snprintf(err, n, "the pp comm: %s", zs_mesh_last_error(t->mesh));
+    return st;
+  }
+  const int64_t Nr = (int64_t)t->micro * T / (t->tpm.sp ? t->tp : 1);
+  zs_pp_config_t pc = ZS_PP_CONFIG_INIT;
+  pc.schedule.kind = q->kind, pc.schedule.stages = q->p, pc.schedule.microbatches = q->m, pc.schedule.chunks = q->v;
+  pc.act_count = (size_t)(Nr * C);
+  pc.dtype = ZS_FP32;
+  pc.host_compute = 1;
+  if ((st = zs_pp_create(&q->rt, &pc, q->ppc)) != ZS_OK) {
+    snprintf(err, n, "zs_pp_create: %s", zs_last_error());
+    return st;
+  }
+  /* the pool: as many activation slots as this rank keeps in flight */
+  zs_pp_sim_t sim;
+  zs_pp_rank_stats_t *rs = calloc((size_t)q->p, sizeof *rs);
+  if (!rs) return ZS_ERR_NOMEM;
+  st = zs_pp_schedule_simulate(zs_pp_get_schedule(q->rt), 1, 2, 0, &sim, rs);
+  q->nslots = rs[t->pp_rank].peak_in_flight;
+  free(rs);
+  if (st != ZS_OK) {
+    snprintf(err, n, "simulating the schedule: %s", zs_last_error());
+    return st;
+  }
+  gpt_tp_t stage = t->tpm; /* the split, with one model stage's layers */
+  stage.c.layers = q->Lc;
+  q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
+  q->slot_of = malloc(sizeof(int) * (size_t)q->m * q->v);
+  t->tin = malloc(sizeof(int) * (size_t)t->per_rank * T);
+  t->ttg = malloc(sizeof(int) * (size_t)t->per_rank * T);
+  if ((is_first(t) || is_last(t)) && !(q->tied = malloc((size_t)t->info[0].numel * sizeof(float))))
+    return ZS_ERR_NOMEM;
+  if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
+  for (int i = 0; i < q->nslots; i++)
+    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, 1)) {
+      snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
+      return ZS_ERR_NOMEM;
+    }
+  if (q->nslots > 0) q->slot_bytes = (int64_t)sizeof(float) * (q->Lc * q->slots[0].a.layer_floats + Nr * C);
+  return ZS_OK;
+}
+
+void trainer_pp_free(trainer_t *t) {
+  struct trainer_pp *q = t->pps;
+  if (!q) return;
+  zs_pp_destroy(q->rt);
+  for (int i = 0; q->slots && i < q->nslots; i++) gpt_tp_acts_free(&q->slots[i].a);
+  free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied);
+  free(q);
+  t->pps = NULL;
+}
+
+void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes) {
+  const struct trainer_pp *q = t->pps;
+  *microbatches = q ? q->peak_in_use : 0;
+  *bytes = q ? q->slot_bytes * q->peak_in_use : 0;
+}
+
+zs_comm_t *trainer_pp_comm(const trainer_t *t) { return t->pps ? t->pps->ppc : NULL; }
+
+const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps->err[0] ? t->pps->err : NULL; }
+
+/* ============================================================================
+ * units
+ * ========================================================================== */
+
+/* Every unit of this rank gathered (backward: with gradient slots), views bound. */
+static zs_status_t gather_all(trainer_t *t, int backward) {
+  struct trainer_pp *q = t->pps;
+  for (int uid = 0; uid < q->nunits; uid++) {
+    TRY(zs_gather(t->zs, uid));
+    const int u = q->unit_tab[uid];
+    if (u < 0) continue;
+    for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+      t->pv[i] = t->pslot[i];
+      t->gv[i] = backward ? t->gslot[i] : NULL;
+    }
+  }
+  gpt_weights_bind(&t->mc, t->pv, &t->w);
+  gpt_weights_bind(&t->mc, t->gv, &t->g);
+  return ZS_OK;
+}
+
+static void forget_all(trainer_t *t) {
+  for (int i = 0; i < t->np; i++) t->pv[i] = t->gv[i] = NULL;
+  gpt_weights_bind(&t->mc, t->pv, &t->w);
+  gpt_weights_bind(&t->mc, t->gv, &t->g);
+}
+
+/* The head's wte: stage S - 1's copy. */
+static float *head_w(trainer_t *t) { return (float *)t->head_p; }
+
+/* ============================================================================
+ * the runtime's callbacks: one model stage of one micro-batch
+ * ========================================================================== */
+
+static zs_status_t pp_fail(trainer_t *t, zs_status_t st, const char *what, int mb, int chunk) {
+  snprintf(t->pps->err, sizeof t->pps->err, "%s of micro-batch %d, chunk %d on pp rank %d: %s", what, mb, chunk,
+           t->pp_rank, zs_last_error());
+  return st;
+}
+
+static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void *output, zs_stream_t *s) {
+  (void)s;
+  trainer_t *t = user;
+  struct trainer_pp *q = t->pps;
+  int k = 0;
+  while (k < q->nslots && q->slots[k].used) k++;
+  if (k == q->nslots) { /* the schedule keeps at most nslots in flight */
+    snprintf(q->err, sizeof q->err, "micro-batch %d, chunk %d: all %d activation slots in use", mb, chunk, q->nslots);
+    return ZS_ERR_INTERNAL;
+  }
+  q->slots[k].used = 1;
+  q->slot_of[mb * q->v + chunk] = k;
+  if (++q->in_use > q->peak_in_use) q->peak_in_use = q->in_use;
+  gpt_tp_acts_t *a = &q->slots[k].a;
+  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq;
+  const int64_t NC = a->Nr * t->mc.channels, tok0 = (int64_t)mb * t->micro * T;
+  zs_status_t st = ZS_OK;
+  if (ms == 0) st = gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->tin + tok0, a, a->resid);
+  else memcpy(a->resid, input, (size_t)NC * sizeof(float));
+  for (int j = 0; st == ZS_OK && j < q->Lc; j++)
+    st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[ms * q->Lc + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
+  if (st == ZS_OK && ms == q->S - 1) {
+    double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's slot */
+    st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + q->Lc * NC, a);
+    if (st == ZS_OK)
+      st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
+                       (float *)t->head_g);
+    q->loss_sum += sum / (double)a->N;
+  } else if (st == ZS_OK) {
+    memcpy(output, a->resid + q->Lc * NC, (size_t)NC * sizeof(float));
+  }
+  return st == ZS_OK ? ZS_OK : pp_fail(t, st, "forward", mb, chunk);
+}
+
+static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, const void *grad_output,
+                          void *grad_input, zs_stream_t *s) {
+  (void)s, (void)input;
+  trainer_t *t = user;
+  struct trainer_pp *q = t->pps;
+  const int k = q->slot_of[mb * q->v + chunk];
+  gpt_tp_acts_t *a = &q->slots[k].a;
+  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq;
+  const int64_t NC = a->Nr * t->mc.channels;
+  zs_status_t st = ZS_OK;
+  if (ms == q->S - 1) st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + q->Lc * NC, a, a->dres);
+  else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
+  for (int j = q->Lc - 1; st == ZS_OK && j >= 0; j--) {
+    const int l = ms * q->Lc + j;
+    st = gpt_tp_block_backward(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC, a->dres);
+  }
+  if (st == ZS_OK && ms == 0)
+    st = gpt_tp_embed_backward(&t->tpm, &t->g.embed, t->tin + (int64_t)mb * t->micro * T, a, a->dres);
+  else if (st == ZS_OK)
+    memcpy(grad_input, a->dres, (size_t)NC * sizeof(float));
+  q->slots[k].used = 0;
+  q->in_use--;
+  return st == ZS_OK ? ZS_OK : pp_fail(t, st, "backward", mb, chunk);
+}
+
+/* ============================================================================
+ * a step
+ * ========================================================================== */
+
+/* Stage 0 and stage S - 1 swap their wte gradients over the pp comm and add
+ * the other's: both then hold the sum (a + b = b + a, bit for bit). */
+static zs_status_t tied_sum(trainer_t *t) {
+  struct trainer_pp *q = t->pps;
+  if (!is_first(t) && !is_last(t)) return ZS_OK;
+  float *g = is_first(t) ? t->g.embed.wte : (float *)t->head_g;
+  const size_t n = (size_t)t->info[0].numel;
+  const int peer = is_first(t) ? q->p - 1 : 0;
+  if (is_first(t)) {
+    TRY(zs_comm_send(q->ppc, g, n, ZS_FP32, peer, NULL));
+    TRY(zs_comm_recv(q->ppc, q->tied, n, ZS_FP32, peer, NULL));
+  } else {
+    TRY(zs_comm_recv(q->ppc, q->tied, n, ZS_FP32, peer, NULL));
+    TRY(zs_comm_send(q->ppc, g, n, ZS_FP32, peer, NULL));
+  }
+  TRY(zs_stream_synchronize(zs_comm_device(q->ppc), NULL));
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < n; k++) g[k] += q->tied[k];
+  return ZS_OK;
+}
+
+/* The validation windows through the model stages in order: stage s's owner
+ * receives the residual stream of every window from stage s - 1's, runs its
+ * layers over them in chunks, and sends them on; the last stage sums the
+ * token losses into *vsum. */
+static zs_status_t val_chain(trainer_t *t, double *vsum) {
+  struct trainer_pp *q = t->pps;
+  const int T = t->o->seq, C = t->mc.channels;
+  const size_t n = (size_t)t->v_count * T * C;
+  zs_device_t *dev = zs_comm_device(q->ppc);
+  gpt_tp_acts_t *va = &t->tvacts;
+  const double t0 = now_s();
+  for (int s = 0; s < q->S; s++) {
+    if (s % q->p != t->pp_rank) continue;
+    if (s > 0) {
+      TRY(zs_comm_recv(q->ppc, t->vresid, n, ZS_FP32, (s - 1) % q->p, NULL));
+      TRY(zs_stream_synchronize(dev, NULL));
+    }
+    for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
+      const int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
+      float *x = t->vresid + (int64_t)c0 * T * C;
+      const int64_t r0 = (int64_t)c0 * T;
+      if (gpt_tp_acts_set_batch(va, &t->tpv, nb)) return ZS_ERR_INVALID;
+      if (s == 0) TRY(gpt_tp_embed_forward(&t->tpv, &t->w.embed, t->vin + r0, va, x));
+      for (int j = 0; j < q->Lc; j++) TRY(gpt_tp_block_forward(&t->tpv, 0, &t->w.blk[s * q->Lc + j], va, x, x));
+      if (s == q->S - 1) {
+        TRY(gpt_tp_lnf_forward(&t->tpv, &t->w.lnf, x, va));
+        TRY(gpt_tp_head(&t->tpv, head_w(t), va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
+      }
+    }
+    if (s < q->S - 1) TRY(zs_comm_send(q->ppc, t->vresid, n, ZS_FP32, (s + 1) % q->p, NULL));
+  }
+  TRY(zs_stream_synchronize(dev, NULL));
+  t->val_time += now_s() - t0;
+  return ZS_OK;
+}
+
+zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum) {
+  struct trainer_pp *q = t->pps;
+  const int T = t->o->seq;
+  for (int mb = 0; mb < q->m; mb++) /* this rank's share, as --accum M cuts it */
+    gpt_data_train_batch(&t->data, t->o->seed, step, t->dp_rank * t->per_rank + mb * t->micro, t->micro, T,
+                         t->tin + (int64_t)mb * t->micro * T, t->ttg + (int64_t)mb * t->micro * T);
+  TRY(zs_forward_begin(t->zs));
+  TRY(zs_backward_begin(t->zs));
+  TRY(gather_all(t, 1));
+  if (val && t->v_count > 0) TRY(val_chain(t, vsum));
+  q->loss_sum = 0;
+  const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
+  zs_status_t st = zs_pp_run(q->rt, &cb);
+  if (st != ZS_OK) {
+    if (!q->err[0]) snprintf(q->err, sizeof q->err, "the pipeline: %s", zs_pp_last_error(q->rt));
+    zs_comm_abort(q->ppc); /* peers may wait for this rank's transfers */
+    return st;
+  }
+  TRY(tied_sum(t));
+  for (int uid = 0; uid < q->nunits; uid++) {
+    const int u = q->unit_tab[uid];
+    if (u >= 0) TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
+  }
+  forget_all(t);
+  for (int uid = 0; uid < q->nunits; uid++) TRY(zs_reduce(t->zs, uid));
+  *loss = is_last(t) ? q->loss_sum : 0.0;
+  return ZS_OK;
+}
+
+zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
+  struct trainer_pp *q = t->pps;
+  TRY(zs_forward_begin(t->zs));
+  TRY(gather_all(t, 0));
+  TRY(val_chain(t, vsum));
+  forget_all(t);
+  for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));
+  return zs_forward_end(t->zs);
+}
+
+#else /* no src/tp: trainer.c refuses --pp before any of these */
+zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
+  (void)t;
+  snprintf(err, n, "this build has no tensor-parallel layer (src/tp), which the pipeline's stages use");
+  return ZS_ERR_UNSUPPORTED;
+}
+zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) { return trainer_pp_check(t, err, n); }
+zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) { return trainer_pp_check(t, err, n); }
+zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum) {
+  (void)t, (void)step, (void)val, (void)loss, (void)vsum;
+  return ZS_ERR_UNSUPPORTED;
+}
+zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
+  (void)t, (void)vsum;
+  return ZS_ERR_UNSUPPORTED;
+}
+void trainer_pp_free(trainer_t *t) { (void)t; }
+void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes) {
+  (void)t;
+  *microbatches = 0, *bytes = 0;
+}
+zs_comm_t *trainer_pp_comm(const trainer_t *t) { (void)t; return NULL; }
+const char *trainer_pp_last_error(const trainer_t *t) { (void)t; return NULL; }
+#endif

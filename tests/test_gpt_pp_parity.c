@@ -1,0 +1,196 @@
+/* test_gpt_pp_parity: the example GPT trainer with pipeline parallelism (--pp,
+ * trainer_pp.c) equals the single-rank run with the same global batch cut into
+ * the same micro-batches (--accum M, stage 0, fp32) over 10 steps: every step's
+ * loss, the gradient norm (clipping at 1.0 acts: the norms start near 2.6, so a
+ * norm that missed a stage, or counted the head's tied copy of wte, changes
+ * every update), the final validation loss and every final parameter to 1e-5
+ * (gpt_parity.h). Model: 4 layers (2 model stages of 2 at pp 2, 4 of 1 at pp 4
+ * or pp 2 x 2 chunks), 32 channels, 4 heads, seq 16, vocabulary 259.
+ * Layouts: at 2 ranks each schedule (GPipe stage 0, 1F1B stage 1, interleaved
+ * with 2 chunks stage 3, 1F1B stage 2); at 4 ranks pp 4 with each schedule and
+ * dp 2 x pp 2 and tp 2 (sp) x pp 2; at 8 ranks dp 2 x tp 2 x pp 2 at stage 1.
+ * Also: the activation peak per rank (GPipe keeps all M micro-batches, 1F1B
+ * pp - rank whatever M), a checkpoint resume (5 + 5 steps = 10, bit for bit;
+ * the parts refused by a run without --pp), and the refusals a user meets. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "gpt_parity.h"
+#include "harness.h"
+#include "trainer.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/device.h"
+#include "zeroshard/pipeline.h"
+
+enum { STEPS = GPT_PARITY_STEPS, M = 4 };
+
+static zs_device_t *g_dev;
+static zs_comm_t *g_world;
+static int g_rank, g_size;
+static gpt_ref_t g_ref;
+
+static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 4};
+
+static void tiny(gpt_opts_t *o) {
+  gpt_opts_default(o);
+  o->layers = k_cfg.layers, o->channels = k_cfg.channels, o->heads = k_cfg.heads, o->seq = k_cfg.seq;
+  o->vocab = k_cfg.vocab;
+  o->batch = 8, o->steps = STEPS, o->val_seqs = 8, o->seed = 77, o->quiet = 1;
+  o->dtype = o->reduce_dtype = ZS_FP32;
+  o->clip = 1.0f;
+  o->collect_params = 1;
+}
+
+/* one rank, --batch 8 --accum 4: the micro-batches every layout below cuts */
+static void test_reference(void) {
+  gpt_opts_t o;
+  tiny(&o);
+  o.accum = M;
+  gpt_ref_run(g_world, &o, &k_cfg, &g_ref);
+}
+
+typedef struct {
+  int world, pp, tp, sp, stage, kind, m, v;
+  const char *what;
+} layout_t;
+
+static void run_layout(const layout_t *l) {
+  gpt_opts_t o;
+  gpt_result_t r;
+  tiny(&o);
+  o.pp = l->pp, o.tp = l->tp, o.sequence_parallel = l->sp, o.stage = l->stage;
+  o.pp_kind = l->kind, o.microbatches = l->m, o.virtual_stages = l->v;
+  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", l->what, r.err);
+  else gpt_ref_compare(&g_ref, &k_cfg, &o, &r, "pp parity", l->what, g_rank, g_size);
+  gpt_result_free(&r);
+}
+
+static void test_layouts(void) {
+  /* m: micro-batches of a data-parallel rank's share, so that the global
+   * micro-batches are the reference's 4 of 2 sequences */
+  static const layout_t v[] = {
+      {2, 2, 1, 0, 0, ZS_PP_GPIPE, 4, 1, "pp 2 gpipe, stage 0"},
+      {2, 2, 1, 0, 1, ZS_PP_1F1B, 4, 1, "pp 2 1f1b, stage 1"},
+      {2, 2, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 2, "pp 2 interleaved x 2 chunks, stage 3"},
+      {2, 2, 1, 0, 2, ZS_PP_1F1B, 4, 1, "pp 2 1f1b, stage 2"},
+      {4, 4, 1, 0, 0, ZS_PP_GPIPE, 4, 1, "pp 4 gpipe, stage 0"},
+      {4, 4, 1, 0, 1, ZS_PP_1F1B, 4, 1, "pp 4 1f1b, stage 1"},
+      {4, 4, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 1, "pp 4 interleaved, stage 3"},
+      {4, 2, 1, 0, 1, ZS_PP_1F1B, 2, 1, "dp 2 x pp 2 1f1b, stage 1"},
+      {4, 2, 2, 1, 3, ZS_PP_INTERLEAVED, 4, 2, "tp 2 sp x pp 2 interleaved x 2, stage 3"},
+      {8, 2, 2, 0, 1, ZS_PP_1F1B, 2, 1, "dp 2 x tp 2 x pp 2 1f1b, stage 1"},
+  };
+  int ran = 0;
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+    if (v[i].world == g_size) run_layout(&v[i]), ran++;
+  if (!ran) zs_test_skip("no layout for this world size (2, 4 or 8 ranks)");
+}
+
+/* What each rank kept in flight, measured by the trainer's activation pool,
+ * with micro-batches of 2 sequences (--batch 2 M): GPipe all M micro-batches,
+ * so twice the bytes at M = 8 as at M = 4; 1F1B pp - rank, the same bytes at
+ * M = 4 and 8. */
+static void test_activation_peak(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks (pp = ranks)");
+  int peak[2][2];   /* [gpipe, 1f1b][m = 4, 8]: this rank's micro-batches */
+  int64_t bytes[2][2];
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++) {
+      gpt_opts_t o;
+      gpt_result_t r;
+      tiny(&o);
+      o.pp = g_size, o.pp_kind = k ? ZS_PP_1F1B : ZS_PP_GPIPE, o.microbatches = j ? 8 : 4;
+      o.batch = 2 * o.microbatches;
+      o.steps = 2, o.val_seqs = 0, o.collect_params = 0;
+      zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+      if (st != ZS_OK) ZS_T_REPORT("activation peak run: %s", r.err);
+      assert_ok(st);
+      peak[k][j] = r.ranks[g_rank].act_peak_microbatches;
+      bytes[k][j] = r.ranks[g_rank].act_peak_bytes;
+      gpt_result_free(&r);
+    }
+  expect_int_eq(peak[0][0], 4);
+  expect_int_eq(peak[0][1], 8);
+  expect_int_eq(peak[1][0], g_size - g_rank);
+  expect_int_eq(peak[1][1], g_size - g_rank);
+  expect_true(bytes[0][0] > 0 && bytes[1][0] > 0);
+  expect_int_eq(bytes[0][1], 2 * bytes[0][0]);
+  expect_int_eq(bytes[1][1], bytes[1][0]);
+  expect_int_eq(bytes[1][0] * 4, bytes[0][0] * (g_size - g_rank));
+  if (g_rank == 0)
+    fprintf(stderr, "activation peak, rank 0 of pp %d: gpipe m 4: %d micro-batches %lld B, m 8: %d, %lld B; "
+            "1f1b m 4: %d, %lld B, m 8: %d, %lld B\n", g_size, peak[0][0], (long long)bytes[0][0], peak[0][1],
+            (long long)bytes[0][1], peak[1][0], (long long)bytes[1][0], peak[1][1], (long long)bytes[1][1]);
+}
+
+/* A pp checkpoint (one part per stage, dir/mp<r>): 5 + 5 steps equal the 10
+ * steps bit for bit. */
+static void test_resume(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (pp 2), to keep the larger jobs short");
+  char dir[128];
+  gpt_tmpdir(g_world, "/tmp/zs-gpt-pp-ckpt-XXXXXX", dir);
+  gpt_opts_t o;
+  tiny(&o);
+  o.pp = 2, o.stage = 3, o.lr_steps = STEPS, o.microbatches = M;
+  gpt_resume_check(g_dev, g_world, &o, dir);
+  /* the parts of a pipeline are not a whole model: refused without --pp */
+  gpt_result_t r;
+  o.pp = 1, o.microbatches = 0, o.accum = M;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
+  expect_str_contains(r.err, "model-parallel");
+  gpt_result_free(&r);
+  gpt_tmpdir_remove(g_world, dir);
+}
+
+/* what a user meets: the same message on every rank, nothing run */
+static void test_refusals(void) {
+  struct {
+    int pp, accum, m, v, kind, layers;
+    zs_status_t st;
+    const char *says;
+  } v[] = {
+      {1, 1, 4, 1, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "add --pp 2 or more"},
+      {2, 2, 0, 1, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "use --microbatches"},
+      {2, 1, 4, 2, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "needs --schedule interleaved"},
+      {2, 1, 4, 1, ZS_PP_1F1B, 3, ZS_ERR_INVALID, "multiple of --pp"},
+      {2, 1, 3, 1, ZS_PP_INTERLEAVED, 4, ZS_ERR_INVALID, "multiple"},
+      {3, 1, 4, 1, ZS_PP_1F1B, 6, ZS_ERR_INVALID, "does not divide"},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    if (v[i].pp == 3 && g_size % 3 == 0) continue;
+    if (v[i].pp == 2 && g_size % 2) continue;
+    gpt_opts_t o;
+    gpt_result_t r;
+    tiny(&o);
+    o.pp = v[i].pp, o.accum = v[i].accum, o.microbatches = v[i].m, o.virtual_stages = v[i].v;
+    o.pp_kind = v[i].kind, o.layers = v[i].layers;
+    expect_status(gpt_train_run(&o, g_dev, g_world, &r), v[i].st);
+    expect_str_contains(r.err, v[i].says);
+    gpt_result_free(&r);
+  }
+}
+
+int main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
+    fprintf(stderr, "setup: %s\n", zs_last_error());
+    return 1;
+  }
+  g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
+  zs_t_rank = g_rank;
+  gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
+  zs_test_run(test_reference);
+  zs_test_run(test_layouts);
+  zs_test_run(test_activation_peak);
+  zs_test_run(test_resume);
+  zs_test_run(test_refusals);
+  free(g_ref.params);
+  int rc = zs_test_finish();
+  zs_comm_destroy(g_world);
+  zs_device_destroy(g_dev);
+  return rc;
+}
