@@ -19,7 +19,12 @@
  *      4) and one "param h2d <unit>" a unit and step, whose bytes summed over
  *      the ranks are the unit's parameter elements x the dtype's size;
  *    - every engine event inside a "step N" range of its rank, the events of
- *      the compute and optimizer rows properly nested. */
+ *      the compute and optimizer rows properly nested.
+ *
+ *   test_trace_engine DIR early   (2 ranks)
+ *
+ * zs_trace_start(DIR/early) before the first comm: DIR/early.rank<r> holds this
+ * rank's events (pid r): a user range and the comm's barrier. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -381,14 +386,54 @@ static void test_on(void) {
   cJSON_Delete(j);
 }
 
+/* zs_trace_start before the first comm: the file still takes the world rank. */
+static void test_early(void) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/early.rank%d", dir, rank);
+  int64_t t = zs_trace_now_us();
+  zs_trace_range("early", t, t + 1);
+  expect_ok(zs_comm_barrier(world, NULL));
+  assert_ok(zs_trace_flush());
+  cJSON *j = read_json(path);
+  assert_true(j != NULL);
+  const cJSON *it;
+  int early = 0, comm = 0, pids = 0;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "traceEvents")) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+    const cJSON *cat = cJSON_GetObjectItemCaseSensitive(it, "cat");
+    pids += cJSON_GetObjectItemCaseSensitive(it, "pid")->valueint != rank;
+    if (!cJSON_IsString(cat)) continue;
+    early += !strcmp(cat->valuestring, "user") && !strcmp(name->valuestring, "early");
+    comm += !strcmp(cat->valuestring, "comm");
+  }
+  expect_int_eq(early, 1);
+  expect_int_ge(comm, 1);
+  expect_int_eq(pids, 0);
+  cJSON_Delete(j);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: test_trace_engine DIR (an empty directory)\n");
+  if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "early"))) {
+    fprintf(stderr, "usage: test_trace_engine DIR [early] (DIR: an empty directory)\n");
     return 2;
   }
   dir = argv[1];
   setenv("ZS_COMM_TIMEOUT_S", "60", 0);
   setenv("OMP_NUM_THREADS", "1", 1); /* ranks share 2 cores */
+  if (argc == 3) { /* tracing on before any comm exists */
+    char prefix[700];
+    mkdir(dir, 0777);
+    snprintf(prefix, sizeof prefix, "%s/early", dir);
+    if (zs_trace_start(prefix) != ZS_OK) {
+      fprintf(stderr, "zs_trace_start(%s): %s\n", prefix, zs_last_error());
+      return 1;
+    }
+    open_world_or_exit(&dev, &world, &rank, &nranks);
+    zs_test_run(test_early);
+    zs_comm_destroy(world);
+    zs_device_destroy(dev);
+    return zs_test_finish();
+  }
   open_world_or_exit(&dev, &world, &rank, &nranks);
   if (rank == 0) { /* DIR empty: this test's files from an earlier run go */
     mkdir(dir, 0777);

@@ -26,12 +26,16 @@ endif()
 #                     (bf16) and stage 2 + delayed update: one gather/release/reduce event per call with the
 #                     unit and bytes, one "update step N" per step (per unit inside it with offload), offload
 #                     copies with the shard's / parameters' bytes, all inside the trainer's "step N" ranges,
-#                     rows properly nested
+#                     rows properly nested; _early_np2: zs_trace_start before the first comm, rank-named files
 #   test_trace_bubble  zs-trace bubble per "step N" range and over one window on a synthetic 2-rank trace with
 #                     known numbers; zs-trace plot with engine events, and of an engine-only trace (gnuplot)
 if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_trace_engine SOURCES test_trace_engine.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
               ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_out)
+  # zs_trace_start before the first comm: the files still carry the world rank
+  add_test(NAME test_trace_engine_early_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+           $<TARGET_FILE:test_trace_engine> ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_early early)
+  set_tests_properties(test_trace_engine_early_np2 PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
 endif()
 if(TARGET zs-trace)
   add_executable(test_trace_bubble test_trace_bubble.c)
