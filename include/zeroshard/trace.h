@@ -24,7 +24,9 @@
  *                    all-gather's comm event shows the transfer), "release
  *                    blk.3", "reduce blk.3" (queues the reduce-scatter or
  *                    all-reduce, whose comm event has the bytes); args: unit,
- *                    bytes (the unit's gathered bytes, or its gradient bytes).
+ *                    bytes (the unit's padded bytes in the parameter dtype: what
+ *                    a gather holds, or the gradients a reduce sums; 0 for a
+ *                    frozen unit's reduce).
  *   tid 2 "comm": every collective, send and receive of every comm (cat
  *                    "comm"), from the moment its backend starts running it to
  *                    its end (the mpi backend's progress thread); name = the

@@ -398,10 +398,11 @@ static zs_status_t traced(zs_engine_t *zs, int unit, const char *verb, int with_
   snprintf(name, sizeof name, "%s %s", verb, u->name);
   int64_t t0 = zs__trace_open(name);
   zs_status_t st = fn(zs, unit);
-  /* bytes: the unit's gathered parameters (gather), its gradients (reduce) */
+  /* bytes: the unit's gathered parameters (gather), its gradients (reduce; a
+   * frozen unit has none) */
   int n = snprintf(args, sizeof args, "\"unit\":%d", unit);
-  if (with_bytes)
-    snprintf(args + n, sizeof args - (size_t)n, ",\"bytes\":%llu", (unsigned long long)u->padded * zs->pb);
+  unsigned long long bytes = fn == reduce && u->frozen ? 0 : (unsigned long long)u->padded * zs->pb;
+  if (with_bytes) snprintf(args + n, sizeof args - (size_t)n, ",\"bytes\":%llu", bytes);
   zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_COMPUTE, t0, args);
   return st;
 }
