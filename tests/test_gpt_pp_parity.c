@@ -11,7 +11,9 @@
  * dp 2 x pp 2 and tp 2 (sp) x pp 2; at 8 ranks dp 2 x tp 2 x pp 2 at stage 1.
  * Also: the activation peak per rank (GPipe keeps all M micro-batches, 1F1B
  * pp - rank whatever M), a checkpoint resume (5 + 5 steps = 10, bit for bit;
- * the parts refused by a run without --pp), and the refusals a user meets. */
+ * the parts refused by a run without --pp), --trace FILE (per rank: the step
+ * ranges, forwards and backwards, gathers, transfers), and the refusals a user
+ * meets. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,51 @@ static void test_resume(void) {
   gpt_tmpdir_remove(g_world, dir);
 }
 
+/* --trace FILE: each rank writes FILE.rank<r> with the trainer's step ranges,
+ * the pipeline's forwards and backwards, the engine's gathers and the pp
+ * transfers; a directory that does not exist is refused on every rank. */
+static int file_has(const char *path, const char *const *needles, int n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  rewind(f);
+  char *b = malloc((size_t)len + 1);
+  size_t got = b ? fread(b, 1, (size_t)len, f) : 0;
+  fclose(f);
+  int ok = b && got == (size_t)len;
+  if (ok) b[len] = 0;
+  for (int i = 0; ok && i < n; i++) ok = strstr(b, needles[i]) != NULL;
+  free(b);
+  return ok;
+}
+
+static void test_trace(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (pp 2)");
+  char dir[128], file[192], mine[208];
+  gpt_tmpdir(g_world, "/tmp/zs-gpt-pp-trace-XXXXXX", dir);
+  snprintf(file, sizeof file, "%s/run.json", dir);
+  gpt_opts_t o;
+  gpt_result_t r;
+  tiny(&o);
+  o.pp = 2, o.microbatches = M, o.steps = 2, o.trace = file, o.collect_params = 0;
+  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("traced run: %s", r.err);
+  gpt_result_free(&r);
+  snprintf(mine, sizeof mine, "%s.rank%d", file, g_rank);
+  /* rank 0 holds the embedding (unit 0), rank 1 the head; both blocks' units */
+  const char *need[] = {"\"step 0\"", "\"step 1\"", "\"zs_step\"", "\"F 3.0\"", "\"B 3.0\"",
+                        g_rank == 0 ? "\"gather embed\"" : "\"gather head\"",
+                        g_rank == 0 ? "\"send_act 0.0\"" : "\"recv_act 0.0\""};
+  expect_true(file_has(mine, need, (int)(sizeof need / sizeof need[0])));
+  snprintf(file, sizeof file, "%s/no-such-dir/run.json", dir);
+  o.trace = file;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
+  expect_str_contains(r.err, "--trace");
+  gpt_result_free(&r);
+  gpt_tmpdir_remove(g_world, dir);
+}
+
 /* what a user meets: the same message on every rank, nothing run */
 static void test_refusals(void) {
   struct {
@@ -187,6 +234,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_layouts);
   zs_test_run(test_activation_peak);
   zs_test_run(test_resume);
+  zs_test_run(test_trace);
   zs_test_run(test_refusals);
   free(g_ref.params);
   int rc = zs_test_finish();
