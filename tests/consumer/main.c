@@ -1,5 +1,6 @@
 /* Uses the installed headers and library: a cpu device, an allocation counted by
- * the accountant, a config validated, a status string. Prints "consumer ok". */
+ * the accountant, a config validated, a status string, a pipeline schedule
+ * simulated (1F1B, p = 4, m = 8: bubble 3/11). Prints "consumer ok". */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,13 @@ int main(void) {
   cfg.stage = 9;
   zs_log_set_level(ZS_LOG_NONE);
   ok = ok && zs_config_validate(&cfg) == ZS_ERR_INVALID && strstr(zs_last_error(), "stage");
+  zs_pp_schedule_config_t sc = ZS_PP_SCHEDULE_CONFIG_INIT;
+  sc.stages = 4, sc.microbatches = 8;
+  zs_pp_schedule_t *sched = NULL;
+  zs_pp_sim_t sim;
+  ok = ok && zs_pp_schedule_create(&sched, &sc) == ZS_OK &&
+       zs_pp_schedule_simulate(sched, 1, 2, 0, &sim, NULL) == ZS_OK && sim.bubble_num * 11 == sim.bubble_den * 3;
+  zs_pp_schedule_destroy(sched);
   printf("%s\n", ok ? "consumer ok" : "consumer FAILED");
   return ok ? 0 : 3;
 }
