@@ -8,6 +8,7 @@
 #define ZS_TESTS_GPT_PARITY_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,52 @@ static void gpt_resume_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *o, 
   expect_true(st != ZS_OK || (r.final_params && whole.final_params));
   gpt_result_free(&r);
   gpt_result_free(&whole);
+}
+
+/* --export of a split run (tp, pp) against a plain one: the same file as
+ * zs_export_safetensors writes without the split, header byte for byte (names,
+ * shapes, order, offsets, step), every value within 1e-5 of the largest. Runs
+ * both (their export_path set here, in a temporary directory); rank 0 compares. */
+static void gpt_export_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *plain_o, gpt_opts_t *split_o,
+                             const char *label) {
+  char dir[128], plain[192], split[192];
+  gpt_tmpdir(world, "/tmp/zs-gpt-export-XXXXXX", dir);
+  snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
+  snprintf(split, sizeof split, "%s/split.safetensors", dir);
+  gpt_result_t r;
+  plain_o->export_path = plain, split_o->export_path = split;
+  assert_ok(gpt_train_run(plain_o, dev, world, &r));
+  gpt_result_free(&r);
+  zs_status_t st = gpt_train_run(split_o, dev, world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("%s export: %s", label, r.err);
+  gpt_result_free(&r);
+  if (zs_comm_rank(world) == 0 && st == ZS_OK) {
+    FILE *a = fopen(plain, "rb"), *b = fopen(split, "rb");
+    assert_true(a && b);
+    fseek(a, 0, SEEK_END), fseek(b, 0, SEEK_END);
+    long na = ftell(a), nb = ftell(b);
+    expect_int_eq(na, nb);
+    rewind(a), rewind(b);
+    unsigned char *x = malloc((size_t)na), *y = malloc((size_t)nb);
+    expect_true(fread(x, 1, (size_t)na, a) == (size_t)na && fread(y, 1, (size_t)nb, b) == (size_t)nb);
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)x[k] << (8 * k);
+    expect_true(na == nb && !memcmp(x, y, 8 + (size_t)hl)); /* the header, byte for byte */
+    const float *fx = (const float *)(x + 8 + hl), *fy = (const float *)(y + 8 + hl);
+    int64_t nf = (na - 8 - (long)hl) / 4;
+    gpt_config_t c = {.vocab = plain_o->vocab, .seq = plain_o->seq, .channels = plain_o->channels,
+                      .heads = plain_o->heads, .layers = plain_o->layers};
+    expect_int_eq(nf, gpt_param_count(&c));
+    double worst = 0, scale = 0;
+    for (int64_t k = 0; k < nf && na == nb; k++) scale = fmax(scale, fabs(fx[k]));
+    for (int64_t k = 0; k < nf && na == nb; k++) worst = fmax(worst, fabs((double)fx[k] - fy[k]));
+    expect_true(worst <= 1e-5 * scale);
+    fprintf(stderr, "%s export: header of %llu bytes identical, values within %.2g of the largest\n", label,
+            (unsigned long long)hl, worst / scale);
+    free(x), free(y);
+    fclose(a), fclose(b);
+  }
+  gpt_tmpdir_remove(world, dir);
 }
 
 #endif

@@ -11,7 +11,8 @@
  * dp 2 x pp 2 and tp 2 (sp) x pp 2; at 8 ranks dp 2 x tp 2 x pp 2 at stage 1.
  * Also: the activation peak per rank (GPipe keeps all M micro-batches, 1F1B
  * pp - rank whatever M), a checkpoint resume (5 + 5 steps = 10, bit for bit;
- * the parts refused by a run without --pp), --trace FILE (per rank: the step
+ * the parts refused by a run without --pp), --export (the unsplit run's file),
+ * --trace FILE (per rank: the step
  * ranges, forwards and backwards, gathers, transfers), and the refusals a user
  * meets. */
 #include <stdint.h>
@@ -148,6 +149,18 @@ static void test_resume(void) {
   gpt_tmpdir_remove(g_world, dir);
 }
 
+/* --export of a pp run (tp 2 x pp 2 at 4 ranks): the file a run without the
+ * split writes, header byte for byte, values within 1e-5 (gpt_parity.h). */
+static void test_export(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  gpt_opts_t plain, split;
+  tiny(&plain);
+  plain.steps = 3, plain.accum = M / g_size, plain.collect_params = 0; /* micro-batches of 2 sequences */
+  split = plain;
+  split.accum = 1, split.pp = 2, split.tp = g_size / 2, split.microbatches = M, split.stage = 3;
+  gpt_export_check(g_dev, g_world, &plain, &split, g_size == 2 ? "pp 2" : "tp 2 x pp 2");
+}
+
 /* --trace FILE: each rank writes FILE.rank<r> with the trainer's step ranges,
  * the pipeline's forwards and backwards, the engine's gathers and the pp
  * transfers; a directory that does not exist is refused on every rank. */
@@ -235,6 +248,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_activation_peak);
   zs_test_run(test_resume);
   zs_test_run(test_trace);
+  zs_test_run(test_export);
   zs_test_run(test_refusals);
   free(g_ref.params);
   int rc = zs_test_finish();

@@ -108,46 +108,12 @@ static void test_resume(void) {
  * byte: names, shapes, order, offsets, step), values as the parity above */
 static void test_export(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2), to keep the 4-rank job short");
-  char dir[128];
-  gpt_tmpdir(g_world, "/tmp/zs-gpt-tp-export-XXXXXX", dir);
-  char plain[192], split[192];
-  snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
-  snprintf(split, sizeof split, "%s/tp.safetensors", dir);
-  gpt_opts_t o;
-  gpt_result_t r;
-  tiny(&o);
-  o.steps = 3, o.export_path = plain;
-  assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
-  gpt_result_free(&r);
-  o.tp = g_size, o.stage = 3, o.export_path = split;
-  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
-  if (st != ZS_OK) ZS_T_REPORT("tp export: %s", r.err);
-  gpt_result_free(&r);
-  if (g_rank == 0 && st == ZS_OK) {
-    FILE *a = fopen(plain, "rb"), *b = fopen(split, "rb");
-    assert_true(a && b);
-    fseek(a, 0, SEEK_END), fseek(b, 0, SEEK_END);
-    long na = ftell(a), nb = ftell(b);
-    expect_int_eq(na, nb);
-    rewind(a), rewind(b);
-    unsigned char *x = malloc((size_t)na), *y = malloc((size_t)nb);
-    expect_true(fread(x, 1, (size_t)na, a) == (size_t)na && fread(y, 1, (size_t)nb, b) == (size_t)nb);
-    uint64_t hl = 0;
-    for (int k = 0; k < 8; k++) hl |= (uint64_t)x[k] << (8 * k);
-    expect_true(na == nb && !memcmp(x, y, 8 + (size_t)hl)); /* the header, byte for byte */
-    const float *fx = (const float *)(x + 8 + hl), *fy = (const float *)(y + 8 + hl);
-    int64_t nf = (na - 8 - (long)hl) / 4;
-    expect_int_eq(nf, g_nparams);
-    double worst = 0, scale = 0;
-    for (int64_t k = 0; k < nf && na == nb; k++) scale = fmax(scale, fabs(fx[k]));
-    for (int64_t k = 0; k < nf && na == nb; k++) worst = fmax(worst, fabs((double)fx[k] - fy[k]));
-    expect_true(worst <= 1e-5 * scale);
-    fprintf(stderr, "tp export: header of %llu bytes identical, values within %.2g of the largest\n",
-            (unsigned long long)hl, worst / scale);
-    free(x), free(y);
-    fclose(a), fclose(b);
-  }
-  gpt_tmpdir_remove(g_world, dir);
+  gpt_opts_t plain, split;
+  tiny(&plain);
+  plain.steps = 3;
+  split = plain;
+  split.tp = g_size, split.stage = 3;
+  gpt_export_check(g_dev, g_world, &plain, &split, "tp");
 }
 
 /* what a user meets: the same message on every rank, nothing run */

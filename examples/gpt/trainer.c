@@ -597,7 +597,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK) st = run_steps(&t, res);
   if (st == ZS_OK && o->save && (st = zs_checkpoint_save(t.zs, o->save)) != ZS_OK)
     st = fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
-  if (st == ZS_OK && o->export_path && t.tp > 1) /* whole tensors from the tp parts */
+  if (st == ZS_OK && o->export_path && t.split) /* whole tensors from the tp and pp parts */
     st = trainer_export_whole(&t, o->export_path, res->err, sizeof res->err);
   else if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
     st = fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));

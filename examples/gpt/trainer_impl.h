@@ -134,7 +134,7 @@ const char *trainer_pp_last_error(const trainer_t *t);
 /* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
  * every rank (*params: gpt_param_count floats, to free); collective. */
 zs_status_t trainer_collect_params(trainer_t *t, float **params);
-/* --export of a --tp run: the file zs_export_safetensors writes for the same
+/* --export of a --tp or --pp run: the file zs_export_safetensors writes for the same
  * model without tp (names, shapes, order, metadata), assembled one tensor at a
  * time and written by rank 0; collective, the same status on every rank. */
 zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size_t n);

@@ -67,7 +67,7 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params) {
   return st;
 }
 
-/* ---- --export with --tp: zs_export_safetensors's file, from whole tensors ------------ */
+/* ---- --export with --tp or --pp: zs_export_safetensors's file, from whole tensors ---- */
 
 /* zs_export_safetensors's layout: 8-byte little-endian header length, the JSON
  * ("__metadata__" first, then the tensors in declaration order, shape before
@@ -80,9 +80,9 @@ static char *header_json(const trainer_t *t, int64_t step) {
   len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"producer\":\"zeroshard\",\"step\":\"%lld\"}",
                           (long long)step);
   int64_t off = 0;
-  for (int pid = 0; pid < t->np; pid++) {
+  for (int i = 0; i < t->np; i++) { /* the table's order: a run without tp or pp declares it so */
     gpt_param_info_t w;
-    gpt_param_info(&t->mc, t->tidx[pid], &w);
+    gpt_param_info(&t->mc, i, &w);
     len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"shape\":[", w.name);
     for (int d = 0; d < w.ndim; d++)
       len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)w.shape[d]);
@@ -125,12 +125,25 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     }
     free(h);
   }
+  /* the engine parameter holding each table entry here (-1: another pipeline
+   * stage's; the last stage's tied copy of wte is not exported) */
+  int *pid_of = malloc(sizeof(int) * (size_t)t->np);
+  if (!pid_of) st = ZS_ERR_NOMEM;
+  for (int i = 0; pid_of && i < t->np; i++) pid_of[i] = -1;
+  for (int pid = 0; pid_of && pid < t->neng; pid++)
+    if (pid != t->head_pid) pid_of[t->tidx[pid]] = pid;
+  zs_comm_t *ppc = trainer_pp_comm(t);
   /* every rank takes part in every tensor's assembly (collectives), even after
    * rank 0 failed to write, then they agree on the outcome */
-  for (int pid = 0; pid < t->np; pid++) {
+  for (int i = 0; i < t->np; i++) {
     gpt_param_info_t w;
-    gpt_param_info(&t->mc, t->tidx[pid], &w);
-    zs_status_t s = one && mine && all ? whole_param(t, pid, one, mine, all) : ZS_ERR_NOMEM;
+    gpt_param_info(&t->mc, i, &w);
+    zs_status_t s = one && mine && all && pid_of ? ZS_OK : ZS_ERR_NOMEM;
+    if (s == ZS_OK && pid_of[i] >= 0) s = whole_param(t, pid_of[i], one, mine, all);
+    else if (s == ZS_OK) memset(one, 0, (size_t)w.numel * sizeof(float));
+    /* --pp: one stage holds it, the others add zeros (exact) */
+    if (s == ZS_OK && ppc && (s = zs_comm_all_reduce(ppc, one, one, (size_t)w.numel, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
+      s = zs_stream_synchronize(zs_comm_device(ppc), NULL);
     if (s != ZS_OK) {
       st = s;
       break; /* a collective failed: the comm is broken, the others see it too */
@@ -143,7 +156,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     if (st == ZS_OK && rename(tmp, path) != 0) st = ZS_ERR_IO;
     if (st != ZS_OK) unlink(tmp);
   }
-  free(one), free(mine), free(all);
+  free(one), free(mine), free(all), free(pid_of);
   int64_t code = st, worst = 0;
   zs_status_t c = zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL);
   if (c != ZS_OK) return c;
