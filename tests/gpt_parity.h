@@ -27,6 +27,18 @@ typedef struct {
   int64_t n;
 } gpt_ref_t;
 
+/* The parity tests' run: model c, batch 8, GPT_PARITY_STEPS steps, 8
+ * validation windows, seed 77, fp32, clipping at 1.0, quiet, the final
+ * parameters collected. */
+static void gpt_parity_opts(gpt_opts_t *o, const gpt_config_t *c) {
+  gpt_opts_default(o);
+  o->layers = c->layers, o->channels = c->channels, o->heads = c->heads, o->seq = c->seq, o->vocab = c->vocab;
+  o->batch = 8, o->steps = GPT_PARITY_STEPS, o->val_seqs = 8, o->seed = 77, o->quiet = 1;
+  o->dtype = o->reduce_dtype = ZS_FP32;
+  o->clip = 1.0f;
+  o->collect_params = 1;
+}
+
 /* o (steps = GPT_PARITY_STEPS, collect_params set) run by world's rank 0 alone;
  * every rank gets the numbers. Clipping must act (the first norm above o->clip). */
 static void gpt_ref_run(zs_comm_t *world, const gpt_opts_t *o, const gpt_config_t *cfg, gpt_ref_t *ref) {

@@ -37,15 +37,7 @@ static gpt_ref_t g_ref;
 
 static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 4};
 
-static void tiny(gpt_opts_t *o) {
-  gpt_opts_default(o);
-  o->layers = k_cfg.layers, o->channels = k_cfg.channels, o->heads = k_cfg.heads, o->seq = k_cfg.seq;
-  o->vocab = k_cfg.vocab;
-  o->batch = 8, o->steps = STEPS, o->val_seqs = 8, o->seed = 77, o->quiet = 1;
-  o->dtype = o->reduce_dtype = ZS_FP32;
-  o->clip = 1.0f;
-  o->collect_params = 1;
-}
+static void tiny(gpt_opts_t *o) { gpt_parity_opts(o, &k_cfg); }
 
 /* one rank, --batch 8 --accum 4: the micro-batches every layout below cuts */
 static void test_reference(void) {

@@ -35,15 +35,7 @@ static int64_t g_nparams;
 
 static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 2};
 
-static void tiny(gpt_opts_t *o) {
-  gpt_opts_default(o);
-  o->layers = k_cfg.layers, o->channels = k_cfg.channels, o->heads = k_cfg.heads, o->seq = k_cfg.seq;
-  o->vocab = k_cfg.vocab;
-  o->batch = 8, o->steps = STEPS, o->val_seqs = 8, o->seed = 77, o->quiet = 1;
-  o->dtype = o->reduce_dtype = ZS_FP32;
-  o->clip = 1.0f;
-  o->collect_params = 1;
-}
+static void tiny(gpt_opts_t *o) { gpt_parity_opts(o, &k_cfg); }
 
 static void test_reference(void) {
   gpt_opts_t o;
