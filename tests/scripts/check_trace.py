@@ -87,6 +87,11 @@ for kind in ("1f1b", "gpipe"):
 # shared (2 cores, other jobs): a late wake-up of a sleeping callback only adds
 # idle time to the other rank, so a run outside the tolerance is tried again,
 # up to 3 runs, every one printed.
+# In a sanitized build (TRACE_TIMING=0) the instrumented progress threads and
+# waits add latency to every transfer: the bubbles are printed, not checked.
+timing = os.environ.get("TRACE_TIMING", "1") != "0"
+if not timing:
+    print("\nTRACE_TIMING=0 (sanitized build): the bubbles below are printed, not checked")
 print("\nm  measured  theory (p-1)/(m+p-1)  rel.err")
 for m in (2, 4, 8):
     prefix = os.path.join(out, f"b{m}")
@@ -99,9 +104,9 @@ for m in (2, 4, 8):
         meas = float(line[0].split()[1]) if r.returncode == 0 and line else -1.0
         err = abs(meas - theory) / theory
         print(f"{m}  {meas:.4f}    {theory:.4f}               {100 * err:.1f}%   (run {attempt + 1})")
-        if err <= 0.10:
+        if err <= 0.10 or not timing:
             break
-    check(err <= 0.10, f"m={m}: measured bubble {meas:.4f} within 10% of {theory:.4f}")
+    check(err <= 0.10 or (not timing and meas >= 0), f"m={m}: measured bubble {meas:.4f} within 10% of {theory:.4f}")
     if m == 8 and shutil.which("gnuplot"):
         png = os.path.join(out, "timeline_1f1b_p2_m8.png")
         r = tool_run("plot", png, *files)
