@@ -773,7 +773,8 @@ static void tc_bad_args(void) {
   tc_dfree(d, 64 * 4);
 }
 
-#include "test_comm_a2av.h" /* all_to_all_v */
+#include "test_comm_a2av.h"     /* all_to_all_v */
+#include "test_comm_sendrecv.h" /* sendrecv */
 
 static void tc_run_all(void) {
   zs_test_run(tc_all_reduce);
@@ -785,6 +786,7 @@ static void tc_run_all(void) {
   zs_test_run(tc_all_to_all);
   tc_run_all_to_all_v();
   zs_test_run(tc_send_recv);
+  tc_run_sendrecv();
   zs_test_run(tc_barrier);
   zs_test_run(tc_textbook);
   zs_test_run(tc_rounding);

@@ -12,7 +12,11 @@
  * MPI request stays outstanding (MPI cannot cancel a collective), so the library
  * keeps A's MPI communicator and the send buffer alive rather than freeing them
  * under MPI; destroying B, the last comm, finalizes MPI. The buffer here is
- * static, so it outlives everything. Runs on 2 and 4 ranks. */
+ * static, so it outlives everything. Runs on 2 and 4 ranks.
+ *
+ * At the same time, on comm C, rank 0 queues a sendrecv with rank 1, which
+ * never calls: both of its requests (a send waiting for a receive, an open
+ * receive) are abandoned on the timeout. */
 #include <stdlib.h>
 
 #include "common/common.h"
@@ -21,8 +25,9 @@
 #include "zeroshard/device.h"
 
 static zs_device_t *dev;
-static zs_comm_t *A, *B;
+static zs_comm_t *A, *B, *C;
 static float buf[1001];
+static float xbuf[2][1 << 16]; /* sendrecv's: 256 KB each way, past the eager limit */
 
 /* comm B is healthy on every rank */
 static void check_b(void) {
@@ -40,14 +45,22 @@ static void test_timeout(void) {
     return;
   }
   {
-    zs_stream_t *s = NULL;
+    zs_stream_t *s = NULL, *s2 = NULL;
     assert_ok(zs_stream_create(dev, &s));
+    assert_ok(zs_stream_create(dev, &s2));
     double t0 = zs__now();
     expect_ok(zs_comm_all_reduce(A, buf, buf, 1001, ZS_FP32, ZS_SUM, s)); /* queued */
+    expect_ok(zs_comm_sendrecv(C, xbuf[0], 1 << 16, 1, xbuf[1], 1 << 16, 1, ZS_FP32, s2));
     check_b();
     expect_status(zs_stream_synchronize(dev, s), ZS_ERR_TIMEOUT);
     double dt = zs__now() - t0;
     expect_true(dt >= 1.9 && dt < 10.0);
+    expect_status(zs_stream_synchronize(dev, s2), ZS_ERR_TIMEOUT);
+    expect_true(zs__now() - t0 < 10.0);
+    expect_int_eq(zs_comm_async_error(C), ZS_ERR_TIMEOUT);
+    expect_str_contains(zs_comm_last_error(C), "(sendrecv) did not complete");
+    expect_status(zs_comm_sendrecv(C, xbuf[0], 4, 1, xbuf[1], 4, 1, ZS_FP32, NULL), ZS_ERR_TIMEOUT);
+    zs_stream_destroy(dev, s2);
     expect_str_contains(zs_device_last_error(dev), "ZS_COMM_TIMEOUT_S=2");
     expect_int_eq(zs_comm_async_error(A), ZS_ERR_TIMEOUT);
     expect_str_contains(zs_comm_last_error(A), "did not complete");
@@ -68,12 +81,13 @@ int main(void) {
   setenv("ZS_COMM_TIMEOUT_S", "2", 1);
   zs__settings_reload();
   if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&A, dev) != ZS_OK ||
-      zs_comm_create_mpi_world(&B, dev) != ZS_OK) {
+      zs_comm_create_mpi_world(&B, dev) != ZS_OK || zs_comm_create_mpi_world(&C, dev) != ZS_OK) {
     fprintf(stderr, "setup failed: %s\n", zs_last_error());
     return 1;
   }
   zs_t_rank = zs_comm_rank(A);
   if (zs_comm_size(A) < 2) {
+    zs_comm_destroy(C);
     zs_comm_destroy(A);
     zs_comm_destroy(B);
     zs_device_destroy(dev);
@@ -81,6 +95,7 @@ int main(void) {
   }
   zs_test_run(test_timeout);
   int rc = zs_test_finish();
+  zs_comm_destroy(C);
   zs_comm_destroy(A);
   zs_comm_destroy(B);
   zs_device_destroy(dev);

@@ -34,6 +34,13 @@
  *  - send / recv: point to point; a rank must not block both peers on sends
  *    (post matching recv and send in an order that cannot deadlock). The peer
  *    must be another rank.
+ *  - sendrecv: a send to `dest` and a receive from `source` in one call (MPI's
+ *    Sendrecv; a group of ncclSend and ncclRecv), both posted before either is
+ *    waited for: two ranks that exchange with each other cannot deadlock
+ *    whatever their order, and the receive is open while the send waits for
+ *    its peer. dest and source may be the same rank but not this one. Its send
+ *    matches the peer's recv or sendrecv, its receive the peer's send or
+ *    sendrecv, in call order as for send/recv. send and recv must not overlap.
  * Dtypes: fp32, bf16, fp16, int32, int64, uint8. Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
  * avg on integers truncates toward zero.
@@ -101,6 +108,7 @@
  *                           receive blocks from other ranks (the block to itself
  *                           is a local copy, never counted, as in all_to_all)
  *   send / recv             b
+ *   sendrecv                sent = the send's bytes, recv = the receive's
  * With N == 1 nothing is sent. Fractions round down. A call is counted when it
  * is accepted (after the argument checks), whether or not it later succeeds.
  */
@@ -132,6 +140,7 @@ typedef enum {
   ZS_COLL_SEND,
   ZS_COLL_RECV,
   ZS_COLL_BARRIER,
+  ZS_COLL_SENDRECV,
   ZS_COLL_COUNT
 } zs_coll_kind_t;
 
@@ -215,6 +224,10 @@ zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtyp
                          int peer, zs_stream_t *s);
 zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
                          zs_stream_t *s);
+/* Sends send_count elements of send to rank dest and receives recv_count
+ * elements from rank source into recv (see sendrecv above). */
+zs_status_t zs_comm_sendrecv(zs_comm_t *comm, const void *send, size_t send_count, int dest, void *recv,
+                             size_t recv_count, int source, zs_dtype_t dtype, zs_stream_t *s);
 zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s);
 
 #ifdef __cplusplus

@@ -69,7 +69,7 @@ const char *zs_coll_name(zs_coll_kind_t kind) {
   static const char *const n[ZS_COLL_COUNT] = {"broadcast", "scatter",        "reduce",
                                                "all_reduce", "gather",        "all_gather",
                                                "reduce_scatter", "all_to_all", "send",
-                                               "recv",      "barrier"};
+                                               "recv",      "barrier",     "sendrecv"};
   return ((int)kind >= 0 && kind < ZS_COLL_COUNT) ? n[kind] : "invalid";
 }
 
@@ -128,6 +128,10 @@ static void traffic(zs_comm_t *c, zs__coll_args_t *a) {
       break;
     case ZS_COLL_SEND: sent = b; break;
     case ZS_COLL_RECV: recv = b; break;
+    case ZS_COLL_SENDRECV:
+      sent = b;
+      recv = (uint64_t)a->recv_count * zs_dtype_size(a->dtype);
+      break;
     default: break;
   }
   a->bytes_sent = sent;
@@ -190,6 +194,10 @@ void zs__coll_bytes(const zs__coll_args_t *a, int rank, int size, size_t *send_b
     case ZS_COLL_ALL_TO_ALL: sb = rb = full; break;
     case ZS_COLL_SEND: sb = part; break;
     case ZS_COLL_RECV: rb = part; break;
+    case ZS_COLL_SENDRECV:
+      sb = part;
+      rb = a->recv_count * zs_dtype_size(a->dtype);
+      break;
     default: break;
   }
   *send_bytes = sb;
@@ -293,6 +301,22 @@ static zs_status_t validate(zs_comm_t *c, zs__coll_args_t *a) {
     return ZS_FAIL(c->err, ZS_ERR_INVALID,
                    "zs_comm_%s: peer %d is this rank: copy the buffer instead of sending it to itself",
                    fn, a->root);
+  if (a->kind == ZS_COLL_SENDRECV) {
+    const char *side[2] = {"dest", "source"};
+    int peer[2] = {a->root, a->source};
+    for (int k = 0; k < 2; k++) {
+      if (peer[k] < 0 || peer[k] >= n)
+        return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_sendrecv: %s %d is out of range for a comm of %d ranks",
+                       side[k], peer[k], n);
+      if (peer[k] == me)
+        return ZS_FAIL(c->err, ZS_ERR_INVALID,
+                       "zs_comm_sendrecv: %s %d is this rank: copy the buffer instead of exchanging it with itself",
+                       side[k], peer[k]);
+    }
+    if (a->recv_count > SIZE_MAX / es)
+      return ZS_FAIL(c->err, ZS_ERR_INVALID, "zs_comm_sendrecv: recv_count %zu of %s overflows size_t bytes",
+                     a->recv_count, zs_dtype_name(a->dtype));
+  }
 
   /* bytes of each buffer this rank uses (0: not used on this rank) */
   if (a->count > SIZE_MAX / es / (size_t)n)
@@ -411,6 +435,13 @@ zs_status_t zs_comm_send(zs_comm_t *comm, const void *buf, size_t count, zs_dtyp
 zs_status_t zs_comm_recv(zs_comm_t *comm, void *buf, size_t count, zs_dtype_t dtype, int peer,
                          zs_stream_t *s) {
   return submit(comm, coll_args(ZS_COLL_RECV, NULL, buf, count, dtype, ZS_SUM, peer, 0, NULL), s);
+}
+zs_status_t zs_comm_sendrecv(zs_comm_t *comm, const void *send, size_t send_count, int dest, void *recv,
+                             size_t recv_count, int source, zs_dtype_t dtype, zs_stream_t *s) {
+  zs__coll_args_t a = coll_args(ZS_COLL_SENDRECV, send, recv, send_count, dtype, ZS_SUM, dest, 0, NULL);
+  a.recv_count = recv_count;
+  a.source = source;
+  return submit(comm, a, s);
 }
 zs_status_t zs_comm_barrier(zs_comm_t *comm, zs_stream_t *s) {
   return submit(comm, coll_args(ZS_COLL_BARRIER, NULL, NULL, 0, ZS_UINT8, ZS_SUM, 0, 0, NULL), s);

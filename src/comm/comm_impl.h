@@ -29,7 +29,8 @@ static inline int64_t zs__a2av_displ(const zs__a2av_t *v, int k, int p, int64_t 
 }
 
 /* One call, as the public wrapper received it. `count` is the count argument of
- * the public call: count (broadcast, reduce, all_reduce, send, recv), sendcount
+ * the public call: count (broadcast, reduce, all_reduce, send, recv), send_count
+ * (sendrecv), sendcount
  * (gather, all_gather), recvcount (scatter, reduce_scatter), per-peer count
  * (all_to_all); for all_to_all_v (kind ZS_COLL_ALL_TO_ALL with `v` set) the
  * elements this rank sends in all. */
@@ -40,7 +41,9 @@ typedef struct {
   size_t count;
   zs_dtype_t dtype;
   zs_redop_t op;  /* reductions only */
-  int root;       /* broadcast, scatter, reduce, gather: root; send, recv: peer */
+  int root;       /* broadcast, scatter, reduce, gather: root; send, recv: peer; sendrecv: dest */
+  size_t recv_count; /* sendrecv: the receive's count (`count` is the send's) */
+  int source;        /* sendrecv: the rank it receives from */
   int in_place;   /* the documented in-place form (comm.c decided) */
   const zs__a2av_t *v; /* all_to_all_v; NULL for every other call */
   /* comm.c: this rank's bytes under comm.h's formulas (what zs_comm_stats

@@ -132,6 +132,9 @@ void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *
  * timeout or abort the request is handed to the orphan list. */
 zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, void *scratch,
                              size_t scratch_bytes);
+/* The same for nreq requests (MPI_Testall). */
+zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s,
+                              void *scratch, size_t scratch_bytes);
 /* Host scratch counted as ZS_MEM_COMM in the device domain while an op runs. */
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes);
 void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes);

@@ -307,10 +307,10 @@ zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
                          what, k ? "recv" : "send", p, (long long)d, (long long)n, INT_MAX);
       }
     }
-  } else if (a->count > INT_MAX) {
+  } else if (a->count > INT_MAX || a->recv_count > INT_MAX) {
     return ZS_FAIL(ctx->comm->err, ZS_ERR_UNSUPPORTED,
                    "zs_comm_%s: %zu elements exceed MPI's int count (%d): split the call",
-                   zs_coll_name(a->kind), a->count, INT_MAX);
+                   zs_coll_name(a->kind), a->count > INT_MAX ? a->count : a->recv_count, INT_MAX);
   }
   if (ctx->staged) return staged_coll(ctx, a, s, what);
   mpi_op_t *op = op_new(ctx, a);

@@ -105,25 +105,30 @@ void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *
   ctx->orphans = o;
 }
 
-/* Polls req until it completes, the comm is aborted, or the timeout passes. On
- * timeout or abort the request is handed to the orphan list. */
-zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s,
-                            void *scratch, size_t scratch_bytes) {
+/* Polls the nreq requests until all complete, the comm is aborted, or the
+ * timeout passes. On timeout or abort they are handed to the orphan list. */
+zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s,
+                             void *scratch, size_t scratch_bytes) {
   poller_t p;
   zs__mpi_poller_init(&p, busy_s);
   for (;;) {
     int flag = 0, burst = zs__mpi_poller_burst(&p);
     for (int b = 0; b < burst && !flag; b++) {
-      int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+      int rc = MPI_Testall(nreq, req, &flag, MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) return zs__mpi_fail(ctx, rc, what);
     }
     if (flag) return ZS_OK;
     zs_status_t st = zs__mpi_poller_idle(ctx, &p, what);
     if (st != ZS_OK) {
-      zs__mpi_orphan_add(ctx, req, 1, scratch, scratch_bytes);
+      zs__mpi_orphan_add(ctx, req, nreq, scratch, scratch_bytes);
       return st;
     }
   }
+}
+
+zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s,
+                            void *scratch, size_t scratch_bytes) {
+  return zs__mpi_wait_reqs(ctx, req, 1, what, busy_s, scratch, scratch_bytes);
 }
 
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes) {
@@ -173,8 +178,25 @@ static zs_status_t run_all_to_all_v(mpi_ctx_t *ctx, const zs__coll_args_t *a, co
   return zs__mpi_wait_req(ctx, &req, "MPI_Ialltoallv", busy_estimate(ctx, a, a2av), NULL, 0);
 }
 
+/* sendrecv: the receive posted first, so that it is open however long the send
+ * waits for its peer; both on tag 0, as send and recv, so that either side may
+ * be a plain send or recv. A receive whose send could not be posted is orphaned. */
+static zs_status_t run_sendrecv(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  MPI_Datatype t = zs__mpi_type(ctx, a->dtype);
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int rc = MPI_Irecv(a->recv, (int)a->recv_count, t, a->source, 0, ctx->mc, &req[0]);
+  if (rc != MPI_SUCCESS) return zs__mpi_fail(ctx, rc, "MPI_Irecv (sendrecv)");
+  rc = MPI_Isend(a->send, (int)a->count, t, a->root, 0, ctx->mc, &req[1]);
+  if (rc != MPI_SUCCESS) {
+    zs__mpi_orphan_add(ctx, req, 1, NULL, 0);
+    return zs__mpi_fail(ctx, rc, "MPI_Isend (sendrecv)");
+  }
+  return zs__mpi_wait_reqs(ctx, req, 2, "MPI_Isend/MPI_Irecv (sendrecv)", busy_estimate(ctx, a, NULL), NULL, 0);
+}
+
 static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
   if (a2av) return run_all_to_all_v(ctx, a, a2av);
+  if (a->kind == ZS_COLL_SENDRECV) return run_sendrecv(ctx, a);
   /* One rank: every collective is a copy (none in place; avg divides by 1).
    * Open MPI would allocate and fault in temporaries of the whole buffer per call. */
   if (ctx->size == 1 && a->kind != ZS_COLL_BARRIER && a->kind != ZS_COLL_SEND && a->kind != ZS_COLL_RECV) {

@@ -466,6 +466,15 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
     case ZS_COLL_RECV:
       NCHECK(ncclRecv(r, n, t, a->root, ctx->nc, cs), "ncclRecv");
       return ZS_OK;
+    case ZS_COLL_SENDRECV: { /* one group: NCCL posts both before either waits */
+      ncclResult_t res = ncclGroupStart();
+      if (res != ncclSuccess) return nccl_fail(ctx, res, "ncclGroupStart");
+      res = ncclSend(s, n, t, a->root, ctx->nc, cs);
+      if (res == ncclSuccess) res = ncclRecv(r, a->recv_count, t, a->source, ctx->nc, cs);
+      zs_status_t st = settle(ctx, ncclGroupEnd(), "ncclGroupEnd (sendrecv)", deadline);
+      if (res != ncclSuccess && res != ncclInProgress && st == ZS_OK) return nccl_fail(ctx, res, "ncclSend/ncclRecv");
+      return st;
+    }
     case ZS_COLL_BARRIER: {
       if (!ctx->barrier_buf)
         ZS_CHECK(zs_device_alloc(ctx->dev, sizeof(float), ZS_MEM_COMM, (void **)&ctx->barrier_buf));
