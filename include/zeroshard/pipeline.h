@@ -56,6 +56,13 @@
  * between two ranks match in order (no tags needed). With the configured costs
  * and instant transfers the execution reproduces the ideal timeline, so the
  * bubble above is exact; other costs only add idle time, never a hang.
+ * A send and a receive next to each other in a list (pairs taken from the
+ * start of the list: 1F1B's steady state has one after every compute, as
+ * Megatron's send_forward_recv_backward) may also run as one operation that
+ * posts both before waiting: zs_pp_run does (zs_comm_sendrecv), so that a
+ * rank's receive is already open while its send waits for the peer. Posting a
+ * transfer earlier removes no post that a wait relies on, so this too cannot
+ * deadlock; the buffer plan never gives the two the same buffer.
  *
  * Thread rules: a schedule is immutable after creation and may be shared. A
  * zs_pp_t is used from one thread at a time.
@@ -225,7 +232,8 @@ zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp
 void zs_pp_destroy(zs_pp_t *pp);
 
 /* One step: this rank's whole list. Transfers are queued on the transfer stream
- * with zs_comm_send / zs_comm_recv on the pp comm (non-blocking for the host);
+ * with zs_comm_send / zs_comm_recv, or zs_comm_sendrecv for a pair (see above),
+ * on the pp comm (non-blocking for the host);
  * computes call the callbacks. Ordering is by events: the compute stream waits
  * for the receive feeding a compute, the transfer stream for the compute
  * feeding a send, a buffer's next user for its last one.

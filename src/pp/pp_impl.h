@@ -20,7 +20,8 @@ typedef struct {
   int n;
   zs_pp_action_t *acts;
   int *buf, *prev;
-  int nbuf; /* buffers the plan uses (peak_buffers) */
+  unsigned char *fuse; /* fuse[k]: actions k and k + 1 are a send and a receive that run as one sendrecv */
+  int nbuf;            /* buffers the plan uses (peak_buffers) */
 } zs__pp_list_t;
 
 struct zs_pp_schedule {

@@ -3,8 +3,8 @@
  *
  * Two queues, as the schedule's rule has them: computes in list order on the
  * trainer's stream (or on the calling thread, host_compute), transfers in list
- * order on a stream of our own, where zs_comm_send/recv run one at a time in
- * call order. Events join them: a buffer's event is recorded after each use, and
+ * order on a stream of our own, where zs_comm_send/recv (sendrecv for the
+ * plan's fused pairs) run one at a time in call order. Events join them: a buffer's event is recorded after each use, and
  * its next user waits for it, on its own stream (or on the host). The pool and
  * which buffer each action takes come from the schedule's buffer plan, so a step
  * allocates nothing and never waits for a buffer the ideal timeline frees later. */
@@ -225,19 +225,55 @@ static zs_status_t compute_done(zs_pp_t *pp, int b) {
   return b < 0 ? ZS_OK : zs_event_record(pp->dev, pp->ev[b], pp->cfg.stream);
 }
 
-static zs_status_t transfer(zs_pp_t *pp, const zs_pp_action_t *a, int b) {
+static int is_send(const zs_pp_action_t *a) { return a->op == ZS_PP_SEND_ACT || a->op == ZS_PP_SEND_GRAD; }
+
+
+/* Transfer action k's buffer, noted in the slot tables for the computes. */
+static int transfer_buf(zs_pp_t *pp, int k) {
+  const zs_pp_action_t *a = &pp->list->acts[k];
+  int b = pp->list->buf[k], slot = a->mb * pp->v + a->chunk;
+  size_t mv = (size_t)pp->sched->m * (size_t)pp->v;
+  switch (a->op) {
+    case ZS_PP_RECV_ACT: return pp->slots[SLOT_IN * mv + (size_t)slot] = b;
+    case ZS_PP_RECV_GRAD: return pp->slots[SLOT_GOUT * mv + (size_t)slot] = b;
+    case ZS_PP_SEND_ACT: return pp->slots[SLOT_OUT * mv + (size_t)slot];
+    default: return pp->slots[SLOT_GIN * mv + (size_t)slot]; /* ZS_PP_SEND_GRAD */
+  }
+}
+
+/* Transfer k, or k and k + 1 fused (the plan's pairs: a send and a receive next
+ * to each other, one zs_comm_sendrecv, so that the receive is open while the
+ * send waits for its peer instead of queued behind it); the comm's event
+ * carries each one's (mb, chunk). */
+static zs_status_t transfer(zs_pp_t *pp, int k, int pair) {
   size_t n = pp->cfg.act_count;
+  const zs_pp_action_t *a = &pp->list->acts[k];
+  int b = transfer_buf(pp, k);
   ZS_CHECK(zs_stream_wait_event(pp->dev, pp->ts, pp->ev[b]));
-  if (zs__trace_on()) { /* the comm's event for this transfer carries its (mb, chunk) */
+  if (!pair) {
+    if (zs__trace_on()) {
+      char l[48];
+      snprintf(l, sizeof l, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+      zs__trace_label(l);
+    }
+    if (is_send(a)) ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
+    else ZS_CHECK(zs_comm_recv(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
+    return zs_event_record(pp->dev, pp->ev[b], pp->ts);
+  }
+  const zs_pp_action_t *a2 = &pp->list->acts[k + 1];
+  int b2 = transfer_buf(pp, k + 1);
+  ZS_CHECK(zs_stream_wait_event(pp->dev, pp->ts, pp->ev[b2]));
+  if (zs__trace_on()) {
     char l[48];
-    snprintf(l, sizeof l, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
+    snprintf(l, sizeof l, "%s %d.%d + %s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk, zs_pp_op_name(a2->op),
+             a2->mb, a2->chunk);
     zs__trace_label(l);
   }
-  if (a->op == ZS_PP_SEND_ACT || a->op == ZS_PP_SEND_GRAD)
-    ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
-  else
-    ZS_CHECK(zs_comm_recv(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
-  return zs_event_record(pp->dev, pp->ev[b], pp->ts);
+  const zs_pp_action_t *s = is_send(a) ? a : a2, *r = is_send(a) ? a2 : a;
+  int bs = is_send(a) ? b : b2, br = is_send(a) ? b2 : b;
+  ZS_CHECK(zs_comm_sendrecv(pp->comm, pp->buf[bs], n, s->peer, pp->buf[br], n, r->peer, pp->cfg.dtype, pp->ts));
+  ZS_CHECK(zs_event_record(pp->dev, pp->ev[b], pp->ts));
+  return zs_event_record(pp->dev, pp->ev[b2], pp->ts);
 }
 
 /* A forward or backward callback's event: from its call to its return (the
@@ -270,10 +306,6 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
            stg);
   zs_status_t st;
   switch (a->op) {
-    case ZS_PP_RECV_ACT: in[slot] = b; return transfer(pp, a, b);
-    case ZS_PP_RECV_GRAD: gout[slot] = b; return transfer(pp, a, b);
-    case ZS_PP_SEND_ACT: return transfer(pp, a, out[slot]);
-    case ZS_PP_SEND_GRAD: return transfer(pp, a, gin[slot]);
     case ZS_PP_FORWARD: {
       int i = stg > 0 ? in[slot] : -1;
       out[slot] = b;
@@ -286,7 +318,7 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       if (st != ZS_OK) break;
       return compute_done(pp, b);
     }
-    default: { /* ZS_PP_BACKWARD */
+    case ZS_PP_BACKWARD: {
       int i = stg > 0 ? in[slot] : -1, g = stg < pp->S - 1 ? gout[slot] : -1;
       gin[slot] = b;
       ZS_CHECK(compute_waits(pp, g, what));
@@ -300,6 +332,7 @@ static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
       ZS_CHECK(compute_done(pp, i)); /* frees the input and the gradient for their next users */
       return compute_done(pp, g);
     }
+    default: return transfer(pp, k, 0);
   }
   char msg[ZS_ERRBUF];
   snprintf(msg, sizeof msg, "%s", zs_last_error()[0] ? zs_last_error() : "(the callback set no message)");
@@ -318,7 +351,9 @@ zs_status_t zs_pp_run(zs_pp_t *pp, const zs_pp_callbacks_t *cb) {
                    zs_status_name(pp->failed));
   zs_status_t st = transfer_error(pp, "before the step");
   for (int k = 0; k < pp->list->n && st == ZS_OK; k++) {
-    st = run_action(pp, cb, k);
+    int pair = pp->list->fuse[k];
+    st = pair ? transfer(pp, k, 1) : run_action(pp, cb, k);
+    k += pair;
     if (st != ZS_OK && st != ZS_ERR_TIMEOUT && st != ZS_ERR_COMM) {
       /* an event or stream call failed; a transfer failure may be behind it */
       zs_status_t t = transfer_error(pp, "during the step");

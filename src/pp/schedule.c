@@ -259,11 +259,29 @@ static void plan_release(pbuf_t *pool, int b, int64_t rel, int idx) {
   pool[b] = (pbuf_t){rel, idx, 1};
 }
 
+static int is_send(zs_pp_op_t op) { return op == ZS_PP_SEND_ACT || op == ZS_PP_SEND_GRAD; }
+static int is_transfer(zs_pp_op_t op) { return op != ZS_PP_FORWARD && op != ZS_PP_BACKWARD; }
+
+/* Fused pairs: a send and a receive next to each other, taken from the start of
+ * the list, run as one sendrecv (run.c). Posting the later one early removes no
+ * post that any wait relies on, so the lists stay deadlock-free. A send that
+ * comes first in its pair keeps its buffer until the pair's receive has taken
+ * one, so that the two never share a buffer. */
+static void plan_fuse(const entry_t *e, zs__pp_list_t *L) {
+  for (int k = 0; k < L->n; k++) {
+    zs_pp_op_t a = e[k].a.op, b = k + 1 < L->n ? e[k + 1].a.op : ZS_PP_FORWARD;
+    L->fuse[k] = is_transfer(a) && is_transfer(b) && is_send(a) != is_send(b);
+    if (L->fuse[k]) L->fuse[++k] = 0;
+  }
+}
+
 static void plan_list(const zs_pp_schedule_t *s, int r, const entry_t *e, zs__pp_list_t *L, pbuf_t *pool,
                       int *slots) {
   int mv = s->m * s->v, S = s->S;
   int *act_in = slots, *grad_out = slots + mv, *act_out = slots + 2 * mv, *grad_in = slots + 3 * mv;
+  int held = -1; /* a fused send's action, released after its receive */
   L->nbuf = 0;
+  plan_fuse(e, L);
   for (int k = 0; k < L->n; k++) {
     const zs_pp_action_t *a = &e[k].a;
     int slot = a->mb * s->v + a->chunk, stg = zs__pp_stage(s, r, a->chunk);
@@ -284,12 +302,15 @@ static void plan_list(const zs_pp_schedule_t *s, int r, const entry_t *e, zs__pp
         if (stg > 0) plan_release(pool, act_in[slot], e[k].rel, k);
         if (stg < S - 1) plan_release(pool, grad_out[slot], e[k].rel, k);
         break;
-      case ZS_PP_SEND_ACT:
-        plan_release(pool, L->buf[k] = act_out[slot], e[k].rel, k);
+      default: /* ZS_PP_SEND_ACT, ZS_PP_SEND_GRAD */
+        L->buf[k] = a->op == ZS_PP_SEND_ACT ? act_out[slot] : grad_in[slot];
+        if (L->fuse[k]) held = k;
+        else plan_release(pool, L->buf[k], e[k].rel, k);
         break;
-      default: /* ZS_PP_SEND_GRAD */
-        plan_release(pool, L->buf[k] = grad_in[slot], e[k].rel, k);
-        break;
+    }
+    if (held >= 0 && held < k) {
+      plan_release(pool, L->buf[held], e[held].rel, held);
+      held = -1;
     }
   }
 }
@@ -341,7 +362,8 @@ zs_status_t zs_pp_schedule_create(zs_pp_schedule_t **out, const zs_pp_schedule_c
     L->acts = malloc((size_t)L->n * sizeof *L->acts);
     L->buf = malloc((size_t)L->n * sizeof *L->buf);
     L->prev = malloc((size_t)L->n * sizeof *L->prev);
-    if (!L->acts || !L->buf || !L->prev) {
+    L->fuse = malloc((size_t)L->n);
+    if (!L->acts || !L->buf || !L->prev || !L->fuse) {
       st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for rank %d's list", fn, r);
       goto fail;
     }
@@ -366,6 +388,7 @@ void zs_pp_schedule_destroy(zs_pp_schedule_t *s) {
     free(s->lists[r].acts);
     free(s->lists[r].buf);
     free(s->lists[r].prev);
+    free(s->lists[r].fuse);
   }
   free(s->lists);
   free(s);

@@ -64,8 +64,10 @@ for kind in ("1f1b", "gpipe"):
             n = sum(1 for e in comp if e["name"].split()[0] == op)
             check(n == stats["schedule"][op] == m, f"{kind} rank {r}: {n} '{op}' events, schedule {m}")
         comm = [e for e in evs if e["cat"] == "comm"]
+        # a fused pair is one sendrecv event named "send_act 2.0 + recv_grad 1.0"
+        parts = [part.split()[0] for e in comm for part in e["name"].split(" + ")]
         for op in ("send_act", "recv_act", "send_grad", "recv_grad"):
-            n = sum(1 for e in comm if e["name"].split()[0] == op)
+            n = parts.count(op)
             check(n == stats["schedule"][op], f"{kind} rank {r}: {n} {op} events, schedule {stats['schedule'][op]}")
         for kname, (calls, sent, recv) in stats["comm"].items():
             ks = [e for e in comm if e["args"]["kind"] == kname]
