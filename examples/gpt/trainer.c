@@ -1,16 +1,11 @@
 /* trainer.c: the GPT trained through the zeroshard engine (trainer.h): setup
  * (the engine, the parameter table, buffers), the steps, the results. The
- * schedule of one round, and why it is shaped as it is, is in trainer_round.c. */
+ * schedule of one round, and why it is shaped as it is, is in trainer_round.c;
+ * the result's JSON and what the other trainers share, in trainer_common.c. */
 #include "trainer.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "init_from.h"
 #include "trainer_impl.h"
@@ -38,17 +33,11 @@ static int init_cb(void *user, int param, int64_t offset, int64_t count, float *
   return 0;
 }
 
-static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
-  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
-           zs_status_name(st));
-  return st;
-}
-
 static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
   zs_status_t st;
   if (t->pp > 1) { /* this rank's stages only */
     char err[256];
-    if ((st = trainer_pp_declare(t, err, sizeof err)) != ZS_OK) return fail(res, st, "--pp", err);
+    if ((st = trainer_pp_declare(t, err, sizeof err)) != ZS_OK) return trainer_fail(res, st, "--pp", err);
     return ZS_OK;
   }
   t->neng = t->np, t->head_pid = -1;
@@ -56,7 +45,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
     char name[GPT_NAME_MAX];
     int uid;
     gpt_unit_name(&t->mc, u, name, sizeof name);
-    if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) return fail(res, st, "zs_unit_add", zs_engine_last_error(t->zs));
+    if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) return trainer_fail(res, st, "zs_unit_add", zs_engine_last_error(t->zs));
     int64_t off = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
       const gpt_param_info_t *p = &t->info[i];
@@ -69,7 +58,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
 #endif
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
-      if (st != ZS_OK) return fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
+      if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
       t->uoff[i] = off;
       off += p->numel;
@@ -119,12 +108,12 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   char msg[256];
   if (cublasCreate(&t->blas) != CUBLAS_STATUS_SUCCESS) {
     t->blas = NULL;
-    return fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
+    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
   }
   /* the engine's compute stream (legacy default); plain fp32 sgemm (no TF32) */
   if (cublasSetStream(t->blas, 0) != CUBLAS_STATUS_SUCCESS ||
       cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
-    return fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
+    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
   int rc = 0;
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
@@ -138,7 +127,7 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, (size_t)t->micro * T * sizeof(int));
   if (rc) {
     snprintf(msg, sizeof msg, "out of memory for activations and pinned token buffers (%s)", opc_strerror(rc));
-    return fail(res, ZS_ERR_NOMEM, "setup", msg);
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
   }
   if (t->v_count > 0) {
     const size_t nv = (size_t)t->v_count * T;
@@ -152,12 +141,12 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
     t->vtg = malloc(nv * sizeof(int));
     if (rc || !t->vin || !t->vtg) {
       snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
-      return fail(res, ZS_ERR_NOMEM, "setup", msg);
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
     }
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
     rc = (int)cudaMemcpy(t->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
     if (!rc) rc = (int)cudaMemcpy(t->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (rc) return fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
+    if (rc) return trainer_fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
   }
   return ZS_OK;
 }
@@ -173,35 +162,35 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   t->dp = t->world, t->dp_rank = t->rank;
   t->rounds = o->accum;
   if (o->sequence_parallel && t->tp < 2)
-    return fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
+    return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", "it splits the tokens over a tensor-parallel group: add --tp 2 or more");
   const char *flag = t->pp > 1 ? "--pp" : "--tp";
   if (t->pp == 1 && (o->microbatches || o->virtual_stages > 1))
-    return fail(res, ZS_ERR_INVALID, o->microbatches ? "--microbatches" : "--virtual",
+    return trainer_fail(res, ZS_ERR_INVALID, o->microbatches ? "--microbatches" : "--virtual",
                 "it cuts a pipeline's micro-batches: add --pp 2 or more (without a pipeline use --accum)");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
 #ifndef ZS_GPT_TP
-  return fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
+  return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
 #else
   if (t->cuda)
-    return fail(res, ZS_ERR_UNSUPPORTED, flag,
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag,
                 "the trainer's CUDA model path has no tensor- or pipeline-parallel split yet; run it on the cpu device");
   if (t->world % (t->tp * t->pp)) {
     snprintf(msg, sizeof msg, "--tp %d x --pp %d does not divide the %d ranks", t->tp, t->pp, t->world);
-    return fail(res, ZS_ERR_INVALID, flag, msg);
+    return trainer_fail(res, ZS_ERR_INVALID, flag, msg);
   }
   t->split = 1;
   t->tp_rank = t->rank % t->tp;
   if (gpt_tp_plan(&t->tpm, &t->mc, t->tp, t->tp_rank, o->sequence_parallel, msg, sizeof msg))
-    return fail(res, ZS_ERR_INVALID, "--tp", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "--tp", msg);
   t->dp = t->world / (t->tp * t->pp), t->dp_rank = t->rank / t->tp % t->dp;
   if (o->shard_group && (o->shard_group > t->dp || t->dp % o->shard_group)) {
     snprintf(msg, sizeof msg, "--shard-group %d must divide the %d data-parallel ranks (ranks / (--tp x --pp))",
              o->shard_group, t->dp);
-    return fail(res, ZS_ERR_INVALID, "--shard-group", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "--shard-group", msg);
   }
   if (t->pp > 1) {
     zs_status_t st = trainer_pp_check(t, msg, sizeof msg);
-    if (st != ZS_OK) return fail(res, st, "--pp", msg);
+    if (st != ZS_OK) return trainer_fail(res, st, "--pp", msg);
     t->rounds = o->microbatches > 0 ? o->microbatches : t->pp;
   }
   return ZS_OK;
@@ -214,7 +203,7 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
 static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t *dev, gpt_result_t *res) {
 #ifndef ZS_GPT_TP
   (void)cfg0, (void)dev;
-  return fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
+  return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
 #else
   const gpt_opts_t *o = t->o;
   zs_config_t cfg = *cfg0;
@@ -224,20 +213,20 @@ static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t 
   const char *hnames[] = {"pp", "dp_replicate", "dp_shard", "tp"}, *fnames[] = {"pp", "dp", "tp"};
   const int hsizes[] = {t->pp, sg ? t->dp / sg : 1, sg, t->tp}, fsizes[] = {t->pp, t->dp, t->tp};
   if ((st = sg ? zs_mesh_create(&t->mesh, t->comm, 4, hnames, hsizes) : zs_mesh_create(&t->mesh, t->comm, 3, fnames, fsizes)) != ZS_OK)
-    return fail(res, st, "zs_mesh_create", zs_last_error());
+    return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
   cfg.shard_group = 0; /* the mesh's dp_shard says it */
   if ((st = zs_engine_create_mesh(&t->zs, &cfg, dev, t->mesh)) != ZS_OK)
-    return fail(res, st, "zs_engine_create_mesh", zs_last_error());
+    return trainer_fail(res, st, "zs_engine_create_mesh", zs_last_error());
   zs_comm_t *tpc;
-  if ((st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK) return fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
-  if ((st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return fail(res, st, "zs_tp_create", zs_last_error());
+  if ((st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK) return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+  if ((st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return trainer_fail(res, st, "zs_tp_create", zs_last_error());
   if (gpt_tp_init(&t->tpm, &t->mc, t->tph, o->sequence_parallel, err, sizeof err) ||
       gpt_tp_init(&t->tpv, &t->mc, t->tph, 0, err, sizeof err))
-    return fail(res, ZS_ERR_INVALID, "--tp", err);
+    return trainer_fail(res, ZS_ERR_INVALID, "--tp", err);
   if (t->tpm.sp && ((int64_t)t->micro * o->seq) % t->tp) {
     snprintf(err, sizeof err, "--sequence-parallel splits the %lld tokens of a micro-batch over --tp %d: they must divide",
              (long long)t->micro * o->seq, t->tp);
-    return fail(res, ZS_ERR_INVALID, "--sequence-parallel", err);
+    return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", err);
   }
   return ZS_OK;
 #endif
@@ -255,11 +244,11 @@ static zs_status_t set_schedule(trainer_t *t, gpt_result_t *res) {
     char msg[160];
     snprintf(msg, sizeof msg, "--warmup %lld needs a longer schedule than %lld steps: lower --warmup or raise "
              "--lr-steps", (long long)warmup, (long long)total);
-    return fail(res, ZS_ERR_INVALID, "options", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "options", msg);
   }
   zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
   zs_status_t st = zs_engine_set_schedule(t->zs, &s);
-  if (st != ZS_OK) return fail(res, st, "zs_engine_set_schedule", zs_engine_last_error(t->zs));
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_engine_set_schedule", zs_engine_last_error(t->zs));
   return ZS_OK;
 }
 
@@ -279,30 +268,28 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->bf16 = o->dtype == ZS_BF16;
   t->cuda = zs_device_kind(dev) == ZS_DEVICE_CUDA;
   if (o->device_cuda && !t->cuda)
-    return fail(res, ZS_ERR_INVALID, "device", "--device cuda needs a cuda device and comm (this one is cpu)");
+    return trainer_fail(res, ZS_ERR_INVALID, "device", "--device cuda needs a cuda device and comm (this one is cpu)");
 #ifndef ZS_GPT_CUDA
   if (t->cuda)
-    return fail(res, ZS_ERR_UNSUPPORTED, "device",
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "device",
                 "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
 #endif
-  if (gpt_config_check(&t->mc, err, sizeof err)) return fail(res, ZS_ERR_INVALID, "model", err);
+  if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
   if (o->batch % t->dp)
-    return fail(res, ZS_ERR_INVALID, "batch",
+    return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
                            "batch/dp sequences)"
                          : "--batch must be a multiple of the number of ranks (each rank takes batch/ranks sequences)");
   t->per_rank = o->batch / t->dp;
   if (t->per_rank % t->rounds)
-    return fail(res, ZS_ERR_INVALID, "batch",
+    return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->pp > 1 ? "--batch / data-parallel ranks must be a multiple of --microbatches"
                           : "--batch / ranks must be a multiple of --accum");
   t->micro = t->per_rank / t->rounds;
 
   /* data */
-  int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
-                   : gpt_data_load_licenses(&t->data, NULL, err, sizeof err);
-  if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
+  TRY(trainer_data_load(&t->data, o, res));
   t->v_total = o->val_seqs < gpt_data_val_windows(&t->data, o->seq) ? o->val_seqs
                                                                      : gpt_data_val_windows(&t->data, o->seq);
   t->v_first = (int)((int64_t)t->v_total * t->dp_rank / t->dp);
@@ -317,8 +304,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (st != ZS_OK) {
     if (res->err[0]) return st;
     if (st == ZS_ERR_UNSUPPORTED && o->offload)
-      return fail(res, st, "the engine cannot run this configuration yet (offload)", zs_last_error());
-    return fail(res, st, "zs_engine_create", zs_last_error());
+      return trainer_fail(res, st, "the engine cannot run this configuration yet (offload)", zs_last_error());
+    return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   }
 
   /* the table, slots, scratch */
@@ -330,7 +317,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->gv = calloc((size_t)t->np, sizeof(float *));
   t->uoff = calloc((size_t)t->np, sizeof(int64_t));
   if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->uoff)
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   int64_t max_unit = 0;
   for (int u = 0; u < t->nunits; u++) {
     int64_t n = 0;
@@ -346,9 +333,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   }
   TRY(declare(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
-    return fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
+    return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
-    return fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
+    return trainer_fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
   if (o->init_from && !o->load && (st = gpt_init_from(t->zs, o->init_from, res->err, sizeof res->err)) != ZS_OK)
     return st; /* res->err says which tensor or option */
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
@@ -361,32 +348,32 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (t->bf16) {
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
     t->gscratch = malloc((size_t)max_unit * sizeof(float));
-    if (!t->pscratch || !t->gscratch) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
+    if (!t->pscratch || !t->gscratch) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
   }
   if (t->pp > 1) { /* the pipeline's runtime, activation pool and token buffers */
-    if ((st = trainer_pp_setup(t, err, sizeof err)) != ZS_OK) return fail(res, st, "--pp", err);
+    if ((st = trainer_pp_setup(t, err, sizeof err)) != ZS_OK) return trainer_fail(res, st, "--pp", err);
   } else {
     t->dwte_head = malloc((size_t)t->info[0].numel * sizeof(float)); /* wte as this rank holds it */
     t->tin = malloc((size_t)t->micro * T * sizeof(int));
     t->ttg = malloc((size_t)t->micro * T * sizeof(int));
     if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
-      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
 #ifdef ZS_GPT_TP
     if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
-      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
 #endif
   }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
 #ifdef ZS_GPT_TP
     if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
-      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
 #endif
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
     if (!t->vresid || !t->vin || !t->vtg || gpt_acts_alloc(&t->vacts, &t->mc, t->v_chunk, T, 0))
-      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
   }
   return ZS_OK;
@@ -423,31 +410,19 @@ static zs_status_t host_all_gather(trainer_t *t, const void *send, void *recv, s
 /* Why a round or a host all-gather failed: the CUDA message if there is one. */
 static const char *round_error(const trainer_t *t, const char *other) { return t->cuerr[0] ? t->cuerr : other; }
 
-/* Sums `k` doubles over ranks, in rank order (the same sum at every world size up
- * to double rounding). Raw bytes travel, so nothing is rounded to float. */
+static zs_status_t gather_cb(void *user, const void *send, void *recv, size_t count, zs_dtype_t dt) {
+  return host_all_gather(user, send, recv, count, dt);
+}
+
+/* Sums `k` doubles over ranks (trainer_sum_over_ranks); the ranks of a tp group
+ * hold the same numbers: the first counts. */
 static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum, int k) {
-  double *all = malloc(sizeof(double) * (size_t)k * t->world);
-  if (!all) return ZS_ERR_NOMEM;
-  zs_status_t st = host_all_gather(t, mine, all, sizeof(double) * (size_t)k, ZS_UINT8);
-  if (st == ZS_OK) /* the ranks of a tp group hold the same numbers: the first counts */
-    for (int j = 0; j < k; j++) {
-      sum[j] = 0;
-      for (int r = 0; r < t->world; r += t->tp) sum[j] += all[r * k + j];
-    }
-  free(all);
-  return st;
+  return trainer_sum_over_ranks(t->comm, t->tp, mine, sum, k, gather_cb, t);
 }
 
 static int val_due(const gpt_opts_t *o, int step) {
   if (o->val_seqs <= 0) return 0;
   return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
-}
-
-static void add_val(gpt_result_t *res, int step, double v) {
-  res->val_steps[res->nval] = step;
-  res->val_losses[res->nval] = v;
-  res->nval++;
-  res->val_loss = v;
 }
 
 /* The training steps; fills losses, grad norms, validation points, tokens/s. */
@@ -460,13 +435,13 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   zs_engine_comm_stats_reset(t->zs); /* the steps' engine traffic (gather_peaks reports it) */
   for (int step = 0; step < o->steps; step++) {
     const int val = val_due(o, step);
-    const double vt0 = t->val_time, t0 = now_s();
+    const double vt0 = t->val_time, t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
     char range[32];
     snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
     zs_trace_begin(range); /* zs-trace bubble measures each step alone */
     if (t->pp > 1 && (st = trainer_pp_step(t, t->step0 + step, val, &mine[0], &mine[1])) != ZS_OK)
-      return fail(res, st, "the pipeline's step", trainer_pp_last_error(t) ? trainer_pp_last_error(t)
+      return trainer_fail(res, st, "the pipeline's step", trainer_pp_last_error(t) ? trainer_pp_last_error(t)
                                                                              : zs_engine_last_error(t->zs));
     for (int m = 0; t->pp == 1 && m < o->accum; m++) {
       double loss = 0;
@@ -474,7 +449,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
                            T, t->tin, t->ttg);
       t->last_round = m == o->accum - 1;
       if ((st = trainer_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
-        return fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
+        return trainer_fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
       mine[0] += loss;
     }
     zs_step_report_t rep;
@@ -482,20 +457,20 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     st = zs_step(t->zs, &rep);
     zs_trace_end();
     zs_trace_end();
-    if (st != ZS_OK) return fail(res, st, "zs_step", zs_engine_last_error(t->zs));
-    const double dt = now_s() - t0 - (t->val_time - vt0);
+    if (st != ZS_OK) return trainer_fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+    const double dt = trainer_now_s() - t0 - (t->val_time - vt0);
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
-      return fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
+      return trainer_fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
     res->losses[step] = (float)(sum[0] / ((double)t->dp * t->rounds));
     res->grad_norms[step] = rep.grad_norm;
     res->lrs[step] = rep.lr;
     res->skipped += rep.skipped;
     res->steps = step + 1;
-    if (val) add_val(res, step, sum[1] / vtokens);
+    if (val) trainer_result_add_val(res, step, sum[1] / vtokens);
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps &&
         (st = zs_checkpoint_save(t->zs, o->save)) != ZS_OK)
-      return fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t->zs));
+      return trainer_fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t->zs));
     if (t->rank == 0 && !o->quiet) {
       zs_memory_stats_t ms;
       zs_memory_stats(t->zs, &ms);
@@ -520,12 +495,12 @@ static zs_status_t final_validation(trainer_t *t, gpt_result_t *res) {
   double mine[1] = {0}, sum[1], unused = 0;
   /* a delayed update lands first: validate the final parameters */
   zs_status_t st = zs_flush(t->zs);
-  if (st != ZS_OK) return fail(res, st, "zs_flush", zs_engine_last_error(t->zs));
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_flush", zs_engine_last_error(t->zs));
   st = t->pp > 1 ? trainer_pp_validate(t, &mine[0]) : trainer_round(t, 0, 1, &unused, &mine[0]);
-  if (st != ZS_OK) return fail(res, st, "validation", round_error(t, zs_engine_last_error(t->zs)));
+  if (st != ZS_OK) return trainer_fail(res, st, "validation", round_error(t, zs_engine_last_error(t->zs)));
   if ((st = sum_over_ranks(t, mine, sum, 1)) != ZS_OK)
-    return fail(res, st, "validation all-gather", round_error(t, zs_comm_last_error(t->comm)));
-  add_val(res, o->steps, sum[0] / ((double)t->v_total * o->seq));
+    return trainer_fail(res, st, "validation all-gather", round_error(t, zs_comm_last_error(t->comm)));
+  trainer_result_add_val(res, o->steps, sum[0] / ((double)t->v_total * o->seq));
   if (t->rank == 0 && !o->quiet)
     fprintf(stderr, "val loss %.6f after %d steps (%.6f at the start); %.0f training tokens/s\n", res->val_loss,
             o->steps, res->val_losses[0], res->tokens_per_s);
@@ -542,14 +517,14 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int64_t mine[5] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
                      (int64_t)(t->ag_bytes_per_step + 0.5)};
   int64_t *all = malloc(sizeof(int64_t) * 5 * (size_t)t->world);
-  if (!all) return fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
+  if (!all) return trainer_fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
   zs_status_t st = host_all_gather(t, mine, all, 5, ZS_INT64);
   for (int r = 0; st == ZS_OK && r < t->world; r++)
     res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[5 * r], .peak_host_bytes = all[5 * r + 1],
                                      .act_peak_bytes = all[5 * r + 2], .act_peak_microbatches = (int)all[5 * r + 3],
                                      .gather_bytes_per_step = all[5 * r + 4]};
   free(all);
-  if (st != ZS_OK) return fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
+  if (st != ZS_OK) return trainer_fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
   return ZS_OK;
 }
 
@@ -575,111 +550,31 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
   if (o->ps_servers > 0) return gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
   if (o->moe_experts > 0 || o->ep > 1) return gpt_train_moe(o, dev, comm, res); /* mixture of experts: two engines */
-  memset(res, 0, sizeof *res);
-  res->val_loss = NAN;
+  trainer_result_init(res);
   zs_status_t tst = o->trace ? zs_trace_start(o->trace) : ZS_OK; /* every rank: the same file name */
-  if (tst != ZS_OK) return fail(res, tst, "--trace", zs_last_error());
+  if (tst != ZS_OK) return trainer_fail(res, tst, "--trace", zs_last_error());
   trainer_t t;
   memset(&t, 0, sizeof t);
   zs_status_t st = trainer_init(&t, o, dev, comm, res);
   res->world = t.world;
   res->stage = o->stage;
   res->params = gpt_param_count(&t.mc);
-  res->losses = calloc((size_t)o->steps + 1, sizeof(float));
-  res->grad_norms = calloc((size_t)o->steps + 1, sizeof(float));
-  res->lrs = calloc((size_t)o->steps + 1, sizeof(float));
-  res->val_steps = calloc((size_t)o->steps + 2, sizeof(int));
-  res->val_losses = calloc((size_t)o->steps + 2, sizeof(double));
-  res->ranks = calloc((size_t)(t.world > 0 ? t.world : 1), sizeof *res->ranks);
-  if (st == ZS_OK && (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks))
-    st = fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (trainer_result_alloc(res, o->steps, o->steps + 2, t.world) != ZS_OK && st == ZS_OK)
+    st = trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (st == ZS_OK && t.rank == 0 && !o->quiet) print_header(&t, res);
   if (st == ZS_OK) st = run_steps(&t, res);
   if (st == ZS_OK && o->save && (st = zs_checkpoint_save(t.zs, o->save)) != ZS_OK)
-    st = fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
+    st = trainer_fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
   if (st == ZS_OK && o->export_path && t.split) /* whole tensors from the tp and pp parts */
     st = trainer_export_whole(&t, o->export_path, res->err, sizeof res->err);
   else if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
-    st = fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));
+    st = trainer_fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = final_validation(&t, res);
   if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params)) != ZS_OK)
-    st = fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
+    st = trainer_fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
   if (st == ZS_OK && o->trace && zs_trace_flush() != ZS_OK)
-    st = fail(res, ZS_ERR_IO, "--trace", zs_last_error());
+    st = trainer_fail(res, ZS_ERR_IO, "--trace", zs_last_error());
   trainer_free(&t);
   return st;
-}
-
-void gpt_result_free(gpt_result_t *res) {
-  free(res->losses), free(res->grad_norms), free(res->lrs), free(res->val_steps), free(res->val_losses), free(res->ranks);
-  free(res->final_params);
-  gpt_moe_info_free(&res->moe);
-  memset(res, 0, sizeof *res);
-}
-
-/* ============================================================================
- * output
- * ========================================================================== */
-
-static void json_num(FILE *f, double v) {
-  if (isfinite(v)) fprintf(f, "%.9g", v);
-  else fprintf(f, "null");
-}
-
-void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
-  fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
-  fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, \"delayed_update\": %s, ",
-          zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), o->accum, o->offload ? "true" : "false",
-          o->delayed_update ? "true" : "false");
-  fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,
-          o->channels, o->heads, o->vocab, o->seq);
-  fprintf(f, "\"batch\": %d, \"steps\": %d, \"seed\": %llu, \"lr\": %g,\n", o->batch, r->steps,
-          (unsigned long long)o->seed, (double)o->lr);
-  fprintf(f, " \"losses\": [");
-  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->losses[i]);
-  fprintf(f, "],\n \"grad_norms\": [");
-  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->grad_norms[i]);
-  fprintf(f, "],\n \"lrs\": [");
-  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->lrs[i]);
-  fprintf(f, "],\n \"val_loss\": ");
-  json_num(f, r->val_loss);
-  fprintf(f, ", \"val_history\": [");
-  for (int i = 0; i < r->nval; i++) {
-    fprintf(f, "%s{\"step\": %d, \"loss\": ", i ? ", " : "", r->val_steps[i]);
-    json_num(f, r->val_losses[i]);
-    fprintf(f, "}");
-  }
-  fprintf(f, "], \"skipped_steps\": %d, \"tokens_per_s\": ", r->skipped);
-  json_num(f, r->tokens_per_s);
-  fprintf(f, ",\n \"ranks\": [");
-  for (int i = 0; i < r->world; i++)
-    fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld, \"act_peak_bytes\": %lld, "
-            "\"act_peak_microbatches\": %d, \"gather_bytes_per_step\": %lld}", i ? ", " : "", r->ranks[i].rank,
-            (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes,
-            (long long)r->ranks[i].act_peak_bytes, r->ranks[i].act_peak_microbatches,
-            (long long)r->ranks[i].gather_bytes_per_step);
-  fprintf(f, "]");
-  gpt_moe_info_json(&r->moe, r->steps, f);
-  gpt_ps_info_json(&r->ps, f);
-  fprintf(f, "}\n");
-}
-
-int gpt_threads_auto(int ranks_here) {
-  const char *env = getenv("OMP_NUM_THREADS");
-  int n = 1;
-#ifdef _OPENMP
-  if (env && *env) {
-    n = omp_get_max_threads();
-  } else {
-    n = omp_get_num_procs() / (ranks_here > 0 ? ranks_here : 1);
-    if (n < 1) n = 1;
-    omp_set_num_threads(n);
-  }
-#else
-  (void)env;
-  (void)ranks_here;
-#endif
-  openblas_set_num_threads(n);
-  return n;
 }

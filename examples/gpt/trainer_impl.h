@@ -1,11 +1,10 @@
 /* trainer_impl.h: the GPT trainer's state, shared by trainer_round.c (one
- * round's schedule and each unit's compute, CPU or CUDA) and trainer.c (setup,
- * the steps, output). */
+ * round's schedule and each unit's compute, CPU or CUDA), trainer.c (setup,
+ * the steps), trainer_pp.c and trainer_whole.c. */
 #ifndef ZS_EXAMPLES_GPT_TRAINER_IMPL_H
 #define ZS_EXAMPLES_GPT_TRAINER_IMPL_H
 
 #include <stdint.h>
-#include <time.h>
 
 #include "data.h"
 #include "gpt.h"
@@ -13,6 +12,7 @@
 #include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
 #endif
 #include "trainer.h"
+#include "trainer_common.h" // defines: TRY, trainer_fail, trainer_now_s, trainer_sum_over_ranks
 #include "zeroshard/engine.h"
 #ifdef ZS_GPT_TP
 #include "gpt_tp.h"
@@ -90,17 +90,8 @@ typedef struct {
 #endif
 } trainer_t;
 
-static inline double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define TRY(expr)                       \
-  do {                                  \
-    zs_status_t st_ = (expr);           \
-    if (st_ != ZS_OK) return st_;       \
-  } while (0)
+/* the clock trainer_round.c and trainer_pp.c time validation with */
+static inline double now_s(void) { return trainer_now_s(); }
 
 #ifdef ZS_GPT_CUDA
 /* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */

@@ -38,12 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "data.h"
 #include "gpt_moe.h"
 #include "ops.h"
-#include "trainer.h"
+#include "trainer_common.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/mesh.h"
@@ -83,24 +82,6 @@ typedef struct {
   double aux_sum;
 } moet_t;
 
-static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
-  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
-           zs_status_name(st));
-  return st;
-}
-
-#define TRY(expr)                       \
-  do {                                  \
-    zs_status_t st_ = (expr);           \
-    if (st_ != ZS_OK) return st_;       \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ============================================================================
  * setup
  * ========================================================================== */
@@ -110,25 +91,25 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   char msg[256];
   if (o->moe_experts < 1)
-    return fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
+    return trainer_fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
   if (zs_device_kind(t->dev) != ZS_DEVICE_CPU || o->device_cuda)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
   if (o->tp > 1 || o->pp > 1 || o->ps_servers > 0)
-    return fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --tp, --pp or --ps-servers "
+    return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --tp, --pp or --ps-servers "
                 "yet: experts are split over --ep, the rest is data parallel");
   if (o->dtype != ZS_FP32 || o->reduce_dtype != ZS_FP32)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model trains in fp32 only: drop "
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model trains in fp32 only: drop "
                 "--dtype bf16 / --reduce-dtype bf16");
   if (o->export_path || o->init_from || o->shard_group)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "--export, --init-from and --shard-group are not implemented "
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "--export, --init-from and --shard-group are not implemented "
                 "for the two engines of a mixture-of-experts run yet");
   if (t->world % o->ep) {
     snprintf(msg, sizeof msg, "--ep %d does not divide the %d ranks (ep groups are %d neighbouring ranks)", o->ep,
              t->world, o->ep);
-    return fail(res, ZS_ERR_INVALID, "--ep", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "--ep", msg);
   }
   if (o->batch % t->world || (o->batch / t->world) % o->accum)
-    return fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks x --accum (each rank takes "
+    return trainer_fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks x --accum (each rank takes "
                 "batch/ranks sequences in --accum micro-batches)");
   return ZS_OK;
 }
@@ -174,42 +155,41 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
   const char *names[] = {"edp", "ep"};
   const int sizes[] = {t->edp, t->ep};
   if ((st = zs_mesh_create(&t->mesh, t->comm, 2, names, sizes)) != ZS_OK)
-    return fail(res, st, "zs_mesh_create", zs_last_error());
+    return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
   if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK || (st = zs_mesh_comm(t->mesh, "edp", &t->edp_comm)) != ZS_OK)
-    return fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+    return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
   char err[256];
   if (gpt_moe_plan(&t->mm, &(gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels,
                                            .heads = o->heads, .layers = o->layers},
                    o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
-    return fail(res, ZS_ERR_INVALID, "model", err);
+    return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   zs_config_t cfg;
   gpt_opts_engine_config(o, &cfg); /* fp32, no shard group (check_opts) */
   if ((st = zs_engine_create(&t->dz, &cfg, t->dev, t->comm)) != ZS_OK ||
       (st = zs_engine_create(&t->xz, &cfg, t->dev, t->edp_comm)) != ZS_OK)
-    return fail(res, st, "zs_engine_create", zs_last_error());
+    return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK)
-    return fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
+    return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
   /* the routers: one handle per layer over the ep group */
   zs_moe_config_t mc = ZS_MOE_CONFIG_INIT;
   mc.num_experts = o->moe_experts, mc.top_k = o->moe_topk, mc.hidden = o->channels;
   mc.max_tokens = t->micro * o->seq, mc.capacity_factor = o->capacity_factor, mc.normalize = 1;
   for (int l = 0; l < t->L; l++)
     if ((st = zs_moe_create(&t->moe[l], &mc, t->dev, t->ep_comm)) != ZS_OK)
-      return fail(res, st, "zs_moe_create", zs_last_error());
+      return trainer_fail(res, st, "zs_moe_create", zs_last_error());
   return ZS_OK;
 }
 
 static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   zs_status_t st;
-  char err[256];
   t->L = o->layers;
   t->ep = o->ep;
   TRY(check_opts(t, res));
   t->edp = t->world / t->ep;
   t->per_rank = o->batch / t->world;
   t->micro = t->per_rank / o->accum;
-  if (o->layers > GPT_MAX_LAYERS) return fail(res, ZS_ERR_INVALID, "model", "too many layers");
+  if (o->layers > GPT_MAX_LAYERS) return trainer_fail(res, ZS_ERR_INVALID, "model", "too many layers");
   TRY(engines(t, res));
   t->nd = gpt_moe_dense_count(&t->mm);
   t->nx = gpt_moe_expert_count(&t->mm);
@@ -222,7 +202,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   t->ptrs = calloc((size_t)8 * t->L * El, sizeof(float *));
   t->routed = calloc((size_t)2 * t->L * o->moe_experts + 2 * (size_t)o->moe_experts, sizeof(int64_t));
   if (!t->dinfo || !t->xinfo || !t->dp || !t->dg || !t->xp || !t->xg || !t->bw || !t->bg || !t->ptrs || !t->routed)
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   t->kept = t->routed + (size_t)t->L * o->moe_experts;
   t->tmp_r = t->kept + (size_t)t->L * o->moe_experts;
   t->tmp_k = t->tmp_r + o->moe_experts;
@@ -235,19 +215,19 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   }
   if ((st = declare(t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
       (st = declare(t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK)
-    return fail(res, st, "declaring the parameters", zs_last_error());
+    return trainer_fail(res, st, "declaring the parameters", zs_last_error());
   if ((st = zs_engine_setup(t->dz, dense_init, t)) != ZS_OK)
-    return fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
+    return trainer_fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
   if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
-    return fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
+    return trainer_fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
   if (o->load) { /* dir/dense, dir/experts (whose mp<q> parts zs_checkpoint_load finds) */
     char path[4096];
     snprintf(path, sizeof path, "%s/dense", o->load);
     if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
-      return fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
+      return trainer_fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
     snprintf(path, sizeof path, "%s/experts", o->load);
     if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
-      return fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
+      return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
   }
   t->step0 = zs_engine_step(t->dz);
   if (o->lr_schedule != ZS_SCHED_CONSTANT) {
@@ -255,19 +235,17 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     if (total > warmup) {
       zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
       if ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK)
-        return fail(res, st, "zs_engine_set_schedule", zs_last_error());
+        return trainer_fail(res, st, "zs_engine_set_schedule", zs_last_error());
     }
   }
   /* data and buffers */
-  int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
-                   : gpt_data_load_licenses(&t->data, NULL, err, sizeof err);
-  if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
+  TRY(trainer_data_load(&t->data, o, res));
   t->dwte_head = malloc((size_t)o->vocab * o->channels * sizeof(float));
   t->tin = malloc((size_t)t->micro * o->seq * sizeof(int));
   t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
       gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq))
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   const int windows = gpt_data_val_windows(&t->data, o->seq);
   t->v_total = o->val_seqs < windows ? o->val_seqs : windows;
   t->v_first = (int)((int64_t)t->v_total * t->rank / t->world);
@@ -277,7 +255,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
     t->vin = malloc((size_t)t->v_count * o->seq * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * o->seq * sizeof(int));
-    if (!t->vresid || !t->vin || !t->vtg) return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+    if (!t->vresid || !t->vin || !t->vtg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, o->seq, t->vin, t->vtg);
   }
   return ZS_OK;
@@ -406,7 +384,7 @@ static zs_status_t round_train(moet_t *t, double *loss) {
 static zs_status_t validate_pass(moet_t *t, double *vsum) {
   const int T = t->o->seq, C = t->o->channels, L = t->L;
   gpt_acts_t *a = &t->acts;
-  const double t0 = now_s();
+  const double t0 = trainer_now_s();
   *vsum = 0;
   TRY(zs_forward_begin(t->dz));
   TRY(zs_forward_begin(t->xz));
@@ -429,26 +407,13 @@ static zs_status_t validate_pass(moet_t *t, double *vsum) {
   }
   TRY(zs_forward_end(t->dz));
   TRY(zs_forward_end(t->xz));
-  t->val_time += now_s() - t0;
+  t->val_time += trainer_now_s() - t0;
   return ZS_OK;
 }
 
 /* ============================================================================
  * the run
  * ========================================================================== */
-
-/* Sums k doubles over the ranks, in rank order. */
-static zs_status_t sum_over_ranks(moet_t *t, const double *mine, double *sum, int k) {
-  double *all = malloc(sizeof(double) * (size_t)k * t->world);
-  if (!all) return ZS_ERR_NOMEM;
-  zs_status_t st = zs_comm_all_gather(t->comm, mine, all, sizeof(double) * (size_t)k, ZS_UINT8, NULL);
-  for (int j = 0; st == ZS_OK && j < k; j++) {
-    sum[j] = 0;
-    for (int r = 0; r < t->world; r++) sum[j] += all[r * k + j];
-  }
-  free(all);
-  return st;
-}
 
 /* A checkpoint of both engines: dir/dense, and dir/experts (one mp<q> part per
  * ep rank when ep > 1: zs_checkpoint_save's model-parallel layout, so that a
@@ -458,13 +423,13 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
   int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
   zs_status_t st = zs_comm_all_reduce(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX, NULL);
   if (st == ZS_OK && bad) st = ZS_ERR_IO;
-  if (st != ZS_OK) return fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
+  if (st != ZS_OK) return trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
   snprintf(path, sizeof path, "%s/dense", dir);
   if ((st = zs_checkpoint_save(t->dz, path)) != ZS_OK)
-    return fail(res, st, "zs_checkpoint_save (dense)", zs_engine_last_error(t->dz));
+    return trainer_fail(res, st, "zs_checkpoint_save (dense)", zs_engine_last_error(t->dz));
   snprintf(path, sizeof path, "%s/experts", dir);
   if ((st = zs_checkpoint_save(t->xz, path)) != ZS_OK)
-    return fail(res, st, "zs_checkpoint_save (experts)", zs_engine_last_error(t->xz));
+    return trainer_fail(res, st, "zs_checkpoint_save (experts)", zs_engine_last_error(t->xz));
   return ZS_OK;
 }
 
@@ -474,12 +439,11 @@ static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
   zs_status_t st = validate_pass(t, &mine);
   if (st != ZS_OK) {
     const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
-    return fail(res, st, "validation", why);
+    return trainer_fail(res, st, "validation", why);
   }
-  if ((st = sum_over_ranks(t, &mine, &sum, 1)) != ZS_OK)
-    return fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
-  res->val_steps[res->nval] = step;
-  res->val_losses[res->nval++] = res->val_loss = sum / ((double)t->v_total * t->o->seq);
+  if ((st = trainer_sum_over_ranks(t->comm, 1, &mine, &sum, 1, NULL, NULL)) != ZS_OK)
+    return trainer_fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
+  trainer_result_add_val(res, step, sum / ((double)t->v_total * t->o->seq));
   return ZS_OK;
 }
 
@@ -493,7 +457,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   for (int step = 0; step < o->steps; step++) {
     const int val = t->v_total > 0 && (step == 0 || (o->val_every > 0 && step % o->val_every == 0));
     if (val) TRY(validate(t, res, step)); /* before the step's traffic is counted */
-    const double t0 = now_s();
+    const double t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
     t->route_sent = t->route_recv = 0;
     t->aux_sum = 0;
@@ -504,21 +468,21 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
                            T, t->tin, t->ttg);
       if ((st = round_train(t, &loss)) != ZS_OK) {
         const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
-        return fail(res, st, "forward/backward", why);
+        return trainer_fail(res, st, "forward/backward", why);
       }
       mine[0] += loss;
     }
     zs_step_report_t rep;
-    if ((st = zs_step_group(both, 2, &rep)) != ZS_OK) return fail(res, st, "zs_step_group", zs_last_error());
+    if ((st = zs_step_group(both, 2, &rep)) != ZS_OK) return trainer_fail(res, st, "zs_step_group", zs_last_error());
     zs_comm_stats_t cs;
     zs_comm_stats(t->ep_comm, &cs);
     mi->a2a_sent[step] = cs.bytes_sent[ZS_COLL_ALL_TO_ALL], mi->a2a_recv[step] = cs.bytes_recv[ZS_COLL_ALL_TO_ALL];
     mi->route_sent[step] = t->route_sent, mi->route_recv[step] = t->route_recv;
-    const double dt = now_s() - t0;
+    const double dt = trainer_now_s() - t0;
     train_time += dt;
     mine[1] = t->aux_sum;
-    if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
-      return fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
+    if ((st = trainer_sum_over_ranks(t->comm, 1, mine, sum, 2, NULL, NULL)) != ZS_OK)
+      return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
     res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
     mi->aux[step] = (float)(sum[1] / ((double)t->world * o->accum * t->L));
     res->grad_norms[step] = rep.grad_norm;
@@ -538,7 +502,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   }
   /* the final parameters: a delayed update lands first */
   if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
-    return fail(res, st, "zs_flush", zs_last_error());
+    return trainer_fail(res, st, "zs_flush", zs_last_error());
   if (o->save) TRY(save(t, res, o->save));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
   res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
@@ -568,7 +532,7 @@ static zs_status_t collect_params(moet_t *t, gpt_result_t *res) {
   free(mine), free(all);
   if (st != ZS_OK) {
     free(out);
-    return fail(res, st, "collecting the final parameters", zs_last_error());
+    return trainer_fail(res, st, "collecting the final parameters", zs_last_error());
   }
   res->final_params = out;
   return ZS_OK;
@@ -588,7 +552,7 @@ static zs_status_t finish(moet_t *t, gpt_result_t *res) {
   for (int r = 0; st == ZS_OK && r < t->world; r++)
     res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
   free(all);
-  if (st != ZS_OK) return fail(res, st, "the routing's totals", zs_last_error());
+  if (st != ZS_OK) return trainer_fail(res, st, "the routing's totals", zs_last_error());
   if (t->rank == 0 && !t->o->quiet) {
     for (int l = 0; l < t->L; l++) {
       fprintf(stderr, "layer %d tokens per expert (routed/kept):", l);
@@ -608,15 +572,10 @@ static zs_status_t result_alloc(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   gpt_moe_info_t *mi = &res->moe;
   const size_t S = (size_t)o->steps + 1, LE = (size_t)o->layers * (o->moe_experts > 0 ? o->moe_experts : 1);
-  res->losses = calloc(S, sizeof(float));
-  res->grad_norms = calloc(S, sizeof(float));
-  res->lrs = calloc(S, sizeof(float));
-  res->val_steps = calloc(S + 1, sizeof(int));
-  res->val_losses = calloc(S + 1, sizeof(double));
-  res->ranks = calloc((size_t)t->world, sizeof *res->ranks);
+  zs_status_t st = trainer_result_alloc(res, o->steps, o->steps + 2, t->world);
   mi->mem = calloc(2 * LE * sizeof(int64_t) + S * sizeof(float) + 4 * S * sizeof(uint64_t), 1);
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks || !mi->mem)
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (st != ZS_OK || !mi->mem)
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   mi->routed = mi->mem, mi->kept = mi->routed + LE;
   mi->a2a_sent = (uint64_t *)(mi->kept + LE), mi->a2a_recv = mi->a2a_sent + S;
   mi->route_sent = mi->a2a_recv + S, mi->route_recv = mi->route_sent + S;
@@ -629,8 +588,7 @@ static zs_status_t result_alloc(moet_t *t, gpt_result_t *res) {
 }
 
 zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
-  memset(res, 0, sizeof *res);
-  res->val_loss = NAN;
+  trainer_result_init(res);
   moet_t t;
   memset(&t, 0, sizeof t);
   t.o = o, t.dev = dev, t.comm = comm;
@@ -650,32 +608,4 @@ zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK) st = finish(&t, res);
   teardown(&t);
   return st;
-}
-
-/* ============================================================================
- * output
- * ========================================================================== */
-
-void gpt_moe_info_json(const gpt_moe_info_t *m, int steps, FILE *f) {
-  if (m->experts <= 0) return;
-  fprintf(f, ", \"moe\": {\"experts\": %d, \"topk\": %d, \"ep\": %d, \"capacity_factor\": %g, \"aux_weight\": %g,\n",
-          m->experts, m->topk, m->ep, (double)m->capacity_factor, (double)m->aux_weight);
-  fprintf(f, "  \"aux_losses\": [");
-  for (int i = 0; i < steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)m->aux[i]);
-  fprintf(f, "],\n  \"tokens_per_expert\": [");
-  for (int l = 0; l < m->layers; l++) {
-    fprintf(f, "%s{\"layer\": %d, \"routed\": [", l ? ", " : "", l);
-    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->routed[l * m->experts + e]);
-    fprintf(f, "], \"kept\": [");
-    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->kept[l * m->experts + e]);
-    fprintf(f, "]}");
-  }
-  fprintf(f, "],\n  \"rank0_a2a_bytes_per_step\": [");
-  for (int i = 0; i < steps; i++) fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)(m->a2a_sent[i] + m->a2a_recv[i]));
-  fprintf(f, "]}");
-}
-
-void gpt_moe_info_free(gpt_moe_info_t *m) {
-  free(m->mem);
-  memset(m, 0, sizeof *m);
 }

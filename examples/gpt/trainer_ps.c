@@ -16,14 +16,12 @@
  * async workers never wait for each other) gives rank 0 their mean. Validation
  * runs at the start and after the last step (every worker then holds the final
  * parameters), its windows split over the workers. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "data.h"
 #include "gpt.h"
-#include "trainer.h"
+#include "trainer_common.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/ps.h"
 
@@ -45,18 +43,6 @@ typedef struct {
   zs_schedule_t sched;
 } pst_t;
 
-static zs_status_t fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
-  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
-           zs_status_name(st));
-  return st;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double lr_at(void *user, int64_t step) {
   pst_t *t = user;
   return t->o->lr_schedule == ZS_SCHED_CONSTANT ? (double)t->o->lr : zs_schedule_lr(&t->sched, t->o->lr, step);
@@ -67,28 +53,28 @@ static zs_status_t check_opts(pst_t *t, gpt_result_t *res, zs_device_t *dev) {
   const gpt_opts_t *o = t->o;
   char msg[256];
   if (zs_device_kind(dev) != ZS_DEVICE_CPU || o->device_cuda)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--ps-servers", "the parameter server runs on the cpu device only");
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--ps-servers", "the parameter server runs on the cpu device only");
   if (o->tp > 1 || o->stage != 0 || o->offload || o->shard_group || o->dtype != ZS_FP32 || o->load || o->save ||
       o->export_path)
-    return fail(res, ZS_ERR_INVALID, "--ps-servers", "a parameter-server run replaces the engine: drop --tp, "
+    return trainer_fail(res, ZS_ERR_INVALID, "--ps-servers", "a parameter-server run replaces the engine: drop --tp, "
                 "--stage, --offload, --shard-group, --dtype bf16, --load/--save/--export");
   if (!o->ps_async && o->ps_staleness > 0) {
     snprintf(msg, sizeof msg, "--ps-staleness %d cannot be honoured with --ps-mode sync (every step waits for every "
              "worker: staleness 0); use --ps-mode async", o->ps_staleness);
-    return fail(res, ZS_ERR_INVALID, "--ps-staleness", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "--ps-staleness", msg);
   }
   if (o->ps_servers >= t->world) {
     snprintf(msg, sizeof msg, "--ps-servers %d leaves no worker among %d ranks: use at most %d", o->ps_servers,
              t->world, t->world - 1);
-    return fail(res, ZS_ERR_INVALID, "--ps-servers", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "--ps-servers", msg);
   }
   t->W = t->world - t->S;
   if (t->W > GPT_PS_MAX_RANKS)
-    return fail(res, ZS_ERR_UNSUPPORTED, "--ps-servers", "at most 64 workers are reported");
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--ps-servers", "at most 64 workers are reported");
   if (o->batch % t->W || (o->batch / t->W) % o->accum) {
     snprintf(msg, sizeof msg, "--batch %d must be a multiple of the %d workers, and batch / workers of --accum %d",
              o->batch, t->W, o->accum);
-    return fail(res, ZS_ERR_INVALID, "batch", msg);
+    return trainer_fail(res, ZS_ERR_INVALID, "batch", msg);
   }
   return ZS_OK;
 }
@@ -99,7 +85,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   t->mc = (gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
                          .layers = o->layers};
   t->rank = zs_comm_rank(comm), t->world = zs_comm_size(comm), t->S = o->ps_servers;
-  if (gpt_config_check(&t->mc, err, sizeof err)) return fail(res, ZS_ERR_INVALID, "model", err);
+  if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   zs_status_t st = check_opts(t, res, dev);
   if (st != ZS_OK) return st;
   t->w = t->rank >= t->S ? t->rank - t->S : -1;
@@ -108,7 +94,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   int64_t total = o->lr_steps > 0 ? o->lr_steps : o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
   t->sched = (zs_schedule_t){.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
   if (o->lr_schedule != ZS_SCHED_CONSTANT && total <= warmup)
-    return fail(res, ZS_ERR_INVALID, "options", "--warmup needs a longer schedule than --steps / --lr-steps");
+    return trainer_fail(res, ZS_ERR_INVALID, "options", "--warmup needs a longer schedule than --steps / --lr-steps");
 
   /* the initial model (every rank can make it), the no-decay runs, the handle */
   t->p = malloc((size_t)t->n * sizeof(float));
@@ -116,7 +102,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   t->pt = calloc((size_t)t->np, sizeof *t->pt), t->gt = calloc((size_t)t->np, sizeof *t->gt);
   if (!t->p || !nd || !t->pt || !t->gt) {
     free(nd);
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for the model");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for the model");
   }
   int nnd = 0;
   int64_t off = 0;
@@ -139,19 +125,17 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   c.grad_clip = o->clip, c.no_decay = nd, c.n_no_decay = nnd, c.lr_fn = lr_at, c.lr_user = t;
   st = zs_ps_create(&t->ps, &c, comm, t->p);
   free(nd);
-  if (st != ZS_OK) return fail(res, st, "zs_ps_create", zs_last_error());
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_ps_create", zs_last_error());
   if (t->w < 0) return ZS_OK; /* servers hold their shard in the handle */
 
   /* workers: data, gradients, activations, validation windows */
-  int rc = o->data ? gpt_data_load_file(&t->data, o->data, err, sizeof err)
-                   : gpt_data_load_licenses(&t->data, NULL, err, sizeof err);
-  if (rc || gpt_data_check(&t->data, o->seq, err, sizeof err)) return fail(res, ZS_ERR_IO, "data", err);
+  TRY(trainer_data_load(&t->data, o, res));
   const int T = o->seq, C = o->channels;
   t->g = malloc((size_t)t->n * sizeof(float));
   t->dwte_head = malloc((size_t)o->vocab * C * sizeof(float));
   t->tin = malloc((size_t)t->micro * T * sizeof(int)), t->ttg = malloc((size_t)t->micro * T * sizeof(int));
   if (!t->g || !t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
-    return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   for (int i = 0; i < t->np; i++) t->gt[i] = t->g + (t->pt[i] - t->p);
   gpt_weights_bind(&t->mc, t->pt, &t->wp);
   gpt_weights_bind(&t->mc, t->gt, &t->wg);
@@ -164,7 +148,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
     t->vx = malloc((size_t)t->v_chunk * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int)), t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
     if (!t->vx || !t->vin || !t->vtg || gpt_acts_alloc(&t->vacts, &t->mc, t->v_chunk, T, 0))
-      return fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
   }
   return ZS_OK;
@@ -227,7 +211,7 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
   const int T = o->seq;
   mine[K_VT] = t->v_total;
   mine[K_V0] = validate(t);
-  const double t0 = now_s();
+  const double t0 = trainer_now_s();
   for (int step = 0; step < o->steps; step++) {
     memset(t->g, 0, (size_t)t->n * sizeof(float));
     double loss = 0;
@@ -240,12 +224,12 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
       for (int64_t i = 0; i < t->n; i++) t->g[i] *= s;
     }
     zs_status_t st = zs_ps_push_pull(t->ps, t->g, t->p);
-    if (st != ZS_OK) return fail(res, st, "zs_ps_push_pull", zs_ps_last_error(t->ps));
+    if (st != ZS_OK) return trainer_fail(res, st, "zs_ps_push_pull", zs_ps_last_error(t->ps));
     mine[K_HEAD + step] = loss;
     if (t->w == 0 && !o->quiet && t->rank == t->S)
       fprintf(stderr, "worker 0 step %5d/%d | loss %.6f\n", step + 1, o->steps, loss / o->accum);
   }
-  mine[K_TIME] = now_s() - t0;
+  mine[K_TIME] = trainer_now_s() - t0;
   zs_ps_stats_t ps;
   zs_ps_stats(t->ps, &ps);
   mine[K_WAIT] = ps.wait_s;
@@ -254,8 +238,7 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
 }
 
 zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
-  memset(res, 0, sizeof *res);
-  res->val_loss = NAN;
+  trainer_result_init(res);
   pst_t t;
   memset(&t, 0, sizeof t);
   t.o = o;
@@ -264,40 +247,34 @@ zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
    * learns it here, before a server starts waiting for gradients */
   int32_t bad = st != ZS_OK;
   if (t.world > 0 && zs_comm_all_reduce(comm, &bad, &bad, 1, ZS_INT32, ZS_MAX, NULL) != ZS_OK) bad = 1;
-  if (bad && st == ZS_OK) st = fail(res, ZS_ERR_INVALID, "setup", "another rank's setup failed (its message says why)");
+  if (bad && st == ZS_OK) st = trainer_fail(res, ZS_ERR_INVALID, "setup", "another rank's setup failed (its message says why)");
   const int K = K_HEAD + o->steps;
   res->world = t.world;
   res->params = gpt_param_count(&t.mc);
-  res->losses = calloc((size_t)o->steps + 1, sizeof(float));
-  res->grad_norms = calloc((size_t)o->steps + 1, sizeof(float));
-  res->lrs = calloc((size_t)o->steps + 1, sizeof(float));
-  res->val_steps = calloc(2, sizeof(int));
-  res->val_losses = calloc(2, sizeof(double));
-  res->ranks = calloc((size_t)(t.world > 0 ? t.world : 1), sizeof *res->ranks);
+  const zs_status_t ast = trainer_result_alloc(res, o->steps, 2, t.world);
   double *mine = calloc((size_t)K, sizeof(double)), *all = calloc((size_t)K * (t.world > 0 ? t.world : 1), sizeof(double));
-  if (st == ZS_OK && (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses ||
-                      !res->ranks || !mine || !all))
-    st = fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (st == ZS_OK && (ast != ZS_OK || !mine || !all))
+    st = trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   zs_ps_stats_t ps = {0};
   double serve_s = 0;
   if (st == ZS_OK) {
     if (t.w >= 0) st = worker_run(&t, mine, res);
-    else if ((st = zs_ps_serve(t.ps)) != ZS_OK) st = fail(res, st, "zs_ps_serve", zs_ps_last_error(t.ps));
+    else if ((st = zs_ps_serve(t.ps)) != ZS_OK) st = trainer_fail(res, st, "zs_ps_serve", zs_ps_last_error(t.ps));
     zs_ps_stats(t.ps, &ps);
     serve_s = ps.serve_s;
   }
   /* one exchange at the end: losses, times, validation (raw doubles) */
   if (st == ZS_OK && (st = zs_comm_all_gather(comm, mine, all, sizeof(double) * (size_t)K, ZS_UINT8, NULL)) != ZS_OK)
-    st = fail(res, st, "results all-gather", zs_comm_last_error(comm));
+    st = trainer_fail(res, st, "results all-gather", zs_comm_last_error(comm));
   /* the servers' figures: staleness extremes over servers, server 0's histogram */
   int64_t figs[3] = {ps.staleness_max, ps.max_clock_gap, 0};
   if (st == ZS_OK && (st = zs_comm_all_reduce(comm, figs, figs, 3, ZS_INT64, ZS_MAX, NULL)) != ZS_OK)
-    st = fail(res, st, "results all-reduce", zs_comm_last_error(comm));
+    st = trainer_fail(res, st, "results all-reduce", zs_comm_last_error(comm));
   int64_t hist[GPT_PS_HIST + 2] = {0};
   if (t.rank == 0) memcpy(hist, ps.hist, sizeof ps.hist), hist[GPT_PS_HIST] = (int64_t)(ps.bytes_sent + ps.bytes_recv);
   if (t.rank == t.S) hist[GPT_PS_HIST + 1] = (int64_t)(ps.bytes_sent + ps.bytes_recv);
   if (st == ZS_OK && (st = zs_comm_all_reduce(comm, hist, hist, GPT_PS_HIST + 2, ZS_INT64, ZS_SUM, NULL)) != ZS_OK)
-    st = fail(res, st, "results all-reduce", zs_comm_last_error(comm));
+    st = trainer_fail(res, st, "results all-reduce", zs_comm_last_error(comm));
   if (st == ZS_OK) {
     const double denom = (double)t.W * o->accum, vtok = all[(size_t)t.S * K + K_VT] * o->seq;
     double v0 = 0, v1 = 0, tmax = 0;
@@ -337,33 +314,15 @@ zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
   }
   /* the final parameters, whole, on every rank: the first worker's (every worker pulled them) */
   if (st == ZS_OK && o->collect_params) {
-    if (!(res->final_params = malloc((size_t)res->params * sizeof(float)))) st = fail(res, ZS_ERR_NOMEM, "collect", "out of host memory");
+    if (!(res->final_params = malloc((size_t)res->params * sizeof(float)))) st = trainer_fail(res, ZS_ERR_NOMEM, "collect", "out of host memory");
     else {
       if (t.rank == t.S) memcpy(res->final_params, t.p, (size_t)res->params * sizeof(float));
       if ((st = zs_comm_broadcast(comm, res->final_params, res->final_params, (size_t)res->params, ZS_FP32, t.S,
                                   NULL)) != ZS_OK)
-        st = fail(res, st, "collect broadcast", zs_comm_last_error(comm));
+        st = trainer_fail(res, st, "collect broadcast", zs_comm_last_error(comm));
     }
   }
   free(mine), free(all);
   teardown(&t);
   return st;
-}
-
-void gpt_ps_info_json(const gpt_ps_info_t *p, FILE *f) {
-  if (!p->servers) return;
-  fprintf(f, ", \"ps\": {\"servers\": %d, \"workers\": %d, \"mode\": \"%s\", \"staleness_bound\": %d, ", p->servers,
-          p->workers, p->async ? "async" : "sync", p->staleness);
-  fprintf(f, "\"staleness_max\": %lld, \"max_clock_gap\": %d, \"server_bytes_per_step\": %llu, "
-          "\"worker_bytes_per_step\": %llu, \"staleness_hist\": [", (long long)p->staleness_max, p->max_clock_gap,
-          (unsigned long long)p->server_bytes_per_step, (unsigned long long)p->worker_bytes_per_step);
-  int last = 0;
-  for (int b = 0; b < GPT_PS_HIST; b++)
-    if (p->hist[b]) last = b;
-  for (int b = 0; b <= last; b++) fprintf(f, "%s%lld", b ? ", " : "", (long long)p->hist[b]);
-  fprintf(f, "], \"worker_steps_per_s\": [");
-  for (int w = 0; w < p->workers; w++) fprintf(f, "%s%.6g", w ? ", " : "", p->steps_per_s[w]);
-  fprintf(f, "], \"worker_wait_frac\": [");
-  for (int w = 0; w < p->workers; w++) fprintf(f, "%s%.4f", w ? ", " : "", p->wait_frac[w]);
-  fprintf(f, "]}");
 }

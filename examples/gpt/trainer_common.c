@@ -1,0 +1,201 @@
+/* trainer_common.c: what the GPT's three trainers share (trainer_common.h), and
+ * the result they all fill: its arrays, its --json document, its freeing; the
+ * threads a rank runs with (trainer.h). */
+#include "trainer_common.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ============================================================================
+ * helpers
+ * ========================================================================== */
+
+zs_status_t trainer_fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
+  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
+           zs_status_name(st));
+  return st;
+}
+
+double trainer_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+zs_status_t trainer_sum_over_ranks(zs_comm_t *comm, int stride, const double *mine, double *sum, int k,
+                                   trainer_gather_fn gather, void *user) {
+  const int world = zs_comm_size(comm);
+  double *all = malloc(sizeof(double) * (size_t)k * world);
+  if (!all) return ZS_ERR_NOMEM;
+  const size_t bytes = sizeof(double) * (size_t)k;
+  zs_status_t st = gather ? gather(user, mine, all, bytes, ZS_UINT8)
+                          : zs_comm_all_gather(comm, mine, all, bytes, ZS_UINT8, NULL);
+  for (int j = 0; st == ZS_OK && j < k; j++) {
+    sum[j] = 0;
+    for (int r = 0; r < world; r += stride) sum[j] += all[r * k + j];
+  }
+  free(all);
+  return st;
+}
+
+zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_t *res) {
+  char err[256];
+  int rc = o->data ? gpt_data_load_file(data, o->data, err, sizeof err)
+                   : gpt_data_load_licenses(data, NULL, err, sizeof err);
+  if (rc || gpt_data_check(data, o->seq, err, sizeof err)) return trainer_fail(res, ZS_ERR_IO, "data", err);
+  return ZS_OK;
+}
+
+/* ============================================================================
+ * the result
+ * ========================================================================== */
+
+void trainer_result_init(gpt_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->val_loss = NAN;
+}
+
+zs_status_t trainer_result_alloc(gpt_result_t *res, int steps, int nval, int world) {
+  res->losses = calloc((size_t)steps + 1, sizeof(float));
+  res->grad_norms = calloc((size_t)steps + 1, sizeof(float));
+  res->lrs = calloc((size_t)steps + 1, sizeof(float));
+  res->val_steps = calloc((size_t)nval, sizeof(int));
+  res->val_losses = calloc((size_t)nval, sizeof(double));
+  res->ranks = calloc((size_t)(world > 0 ? world : 1), sizeof *res->ranks);
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks)
+    return ZS_ERR_NOMEM;
+  return ZS_OK;
+}
+
+void trainer_result_add_val(gpt_result_t *res, int step, double loss) {
+  res->val_steps[res->nval] = step;
+  res->val_losses[res->nval] = loss;
+  res->nval++;
+  res->val_loss = loss;
+}
+
+void gpt_moe_info_free(gpt_moe_info_t *m) {
+  free(m->mem);
+  memset(m, 0, sizeof *m);
+}
+
+void gpt_result_free(gpt_result_t *res) {
+  free(res->losses), free(res->grad_norms), free(res->lrs), free(res->val_steps), free(res->val_losses), free(res->ranks);
+  free(res->final_params);
+  gpt_moe_info_free(&res->moe);
+  memset(res, 0, sizeof *res);
+}
+
+/* ============================================================================
+ * output
+ * ========================================================================== */
+
+static void json_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.9g", v);
+  else fprintf(f, "null");
+}
+
+void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
+  fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
+  fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, \"delayed_update\": %s, ",
+          zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), o->accum, o->offload ? "true" : "false",
+          o->delayed_update ? "true" : "false");
+  fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,
+          o->channels, o->heads, o->vocab, o->seq);
+  fprintf(f, "\"batch\": %d, \"steps\": %d, \"seed\": %llu, \"lr\": %g,\n", o->batch, r->steps,
+          (unsigned long long)o->seed, (double)o->lr);
+  fprintf(f, " \"losses\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->losses[i]);
+  fprintf(f, "],\n \"grad_norms\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->grad_norms[i]);
+  fprintf(f, "],\n \"lrs\": [");
+  for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->lrs[i]);
+  fprintf(f, "],\n \"val_loss\": ");
+  json_num(f, r->val_loss);
+  fprintf(f, ", \"val_history\": [");
+  for (int i = 0; i < r->nval; i++) {
+    fprintf(f, "%s{\"step\": %d, \"loss\": ", i ? ", " : "", r->val_steps[i]);
+    json_num(f, r->val_losses[i]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "], \"skipped_steps\": %d, \"tokens_per_s\": ", r->skipped);
+  json_num(f, r->tokens_per_s);
+  fprintf(f, ",\n \"ranks\": [");
+  for (int i = 0; i < r->world; i++)
+    fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld, \"act_peak_bytes\": %lld, "
+            "\"act_peak_microbatches\": %d, \"gather_bytes_per_step\": %lld}", i ? ", " : "", r->ranks[i].rank,
+            (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes,
+            (long long)r->ranks[i].act_peak_bytes, r->ranks[i].act_peak_microbatches,
+            (long long)r->ranks[i].gather_bytes_per_step);
+  fprintf(f, "]");
+  gpt_moe_info_json(&r->moe, r->steps, f);
+  gpt_ps_info_json(&r->ps, f);
+  fprintf(f, "}\n");
+}
+
+void gpt_moe_info_json(const gpt_moe_info_t *m, int steps, FILE *f) {
+  if (m->experts <= 0) return;
+  fprintf(f, ", \"moe\": {\"experts\": %d, \"topk\": %d, \"ep\": %d, \"capacity_factor\": %g, \"aux_weight\": %g,\n",
+          m->experts, m->topk, m->ep, (double)m->capacity_factor, (double)m->aux_weight);
+  fprintf(f, "  \"aux_losses\": [");
+  for (int i = 0; i < steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)m->aux[i]);
+  fprintf(f, "],\n  \"tokens_per_expert\": [");
+  for (int l = 0; l < m->layers; l++) {
+    fprintf(f, "%s{\"layer\": %d, \"routed\": [", l ? ", " : "", l);
+    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->routed[l * m->experts + e]);
+    fprintf(f, "], \"kept\": [");
+    for (int e = 0; e < m->experts; e++) fprintf(f, "%s%lld", e ? ", " : "", (long long)m->kept[l * m->experts + e]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "],\n  \"rank0_a2a_bytes_per_step\": [");
+  for (int i = 0; i < steps; i++) fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)(m->a2a_sent[i] + m->a2a_recv[i]));
+  fprintf(f, "]}");
+}
+
+void gpt_ps_info_json(const gpt_ps_info_t *p, FILE *f) {
+  if (!p->servers) return;
+  fprintf(f, ", \"ps\": {\"servers\": %d, \"workers\": %d, \"mode\": \"%s\", \"staleness_bound\": %d, ", p->servers,
+          p->workers, p->async ? "async" : "sync", p->staleness);
+  fprintf(f, "\"staleness_max\": %lld, \"max_clock_gap\": %d, \"server_bytes_per_step\": %llu, "
+          "\"worker_bytes_per_step\": %llu, \"staleness_hist\": [", (long long)p->staleness_max, p->max_clock_gap,
+          (unsigned long long)p->server_bytes_per_step, (unsigned long long)p->worker_bytes_per_step);
+  int last = 0;
+  for (int b = 0; b < GPT_PS_HIST; b++)
+    if (p->hist[b]) last = b;
+  for (int b = 0; b <= last; b++) fprintf(f, "%s%lld", b ? ", " : "", (long long)p->hist[b]);
+  fprintf(f, "], \"worker_steps_per_s\": [");
+  for (int w = 0; w < p->workers; w++) fprintf(f, "%s%.6g", w ? ", " : "", p->steps_per_s[w]);
+  fprintf(f, "], \"worker_wait_frac\": [");
+  for (int w = 0; w < p->workers; w++) fprintf(f, "%s%.4f", w ? ", " : "", p->wait_frac[w]);
+  fprintf(f, "]}");
+}
+
+/* ============================================================================
+ * threads
+ * ========================================================================== */
+
+int gpt_threads_auto(int ranks_here) {
+  const char *env = getenv("OMP_NUM_THREADS");
+  int n = 1;
+#ifdef _OPENMP
+  if (env && *env) {
+    n = omp_get_max_threads();
+  } else {
+    n = omp_get_num_procs() / (ranks_here > 0 ? ranks_here : 1);
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+  }
+#else
+  (void)env;
+  (void)ranks_here;
+#endif
+  openblas_set_num_threads(n);
+  return n;
+}

@@ -1,0 +1,55 @@
+/* trainer_common.h: what the GPT's three trainers share (trainer.c through the
+ * engine, trainer_moe.c over two engines, trainer_ps.c through a parameter
+ * server): the run's error message, the clock, sums over ranks, the data, the
+ * result's arrays. Defined in trainer_common.c, with gpt_result_free,
+ * gpt_result_json and gpt_threads_auto (trainer.h). */
+#ifndef ZS_EXAMPLES_GPT_TRAINER_COMMON_H
+#define ZS_EXAMPLES_GPT_TRAINER_COMMON_H
+
+#include <stddef.h>
+
+#include "data.h"
+#include "trainer.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/status.h"
+
+#define TRY(expr)                       \
+  do {                                  \
+    zs_status_t st_ = (expr);           \
+    if (st_ != ZS_OK) return st_;       \
+  } while (0)
+
+/* res->err = "what: detail (NAME)" (the status's own string without a detail);
+ * returns st, so that a failure reads `return trainer_fail(res, st, ...)`. */
+zs_status_t trainer_fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail);
+
+/* CLOCK_MONOTONIC in seconds. */
+double trainer_now_s(void);
+
+/* An all-gather of `count` elements of dt from host memory into host memory;
+ * trainer_sum_over_ranks calls it (zs_comm_all_gather on comm when NULL). */
+typedef zs_status_t (*trainer_gather_fn)(void *user, const void *send, void *recv, size_t count, zs_dtype_t dt);
+
+/* Sums `k` doubles over the ranks r = 0, stride, 2 stride, ... of comm, in rank
+ * order (the same sum at every world size up to double rounding; stride > 1
+ * where groups of ranks hold the same numbers, e.g. a tp group). Raw bytes
+ * travel, so nothing is rounded to float. Collective. */
+zs_status_t trainer_sum_over_ranks(zs_comm_t *comm, int stride, const double *mine, double *sum, int k,
+                                   trainer_gather_fn gather, void *user);
+
+/* --data FILE, or the built-in licenses text, checked for windows of o->seq;
+ * ZS_ERR_IO with res->err saying why. */
+zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_t *res);
+
+/* Clears res (val_loss NAN). */
+void trainer_result_init(gpt_result_t *res);
+/* res's arrays: losses, grad norms, lrs for `steps` + 1 steps, `nval` validation
+ * points, `world` ranks (at least 1). ZS_ERR_NOMEM (no message: the caller's
+ * own failure may be the one to report) if one could not be had; what was had
+ * stays for gpt_result_free. */
+zs_status_t trainer_result_alloc(gpt_result_t *res, int steps, int nval, int world);
+/* A validation point: the mean token loss after `step` updates (0 = the
+ * initial model), also the run's last (res->val_loss). */
+void trainer_result_add_val(gpt_result_t *res, int step, double loss);
+
+#endif
