@@ -425,6 +425,32 @@ static int val_due(const gpt_opts_t *o, int step) {
   return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
 }
 
+/* One training step (this run's `step`): every micro-batch's forward and
+ * backward (their losses summed into mine[0], with val the validation windows'
+ * into mine[1]), then zs_step. */
+static zs_status_t train_step(trainer_t *t, gpt_result_t *res, int step, int val, double mine[2],
+                              zs_step_report_t *rep) {
+  const gpt_opts_t *o = t->o;
+  zs_status_t st;
+  if (t->pp > 1 && (st = trainer_pp_step(t, t->step0 + step, val, &mine[0], &mine[1])) != ZS_OK)
+    return trainer_fail(res, st, "the pipeline's step", trainer_pp_last_error(t) ? trainer_pp_last_error(t)
+                                                                                 : zs_engine_last_error(t->zs));
+  for (int m = 0; t->pp == 1 && m < o->accum; m++) {
+    double loss = 0;
+    gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->dp_rank * t->per_rank + m * t->micro, t->micro,
+                         o->seq, t->tin, t->ttg);
+    t->last_round = m == o->accum - 1;
+    if ((st = trainer_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
+      return trainer_fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
+    mine[0] += loss;
+  }
+  zs_trace_begin("zs_step");
+  st = zs_step(t->zs, rep);
+  zs_trace_end();
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+  return ZS_OK;
+}
+
 /* The training steps; fills losses, grad norms, validation points, tokens/s. */
 static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
@@ -437,27 +463,13 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     const int val = val_due(o, step);
     const double vt0 = t->val_time, t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
+    zs_step_report_t rep;
     char range[32];
     snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
     zs_trace_begin(range); /* zs-trace bubble measures each step alone */
-    if (t->pp > 1 && (st = trainer_pp_step(t, t->step0 + step, val, &mine[0], &mine[1])) != ZS_OK)
-      return trainer_fail(res, st, "the pipeline's step", trainer_pp_last_error(t) ? trainer_pp_last_error(t)
-                                                                             : zs_engine_last_error(t->zs));
-    for (int m = 0; t->pp == 1 && m < o->accum; m++) {
-      double loss = 0;
-      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->dp_rank * t->per_rank + m * t->micro, t->micro,
-                           T, t->tin, t->ttg);
-      t->last_round = m == o->accum - 1;
-      if ((st = trainer_round(t, 1, val && m == 0, &loss, &mine[1])) != ZS_OK)
-        return trainer_fail(res, st, "forward/backward", round_error(t, zs_engine_last_error(t->zs)));
-      mine[0] += loss;
-    }
-    zs_step_report_t rep;
-    zs_trace_begin("zs_step");
-    st = zs_step(t->zs, &rep);
-    zs_trace_end();
-    zs_trace_end();
-    if (st != ZS_OK) return trainer_fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+    st = train_step(t, res, step, val, mine, &rep);
+    zs_trace_end(); /* a failed step's range too: left open, it would never be written */
+    if (st != ZS_OK) return st;
     const double dt = trainer_now_s() - t0 - (t->val_time - vt0);
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
