@@ -4,10 +4,9 @@
  * without a GPU or in a build without NCCL. */
 #include <stdlib.h>
 
+#include "gpu_start.h"
 #ifdef ZS_HAVE_NCCL
 #include "test_comm_checks.h"
-#include "zeroshard/mpi.h"
-#include "zeroshard/nccl.h"
 
 /* A comm from an ncclComm_t we made ourselves: the wrapper leaves it to us. */
 static void test_from(void) {
@@ -33,63 +32,37 @@ static void test_from(void) {
 
 static char nccl_skip_why[160];
 static void nccl_checks(void) { zs_test_skip(nccl_skip_why); }
-#else
-#include "harness.h"
 #endif
 
 int main(int argc, char **argv) {
-  const char *r = getenv("OMPI_COMM_WORLD_RANK");
-  zs_t_rank = r ? atoi(r) : 0;
 #ifndef ZS_HAVE_NCCL
+  gpu_rank_from_env();
   (void)argc, (void)argv, (void)zs_t_failed_checks;
   ZS_SKIP("build without NCCL");
 #else
-  int ndev = zs_device_cuda_count();
-  if (ndev == 0) ZS_SKIP("no CUDA device");
-  int provided = 0, rank = 0, size = 1;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  zs_t_rank = rank;
-  zs_device_t *dev = NULL;
-  int gpu = -1;
-  if (zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu) != ZS_OK || zs_device_create_cuda(&dev, gpu) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  E = (tc_env_t){.dev = dev, .rank = rank, .size = size, .approx_avg = 1};
-  if (size <= ndev) { /* NCCL wants one GPU per rank */
-    zs_comm_t *comm = NULL;
-    if (zs_comm_create_nccl_mpi(&comm, dev, MPI_COMM_WORLD) != ZS_OK) {
-      fprintf(stderr, "setup failed: %s\n", zs_last_error());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+  gpu_start_t g = gpu_start(&argc, &argv);
+  E = (tc_env_t){.dev = g.dev, .rank = g.rank, .size = g.size, .approx_avg = 1};
+  char why[120];
+  zs_comm_t *comm = gpu_comm_nccl(&g, why, sizeof why);
+  if (comm) {
     E.comm = comm;
     expect_true(!strcmp(zs_comm_backend(comm), "nccl"));
     tc_run_all();
     zs_test_run(test_from);
     zs_comm_destroy(comm);
   } else {
-    snprintf(nccl_skip_why, sizeof nccl_skip_why,
-             "NCCL needs one GPU per rank: %d ranks on %d GPU(s) (the mpi comm's checks below still run)", size, ndev);
+    snprintf(nccl_skip_why, sizeof nccl_skip_why, "%s (the mpi comm's checks below still run)", why);
     zs_test_run(nccl_checks);
   }
   /* the mpi comm on cuda devices: device buffers through pinned host staging
    * (ranks may share a GPU) */
-  zs_comm_t *mc = NULL;
-  if (zs_comm_create_mpi(&mc, dev, MPI_COMM_WORLD) != ZS_OK) {
-    fprintf(stderr, "setup of the mpi comm failed: %s\n", zs_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  zs_comm_t *mc = gpu_comm_mpi(&g);
   E.comm = mc;
   E.approx_avg = 0; /* MPI averages on the host, like the cpu path */
   int failed = zs_t_tests_failed;
   tc_run_all();
-  if (zs_t_tests_failed > failed) fprintf(stderr, "[rank %d] (the failures above are on the staged mpi comm)\n", rank);
-  int rc = zs_test_finish();
+  if (zs_t_tests_failed > failed) fprintf(stderr, "[rank %d] (the failures above are on the staged mpi comm)\n", g.rank);
   zs_comm_destroy(mc);
-  zs_device_destroy(dev);
-  MPI_Finalize();
-  return rc;
+  return gpu_finish(&g);
 #endif
 }

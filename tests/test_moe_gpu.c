@@ -10,14 +10,9 @@
  * host memory) in any case, so two ranks sharing one GPU still run them.
  * Skips (77) without a GPU. */
 #include <stdio.h>
-#include <stdlib.h>
 
-#include "harness.h"
+#include "gpu_start.h"
 #include "test_moe_ref.h"
-#include "zeroshard/mpi.h"
-#ifdef ZS_HAVE_NCCL
-#include "zeroshard/nccl.h"
-#endif
 
 /* fp32 kernels (expf, block reductions in another order) against float64: a
  * few ulps more than the cpu path's 2e-6; a wrong route or gate is off by O(1). */
@@ -42,13 +37,9 @@ static void test_layer(void) {
 
 static void test_layer_skipped(void) { zs_test_skip(g_skip_why); }
 
-/* test_layer on the comm that `created` says was made into g_comm (label: for
- * the failures); every rank aborts the run when it could not be made. */
-static void run_on(zs_status_t created, const char *label) {
-  if (created != ZS_OK) {
-    fprintf(stderr, "[rank %d] setup of the %s comm failed: %s\n", zs_t_rank, label, zs_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+/* test_layer on comm (label: for the failures), which it then destroys. */
+static void run_on(zs_comm_t *comm, const char *label) {
+  g_comm = comm;
   g_label = label;
   zs_test_run(test_layer);
   zs_comm_destroy(g_comm);
@@ -56,34 +47,17 @@ static void run_on(zs_status_t created, const char *label) {
 }
 
 int main(int argc, char **argv) {
-  const char *r = getenv("OMPI_COMM_WORLD_RANK");
-  zs_t_rank = r ? atoi(r) : 0;
-  int ndev = zs_device_cuda_count();
-  if (ndev == 0) ZS_SKIP("no CUDA device");
-  int provided = 0, rank = 0, size = 1;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  zs_t_rank = rank;
-  int gpu = -1;
-  if (zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu) != ZS_OK || zs_device_create_cuda(&g_dev, gpu) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  gpu_start_t g = gpu_start(&argc, &argv);
+  g_dev = g.dev;
+  char why[120];
+  zs_comm_t *nc = gpu_comm_nccl(&g, why, sizeof why);
+  if (nc) {
+    run_on(nc, "nccl");
+  } else { /* the mpi comm's run below still checks */
+    snprintf(g_skip_why, sizeof g_skip_why, "nccl comm: %s", why);
+    zs_test_run(test_layer_skipped);
   }
-#ifdef ZS_HAVE_NCCL
-  if (size <= ndev) /* NCCL wants one GPU per rank */
-    run_on(zs_comm_create_nccl_mpi(&g_comm, g_dev, MPI_COMM_WORLD), "nccl");
-  else
-    snprintf(g_skip_why, sizeof g_skip_why, "nccl comm: %d ranks on %d GPU(s), NCCL needs one GPU per rank", size,
-             ndev);
-#else
-  snprintf(g_skip_why, sizeof g_skip_why, "nccl comm: a build without NCCL");
-#endif
-  if (g_skip_why[0]) zs_test_run(test_layer_skipped); /* the mpi comm's run below still checks */
   /* the mpi comm on cuda devices: device buffers through pinned host staging */
-  run_on(zs_comm_create_mpi(&g_comm, g_dev, MPI_COMM_WORLD), "mpi (staged)");
-  int rc = zs_test_finish();
-  zs_device_destroy(g_dev);
-  MPI_Finalize();
-  return rc;
+  run_on(gpu_comm_mpi(&g), "mpi (staged)");
+  return gpu_finish(&g);
 }
