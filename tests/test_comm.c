@@ -4,9 +4,14 @@
  * zs_comm_abort, and the ring reduce_scatter / all_reduce. The checks run twice:
  * on a comm with the default ZS_MPI_RING_MIN_BYTES (the small sizes there take
  * MPI's own collectives) and on one made with it set to 0 (every reduce_scatter
- * and all_reduce takes the ring). Runs on 1-4 ranks (tests/comm.cmake). */
+ * and all_reduce takes the ring). Runs on 1-4 ranks (tests/comm.cmake). The
+ * first comm polls as ZS_MPI_POLL=auto decides (point-to-point ops nap on
+ * ranks bound to one core, as mpiexec binds them here), the ring comm with
+ * ZS_MPI_POLL=spin and the staged comm with nap, so every check runs under
+ * each poller. */
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include "common/common.h"
 #include "test_comm_checks.h"
@@ -46,6 +51,50 @@ static void test_create(void) {
   expect_status(zs_comm_create_mpi(&bad, E.dev, MPI_COMM_NULL), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "MPI_COMM_NULL");
   zs_log_set_level(lvl);
+}
+
+/* ZS_MPI_POLL: what each setting makes of a new comm, as its log says. */
+static char poll_log[4][256];
+static int poll_nlog;
+static void poll_cb(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)level, (void)file, (void)line, (void)user;
+  if (strstr(msg, "ZS_MPI_POLL") || strstr(msg, "progress thread"))
+    if (poll_nlog < 4) snprintf(poll_log[poll_nlog++], sizeof poll_log[0], "%s", msg);
+}
+
+static void test_poll_mode(void) {
+  cpu_set_t set;
+  expect_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  int mask = CPU_COUNT(&set), ws = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ws);
+  zs_log_level_t lvl = zs_log_get_level();
+  static const char *const vals[] = {"auto", "bogus"};
+  for (int i = 0; i < 2; i++) {
+    poll_nlog = 0;
+    setenv("ZS_MPI_POLL", vals[i], 1);
+    zs_log_set_callback(poll_cb, NULL);
+    zs_log_set_level(ZS_LOG_DEBUG);
+    zs_comm_t *c = NULL;
+    expect_ok(zs_comm_create_mpi_world(&c, E.dev));
+    zs_log_set_level(lvl);
+    zs_log_set_callback(NULL, NULL);
+    unsetenv("ZS_MPI_POLL");
+    int32_t v = 1, s = 0;
+    expect_ok(zs_comm_all_reduce(c, &v, &s, 1, ZS_INT32, ZS_SUM, NULL));
+    expect_int_eq(s, ws);
+    zs_comm_destroy(c);
+    int warned = 0, said = 0;
+    for (int k = 0; k < poll_nlog; k++) {
+      warned |= strstr(poll_log[k], "ZS_MPI_POLL='bogus' is not spin|nap|auto") != NULL;
+      /* a rank bound to one CPU has none to spare for the progress thread */
+      if (mask == 1) said |= strstr(poll_log[k], "1 CPU for this rank: the progress thread naps at the start") != NULL;
+      else said |= strstr(poll_log[k], "the progress thread") != NULL;
+    }
+    expect_int_eq(warned, i == 1);
+    expect_true(said);
+    if (!said) fprintf(stderr, "ZS_MPI_POLL=%s, %d CPUs in the mask: %d log lines, first '%s'\n", vals[i], mask,
+                       poll_nlog, poll_nlog ? poll_log[0] : "");
+  }
 }
 
 /* MPI counts are ints: a call past INT_MAX elements is refused before it is
@@ -373,6 +422,7 @@ int main(void) {
   zs_device_t *dev = NULL;
   zs_comm_t *comm = NULL, *ring = NULL;
   unsetenv("ZS_MPI_RING_MIN_BYTES"); /* the default threshold, whatever the caller's environment */
+  unsetenv("ZS_MPI_POLL");
   if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&comm, dev) != ZS_OK) {
     fprintf(stderr, "setup failed: %s\n", zs_last_error());
     return 1;
@@ -380,6 +430,7 @@ int main(void) {
   E = (tc_env_t){.comm = comm, .dev = dev, .rank = zs_comm_rank(comm), .size = zs_comm_size(comm)};
   zs_t_rank = E.rank;
   zs_test_run(test_create);
+  zs_test_run(test_poll_mode);
   tc_run_all();
   zs_test_run(test_int_count_limit);
   zs_test_run(test_abort);
@@ -387,8 +438,10 @@ int main(void) {
 
   /* every check again with every reduce_scatter and all_reduce on the ring */
   setenv("ZS_MPI_RING_MIN_BYTES", "0", 1);
+  setenv("ZS_MPI_POLL", "spin", 1);
   zs_status_t st = zs_comm_create_mpi_world(&ring, dev);
   unsetenv("ZS_MPI_RING_MIN_BYTES");
+  unsetenv("ZS_MPI_POLL");
   if (st != ZS_OK) {
     fprintf(stderr, "setup of the ring comm failed: %s\n", zs_last_error());
     return 1;
@@ -410,8 +463,10 @@ int main(void) {
   zs_memory_stats_t ms;
   zs_device_memory_stats(dev, &ms);
   setenv("ZS_MPI_STAGING", "1", 1);
+  setenv("ZS_MPI_POLL", "nap", 1);
   st = zs_comm_create_mpi_world(&staged, dev);
   unsetenv("ZS_MPI_STAGING");
+  unsetenv("ZS_MPI_POLL");
   if (st != ZS_OK) {
     fprintf(stderr, "setup of the staged comm failed: %s\n", zs_last_error());
     return 1;

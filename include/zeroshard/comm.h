@@ -58,6 +58,17 @@
  * is used on every rank, since the ranks must agree), and a split keeps its
  * parent's.
  *
+ * Polling (mpi backend): Open MPI moves a non-blocking op only while someone
+ * calls into it, so each comm's progress thread polls: back to back for about
+ * as long as the op should take, then in naps. Spinning costs a CPU, which a
+ * rank bound to one core takes from its own compute. ZS_MPI_POLL=spin|nap|auto
+ * (read when a comm is made; a split keeps its parent's; default auto): auto
+ * spins at the start of collectives (their caller usually waits for them; a
+ * nap per round costs them 2-4x of their bandwidth on shared memory) and of
+ * send / recv / sendrecv only where the rank has 2 CPUs or more (its affinity
+ * mask divided among the node's ranks sharing it); with 1 they nap from the
+ * start, since a pipeline's transfers overlap its computes.
+ *
  * Device buffers (mpi backend on a cuda device, e.g. ranks sharing a GPU where
  * NCCL wants one GPU per rank): each call copies what this rank sends to pinned
  * host memory on its stream, runs the collective on the host, and copies the

@@ -62,6 +62,9 @@ struct mpi_ctx {
   MPI_Comm mc;     /* our duplicate */
   int rank, size;
   uint64_t ring_min_bytes; /* ZS_MPI_RING_MIN_BYTES: ring collectives from this size up */
+  /* ZS_MPI_POLL: whether the progress thread polls back to back at the start of
+   * a collective and of a point-to-point op (see poller_t and mpi.c) */
+  int spin_coll, spin_p2p;
   MPI_Datatype half_type[2];          /* bf16, fp16: 2 contiguous bytes */
   MPI_Op half_op[2][NHALF_OPS];
 
@@ -111,15 +114,25 @@ zs_status_t zs__mpi_fail(mpi_ctx_t *ctx, int rc, const char *what);
  * 1 us, far slower than the rounds of a large collective. So: poll back to back
  * (yielding the core each time, as the machine may run more ranks than cores)
  * for `busy_s`, about as long as the op should take; then nap, polling in short
- * bursts, with naps growing from 1 us to 16 us while the op is young and up to
- * 1 ms once a peer is plainly late. The timeout counts from the op's start. */
+ * bursts, with naps growing from 1 us to 16 us while the op is young (10
+ * busy_s) and up to 1 ms once a peer is plainly late. The timeout counts from
+ * the op's start.
+ * Polling back to back only pays where the progress thread has a CPU of its
+ * own. Where it shares its rank's only CPU with the compute that overlaps the
+ * op (a pipeline's transfers, prefetched gathers) it takes half that CPU while
+ * it spins, and the compute as much of the op's: with spin 0 (ZS_MPI_POLL, see
+ * mpi.c) it naps from the start, and each short nap ends with a prompt wake-up. */
 typedef struct {
-  double t0, t, busy_s, limit;
+  double t0, t, busy_s, spin_s, limit;
   long pause;
   unsigned it;
 } poller_t;
 
-void zs__mpi_poller_init(poller_t *p, double busy_s);
+void zs__mpi_poller_init(poller_t *p, double busy_s, int spin);
+/* The spin argument of a wait for an op of this kind. */
+static inline int zs__mpi_spins(const mpi_ctx_t *ctx, zs_coll_kind_t kind) {
+  return kind == ZS_COLL_SEND || kind == ZS_COLL_RECV || kind == ZS_COLL_SENDRECV ? ctx->spin_p2p : ctx->spin_coll;
+}
 /* How many tests to make back to back before the next zs__mpi_poller_idle. */
 int zs__mpi_poller_burst(const poller_t *p);
 /* After a burst of tests that completed nothing: yields or naps and returns
@@ -130,10 +143,10 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what);
 void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch, size_t scratch_bytes);
 /* Polls req until it completes, the comm is aborted, or the timeout passes. On
  * timeout or abort the request is handed to the orphan list. */
-zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, void *scratch,
-                             size_t scratch_bytes);
+zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, int spin,
+                             void *scratch, size_t scratch_bytes);
 /* The same for nreq requests (MPI_Testall). */
-zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s,
+zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s, int spin,
                               void *scratch, size_t scratch_bytes);
 /* Host scratch counted as ZS_MEM_COMM in the device domain while an op runs. */
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes);

@@ -235,7 +235,7 @@ static zs_status_t ring_run(ring_t *R, const char *what, double busy_s) {
     active++;
   }
   poller_t p;
-  zs__mpi_poller_init(&p, busy_s);
+  zs__mpi_poller_init(&p, busy_s, ctx->spin_coll);
   while (active) {
     int moved = 0, burst = zs__mpi_poller_burst(&p);
     for (int b = 0; b < burst && !moved; b++) {

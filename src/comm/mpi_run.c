@@ -58,16 +58,17 @@ static void sleep_ns(long ns) {
   nanosleep(&ts, NULL);
 }
 
-void zs__mpi_poller_init(poller_t *p, double busy_s) {
+void zs__mpi_poller_init(poller_t *p, double busy_s, int spin) {
   p->limit = zs__settings()->comm_timeout_s;
   p->t0 = p->t = zs__now();
   p->busy_s = busy_s;
+  p->spin_s = spin ? busy_s : 0;
   p->pause = 1000;
   p->it = 0;
 }
 
 /* How many tests to make back to back before the next zs__mpi_poller_idle. */
-int zs__mpi_poller_burst(const poller_t *p) { return p->t - p->t0 < p->busy_s ? 1 : 8; }
+int zs__mpi_poller_burst(const poller_t *p) { return p->t - p->t0 < p->spin_s ? 1 : 8; }
 
 /* After a burst of tests that completed nothing: yields or naps and returns
  * ZS_OK, or returns the status that ends the wait (aborted, timed out). */
@@ -81,7 +82,7 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
                    "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
                    "a rank is stuck or the ranks issued different collectives",
                    ctx->rank, ctx->size, what, p->limit);
-  if (p->t - p->t0 < p->busy_s) {
+  if (p->t - p->t0 < p->spin_s) {
     sched_yield();
   } else {
     sleep_ns(p->pause);
@@ -107,10 +108,10 @@ void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *
 
 /* Polls the nreq requests until all complete, the comm is aborted, or the
  * timeout passes. On timeout or abort they are handed to the orphan list. */
-zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s,
+zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s, int spin,
                              void *scratch, size_t scratch_bytes) {
   poller_t p;
-  zs__mpi_poller_init(&p, busy_s);
+  zs__mpi_poller_init(&p, busy_s, spin);
   for (;;) {
     int flag = 0, burst = zs__mpi_poller_burst(&p);
     for (int b = 0; b < burst && !flag; b++) {
@@ -126,9 +127,9 @@ zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const 
   }
 }
 
-zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s,
+zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, int spin,
                             void *scratch, size_t scratch_bytes) {
-  return zs__mpi_wait_reqs(ctx, req, 1, what, busy_s, scratch, scratch_bytes);
+  return zs__mpi_wait_reqs(ctx, req, 1, what, busy_s, spin, scratch, scratch_bytes);
 }
 
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes) {
@@ -175,7 +176,7 @@ static zs_status_t run_all_to_all_v(mpi_ctx_t *ctx, const zs__coll_args_t *a, co
   MPI_Request req = MPI_REQUEST_NULL;
   int rc_ = MPI_Ialltoallv(a->send, sc, sd, t, a->recv, rc, rd, t, ctx->mc, &req);
   if (rc_ != MPI_SUCCESS) return zs__mpi_fail(ctx, rc_, "MPI_Ialltoallv");
-  return zs__mpi_wait_req(ctx, &req, "MPI_Ialltoallv", busy_estimate(ctx, a, a2av), NULL, 0);
+  return zs__mpi_wait_req(ctx, &req, "MPI_Ialltoallv", busy_estimate(ctx, a, a2av), ctx->spin_coll, NULL, 0);
 }
 
 /* sendrecv: the receive posted first, so that it is open however long the send
@@ -191,7 +192,8 @@ static zs_status_t run_sendrecv(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
     zs__mpi_orphan_add(ctx, req, 1, NULL, 0);
     return zs__mpi_fail(ctx, rc, "MPI_Isend (sendrecv)");
   }
-  return zs__mpi_wait_reqs(ctx, req, 2, "MPI_Isend/MPI_Irecv (sendrecv)", busy_estimate(ctx, a, NULL), NULL, 0);
+  return zs__mpi_wait_reqs(ctx, req, 2, "MPI_Isend/MPI_Irecv (sendrecv)", busy_estimate(ctx, a, NULL), ctx->spin_p2p,
+                           NULL, 0);
 }
 
 static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
@@ -281,7 +283,8 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int 
       break;
     default: return ZS_FAIL(ctx->comm->err, ZS_ERR_INTERNAL, "mpi comm: unknown op kind %d", a->kind);
   }
-  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, what, busy_estimate(ctx, a, NULL), scratch, part)
+  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, what, busy_estimate(ctx, a, NULL),
+                                                          zs__mpi_spins(ctx, a->kind), scratch, part)
                                      : zs__mpi_fail(ctx, rc, what);
   if (st != ZS_OK) {
     if (rc != MPI_SUCCESS) zs__mpi_scratch_free(ctx, scratch, part); /* never handed to MPI */
@@ -304,7 +307,7 @@ static zs_status_t run_split(mpi_ctx_t *ctx, mpi_op_t *op) {
   int mine[2] = {op->color, op->key};
   MPI_Request req;
   int rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, ctx->mc, &req);
-  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, "zs_comm_split (MPI_Iallgather)", 1e-3, NULL, 0)
+  zs_status_t st = rc == MPI_SUCCESS ? zs__mpi_wait_req(ctx, &req, "zs_comm_split (MPI_Iallgather)", 1e-3, ctx->spin_coll, NULL, 0)
                                      : zs__mpi_fail(ctx, rc, "zs_comm_split (MPI_Iallgather)");
   if (st != ZS_OK) return st; /* `all` may still be written by an orphaned request: leak it */
   free(all);

@@ -98,6 +98,17 @@ void zs__set_node_ranks(int local_rank, int local_size);
 zs_node_ranks_t zs__node_ranks(void);
 /* Forgets what zs__set_node_ranks set and re-reads the environment (tests only). */
 void zs__node_ranks_reset(void);
+/* The CPUs of one rank: mask_cpus (its affinity mask) divided among the ranks of
+ * this node that share that mask, at least 1. Ranks whose masks equal the
+ * launcher's (launcher_cpus <= mask_cpus: unbound) all share it; ranks bound to
+ * parts of the launcher's CPUs are taken to be spread evenly, ceil(ranks x mask /
+ * launcher) to a mask. *sharing (may be NULL): that count of ranks. */
+int zs__cpus_per_rank(int mask_cpus, int launcher_cpus, int ranks, int *sharing);
+/* The CPUs in the affinity mask of process pid (0: this one); 0 if unknown. */
+int zs__cpus_of(int pid);
+/* zs__cpus_per_rank for this process: its mask, its parent's (the launcher's
+ * daemon), and zs__node_ranks. */
+int zs__my_cpus(void);
 
 /* ---- fault injection (tests) ---------------------------------------------- */
 

@@ -1,12 +1,14 @@
 /* Settings from ZS_* environment variables (read once), ranks on this node,
  * fault injection, clock. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/common.h"
 
@@ -145,6 +147,34 @@ zs_node_ranks_t zs__node_ranks(void) {
   zs_node_ranks_t r = node_set.local_size > 0 ? node_set : node_env;
   pthread_mutex_unlock(&node_mu);
   return r;
+}
+
+int zs__cpus_per_rank(int mask_cpus, int launcher_cpus, int ranks, int *sharing) {
+  int cpus = mask_cpus > 0 ? mask_cpus : 1, share = ranks > 0 ? ranks : 1;
+  if (launcher_cpus > cpus) {
+    long long s = ((long long)share * cpus + launcher_cpus - 1) / launcher_cpus;
+    share = s < 1 ? 1 : s > share ? share : (int)s;
+  }
+  if (sharing) *sharing = share;
+  return cpus / share > 1 ? cpus / share : 1;
+}
+
+int zs__cpus_of(int pid) {
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity((pid_t)pid, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  (void)pid;
+  return 0;
+}
+
+int zs__my_cpus(void) {
+  int mask = zs__cpus_of(0);
+  if (mask <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    mask = c > 0 ? (int)c : 1;
+  }
+  return zs__cpus_per_rank(mask, zs__cpus_of((int)getppid()), zs__node_ranks().local_size, NULL);
 }
 
 void zs__node_ranks_reset(void) {

@@ -11,7 +11,6 @@
  * from fixed chunks (see zs__sumsq_cpu). */
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -276,13 +275,8 @@ int zs__optim_threads_decide(const zs_threads_in_t *in, char *why, size_t why_le
     int cpus = in->mask_cpus > 0 ? in->mask_cpus : 1;
     int ranks = in->node.local_size > 0 ? in->node.local_size : 1;
     const char *src = in->node.source ? in->node.source : "default";
-    int sharing = ranks; /* unbound: every rank of the node runs on these CPUs */
-    if (in->launcher_cpus > cpus) {
-      /* bound to part of the launcher's CPUs: the other ranks are on the rest */
-      long long s = ((long long)ranks * cpus + in->launcher_cpus - 1) / in->launcher_cpus;
-      sharing = s < 1 ? 1 : s > ranks ? ranks : (int)s;
-    }
-    n = cpus / sharing > 1 ? cpus / sharing : 1;
+    int sharing;
+    n = zs__cpus_per_rank(cpus, in->launcher_cpus, ranks, &sharing);
     if (sharing == ranks && in->launcher_cpus <= cpus)
       snprintf(text, sizeof text, "%d thread%s: %d CPU%s in the affinity mask / %d rank%s on this node (%s)",
                n, ZS_PLURAL(n), cpus, ZS_PLURAL(cpus), ranks, ZS_PLURAL(ranks), src);
@@ -294,15 +288,6 @@ int zs__optim_threads_decide(const zs_threads_in_t *in, char *why, size_t why_le
   }
   if (why && why_len) snprintf(why, why_len, "%s", text);
   return n;
-}
-
-static int cpus_of(pid_t pid) {
-#ifdef CPU_COUNT
-  cpu_set_t set;
-  if (sched_getaffinity(pid, sizeof set, &set) == 0) return CPU_COUNT(&set);
-#endif
-  (void)pid;
-  return 0;
 }
 
 /* The default, remembered with its inputs: decided again (and logged) only when
@@ -321,7 +306,7 @@ int zs__optim_threads(void) {
   if (dflt_n == 0 || dflt_in.zs_threads != st->threads || dflt_in.omp_threads != st->omp_threads ||
       dflt_in.node.local_size != node.local_size || dflt_in.node.source != node.source) {
     zs_threads_in_t in = {.zs_threads = st->threads, .omp_threads = st->omp_threads,
-                          .mask_cpus = cpus_of(0), .launcher_cpus = cpus_of(getppid()), .node = node};
+                          .mask_cpus = zs__cpus_of(0), .launcher_cpus = zs__cpus_of((int)getppid()), .node = node};
     if (in.mask_cpus <= 0) {
       long c = sysconf(_SC_NPROCESSORS_ONLN);
       in.mask_cpus = c > 0 ? (int)c : 1;
