@@ -1,11 +1,15 @@
-/* zs_plan.h: what zs-plan's two parts share (zs_plan.c: flags, the model's
- * declaration, memory from the engine, the options and their output;
- * zs_plan_net.c: the traffic of one step on the links and its time).
- * zs_plan.c's header comment states the model; this one only the interface. */
+/* zs_plan.h: what zs-plan's three parts share (zs_plan_model.c: flags and the
+ * model's declaration; zs_plan.c: memory from the engine, the options and
+ * their output; zs_plan_net.c: the traffic of one step on the links and its
+ * time). zs_plan.c's header comment states the model; this one only the
+ * interface. */
 #ifndef ZS_TOOLS_PLAN_H
 #define ZS_TOOLS_PLAN_H
 
 #include <stdint.h>
+
+#include "zeroshard/config.h"
+#include "zeroshard/types.h"
 
 typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER } pl_coll_t;
 /* Which ranks a collective runs over: every rank (stage 0; the shard group when
@@ -52,5 +56,57 @@ void pl_sched_destroy(pl_sched_t *s);
  * input, Ns x the block; all_gather: the gathered buffer). */
 void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, int64_t bytes, int times);
 void pl_sched_result(const pl_sched_t *s, pl_result_t *out);
+
+/* ============================================================================
+ * zs_plan_model.c: the flags and the declared model
+ * ========================================================================== */
+
+#define PL_ALIGN 64 /* elements: a parameter's start in its unit (engine.h, zs_unit_layout) */
+#define PL_NAME_MAX 48
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+typedef struct {
+  char name[PL_NAME_MAX];
+  int unit, ndim;
+  int64_t shape[2], numel;
+  unsigned flags;
+} pl_param_t;
+
+typedef struct {
+  char desc[160];
+  int gpt;                 /* the example GPT: its schedule gathers the embedding a third time */
+  int nunits, nparams;
+  int *unit_first;         /* [nunits + 1] */
+  char (*unit_names)[PL_NAME_MAX];
+  pl_param_t *params;
+  int64_t numel;
+} pl_model_t;
+
+typedef struct {
+  pl_model_t m;
+  int world, per_node, shard_group;
+  double device_mem, host_mem, reserve; /* bytes; 0 = no limit */
+  pl_net_t net;                         /* rates and latencies (world, shard set per option) */
+  zs_dtype_t dtype, reduce_dtype;
+  zs_optim_kind_t optim;
+  int accum, prefetch, json;
+  int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
+  double compute_s;                     /* --compute-s: 0 = not given */
+  int tp, sp, batch;                    /* --tp N (world and per_node above are then the dp ranks'), --sequence-parallel, --batch */
+  int64_t tp_replicated, tp_split;      /* the whole model's parameters replicated across tp, split over it */
+  int64_t tp_bytes, tp_calls_ar, tp_calls_half; /* tp comm: bytes a rank sends per step, calls (ring rounds) */
+  int64_t tp_act_bytes;                 /* activation bytes one layer keeps per rank */
+  int layers, channels, heads, vocab, seq;
+} pl_opts_t;
+
+
+/* "zs-plan: msg" on stderr, then exit(code). */
+void pl_die(int code, const char *msg);
+/* The options from the command line, with the model they declare in o.m
+ * (pl_model_free's to free); a bad flag dies with code 2 (usage printed). */
+pl_opts_t pl_parse(int argc, char **argv);
+void pl_model_free(pl_model_t *m);
+/* Padded elements of unit u over n ranks, as the engine lays it out. */
+int64_t pl_unit_padded(const pl_model_t *m, int u, int n);
 
 #endif
