@@ -11,6 +11,8 @@
  *   mean over the steps 0.2321; one compute [5000,5100] on rank 0 outside every
  *   step (not measured), a "step (range)" user range that is not a step, and
  *   engine events (gathers, an update, copies) that are not computes.
+ * --skip 1 leaves step 1 out: the mean is step 2's; --skip 2 leaves nothing
+ * (exit 1), and --skip without step ranges or with a bad count is refused.
  * Without the step ranges the whole window is [100, 5100]: rank 0 busy 1100,
  * rank 1 1000: bubbles 0.78 and 0.80, mean 0.79 (the single-window rule).
  * With gnuplot here, zs-trace plot draws this trace and an engine-only one. */
@@ -111,6 +113,32 @@ static void test_steps(void) {
   expect_true(strstr(out, "step 3") == NULL);
 }
 
+static void test_skip(void) {
+  char out[4096], args[1400];
+  write_rank(f0, 0, 1, 1);
+  write_rank(f1, 1, 1, 1);
+  snprintf(args, sizeof args, "bubble --skip 1 '%s' '%s'", f0, f1);
+  assert_int_eq(run_tool(args, out, sizeof out), 0);
+  const char *s1 = strstr(out, "step 1 window ");
+  assert_true(s1 != NULL);
+  expect_true(strstr(s1, "bubble 0.2500 (skipped)") != NULL);
+  const char *last = strstr(out, "\nbubble ");
+  assert_true(last != NULL);
+  expect_true(fabs(atof(last + 8) - 1.5 / 7) < 1e-4);
+  expect_str_contains(last, "mean over 1 steps of 2 ranks, the first 1 skipped");
+  snprintf(args, sizeof args, "bubble --skip 2 '%s' '%s' 2>&1", f0, f1);
+  expect_int_ne(run_tool(args, out, sizeof out), 0);
+  expect_str_contains(out, "after the skipped ones");
+  snprintf(args, sizeof args, "bubble --skip x '%s' 2>&1", f0);
+  expect_int_ne(run_tool(args, out, sizeof out), 0);
+  expect_str_contains(out, "--skip wants a count of steps");
+  write_rank(f0, 0, 0, 1);
+  write_rank(f1, 1, 0, 1);
+  snprintf(args, sizeof args, "bubble --skip 1 '%s' '%s' 2>&1", f0, f1);
+  expect_int_ne(run_tool(args, out, sizeof out), 0);
+  expect_str_contains(out, "--skip needs");
+}
+
 static void test_whole(void) {
   char out[4096];
   assert_int_eq(bubble_of(0, out, sizeof out), 0);
@@ -160,6 +188,7 @@ int main(int argc, char **argv) {
   snprintf(f0, sizeof f0, "%s/synthetic.rank0", dir);
   snprintf(f1, sizeof f1, "%s/synthetic.rank1", dir);
   zs_test_run(test_steps);
+  zs_test_run(test_skip);
   zs_test_run(test_whole);
   zs_test_run(test_plot);
   return zs_test_finish();

@@ -19,6 +19,10 @@
  *                                   and the data loading between steps are not
  *                                   pipeline bubble); computes outside every
  *                                   step range are counted on stderr, not used
+ *   zs-trace bubble --skip K FILE...   the same, the first K steps (in step
+ *                                   order) printed but left out of the mean:
+ *                                   warm-up, whose first touches of buffers
+ *                                   and cold caches are not the schedule's
  *   zs-trace plot OUT.png FILE...   the per-rank timeline (gnuplot): forwards,
  *                                   backwards and transfers against time, and a
  *                                   thin strip above each rank's row with the
@@ -177,8 +181,9 @@ static int cmp_long(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The step ranges' events: steps[k] is N of the k-th distinct "step N". */
-static int bubble_steps(void) {
+/* The step ranges' events: steps[k] is N of the k-th distinct "step N"; the
+ * first `skip` of them are printed, not counted. */
+static int bubble_steps(int skip) {
   long *steps = malloc(nev * sizeof *steps);
   int ns = 0, nr = 0;
   for (size_t i = 0; i < nev; i++) {
@@ -222,7 +227,8 @@ static int bubble_steps(void) {
       sum += b;
       printf(" rank %d %.4f", r, b);
     }
-    printf(" bubble %.4f\n", sum / nr);
+    printf(" bubble %.4f%s\n", sum / nr, k < skip ? " (skipped)" : "");
+    if (k < skip) continue;
     total += sum / nr;
     measured++;
   }
@@ -233,17 +239,23 @@ static int bubble_steps(void) {
   free(busy);
   free(steps);
   if (!measured) {
-    fprintf(stderr, "zs-trace: no step range holds a compute event\n");
+    fprintf(stderr, "zs-trace: no step range%s holds a compute event\n", skip ? " after the skipped ones" : "");
     return 1;
   }
-  printf("bubble %.4f (mean over %d steps of %d ranks)\n", total / measured, measured, nr);
+  printf("bubble %.4f (mean over %d steps of %d ranks", total / measured, measured, nr);
+  if (skip) printf(", the first %d skipped", skip);
+  printf(")\n");
   return 0;
 }
 
-static int bubble(void) {
+static int bubble(int skip) {
   long n;
   for (size_t i = 0; i < nev; i++)
-    if (step_of(&evs[i], &n)) return bubble_steps();
+    if (step_of(&evs[i], &n)) return bubble_steps(skip);
+  if (skip) {
+    fprintf(stderr, "zs-trace: --skip needs \"step N\" ranges (the trainer's --trace marks them)\n");
+    return 1;
+  }
   return bubble_whole();
 }
 
@@ -313,9 +325,18 @@ static int plot(const char *png) {
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : "";
   if (!strcmp(cmd, "merge") && argc >= 4) return read_all(argc - 3, argv + 3) ? merge(argv[2]) : 1;
-  if (!strcmp(cmd, "bubble") && argc >= 3) return read_all(argc - 2, argv + 2) ? bubble() : 1;
+  if (!strcmp(cmd, "bubble") && argc >= 5 && !strcmp(argv[2], "--skip")) {
+    char *end;
+    long k = strtol(argv[3], &end, 10);
+    if (*end || end == argv[3] || k < 0 || k > 1000000) {
+      fprintf(stderr, "zs-trace: --skip wants a count of steps, not '%s'\n", argv[3]);
+      return 2;
+    }
+    return read_all(argc - 4, argv + 4) ? bubble((int)k) : 1;
+  }
+  if (!strcmp(cmd, "bubble") && argc >= 3) return read_all(argc - 2, argv + 2) ? bubble(0) : 1;
   if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2]) : 1;
-  fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble FILE...\n"
+  fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble [--skip K] FILE...\n"
                   "       zs-trace plot OUT.png FILE...\n");
   return 2;
 }
