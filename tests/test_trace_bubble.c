@@ -66,7 +66,7 @@ static void write_rank(const char *path, int r, int steps, int computes) {
 
 /* Runs `zs-trace ARGS`, returns its exit status and stdout in out. */
 static int run_tool(const char *args, char *out, size_t n) {
-  char cmd[2048];
+  char cmd[4096];
   snprintf(cmd, sizeof cmd, "'%s' %s", tool, args);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
