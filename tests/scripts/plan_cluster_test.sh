@@ -51,6 +51,15 @@
 #     0.88-0.91 of 200 Mbit/s where cubic reached 0.97.
 # The README ("Planning") has the figures with and without them.
 # PLAN_REPS (1) repeats every row; the table at the end gives all of them.
+# Whether the link decides: before the rows, at each rate, cluster_probe (next to
+# zs-membench) sends 32 MiB from host 0 to host 1 and reports how long the two
+# ranks waited for a CPU meanwhile. zs-plan models the links; where that wait is
+# more than PLAN_CPU_BOUND (0.20) of the transfer, the CPUs decide the step time
+# at that rate, and the time check there is printed, not failed (bytes and
+# memory are checked all the same). On a 2-vCPU VM in December 2026 the probe
+# waited 0.13 of the transfer at 200 Mbit/s and 0.28 at 500, where every
+# configuration measured 1.26-1.50 of the prediction, the code of a month
+# earlier as much as this one.
 #
 # Exit 0 pass, 1 fail, 77 skipped (cluster-sim cannot make namespaces here).
 set -uo pipefail
@@ -65,6 +74,8 @@ steps=${PLAN_STEPS:-3}
 reps=${PLAN_REPS:-1}
 intra=${PLAN_INTRA_GBPS:-20}
 tol=${PLAN_TOL:-0.20}
+cpu_bound=${PLAN_CPU_BOUND:-0.20}
+probe=$(dirname "$membench")/cluster_probe
 # PLAN_TIMING=0 (sanitized builds): bytes and memory only
 tries=${PLAN_TRIES:-3}
 [ "${PLAN_TIMING:-1}" = 0 ] && tries=1 # nothing to retry for
@@ -159,6 +170,8 @@ row() {
   echo "$name at $mbit Mbit/s: step $step s, communication $comm s, predicted $pred s, ratio $ratio (raw $raw)" >&2
   if [ "${PLAN_TIMING:-1}" = 0 ]; then
     echo "  $name $mbit Mbit/s: time not checked (PLAN_TIMING=0: a sanitized build, whose instrumented compute overlaps the communication that 'step - other' measures)" >&2
+  elif [ -n "${cpu_decides[$mbit]:-}" ]; then
+    echo "  $name $mbit Mbit/s: time not checked: ${cpu_decides[$mbit]}" >&2
   else
     holds "$ratio >= 1 - $tol && $ratio <= 1 + $tol" && ok "$name $mbit Mbit/s: time within $tol" ||
       fail "$name $mbit Mbit/s: measured $step s, predicted $pred s (ratio $ratio, outside 1 +- $tol)"
@@ -194,6 +207,23 @@ for mbit in $rates; do
     --json >"$tmp/plan$mbit.json" 2>/dev/null
 done
 for f in "$tmp"/plan*.json; do [ -s "$f" ] || { echo "FAIL: zs-plan gave no JSON ($f)" >&2; exit 1; }; done
+declare -A cpu_decides
+if [ "${PLAN_TIMING:-1}" != 0 ] && [ -x "$probe" ]; then
+  for mbit in $rates; do
+    line=$(bash "$cluster_sim" --hosts 2 --ranks-per-host 2 --inter-mbps "$mbit" --timeout 60 -- "$probe" 33554432 \
+      2>/dev/null | grep '^probe ')
+    secs=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
+    wait=$(sed -n 's/.* cpu_wait=\([0-9.]*\).*/\1/p' <<<"$line")
+    if [ -z "$secs" ] || [ -z "$wait" ]; then
+      echo "note: cluster_probe at $mbit Mbit/s gave no figures; the time is checked" >&2
+      continue
+    fi
+    frac=$(calc "$wait / $secs")
+    echo "probe at $mbit Mbit/s: 32 MiB in $secs s ($(calc "33554432 * 8 / $secs / 1e6") Mbit/s), CPU wait $wait s ($frac of it)" >&2
+    holds "$frac > $cpu_bound" &&
+      cpu_decides[$mbit]="the probe waited $frac of its transfer for a CPU (more than $cpu_bound): the CPUs, not the link, decide here"
+  done
+fi
 for ((rep = 1; rep <= reps; rep++)); do
   baseline stage0 0 4 --stages 0
   baseline flat3 3 4 --stages 3
