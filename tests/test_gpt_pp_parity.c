@@ -155,7 +155,8 @@ static void test_export(void) {
 
 /* --trace FILE: each rank writes FILE.rank<r> with the trainer's step ranges,
  * the pipeline's forwards and backwards, the engine's gathers and the pp
- * transfers; a directory that does not exist is refused on every rank. */
+ * transfers (a fused pair under both labels); a directory that does not exist
+ * is refused on every rank. */
 static int file_has(const char *path, const char *const *needles, int n) {
   FILE *f = fopen(path, "rb");
   if (!f) return 0;
@@ -188,7 +189,9 @@ static void test_trace(void) {
   /* rank 0 holds the embedding (unit 0), rank 1 the head; both blocks' units */
   const char *need[] = {"\"step 0\"", "\"step 1\"", "\"zs_step\"", "\"F 3.0\"", "\"B 3.0\"",
                         g_rank == 0 ? "\"gather embed\"" : "\"gather head\"",
-                        g_rank == 0 ? "\"send_act 0.0\"" : "\"recv_act 0.0\""};
+                        g_rank == 0 ? "\"send_act 0.0\"" : "\"recv_act 0.0\"",
+                        /* 1F1B's steady state: a send and a receive as one sendrecv */
+                        g_rank == 0 ? "\"send_act 2.0 + recv_grad 1.0\"" : "\"recv_act 2.0 + send_grad 1.0\""};
   expect_true(file_has(mine, need, (int)(sizeof need / sizeof need[0])));
   snprintf(file, sizeof file, "%s/no-such-dir/run.json", dir);
   o.trace = file;

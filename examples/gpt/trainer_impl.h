@@ -90,9 +90,6 @@ typedef struct {
 #endif
 } trainer_t;
 
-/* the clock trainer_round.c and trainer_pp.c time validation with */
-static inline double now_s(void) { return trainer_now_s(); }
-
 #ifdef ZS_GPT_CUDA
 /* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
 zs_status_t cu_check(trainer_t *t, int rc, const char *what);

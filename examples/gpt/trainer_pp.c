@@ -372,7 +372,7 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
   const size_t n = (size_t)t->v_count * T * C;
   zs_device_t *dev = zs_comm_device(q->ppc);
   gpt_tp_acts_t *va = &t->tvacts;
-  const double t0 = now_s();
+  const double t0 = trainer_now_s();
   for (int s = 0; s < q->S; s++) {
     if (s % q->p != t->pp_rank) continue;
     if (s > 0) {
@@ -394,7 +394,7 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
     if (s < q->S - 1) TRY(zs_comm_send(q->ppc, t->vresid, n, ZS_FP32, (s + 1) % q->p, NULL));
   }
   TRY(zs_stream_synchronize(dev, NULL));
-  t->val_time += now_s() - t0;
+  t->val_time += trainer_now_s() - t0;
   return ZS_OK;
 }
 

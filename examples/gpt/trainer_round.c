@@ -261,7 +261,7 @@ static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
 #ifdef ZS_GPT_CUDA
   vin_d = t->vin_d, vtg_d = t->vtg_d, vloss_d = t->vloss_d;
 #endif
-  double t0 = now_s();
+  double t0 = trainer_now_s();
   for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
     int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
     float *x = t->vresid + (int64_t)c0 * T * C;
@@ -276,7 +276,7 @@ static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
       break;
     }
   }
-  t->val_time += now_s() - t0;
+  t->val_time += trainer_now_s() - t0;
   return ZS_OK;
 }
 
@@ -310,7 +310,7 @@ static zs_status_t cuda_round_losses(trainer_t *t, int train, int val, double *l
 static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
   const int T = t->o->seq, C = t->mc.channels;
   gpt_tp_acts_t *va = &t->tvacts;
-  double t0 = now_s();
+  double t0 = trainer_now_s();
   for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
     int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
     float *x = t->vresid + (int64_t)c0 * T * C;
@@ -326,7 +326,7 @@ static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) 
     case V_HEAD: TRY(gpt_tp_head(&t->tpv, t->w.embed.wte, x, t->vtg + r0, va, 0.0f, vsum, NULL)); break;
     }
   }
-  t->val_time += now_s() - t0;
+  t->val_time += trainer_now_s() - t0;
   return ZS_OK;
 }
 
