@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include "comm/mpi_impl.h"
 #include "common/common.h"
 #include "test_comm_checks.h"
 #include "zeroshard/mpi.h"
@@ -95,6 +96,85 @@ static void test_poll_mode(void) {
     if (!said) fprintf(stderr, "ZS_MPI_POLL=%s, %d CPUs in the mask: %d log lines, first '%s'\n", vals[i], mask,
                        poll_nlog, poll_nlog ? poll_log[0] : "");
   }
+}
+
+/* The progress thread's naps while a receive waits for a late send (rank 1
+ * sends 40 ms after rank 0 posted it on a stream). While rank 0's host is
+ * blocked in zs_stream_synchronize its CPU computes nothing, and where the
+ * rank has that CPU to itself (spin_idle, ZS_MPI_POLL auto or spin) the
+ * poller must not nap: a nap grown to 1 ms held back every fragment of the
+ * transfer that ended such a wait (a pipeline's 1F1B warm-up, 2-4 ms a step).
+ * Where it does not (oversubscribed, or ZS_MPI_POLL=nap) it naps. While the
+ * host computes instead (a busy loop), a rank with one CPU naps in both cases. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static unsigned long late_recv_naps(zs_comm_t *c, int host_waits) {
+  mpi_ctx_t *ctx = c->ctx;
+  const size_t n = 65536; /* 256 KB: a rendezvous transfer of several fragments */
+  float *buf = calloc(n, sizeof *buf);
+  zs_stream_t *s = NULL;
+  unsigned long naps = 0;
+  expect_ok(zs_stream_create(E.dev, &s));
+  if (!s || !buf) {
+    free(buf);
+    return 0;
+  }
+  expect_ok(zs_comm_barrier(c, NULL));
+  if (E.rank == 0) {
+    unsigned long n0 = atomic_load(&ctx->naps);
+    expect_ok(zs_comm_recv(c, buf, n, ZS_FP32, 1, s));
+    if (!host_waits) { /* compute for the 40 ms instead (the CPU stays busy) */
+      volatile double x = 0;
+      for (double t0 = now_s(); now_s() - t0 < 0.06;) x += 1.0;
+    }
+    expect_ok(zs_stream_synchronize(E.dev, s));
+    naps = atomic_load(&ctx->naps) - n0;
+    expect_true(buf[n - 1] == 7.0f);
+  } else if (E.rank == 1) {
+    for (size_t i = 0; i < n; i++) buf[i] = 7.0f;
+    struct timespec d = {0, 40 * 1000 * 1000};
+    nanosleep(&d, NULL);
+    expect_ok(zs_comm_send(c, buf, n, ZS_FP32, 0, NULL));
+  }
+  expect_ok(zs_comm_barrier(c, NULL));
+  zs_stream_destroy(E.dev, s);
+  free(buf);
+  return naps;
+}
+
+static void check_poll_idle(zs_comm_t *c, const char *which) {
+  if (E.size < 2) return;
+  mpi_ctx_t *ctx = c->ctx;
+  unsigned long waiting = late_recv_naps(c, 1), computing = late_recv_naps(c, 0);
+  if (E.rank != 0) return;
+  if (ctx->spin_idle) expect_true(waiting <= 3); /* a nap or so before the host reached its wait */
+  else expect_true(waiting >= 20);
+  if (!ctx->spin_p2p) expect_true(computing >= 20);
+  if ((ctx->spin_idle && waiting > 3) || (!ctx->spin_idle && waiting < 20) || (!ctx->spin_p2p && computing < 20))
+    fprintf(stderr, "%s comm (spin_idle %d, spin_p2p %d): %lu naps while the host waited, %lu while it computed\n",
+            which, ctx->spin_idle, ctx->spin_p2p, waiting, computing);
+}
+
+static void test_poll_idle(void) {
+  check_poll_idle(E.comm, "this");
+  setenv("ZS_MPI_POLL", "nap", 1);
+  zs_comm_t *c = NULL;
+  zs_status_t st = zs_comm_create_mpi_world(&c, E.dev);
+  unsetenv("ZS_MPI_POLL");
+  assert_ok(st);
+  expect_int_eq(((mpi_ctx_t *)c->ctx)->spin_idle, 0);
+  check_poll_idle(c, "ZS_MPI_POLL=nap");
+  zs_comm_destroy(c);
+}
+
+/* The ring comm polls as ZS_MPI_POLL=spin: never a nap while the host waits. */
+static void test_poll_idle_spin(void) {
+  expect_int_eq(((mpi_ctx_t *)E.comm->ctx)->spin_idle, 1);
+  check_poll_idle(E.comm, "ZS_MPI_POLL=spin");
 }
 
 /* MPI counts are ints: a call past INT_MAX elements is refused before it is
@@ -431,6 +511,7 @@ int main(void) {
   zs_t_rank = E.rank;
   zs_test_run(test_create);
   zs_test_run(test_poll_mode);
+  zs_test_run(test_poll_idle);
   tc_run_all();
   zs_test_run(test_int_count_limit);
   zs_test_run(test_abort);
@@ -456,6 +537,7 @@ int main(void) {
   zs_test_run(test_ring_tags);
   zs_test_run(test_ring_abort);
   zs_test_run(test_ring_timeout);
+  zs_test_run(test_poll_idle_spin);
   zs_test_run(test_a2av_timeout);
 
   /* every check again with device buffers through pinned host staging */

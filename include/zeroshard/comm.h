@@ -67,7 +67,11 @@
  * nap per round costs them 2-4x of their bandwidth on shared memory) and of
  * send / recv / sendrecv only where the rank has 2 CPUs or more (its affinity
  * mask divided among the node's ranks sharing it); with 1 they nap from the
- * start, since a pipeline's transfers overlap its computes.
+ * start, since a pipeline's transfers overlap its computes. Whatever the op,
+ * auto polls back to back while a host thread of the rank is blocked in
+ * zs_stream_synchronize, zs_event_synchronize or a blocking comm call (its CPU
+ * computes nothing then), where the rank has a CPU to itself: not where more
+ * ranks than CPUs share its mask. spin polls back to back throughout; nap never.
  *
  * Device buffers (mpi backend on a cuda device, e.g. ranks sharing a GPU where
  * NCCL wants one GPU per rank): each call copies what this rank sends to pinned

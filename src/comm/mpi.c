@@ -152,7 +152,7 @@ static void ctx_free_mpi_objects(mpi_ctx_t *ctx) {
 
 /* Takes ownership of mc (a communicator we made). */
 static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, int staged,
-                              const int spin[2], zs_comm_t **out) {
+                              const int spin[3], zs_comm_t **out) {
   mpi_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     MPI_Comm_free(&mc);
@@ -166,6 +166,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   ctx->staged = staged;
   ctx->spin_coll = spin[0];
   ctx->spin_p2p = spin[1];
+  ctx->spin_idle = spin[2];
   pthread_mutex_init(&ctx->stage_mu, NULL);
   for (int h = 0; h < 2; h++) {
     ctx->half_type[h] = MPI_DATATYPE_NULL;
@@ -300,7 +301,7 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   MPI_Comm newcomm;
   ZS_CHECK(queue_split(ctx, color, key, &newcomm));
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
-  int spin[2] = {ctx->spin_coll, ctx->spin_p2p}; /* the parent's settings */
+  int spin[3] = {ctx->spin_coll, ctx->spin_p2p, ctx->spin_idle}; /* the parent's settings */
   return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, spin, out);
 }
 
@@ -377,27 +378,36 @@ static uint64_t ring_min_bytes_env(void) {
 
 /* ZS_MPI_POLL=spin|nap|auto (comm.h; default auto): spin[0] and spin[1],
  * whether the progress thread polls back to back at the start of a collective
- * and of a point-to-point op (poller_t in mpi_impl.h). auto: collectives spin
- * (their caller usually waits for them, and a nap per round costs 2-4x of
- * their bandwidth); point-to-point ops spin only where this rank has 2 CPUs or
- * more (zs__my_cpus: its affinity mask shared with the node's ranks on it).
- * With 1 (a rank bound to one core, mpirun's default up to 2 ranks, or 2 ranks
- * unbound on 2 cores) they nap: a pipeline's transfers overlap its computes,
- * which the spinning would slow. Each rank decides for itself. */
-static void poll_modes(const char *fn, int spin[2]) {
+ * and of a point-to-point op (poller_t in mpi_impl.h); spin[2], whether it
+ * does so whenever a host thread of the rank is blocked in a wait
+ * (zs__device_host_waiting). auto: collectives spin (their caller usually
+ * waits for them, and a nap per round costs 2-4x of their bandwidth);
+ * point-to-point ops spin only where this rank has 2 CPUs or more (zs__my_cpus:
+ * its affinity mask shared with the node's ranks on it). With 1 (a rank bound
+ * to one core, mpirun's default up to 2 ranks, or 2 ranks unbound on 2 cores)
+ * they nap: a pipeline's transfers overlap its computes, which the spinning
+ * would slow. But while the rank's host waits, its CPU computes nothing, and a
+ * nap grown to 1 ms (a peer late by 10x the op's time) would hold back every
+ * fragment of the transfer that ends the wait: so the poller spins then, where
+ * the rank has that CPU to itself (spin[2]); where more ranks than CPUs share
+ * it, another rank's compute may want it, and the poller naps. nap: never
+ * spins. Each rank decides for itself. */
+static void poll_modes(const char *fn, int spin[3]) {
   const char *v = getenv("ZS_MPI_POLL");
-  spin[0] = spin[1] = 1;
+  spin[0] = spin[1] = spin[2] = 1;
   if (v && !strcasecmp(v, "spin")) return;
   if (v && !strcasecmp(v, "nap")) {
-    spin[0] = spin[1] = 0;
+    spin[0] = spin[1] = spin[2] = 0;
     return;
   }
   if (v && *v && strcasecmp(v, "auto"))
     ZS_LOG_W("%s: ZS_MPI_POLL='%s' is not spin|nap|auto; using auto", fn, v);
-  int cpus = zs__my_cpus();
+  int own = 0, cpus = zs__my_cpus_shared(&own);
   spin[1] = cpus >= 2;
-  ZS_LOG_D("%s: %d CPU%s for this rank: the progress thread %s at the start of a send or receive", fn, cpus,
-           cpus == 1 ? "" : "s", spin[1] ? "spins" : "naps");
+  spin[2] = own;
+  ZS_LOG_D("%s: %d CPU%s for this rank%s: the progress thread %s at the start of a send or receive, and %s while "
+           "the host waits", fn, cpus, cpus == 1 ? "" : "s", own ? "" : " (shared with more ranks than CPUs)",
+           spin[1] ? "spins" : "naps", own ? "spins" : "naps");
 }
 
 /* Duplicates mpi_comm without blocking for good: MPI_Comm_idup and MPI_Ibcast
@@ -469,7 +479,7 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   }
   const char *sv = getenv("ZS_MPI_STAGING");
   int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || (sv && *sv && strcmp(sv, "0"));
-  int spin[2];
+  int spin[3];
   poll_modes(fn, spin);
   ZS_CHECK(ctx_create(mc, dev, ring_min, staged, spin, out));
   int wrank = 0;

@@ -65,6 +65,10 @@ struct mpi_ctx {
   /* ZS_MPI_POLL: whether the progress thread polls back to back at the start of
    * a collective and of a point-to-point op (see poller_t and mpi.c) */
   int spin_coll, spin_p2p;
+  /* whether it polls back to back (yielding) while a host thread of the rank is
+   * blocked in a wait (zs__device_host_waiting): the rank's CPU is idle then */
+  int spin_idle;
+  atomic_ulong naps;  /* naps the progress thread took so far (tests read it) */
   MPI_Datatype half_type[2];          /* bf16, fp16: 2 contiguous bytes */
   MPI_Op half_op[2][NHALF_OPS];
 

@@ -93,7 +93,9 @@ static zs_status_t submit(mpi_ctx_t *ctx, mpi_op_t *op, zs_stream_t *s, const ch
   pthread_cond_broadcast(&ctx->cv_work);
   uint32_t seq = op->seq;
   if (op->waiter) {
+    zs__device_wait_begin(ctx->dev);
     while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
+    zs__device_wait_end(ctx->dev);
     st = op->st;
     char msg[ZS_ERRBUF];
     if (st != ZS_OK) snprintf(msg, sizeof msg, "%s", ctx->broken_msg[0] ? ctx->broken_msg : "mpi comm op failed");

@@ -82,9 +82,10 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
                    "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
                    "a rank is stuck or the ranks issued different collectives",
                    ctx->rank, ctx->size, what, p->limit);
-  if (p->t - p->t0 < p->spin_s) {
+  if (p->t - p->t0 < p->spin_s || (ctx->spin_idle && zs__device_host_waiting(ctx->dev))) {
     sched_yield();
   } else {
+    atomic_fetch_add_explicit(&ctx->naps, 1, memory_order_relaxed);
     sleep_ns(p->pause);
     long cap = p->t - p->t0 < 10 * p->busy_s ? 16000 : 1000000;
     p->pause = p->pause * 2 > cap ? cap : p->pause * 2;

@@ -109,6 +109,9 @@ int zs__cpus_of(int pid);
 /* zs__cpus_per_rank for this process: its mask, its parent's (the launcher's
  * daemon), and zs__node_ranks. */
 int zs__my_cpus(void);
+/* The same; *own (may be NULL): whether this rank has a CPU to itself, the
+ * ranks sharing its mask no more than the CPUs in it (not oversubscribed). */
+int zs__my_cpus_shared(int *own);
 
 /* ---- fault injection (tests) ---------------------------------------------- */
 

@@ -168,14 +168,18 @@ int zs__cpus_of(int pid) {
   return 0;
 }
 
-int zs__my_cpus(void) {
-  int mask = zs__cpus_of(0);
+int zs__my_cpus_shared(int *own) {
+  int mask = zs__cpus_of(0), sharing = 1;
   if (mask <= 0) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     mask = c > 0 ? (int)c : 1;
   }
-  return zs__cpus_per_rank(mask, zs__cpus_of((int)getppid()), zs__node_ranks().local_size, NULL);
+  int n = zs__cpus_per_rank(mask, zs__cpus_of((int)getppid()), zs__node_ranks().local_size, &sharing);
+  if (own) *own = sharing <= mask;
+  return n;
 }
+
+int zs__my_cpus(void) { return zs__my_cpus_shared(NULL); }
 
 void zs__node_ranks_reset(void) {
   pthread_mutex_lock(&node_mu);

@@ -309,7 +309,10 @@ void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s) {
 zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s) {
   ZS_CHECK_HANDLE(dev, "zs_stream_synchronize");
   zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
-  return dev->iface.stream_synchronize(dev->ctx, s);
+  zs__device_wait_begin(dev);
+  zs_status_t st = dev->iface.stream_synchronize(dev->ctx, s);
+  zs__device_wait_end(dev);
+  return st;
 }
 
 zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t bytes,
@@ -452,5 +455,8 @@ zs_status_t zs_event_synchronize(zs_device_t *dev, zs_event_t *ev) {
   ZS_CHECK_HANDLE(dev, "zs_event_synchronize");
   if (!ev) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_event_synchronize: ev is NULL");
   zs__acct_count(&dev->acct, ZS_ACCT_HOST_WAIT);
-  return dev->iface.event_synchronize(dev->ctx, ev);
+  zs__device_wait_begin(dev);
+  zs_status_t st = dev->iface.event_synchronize(dev->ctx, ev);
+  zs__device_wait_end(dev);
+  return st;
 }

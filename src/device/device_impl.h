@@ -6,6 +6,7 @@
 #define ZS_DEVICE_DEVICE_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common/common.h"
 #include "device/work.h"
@@ -97,9 +98,23 @@ struct zs_device {
   int ordinal;
   zs_mem_acct_t acct;
   pthread_mutex_t handles_mu; /* guards the two lists */
+  atomic_int host_waits;      /* host threads blocked in a synchronize (zs__device_host_waiting) */
   zs__handle_t *streams, *events;
   char err[ZS_ERRBUF];
 };
+
+/* How many host threads are blocked in zs_event_synchronize, zs_stream_synchronize
+ * or a blocking comm call on this device now: while some are, the computes they
+ * would run are not running (the MPI progress thread polls back to back then). */
+static inline int zs__device_host_waiting(zs_device_t *dev) {
+  return dev ? atomic_load_explicit(&dev->host_waits, memory_order_relaxed) : 0;
+}
+static inline void zs__device_wait_begin(zs_device_t *dev) {
+  if (dev) atomic_fetch_add_explicit(&dev->host_waits, 1, memory_order_relaxed);
+}
+static inline void zs__device_wait_end(zs_device_t *dev) {
+  if (dev) atomic_fetch_sub_explicit(&dev->host_waits, 1, memory_order_relaxed);
+}
 
 /* Runs the host function fn(arg) in order on stream s (NULL: at once on the
  * calling thread). It must not wait for other streams' work (CUDA runs all host
