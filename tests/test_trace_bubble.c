@@ -15,6 +15,15 @@
  * (exit 1), and --skip without step ranges or with a bad count is refused.
  * Without the step ranges the whole window is [100, 5100]: rank 0 busy 1100,
  * rank 1 1000: bubbles 0.78 and 0.80, mean 0.79 (the single-window rule).
+ * Those computes carry no micro-batch or stage, so nothing is replayed. The
+ * replay's trace (step 1 over [0, 1000]) has them, 1F1B at p = 2, m = 2:
+ *   rank 0 (stage 0): F0 [0,100] F1 [150,250] B0 [400,600] B1 [700,900]
+ *   rank 1 (stage 1): F0 [120,220] B0 [230,330] F1 [340,440] B1 [450,550]
+ *   measured: window 900, bubbles 1-600/900 and 1-400/900, mean 0.4444;
+ *   replayed: rank 0 F0 0-100 F1 100-200, rank 1 F0 100-200 B0 200-300 F1
+ *   300-400 B1 400-500, rank 0 B0 300-500 B1 500-700: window 700, bubbles
+ *   1-600/700 and 1-400/700, mean 0.2857. With rank 1's B0 before its F0 no
+ *   timeline runs that order: no replay is printed.
  * With gnuplot here, zs-trace plot draws this trace and an engine-only one. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +40,35 @@ static void ev(FILE *f, int *first, const char *name, const char *cat, long long
   fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%d,"
              "\"args\":{}}", *first ? "" : ",\n", name, cat, T0 + ts, dur, pid, tid);
   *first = 0;
+}
+
+/* A compute with its args (the pipeline runtime's). */
+static void comp(FILE *f, int *first, const char *name, long long ts, long long dur, int pid, int mb, int stage) {
+  fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":1,"
+             "\"args\":{\"mb\":%d,\"chunk\":0,\"stage\":%d}}", *first ? "" : ",\n", name, T0 + ts, dur, pid, mb, stage);
+  *first = 0;
+}
+
+/* The replay's files (see the header); bad_order: rank 1's B0 first. */
+static void write_replay(const char *path, int r, int bad_order, int steps) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  int first = 1;
+  fprintf(f, "{\"traceEvents\":[\n");
+  if (steps) ev(f, &first, "step 1", "user", 0, 1000, r, 1);
+  if (r == 0) {
+    comp(f, &first, "F 0.0", 0, 100, 0, 0, 0);
+    comp(f, &first, "F 1.0", 150, 100, 0, 1, 0);
+    comp(f, &first, "B 0.0", 400, 200, 0, 0, 0);
+    comp(f, &first, "B 1.0", 700, 200, 0, 1, 0);
+  } else {
+    comp(f, &first, "F 0.0", bad_order ? 230 : 120, 100, 1, 0, 1);
+    comp(f, &first, "B 0.0", bad_order ? 120 : 230, 100, 1, 0, 1);
+    comp(f, &first, "F 1.0", 340, 100, 1, 1, 1);
+    comp(f, &first, "B 1.0", 450, 100, 1, 1, 1);
+  }
+  fprintf(f, "\n]}\n");
+  fclose(f);
 }
 
 /* Rank r's file: its computes, optionally its step ranges, engine events. */
@@ -111,6 +149,35 @@ static void test_steps(void) {
   expect_true(fabs(atof(last + 8) - 0.5 * (0.25 + 1.5 / 7)) < 1e-4);
   expect_str_contains(last, "mean over 2 steps of 2 ranks");
   expect_true(strstr(out, "step 3") == NULL);
+  expect_true(strstr(out, "replayed") == NULL); /* no micro-batch or stage in these computes */
+}
+
+static void test_replay(void) {
+  char out[4096], args[1400];
+  for (int steps = 1; steps >= 0; steps--) {
+    write_replay(f0, 0, 0, steps);
+    write_replay(f1, 1, 0, steps);
+    snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
+    assert_int_eq(run_tool(args, out, sizeof out), 0);
+    const char *last = strstr(out, "\nbubble ");
+    assert_true(last != NULL);
+    expect_true(fabs(atof(last + 8) - 0.5 * (1 - 600.0 / 900 + 1 - 400.0 / 900)) < 1e-4);
+    const char *rep = strstr(last, "\nreplayed ");
+    assert_true(rep != NULL);
+    expect_true(fabs(atof(rep + 10) - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
+    expect_str_contains(rep, "the runtime's share");
+    if (steps) { /* the step's own line has it too */
+      const char *s1 = strstr(out, "step 1 window ");
+      assert_true(s1 != NULL);
+      expect_true(fabs(after(s1, "replayed ") - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
+    }
+  }
+  write_replay(f0, 0, 1, 1);
+  write_replay(f1, 1, 1, 1);
+  snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
+  assert_int_eq(run_tool(args, out, sizeof out), 0);
+  expect_true(strstr(out, "\nbubble ") != NULL);
+  expect_true(strstr(out, "replayed") == NULL);
 }
 
 static void test_skip(void) {
@@ -189,6 +256,7 @@ int main(int argc, char **argv) {
   snprintf(f1, sizeof f1, "%s/synthetic.rank1", dir);
   zs_test_run(test_steps);
   zs_test_run(test_skip);
+  zs_test_run(test_replay);
   zs_test_run(test_whole);
   zs_test_run(test_plot);
   return zs_test_finish();

@@ -23,6 +23,17 @@
  *                                   order) printed but left out of the mean:
  *                                   warm-up, whose first touches of buffers
  *                                   and cold caches are not the schedule's
+ *                                   Where the computes carry their micro-batch
+ *                                   and stage (the runtime's do), each window
+ *                                   is also "replayed": every rank runs the
+ *                                   same computes, with their measured times,
+ *                                   in the same order, each as soon as its
+ *                                   rank is free and its input is there (the
+ *                                   forward of the stage before, the backward
+ *                                   of the stage after), transfers taking no
+ *                                   time. That bubble is what the stages' own
+ *                                   times give; the measured one less it is
+ *                                   the runtime's share (transfers, waits)
  *   zs-trace plot OUT.png FILE...   the per-rank timeline (gnuplot): forwards,
  *                                   backwards and transfers against time, and a
  *                                   thin strip above each rank's row with the
@@ -42,6 +53,7 @@ typedef struct {
   char name[64], cat[16], ph[4];
   int64_t ts, dur;
   int pid, tid;
+  int mb, stage; /* a compute's args; -1 if absent */
   char *line; /* as read, for merge */
 } ev_t;
 
@@ -99,6 +111,8 @@ static int read_file(const char *path) {
     if (field_i64(l, "\"dur\":", &v)) e->dur = v;
     if (field_i64(l, "\"pid\":", &v)) e->pid = (int)v;
     if (field_i64(l, "\"tid\":", &v)) e->tid = (int)v;
+    e->mb = field_i64(l, "\"mb\":", &v) && v >= 0 && v < (1 << 20) ? (int)v : -1;
+    e->stage = field_i64(l, "\"stage\":", &v) && v >= 0 && v < (1 << 12) ? (int)v : -1;
     events++;
   }
   free(line);
@@ -160,6 +174,89 @@ static int window(int any, int64_t *t0, int64_t *t1, int *nr, int64_t **busy) {
   return 1;
 }
 
+/* ---- the replay ------------------------------------------------------------------ */
+
+static int cmp_rank_ts(const void *a, const void *b) {
+  const ev_t *x = &evs[*(const size_t *)a], *y = &evs[*(const size_t *)b];
+  if (x->pid != y->pid) return (x->pid > y->pid) - (x->pid < y->pid);
+  return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+/* The computes sel[0..n) (of nr ranks) replayed (see the header): the mean
+ * over the ranks of the idle share of the replayed window; -1 where a compute
+ * lacks its micro-batch or stage, or is not "F ..." / "B ...". A dependency on
+ * a compute outside sel is no dependency. */
+static double replay(size_t *sel, size_t n, int nr) {
+  int M = 0, S = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ev_t *e = &evs[sel[i]];
+    if (e->mb < 0 || e->stage < 0 || (e->name[0] != 'F' && e->name[0] != 'B')) return -1;
+    if (e->mb + 1 > M) M = e->mb + 1;
+    if (e->stage + 1 > S) S = e->stage + 1;
+  }
+  qsort(sel, n, sizeof *sel, cmp_rank_ts);
+  size_t cells = (size_t)M * (size_t)S;
+  double *end = malloc(2 * cells * sizeof *end), *t = calloc((size_t)nr, sizeof *t), *busy = calloc((size_t)nr, sizeof *busy);
+  char *has = calloc(2 * cells, 1);
+  size_t *cur = calloc(2 * (size_t)nr, sizeof *cur), *hi = cur ? cur + nr : NULL;
+  double result = -1;
+  if (!end || !t || !busy || !has || !cur) goto out;
+  /* end[k * cells + mb * S + stage]: k 0 forward, 1 backward; < 0 until replayed */
+  for (size_t c = 0; c < 2 * cells; c++) end[c] = -1;
+  for (size_t i = 0; i < n; i++) {
+    const ev_t *e = &evs[sel[i]];
+    has[(e->name[0] == 'B') * cells + (size_t)e->mb * S + e->stage] = 1;
+  }
+  /* rank r's computes are sel[cur[r] .. hi[r]) (sorted by rank, then time) */
+  for (int r = 0; r < nr; r++) cur[r] = hi[r] = n;
+  for (size_t i = n; i-- > 0;) {
+    int r = evs[sel[i]].pid;
+    if (r < 0 || r >= nr) continue;
+    if (hi[r] == n && cur[r] == n) hi[r] = i + 1;
+    cur[r] = i;
+  }
+  size_t left = 0;
+  for (int r = 0; r < nr; r++) left += hi[r] - cur[r];
+  for (int progress = 1; progress && left;) {
+    progress = 0;
+    for (int r = 0; r < nr; r++)
+      while (cur[r] < hi[r]) {
+        const ev_t *e = &evs[sel[cur[r]]];
+        int bwd = e->name[0] == 'B';
+        size_t me = (size_t)e->mb * S + e->stage, dep[3];
+        int nd = 0, wait = 0;
+        if (!bwd && e->stage > 0) dep[nd++] = me - 1;                 /* the stage before's forward */
+        if (bwd) dep[nd++] = me;                                      /* this stage's forward */
+        if (bwd && e->stage < S - 1) dep[nd++] = cells + me + 1;      /* the stage after's backward */
+        double ready = t[r];
+        for (int d = 0; d < nd; d++) {
+          if (!has[dep[d]]) continue;
+          if (end[dep[d]] < 0) wait = 1;
+          else if (end[dep[d]] > ready) ready = end[dep[d]];
+        }
+        if (wait) break;
+        t[r] = ready + (double)e->dur;
+        end[bwd * cells + me] = t[r];
+        busy[r] += (double)e->dur;
+        cur[r]++, left--;
+        progress = 1;
+      }
+  }
+  if (left) goto out; /* an order no timeline can run: not replayable */
+  double span = 0, sum = 0;
+  for (int r = 0; r < nr; r++)
+    if (t[r] > span) span = t[r];
+  for (int r = 0; r < nr; r++) sum += span > 0 ? 1.0 - busy[r] / span : 0;
+  result = sum / nr;
+out:
+  free(end), free(t), free(busy), free(has), free(cur);
+  return result;
+}
+
+static const char *const REPLAY_NOTE =
+    "(the same computes in the same order, transfers taking no time: what the stages' own times give; the "
+    "bubble less this is the runtime's share)";
+
 static int bubble_whole(void) {
   int64_t t0, t1, *busy;
   int nr;
@@ -172,6 +269,15 @@ static int bubble_whole(void) {
     printf("rank %d busy %.3f ms bubble %.4f\n", r, busy[r] / 1e3, b);
   }
   printf("bubble %.4f (mean over %d ranks)\n", sum / nr, nr);
+  size_t *sel = malloc((nev ? nev : 1) * sizeof *sel), n = 0;
+  double rep = -1;
+  if (sel) {
+    for (size_t i = 0; i < nev; i++)
+      if (is_compute(&evs[i])) sel[n++] = i;
+    rep = replay(sel, n, nr);
+  }
+  if (rep >= 0) printf("replayed %.4f %s\n", rep, REPLAY_NOTE);
+  free(sel);
   free(busy);
   return 0;
 }
@@ -198,10 +304,17 @@ static int bubble_steps(int skip) {
   qsort(steps, (size_t)ns, sizeof *steps, cmp_long);
   int64_t *busy = calloc((size_t)(nr ? nr : 1), sizeof *busy);
   char *used = calloc(nev, 1);
-  double total = 0;
-  int measured = 0;
+  size_t *sel = malloc((nev ? nev : 1) * sizeof *sel);
+  double total = 0, rtotal = 0;
+  int measured = 0, replayed = 0;
+  if (!steps || !busy || !used || !sel) {
+    fprintf(stderr, "zs-trace: out of memory for %zu events\n", nev);
+    free(steps), free(busy), free(used), free(sel);
+    return 1;
+  }
   for (int k = 0; k < ns; k++) {
     int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+    size_t nsel = 0;
     memset(busy, 0, (size_t)(nr ? nr : 1) * sizeof *busy);
     for (size_t i = 0; i < nev; i++) {
       long n;
@@ -211,6 +324,7 @@ static int bubble_steps(int skip) {
         const ev_t *e = &evs[j];
         if (!is_compute(e) || e->pid != st->pid || e->ts < st->ts || e->ts >= st->ts + st->dur || used[j]) continue;
         used[j] = 1;
+        sel[nsel++] = j;
         busy[e->pid] += e->dur;
         if (e->ts < t0) t0 = e->ts;
         if (e->ts + e->dur > t1) t1 = e->ts + e->dur;
@@ -227,17 +341,19 @@ static int bubble_steps(int skip) {
       sum += b;
       printf(" rank %d %.4f", r, b);
     }
-    printf(" bubble %.4f%s\n", sum / nr, k < skip ? " (skipped)" : "");
+    double rep = replay(sel, nsel, nr);
+    printf(" bubble %.4f", sum / nr);
+    if (rep >= 0) printf(" replayed %.4f", rep);
+    printf("%s\n", k < skip ? " (skipped)" : "");
     if (k < skip) continue;
     total += sum / nr;
     measured++;
+    if (rep >= 0) rtotal += rep, replayed++;
   }
   size_t outside = 0;
   for (size_t i = 0; i < nev; i++) outside += is_compute(&evs[i]) && !used[i];
   if (outside) fprintf(stderr, "zs-trace: %zu compute events outside every \"step N\" range (not measured)\n", outside);
-  free(used);
-  free(busy);
-  free(steps);
+  free(used), free(busy), free(steps), free(sel);
   if (!measured) {
     fprintf(stderr, "zs-trace: no step range%s holds a compute event\n", skip ? " after the skipped ones" : "");
     return 1;
@@ -245,6 +361,7 @@ static int bubble_steps(int skip) {
   printf("bubble %.4f (mean over %d steps of %d ranks", total / measured, measured, nr);
   if (skip) printf(", the first %d skipped", skip);
   printf(")\n");
+  if (replayed == measured) printf("replayed %.4f %s\n", rtotal / measured, REPLAY_NOTE);
   return 0;
 }
 
