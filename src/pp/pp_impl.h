@@ -31,6 +31,10 @@ struct zs_pp_schedule {
   void *block;          /* every rank's arrays, one allocation */
 };
 
+/* A send (of an activation or a gradient); a transfer (a send or a receive). */
+static inline int zs__pp_is_send(zs_pp_op_t op) { return op == ZS_PP_SEND_ACT || op == ZS_PP_SEND_GRAD; }
+static inline int zs__pp_is_transfer(zs_pp_op_t op) { return op != ZS_PP_FORWARD && op != ZS_PP_BACKWARD; }
+
 /* Model stage of (rank, chunk). */
 static inline int zs__pp_stage(const zs_pp_schedule_t *s, int rank, int chunk) { return chunk * s->p + rank; }
 

@@ -4,8 +4,9 @@
  * Two queues, as the schedule's rule has them: computes in list order on the
  * trainer's stream (or on the calling thread, host_compute), transfers in list
  * order on a stream of our own, where zs_comm_send/recv (sendrecv for the
- * plan's fused pairs) run one at a time in call order. Events join them: a buffer's event is recorded after each use, and
- * its next user waits for it, on its own stream (or on the host). The pool and
+ * plan's fused pairs) run one at a time in call order. Events join them: a
+ * buffer's event is recorded after each use, and its next user waits for it,
+ * on its own stream (or on the host). The pool and
  * which buffer each action takes come from the schedule's buffer plan, so a step
  * allocates nothing and never waits for a buffer the ideal timeline frees later. */
 #include <pthread.h>
@@ -225,19 +226,18 @@ static zs_status_t compute_done(zs_pp_t *pp, int b) {
   return b < 0 ? ZS_OK : zs_event_record(pp->dev, pp->ev[b], pp->cfg.stream);
 }
 
-static int is_send(const zs_pp_action_t *a) { return a->op == ZS_PP_SEND_ACT || a->op == ZS_PP_SEND_GRAD; }
-
+/* Slot table t (SLOT_*): per (mb, chunk), the buffer that holds it. */
+static int *slot_table(zs_pp_t *pp, int t) { return pp->slots + (size_t)t * (size_t)pp->sched->m * (size_t)pp->v; }
 
 /* Transfer action k's buffer, noted in the slot tables for the computes. */
 static int transfer_buf(zs_pp_t *pp, int k) {
   const zs_pp_action_t *a = &pp->list->acts[k];
   int b = pp->list->buf[k], slot = a->mb * pp->v + a->chunk;
-  size_t mv = (size_t)pp->sched->m * (size_t)pp->v;
   switch (a->op) {
-    case ZS_PP_RECV_ACT: return pp->slots[SLOT_IN * mv + (size_t)slot] = b;
-    case ZS_PP_RECV_GRAD: return pp->slots[SLOT_GOUT * mv + (size_t)slot] = b;
-    case ZS_PP_SEND_ACT: return pp->slots[SLOT_OUT * mv + (size_t)slot];
-    default: return pp->slots[SLOT_GIN * mv + (size_t)slot]; /* ZS_PP_SEND_GRAD */
+    case ZS_PP_RECV_ACT: return slot_table(pp, SLOT_IN)[slot] = b;
+    case ZS_PP_RECV_GRAD: return slot_table(pp, SLOT_GOUT)[slot] = b;
+    case ZS_PP_SEND_ACT: return slot_table(pp, SLOT_OUT)[slot];
+    default: return slot_table(pp, SLOT_GIN)[slot]; /* ZS_PP_SEND_GRAD */
   }
 }
 
@@ -256,7 +256,7 @@ static zs_status_t transfer(zs_pp_t *pp, int k, int pair) {
       snprintf(l, sizeof l, "%s %d.%d", zs_pp_op_name(a->op), a->mb, a->chunk);
       zs__trace_label(l);
     }
-    if (is_send(a)) ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
+    if (zs__pp_is_send(a->op)) ZS_CHECK(zs_comm_send(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
     else ZS_CHECK(zs_comm_recv(pp->comm, pp->buf[b], n, pp->cfg.dtype, a->peer, pp->ts));
     return zs_event_record(pp->dev, pp->ev[b], pp->ts);
   }
@@ -269,8 +269,8 @@ static zs_status_t transfer(zs_pp_t *pp, int k, int pair) {
              a2->mb, a2->chunk);
     zs__trace_label(l);
   }
-  const zs_pp_action_t *s = is_send(a) ? a : a2, *r = is_send(a) ? a2 : a;
-  int bs = is_send(a) ? b : b2, br = is_send(a) ? b2 : b;
+  const zs_pp_action_t *s = zs__pp_is_send(a->op) ? a : a2, *r = zs__pp_is_send(a->op) ? a2 : a;
+  int bs = zs__pp_is_send(a->op) ? b : b2, br = zs__pp_is_send(a->op) ? b2 : b;
   ZS_CHECK(zs_comm_sendrecv(pp->comm, pp->buf[bs], n, s->peer, pp->buf[br], n, r->peer, pp->cfg.dtype, pp->ts));
   ZS_CHECK(zs_event_record(pp->dev, pp->ev[b], pp->ts));
   return zs_event_record(pp->dev, pp->ev[b2], pp->ts);
@@ -298,9 +298,8 @@ static void *bufp(zs_pp_t *pp, int b) { return b < 0 ? NULL : pp->buf[b]; }
 static zs_status_t run_action(zs_pp_t *pp, const zs_pp_callbacks_t *cb, int k) {
   const zs_pp_action_t *a = &pp->list->acts[k];
   int b = pp->list->buf[k], slot = a->mb * pp->v + a->chunk, stg = zs__pp_stage(pp->sched, pp->rank, a->chunk);
-  size_t mv = (size_t)pp->sched->m * (size_t)pp->v;
-  int *in = pp->slots + SLOT_IN * mv, *gout = pp->slots + SLOT_GOUT * mv;
-  int *out = pp->slots + SLOT_OUT * mv, *gin = pp->slots + SLOT_GIN * mv;
+  int *in = slot_table(pp, SLOT_IN), *gout = slot_table(pp, SLOT_GOUT);
+  int *out = slot_table(pp, SLOT_OUT), *gin = slot_table(pp, SLOT_GIN);
   char what[96];
   snprintf(what, sizeof what, "%s of micro-batch %d chunk %d (stage %d)", zs_pp_op_name(a->op), a->mb, a->chunk,
            stg);

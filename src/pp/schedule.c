@@ -259,9 +259,6 @@ static void plan_release(pbuf_t *pool, int b, int64_t rel, int idx) {
   pool[b] = (pbuf_t){rel, idx, 1};
 }
 
-static int is_send(zs_pp_op_t op) { return op == ZS_PP_SEND_ACT || op == ZS_PP_SEND_GRAD; }
-static int is_transfer(zs_pp_op_t op) { return op != ZS_PP_FORWARD && op != ZS_PP_BACKWARD; }
-
 /* Fused pairs: a send and a receive next to each other, taken from the start of
  * the list, run as one sendrecv (run.c). Posting the later one early removes no
  * post that any wait relies on, so the lists stay deadlock-free. A send that
@@ -270,7 +267,7 @@ static int is_transfer(zs_pp_op_t op) { return op != ZS_PP_FORWARD && op != ZS_P
 static void plan_fuse(const entry_t *e, zs__pp_list_t *L) {
   for (int k = 0; k < L->n; k++) {
     zs_pp_op_t a = e[k].a.op, b = k + 1 < L->n ? e[k + 1].a.op : ZS_PP_FORWARD;
-    L->fuse[k] = is_transfer(a) && is_transfer(b) && is_send(a) != is_send(b);
+    L->fuse[k] = zs__pp_is_transfer(a) && zs__pp_is_transfer(b) && zs__pp_is_send(a) != zs__pp_is_send(b);
     if (L->fuse[k]) L->fuse[++k] = 0;
   }
 }
