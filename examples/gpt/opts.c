@@ -86,6 +86,8 @@ void gpt_opts_usage(FILE *f) {
           "  --schedule gpipe|1f1b|interleaved (1f1b)  --microbatches M (N: a data-parallel rank's\n"
           "                  share of --batch cut into M micro-batches; --accum stays 1)\n"
           "  --virtual V (1: model chunks per rank, with --schedule interleaved)\n"
+          "  --pp-layers a,b,... (an uneven split: the layers of each model stage in order, one count per\n"
+          "                  stage (N x V of them), each 1 or more, summing to --layers; default --layers / (N x V))\n"
           "  --trace FILE (a Chrome-trace/Perfetto timeline: FILE.rank<r>, zs-trace merges them)\n"
           "  --device cpu|cuda (cpu)\n"
           "  --moe-experts E (0: every block's MLP a mixture of E expert MLPs, top-k routed; cpu, fp32)\n"
@@ -115,7 +117,7 @@ static const char *const k_valued[] = {
     "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
-    "--pp", "--schedule", "--microbatches", "--virtual", "--trace",
+    "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux",
 };
 
@@ -141,6 +143,60 @@ static int parse_float(const char *s, float *out) {
   if (errno || end == s || *end || v != v) return -1;
   *out = (float)v;
   return 0;
+}
+
+/* --pp-layers a,b,...: each item digits only (no sign, space or empty item),
+ * 1 to GPT_PP_LAYERS_MAX; at most GPT_PP_LAYERS_MAX items. -1 with the message
+ * in err, naming the bad item. */
+static int parse_pp_layers(const char *val, gpt_opts_t *o, char *err, size_t n) {
+  static const char *const k_form = "one layer count per model stage, comma-separated, e.g. 3,1";
+  int k = 0;
+  for (const char *p = val;; k++) {
+    const char *end = strchr(p, ',');
+    const int len = (int)(end ? (size_t)(end - p) : strlen(p));
+    int digits = len > 0, v = 0;
+    for (int i = 0; digits && i < len; i++) {
+      if (p[i] < '0' || p[i] > '9') digits = 0;
+      else if (v <= GPT_PP_LAYERS_MAX) v = 10 * v + (p[i] - '0');
+    }
+    if (k == GPT_PP_LAYERS_MAX) {
+      snprintf(err, n, "--pp-layers has more than %d items (%s)", GPT_PP_LAYERS_MAX, k_form);
+      return -1;
+    }
+    if (!len) {
+      snprintf(err, n, "--pp-layers '%.64s': item %d is empty (%s)", val, k + 1, k_form);
+      return -1;
+    }
+    if (!digits) {
+      snprintf(err, n, "--pp-layers '%.64s': item %d '%.*s' is not a whole number (%s)", val, k + 1,
+               len > 32 ? 32 : len, p, k_form);
+      return -1;
+    }
+    if (!v) {
+      snprintf(err, n, "--pp-layers '%.64s': item %d is 0: every model stage needs one layer or more", val, k + 1);
+      return -1;
+    }
+    if (v > GPT_PP_LAYERS_MAX) {
+      snprintf(err, n, "--pp-layers '%.64s': item %d '%.*s' is more layers than --layers allows (%d)", val, k + 1,
+               len > 32 ? 32 : len, p, GPT_PP_LAYERS_MAX);
+      return -1;
+    }
+    o->pp_layers[k] = v;
+    if (!end) break;
+    p = end + 1;
+  }
+  o->pp_layers_n = k + 1;
+  return 0;
+}
+
+void gpt_opts_pp_layers_str(const gpt_opts_t *o, char *buf, size_t n) {
+  size_t at = 0;
+  if (n) buf[0] = 0;
+  for (int i = 0; i < o->pp_layers_n && at < n; i++) {
+    int w = snprintf(buf + at, n - at, "%s%d", i ? "," : "", o->pp_layers[i]);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
 }
 
 static int parse_dtype(const char *s, zs_dtype_t *out) {
@@ -214,6 +270,9 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     else if (!strcmp(name, "--moe-aux")) bad = parse_float(val, &o->moe_aux) || o->moe_aux < 0;
     INT_FLAG("--microbatches", microbatches, 1, 1 << 16)
     INT_FLAG("--virtual", virtual_stages, 1, 1 << 10)
+    else if (!strcmp(name, "--pp-layers")) {
+      if (parse_pp_layers(val, o, err, n)) return -1;
+    }
     else if (!strcmp(name, "--trace")) o->trace = val;
     else if (!strcmp(name, "--schedule")) {
       if (!strcmp(val, "gpipe")) o->pp_kind = 0;

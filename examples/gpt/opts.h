@@ -9,6 +9,10 @@
 #include "zeroshard/config.h"
 #include "zeroshard/types.h"
 
+/* --pp-layers's most entries: --layers's bound (gpt.h's GPT_MAX_LAYERS), as
+ * every model stage holds one layer or more. */
+#define GPT_PP_LAYERS_MAX 128
+
 typedef struct {
   /* model */
   int layers, channels, heads, vocab, seq;
@@ -42,6 +46,8 @@ typedef struct {
   int pp_kind;          /* zs_pp_kind_t: --schedule gpipe|1f1b|interleaved (1f1b) */
   int microbatches;     /* --microbatches M: a data-parallel rank's share cut in M (0: pp) */
   int virtual_stages;   /* --virtual V: model chunks per rank (interleaved) */
+  int pp_layers_n;      /* --pp-layers a,b,...: how many counts (0: --layers / (pp x V) a model stage) */
+  int pp_layers[GPT_PP_LAYERS_MAX]; /* the layers of model stage s (pp x V of them, summing to --layers) */
   const char *trace;    /* --trace FILE: a timeline trace (zeroshard/trace.h) */
   /* mixture of experts (trainer_moe.c): every block's MLP becomes moe_experts experts */
   int moe_experts;      /* --moe-experts E (0: dense MLPs) */
@@ -72,5 +78,7 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg);
 /* 0: parsed; 1: --help was asked; -1: bad command line (message in err). */
 int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t errlen);
 void gpt_opts_usage(FILE *f);
+/* --pp-layers as given ("3,1"; "" without it) into buf, cut to fit n bytes. */
+void gpt_opts_pp_layers_str(const gpt_opts_t *o, char *buf, size_t n);
 
 #endif
