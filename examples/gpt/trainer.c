@@ -167,6 +167,8 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (t->pp == 1 && (o->microbatches || o->virtual_stages > 1))
     return trainer_fail(res, ZS_ERR_INVALID, o->microbatches ? "--microbatches" : "--virtual",
                 "it cuts a pipeline's micro-batches: add --pp 2 or more (without a pipeline use --accum)");
+  if (t->pp == 1 && o->pp_layers_n)
+    return trainer_fail(res, ZS_ERR_INVALID, "--pp-layers", "it shapes a pipeline's stages: add --pp 2 or more");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
 #ifndef ZS_GPT_TP
   return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
@@ -553,10 +555,14 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
 #ifdef ZS_GPT_TP
   if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
 #endif
-  if (t->pp > 1)
-    fprintf(stderr, "  pipeline: %d stages, schedule %s, %d micro-batches, %d chunk(s) per rank, %d layer(s) a model stage\n",
-            t->pp, zs_pp_kind_name((zs_pp_kind_t)o->pp_kind), t->rounds, o->virtual_stages,
-            o->layers / (t->pp * o->virtual_stages));
+  if (t->pp > 1) { /* the split: --pp-layers's counts, or the even one */
+    char list[4 * GPT_PP_LAYERS_MAX];
+    gpt_opts_pp_layers_str(o, list, sizeof list);
+    fprintf(stderr, "  pipeline: %d stages, schedule %s, %d micro-batches, %d chunk(s) per rank, ", t->pp,
+            zs_pp_kind_name((zs_pp_kind_t)o->pp_kind), t->rounds, o->virtual_stages);
+    if (o->pp_layers_n) fprintf(stderr, "layers %s over the model stages\n", list);
+    else fprintf(stderr, "%d layer(s) a model stage\n", o->layers / (t->pp * o->virtual_stages));
+  }
 }
 
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {

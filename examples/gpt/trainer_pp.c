@@ -6,8 +6,10 @@
  * Layout. The mesh is pp x dp x tp (or pp x dp_replicate x dp_shard x tp), pp
  * outermost as Megatron orders it; the engine runs over the dp group and its
  * gradient norm spans the model-parallel group (pp x tp). The L layers are cut
- * into S = pp x V model stages of L / S layers; model stage s is chunk s / pp
- * of pp rank s % pp. Stage 0 also holds the embedding (wte, wpe), stage S - 1
+ * into S = pp x V model stages, L / S layers each or as --pp-layers says (an
+ * uneven split evens out the stages' times: the first and last stages also
+ * run the embedding and the head); model stage s is chunk s / pp of pp rank
+ * s % pp. Stage 0 also holds the embedding (wte, wpe), stage S - 1
  * the final LayerNorm and the head. Each stage's compute is gpt_tp.c's (a tp
  * group of 1 without --tp), so --tp and --sequence-parallel compose.
  *
@@ -39,7 +41,9 @@
  * a pool of slots, as many as the schedule keeps in flight on this rank
  * (zs_pp_schedule_simulate: M for GPipe, min(M, pp - rank) for 1F1B), taken
  * at a forward and returned at its backward; the most slots in use at once is
- * the measured activation peak (trainer_pp_act_peak). */
+ * the measured activation peak (trainer_pp_act_peak). A slot holds the largest
+ * of this rank's model stages, so with --pp-layers each rank's pool follows its
+ * own stages. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,7 +57,9 @@ typedef struct {
 
 struct trainer_pp {
   zs_pp_kind_t kind;
-  int p, m, v, S, Lc; /* stages, micro-batches, chunks, model stages, layers per model stage */
+  int p, m, v, S;     /* stages, micro-batches, chunks, model stages */
+  int *loff;          /* [S + 1]: model stage s's layers are loff[s] .. loff[s + 1] - 1 */
+  int lmax;           /* the most layers of one of this rank's model stages (an activation slot's) */
   zs_comm_t *ppc;
   zs_pp_t *rt;
   int nunits;         /* engine units on this rank */
@@ -74,6 +80,43 @@ static int is_last(const trainer_t *t) { return t->pp_rank == t->pps->p - 1; } /
 /* ============================================================================
  * options and declaration
  * ========================================================================== */
+
+/* q->loff and q->lmax: --pp-layers's counts (one per model stage, each 1 or
+ * more, summing to L), or L / S each, which must divide. */
+static zs_status_t stage_layers(trainer_t *t, char *err, size_t n) {
+  const gpt_opts_t *o = t->o;
+  struct trainer_pp *q = t->pps;
+  char list[4 * GPT_PP_LAYERS_MAX];
+  gpt_opts_pp_layers_str(o, list, sizeof list);
+  if (!o->pp_layers_n && t->L % q->S) {
+    snprintf(err, n, "--layers %d must be a multiple of --pp %d x --virtual %d (the model stages), "
+             "or give each stage's layers with --pp-layers", t->L, q->p, q->v);
+    return ZS_ERR_INVALID;
+  }
+  if (o->pp_layers_n && o->pp_layers_n != q->S) {
+    snprintf(err, n, "--pp-layers %s has %d entries for %d model stages (--pp %d x --virtual %d): give one layer "
+             "count per model stage", list, o->pp_layers_n, q->S, q->p, q->v);
+    return ZS_ERR_INVALID;
+  }
+  if (!(q->loff = malloc(sizeof(int) * (size_t)(q->S + 1)))) return ZS_ERR_NOMEM;
+  q->loff[0] = 0;
+  for (int s = 0; s < q->S; s++) {
+    const int ls = o->pp_layers_n ? o->pp_layers[s] : t->L / q->S;
+    if (ls < 1) {
+      snprintf(err, n, "--pp-layers %s: model stage %d has %d layers: every model stage needs one layer or more", list,
+               s, ls);
+      return ZS_ERR_INVALID;
+    }
+    q->loff[s + 1] = q->loff[s] + ls;
+    if (s % q->p == t->pp_rank && ls > q->lmax) q->lmax = ls;
+  }
+  if (q->loff[q->S] != t->L) {
+    snprintf(err, n, "--pp-layers %s sums to %d layers but --layers is %d: the model stages split the layers",
+             list, q->loff[q->S], t->L);
+    return ZS_ERR_INVALID;
+  }
+  return ZS_OK;
+}
 
 zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
   const gpt_opts_t *o = t->o;
@@ -100,11 +143,7 @@ zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "--virtual %d needs --schedule interleaved", q->v);
     return ZS_ERR_INVALID;
   }
-  if (t->L % q->S) {
-    snprintf(err, n, "--layers %d must be a multiple of --pp %d x --virtual %d (the model stages)", t->L, q->p, q->v);
-    return ZS_ERR_INVALID;
-  }
-  q->Lc = t->L / q->S;
+  TRY(stage_layers(t, err, n));
   zs_pp_schedule_config_t sc = ZS_PP_SCHEDULE_CONFIG_INIT;
   sc.kind = q->kind, sc.stages = q->p, sc.microbatches = q->m, sc.chunks = q->v;
   zs_pp_schedule_t *s = NULL;
@@ -147,7 +186,7 @@ zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
   t->head_pid = -1;
   for (int c = 0; c < q->v; c++) {
     const int s = c * q->p + t->pp_rank;
-    const int first = s == 0 ? 0 : 1 + s * q->Lc, last = s == q->S - 1 ? t->L + 1 : (s + 1) * q->Lc;
+    const int first = s == 0 ? 0 : 1 + q->loff[s], last = s == q->S - 1 ? t->L + 1 : q->loff[s + 1];
     for (int u = first; u <= last; u++) TRY(declare_unit(t, u, err, n));
     if (s != q->S - 1) continue;
     /* the head's copy of wte (this rank's vocabulary slice, as wte) */
@@ -200,8 +239,8 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "simulating the schedule: %s", zs_last_error());
     return st;
   }
-  gpt_tp_t stage = t->tpm; /* the split, with one model stage's layers */
-  stage.c.layers = q->Lc;
+  gpt_tp_t stage = t->tpm; /* the split, with this rank's largest model stage's layers */
+  stage.c.layers = q->lmax;
   q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
   q->slot_of = malloc(sizeof(int) * (size_t)q->m * q->v);
   t->tin = malloc(sizeof(int) * (size_t)t->per_rank * T);
@@ -214,7 +253,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
       snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
       return ZS_ERR_NOMEM;
     }
-  if (q->nslots > 0) q->slot_bytes = (int64_t)sizeof(float) * (q->Lc * q->slots[0].a.layer_floats + Nr * C);
+  if (q->nslots > 0) q->slot_bytes = (int64_t)sizeof(float) * (q->lmax * q->slots[0].a.layer_floats + Nr * C);
   return ZS_OK;
 }
 
@@ -223,7 +262,7 @@ void trainer_pp_free(trainer_t *t) {
   if (!q) return;
   zs_pp_destroy(q->rt);
   for (int i = 0; q->slots && i < q->nslots; i++) gpt_tp_acts_free(&q->slots[i].a);
-  free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied);
+  free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied), free(q->loff);
   free(q);
   t->pps = NULL;
 }
@@ -292,22 +331,22 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
   q->slot_of[mb * q->v + chunk] = k;
   if (++q->in_use > q->peak_in_use) q->peak_in_use = q->in_use;
   gpt_tp_acts_t *a = &q->slots[k].a;
-  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq;
+  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq, l0 = q->loff[ms], nl = q->loff[ms + 1] - l0;
   const int64_t NC = a->Nr * t->mc.channels, tok0 = (int64_t)mb * t->micro * T;
   zs_status_t st = ZS_OK;
   if (ms == 0) st = gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->tin + tok0, a, a->resid);
   else memcpy(a->resid, input, (size_t)NC * sizeof(float));
-  for (int j = 0; st == ZS_OK && j < q->Lc; j++)
-    st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[ms * q->Lc + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
+  for (int j = 0; st == ZS_OK && j < nl; j++)
+    st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l0 + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
   if (st == ZS_OK && ms == q->S - 1) {
     double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's slot */
-    st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + q->Lc * NC, a);
+    st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
                        (float *)t->head_g);
     q->loss_sum += sum / (double)a->N;
   } else if (st == ZS_OK) {
-    memcpy(output, a->resid + q->Lc * NC, (size_t)NC * sizeof(float));
+    memcpy(output, a->resid + nl * NC, (size_t)NC * sizeof(float));
   }
   return st == ZS_OK ? ZS_OK : pp_fail(t, st, "forward", mb, chunk);
 }
@@ -319,13 +358,13 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
   struct trainer_pp *q = t->pps;
   const int k = q->slot_of[mb * q->v + chunk];
   gpt_tp_acts_t *a = &q->slots[k].a;
-  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq;
+  const int ms = chunk * q->p + t->pp_rank, T = t->o->seq, l0 = q->loff[ms], nl = q->loff[ms + 1] - l0;
   const int64_t NC = a->Nr * t->mc.channels;
   zs_status_t st = ZS_OK;
-  if (ms == q->S - 1) st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + q->Lc * NC, a, a->dres);
+  if (ms == q->S - 1) st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + nl * NC, a, a->dres);
   else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
-  for (int j = q->Lc - 1; st == ZS_OK && j >= 0; j--) {
-    const int l = ms * q->Lc + j;
+  for (int j = nl - 1; st == ZS_OK && j >= 0; j--) {
+    const int l = l0 + j;
     st = gpt_tp_block_backward(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC, a->dres);
   }
   if (st == ZS_OK && ms == 0)
@@ -385,7 +424,7 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
       const int64_t r0 = (int64_t)c0 * T;
       if (gpt_tp_acts_set_batch(va, &t->tpv, nb)) return ZS_ERR_INVALID;
       if (s == 0) TRY(gpt_tp_embed_forward(&t->tpv, &t->w.embed, t->vin + r0, va, x));
-      for (int j = 0; j < q->Lc; j++) TRY(gpt_tp_block_forward(&t->tpv, 0, &t->w.blk[s * q->Lc + j], va, x, x));
+      for (int l = q->loff[s]; l < q->loff[s + 1]; l++) TRY(gpt_tp_block_forward(&t->tpv, 0, &t->w.blk[l], va, x, x));
       if (s == q->S - 1) {
         TRY(gpt_tp_lnf_forward(&t->tpv, &t->w.lnf, x, va));
         TRY(gpt_tp_head(&t->tpv, head_w(t), va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
