@@ -9,12 +9,16 @@
  * Layouts: at 2 ranks each schedule (GPipe stage 0, 1F1B stage 1, interleaved
  * with 2 chunks stage 3, 1F1B stage 2); at 4 ranks pp 4 with each schedule and
  * dp 2 x pp 2 and tp 2 (sp) x pp 2; at 8 ranks dp 2 x tp 2 x pp 2 at stage 1.
+ * Uneven splits (--pp-layers): pp 2 1F1B 3,1 at 2 ranks, dp 2 x pp 2 GPipe 1,3
+ * at 4; with a 6-layer model (its own single-rank run) interleaved x 2 chunks
+ * 1,1,3,1 at 2 ranks (each rank's activation slots sized by its own largest
+ * stage) and pp 4 1F1B 2,1,1,2 at 4.
  * Also: the activation peak per rank (GPipe keeps all M micro-batches, 1F1B
  * pp - rank whatever M), a checkpoint resume (5 + 5 steps = 10, bit for bit;
  * the parts refused by a run without --pp), --export (the unsplit run's file),
  * --trace FILE (per rank: the step
  * ranges, forwards and backwards, gathers, transfers), and the refusals a user
- * meets. */
+ * meets, --pp-layers's parsing among them. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,18 +53,49 @@ static void test_reference(void) {
 
 typedef struct {
   int world, pp, tp, sp, stage, kind, m, v;
+  const char *layers; /* --pp-layers, through the parser (NULL: the even split) */
   const char *what;
 } layout_t;
 
-static void run_layout(const layout_t *l) {
+/* With --pp-layers the parity holds for any split, so the split itself is
+ * checked where it shows: each rank's activation slot (act_peak_bytes /
+ * act_peak_microbatches) keeps the layers of its largest model stage and the
+ * stage's input, [micro x T, C]: (slot - input) / layers is the same on every
+ * rank. */
+static void check_slots(const layout_t *l, const gpt_opts_t *o, const gpt_result_t *r) {
+  const int dp = g_size / (l->pp * l->tp), micro = o->batch / dp / l->m, S = l->pp * l->v;
+  const int64_t input = (int64_t)sizeof(float) * micro * o->seq * o->channels / (l->sp ? l->tp : 1);
+  int64_t per_layer0 = 0;
+  for (int k = 0; k < g_size; k++) {
+    int most = 0; /* rank k's largest model stage: s % pp == its pp rank */
+    for (int s = k / (g_size / l->pp); s < S; s += l->pp) most = o->pp_layers[s] > most ? o->pp_layers[s] : most;
+    const gpt_rank_mem_t *m = &r->ranks[k];
+    assert_true(m->act_peak_microbatches > 0 && most > 0);
+    const int64_t slot = m->act_peak_bytes / m->act_peak_microbatches;
+    if (k == 0) per_layer0 = (slot - input) / most;
+    if ((slot - input) != per_layer0 * most)
+      ZS_T_REPORT("%s: rank %d's activation slot %lld B, for a largest stage of %d layers (rank 0: %lld B a layer)",
+                  l->what, k, (long long)slot, most, (long long)per_layer0);
+  }
+}
+
+/* l against ref (model cfg). */
+static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref_t *ref) {
   gpt_opts_t o;
   gpt_result_t r;
-  tiny(&o);
+  gpt_parity_opts(&o, cfg);
   o.pp = l->pp, o.tp = l->tp, o.sequence_parallel = l->sp, o.stage = l->stage;
   o.pp_kind = l->kind, o.microbatches = l->m, o.virtual_stages = l->v;
+  if (l->layers) {
+    char flag[] = "--pp-layers", arg[64], err[256];
+    char *argv[] = {flag, flag, arg};
+    snprintf(arg, sizeof arg, "%s", l->layers);
+    if (gpt_opts_parse(&o, 3, argv, err, sizeof err)) ZS_T_REPORT("%s: --pp-layers %s: %s", l->what, l->layers, err);
+  }
   zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", l->what, r.err);
-  else gpt_ref_compare(&g_ref, &k_cfg, &o, &r, "pp parity", l->what, g_rank, g_size);
+  else gpt_ref_compare(ref, cfg, &o, &r, "pp parity", l->what, g_rank, g_size);
+  if (st == ZS_OK && l->layers) check_slots(l, &o, &r);
   gpt_result_free(&r);
 }
 
@@ -68,21 +103,45 @@ static void test_layouts(void) {
   /* m: micro-batches of a data-parallel rank's share, so that the global
    * micro-batches are the reference's 4 of 2 sequences */
   static const layout_t v[] = {
-      {2, 2, 1, 0, 0, ZS_PP_GPIPE, 4, 1, "pp 2 gpipe, stage 0"},
-      {2, 2, 1, 0, 1, ZS_PP_1F1B, 4, 1, "pp 2 1f1b, stage 1"},
-      {2, 2, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 2, "pp 2 interleaved x 2 chunks, stage 3"},
-      {2, 2, 1, 0, 2, ZS_PP_1F1B, 4, 1, "pp 2 1f1b, stage 2"},
-      {4, 4, 1, 0, 0, ZS_PP_GPIPE, 4, 1, "pp 4 gpipe, stage 0"},
-      {4, 4, 1, 0, 1, ZS_PP_1F1B, 4, 1, "pp 4 1f1b, stage 1"},
-      {4, 4, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 1, "pp 4 interleaved, stage 3"},
-      {4, 2, 1, 0, 1, ZS_PP_1F1B, 2, 1, "dp 2 x pp 2 1f1b, stage 1"},
-      {4, 2, 2, 1, 3, ZS_PP_INTERLEAVED, 4, 2, "tp 2 sp x pp 2 interleaved x 2, stage 3"},
-      {8, 2, 2, 0, 1, ZS_PP_1F1B, 2, 1, "dp 2 x tp 2 x pp 2 1f1b, stage 1"},
+      {2, 2, 1, 0, 0, ZS_PP_GPIPE, 4, 1, NULL, "pp 2 gpipe, stage 0"},
+      {2, 2, 1, 0, 1, ZS_PP_1F1B, 4, 1, NULL, "pp 2 1f1b, stage 1"},
+      {2, 2, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 2, NULL, "pp 2 interleaved x 2 chunks, stage 3"},
+      {2, 2, 1, 0, 2, ZS_PP_1F1B, 4, 1, NULL, "pp 2 1f1b, stage 2"},
+      {2, 2, 1, 0, 1, ZS_PP_1F1B, 4, 1, "3,1", "pp 2 1f1b, layers 3,1, stage 1"},
+      {4, 4, 1, 0, 0, ZS_PP_GPIPE, 4, 1, NULL, "pp 4 gpipe, stage 0"},
+      {4, 4, 1, 0, 1, ZS_PP_1F1B, 4, 1, NULL, "pp 4 1f1b, stage 1"},
+      {4, 4, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 1, NULL, "pp 4 interleaved, stage 3"},
+      {4, 2, 1, 0, 1, ZS_PP_1F1B, 2, 1, NULL, "dp 2 x pp 2 1f1b, stage 1"},
+      {4, 2, 1, 0, 3, ZS_PP_GPIPE, 2, 1, "1,3", "dp 2 x pp 2 gpipe, layers 1,3, stage 3"},
+      {4, 2, 2, 1, 3, ZS_PP_INTERLEAVED, 4, 2, NULL, "tp 2 sp x pp 2 interleaved x 2, stage 3"},
+      {8, 2, 2, 0, 1, ZS_PP_1F1B, 2, 1, NULL, "dp 2 x tp 2 x pp 2 1f1b, stage 1"},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-    if (v[i].world == g_size) run_layout(&v[i]), ran++;
+    if (v[i].world == g_size) run_layout(&v[i], &k_cfg, &g_ref), ran++;
   if (!ran) zs_test_skip("no layout for this world size (2, 4 or 8 ranks)");
+}
+
+/* Uneven splits a 4-layer model has no room for, on 6 layers against their own
+ * single-rank run: interleaved x 2 chunks at 2 ranks with 1,1,3,1 (rank 0
+ * holds model stages 0 and 2, 1 + 3 layers, rank 1 stages 1 and 3, 1 + 1, so
+ * rank 0's activation slots keep three layers where rank 1's keep one), pp 4
+ * 1F1B with 2,1,1,2 at 4 ranks. */
+static void test_uneven_6_layers(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  static const gpt_config_t c6 = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 6};
+  static const layout_t v[] = {
+      {2, 2, 1, 0, 3, ZS_PP_INTERLEAVED, 4, 2, "1,1,3,1", "pp 2 interleaved x 2, layers 1,1,3,1, stage 3"},
+      {4, 4, 1, 0, 1, ZS_PP_1F1B, 4, 1, "2,1,1,2", "pp 4 1f1b, layers 2,1,1,2, stage 1"},
+  };
+  gpt_opts_t o;
+  gpt_ref_t ref;
+  gpt_parity_opts(&o, &c6);
+  o.accum = M;
+  gpt_ref_run(g_world, &o, &c6, &ref);
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+    if (v[i].world == g_size) run_layout(&v[i], &c6, &ref);
+  free(ref.params);
 }
 
 /* What each rank kept in flight, measured by the trainer's activation pool,
@@ -205,15 +264,25 @@ static void test_trace(void) {
 static void test_refusals(void) {
   struct {
     int pp, accum, m, v, kind, layers;
+    int nsplit, split[3]; /* --pp-layers as set in the options (a zero passes the parser by) */
     zs_status_t st;
     const char *says;
   } v[] = {
-      {1, 1, 4, 1, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "add --pp 2 or more"},
-      {2, 2, 0, 1, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "use --microbatches"},
-      {2, 1, 4, 2, ZS_PP_1F1B, 4, ZS_ERR_INVALID, "needs --schedule interleaved"},
-      {2, 1, 4, 1, ZS_PP_1F1B, 3, ZS_ERR_INVALID, "multiple of --pp"},
-      {2, 1, 3, 1, ZS_PP_INTERLEAVED, 4, ZS_ERR_INVALID, "multiple"},
-      {3, 1, 4, 1, ZS_PP_1F1B, 6, ZS_ERR_INVALID, "does not divide"},
+      {1, 1, 4, 1, ZS_PP_1F1B, 4, 0, {0, 0, 0}, ZS_ERR_INVALID, "add --pp 2 or more"},
+      {2, 2, 0, 1, ZS_PP_1F1B, 4, 0, {0, 0, 0}, ZS_ERR_INVALID, "use --microbatches"},
+      {2, 1, 4, 2, ZS_PP_1F1B, 4, 0, {0, 0, 0}, ZS_ERR_INVALID, "needs --schedule interleaved"},
+      {2, 1, 4, 1, ZS_PP_1F1B, 3, 0, {0, 0, 0}, ZS_ERR_INVALID, "multiple of --pp"},
+      {2, 1, 3, 1, ZS_PP_INTERLEAVED, 4, 0, {0, 0, 0}, ZS_ERR_INVALID, "multiple"},
+      {3, 1, 4, 1, ZS_PP_1F1B, 6, 0, {0, 0, 0}, ZS_ERR_INVALID, "does not divide"},
+      {1, 1, 0, 1, ZS_PP_1F1B, 4, 2, {3, 1, 0}, ZS_ERR_INVALID,
+       "--pp-layers: it shapes a pipeline's stages: add --pp 2 or more"},
+      {2, 1, 4, 1, ZS_PP_1F1B, 4, 3, {1, 1, 2}, ZS_ERR_INVALID,
+       "--pp-layers 1,1,2 has 3 entries for 2 model stages (--pp 2 x --virtual 1)"},
+      {2, 1, 4, 2, ZS_PP_INTERLEAVED, 4, 2, {2, 2, 0}, ZS_ERR_INVALID,
+       "--pp-layers 2,2 has 2 entries for 4 model stages (--pp 2 x --virtual 2)"},
+      {2, 1, 4, 1, ZS_PP_1F1B, 4, 2, {3, 2, 0}, ZS_ERR_INVALID, "--pp-layers 3,2 sums to 5 layers but --layers is 4"},
+      {2, 1, 4, 1, ZS_PP_1F1B, 4, 2, {4, 0, 0}, ZS_ERR_INVALID,
+       "model stage 1 has 0 layers: every model stage needs one layer or more"},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     if (v[i].pp == 3 && g_size % 3 == 0) continue;
@@ -223,10 +292,62 @@ static void test_refusals(void) {
     tiny(&o);
     o.pp = v[i].pp, o.accum = v[i].accum, o.microbatches = v[i].m, o.virtual_stages = v[i].v;
     o.pp_kind = v[i].kind, o.layers = v[i].layers;
+    o.pp_layers_n = v[i].nsplit;
+    memcpy(o.pp_layers, v[i].split, sizeof v[i].split);
     expect_status(gpt_train_run(&o, g_dev, g_world, &r), v[i].st);
     expect_str_contains(r.err, v[i].says);
     gpt_result_free(&r);
   }
+}
+
+/* --pp-layers on the command line: strict, each refusal names the flag and the item */
+static void test_pp_layers_flag(void) {
+  struct {
+    const char *val, *says;
+  } bad[] = {
+      {"3,,1", "--pp-layers '3,,1': item 2 is empty"},
+      {",3", "--pp-layers ',3': item 1 is empty"},
+      {"3,", "--pp-layers '3,': item 2 is empty"},
+      {"", "--pp-layers '': item 1 is empty"},
+      {"3,x", "--pp-layers '3,x': item 2 'x' is not a whole number"},
+      {"3,-1", "item 2 '-1' is not a whole number"},
+      {"+3,1", "item 1 '+3' is not a whole number"},
+      {"3, 1", "item 2 ' 1' is not a whole number"},
+      {"2.5,1", "item 1 '2.5' is not a whole number"},
+      {"3,0", "--pp-layers '3,0': item 2 is 0: every model stage needs one layer or more"},
+      {"1,999", "item 2 '999' is more layers than --layers allows (128)"},
+  };
+  char flag[] = "--pp-layers", arg[64], err[256], list[64];
+  char *argv[] = {flag, flag, arg};
+  gpt_opts_t o;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpt_opts_default(&o);
+    snprintf(arg, sizeof arg, "%s", bad[i].val);
+    err[0] = 0;
+    expect_int_eq(gpt_opts_parse(&o, 3, argv, err, sizeof err), -1);
+    expect_str_contains(err, bad[i].says);
+  }
+  gpt_opts_default(&o);
+  snprintf(arg, sizeof arg, "3,1,12");
+  expect_int_eq(gpt_opts_parse(&o, 3, argv, err, sizeof err), 0);
+  expect_int_eq(o.pp_layers_n, 3);
+  expect_int_eq(o.pp_layers[0], 3);
+  expect_int_eq(o.pp_layers[2], 12);
+  gpt_opts_pp_layers_str(&o, list, sizeof list);
+  expect_str_contains(list, "3,1,12");
+  char eq[] = "--pp-layers=2,2";
+  char *argv_eq[] = {flag, eq};
+  expect_int_eq(gpt_opts_parse(&o, 2, argv_eq, err, sizeof err), 0);
+  expect_int_eq(o.pp_layers_n, 2);
+  /* named in --help */
+  char *usage = NULL;
+  size_t ulen = 0;
+  FILE *f = open_memstream(&usage, &ulen);
+  assert_true(f != NULL);
+  gpt_opts_usage(f);
+  fclose(f);
+  expect_str_contains(usage, "--pp-layers a,b,...");
+  free(usage);
 }
 
 int main(int argc, char **argv) {
@@ -240,11 +361,13 @@ int main(int argc, char **argv) {
   gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
   zs_test_run(test_reference);
   zs_test_run(test_layouts);
+  zs_test_run(test_uneven_6_layers);
   zs_test_run(test_activation_peak);
   zs_test_run(test_resume);
   zs_test_run(test_trace);
   zs_test_run(test_export);
   zs_test_run(test_refusals);
+  zs_test_run(test_pp_layers_flag);
   free(g_ref.params);
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);
