@@ -20,6 +20,9 @@
  *      the ranks are the unit's parameter elements x the dtype's size;
  *    - every engine event inside a "step N" range of its rank, the events of
  *      the compute and optimizer rows properly nested.
+ * 3. zs_trace_stop: DIR/eng.rank<r> written; tracing off, an engine step and a
+ *    flush change nothing in it; zs_trace_start(DIR/eng2) then writes only what
+ *    follows it (not the stopped run's events); stopping twice is harmless.
  *
  *   test_trace_engine DIR early   (2 ranks)
  *
@@ -386,6 +389,58 @@ static void test_on(void) {
   cJSON_Delete(j);
 }
 
+static long file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void test_stop(void) {
+  char prefix[600], path[640], path2[640];
+  snprintf(prefix, sizeof prefix, "%s/eng", dir);
+  snprintf(path, sizeof path, "%s.rank%d", prefix, rank);
+  int64_t t = zs_trace_now_us();
+  zs_trace_range("last before stop", t, t + 1);
+  expect_ok(zs_trace_stop());
+  expect_int_eq(zs_trace_enabled(), 0);
+  long size = file_size(path);
+  cJSON *j = read_json(path);
+  assert_true(j != NULL);
+  int last = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "traceEvents")) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+    last += cJSON_IsString(name) && !strcmp(name->valuestring, "last before stop");
+  }
+  expect_int_eq(last, 1); /* the stop wrote what came after the last flush */
+  cJSON_Delete(j);
+  run_t r = {.label = "after stop", .steps = 1, .cfg = base_cfg(1, ZS_FP32)};
+  run_engine(&r, 1);
+  expect_ok(zs_trace_flush());
+  expect_ok(zs_comm_barrier(world, NULL)); /* its comm events would be recorded if tracing were on */
+  expect_int_eq(file_size(path), size);
+  /* a new start writes only what follows it */
+  snprintf(prefix, sizeof prefix, "%s/eng2", dir);
+  snprintf(path2, sizeof path2, "%s.rank%d", prefix, rank);
+  int64_t restarted = zs_trace_now_us();
+  assert_ok(zs_trace_start(prefix));
+  t = zs_trace_now_us();
+  zs_trace_range("after restart", t, t + 1);
+  expect_ok(zs_trace_stop());
+  expect_ok(zs_trace_stop());
+  j = read_json(path2);
+  assert_true(j != NULL);
+  int after = 0, older = 0;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "traceEvents")) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name"), *ts = cJSON_GetObjectItemCaseSensitive(it, "ts");
+    if (cJSON_IsNumber(ts)) older += (int64_t)ts->valuedouble < restarted;
+    after += cJSON_IsString(name) && !strcmp(name->valuestring, "after restart");
+  }
+  expect_int_eq(after, 1);
+  expect_int_eq(older, 0);
+  cJSON_Delete(j);
+  expect_int_eq(file_size(path), size);
+}
+
 /* zs_trace_start before the first comm: the file still takes the world rank. */
 static void test_early(void) {
   char path[700];
@@ -452,6 +507,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_off);
   zs_comm_barrier(world, NULL); /* every rank has checked DIR before any writes */
   zs_test_run(test_on);
+  zs_test_run(test_stop);
   zs_comm_destroy(world);
   zs_device_destroy(dev);
   return zs_test_finish();

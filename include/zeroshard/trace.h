@@ -107,6 +107,14 @@ void zs_trace_end(void);
 /* Writes FILE.rank<r> now (see above). ZS_OK when tracing is off;
  * ZS_ERR_IO if the file cannot be written. */
 zs_status_t zs_trace_flush(void);
+/* Writes FILE.rank<r> (as zs_trace_flush), then turns tracing off, ZS_TRACE's
+ * too: the events are dropped, nothing more is recorded or written (not by
+ * zs_comm_destroy, not at exit) until the next zs_trace_start, whose file then
+ * holds only what follows it. For a program that traces one run of several
+ * (a trainer's --trace): call it once the run's threads record nothing more.
+ * Returns the write's status (ZS_OK when tracing is off); tracing is off
+ * either way. NVTX ranges stay on where ZS_NVTX=1 asks for them. */
+zs_status_t zs_trace_stop(void);
 
 #ifdef __cplusplus
 }

@@ -222,3 +222,16 @@ zs_status_t zs_trace_flush(void) {
   ZS_LOG_D("trace: %zu events written to %s", n, path);
   return ZS_OK;
 }
+
+zs_status_t zs_trace_stop(void) {
+  if (!(zs__trace_on() & ZS__TRACE_JSON)) return ZS_OK;
+  zs_status_t st = zs_trace_flush();
+  pthread_mutex_lock(&mu);
+  free(evs);
+  evs = NULL;
+  nev = cap = 0;
+  prefix[0] = '\0';
+  atomic_store(&zs__trace_state, NVTX_BUILT && zs__settings()->nvtx ? ZS__TRACE_NVTX : 0);
+  pthread_mutex_unlock(&mu);
+  return st;
+}
