@@ -19,6 +19,8 @@
  * and after the last step, to 1e-5. A checkpoint resume (5 + 5 steps equal 10
  * bit for bit, saved at stage 3 and loaded at stage 1; another ep refused).
  * One expert (top-1) equals the dense GPT trainer (losses, norms).
+ * --trace (2 ranks, gpt_trace.h): each rank's file holds the step ranges, the
+ * engine's gathers and the ep comm's all-to-alls, and tracing is off after.
  * Also the refusals (--tp, --pp, bf16). Model: 2 layers, 32
  * channels, 4 heads, seq 16, vocabulary 259, 4 experts, top-2. */
 #include <math.h>
@@ -29,6 +31,7 @@
 
 #include "gpt.h"
 #include "gpt_moe.h"
+#include "gpt_trace.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -342,6 +345,15 @@ static void test_refusals(void) {
   gpt_result_free(&r);
 }
 
+static void test_trace(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2)");
+  gpt_opts_t o;
+  tiny(&o);
+  o.ep = 2, o.steps = 2, o.collect_params = 0;
+  const char *need[] = {"\"step 0\"", "\"step 1\"", "\"gather embed\"", "\"all_to_all\"", "\"update step"};
+  gpt_trace_check(g_dev, g_world, &o, need, (int)(sizeof need / sizeof need[0]));
+}
+
 int main(void) {
   if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
     fprintf(stderr, "cannot open the world: %s\n", zs_last_error());
@@ -354,6 +366,7 @@ int main(void) {
   zs_test_run(test_layouts);
   zs_test_run(test_one_expert_is_dense);
   zs_test_run(test_resume);
+  zs_test_run(test_trace);
   zs_test_run(test_refusals);
   free(g_ref_params);
   int rc = zs_test_finish();

@@ -26,6 +26,7 @@
 
 #include "gpt.h"
 #include "gpt_parity.h"
+#include "gpt_trace.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -214,50 +215,25 @@ static void test_export(void) {
 
 /* --trace FILE: each rank writes FILE.rank<r> with the trainer's step ranges,
  * the pipeline's forwards and backwards, the engine's gathers and the pp
- * transfers (a fused pair under both labels); a directory that does not exist
- * is refused on every rank. */
-static int file_has(const char *path, const char *const *needles, int n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  rewind(f);
-  char *b = malloc((size_t)len + 1);
-  size_t got = b ? fread(b, 1, (size_t)len, f) : 0;
-  fclose(f);
-  int ok = b && got == (size_t)len;
-  if (ok) b[len] = 0;
-  for (int i = 0; ok && i < n; i++) ok = strstr(b, needles[i]) != NULL;
-  free(b);
-  return ok;
-}
-
+ * transfers (a fused pair under both labels), and tracing is off after the run
+ * (gpt_trace.h); a directory that does not exist is refused on every rank. */
 static void test_trace(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (pp 2)");
-  char dir[128], file[192], mine[208];
-  gpt_tmpdir(g_world, "/tmp/zs-gpt-pp-trace-XXXXXX", dir);
-  snprintf(file, sizeof file, "%s/run.json", dir);
   gpt_opts_t o;
   gpt_result_t r;
   tiny(&o);
-  o.pp = 2, o.microbatches = M, o.steps = 2, o.trace = file, o.collect_params = 0;
-  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
-  if (st != ZS_OK) ZS_T_REPORT("traced run: %s", r.err);
-  gpt_result_free(&r);
-  snprintf(mine, sizeof mine, "%s.rank%d", file, g_rank);
+  o.pp = 2, o.microbatches = M, o.steps = 2, o.collect_params = 0;
   /* rank 0 holds the embedding (unit 0), rank 1 the head; both blocks' units */
   const char *need[] = {"\"step 0\"", "\"step 1\"", "\"zs_step\"", "\"F 3.0\"", "\"B 3.0\"",
                         g_rank == 0 ? "\"gather embed\"" : "\"gather head\"",
                         g_rank == 0 ? "\"send_act 0.0\"" : "\"recv_act 0.0\"",
                         /* 1F1B's steady state: a send and a receive as one sendrecv */
                         g_rank == 0 ? "\"send_act 2.0 + recv_grad 1.0\"" : "\"recv_act 2.0 + send_grad 1.0\""};
-  expect_true(file_has(mine, need, (int)(sizeof need / sizeof need[0])));
-  snprintf(file, sizeof file, "%s/no-such-dir/run.json", dir);
-  o.trace = file;
+  gpt_trace_check(g_dev, g_world, &o, need, (int)(sizeof need / sizeof need[0]));
+  o.trace = "/nonexistent-zs-trace-dir/run.json";
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
   expect_str_contains(r.err, "--trace");
   gpt_result_free(&r);
-  gpt_tmpdir_remove(g_world, dir);
 }
 
 /* what a user meets: the same message on every rank, nothing run */

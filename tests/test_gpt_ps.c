@@ -9,6 +9,9 @@
  *   async         still trains (final validation loss below the initial one),
  *                 reported beside sync; the staleness histogram counts every
  *                 update and stays within the bound, the clock gap within tau
+ *   trace         --trace: a worker's file holds its step ranges, sends and
+ *                 receives, a server's its sends and receives; tracing is off
+ *                 after the run, and a second traced run holds only itself
  *   errors        --ps-staleness with sync, --ps-servers >= ranks, a batch the
  *                 workers cannot split: the same status on every rank
  * Tiny model: 2 layers, 32 channels, 2 heads, seq 16, batch 12. */
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_trace.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -160,6 +164,17 @@ static void test_errors(void) {
   gpt_result_free(&r);
 }
 
+/* --trace (gpt_trace.h): a worker's file holds its step ranges and its pushes
+ * and pulls (send, recv), a server's its sends and receives; off after. */
+static void test_trace(void) {
+  gpt_opts_t o;
+  tiny(&o);
+  o.ps_servers = 1, o.steps = 2, o.collect_params = 0;
+  const char *worker[] = {"\"step 0\"", "\"step 1\"", "\"send\"", "\"recv\""}, *server[] = {"\"send\"", "\"recv\""};
+  if (g_rank < o.ps_servers) gpt_trace_check(g_dev, g_world, &o, server, 2);
+  else gpt_trace_check(g_dev, g_world, &o, worker, 4);
+}
+
 int main(void) {
   if (zs_device_create_cpu(&g_dev) != ZS_OK) ZS_SKIP("no cpu device");
   if (zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) ZS_SKIP("no MPI");
@@ -169,6 +184,7 @@ int main(void) {
   gpt_threads_auto(g_size);
   zs_test_run(test_sync_parity);
   zs_test_run(test_async);
+  zs_test_run(test_trace);
   zs_test_run(test_errors);
   int rc = zs_test_finish();
   int32_t mine = rc, worst = 0;

@@ -565,12 +565,9 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
   }
 }
 
-zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
-  if (o->ps_servers > 0) return gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
-  if (o->moe_experts > 0 || o->ep > 1) return gpt_train_moe(o, dev, comm, res); /* mixture of experts: two engines */
+/* The dense trainer (one engine; dp x tp x pp). */
+static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
   trainer_result_init(res);
-  zs_status_t tst = o->trace ? zs_trace_start(o->trace) : ZS_OK; /* every rank: the same file name */
-  if (tst != ZS_OK) return trainer_fail(res, tst, "--trace", zs_last_error());
   trainer_t t;
   memset(&t, 0, sizeof t);
   zs_status_t st = trainer_init(&t, o, dev, comm, res);
@@ -591,8 +588,19 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params)) != ZS_OK)
     st = trainer_fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
-  if (st == ZS_OK && o->trace && zs_trace_flush() != ZS_OK)
-    st = trainer_fail(res, ZS_ERR_IO, "--trace", zs_last_error());
   trainer_free(&t);
+  return st;
+}
+
+zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
+  trainer_result_init(res);
+  zs_status_t st = o->trace ? zs_trace_start(o->trace) : ZS_OK; /* every rank: the same file name */
+  if (st != ZS_OK) return trainer_fail(res, st, "--trace", zs_last_error());
+  if (o->ps_servers > 0) st = gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
+  else if (o->moe_experts > 0 || o->ep > 1) st = gpt_train_moe(o, dev, comm, res); /* mixture of experts */
+  else st = train_dense(o, dev, comm, res);
+  /* written whether the run failed or not, and off again: a later run in this process traces only itself */
+  zs_status_t tst = o->trace ? zs_trace_stop() : ZS_OK;
+  if (st == ZS_OK && tst != ZS_OK) st = trainer_fail(res, tst, "--trace", zs_last_error());
   return st;
 }

@@ -47,6 +47,7 @@
 #include "zeroshard/engine.h"
 #include "zeroshard/mesh.h"
 #include "zeroshard/moe.h"
+#include "zeroshard/trace.h"
 
 typedef struct {
   const gpt_opts_t *o;
@@ -459,6 +460,9 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     if (val) TRY(validate(t, res, step)); /* before the step's traffic is counted */
     const double t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
+    char range[32];
+    snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
+    zs_trace_begin(range); /* closed on every way out of the step */
     t->route_sent = t->route_recv = 0;
     t->aux_sum = 0;
     zs_comm_stats_reset(t->ep_comm);
@@ -468,12 +472,15 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
                            T, t->tin, t->ttg);
       if ((st = round_train(t, &loss)) != ZS_OK) {
         const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
+        zs_trace_end();
         return trainer_fail(res, st, "forward/backward", why);
       }
       mine[0] += loss;
     }
     zs_step_report_t rep;
-    if ((st = zs_step_group(both, 2, &rep)) != ZS_OK) return trainer_fail(res, st, "zs_step_group", zs_last_error());
+    st = zs_step_group(both, 2, &rep);
+    zs_trace_end();
+    if (st != ZS_OK) return trainer_fail(res, st, "zs_step_group", zs_last_error());
     zs_comm_stats_t cs;
     zs_comm_stats(t->ep_comm, &cs);
     mi->a2a_sent[step] = cs.bytes_sent[ZS_COLL_ALL_TO_ALL], mi->a2a_recv[step] = cs.bytes_recv[ZS_COLL_ALL_TO_ALL];

@@ -24,6 +24,7 @@
 #include "trainer_common.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/ps.h"
+#include "zeroshard/trace.h"
 
 typedef struct {
   const gpt_opts_t *o;
@@ -213,6 +214,9 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
   mine[K_V0] = validate(t);
   const double t0 = trainer_now_s();
   for (int step = 0; step < o->steps; step++) {
+    char range[32];
+    snprintf(range, sizeof range, "step %d", step);
+    zs_trace_begin(range);
     memset(t->g, 0, (size_t)t->n * sizeof(float));
     double loss = 0;
     for (int m = 0; m < o->accum; m++) {
@@ -224,6 +228,7 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
       for (int64_t i = 0; i < t->n; i++) t->g[i] *= s;
     }
     zs_status_t st = zs_ps_push_pull(t->ps, t->g, t->p);
+    zs_trace_end();
     if (st != ZS_OK) return trainer_fail(res, st, "zs_ps_push_pull", zs_ps_last_error(t->ps));
     mine[K_HEAD + step] = loss;
     if (t->w == 0 && !o->quiet && t->rank == t->S)
