@@ -80,6 +80,24 @@ static void check_slots(const layout_t *l, const gpt_opts_t *o, const gpt_result
   }
 }
 
+/* --json names the pipeline and each model stage's layers (the split given, or
+ * the even one). */
+static void check_json(const layout_t *l, const gpt_opts_t *o, const gpt_result_t *r) {
+  char *buf = NULL, want[256];
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  assert_true(f != NULL);
+  gpt_result_json(r, o, f);
+  fclose(f);
+  const int S = l->pp * l->v;
+  int n = snprintf(want, sizeof want, "\"pipeline\": {\"pp\": %d, \"schedule\": \"%s\", \"microbatches\": %d, "
+                   "\"virtual\": %d, \"stage_layers\": [", l->pp, zs_pp_kind_name((zs_pp_kind_t)l->kind), l->m, l->v);
+  for (int s = 0; s < S && n < (int)sizeof want; s++)
+    n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", s ? ", " : "", l->layers ? o->pp_layers[s] : o->layers / S);
+  if (!strstr(buf, want)) ZS_T_REPORT("%s: --json lacks '%s]'", l->what, want);
+  free(buf);
+}
+
 /* l against ref (model cfg). */
 static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref_t *ref) {
   gpt_opts_t o;
@@ -97,6 +115,7 @@ static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref
   if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", l->what, r.err);
   else gpt_ref_compare(ref, cfg, &o, &r, "pp parity", l->what, g_rank, g_size);
   if (st == ZS_OK && l->layers) check_slots(l, &o, &r);
+  if (st == ZS_OK) check_json(l, &o, &r);
   gpt_result_free(&r);
 }
 

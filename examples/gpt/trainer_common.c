@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zeroshard/pipeline.h"
+
 #include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
 #ifdef _OPENMP
 #include <omp.h>
@@ -111,6 +113,15 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
           o->channels, o->heads, o->vocab, o->seq);
   fprintf(f, "\"batch\": %d, \"steps\": %d, \"seed\": %llu, \"lr\": %g,\n", o->batch, r->steps,
           (unsigned long long)o->seed, (double)o->lr);
+  if (o->pp > 1) { /* the model stages' layers, in model-stage order (--pp-layers or the even split) */
+    const int S = o->pp * o->virtual_stages;
+    fprintf(f, " \"pipeline\": {\"pp\": %d, \"schedule\": \"%s\", \"microbatches\": %d, \"virtual\": %d, "
+               "\"stage_layers\": [", o->pp, zs_pp_kind_name((zs_pp_kind_t)o->pp_kind),
+            o->microbatches > 0 ? o->microbatches : o->pp, o->virtual_stages);
+    for (int s = 0; s < S; s++)
+      fprintf(f, "%s%d", s ? ", " : "", o->pp_layers_n == S ? o->pp_layers[s] : o->layers / S);
+    fprintf(f, "]},\n");
+  }
   fprintf(f, " \"losses\": [");
   for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)r->losses[i]);
   fprintf(f, "],\n \"grad_norms\": [");
