@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
     struct dirent *e;
     char p[1200];
     while (h && (e = readdir(h)))
-      if (!strncmp(e->d_name, "eng.rank", 8)) {
+      if (!strncmp(e->d_name, "eng.rank", 8) || !strncmp(e->d_name, "eng2.rank", 9)) {
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         remove(p);
       }
