@@ -3,24 +3,20 @@
  * every kind runs at several m, with the callbacks computing on the calling
  * thread (host_compute) or queued on a stream of their own (as a CUDA trainer
  * queues kernels; here host functions on the cpu device's worker thread).
- * Checked against the float64 single-process reference over the same
- * micro-batches:
- *  - every activation and gradient a stage receives (so each lands in the
- *    right buffer at the right time), the loss on the last stage, and every
- *    stage's weight and bias gradients summed over the micro-batches;
- *  - the pp comm's counters: exactly the sends and receives the schedule has,
- *    act_count * 4 bytes each (activations forward, gradients backward), a
- *    send and a receive next to each other in the list as one sendrecv;
- *  - a second step gives the same results and no step allocates device memory;
- *  - the pool holds the schedule's peak_buffers buffers.
- * Also a 2 x 2 mesh (pp x dp: two pipelines side by side on the mesh's pp
- * comms) and bad configs: the same error on every rank. */
+ * pp_check.h's pc_run_case checks each case against the float64
+ * single-process reference over the same micro-batches: every activation and
+ * gradient a stage receives (so each lands in the right buffer at the right
+ * time), the loss, every stage's weight and bias gradients, the pp comm's
+ * sends, receives and fused sendrecv pairs and their bytes, a second step, no
+ * device allocation in a step, the pool's size. Also a 2 x 2 mesh (pp x dp:
+ * two pipelines side by side on the mesh's pp comms) and bad configs: the same
+ * error on every rank. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "harness.h"
-#include "pp_toy.h"
+#include "pp_check.h" // defines: pc_run_case, pc_forward, pc_backward (the toy model's trainer)
 #include "zeroshard/comm.h"
 #include "zeroshard/mesh.h"
 #include "zeroshard/pipeline.h"
@@ -28,199 +24,59 @@
 static zs_device_t *dev;
 static zs_comm_t *world;
 
-/* ---- the trainer --------------------------------------------------------------------- */
+/* ---- the callbacks ------------------------------------------------------------------- */
 
-typedef struct trainer trainer_t;
+/* On the calling thread (host_compute). */
+static zs_status_t host_fwd(void *u, int mb, int c, const void *in, void *out, zs_stream_t *s) {
+  (void)s;
+  pc_forward(u, mb, c, in, out);
+  return ZS_OK;
+}
+static zs_status_t host_bwd(void *u, int mb, int c, const void *in, const void *gout, void *gin, zs_stream_t *s) {
+  (void)s;
+  pc_backward(u, mb, c, in, gout, gin);
+  return ZS_OK;
+}
 
-typedef struct { /* one queued compute (stream mode) */
-  trainer_t *T;
+/* Queued on the stream as host functions (the cpu device's worker thread). */
+typedef struct { /* one queued compute */
+  pc_trainer_t *T;
   int mb, chunk, fwd;
   const float *in, *gout;
   float *out, *gin;
 } task_t;
 
-struct trainer {
-  int p, rank, m, v, S;
-  const pt_ref_t *ref;
-  float *y, *x0, *dW, *db; /* outputs kept for backward [mb][chunk]; inputs of stage 0; grads [chunk] */
-  double loss;
-  int bad_in, bad_gout, calls_f, calls_b;
-  task_t *tasks; /* [mb][chunk][fwd] */
-};
-
-static int differs(const float *got, const double *want) {
-  for (int k = 0; k < PT_ACT; k++)
-    if (fabs(got[k] - want[k]) > 1e-5) return 1;
-  return 0;
+static zs_status_t tasks_make(pc_trainer_t *T) {
+  T->state = calloc((size_t)T->m * T->v * 2, sizeof(task_t)); /* [mb][chunk][fwd] */
+  return T->state ? ZS_OK : ZS_ERR_NOMEM;
 }
-
-static void do_forward(trainer_t *T, int mb, int c, const float *in, float *out) {
-  int s = c * T->p + T->rank;
-  const float *x = s == 0 ? T->x0 + (size_t)mb * PT_ACT : in;
-  if (s > 0 && (!in || differs(in, T->ref->act + ((size_t)mb * (T->S + 1) + s) * PT_ACT))) T->bad_in++;
-  float *y = T->y + ((size_t)mb * T->v + c) * PT_ACT;
-  if (x) pt_forward_f(s, x, y);
-  if (s < T->S - 1) {
-    if (out) memcpy(out, y, PT_ACT * sizeof(float));
-    else T->bad_in++;
-  } else {
-    for (int k = 0; k < PT_ACT; k++) T->loss += 0.5 * ((double)y[k] - pt_target(mb, k)) * ((double)y[k] - pt_target(mb, k));
-    if (out) T->bad_in++; /* the last stage gets no output buffer */
-  }
-  T->calls_f++;
-}
-
-static void do_backward(trainer_t *T, int mb, int c, const float *in, const float *gout, float *gin) {
-  int s = c * T->p + T->rank;
-  const float *x = s == 0 ? T->x0 + (size_t)mb * PT_ACT : in;
-  const float *y = T->y + ((size_t)mb * T->v + c) * PT_ACT;
-  float gy[PT_ACT];
-  if (s == T->S - 1) {
-    for (int k = 0; k < PT_ACT; k++) gy[k] = y[k] - (float)pt_target(mb, k);
-    if (gout) T->bad_gout++;
-  } else if (gout) {
-    if (differs(gout, T->ref->gout + ((size_t)mb * T->S + s) * PT_ACT)) T->bad_gout++;
-    memcpy(gy, gout, sizeof gy);
-  } else {
-    T->bad_gout++;
-    return;
-  }
-  if ((s > 0) != (gin != NULL) || !x) T->bad_gout++;
-  if (x) pt_backward_f(s, x, y, gy, T->dW + (size_t)c * PT_D * PT_D, T->db + (size_t)c * PT_D, gin);
-  T->calls_b++;
-}
-
-static zs_status_t host_fwd(void *u, int mb, int c, const void *in, void *out, zs_stream_t *s) {
-  (void)s;
-  do_forward(u, mb, c, in, out);
-  return ZS_OK;
-}
-static zs_status_t host_bwd(void *u, int mb, int c, const void *in, const void *gout, void *gin, zs_stream_t *s) {
-  (void)s;
-  do_backward(u, mb, c, in, gout, gin);
-  return ZS_OK;
-}
+static void tasks_free(pc_trainer_t *T) { free(T->state); }
 
 static void task_run(void *arg) {
   task_t *t = arg;
-  if (t->fwd) do_forward(t->T, t->mb, t->chunk, t->in, t->out);
-  else do_backward(t->T, t->mb, t->chunk, t->in, t->gout, t->gin);
+  if (t->fwd) pc_forward(t->T, t->mb, t->chunk, t->in, t->out);
+  else pc_backward(t->T, t->mb, t->chunk, t->in, t->gout, t->gin);
 }
 static zs_status_t stream_fwd(void *u, int mb, int c, const void *in, void *out, zs_stream_t *s) {
-  trainer_t *T = u;
-  task_t *t = &T->tasks[((size_t)mb * T->v + c) * 2 + 1];
+  pc_trainer_t *T = u;
+  task_t *t = (task_t *)T->state + ((size_t)mb * T->v + c) * 2 + 1;
   *t = (task_t){T, mb, c, 1, in, NULL, out, NULL};
-  return zs_launch_host_func(dev, s, task_run, t);
+  return zs_launch_host_func(T->dev, s, task_run, t);
 }
 static zs_status_t stream_bwd(void *u, int mb, int c, const void *in, const void *gout, void *gin, zs_stream_t *s) {
-  trainer_t *T = u;
-  task_t *t = &T->tasks[((size_t)mb * T->v + c) * 2];
+  pc_trainer_t *T = u;
+  task_t *t = (task_t *)T->state + ((size_t)mb * T->v + c) * 2;
   *t = (task_t){T, mb, c, 0, in, gout, NULL, gin};
-  return zs_launch_host_func(dev, s, task_run, t);
+  return zs_launch_host_func(T->dev, s, task_run, t);
 }
 
-/* ---- one case -------------------------------------------------------------------------- */
+static const pc_mode_t host_mode = {"host", 1, {host_fwd, host_bwd, NULL}, NULL, NULL};
+static const pc_mode_t stream_mode = {"stream", 0, {stream_fwd, stream_bwd, NULL}, tasks_make, tasks_free};
 
-/* Runs two steps of (kind, m, v) on pp_comm, callbacks on the host or queued
- * on a stream, and checks them against the reference. */
+/* Two steps of (kind, m, v) on pp_comm, callbacks on the host or queued on a
+ * stream, checked against the reference (pp_check.h). */
 static void run_case(zs_comm_t *pp_comm, zs_pp_kind_t kind, int m, int v, int host) {
-  int p = zs_comm_size(pp_comm), rank = zs_comm_rank(pp_comm), S = p * v, steps = 2;
-  zs_pp_config_t cfg = ZS_PP_CONFIG_INIT;
-  cfg.schedule.kind = kind, cfg.schedule.stages = p, cfg.schedule.microbatches = m, cfg.schedule.chunks = v;
-  cfg.act_count = PT_ACT, cfg.dtype = ZS_FP32, cfg.host_compute = host;
-  zs_stream_t *stream = NULL;
-  if (!host) assert_ok(zs_stream_create(dev, &stream));
-  cfg.stream = stream;
-  zs_pp_t *pp = NULL;
-  pt_ref_t R;
-  trainer_t T = {.p = p, .rank = rank, .m = m, .v = v, .S = S, .ref = &R};
-  assert_int_eq(pt_ref_make(&R, S, m), 0);
-  T.y = calloc((size_t)m * v * PT_ACT, sizeof(float));
-  T.x0 = calloc((size_t)m * PT_ACT, sizeof(float));
-  T.dW = calloc((size_t)v * PT_D * PT_D, sizeof(float));
-  T.db = calloc((size_t)v * PT_D, sizeof(float));
-  T.tasks = calloc((size_t)m * v * 2, sizeof(task_t));
-  char what[96];
-  snprintf(what, sizeof what, "%s p=%d m=%d v=%d %s", zs_pp_kind_name(kind), p, m, v, host ? "host" : "stream");
-  for (int i = 0; i < m * PT_ACT; i++) T.x0[i] = (float)pt_x0(i / PT_ACT, i % PT_ACT);
-  expect_ok(zs_pp_create(&pp, &cfg, pp_comm));
-  if (!pp) goto out;
-  zs_pp_rank_stats_t rs[16];
-  zs_pp_sim_t sim;
-  expect_ok(zs_pp_schedule_simulate(zs_pp_get_schedule(pp), 1, 2, 0, &sim, rs));
-  int nbuf = 0;
-  size_t each = 0;
-  zs_pp_pool(pp, &nbuf, &each);
-  expect_int_eq(nbuf, rs[rank].peak_buffers);
-  expect_u64_eq(each, PT_ACT * sizeof(float));
-  zs_memory_stats_t ms0, ms1;
-  zs_device_memory_stats(dev, &ms0);
-  expect_true(ms0.current[ZS_DOMAIN_DEVICE][ZS_MEM_OTHER] >= (uint64_t)nbuf * each);
-  zs_pp_callbacks_t cb = {host ? host_fwd : stream_fwd, host ? host_bwd : stream_bwd, &T};
-  /* what this rank's model stages send and receive (test's own count) */
-  int fwd_out = 0, bwd_out = 0;
-  for (int c = 0; c < v; c++) fwd_out += c * p + rank < S - 1, bwd_out += c * p + rank > 0;
-  uint64_t sends = (uint64_t)m * (fwd_out + bwd_out), recvs = sends, pairs = 0;
-  int na = 0;
-  const zs_pp_action_t *acts = zs_pp_schedule_actions(zs_pp_get_schedule(pp), rank, &na);
-  for (int k = 0; k + 1 < na; k++) {
-    int x0 = acts[k].op != ZS_PP_FORWARD && acts[k].op != ZS_PP_BACKWARD;
-    int x1 = acts[k + 1].op != ZS_PP_FORWARD && acts[k + 1].op != ZS_PP_BACKWARD;
-    int s0 = acts[k].op == ZS_PP_SEND_ACT || acts[k].op == ZS_PP_SEND_GRAD;
-    int s1 = acts[k + 1].op == ZS_PP_SEND_ACT || acts[k + 1].op == ZS_PP_SEND_GRAD;
-    if (x0 && x1 && s0 != s1) pairs++, k++;
-  }
-  if (kind == ZS_PP_1F1B && p > 1 && m > p) expect_true(pairs > 0); /* its steady state pairs them on every rank */
-  for (int step = 0; step < steps; step++) {
-    memset(T.dW, 0, (size_t)v * PT_D * PT_D * sizeof(float));
-    memset(T.db, 0, (size_t)v * PT_D * sizeof(float));
-    T.loss = 0, T.bad_in = T.bad_gout = T.calls_f = T.calls_b = 0;
-    zs_comm_stats_reset(pp_comm);
-    zs_status_t st = zs_pp_run(pp, &cb);
-    if (st != ZS_OK) ZS_T_REPORT("%s step %d: zs_pp_run -> %s (%s)", what, step, zs_status_name(st), zs_last_error());
-    if (stream) expect_ok(zs_stream_synchronize(dev, stream));
-    expect_ok(zs_pp_wait(pp));
-    if (st != ZS_OK) break;
-    if (T.bad_in || T.bad_gout) ZS_T_REPORT("%s step %d: %d inputs, %d gradients differ from the reference", what,
-                                            step, T.bad_in, T.bad_gout);
-    expect_int_eq(T.calls_f, m * v);
-    expect_int_eq(T.calls_b, m * v);
-    for (int c = 0; c < v; c++) {
-      int s = c * p + rank, badw = 0;
-      for (int k = 0; k < PT_D * PT_D; k++) {
-        double want = R.dW[(size_t)s * PT_D * PT_D + k], got = T.dW[(size_t)c * PT_D * PT_D + k];
-        badw += !(fabs(got - want) <= 1e-5 * fabs(want) + 2e-6);
-      }
-      for (int k = 0; k < PT_D; k++) {
-        double want = R.db[(size_t)s * PT_D + k], got = T.db[(size_t)c * PT_D + k];
-        badw += !(fabs(got - want) <= 1e-5 * fabs(want) + 2e-6);
-      }
-      if (badw) ZS_T_REPORT("%s step %d: stage %d: %d weight/bias gradients differ from the reference", what, step,
-                            s, badw);
-    }
-    if (rank == p - 1) expect_near(T.loss, R.loss, 1e-5, 1e-7);
-    else expect_true(T.loss == 0);
-    zs_comm_stats_t cs;
-    zs_comm_stats(pp_comm, &cs);
-    expect_u64_eq(cs.calls[ZS_COLL_SEND], sends - pairs);
-    expect_u64_eq(cs.calls[ZS_COLL_RECV], recvs - pairs);
-    expect_u64_eq(cs.calls[ZS_COLL_SENDRECV], pairs);
-    expect_u64_eq(sends, (uint64_t)rs[rank].send_act + rs[rank].send_grad);
-    expect_u64_eq(cs.bytes_sent[ZS_COLL_SEND] + cs.bytes_sent[ZS_COLL_SENDRECV], sends * PT_ACT * sizeof(float));
-    expect_u64_eq(cs.bytes_recv[ZS_COLL_RECV] + cs.bytes_recv[ZS_COLL_SENDRECV], recvs * PT_ACT * sizeof(float));
-    uint64_t other = 0;
-    for (int k = 0; k < ZS_COLL_COUNT; k++)
-      other += k != ZS_COLL_SEND && k != ZS_COLL_RECV && k != ZS_COLL_SENDRECV ? cs.calls[k] : 0;
-    expect_u64_eq(other, 0);
-  }
-  zs_device_memory_stats(dev, &ms1);
-  expect_u64_eq(ms1.backend_allocs, ms0.backend_allocs); /* the steps allocated no device memory */
-  if (zs_t_cur_failed && rank == 0) fprintf(stderr, "  (in case %s)\n", what);
-out:
-  zs_pp_destroy(pp);
-  if (stream) zs_stream_destroy(dev, stream);
-  pt_ref_free(&R);
-  free(T.y), free(T.x0), free(T.dW), free(T.db), free(T.tasks);
+  pc_run_case(pp_comm, kind, m, v, host ? &host_mode : &stream_mode);
 }
 
 static void test_parity(void) {
