@@ -1,10 +1,10 @@
 /* gpu_start.h: how the GPU tests over MPI start and end (test_comm_gpu,
- * test_moe_gpu, test_tp_gpu): skip (77) before MPI starts when this process
- * sees no CUDA device, else MPI with threads, this rank's GPU
+ * test_moe_gpu, test_tp_gpu, test_pp_gpu): skip (77) before MPI starts when
+ * this process sees no CUDA device, else MPI with threads, this rank's GPU
  * (zs_mpi_local_gpu) and its device; a nccl comm when every rank has a GPU of
  * its own, the mpi comm (device buffers staged through pinned host memory,
- * ranks may share a GPU) in any case. A setup that fails aborts every rank:
- * nothing after it could be checked. */
+ * ranks may share a GPU) in any case, or both in turn (gpu_run_comms). A
+ * setup that fails aborts every rank: nothing after it could be checked. */
 #ifndef ZS_TESTS_GPU_START_H
 #define ZS_TESTS_GPU_START_H
 
@@ -77,6 +77,31 @@ static inline zs_comm_t *gpu_comm_mpi(const gpu_start_t *g) {
   zs_comm_t *c = NULL;
   gpu_setup_check(zs_comm_create_mpi(&c, g->dev, MPI_COMM_WORLD), "the mpi comm");
   return c;
+}
+
+/* The reason gpu_run_comms's nccl run was skipped. */
+#define GPU_NCCL_WHY 160
+static inline char *gpu_nccl_why(void) {
+  static char why[GPU_NCCL_WHY];
+  return why;
+}
+static inline void gpu_nccl_skipped(void) { zs_test_skip(gpu_nccl_why()); }
+
+/* run(comm, label) on the nccl comm when every rank has a GPU of its own (else
+ * a test that skips, saying why), then on the mpi comm (device buffers staged
+ * through pinned host memory, so ranks may share a GPU); each comm is
+ * destroyed after its run. label names the comm for failures. */
+static inline void gpu_run_comms(const gpu_start_t *g, void (*run)(zs_comm_t *comm, const char *label)) {
+  zs_comm_t *nc = gpu_comm_nccl(g, gpu_nccl_why(), GPU_NCCL_WHY);
+  if (nc) {
+    run(nc, "nccl");
+    zs_comm_destroy(nc);
+  } else { /* the mpi comm's run below still checks */
+    zs_test_run_named("the nccl comm", gpu_nccl_skipped);
+  }
+  zs_comm_t *mc = gpu_comm_mpi(g);
+  run(mc, "mpi (staged)");
+  zs_comm_destroy(mc);
 }
 
 /* zs_test_finish's exit code, after the device and MPI are gone (destroy the

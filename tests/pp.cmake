@@ -20,6 +20,16 @@ if(TARGET zs_pp AND ZS_HAVE_MPI)
   set_tests_properties(test_pp_run_staged_np3 PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 90
                        ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1;ZS_CPU_SHARED_HOST_THREAD=1")
 endif()
+#   test_pp_gpu       test_pp_run's cases on a cuda device: the pool in device memory, callbacks that queue on
+#                     the runtime's stream a copy of their inputs to pinned host memory, a host function
+#                     computing the stage and a copy of the output back; every kind at a few m, two steps,
+#                     against the same reference and counters: nccl when every rank has a GPU, the mpi comm
+#                     with staging at 1-2 ranks (two ranks may share a GPU) (label gpu; skips without a GPU;
+#                     only in a CUDA build)
+if(TARGET zs_pp AND ZS_HAVE_MPI AND ZS_HAVE_CUDA)
+  zs_add_test(NAME test_pp_gpu SOURCES test_pp_gpu.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm zs_pp RANKS 1 2 LABELS gpu TIMEOUT 120)
+endif()
 #   test_pp_timeout   the last stage never runs its step: the others' zs_pp_run returns ZS_ERR_TIMEOUT after
 #                     ZS_COMM_TIMEOUT_S=2 (not a hang), a second step ZS_ERR_STATE, and every process exits
 if(TARGET zs_pp AND ZS_HAVE_MPI)

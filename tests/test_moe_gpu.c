@@ -21,7 +21,6 @@
 static zs_device_t *g_dev;
 static zs_comm_t *g_comm;
 static const char *g_label;
-static char g_skip_why[160];
 
 static void test_layer(void) {
   const mt_env_t en = {g_dev, g_comm, zs_comm_rank(g_comm), zs_comm_size(g_comm), GPU_TOL, GPU_TOL};
@@ -35,29 +34,17 @@ static void test_layer(void) {
     fprintf(stderr, "[rank %d] (the failures above are on the %s comm)\n", en.rank, g_label);
 }
 
-static void test_layer_skipped(void) { zs_test_skip(g_skip_why); }
-
-/* test_layer on comm (label: for the failures), which it then destroys. */
+/* test_layer on comm (label: for the failures). */
 static void run_on(zs_comm_t *comm, const char *label) {
   g_comm = comm;
   g_label = label;
   zs_test_run(test_layer);
-  zs_comm_destroy(g_comm);
   g_comm = NULL;
 }
 
 int main(int argc, char **argv) {
   gpu_start_t g = gpu_start(&argc, &argv);
   g_dev = g.dev;
-  char why[120];
-  zs_comm_t *nc = gpu_comm_nccl(&g, why, sizeof why);
-  if (nc) {
-    run_on(nc, "nccl");
-  } else { /* the mpi comm's run below still checks */
-    snprintf(g_skip_why, sizeof g_skip_why, "nccl comm: %s", why);
-    zs_test_run(test_layer_skipped);
-  }
-  /* the mpi comm on cuda devices: device buffers through pinned host staging */
-  run_on(gpu_comm_mpi(&g), "mpi (staged)");
+  gpu_run_comms(&g, run_on);
   return gpu_finish(&g);
 }
