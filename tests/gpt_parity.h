@@ -3,7 +3,8 @@
  * the job (a comm split; its numbers broadcast), and the comparison of a run
  * against it: every step's loss and gradient norm, the final validation loss,
  * and every final parameter (gpt_result_t.final_params, whole) to 1e-5
- * relative of the tensor's largest value. Include after harness.h. */
+ * relative of the tensor's largest value, plus the element's own rounding
+ * noise (gpt_ref_t.noise). Include after harness.h. */
 #ifndef ZS_TESTS_GPT_PARITY_H
 #define ZS_TESTS_GPT_PARITY_H
 
@@ -24,8 +25,16 @@ typedef struct {
   float loss[GPT_PARITY_STEPS], norm[GPT_PARITY_STEPS];
   double val;
   float *params; /* gpt_param_count floats */
+  /* per element, |params - the same run with another --accum split|: the
+   * final value's own rounding noise (see gpt_ref_compare) */
+  float *noise;
   int64_t n;
 } gpt_ref_t;
+
+static void gpt_ref_free(gpt_ref_t *ref) {
+  free(ref->params), free(ref->noise);
+  ref->params = ref->noise = NULL;
+}
 
 /* The parity tests' run: model c, batch 8, GPT_PARITY_STEPS steps, 8
  * validation windows, seed 77, fp32, clipping at 1.0, quiet, the final
@@ -40,17 +49,29 @@ static void gpt_parity_opts(gpt_opts_t *o, const gpt_config_t *c) {
 }
 
 /* o (steps = GPT_PARITY_STEPS, collect_params set) run by world's rank 0 alone;
- * every rank gets the numbers. Clipping must act (the first norm above o->clip). */
+ * every rank gets the numbers. Clipping must act (the first norm above o->clip).
+ * Rank 0 also runs o with the batch cut into other micro-batches (--accum 1 if
+ * o->accum > 1, else 2): the same step in another order of summation, whose
+ * final parameters give ref->noise. */
 static void gpt_ref_run(zs_comm_t *world, const gpt_opts_t *o, const gpt_config_t *cfg, gpt_ref_t *ref) {
   const int rank = zs_comm_rank(world);
   zs_comm_t *self = NULL;
   assert_ok(zs_comm_split(world, rank == 0 ? 0 : -1, 0, &self));
   ref->n = gpt_param_count(cfg);
   ref->params = calloc((size_t)ref->n, sizeof(float));
+  ref->noise = calloc((size_t)ref->n, sizeof(float));
+  assert_true(ref->params && ref->noise);
   double buf[2 * GPT_PARITY_STEPS + 1];
   if (rank == 0) {
+    gpt_opts_t o2 = *o;
+    o2.accum = o->accum > 1 ? 1 : 2;
     gpt_result_t r;
-    zs_status_t st = gpt_train_run(o, zs_comm_device(self), self, &r);
+    zs_status_t st = gpt_train_run(&o2, zs_comm_device(self), self, &r);
+    if (st != ZS_OK) fprintf(stderr, "reference run (--accum %d) failed: %s\n", o2.accum, r.err);
+    expect_ok(st);
+    if (st == ZS_OK && r.final_params) memcpy(ref->noise, r.final_params, (size_t)ref->n * sizeof(float));
+    gpt_result_free(&r);
+    st = gpt_train_run(o, zs_comm_device(self), self, &r);
     if (st != ZS_OK) fprintf(stderr, "reference run failed: %s\n", r.err);
     expect_ok(st);
     for (int i = 0; i < GPT_PARITY_STEPS; i++) buf[i] = r.losses[i], buf[GPT_PARITY_STEPS + i] = r.grad_norms[i];
@@ -59,9 +80,11 @@ static void gpt_ref_run(zs_comm_t *world, const gpt_opts_t *o, const gpt_config_
     if (r.final_params) memcpy(ref->params, r.final_params, (size_t)ref->n * sizeof(float));
     gpt_result_free(&r);
     zs_comm_destroy(self);
+    for (int64_t e = 0; e < ref->n; e++) ref->noise[e] = fabsf(ref->params[e] - ref->noise[e]);
   }
   assert_ok(zs_comm_broadcast(world, buf, buf, sizeof buf, ZS_UINT8, 0, NULL));
   assert_ok(zs_comm_broadcast(world, ref->params, ref->params, (size_t)ref->n, ZS_FP32, 0, NULL));
+  assert_ok(zs_comm_broadcast(world, ref->noise, ref->noise, (size_t)ref->n, ZS_FP32, 0, NULL));
   for (int i = 0; i < GPT_PARITY_STEPS; i++) ref->loss[i] = (float)buf[i], ref->norm[i] = (float)buf[GPT_PARITY_STEPS + i];
   ref->val = buf[2 * GPT_PARITY_STEPS];
 }
@@ -105,13 +128,25 @@ static void gpt_ref_compare(const gpt_ref_t *ref, const gpt_config_t *cfg, const
                       (long long)e, (double)r->final_params[off + e], (double)ref->params[off + e]);
         continue;
       }
-      /* + 1e-3 lr: AdamW moves an element whose gradient is near eps (1e-8) by
-       * lr g / (|g| + eps), which follows the relative rounding of that tiny
-       * gradient (a sum with cancellation, in another order) */
+      /* + 1e-3 lr, + twice the element's noise: AdamW moves an element whose
+       * gradient is near eps (1e-8) by lr g / (|g| + eps), which follows the
+       * relative rounding of that tiny gradient (a sum with cancellation, in
+       * another order). The reference's own run with other micro-batches
+       * shows how far that goes for each element (h.0.mlp.proj.w[728] of the
+       * pp test's model on an AVX2 machine: 4.3e-3 lr, the same for --accum 1
+       * against 4 as for pp 2 against --accum 4); more than 1e-2 lr would be
+       * the accumulation's error, not rounding */
+      double noise = ref->noise[off + e];
+      if (!(noise <= 1e-2 * o->lr)) {
+        ZS_T_REPORT("%s: the reference's final %s[%lld] moves by %.3g with another --accum split (more than "
+                    "1e-2 lr)", what, p.name, (long long)e, noise);
+        e = p.numel, i = gpt_param_table_size(cfg);
+        continue;
+      }
       pworst = fmax(pworst, d / (scale > 0 ? scale : 1));
-      if (!(d <= 1e-5 * scale + 1e-3 * o->lr)) {
-        ZS_T_REPORT("%s: final %s[%lld] = %.9g vs single-rank %.9g", what, p.name, (long long)e,
-                    (double)r->final_params[off + e], (double)ref->params[off + e]);
+      if (!(d <= 1e-5 * scale + 1e-3 * o->lr + 2 * noise)) {
+        ZS_T_REPORT("%s: final %s[%lld] = %.9g vs single-rank %.9g (its noise %.3g)", what, p.name, (long long)e,
+                    (double)r->final_params[off + e], (double)ref->params[off + e], noise);
         e = p.numel, i = gpt_param_table_size(cfg);
       }
     }

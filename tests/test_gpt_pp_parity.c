@@ -161,7 +161,7 @@ static void test_uneven_6_layers(void) {
   gpt_ref_run(g_world, &o, &c6, &ref);
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     if (v[i].world == g_size) run_layout(&v[i], &c6, &ref);
-  free(ref.params);
+  gpt_ref_free(&ref);
 }
 
 /* What each rank kept in flight, measured by the trainer's activation pool,
@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_export);
   zs_test_run(test_refusals);
   zs_test_run(test_pp_layers_flag);
-  free(g_ref.params);
+  gpt_ref_free(&g_ref);
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);
   zs_device_destroy(g_dev);

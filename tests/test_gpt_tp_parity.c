@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_resume);
   zs_test_run(test_export);
   zs_test_run(test_refusals);
-  free(g_ref.params);
+  gpt_ref_free(&g_ref);
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);
   zs_device_destroy(g_dev);
