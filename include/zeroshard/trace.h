@@ -29,11 +29,17 @@
  *                    frozen unit's reduce).
  *   tid 2 "comm": every collective, send and receive of every comm (cat
  *                    "comm"), from the moment its backend starts running it to
- *                    its end (the mpi backend's progress thread); name = the
- *                    kind (zs_coll_name), or the label of the layer that issued
- *                    it (a pipeline transfer: "send_act 3.0" = micro-batch 3,
- *                    chunk 0); args: bytes_sent, bytes_recv (comm.h's formulas,
- *                    the same as zs_comm_stats), comm size.
+ *                    its end: on the mpi backend as its progress thread runs
+ *                    it; on the nccl backend as the GPU runs the call's work on
+ *                    its stream (the comm's watchdog records the event once
+ *                    the GPU has finished it, a poll later: up to ~16 ms, and
+ *                    by the time zs_comm_destroy returns; a trace stopped
+ *                    right after a synchronize may lack a live comm's last
+ *                    calls); name = the kind (zs_coll_name), or the label of
+ *                    the layer that issued it (a pipeline transfer: "send_act
+ *                    3.0" = micro-batch 3, chunk 0); args: bytes_sent,
+ *                    bytes_recv (comm.h's formulas, the same as
+ *                    zs_comm_stats), comm size.
  *   tid 3 "optimizer": cat "engine", the optimizer's update, one "update step
  *                    N" event a step (args: step, segments, elements), with
  *                    offload one "update blk.3" inside it per unit (args:
@@ -61,8 +67,9 @@
  * nvtx3/nvToolsExt.h) also pushes and pops an NVTX range, on the thread that
  * runs it, for every range timed where it runs: zs_trace_begin/end, the
  * engine's calls and updates, the pipeline's forwards and backwards and every
- * comm call on its progress thread; not for zs_trace_range (after the fact) or
- * the copies (nsys shows those on the CUDA rows). NVTX is on whenever tracing
+ * mpi comm call on its progress thread; not for zs_trace_range (after the
+ * fact), the nccl comm's calls (recorded after the fact; nsys shows NCCL's
+ * kernels) or the copies (nsys shows those on the CUDA rows). NVTX is on whenever tracing
  * is on, and with ZS_NVTX=1 alone (for nsys, without the JSON files).
  *
  * tools/zs_trace.c reads these files: `zs-trace merge OUT FILE.rank*` (one

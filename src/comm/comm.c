@@ -150,14 +150,25 @@ static const char *trace_name(const zs__coll_args_t *a) {
   return a->trace_name[0] ? a->trace_name : zs_coll_name(a->kind);
 }
 
+/* A comm event's args: the kind, this rank's bytes, the comm's size. */
+static void trace_args(const zs__coll_args_t *a, int size, char args[160]) {
+  snprintf(args, 160, "\"kind\":\"%s\",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"ranks\":%d",
+           zs_coll_name(a->kind), (unsigned long long)a->bytes_sent, (unsigned long long)a->bytes_recv, size);
+}
+
 int64_t zs__comm_trace_begin(const zs__coll_args_t *a) { return zs__trace_open(trace_name(a)); }
 
 void zs__comm_trace_end(const zs__coll_args_t *a, int size, int64_t t0, zs_status_t st) {
   char args[160];
-  snprintf(args, sizeof args, "\"kind\":\"%s\",\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"ranks\":%d",
-           zs_coll_name(a->kind), (unsigned long long)a->bytes_sent, (unsigned long long)a->bytes_recv, size);
+  trace_args(a, size, args);
   /* a failed call: the NVTX range closes, no event */
   zs__trace_close(st == ZS_OK ? "comm" : NULL, trace_name(a), ZS_TRACE_TID_COMM, t0, args);
+}
+
+void zs__comm_trace_event(const zs__coll_args_t *a, int size, int64_t t0, int64_t t1) {
+  char args[160];
+  trace_args(a, size, args);
+  zs__trace_event("comm", trace_name(a), ZS_TRACE_TID_COMM, t0, t1, args);
 }
 
 /* ---- validation ------------------------------------------------------------ */

@@ -103,6 +103,11 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
  * Call both only when zs__trace_on(), on the thread that runs the call. */
 int64_t zs__comm_trace_begin(const zs__coll_args_t *a);
 void zs__comm_trace_end(const zs__coll_args_t *a, int size, int64_t t0_us, zs_status_t st);
+/* The same event for a call that ran elsewhere, over [t0_us, t1_us] of the
+ * trace clock (the nccl backend: its work on the GPU, timed by the watchdog).
+ * Any thread; only when zs__trace_on(). `a` may be a copy kept past the call
+ * (its v, send and recv are not read). */
+void zs__comm_trace_event(const zs__coll_args_t *a, int size, int64_t t0_us, int64_t t1_us);
 
 /* Bytes of the send and recv buffers this rank uses in call `a` (0: not used on
  * this rank), for a comm of `size` ranks where this one is `rank`. The caller

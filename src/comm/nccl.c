@@ -7,6 +7,8 @@
  *  - a bound on every wait, so that a rank that never arrives, or never posts
  *    its part of a collective, gives ZS_ERR_TIMEOUT after ZS_COMM_TIMEOUT_S
  *    instead of a hang (0 = wait forever, as on the mpi backend).
+ *  - with tracing on, each call's "comm" event at the times its work started
+ *    and ended on the GPU (the watchdog's; see "GPU times for the trace").
  *
  * Why NCCL can hang, and what bounds each wait:
  *  1. Init. ncclCommInitRank blocks until every rank has called it. We make
@@ -86,6 +88,7 @@
 #include "comm/comm_impl.h"
 #include "comm/mpi_impl.h" // defines: zs__mpi_poll
 #include "device/device_impl.h"
+#include "trace/trace_impl.h" // defines: zs__trace_on, zs_trace_now_us
 #include "zeroshard/nccl.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
@@ -96,10 +99,11 @@ enum { ABORT_GRACE_S = 5 }; /* how long an abort waits for a thread blocked insi
 
 typedef struct watch {
   struct watch *next;
-  cudaEvent_t start, end;
-  int started;
+  cudaEvent_t start, end; /* timing events when `timed` (a traced call's), else without timing */
+  int started, timed;
   double t0;
   zs_coll_kind_t kind;
+  zs__coll_args_t a; /* timed: the call, for its trace event (v cleared) */
 } watch_t;
 
 typedef struct {
@@ -117,12 +121,16 @@ typedef struct {
   pthread_mutex_t mu;      /* the NCCL comm, barrier_buf, split_out */
   pthread_mutex_t wmu;     /* the watch list */
   pthread_cond_t wcv;      /* watchdog: work arrived or stop; destroy: list drained */
-  watch_t *head, *tail, *spare;
+  watch_t *head, *tail, *spare, *spare_timed;
   int stop;
   pthread_t watchdog;
   atomic_int broken;       /* the first failure's status (0: none) */
   pthread_mutex_t bmu;     /* broken_msg, and setting broken */
   char broken_msg[ZS_ERRBUF];
+  /* the watchdog's, for the trace (made on the first traced call it sees) */
+  cudaStream_t tstream; /* idle: where the reference event is recorded */
+  cudaEvent_t tref;
+  int tfailed;          /* they could not be made: no comm events */
 } nccl_ctx_t;
 
 static const zs_comm_i nccl_iface;
@@ -259,8 +267,75 @@ static void device_leave(int ordinal, int prev) {
 /* ---- watchdog ----------------------------------------------------------------------- */
 
 static void watch_recycle(nccl_ctx_t *ctx, watch_t *w) { /* caller holds wmu */
-  w->next = ctx->spare;
-  ctx->spare = w;
+  watch_t **spare = w->timed ? &ctx->spare_timed : &ctx->spare;
+  w->next = *spare;
+  *spare = w;
+}
+
+/* ---- GPU times for the trace -----------------------------------------------------------
+ * With tracing on, a call's watch entry has timing events (made for the first
+ * traced calls, then reused from spare_timed, so the enqueue path allocates no
+ * more than without tracing). Once the watchdog has seen a batch of them end,
+ * it records a reference event on an idle stream of its own and notes the
+ * trace clock when it sees that complete; cudaEventElapsedTime(start, ref)
+ * and (end, ref) say how long before that moment each call's work started and
+ * ended on the GPU. The reference comes after the calls, so both intervals are
+ * positive, and it is fresh for each batch, so they stay short (float keeps
+ * them to a microsecond up to seconds, and the two clocks cannot drift apart
+ * in that time). The host sees the reference complete a poll after it did:
+ * the times are that much late at most, never early, so no call appears to
+ * start before the host queued it. */
+
+/* The trace clock when `tref`, recorded now, completed (as the host saw it);
+ * 0 if it could not be had. Watchdog thread. */
+static int64_t trace_ref(nccl_ctx_t *ctx) {
+  cudaError_t e = cudaSuccess;
+  if (!ctx->tref) {
+    e = cudaStreamCreateWithFlags(&ctx->tstream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&ctx->tref);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      ZS_LOG_W("nccl comm (rank %d of %d): cannot time its calls for the trace (%s): they are left out of it",
+               ctx->rank, ctx->size, cudaGetErrorString(e));
+      ctx->tfailed = 1;
+      return 0;
+    }
+  }
+  if (cudaEventRecord(ctx->tref, ctx->tstream) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int64_t t0 = zs_trace_now_us();
+  for (;;) {
+    e = cudaEventQuery(ctx->tref);
+    int64_t now = zs_trace_now_us();
+    if (e == cudaSuccess) return now;
+    if (e != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
+    if (e != cudaErrorNotReady || now - t0 > 100000) return 0; /* a wedged GPU: these events are lost */
+    if (now - t0 > 1000) sleep_ns(20000); /* spin the first millisecond: it takes microseconds */
+  }
+}
+
+/* The trace events of `batch` (traced calls that ended, in issue order), then
+ * its entries back to the spare list. Watchdog thread, wmu not held. */
+static void trace_batch(nccl_ctx_t *ctx, watch_t *batch) {
+  int64_t ref = ctx->tfailed ? 0 : trace_ref(ctx);
+  for (watch_t *w = batch; w && ref; w = w->next) {
+    float s_ms = 0, e_ms = 0;
+    if (cudaEventElapsedTime(&s_ms, w->start, ctx->tref) != cudaSuccess ||
+        cudaEventElapsedTime(&e_ms, w->end, ctx->tref) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    int64_t t0 = ref - (int64_t)(s_ms * 1000.0 + 0.5), t1 = ref - (int64_t)(e_ms * 1000.0 + 0.5);
+    zs__comm_trace_event(&w->a, ctx->size, t0, t1);
+  }
+  pthread_mutex_lock(&ctx->wmu);
+  for (watch_t *w = batch, *next; w; w = next) {
+    next = w->next;
+    watch_recycle(ctx, w);
+  }
+  pthread_mutex_unlock(&ctx->wmu);
 }
 
 /* The state NCCL reports for the comm, if nobody holds it (a caller polling an
@@ -278,8 +353,16 @@ static void *watchdog_main(void *arg) {
   cudaSetDevice(ctx->ordinal);
   const double limit = ctx->limit;
   long pause = 1000000; /* ns between polls of an unfinished op: 1 ms doubling to 16 ms */
+  watch_t *batch = NULL, **btail = &batch; /* traced ops that ended, for trace_batch */
   pthread_mutex_lock(&ctx->wmu);
   for (;;) {
+    if (!ctx->head && batch) { /* their events before the list counts as drained */
+      pthread_mutex_unlock(&ctx->wmu);
+      trace_batch(ctx, batch);
+      batch = NULL, btail = &batch;
+      pthread_mutex_lock(&ctx->wmu);
+      continue;
+    }
     if (!ctx->head) {
       pthread_cond_broadcast(&ctx->wcv); /* destroy may wait for the list to drain */
       if (ctx->stop) break;
@@ -290,7 +373,7 @@ static void *watchdog_main(void *arg) {
     watch_t *w = ctx->head;
     pthread_mutex_unlock(&ctx->wmu);
 
-    int done = 0;
+    int done = 0, ok = 0;
     if (!w->started && cudaEventQuery(w->start) == cudaSuccess) {
       w->started = 1;
       w->t0 = zs__now();
@@ -299,6 +382,7 @@ static void *watchdog_main(void *arg) {
       cudaError_t q = cudaEventQuery(w->end);
       if (q != cudaSuccess && q != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
       done = q != cudaErrorNotReady;
+      ok = q == cudaSuccess;
     }
     if (!done && !atomic_load(&ctx->broken)) {
       ncclResult_t ar = peek_async(ctx);
@@ -320,16 +404,26 @@ static void *watchdog_main(void *arg) {
       }
     }
     /* after an abort the kernels end and the events complete; don't wait on them */
-    if (atomic_load(&ctx->aborted)) done = 1;
+    if (atomic_load(&ctx->aborted)) done = 1, ok = 0;
 
     pthread_mutex_lock(&ctx->wmu);
     if (done) {
       ctx->head = w->next;
       if (!ctx->head) ctx->tail = NULL;
-      watch_recycle(ctx, w);
+      if (w->timed && ok) { /* its event once the ops ending with it are in */
+        w->next = NULL;
+        *btail = w;
+        btail = &w->next;
+      } else {
+        watch_recycle(ctx, w);
+      }
       pause = 1000000;
     } else {
       pthread_mutex_unlock(&ctx->wmu);
+      if (batch) {
+        trace_batch(ctx, batch);
+        batch = NULL, btail = &batch;
+      }
       sleep_ns(pause);
       if (pause < 16000000) pause *= 2;
       pthread_mutex_lock(&ctx->wmu);
@@ -339,17 +433,21 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
-/* A watch entry with its two events (reused from the spare list). */
-static zs_status_t watch_get(nccl_ctx_t *ctx, watch_t **out) {
+/* A watch entry with its two events, timing ones if `timed` (reused from the
+ * spare list of that kind). */
+static zs_status_t watch_get(nccl_ctx_t *ctx, int timed, watch_t **out) {
+  watch_t **spare = timed ? &ctx->spare_timed : &ctx->spare;
   pthread_mutex_lock(&ctx->wmu);
-  watch_t *w = ctx->spare;
-  if (w) ctx->spare = w->next;
+  watch_t *w = *spare;
+  if (w) *spare = w->next;
   pthread_mutex_unlock(&ctx->wmu);
   if (!w) {
     w = calloc(1, sizeof *w);
     if (!w) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "nccl comm: out of host memory");
-    cudaError_t e = cudaEventCreateWithFlags(&w->start, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&w->end, cudaEventDisableTiming);
+    w->timed = timed;
+    unsigned flags = timed ? cudaEventDefault : cudaEventDisableTiming;
+    cudaError_t e = cudaEventCreateWithFlags(&w->start, flags);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&w->end, flags);
     if (e != cudaSuccess) {
       if (w->start) cudaEventDestroy(w->start);
       free(w);
@@ -534,11 +632,16 @@ static zs_status_t nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *
   if (atomic_load(&ctx->broken) || atomic_load(&ctx->aborted)) return broken_status(ctx, what);
   cudaStream_t cs = (cudaStream_t)zs__stream_native(ctx->dev, s);
   watch_t *w = NULL;
-  ZS_CHECK(watch_get(ctx, &w));
+  int timed = (zs__trace_on() & ZS__TRACE_JSON) != 0; /* tracing off: this branch only */
+  int prev = device_enter(ctx->ordinal); /* new events belong to the comm's GPU, as its streams do */
+  zs_status_t st = watch_get(ctx, timed, &w);
+  if (st != ZS_OK) {
+    device_leave(ctx->ordinal, prev);
+    return st;
+  }
   w->kind = a->kind;
-  int prev = device_enter(ctx->ordinal);
+  if (timed) w->a = *a, w->a.v = NULL; /* v: valid during this call only */
   pthread_mutex_lock(&ctx->mu);
-  zs_status_t st = ZS_OK;
   cudaError_t e;
   if (atomic_load(&ctx->aborted)) {
     st = broken_status(ctx, what);
@@ -694,12 +797,15 @@ static void nccl_destroy(void *vctx) {
   pthread_join(ctx->watchdog, NULL);
 
   int prev = device_enter(ctx->ordinal);
-  for (watch_t *w = ctx->spare, *next; w; w = next) {
-    next = w->next;
-    cudaEventDestroy(w->start);
-    cudaEventDestroy(w->end);
-    free(w);
-  }
+  for (int k = 0; k < 2; k++)
+    for (watch_t *w = k ? ctx->spare_timed : ctx->spare, *next; w; w = next) {
+      next = w->next;
+      cudaEventDestroy(w->start);
+      cudaEventDestroy(w->end);
+      free(w);
+    }
+  if (ctx->tref) cudaEventDestroy(ctx->tref);
+  if (ctx->tstream) cudaStreamDestroy(ctx->tstream);
   if (ctx->barrier_buf) zs_device_free(ctx->dev, ctx->barrier_buf, sizeof(float), ZS_MEM_COMM);
   if (ctx->owns && !atomic_load(&ctx->aborted)) {
     /* healthy: finalize (flushes and quiesces with the peers, non-blocking),
