@@ -16,14 +16,16 @@ over the steps after the first K: the first steps of a run compute 5-10%
 slower while the machine warms up, which is not the schedule's); the replayed
 bubble (the same computes with their measured times, transfers instant: what
 the stages' own times give, see tools/zs_trace.c); the runtime's share (the
-difference); each rank's mean forward and backward time, ms. Unequal stage
-times make a bubble larger than the theory, which assumes equal stages: the
-replayed column shows by how much.
+difference); "stage means", the replay with every compute at its rank's mean
+forward or backward time (the stages' imbalance alone: the theory exactly
+when the stages are equal; replayed less it is what single computes' spread
+in time adds); each rank's mean forward and backward time, ms. Unequal stage
+times make a bubble larger than the theory, which assumes equal stages.
 
 --check FRAC: exit 1 if a 1F1B row's measured bubble is more than FRAC over the
 theory (e.g. 0.10). --json prints one JSON document on stdout:
   {"p":2,"steps":N,"skip":K,"seqs":4,"trainer_args":[...],"rows":[{"schedule",
-   "m","theory","bubble","replayed","runtime_share","over_theory",
+   "m","theory","bubble","replayed","stage_means","runtime_share","over_theory",
    "stage_ms":[{"rank","fwd","bwd"}...]}]}
 Exit 2 on bad arguments, a run that fails (its output's tail on stderr), or a
 replayed bubble above the measured one (each compute starts no later in the
@@ -153,7 +155,8 @@ def run_one(o, sched, m, out):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     mb = re.search(r"^bubble ([0-9.]+) \(mean", t.stdout, re.M)
     mr = re.search(r"^replayed ([0-9.]+)", t.stdout, re.M)
-    if t.returncode != 0 or not mb or not mr:
+    mm = re.search(r"^stage means ([0-9.]+)", t.stdout, re.M)
+    if t.returncode != 0 or not mb or not mr or not mm:
         sys.stderr.write("pp_bubble.py: zs-trace bubble on %s failed:\n%s%s\n" % (base, t.stdout, t.stderr))
         sys.exit(2)
     theory = (o["p"] - 1) / (v * m + o["p"] - 1)
@@ -164,7 +167,7 @@ def run_one(o, sched, m, out):
         sys.exit(2)
     st = [stage_times(f, o["skip"]) for f in files]
     return {"schedule": sched, "m": m, "theory": round(theory, 4), "bubble": bub, "replayed": rep,
-            "runtime_share": round(bub - rep, 4), "over_theory": round(bub / theory - 1, 4),
+            "stage_means": float(mm.group(1)), "runtime_share": round(bub - rep, 4), "over_theory": round(bub / theory - 1, 4),
             "stage_ms": [{"rank": k, "fwd": round(f, 2), "bwd": round(b, 2)} for k, (f, b) in enumerate(st)]}
 
 
@@ -179,13 +182,13 @@ def main():
     else:
         print("zs-train-gpt --pp %d %s, %d sequences a micro-batch, steps %d-%d of %d (traces in %s)" %
               (o["p"], " ".join(o["trainer"]), o["seqs"], o["skip"], o["steps"] - 1, o["steps"], out))
-        print("| schedule | m | theory | bubble | over | replayed | runtime | fwd / bwd ms per rank |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| schedule | m | theory | bubble | over | stage means | replayed | runtime | fwd / bwd ms per rank |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for r in rows:
             times = ", ".join("%.1f / %.1f" % (s["fwd"], s["bwd"]) for s in r["stage_ms"])
-            print("| %s | %d | %.4f | %.4f | %+.1f%% | %.4f | %+.4f | %s |" %
-                  (r["schedule"], r["m"], r["theory"], r["bubble"], 100 * r["over_theory"], r["replayed"],
-                   r["runtime_share"], times))
+            print("| %s | %d | %.4f | %.4f | %+.1f%% | %.4f | %.4f | %+.4f | %s |" %
+                  (r["schedule"], r["m"], r["theory"], r["bubble"], 100 * r["over_theory"], r["stage_means"],
+                   r["replayed"], r["runtime_share"], times))
     if o["check"] is not None:
         bad = [r for r in rows if r["schedule"] == "1f1b" and r["over_theory"] > o["check"]]
         for r in bad:

@@ -22,8 +22,13 @@
  *   measured: window 900, bubbles 1-600/900 and 1-400/900, mean 0.4444;
  *   replayed: rank 0 F0 0-100 F1 100-200, rank 1 F0 100-200 B0 200-300 F1
  *   300-400 B1 400-500, rank 0 B0 300-500 B1 500-700: window 700, bubbles
- *   1-600/700 and 1-400/700, mean 0.2857. With rank 1's B0 before its F0 no
- *   timeline runs that order: no replay is printed.
+ *   1-600/700 and 1-400/700, mean 0.2857; every compute of a kind on a rank
+ *   takes the same time, so "stage means" is 0.2857 too. With rank 0's F0
+ *   taking 50 and its F1 150 (the same mean): replayed rank 0 F0 0-50 F1
+ *   50-200, rank 1 F0 50-150 B0 150-250 F1 250-350 B1 350-450, rank 0 B0
+ *   250-450 B1 450-650: window 650, mean 0.5 (1-600/650 + 1-400/650) = 0.2308,
+ *   and stage means still 0.2857. With rank 1's B0 before its F0 no timeline
+ *   runs that order: no replay is printed.
  * With gnuplot here, zs-trace plot draws this trace and an engine-only one. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,16 +54,17 @@ static void comp(FILE *f, int *first, const char *name, long long ts, long long 
   *first = 0;
 }
 
-/* The replay's files (see the header); bad_order: rank 1's B0 first. */
-static void write_replay(const char *path, int r, int bad_order, int steps) {
+/* The replay's files (see the header); bad_order: rank 1's B0 first; jitter:
+ * rank 0's forwards take 50 and 150. */
+static void write_replay(const char *path, int r, int bad_order, int steps, int jitter) {
   FILE *f = fopen(path, "w");
   if (!f) return;
   int first = 1;
   fprintf(f, "{\"traceEvents\":[\n");
   if (steps) ev(f, &first, "step 1", "user", 0, 1000, r, 1);
   if (r == 0) {
-    comp(f, &first, "F 0.0", 0, 100, 0, 0, 0);
-    comp(f, &first, "F 1.0", 150, 100, 0, 1, 0);
+    comp(f, &first, "F 0.0", 0, jitter ? 50 : 100, 0, 0, 0);
+    comp(f, &first, "F 1.0", 150, jitter ? 150 : 100, 0, 1, 0);
     comp(f, &first, "B 0.0", 400, 200, 0, 0, 0);
     comp(f, &first, "B 1.0", 700, 200, 0, 1, 0);
   } else {
@@ -152,13 +158,19 @@ static void test_steps(void) {
   expect_true(strstr(out, "replayed") == NULL); /* no micro-batch or stage in these computes */
 }
 
+/* zs-trace bubble on the replay's files into out (4096 bytes). */
+static void replay_run(int bad_order, int steps, int jitter, char *out) {
+  char args[1400];
+  write_replay(f0, 0, bad_order, steps, jitter);
+  write_replay(f1, 1, bad_order, steps, jitter);
+  snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
+  assert_int_eq(run_tool(args, out, 4096), 0);
+}
+
 static void test_replay(void) {
-  char out[4096], args[1400];
+  char out[4096];
   for (int steps = 1; steps >= 0; steps--) {
-    write_replay(f0, 0, 0, steps);
-    write_replay(f1, 1, 0, steps);
-    snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
-    assert_int_eq(run_tool(args, out, sizeof out), 0);
+    replay_run(0, steps, 0, out);
     const char *last = strstr(out, "\nbubble ");
     assert_true(last != NULL);
     expect_true(fabs(atof(last + 8) - 0.5 * (1 - 600.0 / 900 + 1 - 400.0 / 900)) < 1e-4);
@@ -166,16 +178,24 @@ static void test_replay(void) {
     assert_true(rep != NULL);
     expect_true(fabs(atof(rep + 10) - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
     expect_str_contains(rep, "the runtime's share");
-    if (steps) { /* the step's own line has it too */
+    const char *means = strstr(rep, "\nstage means ");
+    assert_true(means != NULL);
+    expect_true(fabs(atof(means + 13) - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
+    expect_str_contains(means, "the stages' imbalance alone");
+    if (steps) { /* the step's own line has them too */
       const char *s1 = strstr(out, "step 1 window ");
       assert_true(s1 != NULL);
       expect_true(fabs(after(s1, "replayed ") - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
+      expect_true(fabs(after(s1, "stage means ") - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
     }
   }
-  write_replay(f0, 0, 1, 1);
-  write_replay(f1, 1, 1, 1);
-  snprintf(args, sizeof args, "bubble '%s' '%s'", f0, f1);
-  assert_int_eq(run_tool(args, out, sizeof out), 0);
+  /* rank 0's forwards spread in time, same mean: the replay changes, stage means do not */
+  replay_run(0, 1, 1, out);
+  const char *s1 = strstr(out, "step 1 window ");
+  assert_true(s1 != NULL);
+  expect_true(fabs(after(s1, "replayed ") - 0.5 * (1 - 600.0 / 650 + 1 - 400.0 / 650)) < 1e-4);
+  expect_true(fabs(after(s1, "stage means ") - 0.5 * (1 - 600.0 / 700 + 1 - 400.0 / 700)) < 1e-4);
+  replay_run(1, 1, 0, out);
   expect_true(strstr(out, "\nbubble ") != NULL);
   expect_true(strstr(out, "replayed") == NULL);
 }

@@ -44,14 +44,15 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   set_tests_properties(test_trace_engine_early_np2 PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
 endif()
 #   test_bench_pp_bubble  bench/pp_bubble.py on a small model (2 ranks, 1F1B and GPipe, m = 2, 3 steps): the
-#                     trainer's traces give a bubble and a replayed one no larger, in its --json
+#                     trainer's traces give a bubble, a replayed one no larger and the stage-means one, in
+#                     its --json
 if(TARGET zs-trace AND TARGET zs-train-gpt AND ZS_HAVE_MPI AND Python3_Interpreter_FOUND)
   add_test(NAME test_bench_pp_bubble
            COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/pp_bubble.py --bin $<TARGET_FILE_DIR:zs-train-gpt>
                    --m 2 --steps 3 --skip 1 --out ${CMAKE_CURRENT_BINARY_DIR}/pp_bubble_out --json
                    -- --layers 2 --channels 32 --heads 2 --seq 16)
   set_tests_properties(test_bench_pp_bubble PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}"
-                       PASS_REGULAR_EXPRESSION "\"schedule\": \"gpipe\", \"m\": 2, \"theory\": 0.3333, \"bubble\""
+                       PASS_REGULAR_EXPRESSION "\"schedule\": \"gpipe\", \"m\": 2, \"theory\": 0.3333, \"bubble\": [0-9.]+, \"replayed\": [0-9.]+, \"stage_means\": [0-9.]+"
                        FAIL_REGULAR_EXPRESSION "pp_bubble.py:") # its errors; the pass expression ignores the exit
 endif()
 if(TARGET zs-trace)

@@ -33,7 +33,13 @@
  *                                   of the stage after), transfers taking no
  *                                   time. That bubble is what the stages' own
  *                                   times give; the measured one less it is
- *                                   the runtime's share (transfers, waits)
+ *                                   the runtime's share (transfers, waits).
+ *                                   And replayed again with each compute at
+ *                                   its rank's mean forward or backward time
+ *                                   ("stage means"): the stages' imbalance
+ *                                   alone, which with equal stages is the
+ *                                   theory exactly; replayed less it is what
+ *                                   the single computes' spread adds
  *   zs-trace plot OUT.png FILE...   the per-rank timeline (gnuplot): forwards,
  *                                   backwards and transfers against time, and a
  *                                   thin strip above each rank's row with the
@@ -185,8 +191,9 @@ static int cmp_rank_ts(const void *a, const void *b) {
 /* The computes sel[0..n) (of nr ranks) replayed (see the header): the mean
  * over the ranks of the idle share of the replayed window; -1 where a compute
  * lacks its micro-batch or stage, or is not "F ..." / "B ...". A dependency on
- * a compute outside sel is no dependency. */
-static double replay(size_t *sel, size_t n, int nr) {
+ * a compute outside sel is no dependency. means: each compute takes its rank's
+ * mean forward or backward time over sel instead of its own. */
+static double replay(size_t *sel, size_t n, int nr, int means) {
   int M = 0, S = 0;
   for (size_t i = 0; i < n; i++) {
     const ev_t *e = &evs[sel[i]];
@@ -199,8 +206,15 @@ static double replay(size_t *sel, size_t n, int nr) {
   double *end = malloc(2 * cells * sizeof *end), *t = calloc((size_t)nr, sizeof *t), *busy = calloc((size_t)nr, sizeof *busy);
   char *has = calloc(2 * cells, 1);
   size_t *cur = calloc(2 * (size_t)nr, sizeof *cur), *hi = cur ? cur + nr : NULL;
-  double result = -1;
-  if (!end || !t || !busy || !has || !cur) goto out;
+  double *mean = calloc(4 * (size_t)nr, sizeof *mean), result = -1; /* [r][kind]: sum, then mean; counts after */
+  if (!end || !t || !busy || !has || !cur || !mean) goto out;
+  for (size_t i = 0; i < n; i++) {
+    const ev_t *e = &evs[sel[i]];
+    if (e->pid < 0 || e->pid >= nr) continue;
+    size_t k = 2 * (size_t)e->pid + (e->name[0] == 'B');
+    mean[k] += (double)e->dur, mean[2 * (size_t)nr + k] += 1;
+  }
+  for (size_t k = 0; k < 2 * (size_t)nr; k++) mean[k] = mean[2 * (size_t)nr + k] > 0 ? mean[k] / mean[2 * (size_t)nr + k] : 0;
   /* end[k * cells + mb * S + stage]: k 0 forward, 1 backward; < 0 until replayed */
   for (size_t c = 0; c < 2 * cells; c++) end[c] = -1;
   for (size_t i = 0; i < n; i++) {
@@ -235,9 +249,10 @@ static double replay(size_t *sel, size_t n, int nr) {
           else if (end[dep[d]] > ready) ready = end[dep[d]];
         }
         if (wait) break;
-        t[r] = ready + (double)e->dur;
+        double dur = means ? mean[2 * (size_t)r + bwd] : (double)e->dur;
+        t[r] = ready + dur;
         end[bwd * cells + me] = t[r];
-        busy[r] += (double)e->dur;
+        busy[r] += dur;
         cur[r]++, left--;
         progress = 1;
       }
@@ -249,13 +264,16 @@ static double replay(size_t *sel, size_t n, int nr) {
   for (int r = 0; r < nr; r++) sum += span > 0 ? 1.0 - busy[r] / span : 0;
   result = sum / nr;
 out:
-  free(end), free(t), free(busy), free(has), free(cur);
+  free(end), free(t), free(busy), free(has), free(cur), free(mean);
   return result;
 }
 
 static const char *const REPLAY_NOTE =
     "(the same computes in the same order, transfers taking no time: what the stages' own times give; the "
     "bubble less this is the runtime's share)";
+static const char *const MEANS_NOTE =
+    "(replayed with each rank's mean forward and backward time: the stages' imbalance alone; replayed less "
+    "this is what single computes' spread in time adds)";
 
 static int bubble_whole(void) {
   int64_t t0, t1, *busy;
@@ -270,13 +288,15 @@ static int bubble_whole(void) {
   }
   printf("bubble %.4f (mean over %d ranks)\n", sum / nr, nr);
   size_t *sel = malloc((nev ? nev : 1) * sizeof *sel), n = 0;
-  double rep = -1;
+  double rep = -1, mrep = -1;
   if (sel) {
     for (size_t i = 0; i < nev; i++)
       if (is_compute(&evs[i])) sel[n++] = i;
-    rep = replay(sel, n, nr);
+    rep = replay(sel, n, nr, 0);
+    mrep = replay(sel, n, nr, 1);
   }
   if (rep >= 0) printf("replayed %.4f %s\n", rep, REPLAY_NOTE);
+  if (mrep >= 0) printf("stage means %.4f %s\n", mrep, MEANS_NOTE);
   free(sel);
   free(busy);
   return 0;
@@ -305,7 +325,7 @@ static int bubble_steps(int skip) {
   int64_t *busy = calloc((size_t)(nr ? nr : 1), sizeof *busy);
   char *used = calloc(nev, 1);
   size_t *sel = malloc((nev ? nev : 1) * sizeof *sel);
-  double total = 0, rtotal = 0;
+  double total = 0, rtotal = 0, mtotal = 0;
   int measured = 0, replayed = 0;
   if (!steps || !busy || !used || !sel) {
     fprintf(stderr, "zs-trace: out of memory for %zu events\n", nev);
@@ -341,14 +361,14 @@ static int bubble_steps(int skip) {
       sum += b;
       printf(" rank %d %.4f", r, b);
     }
-    double rep = replay(sel, nsel, nr);
+    double rep = replay(sel, nsel, nr, 0), mrep = rep >= 0 ? replay(sel, nsel, nr, 1) : -1;
     printf(" bubble %.4f", sum / nr);
-    if (rep >= 0) printf(" replayed %.4f", rep);
+    if (rep >= 0) printf(" replayed %.4f stage means %.4f", rep, mrep);
     printf("%s\n", k < skip ? " (skipped)" : "");
     if (k < skip) continue;
     total += sum / nr;
     measured++;
-    if (rep >= 0) rtotal += rep, replayed++;
+    if (rep >= 0) rtotal += rep, mtotal += mrep, replayed++;
   }
   size_t outside = 0;
   for (size_t i = 0; i < nev; i++) outside += is_compute(&evs[i]) && !used[i];
@@ -361,7 +381,10 @@ static int bubble_steps(int skip) {
   printf("bubble %.4f (mean over %d steps of %d ranks", total / measured, measured, nr);
   if (skip) printf(", the first %d skipped", skip);
   printf(")\n");
-  if (replayed == measured) printf("replayed %.4f %s\n", rtotal / measured, REPLAY_NOTE);
+  if (replayed == measured) {
+    printf("replayed %.4f %s\n", rtotal / measured, REPLAY_NOTE);
+    printf("stage means %.4f %s\n", mtotal / measured, MEANS_NOTE);
+  }
   return 0;
 }
 
