@@ -338,9 +338,17 @@ static void test_on(void) {
   assert_true(cJSON_IsArray(arr));
   evs = calloc((size_t)cJSON_GetArraySize(arr), sizeof *evs);
   nev = 0;
-  int before = 0, other_pid = 0;
+  int before = 0, other_pid = 0, rows[5] = {0}, bad_meta = 0;
   cJSON_ArrayForEach(it, arr) {
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(it, "ph");
+    if (cJSON_IsString(ph) && !strcmp(ph->valuestring, "M")) { /* the rows' names, one each */
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *tid = cJSON_GetObjectItemCaseSensitive(it, "tid");
+      if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "thread_name") && cJSON_IsNumber(tid) && tid->valueint >= 1 &&
+          tid->valueint <= 4)
+        rows[tid->valueint]++;
+      else if (!cJSON_IsString(nm) || strcmp(nm->valuestring, "process_name"))
+        bad_meta++;
+    }
     if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X")) continue;
     ev_t *e = &evs[nev++];
     e->name = cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring;
@@ -355,6 +363,8 @@ static void test_on(void) {
   }
   expect_int_eq(before, 0); /* the off run recorded nothing */
   expect_int_eq(other_pid, 0);
+  for (int t = 1; t <= 4; t++) expect_int_eq(rows[t], 1); /* compute, comm, optimizer, offload copies */
+  expect_int_eq(bad_meta, 0);
 
   /* A: stage 3, offload, fp32 */
   check_unit_events(&a, "gather", a.gathers, 1, 4);

@@ -196,8 +196,6 @@ zs_status_t zs_trace_flush(void) {
   /* one event a line: zs-trace reads them back line by line */
   fprintf(f, "{\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", r, r);
-  fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"compute\"}}", r,
-          ZS_TRACE_TID_COMPUTE);
   static const char *rows[] = {[ZS_TRACE_TID_COMPUTE] = "compute", [ZS_TRACE_TID_COMM] = "comm",
                                [ZS_TRACE_TID_OPTIM] = "optimizer", [ZS_TRACE_TID_COPY] = "offload copies"};
   for (int t = 1; t < (int)(sizeof rows / sizeof rows[0]); t++)
