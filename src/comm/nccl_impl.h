@@ -1,0 +1,100 @@
+/* Internal to the nccl backend (nccl.c: the helpers and the calls;
+ * nccl_watch.c: the watchdog and the trace's GPU times; nccl_create.c:
+ * create, split, destroy). nccl.c's header comment says how the backend
+ * bounds every wait and how it locks. */
+#ifndef ZS_COMM_NCCL_IMPL_H
+#define ZS_COMM_NCCL_IMPL_H
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device/cuda_checks.h"
+#include "comm/comm_impl.h"
+#include "comm/mpi_impl.h" // defines: zs__mpi_poll
+#include "device/device_impl.h"
+#include "trace/trace_impl.h" // defines: zs__trace_on, zs_trace_now_us
+#include "zeroshard/nccl.h"
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "the nccl backend needs NCCL 2.18+ (non-blocking comms, ncclCommSplit): -DZS_NCCL=OFF or a newer NCCL_HOME"
+#endif
+
+enum { ABORT_GRACE_S = 5 }; /* how long an abort waits for a thread blocked inside NCCL */
+
+typedef struct watch {
+  struct watch *next;
+  cudaEvent_t start, end; /* timing events when `timed` (a traced call's), else without timing */
+  int started, timed;
+  double t0;
+  zs_coll_kind_t kind;
+  zs__coll_args_t a; /* timed: the call, for its trace event (v cleared) */
+} watch_t;
+
+typedef struct {
+  zs_comm_t *comm; /* back pointer: err */
+  zs_device_t *dev;
+  int ordinal, rank, size;
+  ncclComm_t nc;
+  int owns;           /* destroy nc with the comm (not for zs_comm_create_nccl_from) */
+  double limit;       /* ZS_COMM_TIMEOUT_S when the comm was made (0: none) */
+  atomic_int aborted; /* ncclCommAbort ran: nc is gone */
+  atomic_int abort_req; /* an abort waits for mu: pollers give way */
+  float *barrier_buf; /* one device float, made on the first barrier */
+  ncclComm_t split_out; /* ncclCommSplit's result, which NCCL's thread writes (under mu) */
+
+  pthread_mutex_t mu;      /* the NCCL comm, barrier_buf, split_out */
+  pthread_mutex_t wmu;     /* the watch list */
+  pthread_cond_t wcv;      /* watchdog: work arrived or stop; destroy: list drained */
+  watch_t *head, *tail, *spare, *spare_timed;
+  int stop;
+  pthread_t watchdog;
+  atomic_int broken;       /* the first failure's status (0: none) */
+  pthread_mutex_t bmu;     /* broken_msg, and setting broken */
+  char broken_msg[ZS_ERRBUF];
+  /* the watchdog's, for the trace (made on the first traced call it sees) */
+  cudaStream_t tstream; /* idle: where the reference event is recorded */
+  cudaEvent_t tref;
+  int tfailed;          /* they could not be made: no comm events */
+} nccl_ctx_t;
+
+/* How zs__nccl_poll_ready ended. */
+typedef enum { POLL_DONE, POLL_ERROR, POLL_TIMEOUT, POLL_ABORTED } poll_end_t;
+
+/* ---- nccl.c: helpers ---------------------------------------------------------------- */
+
+const char *zs__nccl_last(ncclComm_t nc);
+zs_status_t zs__nccl_fail(nccl_ctx_t *ctx, ncclResult_t r, const char *what);
+zs_status_t zs__nccl_cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what);
+void zs__nccl_set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg);
+zs_status_t zs__nccl_broken_status(nccl_ctx_t *ctx, const char *what);
+void zs__nccl_sleep_ns(long ns);
+double zs__nccl_deadline_after(double limit);
+poll_end_t zs__nccl_poll_ready(ncclComm_t nc, double deadline, atomic_int *abort_req, ncclResult_t *state);
+void zs__nccl_abort_locked(nccl_ctx_t *ctx);
+void zs__nccl_do_abort(nccl_ctx_t *ctx);
+int zs__nccl_device_enter(int ordinal);
+void zs__nccl_device_leave(int ordinal, int prev);
+zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, double deadline);
+
+/* ---- nccl.c: the calls (the comm interface's) --------------------------------------- */
+
+zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
+zs_status_t zs__nccl_async_error(void *vctx);
+zs_status_t zs__nccl_abort(void *vctx);
+
+/* ---- nccl_watch.c --------------------------------------------------------------------- */
+
+void zs__nccl_watch_recycle(nccl_ctx_t *ctx, watch_t *w);
+ncclResult_t zs__nccl_peek_async(nccl_ctx_t *ctx);
+void *zs__nccl_watchdog_main(void *arg);
+zs_status_t zs__nccl_watch_get(nccl_ctx_t *ctx, int timed, watch_t **out);
+void zs__nccl_watch_push(nccl_ctx_t *ctx, watch_t *w);
+
+#endif

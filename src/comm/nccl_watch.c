@@ -1,0 +1,208 @@
+/* The nccl backend's watchdog (see nccl.c's header comment, item 3) and the
+ * trace's GPU times for its calls. */
+#include "comm/nccl_impl.h"
+
+/* ---- watchdog ----------------------------------------------------------------------- */
+
+void zs__nccl_watch_recycle(nccl_ctx_t *ctx, watch_t *w) { /* caller holds wmu */
+  watch_t **spare = w->timed ? &ctx->spare_timed : &ctx->spare;
+  w->next = *spare;
+  *spare = w;
+}
+
+/* ---- GPU times for the trace -----------------------------------------------------------
+ * With tracing on, a call's watch entry has timing events (made for the first
+ * traced calls, then reused from spare_timed, so the enqueue path allocates no
+ * more than without tracing). Once the watchdog has seen a batch of them end,
+ * it records a reference event on an idle stream of its own and notes the
+ * trace clock when it sees that complete; cudaEventElapsedTime(start, ref)
+ * and (end, ref) say how long before that moment each call's work started and
+ * ended on the GPU. The reference comes after the calls, so both intervals are
+ * positive, and it is fresh for each batch, so they stay short (float keeps
+ * them to a microsecond up to seconds, and the two clocks cannot drift apart
+ * in that time). The host sees the reference complete a poll after it did:
+ * the times are that much late at most, never early, so no call appears to
+ * start before the host queued it. */
+
+/* The trace clock when `tref`, recorded now, completed (as the host saw it);
+ * 0 if it could not be had. Watchdog thread. */
+static int64_t trace_ref(nccl_ctx_t *ctx) {
+  cudaError_t e = cudaSuccess;
+  if (!ctx->tref) {
+    e = cudaStreamCreateWithFlags(&ctx->tstream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&ctx->tref);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      ZS_LOG_W("nccl comm (rank %d of %d): cannot time its calls for the trace (%s): they are left out of it",
+               ctx->rank, ctx->size, cudaGetErrorString(e));
+      ctx->tfailed = 1;
+      return 0;
+    }
+  }
+  if (cudaEventRecord(ctx->tref, ctx->tstream) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int64_t t0 = zs_trace_now_us();
+  for (;;) {
+    e = cudaEventQuery(ctx->tref);
+    int64_t now = zs_trace_now_us();
+    if (e == cudaSuccess) return now;
+    if (e != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
+    if (e != cudaErrorNotReady || now - t0 > 100000) return 0; /* a wedged GPU: these events are lost */
+    if (now - t0 > 1000) zs__nccl_sleep_ns(20000); /* spin the first millisecond: it takes microseconds */
+  }
+}
+
+/* The trace events of `batch` (traced calls that ended, in issue order), then
+ * its entries back to the spare list. Watchdog thread, wmu not held. */
+static void trace_batch(nccl_ctx_t *ctx, watch_t *batch) {
+  int64_t ref = ctx->tfailed ? 0 : trace_ref(ctx);
+  for (watch_t *w = batch; w && ref; w = w->next) {
+    float s_ms = 0, e_ms = 0;
+    if (cudaEventElapsedTime(&s_ms, w->start, ctx->tref) != cudaSuccess ||
+        cudaEventElapsedTime(&e_ms, w->end, ctx->tref) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    int64_t t0 = ref - (int64_t)(s_ms * 1000.0 + 0.5), t1 = ref - (int64_t)(e_ms * 1000.0 + 0.5);
+    zs__comm_trace_event(&w->a, ctx->size, t0, t1);
+  }
+  pthread_mutex_lock(&ctx->wmu);
+  for (watch_t *w = batch, *next; w; w = next) {
+    next = w->next;
+    zs__nccl_watch_recycle(ctx, w);
+  }
+  pthread_mutex_unlock(&ctx->wmu);
+}
+
+/* The state NCCL reports for the comm, if nobody holds it (a caller polling an
+ * enqueue holds mu and watches the same state itself). */
+ncclResult_t zs__nccl_peek_async(nccl_ctx_t *ctx) {
+  ncclResult_t ar = ncclSuccess;
+  if (pthread_mutex_trylock(&ctx->mu) != 0) return ncclSuccess;
+  if (!atomic_load(&ctx->aborted)) ncclCommGetAsyncError(ctx->nc, &ar);
+  pthread_mutex_unlock(&ctx->mu);
+  return ar;
+}
+
+void *zs__nccl_watchdog_main(void *arg) {
+  nccl_ctx_t *ctx = arg;
+  cudaSetDevice(ctx->ordinal);
+  const double limit = ctx->limit;
+  long pause = 1000000; /* ns between polls of an unfinished op: 1 ms doubling to 16 ms */
+  watch_t *batch = NULL, **btail = &batch; /* traced ops that ended, for trace_batch */
+  pthread_mutex_lock(&ctx->wmu);
+  for (;;) {
+    if (!ctx->head && batch) { /* their events before the list counts as drained */
+      pthread_mutex_unlock(&ctx->wmu);
+      trace_batch(ctx, batch);
+      batch = NULL, btail = &batch;
+      pthread_mutex_lock(&ctx->wmu);
+      continue;
+    }
+    if (!ctx->head) {
+      pthread_cond_broadcast(&ctx->wcv); /* destroy may wait for the list to drain */
+      if (ctx->stop) break;
+      pthread_cond_wait(&ctx->wcv, &ctx->wmu);
+      pause = 1000000;
+      continue;
+    }
+    watch_t *w = ctx->head;
+    pthread_mutex_unlock(&ctx->wmu);
+
+    int done = 0, ok = 0;
+    if (!w->started && cudaEventQuery(w->start) == cudaSuccess) {
+      w->started = 1;
+      w->t0 = zs__now();
+    }
+    if (w->started) {
+      cudaError_t q = cudaEventQuery(w->end);
+      if (q != cudaSuccess && q != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
+      done = q != cudaErrorNotReady;
+      ok = q == cudaSuccess;
+    }
+    if (!done && !atomic_load(&ctx->broken)) {
+      ncclResult_t ar = zs__nccl_peek_async(ctx);
+      char msg[ZS_ERRBUF];
+      if (ar != ncclSuccess && ar != ncclInProgress) {
+        snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s; the NCCL comm was "
+                 "aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
+        ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
+        zs__nccl_set_broken(ctx, ZS_ERR_COMM, msg);
+        zs__nccl_do_abort(ctx);
+      } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
+        snprintf(msg, sizeof msg,
+                 "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
+                 "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
+                 ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
+        ZS_LOG_E("%s", msg);
+        zs__nccl_set_broken(ctx, ZS_ERR_TIMEOUT, msg);
+        zs__nccl_do_abort(ctx);
+      }
+    }
+    /* after an abort the kernels end and the events complete; don't wait on them */
+    if (atomic_load(&ctx->aborted)) done = 1, ok = 0;
+
+    pthread_mutex_lock(&ctx->wmu);
+    if (done) {
+      ctx->head = w->next;
+      if (!ctx->head) ctx->tail = NULL;
+      if (w->timed && ok) { /* its event once the ops ending with it are in */
+        w->next = NULL;
+        *btail = w;
+        btail = &w->next;
+      } else {
+        zs__nccl_watch_recycle(ctx, w);
+      }
+      pause = 1000000;
+    } else {
+      pthread_mutex_unlock(&ctx->wmu);
+      if (batch) {
+        trace_batch(ctx, batch);
+        batch = NULL, btail = &batch;
+      }
+      zs__nccl_sleep_ns(pause);
+      if (pause < 16000000) pause *= 2;
+      pthread_mutex_lock(&ctx->wmu);
+    }
+  }
+  pthread_mutex_unlock(&ctx->wmu);
+  return NULL;
+}
+
+/* A watch entry with its two events, timing ones if `timed` (reused from the
+ * spare list of that kind). */
+zs_status_t zs__nccl_watch_get(nccl_ctx_t *ctx, int timed, watch_t **out) {
+  watch_t **spare = timed ? &ctx->spare_timed : &ctx->spare;
+  pthread_mutex_lock(&ctx->wmu);
+  watch_t *w = *spare;
+  if (w) *spare = w->next;
+  pthread_mutex_unlock(&ctx->wmu);
+  if (!w) {
+    w = calloc(1, sizeof *w);
+    if (!w) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "nccl comm: out of host memory");
+    w->timed = timed;
+    unsigned flags = timed ? cudaEventDefault : cudaEventDisableTiming;
+    cudaError_t e = cudaEventCreateWithFlags(&w->start, flags);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&w->end, flags);
+    if (e != cudaSuccess) {
+      if (w->start) cudaEventDestroy(w->start);
+      free(w);
+      return zs__nccl_cuda_fail(ctx, e, "cudaEventCreateWithFlags");
+    }
+  }
+  w->next = NULL;
+  w->started = 0;
+  *out = w;
+  return ZS_OK;
+}
+
+void zs__nccl_watch_push(nccl_ctx_t *ctx, watch_t *w) {
+  pthread_mutex_lock(&ctx->wmu);
+  if (ctx->tail) ctx->tail->next = w;
+  else ctx->head = w;
+  ctx->tail = w;
+  pthread_cond_broadcast(&ctx->wcv);
+  pthread_mutex_unlock(&ctx->wmu);
+}
