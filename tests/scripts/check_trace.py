@@ -88,7 +88,8 @@ for kind in ("1f1b", "gpipe"):
 # 3. the measured bubble of 1F1B at p = 2 against the theory. The machine may be
 # shared (2 cores, other jobs): a late wake-up of a sleeping callback only adds
 # idle time to the other rank, so a run outside the tolerance is tried again,
-# up to 3 runs, every one printed.
+# up to 5 runs, every one printed. CTest runs this test alone (RUN_SERIAL):
+# one other busy process on the 2 cores adds 5-15% at m = 8.
 # In a sanitized build (TRACE_TIMING=0) the instrumented progress threads and
 # waits add latency to every transfer: the bubbles are printed, not checked.
 timing = os.environ.get("TRACE_TIMING", "1") != "0"
@@ -99,7 +100,7 @@ for m in (2, 4, 8):
     prefix = os.path.join(out, f"b{m}")
     files = [f"{prefix}.rank{i}" for i in range(P)]
     theory = (P - 1) / (m + P - 1)
-    for attempt in range(3):
+    for attempt in range(5):
         run("1f1b", m, 20, 40, prefix)
         r = tool_run("bubble", *files)
         line = [l for l in r.stdout.splitlines() if l.startswith("bubble ")]
