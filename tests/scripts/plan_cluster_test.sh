@@ -59,7 +59,10 @@
 # memory are checked all the same). On a 2-vCPU VM in December 2026 the probe
 # waited 0.13 of the transfer at 200 Mbit/s and 0.28 at 500, where every
 # configuration measured 1.26-1.50 of the prediction, the code of a month
-# earlier as much as this one.
+# earlier as much as this one. One probe reads low now and then (another
+# 2-vCPU Xeon VM: 0.18 once at 500 Mbit/s, 0.26-0.35 six times, and the rows
+# there measured 1.23-1.45), so each rate is probed PLAN_PROBES (3) times and
+# the largest wait counts: sharing only ever adds to it.
 #
 # Exit 0 pass, 1 fail, 77 skipped (cluster-sim cannot make namespaces here).
 set -uo pipefail
@@ -78,6 +81,7 @@ cpu_bound=${PLAN_CPU_BOUND:-0.20}
 probe=$(dirname "$membench")/cluster_probe
 # PLAN_TIMING=0 (sanitized builds): bytes and memory only
 tries=${PLAN_TRIES:-3}
+probes=${PLAN_PROBES:-3}
 [ "${PLAN_TIMING:-1}" = 0 ] && tries=1 # nothing to retry for
 tcp_flags=${PLAN_TCP_FLAGS:-send,inplace,need-ack,need-csum}
 tcp_cc=${PLAN_TCP_CC:-cubic}
@@ -210,18 +214,26 @@ for f in "$tmp"/plan*.json; do [ -s "$f" ] || { echo "FAIL: zs-plan gave no JSON
 declare -A cpu_decides
 if [ "${PLAN_TIMING:-1}" != 0 ] && [ -x "$probe" ]; then
   for mbit in $rates; do
-    line=$(bash "$cluster_sim" --hosts 2 --ranks-per-host 2 --inter-mbps "$mbit" --timeout 60 -- "$probe" 33554432 \
-      2>/dev/null | grep '^probe ')
-    secs=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
-    wait=$(sed -n 's/.* cpu_wait=\([0-9.]*\).*/\1/p' <<<"$line")
-    if [ -z "$secs" ] || [ -z "$wait" ]; then
+    most=""
+    for ((p = 1; p <= probes; p++)); do
+      line=$(bash "$cluster_sim" --hosts 2 --ranks-per-host 2 --inter-mbps "$mbit" --timeout 60 -- "$probe" 33554432 \
+        2>/dev/null | grep '^probe ')
+      secs=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
+      wait=$(sed -n 's/.* cpu_wait=\([0-9.]*\).*/\1/p' <<<"$line")
+      if [ -z "$secs" ] || [ -z "$wait" ]; then
+        echo "note: cluster_probe at $mbit Mbit/s gave no figures (probe $p)" >&2
+        continue
+      fi
+      frac=$(calc "$wait / $secs")
+      echo "probe $p at $mbit Mbit/s: 32 MiB in $secs s ($(calc "33554432 * 8 / $secs / 1e6") Mbit/s), CPU wait $wait s ($frac of it)" >&2
+      if [ -z "$most" ] || holds "$frac > $most"; then most=$frac; fi
+    done
+    if [ -z "$most" ]; then
       echo "note: cluster_probe at $mbit Mbit/s gave no figures; the time is checked" >&2
       continue
     fi
-    frac=$(calc "$wait / $secs")
-    echo "probe at $mbit Mbit/s: 32 MiB in $secs s ($(calc "33554432 * 8 / $secs / 1e6") Mbit/s), CPU wait $wait s ($frac of it)" >&2
-    holds "$frac > $cpu_bound" &&
-      cpu_decides[$mbit]="the probe waited $frac of its transfer for a CPU (more than $cpu_bound): the CPUs, not the link, decide here"
+    holds "$most > $cpu_bound" &&
+      cpu_decides[$mbit]="a probe waited $most of its transfer for a CPU (more than $cpu_bound): the CPUs, not the link, decide here"
   done
 fi
 for ((rep = 1; rep <= reps; rep++)); do
