@@ -13,6 +13,8 @@
  * at 4; with a 6-layer model (its own single-rank run) interleaved x 2 chunks
  * 1,1,3,1 at 2 ranks (each rank's activation slots sized by its own largest
  * stage) and pp 4 1F1B 2,1,1,2 at 4.
+ * Every layout's two copies of the tied wte equal bit for bit, also at dp 4 x
+ * pp 2 over ring reductions (8 ranks).
  * Also: the activation peak per rank (GPipe keeps all M micro-batches, 1F1B
  * pp - rank whatever M), a checkpoint resume (5 + 5 steps = 10, bit for bit;
  * the parts refused by a run without --pp), --export (the unsplit run's file),
@@ -98,8 +100,9 @@ static void check_json(const layout_t *l, const gpt_opts_t *o, const gpt_result_
   free(buf);
 }
 
-/* l against ref (model cfg). */
-static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref_t *ref) {
+/* l against ref (model cfg), on comm; the two copies of the tied wte (stage 0's
+ * and the last stage's) equal bit for bit. */
+static void run_layout_on(zs_comm_t *comm, const layout_t *l, const gpt_config_t *cfg, const gpt_ref_t *ref) {
   gpt_opts_t o;
   gpt_result_t r;
   gpt_parity_opts(&o, cfg);
@@ -111,12 +114,35 @@ static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref
     snprintf(arg, sizeof arg, "%s", l->layers);
     if (gpt_opts_parse(&o, 3, argv, err, sizeof err)) ZS_T_REPORT("%s: --pp-layers %s: %s", l->what, l->layers, err);
   }
-  zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
+  zs_status_t st = gpt_train_run(&o, g_dev, comm, &r);
   if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", l->what, r.err);
   else gpt_ref_compare(ref, cfg, &o, &r, "pp parity", l->what, g_rank, g_size);
+  if (st == ZS_OK && r.tied_wte_diff != 0)
+    ZS_T_REPORT("%s: the head's copy of wte differs from stage 0's by up to %.3g", l->what, r.tied_wte_diff);
   if (st == ZS_OK && l->layers) check_slots(l, &o, &r);
   if (st == ZS_OK) check_json(l, &o, &r);
   gpt_result_free(&r);
+}
+
+static void run_layout(const layout_t *l, const gpt_config_t *cfg, const gpt_ref_t *ref) {
+  run_layout_on(g_world, l, cfg, ref);
+}
+
+/* The tied wte's two copies at dp 4 x pp 2, where the ring reduce-scatter
+ * (ZS_MPI_RING_MIN_BYTES=0: every reduction over it, as units of 256 KiB and
+ * more are by default) sums each block in an order its owner sets: the copies
+ * stay equal bit for bit only if they sit at the same place of units of the
+ * same size. (At dp 2, a + b = b + a: any layout keeps them equal.) */
+static void test_tied_copies(void) {
+  if (g_size != 8) zs_test_skip("8 ranks (dp 4 x pp 2)");
+  static const layout_t l = {8, 2, 1, 0, 3, ZS_PP_1F1B, 1, 1, NULL, "dp 4 x pp 2 1f1b, ring reductions, stage 3"};
+  zs_comm_t *ring = NULL;
+  setenv("ZS_MPI_RING_MIN_BYTES", "0", 1);
+  zs_status_t st = zs_comm_create_mpi_world(&ring, g_dev);
+  unsetenv("ZS_MPI_RING_MIN_BYTES");
+  assert_ok(st);
+  run_layout_on(ring, &l, &k_cfg, &g_ref);
+  zs_comm_destroy(ring);
 }
 
 static void test_layouts(void) {
@@ -356,6 +382,7 @@ int main(int argc, char **argv) {
   gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
   zs_test_run(test_reference);
   zs_test_run(test_layouts);
+  zs_test_run(test_tied_copies);
   zs_test_run(test_uneven_6_layers);
   zs_test_run(test_activation_peak);
   zs_test_run(test_resume);

@@ -585,7 +585,7 @@ static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t 
   else if (st == ZS_OK && o->export_path && (st = zs_export_safetensors(t.zs, o->export_path)) != ZS_OK)
     st = trainer_fail(res, st, "zs_export_safetensors", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = final_validation(&t, res);
-  if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params)) != ZS_OK)
+  if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params, &res->tied_wte_diff)) != ZS_OK)
     st = trainer_fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
   trainer_free(&t);

@@ -44,6 +44,9 @@ typedef struct {
   gpt_rank_mem_t *ranks;  /* world entries */
   float *final_params;    /* with o->collect_params: the final parameters, whole (unsplit), in
                              gpt.h's table order, on every rank (params floats) */
+  double tied_wte_diff;   /* with o->collect_params and --pp: the largest |difference| between
+                             stage 0's wte and the last stage's tied copy (0: bit for bit);
+                             -1 otherwise */
   gpt_moe_info_t moe;     /* --moe-experts: tokens per expert, aux loss, all-to-all bytes */
   gpt_ps_info_t ps;       /* --ps-servers: the parameter server's figures */
   char err[512];          /* why it failed */

@@ -62,6 +62,7 @@ zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_
 void trainer_result_init(gpt_result_t *res) {
   memset(res, 0, sizeof *res);
   res->val_loss = NAN;
+  res->tied_wte_diff = -1;
 }
 
 zs_status_t trainer_result_alloc(gpt_result_t *res, int steps, int nval, int world) {

@@ -121,7 +121,8 @@ const char *trainer_pp_last_error(const trainer_t *t);
 
 /* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
  * every rank (*params: gpt_param_count floats, to free); collective. */
-zs_status_t trainer_collect_params(trainer_t *t, float **params);
+/* Also, with --pp, *tied_diff: the largest |stage 0's wte - the head's copy| on every rank. */
+zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied_diff);
 /* --export of a --tp or --pp run: the file zs_export_safetensors writes for the same
  * model without tp (names, shapes, order, metadata), assembled one tensor at a
  * time and written by rank 0; collective, the same status on every rank. */

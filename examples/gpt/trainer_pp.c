@@ -20,8 +20,11 @@
  * every micro-batch the two gradients (the embedding's on stage 0, the head's
  * on stage S - 1) are exchanged over the pp comm and each adds the other's, so
  * both hold the sum and take the same update (Megatron's embedding group).
- * With data-parallel groups of more than 2 ranks the two copies' reductions
- * may add in different orders, so they may drift apart by rounding.
+ * The same update bit for bit needs the same data-parallel reduction too: a
+ * ring reduce-scatter sums each block in an order its owner sets (a + b + c is
+ * not c + a + b), so stage 0's wte is an engine unit of its own ("embed", wpe
+ * in "embed.wpe"), the size and layout of the head's, and both copies' elements
+ * fall in the same blocks of the same ranks (test_gpt_pp_parity, dp 4 x pp 2).
  *
  * One engine round per step. A pipeline interleaves the forwards and backwards
  * of different micro-batches, so the engine's round (forward, then one
@@ -55,6 +58,8 @@ typedef struct {
   gpt_tp_acts_t a;
 } pp_slot_t;
 
+enum { UNIT_HEAD = -1, UNIT_WPE = -2 };
+
 struct trainer_pp {
   zs_pp_kind_t kind;
   int p, m, v, S;     /* stages, micro-batches, chunks, model stages */
@@ -63,7 +68,8 @@ struct trainer_pp {
   zs_comm_t *ppc;
   zs_pp_t *rt;
   int nunits;         /* engine units on this rank */
-  int *unit_tab;      /* engine unit -> gpt.h unit, or -1 for the head copy */
+  int *unit_tab;      /* engine unit -> gpt.h unit; UNIT_WPE for the embedding's second part
+                         (wpe: unit 0's binding covers it), UNIT_HEAD for the head copy */
   pp_slot_t *slots;
   int nslots, in_use, peak_in_use;
   int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
@@ -153,15 +159,14 @@ zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
   return st;
 }
 
-/* gpt.h's unit u with this rank's parameter shapes. */
-static zs_status_t declare_unit(trainer_t *t, int u, char *err, size_t n) {
-  char name[GPT_NAME_MAX];
+/* An engine unit of gpt.h's parameters [i0, i1) with this rank's shapes;
+ * unit_tab names it tab. */
+static zs_status_t declare_part(trainer_t *t, const char *name, int tab, int i0, int i1, char *err, size_t n) {
   int uid;
   zs_status_t st;
-  gpt_unit_name(&t->mc, u, name, sizeof name);
   if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) goto fail;
-  t->pps->unit_tab[uid] = u;
-  for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+  t->pps->unit_tab[uid] = tab;
+  for (int i = i0; i < i1; i++) {
     const gpt_param_info_t *p = &t->info[i];
     int pid, replicated = 0;
     gpt_param_info_t unused;
@@ -178,10 +183,22 @@ fail:
   return st;
 }
 
+/* gpt.h's unit u. The embedding is two engine units, "embed" with wte alone
+ * and "embed.wpe": wte's unit then has the size and layout of the head's copy
+ * (see trainer_pp_declare). */
+static zs_status_t declare_unit(trainer_t *t, int u, char *err, size_t n) {
+  char name[GPT_NAME_MAX];
+  const int i0 = gpt_unit_first_param(&t->mc, u), i1 = gpt_unit_first_param(&t->mc, u + 1);
+  gpt_unit_name(&t->mc, u, name, sizeof name);
+  if (u != 0) return declare_part(t, name, u, i0, i1, err, n);
+  TRY(declare_part(t, name, u, i0, i0 + 1, err, n));
+  return declare_part(t, "embed.wpe", UNIT_WPE, i0 + 1, i1, err, n);
+}
+
 zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
   struct trainer_pp *q = t->pps;
   zs_status_t st;
-  q->unit_tab = malloc(sizeof(int) * (size_t)(t->nunits + 1));
+  q->unit_tab = malloc(sizeof(int) * (size_t)(t->nunits + 2)); /* + embed.wpe, head */
   if (!q->unit_tab) return ZS_ERR_NOMEM;
   t->head_pid = -1;
   for (int c = 0; c < q->v; c++) {
@@ -198,7 +215,7 @@ zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
       snprintf(err, n, "declaring the head's tied wte: %s", zs_engine_last_error(t->zs));
       return st;
     }
-    q->unit_tab[uid] = -1;
+    q->unit_tab[uid] = UNIT_HEAD;
     t->tidx[t->head_pid] = 0; /* initialised as wte */
     t->neng++;
   }
@@ -281,11 +298,12 @@ const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps-
  * units
  * ========================================================================== */
 
-/* Every unit of this rank gathered (backward: with gradient slots), views bound. */
+/* Every unit of this rank gathered (backward: with gradient slots), then the
+ * views bound (unit 0's after both of its engine units). */
 static zs_status_t gather_all(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
+  for (int uid = 0; uid < q->nunits; uid++) TRY(zs_gather(t->zs, uid));
   for (int uid = 0; uid < q->nunits; uid++) {
-    TRY(zs_gather(t->zs, uid));
     const int u = q->unit_tab[uid];
     if (u < 0) continue;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {

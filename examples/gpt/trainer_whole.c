@@ -2,6 +2,7 @@
  * layout: for the tests (gpt_result_t.final_params) and for --export of a
  * tensor-parallel run, which writes the file a run without --tp writes. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,28 @@ static int64_t largest_part(const trainer_t *t) {
   return most;
 }
 
-zs_status_t trainer_collect_params(trainer_t *t, float **params) {
+/* --pp: the largest |wte - the last stage's copy| over the world (p holds the
+ * whole wte, the last stage's ranks assemble their copy), into *diff. */
+static zs_status_t tied_diff(trainer_t *t, const float *p, float *mine, float *all, double *diff) {
+  gpt_param_info_t whole;
+  gpt_param_info(&t->mc, 0, &whole);
+  const int64_t n = whole.numel;
+  float *h = t->head_pid >= 0 ? malloc((size_t)n * sizeof(float)) : NULL;
+  float d = 0, most = 0;
+  zs_status_t st = t->head_pid < 0 || h ? ZS_OK : ZS_ERR_NOMEM;
+  if (st == ZS_OK && h) st = whole_param(t, t->head_pid, h, mine, all);
+  for (int64_t e = 0; st == ZS_OK && h && e < n; e++) d = fabsf(h[e] - p[e]) > d ? fabsf(h[e] - p[e]) : d;
+  free(h);
+  int64_t code = st, worst = 0;
+  TRY(zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL));
+  if (worst != ZS_OK) return (zs_status_t)worst;
+  TRY(zs_comm_all_reduce(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX, NULL));
+  TRY(zs_stream_synchronize(zs_comm_device(t->comm), NULL));
+  *diff = most;
+  return ZS_OK;
+}
+
+zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied) {
   const int64_t most = largest_part(t), total = gpt_param_count(&t->mc);
   float *p = calloc((size_t)total, sizeof(float));
   float *mine = malloc((size_t)most * sizeof(float)), *all = malloc((size_t)most * t->tp * sizeof(float));
@@ -61,6 +83,7 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params) {
   if (st == ZS_OK && trainer_pp_comm(t))
     if ((st = zs_comm_all_reduce(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
       st = zs_stream_synchronize(zs_comm_device(trainer_pp_comm(t)), NULL);
+  if (st == ZS_OK && trainer_pp_comm(t)) st = tied_diff(t, p, mine, all, tied); /* wte is entry 0: p[0 .. n) */
   free(mine), free(all), free(off);
   if (st != ZS_OK) free(p), p = NULL;
   *params = p;
