@@ -5,7 +5,8 @@
  * with and without "transformer.", mask buffers, the tied head) through the
  * ready GPT-2 name map, written here and by the Python safetensors library;
  * damaged files and mismatched models refused on every rank with the engine
- * unchanged; and the host memory a rank's import takes at stage 3, measured. */
+ * unchanged; parameters that hold a part of the file's tensor (a column half,
+ * padding); and the host memory a rank's import takes at stage 3, measured. */
 #include <sys/wait.h>
 
 #include "ckpt_world.h"
@@ -405,6 +406,95 @@ static void test_mismatch(void) {
   close_run(&r);
 }
 
+/* ---- parts (opts version 2): parameters that hold a slice of the file's tensor ---- */
+
+/* embed.W (param 0, [DIN, D]) is the right column half of the file's
+ * [DIN, 2D] (what tp rank 1 of 2 holds: every rank of the engine holds the
+ * same part, its shard of it); embed.b (param 1, [D]) holds elements 1..D of a [D + 1] tensor
+ * except its element 0, padding; every other parameter is whole. user: a
+ * shift added to embed.W's index (out of range on purpose), else NULL. */
+static int parts_part(void *user, int param, int *ndim, int64_t *shape) {
+  (void)user;
+  if (param == 0) *ndim = 2, shape[0] = TM_DIN, shape[1] = 2 * TM_D;
+  else if (param == 1) *ndim = 1, shape[0] = TM_D + 1;
+  return param <= 1;
+}
+static int64_t parts_index(void *user, int param, int64_t e) {
+  const int64_t shift = user ? *(const int64_t *)user : 0;
+  if (param == 0) return (e / TM_D) * 2 * TM_D + TM_D + e % TM_D + shift;
+  return e == 0 ? -1 : e + 1;
+}
+
+static void test_parts(void) {
+  run_t r;
+  zs_config_t c = cfg(3, ZS_FP32, 0); /* each rank owns a shard: the runs cross the shards' edges */
+  assert_ok(open_run(&r, world, &c, NBLK));
+  imp_tensor_t t[24];
+  char p[512], whole[512];
+  int n = tiny_tensors(t, "BF16");
+  path_of(whole, sizeof whole, "parts_whole.safetensors");
+  share(whole, rank == 0 ? imp_write(whole, t, n) : 0); /* the engine's own shapes */
+  imp_free(t, n);
+  n = tiny_tensors(t, "BF16");
+  t[0].shape[1] = 2 * TM_D, t[1].shape[0] = TM_D + 1;
+  path_of(p, sizeof p, "parts.safetensors");
+  share(p, rank == 0 ? imp_write(p, t, n) : 0);
+  imp_free(t, n);
+  zs_import_opts_t o = ZS_IMPORT_OPTS_INIT;
+  o.part_fn = parts_part, o.index_fn = parts_index;
+  expect_ok(zs_import_safetensors(r.zs, p, &o));
+  float w[TM_DIN * TM_D], b[TM_D];
+  expect_ok(zs_param_get(r.zs, 0, w));
+  expect_ok(zs_param_get(r.zs, 1, b));
+  int64_t bad = 0;
+  for (int64_t e = 0; e < TM_DIN * TM_D; e++) {
+    float want = imp_val(0, parts_index(NULL, 0, e));
+    bad += memcmp(&w[e], &want, 4) != 0;
+  }
+  for (int64_t e = 0; e < TM_D; e++) {
+    float want = e ? imp_val(1, e + 1) : 0.0f;
+    bad += memcmp(&b[e], &want, 4) != 0;
+  }
+  expect_int_eq(bad, 0);
+  /* the whole tensors are the file's: the parameters 2.. bit for bit */
+  int64_t rest = 0;
+  for (int q = 2; q < zs_engine_param_count(r.zs); q++) {
+    int64_t nq = zs_param_numel(r.zs, q);
+    float *v = malloc((size_t)nq * 4);
+    expect_ok(zs_param_get(r.zs, q, v));
+    for (int64_t i = 0; i < nq; i++) {
+      float want = imp_val(q, i);
+      rest += memcmp(&v[i], &want, 4) != 0;
+    }
+    free(v);
+  }
+  expect_int_eq(rest, 0);
+  /* the file's tensor must have the whole shape part_fn gives */
+  expect_import_fails(&r, whole, &o, ZS_ERR_MISMATCH,
+                      "tensor 'embed.W' in");
+  expect_import_fails(&r, whole, &o, ZS_ERR_MISMATCH,
+                      "has shape [5, 13] but parameter 'embed.W' holds a part of a tensor of shape [5, 26]");
+  /* an index past the tensor: refused where it is read (the rank owning that
+   * element names it, the others name that rank) */
+  int64_t shift = 1000;
+  o.user = &shift;
+  expect_import_fails(&r, p, &o, ZS_ERR_INVALID, NULL);
+  const char *m = zs_last_error();
+  if (!strstr(m, "index_fn gave element") && !strstr(m, "see that rank's message"))
+    ZS_T_REPORT("an index past the tensor: \"%s\"", m);
+  o.user = NULL;
+  /* one without the other */
+  o.index_fn = NULL;
+  expect_import_fails(&r, p, &o, ZS_ERR_INVALID, "opts->part_fn is set without opts->index_fn");
+  /* a version 1 struct ends before part_fn: never read from it (the whole file fills) */
+  o.version = 1;
+  expect_ok(zs_import_safetensors(r.zs, whole, &o));
+  expect_int_eq(count_not_file(&r, NULL, -1), 0);
+  o.version = 3;
+  expect_import_fails(&r, whole, &o, ZS_ERR_INVALID, "this library knows 1 and 2");
+  close_run(&r);
+}
+
 static void test_damage(void) {
   run_t r;
   zs_config_t c = cfg(2, ZS_FP32, 1);
@@ -581,6 +671,7 @@ int main(void) {
   zs_test_run(test_hf_gpt2_python);
 #endif
   zs_test_run(test_mismatch);
+  zs_test_run(test_parts);
   zs_test_run(test_damage);
   zs_test_run(test_memory);
   return ckpt_world_close();

@@ -120,6 +120,17 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
  * as the parameter of the same name. Shapes must equal the declared ones
  * exactly; a parameter may be filled only once.
  *
+ * Parts (opts version 2): a parameter may hold a part of its tensor, as a
+ * tensor-parallel rank holds a slice of a whole model's matrix. part_fn says so
+ * for parameter `param` (the engine's index, zs_param_add's param_out): it
+ * returns 1 and writes the whole tensor's shape (ndim <= ZS_MAX_DIMS, what the
+ * file's tensor must be), or 0 for a parameter that is its whole tensor.
+ * index_fn then gives, for each element e of such a parameter (row-major), the
+ * whole tensor's element it holds (row-major), or -1 for padding, which is set
+ * to 0. Elements whose indices run on consecutively are read in one piece, so a
+ * slice of whole rows or of row segments reads as fast as a whole tensor. Both
+ * are called on the ranks that hold the parameter and must not call zeroshard.
+ *
  * Only parameter values change, as with zs_param_set: optimizer state and the
  * step count stay (load pretrained weights before the first step, or resume with
  * zs_checkpoint_load). A delayed parameter update still pending is landed first,
@@ -153,6 +164,10 @@ enum {
  * zeroshard. */
 typedef int (*zs_import_name_fn)(void *user, const char *file_name, char *param_name, size_t cap);
 
+/* See "Parts" above. */
+typedef int (*zs_import_part_fn)(void *user, int param, int *ndim, int64_t *shape);
+typedef int64_t (*zs_import_index_fn)(void *user, int param, int64_t e);
+
 typedef struct {
   const char *file_name;  /* a tensor of the file */
   const char *param_name; /* the parameter it fills; NULL: skip the tensor */
@@ -166,9 +181,12 @@ typedef struct {
   void *user;
   int allow_missing;    /* parameters without a tensor keep their values (new layers, adapters) */
   int allow_unexpected; /* tensors that fill no parameter are skipped (a model cut shorter) */
+  /* version 2 (a version 1 struct ends above: these are not read from it) */
+  zs_import_part_fn part_fn;   /* NULL: every parameter is its whole tensor */
+  zs_import_index_fn index_fn; /* with part_fn */
 } zs_import_opts_t;
-#define ZS_IMPORT_OPTS_VERSION 1
-#define ZS_IMPORT_OPTS_INIT {ZS_IMPORT_OPTS_VERSION, NULL, 0, NULL, NULL, 0, 0}
+#define ZS_IMPORT_OPTS_VERSION 2
+#define ZS_IMPORT_OPTS_INIT {ZS_IMPORT_OPTS_VERSION, NULL, 0, NULL, NULL, 0, 0, NULL, NULL}
 
 /* opts may be NULL (ZS_IMPORT_OPTS_INIT: the file's names are the parameters'). */
 zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts);

@@ -3,6 +3,7 @@
  * matched to the engine's parameters, each rank reads the element ranges whose
  * fp32 master it owns into one staging buffer (its shard), and only when every
  * rank has everything are the values written through the engine's own path. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static const char k_fn[] = "zs_import_safetensors";
 typedef struct {
   st_set_t set;
   int *src;      /* per parameter: the tensor that fills it, -1 none */
+  char *part;    /* per parameter: it holds a part of that tensor (opts->part_fn) */
   int64_t *off;  /* per parameter: where its owned range starts in stage */
   float *stage;  /* the owned ranges of every parameter filled, fp32 */
   int64_t nstage;
@@ -23,16 +25,30 @@ typedef struct {
 static void import_free(import_t *im) {
   zs__st_close(&im->set);
   free(im->src);
+  free(im->part);
   free(im->off);
   free(im->stage);
 }
 
 /* ---- names -------------------------------------------------------------------------- */
 
+/* opts as this version reads it: a version 1 struct ends before part_fn. */
+static zs_status_t read_opts(zs_engine_t *zs, const zs_import_opts_t *in, zs_import_opts_t *o) {
+  const zs_import_opts_t dflt = ZS_IMPORT_OPTS_INIT;
+  *o = dflt;
+  if (!in) return ZS_OK;
+  if (in->version == 1) memcpy(o, in, offsetof(zs_import_opts_t, part_fn));
+  else if (in->version == ZS_IMPORT_OPTS_VERSION) *o = *in;
+  else
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->version is %d, this library knows 1 and %d (ZS_IMPORT_OPTS_INIT)",
+                   k_fn, in->version, ZS_IMPORT_OPTS_VERSION);
+  return ZS_OK;
+}
+
 static zs_status_t check_opts(zs_engine_t *zs, const zs_import_opts_t *o) {
-  if (o->version != ZS_IMPORT_OPTS_VERSION)
-    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->version is %d, this library knows %d (ZS_IMPORT_OPTS_INIT)",
-                   k_fn, o->version, ZS_IMPORT_OPTS_VERSION);
+  if (!o->part_fn != !o->index_fn)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->%s is set without opts->%s (a part needs both)", k_fn,
+                   o->part_fn ? "part_fn" : "index_fn", o->part_fn ? "index_fn" : "part_fn");
   if (o->nrenames < 0 || (o->nrenames > 0 && !o->renames))
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: opts->renames is NULL with nrenames %d", k_fn, o->nrenames);
   for (int i = 0; i < o->nrenames; i++)
@@ -91,7 +107,8 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
   const st_set_t *s = &im->set;
   pkey_t *sorted = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *sorted);
   im->src = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->src);
-  if (!sorted || !im->src) {
+  im->part = calloc((size_t)(zs->nparams > 0 ? zs->nparams : 1), 1);
+  if (!sorted || !im->src || !im->part) {
     free(sorted);
     return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
   }
@@ -117,8 +134,21 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
       continue;
     }
     const zs_param_t *q = &zs->params[p];
-    int same = x->ndim == q->ndim && x->numel == q->numel;
-    for (int d = 0; same && d < q->ndim; d++) same = x->shape[d] == q->shape[d];
+    int wnd = q->ndim; /* the whole tensor's shape: the parameter's, or part_fn's */
+    int64_t wshape[ZS_MAX_DIMS] = {0};
+    memcpy(wshape, q->shape, sizeof(int64_t) * (size_t)q->ndim);
+    if (o->part_fn && im->src[p] < 0 && o->part_fn(o->user, p, &wnd, wshape) == 1) {
+      im->part[p] = 1;
+      if (wnd < 1 || wnd > ZS_MAX_DIMS) {
+        st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: part_fn gave parameter '%s' a whole tensor of %d dimensions", k_fn,
+                     q->name, wnd);
+        break;
+      }
+    }
+    int64_t wnumel = 1;
+    for (int d = 0; d < wnd; d++) wnumel *= wshape[d];
+    int same = x->ndim == wnd && x->numel == wnumel;
+    for (int d = 0; same && d < wnd; d++) same = x->shape[d] == wshape[d];
     if (im->src[p] >= 0)
       st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensors '%s' and '%s' (in %s) both fill parameter '%s'", k_fn,
                    s->t[im->src[p]].name, x->name, file, q->name);
@@ -126,6 +156,11 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
       st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                    "%s: tensor '%s' in %s is %s, which cannot fill parameter '%s' (F32, F16, BF16 or F64 can)", k_fn,
                    x->name, file, x->dtype, q->name);
+    else if (!same && im->part[p])
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "%s: tensor '%s' in %s has shape %s but parameter '%s' holds a part of a tensor of shape %s", k_fn,
+                   x->name, file, zs__ck_shape_str(s0, sizeof s0, x->ndim, x->shape), q->name,
+                   zs__ck_shape_str(s1, sizeof s1, wnd, wshape));
     else if (!same)
       st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' in %s has shape %s but parameter '%s' has shape %s",
                    k_fn, x->name, file, zs__ck_shape_str(s0, sizeof s0, x->ndim, x->shape), q->name,
@@ -155,7 +190,30 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
 
 /* ---- reading the owned ranges ------------------------------------------------------- */
 
-static zs_status_t read_owned(zs_engine_t *zs, import_t *im) {
+/* Elements [a, a + n) of part parameter p into dst: index_fn's whole-tensor
+ * elements, each run of consecutive ones in one read, padding (-1) as 0. */
+static zs_status_t read_part(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, int p, int64_t a, int64_t n,
+                             float *dst, void *block) {
+  const st_tensor_t *x = &im->set.t[im->src[p]];
+  int64_t i = 0;
+  while (i < n) {
+    int64_t f = o->index_fn(o->user, p, a + i), k = 1;
+    if (f < -1 || f >= x->numel)
+      return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: index_fn gave element %lld of parameter '%s' the element %lld of "
+                     "tensor '%s', which has %lld", k_fn, (long long)(a + i), zs->params[p].name, (long long)f,
+                     x->name, (long long)x->numel);
+    if (f < 0) {
+      dst[i++] = 0.0f;
+      continue;
+    }
+    while (i + k < n && f + k < x->numel && o->index_fn(o->user, p, a + i + k) == f + k) k++;
+    ZS_CHECK(zs__st_read_f32(&im->set, im->src[p], f, k, dst + i, block, zs->err, k_fn));
+    i += k;
+  }
+  return ZS_OK;
+}
+
+static zs_status_t read_owned(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im) {
   im->off = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->off);
   if (!im->off) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
   int need_block = 0;
@@ -175,7 +233,8 @@ static zs_status_t read_owned(zs_engine_t *zs, import_t *im) {
   for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
     int64_t a, b;
     if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
-    st = zs__st_read_f32(&im->set, im->src[p], a, b - a, im->stage + im->off[p], block, zs->err, k_fn);
+    if (im->part[p]) st = read_part(zs, o, im, p, a, b - a, im->stage + im->off[p], block);
+    else st = zs__st_read_f32(&im->set, im->src[p], a, b - a, im->stage + im->off[p], block, zs->err, k_fn);
   }
   free(block);
   return st;
@@ -208,15 +267,17 @@ static zs_status_t apply(zs_engine_t *zs, const import_t *im) {
 zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", k_fn);
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", k_fn);
-  const zs_import_opts_t dflt = ZS_IMPORT_OPTS_INIT, *o = opts ? opts : &dflt;
+  zs_import_opts_t ov = ZS_IMPORT_OPTS_INIT;
+  const zs_import_opts_t *o = &ov;
   zs_status_t st = zs__ck_check_call(zs, path, k_fn);
+  if (st == ZS_OK) st = read_opts(zs, opts, &ov);
   if (st == ZS_OK) st = check_opts(zs, o);
   ZS_CHECK(zs__ck_agree(zs, st, k_fn));
   import_t im = {0};
   st = zs__st_open(path, &im.set, zs->err, k_fn);
   if (st == ZS_OK) st = match(zs, o, &im, path);
   st = zs__ck_agree(zs, st, "zs_import_safetensors: reading the headers");
-  if (st == ZS_OK) st = zs__ck_agree(zs, read_owned(zs, &im), "zs_import_safetensors: reading the tensors");
+  if (st == ZS_OK) st = zs__ck_agree(zs, read_owned(zs, o, &im), "zs_import_safetensors: reading the tensors");
   if (st == ZS_OK) st = apply(zs, &im);
   if (st == ZS_OK)
     ZS_LOG_I("%s: %d parameters from %s (%d file%s; %d tensors skipped), %lld values read on rank %d", k_fn,
