@@ -253,4 +253,52 @@ static void gpt_export_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *pla
   gpt_tmpdir_remove(world, dir);
 }
 
+/* --init-from into a split run: the plain run (plain_o, a few steps) exports
+ * its model; the split run (split_o) starts from that file with no step, and
+ * holds every parameter bit for bit (the whole tensors it reassembles; with
+ * --pp the tied copy of wte too) and the plain run's validation loss. Then a
+ * file whose shapes do not fit (--vocab one more) is refused on every rank
+ * with the tensor named. */
+static void gpt_init_from_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *plain_o, gpt_opts_t *split_o,
+                                const char *label) {
+  char dir[128], path[192];
+  gpt_tmpdir(world, "/tmp/zs-gpt-init-XXXXXX", dir);
+  snprintf(path, sizeof path, "%s/plain.safetensors", dir);
+  gpt_result_t a, b;
+  plain_o->export_path = path, plain_o->collect_params = 1;
+  assert_ok(gpt_train_run(plain_o, dev, world, &a));
+  split_o->init_from = path, split_o->steps = 0, split_o->collect_params = 1, split_o->export_path = NULL;
+  zs_status_t st = gpt_train_run(split_o, dev, world, &b);
+  if (st != ZS_OK) ZS_T_REPORT("%s --init-from: %s", label, b.err);
+  if (st == ZS_OK) {
+    int64_t bad = 0;
+    for (int64_t k = 0; k < a.params; k++) bad += memcmp(&a.final_params[k], &b.final_params[k], 4) != 0;
+    if (bad) ZS_T_REPORT("%s --init-from: %lld of %lld values differ from the file", label, (long long)bad,
+                         (long long)a.params);
+    if (split_o->pp > 1 && b.tied_wte_diff != 0)
+      ZS_T_REPORT("%s --init-from: the head's copy of wte differs by %.3g", label, b.tied_wte_diff);
+    expect_near(b.val_loss, a.val_loss, 1e-5, 0);
+    if (zs_comm_rank(world) == 0)
+      fprintf(stderr, "%s --init-from: %lld values bit for bit, validation loss %.7f (plain %.7f)\n", label,
+              (long long)a.params, b.val_loss, a.val_loss);
+  }
+  gpt_result_free(&b);
+  split_o->vocab += 1;
+  expect_status(gpt_train_run(split_o, dev, world, &b), ZS_ERR_MISMATCH);
+  expect_str_contains(b.err, "tensor 'wte'");
+  expect_str_contains(b.err, "--vocab sets wte's rows");
+  gpt_result_free(&b);
+  split_o->vocab -= 1;
+  /* --seq sets wpe's rows: with --pp only stage 0 holds wpe, and the other
+   * stages must fail with it, not train */
+  split_o->seq *= 2;
+  expect_status(gpt_train_run(split_o, dev, world, &b), ZS_ERR_MISMATCH);
+  expect_str_contains(b.err, "--init-from");
+  if (split_o->pp > 1 && !strstr(b.err, "tensor 'wpe'")) expect_str_contains(b.err, "see that rank's message");
+  gpt_result_free(&b);
+  split_o->seq /= 2;
+  gpt_result_free(&a);
+  gpt_tmpdir_remove(world, dir);
+}
+
 #endif

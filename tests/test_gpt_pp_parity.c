@@ -258,6 +258,19 @@ static void test_export(void) {
   gpt_export_check(g_dev, g_world, &plain, &split, g_size == 2 ? "pp 2" : "tp 2 x pp 2");
 }
 
+/* --init-from a plain run's export: pp 2 (each stage takes its own tensors,
+ * the last wte into its tied copy) at 2 ranks, tp 2 x pp 2 interleaved at 4 */
+static void test_init_from(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  gpt_opts_t plain, split;
+  tiny(&plain);
+  plain.steps = 3, plain.accum = M / g_size; /* micro-batches of 2 sequences */
+  split = plain;
+  split.accum = 1, split.pp = 2, split.tp = g_size / 2, split.microbatches = M, split.stage = 3;
+  if (g_size == 4) split.pp_kind = ZS_PP_INTERLEAVED, split.virtual_stages = 2;
+  gpt_init_from_check(g_dev, g_world, &plain, &split, g_size == 2 ? "pp 2" : "tp 2 x pp 2 interleaved");
+}
+
 /* --trace FILE: each rank writes FILE.rank<r> with the trainer's step ranges,
  * the pipeline's forwards and backwards, the engine's gathers and the pp
  * transfers (a fused pair under both labels), and tracing is off after the run
@@ -388,6 +401,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_resume);
   zs_test_run(test_trace);
   zs_test_run(test_export);
+  zs_test_run(test_init_from);
   zs_test_run(test_refusals);
   zs_test_run(test_pp_layers_flag);
   gpt_ref_free(&g_ref);

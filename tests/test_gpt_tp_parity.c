@@ -108,6 +108,18 @@ static void test_export(void) {
   gpt_export_check(g_dev, g_world, &plain, &split, "tp");
 }
 
+/* --init-from a plain run's export at tp 2 (each rank reads its slices), at 4
+ * ranks dp 2 x tp 2 */
+static void test_init_from(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  gpt_opts_t plain, split;
+  tiny(&plain);
+  plain.steps = 3;
+  split = plain;
+  split.tp = 2, split.stage = 3;
+  gpt_init_from_check(g_dev, g_world, &plain, &split, g_size == 2 ? "tp 2" : "dp 2 x tp 2");
+}
+
 /* what a user meets: the same message on every rank, nothing run */
 static void test_refusals(void) {
   gpt_opts_t o;
@@ -144,6 +156,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_layouts);
   zs_test_run(test_resume);
   zs_test_run(test_export);
+  zs_test_run(test_init_from);
   zs_test_run(test_refusals);
   gpt_ref_free(&g_ref);
   int rc = zs_test_finish();

@@ -11,10 +11,15 @@
 
 #include <stddef.h>
 
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/engine.h"
 
 /* 0, or the status with a message in err (n bytes) naming the tensor and, for a
  * shape that differs, the option that sets it. The engine is unchanged on failure. */
 zs_status_t gpt_init_from(zs_engine_t *zs, const char *path, char *err, size_t n);
+/* The same with the caller's import options (a split model's: names that fall
+ * on other pipeline stages skipped, tensor-parallel parts; trainer_whole.c);
+ * o->name_fn should itself map GPT-2's names (zs_import_name_hf_gpt2). */
+zs_status_t gpt_init_from_opts(zs_engine_t *zs, const char *path, const zs_import_opts_t *o, char *err, size_t n);
 
 #endif

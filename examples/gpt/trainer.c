@@ -338,7 +338,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
-  if (o->init_from && !o->load && (st = gpt_init_from(t->zs, o->init_from, res->err, sizeof res->err)) != ZS_OK)
+  if (o->init_from && !o->load && (st = trainer_init_from(t, o->init_from, res->err, sizeof res->err)) != ZS_OK)
     return st; /* res->err says which tensor or option */
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
   TRY(set_schedule(t, res));

@@ -127,5 +127,9 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied_di
  * model without tp (names, shapes, order, metadata), assembled one tensor at a
  * time and written by rank 0; collective, the same status on every rank. */
 zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size_t n);
+/* --init-from: init_from.h's gpt_init_from, and with --tp or --pp the whole
+ * model's file into this rank's parts (each stage takes its own tensors, the
+ * last one wte into its tied copy; each tp rank its slices). */
+zs_status_t trainer_init_from(trainer_t *t, const char *path, char *err, size_t n);
 
 #endif

@@ -140,9 +140,8 @@ zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
              o->accum);
     return ZS_ERR_INVALID;
   }
-  if (t->bf16 || o->init_from) {
-    snprintf(err, n, "%s with --pp is not supported yet (fp32, no --init-from)",
-             t->bf16 ? "--dtype bf16" : "--init-from");
+  if (t->bf16) {
+    snprintf(err, n, "--dtype bf16 with --pp is not supported yet (fp32)");
     return ZS_ERR_UNSUPPORTED;
   }
   if (q->v > 1 && q->kind != ZS_PP_INTERLEAVED) {

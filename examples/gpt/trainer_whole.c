@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "init_from.h"
 #include "trainer_impl.h"
 
 /* Parameter `pid`'s whole fp32 values into out (its whole numel), on every
@@ -187,4 +188,63 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     snprintf(err, n, "--export to %s failed on %s (%s)", path, st != ZS_OK ? "this rank" : "another rank",
              zs_status_name((zs_status_t)worst));
   return (zs_status_t)worst;
+}
+
+/* ---- --init-from with --tp or --pp: the whole model's file into this rank's parts ---- */
+
+/* The file's names (GPT-2's or gpt.h's) onto this rank's parameters: a table
+ * entry another pipeline stage holds is skipped, wte fills the last stage's
+ * tied copy where stage 0 is elsewhere. */
+static int split_name(void *user, const char *file_name, char *param_name, size_t cap) {
+  trainer_t *t = user;
+  char name[ZS_NAME_MAX];
+  int r = zs_import_name_hf_gpt2(NULL, file_name, name, sizeof name);
+  if (r == ZS_IMPORT_SKIP) return r;
+  if (r != ZS_IMPORT_LOAD) snprintf(name, sizeof name, "%s", file_name);
+  int entry = -1;
+  for (int i = 0; i < t->np && entry < 0; i++) {
+    gpt_param_info_t w;
+    gpt_param_info(&t->mc, i, &w);
+    if (!strcmp(w.name, name)) entry = i;
+  }
+  if (entry < 0) return ZS_IMPORT_UNKNOWN; /* not the model's: the import names it unexpected */
+  int here = 0;
+  for (int pid = 0; pid < t->neng && !here; pid++) here = pid != t->head_pid && t->tidx[pid] == entry;
+  if (!here && entry == 0 && t->head_pid >= 0) snprintf(name, sizeof name, "head.wte");
+  else if (!here) return ZS_IMPORT_SKIP; /* another stage's */
+  snprintf(param_name, cap, "%s", name);
+  return ZS_IMPORT_LOAD;
+}
+
+#ifdef ZS_GPT_TP
+/* A tensor-parallel rank's slice is a part of the whole tensor; replicated
+ * parameters are whole. */
+static int split_part(void *user, int pid, int *ndim, int64_t *shape) {
+  trainer_t *t = user;
+  gpt_param_info_t part, whole;
+  int replicated = 0;
+  gpt_tp_param_info(&t->tpm, t->tidx[pid], &part, &replicated);
+  if (t->tp == 1 || replicated) return 0;
+  gpt_param_info(&t->mc, t->tidx[pid], &whole);
+  *ndim = whole.ndim;
+  for (int d = 0; d < whole.ndim; d++) shape[d] = whole.shape[d];
+  return 1;
+}
+
+static int64_t split_index(void *user, int pid, int64_t e) {
+  trainer_t *t = user;
+  return gpt_tp_full_index(&t->tpm, t->tidx[pid], e);
+}
+#endif
+
+zs_status_t trainer_init_from(trainer_t *t, const char *path, char *err, size_t n) {
+  if (!t->split) return gpt_init_from(t->zs, path, err, n);
+  zs_import_opts_t o = ZS_IMPORT_OPTS_INIT;
+  o.name_fn = split_name, o.user = t;
+#ifdef ZS_GPT_TP
+  if (t->tp > 1) o.part_fn = split_part, o.index_fn = split_index;
+#endif
+  /* the engine agrees on the outcome over its model-parallel group too: a
+   * stage whose own tensors fit fails with the one whose do not */
+  return gpt_init_from_opts(t->zs, path, &o, err, n);
 }
