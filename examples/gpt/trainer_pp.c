@@ -40,6 +40,11 @@
  * gathers would move 2 M times the bytes) and holds this rank's parameters
  * whole during the step: 1 / pp of the model instead of one unit.
  *
+ * bf16. The engine's slots are bf16: at the step's start every parameter of
+ * this rank is widened into an fp32 view and every gradient computed into a
+ * zeroed fp32 view, whose sum over the micro-batches is added into the bf16
+ * slot once before the reduction (bind_bf16, narrow_all).
+ *
  * Activations. Each (micro-batch, chunk) in flight needs its own activations:
  * a pool of slots, as many as the schedule keeps in flight on this rank
  * (zs_pp_schedule_simulate: M for GPipe, min(M, pp - rank) for 1F1B), taken
@@ -50,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
 #include "trainer_impl.h"
 #include "zeroshard/pipeline.h"
 
@@ -75,6 +81,9 @@ struct trainer_pp {
   int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
   int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
   float *tied;        /* stage 0 / S - 1: the other copy's wte gradient */
+  float *pw, *gw;     /* bf16: fp32 views of every parameter and gradient of this rank */
+  int64_t *woff;      /* bf16: engine parameter -> its place in pw and gw */
+  float *head_w32, *head_g32; /* bf16: the head copy's views (in pw, gw) */
   double loss_sum;    /* this step's micro-batch mean losses (last stage) */
   char err[256];
 };
@@ -139,10 +148,6 @@ zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "--accum %d with --pp: the pipeline's micro-batches are the accumulation; use --microbatches",
              o->accum);
     return ZS_ERR_INVALID;
-  }
-  if (t->bf16) {
-    snprintf(err, n, "--dtype bf16 with --pp is not supported yet (fp32)");
-    return ZS_ERR_UNSUPPORTED;
   }
   if (q->v > 1 && q->kind != ZS_PP_INTERLEAVED) {
     snprintf(err, n, "--virtual %d needs --schedule interleaved", q->v);
@@ -263,6 +268,17 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   t->ttg = malloc(sizeof(int) * (size_t)t->per_rank * T);
   if ((is_first(t) || is_last(t)) && !(q->tied = malloc((size_t)t->info[0].numel * sizeof(float))))
     return ZS_ERR_NOMEM;
+  if (t->bf16) { /* the step's fp32 views: this rank's parameters and gradients whole */
+    int64_t total = 0;
+    if (!(q->woff = malloc(sizeof(int64_t) * (size_t)(t->neng + 1)))) return ZS_ERR_NOMEM;
+    for (int pid = 0; pid < t->neng; pid++) q->woff[pid] = total, total += t->info[t->tidx[pid]].numel;
+    q->pw = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    q->gw = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!q->pw || !q->gw) {
+      snprintf(err, n, "out of host memory for the fp32 views of %lld bf16 parameters", (long long)total);
+      return ZS_ERR_NOMEM;
+    }
+  }
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
   for (int i = 0; i < q->nslots; i++)
     if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, 1)) {
@@ -279,6 +295,7 @@ void trainer_pp_free(trainer_t *t) {
   zs_pp_destroy(q->rt);
   for (int i = 0; q->slots && i < q->nslots; i++) gpt_tp_acts_free(&q->slots[i].a);
   free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied), free(q->loff);
+  free(q->pw), free(q->gw), free(q->woff);
   free(q);
   t->pps = NULL;
 }
@@ -297,11 +314,49 @@ const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps-
  * units
  * ========================================================================== */
 
+/* bf16: every parameter widened into its fp32 view, and (backward) every
+ * gradient computed into a zeroed fp32 view, added into the bf16 slots once
+ * the step's micro-batches are done (narrow_all): the sum over the micro-batches
+ * is rounded once, where trainer_round.c rounds each micro-batch's into the slot. */
+static void bind_bf16(trainer_t *t, int backward) {
+  struct trainer_pp *q = t->pps;
+  for (int pid = 0; pid < t->neng; pid++) {
+    const int i = t->tidx[pid];
+    const int64_t n = t->info[i].numel;
+    float *p = q->pw + q->woff[pid], *g = backward ? q->gw + q->woff[pid] : NULL;
+    const uint16_t *src = pid == t->head_pid ? t->head_p : t->pslot[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+    if (g) memset(g, 0, (size_t)n * sizeof(float));
+    if (pid == t->head_pid) q->head_w32 = p, q->head_g32 = g;
+    else t->pv[i] = p, t->gv[i] = g;
+  }
+  gpt_weights_bind(&t->mc, t->pv, &t->w);
+  gpt_weights_bind(&t->mc, t->gv, &t->g);
+}
+
+/* bf16: the fp32 gradients added into the bf16 slots (nearest even). */
+static void narrow_all(trainer_t *t) {
+  struct trainer_pp *q = t->pps;
+  for (int pid = 0; pid < t->neng; pid++) {
+    const int i = t->tidx[pid];
+    const int64_t n = t->info[i].numel;
+    const float *g = q->gw + q->woff[pid];
+    uint16_t *dst = pid == t->head_pid ? t->head_g : t->gslot[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + g[k]);
+  }
+}
+
 /* Every unit of this rank gathered (backward: with gradient slots), then the
  * views bound (unit 0's after both of its engine units). */
 static zs_status_t gather_all(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_gather(t->zs, uid));
+  if (t->bf16) {
+    bind_bf16(t, backward);
+    return ZS_OK;
+  }
   for (int uid = 0; uid < q->nunits; uid++) {
     const int u = q->unit_tab[uid];
     if (u < 0) continue;
@@ -317,12 +372,14 @@ static zs_status_t gather_all(trainer_t *t, int backward) {
 
 static void forget_all(trainer_t *t) {
   for (int i = 0; i < t->np; i++) t->pv[i] = t->gv[i] = NULL;
+  t->pps->head_w32 = t->pps->head_g32 = NULL;
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
 }
 
-/* The head's wte: stage S - 1's copy. */
-static float *head_w(trainer_t *t) { return (float *)t->head_p; }
+/* The head's wte and its gradient: stage S - 1's copy (bf16: its fp32 views). */
+static float *head_w(trainer_t *t) { return t->bf16 ? t->pps->head_w32 : (float *)t->head_p; }
+static float *head_g(trainer_t *t) { return t->bf16 ? t->pps->head_g32 : (float *)t->head_g; }
 
 /* ============================================================================
  * the runtime's callbacks: one model stage of one micro-batch
@@ -360,7 +417,7 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
     st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
-                       (float *)t->head_g);
+                       head_g(t));
     q->loss_sum += sum / (double)a->N;
   } else if (st == ZS_OK) {
     memcpy(output, a->resid + nl * NC, (size_t)NC * sizeof(float));
@@ -402,7 +459,7 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
 static zs_status_t tied_sum(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!is_first(t) && !is_last(t)) return ZS_OK;
-  float *g = is_first(t) ? t->g.embed.wte : (float *)t->head_g;
+  float *g = is_first(t) ? t->g.embed.wte : head_g(t);
   const size_t n = (size_t)t->info[0].numel;
   const int peer = is_first(t) ? q->p - 1 : 0;
   if (is_first(t)) {
@@ -477,6 +534,7 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
     const int u = q->unit_tab[uid];
     if (u >= 0) TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
   }
+  if (t->bf16) narrow_all(t);
   forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_reduce(t->zs, uid));
   *loss = is_last(t) ? q->loss_sum : 0.0;
