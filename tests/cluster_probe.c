@@ -18,6 +18,15 @@
  * what tells a slow link from a busy machine. local_bytes/local_seconds: the same
  * to the next rank on rank 0's own node (R >= 2), which must not touch any link.
  *
+ *   cluster-sim --hosts 2 --ranks-per-host R ... -- cluster_probe BYTES pairs
+ *
+ * prints instead
+ *   pairs world=W bytes=B seconds=S cpu_wait=S
+ * every rank r of host 0 and rank r + R of host 1 sending each other BYTES at
+ * once (4 MiB messages, both ways), as a collective over both hosts loads the
+ * link and the CPUs; seconds: from a barrier to the last rank's end; cpu_wait:
+ * the mean over the ranks of the seconds each waited for a CPU meanwhile.
+ *
  * No rank spins: every wait is a nonblocking request polled with a sleep between
  * tests (1 ms in barriers, 100 us in transfers, short beside the 4 MiB a socket
  * buffers). On a 2-core machine a spinning rank would take the CPU the other end
@@ -113,12 +122,45 @@ static double send_timed(int peer, long long bytes, double *wait_s) {
   return rank == 0 ? s : 0;
 }
 
+/* The "pairs" mode (see the header): rank r < world / 2 and r + world / 2
+ * exchange bytes both ways at once. */
+static int pairs(long long bytes) {
+  const int half = world / 2, peer = rank < half ? rank + half : rank - half;
+  char *out = calloc(1, PROBE_CHUNK), *in = calloc(1, PROBE_CHUNK);
+  if (!out || !in || world % 2) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Request r[2];
+  MPI_Isend(out, 1, MPI_CHAR, peer, 0, MPI_COMM_WORLD, &r[0]); /* warm-up: the connections */
+  MPI_Irecv(in, 1, MPI_CHAR, peer, 0, MPI_COMM_WORLD, &r[1]);
+  quiet_wait(&r[0], 100000, "warm-up send");
+  quiet_wait(&r[1], 100000, "warm-up receive");
+  quiet_barrier();
+  double w0 = run_wait_s(), t0 = MPI_Wtime();
+  for (long long off = 0; off < bytes; off += PROBE_CHUNK) {
+    int n = bytes - off < PROBE_CHUNK ? (int)(bytes - off) : PROBE_CHUNK;
+    MPI_Isend(out, n, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &r[0]);
+    MPI_Irecv(in, n, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &r[1]);
+    quiet_wait(&r[0], 100000, "transfer send");
+    quiet_wait(&r[1], 100000, "transfer receive");
+  }
+  double mine[2] = {MPI_Wtime() - t0, run_wait_s() - w0}, most = 0, wsum = 0;
+  MPI_Reduce(&mine[0], &most, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&mine[1], &wsum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("pairs world=%d bytes=%lld seconds=%.4f cpu_wait=%.4f\n", world, bytes, most, wsum / world);
+    fflush(stdout);
+  }
+  free(out), free(in);
+  MPI_Finalize();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   long long bytes = argc > 1 ? atoll(argv[1]) : 0;
   if (bytes < 0) bytes = 0;
+  if (argc > 2 && !strcmp(argv[2], "pairs")) return pairs(bytes);
 
   /* ---- the node split: each rank's node named by its first world rank ---- */
   MPI_Comm local;
