@@ -16,6 +16,7 @@
 
 #include "gpt.h"
 #include "harness.h"
+#include "import_files.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 
@@ -253,12 +254,43 @@ static void gpt_export_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *pla
   gpt_tmpdir_remove(world, dir);
 }
 
+/* The whole parameters p (gpt.h's table order) as a Hugging Face GPT-2 file
+ * (F32, "transformer." names, the causal masks and the tied lm_head.weight
+ * too); 0 on success. */
+static int gpt_write_hf(const char *path, const gpt_config_t *c, const float *p) {
+  const int np = gpt_param_table_size(c), n = np + 1 + c->layers;
+  imp_tensor_t *t = calloc((size_t)n, sizeof *t);
+  char(*names)[64] = calloc((size_t)n, 64);
+  float *mask = calloc((size_t)c->seq * c->seq, sizeof(float));
+  if (!t || !names || !mask) return -1;
+  int64_t off = 0;
+  for (int i = 0; i < np; i++) {
+    gpt_param_info_t w;
+    gpt_param_info(c, i, &w);
+    imp_hf_gpt2_name(names[i], 64, i, c->layers, "transformer.");
+    t[i] = (imp_tensor_t){names[i], "F32", w.ndim, {0}, 0, (void *)(p + off), w.numel * 4};
+    for (int d = 0; d < w.ndim; d++) t[i].shape[d] = w.shape[d];
+    off += w.numel;
+  }
+  t[np] = t[0], t[np].name = "lm_head.weight";
+  for (int l = 0; l < c->layers; l++) {
+    snprintf(names[np + 1 + l], 64, "transformer.h.%d.attn.bias", l);
+    t[np + 1 + l] = (imp_tensor_t){names[np + 1 + l], "F32", 4, {1, 1, c->seq, c->seq}, 0, mask,
+                                   (int64_t)c->seq * c->seq * 4};
+  }
+  char *h = imp_header(t, n);
+  int rc = h ? imp_write_raw(path, h, 0, t, n, NULL, 0, 0) : -1;
+  free(h), free(t), free(names), free(mask);
+  return rc;
+}
+
 /* --init-from into a split run: the plain run (plain_o, a few steps) exports
  * its model; the split run (split_o) starts from that file with no step, and
  * holds every parameter bit for bit (the whole tensors it reassembles; with
- * --pp the tied copy of wte too) and the plain run's validation loss. Then a
- * file whose shapes do not fit (--vocab one more) is refused on every rank
- * with the tensor named. */
+ * --pp the tied copy of wte too) and the plain run's validation loss; so does
+ * it from the same values under Hugging Face GPT-2's names. Then a file whose
+ * shapes do not fit (--vocab one more) is refused on every rank with the
+ * tensor named. */
 static void gpt_init_from_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *plain_o, gpt_opts_t *split_o,
                                 const char *label) {
   char dir[128], path[192];
@@ -283,6 +315,25 @@ static void gpt_init_from_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *
               (long long)a.params, b.val_loss, a.val_loss);
   }
   gpt_result_free(&b);
+  char hf[192];
+  snprintf(hf, sizeof hf, "%s/hf.safetensors", dir);
+  const gpt_config_t c = {.vocab = plain_o->vocab, .seq = plain_o->seq, .channels = plain_o->channels,
+                          .heads = plain_o->heads, .layers = plain_o->layers};
+  int wrote = zs_comm_rank(world) == 0 ? gpt_write_hf(hf, &c, a.final_params) : 0;
+  assert_ok(zs_comm_broadcast(world, &wrote, &wrote, sizeof wrote, ZS_UINT8, 0, NULL));
+  assert_true(wrote == 0);
+  split_o->init_from = hf;
+  st = gpt_train_run(split_o, dev, world, &b);
+  if (st != ZS_OK) ZS_T_REPORT("%s --init-from (GPT-2 names): %s", label, b.err);
+  for (int64_t k = 0; st == ZS_OK && k < a.params; k++)
+    if (memcmp(&a.final_params[k], &b.final_params[k], 4)) {
+      ZS_T_REPORT("%s --init-from (GPT-2 names): value %lld differs", label, (long long)k);
+      break;
+    }
+  if (st == ZS_OK && split_o->pp > 1 && b.tied_wte_diff != 0)
+    ZS_T_REPORT("%s --init-from (GPT-2 names): the head's copy of wte differs by %.3g", label, b.tied_wte_diff);
+  gpt_result_free(&b);
+  split_o->init_from = path;
   split_o->vocab += 1;
   expect_status(gpt_train_run(split_o, dev, world, &b), ZS_ERR_MISMATCH);
   expect_str_contains(b.err, "tensor 'wte'");
