@@ -347,7 +347,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (t->cuda) return cuda_buffers(t, max_unit, res);
 #endif
   const int T = o->seq, C = o->channels;
-  if (t->bf16) {
+  if (t->bf16 && t->pp == 1) { /* a unit's fp32 views (trainer_round.c; --pp keeps its own, trainer_pp.c) */
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
     t->gscratch = malloc((size_t)max_unit * sizeof(float));
     if (!t->pscratch || !t->gscratch) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
