@@ -33,8 +33,9 @@
  * forward and backward on a tiny batch (--batch sequences per rank) unless
  * --no-compute. --tp N splits the GPT Megatron-style over tp groups of N
  * neighbouring ranks (examples/gpt/gpt_tp.c; --sequence-parallel its sp form):
- * a mesh (dp) x tp, the engine over it (zs_engine_create_mesh: ZeRO over the
- * world/N data-parallel ranks), each rank declaring its part's shapes
+ * a mesh (dp) x tp, or (dp_replicate x dp_shard) x tp with --shard-group, the
+ * engine over it (zs_engine_create_mesh: ZeRO over the world/N data-parallel
+ * ranks, or over each shard group of them), each rank declaring its part's shapes
  * (ZS_PARAM_MP_REPLICATED on the replicated ones). It adds per rank: the
  * parameters declared against replicated + split/tp, the activation bytes a
  * layer keeps against 4(4 Nr C + 4 Nr + 12 N C/tp + B (NH/tp) T^2), and the tp
@@ -253,8 +254,8 @@ static mb_opts_t parse(int argc, char **argv) {
   if (o.sp && o.compute && ((long long)o.batch * o.seq) % o.tp)
     die_all(2, "%s", "--sequence-parallel splits the --batch x --seq tokens over --tp: --tp must divide them");
   if (o.tp > 1 && world % o.tp) die_all(2, "%s", "--tp must divide the ranks (tp groups are neighbouring ranks)");
-  if (o.tp > 1 && o.shard_group) die_all(2, "%s", "--shard-group with --tp is not measured yet: leave it out");
-  if (o.tp > 1 && o.offload) die_all(2, "%s", "--offload with --tp is not measured yet: leave it out");
+  if (o.tp > 1 && o.shard_group && (world / o.tp) % o.shard_group)
+    die_all(2, "%s", "--shard-group must divide the data-parallel ranks (ranks / --tp)");
   o.tp_rank = rank % o.tp;
   return o;
 }
@@ -426,10 +427,13 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   zs_mesh_t *mesh = NULL;
   zs_comm_t *tpc = NULL, *mpc = NULL;
   zs_status_t st;
-  if (o->tp > 1) { /* (dp) x tp: the engine over dp, its norm also over tp */
-    const char *names[] = {"dp", "tp"};
-    const int sizes[] = {world / o->tp, o->tp};
-    if ((st = zs_mesh_create(&mesh, comm, 2, names, sizes)) != ZS_OK) die_rank(st, "zs_mesh_create", zs_last_error());
+  if (o->tp > 1) { /* (dp) x tp: the engine over dp, its norm also over tp; with --shard-group
+                      (dp_replicate x dp_shard) x tp: ZeRO inside dp_shard, replicas over dp_replicate */
+    const int dp = world / o->tp, sg = o->shard_group;
+    const char *flat[] = {"dp", "tp"}, *hyb[] = {"dp_replicate", "dp_shard", "tp"};
+    const int fsizes[] = {dp, o->tp}, hsizes[] = {sg ? dp / sg : 1, sg, o->tp};
+    if ((st = sg ? zs_mesh_create(&mesh, comm, 3, hyb, hsizes) : zs_mesh_create(&mesh, comm, 2, flat, fsizes)) != ZS_OK)
+      die_rank(st, "zs_mesh_create", zs_last_error());
     if ((st = zs_engine_create_mesh(&zs, &cfg, dev, mesh)) != ZS_OK) die_rank(st, "zs_engine_create_mesh", zs_last_error());
     if ((st = zs_mesh_comm(mesh, "tp", &tpc)) != ZS_OK || (st = zs_mesh_comm(mesh, "mp", &mpc)) != ZS_OK)
       die_rank(st, "zs_mesh_comm", zs_mesh_last_error(mesh));

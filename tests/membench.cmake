@@ -26,6 +26,9 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   # activations and tp traffic per rank equal their formulas (test_membench's test_tp)
   zs_membench_case(gpt_tp_np4 4 ${zs_mb_gpt} --tp 2 --batch 2)
   zs_membench_case(gpt_tp_sp_np4 4 ${zs_mb_gpt} --tp 2 --batch 2 --sequence-parallel)
+  # tp with the optimizer state offloaded, and with hybrid sharding (dp_replicate 2 x dp_shard 2 x tp 2)
+  zs_membench_case(gpt_tp_offload_np4 4 ${zs_mb_gpt} --tp 2 --batch 2 --offload)
+  zs_membench_case(gpt_tp_hybrid_np8 8 ${zs_mb_gpt} --tp 2 --batch 2 --shard-group 2)
   # a frozen base beside a small trainable unit (bf16): parameters only for the base, its
   # bytes and traffic equal the per-kind formula at every stage, offloaded and delayed too
   zs_membench_case(units_frozen_np4 4 --units 40000,3000,517 --frozen 1 --stages 0,1,2,3 --offload --delayed --dtype bf16
