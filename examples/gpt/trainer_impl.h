@@ -121,6 +121,11 @@ const char *trainer_pp_last_error(const trainer_t *t);
 
 /* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
  * every rank (*params: gpt_param_count floats, to free); collective. */
+/* bf16 (trainer_round.c): n parameters widened into the fp32 view p; the fp32
+ * gradient src added into the bf16 slot dst (nearest even). On the device the
+ * trainer runs (host memory, or device memory on the CUDA path). */
+zs_status_t trainer_bf16_widen(trainer_t *t, float *p, const uint16_t *src, int64_t n);
+zs_status_t trainer_bf16_add(trainer_t *t, uint16_t *dst, const float *src, int64_t n);
 /* Also, with --pp, *tied_diff: the largest |stage 0's wte - the head's copy| on every rank. */
 zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied_diff);
 /* --export of a --tp or --pp run: the file zs_export_safetensors writes for the same

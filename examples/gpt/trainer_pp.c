@@ -55,7 +55,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
 #include "trainer_impl.h"
 #include "zeroshard/pipeline.h"
 
@@ -318,34 +317,30 @@ const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps-
  * gradient computed into a zeroed fp32 view, added into the bf16 slots once
  * the step's micro-batches are done (narrow_all): the sum over the micro-batches
  * is rounded once, where trainer_round.c rounds each micro-batch's into the slot. */
-static void bind_bf16(trainer_t *t, int backward) {
+static zs_status_t bind_bf16(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
   for (int pid = 0; pid < t->neng; pid++) {
     const int i = t->tidx[pid];
     const int64_t n = t->info[i].numel;
     float *p = q->pw + q->woff[pid], *g = backward ? q->gw + q->woff[pid] : NULL;
-    const uint16_t *src = pid == t->head_pid ? t->head_p : t->pslot[i];
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+    TRY(trainer_bf16_widen(t, p, pid == t->head_pid ? t->head_p : t->pslot[i], n));
     if (g) memset(g, 0, (size_t)n * sizeof(float));
     if (pid == t->head_pid) q->head_w32 = p, q->head_g32 = g;
     else t->pv[i] = p, t->gv[i] = g;
   }
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
+  return ZS_OK;
 }
 
 /* bf16: the fp32 gradients added into the bf16 slots (nearest even). */
-static void narrow_all(trainer_t *t) {
+static zs_status_t narrow_all(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   for (int pid = 0; pid < t->neng; pid++) {
     const int i = t->tidx[pid];
-    const int64_t n = t->info[i].numel;
-    const float *g = q->gw + q->woff[pid];
-    uint16_t *dst = pid == t->head_pid ? t->head_g : t->gslot[i];
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + g[k]);
+    TRY(trainer_bf16_add(t, pid == t->head_pid ? t->head_g : t->gslot[i], q->gw + q->woff[pid], t->info[i].numel));
   }
+  return ZS_OK;
 }
 
 /* Every unit of this rank gathered (backward: with gradient slots), then the
@@ -353,10 +348,7 @@ static void narrow_all(trainer_t *t) {
 static zs_status_t gather_all(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_gather(t->zs, uid));
-  if (t->bf16) {
-    bind_bf16(t, backward);
-    return ZS_OK;
-  }
+  if (t->bf16) return bind_bf16(t, backward);
   for (int uid = 0; uid < q->nunits; uid++) {
     const int u = q->unit_tab[uid];
     if (u < 0) continue;
@@ -534,7 +526,7 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
     const int u = q->unit_tab[uid];
     if (u >= 0) TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
   }
-  if (t->bf16) narrow_all(t);
+  if (t->bf16) TRY(narrow_all(t));
   forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_reduce(t->zs, uid));
   *loss = is_last(t) ? q->loss_sum : 0.0;

@@ -169,8 +169,7 @@ static void bind(trainer_t *t) {
   gpt_weights_bind(&t->mc, t->gv, &t->g);
 }
 
-/* bf16: widens n parameters into the fp32 view p. */
-static zs_status_t widen(trainer_t *t, float *p, const uint16_t *src, int64_t n) {
+zs_status_t trainer_bf16_widen(trainer_t *t, float *p, const uint16_t *src, int64_t n) {
 #ifdef ZS_GPT_CUDA
   if (t->cuda) return cu_check(t, opc_bf16_to_f32(p, src, n, 0), "widening bf16 parameters");
 #endif
@@ -179,8 +178,7 @@ static zs_status_t widen(trainer_t *t, float *p, const uint16_t *src, int64_t n)
   return ZS_OK;
 }
 
-/* bf16: adds the fp32 gradient src into the bf16 slot dst (nearest even). */
-static zs_status_t narrow_add(trainer_t *t, uint16_t *dst, const float *src, int64_t n) {
+zs_status_t trainer_bf16_add(trainer_t *t, uint16_t *dst, const float *src, int64_t n) {
 #ifdef ZS_GPT_CUDA
   if (t->cuda) return cu_check(t, opc_bf16_add_f32(dst, src, n, 0), "adding gradients into bf16 slots");
 #endif
@@ -200,7 +198,7 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
       continue;
     }
     float *p = t->pscratch + t->uoff[i];
-    TRY(widen(t, p, t->pslot[i], n));
+    TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
     t->pv[i] = p;
     t->gv[i] = NULL;
     if (backward) {
@@ -226,7 +224,7 @@ static zs_status_t unit_release(trainer_t *t, int u) {
 static zs_status_t unit_reduce(trainer_t *t, int u) {
   if (t->bf16) {
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
-      TRY(narrow_add(t, t->gslot[i], t->gv[i], t->info[i].numel));
+      TRY(trainer_bf16_add(t, t->gslot[i], t->gv[i], t->info[i].numel));
   }
   unit_forget(t, u);
   return zs_reduce(t->zs, u);
