@@ -240,13 +240,13 @@ static void test_bad_shapes(void) {
   quiet(1);
   int n = g_size;
   {
-    const char *nm[] = {"a", "b", "c"};
+    const char *nm[] = {"pp", "ep", "tp"};
     int sz[] = {2, 2, 2};
-    if (n >= 2 && n < 8) EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "a=2 x b=2 x c=2 multiplies to more than", 3, nm, sz);
+    if (n >= 2 && n < 8) EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "pp=2 x ep=2 x tp=2 multiplies to more than", 3, nm, sz);
     int one[] = {1, 1, 1};
     if (n >= 2) {
       char want[96];
-      snprintf(want, sizeof want, "a=1 x b=1 x c=1 multiplies to 1, but the world comm has %d ranks", n);
+      snprintf(want, sizeof want, "pp=1 x ep=1 x tp=1 multiplies to 1, but the world comm has %d ranks", n);
       EXPECT_CREATE_FAILS(ZS_ERR_INVALID, want, 3, nm, one);
     }
   }
@@ -291,8 +291,9 @@ static void test_bad_shapes(void) {
     EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "'world', which is reserved", 2, nm5, sz);
     const char *nm6[] = {"pp", "mp"};
     EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "'mp', which is reserved", 2, nm6, sz);
-    const char *nm7[] = {"dp_x", "dp"};
-    EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "names[1] is 'dp' and names[0] ('dp_x')", 2, nm7, sz);
+    const char *nm7[] = {"dp_replicate", "dp"};
+    EXPECT_CREATE_FAILS(ZS_ERR_INVALID, "names[1] is 'dp' and names[0] ('dp_replicate') is data parallel too", 2,
+                        nm7, sz);
   }
   {
     zs_mesh_t *m = NULL;
@@ -366,14 +367,14 @@ static void test_bad_groups(void) {
 static void test_mismatch(void) {
   if (g_size < 2) zs_test_skip("needs 2 ranks");
   quiet(1);
-  const char *nm[] = {"a", "b"};
+  const char *nm[] = {"pp", "tp"};
   int mine[] = {g_rank == 0 ? g_size : 1, g_rank == 0 ? 1 : g_size};
   zs_mesh_t *m = (zs_mesh_t *)1;
   expect_status(zs_mesh_create(&m, g_world, 2, nm, mine), ZS_ERR_MISMATCH);
   expect_true(m == NULL);
   expect_str_contains(zs_last_error(), "ranks passed different arguments: rank 1's differ from rank 0's");
   /* same sizes, other names */
-  const char *nm2[] = {g_rank == 0 ? "x" : "a", "b"};
+  const char *nm2[] = {g_rank == 0 ? "ep" : "pp", "tp"};
   int sz[] = {1, g_size};
   expect_status(zs_mesh_create(&m, g_world, 2, nm2, sz), ZS_ERR_MISMATCH);
   /* one rank's shape is bad, the others' good: still a mismatch everywhere */
@@ -383,15 +384,15 @@ static void test_mismatch(void) {
   expect_true(m == NULL);
 
   /* different first groups */
-  assert_ok(zs_mesh_create(&m, g_world, 2, nm, sz)); /* a = 1, b = N */
+  assert_ok(zs_mesh_create(&m, g_world, 2, nm, sz)); /* pp = 1, tp = N */
   zs_comm_t *c = (zs_comm_t *)1;
-  expect_status(zs_mesh_comm(m, g_rank == 0 ? "a" : "b", &c), ZS_ERR_MISMATCH);
+  expect_status(zs_mesh_comm(m, g_rank == 0 ? "pp" : "tp", &c), ZS_ERR_MISMATCH);
   expect_true(c == NULL);
-  expect_str_contains(zs_mesh_last_error(m), "ranks asked for different groups: rank 0 for {}, rank 1 for {b}");
+  expect_str_contains(zs_mesh_last_error(m), "ranks asked for different groups: rank 0 for {}, rank 1 for {tp}");
   quiet(0);
-  expect_ok(zs_mesh_comm(m, "b", &c));
+  expect_ok(zs_mesh_comm(m, "tp", &c));
   expect_int_eq(zs_comm_size(c), g_size);
-  expect_ok(zs_mesh_comm(m, "a", &c));
+  expect_ok(zs_mesh_comm(m, "pp", &c));
   expect_int_eq(zs_comm_size(c), 1);
   zs_mesh_destroy(m);
 }

@@ -69,9 +69,11 @@ typedef struct zs_engine zs_engine_t;
 #define ZS_PARAM_FROZEN 2u
 /* the same parameter on every rank of the tensor-parallel group (a LayerNorm
  * under tensor parallelism): its gradient counts once in the global norm, on
- * the group's rank 0 (over a mesh: the ranks whose "tp" coordinate is 0, so
- * each pipeline stage's copy counts once; with zs_engine_set_model_parallel:
- * rank 0 of that comm); without a model-parallel group it changes nothing */
+ * the group's rank 0 (over a mesh: the ranks whose coordinate on the dimension
+ * of role ZS_MESH_TP is 0, whatever its name, so each pipeline stage's copy
+ * counts once; on a mesh without one, every rank; with
+ * zs_engine_set_model_parallel: rank 0 of that comm); without a model-parallel
+ * group it changes nothing */
 #define ZS_PARAM_MP_REPLICATED 4u
 /* a copy of a parameter that another rank of the model-parallel group owns and
  * counts (the LM head tied to the embedding, held by the last pipeline stage
@@ -104,13 +106,16 @@ typedef struct {
  * must outlive the engine). comm's device must be dev. cfg is copied. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
-/* An engine over a process mesh (zeroshard/mesh.h): data parallel over the
- * mesh's "dp" group; with dimensions named dp_shard and dp_replicate, stages
- * 1-3 shard over dp_shard and replicate over dp_replicate (hybrid sharding:
- * cfg->shard_group must be 0 or dp_shard's size); the model-parallel group
- * ("mp": every other dimension, e.g. tp, pp) joins the gradient norm
- * (zs_engine_set_model_parallel). Collective over the mesh's world (the mesh
- * makes the groups' comms the first time). The mesh must outlive the engine. */
+/* An engine over a process mesh (zeroshard/mesh.h), by the dimensions' roles:
+ * data parallel over the "dp" group (the dimensions of roles ZS_MESH_DP_SHARD
+ * and ZS_MESH_DP_REPLICATE); with a dimension of each and a replicate size
+ * above 1, stages 1-3 shard over the shard dimension and replicate over the
+ * other (hybrid sharding: cfg->shard_group must be 0 or the shard dimension's
+ * size); the model-parallel group ("mp": every other dimension, e.g. tp, pp)
+ * joins the gradient norm and names checkpoints' parts
+ * (zs_engine_set_model_parallel), and ZS_PARAM_MP_REPLICATED follows the
+ * ZS_MESH_TP dimension. Collective over the mesh's world (the mesh makes the
+ * groups' comms the first time). The mesh must outlive the engine. */
 typedef struct zs_mesh zs_mesh_t;
 zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh);
 /* Waits for queued work, frees everything the engine allocated and sets every

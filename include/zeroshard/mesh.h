@@ -1,5 +1,6 @@
-/* zeroshard/mesh.h: a process mesh, the ranks of a world comm laid out on named
- * dimensions, and the sub-communicators of any dimension or combination.
+/* zeroshard/mesh.h: a process mesh, the ranks of a world comm laid out on
+ * dimensions that each have a role, and the sub-communicators of any dimension
+ * or combination.
  *
  * Dimensions are listed outermost first and ranks fill them in row-major order:
  * with pp=2 x dp=2 x tp=2 over 8 ranks, world rank r has coordinates
@@ -8,23 +9,46 @@
  * innermost keeps tensor-parallel traffic inside a node, and dp_shard = ranks
  * per node (the default mesh) keeps the shards' gathers on the node's links.
  *
+ * Roles. Every dimension has a role (zs_mesh_role_t), and every rule of the
+ * library follows the role, never the spelling of a name: the engine's
+ * data-parallel group is the dimensions of a data-parallel role, hybrid
+ * sharding needs one dimension of each data-parallel role, ZS_PARAM_MP_REPLICATED
+ * is replicated over the tensor-parallel dimension, checkpoints' model-parallel
+ * parts are the other dimensions. zs_mesh_create takes the role from the name,
+ * which must then be one of the role names below; zs_mesh_create_roles takes
+ * names of the caller's choice and a role for each. A dimension may not be named
+ * after a role it does not have, and a mesh has at most one dimension of each
+ * role except ZS_MESH_MP.
+ *   role                  names that carry it   what it is
+ *   ZS_MESH_DP_SHARD      dp, dp_shard, edp     data parallel: the shard group
+ *   ZS_MESH_DP_REPLICATE  dp_replicate          data parallel: replicas of the shard group (hybrid)
+ *   ZS_MESH_TP            tp                    tensor (and sequence) parallel
+ *   ZS_MESH_PP            pp                    pipeline stages
+ *   ZS_MESH_EP            ep                    expert parallel
+ *   ZS_MESH_MP            (none)                model parallel of the trainer's own kind: the
+ *                                               engine treats it as a pipeline's stages
+ *                                               (parameters differ across it)
+ *
  * Groups. A group is a set of dimensions; its comm joins the ranks whose
  * coordinates agree everywhere outside the set. A group is named by a string of
- * comma-separated names (spaces allowed, order irrelevant):
- *   "tp"                        one dimension
- *   "dp_replicate,dp_shard"     several
- *   "dp"                        every dimension whose name starts with "dp"
+ * comma-separated names (spaces allowed, order irrelevant), each of them
+ *   a dimension's name          one dimension ("tp", "model")
+ *   a role's name               the dimension of that role, whatever its name:
+ *                               dp_shard, dp_replicate, tp, pp, ep
+ *   "dp"                        every dimension of a data-parallel role
  *   "mp"                        every other dimension (the model-parallel group)
  *   "world"                     every dimension
- * A group may be empty ("mp" on a mesh of dp dimensions only; "dp" on one
- * without any): each rank is then its own group of 1. A comm's rank is the
- * rank's row-major index over the group's dimensions (zs_mesh_coord), so "dp"'s
- * rank is dp_replicate_coord * dp_shard + dp_shard_coord. Dimensions of size 1
- * do not change a group: "dp" and "dp_shard" are one comm when dp_replicate = 1.
+ * e.g. "dp_replicate,dp_shard". A group may be empty ("mp" on a mesh of
+ * data-parallel dimensions only; "dp" on one without any): each rank is then its
+ * own group of 1. A comm's rank is the rank's row-major index over the group's
+ * dimensions (zs_mesh_coord), so "dp"'s rank is
+ * dp_replicate_coord * dp_shard + dp_shard_coord. Dimensions of size 1 do not
+ * change a group: "dp" and "dp_shard" are one comm when dp_replicate = 1.
+ * A name that is neither is refused with a message listing the mesh's names.
  *
  * Names: 1 to ZS_MESH_NAME_MAX characters of [A-Za-z0-9_], unique; "mp" and
- * "world" are reserved, and a dimension named "dp" cannot sit beside others
- * whose names start with "dp" (the alias would name them all).
+ * "world" are reserved, and a dimension named "dp" cannot sit beside another
+ * data-parallel dimension (the alias would name them all).
  *
  * Agreement. Every rank must make the same calls with the same arguments; where
  * they differ the mesh says so on every rank instead of hanging: making a mesh
@@ -52,8 +76,23 @@ extern "C" {
 
 typedef struct zs_mesh zs_mesh_t;
 
+/* What a dimension is for (the table above). */
+typedef enum {
+  ZS_MESH_ROLE_BY_NAME = 0, /* zs_mesh_create_roles: the role the name carries */
+  ZS_MESH_DP_SHARD,
+  ZS_MESH_DP_REPLICATE,
+  ZS_MESH_TP,
+  ZS_MESH_PP,
+  ZS_MESH_EP,
+  ZS_MESH_MP,
+  ZS_MESH_ROLE_COUNT
+} zs_mesh_role_t;
+
 /* A mesh of ndims dimensions, outermost first, over the ranks of world in
- * row-major order. sizes[i] >= 1, except that at most one may be -1 for "what
+ * row-major order, each dimension's role taken from its name (dp, dp_shard,
+ * edp, dp_replicate, tp, pp, ep; any other name is ZS_ERR_INVALID, with a
+ * message listing the role names: use zs_mesh_create_roles for names of your
+ * own). sizes[i] >= 1, except that at most one may be -1 for "what
  * is left": the world size divided by the product of the others, which must
  * divide it. The product must equal the world size.
  * Collective over world (one all-gather of a shape hash; blocks until done).
@@ -66,6 +105,15 @@ typedef struct zs_mesh zs_mesh_t;
  * failure. */
 zs_status_t zs_mesh_create(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
                            const int *sizes);
+
+/* zs_mesh_create with names of the caller's choice: roles[i] is dimension i's
+ * role (ZS_MESH_ROLE_BY_NAME: the one its name carries). ZS_ERR_INVALID, on every
+ * rank, for a role out of range, a second dimension of a role other than
+ * ZS_MESH_MP, a name that carries another role than the one given ("tp" as
+ * ZS_MESH_PP), ZS_MESH_ROLE_BY_NAME on a name that carries none, and the
+ * errors of zs_mesh_create. roles NULL: zs_mesh_create. */
+zs_status_t zs_mesh_create_roles(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
+                                 const int *sizes, const zs_mesh_role_t *roles);
 
 /* The mesh the node layout suggests: pp x dp_replicate x dp_shard x tp (all
  * four dimensions, size 1 where unused), with tp and dp_shard inside a node and
@@ -115,6 +163,13 @@ zs_comm_t *zs_mesh_world(const zs_mesh_t *mesh);
 int zs_mesh_ndims(const zs_mesh_t *mesh);
 /* Name of dimension i (0 = outermost), or NULL out of range. */
 const char *zs_mesh_dim_name(const zs_mesh_t *mesh, int i);
+/* Role of dimension i (ZS_MESH_ROLE_BY_NAME out of range). */
+zs_mesh_role_t zs_mesh_dim_role(const zs_mesh_t *mesh, int i);
+/* The dimension of a role (other than ZS_MESH_MP), or -1 where the mesh has none. */
+int zs_mesh_role_dim(const zs_mesh_t *mesh, zs_mesh_role_t role);
+/* A role's name: "dp_shard", "dp_replicate", "tp", "pp", "ep", "mp"; "by_name"
+ * for ZS_MESH_ROLE_BY_NAME, "?" out of range. */
+const char *zs_mesh_role_name(zs_mesh_role_t role);
 /* Size of a group: the product of its dimensions' sizes (1 for an empty group;
  * "world" gives the world size). 0 for a bad group name (zs_last_error says why). */
 int zs_mesh_size(const zs_mesh_t *mesh, const char *dims);
@@ -128,7 +183,8 @@ zs_status_t zs_mesh_rank_of(const zs_mesh_t *mesh, const int *coords, int *world
 /* The coordinates (coords[0..ndims-1]) of a world rank. ZS_ERR_INVALID out of
  * range. */
 zs_status_t zs_mesh_coords_of(const zs_mesh_t *mesh, int world_rank, int *coords);
-/* The shape as text, e.g. "pp=1 x dp_replicate=2 x dp_shard=4 x tp=1" ("" for NULL). */
+/* The shape as text, e.g. "pp=1 x dp_replicate=2 x dp_shard=4 x tp=1" ("" for
+ * NULL); a dimension whose name is not its role's shows it, "model(tp)=2". */
 const char *zs_mesh_describe(const zs_mesh_t *mesh);
 /* The detailed message of the last failed call on this mesh, or "". */
 const char *zs_mesh_last_error(const zs_mesh_t *mesh);

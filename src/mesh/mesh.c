@@ -19,26 +19,9 @@
 
 #include "comm/comm_impl.h"
 #include "common/common.h"
-#include "zeroshard/mesh.h"
+#include "mesh/mesh_impl.h"
 
 /* ---- the handle ---------------------------------------------------------------- */
-
-enum { NGROUPS = 1 << ZS_MESH_MAX_DIMS };
-
-struct zs_mesh {
-  zs_comm_t *world; /* borrowed */
-  int ndims, nranks, me; /* me: this rank's mesh index */
-  char names[ZS_MESH_MAX_DIMS][ZS_MESH_NAME_MAX + 1];
-  int sizes[ZS_MESH_MAX_DIMS];
-  int coords[ZS_MESH_MAX_DIMS]; /* this rank's */
-  unsigned nontrivial;          /* dimensions of size > 1 */
-  int *world_of, *index_of;     /* index -> world rank and back; NULL: the identity */
-  zs_comm_t *comms[NGROUPS];    /* by (nontrivial) mask, made on demand (world: borrowed) */
-  unsigned made[NGROUPS];       /* masks in the order their comms were made (owned ones) */
-  int nmade;
-  char desc[ZS_MESH_MAX_DIMS * (ZS_MESH_NAME_MAX + 16)];
-  char err[ZS_ERRBUF];
-};
 
 static void unravel(const zs_mesh_t *m, int index, int *coords) {
   for (int i = m->ndims - 1; i >= 0; i--) {
@@ -77,9 +60,52 @@ static const char *mask_text(const zs_mesh_t *m, unsigned mask, char *buf, size_
   return buf;
 }
 
-/* ---- group names ------------------------------------------------------------------- */
+/* ---- roles ---------------------------------------------------------------------------- */
 
-static int is_dp(const char *name) { return strncmp(name, "dp", 2) == 0; }
+static const char *const role_names[ZS_MESH_ROLE_COUNT] = {"by_name", "dp_shard", "dp_replicate", "tp",
+                                                            "pp",      "ep",       "mp"};
+/* the names that carry a role (mesh.h's table) */
+static const struct {
+  const char *name;
+  zs_mesh_role_t role;
+} carriers[] = {{"dp", ZS_MESH_DP_SHARD}, {"dp_shard", ZS_MESH_DP_SHARD},         {"edp", ZS_MESH_DP_SHARD},
+                {"dp_replicate", ZS_MESH_DP_REPLICATE}, {"tp", ZS_MESH_TP}, {"pp", ZS_MESH_PP}, {"ep", ZS_MESH_EP}};
+
+const char *zs_mesh_role_name(zs_mesh_role_t r) {
+  return (int)r >= 0 && r < ZS_MESH_ROLE_COUNT ? role_names[r] : "?";
+}
+
+/* The role a name carries, or ZS_MESH_ROLE_BY_NAME for none. */
+static zs_mesh_role_t carried(const char *name) {
+  for (size_t i = 0; i < sizeof carriers / sizeof carriers[0]; i++)
+    if (!strcmp(name, carriers[i].name)) return carriers[i].role;
+  return ZS_MESH_ROLE_BY_NAME;
+}
+
+static int dp_role(zs_mesh_role_t r) { return r == ZS_MESH_DP_SHARD || r == ZS_MESH_DP_REPLICATE; }
+
+static unsigned dp_mask(const zs_mesh_t *m) {
+  unsigned dp = 0;
+  for (int i = 0; i < m->ndims; i++)
+    if (dp_role(m->roles[i])) dp |= 1u << i;
+  return dp;
+}
+
+/* A role name used as a group name: the dimension of that role (0 if none). */
+static int role_alias(const zs_mesh_t *m, const char *tok, unsigned *bits) {
+  for (int r = ZS_MESH_DP_SHARD; r < ZS_MESH_MP; r++)
+    if (!strcmp(tok, role_names[r])) {
+      for (int i = 0; i < m->ndims; i++)
+        if (m->roles[i] == (zs_mesh_role_t)r) {
+          *bits = 1u << i;
+          return 1;
+        }
+      return 0;
+    }
+  return 0;
+}
+
+/* ---- group names ------------------------------------------------------------------- */
 
 /* dims ("tp", "dp_replicate, dp_shard", "dp", "mp", "world") -> a mask over m's
  * dimensions. err: the handle's buffer, or NULL for the const accessors. */
@@ -87,9 +113,7 @@ static zs_status_t parse_group(const zs_mesh_t *m, const char *fn, const char *d
   if (!dims)
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: dims is NULL (name a dimension, several separated by ',', or dp, mp, world)",
                    fn);
-  unsigned dp = 0, got = 0;
-  for (int i = 0; i < m->ndims; i++)
-    if (is_dp(m->names[i])) dp |= 1u << i;
+  unsigned dp = dp_mask(m), got = 0;
   const char *p = dims;
   for (;;) {
     const char *end = strchr(p, ',');
@@ -112,16 +136,19 @@ static zs_status_t parse_group(const zs_mesh_t *m, const char *fn, const char *d
       else
         for (int i = 0; i < m->ndims; i++)
           if (!strcmp(tok, m->names[i])) bits = 1u << i, known = 1;
+      if (!known) known = role_alias(m, tok, &bits);
     }
     if (!known) {
       char list[sizeof m->desc];
       size_t k = 0;
       list[0] = 0;
       for (int i = 0; i < m->ndims; i++)
-        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", m->names[i]);
+        k += (size_t)snprintf(list + k, sizeof list - k, carried(m->names[i]) == m->roles[i] ? "%s%s" : "%s%s (%s)",
+                              i ? ", " : "", m->names[i], role_names[m->roles[i]]);
       return ZS_FAIL(err, ZS_ERR_INVALID,
-                     "%s: '%.*s' in '%s' is not a dimension of this mesh (%s) nor an alias (dp, mp, world)", fn,
-                     (int)len, a, dims, list);
+                     "%s: '%.*s' in '%s' is not a dimension of this mesh (%s), the role of one, nor an alias (dp, "
+                     "mp, world)",
+                     fn, (int)len, a, dims, list);
     }
     if (bits & got) {
       char t[sizeof m->desc];
@@ -138,7 +165,7 @@ static zs_status_t parse_group(const zs_mesh_t *m, const char *fn, const char *d
 
 /* ---- agreement ---------------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+uint64_t zs__mesh_fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *c = p;
   for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
   return h;
@@ -148,7 +175,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
  * the same answer: ZS_ERR_MISMATCH everywhere if the hashes differ, else this
  * rank's own failure, else the first other rank's. `mine_text` says what this
  * rank passed. */
-static zs_status_t agree(zs_comm_t *world, const char *fn, zs_status_t mine, uint64_t hash, const char *mine_text) {
+zs_status_t zs__mesh_agree(zs_comm_t *world, const char *fn, zs_status_t mine, uint64_t hash, const char *mine_text) {
   int n = zs_comm_size(world), me = zs_comm_rank(world);
   int64_t *all = calloc((size_t)n * 2, sizeof *all);
   if (!all) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory to compare %d ranks' arguments", fn, n);
@@ -198,8 +225,11 @@ static void shape_text(char *buf, size_t cap, int ndims, const char *const *name
 }
 
 /* Checks the shape against the world size; fills resolved[] (the -1 worked out). */
+static zs_status_t check_roles(const char *fn, int ndims, const char *const *names, const zs_mesh_role_t *given,
+                               zs_mesh_role_t *roles);
+
 static zs_status_t check_shape(const char *fn, int nranks, int ndims, const char *const *names, const int *sizes,
-                               int *resolved) {
+                               const zs_mesh_role_t *given, int *resolved, zs_mesh_role_t *roles) {
   if (ndims < 1 || ndims > ZS_MESH_MAX_DIMS)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: ndims is %d: a mesh has 1 to %d dimensions", fn, ndims,
                    ZS_MESH_MAX_DIMS);
@@ -219,19 +249,13 @@ static zs_status_t check_shape(const char *fn, int nranks, int ndims, const char
                      fn, i, s);
     if (!strcmp(s, "world") || !strcmp(s, "mp"))
       return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: names[%d] is '%s', which is reserved for the group of %s", fn, i, s,
-                     s[0] == 'w' ? "every dimension" : "every dimension whose name does not start with dp");
-    for (int j = 0; j < i; j++) {
+                     s[0] == 'w' ? "every dimension" : "every dimension that is not data parallel");
+    for (int j = 0; j < i; j++)
       if (!strcmp(names[j], s))
         return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: names[%d] and names[%d] are both '%s': names must be unique", fn,
                        j, i, s);
-      int a = !strcmp(s, "dp") ? i : !strcmp(names[j], "dp") ? j : -1, b = a == i ? j : i;
-      if (a >= 0 && is_dp(names[b]))
-        return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                       "%s: names[%d] is 'dp' and names[%d] ('%s') also starts with 'dp', so the alias 'dp' would "
-                       "name both: rename one (e.g. dp_replicate and dp_shard)",
-                       fn, a, b, names[b]);
-    }
   }
+  ZS_CHECK(check_roles(fn, ndims, names, given, roles));
   int rest = -1;
   for (int i = 0; i < ndims; i++) {
     if (sizes[i] == -1) {
@@ -279,10 +303,49 @@ static zs_status_t check_shape(const char *fn, int nranks, int ndims, const char
   return ZS_OK;
 }
 
+/* Each dimension's role (given, or carried by its name) into roles[]: one
+ * dimension per role but ZS_MESH_MP, no name that carries another role, a
+ * dimension named "dp" alone among the data-parallel ones. */
+static zs_status_t check_roles(const char *fn, int ndims, const char *const *names, const zs_mesh_role_t *given,
+                               zs_mesh_role_t *roles) {
+  for (int i = 0; i < ndims; i++) {
+    zs_mesh_role_t want = given ? given[i] : ZS_MESH_ROLE_BY_NAME, has = carried(names[i]);
+    if ((int)want < 0 || want >= ZS_MESH_ROLE_COUNT)
+      return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: roles[%d] ('%s') is %d, not a zs_mesh_role_t", fn, i, names[i],
+                     (int)want);
+    if (want == ZS_MESH_ROLE_BY_NAME && has == ZS_MESH_ROLE_BY_NAME)
+      return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                     "%s: names[%d] is '%s', which names no role: name each dimension after its role (dp or "
+                     "dp_shard, dp_replicate, tp, pp, ep, edp) or give the roles with zs_mesh_create_roles "
+                     "(ZS_MESH_DP_SHARD, ZS_MESH_DP_REPLICATE, ZS_MESH_TP, ZS_MESH_PP, ZS_MESH_EP, ZS_MESH_MP)",
+                     fn, i, names[i]);
+    if (want != ZS_MESH_ROLE_BY_NAME && has != ZS_MESH_ROLE_BY_NAME && want != has)
+      return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                     "%s: names[%d] is '%s', the name of role %s, but roles[%d] is %s: rename the dimension or give "
+                     "it its name's role",
+                     fn, i, names[i], role_names[has], i, role_names[want]);
+    roles[i] = want != ZS_MESH_ROLE_BY_NAME ? want : has;
+    for (int j = 0; j < i; j++) {
+      if (roles[j] == roles[i] && roles[i] != ZS_MESH_MP)
+        return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                       "%s: names[%d] ('%s') and names[%d] ('%s') both have role %s: a mesh has one dimension of "
+                       "each role (ZS_MESH_MP excepted)",
+                       fn, j, names[j], i, names[i], role_names[roles[i]]);
+      int a = !strcmp(names[i], "dp") ? i : !strcmp(names[j], "dp") ? j : -1, b = a == i ? j : i;
+      if (a >= 0 && dp_role(roles[b]))
+        return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                       "%s: names[%d] is 'dp' and names[%d] ('%s') is data parallel too, so the alias 'dp' would "
+                       "name both: rename one (e.g. dp_replicate and dp_shard)",
+                       fn, a, b, names[b]);
+    }
+  }
+  return ZS_OK;
+}
+
 /* The handle, once every rank has agreed on a valid shape. world_of: index ->
  * world rank (taken; NULL for the identity). */
-static zs_status_t mesh_new(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
-                            const int *sizes, int *world_of) {
+zs_status_t zs__mesh_new(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
+                            const int *sizes, const zs_mesh_role_t *roles, int *world_of) {
   int n = zs_comm_size(world);
   zs_mesh_t *m = calloc(1, sizeof *m);
   int *index_of = world_of ? malloc(sizeof(int) * (size_t)n) : NULL;
@@ -298,9 +361,13 @@ static zs_status_t mesh_new(zs_mesh_t **out, zs_comm_t *world, int ndims, const 
   size_t k = 0;
   for (int i = 0; i < ndims; i++) {
     snprintf(m->names[i], sizeof m->names[i], "%s", names[i]);
+    m->roles[i] = roles[i];
     m->sizes[i] = sizes[i];
     if (sizes[i] > 1) m->nontrivial |= 1u << i;
-    k += (size_t)snprintf(m->desc + k, sizeof m->desc - k, "%s%s=%d", i ? " x " : "", names[i], sizes[i]);
+    k += (size_t)snprintf(m->desc + k, sizeof m->desc - k, "%s%s", i ? " x " : "", names[i]);
+    if (carried(names[i]) != roles[i])
+      k += (size_t)snprintf(m->desc + k, sizeof m->desc - k, "(%s)", role_names[roles[i]]);
+    k += (size_t)snprintf(m->desc + k, sizeof m->desc - k, "=%d", sizes[i]);
   }
   if (world_of)
     for (int i = 0; i < n; i++) index_of[world_of[i]] = i;
@@ -314,125 +381,34 @@ static zs_status_t mesh_new(zs_mesh_t **out, zs_comm_t *world, int ndims, const 
 
 zs_status_t zs_mesh_create(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
                            const int *sizes) {
-  static const char fn[] = "zs_mesh_create";
+  return zs_mesh_create_roles(out, world, ndims, names, sizes, NULL);
+}
+
+zs_status_t zs_mesh_create_roles(zs_mesh_t **out, zs_comm_t *world, int ndims, const char *const *names,
+                                 const int *sizes, const zs_mesh_role_t *given) {
+  const char *fn = given ? "zs_mesh_create_roles" : "zs_mesh_create";
   if (out) *out = NULL;
   ZS_CHECK_HANDLE(world, fn);
   int resolved[ZS_MESH_MAX_DIMS];
-  zs_status_t mine = out ? check_shape(fn, zs_comm_size(world), ndims, names, sizes, resolved)
+  zs_mesh_role_t roles[ZS_MESH_MAX_DIMS];
+  zs_status_t mine = out ? check_shape(fn, zs_comm_size(world), ndims, names, sizes, given, resolved, roles)
                          : ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
   /* the hash covers what the caller passed, whatever it is (NULL names too) */
-  uint64_t h = fnv(14695981039346656037ull, "mesh", 4);
-  h = fnv(h, &ndims, sizeof ndims);
+  uint64_t h = zs__mesh_fnv(14695981039346656037ull, "mesh", 4);
+  h = zs__mesh_fnv(h, &ndims, sizeof ndims);
   for (int i = 0; ndims >= 1 && ndims <= ZS_MESH_MAX_DIMS && i < ndims; i++) {
     const char *s = names ? names[i] : NULL;
-    h = s ? fnv(h, s, strlen(s) + 1) : fnv(h, "\xff", 1);
+    h = s ? zs__mesh_fnv(h, s, strlen(s) + 1) : zs__mesh_fnv(h, "\xff", 1);
     int v = sizes ? sizes[i] : -2;
-    h = fnv(h, &v, sizeof v);
+    h = zs__mesh_fnv(h, &v, sizeof v);
+    v = given ? (int)given[i] : 0;
+    h = zs__mesh_fnv(h, &v, sizeof v);
   }
   char text[ZS_MESH_MAX_DIMS * 48];
   shape_text(text, sizeof text, ndims, names, sizes);
-  ZS_CHECK(agree(world, fn, mine, h, text));
-  ZS_CHECK(mesh_new(out, world, ndims, names, resolved, NULL));
+  ZS_CHECK(zs__mesh_agree(world, fn, mine, h, text));
+  ZS_CHECK(zs__mesh_new(out, world, ndims, names, resolved, roles, NULL));
   ZS_LOG_D("%s: %s", fn, (*out)->desc);
-  return ZS_OK;
-}
-
-/* ---- the default mesh ----------------------------------------------------------------- */
-
-/* The sizes from the node layout (see mesh.h); identical on every rank, since
- * every rank holds the same layout. */
-static zs_status_t default_shape(const char *fn, const zs__node_layout_t *l, int n, int pp, int tp, int *sizes) {
-  int k = l->nodes;
-  int *count = calloc((size_t)k, sizeof *count), *lead = malloc(sizeof(int) * (size_t)k);
-  if (!count || !lead) {
-    free(count);
-    free(lead);
-    return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for %d nodes", fn, k);
-  }
-  for (int r = n - 1; r >= 0; r--) {
-    count[l->node_of[r]]++;
-    lead[l->node_of[r]] = r;
-  }
-  int L = count[0], odd = -1;
-  for (int i = 1; i < k && odd < 0; i++)
-    if (count[i] != L) odd = i;
-  int odd_count = odd >= 0 ? count[odd] : 0, odd_lead = odd >= 0 ? lead[odd] : 0;
-  free(count);
-  free(lead);
-  if (odd >= 0)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "%s: nodes hold different numbers of ranks (node 0, with rank 0: %d; node %d, with rank %d: %d): "
-                   "the default mesh makes each node one dp_shard x tp block, so launch the same number of ranks "
-                   "on every node, or name the shape with zs_mesh_create",
-                   fn, L, odd, odd_lead, odd_count);
-  if (n % pp)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "%s: pp=%d does not divide the world comm's %d ranks: choose a pp that divides %d", fn, pp, n, n);
-  int stage = n / pp, block = stage < L ? stage : L;
-  if (stage % L && L % stage)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "%s: pp=%d makes pipeline stages of %d ranks, which cut the %d node(s) of %d ranks unevenly: "
-                   "choose a pp for which a stage holds whole nodes or a node whole stages, or name the shape with "
-                   "zs_mesh_create",
-                   fn, pp, stage, k, L);
-  if (block % tp)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "%s: tp=%d does not divide the %d ranks of a %s (%d node(s) of %d ranks, pp=%d): tensor-parallel "
-                   "groups must stay inside a node; choose a tp that divides %d, or name the shape with "
-                   "zs_mesh_create",
-                   fn, tp, block, block == L ? "node" : "pipeline stage", k, L, pp, block);
-  sizes[0] = pp;
-  sizes[1] = stage / block;
-  sizes[2] = block / tp;
-  sizes[3] = tp;
-  return ZS_OK;
-}
-
-zs_status_t zs_mesh_create_default(zs_mesh_t **out, zs_comm_t *world, int pp, int tp) {
-  static const char fn[] = "zs_mesh_create_default";
-  static const char *const names[4] = {"pp", "dp_replicate", "dp_shard", "tp"};
-  if (out) *out = NULL;
-  ZS_CHECK_HANDLE(world, fn);
-  zs_status_t mine = ZS_OK;
-  if (!out) mine = ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
-  else if (pp < 1 || tp < 1)
-    mine = ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: pp=%d, tp=%d: each is at least 1 (1: no pipeline / tensor parallelism)",
-                   fn, pp, tp);
-  int args[2] = {pp, tp};
-  uint64_t h = fnv(fnv(14695981039346656037ull, "default", 7), args, sizeof args);
-  char text[64];
-  snprintf(text, sizeof text, "pp=%d, tp=%d", pp, tp);
-  ZS_CHECK(agree(world, fn, mine, h, text));
-
-  const zs__node_layout_t *l;
-  ZS_CHECK(zs__comm_node_layout(world, &l));
-  int n = zs_comm_size(world), sizes[4];
-  ZS_CHECK(default_shape(fn, l, n, pp, tp, sizes));
-  /* node by node, each node's ranks in rank order (counting sort by node) */
-  int *world_of = malloc(sizeof(int) * (size_t)n), *next = calloc((size_t)l->nodes + 1, sizeof(int));
-  if (!world_of || !next) {
-    free(world_of);
-    free(next);
-    return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for the layout of %d ranks", fn, n);
-  }
-  for (int r = 0; r < n; r++) next[l->node_of[r] + 1]++;
-  for (int i = 0; i < l->nodes; i++) next[i + 1] += next[i];
-  int identity = 1;
-  for (int r = 0; r < n; r++) {
-    int x = next[l->node_of[r]]++;
-    world_of[x] = r;
-    identity &= x == r;
-  }
-  free(next);
-  if (identity) {
-    free(world_of);
-    world_of = NULL;
-  }
-  ZS_CHECK(mesh_new(out, world, 4, names, sizes, world_of));
-  if (zs_comm_rank(world) == 0)
-    ZS_LOG_I("%s: %s over %d node(s) of %d ranks (node layout from %s)%s", fn, (*out)->desc, l->nodes,
-             l->local_size, l->source,
-             identity ? "" : "; ranks are not numbered node by node, so mesh positions follow the nodes instead");
   return ZS_OK;
 }
 
@@ -506,6 +482,15 @@ zs_comm_t *zs_mesh_world(const zs_mesh_t *m) { return m ? m->world : NULL; }
 int zs_mesh_ndims(const zs_mesh_t *m) { return m ? m->ndims : 0; }
 const char *zs_mesh_dim_name(const zs_mesh_t *m, int i) { return m && i >= 0 && i < m->ndims ? m->names[i] : NULL; }
 const char *zs_mesh_describe(const zs_mesh_t *m) { return m ? m->desc : ""; }
+zs_mesh_role_t zs_mesh_dim_role(const zs_mesh_t *m, int i) {
+  return m && i >= 0 && i < m->ndims ? m->roles[i] : ZS_MESH_ROLE_BY_NAME;
+}
+
+int zs_mesh_role_dim(const zs_mesh_t *m, zs_mesh_role_t role) {
+  for (int i = 0; m && role != ZS_MESH_ROLE_BY_NAME && role != ZS_MESH_MP && i < m->ndims; i++)
+    if (m->roles[i] == role) return i;
+  return -1;
+}
 const char *zs_mesh_last_error(const zs_mesh_t *m) { return m ? m->err : ""; }
 
 int zs_mesh_size(const zs_mesh_t *m, const char *dims) {

@@ -127,10 +127,14 @@ fail:
   return st;
 }
 
-static int mesh_has(const zs_mesh_t *m, const char *name) {
-  for (int i = 0; i < zs_mesh_ndims(m); i++)
-    if (!strcmp(zs_mesh_dim_name(m, i), name)) return 1;
-  return 0;
+/* The comm of the mesh's dimension of a role (by its name, whatever it is). */
+static zs_status_t role_comm(zs_mesh_t *mesh, zs_mesh_role_t role, zs_comm_t **out) {
+  return zs_mesh_comm(mesh, zs_mesh_dim_name(mesh, zs_mesh_role_dim(mesh, role)), out);
+}
+
+static int role_size(const zs_mesh_t *mesh, zs_mesh_role_t role) {
+  int d = zs_mesh_role_dim(mesh, role);
+  return d < 0 ? 0 : zs_mesh_size(mesh, zs_mesh_dim_name(mesh, d));
 }
 
 zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh) {
@@ -138,17 +142,17 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create_mesh: out, cfg, dev and mesh must not be NULL");
   *out = NULL;
   /* the groups, made in one fixed order on every rank (the first calls are collective) */
-  int hybrid = mesh_has(mesh, "dp_shard") && mesh_has(mesh, "dp_replicate") &&
-               zs_mesh_size(mesh, "dp_replicate") > 1 && cfg->stage > 0;
+  /* every rule follows the dimensions' roles (mesh.h), never their names */
+  int hybrid = role_size(mesh, ZS_MESH_DP_SHARD) > 0 && role_size(mesh, ZS_MESH_DP_REPLICATE) > 1 && cfg->stage > 0;
   zs_comm_t *dp = NULL, *shard = NULL, *rep = NULL, *mp = NULL;
   ZS_CHECK(zs_mesh_comm(mesh, "dp", &dp));
   if (hybrid) {
-    ZS_CHECK(zs_mesh_comm(mesh, "dp_shard", &shard));
-    ZS_CHECK(zs_mesh_comm(mesh, "dp_replicate", &rep));
+    ZS_CHECK(role_comm(mesh, ZS_MESH_DP_SHARD, &shard));
+    ZS_CHECK(role_comm(mesh, ZS_MESH_DP_REPLICATE, &rep));
   }
   if (zs_mesh_size(mesh, "mp") > 1) ZS_CHECK(zs_mesh_comm(mesh, "mp", &mp));
   zs_comm_t *tp = NULL;
-  if (mesh_has(mesh, "tp") && zs_mesh_size(mesh, "tp") > 1) ZS_CHECK(zs_mesh_comm(mesh, "tp", &tp));
+  if (role_size(mesh, ZS_MESH_TP) > 1) ZS_CHECK(role_comm(mesh, ZS_MESH_TP, &tp));
   zs_config_t c = *cfg;
   if (hybrid) {
     int ns = zs_comm_size(shard);
@@ -181,9 +185,11 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     zs_engine_destroy(zs);
     return st;
   }
-  /* replicated parameters are replicated over tp, not over the pipeline's
-   * stages: each stage's copy counts on its tp rank 0 */
-  zs->repl_rank = mesh_has(mesh, "tp") ? zs_mesh_coord(mesh, "tp") : zs->mp_rank;
+  /* replicated parameters are replicated over tp, not over the other
+   * model-parallel dimensions (pipeline stages, experts, the trainer's own):
+   * each of their copies counts on its tp rank 0, and on every rank without tp */
+  int tpd = zs_mesh_role_dim(mesh, ZS_MESH_TP);
+  zs->repl_rank = tpd >= 0 ? zs_mesh_coord(mesh, zs_mesh_dim_name(mesh, tpd)) : 0;
   *out = zs;
   return ZS_OK;
 }
