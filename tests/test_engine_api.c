@@ -409,6 +409,63 @@ static void test_model_parallel_norm(void) {
 }
 
 /* ============================================================================
+ * a 16-bit reduce with accumulation rounds once (issue 25 item 10)
+ * ========================================================================== */
+
+/* One SGD step (lr 1, w = 0) over M = 8 accumulation rounds with a bf16
+ * reduce: every rank's gradient is 1 in the first round and 0.003 in the
+ * others, and the engine averages over the rounds, so w must lose 1.021 / 8 =
+ * 0.127625. Each round's part, 0.003 / 8, is under half of bf16's spacing at
+ * 1/8 (2^-10), so a shard rounded to bf16 after each round stays at 0.125
+ * (error 0.0026, what stages 2-3 gave); stages 0-1 sum in fp32 and round once
+ * (0.12793, error under 2^-11), and so must every stage. The estimate counts
+ * the fp32 accumulator exactly (the accountant's gradient bytes). */
+static void test_bf16_accum_rounds_once(void) {
+  const int M = 8;
+  float w[4] = {0};
+  for (int stage = 0; stage <= 3; stage++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = stage;
+    c.reduce_dtype = ZS_BF16;
+    c.grad_accum = M;
+    c.optim.kind = ZS_SGD;
+    c.optim.lr = 1.0f;
+    zs_engine_t *zs;
+    int u, id;
+    void *gs = NULL;
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    assert_ok(zs_unit_add(zs, "u", &u));
+    assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){1}, 0, NULL, &gs, &id));
+    zs_mem_estimate_t est;
+    assert_ok(zs_engine_estimate(zs, nranks, &est));
+    assert_ok(zs_engine_setup(zs, NULL, NULL));
+    zs_memory_stats_t ms;
+    zs_device_memory_stats(dev, &ms);
+    expect_u64_eq(ms.current[ZS_DOMAIN_DEVICE][ZS_MEM_GRADS], est.device[ZS_MEM_GRADS]);
+    for (int r = 0; r < M; r++) {
+      assert_ok(zs_forward_begin(zs));
+      assert_ok(zs_gather(zs, u));
+      assert_ok(zs_release(zs, u));
+      assert_ok(zs_backward_begin(zs));
+      assert_ok(zs_gather(zs, u));
+      float g = 0;
+      assert_ok(zs_memcpy_async(dev, &g, gs, sizeof g, ZS_COPY_D2H, NULL));
+      assert_ok(zs_stream_synchronize(dev, NULL));
+      g += r == 0 ? 1.0f : 0.003f; /* the slot accumulates at stages 0-1 */
+      assert_ok(zs_memcpy_async(dev, gs, &g, sizeof g, ZS_COPY_H2D, NULL));
+      assert_ok(zs_stream_synchronize(dev, NULL));
+      assert_ok(zs_reduce(zs, u));
+    }
+    zs_step_report_t rep;
+    assert_ok(zs_step(zs, &rep));
+    assert_ok(zs_param_get(zs, id, &w[stage]));
+    expect_near(w[stage], -1.021 / M, 0, 1.0 / 2048); /* within half of bf16's spacing */
+    expect_true(w[stage] == w[0]);               /* one rounding, as stage 0's */
+    zs_engine_destroy(zs);
+  }
+}
+
+/* ============================================================================
  * offload: the pinned arena sized from the estimate
  * ========================================================================== */
 
@@ -481,6 +538,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
   if (!*only || strstr(only, "pinned")) zs_test_run(test_pinned_reserved);
   if (!*only || strstr(only, "mpnorm")) zs_test_run(test_model_parallel_norm);
+  if (!*only || strstr(only, "bf16accum")) zs_test_run(test_bf16_accum_rounds_once);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

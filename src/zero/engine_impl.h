@@ -88,13 +88,13 @@ typedef struct {
   void *gfull;      /* full grads: persistent (0-1) or per round (2-3) */
   void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
   void *gtemp;      /* reduce-dtype staging when it differs from the param dtype */
-  float *gacc;      /* fp32 scratch to add a round into a 16-bit grad shard (stages 2-3) */
+  float *gacc;      /* stages 2-3, 16-bit reduce, grad_accum > 1: the rounds' fp32 sum (persistent) */
   float *hgrad;     /* offload: fp32 grad shard in pinned host memory (receiving this step's rounds) */
   float *hgrad2;    /* delayed update: the other grad shard, read by the running CPU step */
   void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
   int seg_first, seg_count;     /* this unit's optimizer segments */
 
-  zs_owned_t owned[8]; /* persistent allocations, freed at destroy */
+  zs_owned_t owned[10]; /* persistent allocations, freed at destroy */
   int nowned;
 
   zs_ustate_t st;
@@ -186,6 +186,12 @@ struct zs_engine {
 /* engine.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
 uint64_t zs__eng_scratch_bytes(int world);
+/* Stages 2-3 without offload, a 16-bit reduce dtype and grad_accum > 1: each
+ * trainable unit keeps its accumulation rounds' sum in fp32 (gacc, S x 4 bytes
+ * of ZS_MEM_GRADS beside the 16-bit shard), rounded once after the last round. */
+static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
+  return zs->cfg.stage >= 2 && !zs->offload && zs->rb != 4 && zs->cfg.grad_accum > 1;
+}
 /* Collectives of a few values through the scratch, on the NULL stream; they
  * complete before returning. v holds n int64 (n <= xcount). */
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);

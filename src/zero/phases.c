@@ -104,7 +104,6 @@ zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest) {
     if (zs->cfg.stage >= 2 && zs->offload)
       zs__eng_free_on(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS, zs->copy_stream);
     zs__eng_free_on(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM, zs->rs_stream);
-    zs__eng_free_on(zs, (void **)&u->gacc, (size_t)u->shard * 4, ZS_MEM_COMM, zs->rs_stream);
     u->grad_pending = 0;
   }
   return ZS_OK;
@@ -351,17 +350,20 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
                   "casting gradients back");
     } else if (zs->round == 1) {
       ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      if (u->gacc)
+        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gshard, dt, S), "widening gradients");
     } else {
-      /* later accumulation rounds: reduce in place, then add into the shard (a
-       * 16-bit shard goes through fp32 so each round rounds once) */
+      /* later accumulation rounds: reduce in place, then add into the shard; a
+       * 16-bit shard's rounds add up in fp32 (gacc), rounded once after the
+       * last, as stages 0-1 round their fp32 sum once (issue 25 item 10: one
+       * rounding per round cost 200x their error) */
       ZS_ECHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
-      if (c->reduce_dtype == ZS_FP32) {
+      if (!u->gacc) {
         ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
       } else {
-        ZS_CHECK(zs__eng_alloc_on(zs, S * 4, ZS_MEM_COMM, rs, (void **)&u->gacc));
-        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gshard, c->reduce_dtype, S), "widening gradients");
         ZS_ECHECK(zs, zs__accumulate(zs->dev, rs, u->gacc, block, dt, S), "accumulating gradients");
-        ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S), "rounding gradients");
+        if (last)
+          ZS_ECHECK(zs, zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S), "rounding gradients");
       }
     }
     /* hybrid, stages 2-3: the accumulated shard summed across replicas once,
@@ -370,7 +372,7 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       ZS_ECHECK(zs, zs_comm_all_reduce(zs->rep_comm, u->gshard, u->gshard, S, c->reduce_dtype, ZS_SUM, rs),
                 "gradient all-reduce across replicas");
     if (!zs->offload) ZS_ECHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
-    u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload; /* gacc: stage >= 2 */
+    u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
   }
   u->reduced_round = zs->round;
   zs->last_reduced = unit;

@@ -87,6 +87,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
     if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
     else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
+    if (zs__eng_fp32_accum(zs)) out->device[ZS_MEM_GRADS] += S * 4;
     if (off) out->host[ZS_MEM_GRADS] += on * 4;
     if (zs->dpu) {
       out->host[ZS_MEM_GRADS] += on * 4;
@@ -107,7 +108,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* transients at their most: gathered units (the held one plus the prefetch
    * window), two units' full gradients (the one computing, the one reducing),
    * their reduce-dtype copies, reduced shards awaiting the copy to the host,
-   * the fp32 accumulation scratch, and the engine's scalars */
+   * and the engine's scalars */
   uint64_t t = 0;
   int window = c->prefetch + 1 < 3 ? c->prefetch + 1 : 3;
   if (c->stage == 3) {
@@ -117,7 +118,6 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (c->stage >= 2) t += 2 * maxPt * pb;
   if (rb != pb) t += 2 * maxPt * rb;
   if (c->stage >= 2 && off) t += 2 * maxSt * rb;
-  if (c->stage >= 2) t += 2 * maxSt * 4;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
   t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
@@ -164,6 +164,7 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   if (adam) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->v));
   if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
   else if (!off) ZS_CHECK(own(zs, u, S * zs->rb, ZS_MEM_GRADS, 0, &u->gshard));
+  if (zs__eng_fp32_accum(zs)) ZS_CHECK(own(zs, u, S * 4, ZS_MEM_GRADS, 0, (void **)&u->gacc));
   if (off) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
   if (zs->dpu) {
     ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad2));
