@@ -352,6 +352,10 @@ static void test_refusals(void) {
       {3, 1, 4, 1, ZS_PP_1F1B, 6, 0, {0, 0, 0}, ZS_ERR_INVALID, "does not divide"},
       {1, 1, 0, 1, ZS_PP_1F1B, 4, 2, {3, 1, 0}, ZS_ERR_INVALID,
        "--pp-layers: it shapes a pipeline's stages: add --pp 2 or more"},
+      /* issue 25 item 6: ignored before, the run went on without a pipeline */
+      {1, 1, 0, 1, ZS_PP_GPIPE, 4, 0, {0, 0, 0}, ZS_ERR_INVALID,
+       "--schedule: it orders a pipeline's micro-batches: add --pp 2 or more"},
+      {1, 1, 0, 1, ZS_PP_INTERLEAVED, 4, 0, {0, 0, 0}, ZS_ERR_INVALID, "--schedule: it orders"},
       {2, 1, 4, 1, ZS_PP_1F1B, 4, 3, {1, 1, 2}, ZS_ERR_INVALID,
        "--pp-layers 1,1,2 has 3 entries for 2 model stages (--pp 2 x --virtual 1)"},
       {2, 1, 4, 2, ZS_PP_INTERLEAVED, 4, 2, {2, 2, 0}, ZS_ERR_INVALID,
@@ -411,6 +415,20 @@ static void test_pp_layers_flag(void) {
   expect_int_eq(o.pp_layers[2], 12);
   gpt_opts_pp_layers_str(&o, list, sizeof list);
   expect_str_contains(list, "3,1,12");
+  /* --schedule given, even the default, is a pipeline flag */
+  char sflag[] = "--schedule", sval[] = "1f1b";
+  char *argv_s[] = {flag, sflag, sval};
+  gpt_opts_default(&o);
+  expect_int_eq(gpt_opts_parse(&o, 3, argv_s, err, sizeof err), 0);
+  expect_int_eq(o.pp_kind_given, 1);
+  {
+    gpt_result_t r;
+    tiny(&o);
+    o.pp_kind_given = 1;
+    expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
+    expect_str_contains(r.err, "--schedule: it orders");
+    gpt_result_free(&r);
+  }
   char eq[] = "--pp-layers=2,2";
   char *argv_eq[] = {flag, eq};
   expect_int_eq(gpt_opts_parse(&o, 2, argv_eq, err, sizeof err), 0);

@@ -279,6 +279,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       else if (!strcmp(val, "1f1b")) o->pp_kind = 1;
       else if (!strcmp(val, "interleaved")) o->pp_kind = 2;
       else bad = 1;
+      o->pp_kind_given = 1;
     }
     else if (!strcmp(name, "--load")) o->load = val;
     else if (!strcmp(name, "--save")) o->save = val;

@@ -44,6 +44,7 @@ typedef struct {
   /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
   int pp;               /* pipeline stages (1: none) */
   int pp_kind;          /* zs_pp_kind_t: --schedule gpipe|1f1b|interleaved (1f1b) */
+  int pp_kind_given;    /* --schedule was on the command line (refused without --pp) */
   int microbatches;     /* --microbatches M: a data-parallel rank's share cut in M (0: pp) */
   int virtual_stages;   /* --virtual V: model chunks per rank (interleaved) */
   int pp_layers_n;      /* --pp-layers a,b,...: how many counts (0: --layers / (pp x V) a model stage) */

@@ -167,6 +167,10 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (t->pp == 1 && (o->microbatches || o->virtual_stages > 1))
     return trainer_fail(res, ZS_ERR_INVALID, o->microbatches ? "--microbatches" : "--virtual",
                 "it cuts a pipeline's micro-batches: add --pp 2 or more (without a pipeline use --accum)");
+  if (t->pp == 1 && (o->pp_kind != ZS_PP_1F1B || o->pp_kind_given))
+    return trainer_fail(res, ZS_ERR_INVALID, "--schedule",
+                        "it orders a pipeline's micro-batches: add --pp 2 or more (without a pipeline there is "
+                        "nothing to schedule)");
   if (t->pp == 1 && o->pp_layers_n)
     return trainer_fail(res, ZS_ERR_INVALID, "--pp-layers", "it shapes a pipeline's stages: add --pp 2 or more");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
