@@ -301,6 +301,41 @@ static void test_gpt_init_from(void) {
   zs_engine_destroy(r.zs);
 }
 
+/* Issue 25 item 4: a file whose lm_head.weight is not its wte (a fine-tune that
+ * untied the head) was loaded with the head dropped and wte in its place; now
+ * it is refused naming the tensor, on every rank, with the engine unchanged,
+ * and a head of another shape likewise. */
+static void test_untied_head(void) {
+  imp_tensor_t t[64 + 8];
+  char names[64][64], p[512], err[1024] = "";
+  for (int v = 0; v < 2; v++) {
+    int n = gpt_tensors(t, names, "transformer.", dt_f32);
+    t[n] = t[0], t[n].name = "lm_head.weight";
+    if (v == 0) t[n].k = 1;          /* other values */
+    else t[n].shape[0] = k_gpt.vocab + 1; /* another shape */
+    n++;
+    path_of(p, sizeof p, v ? "untied-shape.safetensors" : "untied.safetensors");
+    share(p, rank == 0 ? imp_write(p, t, n) : 0);
+    imp_free(t, n);
+    gpt_run_t r;
+    if (gpt_open(&r, 3, ZS_FP32) != ZS_OK) {
+      ZS_T_REPORT("setting up the GPT: %s", zs_last_error());
+      zs_engine_destroy(r.zs);
+      continue;
+    }
+    expect_status(gpt_init_from(r.zs, p, err, sizeof err), ZS_ERR_MISMATCH);
+    expect_str_contains(err, "lm_head.weight");
+    expect_str_contains(err, "is tied to parameter 'wte'");
+    if (v == 0) expect_str_contains(err, "an untied head cannot be loaded");
+    run_t x = {.zs = r.zs};
+    int64_t nv = 0;
+    float *vals = values(&x, &nv);
+    for (int64_t i = 0; vals && i < nv; i++) expect_true(vals[i] == 3.0f); /* unchanged */
+    free(vals);
+    zs_engine_destroy(r.zs);
+  }
+}
+
 /* The same files written by Python's safetensors (tests/scripts/write_hf_gpt2.py). */
 static void test_hf_gpt2_python(void) {
   const char *py = getenv("ZS_IMPORT_PY");
@@ -668,6 +703,7 @@ int main(void) {
 #ifdef ZS_TEST_GPT
   zs_test_run(test_hf_gpt2);
   zs_test_run(test_gpt_init_from);
+  zs_test_run(test_untied_head);
   zs_test_run(test_hf_gpt2_python);
 #endif
   zs_test_run(test_mismatch);

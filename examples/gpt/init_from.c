@@ -20,6 +20,8 @@ zs_status_t gpt_init_from_opts(zs_engine_t *zs, const char *path, const zs_impor
     hint = " (--seq sets wpe's rows; GPT-2's is 1024)";
   else if (st == ZS_ERR_MISMATCH && (strstr(m, "parameter 'wte' h") || strstr(m, "parameter 'head.wte' h")))
     hint = " (--vocab sets wte's rows; GPT-2's is 50257)";
+  else if (st == ZS_ERR_MISMATCH && strstr(m, "is tied to parameter") && strstr(m, "differs"))
+    hint = " (zs-train-gpt ties its LM head to wte, as GPT-2 does: an untied head cannot be loaded)";
   else if (st == ZS_ERR_MISMATCH)
     hint = " (--layers, --channels, --vocab and --seq must be the checkpoint's: GPT-2 124M is 12, 768, 50257, 1024)";
   snprintf(err, n, "--init-from %s: %s%s", path, m, hint);

@@ -194,13 +194,14 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
 
 /* The file's names (GPT-2's or gpt.h's) onto this rank's parameters: a table
  * entry another pipeline stage holds is skipped, wte fills the last stage's
- * tied copy where stage 0 is elsewhere. */
+ * tied copy where stage 0 is elsewhere (and a tied lm_head is checked against
+ * whichever copy this rank holds). */
 static int split_name(void *user, const char *file_name, char *param_name, size_t cap) {
   trainer_t *t = user;
   char name[ZS_NAME_MAX];
   int r = zs_import_name_hf_gpt2(NULL, file_name, name, sizeof name);
   if (r == ZS_IMPORT_SKIP) return r;
-  if (r != ZS_IMPORT_LOAD) snprintf(name, sizeof name, "%s", file_name);
+  if (r != ZS_IMPORT_LOAD && r != ZS_IMPORT_TIED) snprintf(name, sizeof name, "%s", file_name);
   int entry = -1;
   for (int i = 0; i < t->np && entry < 0; i++) {
     gpt_param_info_t w;
@@ -213,7 +214,7 @@ static int split_name(void *user, const char *file_name, char *param_name, size_
   if (!here && entry == 0 && t->head_pid >= 0) snprintf(name, sizeof name, "head.wte");
   else if (!here) return ZS_IMPORT_SKIP; /* another stage's */
   snprintf(param_name, cap, "%s", name);
-  return ZS_IMPORT_LOAD;
+  return r == ZS_IMPORT_TIED ? r : ZS_IMPORT_LOAD;
 }
 
 #ifdef ZS_GPT_TP

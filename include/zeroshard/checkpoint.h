@@ -156,11 +156,16 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
 enum {
   ZS_IMPORT_UNKNOWN = 0, /* not known: the same name is tried, else it is unexpected */
   ZS_IMPORT_LOAD = 1,    /* fills the parameter written to param_name */
-  ZS_IMPORT_SKIP = 2     /* held by the file but not needed (a mask, a tied head) */
+  ZS_IMPORT_SKIP = 2,    /* held by the file but not needed (a mask) */
+  ZS_IMPORT_TIED = 3     /* a copy of the tensor that fills the parameter written to
+                            param_name (a tied LM head): not loaded, but each rank
+                            compares its ranges with that tensor's, and a value that
+                            differs is ZS_ERR_MISMATCH naming both tensors (the file
+                            holds an untied model this engine cannot hold) */
 };
 /* Maps file_name to the engine parameter it fills: writes its name (NUL-terminated,
- * at most cap bytes) and returns ZS_IMPORT_LOAD, or returns ZS_IMPORT_SKIP or
- * ZS_IMPORT_UNKNOWN. Called on every rank with the same names; must not call
+ * at most cap bytes) and returns ZS_IMPORT_LOAD (or ZS_IMPORT_TIED), or returns
+ * ZS_IMPORT_SKIP or ZS_IMPORT_UNKNOWN. Called on every rank with the same names; must not call
  * zeroshard. */
 typedef int (*zs_import_name_fn)(void *user, const char *file_name, char *param_name, size_t cap);
 
@@ -199,8 +204,9 @@ zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_im
  *     -> h.L.attn.qkv / attn.proj / mlp.fc / mlp.proj .{w,b}
  *     (GPT-2's Conv1D weights are stored [in, out], the layout examples/gpt uses);
  * skipped: h.L.attn.bias and h.L.attn.masked_bias (the causal mask buffers, not
- * weights) and lm_head.weight (tied to wte in both models; a fine-tune that
- * untied it loses its head). user is unused. */
+ * weights); lm_head.weight is ZS_IMPORT_TIED to wte (tied in both models: a file
+ * whose head differs from its wte, a fine-tune that untied it, is refused
+ * naming lm_head.weight instead of losing its head). user is unused. */
 int zs_import_name_hf_gpt2(void *user, const char *file_name, char *param_name, size_t cap);
 
 #ifdef __cplusplus

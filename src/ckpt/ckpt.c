@@ -87,21 +87,46 @@ zs_status_t zs__ck_max_i64_in(zs_engine_t *zs, int64_t *v, int n, int mesh) {
   return st;
 }
 
+/* The failing rank's message on every rank: it packs its text (own) 7 bytes to
+ * an int64 (top byte 0, so never negative), every other rank (own NULL) zeros,
+ * and a max over the mesh leaves its text. Only on the failure path. */
+static void share_message(zs_engine_t *zs, const char *own, char *out, size_t cap) {
+  enum { N = ZS_ERRBUF / 7 };
+  int n = zs->xcount < N ? zs->xcount : N;
+  int64_t w[N];
+  memset(w, 0, sizeof w);
+  for (int i = 0; own && i < n * 7 - 1 && own[i]; i++) w[i / 7] |= (int64_t)(unsigned char)own[i] << (8 * (i % 7));
+  size_t k = 0;
+  if (zs__ck_max_i64(zs, w, n) == ZS_OK)
+    for (int i = 0; i < n * 7 && k + 1 < cap; i++) {
+      char c = (char)((w[i / 7] >> (8 * (i % 7))) & 0xff);
+      if (!c) break;
+      out[k++] = c;
+    }
+  out[k] = 0;
+}
+
 /* Every rank learns whether every rank succeeded. A failing rank keeps its own
- * status and message; the others report the failing rank. */
+ * status and message; the others report the failing rank (of those that
+ * failed: the largest status, then model-parallel rank, then rank) and its
+ * message. */
 zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what) {
-  int64_t v = mine == ZS_OK ? 0 : ((int64_t)mine << 40) | ((int64_t)zs->mp_rank << 20) | (int64_t)zs->rank;
+  int64_t me = ((int64_t)mine << 40) | ((int64_t)zs->mp_rank << 20) | (int64_t)zs->rank;
+  int64_t v = mine == ZS_OK ? 0 : me;
+  char own[ZS_ERRBUF] = "", theirs[ZS_ERRBUF];
+  if (mine != ZS_OK) snprintf(own, sizeof own, "%s", zs_last_error());
   zs_status_t st = zs__ck_max_i64(zs, &v, 1);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: exchanging the outcome between ranks failed: %s", what, zs_last_error());
   if (v == 0) return ZS_OK;
-  if (mine != ZS_OK) return mine;
+  share_message(zs, v == me ? own : NULL, theirs, sizeof theirs);
+  if (mine != ZS_OK) return mine; /* its own message stands */
   zs_status_t other = (zs_status_t)(v >> 40);
   int rank = (int)(v & 0xfffff), mp = (int)((v >> 20) & 0xfffff);
+  const char *why = theirs[0] ? theirs : "see that rank's message";
   if (zs__ck_mp_size(zs))
-    return ZS_FAIL(zs->err, other, "%s failed on data-parallel rank %d of model-parallel rank %d (%s): see that rank's "
-                   "message", what, rank, mp, zs_status_name(other));
-  return ZS_FAIL(zs->err, other, "%s failed on rank %d (%s): see that rank's message", what, rank,
-                 zs_status_name(other));
+    return ZS_FAIL(zs->err, other, "%s failed on data-parallel rank %d of model-parallel rank %d (%s): %s", what, rank,
+                   mp, zs_status_name(other), why);
+  return ZS_FAIL(zs->err, other, "%s failed on rank %d (%s): %s", what, rank, zs_status_name(other), why);
 }
 
 int zs__ck_mp_size(const zs_engine_t *zs) {

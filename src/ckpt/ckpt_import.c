@@ -15,6 +15,7 @@ static const char k_fn[] = "zs_import_safetensors";
 typedef struct {
   st_set_t set;
   int *src;      /* per parameter: the tensor that fills it, -1 none */
+  int *tied;     /* per parameter: a tensor that must equal it (ZS_IMPORT_TIED), -1 none */
   char *part;    /* per parameter: it holds a part of that tensor (opts->part_fn) */
   int64_t *off;  /* per parameter: where its owned range starts in stage */
   float *stage;  /* the owned ranges of every parameter filled, fp32 */
@@ -25,6 +26,7 @@ typedef struct {
 static void import_free(import_t *im) {
   zs__st_close(&im->set);
   free(im->src);
+  free(im->tied);
   free(im->part);
   free(im->off);
   free(im->stage);
@@ -57,8 +59,9 @@ static zs_status_t check_opts(zs_engine_t *zs, const zs_import_opts_t *o) {
   return ZS_OK;
 }
 
-/* What tensor fname fills: ZS_IMPORT_LOAD with the parameter's name in pname,
- * or ZS_IMPORT_SKIP; renames first, then name_fn, then the same name. */
+/* What tensor fname fills: ZS_IMPORT_LOAD (or ZS_IMPORT_TIED) with the
+ * parameter's name in pname, or ZS_IMPORT_SKIP; renames first, then name_fn,
+ * then the same name. */
 static int resolve(const zs_import_opts_t *o, const char *fname, char *pname, size_t cap) {
   for (int i = 0; i < o->nrenames; i++)
     if (!strcmp(o->renames[i].file_name, fname)) {
@@ -70,7 +73,7 @@ static int resolve(const zs_import_opts_t *o, const char *fname, char *pname, si
     pname[0] = 0;
     int r = o->name_fn(o->user, fname, pname, cap);
     pname[cap - 1] = 0;
-    if (r == ZS_IMPORT_SKIP || (r == ZS_IMPORT_LOAD && pname[0])) return r;
+    if (r == ZS_IMPORT_SKIP || ((r == ZS_IMPORT_LOAD || r == ZS_IMPORT_TIED) && pname[0])) return r;
   }
   snprintf(pname, cap, "%s", fname);
   return ZS_IMPORT_LOAD;
@@ -107,12 +110,13 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
   const st_set_t *s = &im->set;
   pkey_t *sorted = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *sorted);
   im->src = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->src);
+  im->tied = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->tied);
   im->part = calloc((size_t)(zs->nparams > 0 ? zs->nparams : 1), 1);
-  if (!sorted || !im->src || !im->part) {
+  if (!sorted || !im->src || !im->tied || !im->part) {
     free(sorted);
     return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
   }
-  for (int i = 0; i < zs->nparams; i++) sorted[i] = (pkey_t){zs->params[i].name, i}, im->src[i] = -1;
+  for (int i = 0; i < zs->nparams; i++) sorted[i] = (pkey_t){zs->params[i].name, i}, im->src[i] = im->tied[i] = -1;
   qsort(sorted, (size_t)zs->nparams, sizeof *sorted, pkey_cmp);
   zs_status_t st = ZS_OK;
   char unexp[200] = "", s0[128], s1[128], pname[ZS_NAME_MAX];
@@ -121,11 +125,23 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
   for (int t = 0; t < s->ntensors && st == ZS_OK; t++) {
     const st_tensor_t *x = &s->t[t];
     const char *file = s->path[x->file];
-    if (resolve(o, x->name, pname, sizeof pname) == ZS_IMPORT_SKIP) {
+    int how = resolve(o, x->name, pname, sizeof pname);
+    if (how == ZS_IMPORT_SKIP) {
       im->nskipped++;
       continue;
     }
     int p = param_find(sorted, zs->nparams, pname);
+    if (how == ZS_IMPORT_TIED) {
+      if (p >= 0 && im->tied[p] >= 0)
+        st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensors '%s' and '%s' (in %s) are both tied to parameter '%s'",
+                     k_fn, s->t[im->tied[p]].name, x->name, file, pname);
+      else if (p < 0)
+        st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' in %s is tied to parameter '%s', which this engine "
+                     "does not have", k_fn, x->name, file, pname);
+      else
+        im->tied[p] = t, im->nskipped++;
+      continue;
+    }
     if (p < 0) {
       if (!o->allow_unexpected) list_add(unexp, sizeof unexp, nunexp, x->name);
       if (!unexp_file) unexp_file = file;
@@ -168,6 +184,20 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
     else
       im->src[p] = t, im->nloaded++;
   }
+  for (int p = 0; p < zs->nparams && st == ZS_OK; p++) /* a tied tensor: the shape of the one it copies */
+    if (im->tied[p] >= 0) {
+      const st_tensor_t *x = &s->t[im->tied[p]], *y = im->src[p] >= 0 ? &s->t[im->src[p]] : NULL;
+      int same = y && x->ndim == y->ndim && x->kind != ST_NONFLOAT;
+      for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
+      if (!y)
+        st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' is tied to parameter '%s', which no tensor of %s "
+                     "fills", k_fn, x->name, zs->params[p].name, path);
+      else if (!same)
+        st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s: tensor '%s' (%s %s) is tied to parameter '%s' but differs in "
+                     "shape or dtype kind from '%s' (%s %s), which fills it", k_fn, x->name, x->dtype,
+                     zs__ck_shape_str(s0, sizeof s0, x->ndim, x->shape), zs->params[p].name, y->name, y->dtype,
+                     zs__ck_shape_str(s1, sizeof s1, y->ndim, y->shape));
+    }
   if (st == ZS_OK && nunexp && !o->allow_unexpected)
     st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "%s: %d tensor%s in %s fill%s no parameter of this engine: %s; map them (renames, name_fn) or set "
@@ -192,9 +222,9 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
 
 /* Elements [a, a + n) of part parameter p into dst: index_fn's whole-tensor
  * elements, each run of consecutive ones in one read, padding (-1) as 0. */
-static zs_status_t read_part(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, int p, int64_t a, int64_t n,
-                             float *dst, void *block) {
-  const st_tensor_t *x = &im->set.t[im->src[p]];
+static zs_status_t read_part(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, int p, int tensor, int64_t a,
+                             int64_t n, float *dst, void *block) {
+  const st_tensor_t *x = &im->set.t[tensor];
   int64_t i = 0;
   while (i < n) {
     int64_t f = o->index_fn(o->user, p, a + i), k = 1;
@@ -207,8 +237,35 @@ static zs_status_t read_part(zs_engine_t *zs, const zs_import_opts_t *o, import_
       continue;
     }
     while (i + k < n && f + k < x->numel && o->index_fn(o->user, p, a + i + k) == f + k) k++;
-    ZS_CHECK(zs__st_read_f32(&im->set, im->src[p], f, k, dst + i, block, zs->err, k_fn));
+    ZS_CHECK(zs__st_read_f32(&im->set, tensor, f, k, dst + i, block, zs->err, k_fn));
     i += k;
+  }
+  return ZS_OK;
+}
+
+/* Elements [a, a + n) of parameter p (whole or part) from tensor `tensor`. */
+static zs_status_t read_range(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, int p, int tensor, int64_t a,
+                              int64_t n, float *dst, void *block) {
+  if (im->part[p]) return read_part(zs, o, im, p, tensor, a, n, dst, block);
+  return zs__st_read_f32(&im->set, tensor, a, n, dst, block, zs->err, k_fn);
+}
+
+/* A tied tensor holds what its parameter was given, over this rank's range
+ * (staged at got), compared a block at a time, bit for bit. */
+static zs_status_t check_tied(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im, int p, int64_t a, int64_t n,
+                              const float *got, float *buf, void *block) {
+  const st_tensor_t *x = &im->set.t[im->tied[p]], *y = &im->set.t[im->src[p]];
+  for (int64_t i = 0; i < n; i += ST_BLOCK) {
+    int64_t k = n - i < ST_BLOCK ? n - i : ST_BLOCK;
+    ZS_CHECK(read_range(zs, o, im, p, im->tied[p], a + i, k, buf, block));
+    for (int64_t j = 0; j < k; j++)
+      if (memcmp(&buf[j], &got[i + j], sizeof(float)))
+        return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                       "%s: tensor '%s' in %s is tied to parameter '%s' but differs from '%s', which fills it, at "
+                       "element %lld of the parameter (%.9g vs %.9g): the file's model is not tied as this engine's "
+                       "is (an untied head needs a parameter of its own)",
+                       k_fn, x->name, im->set.path[x->file], zs->params[p].name, y->name, (long long)(a + i + j),
+                       (double)buf[j], (double)got[i + j]);
   }
   return ZS_OK;
 }
@@ -216,26 +273,30 @@ static zs_status_t read_part(zs_engine_t *zs, const zs_import_opts_t *o, import_
 static zs_status_t read_owned(zs_engine_t *zs, const zs_import_opts_t *o, import_t *im) {
   im->off = malloc((size_t)(zs->nparams > 0 ? zs->nparams : 1) * sizeof *im->off);
   if (!im->off) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", k_fn);
-  int need_block = 0;
+  int need_block = 0, need_tied = 0;
   for (int p = 0; p < zs->nparams; p++) {
     int64_t a, b;
     im->off[p] = im->nstage;
     if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
     im->nstage += b - a;
     need_block |= im->set.t[im->src[p]].kind != ST_F32;
+    need_tied |= im->tied[p] >= 0;
+    if (im->tied[p] >= 0) need_block |= im->set.t[im->tied[p]].kind != ST_F32;
   }
   im->stage = malloc((size_t)(im->nstage > 0 ? im->nstage : 1) * sizeof(float));
   void *block = need_block ? malloc((size_t)ST_BLOCK * 8) : NULL;
+  float *tbuf = need_tied ? malloc((size_t)ST_BLOCK * sizeof(float)) : NULL;
   zs_status_t st = ZS_OK;
-  if (!im->stage || (need_block && !block))
+  if (!im->stage || (need_block && !block) || (need_tied && !tbuf))
     st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory for this rank's %lld values", k_fn,
                  (long long)im->nstage);
   for (int p = 0; p < zs->nparams && st == ZS_OK; p++) {
     int64_t a, b;
     if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
-    if (im->part[p]) st = read_part(zs, o, im, p, a, b - a, im->stage + im->off[p], block);
-    else st = zs__st_read_f32(&im->set, im->src[p], a, b - a, im->stage + im->off[p], block, zs->err, k_fn);
+    st = read_range(zs, o, im, p, im->src[p], a, b - a, im->stage + im->off[p], block);
+    if (st == ZS_OK && im->tied[p] >= 0) st = check_tied(zs, o, im, p, a, b - a, im->stage + im->off[p], tbuf, block);
   }
+  free(tbuf);
   free(block);
   return st;
 }

@@ -32,7 +32,7 @@ int zs_import_name_hf_gpt2(void *user, const char *file_name, char *param_name, 
   (void)user;
   if (!file_name || !param_name || !cap) return ZS_IMPORT_UNKNOWN;
   const char *n = file_name;
-  if (!strcmp(n, "lm_head.weight")) return ZS_IMPORT_SKIP; /* tied to wte */
+  if (!strcmp(n, "lm_head.weight")) return put(param_name, cap, "%s", "wte", -1) ? ZS_IMPORT_TIED : ZS_IMPORT_UNKNOWN;
   if (!strncmp(n, "transformer.", 12)) n += 12;
   for (size_t i = 0; i < sizeof k_top / sizeof k_top[0]; i++)
     if (!strcmp(n, k_top[i].hf)) return put(param_name, cap, "%s", k_top[i].ours, -1);
