@@ -145,7 +145,10 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
  *                    that does not parse, unknown dtype string, data_offsets that
  *                    do not match dtype x shape, leave a hole, overlap or run past
  *                    the data; an index naming a missing shard or disagreeing with
- *                    the shards' headers; a tensor named twice
+ *                    the shards' headers; a tensor named twice; a NUL character
+ *                    (the escape \u0000 or a raw 0 byte) anywhere in a header's or
+ *                    an index's JSON: in a tensor name, a dtype, a shard file,
+ *                    __metadata__ (the message names the string and the byte)
  *   ZS_ERR_MISMATCH  a shape that differs from the parameter's, a non-float dtype
  *                    for a parameter, parameters with no tensor (unless
  *                    allow_missing), tensors for no parameter (unless
