@@ -90,6 +90,9 @@ int zs__ck_mp_size(const zs_engine_t *zs);
 int zs__ck_owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b);
 /* "[5, 13]" into buf (n bytes); returns buf. */
 const char *zs__ck_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Whether s is a layout zs_checkpoint_set_layout takes (printable ASCII, shorter
+ * than ZS_CKPT_LAYOUT_MAX). */
+int zs__ck_layout_ok(const char *s);
 /* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
@@ -114,6 +117,7 @@ typedef struct {
   uint32_t crc; /* its checksum, which every rank file records */
   int world, nfiles, stage;
   int mp_size, mp_rank; /* the model-parallel part this is (1, 0 without) */
+  char layout[ZS_CKPT_LAYOUT_MAX]; /* zs_checkpoint_set_layout's words ("" when not recorded) */
   int64_t step, good_steps, hysteresis_left;
   double loss_scale;
   int has[K_COUNT];
