@@ -47,14 +47,23 @@ static inline zs_config_t cfg(int stage, zs_dtype_t dt, int offload) {
   return c;
 }
 
-static inline zs_status_t open_run(run_t *r, zs_comm_t *comm, const zs_config_t *c, int nblk) {
+/* The tiny model on comm; with mp, a model-parallel part of the group mp, the
+ * layout (may be NULL) named for its checkpoints. */
+static inline zs_status_t open_run_mp(run_t *r, zs_comm_t *comm, zs_comm_t *mp, const char *layout,
+                                      const zs_config_t *c, int nblk) {
   memset(r, 0, sizeof *r);
   r->comm = comm;
   r->m.mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
   zs_status_t st = zs_engine_create(&r->zs, c, dev, comm);
+  if (!st && mp) st = zs_engine_set_model_parallel(r->zs, mp);
+  if (!st && layout) st = zs_checkpoint_set_layout(r->zs, layout);
   if (!st) st = tm_declare(r->zs, &r->m, nblk, c->param_dtype);
   if (!st) st = zs_engine_setup(r->zs, tm_init, r->zs);
   return st;
+}
+
+static inline zs_status_t open_run(run_t *r, zs_comm_t *comm, const zs_config_t *c, int nblk) {
+  return open_run_mp(r, comm, NULL, NULL, c, nblk);
 }
 
 static inline void close_run(run_t *r) {
@@ -131,6 +140,20 @@ static inline void bcast_bytes(void *buf, size_t n) {
 
 static inline void barrier(void) {
   if (zs_comm_barrier(world, NULL) || zs_stream_synchronize(dev, NULL)) exit(1);
+}
+
+/* A whole file as a string (malloc'd), NULL if it cannot be read. */
+static inline char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *t = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (t && fread(t, 1, (size_t)n, f) == (size_t)n) t[n] = 0;
+  else free(t), t = NULL;
+  fclose(f);
+  return t;
 }
 
 static inline void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", base, name); }

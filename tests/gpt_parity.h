@@ -224,6 +224,21 @@ static void gpt_resume_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *o, 
   gpt_result_free(&whole);
 }
 
+/* o (o->load a checkpoint saved in another layout) refused on every rank with
+ * ZS_ERR_MISMATCH, its message naming the saved layout and this run's (the
+ * trainer's words, as zs_checkpoint_set_layout records them). */
+static void gpt_expect_other_layout(zs_device_t *dev, zs_comm_t *world, const gpt_opts_t *o, const char *saved,
+                                    const char *run) {
+  gpt_result_t r;
+  char want[2][192];
+  snprintf(want[0], sizeof want[0], "was saved with %s (model-parallel part", saved);
+  snprintf(want[1], sizeof want[1], "; this run is %s (part", run);
+  expect_status(gpt_train_run(o, dev, world, &r), ZS_ERR_MISMATCH);
+  expect_str_contains(r.err, want[0]);
+  expect_str_contains(r.err, want[1]);
+  gpt_result_free(&r);
+}
+
 /* --export of a split run (tp, pp) against a plain one: the same file as
  * zs_export_safetensors writes without the split, header byte for byte (names,
  * shapes, order, offsets, step), every value within 1e-5 of the largest. Runs

@@ -2,7 +2,8 @@
  * continues bit for bit; a checkpoint loads at another world size, stage, offload
  * setting and param dtype; damaged, missing, foreign or mismatched checkpoints
  * are errors on every rank that leave the engine unchanged; the safetensors
- * export holds the master values. */
+ * export holds the master values; a model-parallel checkpoint of another layout
+ * is refused naming both layouts. */
 #include <cjson/cJSON.h>
 
 #include "ckpt_world.h"
@@ -382,6 +383,83 @@ static void test_delayed(void) {
   close_run(&b);
 }
 
+/* Layouts (issue 25.8): each rank a model-parallel part (an engine over itself,
+ * the world its model-parallel group) that names its layout. Another layout with
+ * the same parts (a --tp 2 checkpoint under --pp 2) was refused as "a
+ * checkpoint of another model", or not at all where the tensors agree; now
+ * every rank names both layouts. A checkpoint or an engine without words loads
+ * as before (checked by its tensors); the words stand in the manifest. */
+static void test_layout(void) {
+  if (nranks < 2) zs_test_skip("model-parallel parts need 2 ranks or more");
+  char dir[320], old[320], want[800], man[400];
+  path_of(dir, sizeof dir, "layout");
+  path_of(old, sizeof old, "layout-none");
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t a, b;
+  int64_t na = 0, nb = 0;
+  assert_ok(open_run_mp(&a, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(steps(&a, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  snprintf(man, sizeof man, "%s/mp%d/manifest.json", dir, rank);
+  char *text = read_text(man);
+  expect_str_contains(text, "\"layout\":\t\"tp=2 pp=1\"");
+  free(text);
+  float *va = values(&a, &na);
+  /* another layout: refused on every rank naming both, the engine unchanged */
+  assert_ok(open_run_mp(&b, self, world, "tp=1 pp=2 layers 2,2", &c, NBLK));
+  snprintf(want, sizeof want, "checkpoint %s was saved with tp=2 pp=1 (model-parallel part %d of %d); this run is "
+           "tp=1 pp=2 layers 2,2 (part %d of %d): load it with the layout that saved it", dir, rank, nranks, rank, nranks);
+  expect_load_fails(&b, dir, ZS_ERR_MISMATCH, want);
+  /* the same words load; so does an engine that names none */
+  assert_ok(zs_checkpoint_set_layout(b.zs, "tp=2 pp=1"));
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  float *vb = values(&b, &nb);
+  expect_true(va && vb && na == nb && count_diff(va, vb, na, 0) == 0);
+  free(vb);
+  assert_ok(zs_checkpoint_set_layout(b.zs, NULL));
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  /* a checkpoint without words (as every one before them) loads into any words */
+  assert_ok(zs_checkpoint_save(b.zs, old));
+  snprintf(man, sizeof man, "%s/mp%d/manifest.json", old, rank);
+  text = read_text(man);
+  expect_true(text && !strstr(text, "\"layout\""));
+  free(text);
+  close_run(&b);
+  assert_ok(open_run_mp(&b, self, world, "tp=9 pp=9", &c, NBLK));
+  expect_ok(zs_checkpoint_load(b.zs, old));
+  close_run(&b);
+  /* without words another model says the layout may be why */
+  assert_ok(open_run_mp(&b, self, world, NULL, &c, NBLK - 1));
+  snprintf(want, sizeof want, "or of another layout: it was saved as model-parallel part %d of %d (no layout "
+           "recorded), this run is model-parallel part %d of %d (no layout given)", rank, nranks, rank, nranks);
+  expect_load_fails(&b, old, ZS_ERR_MISMATCH, want);
+  close_run(&b);
+  /* an engine without model parallelism, with and without words */
+  assert_ok(open_run_mp(&b, world, NULL, "tp=1 pp=1", &c, NBLK));
+  snprintf(want, sizeof want, "checkpoint %s was saved with tp=2 pp=1 (%d model-parallel parts); this run is tp=1 "
+           "pp=1 (no model parallelism)", dir, nranks);
+  expect_load_fails(&b, dir, ZS_ERR_MISMATCH, want);
+  assert_ok(zs_checkpoint_set_layout(b.zs, ""));
+  snprintf(want, sizeof want, "was saved as %d model-parallel parts (no layout recorded); this run is without model "
+           "parallelism (no layout given)", nranks);
+  expect_load_fails(&b, old, ZS_ERR_MISMATCH, want);
+  /* words the manifest could not hold */
+  char long_words[ZS_CKPT_LAYOUT_MAX + 1];
+  memset(long_words, 'x', sizeof long_words - 1);
+  long_words[sizeof long_words - 1] = 0;
+  zs_log_set_level(ZS_LOG_NONE);
+  expect_status(zs_checkpoint_set_layout(b.zs, long_words), ZS_ERR_INVALID);
+  expect_status(zs_checkpoint_set_layout(b.zs, "tp=2\npp=1"), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "not printable ASCII");
+  expect_status(zs_checkpoint_set_layout(NULL, "tp=1"), ZS_ERR_INVALID);
+  zs_log_set_level(ZS_LOG_WARN);
+  long_words[ZS_CKPT_LAYOUT_MAX - 1] = 0; /* the longest it takes */
+  expect_ok(zs_checkpoint_set_layout(b.zs, long_words));
+  free(va);
+  close_run(&a);
+  close_run(&b);
+}
+
 int main(void) {
   ckpt_world_open();
   zs_test_run(test_resume_exact);
@@ -390,5 +468,6 @@ int main(void) {
   zs_test_run(test_damage);
   zs_test_run(test_safetensors);
   zs_test_run(test_delayed);
+  zs_test_run(test_layout);
   return ckpt_world_close();
 }

@@ -11,19 +11,6 @@
 
 /* ---- files ----------------------------------------------------------------------- */
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *t = malloc((size_t)n + 1);
-  if (t && fread(t, 1, (size_t)n, f) == (size_t)n) t[n] = 0;
-  else free(t), t = NULL;
-  fclose(f);
-  return t;
-}
-
 static int put_text(const char *path, const char *text, const char *mode) {
   FILE *f = fopen(path, mode);
   if (!f) return 0;
@@ -352,6 +339,10 @@ static void m_stage(cJSON *m) { set_num(m, "stage", 7); }
 static void m_id(cJSON *m) { set_str(m, "id", "0x00000000000001"); }
 static void m_version_new(cJSON *m) { set_num(m, "version", 3); }
 static void m_version_old(cJSON *m) { set_num(m, "version", 1); }
+/* the optional "layout" (zs_checkpoint_set_layout): checked when there */
+static void m_layout_num(cJSON *m) { cJSON_AddNumberToObject(m, "layout", 5); }
+static void m_layout_tab(cJSON *m) { cJSON_AddStringToObject(m, "layout", "tp=2\tpp=1"); }
+static void m_layout(cJSON *m) { cJSON_AddStringToObject(m, "layout", "tp=1 pp=1"); }
 static void h_world(ck_file_head_t *h, const ck_file_head_t *o, int r) { (void)o, (void)r, h->world += 2; }
 static void h_rank(ck_file_head_t *h, const ck_file_head_t *o, int r) { (void)o, h->rank = (uint32_t)r + 1; }
 static void h_id(ck_file_head_t *h, const ck_file_head_t *o, int r) { (void)o, (void)r, h->id ^= 1; }
@@ -405,6 +396,9 @@ static const forgery_t forgeries[] = {
     {"an id that is not hex", m_id, NULL, NULL, 0, ZS_ERR_CORRUPT, "id"},
     {"a newer format version", m_version_new, NULL, NULL, 0, ZS_ERR_UNSUPPORTED, "newer"},
     {"format version 1", m_version_old, NULL, NULL, 1, ZS_ERR_UNSUPPORTED, "version 1"},
+    {"a layout that is not a string", m_layout_num, NULL, NULL, 0, ZS_ERR_CORRUPT, "layout is not a string"},
+    {"a layout with a tab", m_layout_tab, NULL, NULL, 0, ZS_ERR_CORRUPT, "layout is not a string"},
+    {"a layout recorded, the engine naming none", m_layout, .want = ZS_OK},
     {"header: another world", NULL, NULL, h_world, 0, ZS_ERR_CORRUPT, "world"},
     {"header: another rank", NULL, NULL, h_rank, 0, ZS_ERR_CORRUPT, "rank"},
     {"header: another save's id", NULL, NULL, h_id, 0, ZS_ERR_CORRUPT, "another save"},

@@ -206,6 +206,11 @@ static void test_schedule_keys(void) {
   zs_log_set_level(ZS_LOG_NONE);
   JSON_BAD("{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_num_steps\": 10}}}", ZS_ERR_INVALID,
            "scheduler.params.total_num_steps is missing: WarmupDecayLR needs it");
+  /* DeepSpeed 0.19.8 raises "warmup_num_steps must be a positive integer, got 0" for all three */
+  JSON_BAD("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 0}}}", ZS_ERR_INVALID,
+           "scheduler.params.warmup_num_steps is 0: DeepSpeed refuses it too");
+  JSON_BAD("{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 0, "
+           "\"total_num_steps\": 10}}}", ZS_ERR_INVALID, "scheduler.params.warmup_num_steps is 0");
   JSON_BAD("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"cos_min_ratio\": 0.1}}}", ZS_ERR_INVALID,
            "scheduler.params.cos_min_ratio is not a parameter of DeepSpeed's WarmupLR");
   JSON_BAD("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_typ\": \"log\"}}}", ZS_ERR_INVALID,

@@ -9,89 +9,11 @@
  * padding); and the host memory a rank's import takes at stage 3, measured. */
 #include <sys/wait.h>
 
-#include "ckpt_world.h"
-#include "import_files.h"
+#include "import_world.h"
 #ifdef ZS_TEST_GPT
 #include "gpt.h"
 #include "init_from.h"
 #endif
-
-/* ---- helpers -------------------------------------------------------------------------- */
-
-static void share(const char *what, int rc) { /* rank 0's outcome of writing a file, to every rank */
-  int v = rc;
-  bcast_bytes(&v, sizeof v);
-  if (v != 0) {
-    fprintf(stderr, "[rank %d] writing %s failed\n", rank, what);
-    exit(1);
-  }
-}
-
-/* out = in with the first `from` replaced by `to` */
-static void subst(char *out, size_t n, const char *in, const char *from, const char *to) {
-  const char *at = strstr(in, from);
-  if (!at) {
-    snprintf(out, n, "%s", in);
-    return;
-  }
-  snprintf(out, n, "%.*s%s%s", (int)(at - in), in, to, at + strlen(from));
-}
-
-/* The file must be refused on every rank with `want` and a message holding msg,
- * and leave the engine's values and step as they were. */
-static void expect_import_fails(run_t *r, const char *path, const zs_import_opts_t *o, zs_status_t want,
-                                const char *msg) {
-  int64_t n0 = 0, n1 = 0, step = zs_engine_step(r->zs);
-  float *before = values(r, &n0);
-  zs_status_t st = zs_import_safetensors(r->zs, path, o);
-  if (st != want)
-    ZS_T_REPORT("importing %s: %s, wanted %s (%s)", path, zs_status_name(st), zs_status_name(want), zs_last_error());
-  else if (msg && !strstr(zs_last_error(), msg))
-    ZS_T_REPORT("importing %s: message \"%s\" lacks \"%s\"", path, zs_last_error(), msg);
-  float *after = values(r, &n1);
-  expect_int_eq(zs_engine_step(r->zs), step);
-  if (!before || !after || n0 != n1) ZS_T_REPORT("importing %s: reading the values back failed", path);
-  else expect_int_eq(count_diff(before, after, n0, 0), 0);
-  free(before);
-  free(after);
-}
-
-/* The tiny model's parameters as tensors of the file (identity names), value k = index. */
-static int tiny_tensors(imp_tensor_t *t, const char *dtype) {
-  static char names[NBLK][3][32];
-  int n = 0;
-  t[0] = (imp_tensor_t){"embed.W", dtype, 2, {TM_DIN, TM_D}, 0, NULL, 0};
-  t[1] = (imp_tensor_t){"embed.b", dtype, 1, {TM_D}, 1, NULL, 0};
-  n = 2;
-  for (int l = 0; l < NBLK; l++, n += 3) {
-    snprintf(names[l][0], 32, "blk.%d.W", l);
-    snprintf(names[l][1], 32, "blk.%d.b", l);
-    snprintf(names[l][2], 32, "blk.%d.g", l);
-    t[n] = (imp_tensor_t){names[l][0], dtype, 2, {TM_D, TM_D}, n, NULL, 0};
-    t[n + 1] = (imp_tensor_t){names[l][1], dtype, 1, {TM_D}, n + 1, NULL, 0};
-    t[n + 2] = (imp_tensor_t){names[l][2], dtype, 1, {TM_D}, n + 2, NULL, 0};
-  }
-  t[n] = (imp_tensor_t){"head.W", dtype, 2, {TM_D, TM_DOUT}, n, NULL, 0};
-  t[n + 1] = (imp_tensor_t){"head.b", dtype, 1, {TM_DOUT}, n + 1, NULL, 0};
-  return n + 2;
-}
-
-/* Every parameter p of the engine holds imp_val(k_of[p], i), bit for bit
- * (k_of NULL: k = p); skip >= 0: that parameter is not checked. */
-static int64_t count_not_file(run_t *r, const int *k_of, int skip) {
-  int64_t bad = 0;
-  for (int p = 0; p < zs_engine_param_count(r->zs); p++) {
-    int64_t n = zs_param_numel(r->zs, p);
-    float *v = malloc((size_t)n * 4);
-    if (zs_param_get(r->zs, p, v) != ZS_OK) bad++;
-    for (int64_t i = 0; p != skip && i < n; i++) {
-      float w = imp_val(k_of ? k_of[p] : p, i);
-      bad += memcmp(&v[i], &w, 4) != 0;
-    }
-    free(v);
-  }
-  return bad;
-}
 
 /* ---- export -> import at another world size, stage and dtype -------------------------- */
 
@@ -588,20 +510,11 @@ static void test_damage(void) {
   /* an index naming a shard that is missing, and one placing a tensor in the
    * wrong shard */
   const char *tn[24], *fs[24];
-  for (int i = 0; i < n; i++) tn[i] = t[i].name, fs[i] = i < 3 ? "a.safetensors" : "b.safetensors";
   char d[512], q[600];
-  path_of(d, sizeof d, "sharded");
-  int rc = 0;
-  if (rank == 0) {
-    rc = mkdir(d, 0755);
-    snprintf(q, sizeof q, "%s/a.safetensors", d);
-    rc |= imp_write(q, t, 3);
-    snprintf(q, sizeof q, "%s/model.safetensors.index.json", d);
-    rc |= imp_write_index(q, tn, fs, n);
-  }
-  share(d, rc);
+  tiny_shards(d, sizeof d, q, sizeof q, "sharded", t, n, tn, fs, 0);
   expect_import_fails(&r, d, NULL, ZS_ERR_CORRUPT, "places 'blk.0.b' in");
   expect_import_fails(&r, d, NULL, ZS_ERR_CORRUPT, "b.safetensors, which is missing");
+  int rc = 0;
   if (rank == 0) {
     snprintf(q, sizeof q, "%s/b.safetensors", d);
     rc = imp_write(q, t + 3, n - 3);

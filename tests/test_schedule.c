@@ -4,6 +4,9 @@
  *    WarmupLR / WarmupDecayLR / WarmupCosineLR objects as DeepSpeed's engine
  *    drives them, at every step including the first, the warmup boundary and
  *    the last, plus literal values at those points;
+ *  - DeepSpeed 0.19.8's own rates for its three schedulers before, at and past
+ *    the warmup and the end (issue 25.3: past total_num_steps the cosine holds
+ *    its floor);
  *  - a warmup + cosine run gives the single-rank stage-0 losses and values at
  *    this world size for every stage (1e-6), with offload (bit for bit against
  *    the device optimizer) and with the delayed update; the step report carries
@@ -121,7 +124,8 @@ static double llmc_lr(int cosine, int W, int T, double lr, double min_lr, int st
   return lr - decay_ratio * (lr - min_lr);
 }
 
-/* DeepSpeed's scheduler objects as its engine drives them: created (which sets
+/* DeepSpeed 0.19.8's scheduler objects (deepspeed/runtime/lr_schedules.py) as its
+ * engine drives them: created (which sets
  * the optimizer's rate once), then step()ped after every optimizer step. Fills
  * used[k], the rate optimizer step k (0-based) runs with. */
 typedef struct {
@@ -139,8 +143,9 @@ static double ds_get_lr(const ds_sched_t *d, int last) {
       ratio = d->log ? inv_log * log(last + 1.0) : (double)last / wn;
       return d->max_lr * (d->wmr + ratio * (1.0 - d->wmr));
     }
-    double real_last = last - wn + 1, real_total = d->total - wn;
-    ratio = (1 + cos(M_PI * real_last / real_total)) / 2;
+    /* 0.19.8 clamps the progress at 1: past total_num_steps the rate stays at the floor */
+    double real_last = last - wn + 1, real_total = fmax(1.0, (double)(d->total - wn));
+    ratio = (1 + cos(M_PI * fmin(1.0, real_last / real_total))) / 2;
     return d->max_lr * fmax(0.0, d->cmr + (1.0 - d->cmr) * ratio);
   }
   if (last < 0) return d->min_lr; /* WarmupLR.get_lr: self.min_lrs */
@@ -162,6 +167,65 @@ static void ds_drive(const ds_sched_t *d, int n, double *used) {
 static void expect_lr(const char *what, double got, double want, int step) {
   if (!(fabs(got - want) <= 1e-15 * fabs(want) + 1e-300))
     ZS_T_REPORT("%s: step %d gives %.17g, closed form %.17g", what, step, got, want);
+}
+
+/* DeepSpeed 0.19.8 itself: its deepspeed/runtime/lr_schedules.py from the PyPI
+ * sdist, loaded with a stub torch (an Optimizer of one param group) and driven as
+ * its engine drives it (created, then optimizer.step() with the group's rate and
+ * scheduler.step() in turn); used[k] printed with %.17g. min_lr 1e-5f, peak 2e-3f
+ * (warmup_max_lr for WarmupLR / WarmupDecayLR, the optimizer's lr for
+ * WarmupCosineLR), warmup_min_ratio 0.1f, cos_min_ratio 0.05f, 10 warmup steps,
+ * total 40: steps before, at and past the warmup, mid-way, at the end and past it
+ * (total+1, total+10, 2 total, 2 total+1). */
+static const int ds_steps[12] = {0, 1, 5, 10, 11, 25, 39, 40, 41, 50, 80, 81};
+static const struct {
+  int type, log; /* 0 WarmupLR, 1 WarmupDecayLR, 2 WarmupCosineLR; warmup_type */
+  double used[12];
+} ds_ref[] = {
+    {0, 0, {9.9999997473787516e-06, 9.9999997473787516e-06, 0.00080600003784638832, 0.0018010000854701504,
+            0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026,
+            0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026}},
+    {0, 1, {9.9999997473787516e-06, 9.9999997473787516e-06, 0.0014009503749512181, 0.0020000000949949022,
+            0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026,
+            0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026, 0.0020000000949949026}},
+    {1, 0, {9.9999997473787516e-06, 9.9999997473787516e-06, 0.00080600003784638832, 0.0018010000854701504,
+            0.0020000000949949026, 0.0010713333838793914, 0.00014266667276388034, 7.6333336255629544e-05,
+            9.9999997473787516e-06, 9.9999997473787516e-06, 9.9999997473787516e-06, 9.9999997473787516e-06}},
+    {1, 1, {9.9999997473787516e-06, 9.9999997473787516e-06, 0.0014009503749512181, 0.0020000000949949022,
+            0.0020000000949949026, 0.0010713333838793914, 0.00014266667276388034, 7.6333336255629544e-05,
+            9.9999997473787516e-06, 9.9999997473787516e-06, 9.9999997473787516e-06, 9.9999997473787516e-06}},
+    {2, 0, {0, 0.00020000001247972264, 0.00092000004548579463, 0.0018200000867433846, 0.0019947958953516576,
+            0.001050000050617382, 0.0001052042058831064, 0.00010000000623986132, 0.00010000000623986132,
+            0.00010000000623986132, 0.00010000000623986132, 0.00010000000623986132}},
+    {2, 1, {0, 0.00020000001247972264, 0.0014581460779601919, 0.0020000000949949022, 0.0019947958953516576,
+            0.001050000050617382, 0.0001052042058831064, 0.00010000000623986132, 0.00010000000623986132,
+            0.00010000000623986132, 0.00010000000623986132, 0.00010000000623986132}},
+};
+
+static void expect_ds(const char *what, double got, double want, int step) {
+  if (!(fabs(got - want) <= 1e-13 * fabs(want)))
+    ZS_T_REPORT("%s: step %d gives %.17g, DeepSpeed 0.19.8 %.17g", what, step, got, want);
+}
+
+static void test_deepspeed_values(void) {
+  static const char *names[3] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  static const zs_sched_kind_t kinds[3] = {ZS_SCHED_WARMUP, ZS_SCHED_WARMUP_DECAY, ZS_SCHED_WARMUP_COSINE};
+  for (size_t r = 0; r < sizeof ds_ref / sizeof ds_ref[0]; r++) {
+    zs_schedule_t s = {.kind = kinds[ds_ref[r].type], .warmup_type = ds_ref[r].log ? ZS_WARMUP_LOG : ZS_WARMUP_LINEAR,
+                       .warmup_steps = 10, .total_steps = 40, .min_lr = 1e-5f, .warmup_min_ratio = 0.1f,
+                       .cos_min_ratio = 0.05f};
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", names[ds_ref[r].type], ds_ref[r].log ? "log" : "linear");
+    for (int k = 0; k < 12; k++)
+      expect_ds(what, zs_schedule_lr(&s, (double)2e-3f, ds_steps[k]), ds_ref[r].used[k], ds_steps[k]);
+  }
+  /* issue 25.3: lr 1e-3, warmup 10, total 40, DeepSpeed's cos_min_ratio 1e-4; the
+   * old cosine climbed back (2.5e-4 at step 50, 7.5e-4 at 60) */
+  zs_schedule_t c = {.kind = ZS_SCHED_WARMUP_COSINE, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 10,
+                     .total_steps = 40, .cos_min_ratio = 1e-4f};
+  expect_ds("WarmupCosineLR issue", zs_schedule_lr(&c, (double)1e-3f, 25), 0.00050005002374983742, 25);
+  for (int step = 40; step <= 1000; step += step < 60 ? 10 : 940)
+    expect_ds("WarmupCosineLR issue", zs_schedule_lr(&c, (double)1e-3f, step), 1.0000000222353253e-07, step);
 }
 
 static void test_closed_forms(void) {
@@ -187,7 +251,7 @@ static void test_closed_forms(void) {
   expect_lr("linear mid", zs_schedule_lr(&l, 1e-3, 9), 1e-3 - 0.5 * (1e-3 - (double)1e-4f), 9);
 
   /* DeepSpeed: every type, both warmup types, warmups below and above 2 */
-  const int n = 60;
+  const int n = 90; /* past 2 total */
   for (int type = 0; type < 3; type++)
     for (int lg = 0; lg <= 1; lg++)
       for (int W = 0; W <= 12; W += 6) {
@@ -196,7 +260,7 @@ static void test_closed_forms(void) {
         zs_schedule_t s = {.kind = type == 0 ? ZS_SCHED_WARMUP : type == 1 ? ZS_SCHED_WARMUP_DECAY : ZS_SCHED_WARMUP_COSINE,
                            .warmup_type = lg ? ZS_WARMUP_LOG : ZS_WARMUP_LINEAR, .warmup_steps = W,
                            .total_steps = 40, .min_lr = 1e-5f, .warmup_min_ratio = 0.1f, .cos_min_ratio = 0.05f};
-        double used[60];
+        double used[90];
         ds_drive(&d, n, used);
         char what[64];
         snprintf(what, sizeof what, "DeepSpeed type %d %s warmup %d", type, lg ? "log" : "linear", W);
@@ -479,6 +543,7 @@ int main(int argc, char **argv) {
   zs_t_rank = 0;
   ckpt_world_open();
   const char *only = argc > 1 ? argv[1] : "";
+  if (!*only || strstr(only, "deepspeed")) zs_test_run(test_deepspeed_values);
   if (!*only || strstr(only, "closed")) zs_test_run(test_closed_forms);
   if (!*only || strstr(only, "parity")) zs_test_run(test_parity);
   if (!*only || strstr(only, "reference")) zs_test_run(test_reference);

@@ -337,6 +337,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     }
     if (n > max_unit) max_unit = n;
   }
+  trainer_layout(o, err, sizeof err); /* recorded by --save, checked by --load */
+  if ((st = zs_checkpoint_set_layout(t->zs, err)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->zs));
   TRY(declare(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));

@@ -4,10 +4,13 @@
 #include "trainer_common.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "zeroshard/checkpoint.h" // defines: ZS_CKPT_LAYOUT_MAX
 #include "zeroshard/pipeline.h"
 
 #include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
@@ -53,6 +56,29 @@ zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_
                    : gpt_data_load_licenses(data, NULL, err, sizeof err);
   if (rc || gpt_data_check(data, o->seq, err, sizeof err)) return trainer_fail(res, ZS_ERR_IO, "data", err);
   return ZS_OK;
+}
+
+void trainer_layout(const gpt_opts_t *o, char *buf, size_t n) {
+  if (o->moe_experts > 0) { /* the experts' engine: its model-parallel group is ep */
+    snprintf(buf, n, "ep=%d experts=%d", o->ep, o->moe_experts);
+    return;
+  }
+  const int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1, S = pp * o->virtual_stages;
+  int at = snprintf(buf, n, "tp=%d pp=%d", tp, pp);
+  if (pp == 1 || at < 0 || (size_t)at >= n) return;
+  if (o->virtual_stages > 1) at += snprintf(buf + at, n - (size_t)at, " virtual=%d", o->virtual_stages);
+  /* every model stage's layers (--pp-layers, or the even split); a list too long
+   * for the words zs_checkpoint_set_layout takes is named by its hash */
+  char list[8 * GPT_PP_LAYERS_MAX];
+  uint32_t h = 2166136261u;
+  size_t k = 0;
+  for (int s = 0; s < S; s++) {
+    int layers = o->pp_layers_n == S ? o->pp_layers[s] : o->layers / S;
+    if (k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", s ? "," : "", layers);
+    h = (h ^ (uint32_t)layers) * 16777619u;
+  }
+  if (at >= 0 && (size_t)at < n && (size_t)at + 8 + k < ZS_CKPT_LAYOUT_MAX) snprintf(buf + at, n - (size_t)at, " layers %s", list);
+  else if (at >= 0 && (size_t)at < n) snprintf(buf + at, n - (size_t)at, " layers #%08x of %d stages", (unsigned)h, S);
 }
 
 /* ============================================================================

@@ -41,6 +41,15 @@ zs_status_t trainer_sum_over_ranks(zs_comm_t *comm, int stride, const double *mi
  * ZS_ERR_IO with res->err saying why. */
 zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_t *res);
 
+/* The run's model-parallel layout in words for zs_checkpoint_set_layout, so a
+ * resume in another layout is refused naming both: "tp=T pp=P", then with
+ * --pp " virtual=V" (V > 1) and " layers a,b,..." (every model stage's layers:
+ * --pp-layers or the even split; " layers #HASH of S stages" where the list
+ * would not fit ZS_CKPT_LAYOUT_MAX); for the experts of --moe-experts
+ * "ep=N experts=E". The data-parallel size and stage are left out: a load may
+ * change them. */
+void trainer_layout(const gpt_opts_t *o, char *buf, size_t n);
+
 /* Clears res (val_loss NAN). */
 void trainer_result_init(gpt_result_t *res);
 /* res's arrays: losses, grad norms, lrs for `steps` + 1 steps, `nval` validation

@@ -171,6 +171,10 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
+  char layout[64]; /* the experts' parts: a resume at another --ep is refused naming both */
+  trainer_layout(o, layout, sizeof layout);
+  if ((st = zs_checkpoint_set_layout(t->xz, layout)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->xz));
   /* the routers: one handle per layer over the ep group */
   zs_moe_config_t mc = ZS_MOE_CONFIG_INIT;
   mc.num_experts = o->moe_experts, mc.top_k = o->moe_topk, mc.hidden = o->channels;

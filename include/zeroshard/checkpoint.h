@@ -5,8 +5,11 @@
  *   manifest.json            what it holds: format version, world size, stage,
  *                            step, loss scale, param dtype, optimizer, which
  *                            optimizer state it has, every tensor (name, unit,
- *                            shape), and the rank files with their sizes; its
- *                            last member is a checksum of all the text before it
+ *                            shape), and the rank files with their sizes; for a
+ *                            model-parallel part its place (mp_size, mp_rank),
+ *                            and the layout zs_checkpoint_set_layout named (an
+ *                            optional member: manifests without it still load);
+ *                            its last member is a checksum of all the text before it
  *   <id>.rank<r>.zsr         rank r's shard of every tensor: blocks of fp32 values
  *                            (master weights, Adam m and v / SGD momentum), each
  *                            with the tensor, the element offset, the count and a
@@ -70,6 +73,21 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
  * same model-parallel size; data-parallel size and stage may differ): another
  * one, or a checkpoint of the other kind, is ZS_ERR_MISMATCH on every rank. */
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
+/* Names the model-parallel layout this engine's part of the model belongs to,
+ * in the trainer's words (e.g. "tp=2 pp=1", "tp=1 pp=2 layers 3,1"): printable
+ * ASCII, at most ZS_CKPT_LAYOUT_MAX - 1 bytes; NULL or "" clears it. Say what a
+ * checkpoint cannot be resharded across (tensor and pipeline splits, virtual
+ * stages, expert parallelism), not the data-parallel size, stage or dtype,
+ * which a load may change. zs_checkpoint_save records it in each part's
+ * manifest ("layout"); zs_checkpoint_load refuses a checkpoint that recorded
+ * another layout (ZS_ERR_MISMATCH on every rank, naming both layouts and the
+ * model-parallel parts), and names both in its other layout refusals too. A
+ * checkpoint without one (saved before this call existed, or without it) loads
+ * as before, checked by its tensors. Local (not collective): call it on every
+ * rank with the same words, between zs_engine_create and the save or load.
+ * ZS_ERR_INVALID for a NULL engine or words too long or not printable. */
+#define ZS_CKPT_LAYOUT_MAX 128
+zs_status_t zs_checkpoint_set_layout(zs_engine_t *zs, const char *layout);
 /* Writes every parameter's full fp32 master values to `path` in the safetensors
  * format (tensor names as declared, "__metadata__" with the step), from rank 0.
  * A model-parallel engine holds parts of tensors: ZS_ERR_UNSUPPORTED on every
@@ -145,7 +163,10 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
  *                    that does not parse, unknown dtype string, data_offsets that
  *                    do not match dtype x shape, leave a hole, overlap or run past
  *                    the data; an index naming a missing shard or disagreeing with
- *                    the shards' headers; a tensor named twice
+ *                    the shards' headers; a tensor named twice; a NUL character
+ *                    (the escape \u0000 or a raw 0 byte) anywhere in a header's or
+ *                    an index's JSON: in a tensor name, a dtype, a shard file,
+ *                    __metadata__ (the message names the string and the byte)
  *   ZS_ERR_MISMATCH  a shape that differs from the parameter's, a non-float dtype
  *                    for a parameter, parameters with no tensor (unless
  *                    allow_missing), tensors for no parameter (unless

@@ -32,7 +32,7 @@ typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
  *             min_lr + (lr - min_lr) (1 + cos(pi (s-W)/(T-W))) / 2, min_lr from s >= T
  *   LINEAR    llm.c's linear: s < W: lr (s+1)/W; then lr - (lr - min_lr)(s-W)/(T-W),
  *             min_lr from s >= T
- * DeepSpeed's schedulers, as DeepSpeed computes them: DeepSpeed steps its
+ * DeepSpeed's schedulers, as DeepSpeed (0.19.8) computes them: DeepSpeed steps its
  * scheduler after each optimizer step, so the step taken after s steps uses
  * f(i) with i = s - 1 (the rate the scheduler set at its creation for s = 0);
  * W' = max(2, W); g(i) = ln(i+1)/ln(W') (warmup_type LOG) or i/W' (LINEAR):
@@ -41,8 +41,8 @@ typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
  *                  min_lr + (lr - min_lr) max(0, (T - i) / max(1, T - W'))
  *   WARMUP_COSINE  WarmupCosineLR: s = 0: 0; i < W': lr (r0 + (1 - r0) g(i)) with
  *                  r0 = warmup_min_ratio; then with c = cos_min_ratio
- *                  lr max(0, c + (1 - c)(1 + cos(pi (i - W' + 1)/(T - W'))) / 2)
- *                  (past T the cosine rises again, as in DeepSpeed) */
+ *                  lr max(0, c + (1 - c)(1 + cos(pi min(1, (i - W' + 1)/(T - W')))) / 2):
+ *                  lr c from s = T on (DeepSpeed holds the floor past its end) */
 typedef enum {
   ZS_SCHED_CONSTANT = 0,
   ZS_SCHED_COSINE,

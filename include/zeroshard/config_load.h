@@ -137,7 +137,8 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *       warmup_min_ratio 0): warmup_min_lr -> schedule.min_lr; warmup_max_lr ->
  *       optim.lr (DeepSpeed's scheduler overwrites the optimizer's rate; WarmupLR
  *       without it peaks at the optimizer's lr, WarmupDecayLR at 0.001 as in
- *       DeepSpeed); warmup_num_steps -> schedule.warmup_steps; total_num_steps ->
+ *       DeepSpeed); warmup_num_steps -> schedule.warmup_steps (1 or more: 0 is
+ *       an error, as DeepSpeed 0.19.8 raises one); total_num_steps ->
  *       schedule.total_steps (required by WarmupDecayLR and WarmupCosineLR);
  *       warmup_type "linear"|"log"; warmup_min_ratio, cos_min_ratio;
  *       last_batch_iteration only -1 (the schedule follows the engine's step

@@ -143,6 +143,27 @@ char *zs__ck_dir(const zs_engine_t *zs, const char *dir) {
   return out;
 }
 
+/* ---- the layout ------------------------------------------------------------------ */
+
+_Static_assert(sizeof(((zs_engine_t *)0)->ck_layout) == ZS_CKPT_LAYOUT_MAX, "the engine holds a whole layout");
+
+int zs__ck_layout_ok(const char *s) {
+  size_t n = 0;
+  for (; s[n] && n < ZS_CKPT_LAYOUT_MAX; n++)
+    if ((unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e) return 0;
+  return n < ZS_CKPT_LAYOUT_MAX;
+}
+
+zs_status_t zs_checkpoint_set_layout(zs_engine_t *zs, const char *layout) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_checkpoint_set_layout: engine is NULL");
+  if (layout && !zs__ck_layout_ok(layout))
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_checkpoint_set_layout: the layout '%.64s' is longer than %d bytes or holds a byte that is not "
+                   "printable ASCII: name it in fewer, plain words (\"tp=2 pp=1\")", layout, ZS_CKPT_LAYOUT_MAX - 1);
+  snprintf(zs->ck_layout, sizeof zs->ck_layout, "%s", layout ? layout : "");
+  return ZS_OK;
+}
+
 /* ---- common ------------------------------------------------------------------------ */
 
 int zs__ck_owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {

@@ -90,6 +90,9 @@ int zs__ck_mp_size(const zs_engine_t *zs);
 int zs__ck_owned_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b);
 /* "[5, 13]" into buf (n bytes); returns buf. */
 const char *zs__ck_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Whether s is a layout zs_checkpoint_set_layout takes (printable ASCII, shorter
+ * than ZS_CKPT_LAYOUT_MAX). */
+int zs__ck_layout_ok(const char *s);
 /* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
@@ -114,6 +117,7 @@ typedef struct {
   uint32_t crc; /* its checksum, which every rank file records */
   int world, nfiles, stage;
   int mp_size, mp_rank; /* the model-parallel part this is (1, 0 without) */
+  char layout[ZS_CKPT_LAYOUT_MAX]; /* zs_checkpoint_set_layout's words ("" when not recorded) */
   int64_t step, good_steps, hysteresis_left;
   double loss_scale;
   int has[K_COUNT];
@@ -231,5 +235,25 @@ int zs__st_find(const st_set_t *set, const char *name);
  * for F32 sources, which are read in place). */
 zs_status_t zs__st_read_f32(const st_set_t *set, int t, int64_t first, int64_t count, float *dst, void *block,
                             char *err, const char *fn);
+
+/* ---- ckpt_st_nul.c: NUL characters in a header's or an index's JSON ---- */
+
+/* Where the first NUL of text[0..n) is: a "\u0000" escape or a raw 0 byte in a
+ * string, or a raw 0 byte between tokens. Spans are [begin, end) byte offsets
+ * of strings as written, between their quotes ({0, 0}: none). */
+typedef struct {
+  size_t at;         /* the NUL's offset (an escape's backslash) */
+  int in_string;     /* inside the string s (else between tokens) */
+  int escaped;       /* "\u0000" (else a raw 0 byte) */
+  int is_key;        /* s is an object's key */
+  int depth;         /* objects and arrays open around it: 1 for a top-level key */
+  size_t s[2];       /* the string */
+  size_t k1[2], k2[2]; /* the last key at depth 1 (a tensor name) and at depth 2 */
+} json_nul_t;
+/* 1 and *o filled when text[0..n) holds a NUL, else 0. */
+int zs__json_find_nul(const char *text, size_t n, json_nul_t *o);
+/* text[span) as written, bytes outside printable ASCII as \xNN, cut at 72
+ * characters with "..."; NUL-terminated in out (cap bytes). */
+void zs__json_printable(char *out, size_t cap, const char *text, const size_t *span);
 
 #endif

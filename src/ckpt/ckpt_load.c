@@ -18,15 +18,54 @@ static zs_status_t state_put(zs_engine_t *zs, float *dst, const float *pinned_sr
   return st == ZS_OK ? zs_stream_synchronize(zs->dev, zs->compute) : st;
 }
 
-/* The manifest against the engine's declaration and optimizer state: another
- * model is ZS_ERR_MISMATCH (the manifest itself has passed its checks). */
-static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
+/* ---- layouts ------------------------------------------------------------------------ */
+
+/* A checkpoint's (saved) or this engine's layout in words for messages: the
+ * words zs_checkpoint_set_layout gave, if any, and the model-parallel part
+ * (mp_rank < 0: the checkpoint's parts as a whole). */
+static const char *layout_words(char *buf, size_t n, int saved, const char *layout, int mp_rank, int mp_size) {
+  char part[64];
+  if (mp_size <= 1) snprintf(part, sizeof part, "no model parallelism");
+  else if (mp_rank < 0) snprintf(part, sizeof part, "%d model-parallel parts", mp_size);
+  else snprintf(part, sizeof part, "%spart %d of %d", saved || !layout[0] ? "model-parallel " : "", mp_rank, mp_size);
+  if (layout[0]) snprintf(buf, n, "%s%s (%s)", saved ? "with " : "", layout, part);
+  else if (mp_size <= 1) snprintf(buf, n, "without model parallelism (%s)", saved ? "no layout recorded" : "no layout given");
+  else snprintf(buf, n, "%s%s (%s)", saved ? "as " : "", part, saved ? "no layout recorded" : "no layout given");
+  return buf;
+}
+
+/* ZS_ERR_MISMATCH: the checkpoint in top was saved in another layout. */
+static zs_status_t other_layout(zs_engine_t *zs, const char *top, const char *layout, int mp_rank, int mp_size) {
+  char saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
   int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
-  if (m->mp_size != mp || m->mp_rank != (mp > 1 ? zs->mp_rank : 0))
-    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                   "zs_checkpoint_load: the checkpoint holds model-parallel part %d of %d, this engine is part %d of %d "
-                   "(load a model-parallel checkpoint with the layout that saved it)",
-                   m->mp_rank, m->mp_size, mp > 1 ? zs->mp_rank : 0, mp);
+  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "zs_checkpoint_load: checkpoint %s was saved %s; this run is %s: load it with the layout that saved "
+                 "it (resharding across tensor or pipeline layouts is not supported yet)", top,
+                 layout_words(saved, sizeof saved, 1, layout, mp_rank, mp_size),
+                 layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp));
+}
+
+/* After another model's tensor: whether the layouts may be why, in words ("" when no
+ * model parallelism and no layout words are involved). */
+static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const manifest_t *m) {
+  char saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
+  int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
+  if (mp == 1 && m->mp_size == 1 && !m->layout[0] && !zs->ck_layout[0]) return "";
+  snprintf(buf, n, "; or of another layout: it was saved %s, this run is %s",
+           layout_words(saved, sizeof saved, 1, m->layout, m->mp_rank, m->mp_size),
+           layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp));
+  return buf;
+}
+
+/* The manifest against the engine's layout, declaration and optimizer state:
+ * another model or layout is ZS_ERR_MISMATCH (the manifest itself has passed
+ * its checks). Layout words recorded on both sides must be the same. */
+static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manifest_t *m) {
+  int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
+  if (m->mp_size != mp || m->mp_rank != (mp > 1 ? zs->mp_rank : 0) ||
+      (m->layout[0] && zs->ck_layout[0] && strcmp(m->layout, zs->ck_layout)))
+    return other_layout(zs, top, m->layout, m->mp_rank, m->mp_size);
+  char hint[2 * ZS_CKPT_LAYOUT_MAX + 256];
   for (int k = K_M; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k) && !m->has[k])
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
@@ -48,14 +87,14 @@ static zs_status_t check_manifest(zs_engine_t *zs, const manifest_t *m) {
     if (!same)
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "zs_checkpoint_load: tensor %d is '%s' of shape %s in the checkpoint but '%s' of shape %s in "
-                     "this engine: a checkpoint of another model, or parameters declared in another order",
+                     "this engine: a checkpoint of another model, or parameters declared in another order%s",
                      i, m->tname[i], zs__ck_shape_str(s0, sizeof s0, m->tndim[i], m->tshape[i]), p->name,
-                     zs__ck_shape_str(s1, sizeof s1, p->ndim, p->shape));
+                     zs__ck_shape_str(s1, sizeof s1, p->ndim, p->shape), layout_hint(hint, sizeof hint, zs, m));
   }
   if (m->ntensors != zs->nparams)
-    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')",
+    return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')%s",
                    m->ntensors, zs->nparams, m->ntensors > zs->nparams ? "extra" : "missing",
-                   m->ntensors > zs->nparams ? m->tname[n] : zs->params[n].name);
+                   m->ntensors > zs->nparams ? m->tname[n] : zs->params[n].name, layout_hint(hint, sizeof hint, zs, m));
   return ZS_OK;
 }
 
@@ -144,22 +183,26 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
   manifest_t m;
   staging_t s = {0};
   st = zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load");
-  if (st != ZS_OK) { /* a checkpoint of the other kind (model-parallel or not) says so */
+  if (st != ZS_OK) { /* a checkpoint of the other kind (model-parallel or not), or with fewer parts, says so */
     char probe[CK_PATH + 32];
     struct stat sb;
-    if (zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/manifest.json", top), stat(probe, &sb) == 0))
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s was saved without model parallelism; this engine "
-                   "is model-parallel part %d of %d and reads %s", top, zs->mp_rank, zs__ck_mp_size(zs), dir);
-    else if (zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0))
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s holds no part %d (%s): it was saved by a run with "
-                   "fewer model-parallel ranks than this one's %d; load it with the layout that saved it", top,
-                   zs->mp_rank, dir, zs__ck_mp_size(zs));
-    else if (!zs__ck_mp_size(zs) && (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0))
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: %s was saved by a model-parallel run (one part per "
-                   "mp<rank> folder): load it with the layout that saved it", top);
+    const int mp = zs__ck_mp_size(zs);
+    manifest_t o;
+    if (snprintf(probe, sizeof probe, "%s/manifest.json", dir), stat(probe, &sb) == 0)
+      probe[0] = 0; /* this part's manifest is there but fails its checks: that is the error */
+    else if (mp && (snprintf(probe, sizeof probe, "%s/manifest.json", top), stat(probe, &sb) == 0))
+      snprintf(probe, sizeof probe, "%s", top);
+    else if (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0)
+      snprintf(probe, sizeof probe, "%s/mp0", top);
+    else
+      probe[0] = 0;
+    if (probe[0] && (st = zs__ck_parse_manifest(probe, &o, zs->err, "zs_checkpoint_load")) == ZS_OK) {
+      st = other_layout(zs, top, o.layout, -1, o.mp_size);
+      zs__ck_manifest_free(&o);
+    }
   }
   int have_m = st == ZS_OK;
-  if (st == ZS_OK) st = check_manifest(zs, &m);
+  if (st == ZS_OK) st = check_manifest(zs, top, &m);
   if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint");
   if (st == ZS_OK) {

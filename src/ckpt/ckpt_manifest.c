@@ -119,6 +119,10 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
           CK_MAX_WORLD);
     m->mp_size = (int)mps->valuedouble, m->mp_rank = (int)mpr->valuedouble;
   }
+  const cJSON *lay = get(j, "layout"); /* optional: manifests before it load as they did */
+  if (lay && !(cJSON_IsString(lay) && zs__ck_layout_ok(lay->valuestring)))
+    BAD("%s: %s: layout is not a string of printable ASCII shorter than %d bytes", fn, path, ZS_CKPT_LAYOUT_MAX);
+  if (lay) snprintf(m->layout, sizeof m->layout, "%s", lay->valuestring);
   const cJSON *step = get(j, "step"), *ls = get(j, "loss_scale"), *gs = get(j, "good_steps"),
               *hl = get(j, "hysteresis_left");
   if (!num_ok(step, 0, 9e15)) BAD("%s: %s: step is missing or not an integer in 0..9e15", fn, path);

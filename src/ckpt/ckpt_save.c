@@ -179,6 +179,7 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
     cJSON_AddNumberToObject(m, "mp_size", zs__ck_mp_size(zs));
     cJSON_AddNumberToObject(m, "mp_rank", zs->mp_rank);
   }
+  if (zs->ck_layout[0]) cJSON_AddStringToObject(m, "layout", zs->ck_layout); /* zs_checkpoint_set_layout */
   cJSON_AddNumberToObject(m, "stage", zs->cfg.stage);
   cJSON_AddNumberToObject(m, "step", (double)zs->step);
   cJSON_AddNumberToObject(m, "loss_scale", zs->loss_scale);

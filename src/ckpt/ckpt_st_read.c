@@ -223,6 +223,35 @@ static zs_status_t check_tiling(st_set_t *set, int f, int first, int64_t data_st
   return st;
 }
 
+/* A NUL in a header (index 0; the header starts at file byte 8) or in an index
+ * (index 1) is ZS_ERR_CORRUPT, naming the string it is in and where (see
+ * ckpt_st_nul.c for why it is looked for before the JSON is parsed). */
+static zs_status_t refuse_nul(const char *text, size_t n, int index, const char *path, char *err, const char *fn) {
+  json_nul_t z;
+  if (!zs__json_find_nul(text, n, &z)) return ZS_OK;
+  char s[320], k1[320], k2[320], what[720], where[80];
+  zs__json_printable(s, sizeof s, text, z.s);
+  zs__json_printable(k1, sizeof k1, text, z.k1);
+  zs__json_printable(k2, sizeof k2, text, z.k2);
+  if (index) snprintf(where, sizeof where, "byte %zu", z.at);
+  else snprintf(where, sizeof where, "header byte %zu, file byte %zu", z.at, z.at + 8);
+  if (!z.in_string)
+    return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: a raw 0 byte stands between the JSON tokens at %s%s%s%s: not JSON",
+                   fn, path, where, !k1[0] ? "" : z.depth > 1 ? " (in '" : index ? " (after '" : " (after tensor '",
+                   k1, k1[0] ? "')" : "");
+  const int meta = !index && !strcmp(k1, "__metadata__"), wmap = index && !strcmp(k1, "weight_map");
+  if (z.depth == 1 && z.is_key) snprintf(what, sizeof what, "%s '%s'", index ? "the member name" : "the tensor name", s);
+  else if (wmap && z.depth == 2) snprintf(what, sizeof what, z.is_key ? "the tensor name '%s' in weight_map" :
+                                          "the shard file '%s' of tensor '%s'", s, k2);
+  else if (meta && z.depth == 2) snprintf(what, sizeof what, z.is_key ? "the __metadata__ key '%s'" :
+                                          "the __metadata__ value '%s' of key '%s'", s, k2);
+  else if (!index && z.depth == 2 && !z.is_key && !strcmp(k2, "dtype"))
+    snprintf(what, sizeof what, "the dtype '%s' of tensor '%s'", s, k1);
+  else snprintf(what, sizeof what, "the string '%s' under '%s'", s, k1);
+  return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: %s holds a NUL character (%s at %s): the string would be cut there, so "
+                 "the file is refused", fn, path, what, z.escaped ? "the escape \\u0000" : "a raw 0 byte", where);
+}
+
 static zs_status_t parse_file(st_set_t *set, int f, char *err, const char *fn) {
   const char *path = set->path[f];
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -252,6 +281,7 @@ static zs_status_t parse_file(st_set_t *set, int f, char *err, const char *fn) {
   if (!text) return ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory for the header of %s", fn, path);
   zs_status_t st = pread_all(fd, text, (size_t)n, 8, path, err, fn);
   text[n] = 0;
+  if (st == ZS_OK) st = refuse_nul(text, (size_t)n, 0, path, err, fn);
   cJSON *h = NULL;
   const char *end = NULL;
   if (st == ZS_OK) {
@@ -297,7 +327,7 @@ static zs_status_t shard_path(const char *dir, const char *shard, const char *te
   return ZS_OK;
 }
 
-static zs_status_t read_text(const char *path, char **out, char *err, const char *fn) {
+static zs_status_t read_text(const char *path, char **out, size_t *len, char *err, const char *fn) {
   *out = NULL;
   FILE *f = fopen(path, "rb");
   if (!f) return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
@@ -317,6 +347,7 @@ static zs_status_t read_text(const char *path, char **out, char *err, const char
   }
   t[sb.st_size] = 0;
   *out = t;
+  *len = (size_t)sb.st_size;
   return ZS_OK;
 }
 
@@ -324,7 +355,13 @@ static zs_status_t read_text(const char *path, char **out, char *err, const char
  * every tensor it lists is in the shard it names, and every shard's tensor is listed there. */
 static zs_status_t open_index(st_set_t *set, const char *ipath, char *err, const char *fn) {
   char *text = NULL;
-  ZS_CHECK(read_text(ipath, &text, err, fn));
+  size_t len = 0;
+  ZS_CHECK(read_text(ipath, &text, &len, err, fn));
+  zs_status_t nul = refuse_nul(text, len, 1, ipath, err, fn);
+  if (nul != ZS_OK) {
+    free(text);
+    return nul;
+  }
   cJSON *root = cJSON_Parse(text);
   free(text);
   const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");

@@ -126,6 +126,9 @@ static zs_status_t ds_param(ctx_t *x, int t, const cJSON *v, const char *path) {
         return ZS_OK;
       }
       ZS_CHECK(zs__config_get(x, v, path, K_STEPS, zs__config_kind_expect[K_STEPS], &num, &word));
+      if (warm && num == 0) /* DeepSpeed 0.19.8 raises ValueError; its warmup lasts at least 2 steps */
+        return zs__config_wrong(x, v, path, "DeepSpeed refuses it too (a positive integer): use 1 or more (the "
+                                "warmup lasts max(2, warmup_num_steps) steps)");
       if (warm) s->warmup_steps = (int64_t)num;
       else s->total_steps = (int64_t)num;
       origin_set(&x->org, warm ? "schedule.warmup_steps" : "schedule.total_steps", path);

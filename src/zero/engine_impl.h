@@ -180,6 +180,7 @@ struct zs_engine {
   zs_optim_seg_t *segs; /* every optimizer segment, built at setup */
   int nsegs;
   unsigned char *seg_in_norm; /* per segment: counted in this rank's share of the norm */
+  char ck_layout[128]; /* zs_checkpoint_set_layout's words ("" none; ZS_CKPT_LAYOUT_MAX) */
   char err[ZS_ERRBUF];
 };
 

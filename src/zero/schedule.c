@@ -50,8 +50,11 @@ double zs_schedule_lr(const zs_schedule_t *s, double lr, int64_t step) {
           double r0 = s->warmup_min_ratio;
           return lr * (r0 + ds_gamma(s, i, wp) * (1.0 - r0));
         }
+        /* the progress stops at 1 (DeepSpeed 0.19.8): from step T on the rate
+         * stays at lr x cos_min_ratio instead of climbing back */
         double c = s->cos_min_ratio;
-        double r = (1.0 + cos(M_PI * (double)(i - wp + 1) / (double)(T - wp))) / 2.0;
+        double progress = fmin(1.0, (double)(i - wp + 1) / fmax(1.0, (double)(T - wp)));
+        double r = (1.0 + cos(M_PI * progress)) / 2.0;
         return lr * fmax(0.0, c + (1.0 - c) * r);
       }
       if (i < 0) return lo;
