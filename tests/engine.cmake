@@ -10,6 +10,15 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # what a trainer touches: slots (persistent units), declarations refused,
   # setup failing on some ranks, the clipping rule, layout figures
   zs_add_test(NAME test_engine_api SOURCES test_engine_api.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120)
+  # a model larger than the host memory this process may use: ZS_ERR_NOMEM at
+  # setup, before allocating, naming the limit (MemAvailable, RLIMIT_AS, and a
+  # memory cgroup of 512 MiB that tests/scripts/room_cgroup.sh makes and removes)
+  zs_add_test(NAME test_engine_room SOURCES test_engine_room.c LIBS zeroshard_static RANKS 1 2 TIMEOUT 60)
+  add_test(NAME test_engine_room_cgroup_np2
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/room_cgroup.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:test_engine_room>)
+  set_tests_properties(test_engine_room_cgroup_np2 PROPERTIES LABELS "mpi" SKIP_RETURN_CODE 77 TIMEOUT 120
+                       ENVIRONMENT "${ZS_MPIEXEC_ENV}")
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

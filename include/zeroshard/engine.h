@@ -157,7 +157,15 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
  * allocation, the init callback, which at stage 3 runs on each rank's own
  * ranges) fails setup on every rank with the lowest failing rank's status and
  * message ("zs_engine_setup failed on rank R: ..."); a failed setup frees what
- * it made, and the engine can be set up again. */
+ * it made, and the engine can be set up again. Before allocating anything, each
+ * rank compares what it will take from the host (zs_engine_estimate: host-domain
+ * state and staging, plus the device's peak where the device's memory is the
+ * host's, the cpu device) with what the kernel will give it before refusing or
+ * killing: the least of MemAvailable and its memory cgroup's limit (every
+ * ancestor; cgroup v1 or v2), both split among the node's ranks, and RLIMIT_AS;
+ * more is ZS_ERR_NOMEM naming the numbers and the limit, so that the OOM killer
+ * never picks a process (maybe another job's) for a model that cannot fit.
+ * ZS_MEM_CHECK=0 skips the check. */
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
 /* Collective (every rank, same parameter, same values): copies this rank's part
  * of the parameter's full fp32 data (numel values) into its storage; a delayed

@@ -70,6 +70,7 @@ typedef struct {
   char simd[16];            /* ZS_SIMD: force a CPU path: scalar|avx2|avx512 ("" = best) */
   char trace[512];          /* ZS_TRACE: trace file prefix ("" = off; zeroshard/trace.h) */
   int nvtx;                 /* ZS_NVTX=1: NVTX ranges on CUDA builds without ZS_TRACE (zeroshard/trace.h) */
+  int mem_check;            /* ZS_MEM_CHECK=0: setup skips its host-memory room check (default 1) */
 } zs_settings_t;
 
 const zs_settings_t *zs__settings(void);

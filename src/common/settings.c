@@ -21,7 +21,7 @@ static const char *const fault_env[ZS_FAULT_COUNT] = {"ZS_FAULT_HOST_ALLOC", "ZS
                                                       "ZS_FAULT_PINNED"};
 
 static void settings_read(void) {
-  zs_settings_t s = {.log_level = ZS_LOG_WARN, .comm_timeout_s = 300.0, .threads = 0};
+  zs_settings_t s = {.log_level = ZS_LOG_WARN, .comm_timeout_s = 300.0, .threads = 0, .mem_check = 1};
   const char *v = getenv("ZS_LOG");
   if (v) {
     if (!strcasecmp(v, "none")) s.log_level = ZS_LOG_NONE;
@@ -48,6 +48,7 @@ static void settings_read(void) {
   if ((v = getenv("ZS_SIMD")) && *v) snprintf(s.simd, sizeof s.simd, "%s", v);
   if ((v = getenv("ZS_TRACE")) && *v) snprintf(s.trace, sizeof s.trace, "%s", v);
   if ((v = getenv("ZS_NVTX")) && *v) s.nvtx = strcmp(v, "0") != 0;
+  if ((v = getenv("ZS_MEM_CHECK")) && *v) s.mem_check = strcmp(v, "0") != 0 && strcasecmp(v, "off") != 0;
   settings = s;
   for (int f = 0; f < ZS_FAULT_COUNT; f++) {
     int skip = 0, count = 0;

@@ -45,6 +45,18 @@ void *zs__host_malloc(size_t bytes);
 void zs__host_trim(void);
 void zs__host_free(void *p, size_t bytes);
 
+/* ---- room ------------------------------------------------------------------ */
+
+/* What this process may still take from the host before the kernel refuses
+ * (RLIMIT_AS, per process) or kills (its memory cgroup's limit, every ancestor;
+ * the node's MemAvailable: both shared with the node's other processes). */
+typedef struct {
+  uint64_t bytes; /* the least of them; UINT64_MAX where none is known */
+  int shared;     /* the least is shared with the node's other processes */
+  char what[320]; /* which, with its figures */
+} zs_host_room_t;
+void zs__host_room(zs_host_room_t *r);
+
 /* ---- pinned arena ---------------------------------------------------------- */
 
 /* Allocates from a jemalloc arena whose extents come from mmap and are page-locked

@@ -7,6 +7,7 @@
 
 #include "common/half.h"
 #include "device/device_impl.h"
+#include "memory/memory.h"
 #include "zero/engine_impl.h"
 
 /* ============================================================================
@@ -349,7 +350,40 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
 /* The local part of setup: allocation, segments, initial values. A failure
  * returns at once; zs_engine_setup agrees on it with the other ranks and undoes
  * what was made. */
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* Before anything is allocated, what setup will take from the host (the
+ * estimate: host-domain state and staging, and on a device whose memory is the
+ * host's, its peak too) against what the kernel will give this process before it
+ * refuses or kills (zs__host_room; a limit the node's processes share is split
+ * among this node's ranks): a model larger than memory is ZS_ERR_NOMEM with the
+ * numbers, not a process the OOM killer picks (maybe another job's). */
+static zs_status_t check_room(zs_engine_t *zs) {
+  if (!zs__settings()->mem_check) return ZS_OK;
+  zs_mem_estimate_t e;
+  ZS_CHECK(zs_engine_estimate(zs, zs->nshard, &e));
+  size_t dfree, dtotal;
+  int device_is_host = zs_device_mem_info(zs->dev, &dfree, &dtotal) == ZS_ERR_UNSUPPORTED;
+  uint64_t state = e.host_model_state + (device_is_host ? e.device_model_state : 0);
+  uint64_t need = e.host_model_state + e.host[ZS_MEM_COMM] + (device_is_host ? e.device_peak_bound : 0);
+  zs_host_room_t r;
+  zs__host_room(&r);
+  zs_node_ranks_t nr = zs__node_ranks();
+  int share = r.shared && nr.local_size > 1 ? nr.local_size : 1;
+  uint64_t room = r.bytes == UINT64_MAX ? r.bytes : r.bytes / (uint64_t)share;
+  if (need <= room) return ZS_OK;
+  char split[64] = "";
+  if (share > 1) snprintf(split, sizeof split, ", split among this node's %d ranks", share);
+  return ZS_FAIL(zs->err, ZS_ERR_NOMEM,
+                 "zs_engine_setup: rank %d would allocate %.3f GiB of host memory (model state %.3f GiB, staging and "
+                 "transients at their peak %.3f GiB%s) but may use %.3f GiB: %s%s. Raise the stage, offload, use "
+                 "more ranks or a smaller model; or set ZS_MEM_CHECK=0 to allocate anyway",
+                 zs->rank, gib(need), gib(state), gib(need - state),
+                 device_is_host ? "; the device's memory is the host's" : "", gib(room), r.what, split);
+}
+
 static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
+  ZS_CHECK(check_room(zs));
   layout(zs);
   if (zs->offload) {
     /* the offloaded state in one page-locked region, sized by the estimate,
