@@ -115,7 +115,11 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
  * joins the gradient norm and names checkpoints' parts
  * (zs_engine_set_model_parallel), and ZS_PARAM_MP_REPLICATED follows the
  * ZS_MESH_TP dimension. Collective over the mesh's world (the mesh makes the
- * groups' comms the first time). The mesh must outlive the engine. */
+ * groups' comms the first time). The mesh must outlive the engine.
+ * A pipeline trainer runs one engine round per pipeline step around zs_pp_run,
+ * each rank declaring its own stages' parameters: the contract is in
+ * zeroshard/pipeline.h ("With the engine"); tensor parallelism's replicated
+ * parameters in zeroshard/tp.h. */
 typedef struct zs_mesh zs_mesh_t;
 zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh);
 /* Waits for queued work, frees everything the engine allocated and sets every

@@ -64,6 +64,37 @@
  * transfer earlier removes no post that a wait relies on, so this too cannot
  * deadlock; the buffer plan never gives the two the same buffer.
  *
+ * With the engine (zeroshard/engine.h), the contract examples/pipeline and
+ * examples/gpt follow:
+ *   - Mesh: a pp dimension (role ZS_MESH_PP) and the data-parallel ones
+ *     (zeroshard/mesh.h); the runtime runs on zs_mesh_comm(mesh, "pp"), one
+ *     engine per rank on zs_engine_create_mesh, whose model-parallel group
+ *     (pp, and tp if any) joins the gradient norm and names checkpoint parts.
+ *   - Declaration: a rank declares the parameters of every chunk it holds,
+ *     and only those, to its one engine: chunk c (model stage c*p + r), c =
+ *     0..v-1, e.g. one unit per chunk or per layer of a chunk, in chunk order.
+ *     Ranks of one data-parallel group hold the same chunks, so their
+ *     declarations agree as the engine requires; ranks of other pp
+ *     coordinates declare other parameters (they are other engines). A
+ *     parameter two stages hold (a tied embedding and LM head) is declared on
+ *     both, flagged ZS_PARAM_TIED_COPY on the second, and the trainer adds the
+ *     two gradients into both before zs_reduce.
+ *   - One engine round per step: zs_forward_begin, zs_backward_begin, zs_gather
+ *     of each of the rank's units, zs_pp_run (every micro-batch's forward and
+ *     backward through the callbacks, which read parameters from the slots and
+ *     add into the gradient slots), zs_reduce of each unit, zs_step. At stage 3
+ *     a unit is gathered once a step and held through it (a rank holds its
+ *     stages' parameters, 1/p of the model, during the step); the gradients of
+ *     all m micro-batches add up in the slots and are reduced once.
+ *   - Loss scaling: the step's gradient must be the mean over the data-parallel
+ *     rank's whole batch, so the last stage starts each micro-batch's backward
+ *     from its loss's gradient times 1/m (the mean over micro-batches); the
+ *     engine averages over data-parallel ranks itself. A per-step loss to report
+ *     is the last stage's sum of each micro-batch's loss / m (0 on other stages:
+ *     sum it over the pp comm).
+ *   - Failure: a step that fails (a callback's status, a transfer's) leaves the
+ *     engine mid-round and the peers waiting; see zs_pp_run.
+ *
  * Thread rules: a schedule is immutable after creation and may be shared. A
  * zs_pp_t is used from one thread at a time.
  */

@@ -47,6 +47,15 @@
  * when the trainer lays tokens out [T,B,C] (Megatron's order). Attention needs
  * whole sequences, and gets them inside the tensor-parallel region, after the
  * all-gather.
+ * Replicated parameters under sequence parallelism: a LayerNorm's weight, a
+ * row-parallel layer's bias and the position table are the same on every tp
+ * rank, but each rank now computes their gradient from its own rows/tp rows
+ * only, so the trainer sums that gradient over the tp comm (zs_comm_all_reduce,
+ * ZS_SUM, on its gradient slot, before zs_reduce) to get the whole batch's,
+ * which is what the engine then averages over data parallelism. Without
+ * sequence parallelism every tp rank already holds the whole gradient: no sum.
+ * Either way flag them ZS_PARAM_MP_REPLICATED so the gradient norm counts
+ * them once (zeroshard/engine.h); the flag does not sum anything.
  *
  * ---- the vocabulary split --------------------------------------------------------
  * The embedding table [V, C] (and the tied LM head) is split in tp contiguous
