@@ -14,7 +14,7 @@
  * every rank:
  *   model_state_bytes       device-domain params + grads + optimizer after zs_step
  *   host_model_state_bytes  the same in the host domain (offload)
- *   formula_bytes           DESIGN.md's table computed here from the shapes alone
+ *   formula_bytes           docs/design.md's table computed here from the shapes alone
  *                           (not from the engine's layout): each parameter starts
  *                           at a multiple of 64 elements, a unit is padded to a
  *                           multiple of 64 x ranks, shard = padded / ranks
@@ -312,7 +312,7 @@ static int64_t unit_padded(const mb_model_t *m, int u, int n) {
   return t ? t : q;
 }
 
-/* DESIGN.md's table per unit with pb/rb bytes per param/reduce element: fp32
+/* docs/design.md's table per unit with pb/rb bytes per param/reduce element: fp32
  * master (none of its own when params are fp32), Adam m and v. Offload moves
  * master, m, v and an fp32 gradient shard (16 bytes per shard element) to the
  * host; the device keeps the parameters (full at stages 1-2, a shard at 3) and

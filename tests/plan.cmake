@@ -1,5 +1,5 @@
 # Owner: plan. zs-plan (tools/zs_plan.c) checked from outside:
-#   test_plan               its JSON, memory and traffic against DESIGN.md's formulas,
+#   test_plan               its JSON, memory and traffic against docs/design.md's formulas,
 #                           its choices on given inputs (no network, one process)
 #   test_plan_membench      its memory and comm bytes against zs-membench at 4 ranks on
 #                           this machine, option by option, exactly (flat, hybrid, bf16, GPT)

@@ -131,7 +131,7 @@ static void step(model_t *m, int s, int reference, const float *act_ref, int *nu
   if (!reference) *null_ok &= slots_null(m);
 }
 
-/* Per-kind model state (DESIGN.md's table with frozen units): every unit's
+/* Per-kind model state (docs/design.md's table with frozen units): every unit's
  * parameters as its stage shards them; gradients, master (16-bit params), m
  * and v for the trainable units only. */
 static void formula(int stage, size_t pb, size_t rb, int n, int64_t base_numel[2], int64_t ad_numel[2],

@@ -44,7 +44,7 @@ typedef struct {
   uint64_t host_grads, host_optim, host_params; /* host domain (offload) */
 } expect_t;
 
-/* Model-state bytes between steps (DESIGN.md's table with pb/rb bytes per
+/* Model-state bytes between steps (docs/design.md's table with pb/rb bytes per
  * param/reduce element, fp32 master, m and v). */
 static expect_t formula_static(int stage, size_t pb, size_t rb, int offload, int delayed) {
   expect_t e = {0};
@@ -154,7 +154,7 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off, int ns) {
     /* delayed update: + 4 (second fp32 grad shard) + 2 (bf16 param copies) */
     expect_u64_eq(st.host_grads + st.host_optim + st.host_params, (off == 2 ? 22 : 16) * S);
   }
-  /* DESIGN.md's table in its own terms for mixed precision (2 + 2 + 12) */
+  /* docs/design.md's table in its own terms for mixed precision (2 + 2 + 12) */
   if (dt == ZS_BF16 && !off) {
     uint64_t P = 0, S = 0;
     for (int u = 0; u < NU; u++) P += (uint64_t)Pu[u], S += (uint64_t)Su[u];

@@ -6,7 +6,7 @@
  * stdout and checks the issue's contract: the keys, one entry per rank, the
  * measured model-state bytes equal to the formula on every rank and at every
  * stage (device and host), the categories adding up, offload moving state to the
- * host, and the formula itself against DESIGN.md's table in closed form from
+ * host, and the formula itself against docs/design.md's table in closed form from
  * padded_params (P; S = P / ranks): fp32 16P, 8P+8S, 4P+12S, 16S; bf16 16P,
  * 4P+12S, 2P+14S, 16S; offload device 2pbP, pbP, pbS and host 16S. Traffic: with
  * --units every byte sent is ZeRO's (no extra); one rank sends nothing.
@@ -53,7 +53,7 @@ static void test_top_level(void) {
   expect_true(cJSON_IsTrue(item(doc, "ok")));
 }
 
-/* DESIGN.md's table per stage in closed form (pb == rb). */
+/* docs/design.md's table per stage in closed form (pb == rb). */
 static void table(int stage, int offload, int delayed, long long pb, long long P, long long S, long long *dev,
                   long long *host) {
   if (offload) {

@@ -1,7 +1,7 @@
 /* zs-plan checked from outside the program.
  *
  *   test_plan ZS-PLAN
- *       the JSON contract, memory and traffic against DESIGN.md's formulas in
+ *       the JSON contract, memory and traffic against docs/design.md's formulas in
  *       closed form, and the choices on given inputs (no network, no mpiexec:
  *       zs-plan is one process)
  *   test_plan ZS-PLAN --membench MPIEXEC ZS-MEMBENCH
@@ -162,7 +162,7 @@ static void test_formulas(void) {
   const cJSON *s0 = option(d, 0, 4, 0), *f3 = option(d, 3, 4, 0), *h3 = option(d, 3, 2, 0);
   const cJSON *f3o = option(d, 3, 4, 1), *f1 = option(d, 1, 4, 0), *h1 = option(d, 1, 2, 0);
   assert_true(s0 && f3 && h3 && f3o && f1 && h1);
-  /* DESIGN.md's table, fp32 (the master is the parameter): 16psi, 4P + 12P/N, 16P/N; hybrid at Ns */
+  /* docs/design.md's table, fp32 (the master is the parameter): 16psi, 4P + 12P/N, 16P/N; hybrid at Ns */
   expect_int_eq(num(s0, "model_state_bytes"), 16 * P);
   expect_int_eq(num(f1, "model_state_bytes"), 8 * P + 8 * P / 4);
   expect_int_eq(num(f3, "model_state_bytes"), 16 * P / 4);

@@ -6,8 +6,9 @@
  * with pp=2 x dp=2 x tp=2 over 8 ranks, world rank r has coordinates
  * (r / 4, r / 2 % 2, r % 2), so the innermost dimension (tp) joins neighbouring
  * ranks. Order them as Megatron does, pp, dp_replicate, dp_shard, tp: tp
- * innermost keeps tensor-parallel traffic inside a node, and dp_shard = ranks
- * per node (the default mesh) keeps the shards' gathers on the node's links.
+ * innermost keeps tensor-parallel traffic inside a node, and a dp_shard x tp
+ * block of a node (or of a pipeline stage smaller than a node: the default
+ * mesh) keeps the shards' gathers on the node's links.
  *
  * Roles. Every dimension has a role (zs_mesh_role_t), and every rule of the
  * library follows the role, never the spelling of a name: the engine's
