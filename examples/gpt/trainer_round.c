@@ -56,8 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
 #include "trainer_impl.h"
+#include "zeroshard/types.h" // defines: zs_bf16_from_float, zs_float_from_bf16 (the library's rounding)
 
 /* ============================================================================
  * model calls: gpt.c on the CPU, model_cuda.c on the GPU
@@ -174,7 +174,7 @@ zs_status_t trainer_bf16_widen(trainer_t *t, float *p, const uint16_t *src, int6
   if (t->cuda) return cu_check(t, opc_bf16_to_f32(p, src, n, 0), "widening bf16 parameters");
 #endif
 #pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+  for (int64_t k = 0; k < n; k++) p[k] = zs_float_from_bf16(src[k]);
   return ZS_OK;
 }
 
@@ -183,7 +183,7 @@ zs_status_t trainer_bf16_add(trainer_t *t, uint16_t *dst, const float *src, int6
   if (t->cuda) return cu_check(t, opc_bf16_add_f32(dst, src, n, 0), "adding gradients into bf16 slots");
 #endif
 #pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + src[k]);
+  for (int64_t k = 0; k < n; k++) dst[k] = zs_bf16_from_float(zs_float_from_bf16(dst[k]) + src[k]);
   return ZS_OK;
 }
 
