@@ -241,18 +241,15 @@ static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t 
 /* The learning-rate schedule, set once the step count is known (a checkpoint's
  * step + --steps by default, so a resumed run ends its curve where it stops). */
 static zs_status_t set_schedule(trainer_t *t, gpt_result_t *res) {
-  const gpt_opts_t *o = t->o;
-  if (o->lr_schedule == ZS_SCHED_CONSTANT) return ZS_OK;
-  int64_t total = o->lr_steps > 0 ? o->lr_steps : t->step0 + o->steps;
-  int64_t warmup = o->warmup >= 0 ? o->warmup : total / 20;
-  if (total <= warmup) {
-    if (o->lr_steps == 0 && o->warmup < 0) return ZS_OK; /* nothing to schedule (--steps 0) */
+  zs_schedule_t s;
+  const int rc = trainer_schedule(t->o, t->step0, &s);
+  if (rc == 0) return ZS_OK;
+  if (rc < 0) {
     char msg[160];
     snprintf(msg, sizeof msg, "--warmup %lld needs a longer schedule than %lld steps: lower --warmup or raise "
-             "--lr-steps", (long long)warmup, (long long)total);
+             "--lr-steps", (long long)s.warmup_steps, (long long)s.total_steps);
     return trainer_fail(res, ZS_ERR_INVALID, "options", msg);
   }
-  zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
   zs_status_t st = zs_engine_set_schedule(t->zs, &s);
   if (st != ZS_OK) return trainer_fail(res, st, "zs_engine_set_schedule", zs_engine_last_error(t->zs));
   return ZS_OK;
@@ -296,10 +293,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
 
   /* data */
   TRY(trainer_data_load(&t->data, o, res));
-  t->v_total = o->val_seqs < gpt_data_val_windows(&t->data, o->seq) ? o->val_seqs
-                                                                     : gpt_data_val_windows(&t->data, o->seq);
-  t->v_first = (int)((int64_t)t->v_total * t->dp_rank / t->dp);
-  t->v_count = (int)((int64_t)t->v_total * (t->dp_rank + 1) / t->dp) - t->v_first;
+  trainer_val_split(&t->data, o, t->dp_rank, t->dp, &t->v_total, &t->v_first, &t->v_count);
 
   /* the engine */
   zs_config_t cfg;
@@ -429,11 +423,6 @@ static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum,
   return trainer_sum_over_ranks(t->comm, t->tp, mine, sum, k, gather_cb, t);
 }
 
-static int val_due(const gpt_opts_t *o, int step) {
-  if (o->val_seqs <= 0) return 0;
-  return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
-}
-
 /* One training step (this run's `step`): every micro-batch's forward and
  * backward (their losses summed into mine[0], with val the validation windows'
  * into mine[1]), then zs_step. */
@@ -469,13 +458,11 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   zs_status_t st;
   zs_engine_comm_stats_reset(t->zs); /* the steps' engine traffic (gather_peaks reports it) */
   for (int step = 0; step < o->steps; step++) {
-    const int val = val_due(o, step);
+    const int val = o->val_seqs > 0 && trainer_val_due(o, step);
     const double vt0 = t->val_time, t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
     zs_step_report_t rep;
-    char range[32];
-    snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
-    zs_trace_begin(range); /* zs-trace bubble measures each step alone */
+    trainer_trace_step(t->step0 + step); /* zs-trace bubble measures each step alone */
     st = train_step(t, res, step, val, mine, &rep);
     zs_trace_end(); /* a failed step's range too: left open, it would never be written */
     if (st != ZS_OK) return st;
@@ -483,11 +470,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
       return trainer_fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
-    res->losses[step] = (float)(sum[0] / ((double)t->dp * t->rounds));
-    res->grad_norms[step] = rep.grad_norm;
-    res->lrs[step] = rep.lr;
-    res->skipped += rep.skipped;
-    res->steps = step + 1;
+    trainer_result_add_step(res, step, sum[0] / ((double)t->dp * t->rounds), &rep);
     if (val) trainer_result_add_val(res, step, sum[1] / vtokens);
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps &&
         (st = zs_checkpoint_save(t->zs, o->save)) != ZS_OK)
@@ -502,7 +485,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       fprintf(stderr, "\n");
     }
   }
-  res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  trainer_result_rate(res, o, res->steps, train_time);
   zs_comm_stats_t cs;
   zs_engine_comm_stats(t->zs, &cs);
   t->ag_bytes_per_step = res->steps ? (double)cs.bytes_recv[ZS_COLL_ALL_GATHER] / res->steps : 0;
@@ -535,16 +518,11 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int mb;
   int64_t act;
   trainer_pp_act_peak(t, &mb, &act);
-  int64_t mine[5] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
-                     (int64_t)(t->ag_bytes_per_step + 0.5)};
-  int64_t *all = malloc(sizeof(int64_t) * 5 * (size_t)t->world);
-  if (!all) return trainer_fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
-  zs_status_t st = host_all_gather(t, mine, all, 5, ZS_INT64);
-  for (int r = 0; st == ZS_OK && r < t->world; r++)
-    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[5 * r], .peak_host_bytes = all[5 * r + 1],
-                                     .act_peak_bytes = all[5 * r + 2], .act_peak_microbatches = (int)all[5 * r + 3],
-                                     .gather_bytes_per_step = all[5 * r + 4]};
-  free(all);
+  const int64_t mine[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE],
+                                       (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
+                                       (int64_t)(t->ag_bytes_per_step + 0.5)};
+  zs_status_t st = trainer_result_peaks(res, t->comm, mine, gather_cb, t);
+  if (st == ZS_ERR_NOMEM) return trainer_fail(res, st, "peaks", "out of host memory");
   if (st != ZS_OK) return trainer_fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
   return ZS_OK;
 }
