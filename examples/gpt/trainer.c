@@ -23,12 +23,10 @@
 static int init_cb(void *user, int param, int64_t offset, int64_t count, float *dst) {
   trainer_t *t = user;
   if (param < 0 || param >= t->np) return -1;
-#ifdef ZS_GPT_TP
   if (t->split) {
     gpt_tp_init_fill(&t->tpm, t->o->seed, t->tidx[param], offset, count, dst);
     return 0;
   }
-#endif
   gpt_init_fill(&t->mc, t->o->seed, t->tidx[param], offset, count, dst);
   return 0;
 }
@@ -51,12 +49,10 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       const gpt_param_info_t *p = &t->info[i];
       int pid;
       unsigned flags = p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT;
-#ifdef ZS_GPT_TP
       gpt_param_info_t unused;
       int replicated = 0;
       if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &unused, &replicated);
       if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
-#endif
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
@@ -83,14 +79,12 @@ static void trainer_free(trainer_t *t) {
 #endif
   gpt_acts_free(&t->acts);
   gpt_acts_free(&t->vacts);
-#ifdef ZS_GPT_TP
   gpt_tp_acts_free(&t->tacts);
   gpt_tp_acts_free(&t->tvacts);
   zs_tp_destroy(t->tph);
   trainer_pp_free(t); /* its runtime uses the mesh's pp comm */
   zs_mesh_destroy(t->mesh); /* after the engine, which used its comms */
   t->tph = NULL, t->mesh = NULL;
-#endif
   gpt_data_free(&t->data);
   free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
@@ -174,9 +168,6 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (t->pp == 1 && o->pp_layers_n)
     return trainer_fail(res, ZS_ERR_INVALID, "--pp-layers", "it shapes a pipeline's stages: add --pp 2 or more");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
-#ifndef ZS_GPT_TP
-  return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
-#else
   if (t->cuda)
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag,
                 "the trainer's CUDA model path has no tensor- or pipeline-parallel split yet; run it on the cpu device");
@@ -200,17 +191,12 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
     t->rounds = o->microbatches > 0 ? o->microbatches : t->pp;
   }
   return ZS_OK;
-#endif
 }
 
 /* The mesh (dp_replicate x dp_shard or dp) x tp over comm, the engine over its dp
  * group (the tp group is its model-parallel group: the norm spans it), the tp
  * handle, and the splits. */
 static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t *dev, gpt_result_t *res) {
-#ifndef ZS_GPT_TP
-  (void)cfg0, (void)dev;
-  return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
-#else
   const gpt_opts_t *o = t->o;
   zs_config_t cfg = *cfg0;
   zs_status_t st;
@@ -235,7 +221,6 @@ static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t 
     return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", err);
   }
   return ZS_OK;
-#endif
 }
 
 /* The learning-rate schedule, set once the step count is known (a checkpoint's
@@ -322,10 +307,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   for (int u = 0; u < t->nunits; u++) {
     int64_t n = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-#ifdef ZS_GPT_TP
       if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
-#endif
         gpt_param_info(&t->mc, i, &t->info[i]);
       n += t->info[i].numel;
     }
@@ -361,17 +344,13 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     t->ttg = malloc((size_t)t->micro * T * sizeof(int));
     if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
-#ifdef ZS_GPT_TP
     if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
-#endif
   }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
-#ifdef ZS_GPT_TP
     if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
-#endif
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
@@ -537,9 +516,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
-#ifdef ZS_GPT_TP
   if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
-#endif
   if (t->pp > 1) { /* the split: --pp-layers's counts, or the even one */
     char list[4 * GPT_PP_LAYERS_MAX];
     gpt_opts_pp_layers_str(o, list, sizeof list);

@@ -14,10 +14,8 @@
 #include "trainer.h"
 #include "trainer_common.h" // defines: TRY, trainer_fail, trainer_now_s, trainer_sum_over_ranks
 #include "zeroshard/engine.h"
-#ifdef ZS_GPT_TP
 #include "gpt_tp.h"
 #include "zeroshard/mesh.h"
-#endif
 
 /* ============================================================================
  * state
@@ -69,12 +67,10 @@ typedef struct {
   int head_pid;        /* the last stage's tied wte copy (engine id), or -1 */
   void *head_p, *head_g; /* its slots */
   struct trainer_pp *pps;
-#ifdef ZS_GPT_TP
   zs_mesh_t *mesh;
   zs_tp_t *tph;
   gpt_tp_t tpm, tpv;           /* the split for training (with sp) and for validation (without) */
   gpt_tp_acts_t tacts, tvacts; /* one training micro-batch; validation chunks */
-#endif
 
   /* the CUDA path: pscratch, gscratch, dwte_head and vresid are then device
    * buffers, and the activations are cacts / cvacts instead of acts / vacts */

@@ -298,7 +298,6 @@ static zs_status_t cuda_round_losses(trainer_t *t, int train, int val, double *l
 
 /* train: run the micro-batch in t->tin/ttg (its mean loss into *loss);
  * val: run this rank's validation windows (sum of token losses into *vsum). */
-#ifdef ZS_GPT_TP
 /* ============================================================================
  * tensor parallel (--tp > 1, cpu): the same schedule, each unit's compute
  * split over the tp group (gpt_tp.c). The replicated parameters' gradients are
@@ -388,12 +387,9 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
   for (int64_t k = 0; k < wte_n; k++) dwte[k] += t->dwte_head[k];
   return tp_reduce(t, 0);
 }
-#endif
 
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
-#ifdef ZS_GPT_TP
   if (t->tp > 1) return tp_round(t, train, val, loss, vsum);
-#endif
   const gpt_config_t *c = &t->mc;
   gpt_acts_t *a = train_acts(t);
   const int L = t->L, B = t->micro, T = t->o->seq, LNF = L + 1;
