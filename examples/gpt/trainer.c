@@ -65,18 +65,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
 
 static void trainer_free(trainer_t *t) {
   zs_engine_destroy(t->zs);
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) { /* device buffers (cudaFree waits for the work that uses them) */
-    cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
-    t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
-    cudaFree(t->vin_d), cudaFree(t->vtg_d), cudaFree(t->vloss_d), cudaFree(t->stage);
-    cudaFreeHost(t->tin), cudaFreeHost(t->ttg); /* pinned (cuda_buffers) */
-    t->tin = t->ttg = NULL;
-    gpt_cuda_acts_free(&t->cacts);
-    gpt_cuda_acts_free(&t->cvacts);
-    if (t->blas) cublasDestroy(t->blas);
-  }
-#endif
+  if (t->m && t->m->free) t->m->free(t); /* the device's buffers first */
   gpt_acts_free(&t->acts);
   gpt_acts_free(&t->vacts);
   gpt_tp_acts_free(&t->tacts);
@@ -90,61 +79,6 @@ static void trainer_free(trainer_t *t) {
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
 }
-
-#ifdef ZS_GPT_CUDA
-static int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
-
-/* The CUDA path's buffers: the CPU path's, in device memory (the tokens also
- * stay on the host, where the data loader writes them). */
-static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *res) {
-  const gpt_opts_t *o = t->o;
-  const int T = o->seq, C = o->channels;
-  char msg[256];
-  if (cublasCreate(&t->blas) != CUBLAS_STATUS_SUCCESS) {
-    t->blas = NULL;
-    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
-  }
-  /* the engine's compute stream (legacy default); plain fp32 sgemm (no TF32) */
-  if (cublasSetStream(t->blas, 0) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
-    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
-  int rc = 0;
-  if (t->bf16) {
-    rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
-    if (!rc) rc = dalloc(&t->gscratch, (size_t)max_unit * sizeof(float));
-  }
-  if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
-  if (!rc) rc = gpt_cuda_acts_alloc(&t->cacts, &t->mc, t->micro, T, 1);
-  /* the micro-batch's tokens and targets: pinned, so their upload each round is
-   * an asynchronous DMA rather than a staged pageable copy */
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, (size_t)t->micro * T * sizeof(int));
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, (size_t)t->micro * T * sizeof(int));
-  if (rc) {
-    snprintf(msg, sizeof msg, "out of memory for activations and pinned token buffers (%s)", opc_strerror(rc));
-    return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
-  }
-  if (t->v_count > 0) {
-    const size_t nv = (size_t)t->v_count * T;
-    t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
-    rc = dalloc(&t->vresid, nv * C * sizeof(float));
-    if (!rc) rc = dalloc(&t->vin_d, nv * sizeof(int));
-    if (!rc) rc = dalloc(&t->vtg_d, nv * sizeof(int));
-    if (!rc) rc = dalloc(&t->vloss_d, nv * sizeof(double));
-    if (!rc) rc = gpt_cuda_acts_alloc(&t->cvacts, &t->mc, t->v_chunk, T, 0);
-    t->vin = malloc(nv * sizeof(int));
-    t->vtg = malloc(nv * sizeof(int));
-    if (rc || !t->vin || !t->vtg) {
-      snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
-      return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
-    }
-    gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
-    rc = (int)cudaMemcpy(t->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (!rc) rc = (int)cudaMemcpy(t->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (rc) return trainer_fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
-  }
-  return ZS_OK;
-}
-#endif
 
 /* Everything up to a set-up engine; also the per-rank shares and buffers. */
 /* --tp / --sequence-parallel: what this build and device allow; sets tp, dp, dp_rank. */
@@ -257,11 +191,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->cuda = zs_device_kind(dev) == ZS_DEVICE_CUDA;
   if (o->device_cuda && !t->cuda)
     return trainer_fail(res, ZS_ERR_INVALID, "device", "--device cuda needs a cuda device and comm (this one is cpu)");
-#ifndef ZS_GPT_CUDA
-  if (t->cuda)
+  if (!(t->m = t->cuda ? trainer_model_cuda() : &trainer_model_cpu))
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "device",
                 "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
-#endif
   if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
   if (o->batch % t->dp)
@@ -327,9 +259,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
   TRY(set_schedule(t, res));
 
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) return cuda_buffers(t, max_unit, res);
-#endif
+  if (t->m->buffers) return t->m->buffers(t, max_unit, res); /* the device's */
   const int T = o->seq, C = o->channels;
   if (t->bf16 && t->pp == 1) { /* a unit's fp32 views (trainer_round.c; --pp keeps its own, trainer_pp.c) */
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
@@ -366,26 +296,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
  * ========================================================================== */
 
 /* An all-gather of host memory: a cpu device's comm takes it as it is; a NCCL
- * comm takes device buffers only, so on the CUDA path the bytes go through
- * t->stage (the copies are synchronous: the result is on the host at return). */
+ * comm takes device buffers only (the CUDA path stages the bytes). */
 static zs_status_t host_all_gather(trainer_t *t, const void *send, void *recv, size_t count, zs_dtype_t dt) {
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) {
-    const size_t bytes = count * zs_dtype_size(dt), need = bytes * ((size_t)t->world + 1);
-    if (need > t->stage_bytes) {
-      cudaFree(t->stage);
-      t->stage = NULL;
-      t->stage_bytes = 0;
-      CU(dalloc(&t->stage, need), "allocating an all-gather staging buffer");
-      t->stage_bytes = need;
-    }
-    char *dsend = (char *)t->stage + bytes * (size_t)t->world;
-    CU((int)cudaMemcpy(dsend, send, bytes, cudaMemcpyHostToDevice), "staging an all-gather");
-    TRY(zs_comm_all_gather(t->comm, dsend, t->stage, count, dt, NULL));
-    return cu_check(t, (int)cudaMemcpy(recv, t->stage, bytes * (size_t)t->world, cudaMemcpyDeviceToHost),
-                    "staging an all-gather");
-  }
-#endif
+  if (t->m->all_gather) return t->m->all_gather(t, send, recv, count, dt);
   return zs_comm_all_gather(t->comm, send, recv, count, dt, NULL);
 }
 
