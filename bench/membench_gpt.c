@@ -20,9 +20,9 @@
 
 #ifdef ZS_MB_HAVE_GPT
 
-#include "common/half.h" // defines: zs_f32_to_bf16, zs_bf16_to_f32 (the library's rounding)
 #include "gpt.h"
 #include "trainer.h" // defines: gpt_threads_auto
+#include "zeroshard/types.h" // defines: zs_bf16_from_float, zs_float_from_bf16 (the library's rounding)
 #ifdef ZS_GPT_TP
 #include "gpt_tp.h" // defines: gpt_tp_plan, gpt_tp_param_info, the split model's units
 #endif
@@ -268,7 +268,7 @@ static zs_status_t unit_gather(mb_gpt_t *g, zs_engine_t *zs, int u, int backward
     float *p = g->pscratch + g->uoff[i];
     const uint16_t *src = g->pslot[i];
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) p[k] = zs_bf16_to_f32(src[k]);
+    for (int64_t k = 0; k < n; k++) p[k] = zs_float_from_bf16(src[k]);
     g->pv[i] = p;
     g->gv[i] = NULL;
     if (backward) {
@@ -298,7 +298,7 @@ static zs_status_t unit_reduce(mb_gpt_t *g, zs_engine_t *zs, int u) {
       const float *src = g->gv[i];
       const int64_t n = g->info[i].numel;
 #pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < n; k++) dst[k] = zs_f32_to_bf16(zs_bf16_to_f32(dst[k]) + src[k]);
+      for (int64_t k = 0; k < n; k++) dst[k] = zs_bf16_from_float(zs_float_from_bf16(dst[k]) + src[k]);
     }
   }
   unit_forget(g, u);

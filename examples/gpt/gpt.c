@@ -167,62 +167,51 @@ void gpt_weights_bind(const gpt_config_t *c, float *const *t, gpt_weights_t *w) 
  * activations
  * ========================================================================== */
 
-int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train) {
+int gpt_head_rows(int64_t cols, int64_t N) {
+  /* the head works on chunks of rows so its logits stay near 16 MiB at any vocabulary */
+  int64_t rows = ((int64_t)1 << 22) / (cols > 0 ? cols : 1);
+  return (int)(rows < 1 ? 1 : rows > N ? N : rows);
+}
+
+size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train, float *mem) {
   memset(a, 0, sizeof *a);
   a->cfg = *c;
   a->B = B;
   a->T = T;
   a->train = train;
   a->nblocks = train ? c->layers : 1;
-  const size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->heads;
-  /* the head works on chunks of rows so its logits stay near 16 MiB at any vocabulary */
-  size_t rows = ((size_t)1 << 22) / (size_t)c->vocab;
-  a->head_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
-
-  /* two passes: count, then carve */
-  for (int pass = 0; pass < 2; pass++) {
-    size_t off = 0;
-#define CARVE(ptr, n)                              \
-  do {                                             \
-    if (pass) (ptr) = a->mem + off;                \
-    off += ((size_t)(n) + 15) & ~(size_t)15;       \
-  } while (0)
-    CARVE(a->resid, (a->nblocks + 1) * N * C);
-    for (int l = 0; l < a->nblocks; l++) {
-      gpt_block_acts_t *k = &a->blk[l];
-      CARVE(k->ln1, N * C);
-      CARVE(k->ln1_mean, N);
-      CARVE(k->ln1_rstd, N);
-      CARVE(k->qkv, 3 * N * C);
-      CARVE(k->att, (size_t)B * NH * T * T);
-      CARVE(k->atty, N * C);
-      CARVE(k->mid, N * C);
-      CARVE(k->ln2, N * C);
-      CARVE(k->ln2_mean, N);
-      CARVE(k->ln2_rstd, N);
-      CARVE(k->fc, 4 * N * C);
-      CARVE(k->gelu, 4 * N * C);
-    }
-    CARVE(a->lnf, N * C);
-    CARVE(a->lnf_mean, N);
-    CARVE(a->lnf_rstd, N);
-    CARVE(a->logits, (size_t)a->head_rows * c->vocab);
-    if (train) {
-      CARVE(a->dlnf, N * C);
-      CARVE(a->dres, N * C);
-      CARVE(a->d4, 4 * N * C);
-      CARVE(a->dln, N * C);
-      CARVE(a->datty, N * C);
-      CARVE(a->dqkv, 3 * N * C);
-      CARVE(a->dtmp, (size_t)B * NH * T);
-    }
-#undef CARVE
-    if (!pass) {
-      a->nfloats = off;
-      a->mem = calloc(off, sizeof(float));
-      if (!a->mem) return -1;
-    }
+  const int64_t N = (int64_t)B * T, C = c->channels, NH = c->heads;
+  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH};
+  a->head_rows = gpt_head_rows(c->vocab, N);
+  gpt_carve_t carve = {.mem = mem}, *cv = &carve;
+  gpt_carve(cv, &a->resid, (a->nblocks + 1) * N * C);
+  for (int l = 0; l < a->nblocks; l++) {
+    gpt_block_acts_t *k = &a->blk[l];
+    GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
   }
+  gpt_carve(cv, &a->lnf, N * C);
+  gpt_carve(cv, &a->lnf_mean, N);
+  gpt_carve(cv, &a->lnf_rstd, N);
+  gpt_carve(cv, &a->logits, (int64_t)a->head_rows * c->vocab);
+  if (train) {
+    gpt_carve(cv, &a->dlnf, N * C);
+    gpt_carve(cv, &a->dres, N * C);
+    gpt_carve(cv, &a->d4, 4 * N * C);
+    gpt_carve(cv, &a->dln, N * C);
+    gpt_carve(cv, &a->datty, N * C);
+    gpt_carve(cv, &a->dqkv, 3 * N * C);
+    gpt_carve(cv, &a->dtmp, B * NH * T);
+  }
+  a->mem = mem;
+  a->nfloats = carve.off;
+  return carve.off;
+}
+
+int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train) {
+  size_t n = gpt_acts_layout(a, c, B, T, train, NULL);
+  float *mem = calloc(n, sizeof(float));
+  if (!mem) return -1;
+  gpt_acts_layout(a, c, B, T, train, mem);
   return 0;
 }
 

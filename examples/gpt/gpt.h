@@ -102,14 +102,55 @@ void gpt_weights_bind(const gpt_config_t *cfg, float *const *tensors, gpt_weight
 
 /* ---- activations ------------------------------------------------------------- */
 
-typedef struct { /* what one block's backward needs from its forward */
-  float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
-  float *qkv;                       /* [N,3C] */
-  float *att;                       /* [B,NH,T,T] softmax probabilities */
-  float *atty;                      /* [N,C] attention output before the projection */
-  float *mid;                       /* [N,C] residual after attention */
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *fc, *gelu;                 /* [N,4C] */
+/* The sizes a micro-batch's activations are carved from: B sequences of T
+ * positions, N = B T token rows, Nr the rows kept between regions (N; N / tp
+ * with gpt_tp.h's sequence parallelism), C channels, Cl and NHl this rank's
+ * channels and heads (C and NH without tp). */
+typedef struct {
+  int64_t B, T, N, Nr, C, Cl, NHl;
+} gpt_act_dims_t;
+
+/* What one block's backward needs from its forward: X(k, field, floats) in the
+ * order every allocator carves them (gpt_acts_alloc; gpt_cuda_acts_alloc on the
+ * device; gpt_tp_acts_alloc, split over tp), sizes from the gpt_act_dims_t d.
+ * The one place this layout is written: the structs' fields come from it too. */
+#define GPT_BLOCK_ACTS(X, k, d)                                                 \
+  X(k, ln1, (d).Nr * (d).C)                 /* [Nr,C] ln1 output */            \
+  X(k, ln1_mean, (d).Nr)                    /* [Nr] */                         \
+  X(k, ln1_rstd, (d).Nr)                    /* [Nr] */                         \
+  X(k, qkv, (d).N * 3 * (d).Cl)             /* [N,3Cl] */                      \
+  X(k, att, (d).B * (d).NHl * (d).T * (d).T) /* [B,NHl,T,T] softmax probabilities */ \
+  X(k, atty, (d).N * (d).Cl)                /* [N,Cl] attention output before the projection */ \
+  X(k, mid, (d).Nr * (d).C)                 /* [Nr,C] residual after attention */ \
+  X(k, ln2, (d).Nr * (d).C)                                                    \
+  X(k, ln2_mean, (d).Nr)                                                       \
+  X(k, ln2_rstd, (d).Nr)                                                       \
+  X(k, fc, (d).N * 4 * (d).Cl)              /* [N,4Cl] */                      \
+  X(k, gelu, (d).N * 4 * (d).Cl)            /* [N,4Cl] */
+#define GPT_ACT_FIELD(k, name, floats) float *name;
+
+/* One allocation carved in two passes: with mem NULL gpt_carve only counts
+ * (off: the floats needed), then with mem it points each tensor at its place.
+ * Every tensor starts on a 16-float boundary. */
+typedef struct {
+  float *mem;
+  size_t off;
+} gpt_carve_t;
+
+static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
+  if (cv->mem) *p = cv->mem + cv->off;
+  cv->off += ((size_t)floats + 15) & ~(size_t)15;
+}
+/* For GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d): carves block k's fields from the
+ * gpt_carve_t *cv in scope. */
+#define GPT_ACT_CARVE(k, name, floats) gpt_carve(cv, &(k)->name, (floats));
+
+/* The LM head's rows per chunk for `cols` logits a row, so the logits stay near
+ * 16 MiB at any vocabulary: at least 1, at most N. */
+int gpt_head_rows(int64_t cols, int64_t N);
+
+typedef struct { /* what one block's backward needs from its forward (GPT_BLOCK_ACTS) */
+  GPT_BLOCK_ACTS(GPT_ACT_FIELD, , )
 } gpt_block_acts_t;
 
 typedef struct {
@@ -132,6 +173,10 @@ typedef struct {
  * train: all L blocks plus backward scratch; eval: one reusable block, no
  * gradients (forward only, see gpt_block_forward's aliasing note). 0 or -1. */
 int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train);
+/* The layout gpt_acts_alloc gives a: the shapes, and with mem != NULL every
+ * field pointed into mem (a->mem = mem); returns the floats it needs (also
+ * a->nfloats). gpt_cuda_acts_alloc carves device memory with it. */
+size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train, float *mem);
 void gpt_acts_free(gpt_acts_t *a);
 
 /* ---- units: forward and backward ---------------------------------------------- */

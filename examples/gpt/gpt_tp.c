@@ -129,69 +129,42 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   a->L = train ? m->c.layers : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
-  int64_t rows = ((int64_t)1 << 22) / (V > 0 ? V : 1);
-  a->head_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
-  for (int pass = 0; pass < 2; pass++) {
-    size_t off = 0;
-#define CARVE(ptr, n)                        \
-  do {                                       \
-    if (pass) (ptr) = a->mem + off;          \
-    off += ((size_t)(n) + 15) & ~(size_t)15; \
-  } while (0)
-    CARVE(a->resid, (a->L + 1) * Nr * C);
+  a->head_rows = gpt_head_rows(V, N);
+  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = Nr, .C = C, .Cl = Cl, .NHl = NHl};
+  for (int pass = 0; pass < 2; pass++) { /* count, then carve */
+    gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
+    gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
     for (int l = 0; l < a->L; l++) {
-      /* what one layer keeps from forward to backward, counted as carved */
-#undef CARVE
-#define CARVE(ptr, n)                                  \
-  do {                                                 \
-    if (pass) (ptr) = a->mem + off;                    \
-    else if (l == 0) a->layer_floats += (int64_t)(n);  \
-    off += ((size_t)(n) + 15) & ~(size_t)15;           \
-  } while (0)
-      CARVE(a->blk[l].ln1, Nr * C);
-      CARVE(a->blk[l].ln1_mean, Nr);
-      CARVE(a->blk[l].ln1_rstd, Nr);
-      CARVE(a->blk[l].qkv, N * 3 * Cl);
-      CARVE(a->blk[l].att, (int64_t)B * NHl * T * T);
-      CARVE(a->blk[l].atty, N * Cl);
-      CARVE(a->blk[l].mid, Nr * C);
-      CARVE(a->blk[l].ln2, Nr * C);
-      CARVE(a->blk[l].ln2_mean, Nr);
-      CARVE(a->blk[l].ln2_rstd, Nr);
-      CARVE(a->blk[l].fc, N * 4 * Cl);
-      CARVE(a->blk[l].gelu, N * 4 * Cl);
-#undef CARVE
-#define CARVE(ptr, n)                        \
-  do {                                       \
-    if (pass) (ptr) = a->mem + off;          \
-    off += ((size_t)(n) + 15) & ~(size_t)15; \
-  } while (0)
+      gpt_tp_block_acts_t *k = &a->blk[l];
+      GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
     }
-    if (!pass) a->layer_floats += Nr * C; /* and its input, a residual */
-    CARVE(a->lnf, Nr * C);
-    CARVE(a->lnf_mean, Nr);
-    CARVE(a->lnf_rstd, Nr);
-    if (m->sp) CARVE(a->lnf_full, N * C);
-    if (m->sp) CARVE(a->xg, N * C);
-    CARVE(a->part, N * C);
-    CARVE(a->logits, (int64_t)a->head_rows * V);
-    CARVE(a->row_loss, a->head_rows);
+    gpt_carve(cv, &a->lnf, Nr * C);
+    gpt_carve(cv, &a->lnf_mean, Nr);
+    gpt_carve(cv, &a->lnf_rstd, Nr);
+    if (m->sp) gpt_carve(cv, &a->lnf_full, N * C);
+    if (m->sp) gpt_carve(cv, &a->xg, N * C);
+    gpt_carve(cv, &a->part, N * C);
+    gpt_carve(cv, &a->logits, (int64_t)a->head_rows * V);
+    gpt_carve(cv, &a->row_loss, a->head_rows);
     if (train) {
-      CARVE(a->dfull, N * C);
-      CARVE(a->dres, Nr * C);
-      CARVE(a->dlnf, Nr * C);
-      CARVE(a->d4, N * 4 * Cl);
-      CARVE(a->dln, N * C);
-      CARVE(a->datty, N * Cl);
-      CARVE(a->dqkv, N * 3 * Cl);
-      CARVE(a->dtmp, (int64_t)B * NHl * T);
+      gpt_carve(cv, &a->dfull, N * C);
+      gpt_carve(cv, &a->dres, Nr * C);
+      gpt_carve(cv, &a->dlnf, Nr * C);
+      gpt_carve(cv, &a->d4, N * 4 * Cl);
+      gpt_carve(cv, &a->dln, N * C);
+      gpt_carve(cv, &a->datty, N * Cl);
+      gpt_carve(cv, &a->dqkv, N * 3 * Cl);
+      gpt_carve(cv, &a->dtmp, (int64_t)B * NHl * T);
     }
-#undef CARVE
     if (!pass) {
-      a->mem = calloc(off ? off : 1, sizeof(float));
+      a->mem = calloc(carve.off ? carve.off : 1, sizeof(float));
       if (!a->mem) return -1;
     }
   }
+  /* what one layer keeps from forward to backward: its tensors and its input, a residual */
+#define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
+  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + Nr * C;
+#undef GPT_ACT_COUNT
   /* sp: a LayerNorm's gathered output is not kept per layer (it would cost the
    * N x C per layer that sp saves): forward gathers it into xg for the
    * column-parallel layer, backward gathers it again (Megatron does the same) */

@@ -63,15 +63,8 @@ void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offse
                       float *dst);
 
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd; /* [Nr,C], [Nr], [Nr] */
-  float *ln1_full;                  /* the column-parallel layer's input: ln1, or (sp) xg */
-  float *qkv;                       /* [N,3C/tp] */
-  float *att;                       /* [B,NH/tp,T,T] */
-  float *atty;                      /* [N,C/tp] */
-  float *mid;                       /* [Nr,C] */
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *ln2_full;
-  float *fc, *gelu;                 /* [N,4C/tp] */
+  GPT_BLOCK_ACTS(GPT_ACT_FIELD, , ) /* gpt.h's block layout at this rank's sizes */
+  float *ln1_full, *ln2_full; /* the column-parallel layers' inputs: ln1 / ln2, or (sp) xg */
 } gpt_tp_block_acts_t;
 
 /* Activations of one micro-batch of B x T tokens on this rank. */

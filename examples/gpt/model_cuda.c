@@ -19,66 +19,16 @@
 int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T, int train) {
   memset(ca, 0, sizeof *ca);
   gpt_acts_t *a = &ca->a;
-  a->cfg = *c;
-  a->B = B;
-  a->T = T;
-  a->train = train;
-  a->nblocks = train ? c->layers : 1;
-  const size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->heads;
-  size_t rows = ((size_t)1 << 22) / (size_t)c->vocab;
-  a->head_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
-
-  /* gpt_acts_alloc's carving, field for field: keep the two in step */
-  for (int pass = 0; pass < 2; pass++) {
-    size_t off = 0;
-#define CARVE(ptr, n)                              \
-  do {                                             \
-    if (pass) (ptr) = a->mem + off;                \
-    off += ((size_t)(n) + 15) & ~(size_t)15;       \
-  } while (0)
-    CARVE(a->resid, (a->nblocks + 1) * N * C);
-    for (int l = 0; l < a->nblocks; l++) {
-      gpt_block_acts_t *k = &a->blk[l];
-      CARVE(k->ln1, N * C);
-      CARVE(k->ln1_mean, N);
-      CARVE(k->ln1_rstd, N);
-      CARVE(k->qkv, 3 * N * C);
-      CARVE(k->att, (size_t)B * NH * T * T);
-      CARVE(k->atty, N * C);
-      CARVE(k->mid, N * C);
-      CARVE(k->ln2, N * C);
-      CARVE(k->ln2_mean, N);
-      CARVE(k->ln2_rstd, N);
-      CARVE(k->fc, 4 * N * C);
-      CARVE(k->gelu, 4 * N * C);
-    }
-    CARVE(a->lnf, N * C);
-    CARVE(a->lnf_mean, N);
-    CARVE(a->lnf_rstd, N);
-    CARVE(a->logits, (size_t)a->head_rows * c->vocab);
-    if (train) {
-      CARVE(a->dlnf, N * C);
-      CARVE(a->dres, N * C);
-      CARVE(a->d4, 4 * N * C);
-      CARVE(a->dln, N * C);
-      CARVE(a->datty, N * C);
-      CARVE(a->dqkv, 3 * N * C);
-      CARVE(a->dtmp, (size_t)B * NH * T);
-    }
-#undef CARVE
-    if (!pass) {
-      a->nfloats = off;
-      int rc = (int)cudaMalloc((void **)&a->mem, off * sizeof(float));
-      if (!rc) rc = (int)cudaMemset(a->mem, 0, off * sizeof(float));
-      if (rc) {
-        gpt_cuda_acts_free(ca);
-        return rc;
-      }
-    }
-  }
+  const size_t N = (size_t)B * T, NH = (size_t)c->heads;
+  /* gpt_acts_alloc's layout, in one device allocation */
+  const size_t n = gpt_acts_layout(a, c, B, T, train, NULL);
+  float *mem = NULL;
+  int rc = (int)cudaMalloc((void **)&mem, n * sizeof(float));
+  if (rc) return rc;
+  gpt_acts_layout(a, c, B, T, train, mem);
+  rc = (int)cudaMemset(a->mem, 0, n * sizeof(float));
   /* what only the GPU path needs, in allocations of their own */
-  int rc = 0;
-  if (train) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
+  if (!rc && train) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->loss, N * sizeof(double));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->tokens, N * sizeof(int));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->targets, N * sizeof(int));

@@ -10,9 +10,9 @@
  * against its gathers and reductions).
  *
  * Weight views are gpt.h's gpt_*_w_t with device pointers; activations are a
- * gpt_acts_t carved exactly as gpt_acts_alloc carves it (same fields at the same
- * offsets: tests compare the two buffers field by field), in one device
- * allocation, plus what only the GPU needs. */
+ * gpt_acts_t carved by gpt_acts_layout, as gpt_acts_alloc carves it (same fields
+ * at the same offsets: tests compare the two buffers field by field), in one
+ * device allocation, plus what only the GPU needs. */
 #ifndef ZS_EXAMPLES_GPT_MODEL_CUDA_H
 #define ZS_EXAMPLES_GPT_MODEL_CUDA_H
 
@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 typedef struct {
-  gpt_acts_t a;          /* gpt_acts_alloc's layout; a.mem is one cudaMalloc of a.nfloats floats */
+  gpt_acts_t a;          /* gpt_acts_layout's; a.mem is one cudaMalloc of a.nfloats floats */
   float *datt;           /* train: [B,NH,T,T] attention backward scratch */
   double *loss;          /* [B*T] per-token losses written by gpt_cuda_head */
   int *tokens, *targets; /* [B*T] the micro-batch, for the caller to upload */

@@ -25,7 +25,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "common/half.h" // defines: zs_bf16_to_f32, zs_f32_to_bf16 (the library's rounding)
 #include "ops_cuda.h"
 
 #define LN_EPS 1e-5f
@@ -294,14 +293,27 @@ __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dou
   }
 }
 
+// bf16 on the device, rounded as zeroshard/types.h's zs_bf16_from_float rounds
+// on the host (to nearest even, a NaN kept a quiet NaN: the library's rule, which
+// its own kernels follow too); test_gpt_gpu checks both kernels below against it
+// bit for bit.
+__device__ __forceinline__ float bf16_widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ uint16_t bf16_round(float f) {
+  uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
 __global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = zs_bf16_to_f32(src[i]);
+    dst[i] = bf16_widen(src[i]);
 }
 
 __global__ void bf16_add_f32_kernel(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = zs_f32_to_bf16(zs_bf16_to_f32(dst[i]) + src[i]);
+    dst[i] = bf16_round(bf16_widen(dst[i]) + src[i]);
 }
 
 // ============================================================================

@@ -100,7 +100,7 @@ int opc_crossentropy(float *logits, double *loss, const int *targets, int64_t N,
 
 /* dst[i] = (float) src[i] for bf16 src (exact). */
 int opc_bf16_to_f32(float *dst, const uint16_t *src, int64_t n, cudaStream_t s);
-/* dst[i] = bf16(float(dst[i]) + src[i]), round to nearest even (src/common/half.h). */
+/* dst[i] = bf16(float(dst[i]) + src[i]), round to nearest even (zs_bf16_from_float's rounding). */
 int opc_bf16_add_f32(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);
 
 #ifdef __cplusplus

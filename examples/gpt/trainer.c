@@ -23,12 +23,10 @@
 static int init_cb(void *user, int param, int64_t offset, int64_t count, float *dst) {
   trainer_t *t = user;
   if (param < 0 || param >= t->np) return -1;
-#ifdef ZS_GPT_TP
   if (t->split) {
     gpt_tp_init_fill(&t->tpm, t->o->seed, t->tidx[param], offset, count, dst);
     return 0;
   }
-#endif
   gpt_init_fill(&t->mc, t->o->seed, t->tidx[param], offset, count, dst);
   return 0;
 }
@@ -51,12 +49,10 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       const gpt_param_info_t *p = &t->info[i];
       int pid;
       unsigned flags = p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT;
-#ifdef ZS_GPT_TP
       gpt_param_info_t unused;
       int replicated = 0;
       if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &unused, &replicated);
       if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
-#endif
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
@@ -69,88 +65,20 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
 
 static void trainer_free(trainer_t *t) {
   zs_engine_destroy(t->zs);
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) { /* device buffers (cudaFree waits for the work that uses them) */
-    cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
-    t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
-    cudaFree(t->vin_d), cudaFree(t->vtg_d), cudaFree(t->vloss_d), cudaFree(t->stage);
-    cudaFreeHost(t->tin), cudaFreeHost(t->ttg); /* pinned (cuda_buffers) */
-    t->tin = t->ttg = NULL;
-    gpt_cuda_acts_free(&t->cacts);
-    gpt_cuda_acts_free(&t->cvacts);
-    if (t->blas) cublasDestroy(t->blas);
-  }
-#endif
+  if (t->m && t->m->free) t->m->free(t); /* the device's buffers first */
   gpt_acts_free(&t->acts);
   gpt_acts_free(&t->vacts);
-#ifdef ZS_GPT_TP
   gpt_tp_acts_free(&t->tacts);
   gpt_tp_acts_free(&t->tvacts);
   zs_tp_destroy(t->tph);
   trainer_pp_free(t); /* its runtime uses the mesh's pp comm */
   zs_mesh_destroy(t->mesh); /* after the engine, which used its comms */
   t->tph = NULL, t->mesh = NULL;
-#endif
   gpt_data_free(&t->data);
   free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
 }
-
-#ifdef ZS_GPT_CUDA
-static int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
-
-/* The CUDA path's buffers: the CPU path's, in device memory (the tokens also
- * stay on the host, where the data loader writes them). */
-static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *res) {
-  const gpt_opts_t *o = t->o;
-  const int T = o->seq, C = o->channels;
-  char msg[256];
-  if (cublasCreate(&t->blas) != CUBLAS_STATUS_SUCCESS) {
-    t->blas = NULL;
-    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
-  }
-  /* the engine's compute stream (legacy default); plain fp32 sgemm (no TF32) */
-  if (cublasSetStream(t->blas, 0) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
-    return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
-  int rc = 0;
-  if (t->bf16) {
-    rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
-    if (!rc) rc = dalloc(&t->gscratch, (size_t)max_unit * sizeof(float));
-  }
-  if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
-  if (!rc) rc = gpt_cuda_acts_alloc(&t->cacts, &t->mc, t->micro, T, 1);
-  /* the micro-batch's tokens and targets: pinned, so their upload each round is
-   * an asynchronous DMA rather than a staged pageable copy */
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, (size_t)t->micro * T * sizeof(int));
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, (size_t)t->micro * T * sizeof(int));
-  if (rc) {
-    snprintf(msg, sizeof msg, "out of memory for activations and pinned token buffers (%s)", opc_strerror(rc));
-    return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
-  }
-  if (t->v_count > 0) {
-    const size_t nv = (size_t)t->v_count * T;
-    t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
-    rc = dalloc(&t->vresid, nv * C * sizeof(float));
-    if (!rc) rc = dalloc(&t->vin_d, nv * sizeof(int));
-    if (!rc) rc = dalloc(&t->vtg_d, nv * sizeof(int));
-    if (!rc) rc = dalloc(&t->vloss_d, nv * sizeof(double));
-    if (!rc) rc = gpt_cuda_acts_alloc(&t->cvacts, &t->mc, t->v_chunk, T, 0);
-    t->vin = malloc(nv * sizeof(int));
-    t->vtg = malloc(nv * sizeof(int));
-    if (rc || !t->vin || !t->vtg) {
-      snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
-      return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
-    }
-    gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
-    rc = (int)cudaMemcpy(t->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (!rc) rc = (int)cudaMemcpy(t->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (rc) return trainer_fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
-  }
-  return ZS_OK;
-}
-#endif
 
 /* Everything up to a set-up engine; also the per-rank shares and buffers. */
 /* --tp / --sequence-parallel: what this build and device allow; sets tp, dp, dp_rank. */
@@ -174,9 +102,6 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (t->pp == 1 && o->pp_layers_n)
     return trainer_fail(res, ZS_ERR_INVALID, "--pp-layers", "it shapes a pipeline's stages: add --pp 2 or more");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
-#ifndef ZS_GPT_TP
-  return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag, "this build has no tensor-parallel layer (src/tp)");
-#else
   if (t->cuda)
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag,
                 "the trainer's CUDA model path has no tensor- or pipeline-parallel split yet; run it on the cpu device");
@@ -200,17 +125,12 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
     t->rounds = o->microbatches > 0 ? o->microbatches : t->pp;
   }
   return ZS_OK;
-#endif
 }
 
 /* The mesh (dp_replicate x dp_shard or dp) x tp over comm, the engine over its dp
  * group (the tp group is its model-parallel group: the norm spans it), the tp
  * handle, and the splits. */
 static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t *dev, gpt_result_t *res) {
-#ifndef ZS_GPT_TP
-  (void)cfg0, (void)dev;
-  return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--tp", "this build has no tensor-parallel layer (src/tp)");
-#else
   const gpt_opts_t *o = t->o;
   zs_config_t cfg = *cfg0;
   zs_status_t st;
@@ -235,24 +155,20 @@ static zs_status_t tp_engine(trainer_t *t, const zs_config_t *cfg0, zs_device_t 
     return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", err);
   }
   return ZS_OK;
-#endif
 }
 
 /* The learning-rate schedule, set once the step count is known (a checkpoint's
  * step + --steps by default, so a resumed run ends its curve where it stops). */
 static zs_status_t set_schedule(trainer_t *t, gpt_result_t *res) {
-  const gpt_opts_t *o = t->o;
-  if (o->lr_schedule == ZS_SCHED_CONSTANT) return ZS_OK;
-  int64_t total = o->lr_steps > 0 ? o->lr_steps : t->step0 + o->steps;
-  int64_t warmup = o->warmup >= 0 ? o->warmup : total / 20;
-  if (total <= warmup) {
-    if (o->lr_steps == 0 && o->warmup < 0) return ZS_OK; /* nothing to schedule (--steps 0) */
+  zs_schedule_t s;
+  const int rc = trainer_schedule(t->o, t->step0, &s);
+  if (rc == 0) return ZS_OK;
+  if (rc < 0) {
     char msg[160];
     snprintf(msg, sizeof msg, "--warmup %lld needs a longer schedule than %lld steps: lower --warmup or raise "
-             "--lr-steps", (long long)warmup, (long long)total);
+             "--lr-steps", (long long)s.warmup_steps, (long long)s.total_steps);
     return trainer_fail(res, ZS_ERR_INVALID, "options", msg);
   }
-  zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
   zs_status_t st = zs_engine_set_schedule(t->zs, &s);
   if (st != ZS_OK) return trainer_fail(res, st, "zs_engine_set_schedule", zs_engine_last_error(t->zs));
   return ZS_OK;
@@ -275,11 +191,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->cuda = zs_device_kind(dev) == ZS_DEVICE_CUDA;
   if (o->device_cuda && !t->cuda)
     return trainer_fail(res, ZS_ERR_INVALID, "device", "--device cuda needs a cuda device and comm (this one is cpu)");
-#ifndef ZS_GPT_CUDA
-  if (t->cuda)
+  if (!(t->m = t->cuda ? trainer_model_cuda() : &trainer_model_cpu))
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "device",
                 "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
-#endif
   if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
   if (o->batch % t->dp)
@@ -296,10 +210,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
 
   /* data */
   TRY(trainer_data_load(&t->data, o, res));
-  t->v_total = o->val_seqs < gpt_data_val_windows(&t->data, o->seq) ? o->val_seqs
-                                                                     : gpt_data_val_windows(&t->data, o->seq);
-  t->v_first = (int)((int64_t)t->v_total * t->dp_rank / t->dp);
-  t->v_count = (int)((int64_t)t->v_total * (t->dp_rank + 1) / t->dp) - t->v_first;
+  trainer_val_split(&t->data, o, t->dp_rank, t->dp, &t->v_total, &t->v_first, &t->v_count);
 
   /* the engine */
   zs_config_t cfg;
@@ -328,10 +239,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   for (int u = 0; u < t->nunits; u++) {
     int64_t n = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-#ifdef ZS_GPT_TP
       if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
-#endif
         gpt_param_info(&t->mc, i, &t->info[i]);
       n += t->info[i].numel;
     }
@@ -350,9 +259,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
   TRY(set_schedule(t, res));
 
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) return cuda_buffers(t, max_unit, res);
-#endif
+  if (t->m->buffers) return t->m->buffers(t, max_unit, res); /* the device's */
   const int T = o->seq, C = o->channels;
   if (t->bf16 && t->pp == 1) { /* a unit's fp32 views (trainer_round.c; --pp keeps its own, trainer_pp.c) */
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
@@ -367,17 +274,13 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     t->ttg = malloc((size_t)t->micro * T * sizeof(int));
     if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
-#ifdef ZS_GPT_TP
     if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
-#endif
   }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
-#ifdef ZS_GPT_TP
     if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
-#endif
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
@@ -393,26 +296,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
  * ========================================================================== */
 
 /* An all-gather of host memory: a cpu device's comm takes it as it is; a NCCL
- * comm takes device buffers only, so on the CUDA path the bytes go through
- * t->stage (the copies are synchronous: the result is on the host at return). */
+ * comm takes device buffers only (the CUDA path stages the bytes). */
 static zs_status_t host_all_gather(trainer_t *t, const void *send, void *recv, size_t count, zs_dtype_t dt) {
-#ifdef ZS_GPT_CUDA
-  if (t->cuda) {
-    const size_t bytes = count * zs_dtype_size(dt), need = bytes * ((size_t)t->world + 1);
-    if (need > t->stage_bytes) {
-      cudaFree(t->stage);
-      t->stage = NULL;
-      t->stage_bytes = 0;
-      CU(dalloc(&t->stage, need), "allocating an all-gather staging buffer");
-      t->stage_bytes = need;
-    }
-    char *dsend = (char *)t->stage + bytes * (size_t)t->world;
-    CU((int)cudaMemcpy(dsend, send, bytes, cudaMemcpyHostToDevice), "staging an all-gather");
-    TRY(zs_comm_all_gather(t->comm, dsend, t->stage, count, dt, NULL));
-    return cu_check(t, (int)cudaMemcpy(recv, t->stage, bytes * (size_t)t->world, cudaMemcpyDeviceToHost),
-                    "staging an all-gather");
-  }
-#endif
+  if (t->m->all_gather) return t->m->all_gather(t, send, recv, count, dt);
   return zs_comm_all_gather(t->comm, send, recv, count, dt, NULL);
 }
 
@@ -427,11 +313,6 @@ static zs_status_t gather_cb(void *user, const void *send, void *recv, size_t co
  * hold the same numbers: the first counts. */
 static zs_status_t sum_over_ranks(trainer_t *t, const double *mine, double *sum, int k) {
   return trainer_sum_over_ranks(t->comm, t->tp, mine, sum, k, gather_cb, t);
-}
-
-static int val_due(const gpt_opts_t *o, int step) {
-  if (o->val_seqs <= 0) return 0;
-  return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
 }
 
 /* One training step (this run's `step`): every micro-batch's forward and
@@ -469,13 +350,11 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
   zs_status_t st;
   zs_engine_comm_stats_reset(t->zs); /* the steps' engine traffic (gather_peaks reports it) */
   for (int step = 0; step < o->steps; step++) {
-    const int val = val_due(o, step);
+    const int val = o->val_seqs > 0 && trainer_val_due(o, step);
     const double vt0 = t->val_time, t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
     zs_step_report_t rep;
-    char range[32];
-    snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
-    zs_trace_begin(range); /* zs-trace bubble measures each step alone */
+    trainer_trace_step(t->step0 + step); /* zs-trace bubble measures each step alone */
     st = train_step(t, res, step, val, mine, &rep);
     zs_trace_end(); /* a failed step's range too: left open, it would never be written */
     if (st != ZS_OK) return st;
@@ -483,11 +362,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     train_time += dt;
     if ((st = sum_over_ranks(t, mine, sum, 2)) != ZS_OK)
       return trainer_fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
-    res->losses[step] = (float)(sum[0] / ((double)t->dp * t->rounds));
-    res->grad_norms[step] = rep.grad_norm;
-    res->lrs[step] = rep.lr;
-    res->skipped += rep.skipped;
-    res->steps = step + 1;
+    trainer_result_add_step(res, step, sum[0] / ((double)t->dp * t->rounds), &rep);
     if (val) trainer_result_add_val(res, step, sum[1] / vtokens);
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps &&
         (st = zs_checkpoint_save(t->zs, o->save)) != ZS_OK)
@@ -502,7 +377,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       fprintf(stderr, "\n");
     }
   }
-  res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  trainer_result_rate(res, o, res->steps, train_time);
   zs_comm_stats_t cs;
   zs_engine_comm_stats(t->zs, &cs);
   t->ag_bytes_per_step = res->steps ? (double)cs.bytes_recv[ZS_COLL_ALL_GATHER] / res->steps : 0;
@@ -535,16 +410,11 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int mb;
   int64_t act;
   trainer_pp_act_peak(t, &mb, &act);
-  int64_t mine[5] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
-                     (int64_t)(t->ag_bytes_per_step + 0.5)};
-  int64_t *all = malloc(sizeof(int64_t) * 5 * (size_t)t->world);
-  if (!all) return trainer_fail(res, ZS_ERR_NOMEM, "peaks", "out of host memory");
-  zs_status_t st = host_all_gather(t, mine, all, 5, ZS_INT64);
-  for (int r = 0; st == ZS_OK && r < t->world; r++)
-    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[5 * r], .peak_host_bytes = all[5 * r + 1],
-                                     .act_peak_bytes = all[5 * r + 2], .act_peak_microbatches = (int)all[5 * r + 3],
-                                     .gather_bytes_per_step = all[5 * r + 4]};
-  free(all);
+  const int64_t mine[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE],
+                                       (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
+                                       (int64_t)(t->ag_bytes_per_step + 0.5)};
+  zs_status_t st = trainer_result_peaks(res, t->comm, mine, gather_cb, t);
+  if (st == ZS_ERR_NOMEM) return trainer_fail(res, st, "peaks", "out of host memory");
   if (st != ZS_OK) return trainer_fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
   return ZS_OK;
 }
@@ -559,9 +429,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
-#ifdef ZS_GPT_TP
   if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
-#endif
   if (t->pp > 1) { /* the split: --pp-layers's counts, or the even one */
     char list[4 * GPT_PP_LAYERS_MAX];
     gpt_opts_pp_layers_str(o, list, sizeof list);

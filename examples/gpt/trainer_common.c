@@ -12,6 +12,7 @@
 
 #include "zeroshard/checkpoint.h" // defines: ZS_CKPT_LAYOUT_MAX
 #include "zeroshard/pipeline.h"
+#include "zeroshard/trace.h"
 
 #include <cblas.h> // defines: openblas_set_num_threads (OpenBLAS)
 #ifdef _OPENMP
@@ -48,6 +49,33 @@ zs_status_t trainer_sum_over_ranks(zs_comm_t *comm, int stride, const double *mi
   }
   free(all);
   return st;
+}
+
+int trainer_schedule(const gpt_opts_t *o, int64_t step0, zs_schedule_t *s) {
+  const int64_t total = o->lr_steps > 0 ? o->lr_steps : step0 + o->steps;
+  const int64_t warmup = o->warmup >= 0 ? o->warmup : total / 20;
+  *s = (zs_schedule_t){.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
+  if (o->lr_schedule == ZS_SCHED_CONSTANT) return 0;
+  if (total > warmup) return 1;
+  return o->lr_steps == 0 && o->warmup < 0 ? 0 : -1; /* nothing to schedule (--steps 0) : no room */
+}
+
+int trainer_val_due(const gpt_opts_t *o, int step) {
+  return step == 0 || (o->val_every > 0 && step % o->val_every == 0);
+}
+
+void trainer_val_split(const gpt_data_t *data, const gpt_opts_t *o, int part, int parts, int *total, int *first,
+                       int *count) {
+  const int windows = gpt_data_val_windows(data, o->seq);
+  *total = o->val_seqs < windows ? o->val_seqs : windows;
+  *first = (int)((int64_t)*total * part / parts);
+  *count = (int)((int64_t)*total * (part + 1) / parts) - *first;
+}
+
+void trainer_trace_step(int64_t step) {
+  char range[32];
+  snprintf(range, sizeof range, "step %lld", (long long)step);
+  zs_trace_begin(range);
 }
 
 zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_t *res) {
@@ -101,6 +129,35 @@ zs_status_t trainer_result_alloc(gpt_result_t *res, int steps, int nval, int wor
   if (!res->losses || !res->grad_norms || !res->lrs || !res->val_steps || !res->val_losses || !res->ranks)
     return ZS_ERR_NOMEM;
   return ZS_OK;
+}
+
+void trainer_result_add_step(gpt_result_t *res, int step, double loss, const zs_step_report_t *rep) {
+  res->losses[step] = (float)loss;
+  res->grad_norms[step] = rep->grad_norm;
+  res->lrs[step] = rep->lr;
+  res->skipped += rep->skipped;
+  res->steps = step + 1;
+}
+
+void trainer_result_rate(gpt_result_t *res, const gpt_opts_t *o, int steps, double seconds) {
+  res->tokens_per_s = seconds > 0 ? (double)o->batch * o->seq * steps / seconds : 0;
+}
+
+zs_status_t trainer_result_peaks(gpt_result_t *res, zs_comm_t *comm, const int64_t mine[TRAINER_PEAKS],
+                                 trainer_gather_fn gather, void *user) {
+  const int world = zs_comm_size(comm);
+  int64_t *all = malloc(sizeof(int64_t) * TRAINER_PEAKS * (size_t)world);
+  if (!all) return ZS_ERR_NOMEM;
+  zs_status_t st = gather ? gather(user, mine, all, TRAINER_PEAKS, ZS_INT64)
+                          : zs_comm_all_gather(comm, mine, all, TRAINER_PEAKS, ZS_INT64, NULL);
+  for (int r = 0; st == ZS_OK && r < world; r++) {
+    const int64_t *p = all + (size_t)TRAINER_PEAKS * r;
+    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = p[0], .peak_host_bytes = p[1],
+                                     .act_peak_bytes = p[2], .act_peak_microbatches = (int)p[3],
+                                     .gather_bytes_per_step = p[4]};
+  }
+  free(all);
+  return st;
 }
 
 void trainer_result_add_val(gpt_result_t *res, int step, double loss) {

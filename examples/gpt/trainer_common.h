@@ -11,6 +11,7 @@
 #include "data.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
+#include "zeroshard/engine.h" // defines: zs_schedule_t, zs_step_report_t
 #include "zeroshard/status.h"
 
 #define TRY(expr)                       \
@@ -37,6 +38,23 @@ typedef zs_status_t (*trainer_gather_fn)(void *user, const void *send, void *rec
 zs_status_t trainer_sum_over_ranks(zs_comm_t *comm, int stride, const double *mine, double *sum, int k,
                                    trainer_gather_fn gather, void *user);
 
+/* The learning-rate schedule of o for a run that starts at step0 (a checkpoint's
+ * step): *s filled, and 1 when there is one to set, 0 when there is none
+ * (--lr-schedule constant, or --steps too short for the default warmup), -1
+ * when an explicit --warmup / --lr-steps leaves no room for it (s says both). */
+int trainer_schedule(const gpt_opts_t *o, int64_t step0, zs_schedule_t *s);
+
+/* Validation is due before `step`'s update (step 0, then every --val-every). */
+int trainer_val_due(const gpt_opts_t *o, int step);
+
+/* The validation windows (o->val_seqs of those data holds) split over `parts`
+ * ranks: part's [*first, *first + *count) of *total. */
+void trainer_val_split(const gpt_data_t *data, const gpt_opts_t *o, int part, int parts, int *total, int *first,
+                       int *count);
+
+/* Opens the trace range "step N" that zs-trace's bubble measures one step by. */
+void trainer_trace_step(int64_t step);
+
 /* --data FILE, or the built-in licenses text, checked for windows of o->seq;
  * ZS_ERR_IO with res->err saying why. */
 zs_status_t trainer_data_load(gpt_data_t *data, const gpt_opts_t *o, gpt_result_t *res);
@@ -57,6 +75,17 @@ void trainer_result_init(gpt_result_t *res);
  * own failure may be the one to report) if one could not be had; what was had
  * stays for gpt_result_free. */
 zs_status_t trainer_result_alloc(gpt_result_t *res, int steps, int nval, int world);
+/* A training step's figures: its global mean loss (before its update) and the
+ * engine's report (norm, lr, skipped); res->steps = step + 1. */
+void trainer_result_add_step(gpt_result_t *res, int step, double loss, const zs_step_report_t *rep);
+/* res->tokens_per_s: the steps' training tokens over `seconds` (0 when none). */
+void trainer_result_rate(gpt_result_t *res, const gpt_opts_t *o, int steps, double seconds);
+/* res->ranks from every rank's mine[TRAINER_PEAKS] (device and host peaks,
+ * activation peak bytes and micro-batches, all-gather bytes a step), through
+ * gather (zs_comm_all_gather on comm when NULL). Collective. */
+enum { TRAINER_PEAKS = 5 };
+zs_status_t trainer_result_peaks(gpt_result_t *res, zs_comm_t *comm, const int64_t mine[TRAINER_PEAKS],
+                                 trainer_gather_fn gather, void *user);
 /* A validation point: the mean token loss after `step` updates (0 = the
  * initial model), also the run's last (res->val_loss). */
 void trainer_result_add_val(gpt_result_t *res, int step, double loss);

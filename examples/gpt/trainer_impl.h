@@ -1,6 +1,7 @@
 /* trainer_impl.h: the GPT trainer's state, shared by trainer_round.c (one
- * round's schedule and each unit's compute, CPU or CUDA), trainer.c (setup,
- * the steps), trainer_pp.c and trainer_whole.c. */
+ * round's schedule and each unit's compute on the CPU), trainer_cuda.c (the
+ * compute on a GPU), trainer.c (setup, the steps), trainer_pp.c and
+ * trainer_whole.c. */
 #ifndef ZS_EXAMPLES_GPT_TRAINER_IMPL_H
 #define ZS_EXAMPLES_GPT_TRAINER_IMPL_H
 
@@ -8,23 +9,71 @@
 
 #include "data.h"
 #include "gpt.h"
-#ifdef ZS_GPT_CUDA
-#include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
-#endif
+#include "gpt_tp.h"
 #include "trainer.h"
 #include "trainer_common.h" // defines: TRY, trainer_fail, trainer_now_s, trainer_sum_over_ranks
 #include "zeroshard/engine.h"
-#ifdef ZS_GPT_TP
-#include "gpt_tp.h"
 #include "zeroshard/mesh.h"
-#endif
 
 /* ============================================================================
  * state
  * ========================================================================== */
 
-typedef struct {
+typedef struct trainer trainer_t;
+
+/* ============================================================================
+ * where the compute runs
+ *
+ * Every unit's compute of the dense trainer (tp and pp aside: those are
+ * gpt_tp.c's, on the CPU) goes through t->m: trainer_model_cpu (gpt.c, in
+ * trainer_round.c) or trainer_model_cuda() (model_cuda.c, in trainer_cuda.c;
+ * NULL in a build without CUDA). Tokens are named by batch, not by address
+ * (the GPU keeps its own copies): val 0 the training micro-batch t->tin / ttg,
+ * val 1 the validation windows t->vin / vtg, from row r0. NULL members are
+ * optional; the comment says what stands in for them.
+ * ========================================================================== */
+
+typedef struct trainer_model_i {
+  /* after zs_engine_setup: the scratch, activations and validation buffers
+   * (NULL: trainer.c's host buffers); free: what buffers made (NULL: nothing) */
+  zs_status_t (*buffers)(trainer_t *t, int64_t max_unit, gpt_result_t *res);
+  void (*free)(trainer_t *t);
+  gpt_acts_t *(*acts)(trainer_t *t, int val); /* the micro-batch's activations, or a validation chunk's */
+  /* a round's start (train: the micro-batch's tokens are in t->tin / ttg) and
+   * end (the losses into *loss and *vsum, as trainer_round says); NULL: nothing */
+  zs_status_t (*round_begin)(trainer_t *t, int train);
+  zs_status_t (*round_end)(trainer_t *t, int train, int val, double *loss, double *vsum);
+  /* the units, gpt.h's functions with t's weights (t->w, t->g) and shapes */
+  zs_status_t (*embed_forward)(trainer_t *t, int val, int64_t r0, int B, float *x);
+  zs_status_t (*block_forward)(trainer_t *t, int l, gpt_block_acts_t *a, const float *x_in, float *x_out, int B);
+  zs_status_t (*lnf_forward)(trainer_t *t, const float *x, float *out, float *mean, float *rstd, int64_t N);
+  /* the tied head over N rows: adds the sum of the token losses to *sum, or
+   * keeps them for round_end to add */
+  zs_status_t (*head)(trainer_t *t, int val, int64_t r0, const float *x, int64_t N, gpt_acts_t *a,
+                      float grad_scale, float *dx, float *dwte, double *sum);
+  zs_status_t (*lnf_backward)(trainer_t *t, const float *x, const float *mean, const float *rstd,
+                              const float *dout, float *dx, int64_t N);
+  zs_status_t (*block_backward)(trainer_t *t, int l, const float *x_in, float *dres, int B);
+  /* the embedding's backward, then the head's part of d wte (dwte_head) added in */
+  zs_status_t (*embed_backward)(trainer_t *t, const float *dx);
+  zs_status_t (*zero)(trainer_t *t, float *p, int64_t n);
+  /* trainer_bf16_widen / trainer_bf16_add on this device's memory */
+  zs_status_t (*bf16_widen)(trainer_t *t, float *p, const uint16_t *src, int64_t n);
+  zs_status_t (*bf16_add)(trainer_t *t, uint16_t *dst, const float *src, int64_t n);
+  /* an all-gather of host memory (NULL: zs_comm_all_gather on t->comm) */
+  zs_status_t (*all_gather)(trainer_t *t, const void *send, void *recv, size_t count, zs_dtype_t dt);
+} trainer_model_i;
+
+extern const trainer_model_i trainer_model_cpu;
+const trainer_model_i *trainer_model_cuda(void);
+
+/* ============================================================================
+ * state
+ * ========================================================================== */
+
+struct trainer {
   const gpt_opts_t *o;
+  const trainer_model_i *m; /* where the compute runs */
   gpt_config_t mc;
   zs_engine_t *zs;
   zs_comm_t *comm;
@@ -69,32 +118,17 @@ typedef struct {
   int head_pid;        /* the last stage's tied wte copy (engine id), or -1 */
   void *head_p, *head_g; /* its slots */
   struct trainer_pp *pps;
-#ifdef ZS_GPT_TP
   zs_mesh_t *mesh;
   zs_tp_t *tph;
   gpt_tp_t tpm, tpv;           /* the split for training (with sp) and for validation (without) */
   gpt_tp_acts_t tacts, tvacts; /* one training micro-batch; validation chunks */
-#endif
 
-  /* the CUDA path: pscratch, gscratch, dwte_head and vresid are then device
-   * buffers, and the activations are cacts / cvacts instead of acts / vacts */
+  /* the CUDA path (trainer_cuda.c): pscratch, gscratch, dwte_head and vresid
+   * are then device buffers, and the activations its own */
   int cuda;
   char cuerr[256];     /* why the last CUDA call failed ("" when none did) */
-#ifdef ZS_GPT_CUDA
-  cublasHandle_t blas;
-  gpt_cuda_acts_t cacts, cvacts;
-  int *vin_d, *vtg_d;  /* the validation windows, uploaded once */
-  double *vloss_d;     /* [v_count, T] validation token losses of the current round */
-  void *stage;         /* device staging of host-side all-gathers */
-  size_t stage_bytes;
-#endif
-} trainer_t;
-
-#ifdef ZS_GPT_CUDA
-/* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
-zs_status_t cu_check(trainer_t *t, int rc, const char *what);
-#define CU(expr, what) TRY(cu_check(t, (expr), (what)))
-#endif
+  struct trainer_cuda *cu;
+};
 
 /* train: runs the micro-batch in t->tin/ttg (its mean loss into *loss);
  * val: runs this rank's validation windows (sum of token losses into *vsum).

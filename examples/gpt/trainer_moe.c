@@ -235,14 +235,10 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
       return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
   }
   t->step0 = zs_engine_step(t->dz);
-  if (o->lr_schedule != ZS_SCHED_CONSTANT) {
-    int64_t total = o->lr_steps > 0 ? o->lr_steps : t->step0 + o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
-    if (total > warmup) {
-      zs_schedule_t s = {.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
-      if ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK)
-        return trainer_fail(res, st, "zs_engine_set_schedule", zs_last_error());
-    }
-  }
+  zs_schedule_t s;
+  if (trainer_schedule(o, t->step0, &s) > 0 && /* (none where --warmup leaves no room) */
+      ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK))
+    return trainer_fail(res, st, "zs_engine_set_schedule", zs_last_error());
   /* data and buffers */
   TRY(trainer_data_load(&t->data, o, res));
   t->dwte_head = malloc((size_t)o->vocab * o->channels * sizeof(float));
@@ -251,10 +247,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
       gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
-  const int windows = gpt_data_val_windows(&t->data, o->seq);
-  t->v_total = o->val_seqs < windows ? o->val_seqs : windows;
-  t->v_first = (int)((int64_t)t->v_total * t->rank / t->world);
-  t->v_count = (int)((int64_t)t->v_total * (t->rank + 1) / t->world) - t->v_first;
+  trainer_val_split(&t->data, o, t->rank, t->world, &t->v_total, &t->v_first, &t->v_count);
   t->v_chunks = ((t->v_total + t->world - 1) / t->world + t->micro - 1) / t->micro;
   if (t->v_count > 0) {
     t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
@@ -460,13 +453,11 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   zs_status_t st;
   zs_engine_t *both[2] = {t->dz, t->xz};
   for (int step = 0; step < o->steps; step++) {
-    const int val = t->v_total > 0 && (step == 0 || (o->val_every > 0 && step % o->val_every == 0));
+    const int val = t->v_total > 0 && trainer_val_due(o, step);
     if (val) TRY(validate(t, res, step)); /* before the step's traffic is counted */
     const double t0 = trainer_now_s();
     double mine[2] = {0, 0}, sum[2];
-    char range[32];
-    snprintf(range, sizeof range, "step %lld", (long long)(t->step0 + step));
-    zs_trace_begin(range); /* closed on every way out of the step */
+    trainer_trace_step(t->step0 + step); /* closed on every way out of the step */
     t->route_sent = t->route_recv = 0;
     t->aux_sum = 0;
     zs_comm_stats_reset(t->ep_comm);
@@ -494,12 +485,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     mine[1] = t->aux_sum;
     if ((st = trainer_sum_over_ranks(t->comm, 1, mine, sum, 2, NULL, NULL)) != ZS_OK)
       return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
-    res->losses[step] = (float)(sum[0] / ((double)t->world * o->accum));
+    trainer_result_add_step(res, step, sum[0] / ((double)t->world * o->accum), &rep);
     mi->aux[step] = (float)(sum[1] / ((double)t->world * o->accum * t->L));
-    res->grad_norms[step] = rep.grad_norm;
-    res->lrs[step] = rep.lr;
-    res->skipped += rep.skipped;
-    res->steps = step + 1;
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
       TRY(save(t, res, o->save));
     if (t->rank == 0 && !o->quiet) {
@@ -516,7 +503,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_flush", zs_last_error());
   if (o->save) TRY(save(t, res, o->save));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
-  res->tokens_per_s = train_time > 0 ? (double)o->batch * T * res->steps / train_time : 0;
+  trainer_result_rate(res, o, res->steps, train_time);
   return ZS_OK;
 }
 
@@ -557,12 +544,8 @@ static zs_status_t finish(moet_t *t, gpt_result_t *res) {
   if (st == ZS_OK) st = zs_comm_all_reduce(t->comm, t->kept, mi->kept, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
   zs_memory_stats_t ms;
   zs_memory_stats(t->dz, &ms);
-  int64_t peaks[2] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
-  int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)t->world);
-  if (st == ZS_OK) st = all ? zs_comm_all_gather(t->comm, peaks, all, 2, ZS_INT64, NULL) : ZS_ERR_NOMEM;
-  for (int r = 0; st == ZS_OK && r < t->world; r++)
-    res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = all[2 * r], .peak_host_bytes = all[2 * r + 1]};
-  free(all);
+  const int64_t peaks[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
+  if (st == ZS_OK) st = trainer_result_peaks(res, t->comm, peaks, NULL, NULL);
   if (st != ZS_OK) return trainer_fail(res, st, "the routing's totals", zs_last_error());
   if (t->rank == 0 && !t->o->quiet) {
     for (int l = 0; l < t->L; l++) {

@@ -87,7 +87,6 @@ struct trainer_pp {
   char err[256];
 };
 
-#ifdef ZS_GPT_TP
 static int is_first(const trainer_t *t) { return t->pp_rank == 0; }             /* holds model stage 0 */
 static int is_last(const trainer_t *t) { return t->pp_rank == t->pps->p - 1; } /* holds model stage S - 1 */
 
@@ -543,27 +542,3 @@ zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
   return zs_forward_end(t->zs);
 }
 
-#else /* no src/tp: trainer.c refuses --pp before any of these */
-zs_status_t trainer_pp_check(trainer_t *t, char *err, size_t n) {
-  (void)t;
-  snprintf(err, n, "this build has no tensor-parallel layer (src/tp), which the pipeline's stages use");
-  return ZS_ERR_UNSUPPORTED;
-}
-zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) { return trainer_pp_check(t, err, n); }
-zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) { return trainer_pp_check(t, err, n); }
-zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum) {
-  (void)t, (void)step, (void)val, (void)loss, (void)vsum;
-  return ZS_ERR_UNSUPPORTED;
-}
-zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
-  (void)t, (void)vsum;
-  return ZS_ERR_UNSUPPORTED;
-}
-void trainer_pp_free(trainer_t *t) { (void)t; }
-void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes) {
-  (void)t;
-  *microbatches = 0, *bytes = 0;
-}
-zs_comm_t *trainer_pp_comm(const trainer_t *t) { (void)t; return NULL; }
-const char *trainer_pp_last_error(const trainer_t *t) { (void)t; return NULL; }
-#endif

@@ -92,9 +92,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   t->w = t->rank >= t->S ? t->rank - t->S : -1;
   t->per = o->batch / t->W, t->micro = t->per / o->accum;
   t->n = gpt_param_count(&t->mc), t->np = gpt_param_table_size(&t->mc);
-  int64_t total = o->lr_steps > 0 ? o->lr_steps : o->steps, warmup = o->warmup >= 0 ? o->warmup : total / 20;
-  t->sched = (zs_schedule_t){.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
-  if (o->lr_schedule != ZS_SCHED_CONSTANT && total <= warmup)
+  if (trainer_schedule(o, 0, &t->sched) <= 0 && o->lr_schedule != ZS_SCHED_CONSTANT) /* (also --steps 0) */
     return trainer_fail(res, ZS_ERR_INVALID, "options", "--warmup needs a longer schedule than --steps / --lr-steps");
 
   /* the initial model (every rank can make it), the no-decay runs, the handle */
@@ -140,10 +138,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   for (int i = 0; i < t->np; i++) t->gt[i] = t->g + (t->pt[i] - t->p);
   gpt_weights_bind(&t->mc, t->pt, &t->wp);
   gpt_weights_bind(&t->mc, t->gt, &t->wg);
-  int vw = gpt_data_val_windows(&t->data, T);
-  t->v_total = o->val_seqs < vw ? o->val_seqs : vw;
-  t->v_first = (int)((int64_t)t->v_total * t->w / t->W);
-  t->v_count = (int)((int64_t)t->v_total * (t->w + 1) / t->W) - t->v_first;
+  trainer_val_split(&t->data, o, t->w, t->W, &t->v_total, &t->v_first, &t->v_count);
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
     t->vx = malloc((size_t)t->v_chunk * T * C * sizeof(float));
@@ -214,9 +209,7 @@ static zs_status_t worker_run(pst_t *t, double *mine, gpt_result_t *res) {
   mine[K_V0] = validate(t);
   const double t0 = trainer_now_s();
   for (int step = 0; step < o->steps; step++) {
-    char range[32];
-    snprintf(range, sizeof range, "step %d", step);
-    zs_trace_begin(range);
+    trainer_trace_step(step);
     memset(t->g, 0, (size_t)t->n * sizeof(float));
     double loss = 0;
     for (int m = 0; m < o->accum; m++) {
@@ -298,11 +291,10 @@ zs_status_t gpt_train_ps(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm,
     }
     res->steps = o->steps;
     if (vtok > 0) {
-      res->nval = 2;
-      res->val_steps[0] = 0, res->val_losses[0] = v0 / vtok;
-      res->val_steps[1] = o->steps, res->val_losses[1] = res->val_loss = v1 / vtok;
+      trainer_result_add_val(res, 0, v0 / vtok);
+      trainer_result_add_val(res, o->steps, v1 / vtok);
     }
-    res->tokens_per_s = tmax > 0 ? (double)o->batch * o->seq * o->steps / tmax : 0;
+    trainer_result_rate(res, o, o->steps, tmax);
     for (int r = 0; r < t.world; r++) res->ranks[r].rank = r;
     gpt_ps_info_t *pi = &res->ps;
     pi->servers = t.S, pi->workers = t.W, pi->async = o->ps_async;

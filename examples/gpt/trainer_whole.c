@@ -21,7 +21,6 @@ static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, f
   const int64_t n = t->info[i].numel;
   TRY(zs_param_get(t->zs, pid, t->tp == 1 ? out : mine));
   if (t->tp == 1) return ZS_OK;
-#ifdef ZS_GPT_TP
   TRY(zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL));
   for (int r = 0; r < t->tp; r++) {
     gpt_tp_t pr;
@@ -33,10 +32,6 @@ static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, f
     }
   }
   return ZS_OK;
-#else
-  (void)all;
-  return ZS_ERR_UNSUPPORTED;
-#endif
 }
 
 static int64_t largest_part(const trainer_t *t) {
@@ -217,7 +212,6 @@ static int split_name(void *user, const char *file_name, char *param_name, size_
   return r == ZS_IMPORT_TIED ? r : ZS_IMPORT_LOAD;
 }
 
-#ifdef ZS_GPT_TP
 /* A tensor-parallel rank's slice is a part of the whole tensor; replicated
  * parameters are whole. */
 static int split_part(void *user, int pid, int *ndim, int64_t *shape) {
@@ -236,15 +230,12 @@ static int64_t split_index(void *user, int pid, int64_t e) {
   trainer_t *t = user;
   return gpt_tp_full_index(&t->tpm, t->tidx[pid], e);
 }
-#endif
 
 zs_status_t trainer_init_from(trainer_t *t, const char *path, char *err, size_t n) {
   if (!t->split) return gpt_init_from(t->zs, path, err, n);
   zs_import_opts_t o = ZS_IMPORT_OPTS_INIT;
   o.name_fn = split_name, o.user = t;
-#ifdef ZS_GPT_TP
   if (t->tp > 1) o.part_fn = split_part, o.index_fn = split_index;
-#endif
   /* the engine agrees on the outcome over its model-parallel group too: a
    * stage whose own tensors fit fails with the one whose do not */
   return gpt_init_from_opts(t->zs, path, &o, err, n);

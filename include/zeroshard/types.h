@@ -32,6 +32,14 @@ const char *zs_dtype_name(zs_dtype_t dt);
 /* "sum", "avg", ... or "invalid". */
 const char *zs_redop_name(zs_redop_t op);
 
+/* fp32 <-> bf16 (an fp32's upper 16 bits), rounding to nearest even, a NaN kept
+ * a quiet NaN: the rounding every zeroshard layer uses for bf16 parameters,
+ * gradients and reductions, for a program's own bf16 arithmetic to match it bit
+ * for bit (e.g. fp32 gradients added into the engine's bf16 gradient slots).
+ * Pure functions, any thread. */
+uint16_t zs_bf16_from_float(float f);
+float zs_float_from_bf16(uint16_t h);
+
 #ifdef __cplusplus
 }
 #endif
