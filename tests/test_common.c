@@ -7,6 +7,7 @@
 #include "common/half.h"
 #include "harness.h"
 #include "memory/memory.h"
+#include "zeroshard/types.h"
 
 static void test_status_strings(void) {
   expect_true(!strcmp(zs_status_name(ZS_ERR_INVALID), "ZS_ERR_INVALID"));
@@ -88,6 +89,21 @@ static void test_half_rounding(void) {
   /* ties to even: 1 + 2^-8 is halfway between bf16 1 and 1+2^-7 -> 1 */
   expect_int_eq(zs_f32_to_bf16(1.00390625f), 0x3f80);
   expect_int_eq(zs_f32_to_bf16(1.01171875f), 0x3f82); /* 1+3*2^-8 -> 1+2^-6 (even) */
+  /* the public pair (zeroshard/types.h) is the same rounding, bit for bit */
+  seed = 7;
+  for (int i = 0; i < 100000; i++) {
+    uint32_t bits = (uint32_t)zs_t_rand_u64(&seed);
+    float f;
+    memcpy(&f, &bits, 4);
+    uint16_t a = zs_bf16_from_float(f), b = zs_f32_to_bf16(f);
+    float fa = zs_float_from_bf16(a), fb = zs_bf16_to_f32(b);
+    if (a != b || memcmp(&fa, &fb, 4)) {
+      ZS_T_REPORT("zs_bf16_from_float(%a) = 0x%04x, the library's 0x%04x", f, a, b);
+      break;
+    }
+  }
+  expect_int_eq(zs_bf16_from_float(1.00390625f), 0x3f80);
+  expect_true(isnan(zs_float_from_bf16(zs_bf16_from_float(NAN))));
 }
 
 static void test_settings_and_faults(void) {
