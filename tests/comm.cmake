@@ -7,8 +7,9 @@
 #   test_comm_gpu      the same checks over NCCL on cuda devices (skips without a GPU per rank)
 #   test_mpi_gpu       zs_mpi_local_gpu: arguments, no GPU here; with GPUs (label gpu) the ordinals
 #   test_comm_nccl     NCCL cannot hang: init, enqueue, stuck kernels, split, abort and destroy
-#                      bounded by ZS_COMM_TIMEOUT_S (label gpu; np1 needs one GPU, np2's stuck
-#                      cases two; _shared_gpu_np2 tries those on one GPU, see the file)
+#                      bounded by ZS_COMM_TIMEOUT_S, and a peer's zs_comm_revoke ends a waiting
+#                      kernel (label gpu; np1 needs one GPU, np2's stuck and revoke cases two;
+#                      _shared_gpu_np2 tries those on one GPU, see the file)
 if(TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_comm SOURCES test_comm.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 2 3 4 TIMEOUT 150)
