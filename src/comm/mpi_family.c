@@ -119,13 +119,23 @@ zs_status_t zs__family_create(MPI_Comm comm, const char *fn, zs__family_t **out)
   return ZS_OK;
 }
 
-/* Test the sends in flight; free those done. Caller holds mu. */
+static void keep_sends(sent_t *s) {
+  pthread_mutex_lock(&g_lost_mu);
+  s->next = g_lost_sends;
+  g_lost_sends = s;
+  pthread_mutex_unlock(&g_lost_mu);
+}
+
+/* Test the sends in flight; free those done. One that failed may leave others
+ * of its batch in flight: the batch is kept. Caller holds mu. */
 static void reap_sends(zs__family_t *f) {
   for (sent_t **pp = &f->sent; *pp;) {
     sent_t *s = *pp;
     int flag = 0;
-    if (MPI_Testall(s->n, s->req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) flag = 1; /* failed: MPI is done with it */
-    if (flag) {
+    if (MPI_Testall(s->n, s->req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+      *pp = s->next;
+      keep_sends(s);
+    } else if (flag) {
       *pp = s->next;
       free(s);
     } else {
@@ -163,10 +173,7 @@ static void family_free(zs__family_t *f) {
       continue;
     }
     send_out = 1;
-    pthread_mutex_lock(&g_lost_mu);
-    s->next = g_lost_sends;
-    g_lost_sends = s;
-    pthread_mutex_unlock(&g_lost_mu);
+    keep_sends(s);
   }
   f->sent = NULL;
   if (recv_out || send_out)
