@@ -1,16 +1,22 @@
 # Owner: comm layer.
 #   test_comm          every collective / dtype / op (all_to_all_v included) over MPI on cpu devices, 1-4 ranks
 #   test_comm_timeout  ZS_COMM_TIMEOUT_S turns a collective only rank 0 issues into ZS_ERR_TIMEOUT
+#   test_comm_revoke   a rank that fails tells the others: zs_comm_revoke ends the recv, all_reduce and
+#                      split comms' waits of every other rank within 5 s (ZS_COMM_TIMEOUT_S=120) with
+#                      ZS_ERR_PEER naming it and its reason; one rank's timeout tells the comm's others
 #   test_comm_gpu      the same checks over NCCL on cuda devices (skips without a GPU per rank)
 #   test_mpi_gpu       zs_mpi_local_gpu: arguments, no GPU here; with GPUs (label gpu) the ordinals
 #   test_comm_nccl     NCCL cannot hang: init, enqueue, stuck kernels, split, abort and destroy
-#                      bounded by ZS_COMM_TIMEOUT_S (label gpu; np1 needs one GPU, np2's stuck
-#                      cases two; _shared_gpu_np2 tries those on one GPU, see the file)
+#                      bounded by ZS_COMM_TIMEOUT_S, and a peer's zs_comm_revoke ends a waiting
+#                      kernel (label gpu; np1 needs one GPU, np2's stuck and revoke cases two;
+#                      _shared_gpu_np2 tries those on one GPU, see the file)
 if(TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_comm SOURCES test_comm.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 2 3 4 TIMEOUT 150)
   zs_add_test(NAME test_comm_timeout SOURCES test_comm_timeout.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 4 TIMEOUT 60)
+  zs_add_test(NAME test_comm_revoke SOURCES test_comm_revoke.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 3 4 TIMEOUT 60)
   zs_add_test(NAME test_comm_gpu SOURCES test_comm_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 2 LABELS gpu TIMEOUT 120)
   zs_add_test(NAME test_mpi_gpu SOURCES test_mpi_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm

@@ -36,3 +36,11 @@ if(TARGET zs_pp AND ZS_HAVE_MPI)
   zs_add_test(NAME test_pp_timeout SOURCES test_pp_timeout.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm zs_pp RANKS 2 3 TIMEOUT 60)
 endif()
+#   test_pp_fail      a callback on stage 1 of 2 fails at micro-batch 3 (1F1B forward, GPipe backward, host and
+#                     stream callbacks): with ZS_COMM_TIMEOUT_S=120 every other rank returns within 5 s with
+#                     ZS_ERR_PEER naming world rank 1 and the reason; np4 runs pp 2 x dp 2, where the other
+#                     pipeline learns of it in its step or its dp all_reduce
+if(TARGET zs_pp AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_pp_fail SOURCES test_pp_fail.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm zs_pp RANKS 2 4 TIMEOUT 60)
+endif()

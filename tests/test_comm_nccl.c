@@ -24,6 +24,11 @@
  *                     NCCL (2.22+) connects: either the call itself returns
  *                     ZS_ERR_TIMEOUT (the enqueue could not finish) or the
  *                     watchdog ends it; the test says which
+ *   revoke            rank 1 revokes the comm (zs_comm_revoke) while rank 0's
+ *                     all_reduce waits for it on the GPU: within 5 s (the
+ *                     timeout is 8) rank 0's comm and a comm split from it
+ *                     report ZS_ERR_PEER naming rank 1 and its reason, and the
+ *                     stream moves on (the notice aborted the NCCL comm)
  * The stuck cases need 2 GPUs (NCCL refuses two ranks on one GPU of one host) and
  * skip with that reason on one. With ZS_TEST_NCCL_SHARE_GPU=1 and one GPU
  * (test_comm_nccl_shared_gpu_np2) they run on that GPU anyway: each rank poses as
@@ -320,6 +325,59 @@ static void stuck_case(const char *name, int warm) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void test_revoke(void) {
+  if (ndev < 2 && !share)
+    zs_test_skip("needs 2 GPUs (NCCL puts one rank on each); 1 visible: test_comm_nccl_shared_gpu_np2 tries one");
+  char why[ZS_ERRBUF + 128] = "";
+  zs_comm_t *c = pair_comm(why, sizeof why), *sub = NULL;
+  if (!c) {
+    if (share && ndev < 2) zs_test_skip("NCCL would not put 2 ranks on this one GPU (see stderr): needs 2 GPUs");
+    ZS_T_REPORT("revoke: %s", why);
+    return;
+  }
+  static const char reason[] = "stage 1 cannot read micro-batch 3";
+  expect_ok(zs_comm_split(c, 0, rank, &sub));
+  float *d = NULL;
+  if (zs_device_alloc(dev, 4096, ZS_MEM_OTHER, (void **)&d) != ZS_OK) d = NULL;
+  expect_int_eq(check_comm(c), 0); /* connections up */
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    zs_stream_t *s = NULL;
+    if (d && zs_stream_create(dev, &s) == ZS_OK) {
+      double t0 = zs__now();
+      expect_ok(zs_comm_all_reduce(c, d, d, 1024, ZS_FP32, ZS_SUM, s)); /* rank 1 never joins */
+      zs_status_t st = wait_async(c, T2 + SLACK);
+      double dt = zs__now() - t0;
+      fprintf(stderr, "revoke: rank 0's comm reported %s after %.3f s\n", zs_status_name(st), dt);
+      expect_int_eq(st, ZS_ERR_PEER);
+      expect_true(dt < 5.0);
+      expect_str_contains(zs_comm_last_error(c), "world rank 1 (rank 1 of this comm) failed with ZS_ERR_IO");
+      expect_str_contains(zs_comm_last_error(c), reason);
+      expect_int_eq(zs_comm_async_error(sub), ZS_ERR_PEER); /* the whole family */
+      expect_str_contains(zs_comm_last_error(sub), "world rank 1");
+      double t1 = zs__now();
+      expect_ok(zs_stream_synchronize(dev, s)); /* the abort ended the kernel */
+      expect_true(zs__now() - t1 < SLACK);
+      zs_stream_destroy(dev, s);
+    } else {
+      ZS_T_REPORT("revoke: stream or buffer: %s", zs_last_error());
+    }
+  } else {
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+    expect_ok(zs_comm_revoke(c, ZS_ERR_IO, reason));
+    expect_int_eq(zs_comm_async_error(c), ZS_ERR_COMM);
+    expect_int_eq(zs_comm_async_error(sub), ZS_ERR_COMM);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t2 = zs__now();
+  zs_comm_destroy(sub);
+  zs_comm_destroy(c);
+  expect_true(zs__now() - t2 < 2.0);
+  if (d) zs_device_free(dev, d, 4096, ZS_MEM_OTHER);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void test_stuck_later(void) {
   if (ndev < 2 && !share)
     zs_test_skip("needs 2 GPUs (NCCL puts one rank on each); 1 visible: test_comm_nccl_shared_gpu_np2 tries one");
@@ -379,6 +437,7 @@ int main(int argc, char **argv) {
     if (!share) zs_test_run(test_init_timeout_mpi);
     zs_test_run(test_stuck_later);
     zs_test_run(test_stuck_first);
+    zs_test_run(test_revoke);
   }
   int rc = zs_test_finish();
   zs_device_destroy(dev);

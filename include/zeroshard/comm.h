@@ -98,6 +98,38 @@
  * abort may still write its receive buffer if the other ranks reach it later
  * (MPI cannot cancel a collective), so keep its buffers allocated.
  *
+ * When a rank fails, the others hear of it (families). A comm made by
+ * zs_comm_create_mpi_world, zs_comm_create_mpi or zs_comm_create_nccl_mpi and
+ * every comm split from it (and from those), on every rank, are one family,
+ * with an error channel of their own (one more duplicate of the MPI
+ * communicator, carrying nothing but failure notices). Two things use it:
+ *  - zs_comm_revoke: a rank that gives up (a callback or a step failed, bad
+ *    data, anything after which others may be left waiting for it) tells
+ *    every rank of the family. On each, every comm of the family breaks: its
+ *    operations in flight end and every later call fails at once with
+ *    ZS_ERR_PEER, and the message names the failing rank (its rank in
+ *    MPI_COMM_WORLD and, where it belongs to the comm, in the comm) and its
+ *    status and message. So a data-parallel peer of a failed pipeline stage
+ *    learns of it in its gradient reduction too, not only the stage's
+ *    pipeline neighbours. The zeroshard layers that hold a comm through a
+ *    failure call it themselves (zs_pp_run); a program calls it when it gives
+ *    up on its own.
+ *  - a failure of this rank's own in an operation (its timeout, a backend
+ *    error) breaks the comm here as before and tells that comm's other ranks
+ *    (that comm only: the family's other comms carry on): their operations on
+ *    it end with ZS_ERR_TIMEOUT for a timeout, ZS_ERR_PEER otherwise, naming
+ *    this rank, instead of each waiting out its own timeout.
+ * How soon: a rank reads notices while it waits in an operation of the family
+ * (mpi: the comm's progress thread, within a millisecond or so of the notice's
+ * arrival; nccl: the watchdog, within its poll of up to 16 ms), before each
+ * operation it runs (mpi), and in zs_comm_async_error. A rank that waits in
+ * none of these (computing, or blocked outside zeroshard) learns at its next
+ * call. zs_comm_abort stays local: the other ranks are not told.
+ * A broken comm can only be destroyed (its buffers kept, as above); destroying
+ * every comm of a family frees its channel. Comms made by
+ * zs_comm_create_nccl_id and zs_comm_create_nccl_from have no channel: their
+ * failures are not told (revoke aborts them here and says so).
+ *
  * Ending the process after a failure (mpi backend): destroy returns promptly
  * after a timeout or an abort. MPI_Finalize waits for every rank, so when
  * zeroshard initialised MPI, the last destroy first runs a barrier with every
@@ -200,8 +232,27 @@ const char *zs_comm_last_error(const zs_comm_t *comm);
 /* ZS_OK, or the error of an operation that failed after it was queued. */
 zs_status_t zs_comm_async_error(zs_comm_t *comm);
 /* Abandons queued and running operations (ncclCommAbort, or marks the MPI comm
- * broken so later calls fail fast). The comm can only be destroyed afterwards. */
+ * broken so later calls fail fast). The comm can only be destroyed afterwards.
+ * Local: the other ranks are not told (zs_comm_revoke tells them). */
 zs_status_t zs_comm_abort(zs_comm_t *comm);
+/* This rank has failed with `why` (a failure status, not ZS_OK) for the reason
+ * `msg` (copied; NULL or "" for none; up to about 470 bytes travel): breaks
+ * every comm of comm's family on this rank, as zs_comm_abort breaks one (later
+ * calls fail at once with ZS_ERR_COMM, "revoked by this rank"), and tells every
+ * other rank of the family (see "When a rank fails" above): their comms of the
+ * family break with ZS_ERR_PEER (ZS_ERR_TIMEOUT when why is ZS_ERR_TIMEOUT: the
+ * comm timed out as a whole) and the message "world rank W (rank R of this
+ * comm) failed with <why> and told every rank: <msg>". Non-blocking: the
+ * notices are posted (small messages that complete without their receiver)
+ * and the call returns; any thread, also while others wait in operations of
+ * the family. A rank tells its family once: a later revoke, or one after
+ * another rank's notice reached this one, only breaks the comms here. After
+ * it, destroy every comm of the family. ZS_OK; ZS_ERR_INVALID for a NULL comm
+ * or a why that is not a failure (nothing done); ZS_ERR_COMM when a notice
+ * could not be posted (the comms here are broken all the same);
+ * ZS_ERR_UNSUPPORTED for a comm without a channel (nccl comms not made from
+ * MPI), which is then aborted here only. */
+zs_status_t zs_comm_revoke(zs_comm_t *comm, zs_status_t why, const char *msg);
 
 void zs_comm_stats(const zs_comm_t *comm, zs_comm_stats_t *out);
 void zs_comm_stats_reset(zs_comm_t *comm);

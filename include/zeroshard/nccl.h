@@ -17,6 +17,21 @@
  * NCCL_COMM_BLOCKING=1 in the environment makes NCCL comms blocking and defeats
  * this (a warning says so).
  *
+ * Telling the other ranks (zeroshard/comm.h, "When a rank fails"): a comm made
+ * by zs_comm_create_nccl_mpi, and every comm split from it, is a family with an
+ * MPI error channel (a duplicate of mpi_comm; only when MPI runs with
+ * MPI_THREAD_MULTIPLE, since the watchdog uses it beside the program's own
+ * calls). zs_comm_revoke aborts every NCCL comm of the family here
+ * (ncclCommAbort) and tells every rank; there, a notice aborts the family's
+ * NCCL comms (their kernels see NCCL's abort flag and return, the streams move
+ * on) with ZS_ERR_PEER as the async error. The watchdog reads the channel while
+ * an op is unfinished (every 1-16 ms), zs_comm_async_error whenever called. A
+ * timeout or asynchronous error the watchdog sees, and an enqueue that fails,
+ * tell the comm's other ranks the same way. Comms made by zs_comm_create_nccl_id
+ * or zs_comm_create_nccl_from have no channel: zs_comm_revoke aborts them here
+ * and returns ZS_ERR_UNSUPPORTED, and their peers find out from their own
+ * timeout or NCCL's errors.
+ *
  * Rank to GPU: NCCL wants one GPU per rank; zs_mpi_local_gpu (zeroshard/mpi.h)
  * picks it from the node-local rank. */
 #ifndef ZEROSHARD_NCCL_H

@@ -276,12 +276,22 @@ void zs_pp_destroy(zs_pp_t *pp);
  * every transfer of the step, and an error already known (the comm's
  * asynchronous error) is returned; later ones are the comm's asynchronous error
  * and the transfer stream's, returned by zs_pp_wait or the next zs_pp_run.
- * A callback's failure ends the step with its status. After any failure but
- * ZS_ERR_INVALID from the argument checks, the peers may be left waiting:
- * abort the comm (zs_comm_abort) and destroy the runtime.
+ * A callback's failure ends the step with its status. Any failure of a step
+ * (a callback's, a transfer's, an event's; here or in zs_pp_wait) revokes the
+ * pp comm (zs_comm_revoke with the step's status and message; zeroshard/comm.h):
+ * every other rank of its family, the other stages and the ranks of comms
+ * split from the same world alike, stops waiting within a poll and fails with
+ * ZS_ERR_PEER (ZS_ERR_TIMEOUT for a timeout), its message naming this rank and
+ * the reason; their zs_pp_run returns that as a transfer failure ("pp rank 0:
+ * ... a transfer failed: ... world rank 1 (rank 1 of this comm) failed with
+ * ZS_ERR_IO and told every rank: zs_pp_run (pp rank 1): the forward callback
+ * failed on F of micro-batch 3 ..."). A failure another rank told this one of
+ * is not told again. Afterwards destroy the runtime and the comms of the
+ * family (zs_pp_destroy keeps the buffers a late transfer may still write).
  * ZS_ERR_INVALID for NULL callbacks; ZS_ERR_STATE after a failed step. */
 zs_status_t zs_pp_run(zs_pp_t *pp, const zs_pp_callbacks_t *cb);
-/* Waits (host) for the transfers queued so far; their error, or ZS_OK. */
+/* Waits (host) for the transfers queued so far; their error, or ZS_OK (an
+ * error revokes the pp comm, as in zs_pp_run). */
 zs_status_t zs_pp_wait(zs_pp_t *pp);
 
 const zs_pp_schedule_t *zs_pp_get_schedule(const zs_pp_t *pp);

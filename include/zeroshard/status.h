@@ -30,7 +30,9 @@ extern "C" {
   X(ZS_ERR_IO, "file input/output failed: check the path, permissions and free space") \
   X(ZS_ERR_CORRUPT, "data is corrupt or truncated: the file or message failed its checks") \
   X(ZS_ERR_OVERFLOW, "non-finite values: gradients or loss scale overflowed")          \
-  X(ZS_ERR_INTERNAL, "internal error in zeroshard: please report it with the log")
+  X(ZS_ERR_INTERNAL, "internal error in zeroshard: please report it with the log")      \
+  X(ZS_ERR_PEER, "another rank failed and told this one (zeroshard/comm.h): the "        \
+                 "detailed message names that rank and its reason; destroy the comm")
 
 typedef enum {
 #define ZS__STATUS_ENUM(name, msg) name,

@@ -53,6 +53,18 @@ zs_status_t zs_comm_abort(zs_comm_t *comm) {
   return comm->iface.abort(comm->ctx);
 }
 
+zs_status_t zs_comm_revoke(zs_comm_t *comm, zs_status_t why, const char *msg) {
+  if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_revoke: comm is NULL");
+  if (why <= ZS_OK || why >= ZS_STATUS_COUNT)
+    return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_revoke: why = %d is not a failure status", (int)why);
+  if (!msg || !*msg) msg = "(no message)";
+  if (comm->iface.revoke) return comm->iface.revoke(comm->ctx, why, msg);
+  comm->iface.abort(comm->ctx);
+  return ZS_FAIL(comm->err, ZS_ERR_UNSUPPORTED,
+                 "zs_comm_revoke: the %s comm has no channel to the other ranks: it is aborted here only",
+                 comm->iface.name);
+}
+
 zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out) {
   if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_split: comm is NULL");
   if (!out) return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_split: out is NULL");

@@ -65,6 +65,10 @@ typedef struct {
   zs_status_t (*split)(void *ctx, int color, int key, zs_comm_t **out);
   zs_status_t (*async_error)(void *ctx);
   zs_status_t (*abort)(void *ctx);
+  /* Optional (zs_comm_revoke): breaks every comm of the family on this rank and
+   * tells the other ranks (why: not ZS_OK, msg: not NULL). NULL: comm.c aborts
+   * this comm alone and returns ZS_ERR_UNSUPPORTED. */
+  zs_status_t (*revoke)(void *ctx, zs_status_t why, const char *msg);
   /* Waits for queued work, frees everything the context holds. */
   void (*destroy)(void *ctx);
   /* Optional: *leader = the lowest rank of this comm on the calling rank's node

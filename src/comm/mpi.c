@@ -150,9 +150,10 @@ static void ctx_free_mpi_objects(mpi_ctx_t *ctx) {
   }
 }
 
-/* Takes ownership of mc (a communicator we made). */
+/* Takes ownership of mc (a communicator we made). The comm joins family fam
+ * (with this id) once made; on failure the caller still owns fam. */
 static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, int staged,
-                              const int spin[3], zs_comm_t **out) {
+                              const int spin[3], zs__family_t *fam, uint64_t id, zs_comm_t **out) {
   mpi_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     MPI_Comm_free(&mc);
@@ -195,6 +196,11 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
     *out = NULL;
     goto fail_sync;
   }
+  ctx->fm.ctx = ctx;
+  ctx->fm.on_notice = zs__mpi_on_notice;
+  ctx->fm.rank = ctx->rank;
+  ctx->fm.size = ctx->size;
+  zs__family_join(fam, &ctx->fm, id, zs__family_ranks(fam, mc, ctx->size));
   pthread_mutex_lock(&g_mu);
   g_live++;
   pthread_mutex_unlock(&g_mu);
@@ -228,6 +234,7 @@ static void mpi_destroy(void *vctx) {
   pthread_cond_broadcast(&ctx->cv_work);
   pthread_mutex_unlock(&ctx->mu);
   pthread_join(ctx->thread, NULL);
+  zs__family_leave(&ctx->fm); /* no notice reaches the comm after this */
   zs__mpi_queue_free(ctx);
   pthread_mutex_destroy(&ctx->stage_mu);
   /* every op is done, so every stream wait on the flag can complete: the flag
@@ -300,9 +307,10 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   mpi_ctx_t *ctx = vctx;
   MPI_Comm newcomm;
   ZS_CHECK(queue_split(ctx, color, key, &newcomm));
+  uint64_t id = zs__family_child_id(&ctx->fm, color); /* counted on every rank, whatever its color */
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
   int spin[3] = {ctx->spin_coll, ctx->spin_p2p, ctx->spin_idle}; /* the parent's settings */
-  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, spin, out);
+  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, spin, ctx->fm.fam, id, out);
 }
 
 /* zs_comm_i.node_leader: the shared-memory split of a private copy of our
@@ -340,6 +348,7 @@ static const zs_comm_i mpi_iface = {
     .split = mpi_split,
     .async_error = zs__mpi_async_error,
     .abort = zs__mpi_abort,
+    .revoke = zs__mpi_revoke,
     .destroy = mpi_destroy,
     .node_leader = mpi_node_leader,
 };
@@ -481,7 +490,15 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || (sv && *sv && strcmp(sv, "0"));
   int spin[3];
   poll_modes(fn, spin);
-  ZS_CHECK(ctx_create(mc, dev, ring_min, staged, spin, out));
+  zs__family_t *fam = NULL;
+  if ((st = zs__family_create(mc, fn, &fam)) != ZS_OK) {
+    if (st != ZS_ERR_TIMEOUT) MPI_Comm_free(&mc); /* a timeout leaves the duplication outstanding on mc */
+    return st;
+  }
+  if ((st = ctx_create(mc, dev, ring_min, staged, spin, fam, ZS__FAMILY_ROOT_ID, out)) != ZS_OK) {
+    zs__family_drop(fam);
+    return st;
+  }
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   zs__log_set_rank(wrank);

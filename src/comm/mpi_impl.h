@@ -3,6 +3,7 @@
  *   mpi_run.c    running one op on the progress thread: polling, timeouts, orphans, MPI calls
  *   mpi_ring.c   ring reduce_scatter / all_reduce over point-to-point
  *   mpi_queue.c  queuing calls in order on their streams, host staging of device buffers
+ *   mpi_family.c the error channel a rank that fails tells the others through (mpi_family.h)
  * (see mpi.c for why there is a progress thread and a FIFO) */
 #ifndef ZS_COMM_MPI_IMPL_H
 #define ZS_COMM_MPI_IMPL_H
@@ -12,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "comm/comm_impl.h"
+#include "comm/mpi_family.h"
 #include "device/device_impl.h"
 #include "memory/memory.h"
 
@@ -86,6 +88,7 @@ struct mpi_ctx {
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
+  zs__fam_member_t fm; /* the comm's place in its family (the error channel) */
   int staged;        /* device buffers go through pinned host staging */
   pthread_mutex_t stage_mu;
   staging_t *stagings;      /* in flight: their `done` has not completed */
@@ -155,8 +158,14 @@ zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const 
 /* Host scratch counted as ZS_MEM_COMM in the device domain while an op runs. */
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes);
 void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes);
-/* Caller holds ctx->mu. The first failure wins. */
-void zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
+/* Caller holds ctx->mu. The first failure wins: 1 if this was it. */
+int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
+/* An op failed on this rank by itself (a timeout, an MPI error): breaks the
+ * comm and, if that was its first failure, tells the comm's other ranks
+ * through the family (mpi_family.h). Caller holds no lock of the comm. */
+void zs__mpi_break(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
+/* zs__fam_member_t.on_notice: breaks the comm (the family's mutex held). */
+void zs__mpi_on_notice(void *vctx, zs_status_t st, const char *msg);
 /* The progress thread: takes ops in FIFO order and runs them. */
 void *zs__mpi_progress_main(void *arg);
 
@@ -179,5 +188,6 @@ void zs__mpi_staging_reclaim(mpi_ctx_t *ctx, int wait);
 zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
 zs_status_t zs__mpi_async_error(void *vctx);
 zs_status_t zs__mpi_abort(void *vctx);
+zs_status_t zs__mpi_revoke(void *vctx, zs_status_t why, const char *msg);
 
 #endif

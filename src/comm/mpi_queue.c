@@ -322,6 +322,7 @@ zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
 
 zs_status_t zs__mpi_async_error(void *vctx) {
   mpi_ctx_t *ctx = vctx;
+  zs__family_poll(ctx->fm.fam); /* another rank's failure counts even while no op polls */
   zs_status_t st = (zs_status_t)atomic_load(&ctx->broken);
   if (st == ZS_OK) return ZS_OK;
   pthread_mutex_lock(&ctx->mu);
@@ -337,4 +338,9 @@ zs_status_t zs__mpi_abort(void *vctx) {
   pthread_cond_broadcast(&ctx->cv_work);
   pthread_mutex_unlock(&ctx->mu);
   return ZS_OK;
+}
+
+zs_status_t zs__mpi_revoke(void *vctx, zs_status_t why, const char *msg) {
+  mpi_ctx_t *ctx = vctx;
+  return zs__family_revoke(&ctx->fm, why, msg, ctx->comm->err);
 }

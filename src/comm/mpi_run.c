@@ -73,7 +73,10 @@ int zs__mpi_poller_burst(const poller_t *p) { return p->t - p->t0 < p->spin_s ? 
 /* After a burst of tests that completed nothing: yields or naps and returns
  * ZS_OK, or returns the status that ends the wait (aborted, timed out). */
 zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
-  if (zs__mpi_poller_burst(p) > 1 || (p->it++ & 15) == 0) p->t = zs__now();
+  if (zs__mpi_poller_burst(p) > 1 || (p->it++ & 15) == 0) {
+    p->t = zs__now();
+    zs__family_poll(ctx->fm.fam); /* a notice breaks the comm: the check below ends the wait */
+  }
   if (atomic_load(&ctx->broken))
     return zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
                           "mpi comm (rank %d): %s abandoned: the comm was aborted", ctx->rank, what);
@@ -318,11 +321,58 @@ static zs_status_t run_split(mpi_ctx_t *ctx, mpi_op_t *op) {
 }
 
 /* Caller holds ctx->mu. The first failure wins. */
-void zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st))
-    snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
+int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
+  int expected = 0, first = atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st);
+  if (first) snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
   zs__mpi_note_broken();
+  return first;
+}
+
+void zs__mpi_break(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
+  char text[ZS_ERRBUF];
+  snprintf(text, sizeof text, "%s", msg);
+  pthread_mutex_lock(&ctx->mu);
+  int first = zs__mpi_set_broken(ctx, st, text);
+  pthread_mutex_unlock(&ctx->mu);
+  if (first) zs__family_tell(&ctx->fm, st, text);
+}
+
+void zs__mpi_on_notice(void *vctx, zs_status_t st, const char *msg) {
+  mpi_ctx_t *ctx = vctx;
+  char text[ZS_ERRBUF];
+  snprintf(text, sizeof text, "mpi comm (rank %d of %d): %s", ctx->rank, ctx->size, msg);
+  pthread_mutex_lock(&ctx->mu);
+  zs__mpi_set_broken(ctx, st, text);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* Runs op (progress thread, ctx->mu not held). A notice that arrived since the
+ * last op breaks the comm before it starts; a failure of the op's own (not
+ * the comm being broken already) is told to the comm's other ranks. */
+static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
+  zs__family_poll(ctx->fm.fam);
+  /* the op's inputs are written once `ready` (on its stream) has completed;
+   * a broken comm fails the op without waiting for them */
+  if (op->ready && !atomic_load(&ctx->broken)) {
+    zs_status_t st = zs_event_synchronize(ctx->dev, op->ready);
+    if (st != ZS_OK) {
+      st = zs__fail_quiet(NULL, st, "mpi comm: waiting for the op's stream failed: %s", zs_last_error());
+      zs__mpi_break(ctx, st, zs_last_error());
+      return st;
+    }
+  }
+  if (atomic_load(&ctx->broken)) {
+    pthread_mutex_lock(&ctx->mu);
+    zs_status_t st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
+                                    "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
+    pthread_mutex_unlock(&ctx->mu);
+    return st;
+  }
+  int64_t t0 = op->type == OP_COLL && zs__trace_on() ? zs__comm_trace_begin(&op->a) : 0;
+  zs_status_t st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a, op->a2av);
+  if (t0) zs__comm_trace_end(&op->a, ctx->size, t0, st);
+  if (st != ZS_OK) zs__mpi_break(ctx, st, zs_last_error());
+  return st;
 }
 
 void *zs__mpi_progress_main(void *arg) {
@@ -333,29 +383,9 @@ void *zs__mpi_progress_main(void *arg) {
     while (!ctx->head && !ctx->stop) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
     mpi_op_t *op = ctx->head;
     if (!op) break; /* stop, and nothing left */
-    zs_status_t st, ready_st = ZS_OK;
-    /* the op's inputs are written once `ready` (on its stream) has completed;
-     * a broken comm fails the op without waiting for them */
-    if (op->ready && !atomic_load(&ctx->broken)) {
-      zs_event_t *ev = op->ready;
-      pthread_mutex_unlock(&ctx->mu);
-      ready_st = zs_event_synchronize(ctx->dev, ev);
-      pthread_mutex_lock(&ctx->mu);
-    }
-    if (ready_st != ZS_OK) {
-      st = zs__fail_quiet(NULL, ready_st, "mpi comm: waiting for the op's stream failed: %s", zs_last_error());
-      zs__mpi_set_broken(ctx, st, zs_last_error());
-    } else if (atomic_load(&ctx->broken)) {
-      st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
-                          "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
-    } else {
-      pthread_mutex_unlock(&ctx->mu);
-      int64_t t0 = op->type == OP_COLL && zs__trace_on() ? zs__comm_trace_begin(&op->a) : 0;
-      st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a, op->a2av);
-      if (t0) zs__comm_trace_end(&op->a, ctx->size, t0, st);
-      pthread_mutex_lock(&ctx->mu);
-      if (st != ZS_OK) zs__mpi_set_broken(ctx, st, zs_last_error());
-    }
+    pthread_mutex_unlock(&ctx->mu);
+    zs_status_t st = run_op(ctx, op);
+    pthread_mutex_lock(&ctx->mu);
     ctx->head = op->next;
     if (!ctx->head) ctx->tail = NULL;
     zs__mpi_op_finish(ctx, op, st);

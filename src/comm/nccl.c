@@ -45,6 +45,10 @@
  *     watchdog records ZS_ERR_TIMEOUT (or ZS_ERR_COMM) as the comm's async error
  *     and calls ncclCommAbort, which makes NCCL's kernels see the abort flag and
  *     return, so the stream moves on. Later calls fail at once with that status.
+ *     A failure of this rank's own (timeout, async error, failed enqueue) is
+ *     also told to the comm's other ranks over the family's MPI channel
+ *     (mpi_family.h; comms made by zs_comm_create_nccl_mpi and their splits),
+ *     whose watchdogs read it while they poll and abort their NCCL comms.
  *  4. Destroy. A healthy comm is ncclCommFinalize'd (non-blocking) and polled
  *     until quiescent, then ncclCommDestroy'd; at the deadline, or for a comm
  *     that failed, ncclCommAbort instead. Waiting for queued work is bounded the
@@ -122,14 +126,17 @@ zs_status_t zs__nccl_cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what)
   return ZS_CUDA_FAIL(ctx->comm ? ctx->comm->err : NULL, where, e, what);
 }
 
-/* The first failure wins; the message is written before the status is seen. */
-void zs__nccl_set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg) {
+/* The first failure wins (1 if this was it); the message is written before
+ * the status is seen. */
+int zs__nccl_set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg) {
   pthread_mutex_lock(&ctx->bmu);
-  if (!atomic_load(&ctx->broken)) {
+  int first = !atomic_load(&ctx->broken);
+  if (first) {
     snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
     atomic_store(&ctx->broken, (int)st);
   }
   pthread_mutex_unlock(&ctx->bmu);
+  return first;
 }
 
 /* The first failure's status (ZS_OK: none) and a copy of its message. */
@@ -393,14 +400,16 @@ zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) 
              (e = cudaEventRecord(w->end, cs)) != cudaSuccess) {
     st = zs__nccl_cuda_fail(ctx, e, "cudaEventRecord");
   }
+  char told[ZS_ERRBUF] = "";
   if (st != ZS_OK && !atomic_load(&ctx->aborted)) {
     /* a failed or timed-out enqueue leaves the ranks out of step and the NCCL
-     * comm possibly mid-operation: break it and abort it */
-    zs__nccl_set_broken(ctx, st, zs_last_error());
+     * comm possibly mid-operation: break it and abort it (and tell the others) */
+    if (zs__nccl_set_broken(ctx, st, zs_last_error())) snprintf(told, sizeof told, "%s", zs_last_error());
     zs__nccl_abort_locked(ctx);
   }
   pthread_mutex_unlock(&ctx->mu);
   zs__nccl_device_leave(ctx->ordinal, prev);
+  if (*told) zs__family_tell(&ctx->fm, st, told); /* without mu: the family's lock comes first */
   if (st != ZS_OK) {
     pthread_mutex_lock(&ctx->wmu);
     zs__nccl_watch_recycle(ctx, w);
@@ -413,6 +422,7 @@ zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) 
 
 zs_status_t zs__nccl_async_error(void *vctx) {
   nccl_ctx_t *ctx = vctx;
+  zs__family_poll(ctx->fm.fam); /* another rank's failure counts even while the watchdog sleeps */
   char msg[ZS_ERRBUF];
   zs_status_t st = broken_get(ctx, msg, sizeof msg);
   if (st != ZS_OK) return zs__fail_quiet(ctx->comm->err, st, "%s", msg);
@@ -430,4 +440,17 @@ zs_status_t zs__nccl_abort(void *vctx) {
   zs__nccl_set_broken(ctx, ZS_ERR_COMM, "the comm was aborted (zs_comm_abort)");
   zs__nccl_do_abort(ctx);
   return ZS_OK;
+}
+
+void zs__nccl_on_notice(void *vctx, zs_status_t st, const char *msg) {
+  nccl_ctx_t *ctx = vctx;
+  char text[ZS_ERRBUF];
+  snprintf(text, sizeof text, "nccl comm (rank %d of %d): %s; the NCCL comm was aborted", ctx->rank, ctx->size, msg);
+  zs__nccl_set_broken(ctx, st, text);
+  zs__nccl_do_abort(ctx); /* our comms never block inside NCCL: callers give way within a poll */
+}
+
+zs_status_t zs__nccl_revoke(void *vctx, zs_status_t why, const char *msg) {
+  nccl_ctx_t *ctx = vctx;
+  return zs__family_revoke(&ctx->fm, why, msg, ctx->comm->err);
 }

@@ -33,10 +33,15 @@ static zs_status_t check_runtime(const char *fn) {
 }
 
 /* A context around a ready NCCL comm (rank, size, GPU from NCCL), with its
- * watchdog. On failure nc is left to the caller. */
-static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm_t **out) {
+ * watchdog; it joins family fam (may be NULL) with this id and fam_rank (owned,
+ * may be NULL). On failure nc and fam are left to the caller. */
+static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__family_t *fam, uint64_t id,
+                              int *fam_rank, zs_comm_t **out) {
   nccl_ctx_t *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "nccl comm: out of host memory");
+  if (!ctx) {
+    free(fam_rank);
+    return ZS_FAIL(NULL, ZS_ERR_NOMEM, "nccl comm: out of host memory");
+  }
   ctx->dev = dev;
   ctx->nc = nc;
   ctx->owns = owns;
@@ -46,6 +51,7 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm
   if ((r = ncclCommUserRank(nc, &ctx->rank)) != ncclSuccess || (r = ncclCommCount(nc, &ctx->size)) != ncclSuccess ||
       (r = ncclCommCuDevice(nc, &cudev)) != ncclSuccess) {
     zs_status_t st = zs__nccl_fail(ctx, r, "querying the NCCL comm");
+    free(fam_rank);
     free(ctx);
     return st;
   }
@@ -59,7 +65,15 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm
   if (st == ZS_OK) {
     ctx->comm = *out;
     rc = pthread_create(&ctx->watchdog, NULL, zs__nccl_watchdog_main, ctx);
-    if (rc == 0) return ZS_OK;
+    if (rc == 0) {
+      /* the watchdog reads fm only for an op, which comes after we return */
+      ctx->fm.ctx = ctx;
+      ctx->fm.on_notice = zs__nccl_on_notice;
+      ctx->fm.rank = ctx->rank;
+      ctx->fm.size = ctx->size;
+      zs__family_join(fam, &ctx->fm, id, fam_rank);
+      return ZS_OK;
+    }
     st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "nccl comm: could not start the watchdog thread: %s", strerror(rc));
     pthread_mutex_destroy(&(*out)->stats_mu);
     free(*out);
@@ -69,6 +83,7 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs_comm
   pthread_mutex_destroy(&ctx->bmu);
   pthread_mutex_destroy(&ctx->wmu);
   pthread_mutex_destroy(&ctx->mu);
+  free(fam_rank);
   free(ctx);
   return st;
 }
@@ -109,6 +124,7 @@ static void nccl_destroy(void *vctx) {
   nccl_ctx_t *ctx = vctx;
   drain(ctx);
   pthread_join(ctx->watchdog, NULL);
+  zs__family_leave(&ctx->fm); /* no notice aborts the NCCL comm under the teardown below */
 
   int prev = zs__nccl_device_enter(ctx->ordinal);
   for (int k = 0; k < 2; k++)
@@ -162,6 +178,7 @@ static zs_status_t nccl_split(void *vctx, int color, int key, zs_comm_t **out) {
   nccl_ctx_t *ctx = vctx;
   static const char what[] = "zs_comm_split (ncclCommSplit)";
   if (atomic_load(&ctx->broken) || atomic_load(&ctx->aborted)) return zs__nccl_broken_status(ctx, "zs_comm_split");
+  uint64_t id = zs__family_child_id(&ctx->fm, color); /* counted on every rank, whatever its color */
   double deadline = zs__nccl_deadline_after(ctx->limit);
   int prev = zs__nccl_device_enter(ctx->ordinal);
   pthread_mutex_lock(&ctx->mu);
@@ -202,7 +219,7 @@ static zs_status_t nccl_split(void *vctx, int color, int key, zs_comm_t **out) {
     nc = __atomic_load_n(&ctx->split_out, __ATOMIC_ACQUIRE);
   }
   pthread_mutex_unlock(&ctx->mu);
-  if (st == ZS_OK && nc) st = ctx_create(ctx->dev, nc, 1, out);
+  if (st == ZS_OK && nc) st = ctx_create(ctx->dev, nc, 1, ctx->fm.fam, id, NULL, out); /* members: unknown here */
   if (st != ZS_OK && nc) ncclCommAbort(nc);
   zs__nccl_device_leave(ctx->ordinal, prev);
   return st;
@@ -215,6 +232,7 @@ static const zs_comm_i nccl_iface = {
     .split = nccl_split,
     .async_error = zs__nccl_async_error,
     .abort = zs__nccl_abort,
+    .revoke = zs__nccl_revoke,
     .destroy = nccl_destroy,
 };
 
@@ -310,11 +328,24 @@ zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm 
   free(msg);
   ZS_CHECK(st);
 
+  /* the family's error channel (mpi_family.h), made before NCCL init so that
+   * every rank makes it whatever init does on the others. The watchdog and the
+   * caller's threads use it beside the program's own MPI calls: only with
+   * MPI_THREAD_MULTIPLE (every rank has the same level, so all or none make it) */
+  zs__family_t *fam = NULL;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (level == MPI_THREAD_MULTIPLE) ZS_CHECK(zs__family_create(mpi_comm, fn, &fam));
+  else ZS_LOG_I("%s: MPI was initialized without MPI_THREAD_MULTIPLE: the comm has no channel to tell the other "
+                "ranks of a failure (zeroshard/comm.h)", fn);
   ncclComm_t nc = NULL;
-  ZS_CHECK(init_rank(fn, dev, id, size, rank, deadline, limit, &nc));
-  st = ctx_create(dev, nc, 1, out);
+  st = init_rank(fn, dev, id, size, rank, deadline, limit, &nc);
+  if (st == ZS_OK) {
+    st = ctx_create(dev, nc, 1, fam, ZS__FAMILY_ROOT_ID, zs__family_ranks(fam, mpi_comm, size), out);
+    if (st != ZS_OK) ncclCommAbort(nc);
+  }
   if (st != ZS_OK) {
-    ncclCommAbort(nc);
+    zs__family_drop(fam);
     return st;
   }
   int wrank = 0;
@@ -335,7 +366,7 @@ zs_status_t zs_comm_create_nccl_id(zs_comm_t **out, zs_device_t *dev, ncclUnique
   const double limit = zs__settings()->comm_timeout_s;
   ncclComm_t nc = NULL;
   ZS_CHECK(init_rank(fn, dev, id, nranks, rank, zs__nccl_deadline_after(limit), limit, &nc));
-  zs_status_t st = ctx_create(dev, nc, 1, out);
+  zs_status_t st = ctx_create(dev, nc, 1, NULL, 0, NULL, out);
   if (st != ZS_OK) {
     ncclCommAbort(nc);
     return st;
@@ -367,7 +398,7 @@ zs_status_t zs_comm_create_nccl_from(zs_comm_t **out, zs_device_t *dev, ncclComm
   if (ncclCommCuDevice(nccl_comm, &cudev) == ncclSuccess && cudev != dev->ordinal)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the NCCL comm is on GPU %d but the device is GPU %d", fn, cudev,
                    dev->ordinal);
-  ZS_CHECK(ctx_create(dev, nccl_comm, 0, out));
+  ZS_CHECK(ctx_create(dev, nccl_comm, 0, NULL, 0, NULL, out));
   zs__log_set_rank(zs_comm_rank(*out));
   return ZS_OK;
 }

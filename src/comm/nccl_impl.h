@@ -62,6 +62,9 @@ typedef struct {
   cudaStream_t tstream; /* idle: where the reference event is recorded */
   cudaEvent_t tref;
   int tfailed;          /* they could not be made: no comm events */
+  /* the comm's place in its family (mpi_family.h): made by zs_comm_create_nccl_mpi
+   * or split from such a comm; fm.fam NULL for the others (no channel) */
+  zs__fam_member_t fm;
 } nccl_ctx_t;
 
 /* How zs__nccl_poll_ready ended. */
@@ -72,7 +75,7 @@ typedef enum { POLL_DONE, POLL_ERROR, POLL_TIMEOUT, POLL_ABORTED } poll_end_t;
 const char *zs__nccl_last(ncclComm_t nc);
 zs_status_t zs__nccl_fail(nccl_ctx_t *ctx, ncclResult_t r, const char *what);
 zs_status_t zs__nccl_cuda_fail(nccl_ctx_t *ctx, cudaError_t e, const char *what);
-void zs__nccl_set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg);
+int zs__nccl_set_broken(nccl_ctx_t *ctx, zs_status_t st, const char *msg);
 zs_status_t zs__nccl_broken_status(nccl_ctx_t *ctx, const char *what);
 void zs__nccl_sleep_ns(long ns);
 double zs__nccl_deadline_after(double limit);
@@ -88,6 +91,9 @@ zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, d
 zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
 zs_status_t zs__nccl_async_error(void *vctx);
 zs_status_t zs__nccl_abort(void *vctx);
+zs_status_t zs__nccl_revoke(void *vctx, zs_status_t why, const char *msg);
+/* zs__fam_member_t.on_notice: breaks and aborts the comm (the family's mutex held). */
+void zs__nccl_on_notice(void *vctx, zs_status_t st, const char *msg);
 
 /* ---- nccl_watch.c --------------------------------------------------------------------- */
 

@@ -122,23 +122,27 @@ void *zs__nccl_watchdog_main(void *arg) {
       done = q != cudaErrorNotReady;
       ok = q == cudaSuccess;
     }
+    if (!done) zs__family_poll(ctx->fm.fam); /* another rank's notice aborts the comm (on_notice) */
     if (!done && !atomic_load(&ctx->broken)) {
       ncclResult_t ar = zs__nccl_peek_async(ctx);
       char msg[ZS_ERRBUF];
+      zs_status_t st = ZS_OK;
       if (ar != ncclSuccess && ar != ncclInProgress) {
         snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s; the NCCL comm was "
                  "aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
-        ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
-        zs__nccl_set_broken(ctx, ZS_ERR_COMM, msg);
-        zs__nccl_do_abort(ctx);
+        st = ZS_ERR_COMM;
       } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
         snprintf(msg, sizeof msg,
                  "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
                  "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
                  ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
-        ZS_LOG_E("%s", msg);
-        zs__nccl_set_broken(ctx, ZS_ERR_TIMEOUT, msg);
+        st = ZS_ERR_TIMEOUT;
+      }
+      if (st != ZS_OK) {
+        ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
+        int first = zs__nccl_set_broken(ctx, st, msg);
         zs__nccl_do_abort(ctx);
+        if (first) zs__family_tell(&ctx->fm, st, msg); /* the comm's other ranks stop waiting too */
       }
     }
     /* after an abort the kernels end and the events complete; don't wait on them */

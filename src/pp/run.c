@@ -203,6 +203,20 @@ void zs_pp_destroy(zs_pp_t *pp) {
 
 /* ---- a step ------------------------------------------------------------------------ */
 
+/* The step failed with st (the calling thread's last error says why): the
+ * other stages, and the ranks of other comms split from the same world, may
+ * wait for this one's transfers; tell them all (zs_comm_revoke), so they
+ * return now with this rank and reason instead of at their timeout. A failure
+ * another rank told this one of is not told again (revoke knows). The last
+ * error stays the step's. */
+static zs_status_t fail_step(zs_pp_t *pp, zs_status_t st) {
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "%s", zs_last_error());
+  pp->failed = st;
+  if (zs_comm_revoke(pp->comm, st, msg) != ZS_OK) zs__fail_quiet(NULL, st, "%s", msg);
+  return st;
+}
+
 /* A transfer failure seen by the host: the comm's or the transfer stream's. */
 static zs_status_t transfer_error(zs_pp_t *pp, const char *what) {
   zs_status_t st = zs_comm_async_error(pp->comm);
@@ -369,8 +383,7 @@ zs_status_t zs_pp_run(zs_pp_t *pp, const zs_pp_callbacks_t *cb) {
       if (st == ZS_OK) st = transfer_error(pp, "at the end of the step");
     }
   }
-  if (st != ZS_OK) pp->failed = st;
-  return st;
+  return st == ZS_OK ? ZS_OK : fail_step(pp, st);
 }
 
 zs_status_t zs_pp_wait(zs_pp_t *pp) {
@@ -378,7 +391,7 @@ zs_status_t zs_pp_wait(zs_pp_t *pp) {
   zs_status_t st = zs_stream_synchronize(pp->dev, pp->ts);
   if (st == ZS_OK) st = transfer_error(pp, "waiting for the transfers");
   else st = ZS_FAIL(pp->err, st, "zs_pp_wait (pp rank %d): %s", pp->rank, zs_last_error());
-  if (st != ZS_OK && !pp->failed) pp->failed = st;
+  if (st != ZS_OK && !pp->failed) return fail_step(pp, st);
   return st;
 }
 
