@@ -1,8 +1,8 @@
 # Config validation and loading (env, our JSON keys, DeepSpeed ds_config.json).
-zs_add_test(NAME test_config SOURCES test_config.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)
+zs_add_test(NAME test_config SOURCES test_config.c LAYERS zs_config zs_common)
 target_compile_definitions(test_config PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 # Hostile and careless input: strict JSON, limits, ranges, duplicates, timing.
-zs_add_test(NAME test_config_strict SOURCES test_config_strict.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)
+zs_add_test(NAME test_config_strict SOURCES test_config_strict.c LAYERS zs_config zs_common)
 # Public configs load as their authors meant (tests/data/ds_configs), the schedule's keys.
-zs_add_test(NAME test_config_ds SOURCES test_config_ds.c ${ZS_CONFIG_SOURCES} LAYERS zs_common)
+zs_add_test(NAME test_config_ds SOURCES test_config_ds.c LAYERS zs_config zs_common)
 target_compile_definitions(test_config_ds PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

@@ -1,5 +1,5 @@
-/* Internal: the engine's state, shared by engine.c (declaration, setup, layout),
- * phases.c (gather, release, reduce, prefetch) and step.c (norm, clip, update).
+/* Internal: the engine's state, shared by the files of src/zero (engine.c's
+ * first comment says which holds what) and by src/ckpt.
  *
  * Layout of a unit (r = rank, N = ranks): parameters laid end to end in a flat
  * buffer, each start aligned to ZS_ALIGN elements, the total padded to a multiple
@@ -184,23 +184,26 @@ struct zs_engine {
   char err[ZS_ERRBUF];
 };
 
-/* engine.c */
-/* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
-uint64_t zs__eng_scratch_bytes(int world);
 /* Stages 2-3 without offload, a 16-bit reduce dtype and grad_accum > 1: each
  * trainable unit keeps its accumulation rounds' sum in fp32 (gacc, S x 4 bytes
  * of ZS_MEM_GRADS beside the 16-bit shard), rounded once after the last round. */
 static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
   return zs->cfg.stage >= 2 && !zs->offload && zs->rb != 4 && zs->cfg.grad_accum > 1;
 }
+/* agree.c */
+/* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
+uint64_t zs__eng_scratch_bytes(int world);
 /* Collectives of a few values through the scratch, on the NULL stream; they
  * complete before returning. v holds n int64 (n <= xcount). */
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);
 zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root);
+/* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
+zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
 /* Collective: the ranks agree on a local outcome. ZS_OK when every rank passed
  * st == ZS_OK; otherwise every rank returns the lowest failing rank's status with
  * "<what> failed on rank R: <its message>". */
 zs_status_t zs__eng_agree(zs_engine_t *zs, zs_status_t st, const char *what);
+/* release.c */
 /* Frees everything setup made and returns the engine to its declared state. */
 void zs__eng_release_setup(zs_engine_t *zs);
 /* declare.c */
@@ -208,8 +211,6 @@ void zs__eng_decl_free(zs_engine_t *zs);
 zs_status_t zs__eng_check_declaring(zs_engine_t *zs, const char *what);
 /* Collective: every rank declared the same (ZS_ERR_MISMATCH on every rank otherwise). */
 zs_status_t zs__eng_check_declarations(zs_engine_t *zs);
-/* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
-zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
 /* Waits for the compute stream; a failure carries the stream's message. */
 zs_status_t zs__eng_sync_compute(zs_engine_t *zs);
 /* setup.c */
@@ -221,7 +222,7 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int u);
 zs_status_t zs__eng_free_released(zs_engine_t *zs);
 zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest);
 zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);
-/* step.c helpers used by engine.c */
+/* step.c and setup.c helpers that param_access.c and src/ckpt use */
 /* Re-gathers resident parameters after their shards changed: at stages 1-2
  * every unit (ZS_REGATHER_ALL: values were written, e.g. a checkpoint load) or
  * every trainable unit (ZS_REGATHER_UPDATED: after an optimizer update, which
@@ -241,7 +242,7 @@ void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt);
 zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, int64_t count, const float *src);
 /* Waits for a running delayed update (its results stay on the host until applied). */
 zs_status_t zs__eng_dpu_join(zs_engine_t *zs);
-/* memory helpers (host: pinned host memory, counted in the host domain) */
+/* alloc.c: memory helpers (host: pinned host memory, counted in the host domain) */
 zs_status_t zs__eng_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
 zs_status_t zs__eng_host_alloc(zs_engine_t *zs, size_t bytes, zs_mem_category_t cat, void **out);
 void zs__eng_host_free(zs_engine_t *zs, void **p, size_t bytes, zs_mem_category_t cat);

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zero/config_impl.h"
+#include "config/config_impl.h"
 #include "zero/engine_impl.h"
 
 #ifndef M_PI

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "zero/config_impl.h"
+#include "config/config_impl.h"
 
 /* ---- our "schedule" ------------------------------------------------------------ */
 

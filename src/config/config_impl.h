@@ -1,8 +1,8 @@
-/* Internal to the config loaders (src/zero/config_*.c): where a field's value
+/* Internal to the config loaders (src/config/config_*.c): where a field's value
  * came from, the value kinds shared by the environment and JSON, and the JSON
  * walker's context and key tables. Public API: zeroshard/config_load.h. */
-#ifndef ZS_ZERO_CONFIG_IMPL_H
-#define ZS_ZERO_CONFIG_IMPL_H
+#ifndef ZS_CONFIG_CONFIG_IMPL_H
+#define ZS_CONFIG_CONFIG_IMPL_H
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

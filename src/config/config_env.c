@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "zero/config_impl.h"
+#include "config/config_impl.h"
 
 /* ---- values shared by the environment and JSON ------------------------------- */
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zero/config_impl.h"
+#include "config/config_impl.h"
 
 /* ---- validation -------------------------------------------------------------- */
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "zero/config_impl.h"
+#include "config/config_impl.h"
 
 typedef struct {
   const char *text, *p, *end;

@@ -1,0 +1,92 @@
+/* Parameter access: a parameter's full fp32 values, written (zs_param_set) or
+ * read (zs_param_get) wherever this rank keeps them (parameter storage, the
+ * fp32 master on the device or the host, a frozen unit's parameters). */
+#include "zero/engine_impl.h"
+
+static zs_status_t check_param(const zs_engine_t *zs, int param, const char *what) {
+  if (!zs->setup_done)
+    return ZS_FAIL((char *)zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", what);
+  if (param < 0 || param >= zs->nparams)
+    return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "%s: parameter %d is not declared (%d parameters)", what, param,
+                   zs->nparams);
+  return ZS_OK;
+}
+
+/* Both calls are collective: a bad argument or a failed allocation on one rank
+ * is agreed on (every rank gets it) before any collective that rank would miss. */
+zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_param_set: engine is NULL");
+  zs_status_t st = check_param(zs, param, "zs_param_set");
+  if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
+  if (st == ZS_OK && zs->phase != ZS_PH_IDLE)
+    st = ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
+  ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
+  ZS_CHECK(zs_flush(zs)); /* a delayed update lands first, then these values */
+  /* a regather still in flight (after a step or that flush) would write the
+   * old values over the new ones */
+  st = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (st != ZS_OK) st = ZS_FAIL(zs->err, st, "zs_param_set: waiting for the all-gather stream: %s", zs_last_error());
+  zs_param_t *p = &zs->params[param];
+  zs_unit_t *u = &zs->units[p->unit];
+  int64_t a, b;
+  if (st == ZS_OK && zs__eng_stored_range(zs, p, &a, &b)) st = zs__eng_write_values(zs, p, a, b - a, full + a);
+  if (!u->persistent) return st;
+  ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
+  return zs__eng_regather(zs, 0); /* the persistent units' gathered copies */
+}
+
+zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_param_get: engine is NULL");
+  zs_status_t st = check_param(zs, param, "zs_param_get");
+  if (st == ZS_OK && !out) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
+  if (st == ZS_OK) st = zs__eng_dpu_join(zs); /* the master is current once a delayed update is done */
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->rs_stream);
+  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->ag_stream);
+  if (zs->cfg.stage == 0) { /* local */
+    ZS_CHECK(st);
+    zs_param_t *p = &zs->params[param];
+    if (zs->units[p->unit].frozen) /* no master: its parameters are the truth */
+      return zs__eng_read_params(zs, &zs->units[p->unit], p->flat_off, p->numel, out);
+    ZS_CHECK(zs_memcpy_async(zs->dev, out, zs->units[p->unit].master + p->flat_off, (size_t)p->numel * 4,
+                             ZS_COPY_D2H, zs->compute));
+    return zs__eng_sync_compute(zs);
+  }
+  /* gather the unit's fp32 master shards (counted as all_gather traffic); a
+   * frozen unit's parameter shards in param dtype at stage 3, its resident
+   * parameters read locally at stages 1-2 */
+  float *tmp = NULL;
+  size_t bytes = 0;
+  if (st == ZS_OK) {
+    const zs_unit_t *u = &zs->units[zs->params[param].unit];
+    bytes = !u->frozen ? (size_t)u->padded * 4 : zs->cfg.stage == 3 ? (size_t)u->padded * zs->pb : 0;
+    st = zs__eng_alloc_on(zs, bytes, ZS_MEM_OTHER, zs->compute, (void **)&tmp);
+  }
+  ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
+  zs_param_t *p = &zs->params[param];
+  zs_unit_t *u = &zs->units[p->unit];
+  if (u->frozen && zs->cfg.stage <= 2) {
+    st = zs__eng_read_params(zs, u, p->flat_off, p->numel, out);
+    goto done;
+  }
+  if (u->frozen) {
+    ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, u->pshard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
+                  st, done);
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, (char *)tmp + (size_t)p->flat_off * zs->pb, (size_t)p->numel * zs->pb,
+                                  ZS_COPY_D2H, zs->compute), st, done);
+    if ((st = zs__eng_sync_compute(zs)) == ZS_OK) zs__eng_widen(out, (size_t)p->numel, zs->cfg.param_dtype);
+    goto done;
+  }
+  const float *send = u->master;
+  if (zs->offload) { /* the master lives on the host: stage it in the gathered buffer's own slot */
+    send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (void *)send, u->master, (size_t)u->shard * 4, ZS_COPY_H2D, zs->compute),
+                  st, done);
+  }
+  ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);
+  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, tmp + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute), st,
+                done);
+  st = zs__eng_sync_compute(zs);
+done:
+  zs__eng_free_on(zs, (void **)&tmp, bytes, ZS_MEM_OTHER, zs->compute);
+  return st;
+}
