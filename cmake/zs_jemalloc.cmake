@@ -49,6 +49,64 @@ endif()
 unset(ZS_JEMALLOC CACHE) # AUTO or BUNDLED from an older build folder: what is now the only way
 set(ZS_JEMALLOC_SOURCE "" CACHE PATH
     "jemalloc source: a release tarball or unpacked tree; default: .debs/jemalloc_*.orig.tar.*, fetched with apt-get source when missing")
+set(ZS_JEMALLOC_FROM_BUILD "" CACHE PATH
+    "a build folder of this source whose compiled jemalloc to link instead of compiling one (same compiler; CI's sanitizer build takes the main build's)")
+
+# jemalloc's own configure options. Debian's page options (debian/rules): 4 KiB
+# pages on x86, 64 KiB elsewhere, so the library runs on any kernel page size up
+# to that. Nothing here depends on the build type or ZS_SANITIZE (jemalloc is
+# compiled with its own flags), so build folders that differ only in those can
+# share one compiled jemalloc: ZS_JEMALLOC_FROM_BUILD.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$")
+  set(zs_je_lg_page 12)
+else()
+  set(zs_je_lg_page 16)
+endif()
+set(zs_je_options --with-jemalloc-prefix=zs_je_ --with-private-namespace=zs_je_private_ --without-export
+                  --disable-initial-exec-tls --disable-shared --disable-cxx --disable-doc
+                  --with-lg-page=${zs_je_lg_page} --with-lg-hugepage=21)
+list(JOIN zs_je_options " " zs_je_key)
+set(zs_je_key "CC=${CMAKE_C_COMPILER} ${CMAKE_C_COMPILER_VERSION} AR=${CMAKE_AR} ${zs_je_key}")
+
+# The targets, on zs_je_bin (jemalloc's build folder: include/, zs_jemalloc.o).
+macro(zs_jemalloc_targets)
+  set(zs_je_obj ${zs_je_bin}/zs_jemalloc.o)
+  # The header exists only after the build step: make the folder now so the
+  # target can name it.
+  file(MAKE_DIRECTORY ${zs_je_bin}/include)
+  add_library(zs_jemalloc INTERFACE)
+  target_include_directories(zs_jemalloc INTERFACE ${zs_je_bin}/include)
+  # JEMALLOC_MANGLE: mallocx etc. in our code name the zs_je_ symbols
+  target_compile_definitions(zs_jemalloc INTERFACE JEMALLOC_MANGLE)
+  target_link_libraries(zs_jemalloc INTERFACE ${zs_je_obj} ${CMAKE_DL_LIBS})
+  # The object as a layer of libzeroshard (src/memory/CMakeLists.txt adds it).
+  add_library(zs_jemalloc_obj OBJECT IMPORTED GLOBAL)
+  set_target_properties(zs_jemalloc_obj PROPERTIES IMPORTED_OBJECTS ${zs_je_obj})
+  set(ZS_JEMALLOC_LIBS ${CMAKE_DL_LIBS})
+endmacro()
+
+if(ZS_JEMALLOC_FROM_BUILD)
+  set(zs_je_bin ${ZS_JEMALLOC_FROM_BUILD}/_deps/jemalloc/build)
+  set(zs_je_made "")
+  if(EXISTS ${zs_je_bin}/../key.txt)
+    file(STRINGS ${zs_je_bin}/../key.txt zs_je_made)
+  endif()
+  list(LENGTH zs_je_made zs_je_n)
+  if(NOT zs_je_n EQUAL 3 OR NOT EXISTS ${zs_je_bin}/zs_jemalloc.o OR NOT EXISTS ${zs_je_bin}/include/jemalloc/jemalloc.h)
+    message(FATAL_ERROR "ZS_JEMALLOC_FROM_BUILD=${ZS_JEMALLOC_FROM_BUILD}: no compiled jemalloc there "
+                        "(${zs_je_bin}/zs_jemalloc.o): build that folder first, or drop the option")
+  endif()
+  list(GET zs_je_made 0 zs_je_their_key)
+  if(NOT zs_je_their_key STREQUAL zs_je_key)
+    message(FATAL_ERROR "ZS_JEMALLOC_FROM_BUILD=${ZS_JEMALLOC_FROM_BUILD} compiled jemalloc with\n  ${zs_je_their_key}\n"
+                        "and this folder would with\n  ${zs_je_key}\ndrop the option to compile it here")
+  endif()
+  zs_jemalloc_targets()
+  list(GET zs_je_made 1 zs_je_version)
+  list(GET zs_je_made 2 zs_je_src)
+  message(STATUS "jemalloc ${zs_je_version}: bundled from ${zs_je_src}, as compiled in ${ZS_JEMALLOC_FROM_BUILD}")
+  return()
+endif()
 
 # the .debs folders looked in, and the one a fetch writes to
 execute_process(COMMAND test -w ${PROJECT_SOURCE_DIR} RESULT_VARIABLE zs_je_ro)
@@ -125,15 +183,7 @@ endif()
 file(STRINGS "${zs_je_tree}/VERSION" zs_je_version LIMIT_COUNT 1)
 
 # ---- configure and build it ------------------------------------------------------
-# Debian's page options (debian/rules): 4 KiB pages on x86, 64 KiB elsewhere, so
-# the library runs on any kernel page size up to that.
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$")
-  set(zs_je_lg_page 12)
-else()
-  set(zs_je_lg_page 16)
-endif()
 set(zs_je_bin ${zs_je_root}/build)
-set(zs_je_obj ${zs_je_bin}/zs_jemalloc.o)
 if(CMAKE_GENERATOR MATCHES "Makefiles")
   set(zs_je_make "$(MAKE)") # joins the outer make's job server (-j)
 else()
@@ -145,30 +195,17 @@ ExternalProject_Add(zs_jemalloc_ep
   SOURCE_DIR ${zs_je_tree}
   BINARY_DIR ${zs_je_bin}
   CONFIGURE_COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER} AR=${CMAKE_AR}
-                    ${zs_je_tree}/configure --with-version=${zs_je_version}
-                    --with-jemalloc-prefix=zs_je_ --with-private-namespace=zs_je_private_ --without-export
-                    --disable-initial-exec-tls --disable-shared --disable-cxx --disable-doc
-                    --with-lg-page=${zs_je_lg_page} --with-lg-hugepage=21
+                    ${zs_je_tree}/configure --with-version=${zs_je_version} ${zs_je_options}
   # only the position-independent archive, then its members as one object (the
   # libraries take objects; --whole-archive as jemalloc's own .so does)
   BUILD_COMMAND ${zs_je_make} lib/libjemalloc_pic.a
-        COMMAND ${CMAKE_C_COMPILER} -r -nostdlib -o ${zs_je_obj}
+        COMMAND ${CMAKE_C_COMPILER} -r -nostdlib -o ${zs_je_bin}/zs_jemalloc.o
                 -Wl,--whole-archive lib/libjemalloc_pic.a -Wl,--no-whole-archive
   INSTALL_COMMAND ""
-  BUILD_BYPRODUCTS ${zs_je_obj}
+  BUILD_BYPRODUCTS ${zs_je_bin}/zs_jemalloc.o
   LOG_CONFIGURE ON LOG_BUILD ON LOG_OUTPUT_ON_FAILURE ON)
-
-# The header exists only after the build step: make the folder now so the
-# target can name it.
-file(MAKE_DIRECTORY ${zs_je_bin}/include)
-add_library(zs_jemalloc INTERFACE)
+# what another folder's ZS_JEMALLOC_FROM_BUILD compares and reports
+file(WRITE ${zs_je_root}/key.txt "${zs_je_key}\n${zs_je_version}\n${zs_je_src}\n")
+zs_jemalloc_targets()
 add_dependencies(zs_jemalloc zs_jemalloc_ep)
-target_include_directories(zs_jemalloc INTERFACE ${zs_je_bin}/include)
-# JEMALLOC_MANGLE: mallocx etc. in our code name the zs_je_ symbols
-target_compile_definitions(zs_jemalloc INTERFACE JEMALLOC_MANGLE)
-target_link_libraries(zs_jemalloc INTERFACE ${zs_je_obj} ${CMAKE_DL_LIBS})
-# The object as a layer of libzeroshard (src/memory/CMakeLists.txt adds it).
-add_library(zs_jemalloc_obj OBJECT IMPORTED GLOBAL)
-set_target_properties(zs_jemalloc_obj PROPERTIES IMPORTED_OBJECTS ${zs_je_obj})
-set(ZS_JEMALLOC_LIBS ${CMAKE_DL_LIBS})
 message(STATUS "jemalloc ${zs_je_version}: bundled from ${zs_je_src} (general-dynamic TLS, prefix zs_je_)")
