@@ -43,8 +43,8 @@ include(ExternalProject)
 if(ZS_JEMALLOC STREQUAL "SYSTEM")
   message(FATAL_ERROR "ZS_JEMALLOC=SYSTEM is gone: a libzeroshard linked to the system's libjemalloc cannot be "
                       "dlopened (initial-exec TLS) and takes over the malloc of a program that links it statically. "
-                      "zeroshard builds its own private jemalloc; drop -DZS_JEMALLOC (cmake/zs_jemalloc.cmake says "
-                      "where the source comes from)")
+                      "zeroshard builds its own private jemalloc; drop -DZS_JEMALLOC (a build folder that has it: "
+                      "-UZS_JEMALLOC; cmake/zs_jemalloc.cmake says where the source comes from)")
 endif()
 unset(ZS_JEMALLOC CACHE) # AUTO or BUNDLED from an older build folder: what is now the only way
 set(ZS_JEMALLOC_SOURCE "" CACHE PATH
