@@ -19,13 +19,9 @@ install(FILES ${CMAKE_BINARY_DIR}/zeroshardConfig.cmake ${CMAKE_BINARY_DIR}/zero
 
 set(ZS_PC_REQUIRES "libcjson zlib")
 set(ZS_PC_LIBS_PRIVATE "-lpthread -lm")
-if(ZS_JEMALLOC_MODE STREQUAL "SYSTEM")
-  string(PREPEND ZS_PC_REQUIRES "jemalloc ")
-else() # bundled: inside the libraries
-  foreach(l ${CMAKE_DL_LIBS})
-    string(APPEND ZS_PC_LIBS_PRIVATE " -l${l}")
-  endforeach()
-endif()
+foreach(l ${CMAKE_DL_LIBS}) # for jemalloc, which is inside the libraries
+  string(APPEND ZS_PC_LIBS_PRIVATE " -l${l}")
+endforeach()
 if(ZS_HAVE_MPI)
   string(APPEND ZS_PC_REQUIRES " ompi-c")
 endif()

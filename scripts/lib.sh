@@ -1,6 +1,8 @@
 # Shared by scripts/test, scripts/demo, scripts/gpu-check: install what is missing
 # (Debian packages), configure and build. Rerunning skips what is already there.
-ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libjemalloc-dev libcjson-dev
+# jemalloc is not among them: the configure fetches its source and compiles it
+# into the library (cmake/zs_jemalloc.cmake), with zs_fetch_jemalloc_source below.
+ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libcjson-dev
          zlib1g-dev libopenblas-dev gnuplot-nox)
 
 zs_install_deps() {
@@ -15,15 +17,35 @@ zs_install_deps() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
   fi
-  zs_fetch_jemalloc_source
+}
+
+# zs_install_python_deps: what scripts/test and CI add to python3. Best effort:
+# safetensors and numpy, so that test_safetensors_python reads the export with
+# Python's own safetensors (it skips without them). Unless ZS_TORCH=OFF: the
+# libtorch adapter's tests (adapters/libtorch) run on libtorch's C++ API from
+# PyPI's torch wheel, installed without its ~3 GB of CUDA dependencies: the
+# adapter links torch_cpu + c10 only, which load with libcudart and libcupti (the
+# CUDA toolkit's, else two small nvidia wheels).
+zs_install_python_deps() {
+  python3 -c "import safetensors, numpy" 2>/dev/null ||
+    python3 -m pip install -q --disable-pip-version-check safetensors numpy >/dev/null 2>&1 ||
+    echo "note: python3 safetensors/numpy not installed; test_safetensors_python will skip" >&2
+  [ "${ZS_TORCH:-AUTO}" != OFF ] || return 0
+  pyq() { python3 -c "import importlib.util as u, sys; s = u.find_spec('torch'); print(s.submodule_search_locations[0] if s else '')"; }
+  [ -n "$(pyq)" ] || python3 -m pip install -q --disable-pip-version-check --no-deps "torch==${ZS_TORCH_VERSION:-2.15.0}" >&2
+  if [ -n "$(pyq)" ] && ldd "$(pyq)/lib/libtorch_cpu.so" | grep -q "not found"; then
+    python3 -m pip install -q --disable-pip-version-check --no-deps "nvidia-cuda-runtime==13.*" "nvidia-cuda-cupti==13.*" >&2
+  fi
 }
 
 # zs_fetch_jemalloc_source: Debian's jemalloc source package (apt-get source: the
-# .orig tarball, checked against the archive's signed index) into .debs/, which
-# git ignores and scripts/gpu-deps carries. The build compiles it privately with
-# general-dynamic TLS so that libzeroshard.so can be dlopened (cmake/zs_jemalloc.cmake
-# says why). The machine's apt sources are read, not changed: their deb-src twins
-# go into a private apt state that is removed afterwards.
+# .orig tarball, checked against the archive's signed index) into ./.debs/, which
+# git ignores and scripts/gpu-deps carries. The configure runs it when .debs/ lacks
+# the source (cmake/zs_jemalloc.cmake), and compiles it privately with
+# general-dynamic TLS so that libzeroshard.so can be dlopened and leaves the host
+# program's malloc alone. The machine's apt sources are read, not changed: their
+# deb-src twins go into a private apt state that is removed afterwards. Needs no
+# root.
 zs_fetch_jemalloc_source() {
   ls .debs/jemalloc_*.orig.tar.* >/dev/null 2>&1 && return 0
   local tmp f rc=0
@@ -90,8 +112,10 @@ zs_build() {
   shift
   mkdir -p "$dir"
   cmake -S . -B "$dir" "$@" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
-  cmake --build "$dir" -j"$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
-  test "${PIPESTATUS[0]}" = 0
+  # the status is the build's: grep's own (nothing selected) is ignored
+  local rc=0
+  cmake --build "$dir" -j"$(nproc)" 2>&1 | { grep -Ev '^\[ *[0-9]+%\]' || true; } || rc=$?
+  return $rc
 }
 
 # Open MPI as root, oversubscribed, without CMA (containers forbid ptrace).

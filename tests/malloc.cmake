@@ -1,0 +1,26 @@
+# Owner: memory layer (jemalloc, cmake/zs_jemalloc.cmake). The library's jemalloc
+# stays private: a program linking libzeroshard keeps the C library's malloc.
+#   test_malloc_private_shared/_static  tests/test_malloc_private.c linked the way a
+#                        user's program links the library (zeroshard::zeroshard or
+#                        zeroshard_static, nothing else): malloc, free, ... resolve to
+#                        libc's; the library's arenas and malloc work side by side
+#   test_malloc_symbols  nm/readelf: libzeroshard.so and .a define none of the C
+#                        allocation functions and no jemalloc API, and the .so needs
+#                        no libjemalloc
+foreach(kind shared static)
+  set(lib zeroshard)
+  if(kind STREQUAL "static")
+    set(lib zeroshard_static)
+  endif()
+  add_executable(test_malloc_private_${kind} test_malloc_private.c)
+  target_include_directories(test_malloc_private_${kind} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(test_malloc_private_${kind} PRIVATE ${lib} ${CMAKE_DL_LIBS})
+  add_test(NAME test_malloc_private_${kind} COMMAND test_malloc_private_${kind})
+  set_tests_properties(test_malloc_private_${kind} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
+                       ENVIRONMENT_MODIFICATION "LD_PRELOAD=unset:")
+endforeach()
+add_test(NAME test_malloc_symbols
+         COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DREADELF=${CMAKE_READELF}
+                 -DSO=$<TARGET_FILE:zeroshard> -DAR=$<TARGET_FILE:zeroshard_static>
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_malloc_symbols.cmake)
+set_tests_properties(test_malloc_symbols PROPERTIES TIMEOUT 60)
