@@ -29,3 +29,13 @@ add_test(NAME readme_pipeline_walkthrough
          COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/pipeline/pipeline.c
                  -DNAME=pipeline -DTAG=pipeline-walkthrough -DDOC=docs/pipeline.md
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+# docs_links: every relative link and image in README.md and docs/*.md names a file
+# that exists, and a #fragment a heading of its page (tests/scripts/check_doc_links.py).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME docs_links COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_doc_links.py
+                                   ${PROJECT_SOURCE_DIR})
+else()
+  add_test(NAME docs_links COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found")
+  set_tests_properties(docs_links PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+endif()
