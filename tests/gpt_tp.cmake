@@ -11,9 +11,10 @@ endif()
 if(TARGET zs_gpt_trainer AND TARGET zs_tp AND ZS_HAVE_MPI)
   zs_add_test(NAME test_gpt_tp_parity SOURCES test_gpt_tp_parity.c LIBS zs_gpt_trainer RANKS 2 4 TIMEOUT 300)
 endif()
-# README.md's tensor-parallel excerpts are gpt_tp.c's marked regions, verbatim
+# docs/tensor-parallel.md's excerpts are gpt_tp.c's marked regions, verbatim
 foreach(region tp-boundaries tp-block)
   add_test(NAME readme_${region}
            COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/gpt/gpt_tp.c
-                   -DNAME=${region} -DTAG=${region} -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+                   -DNAME=${region} -DTAG=${region}
+                   -DDOC=docs/tensor-parallel.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 endforeach()

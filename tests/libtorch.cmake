@@ -40,11 +40,12 @@ if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
   zs_libtorch_mpi_test(test_libtorch test_libtorch "1;2")
   zs_libtorch_mpi_test(test_libtorch_mem test_libtorch_mem "${zs_torch_mem_ranks}")
 endif()
-# README.md's before/after excerpt is the example's marked regions (no Torch needed)
+# docs/libtorch.md's before/after excerpt is the example's marked regions (no Torch needed)
 foreach(pair "plain libtorch;libtorch-before" "zeroshard;libtorch-after")
   list(GET pair 0 marker)
   list(GET pair 1 tag)
   add_test(NAME readme_${tag}
            COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/libtorch/mlp.cpp
-                   -DNAME=${marker} -DTAG=${tag} -DLANG=cpp -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+                   -DNAME=${marker} -DTAG=${tag} -DLANG=cpp
+                   -DDOC=docs/libtorch.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 endforeach()

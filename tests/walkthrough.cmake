@@ -10,9 +10,9 @@ if(TARGET zs-walkthrough)
 endif()
 add_test(NAME readme_walkthrough
          COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
-# The README's pipeline walk-through: pp 2 x dp 1 and 2 at stages 1 and 3, 1F1B and GPipe; the
+# The pipeline walk-through (docs/pipeline.md): pp 2 x dp 1 and 2 at stages 1 and 3, 1F1B and GPipe; the
 # program checks itself against the unsplit model in plain C (losses and final weights to 1e-5)
-# and exits 1 otherwise; its README block is its marked region, verbatim.
+# and exits 1 otherwise; its block in docs/pipeline.md is its marked region, verbatim.
 if(TARGET zs-pipeline-walkthrough)
   foreach(c "2;1;1f1b" "2;3;gpipe" "4;3;1f1b" "4;1;gpipe")
     list(GET c 0 n)
@@ -27,5 +27,15 @@ if(TARGET zs-pipeline-walkthrough)
 endif()
 add_test(NAME readme_pipeline_walkthrough
          COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/pipeline/pipeline.c
-                 -DNAME=pipeline -DTAG=pipeline-walkthrough
+                 -DNAME=pipeline -DTAG=pipeline-walkthrough -DDOC=docs/pipeline.md
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+# docs_links: every relative link and image in README.md and docs/*.md names a file
+# that exists, and a #fragment a heading of its page (tests/scripts/check_doc_links.py).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME docs_links COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_doc_links.py
+                                   ${PROJECT_SOURCE_DIR})
+else()
+  add_test(NAME docs_links COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found")
+  set_tests_properties(docs_links PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+endif()

@@ -1,16 +1,21 @@
-# A README code block must be a source file's marked region, line for line.
+# A code block of README.md or of a page under docs/ must be a source file's marked
+# region, line for line.
 #   -DROOT=<repo>                       the walk-through (the defaults below)
-#   -DSRC=<file> -DNAME=<marker name> -DTAG=<README tag> [-DLANG=cpp]
+#   -DSRC=<file> -DNAME=<marker name> -DTAG=<block tag> [-DLANG=cpp] [-DDOC=docs/<page>.md]
 # The region lies between "/* --- NAME begins --- */" (or "// --- NAME begins ---")
-# and the matching "ends" marker on a line of its own (indented or not); the README
-# block between "<!-- TAG -->\n```LANG\n" (LANG: c by default) and "```\n<!-- /TAG -->".
+# and the matching "ends" marker on a line of its own (indented or not); the block of
+# DOC (a path under ROOT; README.md by default) between "<!-- TAG -->\n```LANG\n"
+# (LANG: c by default) and "```\n<!-- /TAG -->".
 if(NOT SRC)
   set(SRC ${ROOT}/examples/walkthrough/walkthrough.c)
   set(NAME walk-through)
   set(TAG walkthrough)
 endif()
 file(READ ${SRC} src)
-file(READ ${ROOT}/README.md readme)
+if(NOT DOC)
+  set(DOC README.md)
+endif()
+file(READ ${ROOT}/${DOC} readme)
 string(REGEX MATCH "(/\\* --- ${NAME} begins --- \\*/|// --- ${NAME} begins ---)\n(.*\n)[ ]*(/\\* --- ${NAME} ends --- \\*/|// --- ${NAME} ends ---)" m
        "${src}")
 set(code "${CMAKE_MATCH_2}")
@@ -23,5 +28,5 @@ if(NOT code)
   message(FATAL_ERROR "markers '${NAME}' not found in ${SRC}")
 endif()
 if(NOT code STREQUAL block)
-  message(FATAL_ERROR "README.md's '${TAG}' block differs from ${SRC}: copy the region between the '${NAME}' markers")
+  message(FATAL_ERROR "${DOC}'s '${TAG}' block differs from ${SRC}: copy the region between the '${NAME}' markers")
 endif()
