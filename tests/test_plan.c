@@ -253,7 +253,7 @@ static void test_hybrid_slow_flat_fast(void) {
     expect_int_eq(num(b, "shard_group"), 8);
   }
   cJSON_Delete(d);
-  /* 2 ranks per node, 1 Gbit/s: the README's emulated cluster */
+  /* 2 ranks per node, 1 Gbit/s: docs/planning.md's emulated cluster */
   d = plan_json(UNITS4 " --world 4 --ranks-per-node 2 --inter-gbps 1 --intra-gbps 20", &code);
   assert_true(d != NULL);
   b = best_of(d);

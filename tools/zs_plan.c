@@ -61,7 +61,7 @@
  *   all_reduce below the threshold (in place: libnbc's binomial tree from rank
  *     0, the whole buffer up each tree edge and back down), reduce_scatter below
  *     it (libnbc: binomial reduce to rank 0, then rank 0 sends each rank its block).
- * Checked on scripts/cluster-sim's 2 hosts x 2 ranks (README, "Planning"): the
+ * Checked on scripts/cluster-sim's 2 hosts x 2 ranks (docs/planning.md): the
  * host links carried these bytes (as Ethernet frames, x 1514/1448) at stage 0,
  * flat stage 3 and hybrid stage 3.
  *

@@ -1,4 +1,4 @@
-/* The README's pipeline walk-through, compiled and run by the tests
+/* docs/pipeline.md's walk-through, compiled and run by the tests
  * (tests/walkthrough.cmake): a two-stage model y = tanh(W1 tanh(W0 x)) cut
  * over 2 pipeline stages, each stage's W sharded by the engine over its
  * data-parallel group, 1F1B over M micro-batches. Usage:

@@ -5,7 +5,7 @@
 #
 # On scripts/cluster-sim's 2 hosts x 2 ranks, at each link rate (PLAN_RATES, Mbit/s;
 # default "200 500": at 1 Gbit/s the 2 cores, not the link, decide hybrid stage 3's
-# time, 0.76-1.47 of the prediction over many runs; README gives those figures),
+# time, 0.76-1.47 of the prediction over many runs; docs/planning.md gives those figures),
 # three zs-membench jobs one after another, each at PLAN_STEPS
 # steps (3) on PLAN_MODEL (--units 1048576,1048576,1048576,1048576: 4 units of 1M
 # fp32 parameters, 16 MiB, so that a step moves 17-48 MB over a host link and the
@@ -49,7 +49,7 @@
 #     zs-membench inside the host). cubic is Linux's default; this machine's is
 #     bbr, under which Open MPI's all-gather (4 flows through one shaper) reached
 #     0.88-0.91 of 200 Mbit/s where cubic reached 0.97.
-# The README ("Planning") has the figures with and without them.
+# docs/planning.md has the figures with and without them.
 # PLAN_REPS (1) repeats every row; the table at the end gives all of them.
 # Whether the link decides: before the rows, at each rate, cluster_probe (next to
 # zs-membench) loads the cluster as the rows' collectives do: each of host 0's 2
