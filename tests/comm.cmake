@@ -23,8 +23,6 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
               RANKS 1 3 LABELS gpu TIMEOUT 60)
   zs_add_test(NAME test_comm_nccl SOURCES test_comm_nccl.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device
               zs_comm RANKS 1 2 LABELS gpu TIMEOUT 150)
-  add_test(NAME test_comm_nccl_shared_gpu_np2
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:test_comm_nccl>)
-  set_tests_properties(test_comm_nccl_shared_gpu_np2 PROPERTIES LABELS "mpi;gpu" SKIP_RETURN_CODE 77 TIMEOUT 150
-                       ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_NCCL_SHARE_GPU=1")
+  zs_add_test_run(TARGET test_comm_nccl NAME_SUFFIX _shared_gpu RANKS 2 LABELS gpu TIMEOUT 150
+                  ENV ZS_TEST_NCCL_SHARE_GPU=1)
 endif()

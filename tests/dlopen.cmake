@@ -10,13 +10,12 @@ if(Python3_Interpreter_FOUND)
   if(ZS_SANITIZE)
     set(zs_dlopen_skip --skip "sanitizer build (ZS_SANITIZE=${ZS_SANITIZE}): an instrumented library needs the sanitizer runtime preloaded")
   endif()
-  add_test(NAME test_dlopen
-           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_dlopen.py $<TARGET_FILE:zeroshard>
-                   ${zs_dlopen_skip})
-  set_tests_properties(test_dlopen PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
-                       ENVIRONMENT_MODIFICATION "GLIBC_TUNABLES=unset:;LD_PRELOAD=unset:")
+  zs_add_test_run(NAME test_dlopen
+                  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_dlopen.py $<TARGET_FILE:zeroshard>
+                          ${zs_dlopen_skip}
+                  SKIP_RETURN_CODE 77 TIMEOUT 60 ENV_MODIFICATION GLIBC_TUNABLES=unset: LD_PRELOAD=unset:)
 else()
   # registered all the same, so that a machine without python3 shows a skip, not nothing
-  add_test(NAME test_dlopen COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found")
-  set_tests_properties(test_dlopen PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+  zs_add_test_run(NAME test_dlopen COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found"
+                  PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
 endif()

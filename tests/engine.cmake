@@ -3,9 +3,7 @@ if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
   # hybrid sharding at 6 ranks: 2x3 and 3x2 (4 ranks, 2x2, run in the entries above)
   foreach(t test_engine test_engine_mem)
-    add_test(NAME ${t}_hybrid_np6 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 6 --oversubscribe
-             $<TARGET_FILE:${t}> hybrid)
-    set_tests_properties(${t}_hybrid_np6 PROPERTIES LABELS "mpi" TIMEOUT 300 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _hybrid RANKS 6 ARGS hybrid TIMEOUT 300 SKIP_RETURN_CODE NONE)
   endforeach()
   # what a trainer touches: slots (persistent units), declarations refused,
   # setup failing on some ranks, the clipping rule, layout figures
@@ -14,11 +12,10 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # setup, before allocating, naming the limit (MemAvailable, RLIMIT_AS, and a
   # memory cgroup of 512 MiB that tests/scripts/room_cgroup.sh makes and removes)
   zs_add_test(NAME test_engine_room SOURCES test_engine_room.c LIBS zeroshard_static RANKS 1 2 TIMEOUT 60)
-  add_test(NAME test_engine_room_cgroup_np2
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/room_cgroup.sh ${MPIEXEC_EXECUTABLE}
-                   $<TARGET_FILE:test_engine_room>)
-  set_tests_properties(test_engine_room_cgroup_np2 PROPERTIES LABELS "mpi" SKIP_RETURN_CODE 77 TIMEOUT 120
-                       ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  zs_add_test_run(NAME test_engine_room_cgroup_np2
+                  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/room_cgroup.sh ${MPIEXEC_EXECUTABLE}
+                          $<TARGET_FILE:test_engine_room>
+                  LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)
@@ -28,10 +25,7 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # The same tests with every collective's buffers through the mpi comm's pinned
   # host staging (the path a cuda device takes over MPI), on cpu ranks.
   foreach(t test_engine test_engine_mem)
-    add_test(NAME ${t}_staged_np3 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
-             $<TARGET_FILE:${t}>)
-    set_tests_properties(${t}_staged_np3 PROPERTIES LABELS "mpi" TIMEOUT 300
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1")
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _staged RANKS 3 TIMEOUT 300 SKIP_RETURN_CODE NONE ENV ZS_MPI_STAGING=1)
   endforeach()
 endif()
 # The same parity and memory tests on a GPU over NCCL, and 2 ranks sharing the
@@ -39,12 +33,9 @@ endif()
 # runs them).
 if(TARGET zs_zero AND ZS_HAVE_NCCL)
   foreach(t test_engine test_engine_mem)
-    add_test(NAME ${t}_gpu_np1 COMMAND ${MPIEXEC_EXECUTABLE} -n 1 $<TARGET_FILE:${t}>)
-    set_tests_properties(${t}_gpu_np1 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda")
-    add_test(NAME ${t}_gpu_mpi_np2 COMMAND ${MPIEXEC_EXECUTABLE} -n 2 --oversubscribe $<TARGET_FILE:${t}>)
-    set_tests_properties(${t}_gpu_mpi_np2 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 300
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda;ZS_TEST_COMM=mpi")
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _gpu RANKS 1 LABELS gpu mpi TIMEOUT 300 ENV ZS_TEST_DEVICE=cuda)
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _gpu_mpi RANKS 2 LABELS gpu mpi TIMEOUT 300
+                    ENV ZS_TEST_DEVICE=cuda ZS_TEST_COMM=mpi)
   endforeach()
 endif()
 # A rank stopped (SIGSTOP) mid-run: the others get ZS_ERR_TIMEOUT and exit, the
@@ -57,10 +48,10 @@ if(TARGET zs_zero AND ZS_HAVE_MPI)
                                                   ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(test_stall PRIVATE zeroshard_static)
     foreach(mode step abort create)
-      add_test(NAME test_stall_${mode}
-               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stall.py ${MPIEXEC_EXECUTABLE}
-                       $<TARGET_FILE:test_stall> ${mode})
-      set_tests_properties(test_stall_${mode} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+      zs_add_test_run(NAME test_stall_${mode}
+                      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stall.py ${MPIEXEC_EXECUTABLE}
+                              $<TARGET_FILE:test_stall> ${mode}
+                      LABELS mpi TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
     endforeach()
   endif()
 endif()

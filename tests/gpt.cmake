@@ -12,11 +12,10 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     # The --export file read back by Python's safetensors (skips without it).
     find_package(Python3 COMPONENTS Interpreter)
     if(Python3_Interpreter_FOUND)
-      add_test(NAME test_safetensors_python
-               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_safetensors.py
-                       ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-train-gpt> 2)
-      set_tests_properties(test_safetensors_python PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120
-                           ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+      zs_add_test_run(NAME test_safetensors_python
+                      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_safetensors.py
+                              ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-train-gpt> 2
+                      LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
     endif()
     zs_add_test(NAME test_gpt_gpu SOURCES test_gpt_gpu.c LIBS zs_gpt_trainer RANKS 1 LABELS gpu TIMEOUT 300)
     if(ZS_HAVE_NCCL)

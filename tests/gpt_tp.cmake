@@ -13,8 +13,8 @@ if(TARGET zs_gpt_trainer AND TARGET zs_tp AND ZS_HAVE_MPI)
 endif()
 # docs/tensor-parallel.md's excerpts are gpt_tp.c's marked regions, verbatim
 foreach(region tp-boundaries tp-block)
-  add_test(NAME readme_${region}
-           COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/gpt/gpt_tp.c
-                   -DNAME=${region} -DTAG=${region}
-                   -DDOC=docs/tensor-parallel.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+  zs_add_test_run(NAME readme_${region}
+                  COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/gpt/gpt_tp.c
+                          -DNAME=${region} -DTAG=${region}
+                          -DDOC=docs/tensor-parallel.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 endforeach()

@@ -10,9 +10,7 @@ endif()
 # with host functions on one shared thread, as on CUDA.
 if(TARGET zs_zero AND ZS_HAVE_MPI)
   foreach(t test_engine test_engine_mem)
-    add_test(NAME ${t}_shared_host_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
-             $<TARGET_FILE:${t}>)
-    set_tests_properties(${t}_shared_host_np2 PROPERTIES LABELS "mpi" TIMEOUT 300
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1;ZS_CPU_SHARED_HOST_THREAD=1")
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _shared_host RANKS 2 TIMEOUT 300 SKIP_RETURN_CODE NONE
+                    ENV ZS_MPI_STAGING=1 ZS_CPU_SHARED_HOST_THREAD=1)
   endforeach()
 endif()

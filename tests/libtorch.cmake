@@ -11,15 +11,6 @@
 #   test_libtorch_mem    accountant = ZeRO formulas (fp32 AdamW) at stages 0-3; stage 3 resident
 #                        set grows by the engine's bytes, not by a second model copy
 if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
-  function(zs_libtorch_mpi_test name exe ranks)
-    foreach(n ${ranks})
-      add_test(NAME ${name}_np${n}
-               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe $<TARGET_FILE:${exe}> ${ARGN})
-      set_tests_properties(${name}_np${n} PROPERTIES LABELS "mpi;libtorch" SKIP_RETURN_CODE 77 TIMEOUT 120
-                           ENVIRONMENT "${ZS_MPIEXEC_ENV}")
-    endforeach()
-  endfunction()
-
   # Under the sanitizers (CI's second pass) the adapter is instrumented and
   # libtorch is not, which ASan/UBSan handle (no suppression needed); 4 ranks
   # take ~50 s there on 2 vCPUs, so that pass runs 1-2 ranks.
@@ -30,22 +21,23 @@ if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
     set(zs_torch_mem_ranks 2)
   endif()
   if(TARGET zs-libtorch-mlp)
-    zs_libtorch_mpi_test(libtorch_mlp_parity zs-libtorch-mlp "${zs_torch_ranks}" --all)
+    zs_add_test_run(TARGET zs-libtorch-mlp NAME libtorch_mlp_parity RANKS ${zs_torch_ranks} ARGS --all
+                    LABELS libtorch)
   endif()
   foreach(t test_libtorch test_libtorch_mem)
     add_executable(${t} ${t}.cpp test_comm_lsan.c)
     target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(${t} PRIVATE zeroshard_torch PkgConfig::CJSON)
   endforeach()
-  zs_libtorch_mpi_test(test_libtorch test_libtorch "1;2")
-  zs_libtorch_mpi_test(test_libtorch_mem test_libtorch_mem "${zs_torch_mem_ranks}")
+  zs_add_test_run(TARGET test_libtorch RANKS 1 2 LABELS libtorch)
+  zs_add_test_run(TARGET test_libtorch_mem RANKS ${zs_torch_mem_ranks} LABELS libtorch)
 endif()
 # docs/libtorch.md's before/after excerpt is the example's marked regions (no Torch needed)
 foreach(pair "plain libtorch;libtorch-before" "zeroshard;libtorch-after")
   list(GET pair 0 marker)
   list(GET pair 1 tag)
-  add_test(NAME readme_${tag}
-           COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/libtorch/mlp.cpp
-                   -DNAME=${marker} -DTAG=${tag} -DLANG=cpp
-                   -DDOC=docs/libtorch.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+  zs_add_test_run(NAME readme_${tag}
+                  COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR}
+                          -DSRC=${PROJECT_SOURCE_DIR}/examples/libtorch/mlp.cpp -DNAME=${marker} -DTAG=${tag}
+                          -DLANG=cpp -DDOC=docs/libtorch.md -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 endforeach()

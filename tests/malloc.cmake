@@ -15,12 +15,10 @@ foreach(kind shared static)
   add_executable(test_malloc_private_${kind} test_malloc_private.c)
   target_include_directories(test_malloc_private_${kind} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(test_malloc_private_${kind} PRIVATE ${lib} ${CMAKE_DL_LIBS})
-  add_test(NAME test_malloc_private_${kind} COMMAND test_malloc_private_${kind})
-  set_tests_properties(test_malloc_private_${kind} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
-                       ENVIRONMENT_MODIFICATION "LD_PRELOAD=unset:")
+  zs_add_test_run(TARGET test_malloc_private_${kind} TIMEOUT 60 ENV_MODIFICATION LD_PRELOAD=unset:)
 endforeach()
-add_test(NAME test_malloc_symbols
-         COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DREADELF=${CMAKE_READELF}
-                 -DSO=$<TARGET_FILE:zeroshard> -DAR=$<TARGET_FILE:zeroshard_static>
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_malloc_symbols.cmake)
-set_tests_properties(test_malloc_symbols PROPERTIES TIMEOUT 60)
+zs_add_test_run(NAME test_malloc_symbols
+                COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DREADELF=${CMAKE_READELF}
+                        -DSO=$<TARGET_FILE:zeroshard> -DAR=$<TARGET_FILE:zeroshard_static>
+                        -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_malloc_symbols.cmake
+                TIMEOUT 60)

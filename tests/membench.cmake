@@ -9,13 +9,12 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   set(zs_mb_gpt --model gpt --layers 1 --channels 32 --heads 2 --seq 16 --steps 2)
   # test_membench itself: the units at 1 rank; the cases below reuse the executable
   zs_add_test(NAME test_membench SOURCES test_membench.c
-              ARGS ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> 1 ${zs_mb_units} TIMEOUT 180)
-  set_tests_properties(test_membench PROPERTIES LABELS mpi ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+              ARGS ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> 1 ${zs_mb_units} TIMEOUT 180
+              LABELS mpi ENV ${ZS_MPIEXEC_ENV})
   function(zs_membench_case name ranks)
-    add_test(NAME test_membench_${name}
-             COMMAND test_membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> ${ranks} ${ARGN})
-    set_tests_properties(test_membench_${name} PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 180
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    zs_add_test_run(TARGET test_membench NAME_SUFFIX _${name}
+                    ARGS ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench> ${ranks} ${ARGN}
+                    LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
   endfunction()
   zs_membench_case(units_np2 2 ${zs_mb_units})
   zs_membench_case(units_np4 4 ${zs_mb_units})

@@ -21,9 +21,7 @@ zs_add_test(NAME test_optim_gpu SOURCES test_optim_gpu.c LAYERS ${zs_optim_layer
 # The optimizer's default thread count: the decision on given inputs, and under
 # mpiexec what 4 ranks sharing this machine's cores pick (ZS_THREADS and
 # OMP_NUM_THREADS unset: the default is what is tested).
-zs_add_test(NAME test_optim_threads SOURCES test_optim_threads.c LAYERS ${zs_optim_layers} TIMEOUT 60)
+zs_add_test(NAME test_optim_threads SOURCES test_optim_threads.c LAYERS ${zs_optim_layers} TIMEOUT 60
+            ENV_MODIFICATION ZS_THREADS=unset: OMP_NUM_THREADS=unset:)
 zs_add_test(NAME test_optim_threads_mpi SOURCES test_optim_threads.c LAYERS ${zs_optim_layers} RANKS 4
-            TIMEOUT 60)
-foreach(t test_optim_threads test_optim_threads_mpi_np4)
-  set_tests_properties(${t} PROPERTIES ENVIRONMENT_MODIFICATION "ZS_THREADS=unset:;OMP_NUM_THREADS=unset:")
-endforeach()
+            TIMEOUT 60 ENV_MODIFICATION ZS_THREADS=unset: OMP_NUM_THREADS=unset:)

@@ -13,17 +13,17 @@
 # generator expressions.
 if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_plan SOURCES test_plan.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
-  add_test(NAME test_plan_membench
-           COMMAND test_plan $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>)
-  set_tests_properties(test_plan_membench PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 180
-                       ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  zs_add_test_run(TARGET test_plan NAME_SUFFIX _membench
+                  ARGS $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
+                  LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
-    add_test(NAME test_plan_cluster
-             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plan_cluster_test.sh ${PROJECT_SOURCE_DIR}/scripts/cluster-sim
-                     $<TARGET_FILE:zs-membench> $<TARGET_FILE:zs-plan>)
-    set_tests_properties(test_plan_cluster PROPERTIES LABELS "mpi;net" SKIP_RETURN_CODE 77 TIMEOUT 150 RUN_SERIAL TRUE)
+    set(zs_plan_timing "")
     if(ZS_SANITIZE) # instrumented compute overlaps the communication the time check measures
-      set_tests_properties(test_plan_cluster PROPERTIES ENVIRONMENT "PLAN_TIMING=0")
+      set(zs_plan_timing PLAN_TIMING=0)
     endif()
+    zs_add_test_run(NAME test_plan_cluster
+                    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plan_cluster_test.sh
+                            ${PROJECT_SOURCE_DIR}/scripts/cluster-sim $<TARGET_FILE:zs-membench> $<TARGET_FILE:zs-plan>
+                    LABELS mpi net SKIP_RETURN_CODE 77 TIMEOUT 150 RUN_SERIAL ENV ${zs_plan_timing})
   endif()
 endif()

@@ -15,10 +15,8 @@ endif()
 if(TARGET zs_pp AND ZS_HAVE_MPI)
   zs_add_test(NAME test_pp_run SOURCES test_pp_run.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm zs_mesh zs_pp RANKS 1 2 3 4 TIMEOUT 90)
-  add_test(NAME test_pp_run_staged_np3
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:test_pp_run>)
-  set_tests_properties(test_pp_run_staged_np3 PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 90
-                       ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_MPI_STAGING=1;ZS_CPU_SHARED_HOST_THREAD=1")
+  zs_add_test_run(TARGET test_pp_run NAME_SUFFIX _staged RANKS 3 TIMEOUT 90
+                  ENV ZS_MPI_STAGING=1 ZS_CPU_SHARED_HOST_THREAD=1)
 endif()
 #   test_pp_gpu       test_pp_run's cases on a cuda device: the pool in device memory, callbacks that queue on
 #                     the runtime's stream a copy of their inputs to pinned host memory, a host function

@@ -6,8 +6,8 @@
 #                    server host's, zs-bench-ps's own counts equal to the formulas. Bytes only, no timing.
 #                    Needs root (network namespaces); skips (77) where cluster-sim cannot make them.
 if(TARGET zs_ps AND ZS_HAVE_MPI)
-  add_test(NAME test_ps_cluster
-           COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/ps-cluster --bench $<TARGET_FILE:zs-bench-ps> --ns 3
-                   --rates 1000 --reps 1 --steps 3 --no-straggler)
-  set_tests_properties(test_ps_cluster PROPERTIES LABELS "mpi;net" SKIP_RETURN_CODE 77 TIMEOUT 60 RUN_SERIAL TRUE)
+  zs_add_test_run(NAME test_ps_cluster
+                  COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/ps-cluster --bench $<TARGET_FILE:zs-bench-ps> --ns 3
+                          --rates 1000 --reps 1 --steps 3 --no-straggler
+                  LABELS mpi net SKIP_RETURN_CODE 77 TIMEOUT 60 RUN_SERIAL)
 endif()

@@ -7,8 +7,7 @@ if(TARGET zs_zero AND TARGET zs_comm AND TARGET zs_ckpt)
   # reference reads host slots and skips there).
   if(ZS_HAVE_NCCL)
     target_include_directories(test_schedule PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
-    add_test(NAME test_schedule_gpu_np1 COMMAND ${MPIEXEC_EXECUTABLE} -n 1 $<TARGET_FILE:test_schedule>)
-    set_tests_properties(test_schedule_gpu_np1 PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 120
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV};ZS_TEST_DEVICE=cuda")
+    zs_add_test_run(TARGET test_schedule NAME_SUFFIX _gpu RANKS 1 LABELS gpu mpi TIMEOUT 120
+                    ENV ZS_TEST_DEVICE=cuda)
   endif()
 endif()

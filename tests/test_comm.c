@@ -15,6 +15,7 @@
 
 #include "comm/mpi_impl.h"
 #include "common/common.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu
 #include "test_comm_checks.h"
 #include "zeroshard/mpi.h"
 
@@ -507,12 +508,9 @@ int main(void) {
   zs_comm_t *comm = NULL, *ring = NULL;
   unsetenv("ZS_MPI_RING_MIN_BYTES"); /* the default threshold, whatever the caller's environment */
   unsetenv("ZS_MPI_POLL");
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&comm, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  E = (tc_env_t){.comm = comm, .dev = dev, .rank = zs_comm_rank(comm), .size = zs_comm_size(comm)};
-  zs_t_rank = E.rank;
+  int rank, size;
+  zs_t_world_open_cpu(&dev, &comm, &rank, &size);
+  E = (tc_env_t){.comm = comm, .dev = dev, .rank = rank, .size = size};
   zs_test_run(test_create);
   zs_test_run(test_poll_mode);
   zs_test_run(test_poll_idle);

@@ -29,6 +29,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu, zs_t_world_skip_unless
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 
@@ -215,17 +216,9 @@ static void test_timeout_tells(void) {
 
 int main(void) {
   set_timeout("120");
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&keep, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  rank = zs_comm_rank(keep), size = zs_comm_size(keep), F = size - 1;
-  zs_t_rank = rank;
-  if (size < 2) {
-    zs_comm_destroy(keep);
-    zs_device_destroy(dev);
-    ZS_SKIP("needs at least 2 ranks");
-  }
+  zs_t_world_open_cpu(&dev, &keep, &rank, &size);
+  F = size - 1;
+  zs_t_world_skip_unless(size >= 2, dev, keep, "needs at least 2 ranks");
   zs_test_run(test_revoke_waiters);
   zs_test_run(test_revoke_split);
   zs_test_run(test_timeout_tells);

@@ -16,6 +16,7 @@
 
 #include "comm/comm_impl.h"
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #include "zeroshard/log.h"
@@ -608,13 +609,7 @@ static void test_default_nodes(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world);
-  g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
+  zs_t_world_open_cpu(&g_dev, &g_world, &g_rank, &g_size);
   zs_test_run(test_shapes);
   zs_test_run(test_group_names);
   zs_test_run(test_bad_shapes);

@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu
 #include "test_moe_ref.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
@@ -166,12 +167,7 @@ static void test_no_alloc(void) {
 
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_comm, g_dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_comm), g_size = zs_comm_size(g_comm);
-  zs_t_rank = g_rank;
+  zs_t_world_open_cpu(&g_dev, &g_comm, &g_rank, &g_size);
   zs_test_run(test_reference);
   zs_test_run(test_layer);
   zs_test_run(test_errors);

@@ -22,6 +22,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu, zs_t_world_skip_unless
 #include "zeroshard/comm.h"
 #include "zeroshard/pipeline.h"
 
@@ -146,17 +147,8 @@ static void test_forward_1f1b_stream(void) { run_case(ZS_PP_1F1B, ZS_PP_FORWARD,
 int main(void) {
   setenv("ZS_COMM_TIMEOUT_S", "120", 1);
   zs__settings_reload();
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&keep, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  rank = zs_comm_rank(keep), size = zs_comm_size(keep);
-  zs_t_rank = rank;
-  if (size != 2 && size != 4) {
-    zs_comm_destroy(keep);
-    zs_device_destroy(dev);
-    ZS_SKIP("runs on 2 ranks (pp 2) or 4 (pp 2 x dp 2)");
-  }
+  zs_t_world_open_cpu(&dev, &keep, &rank, &size);
+  zs_t_world_skip_unless(size == 2 || size == 4, dev, keep, "runs on 2 ranks (pp 2) or 4 (pp 2 x dp 2)");
   zs_log_set_level(ZS_LOG_NONE); /* the failures below are logged as errors where they happen */
   zs_test_run(test_forward_1f1b_host);
   zs_test_run(test_backward_gpipe_host);

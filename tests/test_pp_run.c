@@ -16,6 +16,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu
 #include "pp_check.h" // defines: pc_run_case, pc_forward, pc_backward (the toy model's trainer)
 #include "zeroshard/comm.h"
 #include "zeroshard/mesh.h"
@@ -190,11 +191,7 @@ static void test_callback_failure(void) {
 int main(void) {
   setenv("ZS_COMM_TIMEOUT_S", "30", 0); /* a deadlock would be an error, not a hang */
   zs__settings_reload();
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&world, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  zs_t_rank = zs_comm_rank(world);
+  zs_t_world_open_cpu(&dev, &world, NULL, NULL);
   zs_test_run(test_bad_config);
   zs_test_run(test_parity);
   zs_test_run(test_mesh);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu, zs_t_world_skip_unless
 #include "zeroshard/comm.h"
 #include "zeroshard/ps.h"
 
@@ -353,17 +354,8 @@ static void test_bad_args(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&world, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  rank = zs_t_rank = zs_comm_rank(world);
-  size = zs_comm_size(world);
-  if (size < 2) {
-    zs_comm_destroy(world);
-    zs_device_destroy(dev);
-    ZS_SKIP("a parameter server needs 2 ranks at least (1 server, 1 worker)");
-  }
+  zs_t_world_open_cpu(&dev, &world, &rank, &size);
+  zs_t_world_skip_unless(size >= 2, dev, world, "a parameter server needs 2 ranks at least (1 server, 1 worker)");
   zs_test_run(test_roles);
   zs_test_run(test_sync);
   zs_test_run(test_async_one);

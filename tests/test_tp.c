@@ -3,6 +3,7 @@
  * test_tp_vocab_checks.h, against float64 single-rank references, on a stream
  * of the device (compute on its worker, collectives on the comm, in the order of
  * the calls) and again, for some, on the caller's NULL stream. */
+#include "harness_world.h" // defines: zs_t_world_open_cpu
 #include "test_tp_checks.h"
 #include "test_tp_vocab_checks.h"
 #include "zeroshard/log.h"
@@ -10,13 +11,9 @@
 int main(void) {
   zs_device_t *dev = NULL;
   zs_comm_t *comm = NULL;
-  if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&comm, dev) != ZS_OK) {
-    fprintf(stderr, "setup failed: %s\n", zs_last_error());
-    return 1;
-  }
-  E = (tp_env_t){.dev = dev, .comm = comm, .rank = zs_comm_rank(comm), .size = zs_comm_size(comm),
-                 .host_ids = 1, .rtol = 1e-5};
-  zs_t_rank = E.rank;
+  int rank, size;
+  zs_t_world_open_cpu(&dev, &comm, &rank, &size);
+  E = (tp_env_t){.dev = dev, .comm = comm, .rank = rank, .size = size, .host_ids = 1, .rtol = 1e-5};
   zs_log_set_level(ZS_LOG_NONE); /* the checks read the messages themselves */
   if (zs_tp_create(&E.tp, comm) != ZS_OK || zs_stream_create(dev, &E.s) != ZS_OK) {
     fprintf(stderr, "setup failed: %s\n", zs_last_error());

@@ -15,16 +15,17 @@ if(TARGET zs_pp AND ZS_HAVE_MPI)
   target_include_directories(test_trace PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(test_trace PRIVATE ${trace_layers} ${ZS_PUBLIC_LIBS} ${ZS_PRIVATE_LIBS})
   if(Python3_Interpreter_FOUND)
-    add_test(NAME test_trace_pp
-             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_trace.py
-                     ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_trace>
-                     $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_out)
+    set(zs_trace_timing "")
+    if(ZS_SANITIZE) # timing is the plain build's to check (see check_trace.py)
+      set(zs_trace_timing TRACE_TIMING=0)
+    endif()
     # RUN_SERIAL: the bubble is a timing check on 2 cores, and one other busy process
     # (ctest -j runs the next test beside it) adds 5-15% to it at m = 8
-    set_tests_properties(test_trace_pp PROPERTIES LABELS mpi TIMEOUT 120 RUN_SERIAL TRUE ENVIRONMENT "${ZS_MPIEXEC_ENV}")
-    if(ZS_SANITIZE) # timing is the plain build's to check (see check_trace.py)
-      set_tests_properties(test_trace_pp PROPERTIES ENVIRONMENT "${ZS_MPIEXEC_ENV};TRACE_TIMING=0")
-    endif()
+    zs_add_test_run(NAME test_trace_pp
+                    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_trace.py
+                            ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_trace>
+                            $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_out
+                    LABELS mpi TIMEOUT 120 RUN_SERIAL ENV ${ZS_MPIEXEC_ENV} ${zs_trace_timing})
   endif()
 endif()
 #   test_trace_engine  (2 ranks) the engine's events read back with cJSON: tracing off writes nothing and
@@ -41,27 +42,27 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_trace_engine SOURCES test_trace_engine.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
               ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_out)
   # zs_trace_start before the first comm: the files still carry the world rank
-  add_test(NAME test_trace_engine_early_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
-           $<TARGET_FILE:test_trace_engine> ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_early early)
-  set_tests_properties(test_trace_engine_early_np2 PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+  zs_add_test_run(TARGET test_trace_engine NAME_SUFFIX _early RANKS 2
+                  ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_early early TIMEOUT 60 SKIP_RETURN_CODE NONE)
 endif()
 #   test_bench_pp_bubble  bench/pp_bubble.py on a small model (2 ranks, 1F1B and GPipe, m = 2, 3 steps): the
 #                     trainer's traces give a bubble, a replayed one no larger and the stage-means one, in
 #                     its --json
 if(TARGET zs-trace AND TARGET zs-train-gpt AND ZS_HAVE_MPI AND Python3_Interpreter_FOUND)
-  add_test(NAME test_bench_pp_bubble
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/pp_bubble.py --bin $<TARGET_FILE_DIR:zs-train-gpt>
-                   --m 2 --steps 3 --skip 1 --out ${CMAKE_CURRENT_BINARY_DIR}/pp_bubble_out --json
-                   -- --layers 2 --channels 32 --heads 2 --seq 16)
-  set_tests_properties(test_bench_pp_bubble PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}"
-                       PASS_REGULAR_EXPRESSION "\"schedule\": \"gpipe\", \"m\": 2, \"theory\": 0.3333, \"bubble\": [0-9.]+, \"replayed\": [0-9.]+, \"stage_means\": [0-9.]+"
-                       FAIL_REGULAR_EXPRESSION "pp_bubble.py:") # its errors; the pass expression ignores the exit
+  zs_add_test_run(NAME test_bench_pp_bubble
+                  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/pp_bubble.py
+                          --bin $<TARGET_FILE_DIR:zs-train-gpt> --m 2 --steps 3 --skip 1
+                          --out ${CMAKE_CURRENT_BINARY_DIR}/pp_bubble_out --json
+                          -- --layers 2 --channels 32 --heads 2 --seq 16
+                  LABELS mpi TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV}
+                  PROPERTIES
+                    PASS_REGULAR_EXPRESSION "\"schedule\": \"gpipe\", \"m\": 2, \"theory\": 0.3333, \"bubble\": [0-9.]+, \"replayed\": [0-9.]+, \"stage_means\": [0-9.]+"
+                    FAIL_REGULAR_EXPRESSION "pp_bubble.py:") # its errors; the pass expression ignores the exit
 endif()
 if(TARGET zs-trace)
   add_executable(test_trace_bubble test_trace_bubble.c)
   target_include_directories(test_trace_bubble PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(test_trace_bubble PRIVATE m)
-  add_test(NAME test_trace_bubble COMMAND test_trace_bubble $<TARGET_FILE:zs-trace>
-                                          ${CMAKE_CURRENT_BINARY_DIR}/trace_bubble_out)
-  set_tests_properties(test_trace_bubble PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+  zs_add_test_run(TARGET test_trace_bubble ARGS $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_bubble_out
+                  TIMEOUT 60)
 endif()

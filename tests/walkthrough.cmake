@@ -2,14 +2,14 @@
 # loss falls; the README's code block is the program's marked region, verbatim.
 if(TARGET zs-walkthrough)
   foreach(n 1 3)
-    add_test(NAME walkthrough_np${n}
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:zs-walkthrough> -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DN=${n}
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_walkthrough.cmake)
-    set_tests_properties(walkthrough_np${n} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    zs_add_test_run(NAME walkthrough_np${n}
+                    COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:zs-walkthrough> -DMPIEXEC=${MPIEXEC_EXECUTABLE}
+                            -DN=${n} -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_walkthrough.cmake
+                    LABELS mpi TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
   endforeach()
 endif()
-add_test(NAME readme_walkthrough
-         COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+zs_add_test_run(NAME readme_walkthrough
+                COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 # The pipeline walk-through (docs/pipeline.md): pp 2 x dp 1 and 2 at stages 1 and 3, 1F1B and GPipe; the
 # program checks itself against the unsplit model in plain C (losses and final weights to 1e-5)
 # and exits 1 otherwise; its block in docs/pipeline.md is its marked region, verbatim.
@@ -18,24 +18,22 @@ if(TARGET zs-pipeline-walkthrough)
     list(GET c 0 n)
     list(GET c 1 st)
     list(GET c 2 kind)
-    add_test(NAME pipeline_walkthrough_np${n}_stage${st}_${kind}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} --oversubscribe
-                     $<TARGET_FILE:zs-pipeline-walkthrough> ${st} ${kind})
-    set_tests_properties(pipeline_walkthrough_np${n}_stage${st}_${kind} PROPERTIES LABELS mpi TIMEOUT 120
-                         ENVIRONMENT "${ZS_MPIEXEC_ENV}")
+    zs_add_test_run(TARGET zs-pipeline-walkthrough NAME pipeline_walkthrough_np{n}_stage${st}_${kind} RANKS ${n}
+                    ARGS ${st} ${kind} SKIP_RETURN_CODE NONE)
   endforeach()
 endif()
-add_test(NAME readme_pipeline_walkthrough
-         COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DSRC=${PROJECT_SOURCE_DIR}/examples/pipeline/pipeline.c
-                 -DNAME=pipeline -DTAG=pipeline-walkthrough -DDOC=docs/pipeline.md
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
+zs_add_test_run(NAME readme_pipeline_walkthrough
+                COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR}
+                        -DSRC=${PROJECT_SOURCE_DIR}/examples/pipeline/pipeline.c
+                        -DNAME=pipeline -DTAG=pipeline-walkthrough -DDOC=docs/pipeline.md
+                        -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_readme.cmake)
 # docs_links: every relative link and image in README.md and docs/*.md names a file
 # that exists, and a #fragment a heading of its page (tests/scripts/check_doc_links.py).
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
-  add_test(NAME docs_links COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_doc_links.py
-                                   ${PROJECT_SOURCE_DIR})
+  zs_add_test_run(NAME docs_links
+                  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_doc_links.py ${PROJECT_SOURCE_DIR})
 else()
-  add_test(NAME docs_links COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found")
-  set_tests_properties(docs_links PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+  zs_add_test_run(NAME docs_links COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found"
+                  PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
 endif()
