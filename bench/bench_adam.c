@@ -315,7 +315,7 @@ static int bench_cpu(const opts_t *o) {
 /* ---- cuda ---------------------------------------------------------------------- */
 
 #ifdef ZS_HAVE_CUDA
-#define CU(call)                                                                            \
+#define CHECK_CUDA(call)                                                                    \
   do {                                                                                      \
     cudaError_t e_ = (call);                                                                \
     if (e_ != cudaSuccess) {                                                                \
@@ -336,24 +336,24 @@ static int bench_cuda(const opts_t *o) {
   float *w, *m, *v;
   void *g, *p = NULL, *c0, *c1;
   size_t copy_bytes = (size_t)((double)n * bpp / 2); /* read + write = the step's traffic */
-  CU(cudaMalloc((void **)&w, n * 4));
-  CU(cudaMalloc((void **)&m, n * 4));
-  CU(cudaMalloc((void **)&v, n * 4));
-  CU(cudaMalloc(&g, n * gsz));
-  if (o->pdt != ZS_FP32) CU(cudaMalloc(&p, n * 2));
-  CU(cudaMalloc(&c0, copy_bytes));
-  CU(cudaMalloc(&c1, copy_bytes));
+  CHECK_CUDA(cudaMalloc((void **)&w, n * 4));
+  CHECK_CUDA(cudaMalloc((void **)&m, n * 4));
+  CHECK_CUDA(cudaMalloc((void **)&v, n * 4));
+  CHECK_CUDA(cudaMalloc(&g, n * gsz));
+  if (o->pdt != ZS_FP32) CHECK_CUDA(cudaMalloc(&p, n * 2));
+  CHECK_CUDA(cudaMalloc(&c0, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&c1, copy_bytes));
   /* 0x3c bytes: small positive normal values in every dtype */
-  CU(cudaMemset(w, 0x3c, n * 4));
-  CU(cudaMemset(m, 0x3c, n * 4));
-  CU(cudaMemset(v, 0x3c, n * 4));
-  CU(cudaMemset(g, 0x3c, n * gsz));
-  CU(cudaMemset(c0, 0x3c, copy_bytes));
+  CHECK_CUDA(cudaMemset(w, 0x3c, n * 4));
+  CHECK_CUDA(cudaMemset(m, 0x3c, n * 4));
+  CHECK_CUDA(cudaMemset(v, 0x3c, n * 4));
+  CHECK_CUDA(cudaMemset(g, 0x3c, n * gsz));
+  CHECK_CUDA(cudaMemset(c0, 0x3c, copy_bytes));
   cudaStream_t st;
-  CU(cudaStreamCreate(&st));
+  CHECK_CUDA(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
-  CU(cudaEventCreate(&e0));
-  CU(cudaEventCreate(&e1));
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
   zs_optim_hyper_t h = {.cfg = adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
                         .param_dtype = o->pdt};
   zs_optim_seg_t s0 = {w, m, v, g, p, n, 1.0f, 1.0f};
@@ -363,17 +363,17 @@ static int bench_cuda(const opts_t *o) {
   zs__optim_seg_lrwd(&h, &s0, &seg.lr, &seg.wd);
   float best_step = 1e30f, best_copy = 1e30f, ms;
   for (int it = -1; it < o->iters; it++) { /* iteration -1 warms up */
-    CU(cudaEventRecord(e0, st));
-    CU((cudaError_t)zs_k_optim_step(&k, o->gdt, o->pdt, &seg, 1, st));
-    CU(cudaEventRecord(e1, st));
-    CU(cudaEventSynchronize(e1));
-    CU(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK_CUDA(cudaEventRecord(e0, st));
+    CHECK_CUDA((cudaError_t)zs_k_optim_step(&k, o->gdt, o->pdt, &seg, 1, st));
+    CHECK_CUDA(cudaEventRecord(e1, st));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     if (it >= 0 && ms < best_step) best_step = ms;
-    CU(cudaEventRecord(e0, st));
-    CU(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice, st));
-    CU(cudaEventRecord(e1, st));
-    CU(cudaEventSynchronize(e1));
-    CU(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK_CUDA(cudaEventRecord(e0, st));
+    CHECK_CUDA(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice, st));
+    CHECK_CUDA(cudaEventRecord(e1, st));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     if (it >= 0 && ms < best_copy) best_copy = ms;
   }
   double pps = (double)n / (best_step * 1e-3), gbs = pps * bpp / 1e9;

@@ -42,7 +42,8 @@ static int init_fn(void *user, int param, int64_t offset, int64_t count, float *
   return 0;
 }
 
-#define CHECK(x)                                                                             \
+/* The bench's own check: a failure stops every rank (MPI_Abort). */
+#define CHECK_ABORT(x)                                                                       \
   do {                                                                                       \
     zs_status_t st_ = (x);                                                                   \
     if (st_ != ZS_OK) {                                                                      \
@@ -84,8 +85,8 @@ int main(int argc, char **argv) {
   }
   zs_device_t *dev;
   zs_comm_t *comm;
-  CHECK(zs_device_create_cpu(&dev));
-  CHECK(zs_comm_create_mpi_world(&comm, dev));
+  CHECK_ABORT(zs_device_create_cpu(&dev));
+  CHECK_ABORT(zs_comm_create_mpi_world(&comm, dev));
   int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
   char base[512] = {0};
   if (rank == 0) {
@@ -107,18 +108,18 @@ int main(int argc, char **argv) {
   cfg.stage = stage;
   cfg.param_dtype = cfg.reduce_dtype = dt;
   zs_engine_t *zs;
-  CHECK(zs_engine_create(&zs, &cfg, dev, comm));
+  CHECK_ABORT(zs_engine_create(&zs, &cfg, dev, comm));
   int64_t per = (int64_t)(mparams * 1e6 / units);
   void **slots = calloc((size_t)units, sizeof *slots);
   for (int u = 0; u < units; u++) {
     int uid;
     char name[32];
     snprintf(name, sizeof name, "unit%d", u);
-    CHECK(zs_unit_add(zs, name, &uid));
+    CHECK_ABORT(zs_unit_add(zs, name, &uid));
     snprintf(name, sizeof name, "unit%d.w", u);
-    CHECK(zs_param_add(zs, uid, name, 1, (int64_t[]){per}, ZS_PARAM_DEFAULT, &slots[u], NULL, NULL));
+    CHECK_ABORT(zs_param_add(zs, uid, name, 1, (int64_t[]){per}, ZS_PARAM_DEFAULT, &slots[u], NULL, NULL));
   }
-  CHECK(zs_engine_setup(zs, init_fn, NULL));
+  CHECK_ABORT(zs_engine_setup(zs, init_fn, NULL));
 
   char ck[600];
   snprintf(ck, sizeof ck, "%s/ckpt", base);
@@ -126,12 +127,12 @@ int main(int argc, char **argv) {
   for (int it = 0; it < iters; it++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now_s();
-    CHECK(zs_checkpoint_save(zs, ck));
+    CHECK_ABORT(zs_checkpoint_save(zs, ck));
     double t = max_time(now_s() - t0);
     save = t < save ? t : save;
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now_s();
-    CHECK(zs_checkpoint_load(zs, ck));
+    CHECK_ABORT(zs_checkpoint_load(zs, ck));
     t = max_time(now_s() - t0);
     load = t < load ? t : load;
   }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/common/check.h" // defines: CHECK_EXIT
 #include "common/common.h"
 #include "device/device_impl.h"
 #include "offload/offload.h"
@@ -57,14 +58,7 @@ static int parse(int argc, char **argv, opts_t *o) {
   return o->units > 0 && o->iters > 0 && o->unit_elems > 0 ? 0 : -1;
 }
 
-#define TRY(x)                                                                     \
-  do {                                                                             \
-    zs_status_t st_ = (x);                                                         \
-    if (st_ != ZS_OK) {                                                            \
-      fprintf(stderr, "zs-bench-offload: %s: %s (%s)\n", #x, zs_status_name(st_), zs_last_error()); \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
+static const char prog[] = "zs-bench-offload"; /* CHECK_EXIT's prefix */
 
 /* Best time of `iters` runs of one copy direction through the engine's path. */
 static double time_copies(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, size_t bytes,
@@ -72,8 +66,8 @@ static double time_copies(zs_device_t *dev, zs_stream_t *s, void *dst, const voi
   double best = 1e30;
   for (int i = 0; i < iters; i++) {
     double t0 = zs__now();
-    TRY(zs_memcpy_async(dev, dst, src, bytes, kind, s));
-    TRY(zs_stream_synchronize(dev, s));
+    CHECK_EXIT(prog, zs_memcpy_async(dev, dst, src, bytes, kind, s));
+    CHECK_EXIT(prog, zs_stream_synchronize(dev, s));
     double t = zs__now() - t0;
     if (t < best) best = t;
   }
@@ -136,21 +130,21 @@ int main(int argc, char **argv) {
       fprintf(stderr, "zs-bench-offload: --device cuda but no GPU is visible\n");
       return 77;
     }
-    TRY(zs_device_create_cuda(&dev, 0));
+    CHECK_EXIT(prog, zs_device_create_cuda(&dev, 0));
   } else {
-    TRY(zs_device_create_cpu(&dev));
+    CHECK_EXIT(prog, zs_device_create_cpu(&dev));
   }
   zs_stream_t *copy;
-  TRY(zs_stream_create(dev, &copy));
+  CHECK_EXIT(prog, zs_stream_create(dev, &copy));
   const size_t n = o.unit_elems, U = (size_t)o.units, pb = zs_dtype_size(o.pdt);
 
   /* ---- 1. copies of one unit's parameters, both directions ---- */
   size_t cbytes = n * 4;
   void *hbuf, *dbuf;
-  TRY(zs_device_host_alloc(dev, cbytes, ZS_MEM_COMM, ZS_HOST_PINNED, &hbuf));
-  TRY(zs_device_alloc(dev, cbytes, ZS_MEM_COMM, &dbuf));
+  CHECK_EXIT(prog, zs_device_host_alloc(dev, cbytes, ZS_MEM_COMM, ZS_HOST_PINNED, &hbuf));
+  CHECK_EXIT(prog, zs_device_alloc(dev, cbytes, ZS_MEM_COMM, &dbuf));
   memset(hbuf, 1, cbytes);
-  TRY(zs_memset_async(dev, dbuf, 0, cbytes, NULL));
+  CHECK_EXIT(prog, zs_memset_async(dev, dbuf, 0, cbytes, NULL));
   double h2d = time_copies(dev, copy, dbuf, hbuf, cbytes, ZS_COPY_H2D, o.iters);
   double d2h = time_copies(dev, copy, hbuf, dbuf, cbytes, ZS_COPY_D2H, o.iters);
   double ph2d, pd2h;
@@ -158,11 +152,13 @@ int main(int argc, char **argv) {
 
   /* ---- 2. the pipelined CPU step ---- */
   float *host[4]; /* master, m, v, grad: U*n each */
-  for (int k = 0; k < 4; k++) TRY(zs_device_host_alloc(dev, U * n * 4, ZS_MEM_OPTIMIZER, ZS_HOST_PINNED, (void **)&host[k]));
+  for (int k = 0; k < 4; k++)
+    CHECK_EXIT(prog, zs_device_host_alloc(dev, U * n * 4, ZS_MEM_OPTIMIZER, ZS_HOST_PINNED, (void **)&host[k]));
   void *stage[2] = {NULL, NULL}, *dparams;
   if (pb != 4)
-    for (int k = 0; k < 2; k++) TRY(zs_device_host_alloc(dev, n * pb, ZS_MEM_COMM, ZS_HOST_PINNED, &stage[k]));
-  TRY(zs_device_alloc(dev, U * n * pb, ZS_MEM_PARAMS, &dparams));
+    for (int k = 0; k < 2; k++)
+      CHECK_EXIT(prog, zs_device_host_alloc(dev, n * pb, ZS_MEM_COMM, ZS_HOST_PINNED, &stage[k]));
+  CHECK_EXIT(prog, zs_device_alloc(dev, U * n * pb, ZS_MEM_PARAMS, &dparams));
   for (size_t i = 0; i < U * n; i++) {
     host[0][i] = 0.01f * (float)(i % 97);
     host[1][i] = host[2][i] = 0.0f;
@@ -183,22 +179,22 @@ int main(int argc, char **argv) {
                                 .weight_decay = 0.01f},
                         .step = 1, .grad_mult = 1.0f, .grad_dtype = ZS_FP32, .param_dtype = o.pdt};
   zs_event_t *slot[2], *done;
-  TRY(zs_event_create(dev, &slot[0]));
-  TRY(zs_event_create(dev, &slot[1]));
-  TRY(zs_event_create(dev, &done));
+  CHECK_EXIT(prog, zs_event_create(dev, &slot[0]));
+  CHECK_EXIT(prog, zs_event_create(dev, &slot[1]));
+  CHECK_EXIT(prog, zs_event_create(dev, &done));
   double step_s = 1e30, copy_s = 1e30, pipe_s = 1e30;
   for (int it = 0; it < o.iters; it++) {
     double t0 = zs__now();
-    for (size_t u = 0; u < U; u++) TRY(zs__optim_step_cpu(&h, &segs[u], 1));
+    for (size_t u = 0; u < U; u++) CHECK_EXIT(prog, zs__optim_step_cpu(&h, &segs[u], 1));
     double t1 = zs__now();
     for (size_t u = 0; u < U; u++) {
       const void *src = pb != 4 ? stage[u % 2] : (const void *)segs[u].master;
-      TRY(zs_memcpy_async(dev, dst[u], src, n * pb, ZS_COPY_H2D, copy));
+      CHECK_EXIT(prog, zs_memcpy_async(dev, dst[u], src, n * pb, ZS_COPY_H2D, copy));
     }
-    TRY(zs_stream_synchronize(dev, copy));
+    CHECK_EXIT(prog, zs_stream_synchronize(dev, copy));
     double t2 = zs__now();
-    TRY(zs__offload_step(dev, copy, &h, units, (int)U, slot, done));
-    TRY(zs_event_synchronize(dev, done));
+    CHECK_EXIT(prog, zs__offload_step(dev, copy, &h, units, (int)U, slot, done));
+    CHECK_EXIT(prog, zs_event_synchronize(dev, done));
     double t3 = zs__now();
     if (t1 - t0 < step_s) step_s = t1 - t0;
     if (t2 - t1 < copy_s) copy_s = t2 - t1;

@@ -20,6 +20,7 @@
 
 #ifdef ZS_MB_HAVE_GPT
 
+#include "../examples/common/check.h" // defines: TRY
 #include "gpt.h"
 #include "trainer.h" // defines: gpt_threads_auto
 #include "zeroshard/types.h" // defines: zs_bf16_from_float, zs_float_from_bf16 (the library's rounding)
@@ -243,12 +244,6 @@ int mb_gpt_init(void *user, int param, int64_t offset, int64_t count, float *dst
 }
 
 /* ---- the trainer's unit helpers: fp32 views of the slots ---------------------------- */
-
-#define TRY(expr)                 \
-  do {                            \
-    zs_status_t st_ = (expr);     \
-    if (st_ != ZS_OK) return st_; \
-  } while (0)
 
 static void bind(mb_gpt_t *g) {
   gpt_weights_bind(&g->mc, g->pv, &g->w);

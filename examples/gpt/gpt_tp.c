@@ -6,13 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/check.h" // defines: TRY
 #include "ops.h"
-
-#define TRY(x)                        \
-  do {                                \
-    zs_status_t st_ = (x);            \
-    if (st_ != ZS_OK) return st_;     \
-  } while (0)
 
 /* ============================================================================
  * the split

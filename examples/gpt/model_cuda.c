@@ -6,11 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(expr)         \
-  do {                   \
-    int rc_ = (expr);    \
-    if (rc_) return rc_; \
-  } while (0)
+#include "../common/check.h" // defines: TRY_RC
 
 /* ============================================================================
  * activations
@@ -71,16 +67,16 @@ int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t 
   const int64_t N = (int64_t)B * T;
   const size_t bytes = (size_t)N * C * sizeof(float);
   /* attention branch: mid = x + proj(attn(ln1(x))) */
-  CK(opc_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C, s));
-  CK(opc_matmul_forward(h, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0, s));
-  CK(opc_attention_forward(h, a->atty, a->att, a->qkv, B, T, C, c->heads, s));
-  CK((int)cudaMemcpyAsync(a->mid, x_in, bytes, cudaMemcpyDeviceToDevice, s)); /* last read of x_in */
-  CK(opc_matmul_forward(h, a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1, s));
+  TRY_RC(opc_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C, s));
+  TRY_RC(opc_matmul_forward(h, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0, s));
+  TRY_RC(opc_attention_forward(h, a->atty, a->att, a->qkv, B, T, C, c->heads, s));
+  TRY_RC((int)cudaMemcpyAsync(a->mid, x_in, bytes, cudaMemcpyDeviceToDevice, s)); /* last read of x_in */
+  TRY_RC(opc_matmul_forward(h, a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1, s));
   /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
-  CK(opc_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C, s));
-  CK(opc_matmul_forward(h, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0, s));
-  CK(opc_gelu_forward(a->gelu, a->fc, N * 4 * C, s));
-  CK((int)cudaMemcpyAsync(x_out, a->mid, bytes, cudaMemcpyDeviceToDevice, s));
+  TRY_RC(opc_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C, s));
+  TRY_RC(opc_matmul_forward(h, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0, s));
+  TRY_RC(opc_gelu_forward(a->gelu, a->fc, N * 4 * C, s));
+  TRY_RC((int)cudaMemcpyAsync(x_out, a->mid, bytes, cudaMemcpyDeviceToDevice, s));
   return opc_matmul_forward(h, x_out, a->gelu, w->mproj_w, w->mproj_b, N, 4 * C, C, 1, s);
 }
 
@@ -91,15 +87,15 @@ int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t
   const int64_t N = (int64_t)B * T;
   gpt_acts_t *sc = &scratch->a;
   /* MLP branch; dres (d out) also flows straight through to d mid */
-  CK(opc_matmul_backward(h, sc->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0, s));
-  CK(opc_gelu_backward(sc->d4, a->fc, sc->d4, N * 4 * C, s));
-  CK(opc_matmul_backward(h, sc->dln, dw->fc_w, dw->fc_b, sc->d4, a->ln2, w->fc_w, N, C, 4 * C, 0, s));
-  CK(opc_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, sc->dln, a->mid, w->ln2_w, a->ln2_mean, a->ln2_rstd, N, C,
-                            s)); /* dres is now d mid */
+  TRY_RC(opc_matmul_backward(h, sc->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0, s));
+  TRY_RC(opc_gelu_backward(sc->d4, a->fc, sc->d4, N * 4 * C, s));
+  TRY_RC(opc_matmul_backward(h, sc->dln, dw->fc_w, dw->fc_b, sc->d4, a->ln2, w->fc_w, N, C, 4 * C, 0, s));
+  TRY_RC(opc_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, sc->dln, a->mid, w->ln2_w, a->ln2_mean, a->ln2_rstd, N, C,
+                                s)); /* dres is now d mid */
   /* attention branch; d mid flows straight through to d x */
-  CK(opc_matmul_backward(h, sc->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0, s));
-  CK(opc_attention_backward(h, sc->dqkv, scratch->datt, sc->datty, a->qkv, a->att, B, T, C, c->heads, s));
-  CK(opc_matmul_backward(h, sc->dln, dw->qkv_w, dw->qkv_b, sc->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0, s));
+  TRY_RC(opc_matmul_backward(h, sc->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0, s));
+  TRY_RC(opc_attention_backward(h, sc->dqkv, scratch->datt, sc->datty, a->qkv, a->att, B, T, C, c->heads, s));
+  TRY_RC(opc_matmul_backward(h, sc->dln, dw->qkv_w, dw->qkv_b, sc->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0, s));
   return opc_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, sc->dln, x_in, w->ln1_w, a->ln1_mean, a->ln1_rstd, N,
                                 C, s); /* dres is now d x_in */
 }
@@ -114,7 +110,7 @@ int gpt_cuda_lnf_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *
                           gpt_lnf_w_t *dw, const float *x, const float *mean, const float *rstd, const float *dout,
                           float *dx, int64_t N) {
   (void)h;
-  CK((int)cudaMemsetAsync(dx, 0, (size_t)N * c->channels * sizeof(float), s));
+  TRY_RC((int)cudaMemsetAsync(dx, 0, (size_t)N * c->channels * sizeof(float), s));
   return opc_layernorm_backward(dx, dw->w, dw->b, dout, x, w->w, mean, rstd, N, c->channels, s);
 }
 
@@ -129,9 +125,9 @@ int gpt_cuda_head(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const
   const int C = c->channels, V = c->vocab;
   for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
     int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
-    CK(opc_tied_forward(h, logits, x + r0 * C, wte, n, C, V, s));
-    CK(opc_crossentropy(logits, loss + r0, targets + r0, n, V, grad_scale, dx != NULL, s));
-    if (dx) CK(opc_tied_backward(h, dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V, s));
+    TRY_RC(opc_tied_forward(h, logits, x + r0 * C, wte, n, C, V, s));
+    TRY_RC(opc_crossentropy(logits, loss + r0, targets + r0, n, V, grad_scale, dx != NULL, s));
+    if (dx) TRY_RC(opc_tied_backward(h, dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V, s));
   }
   return 0;
 }
@@ -159,22 +155,22 @@ int gpt_cuda_forward_backward(cublasHandle_t h, cudaStream_t s, const gpt_config
   gpt_acts_t *a = &ca->a;
   const int B = a->B, T = a->T, L = c->layers;
   const int64_t N = (int64_t)B * T, NC = N * c->channels;
-  CK(gpt_cuda_embed_forward(h, s, c, &w->embed, inputs, B, T, a->resid));
+  TRY_RC(gpt_cuda_embed_forward(h, s, c, &w->embed, inputs, B, T, a->resid));
   for (int l = 0; l < L; l++)
-    CK(gpt_cuda_block_forward(h, s, c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T));
-  CK(gpt_cuda_lnf_forward(h, s, c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N));
-  CK(gpt_cuda_head(h, s, c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
-                   g ? a->dlnf : NULL, g ? g->embed.wte : NULL, ca->loss));
+    TRY_RC(gpt_cuda_block_forward(h, s, c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T));
+  TRY_RC(gpt_cuda_lnf_forward(h, s, c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N));
+  TRY_RC(gpt_cuda_head(h, s, c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
+                       g ? a->dlnf : NULL, g ? g->embed.wte : NULL, ca->loss));
   if (g) {
-    CK(gpt_cuda_lnf_backward(h, s, c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf,
-                             a->dres, N));
+    TRY_RC(gpt_cuda_lnf_backward(h, s, c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf,
+                                 a->dres, N));
     for (int l = L - 1; l >= 0; l--)
-      CK(gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], &a->blk[l], ca, a->resid + l * NC, a->dres, B,
-                                 T));
-    CK(gpt_cuda_embed_backward(h, s, c, &g->embed, inputs, B, T, a->dres));
+      TRY_RC(
+          gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], &a->blk[l], ca, a->resid + l * NC, a->dres, B, T));
+    TRY_RC(gpt_cuda_embed_backward(h, s, c, &g->embed, inputs, B, T, a->dres));
   }
   double sum = 0;
-  CK(gpt_cuda_loss_sum(s, ca->loss, N, &sum));
+  TRY_RC(gpt_cuda_loss_sum(s, ca->loss, N, &sum));
   *mean_loss = sum / (double)N;
   return 0;
 }

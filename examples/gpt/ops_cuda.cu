@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../common/check.h" // defines: TRY_RC
 #include "ops_cuda.h"
 
 #define LN_EPS 1e-5f
@@ -71,12 +72,6 @@ int rm_gemm_batched(cublasHandle_t h, int ta, int tb, int M, int N, int K, float
   return blas(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                                         &alpha, B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch));
 }
-
-#define CK(expr)                  \
-  do {                            \
-    int rc_ = (expr);             \
-    if (rc_) return rc_;          \
-  } while (0)
 
 // ============================================================================
 // reductions (butterfly: every lane ends with the same, order-fixed result)
@@ -411,7 +406,7 @@ extern "C" int opc_embed_backward(float *dwte, float *dwpe, const float *dx, con
   const int64_t N = (int64_t)B * T;
   if (N * C == 0) return 0;
   embed_backward_pos_kernel<<<grid_for((int64_t)T * C), kThreads, 0, s>>>(dwpe, dx, B, T, C);
-  CK(launched());
+  TRY_RC(launched());
   embed_backward_tok_kernel<<<dim3((unsigned)((C + 31) / 32), kEmbedSlices), 32, 0, s>>>(dwte, dx, tokens, N, C);
   return launched();
 }
@@ -427,7 +422,7 @@ extern "C" int opc_layernorm_backward(float *dx, float *dw, float *db, const flo
                                       const float *w, const float *mean, const float *rstd, int64_t N, int C,
                                       cudaStream_t s) {
   if (N == 0) return 0;
-  CK(colsum(dw, db, dout, x, mean, rstd, N, C, s));
+  TRY_RC(colsum(dw, db, dout, x, mean, rstd, N, C, s));
   layernorm_backward_dx_kernel<<<grid_rows(N), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, N, C);
   return launched();
 }
@@ -435,9 +430,9 @@ extern "C" int opc_layernorm_backward(float *dx, float *dw, float *db, const flo
 extern "C" int opc_matmul_forward(cublasHandle_t h, float *out, const float *x, const float *W, const float *b,
                                   int64_t N, int K, int M, int accumulate, cudaStream_t s) {
   if (N == 0) return 0;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   // out [N,M] = x [N,K] . W [K,M]
-  CK(rm_gemm(h, 0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M));
+  TRY_RC(rm_gemm(h, 0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M));
   if (!b) return 0;
   bias_add_kernel<<<grid_for(N * M), kThreads, 0, s>>>(out, b, N, M);
   return launched();
@@ -447,11 +442,11 @@ extern "C" int opc_matmul_backward(cublasHandle_t h, float *dx, float *dW, float
                                    const float *x, const float *W, int64_t N, int K, int M, int dx_accumulate,
                                    cudaStream_t s) {
   if (N == 0) return 0;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   // dx [N,K] = dout [N,M] . W^T (W stored [K,M]: the transposed operand)
-  if (dx) CK(rm_gemm(h, 0, 1, (int)N, K, M, 1.0f, dout, M, W, M, dx_accumulate ? 1.0f : 0.0f, dx, K));
+  if (dx) TRY_RC(rm_gemm(h, 0, 1, (int)N, K, M, 1.0f, dout, M, W, M, dx_accumulate ? 1.0f : 0.0f, dx, K));
   // dW [K,M] += x^T (x stored [N,K]) . dout [N,M]
-  CK(rm_gemm(h, 1, 0, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M));
+  TRY_RC(rm_gemm(h, 1, 0, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M));
   if (!db) return 0;
   return colsum(db, NULL, dout, NULL, NULL, NULL, N, M, s);
 }
@@ -459,7 +454,7 @@ extern "C" int opc_matmul_backward(cublasHandle_t h, float *dx, float *dW, float
 extern "C" int opc_tied_forward(cublasHandle_t h, float *logits, const float *x, const float *E, int64_t N, int C,
                                 int V, cudaStream_t s) {
   if (N == 0) return 0;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   // logits [N,V] = x [N,C] . E^T (E stored [V,C])
   return rm_gemm(h, 0, 1, (int)N, V, C, 1.0f, x, C, E, C, 0.0f, logits, V);
 }
@@ -467,9 +462,9 @@ extern "C" int opc_tied_forward(cublasHandle_t h, float *logits, const float *x,
 extern "C" int opc_tied_backward(cublasHandle_t h, float *dx, float *dE, const float *dlogits, const float *x,
                                  const float *E, int64_t N, int C, int V, cudaStream_t s) {
   if (N == 0) return 0;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   // dx [N,C] = dlogits [N,V] . E [V,C]
-  CK(rm_gemm(h, 0, 0, (int)N, C, V, 1.0f, dlogits, V, E, C, 0.0f, dx, C));
+  TRY_RC(rm_gemm(h, 0, 0, (int)N, C, V, 1.0f, dlogits, V, E, C, 0.0f, dx, C));
   // dE [V,C] += dlogits^T (dlogits stored [N,V]) . x [N,C]
   return rm_gemm(h, 1, 0, V, C, (int)N, 1.0f, dlogits, V, x, C, 1.0f, dE, C);
 }
@@ -485,20 +480,21 @@ extern "C" int opc_attention_forward(cublasHandle_t h, float *out, float *att, c
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
   const long long TT = (long long)T * T;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   for (int b = 0; b < B; b++) {
     const float *q = qkv + (int64_t)b * T * C3, *k = q + C;
     // S_h [T,T] = scale * Q_h [T,hs] . K_h^T (K_h stored [T,hs])
-    CK(rm_gemm_batched(h, 0, 1, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, att + (int64_t)b * NH * TT, T, TT, NH));
+    TRY_RC(
+        rm_gemm_batched(h, 0, 1, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, att + (int64_t)b * NH * TT, T, TT, NH));
   }
   const int64_t rows = (int64_t)B * NH * T;
   softmax_causal_kernel<<<grid_rows(rows), kThreads, 0, s>>>(att, rows, T);
-  CK(launched());
+  TRY_RC(launched());
   for (int b = 0; b < B; b++) {
     const float *v = qkv + (int64_t)b * T * C3 + 2 * C;
     // O_h [T,hs] = P_h [T,T] . V_h [T,hs] (zeros above P's diagonal: the mask holds)
-    CK(rm_gemm_batched(h, 0, 0, T, hs, T, 1.0f, att + (int64_t)b * NH * TT, T, TT, v, C3, hs, 0.0f,
-                       out + (int64_t)b * T * C, C, hs, NH));
+    TRY_RC(rm_gemm_batched(h, 0, 0, T, hs, T, 1.0f, att + (int64_t)b * NH * TT, T, TT, v, C3, hs, 0.0f,
+                           out + (int64_t)b * T * C, C, hs, NH));
   }
   return 0;
 }
@@ -509,27 +505,27 @@ extern "C" int opc_attention_backward(cublasHandle_t h, float *dqkv, float *datt
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
   const long long TT = (long long)T * T;
-  CK(blas(cublasSetStream(h, s)));
+  TRY_RC(blas(cublasSetStream(h, s)));
   for (int b = 0; b < B; b++) {
     const float *v = qkv + (int64_t)b * T * C3 + 2 * C, *dO = dout + (int64_t)b * T * C;
     const float *P = att + (int64_t)b * NH * TT;
     float *dP = datt + (int64_t)b * NH * TT, *dv = dqkv + (int64_t)b * T * C3 + 2 * C;
     // dP_h [T,T] = dO_h [T,hs] . V_h^T
-    CK(rm_gemm_batched(h, 0, 1, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, dP, T, TT, NH));
+    TRY_RC(rm_gemm_batched(h, 0, 1, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, dP, T, TT, NH));
     // dV_h [T,hs] = P_h^T (P_h stored [T,T]) . dO_h
-    CK(rm_gemm_batched(h, 1, 0, T, hs, T, 1.0f, P, T, TT, dO, C, hs, 0.0f, dv, C3, hs, NH));
+    TRY_RC(rm_gemm_batched(h, 1, 0, T, hs, T, 1.0f, P, T, TT, dO, C, hs, 0.0f, dv, C3, hs, NH));
   }
   const int64_t rows = (int64_t)B * NH * T;
   softmax_causal_backward_kernel<<<grid_rows(rows), kThreads, 0, s>>>(datt, att, rows, T, scale);
-  CK(launched());
+  TRY_RC(launched());
   for (int b = 0; b < B; b++) {
     const float *q = qkv + (int64_t)b * T * C3, *k = q + C;
     const float *dS = datt + (int64_t)b * NH * TT;
     float *dq = dqkv + (int64_t)b * T * C3, *dk = dq + C;
     // dQ_h [T,hs] = dS_h [T,T] . K_h
-    CK(rm_gemm_batched(h, 0, 0, T, hs, T, 1.0f, dS, T, TT, k, C3, hs, 0.0f, dq, C3, hs, NH));
+    TRY_RC(rm_gemm_batched(h, 0, 0, T, hs, T, 1.0f, dS, T, TT, k, C3, hs, 0.0f, dq, C3, hs, NH));
     // dK_h [T,hs] = dS_h^T . Q_h
-    CK(rm_gemm_batched(h, 1, 0, T, hs, T, 1.0f, dS, T, TT, q, C3, hs, 0.0f, dk, C3, hs, NH));
+    TRY_RC(rm_gemm_batched(h, 1, 0, T, hs, T, 1.0f, dS, T, TT, q, C3, hs, 0.0f, dk, C3, hs, NH));
   }
   return 0;
 }

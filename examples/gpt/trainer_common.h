@@ -8,17 +8,12 @@
 
 #include <stddef.h>
 
+#include "../common/check.h" // defines: TRY
 #include "data.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/engine.h" // defines: zs_schedule_t, zs_step_report_t
 #include "zeroshard/status.h"
-
-#define TRY(expr)                       \
-  do {                                  \
-    zs_status_t st_ = (expr);           \
-    if (st_ != ZS_OK) return st_;       \
-  } while (0)
 
 /* res->err = "what: detail (NAME)" (the status's own string without a detail);
  * returns st, so that a failure reads `return trainer_fail(res, st, ...)`. */

@@ -35,7 +35,6 @@ static zs_status_t cu_check(trainer_t *t, int rc, const char *what) {
   snprintf(t->cuerr, sizeof t->cuerr, "%s on the GPU: %s", what, opc_strerror(rc));
   return ZS_ERR_DEVICE;
 }
-#define CU(expr, what) TRY(cu_check(t, (expr), (what)))
 
 static int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
 
@@ -122,8 +121,10 @@ static gpt_acts_t *cuda_acts(trainer_t *t, int val) { return val ? &t->cu->cvact
 static zs_status_t cuda_round_begin(trainer_t *t, int train) {
   if (!train) return ZS_OK;
   const size_t bytes = (size_t)t->micro * t->o->seq * sizeof(int);
-  CU((int)cudaMemcpyAsync(t->cu->cacts.tokens, t->tin, bytes, cudaMemcpyHostToDevice, 0), "uploading tokens");
-  CU((int)cudaMemcpyAsync(t->cu->cacts.targets, t->ttg, bytes, cudaMemcpyHostToDevice, 0), "uploading targets");
+  TRY(cu_check(t, (int)cudaMemcpyAsync(t->cu->cacts.tokens, t->tin, bytes, cudaMemcpyHostToDevice, 0),
+               "uploading tokens"));
+  TRY(cu_check(t, (int)cudaMemcpyAsync(t->cu->cacts.targets, t->ttg, bytes, cudaMemcpyHostToDevice, 0),
+               "uploading targets"));
   return ZS_OK;
 }
 
@@ -133,11 +134,12 @@ static zs_status_t cuda_round_end(trainer_t *t, int train, int val, double *loss
   const int64_t N = (int64_t)t->micro * t->o->seq;
   double s = 0;
   if (train) {
-    CU(gpt_cuda_loss_sum(0, t->cu->cacts.loss, N, &s), "reading the training loss");
+    TRY(cu_check(t, gpt_cuda_loss_sum(0, t->cu->cacts.loss, N, &s), "reading the training loss"));
     *loss = s / (double)N;
   }
   if (val) {
-    CU(gpt_cuda_loss_sum(0, t->cu->vloss_d, (int64_t)t->v_count * t->o->seq, &s), "reading the validation loss");
+    TRY(cu_check(t, gpt_cuda_loss_sum(0, t->cu->vloss_d, (int64_t)t->v_count * t->o->seq, &s),
+                 "reading the validation loss"));
     *vsum += s;
   }
   return ZS_OK;
@@ -188,8 +190,9 @@ static zs_status_t cuda_block_backward(trainer_t *t, int l, const float *x_in, f
 
 static zs_status_t cuda_embed_backward(trainer_t *t, const float *dx) {
   const int64_t n = (int64_t)t->mc.vocab * t->mc.channels;
-  CU(gpt_cuda_embed_backward(t->cu->blas, 0, &t->mc, &t->g.embed, t->cu->cacts.tokens, t->micro, t->o->seq, dx),
-     "embedding backward");
+  TRY(cu_check(
+      t, gpt_cuda_embed_backward(t->cu->blas, 0, &t->mc, &t->g.embed, t->cu->cacts.tokens, t->micro, t->o->seq, dx),
+      "embedding backward"));
   return cu_check(t, opc_add(t->g.embed.wte, t->dwte_head, n, 0), "adding the head's wte gradient");
 }
 
@@ -214,11 +217,11 @@ static zs_status_t cuda_all_gather(trainer_t *t, const void *send, void *recv, s
     cudaFree(cu->stage);
     cu->stage = NULL;
     cu->stage_bytes = 0;
-    CU(dalloc(&cu->stage, need), "allocating an all-gather staging buffer");
+    TRY(cu_check(t, dalloc(&cu->stage, need), "allocating an all-gather staging buffer"));
     cu->stage_bytes = need;
   }
   char *dsend = (char *)cu->stage + bytes * (size_t)t->world;
-  CU((int)cudaMemcpy(dsend, send, bytes, cudaMemcpyHostToDevice), "staging an all-gather");
+  TRY(cu_check(t, (int)cudaMemcpy(dsend, send, bytes, cudaMemcpyHostToDevice), "staging an all-gather"));
   TRY(zs_comm_all_gather(t->comm, dsend, cu->stage, count, dt, NULL));
   return cu_check(t, (int)cudaMemcpy(recv, cu->stage, bytes * (size_t)t->world, cudaMemcpyDeviceToHost),
                   "staging an all-gather");

@@ -34,7 +34,8 @@
 #define B 32  /* samples per step, over all ranks */
 #define MAX_STEPS 1000
 
-#define CHECK(call)                                                                         \
+/* A failing call: say which and why on stderr, and return its status. */
+#define TRY_REPORT(call)                                                                    \
   do {                                                                                      \
     zs_status_t st_ = (call);                                                               \
     if (st_ != ZS_OK) {                                                                     \
@@ -73,18 +74,18 @@ static zs_status_t train(zs_device_t *dev, zs_comm_t *comm, int stage, int steps
   cfg.optim.lr = lr;
   cfg.grad_clip = 1.0f;
   zs_engine_t *zs;
-  CHECK(zs_engine_create(&zs, &cfg, dev, comm));
+  TRY_REPORT(zs_engine_create(&zs, &cfg, dev, comm));
 
   /* the model: a unit per layer; the engine fills the pointers (valid while gathered) */
   float *W1, *b1, *W2, *b2, *dW1, *db1, *dW2, *db2;
   int u1, u2;
-  CHECK(zs_unit_add(zs, "layer1", &u1));
-  CHECK(zs_param_add(zs, u1, "W1", 2, (int64_t[]){D, H}, ZS_PARAM_DEFAULT, (void **)&W1, (void **)&dW1, NULL));
-  CHECK(zs_param_add(zs, u1, "b1", 1, (int64_t[]){H}, ZS_PARAM_NO_DECAY, (void **)&b1, (void **)&db1, NULL));
-  CHECK(zs_unit_add(zs, "layer2", &u2));
-  CHECK(zs_param_add(zs, u2, "W2", 2, (int64_t[]){H, K}, ZS_PARAM_DEFAULT, (void **)&W2, (void **)&dW2, NULL));
-  CHECK(zs_param_add(zs, u2, "b2", 1, (int64_t[]){K}, ZS_PARAM_NO_DECAY, (void **)&b2, (void **)&db2, NULL));
-  CHECK(zs_engine_setup(zs, init, NULL)); /* shards the parameters, checks the ranks agree, initialises */
+  TRY_REPORT(zs_unit_add(zs, "layer1", &u1));
+  TRY_REPORT(zs_param_add(zs, u1, "W1", 2, (int64_t[]){D, H}, ZS_PARAM_DEFAULT, (void **)&W1, (void **)&dW1, NULL));
+  TRY_REPORT(zs_param_add(zs, u1, "b1", 1, (int64_t[]){H}, ZS_PARAM_NO_DECAY, (void **)&b1, (void **)&db1, NULL));
+  TRY_REPORT(zs_unit_add(zs, "layer2", &u2));
+  TRY_REPORT(zs_param_add(zs, u2, "W2", 2, (int64_t[]){H, K}, ZS_PARAM_DEFAULT, (void **)&W2, (void **)&dW2, NULL));
+  TRY_REPORT(zs_param_add(zs, u2, "b2", 1, (int64_t[]){K}, ZS_PARAM_NO_DECAY, (void **)&b2, (void **)&db2, NULL));
+  TRY_REPORT(zs_engine_setup(zs, init, NULL)); /* shards the parameters, checks the ranks agree, initialises */
 
   static float x[B][D], h[B][H], p[B][K], dh[B][H];
   static int y[B];
@@ -92,16 +93,16 @@ static zs_status_t train(zs_device_t *dev, zs_comm_t *comm, int stage, int steps
     for (int b = 0; b < n; b++) y[b] = sample((int64_t)step * B + (int64_t)rank * n + b, x[b]); /* this rank's slice */
 
     /* forward: h = tanh(x W1 + b1), p = softmax(h W2 + b2), loss = mean -log p[y] */
-    CHECK(zs_forward_begin(zs));
-    CHECK(zs_gather(zs, u1));
+    TRY_REPORT(zs_forward_begin(zs));
+    TRY_REPORT(zs_gather(zs, u1));
     for (int b = 0; b < n; b++)
       for (int j = 0; j < H; j++) {
         float a = b1[j];
         for (int i = 0; i < D; i++) a += x[b][i] * W1[i * H + j];
         h[b][j] = tanhf(a);
       }
-    CHECK(zs_release(zs, u1));
-    CHECK(zs_gather(zs, u2));
+    TRY_REPORT(zs_release(zs, u1));
+    TRY_REPORT(zs_gather(zs, u2));
     double loss = 0;
     for (int b = 0; b < n; b++) {
       float mx = -INFINITY, sum = 0;
@@ -114,11 +115,11 @@ static zs_status_t train(zs_device_t *dev, zs_comm_t *comm, int stage, int steps
       for (int k = 0; k < K; k++) p[b][k] /= sum;
       loss -= log((double)p[b][y[b]]) / n;
     }
-    CHECK(zs_release(zs, u2));
+    TRY_REPORT(zs_release(zs, u2));
 
     /* backward, layers in reverse: d logits = (p - onehot(y)) / n; gradients ADDED */
-    CHECK(zs_backward_begin(zs));
-    CHECK(zs_gather(zs, u2));
+    TRY_REPORT(zs_backward_begin(zs));
+    TRY_REPORT(zs_gather(zs, u2));
     for (int b = 0; b < n; b++) {
       for (int k = 0; k < K; k++) p[b][k] = (p[b][k] - (k == y[b])) / n; /* p now holds d logits */
       for (int j = 0; j < H; j++) {
@@ -128,21 +129,21 @@ static zs_status_t train(zs_device_t *dev, zs_comm_t *comm, int stage, int steps
       }
       for (int k = 0; k < K; k++) db2[k] += p[b][k];
     }
-    CHECK(zs_reduce(zs, u2)); /* its reduction starts; layer 1's backward overlaps it */
-    CHECK(zs_gather(zs, u1));
+    TRY_REPORT(zs_reduce(zs, u2)); /* its reduction starts; layer 1's backward overlaps it */
+    TRY_REPORT(zs_gather(zs, u1));
     for (int b = 0; b < n; b++)
       for (int j = 0; j < H; j++) {
         for (int i = 0; i < D; i++) dW1[i * H + j] += x[b][i] * dh[b][j];
         db1[j] += dh[b][j];
       }
-    CHECK(zs_reduce(zs, u1));
+    TRY_REPORT(zs_reduce(zs, u1));
     zs_step_report_t rep;
-    CHECK(zs_step(zs, &rep)); /* the global norm, clipping, AdamW on this rank's shard */
+    TRY_REPORT(zs_step(zs, &rep)); /* the global norm, clipping, AdamW on this rank's shard */
 
     /* the global mean loss: the ranks' means (equal shares), summed over the comm */
     float mine = (float)loss, sum = 0;
-    CHECK(zs_comm_all_reduce(comm, &mine, &sum, 1, ZS_FP32, ZS_SUM, NULL));
-    CHECK(zs_stream_synchronize(zs_comm_device(comm), NULL)); /* the sum is on the host now */
+    TRY_REPORT(zs_comm_all_reduce(comm, &mine, &sum, 1, ZS_FP32, ZS_SUM, NULL));
+    TRY_REPORT(zs_stream_synchronize(zs_comm_device(comm), NULL)); /* the sum is on the host now */
     losses[step] = sum / (float)world;
     if (rank == 0 && (step % 10 == 0 || step == steps - 1))
       printf("stage %d step %3d loss %.6f grad norm %.4f\n", stage, step, (double)losses[step], rep.grad_norm);

@@ -67,21 +67,19 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
   const char **names = NULL;
   cJSON *j = NULL;
   zs_status_t st = ZS_OK;
-#define BAD(...)                                    \
-  do {                                              \
-    st = ZS_FAIL(err, ZS_ERR_CORRUPT, __VA_ARGS__); \
-    goto done;                                      \
-  } while (0)
-  if (strlen(text) != n) BAD("%s: %s holds a NUL byte: it is damaged", fn, path);
+  if (strlen(text) != n)
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s holds a NUL byte: it is damaged", fn, path);
   if (sealed && zs__ck_crc(text, body) != sealed_crc)
-    BAD("%s: %s fails its checksum: the manifest was edited or damaged after the save (any change counts, white "
+    ZS_FAIL_GOTO(
+        st, done, err, ZS_ERR_CORRUPT,
+        "%s: %s fails its checksum: the manifest was edited or damaged after the save (any change counts, white "
         "space too); put back the file the save wrote",
         fn, path);
-  if (!(j = cJSON_Parse(text))) BAD("%s: %s is not valid JSON", fn, path);
+  if (!(j = cJSON_Parse(text))) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s is not valid JSON", fn, path);
   const cJSON *fmt = get(j, "format"), *ver = get(j, "version");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT))
-    BAD("%s: %s is not a zeroshard checkpoint manifest (format)", fn, path);
-  if (!num_ok(ver, 1, 1e9)) BAD("%s: %s has no valid version", fn, path);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s is not a zeroshard checkpoint manifest (format)", fn, path);
+  if (!num_ok(ver, 1, 1e9)) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid version", fn, path);
   int version = (int)ver->valuedouble;
   if (version < CK_VERSION && !sealed) {
     st = ZS_FAIL(err, ZS_ERR_UNSUPPORTED,
@@ -96,72 +94,85 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     goto done;
   }
   if (!sealed)
-    BAD("%s: %s does not end in its checksum member as the save wrote it: it was edited, reformatted or cut off",
-        fn, path);
-  if (version != CK_VERSION) BAD("%s: %s says format version %d but has a version %d checksum", fn, path, version,
-                                 CK_VERSION);
+    ZS_FAIL_GOTO(
+        st, done, err, ZS_ERR_CORRUPT,
+        "%s: %s does not end in its checksum member as the save wrote it: it was edited, reformatted or cut off", fn,
+        path);
+  if (version != CK_VERSION)
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s says format version %d but has a version %d checksum", fn, path,
+                 version, CK_VERSION);
   m->crc = sealed_crc;
 
   /* the run */
   const cJSON *id = get(j, "id"), *world = get(j, "world"), *stage = get(j, "stage");
   if (!str_ok(id, 17) || strlen(id->valuestring) != 16 || strspn(id->valuestring, "0123456789abcdef") != 16)
-    BAD("%s: %s has no valid id (16 lowercase hex digits)", fn, path);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid id (16 lowercase hex digits)", fn, path);
   m->id = strtoull(id->valuestring, NULL, 16);
-  if (!num_ok(world, 1, CK_MAX_WORLD)) BAD("%s: %s has no valid world size (1..%d)", fn, path, CK_MAX_WORLD);
+  if (!num_ok(world, 1, CK_MAX_WORLD))
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid world size (1..%d)", fn, path, CK_MAX_WORLD);
   m->world = (int)world->valuedouble;
-  if (!num_ok(stage, 0, 3)) BAD("%s: %s has no valid stage (0..3)", fn, path);
+  if (!num_ok(stage, 0, 3)) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid stage (0..3)", fn, path);
   m->stage = (int)stage->valuedouble;
   const cJSON *mps = get(j, "mp_size"), *mpr = get(j, "mp_rank");
   m->mp_size = 1, m->mp_rank = 0;
   if (mps || mpr) {
     if (!num_ok(mps, 2, CK_MAX_WORLD) || !num_ok(mpr, 0, mps->valuedouble - 1))
-      BAD("%s: %s: mp_size and mp_rank are not a model-parallel size (2..%d) and a rank below it", fn, path,
-          CK_MAX_WORLD);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT,
+                   "%s: %s: mp_size and mp_rank are not a model-parallel size (2..%d) and a rank below it", fn, path,
+                   CK_MAX_WORLD);
     m->mp_size = (int)mps->valuedouble, m->mp_rank = (int)mpr->valuedouble;
   }
   const cJSON *lay = get(j, "layout"); /* optional: manifests before it load as they did */
   if (lay && !(cJSON_IsString(lay) && zs__ck_layout_ok(lay->valuestring)))
-    BAD("%s: %s: layout is not a string of printable ASCII shorter than %d bytes", fn, path, ZS_CKPT_LAYOUT_MAX);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT,
+                 "%s: %s: layout is not a string of printable ASCII shorter than %d bytes", fn, path,
+                 ZS_CKPT_LAYOUT_MAX);
   if (lay) snprintf(m->layout, sizeof m->layout, "%s", lay->valuestring);
   const cJSON *step = get(j, "step"), *ls = get(j, "loss_scale"), *gs = get(j, "good_steps"),
               *hl = get(j, "hysteresis_left");
-  if (!num_ok(step, 0, 9e15)) BAD("%s: %s: step is missing or not an integer in 0..9e15", fn, path);
+  if (!num_ok(step, 0, 9e15))
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: step is missing or not an integer in 0..9e15", fn, path);
   if (!cJSON_IsNumber(ls) || !isfinite(ls->valuedouble) || !(ls->valuedouble > 0) || ls->valuedouble > FLT_MAX)
-    BAD("%s: %s: loss_scale is missing or not a positive float", fn, path);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: loss_scale is missing or not a positive float", fn, path);
   if (!num_ok(gs, 0, INT_MAX) || !num_ok(hl, INT_MIN, INT_MAX))
-    BAD("%s: %s: good_steps or hysteresis_left is missing or not an int (good_steps >= 0)", fn, path);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT,
+                 "%s: %s: good_steps or hysteresis_left is missing or not an int (good_steps >= 0)", fn, path);
   m->step = (int64_t)step->valuedouble;
   m->loss_scale = ls->valuedouble;
   m->good_steps = (int64_t)gs->valuedouble;
   m->hysteresis_left = (int64_t)hl->valuedouble;
   const cJSON *dt = get(j, "param_dtype"), *opt = get(j, "optimizer");
   if (!str_ok(dt, sizeof m->param_dtype) || !is_param_dtype(dt->valuestring))
-    BAD("%s: %s: param_dtype is not fp32, bf16 or fp16", fn, path);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: param_dtype is not fp32, bf16 or fp16", fn, path);
   snprintf(m->param_dtype, sizeof m->param_dtype, "%s", dt->valuestring);
   int optim = str_ok(opt, sizeof m->optimizer) ? optim_of(opt->valuestring) : -1;
-  if (optim < 0) BAD("%s: %s: optimizer is not adamw, adam or sgd", fn, path);
+  if (optim < 0) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: optimizer is not adamw, adam or sgd", fn, path);
   snprintf(m->optimizer, sizeof m->optimizer, "%s", opt->valuestring);
 
   /* the optimizer state: known kinds, each once, the master always, m and v for
    * Adam, never v for SGD */
   const cJSON *state = get(j, "state"), *e;
-  if (!cJSON_IsArray(state)) BAD("%s: %s has no state list", fn, path);
+  if (!cJSON_IsArray(state)) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no state list", fn, path);
   cJSON_ArrayForEach(e, state) {
     int k = 0;
     while (k < K_COUNT && !(cJSON_IsString(e) && !strcmp(e->valuestring, zs__ck_kind_names[k]))) k++;
-    if (k == K_COUNT || m->has[k]) BAD("%s: %s: the state list holds an unknown or repeated entry", fn, path);
+    if (k == K_COUNT || m->has[k])
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the state list holds an unknown or repeated entry", fn,
+                   path);
     m->has[k] = 1;
   }
-  if (!m->has[K_MASTER]) BAD("%s: %s lists no master weights", fn, path);
+  if (!m->has[K_MASTER]) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s lists no master weights", fn, path);
   if (optim == ZS_SGD ? m->has[K_V] : !m->has[K_M] || !m->has[K_V])
-    BAD("%s: %s: the state list does not fit the optimizer %s", fn, path, m->optimizer);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the state list does not fit the optimizer %s", fn, path,
+                 m->optimizer);
 
   /* the tensors */
   const cJSON *ts = get(j, "tensors"), *fs = get(j, "files");
-  if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) > CK_MAX_TENSORS) BAD("%s: %s has no tensor list", fn, path);
+  if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) > CK_MAX_TENSORS)
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no tensor list", fn, path);
   if (!cJSON_IsArray(fs) || cJSON_GetArraySize(fs) != m->world)
-    BAD("%s: %s lists %d rank files for a world of %d", fn, path, cJSON_IsArray(fs) ? cJSON_GetArraySize(fs) : 0,
-        m->world);
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s lists %d rank files for a world of %d", fn, path,
+                 cJSON_IsArray(fs) ? cJSON_GetArraySize(fs) : 0, m->world);
   m->ntensors = cJSON_GetArraySize(ts);
   m->nfiles = m->world;
   size_t nt = (size_t)(m->ntensors > 0 ? m->ntensors : 1);
@@ -184,30 +195,34 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     const cJSON *name = get(e, "name"), *unit = get(e, "unit"), *shape = get(e, "shape"), *numel = get(e, "numel"), *x;
     if (!str_ok(name, ZS_NAME_MAX) || !str_ok(unit, ZS_NAME_MAX) || !cJSON_IsArray(shape) ||
         cJSON_GetArraySize(shape) > ZS_MAX_DIMS || !num_ok(numel, 0, (double)CK_MAX_ELEMS))
-      BAD("%s: %s: tensor %d has no valid name, unit, shape or numel", fn, path, i);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor %d has no valid name, unit, shape or numel", fn, path,
+                   i);
     snprintf(m->tname[i], ZS_NAME_MAX, "%s", name->valuestring);
     int64_t prod = 1; /* <= CK_MAX_ELEMS at every step: no overflow */
     cJSON_ArrayForEach(x, shape) {
       int64_t d = num_ok(x, 0, (double)CK_MAX_ELEMS) ? (int64_t)x->valuedouble : -1;
       if (d < 0 || (d > 0 && prod > CK_MAX_ELEMS / d))
-        BAD("%s: %s: tensor '%s' has a shape dimension out of range (its elements must number at most 2^50)", fn,
-            path, m->tname[i]);
+        ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT,
+                     "%s: %s: tensor '%s' has a shape dimension out of range (its elements must number at most 2^50)",
+                     fn, path, m->tname[i]);
       m->tshape[i][m->tndim[i]++] = d;
       prod *= d;
     }
     m->tnumel[i] = (int64_t)numel->valuedouble;
     const cJSON *fz = get(e, "frozen");
-    if (fz && !cJSON_IsBool(fz)) BAD("%s: %s: tensor '%s' has a \"frozen\" member that is not a boolean", fn, path,
-                                     m->tname[i]);
+    if (fz && !cJSON_IsBool(fz))
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has a \"frozen\" member that is not a boolean",
+                   fn, path, m->tname[i]);
     m->tfrozen[i] = cJSON_IsTrue(fz);
     if (prod != m->tnumel[i])
-      BAD("%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn, path, m->tname[i],
-          (long long)m->tnumel[i], (long long)prod);
-    if ((total += m->tnumel[i]) > CK_MAX_ELEMS) BAD("%s: %s: the tensors hold more than 2^50 elements", fn, path);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn,
+                   path, m->tname[i], (long long)m->tnumel[i], (long long)prod);
+    if ((total += m->tnumel[i]) > CK_MAX_ELEMS)
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the tensors hold more than 2^50 elements", fn, path);
     i++;
   }
   const char *dup = duplicate_name(m, names);
-  if (dup) BAD("%s: %s names two tensors '%s'", fn, path, dup);
+  if (dup) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s names two tensors '%s'", fn, path, dup);
 
   /* the rank files: the names the id implies, sizes that can hold their blocks */
   const int64_t head = (int64_t)sizeof(ck_file_head_t), bhead = (int64_t)sizeof(ck_block_head_t);
@@ -218,20 +233,22 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     char want[64];
     zs__ck_rank_file_name(want, sizeof want, m->id, i);
     if (!cJSON_IsString(name) || strcmp(name->valuestring, want))
-      BAD("%s: %s: rank file %d is not named %s (the save's id and the rank)", fn, path, i, want);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: rank file %d is not named %s (the save's id and the rank)",
+                   fn, path, i, want);
     snprintf(m->file[i], sizeof m->file[i], "%s", want);
     if (!num_ok(bytes, (double)head, (double)CK_MAX_BYTES) || !num_ok(blocks, 0, UINT32_MAX))
-      BAD("%s: %s: rank file %d has no valid bytes or blocks", fn, path, i);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: rank file %d has no valid bytes or blocks", fn, path, i);
     int64_t nb = (int64_t)bytes->valuedouble, nk = (int64_t)blocks->valuedouble;
     /* every block is a header and at least one value, and values are 4 bytes */
     if (nk > (nb - head) / (bhead + 4) || (nb - head - nk * bhead) % 4 != 0)
-      BAD("%s: %s: rank file %d cannot hold %lld blocks in %lld bytes", fn, path, i, (long long)nk, (long long)nb);
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: rank file %d cannot hold %lld blocks in %lld bytes", fn,
+                   path, i, (long long)nk, (long long)nb);
     m->file_bytes[i] = nb;
     m->file_blocks[i] = nk;
-    if ((all_bytes += nb) > CK_MAX_BYTES) BAD("%s: %s: the rank files are too large", fn, path);
+    if ((all_bytes += nb) > CK_MAX_BYTES)
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the rank files are too large", fn, path);
     i++;
   }
-#undef BAD
 done:
   free(names);
   cJSON_Delete(j);

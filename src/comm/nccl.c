@@ -238,8 +238,6 @@ zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, d
   }
 }
 
-#define NCHECK(call, what) ZS_CHECK(zs__nccl_settle(ctx, (call), (what), deadline))
-
 /* all_to_all_v: the block to itself a device copy, the others one group of
  * ncclSend/ncclRecv, zero-sized ones left out (the peer's matching call has
  * zero elements too, or the counts disagree, which no rank can check). */
@@ -292,25 +290,26 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
   char *r = a->recv;
   switch (a->kind) {
     case ZS_COLL_BROADCAST: /* send is only read on the root */
-      NCHECK(ncclBroadcast(root ? s : r, r, n, t, a->root, ctx->nc, cs), "ncclBroadcast");
+      ZS_NCCL_CHECK(ctx, ncclBroadcast(root ? s : r, r, n, t, a->root, ctx->nc, cs), "ncclBroadcast", deadline);
       return ZS_OK;
     case ZS_COLL_REDUCE: /* recv is only written on the root */
-      NCHECK(ncclReduce(s, root ? r : (void *)s, n, t, op, a->root, ctx->nc, cs), "ncclReduce");
+      ZS_NCCL_CHECK(ctx, ncclReduce(s, root ? r : (void *)s, n, t, op, a->root, ctx->nc, cs), "ncclReduce",
+                    deadline);
       return ZS_OK;
     case ZS_COLL_ALL_REDUCE:
-      NCHECK(ncclAllReduce(s, r, n, t, op, ctx->nc, cs), "ncclAllReduce");
+      ZS_NCCL_CHECK(ctx, ncclAllReduce(s, r, n, t, op, ctx->nc, cs), "ncclAllReduce", deadline);
       return ZS_OK;
     case ZS_COLL_ALL_GATHER:
-      NCHECK(ncclAllGather(s, r, n, t, ctx->nc, cs), "ncclAllGather");
+      ZS_NCCL_CHECK(ctx, ncclAllGather(s, r, n, t, ctx->nc, cs), "ncclAllGather", deadline);
       return ZS_OK;
     case ZS_COLL_REDUCE_SCATTER:
-      NCHECK(ncclReduceScatter(s, r, n, t, op, ctx->nc, cs), "ncclReduceScatter");
+      ZS_NCCL_CHECK(ctx, ncclReduceScatter(s, r, n, t, op, ctx->nc, cs), "ncclReduceScatter", deadline);
       return ZS_OK;
     case ZS_COLL_SEND:
-      NCHECK(ncclSend(s, n, t, a->root, ctx->nc, cs), "ncclSend");
+      ZS_NCCL_CHECK(ctx, ncclSend(s, n, t, a->root, ctx->nc, cs), "ncclSend", deadline);
       return ZS_OK;
     case ZS_COLL_RECV:
-      NCHECK(ncclRecv(r, n, t, a->root, ctx->nc, cs), "ncclRecv");
+      ZS_NCCL_CHECK(ctx, ncclRecv(r, n, t, a->root, ctx->nc, cs), "ncclRecv", deadline);
       return ZS_OK;
     case ZS_COLL_SENDRECV: { /* one group: NCCL posts both before either waits */
       ncclResult_t res = ncclGroupStart();
@@ -325,8 +324,8 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
     case ZS_COLL_BARRIER: {
       if (!ctx->barrier_buf)
         ZS_CHECK(zs_device_alloc(ctx->dev, sizeof(float), ZS_MEM_COMM, (void **)&ctx->barrier_buf));
-      NCHECK(ncclAllReduce(ctx->barrier_buf, ctx->barrier_buf, 1, ncclFloat32, ncclSum, ctx->nc, cs),
-             "ncclAllReduce (barrier)");
+      ZS_NCCL_CHECK(ctx, ncclAllReduce(ctx->barrier_buf, ctx->barrier_buf, 1, ncclFloat32, ncclSum, ctx->nc, cs),
+                    "ncclAllReduce (barrier)", deadline);
       return ZS_OK;
     }
     default: break;

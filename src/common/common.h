@@ -30,6 +30,25 @@ zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ..
     ZS_PRINTF(3, 4);
 #define ZS_FAIL(buf, st, ...) zs__fail((buf), (st), __FILE__, __LINE__, __VA_ARGS__)
 
+/* The check family: every library file checks and propagates with these (and,
+ * for a backend's own status type, the one check its header defines:
+ * ZS_CUDA_CHECK in device/cuda_checks.h, ZS_NCCL_CHECK in comm/nccl_impl.h; the
+ * engine's ZS_ENG_CHECK in zero/engine_impl.h adds its rank to the message).
+ *
+ *   ZS_FAIL(buf, st, fmt, ...)             set the message, return st (above)
+ *   ZS_FAIL_GOTO(st, label, buf, code, fmt, ...)  set the message, st = code, goto label
+ *   ZS_CHECK(expr)                         return a failing status as it is
+ *   ZS_CHECK_GOTO(expr, st, label)         keep a failing status in st, goto label
+ *   ZS_CHECK_HANDLE(h, fn)                 a NULL handle: ZS_ERR_INVALID
+ *   ZS_CHECK_PTR(buf, fn, p, n)            a NULL data pointer for n > 0 elements: ZS_ERR_INVALID */
+
+/* Goto form of ZS_FAIL: the message into `buf`, `code` into `st`, then the cleanup block. */
+#define ZS_FAIL_GOTO(st, label, buf, code, ...) \
+  do {                                           \
+    (st) = ZS_FAIL((buf), (code), __VA_ARGS__);  \
+    goto label;                                  \
+  } while (0)
+
 /* Return form: propagate a failing status (the callee already set the message). */
 #define ZS_CHECK(expr)                      \
   do {                                      \
@@ -47,6 +66,14 @@ zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ..
 #define ZS_CHECK_HANDLE(h, fn)                                                    \
   do {                                                                            \
     if (!(h)) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: %s is NULL", (fn), #h);   \
+  } while (0)
+
+/* A NULL data pointer, accepted only for n == 0 elements: ZS_ERR_INVALID
+ * "<fn>: <p> is NULL for <n> elements" into `buf`. */
+#define ZS_CHECK_PTR(buf, fn, p, n)                                                                   \
+  do {                                                                                                \
+    if (!(p) && (n))                                                                                  \
+      return ZS_FAIL((buf), ZS_ERR_INVALID, "%s: %s is NULL for %zu elements", (fn), #p, (size_t)(n)); \
   } while (0)
 
 /* ---- logging --------------------------------------------------------------- */

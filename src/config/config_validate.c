@@ -25,18 +25,20 @@ static zs_status_t bad(const char *prefix, const origins_t *o, const char *field
                  allowed);
 }
 
-#define BAD_I(field, x, ...)                           \
-  do {                                                 \
-    char v_[32];                                       \
-    snprintf(v_, sizeof v_, "%lld", (long long)(x));   \
-    return bad(prefix, o, field, v_, __VA_ARGS__);     \
-  } while (0)
-#define BAD_F(field, x, ...)                           \
-  do {                                                 \
-    char v_[48];                                       \
-    snprintf(v_, sizeof v_, "%g", (double)(x));        \
-    return bad(prefix, o, field, v_, __VA_ARGS__);     \
-  } while (0)
+/* A number as bad() shows it: int_value(x).s (%lld), float_value(x).s (%g). */
+typedef struct {
+  char s[48];
+} value_str_t;
+static value_str_t int_value(long long x) {
+  value_str_t v;
+  snprintf(v.s, sizeof v.s, "%lld", x);
+  return v;
+}
+static value_str_t float_value(double x) {
+  value_str_t v;
+  snprintf(v.s, sizeof v.s, "%g", x);
+  return v;
+}
 #define IS_FLAG(x) ((x) == 0 || (x) == 1)
 
 static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
@@ -45,18 +47,20 @@ static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 ||
 static zs_status_t schedule_validate(const zs_config_t *c, const origins_t *o, const char *prefix) {
   const zs_schedule_t *s = &c->schedule;
   if ((int)s->kind < ZS_SCHED_CONSTANT || s->kind > ZS_SCHED_WARMUP_COSINE)
-    BAD_I("schedule.kind", s->kind, "use ZS_SCHED_CONSTANT, _COSINE, _LINEAR, _WARMUP, _WARMUP_DECAY or _WARMUP_COSINE");
+    return bad(prefix, o, "schedule.kind", int_value(s->kind).s,
+               "use ZS_SCHED_CONSTANT, _COSINE, _LINEAR, _WARMUP, _WARMUP_DECAY or _WARMUP_COSINE");
   if (s->kind == ZS_SCHED_CONSTANT) return ZS_OK;
   const int ds = s->kind >= ZS_SCHED_WARMUP;
   const int decays = s->kind != ZS_SCHED_WARMUP;
   if (ds && s->warmup_type != ZS_WARMUP_LINEAR && s->warmup_type != ZS_WARMUP_LOG)
-    BAD_I("schedule.warmup_type", s->warmup_type, "use ZS_WARMUP_LINEAR or ZS_WARMUP_LOG (DeepSpeed's \"linear\", \"log\")");
+    return bad(prefix, o, "schedule.warmup_type", int_value(s->warmup_type).s,
+               "use ZS_WARMUP_LINEAR or ZS_WARMUP_LOG (DeepSpeed's \"linear\", \"log\")");
   if (!ds && s->warmup_type != ZS_WARMUP_LINEAR)
     return bad(prefix, o, "schedule.warmup_type", zs__config_warmup_name(s->warmup_type),
                "the cosine and linear schedules warm up linearly (llm.c): use linear, or a DeepSpeed kind "
                "(warmup, warmup_decay, warmup_cosine) for a log warmup");
   if (s->warmup_steps < 0 || s->warmup_steps > ((int64_t)1 << 53))
-    BAD_I("schedule.warmup_steps", s->warmup_steps, "use 0..2^53 steps");
+    return bad(prefix, o, "schedule.warmup_steps", int_value(s->warmup_steps).s, "use 0..2^53 steps");
   /* DeepSpeed warms up over at least 2 steps (W' = max(2, W)) */
   int64_t w = ds && s->warmup_steps < 2 ? 2 : s->warmup_steps;
   if (decays && (s->total_steps <= w || s->total_steps > ((int64_t)1 << 53))) {
@@ -73,9 +77,11 @@ static zs_status_t schedule_validate(const zs_config_t *c, const origins_t *o, c
   }
   if (s->kind == ZS_SCHED_WARMUP_COSINE) {
     if (!(s->warmup_min_ratio >= 0 && s->warmup_min_ratio <= 1))
-      BAD_F("schedule.warmup_min_ratio", s->warmup_min_ratio, "use 0 <= warmup_min_ratio <= 1 (of optim.lr)");
+      return bad(prefix, o, "schedule.warmup_min_ratio", float_value(s->warmup_min_ratio).s,
+                 "use 0 <= warmup_min_ratio <= 1 (of optim.lr)");
     if (!(s->cos_min_ratio >= 0 && s->cos_min_ratio <= 1))
-      BAD_F("schedule.cos_min_ratio", s->cos_min_ratio, "use 0 <= cos_min_ratio <= 1 (of optim.lr)");
+      return bad(prefix, o, "schedule.cos_min_ratio", float_value(s->cos_min_ratio).s,
+                 "use 0 <= cos_min_ratio <= 1 (of optim.lr)");
   }
   return ZS_OK;
 }
@@ -84,8 +90,9 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (!c)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "config is NULL: pass a zs_config_t started from ZS_CONFIG_INIT");
   if (c->version != ZS_CONFIG_VERSION)
-    BAD_I("version", c->version, "start from ZS_CONFIG_INIT (version %d)", ZS_CONFIG_VERSION);
-  if (c->stage < 0 || c->stage > 3) BAD_I("stage", c->stage, "use 0 (DDP), 1, 2 or 3");
+    return bad(prefix, o, "version", int_value(c->version).s, "start from ZS_CONFIG_INIT (version %d)",
+               ZS_CONFIG_VERSION);
+  if (c->stage < 0 || c->stage > 3) return bad(prefix, o, "stage", int_value(c->stage).s, "use 0 (DDP), 1, 2 or 3");
   if (!dtype_is_float(c->param_dtype))
     return bad(prefix, o, "param_dtype", zs_dtype_name(c->param_dtype), "use fp32, bf16 or fp16");
   if (!dtype_is_float(c->reduce_dtype))
@@ -98,54 +105,66 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   }
   const zs_optim_config_t *p = &c->optim;
   if (p->kind != ZS_ADAMW && p->kind != ZS_ADAM && p->kind != ZS_SGD)
-    BAD_I("optim.kind", p->kind, "use ZS_ADAMW, ZS_ADAM or ZS_SGD");
-  if (!(isfinite(p->lr) && p->lr > 0)) BAD_F("optim.lr", p->lr, "use a finite learning rate > 0");
-  if (!(p->beta1 >= 0 && p->beta1 < 1)) BAD_F("optim.beta1", p->beta1, "use 0 <= beta1 < 1");
-  if (!(p->beta2 >= 0 && p->beta2 < 1)) BAD_F("optim.beta2", p->beta2, "use 0 <= beta2 < 1");
-  if (!(isfinite(p->eps) && p->eps > 0)) BAD_F("optim.eps", p->eps, "use a finite eps > 0");
+    return bad(prefix, o, "optim.kind", int_value(p->kind).s, "use ZS_ADAMW, ZS_ADAM or ZS_SGD");
+  if (!(isfinite(p->lr) && p->lr > 0))
+    return bad(prefix, o, "optim.lr", float_value(p->lr).s, "use a finite learning rate > 0");
+  if (!(p->beta1 >= 0 && p->beta1 < 1))
+    return bad(prefix, o, "optim.beta1", float_value(p->beta1).s, "use 0 <= beta1 < 1");
+  if (!(p->beta2 >= 0 && p->beta2 < 1))
+    return bad(prefix, o, "optim.beta2", float_value(p->beta2).s, "use 0 <= beta2 < 1");
+  if (!(isfinite(p->eps) && p->eps > 0))
+    return bad(prefix, o, "optim.eps", float_value(p->eps).s, "use a finite eps > 0");
   if (!(isfinite(p->weight_decay) && p->weight_decay >= 0))
-    BAD_F("optim.weight_decay", p->weight_decay, "use a finite weight decay >= 0");
+    return bad(prefix, o, "optim.weight_decay", float_value(p->weight_decay).s, "use a finite weight decay >= 0");
   if (!(p->momentum >= 0 && p->momentum < 1))
-    BAD_F("optim.momentum", p->momentum, "use 0 <= momentum < 1 (0 = plain SGD)");
-  if (!IS_FLAG(p->nesterov)) BAD_I("optim.nesterov", p->nesterov, "use 0 or 1");
+    return bad(prefix, o, "optim.momentum", float_value(p->momentum).s, "use 0 <= momentum < 1 (0 = plain SGD)");
+  if (!IS_FLAG(p->nesterov)) return bad(prefix, o, "optim.nesterov", int_value(p->nesterov).s, "use 0 or 1");
   if (p->kind == ZS_SGD && p->nesterov && p->momentum == 0)
     return bad(prefix, o, "optim.nesterov", "1 with momentum 0",
                "Nesterov SGD needs momentum > 0: set optim.momentum or nesterov 0");
   if (c->grad_accum < 1)
-    BAD_I("grad_accum", c->grad_accum, "use 1 or more forward/backward rounds per zs_step");
+    return bad(prefix, o, "grad_accum", int_value(c->grad_accum).s,
+               "use 1 or more forward/backward rounds per zs_step");
   if (!(isfinite(c->grad_clip) && c->grad_clip >= 0))
-    BAD_F("grad_clip", c->grad_clip, "use 0 (off) or a finite maximum global norm > 0");
+    return bad(prefix, o, "grad_clip", float_value(c->grad_clip).s, "use 0 (off) or a finite maximum global norm > 0");
   if (c->prefetch < 0 || c->prefetch > 16)
-    BAD_I("prefetch", c->prefetch, "use 0..16 units gathered ahead");
+    return bad(prefix, o, "prefetch", int_value(c->prefetch).s, "use 0..16 units gathered ahead");
   if (!IS_FLAG(c->reshard_after_forward))
-    BAD_I("reshard_after_forward", c->reshard_after_forward, "use 1 (free at zs_release) or 0");
+    return bad(prefix, o, "reshard_after_forward", int_value(c->reshard_after_forward).s,
+               "use 1 (free at zs_release) or 0");
   if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->offload_optimizer != ZS_OFFLOAD_CPU)
-    BAD_I("offload_optimizer", c->offload_optimizer, "use ZS_OFFLOAD_NONE or ZS_OFFLOAD_CPU");
+    return bad(prefix, o, "offload_optimizer", int_value(c->offload_optimizer).s,
+               "use ZS_OFFLOAD_NONE or ZS_OFFLOAD_CPU");
   if (c->offload_optimizer == ZS_OFFLOAD_CPU && c->stage == 0)
     return bad(prefix, o, "offload_optimizer", "cpu at stage 0",
                "offload needs stage 1, 2 or 3: at stage 0 every rank holds the whole optimizer state");
-  if (!IS_FLAG(c->offload_strict)) BAD_I("offload_strict", c->offload_strict, "use 0 or 1");
+  if (!IS_FLAG(c->offload_strict))
+    return bad(prefix, o, "offload_strict", int_value(c->offload_strict).s, "use 0 or 1");
   if (!IS_FLAG(c->delayed_param_update))
-    BAD_I("delayed_param_update", c->delayed_param_update, "use 0 or 1");
+    return bad(prefix, o, "delayed_param_update", int_value(c->delayed_param_update).s, "use 0 or 1");
   if (c->delayed_param_update && c->offload_optimizer != ZS_OFFLOAD_CPU)
     return bad(prefix, o, "delayed_param_update", "1 without offload",
                "it overlaps the CPU optimizer step with the next forward/backward: set "
                "offload_optimizer to cpu or delayed_param_update to 0");
   if (!(isfinite(c->loss_scale) && c->loss_scale >= 0))
-    BAD_F("loss_scale", c->loss_scale, "use 0 (dynamic) or a finite static scale > 0");
+    return bad(prefix, o, "loss_scale", float_value(c->loss_scale).s, "use 0 (dynamic) or a finite static scale > 0");
   /* The dynamic scaler's settings are checked only where they are used: fp16
    * parameters with loss_scale 0. A static scale, or bf16/fp32 parameters,
    * ignore them (as DeepSpeed reads its fp16 section only when enabled), so a
    * config written for another precision loads as its author meant. */
   const int dynamic = c->param_dtype == ZS_FP16 && c->loss_scale == 0;
   if (dynamic && !(isfinite(c->initial_scale) && c->initial_scale > 0))
-    BAD_F("initial_scale", c->initial_scale, "use a finite starting scale > 0 (default 65536)");
-  if (dynamic && c->scale_window < 1) BAD_I("scale_window", c->scale_window, "use 1 or more good steps");
-  if (dynamic && c->hysteresis < 1) BAD_I("hysteresis", c->hysteresis, "use 1 or more overflows");
+    return bad(prefix, o, "initial_scale", float_value(c->initial_scale).s,
+               "use a finite starting scale > 0 (default 65536)");
+  if (dynamic && c->scale_window < 1)
+    return bad(prefix, o, "scale_window", int_value(c->scale_window).s, "use 1 or more good steps");
+  if (dynamic && c->hysteresis < 1)
+    return bad(prefix, o, "hysteresis", int_value(c->hysteresis).s, "use 1 or more overflows");
   if (dynamic && !(isfinite(c->min_scale) && c->min_scale > 0))
-    BAD_F("min_scale", c->min_scale, "use a finite minimum scale > 0 (default 1)");
+    return bad(prefix, o, "min_scale", float_value(c->min_scale).s, "use a finite minimum scale > 0 (default 1)");
   if (c->shard_group < 0)
-    BAD_I("shard_group", c->shard_group, "use 0 (shard over every rank) or the ranks of one shard group (e.g. per node)");
+    return bad(prefix, o, "shard_group", int_value(c->shard_group).s,
+               "use 0 (shard over every rank) or the ranks of one shard group (e.g. per node)");
   if (c->shard_group > 0 && c->stage == 0)
     return bad(prefix, o, "shard_group", "set at stage 0",
                "stage 0 shards nothing: use stage 1, 2 or 3 for hybrid sharding, or shard_group 0");

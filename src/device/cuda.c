@@ -53,10 +53,14 @@ struct cuda_ctx {
   sticky_t null_sticky; /* host tasks on the legacy default stream */
 };
 
-/* CUDA failures in this file: "cuda device N: <call> failed: ..." (cuda_checks.h) */
-#define CU(ctx, call) ZS_CUDA_CHECK((ctx)->dev->err, (ctx)->where, call)
-#define cu_fail(ctx, e, call, file, line) zs__cuda_fail((ctx)->dev->err, (ctx)->where, (e), (call), (file), (line))
-#define CU_CURRENT(ctx) CU(ctx, cudaSetDevice((ctx)->ordinal))
+/* CUDA failures in this file go to the device's buffer as "cuda device N: <call>
+ * failed: ..." (ZS_CUDA_CHECK, ZS_CUDA_FAIL: cuda_checks.h). */
+
+/* Makes the context's device current on the calling thread. */
+static zs_status_t make_current(cuda_ctx_t *ctx) {
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaSetDevice(ctx->ordinal));
+  return ZS_OK;
+}
 
 static cudaStream_t native(zs_stream_t *s) { return s ? s->cs : (cudaStream_t)0; }
 
@@ -82,7 +86,7 @@ static zs_status_t sticky_check(cuda_ctx_t *ctx, sticky_t *k) {
 
 static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   cudaError_t e = cudaMalloc(out, bytes);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -93,15 +97,15 @@ static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
                           "cudaMalloc: out of memory on GPU %d (%zu of %zu bytes free)",
                           ctx->ordinal, free_b, total_b);
   }
-  if (e != cudaSuccess) return cu_fail(ctx, e, "cudaMalloc", __FILE__, __LINE__);
+  if (e != cudaSuccess) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaMalloc");
   return ZS_OK;
 }
 
 static zs_status_t cuda_mem_info(void *vctx, size_t *free_bytes, size_t *total_bytes) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
-  if (e != cudaSuccess) return cu_fail(ctx, e, "cudaMemGetInfo", __FILE__, __LINE__);
+  if (e != cudaSuccess) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaMemGetInfo");
   return ZS_OK;
 }
 
@@ -134,13 +138,13 @@ static int cuda_ptr_pinned(void *vctx, const void *ptr) {
 
 static zs_status_t cuda_stream_create(void *vctx, zs_stream_t **out) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   zs_stream_t *s = calloc(1, sizeof *s);
   if (!s) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a stream");
   cudaError_t e = cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     free(s);
-    return cu_fail(ctx, e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+    return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaStreamCreateWithFlags");
   }
   s->ctx = ctx;
   sticky_init(&s->sticky);
@@ -169,8 +173,8 @@ static void cuda_stream_destroy(void *vctx, zs_stream_t *s) {
 
 static zs_status_t cuda_stream_synchronize(void *vctx, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
-  CU(ctx, cudaStreamSynchronize(native(s)));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamSynchronize(native(s)));
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
 }
 
@@ -179,16 +183,16 @@ static zs_status_t cuda_memcpy_async(void *vctx, void *dst, const void *src, siz
   cuda_ctx_t *ctx = vctx;
   static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                               cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
-  CU_CURRENT(ctx);
-  CU(ctx, cudaMemcpyAsync(dst, src, bytes, kinds[kind], native(s)));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemcpyAsync(dst, src, bytes, kinds[kind], native(s)));
   return ZS_OK;
 }
 
 static zs_status_t cuda_memset_async(void *vctx, void *dst, int value, size_t bytes,
                                      zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
-  CU(ctx, cudaMemsetAsync(dst, value, bytes, native(s)));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemsetAsync(dst, value, bytes, native(s)));
   return ZS_OK;
 }
 
@@ -216,14 +220,14 @@ static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void 
                                 void (*discard)(void *)) {
   (void)label, (void)discard; /* CUDA runs every host function it accepted */
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   host_task_t *t = malloc(sizeof *t);
   if (!t) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a host task");
   *t = (host_task_t){fn, arg, s ? &s->sticky : &ctx->null_sticky};
   cudaError_t e = cudaLaunchHostFunc(native(s), host_task_run, t);
   if (e != cudaSuccess) {
     free(t);
-    return cu_fail(ctx, e, "cudaLaunchHostFunc", __FILE__, __LINE__);
+    return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaLaunchHostFunc");
   }
   return ZS_OK;
 }
@@ -237,7 +241,7 @@ static void *cuda_stream_native(void *vctx, zs_stream_t *s) {
 
 static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   zs_event_t *ev = calloc(1, sizeof *ev);
   if (!ev) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for an event");
   /* blocking sync: a host waiting on it sleeps instead of spinning on a core
@@ -245,7 +249,7 @@ static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
   cudaError_t e = cudaEventCreateWithFlags(&ev->ce, cudaEventDisableTiming | cudaEventBlockingSync);
   if (e != cudaSuccess) {
     free(ev);
-    return cu_fail(ctx, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaEventCreateWithFlags");
   }
   *out = ev;
   return ZS_OK;
@@ -260,33 +264,33 @@ static void cuda_event_destroy(void *vctx, zs_event_t *ev) {
 
 static zs_status_t cuda_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
-  CU(ctx, cudaEventRecord(ev->ce, native(s)));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaEventRecord(ev->ce, native(s)));
   return ZS_OK;
 }
 
 static zs_status_t cuda_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
-  CU(ctx, cudaStreamWaitEvent(native(s), ev->ce, 0));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamWaitEvent(native(s), ev->ce, 0));
   return ZS_OK;
 }
 
 static zs_status_t cuda_event_query(void *vctx, zs_event_t *ev, int *done) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   cudaError_t e = cudaEventQuery(ev->ce);
   if (e == cudaSuccess || e == cudaErrorNotReady) {
     *done = e == cudaSuccess;
     return ZS_OK;
   }
-  return cu_fail(ctx, e, "cudaEventQuery", __FILE__, __LINE__);
+  return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaEventQuery");
 }
 
 static zs_status_t cuda_event_synchronize(void *vctx, zs_event_t *ev) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
-  CU(ctx, cudaEventSynchronize(ev->ce));
+  ZS_CHECK(make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaEventSynchronize(ev->ce));
   return ZS_OK;
 }
 
@@ -320,7 +324,7 @@ static void wait_value_resolve(void) {
 
 static zs_status_t cuda_flag_create(void *vctx, zs__flag_t **out) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   zs__flag_t *f = calloc(1, sizeof *f);
   if (!f) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a flag");
   void *h = NULL;
@@ -329,7 +333,7 @@ static zs_status_t cuda_flag_create(void *vctx, zs__flag_t **out) {
   if (e != cudaSuccess) {
     if (h) cudaFreeHost(h);
     free(f);
-    return cu_fail(ctx, e, "cudaHostAlloc(mapped) for a stream flag", __FILE__, __LINE__);
+    return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaHostAlloc(mapped) for a stream flag");
   }
   f->host = h;
   *f->host = 0;
@@ -353,22 +357,22 @@ static void cuda_flag_set(void *vctx, zs__flag_t *f, uint32_t v, zs_status_t st,
 
 static zs_status_t cuda_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   if (g_wait_value) {
     CUresult r = g_wait_value((CUstream)native(s), (CUdeviceptr)(uintptr_t)f->dptr, v, CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) return ZS_OK;
     ZS_LOG_D("cuda device %d: cuStreamWaitValue32 failed (%d): the polling kernel instead", ctx->ordinal, (int)r);
   }
   int e = zs_k_wait_value(f->dptr, v, (void *)native(s));
-  if (e != 0) return cu_fail(ctx, (cudaError_t)e, "zs_k_wait_value (a stream flag)", __FILE__, __LINE__);
+  if (e != 0) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, (cudaError_t)e, "zs_k_wait_value (a stream flag)");
   return ZS_OK;
 }
 
 static zs_status_t cuda_stream_error(void *vctx, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   cudaError_t e = cudaStreamQuery(native(s));
-  if (e != cudaSuccess && e != cudaErrorNotReady) return cu_fail(ctx, e, "cudaStreamQuery", __FILE__, __LINE__);
+  if (e != cudaSuccess && e != cudaErrorNotReady) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaStreamQuery");
   cudaGetLastError();
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
 }
@@ -385,7 +389,7 @@ static zs_status_t k_status(cuda_ctx_t *ctx, int err, const char *what) {
 static zs_status_t cuda_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
                                    int nseg) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   zs_k_hyper_t k;
   zs__optim_fold(h, &k);
   zs_k_seg_t ks[ZS_K_SEGS_PER_LAUNCH];
@@ -405,7 +409,7 @@ static zs_status_t cuda_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hy
 
 static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *t) {
   cuda_ctx_t *ctx = vctx;
-  CU_CURRENT(ctx);
+  ZS_CHECK(make_current(ctx));
   void *st = (void *)native(s);
   switch (t->op) {
     case ZS_ELEM_SUMSQ: return k_status(ctx, zs_k_sumsq(t->src, t->sdt, t->n, t->out, t->scratch, st), "zs__sumsq");

@@ -7,8 +7,9 @@
  *                                       error so later calls do not report it.
  *   ZS_CUDA_CHECK(buf, where, call)     return that when call fails.
  *
- * Include after cuda_runtime_api.h. (Null-handle checks: ZS_CHECK_HANDLE in
- * common/common.h; NCCL results: nccl.c's settle, which polls.) */
+ * Include after cuda_runtime_api.h. The rest of the check family (ZS_CHECK,
+ * ZS_CHECK_HANDLE, ...) is in common/common.h; NCCL results: ZS_NCCL_CHECK in
+ * comm/nccl_impl.h, which polls. */
 #ifndef ZS_DEVICE_CUDA_CHECKS_H
 #define ZS_DEVICE_CUDA_CHECKS_H
 

@@ -9,20 +9,11 @@
 #include "trace/trace_impl.h"
 
 
-#define CHECK_DT(dev, fn, dt)                                                               \
-  do {                                                                                      \
-    if (!zs__optim_float_dtype(dt))                                                         \
-      return ZS_FAIL((dev)->err, ZS_ERR_INVALID, fn ": dtype %s is not fp32, bf16 or fp16", \
-                     zs_dtype_name(dt));                                                    \
-  } while (0)
-
-/* A NULL data pointer is accepted only for n == 0. */
-#define CHECK_PTR(dev, fn, p, n)                                                          \
-  do {                                                                                    \
-    if (!(p) && (n))                                                                      \
-      return ZS_FAIL((dev)->err, ZS_ERR_INVALID, fn ": " #p " is NULL for %zu elements", \
-                     (size_t)(n));                                                        \
-  } while (0)
+/* Device work takes fp32, bf16 and fp16 elements. */
+static zs_status_t check_dtype(zs_device_t *dev, const char *fn, zs_dtype_t dt) {
+  if (zs__optim_float_dtype(dt)) return ZS_OK;
+  return ZS_FAIL(dev->err, ZS_ERR_INVALID, "%s: dtype %s is not fp32, bf16 or fp16", fn, zs_dtype_name(dt));
+}
 
 /* Traced on the optimizer row (zeroshard/trace.h): the update itself where the
  * backend runs it on the caller's thread (cpu, NULL stream), else its queuing. */
@@ -56,8 +47,8 @@ size_t zs__sumsq_scratch_bytes(const zs_device_t *dev) { return dev ? dev->iface
 zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n, float *acc,
                       void *scratch) {
   ZS_CHECK_HANDLE(dev, "zs__sumsq");
-  CHECK_DT(dev, "zs__sumsq", dt);
-  CHECK_PTR(dev, "zs__sumsq", x, n);
+  ZS_CHECK(check_dtype(dev, "zs__sumsq", dt));
+  ZS_CHECK_PTR(dev->err, "zs__sumsq", x, n);
   if (!acc) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq: acc is NULL");
   if (dev->iface.sumsq_scratch_bytes && !scratch)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq: the %s device needs %zu bytes of scratch",
@@ -69,8 +60,8 @@ zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_
 zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
                           int *flag) {
   ZS_CHECK_HANDLE(dev, "zs__nonfinite");
-  CHECK_DT(dev, "zs__nonfinite", dt);
-  CHECK_PTR(dev, "zs__nonfinite", x, n);
+  ZS_CHECK(check_dtype(dev, "zs__nonfinite", dt));
+  ZS_CHECK_PTR(dev->err, "zs__nonfinite", x, n);
   if (!flag) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__nonfinite: flag is NULL");
   zs_elem_op_t op = {.op = ZS_ELEM_NONFINITE, .src = x, .sdt = dt, .n = n, .out = flag};
   return submit(dev, s, &op);
@@ -79,18 +70,18 @@ zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dt
 zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst_dt,
                      const void *src, zs_dtype_t src_dt, size_t n) {
   ZS_CHECK_HANDLE(dev, "zs__cast");
-  CHECK_DT(dev, "zs__cast", dst_dt);
-  CHECK_DT(dev, "zs__cast", src_dt);
-  CHECK_PTR(dev, "zs__cast", dst, n);
-  CHECK_PTR(dev, "zs__cast", src, n);
+  ZS_CHECK(check_dtype(dev, "zs__cast", dst_dt));
+  ZS_CHECK(check_dtype(dev, "zs__cast", src_dt));
+  ZS_CHECK_PTR(dev->err, "zs__cast", dst, n);
+  ZS_CHECK_PTR(dev->err, "zs__cast", src, n);
   zs_elem_op_t op = {.op = ZS_ELEM_CAST, .dst = dst, .src = src, .ddt = dst_dt, .sdt = src_dt, .n = n};
   return submit(dev, s, &op);
 }
 
 zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f) {
   ZS_CHECK_HANDLE(dev, "zs__scale");
-  CHECK_DT(dev, "zs__scale", dt);
-  CHECK_PTR(dev, "zs__scale", x, n);
+  ZS_CHECK(check_dtype(dev, "zs__scale", dt));
+  ZS_CHECK_PTR(dev->err, "zs__scale", x, n);
   zs_elem_op_t op = {.op = ZS_ELEM_SCALE, .dst = x, .ddt = dt, .n = n, .f = f};
   return submit(dev, s, &op);
 }
@@ -98,9 +89,9 @@ zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, 
 zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
                            zs_dtype_t src_dt, size_t n) {
   ZS_CHECK_HANDLE(dev, "zs__accumulate");
-  CHECK_DT(dev, "zs__accumulate", src_dt);
-  CHECK_PTR(dev, "zs__accumulate", dst, n);
-  CHECK_PTR(dev, "zs__accumulate", src, n);
+  ZS_CHECK(check_dtype(dev, "zs__accumulate", src_dt));
+  ZS_CHECK_PTR(dev->err, "zs__accumulate", dst, n);
+  ZS_CHECK_PTR(dev->err, "zs__accumulate", src, n);
   zs_elem_op_t op = {.op = ZS_ELEM_ACC, .dst = dst, .src = src, .sdt = src_dt, .n = n};
   return submit(dev, s, &op);
 }

@@ -165,17 +165,16 @@ fail:
 
 /* ---- checks ------------------------------------------------------------------------ */
 
-#define MOE_FAIL(m, st, ...) ZS_FAIL((m)->err, (st), __VA_ARGS__)
-
 static zs_status_t need(zs_moe_t *m, const char *fn, int what, const char *first) {
   if ((m->have & what) == what) return ZS_OK;
-  return MOE_FAIL(m, ZS_ERR_STATE, "%s: call %s first (for this routing)", fn, first);
+  return ZS_FAIL(m->err, ZS_ERR_STATE, "%s: call %s first (for this routing)", fn, first);
 }
 
-#define CHECK_PTR(m, fn, p)                                                                     \
-  do {                                                                                          \
-    if (!(p)) return MOE_FAIL((m), ZS_ERR_INVALID, "%s: %s is NULL with %d tokens", (fn), #p, (m)->T); \
-  } while (0)
+/* A buffer the current routing needs: "<fn>: <name> is NULL with <T> tokens". */
+static zs_status_t nonnull(zs_moe_t *m, const char *fn, const void *p, const char *name) {
+  if (p) return ZS_OK;
+  return ZS_FAIL(m->err, ZS_ERR_INVALID, "%s: %s is NULL with %d tokens", fn, name, m->T);
+}
 
 /* ---- forward ------------------------------------------------------------------------- */
 
@@ -183,8 +182,8 @@ zs_status_t zs_moe_route(zs_moe_t *m, const float *logits, int tokens, float *au
   static const char fn[] = "zs_moe_route";
   ZS_CHECK_HANDLE(m, fn);
   if (tokens < 0 || (size_t)tokens > m->tmax)
-    return MOE_FAIL(m, ZS_ERR_INVALID, "%s: %d tokens is outside 0..max_tokens (%zu)", fn, tokens, m->tmax);
-  if (tokens && !logits) return MOE_FAIL(m, ZS_ERR_INVALID, "%s: logits is NULL with %d tokens", fn, tokens);
+    return ZS_FAIL(m->err, ZS_ERR_INVALID, "%s: %d tokens is outside 0..max_tokens (%zu)", fn, tokens, m->tmax);
+  if (tokens && !logits) return ZS_FAIL(m->err, ZS_ERR_INVALID, "%s: logits is NULL with %d tokens", fn, tokens);
   m->have = 0;
   m->T = tokens;
   m->cap = capacity(&m->cfg, tokens);
@@ -231,8 +230,8 @@ zs_status_t zs_moe_dispatch(zs_moe_t *m, const float *x, float *expert_in, int64
   static const char fn[] = "zs_moe_dispatch";
   ZS_CHECK_HANDLE(m, fn);
   ZS_CHECK(need(m, fn, ZS__MOE_ROUTED, "zs_moe_route"));
-  if (m->T) CHECK_PTR(m, fn, x);
-  if (!expert_in && m->rows_max) return MOE_FAIL(m, ZS_ERR_INVALID, "%s: expert_in is NULL", fn);
+  if (m->T) ZS_CHECK(nonnull(m, fn, x, "x"));
+  if (!expert_in && m->rows_max) return ZS_FAIL(m->err, ZS_ERR_INVALID, "%s: expert_in is NULL", fn);
   m->have &= ZS__MOE_ROUTED;
   size_t E = (size_t)m->E;
   /* counts: kept per expert to the experts' ranks; then everything to the host */
@@ -242,7 +241,7 @@ zs_status_t zs_moe_dispatch(zs_moe_t *m, const float *x, float *expert_in, int64
   ZS_CHECK(zs_event_record(m->dev, m->ev, s));
   ZS_CHECK(m->be->permute(m, s, x, m->tok_a, m->T)); /* while the host waits */
   zs_status_t st = zs_event_synchronize(m->dev, m->ev);
-  if (st != ZS_OK) return MOE_FAIL(m, st, "%s: waiting for the count exchange failed: %s", fn, zs_last_error());
+  if (st != ZS_OK) return ZS_FAIL(m->err, st, "%s: waiting for the count exchange failed: %s", fn, zs_last_error());
   plan(m);
   ZS_CHECK(move(m, 0, m->tok_a, m->exp_a, s));
   ZS_CHECK(m->be->reorder(m, s, m->exp_a, expert_in, 1));
@@ -255,8 +254,8 @@ zs_status_t zs_moe_combine(zs_moe_t *m, const float *expert_out, float *y, zs_st
   static const char fn[] = "zs_moe_combine";
   ZS_CHECK_HANDLE(m, fn);
   ZS_CHECK(need(m, fn, ZS__MOE_DISPATCHED, "zs_moe_dispatch"));
-  if (m->rep.rows) CHECK_PTR(m, fn, expert_out);
-  if (m->T) CHECK_PTR(m, fn, y);
+  if (m->rep.rows) ZS_CHECK(nonnull(m, fn, expert_out, "expert_out"));
+  if (m->T) ZS_CHECK(nonnull(m, fn, y, "y"));
   ZS_CHECK(m->be->reorder(m, s, expert_out, m->exp_a, 0));
   ZS_CHECK(move(m, 1, m->exp_a, m->tok_b, s));
   ZS_CHECK(m->be->unpermute(m, s, m->tok_b, y, m->T, 1));
@@ -270,8 +269,8 @@ zs_status_t zs_moe_combine_backward(zs_moe_t *m, const float *dy, float *d_exper
   static const char fn[] = "zs_moe_combine_backward";
   ZS_CHECK_HANDLE(m, fn);
   ZS_CHECK(need(m, fn, ZS__MOE_COMBINED, "zs_moe_combine"));
-  if (m->T) CHECK_PTR(m, fn, dy);
-  if (m->rep.rows) CHECK_PTR(m, fn, d_expert_out);
+  if (m->T) ZS_CHECK(nonnull(m, fn, dy, "dy"));
+  if (m->rep.rows) ZS_CHECK(nonnull(m, fn, d_expert_out, "d_expert_out"));
   ZS_CHECK(m->be->combine_bwd(m, s, dy, m->T));
   ZS_CHECK(move(m, 0, m->tok_a, m->exp_a, s));
   ZS_CHECK(m->be->reorder(m, s, m->exp_a, d_expert_out, 1));
@@ -283,8 +282,8 @@ zs_status_t zs_moe_dispatch_backward(zs_moe_t *m, const float *d_expert_in, floa
   static const char fn[] = "zs_moe_dispatch_backward";
   ZS_CHECK_HANDLE(m, fn);
   ZS_CHECK(need(m, fn, ZS__MOE_DISPATCHED, "zs_moe_dispatch"));
-  if (m->rep.rows) CHECK_PTR(m, fn, d_expert_in);
-  if (m->T) CHECK_PTR(m, fn, dx);
+  if (m->rep.rows) ZS_CHECK(nonnull(m, fn, d_expert_in, "d_expert_in"));
+  if (m->T) ZS_CHECK(nonnull(m, fn, dx, "dx"));
   ZS_CHECK(m->be->reorder(m, s, d_expert_in, m->exp_a, 0));
   ZS_CHECK(move(m, 1, m->exp_a, m->tok_a, s));
   ZS_CHECK(m->be->unpermute(m, s, m->tok_a, dx, m->T, 0));
@@ -295,8 +294,8 @@ zs_status_t zs_moe_route_backward(zs_moe_t *m, float aux_weight, float *d_logits
   static const char fn[] = "zs_moe_route_backward";
   ZS_CHECK_HANDLE(m, fn);
   ZS_CHECK(need(m, fn, ZS__MOE_DGATE, "zs_moe_combine_backward"));
-  if (m->T) CHECK_PTR(m, fn, d_logits);
-  if (!isfinite(aux_weight)) return MOE_FAIL(m, ZS_ERR_INVALID, "%s: aux_weight is not finite", fn);
+  if (m->T) ZS_CHECK(nonnull(m, fn, d_logits, "d_logits"));
+  if (!isfinite(aux_weight)) return ZS_FAIL(m->err, ZS_ERR_INVALID, "%s: aux_weight is not finite", fn);
   return m->be->route_bwd(m, s, aux_weight, d_logits, m->T);
 }
 

@@ -33,12 +33,6 @@ static zs_status_t check_elems(zs_tp_t *tp, const char *fn, size_t a, size_t b, 
   return ZS_OK;
 }
 
-#define NEED(ptr, elems)                                                                                  \
-  do {                                                                                                    \
-    if (!(ptr) && (elems))                                                                                \
-      return ZS_FAIL(tp->err, ZS_ERR_INVALID, "%s: " #ptr " is NULL for %zu elements", fn, (size_t)(elems)); \
-  } while (0)
-
 /* Ids that the host can read (cpu device) are checked before anything is queued;
  * elsewhere the backend checks them on the device into the error record. */
 static zs_status_t check_ids(zs_tp_t *tp, const char *fn, zs_stream_t *s, const int32_t *ids, size_t n,
@@ -64,8 +58,8 @@ static zs_status_t embed_args(zs_tp_t *tp, const char *fn, const zs_tp_vocab_t *
   ZS_CHECK(check_part(tp, fn, p));
   ZS_CHECK(check_elems(tp, fn, (size_t)p->rows, dim, wn));
   ZS_CHECK(check_elems(tp, fn, n, dim, on));
-  NEED(w, *wn);
-  NEED(ids, n);
+  ZS_CHECK_PTR(tp->err, fn, w, *wn);
+  ZS_CHECK_PTR(tp->err, fn, ids, n);
   return ZS_OK;
 }
 
@@ -74,7 +68,7 @@ zs_status_t zs_tp_embedding_forward(zs_tp_t *tp, const zs_tp_vocab_t *part, cons
   const char *fn = "zs_tp_embedding_forward";
   size_t wn = 0, on = 0;
   ZS_CHECK(embed_args(tp, fn, part, w, dim, ids, n, &wn, &on));
-  NEED(out, on);
+  ZS_CHECK_PTR(tp->err, fn, out, on);
   if (!on) return ZS_OK;
   ZS_CHECK(check_ids(tp, fn, s, ids, n, part->vocab, TP_CALL_LOOKUP, "id"));
   ZS_CHECK(zs__tp_keep(tp, tp->be->lookup(tp, s, part, w, dim, ids, n, out)));
@@ -90,8 +84,8 @@ zs_status_t zs_tp_embedding_forward_sp(zs_tp_t *tp, const zs_tp_vocab_t *part, c
     return ZS_FAIL(tp->err, ZS_ERR_INVALID,
                    "%s: %zu token rows do not split over tp=%d ranks: sequence parallelism needs rows (B*T) "
                    "to be a multiple of tp", fn, n, tp->size);
-  NEED(work, on);
-  NEED(out, on);
+  ZS_CHECK_PTR(tp->err, fn, work, on);
+  ZS_CHECK_PTR(tp->err, fn, out, on);
   if (!on) return ZS_OK;
   ZS_CHECK(check_ids(tp, fn, s, ids, n, part->vocab, TP_CALL_LOOKUP, "id"));
   ZS_CHECK(zs__tp_keep(tp, tp->be->lookup(tp, s, part, w, dim, ids, n, work)));
@@ -103,7 +97,7 @@ zs_status_t zs_tp_embedding_backward(zs_tp_t *tp, const zs_tp_vocab_t *part, flo
   const char *fn = "zs_tp_embedding_backward";
   size_t wn = 0, on = 0;
   ZS_CHECK(embed_args(tp, fn, part, dw, dim, ids, n, &wn, &on));
-  NEED(dout, on);
+  ZS_CHECK_PTR(tp->err, fn, dout, on);
   if (!on) return ZS_OK;
   if (overlap(dw, wn * sizeof(float), dout, on * sizeof(float)))
     return ZS_FAIL(tp->err, ZS_ERR_INVALID, "%s: dw and dout overlap", fn);
@@ -125,8 +119,8 @@ zs_status_t zs_tp_cross_entropy(zs_tp_t *tp, const zs_tp_vocab_t *part, const fl
     return ZS_FAIL(tp->err, ZS_ERR_INVALID, "%s: reduction %d is not ZS_TP_SUM or ZS_TP_MEAN", fn, (int)reduction);
   if (dlogits && !isfinite(dloss))
     return ZS_FAIL(tp->err, ZS_ERR_INVALID, "%s: dloss %g is not finite", fn, (double)dloss);
-  NEED(logits, ln);
-  NEED(targets, n);
+  ZS_CHECK_PTR(tp->err, fn, logits, ln);
+  ZS_CHECK_PTR(tp->err, fn, targets, n);
   if (dlogits && dlogits != logits && overlap(dlogits, ln * sizeof(float), logits, ln * sizeof(float)))
     return ZS_FAIL(tp->err, ZS_ERR_INVALID, "%s: dlogits overlaps logits without being them (in place)", fn);
   if (row_loss && (overlap(row_loss, n * sizeof(float), logits, ln * sizeof(float)) ||

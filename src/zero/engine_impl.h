@@ -190,6 +190,16 @@ struct zs_engine {
 static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
   return zs->cfg.stage >= 2 && !zs->offload && zs->rb != 4 && zs->cfg.grad_accum > 1;
 }
+/* The engine's member of the check family (common/common.h): ZS_CHECK whose
+ * failure carries the callee's message as "<what> failed on rank R: <message>"
+ * in the engine's buffer, the words zs__eng_agree gives every rank; here only
+ * this rank fails. */
+#define ZS_ENG_CHECK(zs, expr, what)                                                                    \
+  do {                                                                                                  \
+    zs_status_t zs__st_ = (expr);                                                                       \
+    if (zs__st_ != ZS_OK)                                                                               \
+      return ZS_FAIL((zs)->err, zs__st_, "%s failed on rank %d: %s", (what), (zs)->rank, zs_last_error()); \
+  } while (0)
 /* agree.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
 uint64_t zs__eng_scratch_bytes(int world);
