@@ -2,21 +2,40 @@
 # (Debian packages), configure and build. Rerunning skips what is already there.
 # jemalloc is not among them: the configure fetches its source and compiles it
 # into the library (cmake/zs_jemalloc.cmake), with zs_fetch_jemalloc_source below.
+# python3 runs the demo's parity check and some tests; gnuplot draws the plots.
 ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libcjson-dev
-         zlib1g-dev libopenblas-dev gnuplot-nox)
+         zlib1g-dev libopenblas-dev gnuplot-nox python3)
 
+# zs_log_step LOG WHAT COMMAND...: one line on stderr ("WHAT"), the command's
+# output appended to LOG; if it fails, the log's last lines follow on stderr
+# and its status is returned.
+zs_log_step() {
+  local log=$1 what=$2 rc=0
+  shift 2
+  echo "$what (log: $log)" >&2
+  echo "== $what: $*" >>"$log"
+  "$@" >>"$log" 2>&1 </dev/null || rc=$?
+  if ((rc)); then
+    echo "failed ($rc): $what; the last lines of $log:" >&2
+    tail -n 25 "$log" >&2
+  fi
+  return $rc
+}
+
+# zs_install_deps [LOG]: apt-get update and install of what ZS_DEBS lacks, one
+# line a step; their output goes to LOG (ZS_INSTALL_LOG, else out/install.log).
 zs_install_deps() {
-  local missing=()
+  local log=${1:-${ZS_INSTALL_LOG:-out/install.log}} missing=()
   for p in "${ZS_DEBS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if ((${#missing[@]})); then
-    echo "installing: ${missing[*]}" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-  fi
+  ((${#missing[@]})) || return 0
+  mkdir -p "$(dirname "$log")" && : >"$log"
+  local sudo=()
+  [ "$(id -u)" = 0 ] || sudo=(sudo)
+  zs_log_step "$log" "apt-get update" "${sudo[@]}" apt-get update -q &&
+    zs_log_step "$log" "apt-get install ${missing[*]}" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
 # zs_install_python_deps: what scripts/test and CI add to python3. Best effort:

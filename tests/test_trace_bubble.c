@@ -29,11 +29,13 @@
  *   250-450 B1 450-650: window 650, mean 0.5 (1-600/650 + 1-400/650) = 0.2308,
  *   and stage means still 0.2857. With rank 1's B0 before its F0 no timeline
  *   runs that order: no replay is printed.
- * With gnuplot here, zs-trace plot draws this trace and an engine-only one. */
+ * With gnuplot here, zs-trace plot draws this trace (whole, and step 2 alone
+ * with --step 2; --step 3, a step it lacks, is refused) and an engine-only one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 
@@ -118,7 +120,7 @@ static int run_tool(const char *args, char *out, size_t n) {
   out[got] = '\0';
   int rc = pclose(p);
   fprintf(stderr, "$ zs-trace %s\n%s", args, out);
-  return rc;
+  return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 static double after(const char *hay, const char *key) {
@@ -253,6 +255,16 @@ static void test_plot(void) {
   snprintf(args, sizeof args, "plot '%s' '%s' '%s'", png, f0, f1);
   expect_int_eq(run_tool(args, out, sizeof out), 0);
   expect_int_ge(file_size(png), 1000);
+  /* --step N draws step N alone; a step the trace lacks, or a bad number, is refused */
+  snprintf(png, sizeof png, "%s/step2.png", dir);
+  remove(png);
+  snprintf(args, sizeof args, "plot --step 2 '%s' '%s' '%s'", png, f0, f1);
+  expect_int_eq(run_tool(args, out, sizeof out), 0);
+  expect_int_ge(file_size(png), 1000);
+  snprintf(args, sizeof args, "plot --step 3 '%s' '%s' '%s'", png, f0, f1);
+  expect_int_eq(run_tool(args, out, sizeof out), 1);
+  snprintf(args, sizeof args, "plot --step x '%s' '%s' '%s'", png, f0, f1);
+  expect_int_eq(run_tool(args, out, sizeof out), 2);
   /* an engine-only trace (no pipeline computes) is drawn over its events */
   write_rank(f0, 0, 1, 0);
   snprintf(png, sizeof png, "%s/engine_only.png", dir);

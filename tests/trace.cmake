@@ -37,7 +37,7 @@ endif()
 #   test_trace_bubble  zs-trace bubble per "step N" range and over one window on a synthetic 2-rank trace with
 #                     known numbers, and its replay (the measured computes with instant transfers) on a 1F1B
 #                     trace whose replayed timeline is known, none for an order no timeline runs; zs-trace plot
-#                     with engine events, and of an engine-only trace (gnuplot)
+#                     with engine events, of one step (--step N), and of an engine-only trace (gnuplot)
 if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_trace_engine SOURCES test_trace_engine.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
               ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_engine_out)

@@ -47,6 +47,9 @@
  *                                   optimizer updates, offload copies); a trace
  *                                   without pipeline computes is drawn over the
  *                                   span of its engine and user events
+ *   zs-trace plot --step N OUT.png FILE...   the same, of step N alone: from the
+ *                                   first rank's "step N" range start to the
+ *                                   last one's end, the events that overlap it
  *
  * FILE: a rank's file or a merged one. It reads the files zeroshard writes,
  * one event a line, not any JSON. */
@@ -409,11 +412,25 @@ static int engine_colour(const ev_t *e) {
   return 0;
 }
 
-static int plot(const char *png) {
+/* step >= 0: only "step <step>" (its ranges over all ranks); -1: the whole trace. */
+static int plot(const char *png, long step) {
   int64_t t0, t1, *busy;
   int nr;
   if (!window(1, &t0, &t1, &nr, &busy)) return 1;
   free(busy);
+  if (step >= 0) {
+    long n;
+    t0 = INT64_MAX, t1 = INT64_MIN;
+    for (size_t i = 0; i < nev; i++)
+      if (step_of(&evs[i], &n) && n == step) {
+        if (evs[i].ts < t0) t0 = evs[i].ts;
+        if (evs[i].ts + evs[i].dur > t1) t1 = evs[i].ts + evs[i].dur;
+      }
+    if (t0 > t1) {
+      fprintf(stderr, "zs-trace: no \"step %ld\" range (the trainer's --trace marks its steps)\n", step);
+      return 1;
+    }
+  }
   char dat[] = "/tmp/zs-trace-XXXXXX";
   int fd = mkstemp(dat);
   FILE *d = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -424,6 +441,7 @@ static int plot(const char *png) {
   /* x0 x1 y0 y1 color-index label; rank r's computes at r, its transfers just below (rank 0 is drawn on top) */
   for (size_t i = 0; i < nev; i++) {
     const ev_t *e = &evs[i];
+    if (step >= 0 && (e->ts + e->dur < t0 || e->ts > t1)) continue; /* outside the step */
     double x0 = (e->ts - t0) / 1e3, x1 = (e->ts + e->dur - t0) / 1e3;
     if (is_compute(e)) {
       fprintf(d, "%g %g %g %g %d \"%s\"\n", x0, x1, e->pid - 0.35, e->pid + 0.2, e->name[0] == 'F' ? 1 : 2,
@@ -443,13 +461,17 @@ static int plot(const char *png) {
     remove(dat);
     return 1;
   }
+  char which[32] = "";
+  if (step >= 0) snprintf(which, sizeof which, " of step %ld", step);
   fprintf(g, "set terminal pngcairo size 1200,%d\nset output '%s'\n", 180 + 90 * nr, png);
-  fprintf(g, "set xlabel 'ms'\nset ylabel 'rank'\nset yrange [%g:%g]\nset ytics 1\nset grid x\n",
-          nr - 0.4, -0.6); /* rank 0 on top */
+  fprintf(g, "set xlabel '%s'\nset ylabel 'rank'\nset yrange [%g:%g]\nset ytics 1\nset grid x\n",
+          step >= 0 ? "ms from the start of the step" : "ms", nr - 0.4, -0.6); /* rank 0 on top */
+  if (step >= 0) fprintf(g, "set xrange [0:%g]\n", (t1 - t0) / 1e3);
   fprintf(g, "set palette defined (1 '#4a90d9', 2 '#e07b39', 3 '#888888', 4 '#2ca02c', 5 '#9467bd', 6 '#d62728', "
              "7 '#8c564b')\nset cbrange [1:7]\nunset colorbox\n");
-  fprintf(g, "set title \"timeline: forward (blue), backward (orange), transfers (grey); labels mb.chunk\\n"
-             "engine strip: gather (green), reduce (purple), optimizer update (red); offload copies (brown) above\"\n");
+  fprintf(g, "set title \"timeline%s: forward (blue), backward (orange), transfers (grey); labels mb.chunk\\n"
+             "engine strip: gather (green), reduce (purple), optimizer update (red); offload copies (brown) above\"\n",
+          which);
   fprintf(g, "plot '%s' using (($1+$2)/2):(($3+$4)/2):(($2-$1)/2):(($4-$3)/2):5 with boxxyerror fs solid 0.8 "
              "palette notitle, '' using (($1+$2)/2):(($3+$4)/2):6 with labels font ',8' notitle\n", dat);
   int rc = pclose(g);
@@ -475,8 +497,17 @@ int main(int argc, char **argv) {
     return read_all(argc - 4, argv + 4) ? bubble((int)k) : 1;
   }
   if (!strcmp(cmd, "bubble") && argc >= 3) return read_all(argc - 2, argv + 2) ? bubble(0) : 1;
-  if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2]) : 1;
+  if (!strcmp(cmd, "plot") && argc >= 6 && !strcmp(argv[2], "--step")) {
+    char *end;
+    long n = strtol(argv[3], &end, 10);
+    if (*end || end == argv[3] || n < 0) {
+      fprintf(stderr, "zs-trace: --step wants a step number, not '%s'\n", argv[3]);
+      return 2;
+    }
+    return read_all(argc - 5, argv + 5) ? plot(argv[4], n) : 1;
+  }
+  if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2], -1) : 1;
   fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble [--skip K] FILE...\n"
-                  "       zs-trace plot OUT.png FILE...\n");
+                  "       zs-trace plot [--step N] OUT.png FILE...\n");
   return 2;
 }
