@@ -9,6 +9,8 @@ if(TARGET zs_kernels)
   list(APPEND zs_optim_layers zs_kernels)
 endif()
 zs_add_test(NAME test_optim SOURCES test_optim.c LAYERS ${zs_optim_layers} TIMEOUT 900)
+# the 1M-element sweep (every configuration x path against float64) in the full run only
+zs_add_test_run(TARGET test_optim NAME_SUFFIX _full LABELS full ENV ZS_TEST_FULL=1 TIMEOUT 900)
 if(TARGET zs_device)
   target_compile_definitions(test_optim PRIVATE ZS_TEST_DISPATCH=1)
 endif()
