@@ -395,7 +395,7 @@ zs_status_t zs_ps_push_pull(zs_ps_t *ps, float *grad, float *params) {
   if (ps->cfg.mode == ZS_PS_ASYNC && ps->cfg.grad_clip > 0) {
     /* async: each push is applied alone, so it is clipped alone (ps.h) */
     double norm = sqrt(zs__sumsq_cpu(grad, ZS_FP32, (size_t)ps->cfg.count));
-    float coef = fminf(1.0f, ps->cfg.grad_clip / ((float)norm + 1e-6f));
+    float coef = zs__clip_coef(ps->cfg.grad_clip, norm);
     ps->st.last_norm = (float)norm;
     if (coef < 1.0f) zs__scale_cpu(grad, ZS_FP32, (size_t)ps->cfg.count, coef);
   }
