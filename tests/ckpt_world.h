@@ -173,7 +173,7 @@ static inline int count_files(const char *dir, const char *suffix) {
 
 /* Damage: every rank fails with the same status, and the engine keeps its state. */
 static inline void expect_load_fails(run_t *r, const char *dir, zs_status_t want, const char *msg) {
-  int64_t n0 = 0, n1 = 0, step = zs_engine_step(r->zs);
+  int64_t n0 = 0, n1 = 0, step = zs_engine_step_count(r->zs);
   float *before = values(r, &n0);
   zs_status_t st = zs_checkpoint_load(r->zs, dir);
   if (st != want)
@@ -181,7 +181,7 @@ static inline void expect_load_fails(run_t *r, const char *dir, zs_status_t want
   else if (msg && !strstr(zs_last_error(), msg) && !strstr(zs_last_error(), "failed on rank"))
     ZS_T_REPORT("loading %s: message \"%s\" lacks \"%s\"", dir, zs_last_error(), msg);
   float *after = values(r, &n1);
-  expect_int_eq(zs_engine_step(r->zs), step);
+  expect_int_eq(zs_engine_step_count(r->zs), step);
   if (!before || !after || n0 != n1) ZS_T_REPORT("loading %s: reading the values back failed", dir);
   else expect_int_eq(count_diff(before, after, n0, 0), 0);
   free(before);

@@ -32,7 +32,7 @@ static inline void subst(char *out, size_t n, const char *in, const char *from, 
  * and leave the engine's values and step as they were. */
 static inline void expect_import_fails(run_t *r, const char *path, const zs_import_opts_t *o, zs_status_t want,
                                 const char *msg) {
-  int64_t n0 = 0, n1 = 0, step = zs_engine_step(r->zs);
+  int64_t n0 = 0, n1 = 0, step = zs_engine_step_count(r->zs);
   float *before = values(r, &n0);
   zs_status_t st = zs_import_safetensors(r->zs, path, o);
   if (st != want)
@@ -40,7 +40,7 @@ static inline void expect_import_fails(run_t *r, const char *path, const zs_impo
   else if (msg && !strstr(zs_last_error(), msg))
     ZS_T_REPORT("importing %s: message \"%s\" lacks \"%s\"", path, zs_last_error(), msg);
   float *after = values(r, &n1);
-  expect_int_eq(zs_engine_step(r->zs), step);
+  expect_int_eq(zs_engine_step_count(r->zs), step);
   if (!before || !after || n0 != n1) ZS_T_REPORT("importing %s: reading the values back failed", path);
   else expect_int_eq(count_diff(before, after, n0, 0), 0);
   free(before);

@@ -27,3 +27,5 @@ zs_add_test(NAME test_optim_threads SOURCES test_optim_threads.c LAYERS ${zs_opt
             ENV_MODIFICATION ZS_THREADS=unset: OMP_NUM_THREADS=unset:)
 zs_add_test(NAME test_optim_threads_mpi SOURCES test_optim_threads.c LAYERS ${zs_optim_layers} RANKS 4
             TIMEOUT 60 ENV_MODIFICATION ZS_THREADS=unset: OMP_NUM_THREADS=unset:)
+# The gradient-clip coefficient the engine and the parameter server share.
+zs_add_test(NAME test_optim_clip SOURCES test_optim_clip.c LAYERS zs_common zs_memory zs_optim TIMEOUT 30)

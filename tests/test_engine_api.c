@@ -2,7 +2,8 @@
  * (persistent stage-3 units included), declarations that must be refused at the
  * call that makes them, setup that fails on some ranks only (every rank gets the
  * error, nothing leaks, setup can be retried), the clipping rule against
- * torch.nn.utils.clip_grad_norm_, and what zs_unit_layout reports. 1-4 ranks. */
+ * torch.nn.utils.clip_grad_norm_, the step count under its new and old names,
+ * and what zs_unit_layout reports. 1-4 ranks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +359,41 @@ static void test_clip_rule(void) {
   }
 }
 
+/* zs_engine_step_count reads the optimizer steps taken; zs_engine_step, its
+ * deprecated old name, still links and gives the same value at every point. */
+static void test_step_count_alias(void) {
+  expect_int_eq(zs_engine_step_count(NULL), -1);
+  expect_int_eq(zs_engine_step(NULL), -1);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  c.optim.kind = ZS_SGD;
+  c.optim.lr = 0.5f;
+  zs_engine_t *zs;
+  void *w = NULL, *g = NULL;
+  int u;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){2}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, NULL, NULL));
+  expect_int_eq(zs_engine_step_count(zs), 0);
+  expect_int_eq(zs_engine_step(zs), zs_engine_step_count(zs));
+  for (int k = 1; k <= 3; k++) {
+    assert_ok(zs_forward_begin(zs));
+    assert_ok(zs_gather(zs, u));
+    assert_ok(zs_release(zs, u));
+    assert_ok(zs_backward_begin(zs));
+    assert_ok(zs_gather(zs, u));
+    const float grad[2] = {1.0f, -2.0f};
+    assert_ok(zs_memcpy_async(dev, g, grad, sizeof grad, ZS_COPY_H2D, NULL));
+    assert_ok(zs_stream_synchronize(dev, NULL));
+    assert_ok(zs_reduce(zs, u));
+    assert_ok(zs_step(zs, NULL));
+    expect_int_eq(zs_engine_step_count(zs), k);
+    expect_int_eq(zs_engine_step(zs), zs_engine_step_count(zs));
+  }
+  zs_engine_destroy(zs);
+}
+
 /* ============================================================================
  * the norm across model-parallel ranks
  * ========================================================================== */
@@ -535,6 +571,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "alloc")) zs_test_run(test_setup_alloc_fails_on_one_rank);
   if (!*only || strstr(only, "access")) zs_test_run(test_param_access_agrees);
   if (!*only || strstr(only, "clip")) zs_test_run(test_clip_rule);
+  if (!*only || strstr(only, "stepcount")) zs_test_run(test_step_count_alias);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
   if (!*only || strstr(only, "pinned")) zs_test_run(test_pinned_reserved);
   if (!*only || strstr(only, "mpnorm")) zs_test_run(test_model_parallel_norm);

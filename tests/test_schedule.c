@@ -457,7 +457,7 @@ static void test_resume(void) {
     close_run(&r);
     if (!st) st = open_run(&r, world, &c, NBLK);
     if (!st) st = zs_checkpoint_load(r.zs, dir);
-    if (!st) expect_int_eq(zs_engine_step(r.zs), MAXSTEPS / 2);
+    if (!st) expect_int_eq(zs_engine_step_count(r.zs), MAXSTEPS / 2);
     if (!st) expect_true(zs_engine_lr(r.zs) == full.lr[MAXSTEPS / 2]);
     if (!st) st = run_steps(&r, MAXSTEPS / 2, MAXSTEPS, NULL, &part);
     if (!st && !(part.vals = values(&r, &part.nvals))) st = ZS_ERR_INTERNAL;

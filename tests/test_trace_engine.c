@@ -86,7 +86,7 @@ static void run_engine(run_t *r, int trace_steps) {
     snprintf(r->names[u], sizeof r->names[u], "%s", u == 0 ? "embed" : u <= NBLK ? "" : "head");
     if (u >= 1 && u <= NBLK) snprintf(r->names[u], sizeof r->names[u], "blk.%d", u - 1);
   }
-  r->first_step = zs_engine_step(zs) + 1;
+  r->first_step = zs_engine_step_count(zs) + 1;
   r->t0 = zs_trace_now_us();
   for (int s = 0; s < r->steps; s++) {
     char name[32];

@@ -256,7 +256,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     return trainer_fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
   if (o->init_from && !o->load && (st = trainer_init_from(t, o->init_from, res->err, sizeof res->err)) != ZS_OK)
     return st; /* res->err says which tensor or option */
-  t->step0 = zs_engine_step(t->zs); /* batches continue where the checkpoint stopped */
+  t->step0 = zs_engine_step_count(t->zs); /* batches continue where the checkpoint stopped */
   TRY(set_schedule(t, res));
 
   if (t->m->buffers) return t->m->buffers(t, max_unit, res); /* the device's */

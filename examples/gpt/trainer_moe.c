@@ -234,7 +234,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
       return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
   }
-  t->step0 = zs_engine_step(t->dz);
+  t->step0 = zs_engine_step_count(t->dz);
   zs_schedule_t s;
   if (trainer_schedule(o, t->step0, &s) > 0 && /* (none where --warmup leaves no room) */
       ((st = zs_engine_set_schedule(t->dz, &s)) != ZS_OK || (st = zs_engine_set_schedule(t->xz, &s)) != ZS_OK))

@@ -129,7 +129,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
   zs_status_t st = one && mine && all ? ZS_OK : ZS_ERR_NOMEM;
   FILE *f = NULL;
   if (st == ZS_OK && t->rank == 0) { /* world rank 0 writes, every rank assembles */
-    char *h = header_json(t, zs_engine_step(t->zs));
+    char *h = header_json(t, zs_engine_step_count(t->zs));
     if (!h) st = ZS_ERR_NOMEM;
     else if (!(f = fopen(tmp, "wb"))) {
       snprintf(err, n, "--export: cannot create %s: %s", tmp, strerror(errno));

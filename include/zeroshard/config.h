@@ -23,10 +23,10 @@ typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD } zs_optim_kind_t;
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
 
 /* Learning-rate schedules: the engine computes the learning rate of each zs_step
- * from its own step count s (zs_engine_step before that step: 0 for the first,
- * restored by zs_checkpoint_load, not advanced by skipped steps) and the peak
- * rate optim.lr (zs_schedule_lr in zeroshard/engine.h gives the value). W =
- * warmup_steps, T = total_steps, lr = optim.lr.
+ * from its own step count s (zs_engine_step_count before that step: 0 for the
+ * first, restored by zs_checkpoint_load, not advanced by skipped steps) and the
+ * peak rate optim.lr (zs_schedule_lr in zeroshard/engine.h gives the value).
+ * W = warmup_steps, T = total_steps, lr = optim.lr.
  *   CONSTANT  lr (the default; zs_engine_set_lr may change it between steps)
  *   COSINE    llm.c's GPT-2 schedule: s < W: lr (s+1)/W; then
  *             min_lr + (lr - min_lr) (1 + cos(pi (s-W)/(T-W))) / 2, min_lr from s >= T

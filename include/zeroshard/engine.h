@@ -269,15 +269,20 @@ zs_status_t zs_engine_set_lr(zs_engine_t *zs, float lr, float weight_decay);
  * schedule counts from step 0 of the run, not from the call: set total_steps
  * to the whole run's length. */
 zs_status_t zs_engine_set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule);
-/* The learning rate the next zs_step will use (the schedule at zs_engine_step);
- * NAN for NULL. */
+/* The learning rate the next zs_step will use (the schedule at
+ * zs_engine_step_count); NAN for NULL. */
 float zs_engine_lr(const zs_engine_t *zs);
 /* The schedule's rate after `step` optimizer steps with peak rate `lr`, in
  * double (the engine rounds it to float), by the formulas in zeroshard/config.h.
  * Pure: no engine, no state. NAN for a NULL or unknown schedule, or step < 0. */
 double zs_schedule_lr(const zs_schedule_t *schedule, double lr, int64_t step);
 
-/* Optimizer steps taken (restored by zs_checkpoint_load); -1 for NULL. */
+/* Optimizer steps taken (restored by zs_checkpoint_load); -1 for NULL. Skipped
+ * steps (inf/NaN gradients) do not count. */
+int64_t zs_engine_step_count(const zs_engine_t *zs);
+/* Deprecated: the old name of zs_engine_step_count (read beside zs_step, which
+ * takes a step, it read as one). Same value; kept, as a real function, so that
+ * programs built against it still compile and link. */
 int64_t zs_engine_step(const zs_engine_t *zs);
 /* Multiply the loss by this before backward (1 unless fp16 loss scaling). */
 float zs_loss_scale(const zs_engine_t *zs);

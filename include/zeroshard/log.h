@@ -14,12 +14,18 @@ extern "C" {
 
 typedef enum { ZS_LOG_NONE = 0, ZS_LOG_ERROR, ZS_LOG_WARN, ZS_LOG_INFO, ZS_LOG_DEBUG } zs_log_level_t;
 
-typedef void (*zs_log_cb)(zs_log_level_t level, const char *file, int line, const char *msg,
+/* The sink: one message (no trailing newline), its level, and the base name of
+ * the source file and the line that logged it. */
+typedef void (*zs_log_fn)(zs_log_level_t level, const char *file, int line, const char *msg,
                           void *user);
+/* Deprecated: the old name of zs_log_fn (callback types end in _fn, as
+ * zs_init_fn and zs_import_name_fn do); the same type, kept so that programs
+ * written against it still compile. */
+typedef zs_log_fn zs_log_cb;
 
 /* Replace the sink (NULL restores stderr). Not synchronised with messages in flight:
  * set it before creating devices, comms or engines. */
-void zs_log_set_callback(zs_log_cb cb, void *user);
+void zs_log_set_callback(zs_log_fn cb, void *user);
 void zs_log_set_level(zs_log_level_t level);
 zs_log_level_t zs_log_get_level(void);
 

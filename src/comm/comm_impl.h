@@ -141,6 +141,16 @@ void zs__comm_node_force_key(const char *key);
  * rank*count, in place). For small setup-time exchanges, not for a step. */
 zs_status_t zs__comm_host_coll(zs_comm_t *c, zs_coll_kind_t kind, void *buf, size_t count, zs_dtype_t dtype,
                                zs_redop_t op);
+/* Keeps buffers a failed comm may still touch (comm_keep.c): a receive ended
+ * by a timeout may still be written when its peer sends late, and MPI cannot
+ * cancel it (zeroshard/comm.h). A layer destroying its buffers after a transfer
+ * failure hands them here instead of freeing them: `bufs` is its array of n
+ * buffer pointers (host or device memory, allocated as it pleases); the array
+ * and the buffers belong to the keep-list from then on, which never frees them
+ * and keeps them reachable until exit. The caller forgets both (sets its
+ * pointer to NULL) and logs why. Without memory for the list entry they are
+ * leaked, still not freed. NULL does nothing. Any thread. */
+void zs__comm_keep(void *bufs, int n);
 
 /* Element-wise dst = dst op src for the formats MPI and the tests' references
  * share: bf16/fp16 combine in fp32 and round to nearest even (half.h). */

@@ -5,12 +5,12 @@
 
 #include "common/common.h"
 
-static zs_log_cb sink_cb;
+static zs_log_fn sink_cb;
 static void *sink_user;
 static atomic_int level_override = -1; /* -1: take ZS_LOG */
 static atomic_int log_rank = -1;
 
-void zs_log_set_callback(zs_log_cb cb, void *user) {
+void zs_log_set_callback(zs_log_fn cb, void *user) {
   sink_cb = cb;
   sink_user = user;
 }

@@ -1,6 +1,7 @@
 /* The public device API: argument checks, memory accounting, pinned host memory
  * with its pageable fallback, pageable-copy counting; everything else is passed
  * to the backend (cpu.c, cuda.c) through dev->iface. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,31 @@ zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn
     return ZS_FAIL(dev->err, ZS_ERR_UNSUPPORTED, "zs__device_enqueue_work: the %s device launches its own kernels",
                    dev->iface.name);
   return dev->iface.enqueue_work(dev->ctx, s, fn, arg);
+}
+
+/* The copy and the kernel that runs on it, in one block (the arguments aligned
+ * for any type). */
+typedef struct {
+  zs__work_copy_fn fn;
+  max_align_t arg[];
+} work_copy_t;
+
+static zs_status_t work_copy_run(void *p) {
+  work_copy_t *w = p;
+  w->fn(w->arg);
+  free(w);
+  return ZS_OK; /* so a failed enqueue below never means it ran */
+}
+
+zs_status_t zs__device_enqueue_work_copy(zs_device_t *dev, zs_stream_t *s, zs__work_copy_fn fn, const void *arg,
+                                         size_t size, char *err, const char *who) {
+  work_copy_t *w = malloc(offsetof(work_copy_t, arg) + size);
+  if (!w) return ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of memory for a cpu task", who);
+  w->fn = fn;
+  memcpy(w->arg, arg, size);
+  zs_status_t st = zs__device_enqueue_work(dev, s, work_copy_run, w);
+  if (st != ZS_OK) free(w); /* not queued */
+  return st;
 }
 
 zs_status_t zs__flag_create(zs_device_t *dev, zs__flag_t **out) {

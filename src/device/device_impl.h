@@ -123,6 +123,17 @@ zs_status_t zs__device_enqueue(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, 
 /* The backend's own device work as a task in stream order: the cpu device's
  * kernels. ZS_ERR_UNSUPPORTED on a backend that launches kernels instead. */
 zs_status_t zs__device_enqueue_work(zs_device_t *dev, zs_stream_t *s, zs_task_fn fn, void *arg);
+/* A kernel of plain C loops that zs__device_enqueue_work_copy runs: it cannot fail. */
+typedef void (*zs__work_copy_fn)(void *arg);
+/* zs__device_enqueue_work on a heap copy of the `size` bytes at arg, so the
+ * caller's arguments may go out of scope at once (the cpu tp and moe kernels):
+ * fn runs on the copy in stream order (the NULL stream: at once, on the calling
+ * thread), and the copy is freed after fn returns, or here when it was not
+ * queued. Without memory for the copy: ZS_ERR_NOMEM, "<who>: out of memory for
+ * a cpu task" in err (a handle's error buffer, may be NULL); a failed enqueue's
+ * status as zs__device_enqueue_work gives it. */
+zs_status_t zs__device_enqueue_work_copy(zs_device_t *dev, zs_stream_t *s, zs__work_copy_fn fn, const void *arg,
+                                         size_t size, char *err, const char *who);
 /* Flags (see zs_device_i): made, raised and destroyed by host threads. */
 zs_status_t zs__flag_create(zs_device_t *dev, zs__flag_t **out);
 void zs__flag_destroy(zs_device_t *dev, zs__flag_t *f);

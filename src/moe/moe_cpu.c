@@ -1,10 +1,9 @@
 /* The cpu device's mixture-of-experts compute: plain C loops run by the
- * stream's worker in stream order (zs__device_enqueue_work), between the
- * all-to-alls moe.c queues on the same stream. A heap task carries the
- * arguments and frees itself; the NULL stream runs it at once. Sums are in
- * double and rounded to fp32 once. kernels/moe.cu does the same on a GPU. */
+ * stream's worker in stream order (zs__device_enqueue_work_copy: each call's
+ * arguments travel as a heap copy), between the all-to-alls moe.c queues on the
+ * same stream; the NULL stream runs them at once. Sums are in double and
+ * rounded to fp32 once. kernels/moe.cu does the same on a GPU. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "device/device_impl.h"
@@ -161,7 +160,7 @@ static void reorder(const task_t *t) {
 
 /* ---- tasks ----------------------------------------------------------------------- */
 
-static zs_status_t task_run(void *arg) {
+static void task_run(void *arg) {
   task_t *t = arg;
   switch (t->op) {
     case OP_ROUTE: route(t); break;
@@ -171,17 +170,10 @@ static zs_status_t task_run(void *arg) {
     case OP_REORDER: reorder(t); break;
     case OP_ROUTE_BWD: route_bwd(t); break;
   }
-  free(t);
-  return ZS_OK;
 }
 
-static zs_status_t submit(zs_moe_t *m, zs_stream_t *s, const task_t *src) {
-  task_t *t = malloc(sizeof *t);
-  if (!t) return ZS_FAIL(m->err, ZS_ERR_NOMEM, "zs_moe: out of memory for a cpu task");
-  *t = *src;
-  zs_status_t st = zs__device_enqueue_work(m->dev, s, task_run, t);
-  if (st != ZS_OK) free(t); /* not queued */
-  return st;
+static zs_status_t submit(zs_moe_t *m, zs_stream_t *s, const task_t *t) {
+  return zs__device_enqueue_work_copy(m->dev, s, task_run, t, sizeof *t, m->err, "zs_moe");
 }
 
 static zs_status_t cpu_route(zs_moe_t *m, zs_stream_t *s, const float *logits, int T, int64_t cap) {

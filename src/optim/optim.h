@@ -94,6 +94,14 @@ void zs__scale_cpu(void *x, zs_dtype_t dt, size_t n, float s);
 /* dst += src (fp32 accumulator). */
 void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n);
 
+/* The gradient-clip coefficient for a global L2 norm (clip by max_norm):
+ * min(1, max_norm / ((float)norm + 1e-6)) in fp32, torch.nn.utils.clip_grad_norm_'s
+ * rule; the gradients are always multiplied by it. max_norm <= 0 (or NaN) means
+ * clipping is off: 1. A NaN norm gives 1 (fminf returns the number), an infinite
+ * norm (or one beyond float's range) gives 0; callers that skip non-finite steps
+ * check the norm first. Pure, any thread (src/optim/clip.c). */
+float zs__clip_coef(float max_norm, double norm);
+
 /* Device dispatch of these (in stream order on a device): src/device/work.h. */
 
 #endif

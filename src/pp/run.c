@@ -9,7 +9,6 @@
  * on its own stream (or on the host). The pool and
  * which buffer each action takes come from the schedule's buffer plan, so a step
  * allocates nothing and never waits for a buffer the ideal timeline frees later. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,25 +41,11 @@ enum { SLOT_IN = 0, SLOT_GOUT, SLOT_OUT, SLOT_GIN };
 /* ---- buffers kept after a failure ---------------------------------------------------
  * A receive ended by a timeout may still be written when its peer sends late
  * (MPI cannot cancel it; see comm.h), so a runtime destroyed after a transfer
- * failure keeps its pool here, reachable, instead of freeing it. */
-
-typedef struct kept {
-  struct kept *next;
-  void **buf;
-  int n;
-} kept_t;
-
-static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
-static kept_t *kept_pools;
+ * failure hands its pool to the comm layer's keep-list (zs__comm_keep),
+ * reachable, instead of freeing it. */
 
 static void keep_pool(zs_pp_t *pp) {
-  kept_t *k = malloc(sizeof *k);
-  if (!k) return; /* then it is simply lost */
-  *k = (kept_t){NULL, pp->buf, pp->nbuf};
-  pthread_mutex_lock(&kept_mu);
-  k->next = kept_pools;
-  kept_pools = k;
-  pthread_mutex_unlock(&kept_mu);
+  zs__comm_keep(pp->buf, pp->nbuf);
   ZS_LOG_W("zs_pp_destroy: the pp comm failed (%s): keeping %d buffers of %zu bytes that a late transfer may "
            "still write", zs_status_name(pp->failed), pp->nbuf, pp->bytes);
   pp->buf = NULL;

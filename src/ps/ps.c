@@ -2,7 +2,6 @@
  * the per-worker comms, buffers), the workers' push/pull, stats. The servers'
  * loops are in ps_serve.c. */
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,24 +133,10 @@ static zs_status_t agree(zs_ps_t *ps, zs_status_t mine, uint64_t hash, const cha
 
 /* A receive ended by a timeout may still be written when its worker sends late
  * (MPI cannot cancel it; see comm.h), so a server destroyed after a failure
- * keeps its receive buffers here, reachable, instead of freeing them. */
-typedef struct kept {
-  struct kept *next;
-  float **buf;
-  int n;
-} kept_t;
-
-static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
-static kept_t *kept_bufs;
-
+ * hands its receive buffers to the comm layer's keep-list (zs__comm_keep),
+ * reachable, instead of freeing them. */
 static void keep_bufs(zs_ps_t *ps) {
-  kept_t *k = malloc(sizeof *k);
-  if (!k) return; /* then they are simply lost */
-  *k = (kept_t){NULL, ps->gbuf, ps->W};
-  pthread_mutex_lock(&kept_mu);
-  k->next = kept_bufs;
-  kept_bufs = k;
-  pthread_mutex_unlock(&kept_mu);
+  zs__comm_keep(ps->gbuf, ps->W);
   ZS_LOG_W("zs_ps_destroy: a transfer failed: keeping %d receive buffers of %lld floats that a late worker may "
            "still write", ps->W, (long long)ps->n);
   ps->gbuf = NULL;
@@ -395,7 +380,7 @@ zs_status_t zs_ps_push_pull(zs_ps_t *ps, float *grad, float *params) {
   if (ps->cfg.mode == ZS_PS_ASYNC && ps->cfg.grad_clip > 0) {
     /* async: each push is applied alone, so it is clipped alone (ps.h) */
     double norm = sqrt(zs__sumsq_cpu(grad, ZS_FP32, (size_t)ps->cfg.count));
-    float coef = fminf(1.0f, ps->cfg.grad_clip / ((float)norm + 1e-6f));
+    float coef = zs__clip_coef(ps->cfg.grad_clip, norm);
     ps->st.last_norm = (float)norm;
     if (coef < 1.0f) zs__scale_cpu(grad, ZS_FP32, (size_t)ps->cfg.count, coef);
   }

@@ -138,7 +138,7 @@ zs_status_t zs__ps_serve_sync(zs_ps_t *ps) {
       ZS_CHECK(global_norm(ps, &norm));
       ps->st.last_norm = (float)norm;
       /* torch.nn.utils.clip_grad_norm_'s rule in fp32, as the engine's step */
-      coef = fminf(1.0f, c->grad_clip / ((float)norm + 1e-6f));
+      coef = zs__clip_coef(c->grad_clip, norm);
     }
     for (int w = 0; w < W; w++) record_staleness(ps, 0);
     ZS_CHECK(apply(ps, ps->acc, t, t, 1.0f, (float)(1.0 / (double)W * coef)));

@@ -1,11 +1,10 @@
 /* The cpu device's tensor-parallel compute: plain C loops run by the stream's
- * worker in stream order (zs__device_enqueue_work), between the collectives that
- * tp_vocab.c queues on the same stream. A heap task carries copies of the
- * arguments and frees itself; the NULL stream runs it at once. Sums are in
- * double, so the results are the float64 reference's rounded to fp32. The ids
- * were checked on the host before (host_checks_ids). */
+ * worker in stream order (zs__device_enqueue_work_copy: each call's arguments
+ * travel as a heap copy), between the collectives that tp_vocab.c queues on the
+ * same stream; the NULL stream runs them at once. Sums are in double, so the
+ * results are the float64 reference's rounded to fp32. The ids were checked on
+ * the host before (host_checks_ids). */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "device/device_impl.h"
@@ -89,7 +88,7 @@ static void xent_out(const task_t *t) {
   if (t->loss) *t->loss = (float)(total * (double)t->inv_n);
 }
 
-static zs_status_t task_run(void *arg) {
+static void task_run(void *arg) {
   task_t *t = arg;
   switch (t->op) {
     case OP_LOOKUP: lookup(t); break;
@@ -98,17 +97,10 @@ static zs_status_t task_run(void *arg) {
     case OP_SUMS: xent_sums(t); break;
     case OP_OUT: xent_out(t); break;
   }
-  free(t);
-  return ZS_OK;
 }
 
-static zs_status_t submit(zs_tp_t *tp, zs_stream_t *s, const task_t *src) {
-  task_t *t = malloc(sizeof *t);
-  if (!t) return ZS_FAIL(tp->err, ZS_ERR_NOMEM, "zs_tp: out of memory for a cpu task");
-  *t = *src;
-  zs_status_t st = zs__device_enqueue_work(tp->dev, s, task_run, t);
-  if (st != ZS_OK) free(t); /* not queued */
-  return st;
+static zs_status_t submit(zs_tp_t *tp, zs_stream_t *s, const task_t *t) {
+  return zs__device_enqueue_work_copy(tp->dev, s, task_run, t, sizeof *t, tp->err, "zs_tp");
 }
 
 /* ---- the backend ------------------------------------------------------------------ */

@@ -196,7 +196,9 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
  * ========================================================================== */
 
 float zs_loss_scale(const zs_engine_t *zs) { return zs ? zs->loss_scale : 1.0f; }
-int64_t zs_engine_step(const zs_engine_t *zs) { return zs ? zs->step : -1; }
+int64_t zs_engine_step_count(const zs_engine_t *zs) { return zs ? zs->step : -1; }
+/* deprecated name (engine.h) */
+int64_t zs_engine_step(const zs_engine_t *zs) { return zs_engine_step_count(zs); }
 int zs_engine_rank(const zs_engine_t *zs) { return zs ? zs->rank : -1; }
 int zs_engine_world(const zs_engine_t *zs) { return zs ? zs->world : 0; }
 int zs_engine_unit_count(const zs_engine_t *zs) { return zs ? zs->nunits : 0; }

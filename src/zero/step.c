@@ -253,9 +253,9 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
       ZS_LOG_W("step skipped on rank %d: the gradients hold inf or NaN (norm %g)", zs->rank, norm);
     }
   } else {
-    /* torch.nn.utils.clip_grad_norm_'s rule, in its fp32 arithmetic: the
-     * gradients are always multiplied by min(1, clip / (norm + 1e-6)) */
-    if (c->grad_clip > 0) coef = fminf(1.0f, c->grad_clip / ((float)norm + 1e-6f));
+    /* torch.nn.utils.clip_grad_norm_'s rule (optim.h): the gradients are
+     * always multiplied by min(1, clip / (norm + 1e-6)) */
+    coef = zs__clip_coef(c->grad_clip, norm);
     zs->step++;
     zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
                           .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
