@@ -64,7 +64,7 @@ static const zs__worker_ops_t ops = {
 
 static void test_start_stop_join(void) {
   tctx_t c = {0};
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   expect_int_eq(zs__worker_stop(&c.w), 0);
   zs__worker_join(&c.w);
   expect_int_eq(atomic_load(&c.started), 1);
@@ -76,7 +76,7 @@ static void test_fifo_and_done(void) {
   tctx_t c = {0};
   enum { N = 200 };
   static tjob_t jobs[N];
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   for (int i = 0; i < N; i++) {
     jobs[i] = (tjob_t){.id = i};
     zs__worker_push(&c.w, &jobs[i].job);
@@ -99,7 +99,7 @@ static void test_fifo_and_done(void) {
 static void test_stop_with_queued_jobs(void) {
   tctx_t c = {0};
   tjob_t block = {.id = -1}, jobs[5];
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   zs__worker_push(&c.w, &block.job);
   for (int i = 0; i < 5; i++) {
     jobs[i] = (tjob_t){.id = i};
@@ -133,7 +133,7 @@ static void test_poll_naps_and_wake(void) {
   tctx_t c = {0};
   zs__worker_ops_t slow = ops;
   slow.nap_min_ns = slow.nap_max_ns = 2000000000L; /* 2 s: a wake must cut it short */
-  assert_ok(zs__worker_start(&c.w, &slow, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &slow, &c));
   tjob_t a = {.id = 1, .polls_left = 2}, b = {.id = 2};
   zs__worker_push(&c.w, &a.job);
   while (atomic_load(&c.polls) < 1) sleep_s(1e-4);
@@ -163,7 +163,7 @@ static void test_poll_naps_and_wake(void) {
   /* the default naps: 20 polls take about 1+2+4+8+16*15 ms, well under a second
    * and well over the 20 ms that polling without naps would take */
   tctx_t d = {0};
-  assert_ok(zs__worker_start(&d.w, &ops, &d, NULL));
+  assert_ok(zs__worker_start(&d.w, &ops, &d));
   tjob_t p = {.id = 3, .polls_left = 20};
   t0 = zs__now();
   zs__worker_push(&d.w, &p.job);
@@ -181,7 +181,7 @@ static void test_poll_naps_and_wake(void) {
 /* An idle worker sleeps on its condvar and starts a pushed job at once. */
 static void test_idle_wake_latency(void) {
   tctx_t c = {0};
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   double worst = 0;
   for (int i = 0; i < 20; i++) {
     sleep_s(0.01); /* asleep */
@@ -201,7 +201,7 @@ static void test_idle_wake_latency(void) {
 /* wait_locked with a timeout returns; notify wakes a waiter. */
 static void test_wait_timeout(void) {
   tctx_t c = {0};
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   zs__worker_lock(&c.w);
   double t0 = zs__now();
   zs__worker_wait_locked(&c.w, 0.05);
@@ -216,13 +216,12 @@ static void test_wait_timeout(void) {
 /* pthread_create failing (ZS_FAULT_THREAD): an error, nothing to undo. */
 static void test_start_failure(void) {
   tctx_t c = {0};
-  char err[ZS_ERRBUF] = "";
   zs__fault_arm(ZS_FAULT_THREAD, 0, 1);
-  expect_status(zs__worker_start(&c.w, &ops, &c, err), ZS_ERR_NOMEM);
-  expect_str_contains(err, "could not start the test worker");
+  expect_status(zs__worker_start(&c.w, &ops, &c), ZS_ERR_NOMEM);
+  expect_str_contains(zs_last_error(), "could not start the test worker");
   expect_int_eq(atomic_load(&c.started), 0);
   /* the next start works */
-  assert_ok(zs__worker_start(&c.w, &ops, &c, NULL));
+  assert_ok(zs__worker_start(&c.w, &ops, &c));
   zs__worker_stop(&c.w);
   zs__worker_join(&c.w);
   expect_int_eq(atomic_load(&c.started), 1);

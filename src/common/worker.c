@@ -64,7 +64,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-zs_status_t zs__worker_start(zs__worker_t *w, const zs__worker_ops_t *ops, void *ctx, char *err) {
+zs_status_t zs__worker_start(zs__worker_t *w, const zs__worker_ops_t *ops, void *ctx) {
   memset(w, 0, sizeof *w);
   w->ops = ops;
   w->ctx = ctx;
@@ -80,7 +80,7 @@ zs_status_t zs__worker_start(zs__worker_t *w, const zs__worker_ops_t *ops, void 
   pthread_cond_destroy(&w->cv_done);
   pthread_cond_destroy(&w->cv_work);
   pthread_mutex_destroy(&w->mu);
-  return ZS_FAIL(err, ZS_ERR_NOMEM, "could not start %s: %s", ops->name, strerror(rc));
+  return zs__fail_quiet(NULL, ZS_ERR_NOMEM, "could not start %s: %s", ops->name, strerror(rc));
 }
 
 int zs__worker_stop(zs__worker_t *w) {
@@ -98,6 +98,8 @@ void zs__worker_join(zs__worker_t *w) {
   pthread_cond_destroy(&w->cv_work);
   pthread_mutex_destroy(&w->mu);
 }
+
+void zs__worker_detach(zs__worker_t *w) { pthread_detach(w->thread); }
 
 void zs__worker_push_locked(zs__worker_t *w, zs__job_t *job) {
   job->next = NULL;

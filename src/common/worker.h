@@ -62,15 +62,18 @@ typedef struct {
 } zs__worker_t;
 
 /* Initialises w and starts its thread. On failure (pthread_create, or the
- * ZS_FAULT_THREAD fault) nothing is left to undo: ZS_ERR_NOMEM with
- * "could not start <ops->name>: <reason>" in err (may be NULL) and the last
- * error. ops must outlive the worker. */
-zs_status_t zs__worker_start(zs__worker_t *w, const zs__worker_ops_t *ops, void *ctx, char *err);
+ * ZS_FAULT_THREAD fault) nothing is left to undo: ZS_ERR_NOMEM, and the last
+ * error (not logged: the owner reports it with its own prefix) says "could not
+ * start <ops->name>: <reason>". ops must outlive the worker. */
+zs_status_t zs__worker_start(zs__worker_t *w, const zs__worker_ops_t *ops, void *ctx);
 /* Asks the worker to exit once the queue is empty (queued jobs still run).
  * Returns whether a job was running at that moment. */
 int zs__worker_stop(zs__worker_t *w);
 /* Joins a stopped worker and destroys its mutex and condvars. */
 void zs__worker_join(zs__worker_t *w);
+/* Instead of join, for a worker stuck in a job that never returns: detaches
+ * it; w and whatever the job uses must then stay allocated (leaked). */
+void zs__worker_detach(zs__worker_t *w);
 
 static inline void zs__worker_lock(zs__worker_t *w) { pthread_mutex_lock(&w->mu); }
 static inline void zs__worker_unlock(zs__worker_t *w) { pthread_mutex_unlock(&w->mu); }
