@@ -210,6 +210,25 @@ static void test_int_count_limit(void) {
   expect_u64_eq(st.calls[ZS_COLL_ALL_TO_ALL], 0);
 }
 
+/* A progress thread that cannot start (ZS_FAULT_THREAD, common/worker.h),
+ * armed alike on every rank: the split fails on every rank with nothing left
+ * behind; the next split works. */
+static void test_split_thread_fault(void) {
+  zs_comm_t *c = (zs_comm_t *)1;
+  zs_log_level_t lvl = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 1);
+  expect_status(zs_comm_split(E.comm, 0, E.rank, &c), ZS_ERR_NOMEM);
+  zs_log_set_level(lvl);
+  expect_str_contains(zs_last_error(), "could not start the progress thread");
+  expect_true(c == NULL);
+  assert_ok(zs_comm_split(E.comm, 0, E.rank, &c));
+  float x = 1.0f;
+  expect_ok(zs_comm_all_reduce(c, &x, &x, 1, ZS_FP32, ZS_SUM, NULL));
+  expect_near(x, E.size, 0, 0);
+  zs_comm_destroy(c);
+}
+
 /* Abort is local: afterwards every call fails at once, on any stream, and the
  * async error says why; destroy still works. */
 static void test_abort(void) {
@@ -517,6 +536,7 @@ int main(void) {
   tc_run_all();
   zs_test_run(test_int_count_limit);
   zs_test_run(test_abort);
+  zs_test_run(test_split_thread_fault);
   zs_test_run(test_ring_default);
 
   /* every check again with every reduce_scatter and all_reduce on the ring */

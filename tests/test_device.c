@@ -762,6 +762,57 @@ static void test_threads(void) {
   zs_device_destroy(dev);
 }
 
+/* A worker thread that cannot start (ZS_FAULT_THREAD, common/worker.h): the
+ * stream or device is not made, the call says why, nothing is left behind
+ * (the ASan build checks the last part). */
+static void test_thread_fault(void) {
+  zs_device_t *dev;
+  assert_ok(zs_device_create_cpu(&dev));
+  zs_stream_t *s = (zs_stream_t *)1;
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 1);
+  expect_status(zs_stream_create(dev, &s), ZS_ERR_NOMEM);
+  expect_true(s == NULL);
+  expect_str_contains(zs_last_error(), "could not start a stream worker thread");
+  expect_str_contains(zs_device_last_error(dev), "could not start a stream worker thread");
+  assert_ok(zs_stream_create(dev, &s)); /* the fault is spent */
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+
+  setenv("ZS_CPU_SHARED_HOST_THREAD", "1", 1);
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 1);
+  dev = (zs_device_t *)1;
+  expect_status(zs_device_create_cpu(&dev), ZS_ERR_NOMEM);
+  expect_true(dev == NULL);
+  expect_str_contains(zs_last_error(), "could not start the shared host thread");
+  unsetenv("ZS_CPU_SHARED_HOST_THREAD");
+}
+
+/* The spare-event pool (device_impl.h): a put event comes back from get; new
+ * ones are made when none is spare; destroy frees the spares. */
+static void test_event_pool(void) {
+  zs_device_t *dev;
+  assert_ok(zs_device_create_cpu(&dev));
+  zs__event_pool_t p;
+  zs__event_pool_init(&p, dev, 2);
+  zs_event_t *a = zs__event_pool_get(&p), *b = zs__event_pool_get(&p);
+  assert_true(a && b && a != b);
+  zs__event_pool_put(&p, a);
+  zs__event_pool_put(&p, NULL); /* nothing */
+  zs__event_pool_put(&p, b);
+  expect_int_eq(p.n, 2);
+  expect_true(zs__event_pool_get(&p) == b); /* last in, first out */
+  expect_true(zs__event_pool_get(&p) == a);
+  zs_event_t *c = zs__event_pool_get(&p); /* none spare: a new one */
+  assert_true(c && c != a && c != b);
+  zs__event_pool_put(&p, a);
+  zs__event_pool_put(&p, b);
+  zs__event_pool_put(&p, c); /* grows past first_cap */
+  expect_int_eq(p.n, 3);
+  expect_int_ge(p.cap, 3);
+  zs__event_pool_destroy(&p);
+  zs_device_destroy(dev); /* would warn about live events if the pool had kept any */
+}
+
 /* ---- arguments ------------------------------------------------------------------ */
 
 static void test_bad_args(void) {
@@ -889,6 +940,8 @@ int main(void) {
   zs_test_run(test_pageable_copies);
   zs_test_run(test_backend_pinned);
   zs_test_run(test_threads);
+  zs_test_run(test_thread_fault);
+  zs_test_run(test_event_pool);
   zs_test_run(test_bad_args);
   return zs_test_finish();
 }

@@ -533,6 +533,35 @@ static void test_pinned_reserved(void) {
   zs_engine_destroy(zs);
 }
 
+/* A worker thread that cannot start (ZS_FAULT_THREAD, common/worker.h), armed
+ * alike on every rank: zs_engine_create with offload starts 4 (three stream
+ * workers, the converter) and fails at each with nothing left behind (the
+ * ASan build checks that); setup with the delayed update starts its optimizer
+ * thread and fails the same way. */
+static void test_thread_fault(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  c.offload_optimizer = ZS_OFFLOAD_CPU;
+  c.delayed_param_update = 1;
+  zs_engine_t *zs = NULL;
+  for (int k = 0; k < 4; k++) {
+    zs__fault_arm(ZS_FAULT_THREAD, k, 1);
+    expect_status(zs_engine_create(&zs, &c, dev, world), ZS_ERR_NOMEM);
+    expect_str_contains(zs_last_error(), "could not start");
+    expect_true(zs == NULL);
+  }
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 0);
+  int u;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){256}, 0, NULL, NULL, NULL));
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 1);
+  expect_status(zs_engine_setup(zs, NULL, NULL), ZS_ERR_NOMEM);
+  expect_str_contains(zs_last_error(), "could not start the optimizer thread");
+  zs__fault_arm(ZS_FAULT_THREAD, 0, 0);
+  zs_engine_destroy(zs);
+}
+
 /* ============================================================================
  * layout
  * ========================================================================== */
@@ -574,6 +603,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "stepcount")) zs_test_run(test_step_count_alias);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);
   if (!*only || strstr(only, "pinned")) zs_test_run(test_pinned_reserved);
+  if (!*only || strstr(only, "threadfault")) zs_test_run(test_thread_fault);
   if (!*only || strstr(only, "mpnorm")) zs_test_run(test_model_parallel_norm);
   if (!*only || strstr(only, "bf16accum")) zs_test_run(test_bf16_accum_rounds_once);
   int rc = zs_test_finish();

@@ -169,6 +169,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   ctx->spin_p2p = spin[1];
   ctx->spin_idle = spin[2];
   pthread_mutex_init(&ctx->stage_mu, NULL);
+  zs__event_pool_init(&ctx->ready_pool, dev, 16);
   for (int h = 0; h < 2; h++) {
     ctx->half_type[h] = MPI_DATATYPE_NULL;
     for (int o = 0; o < NHALF_OPS; o++) ctx->half_op[h][o] = MPI_OP_NULL;
@@ -183,14 +184,11 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
     for (int o = 0; o < NHALF_OPS; o++)
       if ((rc = MPI_Op_create(half_fns[h][o], 1, &ctx->half_op[h][o])) != MPI_SUCCESS) goto mpi_error;
   }
-  pthread_mutex_init(&ctx->mu, NULL);
-  pthread_cond_init(&ctx->cv_work, NULL);
-  pthread_cond_init(&ctx->cv_done, NULL);
   ZS_CHECK_GOTO(zs__flag_create(dev, &ctx->flag), st, fail_sync);
   ZS_CHECK_GOTO(zs__comm_wrap(out, &mpi_iface, ctx, dev, ctx->rank, ctx->size), st, fail_sync);
   ctx->comm = *out;
-  if ((rc = pthread_create(&ctx->thread, NULL, zs__mpi_progress_main, ctx)) != 0) {
-    st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "mpi comm: could not start the progress thread: %s", strerror(rc));
+  if ((st = zs__worker_start(&ctx->wk, &zs__mpi_progress_ops, ctx)) != ZS_OK) {
+    st = ZS_FAIL(NULL, st, "mpi comm: %s", zs_last_error());
     pthread_mutex_destroy(&(*out)->stats_mu);
     free(*out);
     *out = NULL;
@@ -215,12 +213,10 @@ mpi_error: {
 }
 fail_sync:
   zs__flag_destroy(dev, ctx->flag);
-  pthread_cond_destroy(&ctx->cv_done);
-  pthread_cond_destroy(&ctx->cv_work);
-  pthread_mutex_destroy(&ctx->mu);
 fail:
   ctx_free_mpi_objects(ctx);
   MPI_Comm_free(&ctx->mc);
+  zs__event_pool_destroy(&ctx->ready_pool);
   pthread_mutex_destroy(&ctx->stage_mu);
   free(ctx);
   return st;
@@ -228,13 +224,14 @@ fail:
 
 static void mpi_destroy(void *vctx) {
   mpi_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
-  while (ctx->head || ctx->waiters) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
-  ctx->stop = 1;
-  pthread_cond_broadcast(&ctx->cv_work);
-  pthread_mutex_unlock(&ctx->mu);
-  pthread_join(ctx->thread, NULL);
-  zs__family_leave(&ctx->fm); /* no notice reaches the comm after this */
+  zs__worker_lock(&ctx->wk);
+  while (zs__worker_busy_locked(&ctx->wk) || ctx->waiters) zs__worker_wait_locked(&ctx->wk, -1);
+  zs__worker_unlock(&ctx->wk);
+  zs__worker_stop(&ctx->wk);
+  /* no notice reaches the comm after this; until then one may take wk.mu, so
+   * the worker (which has nothing left to run) is joined after it */
+  zs__family_leave(&ctx->fm);
+  zs__worker_join(&ctx->wk);
   zs__mpi_queue_free(ctx);
   pthread_mutex_destroy(&ctx->stage_mu);
   /* every op is done, so every stream wait on the flag can complete: the flag
@@ -260,9 +257,6 @@ static void mpi_destroy(void *vctx) {
              ctx->rank, outstanding);
   else
     MPI_Comm_free(&ctx->mc);
-  pthread_cond_destroy(&ctx->cv_done);
-  pthread_cond_destroy(&ctx->cv_work);
-  pthread_mutex_destroy(&ctx->mu);
   free(ctx);
 
   pthread_mutex_lock(&g_mu);
@@ -287,19 +281,16 @@ static zs_status_t queue_split(mpi_ctx_t *ctx, int color, int key, MPI_Comm *new
     return zs__mpi_broken_status(ctx, "zs_comm_split");
   }
   /* the progress thread runs it in FIFO order with the queued ops; we wait */
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   op->seq = ++ctx->seq;
-  if (ctx->tail) ctx->tail->next = op;
-  else ctx->head = op;
-  ctx->tail = op;
+  zs__worker_push_locked(&ctx->wk, &op->job);
   ctx->waiters++;
-  pthread_cond_broadcast(&ctx->cv_work);
-  while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
+  while (!op->done) zs__worker_wait_locked(&ctx->wk, -1);
   zs_status_t st = op->st;
   *newcomm = op->newcomm;
   free(op);
-  if (--ctx->waiters == 0) pthread_cond_broadcast(&ctx->cv_done);
-  pthread_mutex_unlock(&ctx->mu);
+  if (--ctx->waiters == 0) zs__worker_notify_locked(&ctx->wk);
+  zs__worker_unlock(&ctx->wk);
   return st;
 }
 

@@ -14,6 +14,7 @@
 
 #include "comm/comm_impl.h"
 #include "comm/mpi_family.h"
+#include "common/worker.h"
 #include "device/device_impl.h"
 #include "memory/memory.h"
 
@@ -22,7 +23,7 @@ typedef struct mpi_ctx mpi_ctx_t;
 typedef enum { OP_COLL, OP_SPLIT } op_type_t;
 
 typedef struct mpi_op {
-  struct mpi_op *next; /* FIFO */
+  zs__job_t job;    /* first: the progress thread's FIFO */
   mpi_ctx_t *ctx;
   op_type_t type;
   zs__coll_args_t a; /* a.v is NULL here: all_to_all_v's arrays are in a2av */
@@ -34,7 +35,7 @@ typedef struct mpi_op {
   zs_event_t *ready;/* recorded on the call's stream: its inputs are ready (NULL: now) */
   int waiter;       /* a caller thread waits for it and frees it (NULL stream, split) */
   int done;
-  zs_status_t st;
+  zs_status_t st;   /* the progress thread's result */
 } mpi_op_t;
 
 /* One staged call's pinned buffers; reused by a later call of the same sizes
@@ -74,17 +75,14 @@ struct mpi_ctx {
   MPI_Datatype half_type[2];          /* bf16, fp16: 2 contiguous bytes */
   MPI_Op half_op[2][NHALF_OPS];
 
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* progress thread: an op arrived, or stop/abort */
-  pthread_cond_t cv_done; /* waiters: an op finished; destroy: waiters fell */
-  mpi_op_t *head, *tail;
+  /* the progress thread and its FIFO of ops; wk.mu ("mu" below) also guards
+   * seq, waiters, broken_msg; its done condvar wakes waiters (an op finished)
+   * and destroy (waiters fell, the FIFO drained) */
+  zs__worker_t wk;
   uint32_t seq;       /* ops queued so far (guarded by mu) */
   int waiters;        /* caller threads waiting for an op (destroy waits for them) */
   zs__flag_t *flag;   /* raised to an op's seq when it is done: streams wait on it */
-  zs_event_t **spare_events; /* `ready` events for reuse (guarded by mu) */
-  int nspare, spare_cap;
-  int stop;
+  zs__event_pool_t ready_pool; /* `ready` events for reuse */
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
@@ -158,7 +156,7 @@ zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const 
 /* Host scratch counted as ZS_MEM_COMM in the device domain while an op runs. */
 void *zs__mpi_scratch_alloc(mpi_ctx_t *ctx, size_t bytes);
 void zs__mpi_scratch_free(mpi_ctx_t *ctx, void *p, size_t bytes);
-/* Caller holds ctx->mu. The first failure wins: 1 if this was it. */
+/* Caller holds ctx->wk.mu. The first failure wins: 1 if this was it. */
 int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
 /* An op failed on this rank by itself (a timeout, an MPI error): breaks the
  * comm and, if that was its first failure, tells the comm's other ranks
@@ -166,8 +164,8 @@ int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
 void zs__mpi_break(mpi_ctx_t *ctx, zs_status_t st, const char *msg);
 /* zs__fam_member_t.on_notice: breaks the comm (the family's mutex held). */
 void zs__mpi_on_notice(void *vctx, zs_status_t st, const char *msg);
-/* The progress thread: takes ops in FIFO order and runs them. */
-void *zs__mpi_progress_main(void *arg);
+/* The progress thread's jobs: ops in FIFO order (ctx: the mpi_ctx_t). */
+extern const zs__worker_ops_t zs__mpi_progress_ops;
 
 /* ---- mpi_ring.c ---- */
 

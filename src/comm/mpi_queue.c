@@ -16,48 +16,23 @@
  * thread), no host thread but the progress thread waits. On the NULL stream the
  * caller is the stream: it waits for the op itself. */
 
-static zs_event_t *ready_get(mpi_ctx_t *ctx) {
-  zs_event_t *ev = NULL;
-  pthread_mutex_lock(&ctx->mu);
-  if (ctx->nspare) ev = ctx->spare_events[--ctx->nspare];
-  pthread_mutex_unlock(&ctx->mu);
-  if (!ev && zs_event_create(ctx->dev, &ev) != ZS_OK) ev = NULL;
-  return ev;
-}
-
-/* Caller holds ctx->mu. */
-static void ready_put_locked(mpi_ctx_t *ctx, zs_event_t *ev) {
-  if (!ev) return;
-  if (ctx->nspare == ctx->spare_cap) {
-    int cap = ctx->spare_cap ? 2 * ctx->spare_cap : 16;
-    zs_event_t **n = realloc(ctx->spare_events, (size_t)cap * sizeof *n);
-    if (!n) {
-      zs_event_destroy(ctx->dev, ev);
-      return;
-    }
-    ctx->spare_events = n;
-    ctx->spare_cap = cap;
-  }
-  ctx->spare_events[ctx->nspare++] = ev;
-}
-
 void zs__mpi_op_finish(mpi_ctx_t *ctx, mpi_op_t *op, zs_status_t st) {
-  /* caller holds ctx->mu */
+  /* caller holds ctx->wk.mu */
   op->st = st;
   op->done = 1;
   zs__flag_set(ctx->dev, ctx->flag, op->seq, st, st != ZS_OK ? ctx->broken_msg : NULL);
-  ready_put_locked(ctx, op->ready);
+  zs__event_pool_put(&ctx->ready_pool, op->ready);
   op->ready = NULL;
-  if (op->waiter) pthread_cond_broadcast(&ctx->cv_done);
+  if (op->waiter) zs__worker_notify_locked(&ctx->wk);
   else free(op);
 }
 
 zs_status_t zs__mpi_broken_status(mpi_ctx_t *ctx, const char *what) {
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   zs_status_t st = (zs_status_t)atomic_load(&ctx->broken);
   char msg[ZS_ERRBUF];
   snprintf(msg, sizeof msg, "%s", ctx->broken_msg);
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_unlock(&ctx->wk);
   return ZS_FAIL(ctx->comm->err, st,
                  "%s: the comm is broken by an earlier failure (%s); destroy it", what, msg);
 }
@@ -72,48 +47,43 @@ static zs_status_t submit(mpi_ctx_t *ctx, mpi_op_t *op, zs_stream_t *s, const ch
   }
   zs_status_t st = ZS_OK;
   if (s) {
-    if (!(op->ready = ready_get(ctx))) st = ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of events", what);
+    if (!(op->ready = zs__event_pool_get(&ctx->ready_pool))) st = ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of events", what);
     else st = zs_event_record(ctx->dev, op->ready, s);
     if (st != ZS_OK) {
       /* nothing queued yet: this call simply did not happen */
-      pthread_mutex_lock(&ctx->mu);
-      ready_put_locked(ctx, op->ready);
-      pthread_mutex_unlock(&ctx->mu);
+      zs__event_pool_put(&ctx->ready_pool, op->ready);
       free(op);
       return ZS_FAIL(ctx->comm->err, st, "%s: ordering the call on its stream failed: %s", what, zs_last_error());
     }
   }
   op->waiter = !s;
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   op->seq = ++ctx->seq;
-  if (ctx->tail) ctx->tail->next = op;
-  else ctx->head = op;
-  ctx->tail = op;
+  zs__worker_push_locked(&ctx->wk, &op->job);
   if (op->waiter) ctx->waiters++;
-  pthread_cond_broadcast(&ctx->cv_work);
   uint32_t seq = op->seq;
   if (op->waiter) {
     zs__device_wait_begin(ctx->dev);
-    while (!op->done) pthread_cond_wait(&ctx->cv_done, &ctx->mu);
+    while (!op->done) zs__worker_wait_locked(&ctx->wk, -1);
     zs__device_wait_end(ctx->dev);
     st = op->st;
     char msg[ZS_ERRBUF];
     if (st != ZS_OK) snprintf(msg, sizeof msg, "%s", ctx->broken_msg[0] ? ctx->broken_msg : "mpi comm op failed");
     free(op);
-    if (--ctx->waiters == 0) pthread_cond_broadcast(&ctx->cv_done);
-    pthread_mutex_unlock(&ctx->mu);
+    if (--ctx->waiters == 0) zs__worker_notify_locked(&ctx->wk);
+    zs__worker_unlock(&ctx->wk);
     if (st != ZS_OK) return ZS_FAIL(ctx->comm->err, st, "%s failed: %s", what, msg);
     return ZS_OK;
   }
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_unlock(&ctx->wk);
   /* from here the progress thread owns op */
   st = zs__stream_wait_flag(ctx->dev, s, ctx->flag, seq);
   if (st != ZS_OK) {
     /* the stream would run on before the op is done: the comm's order is
      * kept (the op runs), but its results cannot be trusted: break the comm */
-    pthread_mutex_lock(&ctx->mu);
+    zs__worker_lock(&ctx->wk);
     zs__mpi_set_broken(ctx, st, "a stream could not be made to wait for a comm op");
-    pthread_mutex_unlock(&ctx->mu);
+    zs__worker_unlock(&ctx->wk);
     return ZS_FAIL(ctx->comm->err, st, "%s: making the stream wait for the op failed: %s", what, zs_last_error());
   }
   return ZS_OK;
@@ -286,10 +256,7 @@ void zs__mpi_queue_free(mpi_ctx_t *ctx) {
     staging_free(ctx, g);
   }
   ctx->spare_stagings = NULL;
-  for (int i = 0; i < ctx->nspare; i++) zs_event_destroy(ctx->dev, ctx->spare_events[i]);
-  free(ctx->spare_events);
-  ctx->spare_events = NULL;
-  ctx->nspare = ctx->spare_cap = 0;
+  zs__event_pool_destroy(&ctx->ready_pool);
 }
 
 zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) {
@@ -325,18 +292,18 @@ zs_status_t zs__mpi_async_error(void *vctx) {
   zs__family_poll(ctx->fm.fam); /* another rank's failure counts even while no op polls */
   zs_status_t st = (zs_status_t)atomic_load(&ctx->broken);
   if (st == ZS_OK) return ZS_OK;
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   zs__fail_quiet(ctx->comm->err, st, "%s", ctx->broken_msg);
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_unlock(&ctx->wk);
   return st;
 }
 
 zs_status_t zs__mpi_abort(void *vctx) {
   mpi_ctx_t *ctx = vctx;
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   zs__mpi_set_broken(ctx, ZS_ERR_COMM, "the comm was aborted (zs_comm_abort)");
-  pthread_cond_broadcast(&ctx->cv_work);
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_wake_locked(&ctx->wk);
+  zs__worker_unlock(&ctx->wk);
   return ZS_OK;
 }
 

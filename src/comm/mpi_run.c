@@ -320,7 +320,7 @@ static zs_status_t run_split(mpi_ctx_t *ctx, mpi_op_t *op) {
   return ZS_OK;
 }
 
-/* Caller holds ctx->mu. The first failure wins. */
+/* Caller holds ctx->wk.mu. The first failure wins. */
 int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
   int expected = 0, first = atomic_compare_exchange_strong(&ctx->broken, &expected, (int)st);
   if (first) snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s", msg);
@@ -331,9 +331,9 @@ int zs__mpi_set_broken(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
 void zs__mpi_break(mpi_ctx_t *ctx, zs_status_t st, const char *msg) {
   char text[ZS_ERRBUF];
   snprintf(text, sizeof text, "%s", msg);
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   int first = zs__mpi_set_broken(ctx, st, text);
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_unlock(&ctx->wk);
   if (first) zs__family_tell(&ctx->fm, st, text);
 }
 
@@ -341,12 +341,12 @@ void zs__mpi_on_notice(void *vctx, zs_status_t st, const char *msg) {
   mpi_ctx_t *ctx = vctx;
   char text[ZS_ERRBUF];
   snprintf(text, sizeof text, "mpi comm (rank %d of %d): %s", ctx->rank, ctx->size, msg);
-  pthread_mutex_lock(&ctx->mu);
+  zs__worker_lock(&ctx->wk);
   zs__mpi_set_broken(ctx, st, text);
-  pthread_mutex_unlock(&ctx->mu);
+  zs__worker_unlock(&ctx->wk);
 }
 
-/* Runs op (progress thread, ctx->mu not held). A notice that arrived since the
+/* Runs op (progress thread, ctx->wk.mu not held). A notice that arrived since the
  * last op breaks the comm before it starts; a failure of the op's own (not
  * the comm being broken already) is told to the comm's other ranks. */
 static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
@@ -362,10 +362,10 @@ static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
     }
   }
   if (atomic_load(&ctx->broken)) {
-    pthread_mutex_lock(&ctx->mu);
+    zs__worker_lock(&ctx->wk);
     zs_status_t st = zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
                                     "mpi comm is broken by an earlier failure: %s", ctx->broken_msg);
-    pthread_mutex_unlock(&ctx->mu);
+    zs__worker_unlock(&ctx->wk);
     return st;
   }
   int64_t t0 = op->type == OP_COLL && zs__trace_on() ? zs__comm_trace_begin(&op->a) : 0;
@@ -375,21 +375,23 @@ static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
   return st;
 }
 
-void *zs__mpi_progress_main(void *arg) {
-  mpi_ctx_t *ctx = arg;
+/* The progress thread (a zs__worker_t): an op stays first in the FIFO while
+ * it runs, and is finished (flag, waiter) under the lock once it is out. */
+static void progress_start(void *vctx) {
+  (void)vctx;
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: see zs__mpi_wait_req */
-  pthread_mutex_lock(&ctx->mu);
-  for (;;) {
-    while (!ctx->head && !ctx->stop) pthread_cond_wait(&ctx->cv_work, &ctx->mu);
-    mpi_op_t *op = ctx->head;
-    if (!op) break; /* stop, and nothing left */
-    pthread_mutex_unlock(&ctx->mu);
-    zs_status_t st = run_op(ctx, op);
-    pthread_mutex_lock(&ctx->mu);
-    ctx->head = op->next;
-    if (!ctx->head) ctx->tail = NULL;
-    zs__mpi_op_finish(ctx, op, st);
-  }
-  pthread_mutex_unlock(&ctx->mu);
-  return NULL;
 }
+
+static int progress_run(void *vctx, zs__job_t *job) {
+  mpi_op_t *op = (mpi_op_t *)job;
+  op->st = run_op(vctx, op);
+  return ZS__JOB_DONE;
+}
+
+static void progress_done(void *vctx, zs__job_t *job) {
+  mpi_op_t *op = (mpi_op_t *)job;
+  zs__mpi_op_finish(vctx, op, op->st);
+}
+
+const zs__worker_ops_t zs__mpi_progress_ops = {
+    .name = "the progress thread", .start = progress_start, .run = progress_run, .done = progress_done};

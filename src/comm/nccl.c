@@ -410,9 +410,9 @@ zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) 
   zs__nccl_device_leave(ctx->ordinal, prev);
   if (*told) zs__family_tell(&ctx->fm, st, told); /* without mu: the family's lock comes first */
   if (st != ZS_OK) {
-    pthread_mutex_lock(&ctx->wmu);
+    zs__worker_lock(&ctx->wk);
     zs__nccl_watch_recycle(ctx, w);
-    pthread_mutex_unlock(&ctx->wmu);
+    zs__worker_unlock(&ctx->wk);
     return st;
   }
   zs__nccl_watch_push(ctx, w);

@@ -57,15 +57,12 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__fam
   }
   ctx->ordinal = cudev;
   pthread_mutex_init(&ctx->mu, NULL);
-  pthread_mutex_init(&ctx->wmu, NULL);
   pthread_mutex_init(&ctx->bmu, NULL);
-  pthread_cond_init(&ctx->wcv, NULL);
   zs_status_t st = zs__comm_wrap(out, &nccl_iface, ctx, dev, ctx->rank, ctx->size);
-  int rc = 0;
   if (st == ZS_OK) {
     ctx->comm = *out;
-    rc = pthread_create(&ctx->watchdog, NULL, zs__nccl_watchdog_main, ctx);
-    if (rc == 0) {
+    st = zs__worker_start(&ctx->wk, &zs__nccl_watch_ops, ctx);
+    if (st == ZS_OK) {
       /* the watchdog reads fm only for an op, which comes after we return */
       ctx->fm.ctx = ctx;
       ctx->fm.on_notice = zs__nccl_on_notice;
@@ -74,14 +71,12 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__fam
       zs__family_join(fam, &ctx->fm, id, fam_rank);
       return ZS_OK;
     }
-    st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "nccl comm: could not start the watchdog thread: %s", strerror(rc));
+    st = ZS_FAIL(NULL, st, "nccl comm: %s", zs_last_error());
     pthread_mutex_destroy(&(*out)->stats_mu);
     free(*out);
     *out = NULL;
   }
-  pthread_cond_destroy(&ctx->wcv);
   pthread_mutex_destroy(&ctx->bmu);
-  pthread_mutex_destroy(&ctx->wmu);
   pthread_mutex_destroy(&ctx->mu);
   free(fam_rank);
   free(ctx);
@@ -93,10 +88,10 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__fam
  * started ones) breaks and aborts the comm, after which the list drains at once. */
 static void drain(nccl_ctx_t *ctx) {
   double deadline = zs__nccl_deadline_after(ctx->limit);
-  pthread_mutex_lock(&ctx->wmu);
-  while (ctx->head) {
+  zs__worker_lock(&ctx->wk);
+  while (zs__worker_busy_locked(&ctx->wk)) {
     if (deadline > 0 && zs__now() > deadline) {
-      pthread_mutex_unlock(&ctx->wmu);
+      zs__worker_unlock(&ctx->wk);
       char msg[ZS_ERRBUF];
       snprintf(msg, sizeof msg,
                "nccl comm (rank %d of %d): zs_comm_destroy: queued operations did not finish within "
@@ -105,25 +100,20 @@ static void drain(nccl_ctx_t *ctx) {
       ZS_LOG_W("%s", msg);
       zs__nccl_set_broken(ctx, ZS_ERR_TIMEOUT, msg);
       zs__nccl_do_abort(ctx);
-      pthread_mutex_lock(&ctx->wmu);
+      zs__worker_lock(&ctx->wk);
       deadline = 0; /* aborted: the watchdog now retires everything */
       continue;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 50000000L; /* wake to check the deadline every 50 ms */
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&ctx->wcv, &ctx->wmu, &until);
+    zs__worker_wait_locked(&ctx->wk, 0.05); /* wake to check the deadline every 50 ms */
   }
-  ctx->stop = 1;
-  pthread_cond_broadcast(&ctx->wcv);
-  pthread_mutex_unlock(&ctx->wmu);
+  zs__worker_unlock(&ctx->wk);
+  zs__worker_stop(&ctx->wk);
 }
 
 static void nccl_destroy(void *vctx) {
   nccl_ctx_t *ctx = vctx;
   drain(ctx);
-  pthread_join(ctx->watchdog, NULL);
+  zs__worker_join(&ctx->wk);
   zs__family_leave(&ctx->fm); /* no notice aborts the NCCL comm under the teardown below */
 
   int prev = zs__nccl_device_enter(ctx->ordinal);
@@ -161,9 +151,7 @@ static void nccl_destroy(void *vctx) {
     }
   }
   zs__nccl_device_leave(ctx->ordinal, prev);
-  pthread_cond_destroy(&ctx->wcv);
   pthread_mutex_destroy(&ctx->bmu);
-  pthread_mutex_destroy(&ctx->wmu);
   pthread_mutex_destroy(&ctx->mu);
   free(ctx);
 }

@@ -18,6 +18,7 @@
 #include "device/cuda_checks.h"
 #include "comm/comm_impl.h"
 #include "comm/mpi_impl.h" // defines: zs__mpi_poll
+#include "common/worker.h"
 #include "device/device_impl.h"
 #include "trace/trace_impl.h" // defines: zs__trace_on, zs_trace_now_us
 #include "zeroshard/nccl.h"
@@ -29,9 +30,10 @@
 enum { ABORT_GRACE_S = 5 }; /* how long an abort waits for a thread blocked inside NCCL */
 
 typedef struct watch {
-  struct watch *next;
+  zs__job_t job;      /* first: the watchdog's FIFO */
+  struct watch *next; /* a spare list, or the watchdog's batch of traced calls that ended */
   cudaEvent_t start, end; /* timing events when `timed` (a traced call's), else without timing */
-  int started, timed;
+  int started, timed, ok; /* ok: it ended without error (watchdog) */
   double t0;
   zs_coll_kind_t kind;
   zs__coll_args_t a; /* timed: the call, for its trace event (v cleared) */
@@ -50,11 +52,12 @@ typedef struct {
   ncclComm_t split_out; /* ncclCommSplit's result, which NCCL's thread writes (under mu) */
 
   pthread_mutex_t mu;      /* the NCCL comm, barrier_buf, split_out */
-  pthread_mutex_t wmu;     /* the watch list */
-  pthread_cond_t wcv;      /* watchdog: work arrived or stop; destroy: list drained */
-  watch_t *head, *tail, *spare, *spare_timed;
-  int stop;
-  pthread_t watchdog;
+  /* the watchdog and its FIFO of watch entries (a polling worker: it naps 1 ms
+   * doubling to 16 ms while the first stays unfinished); wk.mu ("wmu" below)
+   * also guards the spare lists */
+  zs__worker_t wk;
+  watch_t *spare, *spare_timed;
+  watch_t *tbatch, **tbtail; /* the watchdog's: traced calls that ended, for their trace events */
   atomic_int broken;       /* the first failure's status (0: none) */
   pthread_mutex_t bmu;     /* broken_msg, and setting broken */
   char broken_msg[ZS_ERRBUF];
@@ -103,7 +106,7 @@ void zs__nccl_on_notice(void *vctx, zs_status_t st, const char *msg);
 
 void zs__nccl_watch_recycle(nccl_ctx_t *ctx, watch_t *w);
 ncclResult_t zs__nccl_peek_async(nccl_ctx_t *ctx);
-void *zs__nccl_watchdog_main(void *arg);
+extern const zs__worker_ops_t zs__nccl_watch_ops; /* the watchdog's jobs (ctx: the nccl_ctx_t) */
 zs_status_t zs__nccl_watch_get(nccl_ctx_t *ctx, int timed, watch_t **out);
 void zs__nccl_watch_push(nccl_ctx_t *ctx, watch_t *w);
 

@@ -68,12 +68,12 @@ static void trace_batch(nccl_ctx_t *ctx, watch_t *batch) {
     int64_t t0 = ref - (int64_t)(s_ms * 1000.0 + 0.5), t1 = ref - (int64_t)(e_ms * 1000.0 + 0.5);
     zs__comm_trace_event(&w->a, ctx->size, t0, t1);
   }
-  pthread_mutex_lock(&ctx->wmu);
+  zs__worker_lock(&ctx->wk);
   for (watch_t *w = batch, *next; w; w = next) {
     next = w->next;
     zs__nccl_watch_recycle(ctx, w);
   }
-  pthread_mutex_unlock(&ctx->wmu);
+  zs__worker_unlock(&ctx->wk);
 }
 
 /* The state NCCL reports for the comm, if nobody holds it (a caller polling an
@@ -86,103 +86,98 @@ ncclResult_t zs__nccl_peek_async(nccl_ctx_t *ctx) {
   return ar;
 }
 
-void *zs__nccl_watchdog_main(void *arg) {
-  nccl_ctx_t *ctx = arg;
+static void watch_start(void *vctx) {
+  nccl_ctx_t *ctx = vctx;
   cudaSetDevice(ctx->ordinal);
+  ctx->tbatch = NULL, ctx->tbtail = &ctx->tbatch;
+}
+
+/* Before the watchdog naps or sleeps: the trace events of the calls that ended
+ * (before the list counts as drained, so destroy finds them written). */
+static void watch_idle(void *vctx) {
+  nccl_ctx_t *ctx = vctx;
+  if (!ctx->tbatch) return;
+  trace_batch(ctx, ctx->tbatch);
+  ctx->tbatch = NULL, ctx->tbtail = &ctx->tbatch;
+}
+
+/* Polls the first op (wmu not held): ZS__JOB_AGAIN while it runs. */
+static int watch_run(void *vctx, zs__job_t *job) {
+  nccl_ctx_t *ctx = vctx;
+  watch_t *w = (watch_t *)job;
   const double limit = ctx->limit;
-  long pause = 1000000; /* ns between polls of an unfinished op: 1 ms doubling to 16 ms */
-  watch_t *batch = NULL, **btail = &batch; /* traced ops that ended, for trace_batch */
-  pthread_mutex_lock(&ctx->wmu);
-  for (;;) {
-    if (!ctx->head && batch) { /* their events before the list counts as drained */
-      pthread_mutex_unlock(&ctx->wmu);
-      trace_batch(ctx, batch);
-      batch = NULL, btail = &batch;
-      pthread_mutex_lock(&ctx->wmu);
-      continue;
+  int done = 0, ok = 0;
+  if (!w->started && cudaEventQuery(w->start) == cudaSuccess) {
+    w->started = 1;
+    w->t0 = zs__now();
+  }
+  if (w->started) {
+    cudaError_t q = cudaEventQuery(w->end);
+    if (q != cudaSuccess && q != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
+    done = q != cudaErrorNotReady;
+    ok = q == cudaSuccess;
+  }
+  if (!done) zs__family_poll(ctx->fm.fam); /* another rank's notice aborts the comm (on_notice) */
+  if (!done && !atomic_load(&ctx->broken)) {
+    ncclResult_t ar = zs__nccl_peek_async(ctx);
+    char msg[ZS_ERRBUF];
+    zs_status_t st = ZS_OK;
+    if (ar != ncclSuccess && ar != ncclInProgress) {
+      snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s; the NCCL comm was "
+               "aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
+      st = ZS_ERR_COMM;
+    } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
+      snprintf(msg, sizeof msg,
+               "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
+               "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
+               ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
+      st = ZS_ERR_TIMEOUT;
     }
-    if (!ctx->head) {
-      pthread_cond_broadcast(&ctx->wcv); /* destroy may wait for the list to drain */
-      if (ctx->stop) break;
-      pthread_cond_wait(&ctx->wcv, &ctx->wmu);
-      pause = 1000000;
-      continue;
-    }
-    watch_t *w = ctx->head;
-    pthread_mutex_unlock(&ctx->wmu);
-
-    int done = 0, ok = 0;
-    if (!w->started && cudaEventQuery(w->start) == cudaSuccess) {
-      w->started = 1;
-      w->t0 = zs__now();
-    }
-    if (w->started) {
-      cudaError_t q = cudaEventQuery(w->end);
-      if (q != cudaSuccess && q != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
-      done = q != cudaErrorNotReady;
-      ok = q == cudaSuccess;
-    }
-    if (!done) zs__family_poll(ctx->fm.fam); /* another rank's notice aborts the comm (on_notice) */
-    if (!done && !atomic_load(&ctx->broken)) {
-      ncclResult_t ar = zs__nccl_peek_async(ctx);
-      char msg[ZS_ERRBUF];
-      zs_status_t st = ZS_OK;
-      if (ar != ncclSuccess && ar != ncclInProgress) {
-        snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): asynchronous error in %s: %s; the NCCL comm was "
-                 "aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), ncclGetErrorString(ar));
-        st = ZS_ERR_COMM;
-      } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
-        snprintf(msg, sizeof msg,
-                 "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
-                 "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
-                 ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
-        st = ZS_ERR_TIMEOUT;
-      }
-      if (st != ZS_OK) {
-        ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
-        int first = zs__nccl_set_broken(ctx, st, msg);
-        zs__nccl_do_abort(ctx);
-        if (first) zs__family_tell(&ctx->fm, st, msg); /* the comm's other ranks stop waiting too */
-      }
-    }
-    /* after an abort the kernels end and the events complete; don't wait on them */
-    if (atomic_load(&ctx->aborted)) done = 1, ok = 0;
-
-    pthread_mutex_lock(&ctx->wmu);
-    if (done) {
-      ctx->head = w->next;
-      if (!ctx->head) ctx->tail = NULL;
-      if (w->timed && ok) { /* its event once the ops ending with it are in */
-        w->next = NULL;
-        *btail = w;
-        btail = &w->next;
-      } else {
-        zs__nccl_watch_recycle(ctx, w);
-      }
-      pause = 1000000;
-    } else {
-      pthread_mutex_unlock(&ctx->wmu);
-      if (batch) {
-        trace_batch(ctx, batch);
-        batch = NULL, btail = &batch;
-      }
-      zs__nccl_sleep_ns(pause);
-      if (pause < 16000000) pause *= 2;
-      pthread_mutex_lock(&ctx->wmu);
+    if (st != ZS_OK) {
+      ZS_LOG_E("%s", msg); /* the caller's threads get it from the comm (not ours to write) */
+      int first = zs__nccl_set_broken(ctx, st, msg);
+      zs__nccl_do_abort(ctx);
+      if (first) zs__family_tell(&ctx->fm, st, msg); /* the comm's other ranks stop waiting too */
     }
   }
-  pthread_mutex_unlock(&ctx->wmu);
-  return NULL;
+  /* after an abort the kernels end and the events complete; don't wait on them */
+  if (atomic_load(&ctx->aborted)) done = 1, ok = 0;
+  w->ok = ok;
+  return done ? ZS__JOB_DONE : ZS__JOB_AGAIN;
 }
+
+/* An op that ended (wmu held): a traced one waits in the batch for its trace
+ * event, the others go back to their spare list. */
+static void watch_done(void *vctx, zs__job_t *job) {
+  nccl_ctx_t *ctx = vctx;
+  watch_t *w = (watch_t *)job;
+  if (w->timed && w->ok) {
+    w->next = NULL;
+    *ctx->tbtail = w;
+    ctx->tbtail = &w->next;
+  } else {
+    zs__nccl_watch_recycle(ctx, w);
+  }
+}
+
+const zs__worker_ops_t zs__nccl_watch_ops = {
+    .name = "the watchdog thread",
+    .start = watch_start,
+    .run = watch_run,
+    .done = watch_done,
+    .idle = watch_idle,
+    .nap_min_ns = 1000000,  /* ns between polls of an unfinished op: 1 ms doubling to 16 ms */
+    .nap_max_ns = 16000000,
+};
 
 /* A watch entry with its two events, timing ones if `timed` (reused from the
  * spare list of that kind). */
 zs_status_t zs__nccl_watch_get(nccl_ctx_t *ctx, int timed, watch_t **out) {
   watch_t **spare = timed ? &ctx->spare_timed : &ctx->spare;
-  pthread_mutex_lock(&ctx->wmu);
+  zs__worker_lock(&ctx->wk);
   watch_t *w = *spare;
   if (w) *spare = w->next;
-  pthread_mutex_unlock(&ctx->wmu);
+  zs__worker_unlock(&ctx->wk);
   if (!w) {
     w = calloc(1, sizeof *w);
     if (!w) return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "nccl comm: out of host memory");
@@ -202,11 +197,4 @@ zs_status_t zs__nccl_watch_get(nccl_ctx_t *ctx, int timed, watch_t **out) {
   return ZS_OK;
 }
 
-void zs__nccl_watch_push(nccl_ctx_t *ctx, watch_t *w) {
-  pthread_mutex_lock(&ctx->wmu);
-  if (ctx->tail) ctx->tail->next = w;
-  else ctx->head = w;
-  ctx->tail = w;
-  pthread_cond_broadcast(&ctx->wcv);
-  pthread_mutex_unlock(&ctx->wmu);
-}
+void zs__nccl_watch_push(nccl_ctx_t *ctx, watch_t *w) { zs__worker_push(&ctx->wk, &w->job); }

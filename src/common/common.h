@@ -147,6 +147,7 @@ typedef enum {
   ZS_FAULT_HOST_ALLOC = 0, /* zs__host_malloc */
   ZS_FAULT_DEVICE_ALLOC,   /* zs_device_alloc */
   ZS_FAULT_PINNED,         /* pinning an extent of the pinned arena */
+  ZS_FAULT_THREAD,         /* starting a worker thread (zs__worker_start) */
   ZS_FAULT_COUNT
 } zs_fault_t;
 

@@ -24,8 +24,11 @@
  * cuStreamWaitValue32 makes a CUDA stream wait; the stream's worker blocks, no
  * host function does.
  *
- * Locks: each stream's mutex guards its queue; each event's mutex guards its
- * pending markers. No thread holds two of them at once, so there is no lock
+ * Each stream's worker, and the shared host thread, is a zs__worker_t
+ * (common/worker.h): a task is the job, the stream's queue the worker's FIFO.
+ *
+ * Locks: each stream's mutex (its worker's) guards its queue; each event's
+ * mutex guards its pending markers. No thread holds two of them at once, so there is no lock
  * order to get wrong. (device.c keeps the lists of live handles.)
  */
 #include <pthread.h>
@@ -132,7 +135,10 @@ static zs_status_t cpu_event_synchronize(void *vctx, zs_event_t *ev) {
 
 /* ---- streams ----------------------------------------------------------------- */
 
-static void task_run(zs_stream_t *s, task_t *t) {
+/* The stream's worker runs each task (lock not held); stream_done frees it. */
+static int stream_run(void *vs, zs__job_t *job) {
+  zs_stream_t *s = vs;
+  task_t *t = (task_t *)job;
   switch (t->kind) {
     case TASK_COPY:
       memcpy(t->u.copy.dst, t->u.copy.src, t->u.copy.bytes);
@@ -164,40 +170,17 @@ static void task_run(zs_stream_t *s, task_t *t) {
       event_unref(t->u.mark.ev);
       break;
   }
-  free(t);
+  return ZS__JOB_DONE;
 }
 
-static void *stream_worker(void *arg) {
-  zs_stream_t *s = arg;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
-    if (!s->head) break; /* stop, and nothing left */
-    task_t *t = s->head;
-    s->head = t->next;
-    if (!s->head) s->tail = NULL;
-    s->busy = 1;
-    pthread_mutex_unlock(&s->mu);
-    task_run(s, t);
-    pthread_mutex_lock(&s->mu);
-    s->busy = 0;
-    if (!s->head) pthread_cond_broadcast(&s->cv_idle);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
+static void stream_done(void *vs, zs__job_t *job) {
+  (void)vs;
+  free(job);
 }
 
-static void stream_push(zs_stream_t *s, task_t *t) {
-  t->next = NULL;
-  pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = t;
-  else
-    s->head = t;
-  s->tail = t;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
-}
+static const zs__worker_ops_t stream_ops = {.name = "a stream worker thread", .run = stream_run, .done = stream_done};
+
+static void stream_push(zs_stream_t *s, task_t *t) { zs__worker_push(&s->wk, &t->job); }
 
 static task_t *task_new(cpu_ctx_t *ctx, task_kind_t kind) {
   task_t *t = calloc(1, sizeof *t);
@@ -213,17 +196,10 @@ static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
   zs_stream_t *s = calloc(1, sizeof *s);
   if (!s) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a stream");
   s->ctx = ctx;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv_work, NULL);
-  pthread_cond_init(&s->cv_idle, NULL);
-  int rc = pthread_create(&s->thread, NULL, stream_worker, s);
-  if (rc != 0) {
-    pthread_cond_destroy(&s->cv_idle);
-    pthread_cond_destroy(&s->cv_work);
-    pthread_mutex_destroy(&s->mu);
+  zs_status_t st = zs__worker_start(&s->wk, &stream_ops, s);
+  if (st != ZS_OK) {
     free(s);
-    return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM,
-                   "cpu device: could not start a stream worker thread: %s", strerror(rc));
+    return ZS_FAIL(ctx->dev->err, st, "cpu device: %s", zs_last_error());
   }
   *out = s;
   return ZS_OK;
@@ -232,29 +208,23 @@ static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
 /* Drains the queue (every queued task runs) and joins the worker. */
 static void cpu_stream_destroy(void *vctx, zs_stream_t *s) {
   (void)vctx;
-  pthread_mutex_lock(&s->mu);
-  s->stop = 1;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
+  zs__worker_stop(&s->wk);
+  zs__worker_join(&s->wk);
   if (s->sticky != ZS_OK)
     ZS_LOG_W("cpu device: stream destroyed with a pending error: %s: %s", zs_status_name(s->sticky),
              s->errmsg);
-  pthread_cond_destroy(&s->cv_idle);
-  pthread_cond_destroy(&s->cv_work);
-  pthread_mutex_destroy(&s->mu);
   free(s);
 }
 
 static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK; /* NULL-stream work already ran */
-  pthread_mutex_lock(&s->mu);
-  while (s->head || s->busy) pthread_cond_wait(&s->cv_idle, &s->mu);
+  zs__worker_lock(&s->wk);
+  zs__worker_drain_locked(&s->wk);
   zs_status_t st = s->sticky;
   char msg[ZS_ERRBUF];
   if (st != ZS_OK) memcpy(msg, s->errmsg, sizeof msg);
-  pthread_mutex_unlock(&s->mu);
+  zs__worker_unlock(&s->wk);
   if (st != ZS_OK)
     return zs__fail_quiet(ctx->dev->err, st, "a task on this stream failed: %s", msg);
   return ZS_OK;
@@ -336,10 +306,10 @@ static zs_status_t cpu_stream_error(void *vctx, zs_stream_t *s) {
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK;
   char msg[ZS_ERRBUF];
-  pthread_mutex_lock(&s->mu);
+  zs__worker_lock(&s->wk);
   zs_status_t st = s->sticky;
   if (st != ZS_OK) memcpy(msg, s->errmsg, sizeof msg);
-  pthread_mutex_unlock(&s->mu);
+  zs__worker_unlock(&s->wk);
   return st != ZS_OK ? zs__fail_quiet(ctx->dev->err, st, "a task on this stream failed: %s", msg) : ZS_OK;
 }
 
@@ -458,20 +428,12 @@ static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_
 static void cpu_destroy(void *vctx) {
   cpu_ctx_t *ctx = vctx;
   if (ctx->shared) {
-    pthread_mutex_lock(&ctx->hmu);
-    ctx->hstop = 1;
-    pthread_cond_broadcast(&ctx->hcv_work);
-    int stuck = ctx->running != NULL;
-    pthread_mutex_unlock(&ctx->hmu);
-    if (stuck) { /* a host function that never returns: leave it its context */
+    if (zs__worker_stop(&ctx->host)) { /* a host function that never returns: leave it its context */
       ZS_LOG_E("cpu device destroyed while a host function still runs on the shared host thread: leaked");
-      pthread_detach(ctx->host_thread);
+      zs__worker_detach(&ctx->host);
       return;
     }
-    pthread_join(ctx->host_thread, NULL);
-    pthread_cond_destroy(&ctx->hcv_done);
-    pthread_cond_destroy(&ctx->hcv_work);
-    pthread_mutex_destroy(&ctx->hmu);
+    zs__worker_join(&ctx->host);
   }
   free(ctx);
 }
@@ -518,14 +480,10 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
   v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
   ctx->limit_s = v && *v && atof(v) > 0 ? atof(v) : 60.0;
   if (ctx->shared) {
-    pthread_mutex_init(&ctx->hmu, NULL);
-    pthread_cond_init(&ctx->hcv_work, NULL);
-    pthread_cond_init(&ctx->hcv_done, NULL);
-    int rc = pthread_create(&ctx->host_thread, NULL, zs__cpu_host_main, ctx);
-    if (rc != 0) {
+    zs_status_t st = zs__worker_start(&ctx->host, &zs__cpu_host_ops, ctx);
+    if (st != ZS_OK) {
       free(ctx);
-      return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: could not start the shared host thread: %s",
-                     strerror(rc));
+      return ZS_FAIL(NULL, st, "zs_device_create_cpu: %s", zs_last_error());
     }
   }
   zs_status_t st = zs__device_wrap(out, &cpu_iface, ctx, ZS_DEVICE_CPU, 0);

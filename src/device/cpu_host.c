@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "device/cpu_impl.h"
 
@@ -13,12 +12,12 @@
 
 /* The stream's first failure wins. */
 void zs__cpu_set_sticky(zs_stream_t *s, zs_status_t st, const char *msg) {
-  pthread_mutex_lock(&s->mu);
+  zs__worker_lock(&s->wk);
   if (s->sticky == ZS_OK) {
     s->sticky = st;
     snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
   }
-  pthread_mutex_unlock(&s->mu);
+  zs__worker_unlock(&s->wk);
 }
 
 zs_status_t zs__cpu_flag_create(void *vctx, zs__flag_t **out) {
@@ -77,30 +76,22 @@ static void fn_name(const void *p, char *out, size_t n) {
   else snprintf(out, n, "%p", p);
 }
 
-void *zs__cpu_host_main(void *arg) {
-  cpu_ctx_t *ctx = arg;
-  pthread_mutex_lock(&ctx->hmu);
-  for (;;) {
-    while (!ctx->hhead && !ctx->hstop) pthread_cond_wait(&ctx->hcv_work, &ctx->hmu);
-    host_job_t *j = ctx->hhead;
-    if (!j) break;
-    ctx->hhead = j->next;
-    if (!ctx->hhead) ctx->htail = NULL;
-    j->state = 1;
-    j->started = zs__now();
-    ctx->running = j;
-    pthread_mutex_unlock(&ctx->hmu);
-    zs_status_t st = j->fn(j->arg);
-    pthread_mutex_lock(&ctx->hmu);
-    j->st = st;
-    if (st != ZS_OK) snprintf(j->msg, sizeof j->msg, "%s", zs_last_error());
-    j->state = 2;
-    ctx->running = NULL;
-    pthread_cond_broadcast(&ctx->hcv_done);
-  }
-  pthread_mutex_unlock(&ctx->hmu);
-  return NULL;
+static int host_run(void *vctx, zs__job_t *job) {
+  (void)vctx;
+  host_job_t *j = (host_job_t *)job;
+  j->st = j->fn(j->arg);
+  if (j->st != ZS_OK) snprintf(j->msg, sizeof j->msg, "%s", zs_last_error());
+  return ZS__JOB_DONE;
 }
+
+static void host_done(void *vctx, zs__job_t *job) {
+  cpu_ctx_t *ctx = vctx;
+  ((host_job_t *)job)->done = 1;
+  zs__worker_notify_locked(&ctx->host); /* its stream's worker waits for it */
+}
+
+const zs__worker_ops_t zs__cpu_host_ops = {
+    .name = "the shared host thread", .run = host_run, .done = host_done};
 
 /* On a stream's worker: runs the host function on the shared thread and waits
  * for it; gives up (the stream's sticky error) if another host function keeps
@@ -109,28 +100,20 @@ static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *
   zs_task_fn fn = t->u.call.fn;
   const void *label = t->u.call.label;
   host_job_t j = {.fn = fn, .arg = t->u.call.arg, .label = label, .discard = t->u.call.discard, .s = s};
-  pthread_mutex_lock(&ctx->hmu);
-  if (ctx->htail) ctx->htail->next = &j;
-  else ctx->hhead = &j;
-  ctx->htail = &j;
-  pthread_cond_signal(&ctx->hcv_work);
-  while (j.state != 2) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 1;
-    pthread_cond_timedwait(&ctx->hcv_done, &ctx->hmu, &ts);
-    host_job_t *r = ctx->running;
-    if (j.state != 0 || !r || zs__now() - r->started < ctx->limit_s) continue;
+  zs__worker_lock(&ctx->host);
+  zs__worker_push_locked(&ctx->host, &j.job);
+  while (!j.done) {
+    zs__worker_wait_locked(&ctx->host, 1.0);
+    double started;
+    host_job_t *r = (host_job_t *)zs__worker_running_locked(&ctx->host, &started);
+    if (j.done || !r || r == &j || zs__now() - started < ctx->limit_s) continue;
     /* still queued behind a host function that does not return: take it out */
-    host_job_t **pp = &ctx->hhead, *prev = NULL;
-    while (*pp != &j) prev = *pp, pp = &(*pp)->next;
-    *pp = j.next;
-    if (ctx->htail == &j) ctx->htail = prev;
+    zs__worker_remove_locked(&ctx->host, &j.job);
     char mine[128], theirs[128];
     fn_name(label, mine, sizeof mine);
     fn_name(r->label, theirs, sizeof theirs);
-    double ran = zs__now() - r->started;
-    pthread_mutex_unlock(&ctx->hmu);
+    double ran = zs__now() - started;
+    zs__worker_unlock(&ctx->host);
     if (j.discard) j.discard(j.arg); /* never to run: its argument goes */
     return ZS_FAIL(ctx->dev->err, ZS_ERR_STATE,
                    "cpu device (shared host thread): host function %s was not run: host function %s (another "
@@ -139,7 +122,7 @@ static zs_status_t host_fn_shared(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *
                    mine, theirs, ran, ctx->limit_s);
   }
   zs_status_t st = j.st;
-  pthread_mutex_unlock(&ctx->hmu);
+  zs__worker_unlock(&ctx->host);
   if (st != ZS_OK) zs__fail_quiet(NULL, st, "%s", j.msg); /* this thread's message for the stream */
   return st;
 }

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "common/worker.h"
 #include "device/device_impl.h"
 
 typedef struct cpu_ctx cpu_ctx_t;
@@ -12,7 +13,7 @@ typedef struct cpu_ctx cpu_ctx_t;
 typedef enum { TASK_COPY, TASK_SET, TASK_CALL, TASK_HOSTFN, TASK_RECORD, TASK_WAIT, TASK_FLAG } task_kind_t;
 
 typedef struct task {
-  struct task *next; /* stream FIFO */
+  zs__job_t job; /* first: the stream worker's FIFO */
   task_kind_t kind;
   union {
     struct {
@@ -56,12 +57,7 @@ struct zs_event {
 struct zs_stream {
   zs__handle_t h; /* first: device.c's list of live streams */
   cpu_ctx_t *ctx;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* worker: a task arrived or stop was set */
-  pthread_cond_t cv_idle; /* synchronize: the queue drained */
-  task_t *head, *tail;
-  int busy, stop;
+  zs__worker_t wk;    /* the stream's worker; wk.mu also guards sticky, errmsg */
   zs_status_t sticky; /* first failed task's status */
   char errmsg[ZS_ERRBUF];
 };
@@ -77,16 +73,15 @@ struct zs__flag {
 
 /* A host function handed to the shared host thread by a stream's worker. */
 typedef struct host_job {
-  struct host_job *next;
+  zs__job_t job; /* first: the shared host thread's FIFO */
   zs_task_fn fn;
   void *arg;
   const void *label;
   void (*discard)(void *arg);
   zs_stream_t *s;
-  int state; /* 0 queued, 1 running, 2 done */
+  int done;  /* guarded by host.mu */
   zs_status_t st;
   char msg[ZS_ERRBUF];
-  double started;
 } host_job_t;
 
 struct cpu_ctx {
@@ -94,11 +89,7 @@ struct cpu_ctx {
   /* ZS_CPU_SHARED_HOST_THREAD: one thread runs every stream's host functions */
   int shared;
   double limit_s; /* ZS_CPU_HOST_FN_LIMIT_S */
-  pthread_t host_thread;
-  pthread_mutex_t hmu;
-  pthread_cond_t hcv_work, hcv_done;
-  host_job_t *hhead, *htail, *running;
-  int hstop;
+  zs__worker_t host; /* the shared host thread */
 };
 
 /* cpu_host.c */
@@ -110,8 +101,8 @@ void zs__cpu_flag_set(void *vctx, zs__flag_t *f, uint32_t v, zs_status_t st, con
 /* Blocks until the flag reaches v (cyclic >=); its error, if any, with msg. */
 zs_status_t zs__cpu_flag_wait(zs__flag_t *f, uint32_t v, char *msg);
 void zs__cpu_flag_unref(zs__flag_t *f);
-/* The shared host thread's loop (ZS_CPU_SHARED_HOST_THREAD). */
-void *zs__cpu_host_main(void *arg);
+/* The shared host thread's jobs (ZS_CPU_SHARED_HOST_THREAD): ctx is the cpu_ctx_t. */
+extern const zs__worker_ops_t zs__cpu_host_ops;
 /* Runs a HOSTFN task's function: on the shared host thread when there is one. */
 zs_status_t zs__cpu_run_host_fn(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *t);
 

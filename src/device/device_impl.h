@@ -152,6 +152,26 @@ void *zs__stream_native(zs_device_t *dev, zs_stream_t *s);
 zs_status_t zs__device_host_reserve(zs_device_t *dev, size_t bytes);
 /* The accountant of the device (for layers that allocate through other means). */
 zs_mem_acct_t *zs__device_acct(zs_device_t *dev);
+/* Spare events for reuse (event_pool.c): the mpi backend's `ready` events and
+ * the offload converter's copy events, where a user may lag several events
+ * behind, so they are not reused in a fixed rotation. get takes a spare or
+ * makes one; put keeps it, growing the array from first_cap by doubling (so
+ * once a step has run, none allocates), or destroys it if that fails. The
+ * mutex is a leaf: held for the array only, never while calling the device,
+ * so put may be called under the owner's own lock. */
+typedef struct {
+  zs_device_t *dev;
+  pthread_mutex_t mu;
+  zs_event_t **ev;
+  int n, cap, first_cap;
+} zs__event_pool_t;
+void zs__event_pool_init(zs__event_pool_t *p, zs_device_t *dev, int first_cap);
+/* A spare event or a new one; NULL if none could be made. */
+zs_event_t *zs__event_pool_get(zs__event_pool_t *p);
+/* Keeps ev (NULL: nothing) for a later get. */
+void zs__event_pool_put(zs__event_pool_t *p, zs_event_t *ev);
+/* Destroys the spare events. */
+void zs__event_pool_destroy(zs__event_pool_t *p);
 /* Used by the backends' create functions: fills the common part. */
 zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *ctx,
                             zs_device_kind_t kind, int ordinal);

@@ -10,110 +10,77 @@
  * staging buffer waits on the device for that flag, so the one staging buffer
  * is never overwritten early. zs__offload_conv_wait is what the step waits for
  * before it reads the host shards. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/worker.h"
 #include "device/device_impl.h"
 #include "offload/offload.h"
 #include "trace/trace_impl.h"
 
 typedef struct conv_job {
-  struct conv_job *next;
+  zs__job_t job; /* first: the conversion thread's FIFO */
   zs_offload_grad_task_t t;
   zs_event_t *copied;
   uint32_t seq;
+  zs_status_t st; /* the thread's: the copy's */
 } conv_job_t;
 
 struct zs_offload_conv {
   zs_device_t *dev;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work, cv_done;
-  conv_job_t *head, *tail;
+  zs__worker_t wk;            /* the conversion thread; wk.mu also guards what follows */
   uint32_t queued, converted; /* jobs queued / finished (sequence numbers) */
-  int quit;
   zs_status_t st;             /* the first failure */
   char err[ZS_ERRBUF];
   zs__flag_t *flag;           /* raised to a job's seq once its staging is free */
-  zs_event_t **spare;         /* events the thread is done with */
-  int nspare, cap;
+  /* events for the copies: ones the thread is done with (it waited on them);
+   * the thread may lag several copies behind, so no fixed rotation */
+  zs__event_pool_t events;
 };
 
-/* An event for a copy: one the thread is done with (it waited on it), or a new
- * one; the thread may lag several copies behind, so they are not reused in a
- * fixed rotation. */
-static zs_event_t *event_get(zs_offload_conv_t *c) {
-  zs_event_t *ev = NULL;
-  pthread_mutex_lock(&c->mu);
-  if (c->nspare) ev = c->spare[--c->nspare];
-  pthread_mutex_unlock(&c->mu);
-  if (!ev && zs_event_create(c->dev, &ev) != ZS_OK) ev = NULL;
-  return ev;
+/* The conversion thread: waits for the copy, converts (lock not held) ... */
+static int conv_run(void *vc, zs__job_t *job) {
+  zs_offload_conv_t *c = vc;
+  conv_job_t *j = (conv_job_t *)job;
+  zs_status_t st = j->copied ? zs_event_synchronize(c->dev, j->copied) : ZS_OK;
+  if (st == ZS_OK && j->t.n) {
+    if (j->t.first) zs__cast_cpu(j->t.dst, ZS_FP32, j->t.staging, j->t.dtype, j->t.n);
+    else zs__accumulate_cpu(j->t.dst, j->t.staging, j->t.dtype, j->t.n);
+  }
+  j->st = st;
+  return ZS__JOB_DONE;
 }
 
-/* Caller holds c->mu. */
-static void event_put_locked(zs_offload_conv_t *c, zs_event_t *ev) {
-  if (!ev) return;
-  if (c->nspare == c->cap) {
-    int cap = c->cap ? 2 * c->cap : 8;
-    zs_event_t **n = realloc(c->spare, (size_t)cap * sizeof *n);
-    if (!n) {
-      zs_event_destroy(c->dev, ev);
-      return;
-    }
-    c->spare = n;
-    c->cap = cap;
+/* ... then, with the lock held, frees the staging (the flag) and the job. */
+static void conv_done(void *vc, zs__job_t *job) {
+  zs_offload_conv_t *c = vc;
+  conv_job_t *j = (conv_job_t *)job;
+  zs_status_t st = j->st;
+  if (st != ZS_OK && c->st == ZS_OK) {
+    c->st = st;
+    snprintf(c->err, sizeof c->err, "offload: a gradient copy to the host failed: %s", zs_last_error());
   }
-  c->spare[c->nspare++] = ev;
+  c->converted = j->seq;
+  zs__flag_set(c->dev, c->flag, j->seq, st, st != ZS_OK ? c->err : NULL);
+  zs__event_pool_put(&c->events, j->copied);
+  free(j);
+  zs__worker_notify_locked(&c->wk); /* zs__offload_conv_wait */
 }
 
-static void *conv_main(void *arg) {
-  zs_offload_conv_t *c = arg;
-  pthread_mutex_lock(&c->mu);
-  for (;;) {
-    while (!c->head && !c->quit) pthread_cond_wait(&c->cv_work, &c->mu);
-    conv_job_t *j = c->head;
-    if (!j) break;
-    c->head = j->next;
-    if (!c->head) c->tail = NULL;
-    pthread_mutex_unlock(&c->mu);
-    zs_status_t st = j->copied ? zs_event_synchronize(c->dev, j->copied) : ZS_OK;
-    if (st == ZS_OK && j->t.n) {
-      if (j->t.first) zs__cast_cpu(j->t.dst, ZS_FP32, j->t.staging, j->t.dtype, j->t.n);
-      else zs__accumulate_cpu(j->t.dst, j->t.staging, j->t.dtype, j->t.n);
-    }
-    pthread_mutex_lock(&c->mu);
-    if (st != ZS_OK && c->st == ZS_OK) {
-      c->st = st;
-      snprintf(c->err, sizeof c->err, "offload: a gradient copy to the host failed: %s", zs_last_error());
-    }
-    c->converted = j->seq;
-    zs__flag_set(c->dev, c->flag, j->seq, st, st != ZS_OK ? c->err : NULL);
-    event_put_locked(c, j->copied);
-    free(j);
-    pthread_cond_broadcast(&c->cv_done);
-  }
-  pthread_mutex_unlock(&c->mu);
-  return NULL;
-}
+static const zs__worker_ops_t conv_ops = {.name = "the conversion thread", .run = conv_run, .done = conv_done};
 
 zs_status_t zs__offload_conv_create(zs_offload_conv_t **out, zs_device_t *dev) {
   zs_offload_conv_t *c = calloc(1, sizeof *c);
   if (!c) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "offload: out of host memory");
   c->dev = dev;
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_work, NULL);
-  pthread_cond_init(&c->cv_done, NULL);
+  zs__event_pool_init(&c->events, dev, 8);
   zs_status_t st = zs__flag_create(dev, &c->flag);
-  int rc = st == ZS_OK ? pthread_create(&c->thread, NULL, conv_main, c) : 0;
-  if (st == ZS_OK && rc != 0) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "offload: could not start the conversion thread");
+  if (st == ZS_OK && (st = zs__worker_start(&c->wk, &conv_ops, c)) != ZS_OK)
+    st = ZS_FAIL(NULL, st, "offload: %s", zs_last_error());
   if (st != ZS_OK) {
     zs__flag_destroy(dev, c->flag);
-    pthread_cond_destroy(&c->cv_done);
-    pthread_cond_destroy(&c->cv_work);
-    pthread_mutex_destroy(&c->mu);
+    zs__event_pool_destroy(&c->events);
     free(c);
     return st;
   }
@@ -123,17 +90,10 @@ zs_status_t zs__offload_conv_create(zs_offload_conv_t **out, zs_device_t *dev) {
 
 void zs__offload_conv_destroy(zs_offload_conv_t *c) {
   if (!c) return;
-  pthread_mutex_lock(&c->mu);
-  c->quit = 1;
-  pthread_cond_broadcast(&c->cv_work);
-  pthread_mutex_unlock(&c->mu);
-  pthread_join(c->thread, NULL); /* it drains the queue first */
-  for (int i = 0; i < c->nspare; i++) zs_event_destroy(c->dev, c->spare[i]);
-  free(c->spare);
+  zs__worker_stop(&c->wk);
+  zs__worker_join(&c->wk); /* it drains the queue first */
+  zs__event_pool_destroy(&c->events);
   zs__flag_destroy(c->dev, c->flag);
-  pthread_cond_destroy(&c->cv_done);
-  pthread_cond_destroy(&c->cv_work);
-  pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
@@ -142,12 +102,12 @@ zs_status_t zs__offload_grad_d2h(zs_offload_conv_t *c, zs_stream_t *copy, zs_eve
   zs_device_t *dev = c->dev;
   conv_job_t *j = calloc(1, sizeof *j);
   if (!j) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "offload: out of host memory for a gradient copy");
-  pthread_mutex_lock(&c->mu);
+  zs__worker_lock(&c->wk);
   uint32_t prev = c->queued, seq = ++c->queued;
-  pthread_mutex_unlock(&c->mu);
+  zs__worker_unlock(&c->wk);
   j->t = *task;
   j->seq = seq;
-  j->copied = event_get(c);
+  j->copied = zs__event_pool_get(&c->events);
   zs_status_t st = j->copied ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "offload: out of events");
   size_t bytes = task->n * zs_dtype_size(task->dtype);
   if (st == ZS_OK && (st = zs_stream_wait_event(dev, copy, reduced)) == ZS_OK &&
@@ -163,35 +123,27 @@ zs_status_t zs__offload_grad_d2h(zs_offload_conv_t *c, zs_stream_t *copy, zs_eve
      * queue the job with nothing to convert, and the failure */
     zs_stream_synchronize(dev, copy); /* the event may have been recorded: let it complete */
     j->t.n = 0;
-    pthread_mutex_lock(&c->mu);
+    zs__worker_lock(&c->wk);
     if (c->st == ZS_OK) {
       c->st = st;
       snprintf(c->err, sizeof c->err, "offload: queuing a gradient copy failed: %s", zs_last_error());
     }
     char msg[ZS_ERRBUF];
     memcpy(msg, c->err, sizeof msg);
-    if (c->tail) c->tail->next = j;
-    else c->head = j;
-    c->tail = j;
-    pthread_cond_signal(&c->cv_work);
-    pthread_mutex_unlock(&c->mu);
+    zs__worker_push_locked(&c->wk, &j->job);
+    zs__worker_unlock(&c->wk);
     return ZS_FAIL(NULL, st, "%s", msg);
   }
-  pthread_mutex_lock(&c->mu);
-  if (c->tail) c->tail->next = j;
-  else c->head = j;
-  c->tail = j;
-  pthread_cond_signal(&c->cv_work);
-  pthread_mutex_unlock(&c->mu);
+  zs__worker_push(&c->wk, &j->job);
   return ZS_OK;
 }
 
 zs_status_t zs__offload_conv_wait(zs_offload_conv_t *c) {
-  pthread_mutex_lock(&c->mu);
-  while (c->converted != c->queued) pthread_cond_wait(&c->cv_done, &c->mu);
+  zs__worker_lock(&c->wk);
+  while (c->converted != c->queued) zs__worker_wait_locked(&c->wk, -1);
   zs_status_t st = c->st;
   char msg[ZS_ERRBUF];
   if (st != ZS_OK) memcpy(msg, c->err, sizeof msg);
-  pthread_mutex_unlock(&c->mu);
+  zs__worker_unlock(&c->wk);
   return st != ZS_OK ? ZS_FAIL(NULL, st, "%s", msg) : ZS_OK;
 }

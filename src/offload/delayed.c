@@ -3,26 +3,25 @@
  * `ready` event). The engine launches a job at zs_step and joins it at the next
  * zs_step (or zs_flush, zs_param_get, destroy) before it copies the results to
  * the device, so the job's buffers are never touched by two threads at once. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/worker.h"
 #include "offload/offload.h"
 #include "trace/trace_impl.h"
 
 struct zs_offload_worker {
   zs_device_t *dev;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int started, quit;
-  int queued, running;          /* a job is waiting / the thread works on it */
+  zs__worker_t wk;              /* the thread; wk.mu also guards what follows */
+  zs__job_t job;                /* its one job: queued or running while wk is busy */
+  int started;
   zs_optim_hyper_t h;
   zs_offload_unit_t *units;     /* capacity cap */
   zs_event_t **ready;
   int nunits, cap, has_ready;
   zs_status_t st;               /* result of the last job */
+  zs_status_t job_st;           /* the thread's, until done copies it to st */
   char err[ZS_ERRBUF];
 };
 
@@ -69,24 +68,20 @@ static zs_status_t run_job(zs_offload_worker_t *w) {
   return st;
 }
 
-static void *worker_main(void *arg) {
-  zs_offload_worker_t *w = arg;
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (!w->queued && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
-    if (!w->queued) break; /* quit with nothing queued */
-    w->queued = 0;
-    w->running = 1;
-    pthread_mutex_unlock(&w->mu);
-    zs_status_t st = run_job(w);
-    pthread_mutex_lock(&w->mu);
-    w->st = st;
-    w->running = 0;
-    pthread_cond_broadcast(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
+static int worker_run(void *vw, zs__job_t *job) {
+  (void)job;
+  zs_offload_worker_t *w = vw;
+  w->job_st = run_job(w);
+  return ZS__JOB_DONE;
 }
+
+static void worker_done(void *vw, zs__job_t *job) { /* lock held; the queue is empty: join returns */
+  (void)job;
+  zs_offload_worker_t *w = vw;
+  w->st = w->job_st;
+}
+
+static const zs__worker_ops_t worker_ops = {.name = "the optimizer thread", .run = worker_run, .done = worker_done};
 
 zs_status_t zs__offload_worker_create(zs_offload_worker_t **out, zs_device_t *dev, int nunits) {
   *out = NULL;
@@ -96,15 +91,14 @@ zs_status_t zs__offload_worker_create(zs_offload_worker_t **out, zs_device_t *de
   w->cap = nunits > 0 ? nunits : 1;
   w->units = calloc((size_t)w->cap, sizeof *w->units);
   w->ready = calloc((size_t)w->cap, sizeof *w->ready);
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
   if (!w->units || !w->ready) {
     zs__offload_worker_destroy(w);
     return ZS_FAIL(NULL, ZS_ERR_NOMEM, "delayed update: out of host memory");
   }
-  if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+  zs_status_t st = zs__worker_start(&w->wk, &worker_ops, w);
+  if (st != ZS_OK) {
     zs__offload_worker_destroy(w);
-    return ZS_FAIL(NULL, ZS_ERR_NOMEM, "delayed update: cannot start the optimizer thread (out of threads or memory)");
+    return ZS_FAIL(NULL, st, "delayed update: %s (out of threads or memory)", zs_last_error());
   }
   w->started = 1;
   *out = w;
@@ -115,9 +109,9 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
                                       const zs_offload_unit_t *units, int nunits, zs_event_t *const *ready) {
   if (nunits > w->cap)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "delayed update: %d units, the worker was made for %d", nunits, w->cap);
-  pthread_mutex_lock(&w->mu);
-  if (w->queued || w->running) {
-    pthread_mutex_unlock(&w->mu);
+  zs__worker_lock(&w->wk);
+  if (zs__worker_busy_locked(&w->wk)) {
+    zs__worker_unlock(&w->wk);
     return ZS_FAIL(NULL, ZS_ERR_STATE, "delayed update: the previous step is still running: join it first");
   }
   w->h = *h;
@@ -126,18 +120,17 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
   if (ready) memcpy(w->ready, ready, (size_t)nunits * sizeof *ready);
   w->nunits = nunits;
   w->st = ZS_OK;
-  w->queued = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
+  zs__worker_push_locked(&w->wk, &w->job);
+  zs__worker_unlock(&w->wk);
   return ZS_OK;
 }
 
 zs_status_t zs__offload_worker_join(zs_offload_worker_t *w) {
-  pthread_mutex_lock(&w->mu);
-  while (w->queued || w->running) pthread_cond_wait(&w->cv, &w->mu);
+  zs__worker_lock(&w->wk);
+  zs__worker_drain_locked(&w->wk);
   zs_status_t st = w->st;
   w->st = ZS_OK;
-  pthread_mutex_unlock(&w->mu);
+  zs__worker_unlock(&w->wk);
   if (st != ZS_OK) return zs__fail_quiet(NULL, st, "%s", w->err);
   return ZS_OK;
 }
@@ -145,15 +138,9 @@ zs_status_t zs__offload_worker_join(zs_offload_worker_t *w) {
 void zs__offload_worker_destroy(zs_offload_worker_t *w) {
   if (!w) return;
   if (w->started) {
-    pthread_mutex_lock(&w->mu);
-    while (w->queued || w->running) pthread_cond_wait(&w->cv, &w->mu);
-    w->quit = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    zs__worker_stop(&w->wk); /* it runs a queued job first */
+    zs__worker_join(&w->wk);
   }
-  pthread_mutex_destroy(&w->mu);
-  pthread_cond_destroy(&w->cv);
   free(w->units);
   free(w->ready);
   free(w);
