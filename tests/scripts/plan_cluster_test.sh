@@ -56,7 +56,7 @@
 # ranks and its counterpart on host 1 send each other 16 MiB at once ("pairs":
 # 4 ranks, both ways), and it reports how long a rank waited for a CPU meanwhile,
 # on average. zs-plan models the links; where that wait is more than
-# PLAN_CPU_BOUND (0.35) of the transfer in any of PLAN_PROBES (3) probes, the
+# PLAN_CPU_BOUND (0.20) of the transfer in any of PLAN_PROBES (3) probes, the
 # CPUs share in deciding the step time at that rate, and the time check there is
 # printed, not failed (bytes and memory are checked all the same). On a 2-vCPU
 # Xeon VM (December 2026) the pairs probe waited 0.18-0.22 of the transfer at
@@ -65,6 +65,11 @@
 # sending to one (0.13 at 200 and 0.28 at 500 on an earlier VM, 0.15-0.35 at 500
 # on this one), read under its bound of 0.20 at 500 in one CI run whose rows
 # then failed: two ranks alone do not load the CPUs as four do.
+# On a 2-vCPU AMD EPYC VM (December 2026, quiet) the pairs probe waited
+# 0.10-0.12 at 200 Mbit/s (rows 1.00-1.08) and 0.22-0.32 at 500, where flat3 and
+# hybrid3 measured 1.19-1.41 of the prediction in one run of three, so the bound
+# is 0.20: at 500 Mbit/s on 2 CPUs the time is the CPUs' as much as the link's;
+# under load (another build beside it) 200 Mbit/s read 0.29-0.34 and failed at 0.35.
 #
 # Exit 0 pass, 1 fail, 77 skipped (cluster-sim cannot make namespaces here).
 set -uo pipefail
@@ -79,7 +84,7 @@ steps=${PLAN_STEPS:-3}
 reps=${PLAN_REPS:-1}
 intra=${PLAN_INTRA_GBPS:-20}
 tol=${PLAN_TOL:-0.20}
-cpu_bound=${PLAN_CPU_BOUND:-0.35}
+cpu_bound=${PLAN_CPU_BOUND:-0.20}
 probe=$(dirname "$membench")/cluster_probe
 # PLAN_TIMING=0 (sanitized builds): bytes and memory only
 tries=${PLAN_TRIES:-3}
