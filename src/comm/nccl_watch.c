@@ -107,15 +107,38 @@ static int watch_run(void *vctx, zs__job_t *job) {
   watch_t *w = (watch_t *)job;
   const double limit = ctx->limit;
   int done = 0, ok = 0;
-  if (!w->started && cudaEventQuery(w->start) == cudaSuccess) {
-    w->started = 1;
-    w->t0 = zs__now();
+  cudaError_t qerr = cudaSuccess; /* an event query that failed (a sticky error): never ready */
+  if (!w->started) {
+    cudaError_t q = cudaEventQuery(w->start);
+    if (q == cudaSuccess) {
+      w->started = 1;
+      w->t0 = zs__now();
+    } else if (q != cudaErrorNotReady) {
+      qerr = q;
+    }
   }
   if (w->started) {
     cudaError_t q = cudaEventQuery(w->end);
-    if (q != cudaSuccess && q != cudaErrorNotReady) cudaGetLastError(); /* not ours to keep */
+    if (q != cudaSuccess && q != cudaErrorNotReady) qerr = q;
     done = q != cudaErrorNotReady;
     ok = q == cudaSuccess;
+  }
+  if (qerr != cudaSuccess) {
+    /* the op's events will never complete: finished, failed, and the comm broken
+     * (before, a failed start query left the op unstarted, so destroy waited the
+     * whole ZS_COMM_TIMEOUT_S, or forever at 0) */
+    cudaGetLastError(); /* not ours to keep */
+    done = 1;
+    ok = 0;
+    if (!atomic_load(&ctx->broken)) {
+      char msg[ZS_ERRBUF];
+      snprintf(msg, sizeof msg, "nccl comm (rank %d of %d): %s: querying its CUDA event failed: %s; the NCCL "
+               "comm was aborted", ctx->rank, ctx->size, zs_coll_name(w->kind), cudaGetErrorString(qerr));
+      ZS_LOG_E("%s", msg);
+      int first = zs__nccl_set_broken(ctx, ZS_ERR_DEVICE, msg);
+      zs__nccl_do_abort(ctx);
+      if (first) zs__family_tell(&ctx->fm, ZS_ERR_DEVICE, msg);
+    }
   }
   if (!done) zs__family_poll(ctx->fm.fam); /* another rank's notice aborts the comm (on_notice) */
   if (!done && !atomic_load(&ctx->broken)) {
