@@ -470,7 +470,13 @@ int zs_device_cuda_count(void) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    ZS_LOG_D("cudaGetDeviceCount: %s: no usable GPU", cudaGetErrorString(e));
+    /* no GPU is the normal answer on a CPU machine; anything else (an old driver,
+     * a broken install) is said aloud, or every GPU test would skip in silence */
+    if (e == cudaErrorNoDevice)
+      ZS_LOG_D("cudaGetDeviceCount: %s: no usable GPU", cudaGetErrorString(e));
+    else
+      ZS_LOG_W("cudaGetDeviceCount failed: %s: the GPUs here cannot be used (check the driver against "
+               "CUDA %d, nvidia-smi and CUDA_VISIBLE_DEVICES)", cudaGetErrorString(e), CUDART_VERSION);
     return 0;
   }
   return n;
