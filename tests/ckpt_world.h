@@ -53,7 +53,7 @@ static inline zs_status_t open_run_mp(run_t *r, zs_comm_t *comm, zs_comm_t *mp, 
                                       const zs_config_t *c, int nblk) {
   memset(r, 0, sizeof *r);
   r->comm = comm;
-  r->m.mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
+  r->m.mirror = device_async(dev) ? dev : NULL;
   zs_status_t st = zs_engine_create(&r->zs, c, dev, comm);
   if (!st && mp) st = zs_engine_set_model_parallel(r->zs, mp);
   if (!st && layout) st = zs_checkpoint_set_layout(r->zs, layout);

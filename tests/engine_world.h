@@ -24,6 +24,15 @@ static inline int staged_comm(void) {
   return (s && *s && strcmp(s, "0")) || (d && !strcmp(d, "cuda") && c && !strcmp(c, "mpi"));
 }
 
+/* Host code may not read what the device's NULL stream writes until it has
+ * waited for it: a cuda device, or the cpu device with its NULL stream
+ * asynchronous (ZS_CPU_ASYNC_NULL_STREAM=1, as CUDA's). Test trainers then
+ * compute on host mirrors they copy to and from, as on a GPU. */
+static inline int device_async(zs_device_t *dev) {
+  const char *a = getenv("ZS_CPU_ASYNC_NULL_STREAM");
+  return zs_device_kind(dev) == ZS_DEVICE_CUDA || (a && *a && strcmp(a, "0"));
+}
+
 static int open_world(zs_device_t **dev, zs_comm_t **world) {
   const char *d = getenv("ZS_TEST_DEVICE");
   if (!d || strcmp(d, "cuda"))

@@ -7,10 +7,11 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
   set_target_properties(test_comm_hostfn PROPERTIES ENABLE_EXPORTS ON) # dladdr names its host functions
 endif()
 # The engine (every stage, offload, the delayed update, through the staged comm)
-# with host functions on one shared thread, as on CUDA.
+# under CUDA's rules: host functions on one shared thread, and a NULL stream
+# asynchronous to the caller (its trainers compute on host mirrors, as on a GPU).
 if(TARGET zs_zero AND ZS_HAVE_MPI)
   foreach(t test_engine test_engine_mem)
-    zs_add_test_run(TARGET ${t} NAME_SUFFIX _shared_host RANKS 2 TIMEOUT 300 SKIP_RETURN_CODE NONE
-                    ENV ZS_MPI_STAGING=1 ZS_CPU_SHARED_HOST_THREAD=1)
+    zs_add_test_run(TARGET ${t} NAME_SUFFIX _as_cuda RANKS 2 TIMEOUT 300 SKIP_RETURN_CODE NONE
+                    ENV ZS_MPI_STAGING=1 ZS_CPU_SHARED_HOST_THREAD=1 ZS_CPU_ASYNC_NULL_STREAM=1)
   endforeach()
 endif()

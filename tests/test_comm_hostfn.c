@@ -9,7 +9,11 @@
  *    waited behind it), with host buffers and through pinned host staging;
  *  - a host function that does wait for another stream's host function is
  *    reported: the other stream gives up with ZS_ERR_STATE naming both, instead
- *    of the process hanging.
+ *    of the process hanging;
+ *  - with the NULL stream asynchronous to the caller, as CUDA's is
+ *    (ZS_CPU_ASYNC_NULL_STREAM=1), a staged collective on the NULL stream sends
+ *    what the NULL stream's earlier copy wrote (it sent the staging buffer's old
+ *    contents while the copy still waited behind a host function: issue 30.2).
  * 1 and 2 ranks. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -69,6 +73,44 @@ static void two_streams(int staged) {
 }
 
 static void test_collectives_on_two_streams(void) { two_streams(0); }
+
+/* Device buffers and the NULL stream, as the engine's bookkeeping collectives
+ * use them (src/zero/agree.c): copy in, all-reduce, copy out, synchronize. A
+ * host function ahead of them holds the NULL stream for 40 ms: the calls
+ * return before it ends (the stream is asynchronous), and the sums are right. */
+static void test_staged_on_async_null_stream(void) {
+  setenv("ZS_MPI_STAGING", "1", 1);
+  setenv("ZS_CPU_ASYNC_NULL_STREAM", "1", 1);
+  zs_device_t *dev;
+  zs_comm_t *comm;
+  assert_ok(zs_device_create_cpu(&dev));
+  unsetenv("ZS_CPU_ASYNC_NULL_STREAM");
+  assert_ok(zs_comm_create_mpi_world(&comm, dev));
+  enum { N = 256 };
+  void *d = NULL;
+  float h[N];
+  assert_ok(zs_device_alloc(dev, sizeof h, ZS_MEM_OTHER, &d));
+  for (int round = 0; round < 6; round++) {
+    for (int i = 0; i < N; i++) h[i] = (float)(rank + i + round);
+    double t0 = zs__now();
+    expect_ok(zs_launch_host_func(dev, NULL, user_fn, (void *)(intptr_t)40));
+    expect_ok(zs_memcpy_async(dev, d, h, sizeof h, ZS_COPY_H2D, NULL));
+    expect_true(zs__now() - t0 < 0.030); /* queued, not run: the NULL stream is asynchronous */
+    expect_ok(zs_comm_all_reduce(comm, d, d, N, ZS_FP32, ZS_SUM, NULL));
+    expect_ok(zs_memcpy_async(dev, h, d, sizeof h, ZS_COPY_D2H, NULL));
+    expect_ok(zs_stream_synchronize(dev, NULL));
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+      float want = 0;
+      for (int r = 0; r < nranks; r++) want += (float)(r + i + round);
+      bad += h[i] != want;
+    }
+    expect_int_eq(bad, 0);
+  }
+  zs_device_free(dev, d, sizeof h, ZS_MEM_OTHER);
+  zs_comm_destroy(comm);
+  zs_device_destroy(dev);
+}
 static void test_staged_on_two_streams(void) { two_streams(1); }
 
 /* ---- a host function that waits for another stream's ---------------------------- */
@@ -131,6 +173,7 @@ int main(void) {
   expect_str_contains(info_line, "shared host");
   zs_test_run(test_collectives_on_two_streams);
   zs_test_run(test_staged_on_two_streams);
+  zs_test_run(test_staged_on_async_null_stream);
   if (rank == 0) zs_test_run(test_blocking_host_fn_reported);
   int rc = zs_test_finish();
   zs_comm_destroy(keep);

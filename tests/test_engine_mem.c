@@ -253,7 +253,7 @@ static void steady_case(int stage, zs_dtype_t dt, int off, int accum) {
   c.prefetch = 2;
   zs_engine_t *zs;
   tm_model_t *m = calloc(1, sizeof *m);
-  m->mirror = zs_device_kind(dev) == ZS_DEVICE_CUDA ? dev : NULL;
+  m->mirror = device_async(dev) ? dev : NULL;
   static float X[24][TM_DIN], T[24][TM_DOUT];
   tm_data(24, X, T);
   assert_ok(zs_engine_create(&zs, &c, dev, world));

@@ -6,7 +6,9 @@
  * events runs unchanged on both.
  *
  * The NULL stream is the caller's own stream: on cpu, work given to it runs at
- * once on the calling thread; on cuda it is the legacy default stream.
+ * once on the calling thread (with ZS_CPU_ASYNC_NULL_STREAM=1, on a stream of
+ * its own, asynchronous to the caller as on cuda); on cuda it is the legacy
+ * default stream.
  * Ordering rules are CUDA's: work on one stream runs in order; zs_stream_wait_event
  * makes later work on a stream wait for the most recent zs_event_record of that
  * event made before the wait call. A failed asynchronous task makes its stream's

@@ -22,7 +22,8 @@
  * instead of MPI's collectives, which are slow for them (see "ring collectives").
  *
  * Host staging (a cuda device; ZS_MPI_STAGING=1 forces it on a cpu device so the
- * path runs in CI): per call, pinned host buffers; on the call's stream a
+ * path runs in CI): per call, pinned host buffers; on the call's stream (the NULL
+ * stream too: CUDA's runs after the call returns) a
  * device-to-host copy of what this rank sends and an event `ready`, then the
  * blocking stream task, then a host-to-device copy of what it receives and an
  * event `done` after which the buffers are freed (by a later call or destroy).

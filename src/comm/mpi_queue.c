@@ -14,7 +14,9 @@
  * for the comm's flag to reach seq: the progress thread waits for `ready`, runs
  * the op and raises the flag. No host function blocks (CUDA runs them all on one
  * thread), no host thread but the progress thread waits. On the NULL stream the
- * caller is the stream: it waits for the op itself. */
+ * caller waits for the op itself, and `ready` is recorded there as well: the
+ * NULL stream of CUDA (and of the cpu device under ZS_CPU_ASYNC_NULL_STREAM)
+ * runs after the call returns, as the staging copy just queued on it may. */
 
 void zs__mpi_op_finish(mpi_ctx_t *ctx, mpi_op_t *op, zs_status_t st) {
   /* caller holds ctx->wk.mu */
@@ -45,16 +47,16 @@ static zs_status_t submit(mpi_ctx_t *ctx, mpi_op_t *op, zs_stream_t *s, const ch
     free(op);
     return zs__mpi_broken_status(ctx, what);
   }
+  /* `ready` on the NULL stream too: CUDA's is asynchronous to the caller, so
+   * the staging copy queued on it just now may not have run yet */
   zs_status_t st = ZS_OK;
-  if (s) {
-    if (!(op->ready = zs__event_pool_get(&ctx->ready_pool))) st = ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of events", what);
-    else st = zs_event_record(ctx->dev, op->ready, s);
-    if (st != ZS_OK) {
-      /* nothing queued yet: this call simply did not happen */
-      zs__event_pool_put(&ctx->ready_pool, op->ready);
-      free(op);
-      return ZS_FAIL(ctx->comm->err, st, "%s: ordering the call on its stream failed: %s", what, zs_last_error());
-    }
+  if (!(op->ready = zs__event_pool_get(&ctx->ready_pool))) st = ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "%s: out of events", what);
+  else st = zs_event_record(ctx->dev, op->ready, s);
+  if (st != ZS_OK) {
+    /* nothing queued yet: this call simply did not happen */
+    zs__event_pool_put(&ctx->ready_pool, op->ready);
+    free(op);
+    return ZS_FAIL(ctx->comm->err, st, "%s: ordering the call on its stream failed: %s", what, zs_last_error());
   }
   op->waiter = !s;
   zs__worker_lock(&ctx->wk);

@@ -8,7 +8,10 @@
  * and waits for exactly that one: records of one event on several streams can
  * complete out of order, so "done" is "no marker of that generation pending",
  * not "the highest completed generation is >= g". The NULL stream runs work at
- * once on the calling thread.
+ * once on the calling thread. CUDA's NULL stream is asynchronous to the caller:
+ * with ZS_CPU_ASYNC_NULL_STREAM=1 this device's is too (a stream of its own that
+ * every call given no stream goes to), so CI catches code that reads what NULL-
+ * stream work writes before waiting for it (issue 30.2).
  *
  * Host functions (zs_launch_host_func, zs__device_enqueue) run on the stream's
  * worker by default. CUDA runs every stream's host functions on ONE thread and
@@ -191,6 +194,10 @@ static task_t *task_new(cpu_ctx_t *ctx, task_kind_t kind) {
   return t;
 }
 
+/* The stream a call given s runs on: NULL (the caller) unless the NULL stream
+ * is asynchronous (ZS_CPU_ASYNC_NULL_STREAM). */
+static zs_stream_t *on(void *vctx, zs_stream_t *s) { return s ? s : ((cpu_ctx_t *)vctx)->null_s; }
+
 static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
   cpu_ctx_t *ctx = vctx;
   zs_stream_t *s = calloc(1, sizeof *s);
@@ -217,6 +224,7 @@ static void cpu_stream_destroy(void *vctx, zs_stream_t *s) {
 }
 
 static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
+  s = on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK; /* NULL-stream work already ran */
   zs__worker_lock(&s->wk);
@@ -232,6 +240,7 @@ static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
 
 static zs_status_t cpu_memcpy_async(void *vctx, void *dst, const void *src, size_t bytes,
                                     zs_copy_kind_t kind, zs_stream_t *s) {
+  s = on(vctx, s);
   (void)kind; /* all host memory */
   if (!s) {
     memcpy(dst, src, bytes);
@@ -248,6 +257,7 @@ static zs_status_t cpu_memcpy_async(void *vctx, void *dst, const void *src, size
 
 static zs_status_t cpu_memset_async(void *vctx, void *dst, int value, size_t bytes,
                                     zs_stream_t *s) {
+  s = on(vctx, s);
   if (!s) {
     memset(dst, value, bytes);
     return ZS_OK;
@@ -276,15 +286,18 @@ static zs_status_t push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_ta
 /* A host function: on the NULL stream the caller runs it (it is the host). */
 static zs_status_t cpu_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label,
                                void (*discard)(void *)) {
+  s = on(vctx, s);
   return s ? push_call(vctx, s, TASK_HOSTFN, fn, arg, label, discard) : fn(arg);
 }
 
 /* The cpu device's own kernels: on the stream's worker. */
 static zs_status_t cpu_enqueue_work(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
+  s = on(vctx, s);
   return s ? push_call(vctx, s, TASK_CALL, fn, arg, NULL, NULL) : fn(arg);
 }
 
 static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
+  s = on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) {
     char msg[ZS_ERRBUF];
@@ -303,6 +316,7 @@ static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *
 }
 
 static zs_status_t cpu_stream_error(void *vctx, zs_stream_t *s) {
+  s = on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK;
   char msg[ZS_ERRBUF];
@@ -314,6 +328,7 @@ static zs_status_t cpu_stream_error(void *vctx, zs_stream_t *s) {
 }
 
 static zs_status_t cpu_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
+  s = on(vctx, s);
   task_t *t = NULL;
   if (s && !(t = task_new(vctx, TASK_RECORD))) return ZS_ERR_NOMEM;
   pthread_mutex_lock(&ev->mu);
@@ -332,6 +347,7 @@ static zs_status_t cpu_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) 
 }
 
 static zs_status_t cpu_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
+  s = on(vctx, s);
   pthread_mutex_lock(&ev->mu);
   uint64_t gen = ev->last_gen;
   int done = gen_done(ev, gen);
@@ -377,6 +393,7 @@ static zs_status_t step_run(void *p) {
 
 static zs_status_t cpu_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
                                   int nseg) {
+  s = on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) return zs__optim_step_cpu(h, segs, nseg);
   step_task_t *t = malloc(sizeof *t + (size_t)nseg * sizeof *segs);
@@ -412,6 +429,7 @@ static zs_status_t elem_run(void *p) {
 }
 
 static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *op) {
+  s = on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) {
     elem_do(op);
@@ -427,6 +445,7 @@ static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_
 
 static void cpu_destroy(void *vctx) {
   cpu_ctx_t *ctx = vctx;
+  if (ctx->null_s) cpu_stream_destroy(ctx, ctx->null_s); /* drains it */
   if (ctx->shared) {
     if (zs__worker_stop(&ctx->host)) { /* a host function that never returns: leave it its context */
       ZS_LOG_E("cpu device destroyed while a host function still runs on the shared host thread: leaked");
@@ -486,15 +505,26 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
       return ZS_FAIL(NULL, st, "zs_device_create_cpu: %s", zs_last_error());
     }
   }
-  zs_status_t st = zs__device_wrap(out, &cpu_iface, ctx, ZS_DEVICE_CPU, 0);
+  v = getenv("ZS_CPU_ASYNC_NULL_STREAM");
+  int async_null = v && *v && strcmp(v, "0");
+  zs_device_i iface = cpu_iface;
+  iface.null_stream_is_host = !async_null; /* else a wait on it is a wait on a stream */
+  zs_status_t st = zs__device_wrap(out, &iface, ctx, ZS_DEVICE_CPU, 0);
   if (st != ZS_OK) {
     cpu_destroy(ctx);
     return st;
   }
   ctx->dev = *out;
+  if (async_null && (st = cpu_stream_create(ctx, &ctx->null_s)) != ZS_OK) {
+    zs_device_destroy(*out);
+    *out = NULL;
+    return ZS_FAIL(NULL, st, "zs_device_create_cpu: the asynchronous NULL stream: %s", zs_last_error());
+  }
   if (ctx->shared)
     ZS_LOG_I("cpu device: host functions of every stream run on one shared host thread, as on CUDA "
              "(ZS_CPU_SHARED_HOST_THREAD; a host function waited on for %g s is an error)",
              ctx->limit_s);
+  if (async_null)
+    ZS_LOG_I("cpu device: the NULL stream is asynchronous to the caller, as on CUDA (ZS_CPU_ASYNC_NULL_STREAM)");
   return ZS_OK;
 }

@@ -90,6 +90,9 @@ struct cpu_ctx {
   int shared;
   double limit_s; /* ZS_CPU_HOST_FN_LIMIT_S */
   zs__worker_t host; /* the shared host thread */
+  /* ZS_CPU_ASYNC_NULL_STREAM: the NULL stream is this stream, asynchronous to
+   * the caller as CUDA's is; NULL when the NULL stream is the calling thread */
+  zs_stream_t *null_s;
 };
 
 /* cpu_host.c */
