@@ -28,6 +28,7 @@ if(TARGET zeroshard_torch AND ZS_HAVE_MPI)
     add_executable(${t} ${t}.cpp test_comm_lsan.c)
     target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(${t} PRIVATE zeroshard_torch PkgConfig::CJSON)
+    zs_torch_reuse_pch(${t}) # adapters/libtorch
   endforeach()
   zs_add_test_run(TARGET test_libtorch RANKS 1 2 LABELS libtorch)
   zs_add_test_run(TARGET test_libtorch_mem RANKS ${zs_torch_mem_ranks} LABELS libtorch)
