@@ -15,17 +15,19 @@ if(TARGET zs_pp AND ZS_HAVE_MPI)
   target_include_directories(test_trace PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(test_trace PRIVATE ${trace_layers} ${ZS_PUBLIC_LIBS} ${ZS_PRIVATE_LIBS})
   if(Python3_Interpreter_FOUND)
-    set(zs_trace_timing "")
-    if(ZS_SANITIZE) # timing is the plain build's to check (see check_trace.py)
-      set(zs_trace_timing TRACE_TIMING=0)
-    endif()
     # RUN_SERIAL: the bubble is a timing check on 2 cores, and one other busy process
     # (ctest -j runs the next test beside it) adds 5-15% to it at m = 8
+    set(zs_trace_timing "")
+    set(zs_trace_serial RUN_SERIAL)
+    if(ZS_SANITIZE) # timing is the plain build's to check (see check_trace.py)
+      set(zs_trace_timing TRACE_TIMING=0)
+      set(zs_trace_serial "")
+    endif()
     zs_add_test_run(NAME test_trace_pp
                     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_trace.py
                             ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_trace>
                             $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_out
-                    LABELS mpi TIMEOUT 120 RUN_SERIAL ENV ${ZS_MPIEXEC_ENV} ${zs_trace_timing})
+                    LABELS mpi TIMEOUT 120 ${zs_trace_serial} ENV ${ZS_MPIEXEC_ENV} ${zs_trace_timing})
   endif()
 endif()
 #   test_trace_engine  (2 ranks) the engine's events read back with cJSON: tracing off writes nothing and
