@@ -318,35 +318,48 @@ static void test_param_access_agrees(void) {
  * clipping: torch.nn.utils.clip_grad_norm_'s rule
  * ========================================================================== */
 
+/* A stage-1 SGD engine on the world with one unit "u" holding one parameter
+ * "w" of 2 elements; its gradient slot in *g. */
+static zs_status_t one_param_engine(zs_engine_t **zs, float lr, float clip, void **g) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  c.grad_clip = clip;
+  c.optim.kind = ZS_SGD;
+  c.optim.lr = lr;
+  void *w = NULL;
+  int u;
+  zs_status_t st;
+  if ((st = zs_engine_create(zs, &c, dev, world)) != ZS_OK) return st;
+  if ((st = zs_unit_add(*zs, "u", &u)) != ZS_OK || (st = zs_param_add(*zs, u, "w", 1, (int64_t[]){2}, 0, &w, g, NULL)) != ZS_OK ||
+      (st = zs_engine_setup(*zs, NULL, NULL)) != ZS_OK) {
+    zs_engine_destroy(*zs);
+    *zs = NULL;
+  }
+  return st;
+}
+
+/* One step of that engine on the gradient `grad` (the same on every rank). */
+static zs_status_t one_param_step(zs_engine_t *zs, void *g, const float grad[2], zs_step_report_t *rep) {
+  zs_status_t st;
+  if ((st = zs_forward_begin(zs)) || (st = zs_gather(zs, 0)) || (st = zs_release(zs, 0)) ||
+      (st = zs_backward_begin(zs)) || (st = zs_gather(zs, 0)) ||
+      (st = zs_memcpy_async(dev, g, grad, 2 * sizeof(float), ZS_COPY_H2D, NULL)) ||
+      (st = zs_stream_synchronize(dev, NULL)) || (st = zs_reduce(zs, 0)))
+    return st;
+  return zs_step(zs, rep);
+}
+
 /* coef = min(1, clip / (norm + 1e-6)) in fp32, applied always: a norm a hair
  * below the clip is still scaled by a factor just under 1, as torch does. The
  * gradient is (3, 4) on every rank, so the averaged gradient's norm is 5. */
 static void test_clip_rule(void) {
   const float clips[] = {4.0f, 5.0f, 5.0000005f, 6.0f};
   for (int i = 0; i < 4; i++) {
-    zs_config_t c = ZS_CONFIG_INIT;
-    c.stage = 1;
-    c.grad_clip = clips[i];
-    c.optim.kind = ZS_SGD;
-    c.optim.lr = 1.0f;
     zs_engine_t *zs;
-    void *w = NULL, *g = NULL;
-    int u;
-    assert_ok(zs_engine_create(&zs, &c, dev, world));
-    assert_ok(zs_unit_add(zs, "u", &u));
-    assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){2}, 0, &w, &g, NULL));
-    assert_ok(zs_engine_setup(zs, NULL, NULL));
-    assert_ok(zs_forward_begin(zs));
-    assert_ok(zs_gather(zs, u));
-    assert_ok(zs_release(zs, u));
-    assert_ok(zs_backward_begin(zs));
-    assert_ok(zs_gather(zs, u));
-    const float grad[2] = {3.0f, 4.0f};
-    assert_ok(zs_memcpy_async(dev, g, grad, sizeof grad, ZS_COPY_H2D, NULL));
-    assert_ok(zs_stream_synchronize(dev, NULL));
-    assert_ok(zs_reduce(zs, u));
+    void *g = NULL;
+    assert_ok(one_param_engine(&zs, 1.0f, clips[i], &g));
     zs_step_report_t rep;
-    assert_ok(zs_step(zs, &rep));
+    assert_ok(one_param_step(zs, g, (const float[2]){3.0f, 4.0f}, &rep));
     float torch = clips[i] / (5.0f + 1e-6f);
     if (torch > 1.0f) torch = 1.0f;
     expect_near(rep.grad_norm, 5.0, 1e-7, 0);
@@ -364,30 +377,13 @@ static void test_clip_rule(void) {
 static void test_step_count_alias(void) {
   expect_int_eq(zs_engine_step_count(NULL), -1);
   expect_int_eq(zs_engine_step(NULL), -1);
-  zs_config_t c = ZS_CONFIG_INIT;
-  c.stage = 1;
-  c.optim.kind = ZS_SGD;
-  c.optim.lr = 0.5f;
   zs_engine_t *zs;
-  void *w = NULL, *g = NULL;
-  int u;
-  assert_ok(zs_engine_create(&zs, &c, dev, world));
-  assert_ok(zs_unit_add(zs, "u", &u));
-  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){2}, 0, &w, &g, NULL));
-  assert_ok(zs_engine_setup(zs, NULL, NULL));
+  void *g = NULL;
+  assert_ok(one_param_engine(&zs, 0.5f, 0.0f, &g));
   expect_int_eq(zs_engine_step_count(zs), 0);
   expect_int_eq(zs_engine_step(zs), zs_engine_step_count(zs));
   for (int k = 1; k <= 3; k++) {
-    assert_ok(zs_forward_begin(zs));
-    assert_ok(zs_gather(zs, u));
-    assert_ok(zs_release(zs, u));
-    assert_ok(zs_backward_begin(zs));
-    assert_ok(zs_gather(zs, u));
-    const float grad[2] = {1.0f, -2.0f};
-    assert_ok(zs_memcpy_async(dev, g, grad, sizeof grad, ZS_COPY_H2D, NULL));
-    assert_ok(zs_stream_synchronize(dev, NULL));
-    assert_ok(zs_reduce(zs, u));
-    assert_ok(zs_step(zs, NULL));
+    assert_ok(one_param_step(zs, g, (const float[2]){1.0f, -2.0f}, NULL));
     expect_int_eq(zs_engine_step_count(zs), k);
     expect_int_eq(zs_engine_step(zs), zs_engine_step_count(zs));
   }
