@@ -48,18 +48,27 @@ __device__ float block_reduce(float v) {
   return result;
 }
 
-__global__ void check_ids_kernel(const int32_t *ids, size_t n, int64_t vocab, int call, int32_t *rec) {
+// Every bad row sets the flag and lowers rec[5] to the first of them (rows
+// fit in int32: too_many_rows); record_first_kernel then writes that row,
+// so the report names the first bad id, not whichever thread came first.
+__global__ void check_ids_kernel(const int32_t *ids, size_t n, int64_t vocab, int32_t *rec) {
   const size_t T = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += T) {
     const int32_t id = ids[i];
     if (id >= 0 && id < vocab) continue;
     rec[4] = 1;
-    if (atomicCAS(&rec[0], 0, 1) == 0) {
-      rec[1] = call;
-      rec[2] = (int32_t)i;
-      rec[3] = id;
-    }
+    atomicMin((unsigned int *)&rec[5], (unsigned int)i);
   }
+}
+
+// One thread, after check_ids_kernel: the first call's first bad row wins.
+__global__ void record_first_kernel(const int32_t *ids, int call, int32_t *rec) {
+  if (!rec[4] || rec[0]) return;
+  const int32_t i = rec[5];
+  rec[0] = 1;
+  rec[1] = call;
+  rec[2] = i;
+  rec[3] = ids[i];
 }
 
 __global__ void lookup_kernel(const float *w, int64_t start, int64_t count, size_t dim, const int32_t *ids,
@@ -164,9 +173,11 @@ bool too_many_rows(size_t n) { return n > 0x7fffffffu; }
 extern "C" int zs_k_tp_check_ids(const int32_t *ids, size_t n, int64_t vocab, int call, int32_t *rec, void *stream) {
   cudaStream_t st = (cudaStream_t)stream;
   cudaError_t e = cudaMemsetAsync(rec + 4, 0, sizeof(int32_t), st);
+  if (e == cudaSuccess) e = cudaMemsetAsync(rec + 5, 0xff, sizeof(int32_t), st); /* no bad row yet */
   if (e != cudaSuccess) return (int)e;
   if (!n) return 0;
-  check_ids_kernel<<<blocks_for(n), TP_THREADS, 0, st>>>(ids, n, vocab, call, rec);
+  check_ids_kernel<<<blocks_for(n), TP_THREADS, 0, st>>>(ids, n, vocab, rec);
+  record_first_kernel<<<1, 1, 0, st>>>(ids, call, rec);
   return launched();
 }
 

@@ -7,9 +7,10 @@
  *
  * rec: the handle's error record, 8 int32 of device memory:
  *   [0] 1 once an id was out of range, [1] the call (ZS_K_TP_CALL_*), [2] its
- *   row, [3] its value (the first one recorded wins), [4] the current call's flag
- *   (zs_k_tp_check_ids clears then sets it; the kernels after it read it and
- *   write nothing, or zeros for the lookup, when it is set).
+ *   row, [3] its value (the first bad row of the first such call), [4] the
+ *   current call's flag (zs_k_tp_check_ids clears then sets it; the kernels
+ *   after it read it and write nothing, or zeros for the lookup, when it is
+ *   set), [5] the current call's first bad row (scratch of the check).
  * Vocab slices: ids [start, start+count) of `vocab`; tables and logits have `ld`
  * (>= count) rows or columns per rank, the rest padding. */
 #ifndef ZS_KERNELS_TP_H
@@ -24,8 +25,8 @@ extern "C" {
 
 enum { ZS_K_TP_CALL_LOOKUP = 1, ZS_K_TP_CALL_ACCUMULATE = 2, ZS_K_TP_CALL_XENT = 3 };
 
-/* rec[4] = 0, then for each ids[i] outside [0, vocab): rec[4] = 1 and, if rec[0]
- * was 0, rec[0..3] = {1, call, i, ids[i]}. */
+/* rec[4] = 0, then for each ids[i] outside [0, vocab): rec[4] = 1; if any and
+ * rec[0] was 0, rec[0..3] = {1, call, i, ids[i]} for the first such i. */
 int zs_k_tp_check_ids(const int32_t *ids, size_t n, int64_t vocab, int call, int32_t *rec,
                       void *stream);
 /* out[i, :] = w[ids[i] - start, :] for ids in the slice, else 0 (all 0 when rec[4]). */

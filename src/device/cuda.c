@@ -373,7 +373,9 @@ static zs_status_t cuda_stream_error(void *vctx, zs_stream_t *s) {
   ZS_CHECK(make_current(ctx));
   cudaError_t e = cudaStreamQuery(native(s));
   if (e != cudaSuccess && e != cudaErrorNotReady) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaStreamQuery");
-  cudaGetLastError();
+  /* clear the not-ready the query may have left, and only that: a launch error
+   * the caller has not read yet stays for the caller (cudaGetLastError) */
+  if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
 }
 
@@ -443,7 +445,7 @@ static const zs_device_i cuda_iface = {
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .enqueue = cuda_enqueue,
-    .enqueue_work = NULL, /* kernels are launched (src/device/dispatch.c) */
+    .enqueue_work = NULL, /* kernels are launched directly (the kernels section above) */
     .flag_create = cuda_flag_create,
     .flag_destroy = cuda_flag_destroy,
     .flag_set = cuda_flag_set,

@@ -57,6 +57,7 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   ZS_CHECK_GOTO(zs_stream_create(dev, &zs->ag_stream), st, fail);
   ZS_CHECK_GOTO(zs_stream_create(dev, &zs->rs_stream), st, fail);
   ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_step), st, fail);
+  ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_order), st, fail);
   ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_reduced_all), st, fail);
   if (zs->offload) {
     ZS_CHECK_GOTO(zs_stream_create(dev, &zs->copy_stream), st, fail);
@@ -155,6 +156,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (zs->ev_copy_done) zs_event_destroy(zs->dev, zs->ev_copy_done);
   if (zs->copy_stream) zs_stream_destroy(zs->dev, zs->copy_stream);
   if (zs->ev_step) zs_event_destroy(zs->dev, zs->ev_step);
+  if (zs->ev_order) zs_event_destroy(zs->dev, zs->ev_order);
   if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
   if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);

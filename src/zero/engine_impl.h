@@ -100,7 +100,11 @@ typedef struct {
   zs_ustate_t st;
   int grad_live, grad_pending; /* stage 2-3 full grads: allocated / awaiting free */
   int reduced_round;           /* round in which zs_reduce last ran */
-  zs_event_t *ev_gathered, *ev_released, *ev_computed, *ev_reduced, *ev_offloaded;
+  /* gathered: the all-gather landed (compute waits); computed: the unit's
+   * backward ran (the reduction waits); reduced: its shard is summed (the
+   * offload copy waits). Release needs none: the buffers go back to the
+   * stream-ordered cache on the stream that read them. */
+  zs_event_t *ev_gathered, *ev_computed, *ev_reduced;
 } zs_unit_t;
 
 enum { ZS_PH_IDLE = 0, ZS_PH_FORWARD = 1, ZS_PH_BACKWARD = 2 };
@@ -128,6 +132,10 @@ struct zs_engine {
   zs_comm_t *tp_comm;
   zs_stream_t *compute, *ag_stream, *rs_stream;
   zs_event_t *ev_step;
+  /* order.c: the last collective issued on a communicator, and where */
+  zs_event_t *ev_order;
+  zs_comm_t *ord_comm;
+  zs_stream_t *ord_stream;
 
   zs_unit_t *units;
   int nunits, cap_units;
@@ -200,6 +208,17 @@ static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
     if (zs__st_ != ZS_OK)                                                                               \
       return ZS_FAIL((zs)->err, zs__st_, "%s failed on rank %d: %s", (what), (zs)->rank, zs_last_error()); \
   } while (0)
+/* A collective `expr` on comm and stream s, ordered after the engine's previous
+ * collective on another communicator (order.c). */
+#define ZS_ENG_COLL(zs, comm, s, expr, what)                                                   \
+  do {                                                                                         \
+    ZS_ENG_CHECK(zs, zs__eng_comm_order(zs, comm, s), "ordering the engine's communicators"); \
+    ZS_ENG_CHECK(zs, expr, what);                                                              \
+    ZS_ENG_CHECK(zs, zs__eng_comm_mark(zs, comm, s), "ordering the engine's communicators");  \
+  } while (0)
+/* order.c */
+zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
+zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 /* agree.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
 uint64_t zs__eng_scratch_bytes(int world);

@@ -69,8 +69,10 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
     goto done;
   }
   if (u->frozen) {
+    ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
     ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, u->pshard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
                   st, done);
+    ZS_CHECK_GOTO(zs__eng_comm_mark(zs, zs->shard_comm, zs->compute), st, done);
     ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, (char *)tmp + (size_t)p->flat_off * zs->pb, (size_t)p->numel * zs->pb,
                                   ZS_COPY_D2H, zs->compute), st, done);
     if ((st = zs__eng_sync_compute(zs)) == ZS_OK) zs__eng_widen(out, (size_t)p->numel, zs->cfg.param_dtype);
@@ -82,7 +84,9 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
     ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (void *)send, u->master, (size_t)u->shard * 4, ZS_COPY_H2D, zs->compute),
                   st, done);
   }
+  ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
   ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);
+  ZS_CHECK_GOTO(zs__eng_comm_mark(zs, zs->shard_comm, zs->compute), st, done);
   ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, tmp + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute), st,
                 done);
   st = zs__eng_sync_compute(zs);

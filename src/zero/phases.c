@@ -55,7 +55,8 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   size_t bytes = (size_t)u->padded * zs->pb;
   ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GATHER, zs->ag_stream, &u->full));
   ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
-  ZS_ENG_CHECK(zs, zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
+  ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
+              zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
             "all-gather of a unit");
   ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
   return ZS_OK;
@@ -260,7 +261,6 @@ static zs_status_t release(zs_engine_t *zs, int unit) {
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_release(%d): unit '%s' is not gathered: call zs_gather first", unit,
                    u->name);
   if (gathers_on_demand(zs, u)) {
-    ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_released, zs->compute), "recording the release event");
     set_param_slots(zs, u, NULL);
     u->st = zs->cfg.reshard_after_forward ? ZS_U_RELEASED : ZS_U_KEPT;
   } else {
@@ -307,40 +307,43 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
     }
     char *block = (char *)src + off * eb;
     if (c->stage == 0) {
-      ZS_ENG_CHECK(zs, zs_comm_all_reduce(zs->comm, src, src, P, dt, ZS_SUM, rs), "gradient all-reduce");
+      ZS_ENG_COLL(zs, zs->comm, rs, zs_comm_all_reduce(zs->comm, src, src, P, dt, ZS_SUM, rs), "gradient all-reduce");
       if (src != u->gfull)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gfull, c->param_dtype, src, dt, P), "casting gradients back");
     } else if (zs->offload) {
       /* reduce into a device shard (stage 1: in place), then to the host in fp32 */
       const void *red = block;
       if (c->stage == 1) {
-        ZS_ENG_CHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                    zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       } else {
         ZS_CHECK(zs__eng_alloc_on(zs, S * zs->rb, ZS_MEM_GRADS, rs, &u->gshard));
-        ZS_ENG_CHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                    zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
         red = u->gshard;
       }
       /* hybrid: the round's shard summed across replicas before it leaves (the
        * host adds rounds up, so each round's shard crosses the groups) */
       if (zs->rep_comm)
-        ZS_ENG_CHECK(zs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, ZS_SUM, rs),
+        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, ZS_SUM, rs),
                   "gradient all-reduce across replicas");
       ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
                                      .first = c->stage == 1 || zs->round == 1, .unit = unit, .name = u->name};
       ZS_ENG_CHECK(zs, zs__offload_grad_d2h(zs->conv, zs->copy_stream, u->ev_reduced, red, &task),
                 "copying a gradient shard to the host");
-      ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_offloaded, zs->copy_stream), "recording the copy event");
     } else if (c->stage == 1) {
-      ZS_ENG_CHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                  zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       if (zs->rep_comm) /* hybrid: only psi/Ns elements cross the shard groups */
-        ZS_ENG_CHECK(zs, zs_comm_all_reduce(zs->rep_comm, block, block, S, dt, ZS_SUM, rs),
+        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, block, block, S, dt, ZS_SUM, rs),
                   "gradient all-reduce across replicas");
       if (src != u->gfull)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, (char *)u->gfull + off * zs->pb, c->param_dtype, block, dt, S),
                   "casting gradients back");
     } else if (zs->round == 1) {
-      ZS_ENG_CHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                  zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       if (u->gacc)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gshard, dt, S), "widening gradients");
     } else {
@@ -348,7 +351,8 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
        * 16-bit shard's rounds add up in fp32 (gacc), rounded once after the
        * last, as stages 0-1 round their fp32 sum once (issue 25 item 10: one
        * rounding per round cost 200x their error) */
-      ZS_ENG_CHECK(zs, zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+      ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                  zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       if (!u->gacc) {
         ZS_ENG_CHECK(zs, zs__accumulate(zs->dev, rs, u->gshard, block, dt, S), "accumulating gradients");
       } else {
@@ -360,16 +364,15 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
     /* hybrid, stages 2-3: the accumulated shard summed across replicas once,
      * after the last round */
     if (zs->rep_comm && c->stage >= 2 && !zs->offload && last)
-      ZS_ENG_CHECK(zs, zs_comm_all_reduce(zs->rep_comm, u->gshard, u->gshard, S, c->reduce_dtype, ZS_SUM, rs),
+      ZS_ENG_COLL(zs, zs->rep_comm, rs,
+                  zs_comm_all_reduce(zs->rep_comm, u->gshard, u->gshard, S, c->reduce_dtype, ZS_SUM, rs),
                 "gradient all-reduce across replicas");
-    if (!zs->offload) ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
     u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
   }
   u->reduced_round = zs->round;
   zs->last_reduced = unit;
   if (c->stage >= 2) set_grad_slots(zs, u, NULL);
   if (gathers_on_demand(zs, u)) {
-    ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_released, zs->compute), "recording the release event");
     set_param_slots(zs, u, NULL);
     u->st = ZS_U_RELEASED;
   } else {

@@ -21,7 +21,7 @@ static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
     if (zs->offload) zs__eng_free_on(zs, &u->gshard, S * zs->rb, ZS_MEM_GRADS, NULL);
   }
   zs__eng_free_on(zs, &u->gtemp, P * zs->rb, ZS_MEM_COMM, NULL);
-  zs_event_t **evs[] = {&u->ev_gathered, &u->ev_released, &u->ev_computed, &u->ev_reduced, &u->ev_offloaded};
+  zs_event_t **evs[] = {&u->ev_gathered, &u->ev_computed, &u->ev_reduced};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
     if (*evs[i]) zs_event_destroy(zs->dev, *evs[i]);
     *evs[i] = NULL;

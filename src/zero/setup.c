@@ -142,10 +142,8 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   size_t P = (size_t)u->padded, S = (size_t)u->shard, pb = zs->pb, on = (size_t)u->opt_n;
   int off = zs->offload; /* optimizer state on the host */
   ZS_CHECK(zs_event_create(zs->dev, &u->ev_gathered));
-  ZS_CHECK(zs_event_create(zs->dev, &u->ev_released));
   ZS_CHECK(zs_event_create(zs->dev, &u->ev_computed));
   ZS_CHECK(zs_event_create(zs->dev, &u->ev_reduced));
-  ZS_CHECK(zs_event_create(zs->dev, &u->ev_offloaded));
   if (c->stage <= 2) {
     ZS_CHECK(own(zs, u, P * pb, ZS_MEM_PARAMS, 0, &u->full));
   } else {

@@ -25,7 +25,9 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
     }
     zs_status_t st;
     if ((st = zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step)) != ZS_OK ||
+        (st = zs__eng_comm_order(zs, zs->shard_comm, zs->ag_stream)) != ZS_OK ||
         (st = zs_comm_all_gather(zs->shard_comm, send, u->full, (size_t)u->shard, c->param_dtype, zs->ag_stream)) != ZS_OK ||
+        (st = zs__eng_comm_mark(zs, zs->shard_comm, zs->ag_stream)) != ZS_OK ||
         (st = zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream)) != ZS_OK)
       return ZS_FAIL(zs->err, st, "parameter all-gather of unit '%s' failed on rank %d: %s", u->name, zs->rank,
                      zs_last_error());
@@ -56,11 +58,15 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
    * hybrid: the replicas hold the same shards, so the shard group's sum is the
    * model's */
   if (zs->cfg.stage >= 1 && zs->nshard > 1 &&
-      (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK)
+      ((st = zs__eng_comm_order(zs, zs->shard_comm, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs__eng_comm_mark(zs, zs->shard_comm, zs->compute)) != ZS_OK))
     goto fail;
   /* the other parts of the model (tensor/pipeline parallel ranks) */
   if (zs->mp_comm && zs_comm_size(zs->mp_comm) > 1 &&
-      (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK)
+      ((st = zs__eng_comm_order(zs, zs->mp_comm, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs__eng_comm_mark(zs, zs->mp_comm, zs->compute)) != ZS_OK))
     goto fail;
   if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(float), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
