@@ -32,6 +32,21 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   if (!rc) rc = (int)cudaMemset(ca->loss, 0, N * sizeof(double));
   if (!rc) rc = (int)cudaMemset(ca->tokens, 0, N * sizeof(int));
   if (!rc) rc = (int)cudaMemset(ca->targets, 0, N * sizeof(int));
+  /* the head's chunk from the free memory, as said in model_cuda.h */
+  size_t free_b = 0, total_b = 0;
+  if (!rc && c->vocab > 0 && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    size_t budget = free_b / 8, row = (size_t)c->vocab * sizeof(float);
+    if (budget > ((size_t)2 << 30)) budget = (size_t)2 << 30;
+    size_t rows = budget / row;
+    if (rows > N) rows = N;
+    if (rows > (size_t)a->head_rows) {
+      rc = (int)cudaMalloc((void **)&ca->logits, rows * row);
+      if (!rc) {
+        a->logits = ca->logits;
+        a->head_rows = (int)rows;
+      }
+    }
+  }
   if (rc) gpt_cuda_acts_free(ca);
   return rc;
 }
@@ -42,6 +57,7 @@ void gpt_cuda_acts_free(gpt_cuda_acts_t *ca) {
   cudaFree(ca->loss);
   cudaFree(ca->tokens);
   cudaFree(ca->targets);
+  cudaFree(ca->logits);
   memset(ca, 0, sizeof *ca);
 }
 
