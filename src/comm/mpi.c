@@ -23,15 +23,14 @@
  *
  * Host staging (a cuda device; ZS_MPI_STAGING=1 forces it on a cpu device so the
  * path runs in CI): per call, pinned host buffers; on the call's stream (the NULL
- * stream too: CUDA's runs after the call returns) a
- * device-to-host copy of what this rank sends and an event `ready`, then the
- * blocking stream task, then a host-to-device copy of what it receives and an
- * event `done` after which the buffers are freed (by a later call or destroy).
- * The progress thread starts a staged op when `ready` has completed rather than
- * when the stream task starts: a CUDA host function may run on a thread shared
- * by every stream, so a task blocked on a later op must never be what an
- * earlier op waits for. Waits on events only ever point back in call order,
- * which is the FIFO's order, so this cannot deadlock.
+ * stream too: CUDA's runs after the call returns) a device-to-host copy of what
+ * this rank sends and an event `ready`, then a wait of the stream for the comm's
+ * flag to reach the op's place (mpi_queue.c), then a host-to-device copy of what
+ * it receives and an event `done` after which the buffers are reused or freed
+ * (by a later call or destroy). The progress thread starts a staged op when
+ * `ready` has completed; no host function blocks, since CUDA may run every
+ * stream's on one shared thread. Waits on events only ever point back in call
+ * order, which is the FIFO's order, so this cannot deadlock.
  */
 #include <limits.h>
 #include <stdio.h>
