@@ -255,7 +255,7 @@ static int bench_cpu(const opts_t *o) {
 
   zs_optim_hyper_t h = {.cfg = adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
                         .param_dtype = o->pdt};
-  zs_optim_seg_t seg = {b.w, b.m, b.v, b.g, b.p, n, 1.0f, 1.0f};
+  zs_optim_seg_t seg = {b.w, b.m, b.v, b.g, b.p, n, 1.0f, 1.0f, NULL, NULL, 0};
   double best_step = 1e30, best_roof = 1e30;
   /* one untimed round of each to fault in pages and wake the threads */
   if (zs__optim_step_cpu(&h, &seg, 1) != ZS_OK) {
@@ -356,7 +356,7 @@ static int bench_cuda(const opts_t *o) {
   CHECK_CUDA(cudaEventCreate(&e1));
   zs_optim_hyper_t h = {.cfg = adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
                         .param_dtype = o->pdt};
-  zs_optim_seg_t s0 = {w, m, v, g, p, n, 1.0f, 1.0f};
+  zs_optim_seg_t s0 = {w, m, v, g, p, n, 1.0f, 1.0f, NULL, NULL, 0};
   zs_k_hyper_t k;
   zs_k_seg_t seg = {w, m, v, g, p, n, 0.0f, 0.0f};
   zs__optim_fold(&h, &k);

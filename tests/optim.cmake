@@ -29,3 +29,6 @@ zs_add_test(NAME test_optim_threads_mpi SOURCES test_optim_threads.c LAYERS ${zs
             TIMEOUT 60 ENV_MODIFICATION ZS_THREADS=unset: OMP_NUM_THREADS=unset:)
 # The gradient-clip coefficient the engine and the parameter server share.
 zs_add_test(NAME test_optim_clip SOURCES test_optim_clip.c LAYERS zs_common zs_memory zs_optim TIMEOUT 30)
+# Compact optimizer states (bf16, int8 blocks) against float64, across paths,
+# thread counts and segment splits.
+zs_add_test(NAME test_optim_state SOURCES test_optim_state.c LAYERS zs_common zs_memory zs_optim TIMEOUT 120)

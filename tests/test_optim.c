@@ -180,7 +180,7 @@ static void prob_grad(prob_t *P, zs_dtype_t gdt, uint64_t seed) {
 static zs_optim_seg_t prob_seg(prob_t *P, const cfg_t *c, float lr_scale, float wd_scale) {
   int mom = c->kind != ZS_SGD || c->momentum != 0.0f, var = c->kind != ZS_SGD;
   return (zs_optim_seg_t){P->w, mom ? P->m : NULL, var ? P->v : NULL, P->g,
-                          c->pdt == ZS_FP32 ? NULL : P->p, P->n, lr_scale, wd_scale};
+                          c->pdt == ZS_FP32 ? NULL : P->p, P->n, lr_scale, wd_scale, NULL, NULL, 0};
 }
 
 static void prob_ref(prob_t *P, const zs_optim_hyper_t *h, float lr_scale, float wd_scale) {
@@ -380,7 +380,7 @@ static void test_threads_identical(void) {
                                  prob_seg(&P[k], &cfgs[1], 0.5f, 0.0f)};
         seg[0].n = 500001; /* two segments meeting inside a thread's range */
         seg[1].n = n - 500001;
-        seg[1].master += 500001, seg[1].m += 500001, seg[1].v += 500001;
+        seg[1].master += 500001, seg[1].m = (float *)seg[1].m + 500001, seg[1].v = (float *)seg[1].v + 500001;
         seg[1].grad = (const uint16_t *)seg[1].grad + 500001;
         seg[1].param = (uint16_t *)seg[1].param + 500001;
         expect_ok(zs__optim_step_cpu(&h, seg, 2));
@@ -629,7 +629,7 @@ static void test_dispatch_cpu(void) {
     segs[0] = prob_seg(&A, &cfgs[0], 1, 1);
     segs[0].n = 777;
     segs[1] = prob_seg(&A, &cfgs[0], 0.5f, 0);
-    segs[1].master += 777, segs[1].m += 777, segs[1].v += 777;
+    segs[1].master += 777, segs[1].m = (float *)segs[1].m + 777, segs[1].v = (float *)segs[1].v + 777;
     segs[1].grad = (const float *)segs[1].grad + 777;
     segs[1].param = (uint16_t *)segs[1].param + 777;
     segs[1].n = n - 777;
@@ -640,8 +640,8 @@ static void test_dispatch_cpu(void) {
     expect_ok(zs_stream_synchronize(dev, s));
     for (int i = 0; i < 2; i++) {
       direct[i].master = B.w + (direct[i].master - A.w);
-      direct[i].m = B.m + (direct[i].m - A.m);
-      direct[i].v = B.v + (direct[i].v - A.v);
+      direct[i].m = B.m + ((float *)direct[i].m - A.m);
+      direct[i].v = B.v + ((float *)direct[i].v - A.v);
       direct[i].grad = (const float *)B.g + ((const float *)direct[i].grad - (const float *)A.g);
       direct[i].param = (uint16_t *)B.p + ((uint16_t *)direct[i].param - (uint16_t *)A.p);
     }

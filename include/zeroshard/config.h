@@ -20,6 +20,18 @@ extern "C" {
 #define ZS_CONFIG_VERSION 1
 
 typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD } zs_optim_kind_t;
+
+/* How the optimizer keeps its moments (Adam's m and v, SGD's momentum buffer);
+ * the master weights stay fp32 and the arithmetic is fp32 in every case.
+ *   ZS_STATE_FP32  4 bytes per state element (the exact optimizer)
+ *   ZS_STATE_BF16  2 bytes, rounded stochastically (deterministic per element)
+ *   ZS_STATE_INT8  1 byte + a 4-byte scale per block of state_block elements:
+ *                  block-wise 8-bit codes (8-bit optimizers, Dettmers et al.)
+ * The encodings: kernels/optim_state.h. */
+typedef enum { ZS_STATE_FP32 = 0, ZS_STATE_BF16, ZS_STATE_INT8 } zs_state_dtype_t;
+#define ZS_STATE_BLOCK_DEFAULT 256
+/* "fp32", "bf16", "int8", or "invalid". */
+const char *zs_state_dtype_name(zs_state_dtype_t d);
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
 
 /* Learning-rate schedules: the engine computes the learning rate of each zs_step
@@ -71,6 +83,9 @@ typedef struct {
   float weight_decay;      /* AdamW: decoupled; Adam and SGD: L2 added to the gradient */
   float momentum;          /* SGD; 0 = plain SGD */
   int nesterov;            /* SGD */
+  zs_state_dtype_t state_dtype; /* fp32 (0), bf16, int8 */
+  int state_block;         /* int8: elements per scale, a power of two 64..4096;
+                              0 = ZS_STATE_BLOCK_DEFAULT */
 } zs_optim_config_t;
 
 typedef struct {
@@ -110,7 +125,8 @@ typedef struct {
     .version = ZS_CONFIG_VERSION, .stage = 0, .param_dtype = ZS_FP32,                       \
     .reduce_dtype = ZS_FP32,                                                                \
     .optim = {.kind = ZS_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,  \
-              .weight_decay = 0.0f, .momentum = 0.0f, .nesterov = 0},                       \
+              .weight_decay = 0.0f, .momentum = 0.0f, .nesterov = 0,   \
+              .state_dtype = ZS_STATE_FP32, .state_block = 0},                     \
     .grad_accum = 1, .grad_clip = 0.0f, .prefetch = 1, .reshard_after_forward = 1,          \
     .persist_threshold = 0, .reduce_bucket_size = 0, .offload_optimizer = ZS_OFFLOAD_NONE,  \
     .offload_strict = 0, .delayed_param_update = 0, .loss_scale = 0.0f,                     \

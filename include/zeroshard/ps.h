@@ -98,7 +98,7 @@ typedef struct {
   void *lr_user;
 } zs_ps_config_t;
 #define ZS_PS_CONFIG_INIT {ZS_PS_CONFIG_VERSION, 1, ZS_PS_SYNC, 0, 1, 0, \
-  {ZS_ADAMW, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0}, 0.0f, NULL, 0, NULL, NULL}
+  {ZS_ADAMW, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, ZS_STATE_FP32, 0}, 0.0f, NULL, 0, NULL, NULL}
 
 typedef struct zs_ps zs_ps_t;
 

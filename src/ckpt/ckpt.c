@@ -206,7 +206,7 @@ zs_status_t zs__ck_drain(zs_engine_t *zs) {
 
 /* The optimizer state buffers a unit has (NULL: none; a frozen unit has none,
  * its master values are its parameters: zs__eng_read_params). */
-float *zs__ck_state_base(const zs_unit_t *u, int kind) {
+void *zs__ck_state_base(const zs_unit_t *u, int kind) {
   return kind == K_MASTER ? u->master : kind == K_M ? u->m : u->v;
 }
 

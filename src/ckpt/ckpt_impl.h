@@ -97,7 +97,10 @@ int zs__ck_layout_ok(const char *s);
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
 zs_status_t zs__ck_drain(zs_engine_t *zs);
-float *zs__ck_state_base(const zs_unit_t *u, int kind);
+/* The unit's storage of a kind (NULL: none). The master is fp32; m and v are in
+ * the state dtype: read and write them through zs__eng_state_get / _set unless
+ * it is fp32. */
+void *zs__ck_state_base(const zs_unit_t *u, int kind);
 int zs__ck_kind_present(const zs_engine_t *zs, int kind);
 zs_status_t zs__ck_commit_file(char *err_buf, FILE *f, const char *tmp, const char *final);
 void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank);
@@ -122,6 +125,8 @@ typedef struct {
   double loss_scale;
   int has[K_COUNT];
   char optimizer[16], param_dtype[16];
+  char state_dtype[16]; /* "fp32" when the manifest predates compact states */
+  int state_block;      /* int8: its block size, else 0 */
   char (*file)[64];
   int64_t *file_bytes, *file_blocks;
   /* the tensors as saved */

@@ -72,6 +72,11 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
                      "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
                      "engine's %s needs",
                      zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
+  const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
+  int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
+  if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* the files hold fp32 values: any to any */
+    ZS_LOG_I("zs_checkpoint_load: optimizer states saved as %s%s%.0d, loaded into %s%s%.0d: converted", m->state_dtype,
+             m->state_block ? " block " : "", m->state_block, sd, blk ? " block " : "", blk);
   int n = m->ntensors < zs->nparams ? m->ntensors : zs->nparams;
   for (int i = 0; i < n; i++) {
     const zs_param_t *p = &zs->params[i];
@@ -155,7 +160,10 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
     st = zs__eng_write_values(zs, p, a, b - a, s->val[p->unit * K_COUNT + K_MASTER] + at);
     for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) {
       float *base = zs__ck_state_base(u, k);
-      if (base) st = state_put(zs, base + at, s->val[p->unit * K_COUNT + k] + at, (size_t)(b - a));
+      const float *vals = s->val[p->unit * K_COUNT + k] + at;
+      if (base && zs->cfg.optim.state_dtype != ZS_STATE_FP32) /* encoded into bf16 / int8 */
+        st = zs__eng_state_set(zs, u, k, at, (size_t)(b - a), vals);
+      else if (base) st = state_put(zs, base + at, vals, (size_t)(b - a));
     }
   }
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_load: writing the state failed: %s", zs_last_error());

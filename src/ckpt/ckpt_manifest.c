@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "kernels/optim_state.h"
 
 void zs__ck_manifest_free(manifest_t *m) {
   free(m->file);
@@ -148,6 +149,18 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
   int optim = str_ok(opt, sizeof m->optimizer) ? optim_of(opt->valuestring) : -1;
   if (optim < 0) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: optimizer is not adamw, adam or sgd", fn, path);
   snprintf(m->optimizer, sizeof m->optimizer, "%s", opt->valuestring);
+  const cJSON *sdt = get(j, "state_dtype"), *sblk = get(j, "state_block"); /* optional: older manifests are fp32 */
+  snprintf(m->state_dtype, sizeof m->state_dtype, "fp32");
+  if (sdt) {
+    if (!str_ok(sdt, sizeof m->state_dtype) ||
+        (strcmp(sdt->valuestring, "fp32") && strcmp(sdt->valuestring, "bf16") && strcmp(sdt->valuestring, "int8")))
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: state_dtype is not fp32, bf16 or int8", fn, path);
+    snprintf(m->state_dtype, sizeof m->state_dtype, "%s", sdt->valuestring);
+  }
+  if (sblk && !num_ok(sblk, ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX))
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: state_block is not an integer in %d..%d", fn, path,
+                 ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX);
+  m->state_block = sblk ? (int)sblk->valuedouble : 0;
 
   /* the optimizer state: known kinds, each once, the master always, m and v for
    * Adam, never v for SGD */

@@ -108,7 +108,8 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     for (int k = 0; k < K_COUNT; k++) {
       const float *base = zs__ck_state_base(u, k);
       if (!base && !(u->frozen && k == K_MASTER)) continue;
-      const float *src = base ? base + (p->flat_off + a - u->opt_off) : NULL;
+      const int coded = k != K_MASTER && zs->cfg.optim.state_dtype != ZS_STATE_FP32; /* decoded to fp32 */
+      const float *src = base && !coded ? base + (p->flat_off + a - u->opt_off) : NULL;
       ck_block_head_t bh = {.magic = CK_BLOCK_MAGIC, .tensor = (uint32_t)i, .kind = (uint32_t)k,
                             .offset = a, .count = b - a};
       long at = ftell(f);
@@ -118,6 +119,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
         size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
         const float *view = pinned;
         if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + o, (int64_t)n, pinned);
+        else if (coded) st = zs__eng_state_get(zs, u, k, p->flat_off + a - u->opt_off + o, n, pinned);
         else st = state_view(zs, src + o, n, pinned, &view);
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", zs__ck_kind_names[k], p->name,
@@ -187,6 +189,10 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
   cJSON_AddNumberToObject(m, "hysteresis_left", zs->hysteresis_left);
   cJSON_AddStringToObject(m, "param_dtype", zs_dtype_name(zs->cfg.param_dtype));
   cJSON_AddStringToObject(m, "optimizer", zs__ck_optim_name(zs->cfg.optim.kind));
+  /* what the optimizer kept m and v in; the files hold their fp32 values */
+  cJSON_AddStringToObject(m, "state_dtype", zs_state_dtype_name(zs->cfg.optim.state_dtype));
+  if (zs->cfg.optim.state_dtype == ZS_STATE_INT8)
+    cJSON_AddNumberToObject(m, "state_block", zs__optim_state_block(&zs->cfg.optim));
   cJSON *state = cJSON_AddArrayToObject(m, "state");
   for (int k = 0; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k)) cJSON_AddItemToArray(state, cJSON_CreateString(zs__ck_kind_names[k]));

@@ -27,6 +27,7 @@ const char *const zs__config_kind_expect[] = {
     [K_STEPS] = "a whole number of steps >= 0",
     [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
     [K_WARMUP] = "linear or log",
+    [K_SDTYPE] = "fp32, bf16 or int8",
 };
 
 static const char *const sched_names[] = {
@@ -56,6 +57,13 @@ static int word_dtype(const char *s, zs_dtype_t *out) {
   if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float32")) *out = ZS_FP32;
   else if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = ZS_BF16;
   else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "float16")) *out = ZS_FP16;
+  else return 0;
+  return 1;
+}
+static int word_sdtype(const char *s, int *out) {
+  if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float32")) *out = ZS_STATE_FP32;
+  else if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = ZS_STATE_BF16;
+  else if (!strcasecmp(s, "int8") || !strcasecmp(s, "8bit")) *out = ZS_STATE_INT8;
   else return 0;
   return 1;
 }
@@ -116,6 +124,7 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
     case K_WARMUP: *(zs_warmup_type_t *)f = (zs_warmup_type_t)word; break;
     case K_DTYPE: *(zs_dtype_t *)f = (zs_dtype_t)word; break;
     case K_OPTIM: *(zs_optim_kind_t *)f = (zs_optim_kind_t)word; break;
+    case K_SDTYPE: *(zs_state_dtype_t *)f = (zs_state_dtype_t)word; break;
     case K_OFFLOAD: *(zs_offload_t *)f = (zs_offload_t)word; break;
     default: break;
   }
@@ -139,6 +148,8 @@ static const struct {
     {"ZS_EPS", K_FLOAT, offsetof(zs_config_t, optim.eps), "optim.eps"},
     {"ZS_WEIGHT_DECAY", K_FLOAT, offsetof(zs_config_t, optim.weight_decay), "optim.weight_decay"},
     {"ZS_MOMENTUM", K_FLOAT, offsetof(zs_config_t, optim.momentum), "optim.momentum"},
+    {"ZS_OPTIM_STATE", K_SDTYPE, offsetof(zs_config_t, optim.state_dtype), "optim.state_dtype"},
+    {"ZS_OPTIM_STATE_BLOCK", K_INT, offsetof(zs_config_t, optim.state_block), "optim.state_block"},
     {"ZS_GRAD_ACCUM", K_INT, offsetof(zs_config_t, grad_accum), "grad_accum"},
     {"ZS_GRAD_CLIP", K_FLOAT, offsetof(zs_config_t, grad_clip), "grad_clip"},
     {"ZS_PREFETCH", K_INT, offsetof(zs_config_t, prefetch), "prefetch"},
@@ -210,6 +221,7 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
     }
     case K_SCHED: return word_sched(tmp, word) ? VAL_OK : VAL_TYPE;
     case K_WARMUP: return word_warmup(tmp, word) ? VAL_OK : VAL_TYPE;
+    case K_SDTYPE: return word_sdtype(tmp, word) ? VAL_OK : VAL_TYPE;
     default: return VAL_TYPE;
   }
 }

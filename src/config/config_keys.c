@@ -171,15 +171,27 @@ static zs_status_t fn_fp16(ctx_t *x, const cJSON *item, const char *path) {
 
 /* ---- JSON: DeepSpeed's optimizer ---------------------------------------------- */
 
+/* DeepSpeed's names, and bitsandbytes' / Hugging Face's for 8-bit states
+ * ("AdamW8bit", "adamw_8bit", "adamw_bnb_8bit"): the same Adam with int8 m and v
+ * (optim.state_dtype; an explicit optim.state_dtype still wins). */
 static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
-  static const char *const names[] = {"adam", "adamw", "sgd"};
-  for (int i = 0; cJSON_IsString(item) && i < 3; i++)
-    if (!strcasecmp(item->valuestring, names[i])) {
-      x->ds_type = i;
+  static const struct { const char *name; int type, q8; } names[] = {
+      {"adam", 0, 0},        {"adamw", 1, 0},      {"sgd", 2, 0},          {"adam8bit", 0, 1},
+      {"adamw8bit", 1, 1},   {"adam_8bit", 0, 1},  {"adamw_8bit", 1, 1},   {"adamw_bnb_8bit", 1, 1},
+      {"sgd8bit", 2, 1},     {"sgd_8bit", 2, 1},
+  };
+  for (size_t i = 0; cJSON_IsString(item) && i < sizeof names / sizeof *names; i++)
+    if (!strcasecmp(item->valuestring, names[i].name)) {
+      x->ds_type = names[i].type;
       origin_set(&x->org, "optim.kind", path);
+      if (names[i].q8) {
+        x->cfg.optim.state_dtype = ZS_STATE_INT8;
+        origin_set(&x->org, "optim.state_dtype", path);
+      }
       return ZS_OK;
     }
-  return zs__config_wrong(x, item, path, "zeroshard supports \"AdamW\", \"Adam\" and \"SGD\"");
+  return zs__config_wrong(x, item, path, "zeroshard supports \"AdamW\", \"Adam\" and \"SGD\", and with 8-bit "
+                          "states \"AdamW8bit\", \"Adam8bit\" and \"SGD8bit\"");
 }
 
 static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
@@ -262,6 +274,8 @@ static const spec_t our_optim_keys[] = {
     {"weight_decay", K_FLOAT, OFF(optim.weight_decay), "optim.weight_decay", NULL, 0, NULL},
     {"momentum", K_FLOAT, OFF(optim.momentum), "optim.momentum", NULL, 0, NULL},
     {"nesterov", K_BOOL, OFF(optim.nesterov), "optim.nesterov", NULL, 0, NULL},
+    {"state_dtype", K_SDTYPE, OFF(optim.state_dtype), "optim.state_dtype", NULL, 0, NULL},
+    {"state_block", K_INT, OFF(optim.state_block), "optim.state_block", NULL, 0, NULL},
 };
 
 static zs_status_t fn_our_optim(ctx_t *x, const cJSON *item, const char *path) {

@@ -122,6 +122,12 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (p->kind == ZS_SGD && p->nesterov && p->momentum == 0)
     return bad(prefix, o, "optim.nesterov", "1 with momentum 0",
                "Nesterov SGD needs momentum > 0: set optim.momentum or nesterov 0");
+  if ((unsigned)p->state_dtype > ZS_STATE_INT8)
+    return bad(prefix, o, "optim.state_dtype", int_value(p->state_dtype).s,
+               "use ZS_STATE_FP32, ZS_STATE_BF16 or ZS_STATE_INT8 (fp32, bf16, int8)");
+  if (p->state_block != 0 && (p->state_block < 64 || p->state_block > 4096 || (p->state_block & (p->state_block - 1))))
+    return bad(prefix, o, "optim.state_block", int_value(p->state_block).s,
+               "use 0 (256) or a power of two from 64 to 4096 (elements per int8 scale)");
   if (c->grad_accum < 1)
     return bad(prefix, o, "grad_accum", int_value(c->grad_accum).s,
                "use 1 or more forward/backward rounds per zs_step");
@@ -209,6 +215,10 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
     put(buf, n, &at, " momentum %g%s", (double)p->momentum, p->nesterov ? " nesterov" : "");
   else
     put(buf, n, &at, " betas %g/%g eps %g", (double)p->beta1, (double)p->beta2, (double)p->eps);
+  if (p->state_dtype == ZS_STATE_INT8)
+    put(buf, n, &at, " states int8/%d", p->state_block ? p->state_block : ZS_STATE_BLOCK_DEFAULT);
+  else if (p->state_dtype == ZS_STATE_BF16)
+    put(buf, n, &at, " states bf16");
   put(buf, n, &at, " wd %g, grad_accum %d, clip %g, prefetch %d, reshard_after_forward %d, persist %zu",
       (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
       cfg->reshard_after_forward, cfg->persist_threshold);

@@ -49,6 +49,13 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
                              c->beta2 < 1.0f && c->eps >= 0.0f))
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "Adam betas (%g, %g) and eps %g: betas must be in [0, 1) "
                    "and eps >= 0", (double)c->beta1, (double)c->beta2, (double)c->eps);
+  if ((unsigned)c->state_dtype > ZS_STATE_INT8)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer state dtype %d is not ZS_STATE_FP32, _BF16 or _INT8",
+                   (int)c->state_dtype);
+  int blk = zs__optim_state_block(c);
+  if (c->state_dtype == ZS_STATE_INT8 && blk < 0)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer state block %d: int8 states take a power of two from %d to %d "
+                   "(0: %d)", c->state_block, ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX, ZS_STATE_BLOCK_DEFAULT);
   int need_mv = c->kind != ZS_SGD, need_m = need_mv || c->momentum != 0.0f;
   for (int i = 0; i < nseg; i++) {
     const zs_optim_seg_t *s = &segs[i];
@@ -56,12 +63,25 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
     if (!s->master || !s->grad || (need_m && !s->m) || (need_mv && !s->v))
       return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer segment %d (%zu elements): master, grad%s "
                      "must be set", i, s->n, need_mv ? ", m and v" : need_m ? " and m" : "");
+    if (c->state_dtype == ZS_STATE_INT8 && ((need_m && !s->m_scale) || (need_mv && !s->v_scale)))
+      return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer segment %d (%zu elements): int8 states need m_scale%s",
+                     i, s->n, need_mv ? " and v_scale" : "");
     if (s->param && h->param_dtype != ZS_BF16 && h->param_dtype != ZS_FP16)
       return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer segment %d has a param copy of dtype %s: "
                      "copies are bf16 or fp16 (fp32 parameters are the master itself)", i,
                      zs_dtype_name(h->param_dtype));
   }
   return ZS_OK;
+}
+
+int zs__optim_state_block(const zs_optim_config_t *c) {
+  int b = c->state_block ? c->state_block : ZS_STATE_BLOCK_DEFAULT;
+  if (b < ZS_K_QBLOCK_MIN || b > ZS_K_QBLOCK_MAX || (b & (b - 1))) return -1;
+  return b;
+}
+
+const char *zs_state_dtype_name(zs_state_dtype_t d) {
+  return d == ZS_STATE_FP32 ? "fp32" : d == ZS_STATE_BF16 ? "bf16" : d == ZS_STATE_INT8 ? "int8" : "invalid";
 }
 
 void zs__optim_fold(const zs_optim_hyper_t *h, zs_k_hyper_t *k) {
@@ -177,9 +197,12 @@ static void scalar_acc(float *dst, const void *src, int sdt, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dst[i] + zs_ref_load(src, sdt, i);
 }
 
+#define TILE_STEP scalar_step
+#include "optim/cpu_tile.h"
+
 const zs_optim_path_t zs__optim_path_scalar = {"scalar", scalar_step, scalar_sumsq,
                                                scalar_nonfinite, scalar_cast, scalar_scale,
-                                               scalar_acc};
+                                               scalar_acc, tile_step_q};
 
 /* ---- path selection --------------------------------------------------------- */
 
@@ -352,33 +375,58 @@ static void team_range(size_t n, size_t *lo, size_t *hi) {
 
 /* ---- the CPU functions -------------------------------------------------------- */
 
+/* One segment's element range [a, b) on this thread (a on a block boundary
+ * for int8 states). */
+static void step_range(const zs_optim_path_t *P, const zs_optim_hyper_t *h, const zs_k_hyper_t *k,
+                       const zs_optim_seg_t *s, size_t a, size_t b) {
+  const int gdt = h->grad_dtype, pdt = s->param ? (int)h->param_dtype : -1, sdt = (int)h->cfg.state_dtype;
+  const size_t gsz = zs_dtype_size(h->grad_dtype), psz = zs_dtype_size(h->param_dtype);
+  float lr, wd;
+  zs__optim_seg_lrwd(h, s, &lr, &wd);
+  const void *g = (const char *)s->grad + a * gsz;
+  void *p = s->param ? (char *)s->param + a * psz : NULL;
+  if (sdt == ZS_STATE_FP32) {
+    P->step(k, lr, wd, gdt, pdt, s->master + a, s->m ? (float *)s->m + a : NULL, s->v ? (float *)s->v + a : NULL,
+            g, p, b - a);
+    return;
+  }
+  size_t ssz = sdt == ZS_STATE_BF16 ? 2 : 1, blk = (size_t)zs__optim_state_block(&h->cfg);
+  zs_optim_q_t q = {.sdt = sdt, .block = (int)blk, .m = s->m ? (char *)s->m + a * ssz : NULL,
+                    .v = s->v ? (char *)s->v + a * ssz : NULL, .key = s->key + a, .step = h->step};
+  if (sdt == ZS_STATE_INT8) {
+    q.ms = s->m ? s->m_scale + a / blk : NULL;
+    q.vs = s->v ? s->v_scale + a / blk : NULL;
+  }
+  P->step_q(k, &q, lr, wd, gdt, pdt, s->master + a, g, p, b - a);
+}
+
 zs_status_t zs__optim_step_cpu(const zs_optim_hyper_t *h, const zs_optim_seg_t *segs, int nseg) {
   ZS_CHECK(zs__optim_check(h, segs, nseg));
   zs_k_hyper_t k;
   zs__optim_fold(h, &k);
   const zs_optim_path_t *P = path_now();
-  size_t total = 0;
-  for (int i = 0; i < nseg; i++) total += segs[i].n;
+  /* work is cut in grains: whole int8 blocks, else elements */
+  const size_t grain = h->cfg.state_dtype == ZS_STATE_INT8 ? (size_t)zs__optim_state_block(&h->cfg) : 1;
+  size_t total = 0, grains = 0;
+  for (int i = 0; i < nseg; i++) total += segs[i].n, grains += (segs[i].n + grain - 1) / grain;
   if (total == 0) return ZS_OK;
-  const int gdt = h->grad_dtype, pdt = h->param_dtype, T = team_for(total);
-  const size_t gsz = zs_dtype_size(h->grad_dtype), psz = zs_dtype_size(h->param_dtype);
+  const int T = team_for(total);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(T) if (T > 1)
 #endif
   {
     size_t lo, hi, base = 0;
-    team_range(total, &lo, &hi);
-    /* walk the segments that overlap [lo, hi) */
-    for (int i = 0; i < nseg && base < hi; base += segs[i].n, i++) {
+    team_range(grains, &lo, &hi);
+    /* walk the segments that overlap [lo, hi) (in grains) */
+    for (int i = 0; i < nseg && base < hi; i++) {
       const zs_optim_seg_t *s = &segs[i];
-      size_t a = lo > base ? lo : base, b = hi < base + s->n ? hi : base + s->n;
-      if (a >= b) continue;
-      size_t o = a - base;
-      float lr, wd;
-      zs__optim_seg_lrwd(h, s, &lr, &wd);
-      P->step(&k, lr, wd, gdt, s->param ? pdt : -1, s->master + o, s->m ? s->m + o : NULL,
-              s->v ? s->v + o : NULL, (const char *)s->grad + o * gsz,
-              s->param ? (char *)s->param + o * psz : NULL, b - a);
+      size_t sg = (s->n + grain - 1) / grain;
+      size_t a = lo > base ? lo : base, b = hi < base + sg ? hi : base + sg;
+      if (a < b) {
+        size_t ea = (a - base) * grain, eb = (b - base) * grain;
+        step_range(P, h, &k, s, ea, eb < s->n ? eb : s->n);
+      }
+      base += sg;
     }
   }
   return ZS_OK;

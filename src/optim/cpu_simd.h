@@ -245,7 +245,10 @@ static void path_acc(float *dst, const void *src, int sdt, size_t n) {
   else acc_loop(dst, src, ZS_FP32, n);
 }
 
+#define TILE_STEP path_step
+#include "optim/cpu_tile.h"
+
 const zs_optim_path_t PATH_SYM = {PATH_NAME, path_step, path_sumsq, path_nonfinite,
-                                  path_cast, path_scale, path_acc};
+                                  path_cast, path_scale, path_acc, tile_step_q};
 
 #endif

@@ -11,6 +11,9 @@
  *   SGD:   g += wd*wd_scale * w; m = momentum m + g (m = g at t == 1);
  *          d = nesterov ? g + momentum m : m (momentum 0: d = g); w -= lr*lr_scale * d
  * and, when `param` is not NULL, writes w rounded (nearest even) to param_dtype.
+ * m and v are kept in cfg.state_dtype: fp32, bf16 or int8 block codes
+ * (kernels/optim_state.h); the update decodes them to fp32 and encodes its
+ * result, so the arithmetic is the same fp32 for every state dtype.
  * Arithmetic is fp32 (as DeepSpeed's CPU Adam and PyTorch's fused AdamW), each
  * operation rounded separately in the order of kernels/optim_ref.h, so the
  * scalar, AVX2, AVX-512 and CUDA paths give the same bits.
@@ -27,13 +30,19 @@
 
 typedef struct {
   float *master;     /* fp32 weights (the parameter itself when param dtype is fp32) */
-  float *m, *v;      /* Adam moments; SGD uses m as the momentum buffer (NULL when
-                        momentum is 0), v unused (may be NULL) */
+  void *m, *v;       /* Adam moments in the state dtype (fp32 or bf16 elements, or one
+                        int8 code byte each); SGD uses m as the momentum buffer (NULL
+                        when momentum is 0), v unused (may be NULL) */
   const void *grad;  /* grad_dtype elements */
   void *param;       /* param_dtype copy written in the same pass, or NULL */
   size_t n;
   float lr_scale;    /* multiplies lr */
   float wd_scale;    /* multiplies weight_decay (0 for no-decay parameters) */
+  float *m_scale, *v_scale; /* int8 states: one scale per state_block elements from
+                        element 0 of the segment, which starts on a block boundary of
+                        its parameter (ceil(n / block) scales); else unused */
+  uint64_t key;      /* ZS_K_KEY(parameter index, element index of element 0): bf16
+                        states round stochastically by it (kernels/optim_state.h) */
 } zs_optim_seg_t;
 
 typedef struct {
@@ -43,6 +52,13 @@ typedef struct {
   zs_dtype_t grad_dtype; /* fp32, bf16, fp16 */
   zs_dtype_t param_dtype;/* dtype of seg.param (bf16 or fp16; ignored when param is NULL) */
 } zs_optim_hyper_t;
+
+/* The int8 block size of c (state_block, 0 meaning ZS_STATE_BLOCK_DEFAULT), or -1
+ * when it is not a power of two in [ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX]. */
+int zs__optim_state_block(const zs_optim_config_t *c);
+/* Bytes of one state element (fp32 4, bf16 2, int8 1) and, for int8, of the
+ * scales per element (4 / block); per state. */
+static inline size_t zs__state_elem_bytes(zs_state_dtype_t d) { return d == ZS_STATE_BF16 ? 2 : d == ZS_STATE_INT8 ? 1 : 4; }
 
 /* ---- CPU (src/optim/) ------------------------------------------------------ */
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "kernels/optim_ref.h"
+#include "kernels/optim_state.h"
 #include "optim/optim.h"
 
 /* Sum of squares: a chunk is summed in 16 double lanes (element j of the chunk
@@ -18,6 +19,15 @@
  * i+2, i+1). Chunks depend only on n, so the result depends on neither the
  * thread count nor the path. */
 #define ZS_SUMSQ_LANES 16
+
+/* Compact states of one range (kernels/optim_state.h), for step_q. */
+typedef struct {
+  int sdt, block;     /* ZS_K_STATE_BF16 or _INT8; int8 block size */
+  void *m, *v;        /* the range's states (NULL: the kind keeps none) */
+  float *ms, *vs;     /* int8: the scales of the range's blocks */
+  uint64_t key;       /* ZS_K_KEY of the range's element 0 */
+  int64_t step;
+} zs_optim_q_t;
 
 typedef struct {
   const char *name;
@@ -29,6 +39,9 @@ typedef struct {
   void (*cast)(void *dst, int ddt, const void *src, int sdt, size_t n);
   void (*scale)(void *x, int dt, size_t n, float s);
   void (*acc)(float *dst, const void *src, int sdt, size_t n);
+  /* The step of one range with compact states (src/optim/cpu_tile.h). */
+  void (*step_q)(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, float wd, int gdt, int pdt, float *w,
+                 const void *g, void *p, size_t n);
 } zs_optim_path_t;
 
 extern const zs_optim_path_t zs__optim_path_scalar;

@@ -65,6 +65,10 @@ static zs_status_t check_config(const zs_ps_config_t *c, int size, char *err) {
                    (double)c->grad_clip);
   if (c->optim.kind != ZS_ADAMW && c->optim.kind != ZS_ADAM && c->optim.kind != ZS_SGD)
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: optim.kind %d is unknown", fn, (int)c->optim.kind);
+  if (c->optim.state_dtype != ZS_STATE_FP32)
+    return ZS_FAIL(err, ZS_ERR_UNSUPPORTED, "%s: optim.state_dtype %s: the parameter servers keep fp32 optimizer "
+                   "states; compact states (bf16, int8) are the sharded engine's (zs_engine_t)", fn,
+                   zs_state_dtype_name(c->optim.state_dtype));
   if (c->n_no_decay < 0 || (c->n_no_decay > 0 && !c->no_decay))
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: %d no_decay ranges but no_decay is NULL", fn, c->n_no_decay);
   int64_t end = 0;

@@ -83,7 +83,9 @@ typedef struct {
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */
-  float *master, *m, *v;
+  float *master;
+  void *m, *v;      /* optimizer moments in cfg.optim.state_dtype (src/optim/optim.h) */
+  float *ms, *vs;   /* int8 states: the block scales of m and v (opt_n / block each) */
   int master_owned; /* master is its own allocation (not an alias of params) */
   void *gfull;      /* full grads: persistent (0-1) or per round (2-3) */
   void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
@@ -94,7 +96,7 @@ typedef struct {
   void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
   int seg_first, seg_count;     /* this unit's optimizer segments */
 
-  zs_owned_t owned[10]; /* persistent allocations, freed at destroy */
+  zs_owned_t owned[12]; /* persistent allocations, freed at destroy */
   int nowned;
 
   zs_ustate_t st;
@@ -265,6 +267,17 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
 zs_status_t zs__eng_read_params(zs_engine_t *zs, const zs_unit_t *u, int64_t flat, int64_t count, float *out);
 /* Widens n 16-bit values of dtype dt at the start of buf to fp32 in place. */
 void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt);
+/* Parameter alignment in a unit's flat buffer (ZS_ALIGN, or the int8 state
+ * block when larger) and the bytes of one optimizer moment over `on` owned
+ * elements (state dtype, plus int8 scales): src/zero/setup.c. */
+int64_t zs__eng_align(const zs_config_t *c);
+uint64_t zs__eng_state_bytes(const zs_config_t *c, uint64_t on);
+/* Moment `which` (1: m, 2: v) of unit u at owned-range elements [lo, lo + n) in
+ * fp32: decoded from (get) or encoded into (set) the state dtype; lo on an int8
+ * block boundary; host buffers; synchronous (src/zero/state.c). */
+zs_status_t zs__eng_state_get(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, float *out);
+zs_status_t zs__eng_state_set(zs_engine_t *zs, zs_unit_t *u, int which, int64_t lo, size_t n, const float *in);
+
 /* Writes `count` fp32 values of parameter p from element `poff` wherever this
  * rank stores them: parameter storage (param dtype, rounded) and the fp32 master
  * (when it is its own buffer), clipped to what the rank holds. Synchronous. */

@@ -7,6 +7,7 @@
 
 #include "common/half.h"
 #include "device/device_impl.h"
+#include "kernels/optim_state.h"
 #include "memory/memory.h"
 #include "zero/engine_impl.h"
 
@@ -14,17 +15,33 @@
  * setup: layout, allocation, segments, initial values
  * ========================================================================== */
 
-/* A unit's flat size at `world` ranks: its parameters each aligned to ZS_ALIGN
- * (extent), padded to a multiple of world * ZS_ALIGN (padded); its element
+/* Element alignment of parameters in a unit: ZS_ALIGN, or the int8 state block
+ * when larger, so that no block of a parameter straddles a shard. */
+int64_t zs__eng_align(const zs_config_t *c) {
+  int b = c->optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&c->optim) : 0;
+  return b > ZS_ALIGN ? b : ZS_ALIGN;
+}
+
+/* Bytes of one optimizer moment (m or v) over `on` elements: the elements in the
+ * state dtype, and for int8 one fp32 scale per block (on is a multiple of it). */
+uint64_t zs__eng_state_bytes(const zs_config_t *c, uint64_t on) {
+  uint64_t b = on * zs__state_elem_bytes(c->optim.state_dtype);
+  if (c->optim.state_dtype == ZS_STATE_INT8) b += on / (uint64_t)zs__optim_state_block(&c->optim) * 4;
+  return b;
+}
+
+/* A unit's flat size at `world` ranks: its parameters each aligned to A =
+ * zs__eng_align (extent), padded to a multiple of world * A (padded); its element
  * count (numel) and whether it stays gathered at stage 3 (persist_threshold
  * compares the element count). Sets the parameters' flat offsets when `place`. */
 static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
                         int64_t *padded, int *persistent) {
-  int64_t quantum = world * ZS_ALIGN, off = 0, n = 0;
+  const int64_t A = zs__eng_align(&zs->cfg);
+  int64_t quantum = world * A, off = 0, n = 0;
   for (int k = 0; k < u->nparams; k++) {
     zs_param_t *p = &zs->params[u->first_param + k];
     if (place) p->flat_off = off;
-    off += (p->numel + ZS_ALIGN - 1) / ZS_ALIGN * ZS_ALIGN;
+    off += (p->numel + A - 1) / A * A;
     n += p->numel;
   }
   *numel = n;
@@ -84,8 +101,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     maxPt = P > maxPt ? P : maxPt;
     maxSt = S > maxSt ? S : maxSt;
     if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
-    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += on * 4;
-    if (adam) opt[ZS_MEM_OPTIMIZER] += on * 4;
+    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
+    if (adam) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
     if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
     else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
     if (zs__eng_fp32_accum(zs)) out->device[ZS_MEM_GRADS] += S * 4;
@@ -158,9 +175,16 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
     ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->master));
     u->master_owned = 1;
   }
-  int adam = c->optim.kind != ZS_SGD;
-  if (adam || c->optim.momentum > 0) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->m));
-  if (adam) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->v));
+  int adam = c->optim.kind != ZS_SGD, q8 = c->optim.state_dtype == ZS_STATE_INT8;
+  size_t sb = on * zs__state_elem_bytes(c->optim.state_dtype), nb = q8 ? on / (size_t)zs__optim_state_block(&c->optim) : 0;
+  if (adam || c->optim.momentum > 0) {
+    ZS_CHECK(own(zs, u, sb, ZS_MEM_OPTIMIZER, off, &u->m));
+    if (q8) ZS_CHECK(own(zs, u, nb * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->ms));
+  }
+  if (adam) {
+    ZS_CHECK(own(zs, u, sb, ZS_MEM_OPTIMIZER, off, &u->v));
+    if (q8) ZS_CHECK(own(zs, u, nb * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->vs));
+  }
   if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
   else if (!off) ZS_CHECK(own(zs, u, S * zs->rb, ZS_MEM_GRADS, 0, &u->gshard));
   if (zs__eng_fp32_accum(zs)) ZS_CHECK(own(zs, u, S * 4, ZS_MEM_GRADS, 0, (void **)&u->gacc));
@@ -177,8 +201,14 @@ static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_se
   const zs_config_t *c = &zs->cfg;
   int64_t lo = off - u->opt_off; /* index inside the owned range */
   s->master = u->master + lo;
-  s->m = u->m ? u->m + lo : NULL;
-  s->v = u->v ? u->v + lo : NULL;
+  const size_t esz = zs__state_elem_bytes(c->optim.state_dtype);
+  s->m = u->m ? (char *)u->m + (size_t)lo * esz : NULL;
+  s->v = u->v ? (char *)u->v + (size_t)lo * esz : NULL;
+  if (u->ms || u->vs) { /* int8: lo is on a block boundary (zs__eng_align) */
+    int64_t blk = zs__optim_state_block(&c->optim);
+    s->m_scale = u->ms ? u->ms + lo / blk : NULL;
+    s->v_scale = u->vs ? u->vs + lo / blk : NULL;
+  }
   void *dev_param = c->stage == 3 ? (char *)u->pshard + (size_t)lo * zs->pb : (char *)u->full + (size_t)off * zs->pb;
   if (zs->offload) {
     /* host inputs; bf16/fp16 copies go to a staging slot, then to dev_param */
@@ -221,6 +251,7 @@ static zs_status_t build_segments(zs_engine_t *zs) {
         !(p->flags & ZS_PARAM_TIED_COPY) && (!(p->flags & ZS_PARAM_MP_REPLICATED) || zs->repl_rank == 0);
     zs->nsegs++;
     s->n = (size_t)(b - a);
+    s->key = ZS_K_KEY(i, a - p->flat_off);
     s->lr_scale = 1.0f;
     s->wd_scale = (p->flags & ZS_PARAM_NO_DECAY) ? 0.0f : 1.0f;
   }

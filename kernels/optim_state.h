@@ -1,0 +1,144 @@
+/* kernels/optim_state.h: compact optimizer states (bf16 and 8-bit block-wise m
+ * and v), their encoding and decoding, written once in plain C for the host
+ * (src/optim, the reference of the tests) and the device (kernels/optim_step.cu).
+ *
+ * The update itself stays the fp32 math of optim_ref.h: a path decodes a tile
+ * of m and v to fp32, runs the unchanged fp32 step on it, and encodes the tile
+ * back. Only storage changes, so every path gives the same bits again.
+ *
+ * bf16 states: m and v in bf16, rounded stochastically. Round to nearest would
+ * freeze v: with beta2 = 0.999, 0.999 v rounds back to v (bf16 keeps 8 bits),
+ * so v could grow but never decay. The random bits are a hash of the element's
+ * identity (parameter index, element index in the parameter) and the step, so
+ * a run is deterministic and every layout (stage, world size, shard group)
+ * rounds each element the same way.
+ *
+ * int8 states (in the spirit of Dettmers et al. 2022, 8-bit optimizers via
+ * block-wise quantization): each block of B consecutive elements of one
+ * parameter (B a power of two, 64..4096; blocks start at the parameter's
+ * element 0, and the engine aligns parameters and shards to B, so no block
+ * straddles a shard) keeps one fp32 scale, its absmax, and one byte per
+ * element, a small float relative to that absmax (a dynamic code, as Dettmers'
+ * dynamic tree quantization, but decoded by bit arithmetic instead of a table):
+ *   m: sign bit + E4M3 magnitude: |m| / absmax = 2^(e-15) (1 + f/8), e 0..15,
+ *      f 0..7, magnitude codes 1..120 (120 is 1.0); code 0 is zero. Relative
+ *      error at most 1/16; values under 2^-15.83 absmax round to 0 or the
+ *      smallest code, whichever is nearer.
+ *   v: sqrt(v) (halves v's dynamic range) as E4M4: sqrt(v) / absmax_s =
+ *      2^(e-15) (1 + f/16), codes 1..240 (240 is 1.0), 0 is zero; absmax_s is
+ *      sqrt of the block's max v. A v above zero never becomes zero: it rounds
+ *      up to code 1 at worst, so m / (sqrt(v) + eps) stays bounded (a zero
+ *      denominator beside a nonzero m would make a step of lr * m / eps).
+ *   Relative error of sqrt(v) at most 1/32. Encoding divides nothing: r = |x| *
+ *   (1 / absmax), one fp32 reciprocal per block; r is clamped to 1.
+ * Bytes per element: 2 + 8 / B (m and v codes, two fp32 scales per block).
+ */
+#ifndef ZS_KERNELS_OPTIM_STATE_H
+#define ZS_KERNELS_OPTIM_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/optim_ref.h"
+
+/* The state dtype values (zeroshard/config.h's zs_state_dtype_t). */
+enum { ZS_K_STATE_FP32 = 0, ZS_K_STATE_BF16 = 1, ZS_K_STATE_INT8 = 2 };
+
+#define ZS_K_QBLOCK_MIN 64
+#define ZS_K_QBLOCK_MAX 4096
+
+#if defined(__CUDACC__)
+#define ZS_BITS_F(x) __float_as_uint(x)
+#define ZS_F_BITS(u) __uint_as_float(u)
+#else
+ZS_HD uint32_t zs_k_bits_f(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+ZS_HD float zs_k_f_bits(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+#define ZS_BITS_F(x) zs_k_bits_f(x)
+#define ZS_F_BITS(u) zs_k_f_bits(u)
+#endif
+
+/* ---- the 8-bit codes ------------------------------------------------------------ */
+
+/* Magnitude code of r in [0, 1] with M mantissa bits and exponents 2^-15..2^0:
+ * round to nearest even on the fp32 bits, clamped to 1.0 (code 15 << M). Below
+ * the smallest code (2^-15 (1 + 2^-M)) r goes to 0 when it is under half of it,
+ * else (or always, with keep_nonzero and r > 0) to code 1. */
+ZS_HD uint32_t zs_q8_mag(float r, const int M, const int keep_nonzero) {
+  const uint32_t top = 15u << M;
+  uint32_t b = ZS_BITS_F(r);
+  if (!(r > 0.0f)) return 0; /* zero, and NaN (not reached: steps with NaN are skipped) */
+  if (r >= 1.0f) return top;
+  const int sh = 23 - M;
+  uint32_t t = b + ((1u << (sh - 1)) - 1u) + ((b >> sh) & 1u); /* nearest even */
+  int32_t c = (int32_t)(t >> sh) - (int32_t)((127u - 15u) << M);
+  if (c >= 1) return (uint32_t)c; /* c == 0 is 2^-15 itself, reserved for zero */
+  const float lo = ZS_F_BITS((127u - 15u) << 23 | 1u << sh); /* the smallest code, 2^-15 (1 + 2^-M) */
+  return keep_nonzero || r >= ZS_MUL(0.5f, lo) ? 1u : 0u;
+}
+/* The value of a magnitude code (exact). */
+ZS_HD float zs_q8_val(uint32_t c, const int M) {
+  if (c == 0) return 0.0f;
+  return ZS_F_BITS(((c >> M) + (127u - 15u)) << 23 | (c & ((1u << M) - 1u)) << (23 - M));
+}
+
+/* m: sign << 7 | E4M3 magnitude. inv = 1 / absmax (0 when absmax is 0). */
+ZS_HD uint8_t zs_q8_enc_m(float x, float inv) {
+  float r = ZS_MUL(x < 0.0f ? -x : x, inv);
+  return (uint8_t)((x < 0.0f ? 0x80u : 0u) | zs_q8_mag(r, 3, 0));
+}
+ZS_HD float zs_q8_dec_m(uint8_t q, float absmax) {
+  float a = ZS_MUL(zs_q8_val(q & 0x7fu, 3), absmax);
+  return (q & 0x80u) ? -a : a;
+}
+/* v: sqrt(v) as E4M4. inv = 1 / absmax_s, absmax_s = sqrt(max v of the block). */
+ZS_HD uint8_t zs_q8_enc_v(float v, float inv) {
+  return (uint8_t)zs_q8_mag(ZS_MUL(ZS_SQRT(v), inv), 4, 1);
+}
+ZS_HD float zs_q8_dec_v(uint8_t q, float absmax_s) {
+  float s = ZS_MUL(zs_q8_val(q, 4), absmax_s);
+  return ZS_MUL(s, s);
+}
+/* 1 / a in fp32, 0 for a == 0. */
+ZS_HD float zs_q8_inv(float a) { return a > 0.0f ? ZS_DIV(1.0f, a) : 0.0f; }
+
+/* ---- bf16 with stochastic rounding ------------------------------------------------- */
+
+/* 32 random bits from (salt, the key's low word): two rounds of the
+ * murmur3 finalizer. */
+ZS_HD uint32_t zs_sr_mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x;
+}
+/* The salt of a state element: which state (0 m, 1 v), the step and the high
+ * word of the element's key (ZS_K_KEY: the parameter index and the top bits of
+ * the element index). */
+ZS_HD uint32_t zs_sr_salt(int which, int64_t step, uint32_t key_hi) {
+  return zs_sr_mix(zs_sr_mix(key_hi * 0x9e3779b9u ^ (uint32_t)which) ^ (uint32_t)step * 0x94d049bbu);
+}
+ZS_HD uint32_t zs_sr_bits(uint32_t salt, uint32_t elem_lo) { return zs_sr_mix(salt ^ elem_lo * 0x2545f491u); }
+/* x to bf16: truncate x + 16 random low bits, so the result is x rounded up
+ * with probability (its distance to the lower neighbour) / ulp; inf and NaN
+ * round to nearest (half.h). */
+ZS_HD uint16_t zs_sr_bf16(float x, uint32_t rnd) {
+  uint32_t b = ZS_BITS_F(x);
+  if ((b & 0x7f800000u) == 0x7f800000u) return zs_f32_to_bf16(x);
+  return (uint16_t)((b + (rnd & 0xffffu)) >> 16);
+}
+
+/* Element identity of a segment's first element: parameter index << 40 |
+ * element index in the parameter (parameters under 2^40 elements). */
+#define ZS_K_KEY(param, elem) (((uint64_t)(param) << 40) | (uint64_t)(elem))
+
+#endif

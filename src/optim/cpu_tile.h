@@ -1,0 +1,109 @@
+/* The step with compact states (bf16, int8; kernels/optim_state.h) on one
+ * range, written once and included by each path file (cpu.c for the scalar
+ * path, cpu_avx2.c, cpu_avx512.c) after it defines TILE_STEP, its fp32 step on
+ * one range (scalar_step, path_step). Each includer compiles these loops for
+ * its instruction set (the path files are built with -O3, so the plain loops
+ * below vectorize).
+ *
+ * Per tile (an int8 block of B elements, or up to ZS_TILE bf16 elements): decode
+ * m and v into fp32 scratch on the stack, run TILE_STEP on it (the same fp32
+ * math, bit for bit, as with fp32 states), find the new block scales and
+ * encode. The state bytes are read and written once; the scratch stays in L1. */
+#ifndef ZS_OPTIM_CPU_TILE_H
+#define ZS_OPTIM_CPU_TILE_H
+
+#include "kernels/optim_state.h"
+
+#define ZS_TILE 256 /* bf16 tile, elements */
+
+/* ---- bf16 ---------------------------------------------------------------------- */
+
+static void tile_dec_bf16(float *restrict t, const uint16_t *restrict s, size_t n) {
+  for (size_t i = 0; i < n; i++) t[i] = zs_k_f_bits((uint32_t)s[i] << 16);
+}
+static void tile_enc_bf16(uint16_t *restrict d, const float *restrict t, size_t n, uint32_t salt, uint32_t lo) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t b = zs_k_bits_f(t[i]), r = zs_sr_bits(salt, lo + (uint32_t)i) & 0xffffu;
+    uint32_t rne = b + 0x7fffu + ((b >> 16) & 1u); /* inf and NaN: nearest (half.h) */
+    uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
+    uint32_t special = (b & 0x7f800000u) == 0x7f800000u;
+    uint32_t out = special ? (nan ? (b >> 16) | 0x40u : rne >> 16) : (b + r) >> 16;
+    d[i] = (uint16_t)out;
+  }
+}
+
+/* ---- int8 ------------------------------------------------------------------------ */
+
+static float tile_absmax(const float *restrict t, size_t n) {
+  float a = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    float x = t[i] < 0.0f ? -t[i] : t[i];
+    a = x > a ? x : a;
+  }
+  return a;
+}
+static float tile_max(const float *restrict t, size_t n) {
+  float a = 0.0f;
+  for (size_t i = 0; i < n; i++) a = t[i] > a ? t[i] : a;
+  return a;
+}
+static void tile_dec_m8(float *restrict t, const uint8_t *restrict q, size_t n, float absmax) {
+  for (size_t i = 0; i < n; i++) t[i] = zs_q8_dec_m(q[i], absmax);
+}
+static void tile_enc_m8(uint8_t *restrict q, const float *restrict t, size_t n, float inv) {
+  for (size_t i = 0; i < n; i++) q[i] = zs_q8_enc_m(t[i], inv);
+}
+static void tile_dec_v8(float *restrict t, const uint8_t *restrict q, size_t n, float absmax_s) {
+  for (size_t i = 0; i < n; i++) t[i] = zs_q8_dec_v(q[i], absmax_s);
+}
+static void tile_enc_v8(uint8_t *restrict q, const float *restrict t, size_t n, float inv) {
+  for (size_t i = 0; i < n; i++) q[i] = zs_q8_enc_v(t[i], inv);
+}
+
+/* ---- the step --------------------------------------------------------------------- */
+
+/* One range [0, n) of a segment: q->m, q->v (NULL when the kind keeps none) are
+ * the range's states; for int8, q->ms, q->vs its block scales, the range
+ * starting on a block boundary. */
+static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, float wd, int gdt, int pdt,
+                        float *w, const void *g, void *p, size_t n) {
+  float tm[ZS_K_QBLOCK_MAX], tv[ZS_K_QBLOCK_MAX];
+  const size_t gsz = gdt == ZS_BF16 || gdt == ZS_FP16 ? 2 : 4, psz = 2;
+  const size_t tile = q->sdt == ZS_K_STATE_INT8 ? (size_t)q->block : ZS_TILE;
+  for (size_t i = 0, b = 0; i < n; b++) {
+    size_t len = n - i < tile ? n - i : tile;
+    uint64_t key = q->key + i;
+    if (q->sdt == ZS_K_STATE_BF16) { /* a tile never crosses a 2^32 boundary of the key */
+      uint64_t room = ((key >> 32) + 1) << 32;
+      if (room - key < len) len = (size_t)(room - key);
+    }
+    float *m = q->m ? tm : NULL, *v = q->v ? tv : NULL;
+    if (q->sdt == ZS_K_STATE_BF16) {
+      if (m) tile_dec_bf16(tm, (const uint16_t *)q->m + i, len);
+      if (v) tile_dec_bf16(tv, (const uint16_t *)q->v + i, len);
+    } else {
+      if (m) tile_dec_m8(tm, (const uint8_t *)q->m + i, len, q->ms[b]);
+      if (v) tile_dec_v8(tv, (const uint8_t *)q->v + i, len, q->vs[b]);
+    }
+    TILE_STEP(h, lr, wd, gdt, pdt, w + i, m, v, (const char *)g + i * gsz, p ? (char *)p + i * psz : NULL, len);
+    if (q->sdt == ZS_K_STATE_BF16) {
+      uint32_t hi = (uint32_t)(key >> 32), lo = (uint32_t)key;
+      if (m) tile_enc_bf16((uint16_t *)q->m + i, tm, len, zs_sr_salt(0, q->step, hi), lo);
+      if (v) tile_enc_bf16((uint16_t *)q->v + i, tv, len, zs_sr_salt(1, q->step, hi), lo);
+    } else {
+      if (m) {
+        float a = tile_absmax(tm, len);
+        q->ms[b] = a;
+        tile_enc_m8((uint8_t *)q->m + i, tm, len, zs_q8_inv(a));
+      }
+      if (v) {
+        float a = sqrtf(tile_max(tv, len));
+        q->vs[b] = a;
+        tile_enc_v8((uint8_t *)q->v + i, tv, len, zs_q8_inv(a));
+      }
+    }
+    i += len;
+  }
+}
+
+#endif

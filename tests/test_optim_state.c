@@ -1,0 +1,334 @@
+/* Compact optimizer states (kernels/optim_state.h, src/optim/cpu_tile.h) against
+ * a float64 reference written here from the definition (nearest code by search
+ * over the code set, not the library's bit arithmetic):
+ *   - the int8 codes: every code value round-trips; encoding picks the nearest
+ *     code (m signed E4M3, sqrt(v) unsigned E4M4 that never flushes a positive v
+ *     to zero); the error bounds the header states;
+ *   - the int8 step, block by block: masters, scales and codes against the
+ *     float64 update of the decoded states (a wrong block boundary, an unsigned
+ *     m or a stale scale fails here);
+ *   - bf16 states: stochastic rounding is unbiased (v decays as beta2^t, which
+ *     round-to-nearest cannot do) and deterministic;
+ *   - every SIMD path and thread count gives the scalar path's bits, and a
+ *     segment split at a block boundary (another layout) gives the same bits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "common/half.h"
+#include "harness.h"
+#include "kernels/optim_state.h"
+#include "optim/optim.h"
+
+static void *xcalloc(size_t n, size_t sz) {
+  void *p = calloc(n ? n : 1, sz);
+  if (!p) {
+    fprintf(stderr, "test_optim_state: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* [0, 1) */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+/* heavy-tailed values over ~12 binades, as gradients are */
+static float grand(void) {
+  double s = urand() < 0.5 ? -1 : 1;
+  return (float)(s * pow(2.0, -12.0 * urand()) * (0.5 + urand()));
+}
+
+/* ---- the reference codes ------------------------------------------------------ */
+
+/* Value of magnitude code c with M mantissa bits, from the definition. */
+static double ref_val(int c, int M) {
+  if (c == 0) return 0.0;
+  int e = c >> M, f = c & ((1 << M) - 1);
+  return ldexp(1.0 + (double)f / (1 << M), e - 15);
+}
+/* Whether code c is a nearest code to r among codes lo..top (within a relative
+ * slack for the fp32 product the library forms r with). */
+static int ref_nearest(double r, int c, int M, int lo) {
+  int top = 15 << M;
+  double best = INFINITY;
+  for (int k = lo; k <= top; k++) best = fmin(best, fabs(ref_val(k, M) - r));
+  if (lo == 1 && c == 0) return 0;
+  return c >= lo && c <= top && fabs(ref_val(c, M) - r) <= best + 1e-6 * r + 1e-300;
+}
+
+static void test_codes(void) {
+  /* every code value decodes exactly and encodes back to itself */
+  for (int c = 0; c <= 120; c++) {
+    double v = ref_val(c, 3);
+    expect_true(zs_q8_val((uint32_t)c, 3) == (float)v);
+    expect_int_eq(zs_q8_enc_m((float)v, 1.0f), c);
+    expect_int_eq(zs_q8_enc_m((float)-v, 1.0f), c ? 0x80 | c : 0);
+    expect_true(zs_q8_dec_m((uint8_t)(0x80 | c), 1.0f) == (float)-v);
+  }
+  for (int c = 1; c <= 240; c++) {
+    double s = ref_val(c, 4);
+    expect_true(zs_q8_val((uint32_t)c, 4) == (float)s);
+    expect_int_eq(zs_q8_enc_v((float)(s * s), 1.0f), c);
+  }
+  /* random values: the nearest code, and the stated error bounds */
+  int bad = 0;
+  double worst_m = 0, worst_v = 0;
+  for (int i = 0; i < 200000; i++) {
+    float a = (float)(0.5 + urand()), x = grand() * a, inv = zs_q8_inv(a);
+    if (fabsf(x) > a) x = a;
+    double r = fabs((double)x) / a;
+    uint8_t q = zs_q8_enc_m(x, inv);
+    if (!ref_nearest(r, q & 0x7f, 3, 0) || (x != 0 && (q & 0x7f) && ((q & 0x80) != 0) != (x < 0))) {
+      if (!bad++) ZS_T_REPORT("m %.9g / absmax %.9g -> code 0x%02x, not the nearest", x, a, q);
+    }
+    if (r >= ldexp(1, -15)) worst_m = fmax(worst_m, fabs(zs_q8_dec_m(q, a) - x) / fabs(x));
+    float v = x * x, sa = sqrtf(a * a);
+    uint8_t qv = zs_q8_enc_v(v, zs_q8_inv(sa));
+    double rs = sqrt((double)v) / sa;
+    if (!ref_nearest(rs, qv, 4, 1)) {
+      if (!bad++) ZS_T_REPORT("v %.9g / absmax_s %.9g -> code %u, not the nearest nonzero", v, sa, qv);
+    }
+    if (v > 0 && qv == 0 && !bad++) ZS_T_REPORT("v %.9g flushed to zero", v);
+    if (rs >= ldexp(1, -15)) worst_v = fmax(worst_v, fabs(sqrt(zs_q8_dec_v(qv, sa)) - sqrt(v)) / sqrt(v));
+  }
+  expect_int_eq(bad, 0);
+  expect_true(worst_m <= 1.0 / 16 + 1e-6); /* E4M3: half a step of 1/8 */
+  expect_true(worst_v <= 1.0 / 32 + 1e-6); /* E4M4 on sqrt(v) */
+  expect_true(worst_m > 1.0 / 40);         /* and the bound is nearly reached: the code is as coarse as stated */
+  /* tiny values: m under half the smallest code goes to 0, a tiny v to code 1 */
+  expect_int_eq(zs_q8_enc_m(1e-9f, 1.0f), 0);
+  expect_int_eq(zs_q8_enc_v(1e-30f, 1.0f), 1);
+  expect_int_eq(zs_q8_enc_v(0.0f, 1.0f), 0);
+  expect_int_eq(zs_q8_enc_m(0.0f, 0.0f), 0); /* an all-zero block: scale 0, codes 0 */
+}
+
+/* ---- the int8 step against float64 --------------------------------------------- */
+
+typedef struct {
+  size_t n, nb;
+  float *w, *g, *ms, *vs;
+  uint8_t *m, *v;     /* int8 codes */
+  uint16_t *m16, *v16; /* bf16 states */
+  uint16_t *p;
+} prob_t;
+
+static void prob_make(prob_t *P, size_t n, int block) {
+  P->n = n;
+  P->nb = (n + (size_t)block - 1) / (size_t)block;
+  P->w = xcalloc(n, 4), P->g = xcalloc(n, 4), P->ms = xcalloc(P->nb, 4), P->vs = xcalloc(P->nb, 4);
+  P->m = xcalloc(n, 1), P->v = xcalloc(n, 1), P->m16 = xcalloc(n, 2), P->v16 = xcalloc(n, 2), P->p = xcalloc(n, 2);
+  for (size_t i = 0; i < n; i++) P->w[i] = (float)(urand() - 0.5);
+}
+static void prob_copy(prob_t *D, const prob_t *S) {
+  memcpy(D->w, S->w, S->n * 4), memcpy(D->g, S->g, S->n * 4), memcpy(D->ms, S->ms, S->nb * 4);
+  memcpy(D->vs, S->vs, S->nb * 4), memcpy(D->m, S->m, S->n), memcpy(D->v, S->v, S->n);
+  memcpy(D->m16, S->m16, S->n * 2), memcpy(D->v16, S->v16, S->n * 2), memcpy(D->p, S->p, S->n * 2);
+}
+static void prob_free(prob_t *P) {
+  free(P->w), free(P->g), free(P->ms), free(P->vs), free(P->m), free(P->v), free(P->m16), free(P->v16), free(P->p);
+}
+static int prob_same(const prob_t *A, const prob_t *B) {
+  return !memcmp(A->w, B->w, A->n * 4) && !memcmp(A->ms, B->ms, A->nb * 4) && !memcmp(A->vs, B->vs, A->nb * 4) &&
+         !memcmp(A->m, B->m, A->n) && !memcmp(A->v, B->v, A->n) && !memcmp(A->m16, B->m16, A->n * 2) &&
+         !memcmp(A->v16, B->v16, A->n * 2) && !memcmp(A->p, B->p, A->n * 2);
+}
+
+static zs_optim_hyper_t hyper(zs_state_dtype_t sd, int block, int64_t step) {
+  zs_optim_hyper_t h = {.step = step, .grad_mult = 0.5f, .grad_dtype = ZS_FP32, .param_dtype = ZS_BF16};
+  h.cfg = (zs_optim_config_t){.kind = ZS_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                              .weight_decay = 0.1f, .state_dtype = sd, .state_block = block};
+  return h;
+}
+/* Segment [a, b) of P (a on a block boundary), as parameter 3's elements a..b. */
+static zs_optim_seg_t seg_of(prob_t *P, zs_state_dtype_t sd, size_t a, size_t b, int block) {
+  zs_optim_seg_t s = {.master = P->w + a, .grad = P->g + a, .param = P->p + a, .n = b - a, .lr_scale = 1,
+                      .wd_scale = 1, .key = ZS_K_KEY(3, a)};
+  if (sd == ZS_STATE_BF16) {
+    s.m = P->m16 + a, s.v = P->v16 + a;
+  } else {
+    s.m = P->m + a, s.v = P->v + a;
+    s.m_scale = P->ms + a / (size_t)block, s.v_scale = P->vs + a / (size_t)block;
+  }
+  return s;
+}
+
+/* One step of prob P (states in P) checked against float64 from the same
+ * starting state; then P holds the library's result. */
+static int step_vs_ref(prob_t *P, int block, int64_t t) {
+  const size_t n = P->n, B = (size_t)block;
+  zs_optim_hyper_t h = hyper(ZS_STATE_INT8, block, t);
+  const zs_optim_config_t *c = &h.cfg;
+  double *wr = xcalloc(n, 8), *mr = xcalloc(n, 8), *vr = xcalloc(n, 8);
+  double bc1 = 1 - pow(c->beta1, (double)t), bc2 = 1 - pow(c->beta2, (double)t);
+  for (size_t i = 0; i < n; i++) {
+    size_t b = i / B;
+    double m = ref_val(P->m[i] & 0x7f, 3) * P->ms[b] * ((P->m[i] & 0x80) ? -1 : 1);
+    double s = ref_val(P->v[i], 4) * P->vs[b], v = s * s;
+    double g = (double)P->g[i] * h.grad_mult;
+    m = c->beta1 * m + (1 - c->beta1) * g;
+    v = c->beta2 * v + (1 - c->beta2) * g * g;
+    double w = P->w[i];
+    wr[i] = w - c->lr * ((m / bc1) / (sqrt(v / bc2) + c->eps) + c->weight_decay * w);
+    mr[i] = m, vr[i] = v;
+  }
+  zs_optim_seg_t s = seg_of(P, ZS_STATE_INT8, 0, n, block);
+  expect_ok(zs__optim_step_cpu(&h, &s, 1));
+  int bad = 0;
+  for (size_t b = 0; b * B < n; b++) {
+    size_t e1 = (b + 1) * B < n ? (b + 1) * B : n;
+    double am = 0, av = 0;
+    for (size_t i = b * B; i < e1; i++) am = fmax(am, fabs(mr[i])), av = fmax(av, vr[i]);
+    double as = sqrt(av);
+    if (fabs(P->ms[b] - am) > 1e-5 * am || fabs(P->vs[b] - as) > 1e-5 * as) {
+      if (!bad++) ZS_T_REPORT("step %lld block %zu: scales %.9g %.9g, float64 %.9g %.9g", (long long)t, b,
+                              P->ms[b], P->vs[b], am, as);
+    }
+    for (size_t i = b * B; i < e1; i++) {
+      /* the library decodes in fp32 and updates in fp32: 1e-6 of w and of the step size */
+      double tol = 1e-6 * fabs(wr[i]) + 1e-5 * c->lr;
+      if (fabs(P->w[i] - wr[i]) > tol && !bad++)
+        ZS_T_REPORT("step %lld: w[%zu] %.9g, float64 %.9g", (long long)t, i, P->w[i], wr[i]);
+      if ((!ref_nearest(fabs(mr[i]) / am, P->m[i] & 0x7f, 3, 0) ||
+           ((P->m[i] & 0x7f) && ((P->m[i] & 0x80) != 0) != (mr[i] < 0))) &&
+          !bad++)
+        ZS_T_REPORT("step %lld: m[%zu] code 0x%02x for %.9g / %.9g", (long long)t, i, P->m[i], mr[i], am);
+      if (!ref_nearest(sqrt(vr[i]) / as, P->v[i], 4, vr[i] > 0 ? 1 : 0) && !bad++)
+        ZS_T_REPORT("step %lld: v[%zu] code %u for sqrt %.9g / %.9g", (long long)t, i, P->v[i], sqrt(vr[i]), as);
+      if (P->p[i] != zs_f32_to_bf16(P->w[i]) && !bad++) ZS_T_REPORT("param copy [%zu] is not the master's", i);
+    }
+  }
+  free(wr), free(mr), free(vr);
+  return bad;
+}
+
+static void test_int8_step(void) {
+  static const int blocks[] = {64, 256, 2048};
+  static const size_t lens[] = {1, 63, 64, 1000, 70001};
+  for (size_t bi = 0; bi < 3; bi++)
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+      prob_t P;
+      prob_make(&P, lens[li], blocks[bi]);
+      int bad = 0;
+      for (int64_t t = 1; t <= 6 && !bad; t++) {
+        for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
+        bad = step_vs_ref(&P, blocks[bi], t);
+      }
+      if (bad) ZS_T_REPORT("int8 step: block %d length %zu", blocks[bi], lens[li]);
+      prob_free(&P);
+    }
+}
+
+/* ---- paths, threads, layouts ------------------------------------------------------ */
+
+/* Runs `steps` steps on P with the segments [cuts[k], cuts[k+1]) (the same
+ * gradients each time). */
+static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *cuts, int ncut, int steps) {
+  for (int t = 1; t <= steps; t++) {
+    uint64_t save = rng;
+    rng = 1234567 + (uint64_t)t;
+    for (size_t i = 0; i < P->n; i++) P->g[i] = grand();
+    rng = save;
+    zs_optim_hyper_t h = hyper(sd, block, t);
+    zs_optim_seg_t segs[8];
+    for (int k = 0; k + 1 < ncut; k++) segs[k] = seg_of(P, sd, cuts[k], cuts[k + 1], block);
+    expect_ok(zs__optim_step_cpu(&h, segs, ncut - 1));
+  }
+}
+
+static void test_paths_threads_layouts(void) {
+  const size_t n = 200000;
+  const int block = 256;
+  /* another layout: cuts on block boundaries, as shards and parameters fall */
+  const size_t whole[] = {0, n}, split[] = {0, 512, 1024 + 256, 150016, n};
+  for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
+    prob_t init, ref, P;
+    prob_make(&init, n, block), prob_make(&ref, n, block), prob_make(&P, n, block);
+    prob_copy(&ref, &init);
+    zs__optim_force_simd(ZS_SIMD_SCALAR);
+    zs__optim_set_threads(1);
+    run_split(&ref, (zs_state_dtype_t)sd, block, whole, 2, 4);
+    expect_true(!prob_same(&ref, &init)); /* it stepped */
+    for (int path = 0; path < 3; path++) {
+      if (zs__optim_force_simd((zs_simd_t)path) != ZS_OK) continue;
+      for (int th = 1; th <= 3; th += 2) {
+        zs__optim_set_threads(th);
+        for (int lay = 0; lay < 2; lay++) {
+          prob_copy(&P, &init);
+          run_split(&P, (zs_state_dtype_t)sd, block, lay ? split : whole, lay ? 5 : 2, 4);
+          memcpy(P.g, ref.g, n * 4);
+          if (!prob_same(&P, &ref))
+            ZS_T_REPORT("%s states: path %s, %d threads, %s: not the scalar path's bits",
+                        zs_state_dtype_name((zs_state_dtype_t)sd), zs__simd_name((zs_simd_t)path), th,
+                        lay ? "split segments" : "one segment");
+        }
+      }
+    }
+    zs__optim_set_threads(0);
+    prob_free(&init), prob_free(&ref), prob_free(&P);
+  }
+  /* back to the default path */
+  zs_simd_t best = ZS_SIMD_SCALAR;
+  for (int path = 2; path >= 0; path--)
+    if (zs__optim_force_simd((zs_simd_t)path) == ZS_OK) {
+      best = (zs_simd_t)path;
+      break;
+    }
+  (void)best;
+}
+
+/* ---- bf16: unbiased and deterministic ----------------------------------------- */
+
+static void test_bf16_unbiased(void) {
+  const size_t n = 4096;
+  const int steps = 1000;
+  float *w = xcalloc(n, 4), *g = xcalloc(n, 4);
+  uint16_t *m = xcalloc(n, 2), *v = xcalloc(n, 2), *v2 = xcalloc(n, 2);
+  for (size_t i = 0; i < n; i++) v[i] = zs_f32_to_bf16(1.0f), v2[i] = v[i];
+  for (int t = 1; t <= steps; t++) {
+    zs_optim_hyper_t h = hyper(ZS_STATE_BF16, 0, t);
+    h.cfg.beta2 = 0.999f, h.cfg.weight_decay = 0;
+    zs_optim_seg_t s = {.master = w, .m = m, .v = v, .grad = g, .n = n, .lr_scale = 1, .wd_scale = 1,
+                        .key = ZS_K_KEY(7, 0)};
+    expect_ok(zs__optim_step_cpu(&h, &s, 1));
+    s.v = v2;
+    s.m = m; /* m stays 0 (g = 0): shared */
+    expect_ok(zs__optim_step_cpu(&h, &s, 1));
+  }
+  double mean = 0, want = pow(0.999, steps);
+  for (size_t i = 0; i < n; i++) mean += zs_bf16_to_f32(v[i]);
+  mean /= (double)n;
+  /* round to nearest would leave every v at 1.0 (0.999 rounds back to 1) */
+  if (fabs(mean - want) > 0.01 * want) ZS_T_REPORT("bf16 v after %d decays: mean %.6f, expected %.6f", steps, mean, want);
+  expect_int_eq(memcmp(v, v2, n * 2), 0); /* the same keys and steps give the same bits */
+  free(w), free(g), free(m), free(v), free(v2);
+}
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+static void test_checks(void) {
+  prob_t P;
+  prob_make(&P, 100, 64);
+  zs_optim_hyper_t h = hyper(ZS_STATE_INT8, 100, 1); /* not a power of two */
+  zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, 100, 64);
+  expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
+  h.cfg.state_block = 64;
+  s.v_scale = NULL;
+  expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
+  h.cfg.state_dtype = (zs_state_dtype_t)9;
+  expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
+  expect_true(!strcmp(zs_state_dtype_name(ZS_STATE_INT8), "int8"));
+  prob_free(&P);
+}
+
+int main(void) {
+  zs_test_run(test_codes);
+  zs_test_run(test_int8_step);
+  zs_test_run(test_paths_threads_layouts);
+  zs_test_run(test_bf16_unbiased);
+  zs_test_run(test_checks);
+  return zs_test_finish();
+}
