@@ -1,8 +1,8 @@
 /* zs-bench-adam: the fused AdamW step on one shard against the memory roofline.
  *
  *   zs-bench-adam [--n N] [--dtype fp32|bf16] [--grad-dtype fp32|bf16|fp16]
- *                 [--threads T] [--iters I] [--simd scalar|avx2|avx512]
- *                 [--device cpu|cuda] [--json]
+ *                 [--state fp32|bf16|int8] [--block B] [--threads T] [--iters I]
+ *                 [--simd scalar|avx2|avx512] [--device cpu|cuda] [--json]
  *
  * cpu: times zs__optim_step_cpu (AdamW, one segment of N elements) and, in the
  * same run and interleaved with it (so both see the same neighbours on a shared
@@ -13,14 +13,21 @@
  * write master, m, v = 28 with fp32 gradients (26 with 16-bit ones), + 2 for a
  * bf16 parameter copy. Both report their best iteration. Also times a plain
  * scalar AdamW loop (single thread, -O2, auto-vectorization off, no intrinsics).
+ * --state bf16|int8 keeps m and v compact (kernels/optim_state.h): m and v move
+ * 2 or 1 bytes each way instead of 4 (bf16: 20 bytes per parameter with fp32
+ * gradients; int8: 16 + 16 / B for the block scales, B = --block, 256), and
+ * the streaming loop moves the same element bytes (the scales, 0.06 bytes per
+ * parameter at B 256, are left out of it: the roofline is a hair faster than
+ * the step's true bound). The plain loop is fp32 only.
  *
  * cuda: times the fused kernel (zs_k_optim_step) and a device-to-device copy of
  * half the step's traffic (a copy reads and writes each byte: same traffic),
  * with CUDA events; skips with a message when there is no GPU.
  *
  * --json prints one JSON document on stdout:
- *   {"n","dtype","threads","simd","params_per_s","gb_per_s","roofline_gb_per_s",
- *    "ratio_to_roofline","scalar_params_per_s"}
+ *   {"n","dtype","grad_dtype","state","block","threads","simd","params_per_s",
+ *    "bytes_per_param","gb_per_s","roofline_gb_per_s","ratio_to_roofline",
+ *    "scalar_params_per_s"}
  */
 #include <immintrin.h>
 #include <math.h>
@@ -45,12 +52,15 @@ typedef struct {
   size_t n;
   zs_dtype_t pdt, gdt; /* pdt fp32: no copy */
   int threads, iters, json, cuda;
+  zs_state_dtype_t sdt; /* m and v */
+  int block;            /* int8 */
   const char *simd;
 } opts_t;
 
 static void usage(void) {
   fprintf(stderr, "usage: zs-bench-adam [--n N] [--dtype fp32|bf16] [--grad-dtype fp32|bf16|fp16]\n"
-                  "                     [--threads T] [--iters I] [--simd scalar|avx2|avx512]\n"
+                  "                     [--state fp32|bf16|int8] [--block B] [--threads T] [--iters I]\n"
+                  "                     [--simd scalar|avx2|avx512]\n"
                   "                     [--device cpu|cuda] [--json]\n");
 }
 
@@ -63,7 +73,9 @@ static int parse_dtype(const char *s, zs_dtype_t *out) {
 }
 
 static double bytes_per_param(const opts_t *o) {
-  return 24.0 + (double)zs_dtype_size(o->gdt) + (o->pdt != ZS_FP32 ? 2.0 : 0.0);
+  double esz = (double)zs__state_elem_bytes(o->sdt);
+  return 8.0 + 4.0 * esz + (o->sdt == ZS_STATE_INT8 ? 16.0 / o->block : 0.0) + (double)zs_dtype_size(o->gdt) +
+         (o->pdt != ZS_FP32 ? 2.0 : 0.0);
 }
 
 static const zs_optim_config_t adamw = {.kind = ZS_ADAMW, .lr = 1e-3f, .beta1 = 0.9f,
@@ -136,11 +148,53 @@ __attribute__((target("avx2"))) static void stream_avx2(float *w, float *m, floa
   }
 }
 
+/* The same with m and v of esz (2 or 1) bytes per element: each byte read,
+ * changed and written once, as the compact-state step does. */
+__attribute__((target("avx512f,avx512bw"))) static void stream_q_avx512(float *w, void *m, void *v, const void *g,
+                                                                       int gdt, uint16_t *p, size_t n, size_t esz,
+                                                                       size_t pf) {
+  size_t i = 0, gsz = gdt == ZS_FP32 ? 4 : 2;
+  uint8_t *mb = m, *vb = v;
+  const __m512i one = _mm512_set1_epi8(1);
+  for (; i + 64 <= n; i += 64) {
+    if (pf && i + pf < n) {
+      __builtin_prefetch(w + i + pf, 1, 3);
+      __builtin_prefetch(mb + (i + pf) * esz, 1, 3);
+      __builtin_prefetch(vb + (i + pf) * esz, 1, 3);
+      __builtin_prefetch((const char *)g + (i + pf) * gsz, 0, 3);
+    }
+    for (size_t j = 0; j < 64; j += 16) {
+      __m512 gg = gdt == ZS_FP32 ? _mm512_loadu_ps((const float *)g + i + j)
+                                 : _mm512_castsi512_ps(_mm512_slli_epi32(
+                                       _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                           (const __m256i *)((const uint16_t *)g + i + j))), 16));
+      __m512 x = _mm512_add_ps(_mm512_loadu_ps(w + i + j), gg);
+      _mm512_storeu_ps(w + i + j, x);
+      if (p)
+        _mm256_storeu_si256((__m256i *)(p + i + j),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+    }
+    for (size_t k = 0; k < esz; k++) { /* 64 elements of esz bytes: esz zmm */
+      __m512i *pm = (__m512i *)(mb + i * esz) + k, *pv = (__m512i *)(vb + i * esz) + k;
+      _mm512_storeu_si512(pm, _mm512_add_epi8(_mm512_loadu_si512(pm), one));
+      _mm512_storeu_si512(pv, _mm512_add_epi8(_mm512_loadu_si512(pv), one));
+    }
+  }
+  for (; i < n; i++) {
+    float gg = gdt == ZS_FP32 ? ((const float *)g)[i] : zs_bf16_to_f32(((const uint16_t *)g)[i]);
+    w[i] += gg;
+    for (size_t k = 0; k < esz; k++) mb[i * esz + k]++, vb[i * esz + k]++;
+    if (p) p[i] = zs_f32_to_bf16(w[i]);
+  }
+}
+
 typedef struct {
-  float *w, *m, *v;
+  float *w;
+  void *m, *v;
+  float *ms, *vs; /* int8 block scales */
   void *g;
   uint16_t *p;
-  size_t n;
+  size_t n, esz;
 } bufs_t;
 
 /* The split zs__optim_step_cpu uses: contiguous ranges cut at 64 elements. */
@@ -166,8 +220,11 @@ static void roofline_pass(const bufs_t *b, zs_dtype_t gdt, int threads, int wide
     range_of(b->n, r, t, &lo, &hi);
     const void *g = (const char *)b->g + lo * gsz;
     uint16_t *p = b->p ? b->p + lo : NULL;
-    if (wide == 2) stream_avx512(b->w + lo, b->m + lo, b->v + lo, g, gdt, p, hi - lo, pf);
-    else stream_avx2(b->w + lo, b->m + lo, b->v + lo, g, gdt, p, hi - lo, pf);
+    if (b->esz != 4)
+      stream_q_avx512(b->w + lo, (char *)b->m + lo * b->esz, (char *)b->v + lo * b->esz, g, gdt, p, hi - lo, b->esz,
+                      pf);
+    else if (wide == 2) stream_avx512(b->w + lo, (float *)b->m + lo, (float *)b->v + lo, g, gdt, p, hi - lo, pf);
+    else stream_avx2(b->w + lo, (float *)b->m + lo, (float *)b->v + lo, g, gdt, p, hi - lo, pf);
   }
 }
 
@@ -182,9 +239,10 @@ __attribute__((optimize("no-tree-vectorize"))) static void naive_adamw(const buf
     float g = gdt == ZS_FP32 ? ((const float *)b->g)[i]
               : gdt == ZS_BF16 ? zs_bf16_to_f32(((const uint16_t *)b->g)[i])
                                : zs_f16_to_f32(((const uint16_t *)b->g)[i]);
-    float m = b1 * b->m[i] + (1.0f - b1) * g, v = b2 * b->v[i] + (1.0f - b2) * g * g;
-    b->m[i] = m;
-    b->v[i] = v;
+    float *bm = b->m, *bv = b->v;
+    float m = b1 * bm[i] + (1.0f - b1) * g, v = b2 * bv[i] + (1.0f - b2) * g * g;
+    bm[i] = m;
+    bv[i] = v;
     b->w[i] -= lr * ((m / bc1) / (sqrtf(v / bc2) + eps) + wd * b->w[i]);
     if (b->p) b->p[i] = zs_f32_to_bf16(b->w[i]);
   }
@@ -217,8 +275,9 @@ static void init_bufs(bufs_t *b, zs_dtype_t gdt, int threads) {
     for (size_t i = lo; i < hi; i++) {
       float x = (float)((i * 2654435761u) % 1000u) * 1e-3f + 0.5f;
       b->w[i] = x;
-      b->m[i] = 0.01f * x;
-      b->v[i] = 1e-4f * x;
+      if (b->esz == 4) ((float *)b->m)[i] = 0.01f * x, ((float *)b->v)[i] = 1e-4f * x;
+      else if (b->esz == 2) ((uint16_t *)b->m)[i] = zs_f32_to_bf16(0.01f * x), ((uint16_t *)b->v)[i] = zs_f32_to_bf16(1e-4f * x);
+      else ((uint8_t *)b->m)[i] = (uint8_t)(64 + i % 50), ((uint8_t *)b->v)[i] = (uint8_t)(100 + i % 100);
       if (gdt == ZS_FP32) ((float *)b->g)[i] = 0.1f * x - 0.05f;
       else if (gdt == ZS_BF16) ((uint16_t *)b->g)[i] = zs_f32_to_bf16(0.1f * x - 0.05f);
       else ((uint16_t *)b->g)[i] = zs_f32_to_f16(0.1f * x - 0.05f);
@@ -248,14 +307,23 @@ static int bench_cpu(const opts_t *o) {
     fprintf(stderr, "zs-bench-adam: the roofline loop needs AVX2\n");
     return 2;
   }
-  size_t n = o->n;
-  bufs_t b = {alloc64(n * 4), alloc64(n * 4), alloc64(n * 4), alloc64(n * zs_dtype_size(o->gdt)),
-              o->pdt != ZS_FP32 ? alloc64(n * 2) : NULL, n};
+  if (o->sdt != ZS_STATE_FP32 && wide != 2) {
+    fprintf(stderr, "zs-bench-adam: the compact-state roofline loop needs AVX-512\n");
+    return 2;
+  }
+  size_t n = o->n, esz = zs__state_elem_bytes(o->sdt), nb = (n + (size_t)o->block - 1) / (size_t)o->block;
+  bufs_t b = {alloc64(n * 4), alloc64(n * esz), alloc64(n * esz), NULL, NULL, alloc64(n * zs_dtype_size(o->gdt)),
+              o->pdt != ZS_FP32 ? alloc64(n * 2) : NULL, n, esz};
+  if (o->sdt == ZS_STATE_INT8) {
+    b.ms = alloc64(nb * 4), b.vs = alloc64(nb * 4);
+    for (size_t i = 0; i < nb; i++) b.ms[i] = 1e-2f, b.vs[i] = 1e-2f;
+  }
   init_bufs(&b, o->gdt, o->threads);
 
   zs_optim_hyper_t h = {.cfg = adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
                         .param_dtype = o->pdt};
-  zs_optim_seg_t seg = {b.w, b.m, b.v, b.g, b.p, n, 1.0f, 1.0f, NULL, NULL, 0};
+  h.cfg.state_dtype = o->sdt, h.cfg.state_block = o->block;
+  zs_optim_seg_t seg = {b.w, b.m, b.v, b.g, b.p, n, 1.0f, 1.0f, b.ms, b.vs, 0};
   double best_step = 1e30, best_roof = 1e30;
   /* one untimed round of each to fault in pages and wake the threads */
   if (zs__optim_step_cpu(&h, &seg, 1) != ZS_OK) {
@@ -281,7 +349,7 @@ static int bench_cpu(const opts_t *o) {
   }
   /* the plain loop is slow: a few iterations are enough for its best */
   double best_scalar = 1e30;
-  for (int it = 0; it < (o->iters < 3 ? o->iters : 3); it++) {
+  for (int it = 0; it < (o->iters < 3 ? o->iters : 3) && esz == 4; it++) {
     double t0 = zs__now();
     naive_adamw(&b, o->gdt, 2 + it);
     double t = zs__now() - t0;
@@ -293,22 +361,28 @@ static int bench_cpu(const opts_t *o) {
   double roof = (double)n * bpp / best_roof / 1e9, ratio = gbs / roof;
   double scalar_pps = (double)n / best_scalar;
   if (o->json) {
-    printf("{\"n\": %zu, \"dtype\": \"%s\", \"grad_dtype\": \"%s\", \"threads\": %d, \"simd\": \"%s\", "
-           "\"params_per_s\": %.6g, \"gb_per_s\": %.4g, \"roofline_gb_per_s\": %.4g, "
-           "\"ratio_to_roofline\": %.4f, \"scalar_params_per_s\": %.6g}\n",
-           n, o->pdt == ZS_BF16 ? "bf16" : "fp32", zs_dtype_name(o->gdt), o->threads,
-           zs__simd_name(simd), pps, gbs, roof, ratio, scalar_pps);
+    printf("{\"n\": %zu, \"dtype\": \"%s\", \"grad_dtype\": \"%s\", \"state\": \"%s\", \"block\": %d, "
+           "\"threads\": %d, \"simd\": \"%s\", \"params_per_s\": %.6g, \"bytes_per_param\": %.4g, "
+           "\"gb_per_s\": %.4g, \"roofline_gb_per_s\": %.4g, \"ratio_to_roofline\": %.4f, ",
+           n, o->pdt == ZS_BF16 ? "bf16" : "fp32", zs_dtype_name(o->gdt), zs_state_dtype_name(o->sdt),
+           o->sdt == ZS_STATE_INT8 ? o->block : 0, o->threads, zs__simd_name(simd), pps, bpp, gbs, roof, ratio);
+    if (esz == 4) printf("\"scalar_params_per_s\": %.6g}\n", scalar_pps);
+    else printf("\"scalar_params_per_s\": null}\n");
   } else {
-    printf("AdamW step, n=%zu, param copy %s, grad %s, %d threads, %s path, %.0f bytes/param\n", n,
-           o->pdt == ZS_BF16 ? "bf16" : "none", zs_dtype_name(o->gdt), o->threads,
+    printf("AdamW step, n=%zu, param copy %s, grad %s, m/v %s, %d threads, %s path, %.4g bytes/param\n", n,
+           o->pdt == ZS_BF16 ? "bf16" : "none", zs_dtype_name(o->gdt), zs_state_dtype_name(o->sdt), o->threads,
            zs__simd_name(simd), bpp);
     printf("  %-28s %10.1f Mparam/s %8.2f GB/s  (best of %d)\n", "fused step", pps / 1e6, gbs, o->iters);
     printf("  %-28s %10.1f Mparam/s %8.2f GB/s\n", "roofline (streaming loop)", n / best_roof / 1e6, roof);
-    printf("  %-28s %10.1f Mparam/s %8.2f GB/s\n", "plain scalar loop, 1 thread", scalar_pps / 1e6,
-           scalar_pps * bpp / 1e9);
-    printf("  ratio to roofline %.3f, speedup over the plain loop %.1fx\n", ratio, pps / scalar_pps);
+    if (esz == 4) {
+      printf("  %-28s %10.1f Mparam/s %8.2f GB/s\n", "plain scalar loop, 1 thread", scalar_pps / 1e6,
+             scalar_pps * bpp / 1e9);
+      printf("  ratio to roofline %.3f, speedup over the plain loop %.1fx\n", ratio, pps / scalar_pps);
+    } else {
+      printf("  ratio to roofline %.3f\n", ratio);
+    }
   }
-  free(b.w), free(b.m), free(b.v), free(b.g), free(b.p);
+  free(b.w), free(b.m), free(b.v), free(b.g), free(b.p), free(b.ms), free(b.vs);
   return 0;
 }
 
@@ -404,7 +478,8 @@ static int bench_cuda(const opts_t *o) {
 #endif
 
 int main(int argc, char **argv) {
-  opts_t o = {.n = (size_t)16 << 20, .pdt = ZS_FP32, .gdt = ZS_FP32, .threads = 0, .iters = 10};
+  opts_t o = {.n = (size_t)16 << 20, .pdt = ZS_FP32, .gdt = ZS_FP32, .threads = 0, .iters = 10,
+              .block = ZS_STATE_BLOCK_DEFAULT};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json")) {
@@ -428,6 +503,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--simd")) o.simd = val;
     else if (!strcmp(a, "--dtype") && parse_dtype(val, &o.pdt) && o.pdt != ZS_FP16) continue;
     else if (!strcmp(a, "--grad-dtype") && parse_dtype(val, &o.gdt)) continue;
+    else if (!strcmp(a, "--state") && (!strcmp(val, "fp32") || !strcmp(val, "bf16") || !strcmp(val, "int8")))
+      o.sdt = !strcmp(val, "fp32") ? ZS_STATE_FP32 : !strcmp(val, "bf16") ? ZS_STATE_BF16 : ZS_STATE_INT8;
+    else if (!strcmp(a, "--block") && atoi(val) >= 64 && atoi(val) <= 4096 && !(atoi(val) & (atoi(val) - 1)))
+      o.block = atoi(val);
     else if (!strcmp(a, "--device") && (!strcmp(val, "cpu") || !strcmp(val, "cuda"))) o.cuda = !strcmp(val, "cuda");
     else {
       usage();
@@ -439,6 +518,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (o.threads <= 0) o.threads = zs__optim_threads();
+  if (o.cuda && o.sdt != ZS_STATE_FP32) {
+    fprintf(stderr, "zs-bench-adam: --device cuda times fp32 states only; --state %s is cpu\n",
+                    zs_state_dtype_name(o.sdt));
+    return 2;
+  }
   if (o.cuda) {
 #ifdef ZS_HAVE_CUDA
     return bench_cuda(&o);

@@ -16,6 +16,8 @@ if(TARGET zs_zero AND TARGET zs_comm)
                   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/room_cgroup.sh ${MPIEXEC_EXECUTABLE}
                           $<TARGET_FILE:test_engine_room>
                   LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
+  # compact optimizer states (bf16, int8): layouts, offload, memory, checkpoints
+  zs_add_test(NAME test_engine_state SOURCES test_engine_state.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

@@ -50,6 +50,8 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->optim.beta2 = 0.95f;
   cfg->optim.eps = 1e-8f;
   cfg->optim.weight_decay = o->weight_decay;
+  cfg->optim.state_dtype = o->optim_state;
+  cfg->optim.state_block = o->optim_block;
   if (o->prefetch >= 0) cfg->prefetch = o->prefetch;
   cfg->shard_group = o->shard_group;
   if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
@@ -74,6 +76,8 @@ void gpt_opts_usage(FILE *f) {
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
+          "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v in fp32, bf16 (stochastic rounding)\n"
+          "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
           "  --shard-group N (hybrid sharding, stages 1-3: shard over groups of N ranks, e.g. the\n"
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
@@ -118,7 +122,7 @@ static const char *const k_valued[] = {
     "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
-    "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux",
+    "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
 };
 
 static int is_valued(const char *name) {
@@ -313,6 +317,15 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       else bad = 1;
     }
     else if (!strcmp(name, "--data")) { o->data = val; }
+    else if (!strcmp(name, "--optim-state")) {
+      if (!strcmp(val, "fp32")) o->optim_state = ZS_STATE_FP32;
+      else if (!strcmp(val, "bf16")) o->optim_state = ZS_STATE_BF16;
+      else if (!strcmp(val, "int8")) o->optim_state = ZS_STATE_INT8;
+      else bad = 1;
+    }
+    else if (!strcmp(name, "--optim-block")) {
+      bad = parse_int(val, 64, 4096, &o->optim_block) || (o->optim_block & (o->optim_block - 1));
+    }
     else if (!strcmp(name, "--ps-mode")) {
       if (!strcmp(val, "sync")) o->ps_async = 0;
       else if (!strcmp(val, "async")) o->ps_async = 1;

@@ -25,6 +25,8 @@ typedef struct {
   zs_dtype_t dtype, reduce_dtype;
   int reduce_dtype_set; /* --reduce-dtype given */
   int offload;
+  zs_state_dtype_t optim_state; /* --optim-state fp32|bf16|int8 */
+  int optim_block;              /* --optim-block B (int8; 0: the engine's default) */
   int delayed_update;   /* --delayed-update (with --offload) */
   const char *load;     /* --load DIR: resume from a checkpoint */
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */

@@ -429,6 +429,9 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
+  if (o->optim_state != ZS_STATE_FP32)
+    fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
+            o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");
   if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
   if (t->pp > 1) { /* the split: --pp-layers's counts, or the even one */
     char list[4 * GPT_PP_LAYERS_MAX];

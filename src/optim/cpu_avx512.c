@@ -103,6 +103,91 @@ static inline nf_flag nf_vec(const void *p, int dt) {
   return _mm512_cmpge_epu16_mask(_mm512_and_si512(x, _mm512_set1_epi16(0x7fff)), lim);
 }
 
+
+/* ---- compact states, 16 elements at a time (src/optim/cpu_tile.h) ---------------- */
+
+#include "kernels/optim_state.h"
+#define TILE_V16 1
+
+static inline __m512i v_mix(__m512i x) { /* zs_sr_mix */
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  x = _mm512_mullo_epi32(x, i_set1(0x85ebca6bu));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
+  x = _mm512_mullo_epi32(x, i_set1(0xc2b2ae35u));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+static inline void v16_dec_bf16(float *t, const uint16_t *s) { _mm512_storeu_ps(t, ld_bf16(s)); }
+static inline void v16_enc_bf16(uint16_t *d, const float *t, uint32_t salt, uint32_t lo) {
+  __m512i b = _mm512_castps_si512(_mm512_loadu_ps(t));
+  __m512i idx = _mm512_add_epi32(i_set1(lo), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i r = v_mix(_mm512_xor_si512(i_set1(salt), _mm512_mullo_epi32(idx, i_set1(0x2545f491u))));
+  __m512i out = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_and_si512(r, i_set1(0xffffu))), 16);
+  __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, i_set1(0x7f800000u)), i_set1(0x7f800000u));
+  if (special) { /* inf and NaN: nearest, as half.h */
+    __m512i rne = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(b, i_set1(0x7fffu)), _mm512_and_si512(_mm512_srli_epi32(b, 16), i_set1(1))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, i_set1(0x7fffffffu)), i_set1(0x7f800000u));
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(b, 16), i_set1(0x40u));
+    out = _mm512_mask_mov_epi32(out, special, _mm512_mask_mov_epi32(rne, nan, q));
+  }
+  _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(out));
+}
+static inline float v16_absmax(const float *t, size_t n) {
+  __m512 a = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(t + i)));
+  return _mm512_reduce_max_ps(a);
+}
+static inline float v16_max(const float *t, size_t n) {
+  __m512 a = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(a, _mm512_loadu_ps(t + i));
+  return _mm512_reduce_max_ps(a);
+}
+/* zs_q8_val of 16 magnitude codes (M mantissa bits) */
+static inline __m512 v_q8_val(__m512i c, const int M) {
+  __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(_mm512_srli_epi32(c, M), i_set1(112)), 23),
+                                 _mm512_slli_epi32(_mm512_and_si512(c, i_set1((1u << M) - 1u)), 23 - M));
+  return _mm512_castsi512_ps(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(c, c), bits));
+}
+/* zs_q8_mag of 16 values r */
+static inline __m512i v_q8_mag(__m512 r, const int M, const int keep_nonzero) {
+  const int sh = 23 - M;
+  __m512i b = _mm512_castps_si512(r);
+  __m512i t = _mm512_add_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u)),
+                               _mm512_and_si512(_mm512_srli_epi32(b, sh), i_set1(1)));
+  __m512i c = _mm512_sub_epi32(_mm512_srli_epi32(t, sh), i_set1((127u - 15u) << M));
+  __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
+  __mmask16 top = _mm512_cmp_ps_mask(r, v_set1(1.0f), _CMP_GE_OQ);
+  __mmask16 ok = _mm512_cmpge_epi32_mask(c, i_set1(1));
+  const float lo = zs_k_f_bits((127u - 15u) << 23 | 1u << sh);
+  __mmask16 one = keep_nonzero ? pos : _mm512_cmp_ps_mask(r, v_set1(0.5f * lo), _CMP_GE_OQ);
+  __m512i out = _mm512_maskz_mov_epi32(one, i_set1(1));
+  out = _mm512_mask_mov_epi32(out, ok, c);
+  out = _mm512_mask_mov_epi32(out, top, i_set1(15u << M));
+  return _mm512_maskz_mov_epi32(pos, out);
+}
+static inline void v16_dec_m8(float *t, const uint8_t *q, float absmax) {
+  __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+  __m512 a = _mm512_mul_ps(v_q8_val(_mm512_and_si512(c, i_set1(0x7f)), 3), v_set1(absmax));
+  __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, i_set1(0x80)), 24);
+  _mm512_storeu_ps(t, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), sign)));
+}
+static inline void v16_dec_v8(float *t, const uint8_t *q, float absmax_s) {
+  __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+  __m512 s = _mm512_mul_ps(v_q8_val(c, 4), v_set1(absmax_s));
+  _mm512_storeu_ps(t, _mm512_mul_ps(s, s));
+}
+static inline void v16_enc_m8(uint8_t *q, const float *t, float inv) {
+  __m512 x = _mm512_loadu_ps(t);
+  __m512i c = v_q8_mag(_mm512_mul_ps(_mm512_abs_ps(x), v_set1(inv)), 3, 0);
+  __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  c = _mm512_mask_or_epi32(c, neg, c, i_set1(0x80));
+  _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(c));
+}
+static inline void v16_enc_v8(uint8_t *q, const float *t, float inv) {
+  __m512i c = v_q8_mag(_mm512_mul_ps(_mm512_sqrt_ps(_mm512_loadu_ps(t)), v_set1(inv)), 4, 1);
+  _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(c));
+}
+
 #define PATH_NAME "avx512"
 #define PATH_SYM zs__optim_path_avx512
 #include "optim/cpu_simd.h"

@@ -16,27 +16,36 @@
 
 #define ZS_TILE 256 /* bf16 tile, elements */
 
+/* A path may define TILE_V16 and the v16_* functions below (16 elements at a
+ * time, the same operations as the scalar code, so the same bits); the loops
+ * then run them on whole groups of 16 and finish with the scalar code. */
+
 /* ---- bf16 ---------------------------------------------------------------------- */
 
 static void tile_dec_bf16(float *restrict t, const uint16_t *restrict s, size_t n) {
-  for (size_t i = 0; i < n; i++) t[i] = zs_k_f_bits((uint32_t)s[i] << 16);
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_dec_bf16(t + i, s + i);
+#endif
+  for (; i < n; i++) t[i] = zs_k_f_bits((uint32_t)s[i] << 16);
 }
 static void tile_enc_bf16(uint16_t *restrict d, const float *restrict t, size_t n, uint32_t salt, uint32_t lo) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t b = zs_k_bits_f(t[i]), r = zs_sr_bits(salt, lo + (uint32_t)i) & 0xffffu;
-    uint32_t rne = b + 0x7fffu + ((b >> 16) & 1u); /* inf and NaN: nearest (half.h) */
-    uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
-    uint32_t special = (b & 0x7f800000u) == 0x7f800000u;
-    uint32_t out = special ? (nan ? (b >> 16) | 0x40u : rne >> 16) : (b + r) >> 16;
-    d[i] = (uint16_t)out;
-  }
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_enc_bf16(d + i, t + i, salt, lo + (uint32_t)i);
+#endif
+  for (; i < n; i++) d[i] = zs_sr_bf16(t[i], zs_sr_bits(salt, lo + (uint32_t)i));
 }
 
 /* ---- int8 ------------------------------------------------------------------------ */
 
 static float tile_absmax(const float *restrict t, size_t n) {
   float a = 0.0f;
-  for (size_t i = 0; i < n; i++) {
+  size_t i = 0;
+#ifdef TILE_V16
+  if (n >= 16) a = v16_absmax(t, n / 16 * 16), i = n / 16 * 16;
+#endif
+  for (; i < n; i++) {
     float x = t[i] < 0.0f ? -t[i] : t[i];
     a = x > a ? x : a;
   }
@@ -44,20 +53,40 @@ static float tile_absmax(const float *restrict t, size_t n) {
 }
 static float tile_max(const float *restrict t, size_t n) {
   float a = 0.0f;
-  for (size_t i = 0; i < n; i++) a = t[i] > a ? t[i] : a;
+  size_t i = 0;
+#ifdef TILE_V16
+  if (n >= 16) a = v16_max(t, n / 16 * 16), i = n / 16 * 16;
+#endif
+  for (; i < n; i++) a = t[i] > a ? t[i] : a;
   return a;
 }
 static void tile_dec_m8(float *restrict t, const uint8_t *restrict q, size_t n, float absmax) {
-  for (size_t i = 0; i < n; i++) t[i] = zs_q8_dec_m(q[i], absmax);
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_dec_m8(t + i, q + i, absmax);
+#endif
+  for (; i < n; i++) t[i] = zs_q8_dec_m(q[i], absmax);
 }
 static void tile_enc_m8(uint8_t *restrict q, const float *restrict t, size_t n, float inv) {
-  for (size_t i = 0; i < n; i++) q[i] = zs_q8_enc_m(t[i], inv);
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_enc_m8(q + i, t + i, inv);
+#endif
+  for (; i < n; i++) q[i] = zs_q8_enc_m(t[i], inv);
 }
 static void tile_dec_v8(float *restrict t, const uint8_t *restrict q, size_t n, float absmax_s) {
-  for (size_t i = 0; i < n; i++) t[i] = zs_q8_dec_v(q[i], absmax_s);
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_dec_v8(t + i, q + i, absmax_s);
+#endif
+  for (; i < n; i++) t[i] = zs_q8_dec_v(q[i], absmax_s);
 }
 static void tile_enc_v8(uint8_t *restrict q, const float *restrict t, size_t n, float inv) {
-  for (size_t i = 0; i < n; i++) q[i] = zs_q8_enc_v(t[i], inv);
+  size_t i = 0;
+#ifdef TILE_V16
+  for (; i + 16 <= n; i += 16) v16_enc_v8(q + i, t + i, inv);
+#endif
+  for (; i < n; i++) q[i] = zs_q8_enc_v(t[i], inv);
 }
 
 /* ---- the step --------------------------------------------------------------------- */
