@@ -6,3 +6,5 @@ zs_add_test(NAME test_config_strict SOURCES test_config_strict.c LAYERS zs_confi
 # Public configs load as their authors meant (tests/data/ds_configs), the schedule's keys.
 zs_add_test(NAME test_config_ds SOURCES test_config_ds.c LAYERS zs_config zs_common)
 target_compile_definitions(test_config_ds PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+# optim.state_dtype / state_block: JSON, DeepSpeed and bitsandbytes names, env
+zs_add_test(NAME test_config_state SOURCES test_config_state.c LAYERS zs_config zs_common)
