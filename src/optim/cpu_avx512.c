@@ -142,28 +142,27 @@ static inline float v16_max(const float *t, size_t n) {
   for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(a, _mm512_loadu_ps(t + i));
   return _mm512_reduce_max_ps(a);
 }
-/* zs_q8_val of 16 magnitude codes (M mantissa bits) */
+/* zs_q8_val of 16 magnitude codes (M mantissa bits): the code's exponent and
+ * mantissa fields sit where a float's do once shifted by 23 - M, so one add of
+ * the exponent bias makes the float (code 0 is zero) */
 static inline __m512 v_q8_val(__m512i c, const int M) {
-  __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(_mm512_srli_epi32(c, M), i_set1(112)), 23),
-                                 _mm512_slli_epi32(_mm512_and_si512(c, i_set1((1u << M) - 1u)), 23 - M));
+  __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(c, 23 - M), i_set1(112u << 23));
   return _mm512_castsi512_ps(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(c, c), bits));
 }
-/* zs_q8_mag of 16 values r */
+/* zs_q8_mag of 16 values r >= 0: the rounded code clamped to [lo, 15 << M],
+ * lo = 1 where the scalar code gives 1 below the smallest code, else 0 (r = 1
+ * rounds to exactly 15 << M; r = 0 gives a negative c) */
 static inline __m512i v_q8_mag(__m512 r, const int M, const int keep_nonzero) {
   const int sh = 23 - M;
   __m512i b = _mm512_castps_si512(r);
   __m512i t = _mm512_add_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u)),
                                _mm512_and_si512(_mm512_srli_epi32(b, sh), i_set1(1)));
-  __m512i c = _mm512_sub_epi32(_mm512_srli_epi32(t, sh), i_set1((127u - 15u) << M));
-  __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
-  __mmask16 top = _mm512_cmp_ps_mask(r, v_set1(1.0f), _CMP_GE_OQ);
-  __mmask16 ok = _mm512_cmpge_epi32_mask(c, i_set1(1));
+  __m512i c = _mm512_min_epi32(_mm512_sub_epi32(_mm512_srli_epi32(t, sh), i_set1((127u - 15u) << M)),
+                               i_set1(15u << M));
   const float lo = zs_k_f_bits((127u - 15u) << 23 | 1u << sh);
-  __mmask16 one = keep_nonzero ? pos : _mm512_cmp_ps_mask(r, v_set1(0.5f * lo), _CMP_GE_OQ);
-  __m512i out = _mm512_maskz_mov_epi32(one, i_set1(1));
-  out = _mm512_mask_mov_epi32(out, ok, c);
-  out = _mm512_mask_mov_epi32(out, top, i_set1(15u << M));
-  return _mm512_maskz_mov_epi32(pos, out);
+  __mmask16 one = keep_nonzero ? _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ)
+                               : _mm512_cmp_ps_mask(r, v_set1(0.5f * lo), _CMP_GE_OQ);
+  return _mm512_max_epi32(c, _mm512_maskz_mov_epi32(one, i_set1(1)));
 }
 static inline void v16_dec_m8(float *t, const uint8_t *q, float absmax) {
   __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
@@ -188,6 +187,57 @@ static inline void v16_enc_v8(uint8_t *q, const float *t, float inv) {
   _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(c));
 }
 
+/* Adam and AdamW on one whole int8 block (n a multiple of 16), fused: decode,
+ * update, then encode, with sqrt(v') computed once for the denominator, the
+ * block's scale (max sqrt(v') = sqrt(max v')) and the codes. The operations of
+ * step_body (cpu_simd.h) in the same order, so the same bits as tile_step_q. */
+#define TILE_FUSED 1
+static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
+                              float *ts);
+
 #define PATH_NAME "avx512"
 #define PATH_SYM zs__optim_path_avx512
 #include "optim/cpu_simd.h"
+
+static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
+                              float *ts) {
+  const int adamw = h->kind == ZS_K_ADAMW, has_p = p && (pdt == ZS_BF16 || pdt == ZS_FP16);
+  const vf gm = v_set1(h->gm), b1 = v_set1(h->b1), a1 = v_set1(h->a1), b2 = v_set1(h->b2), a2 = v_set1(h->a2),
+           rbc2 = v_set1(h->rbc2), eps = v_set1(h->eps), vlr = v_set1(lr), vwd = v_set1(wd);
+  const vf sm = v_set1(*ms), ss = v_set1(*vs);
+  vf am = _mm512_setzero_ps(), as = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) {
+    __m512i cm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qm + i)));
+    __m512i cv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + i)));
+    vf m = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(v_mul(v_q8_val(_mm512_and_si512(cm, i_set1(0x7f)), 3), sm)),
+        _mm512_slli_epi32(_mm512_and_si512(cm, i_set1(0x80)), 24)));
+    vf s = v_mul(v_q8_val(cv, 4), ss), v = v_mul(s, s);
+    vf x = ld_f32(w + i);
+    vf gg = v_mul(ld_any(g, gdt, i), gm);
+    if (!adamw) gg = v_add(gg, v_mul(vwd, x));
+    vf mm = v_add(v_mul(b1, m), v_mul(a1, gg));
+    vf vv = v_add(v_mul(b2, v), v_mul(a2, v_mul(gg, gg)));
+    vf sq = v_sqrt(vv);
+    vf d = v_add(v_mul(sq, rbc2), eps);
+    vf u = v_mul(vlr, v_div(mm, d));
+    if (adamw) u = v_add(u, v_mul(vwd, x));
+    x = v_sub(x, u);
+    st_f32(w + i, x);
+    if (has_p) st_any(p, pdt, i, x);
+    st_f32(tm + i, mm);
+    st_f32(ts + i, sq);
+    am = _mm512_max_ps(am, _mm512_abs_ps(mm));
+    as = _mm512_max_ps(as, sq);
+  }
+  const float a = _mm512_reduce_max_ps(am), sa = _mm512_reduce_max_ps(as);
+  *ms = a, *vs = sa;
+  const float inv = zs_q8_inv(a), invs = zs_q8_inv(sa);
+  for (size_t i = 0; i < n; i += 16) {
+    v16_enc_m8(qm + i, tm + i, inv);
+    __m512i c = v_q8_mag(v_mul(ld_f32(ts + i), v_set1(invs)), 4, 1);
+    _mm_storeu_si128((__m128i *)(qv + i), _mm512_cvtepi32_epi8(c));
+  }
+}

@@ -106,6 +106,14 @@ static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, 
       uint64_t room = ((key >> 32) + 1) << 32;
       if (room - key < len) len = (size_t)(room - key);
     }
+#ifdef TILE_FUSED
+    if (q->sdt == ZS_K_STATE_INT8 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM) && len % 16 == 0) {
+      v16_adam_q8_block(h, lr, wd, gdt, pdt, w + i, (uint8_t *)q->m + i, (uint8_t *)q->v + i, &q->ms[b], &q->vs[b],
+                        (const char *)g + i * gsz, p ? (char *)p + i * psz : NULL, len, tm, tv);
+      i += len;
+      continue;
+    }
+#endif
     float *m = q->m ? tm : NULL, *v = q->v ? tv : NULL;
     if (q->sdt == ZS_K_STATE_BF16) {
       if (m) tile_dec_bf16(tm, (const uint16_t *)q->m + i, len);
