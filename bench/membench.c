@@ -108,6 +108,11 @@ static double now_s(void) {
  * flags
  * ========================================================================== */
 
+/* The optimizer's states (--optim-state): bytes per element of m and of v, the
+ * int8 block (its scales, 4 bytes per block each) and the alignment A, 64 or
+ * the block when larger (docs/design.md 2.2.1). */
+static int64_t state_esz = 4, state_block = 0, align_elems = 64;
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: mpiexec -n N zs-membench (--model gpt [model flags] | --units N1,N2,...) [flags]\n"
@@ -124,6 +129,7 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --stages 0,1,2,3 (all)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
           "  --offload (also run stages 1-3 with the optimizer state on the host)  --prefetch K\n"
+          "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v)  --optim-block B (int8: 256)\n"
           "  --shard-group N (stages 1-3 sharded over groups of N ranks, replicated across them)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
@@ -216,6 +222,11 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
+    else if (!strcmp(a, "--optim-state"))
+      bad = !strcmp(v, "fp32") ? (o.optim_state = ZS_STATE_FP32, 0) : !strcmp(v, "bf16") ? (o.optim_state = ZS_STATE_BF16, 0)
+            : !strcmp(v, "int8") ? (o.optim_state = ZS_STATE_INT8, 0) : 1;
+    else if (!strcmp(a, "--optim-block"))
+      bad = parse_int(v, 64, 4096, &o.optim_block) || (o.optim_block & (o.optim_block - 1));
     else if (!strcmp(a, "--compute-ms")) {
       char *end;
       o.compute_ms = strtod(v, &end);
@@ -248,6 +259,9 @@ static mb_opts_t parse(int argc, char **argv) {
   if (o.frozen && (!o.units || o.frozen > o.nunits))
     die_all(2, "%s", "--frozen K freezes the first K units of --units: give --units with at least K units");
   if (!reduce_set) o.reduce_dtype = o.dtype;
+  state_esz = o.optim_state == ZS_STATE_FP32 ? 4 : o.optim_state == ZS_STATE_BF16 ? 2 : 1;
+  state_block = o.optim_state == ZS_STATE_INT8 ? (o.optim_block ? o.optim_block : ZS_STATE_BLOCK_DEFAULT) : 0;
+  align_elems = state_block > 64 ? state_block : 64;
   if (o.tp < 1) o.tp = 1;
   if (o.tp > 1 && !o.gpt) die_all(2, "%s", "--tp splits the example GPT: give --model gpt");
   if (o.sp && o.tp < 2) die_all(2, "%s", "--sequence-parallel splits the tokens over a tensor-parallel group: add --tp 2 or more");
@@ -303,11 +317,12 @@ static int unit_frozen(const mb_model_t *m, int u) {
 }
 
 /* Padded elements of unit u at `n` ranks, from the shapes: every parameter
- * starts at a multiple of 64 elements; the unit is padded to a multiple of
- * 64 x n so that it cuts into n equal shards. */
+ * starts at a multiple of A elements; the unit is padded to a multiple of
+ * A x n so that it cuts into n equal shards. */
 static int64_t unit_padded(const mb_model_t *m, int u, int n) {
-  int64_t t = 0, q = 64 * (int64_t)n;
-  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) t += (m->params[i].numel + 63) / 64 * 64;
+  const int64_t A = align_elems;
+  int64_t t = 0, q = A * (int64_t)n;
+  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) t += (m->params[i].numel + A - 1) / A * A;
   t = (t + q - 1) / q * q;
   return t ? t : q;
 }
@@ -327,11 +342,11 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
     if (unit_frozen(m, u)) continue; /* its parameters are the truth: nothing else */
     if (!offload) {
       f_dev[MB_F_GRADS] += stage <= 1 ? P * (int64_t)pb : S * (int64_t)rb;
-      f_dev[MB_F_OPTIM] += (pb == 4 ? 0 : 4 * on) + 8 * on;
+      f_dev[MB_F_OPTIM] += (pb == 4 ? 0 : 4 * on) + 2 * state_esz * on + (state_block ? 8 * (on / state_block) : 0);
     } else {
       f_dev[MB_F_GRADS] += stage == 1 ? P * (int64_t)pb : 0;
       f_host[MB_F_GRADS] += 4 * S;
-      f_host[MB_F_OPTIM] += 12 * S;
+      f_host[MB_F_OPTIM] += 4 * S + 2 * state_esz * S + (state_block ? 8 * (S / state_block) : 0);
       if (delayed) { /* a second fp32 grad shard; 16-bit params: the step's param copies */
         f_host[MB_F_GRADS] += 4 * S;
         f_host[MB_F_PARAMS] += pb == 4 ? 0 : S * (int64_t)pb;
@@ -411,6 +426,8 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.reduce_dtype = o->reduce_dtype;
   cfg.grad_clip = 1.0f; /* as the trainer; clipping changes no buffer */
   cfg.optim.kind = ZS_ADAMW;
+  cfg.optim.state_dtype = o->optim_state;
+  cfg.optim.state_block = o->optim_block;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
   cfg.shard_group = stage > 0 ? o->shard_group : 0;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;

@@ -25,6 +25,8 @@ typedef struct {
   int stages[4], nstages;
   zs_dtype_t dtype, reduce_dtype;
   int offload;                              /* add offloaded runs for stages 1-3 */
+  zs_state_dtype_t optim_state;             /* --optim-state: AdamW's m and v */
+  int optim_block;                          /* --optim-block (int8) */
   int delayed;                              /* add offloaded runs with the delayed update */
   double compute_ms;                        /* --units: emulated compute per round (host idle) */
   int prefetch;                             /* -1: the engine's default */

@@ -6,6 +6,7 @@
  *   zs-plan (--model gpt [--layers L --channels C --heads H --vocab V --seq T] | --units N1,N2,...)
  *       --world N --ranks-per-node K --device-mem GiB --intra-gbps X --inter-gbps Y
  *       [--shard-group NS] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--optim adamw|adam|sgd]
+ *       [--optim-state fp32|bf16|int8] [--optim-block B]
  *       [--grad-accum A] [--prefetch P] [--host-mem GiB] [--reserve-gib R] [--latency-us A]
  *       [--intra-latency-us A] [--frame-overhead F] [--compute-s T1] [--json]
  *       [--tp N [--sequence-parallel] [--batch B]]
@@ -146,6 +147,8 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.param_dtype = o->dtype;
   cfg.reduce_dtype = o->reduce_dtype;
   cfg.optim.kind = o->optim;
+  cfg.optim.state_dtype = o->optim_state;
+  cfg.optim.state_block = o->optim_block;
   cfg.grad_accum = o->accum;
   cfg.prefetch = o->prefetch;
   cfg.offload_optimizer = x->offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;

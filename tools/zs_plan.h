@@ -89,6 +89,8 @@ typedef struct {
   pl_net_t net;                         /* rates and latencies (world, shard set per option) */
   zs_dtype_t dtype, reduce_dtype;
   zs_optim_kind_t optim;
+  zs_state_dtype_t optim_state; /* --optim-state: m and v */
+  int optim_block;              /* --optim-block (int8) */
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */

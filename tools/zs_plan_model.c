@@ -169,6 +169,7 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
+          "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
           "  --sequence-parallel (with --tp)  --batch B (1: sequences per data-parallel rank per round, tp traffic)\n"
           "output:\n"
@@ -281,6 +282,15 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--prefetch")) o.prefetch = inum(a, v, 0, 1 << 20);
     else if (!strcmp(a, "--dtype")) o.dtype = dtype_of(a, v);
     else if (!strcmp(a, "--reduce-dtype")) o.reduce_dtype = dtype_of(a, v), reduce_set = 1;
+    else if (!strcmp(a, "--optim-state")) {
+      if (!strcmp(v, "fp32")) o.optim_state = ZS_STATE_FP32;
+      else if (!strcmp(v, "bf16")) o.optim_state = ZS_STATE_BF16;
+      else if (!strcmp(v, "int8")) o.optim_state = ZS_STATE_INT8;
+      else pl_die(2, "--optim-state: fp32, bf16 or int8");
+    } else if (!strcmp(a, "--optim-block")) {
+      o.optim_block = inum(a, v, 64, 4096);
+      if (o.optim_block & (o.optim_block - 1)) pl_die(2, "--optim-block: a power of two from 64 to 4096");
+    }
     else if (!strcmp(a, "--optim")) {
       if (!strcmp(v, "adamw")) o.optim = ZS_ADAMW;
       else if (!strcmp(v, "adam")) o.optim = ZS_ADAM;
