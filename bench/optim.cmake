@@ -13,3 +13,11 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     target_link_libraries(zs-bench-adam PRIVATE CUDA::cudart)
   endif()
 endif()
+# zs-bench-adam-torch: the same step against libtorch's fused CPU AdamW in one
+# process, interleaved (built with the libtorch adapter, whose precompiled
+# header it reuses).
+if(TARGET zeroshard_torch AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  zs_add_bench(NAME zs-bench-adam-torch SOURCES bench_adam_torch.cpp adam_zs_shim.c LAYERS ${zs_bench_optim_layers}
+               LIBS zs::torch)
+  zs_torch_reuse_pch(zs-bench-adam-torch)
+endif()

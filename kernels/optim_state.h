@@ -111,8 +111,7 @@ ZS_HD float zs_q8_inv(float a) { return a > 0.0f ? ZS_DIV(1.0f, a) : 0.0f; }
 
 /* ---- bf16 with stochastic rounding ------------------------------------------------- */
 
-/* 32 random bits from (salt, the key's low word): two rounds of the
- * murmur3 finalizer. */
+/* The murmur3 finalizer (for the salts). */
 ZS_HD uint32_t zs_sr_mix(uint32_t x) {
   x ^= x >> 16;
   x *= 0x85ebca6bu;
@@ -127,7 +126,11 @@ ZS_HD uint32_t zs_sr_mix(uint32_t x) {
 ZS_HD uint32_t zs_sr_salt(int which, int64_t step, uint32_t key_hi) {
   return zs_sr_mix(zs_sr_mix(key_hi * 0x9e3779b9u ^ (uint32_t)which) ^ (uint32_t)step * 0x94d049bbu);
 }
-ZS_HD uint32_t zs_sr_bits(uint32_t salt, uint32_t elem_lo) { return zs_sr_mix(salt ^ elem_lo * 0x2545f491u); }
+/* 16 random bits for the element whose key's low word is elem_lo: the high half
+ * of a multiplicative hash (two multiplies; cheap in SIMD, ample for rounding). */
+ZS_HD uint32_t zs_sr_bits(uint32_t salt, uint32_t elem_lo) {
+  return ((elem_lo * 0x9e3779b1u ^ salt) * 0x85ebca77u) >> 16;
+}
 /* x to bf16: truncate x + 16 random low bits, so the result is x rounded up
  * with probability (its distance to the lower neighbour) / ulp; inf and NaN
  * round to nearest (half.h). */

@@ -109,19 +109,16 @@ static inline nf_flag nf_vec(const void *p, int dt) {
 #include "kernels/optim_state.h"
 #define TILE_V16 1
 
-static inline __m512i v_mix(__m512i x) { /* zs_sr_mix */
-  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-  x = _mm512_mullo_epi32(x, i_set1(0x85ebca6bu));
-  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
-  x = _mm512_mullo_epi32(x, i_set1(0xc2b2ae35u));
-  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+/* zs_sr_bits from the element index already multiplied (lo x 0x9e3779b1) */
+static inline __m512i v_sr_bits(__m512i lo_mul, uint32_t salt) {
+  return _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_xor_si512(lo_mul, i_set1(salt)), i_set1(0x85ebca77u)), 16);
 }
 static inline void v16_dec_bf16(float *t, const uint16_t *s) { _mm512_storeu_ps(t, ld_bf16(s)); }
 static inline void v16_enc_bf16(uint16_t *d, const float *t, uint32_t salt, uint32_t lo) {
   __m512i b = _mm512_castps_si512(_mm512_loadu_ps(t));
   __m512i idx = _mm512_add_epi32(i_set1(lo), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  __m512i r = v_mix(_mm512_xor_si512(i_set1(salt), _mm512_mullo_epi32(idx, i_set1(0x2545f491u))));
-  __m512i out = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_and_si512(r, i_set1(0xffffu))), 16);
+  __m512i r = v_sr_bits(_mm512_mullo_epi32(idx, i_set1(0x9e3779b1u)), salt);
+  __m512i out = _mm512_srli_epi32(_mm512_add_epi32(b, r), 16);
   __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, i_set1(0x7f800000u)), i_set1(0x7f800000u));
   if (special) { /* inf and NaN: nearest, as half.h */
     __m512i rne = _mm512_srli_epi32(
@@ -196,9 +193,56 @@ static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt
                               uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
                               float *ts);
 
+/* Adam and AdamW with bf16 m and v on n elements (a multiple of 16), fused in
+ * registers: decode, update, round stochastically (salts of m and v, the key's
+ * low word of element 0). */
+static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
+                          uint32_t lo);
+
 #define PATH_NAME "avx512"
 #define PATH_SYM zs__optim_path_avx512
 #include "optim/cpu_simd.h"
+
+static inline void v_st_sr_bf16(uint16_t *d, vf x, __m512i r) {
+  __m512i b = _mm512_castps_si512(x), out = _mm512_srli_epi32(_mm512_add_epi32(b, r), 16);
+  if (_mm512_cmpeq_epi32_mask(_mm512_and_si512(b, i_set1(0x7f800000u)), i_set1(0x7f800000u))) {
+    float t[16];
+    st_f32(t, x);
+    v16_enc_bf16(d, t, 0, 0); /* inf or NaN among them: the same rule, lane by lane (nearest for those) */
+    uint16_t keep[16];
+    _mm256_storeu_si256((__m256i *)keep, _mm512_cvtepi32_epi16(out));
+    for (int j = 0; j < 16; j++)
+      if ((zs_k_bits_f(t[j]) & 0x7f800000u) != 0x7f800000u) d[j] = keep[j];
+    return;
+  }
+  _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(out));
+}
+
+static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
+                          uint32_t lo) {
+  const int adamw = h->kind == ZS_K_ADAMW, has_p = p && (pdt == ZS_BF16 || pdt == ZS_FP16);
+  const vf gm = v_set1(h->gm), b1 = v_set1(h->b1), a1 = v_set1(h->a1), b2 = v_set1(h->b2), a2 = v_set1(h->a2),
+           rbc2 = v_set1(h->rbc2), eps = v_set1(h->eps), vlr = v_set1(lr), vwd = v_set1(wd);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (size_t i = 0; i < n; i += 16) {
+    vf x = ld_f32(w + i);
+    vf gg = v_mul(ld_any(g, gdt, i), gm);
+    if (!adamw) gg = v_add(gg, v_mul(vwd, x));
+    vf mm = v_add(v_mul(b1, ld_bf16(qm + i)), v_mul(a1, gg));
+    vf vv = v_add(v_mul(b2, ld_bf16(qv + i)), v_mul(a2, v_mul(gg, gg)));
+    vf d = v_add(v_mul(v_sqrt(vv), rbc2), eps);
+    vf u = v_mul(vlr, v_div(mm, d));
+    if (adamw) u = v_add(u, v_mul(vwd, x));
+    x = v_sub(x, u);
+    st_f32(w + i, x);
+    if (has_p) st_any(p, pdt, i, x);
+    __m512i k = _mm512_mullo_epi32(_mm512_add_epi32(i_set1(lo + (uint32_t)i), iota), i_set1(0x9e3779b1u));
+    v_st_sr_bf16(qm + i, mm, v_sr_bits(k, salt_m));
+    v_st_sr_bf16(qv + i, vv, v_sr_bits(k, salt_v));
+  }
+}
 
 static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
                               uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,

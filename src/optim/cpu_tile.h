@@ -114,6 +114,16 @@ static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, 
       continue;
     }
 #endif
+#ifdef TILE_FUSED
+    if (q->sdt == ZS_K_STATE_BF16 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM) && len >= 16) {
+      size_t l16 = len / 16 * 16;
+      v16_adam_bf16(h, lr, wd, gdt, pdt, w + i, (uint16_t *)q->m + i, (uint16_t *)q->v + i, (const char *)g + i * gsz,
+                    p ? (char *)p + i * psz : NULL, l16, zs_sr_salt(0, q->step, (uint32_t)(key >> 32)),
+                    zs_sr_salt(1, q->step, (uint32_t)(key >> 32)), (uint32_t)key);
+      i += l16, len -= l16, key += l16;
+      if (!len) continue;
+    }
+#endif
     float *m = q->m ? tm : NULL, *v = q->v ? tv : NULL;
     if (q->sdt == ZS_K_STATE_BF16) {
       if (m) tile_dec_bf16(tm, (const uint16_t *)q->m + i, len);
