@@ -71,7 +71,8 @@ static void test_layouts(void) {
   run_free(&exact);
 }
 
-/* Offload runs the same CPU code on host copies of the same states: bit for bit. */
+/* Offload runs the same CPU code on host copies of the same states: bit for bit;
+ * and the delayed update on them. */
 static void test_offload(void) {
   for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++)
     for (int stage = 1; stage <= 3; stage++) {
@@ -83,6 +84,16 @@ static void test_offload(void) {
       char what[96];
       snprintf(what, sizeof what, "%s states stage %d offload", zs_state_dtype_name((zs_state_dtype_t)sd), stage);
       compare(what, &off, &plain, 0, 0);
+      /* the delayed update: loss 2 is the undelayed loss 1, bit for bit (the
+       * same update from the same gradient, on the same compact states) */
+      c.delayed_param_update = 1;
+      run_t dl;
+      assert_ok(train(world, &c, &dl));
+      if (dl.loss[0] != off.loss[0] || dl.loss[1] != off.loss[0] || dl.loss[2] != off.loss[1])
+        ZS_T_REPORT("%s delayed: losses %.9g %.9g %.9g, expected %.9g %.9g %.9g", what, dl.loss[0], dl.loss[1],
+                    dl.loss[2], off.loss[0], off.loss[0], off.loss[1]);
+      expect_true(dl.loss[STEPS - 1] < dl.loss[0]);
+      run_free(&dl);
       run_free(&plain);
       run_free(&off);
     }
