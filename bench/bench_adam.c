@@ -432,7 +432,7 @@ static int bench_cuda(const opts_t *o) {
                         .param_dtype = o->pdt};
   zs_optim_seg_t s0 = {w, m, v, g, p, n, 1.0f, 1.0f, NULL, NULL, 0};
   zs_k_hyper_t k;
-  zs_k_seg_t seg = {w, m, v, g, p, n, 0.0f, 0.0f};
+  zs_k_seg_t seg = {w, m, v, g, p, n, 0.0f, 0.0f, NULL, NULL, 0};
   zs__optim_fold(&h, &k);
   zs__optim_seg_lrwd(&h, &s0, &seg.lr, &seg.wd);
   float best_step = 1e30f, best_copy = 1e30f, ms;

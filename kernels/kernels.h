@@ -4,10 +4,11 @@
  * NULL is the legacy default stream) and returns at once with a cudaError_t as
  * int: 0 on success, else the launch error (zs_k_error_string names it). All
  * pointers are device memory of the current device, except the segment array of
- * zs_k_optim_step, which is host memory read before the call returns (the
- * segments travel in the kernel's parameters, so no copy is pending).
- * dtype arguments are zs_dtype_t values: ZS_FP32, ZS_BF16 or ZS_FP16.
- * The math is kernels/optim_ref.h, bit for bit (tests/test_optim_gpu.c).
+ * zs_k_optim_step and zs_k_optim_step_q, which is host memory read before the
+ * call returns (the segments travel in the kernel's parameters, so no copy is
+ * pending). dtype arguments are zs_dtype_t values: ZS_FP32, ZS_BF16 or ZS_FP16.
+ * The math is kernels/optim_ref.h (and kernels/optim_state.h for compact
+ * states), bit for bit (tests/test_optim_gpu.c).
  */
 #ifndef ZS_KERNELS_KERNELS_H
 #define ZS_KERNELS_KERNELS_H
@@ -22,11 +23,18 @@ extern "C" {
 
 /* One segment of a step, with its folded constants (zs_ref_adam / zs_ref_sgd). */
 typedef struct {
-  float *master, *m, *v; /* m: NULL for plain SGD; v: NULL for SGD */
+  float *master;
+  void *m, *v;           /* the states: fp32 for zs_k_optim_step; bf16 elements or int8
+                            codes (one byte each) for zs_k_optim_step_q. m: NULL for plain
+                            SGD; v: NULL for SGD */
   const void *grad;      /* gdt elements */
   void *param;           /* pdt copy of the updated master, or NULL */
   size_t n;
   float lr, wd;
+  /* compact states only (zs_k_optim_step_q; ignored by zs_k_optim_step): */
+  float *m_scale, *v_scale; /* int8: ceil(n / block) block scales from element 0 (the
+                            segment starts on a block boundary); NULL with m / v */
+  unsigned long long key;   /* bf16: ZS_K_KEY of element 0 (element i has key + i) */
 } zs_k_seg_t;
 
 /* Segments per launch (they ride in the kernel parameters, under 4 KiB). */
@@ -37,6 +45,14 @@ typedef struct {
  * empty segments cost nothing. */
 int zs_k_optim_step(const zs_k_hyper_t *h, int gdt, int pdt, const zs_k_seg_t *segs, int nseg,
                     void *stream);
+/* The same step with compact states (kernels/optim_state.h): sdt is
+ * ZS_K_STATE_BF16 (m, v bf16, rounded stochastically by key and step) or
+ * ZS_K_STATE_INT8 (m, v int8 block codes with per-block scales, blocks of
+ * `block` elements, a power of two in [ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX]; the
+ * scales are read and rewritten). step is the 1-based step (the bf16 rounding
+ * salt). Equals src/optim/cpu_tile.h's tile_step_q bit for bit. */
+int zs_k_optim_step_q(const zs_k_hyper_t *h, int gdt, int pdt, int sdt, int block, long long step,
+                      const zs_k_seg_t *segs, int nseg, void *stream);
 /* *acc += sum of x^2: per-block sums in double, combined in a fixed order that
  * depends only on n (deterministic), added to *acc in double, rounded to fp32.
  * scratch: device memory of zs_k_sumsq_scratch_bytes() bytes, the caller's (made

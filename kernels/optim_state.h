@@ -47,23 +47,28 @@ enum { ZS_K_STATE_FP32 = 0, ZS_K_STATE_BF16 = 1, ZS_K_STATE_INT8 = 2 };
 #define ZS_K_QBLOCK_MIN 64
 #define ZS_K_QBLOCK_MAX 4096
 
-#if defined(__CUDACC__)
-#define ZS_BITS_F(x) __float_as_uint(x)
-#define ZS_F_BITS(u) __uint_as_float(u)
-#else
+/* A float's bits and back (the intrinsics in device code; nvcc's host pass and
+ * plain C use memcpy). */
 ZS_HD uint32_t zs_k_bits_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
   uint32_t u;
   memcpy(&u, &x, 4);
   return u;
+#endif
 }
 ZS_HD float zs_k_f_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float x;
   memcpy(&x, &u, 4);
   return x;
+#endif
 }
 #define ZS_BITS_F(x) zs_k_bits_f(x)
 #define ZS_F_BITS(u) zs_k_f_bits(u)
-#endif
 
 /* ---- the 8-bit codes ------------------------------------------------------------ */
 

