@@ -75,23 +75,25 @@ ZS_HD float zs_k_f_bits(uint32_t u) {
 /* Magnitude code of r in [0, 1] with M mantissa bits and exponents 2^-15..2^0:
  * round to nearest even on the fp32 bits, clamped to 1.0 (code 15 << M). Below
  * the smallest code (2^-15 (1 + 2^-M)) r goes to 0 when it is under half of it,
- * else (or always, with keep_nonzero and r > 0) to code 1. */
+ * else (or always, with keep_nonzero and r > 0) to code 1. Branch-free, so the
+ * plain loops vectorize (and a NaN, which steps skip, gives the top code on
+ * every path). */
 ZS_HD uint32_t zs_q8_mag(float r, const int M, const int keep_nonzero) {
-  const uint32_t top = 15u << M;
-  uint32_t b = ZS_BITS_F(r);
-  if (!(r > 0.0f)) return 0; /* zero, and NaN (not reached: steps with NaN are skipped) */
-  if (r >= 1.0f) return top;
+  const int32_t top = (int32_t)(15u << M);
   const int sh = 23 - M;
-  uint32_t t = b + ((1u << (sh - 1)) - 1u) + ((b >> sh) & 1u); /* nearest even */
-  int32_t c = (int32_t)(t >> sh) - (int32_t)((127u - 15u) << M);
-  if (c >= 1) return (uint32_t)c; /* c == 0 is 2^-15 itself, reserved for zero */
+  const uint32_t b = ZS_BITS_F(r) & 0x7fffffffu; /* -0 is 0 */
+  const uint32_t t = b + ((1u << (sh - 1)) - 1u) + ((b >> sh) & 1u); /* nearest even */
+  int32_t c = (int32_t)(t >> sh) - (int32_t)((127u - 15u) << M); /* 0 is 2^-15 itself, reserved for zero */
+  c = c < top ? c : top;
   const float lo = ZS_F_BITS((127u - 15u) << 23 | 1u << sh); /* the smallest code, 2^-15 (1 + 2^-M) */
-  return keep_nonzero || r >= ZS_MUL(0.5f, lo) ? 1u : 0u;
+  const int32_t one = (keep_nonzero ? r > 0.0f : r >= ZS_MUL(0.5f, lo)) ? 1 : 0;
+  return (uint32_t)(c > one ? c : one);
 }
-/* The value of a magnitude code (exact). */
+/* The value of a magnitude code (exact): the code's fields shifted into a
+ * float's exponent and mantissa, plus the exponent bias; code 0 is zero. */
 ZS_HD float zs_q8_val(uint32_t c, const int M) {
-  if (c == 0) return 0.0f;
-  return ZS_F_BITS(((c >> M) + (127u - 15u)) << 23 | (c & ((1u << M) - 1u)) << (23 - M));
+  const float v = ZS_F_BITS((c << (23 - M)) + ((127u - 15u) << 23));
+  return c ? v : 0.0f;
 }
 
 /* m: sign << 7 | E4M3 magnitude. inv = 1 / absmax (0 when absmax is 0). */
@@ -140,9 +142,10 @@ ZS_HD uint32_t zs_sr_bits(uint32_t salt, uint32_t elem_lo) {
  * with probability (its distance to the lower neighbour) / ulp; inf and NaN
  * round to nearest (half.h). */
 ZS_HD uint16_t zs_sr_bf16(float x, uint32_t rnd) {
-  uint32_t b = ZS_BITS_F(x);
-  if ((b & 0x7f800000u) == 0x7f800000u) return zs_f32_to_bf16(x);
-  return (uint16_t)((b + (rnd & 0xffffu)) >> 16);
+  const uint32_t b = ZS_BITS_F(x);
+  const uint32_t rne = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16, quiet = (b >> 16) | 0x40u; /* half.h's rules */
+  const uint32_t special = (b & 0x7f800000u) == 0x7f800000u, nan = (b & 0x7fffffffu) > 0x7f800000u;
+  return (uint16_t)(special ? (nan ? quiet : rne) : (b + (rnd & 0xffffu)) >> 16); /* branch-free: loops vectorize */
 }
 
 /* Element identity of a segment's first element: parameter index << 40 |

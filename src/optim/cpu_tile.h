@@ -45,6 +45,13 @@ static float tile_absmax(const float *restrict t, size_t n) {
 #ifdef TILE_V16
   if (n >= 16) a = v16_absmax(t, n / 16 * 16), i = n / 16 * 16;
 #endif
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* 8 lanes (a max is exact in any order): the loop vectorizes */
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) {
+      float x = t[i + j] < 0.0f ? -t[i + j] : t[i + j];
+      l[j] = x > l[j] ? x : l[j];
+    }
+  for (int j = 0; j < 8; j++) a = l[j] > a ? l[j] : a;
   for (; i < n; i++) {
     float x = t[i] < 0.0f ? -t[i] : t[i];
     a = x > a ? x : a;
@@ -57,6 +64,10 @@ static float tile_max(const float *restrict t, size_t n) {
 #ifdef TILE_V16
   if (n >= 16) a = v16_max(t, n / 16 * 16), i = n / 16 * 16;
 #endif
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) l[j] = t[i + j] > l[j] ? t[i + j] : l[j];
+  for (int j = 0; j < 8; j++) a = l[j] > a ? l[j] : a;
   for (; i < n; i++) a = t[i] > a ? t[i] : a;
   return a;
 }
