@@ -189,6 +189,8 @@ struct launch_q_t {
   zs_k_hyper_t h;
   int nseg;
   int block;      // int8 block size B (0 for bf16)
+  int gdt, pdt;   // grad dtype, param-copy dtype (P_NONE: none): run-time values here, so
+                  // the compact kernel has 6 instantiations, not 54 (nvcc's build time)
   long long step; // the bf16 rounding salt
   qseg_t seg[ZS_K_SEGS_PER_LAUNCH];
   unsigned blk0[ZS_K_SEGS_PER_LAUNCH + 1];
@@ -261,8 +263,9 @@ __device__ __forceinline__ void store_q8(void *p, size_t e, const uint8_t c[8], 
 // max as cpu_tile.h's tile_absmax / tile_max: a NaN never wins, -0 never beats +0
 __device__ __forceinline__ float max_keep(float a, float x) { return x > a ? x : a; }
 
-template <int FAM, int GDT, int PDT, int SDT>
+template <int FAM, int SDT>
 __global__ void __launch_bounds__(ZS_KQ_THREADS_MAX) step_q_kernel(const __grid_constant__ launch_q_t L) {
+  const int GDT = L.gdt, PDT = L.pdt;
   __shared__ float red_m[ZS_KQ_THREADS_MAX / 32], red_v[ZS_KQ_THREADS_MAX / 32];
   // 1. this block's segment and this thread's 8 elements [e, e + cnt)
   const unsigned b = blockIdx.x;
@@ -286,7 +289,9 @@ __global__ void __launch_bounds__(ZS_KQ_THREADS_MAX) step_q_kernel(const __grid_
   for (int j = 0; j < 8; j++) w[j] = g[j] = m[j] = v[j] = 0.0f;
   if (vec) {
     zs_load8<ZS_FP32>(S.master, e, w);
-    zs_load8<GDT>(S.grad, e, g);
+    if (GDT == ZS_BF16) zs_load8<ZS_BF16>(S.grad, e, g);
+    else if (GDT == ZS_FP16) zs_load8<ZS_FP16>(S.grad, e, g);
+    else zs_load8<ZS_FP32>(S.grad, e, g);
   } else {
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -392,9 +397,10 @@ __global__ void __launch_bounds__(ZS_KQ_THREADS_MAX) step_q_kernel(const __grid_
       store_q8(S.v, e, c, cnt, vec);
     }
   }
-  if (PDT != P_NONE && has_p) {
+  if (has_p) {
     if (vec) {
-      zs_store8<PDT == P_NONE ? ZS_BF16 : PDT>(S.param, e, w);
+      if (PDT == ZS_FP16) zs_store8<ZS_FP16>(S.param, e, w);
+      else zs_store8<ZS_BF16>(S.param, e, w);
     } else {
 #pragma unroll
       for (int j = 0; j < 8; j++)
@@ -405,23 +411,10 @@ __global__ void __launch_bounds__(ZS_KQ_THREADS_MAX) step_q_kernel(const __grid_
 
 typedef void (*kernel_q_t)(const launch_q_t);
 
-template <int FAM, int GDT, int SDT>
-kernel_q_t pick_q_p(int pdt) {
-  if (pdt == ZS_BF16) return step_q_kernel<FAM, GDT, ZS_BF16, SDT>;
-  if (pdt == ZS_FP16) return step_q_kernel<FAM, GDT, ZS_FP16, SDT>;
-  return step_q_kernel<FAM, GDT, P_NONE, SDT>;
-}
-template <int FAM, int SDT>
-kernel_q_t pick_q_g(int gdt, int pdt) {
-  if (gdt == ZS_BF16) return pick_q_p<FAM, ZS_BF16, SDT>(pdt);
-  if (gdt == ZS_FP16) return pick_q_p<FAM, ZS_FP16, SDT>(pdt);
-  return pick_q_p<FAM, ZS_FP32, SDT>(pdt);
-}
 template <int SDT>
-kernel_q_t pick_q(int fam, int gdt, int pdt) {
-  return fam == FAM_ADAMW ? pick_q_g<FAM_ADAMW, SDT>(gdt, pdt)
-         : fam == FAM_ADAM ? pick_q_g<FAM_ADAM, SDT>(gdt, pdt)
-                           : pick_q_g<FAM_SGD, SDT>(gdt, pdt);
+kernel_q_t pick_q(int fam) {
+  return fam == FAM_ADAMW ? step_q_kernel<FAM_ADAMW, SDT> : fam == FAM_ADAM ? step_q_kernel<FAM_ADAM, SDT>
+                                                                           : step_q_kernel<FAM_SGD, SDT>;
 }
 
 } // namespace
@@ -436,7 +429,7 @@ extern "C" int zs_k_optim_step_q(const zs_k_hyper_t *h, int gdt, int pdt, int sd
   const int fam = h->kind == ZS_K_ADAMW ? FAM_ADAMW : h->kind == ZS_K_ADAM ? FAM_ADAM : FAM_SGD;
   const bool need_m = h->kind != ZS_K_SGD, need_v = fam != FAM_SGD;
   if (pdt != ZS_BF16 && pdt != ZS_FP16) pdt = P_NONE; // no segment may then carry a copy
-  kernel_q_t k = q8 ? pick_q<ZS_K_STATE_INT8>(fam, gdt, pdt) : pick_q<ZS_K_STATE_BF16>(fam, gdt, pdt);
+  kernel_q_t k = q8 ? pick_q<ZS_K_STATE_INT8>(fam) : pick_q<ZS_K_STATE_BF16>(fam);
   // int8: B / 8 threads per block, at least ZS_K_THREADS per CTA; a CTA tile is a
   // whole number of blocks (both are powers of two), so blocks never straddle CTAs
   const unsigned threads = q8 && block / ZS_K_VEC > ZS_K_THREADS ? (unsigned)(block / ZS_K_VEC) : ZS_K_THREADS;
@@ -446,6 +439,7 @@ extern "C" int zs_k_optim_step_q(const zs_k_hyper_t *h, int gdt, int pdt, int sd
     memset(&L, 0, sizeof L);
     L.h = *h;
     L.block = q8 ? block : 0;
+    L.gdt = gdt == ZS_BF16 || gdt == ZS_FP16 ? gdt : ZS_FP32, L.pdt = pdt;
     L.step = step;
     unsigned long long blocks = 0;
     for (int j = i; j < nseg && j < i + ZS_K_SEGS_PER_LAUNCH; j++) {

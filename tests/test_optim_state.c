@@ -50,15 +50,17 @@ static double ref_val(int c, int M) {
   int e = c >> M, f = c & ((1 << M) - 1);
   return ldexp(1.0 + (double)f / (1 << M), e - 15);
 }
-/* Whether code c is a nearest code to r among codes lo..top (within a relative
- * slack for the fp32 product the library forms r with). */
-static int ref_nearest(double r, int c, int M, int lo) {
+/* Whether code c is a nearest code to r among codes lo..top, within `slack` (the
+ * fp32 error of the value coded, in units of r) and a relative slack for the
+ * fp32 product the library forms r with. */
+static int ref_nearest_s(double r, int c, int M, int lo, double slack) {
   int top = 15 << M;
   double best = INFINITY;
   for (int k = lo; k <= top; k++) best = fmin(best, fabs(ref_val(k, M) - r));
   if (lo == 1 && c == 0) return 0;
-  return c >= lo && c <= top && fabs(ref_val(c, M) - r) <= best + 1e-6 * r + 1e-300;
+  return c >= lo && c <= top && fabs(ref_val(c, M) - r) <= best + slack + 1e-6 * r + 1e-300;
 }
+static int ref_nearest(double r, int c, int M, int lo) { return ref_nearest_s(r, c, M, lo, 0); }
 
 static void test_codes(void) {
   /* every code value decodes exactly and encodes back to itself */
@@ -162,13 +164,14 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
   const size_t n = P->n, B = (size_t)block;
   zs_optim_hyper_t h = hyper(ZS_STATE_INT8, block, t);
   const zs_optim_config_t *c = &h.cfg;
-  double *wr = xcalloc(n, 8), *mr = xcalloc(n, 8), *vr = xcalloc(n, 8);
+  double *wr = xcalloc(n, 8), *mr = xcalloc(n, 8), *vr = xcalloc(n, 8), *me = xcalloc(n, 8);
   double bc1 = 1 - pow(c->beta1, (double)t), bc2 = 1 - pow(c->beta2, (double)t);
   for (size_t i = 0; i < n; i++) {
     size_t b = i / B;
     double m = ref_val(P->m[i] & 0x7f, 3) * P->ms[b] * ((P->m[i] & 0x80) ? -1 : 1);
     double s = ref_val(P->v[i], 4) * P->vs[b], v = s * s;
     double g = (double)P->g[i] * h.grad_mult;
+    me[i] = 4e-7 * (fabs(c->beta1 * m) + fabs((1 - c->beta1) * g)); /* the fp32 sum's error: m' may cancel */
     m = c->beta1 * m + (1 - c->beta1) * g;
     v = c->beta2 * v + (1 - c->beta2) * g * g;
     double w = P->w[i];
@@ -180,10 +183,10 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
   int bad = 0;
   for (size_t b = 0; b * B < n; b++) {
     size_t e1 = (b + 1) * B < n ? (b + 1) * B : n;
-    double am = 0, av = 0;
-    for (size_t i = b * B; i < e1; i++) am = fmax(am, fabs(mr[i])), av = fmax(av, vr[i]);
+    double am = 0, av = 0, ame = 0;
+    for (size_t i = b * B; i < e1; i++) am = fmax(am, fabs(mr[i])), av = fmax(av, vr[i]), ame = fmax(ame, me[i]);
     double as = sqrt(av);
-    if (fabs(P->ms[b] - am) > 1e-5 * am || fabs(P->vs[b] - as) > 1e-5 * as) {
+    if (fabs(P->ms[b] - am) > 1e-5 * am + ame || fabs(P->vs[b] - as) > 1e-5 * as) {
       if (!bad++) ZS_T_REPORT("step %lld block %zu: scales %.9g %.9g, float64 %.9g %.9g", (long long)t, b,
                               P->ms[b], P->vs[b], am, as);
     }
@@ -192,7 +195,7 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
       double tol = 1e-6 * fabs(wr[i]) + 1e-5 * c->lr;
       if (fabs(P->w[i] - wr[i]) > tol && !bad++)
         ZS_T_REPORT("step %lld: w[%zu] %.9g, float64 %.9g", (long long)t, i, P->w[i], wr[i]);
-      if ((!ref_nearest(fabs(mr[i]) / am, P->m[i] & 0x7f, 3, 0) ||
+      if ((!ref_nearest_s(fabs(mr[i]) / am, P->m[i] & 0x7f, 3, 0, (me[i] + ame) / am) ||
            ((P->m[i] & 0x7f) && ((P->m[i] & 0x80) != 0) != (mr[i] < 0))) &&
           !bad++)
         ZS_T_REPORT("step %lld: m[%zu] code 0x%02x for %.9g / %.9g", (long long)t, i, P->m[i], mr[i], am);
@@ -201,13 +204,13 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
       if (P->p[i] != zs_f32_to_bf16(P->w[i]) && !bad++) ZS_T_REPORT("param copy [%zu] is not the master's", i);
     }
   }
-  free(wr), free(mr), free(vr);
+  free(wr), free(mr), free(vr), free(me);
   return bad;
 }
 
 static void test_int8_step(void) {
   static const int blocks[] = {64, 256, 2048};
-  static const size_t lens[] = {1, 63, 64, 1000, 70001};
+  static const size_t lens[] = {1, 63, 64, 1000, 20001};
   for (size_t bi = 0; bi < 3; bi++)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
       prob_t P;
@@ -240,10 +243,10 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
 }
 
 static void test_paths_threads_layouts(void) {
-  const size_t n = 200000;
+  const size_t n = 100000; /* 3 threads of at least 32768 elements each */
   const int block = 256;
   /* another layout: cuts on block boundaries, as shards and parameters fall */
-  const size_t whole[] = {0, n}, split[] = {0, 512, 1024 + 256, 150016, n};
+  const size_t whole[] = {0, n}, split[] = {0, 512, 1024 + 256, 75008, n};
   for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
     prob_t init, ref, P;
     prob_make(&init, n, block), prob_make(&ref, n, block), prob_make(&P, n, block);

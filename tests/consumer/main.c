@@ -1,6 +1,7 @@
 /* Uses the installed headers and library: a cpu device, an allocation counted by
  * the accountant, a config validated, a status string, a pipeline schedule
- * simulated (1F1B, p = 4, m = 8: bubble 3/11). Prints "consumer ok". */
+ * simulated (1F1B, p = 4, m = 8: bubble 3/11), a DeepSpeed-style config asking
+ * for 8-bit optimizer states. Prints "consumer ok". */
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,9 @@ int main(void) {
   ok = ok && zs_pp_schedule_create(&sched, &sc) == ZS_OK &&
        zs_pp_schedule_simulate(sched, 1, 2, 0, &sim, NULL) == ZS_OK && sim.bubble_num * 11 == sim.bubble_den * 3;
   zs_pp_schedule_destroy(sched);
+  zs_config_t q;
+  ok = ok && zs_config_from_json(&q, "{\"optimizer\": {\"type\": \"AdamW8bit\"}}") == ZS_OK &&
+       q.optim.state_dtype == ZS_STATE_INT8 && !strcmp(zs_state_dtype_name(q.optim.state_dtype), "int8");
   printf("%s\n", ok ? "consumer ok" : "consumer FAILED");
   return ok ? 0 : 3;
 }
