@@ -3,6 +3,8 @@
  * one iteration, so no sum depends on how iterations are spread over threads. */
 #include "ops.h"
 
+#include "gemm.h"
+
 #include <cblas.h> // defines: cblas_sgemm
 #include <math.h>
 #include <string.h>
@@ -75,8 +77,7 @@ void op_layernorm_backward(float *dx, float *dw, float *db, const float *dout, c
 
 void op_matmul_forward(float *out, const float *x, const float *W, const float *b, int64_t N, int K,
                        int M, int accumulate) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, M, K, 1.0f, x, K, W, M,
-              accumulate ? 1.0f : 0.0f, out, M);
+  gpt_gemm(0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M);
   if (!b) return;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++)
@@ -86,9 +87,8 @@ void op_matmul_forward(float *out, const float *x, const float *W, const float *
 void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, const float *x,
                         const float *W, int64_t N, int K, int M, int dx_accumulate) {
   if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, K, M, 1.0f, dout, M, W, M,
-                dx_accumulate ? 1.0f : 0.0f, dx, K);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M);
+    gpt_gemm(0, 1, (int)N, K, M, 1.0f, dout, M, W, M, dx_accumulate ? 1.0f : 0.0f, dx, K);
+  gpt_gemm(1, 0, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M);
   if (!db) return;
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < M; o++) {
@@ -99,13 +99,13 @@ void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, cons
 }
 
 void op_tied_forward(float *logits, const float *x, const float *E, int64_t N, int C, int V) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f, x, C, E, C, 0.0f, logits, V);
+  gpt_gemm(0, 1, (int)N, V, C, 1.0f, x, C, E, C, 0.0f, logits, V);
 }
 
 void op_tied_backward(float *dx, float *dE, const float *dlogits, const float *x, const float *E,
                       int64_t N, int C, int V) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, V, 1.0f, dlogits, V, E, C, 0.0f, dx, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)N, 1.0f, dlogits, V, x, C, 1.0f, dE, C);
+  gpt_gemm(0, 0, (int)N, C, V, 1.0f, dlogits, V, E, C, 0.0f, dx, C);
+  gpt_gemm(1, 0, V, C, (int)N, 1.0f, dlogits, V, x, C, 1.0f, dE, C);
 }
 
 /* ============================================================================
