@@ -3,8 +3,10 @@
 # jemalloc is not among them: the configure fetches its source and compiles it
 # into the library (cmake/zs_jemalloc.cmake), with zs_fetch_jemalloc_source below.
 # python3 runs the demo's parity check and some tests; gnuplot draws the plots.
+# libdnnl-dev (oneDNN): the example GPT's bf16 matrix products on the CPU's bf16
+# instructions; the build works without it (they are then emulated).
 ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libcjson-dev
-         zlib1g-dev libopenblas-dev gnuplot-nox python3)
+         zlib1g-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev gnuplot-nox python3)
 
 # zs_log_step LOG WHAT COMMAND...: one line on stderr ("WHAT"), the command's
 # output appended to LOG; if it fails, the log's last lines follow on stderr

@@ -3,6 +3,7 @@
  * one iteration, so no sum depends on how iterations are spread over threads. */
 #include "ops.h"
 
+#include "blas.h"
 #include "gemm.h"
 
 #include <cblas.h> // defines: cblas_sgemm
@@ -10,6 +11,10 @@
 #include <string.h>
 
 #define LN_EPS 1e-5f
+
+/* OpenBLAS's kernels chosen by the CPU's features (blas.h), at load: after
+ * libopenblas's own constructor (a dependency's run first), before main. */
+__attribute__((constructor)) static void ops_at_load(void) { gpt_blas_fix_core(); }
 
 /* ============================================================================
  * LayerNorm

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "opts.h"
 #include "train_device.h" // defines: train_device_open / _close (cpu and MPI, or cuda and NCCL)
 #include "trainer.h"
@@ -47,7 +48,11 @@ int main(int argc, char **argv) {
   if (st != ZS_OK) return o.device_cuda && st == ZS_ERR_UNSUPPORTED ? 2 : 1;
   const int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
   int threads = gpt_threads_auto(local_ranks(world));
-  if (rank == 0 && !o.quiet) fprintf(stderr, "zs-train-gpt: %d thread(s) per rank\n", threads);
+  if (rank == 0 && !o.quiet) {
+    char blas[200];
+    fprintf(stderr, "zs-train-gpt: %d thread(s) per rank; %s\n", threads,
+            gpt_blas_describe(blas, sizeof blas));
+  }
 
   gpt_result_t res;
   st = gpt_train_run(&o, dev, comm, &res);
