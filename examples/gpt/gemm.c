@@ -1,16 +1,349 @@
-/* gemm.c: the GPT's matrix products (gemm.h). fp32: OpenBLAS sgemm. */
+/* gemm.c: the GPT's matrix products (gemm.h). fp32: OpenBLAS sgemm. bf16: the
+ * operands rounded to bf16 into scratch, then a oneDNN matmul (native) or sgemm
+ * on the rounded values (emulated).
+ *
+ * Why the operands are copied rather than described in place: oneDNN's matmul
+ * reads bf16, and the trainer's tensors are fp32 (bf16 runs widen their units
+ * into fp32 views), so a conversion pass is needed anyway; it writes each
+ * operand compact, in its stored orientation (no lda/ldb padding), which is the
+ * cheap sequential pass, and the memory descriptors' strides then express the
+ * transposes. So a cached primitive depends on ta, tb, M, N, K, ldc, alpha and
+ * whether C is accumulated into, not on lda/ldb.
+ *
+ * Why alpha is in the key rather than a run-time scale: oneDNN 2.6's brgemm
+ * matmul (the one that uses our scratchpad and allocates nothing per call)
+ * refuses run-time output scales, and then the gemm:jit fallback is chosen,
+ * which mallocs its packing buffers on every call. The trainer's alpha is
+ * always 1 (no scale attribute at all). */
 #include "gemm.h"
 
-#include <cblas.h> // defines: cblas_sgemm
+#include <cblas.h>  // defines: cblas_sgemm
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if ZS_GPT_DNNL
+#include <dnnl.h>   // defines: the oneDNN C API (engine, stream, matmul primitive)
+#endif
 
 static gpt_math_t g_math = GPT_MATH_FP32;
+static int g_force_emulation;
+static gpt_gemm_stats_t g_stats;
+
+/* ============================================================================
+ * bf16 rounding
+ * ========================================================================== */
+
+/* fp32 -> bf16 bits, round to nearest even. NaN: the top half with the quiet
+ * bit set (a NaN whose payload sat in the low half would otherwise become inf);
+ * infinities and overflow to inf come out of the rounding add as they should.
+ * Branch-free, so the loops below vectorize. */
+static inline uint32_t bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x40u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+}
+
+/* rows x cols of src (row stride ld) into dst compact: bf16 bits (native) ... */
+static void round_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+  const int64_t work = (int64_t)rows * cols;
+  (void)work;
+#pragma omp parallel for schedule(static) if (work >= (1 << 15))
+  for (int r = 0; r < rows; r++) {
+    const float *s = src + (int64_t)r * ld;
+    uint16_t *d = dst + (int64_t)r * cols;
+    for (int c = 0; c < cols; c++) d[c] = (uint16_t)bf16_bits(s[c]);
+  }
+}
+
+/* ... or bf16 values as fp32 (emulated). */
+static void round_to_bf16_f32(float *dst, const float *src, int rows, int cols, int ld) {
+  const int64_t work = (int64_t)rows * cols;
+  (void)work;
+#pragma omp parallel for schedule(static) if (work >= (1 << 15))
+  for (int r = 0; r < rows; r++) {
+    const float *s = src + (int64_t)r * ld;
+    float *d = dst + (int64_t)r * cols;
+    for (int c = 0; c < cols; c++) {
+      uint32_t u = bf16_bits(s[c]) << 16;
+      memcpy(&d[c], &u, sizeof u);
+    }
+  }
+}
+
+/* ============================================================================
+ * scratch: grows to the largest shape seen, never shrinks
+ * ========================================================================== */
+
+enum { SCR_A, SCR_B, SCR_PAD, SCR_N };
+static struct {
+  void *p;
+  size_t cap;
+} g_scr[SCR_N];
+
+static void *scratch(int which, size_t bytes) {
+  if (bytes <= g_scr[which].cap) return g_scr[which].p;
+  size_t want = (bytes + 4095) & ~(size_t)4095; /* aligned_alloc: a multiple of the alignment */
+  void *p = aligned_alloc(64, want);
+  if (!p) return NULL;
+  free(g_scr[which].p);
+  g_scr[which].p = p;
+  g_scr[which].cap = want;
+  g_stats.scratch_grows++;
+  return p;
+}
+
+/* ============================================================================
+ * engine detection
+ * ========================================================================== */
+
+static int g_detected, g_native;
+static char g_isa[32] = "";
+static char g_describe[128];
+
+static void detect(void) {
+  if (g_detected) return;
+  g_detected = 1;
+#if ZS_GPT_DNNL
+  const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+  const unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx, bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+  if ((isa & amx) == amx) snprintf(g_isa, sizeof g_isa, "avx512_core_amx");
+  else if ((isa & bf16) == bf16) snprintf(g_isa, sizeof g_isa, "avx512_core_bf16");
+  g_native = g_isa[0] != 0;
+#endif
+}
+
+int gpt_gemm_bf16_native(void) {
+  detect();
+  return g_native;
+}
 
 void gpt_gemm_set_math(gpt_math_t m) { g_math = m; }
 gpt_math_t gpt_gemm_math(void) { return g_math; }
-const char *gpt_gemm_describe(void) { return "openblas sgemm (fp32)"; }
+void gpt_gemm_force_emulation(int on) { g_force_emulation = on; }
+void gpt_gemm_stats(gpt_gemm_stats_t *s) { *s = g_stats; }
+
+const char *gpt_gemm_describe(void) {
+  if (g_math == GPT_MATH_FP32) return "openblas sgemm (fp32)";
+  detect();
+  if (g_native && !g_force_emulation) snprintf(g_describe, sizeof g_describe, "onednn bf16 (%s)", g_isa);
+  else
+    snprintf(g_describe, sizeof g_describe, "openblas sgemm on bf16-rounded operands (%s: emulated)",
+#if ZS_GPT_DNNL
+             g_native ? "forced" : "no avx512_bf16 or amx_bf16"
+#else
+             "built without oneDNN"
+#endif
+    );
+  return g_describe;
+}
+
+/* ============================================================================
+ * oneDNN: one engine and stream, a small cache of matmul primitives
+ * ========================================================================== */
+
+#if ZS_GPT_DNNL
+typedef struct {
+  int used, ok; /* ok 0: oneDNN refused this shape; it runs emulated */
+  int ta, tb, M, N, K, ldc, acc;
+  float alpha;
+  dnnl_primitive_t prim;
+  dnnl_memory_t src, wei, dst, pad; /* data handles set per call */
+  size_t pad_bytes;
+} prim_t;
+
+enum { CACHE_N = 48 }; /* a GPT step uses ~10 shapes; tp/pp runs a few more */
+static prim_t g_cache[CACHE_N];
+static int g_cache_next; /* the slot to evict when full (oldest first) */
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_stream;
+static int g_dnnl_failed;
+
+static void prim_free(prim_t *p) {
+  if (p->prim) dnnl_primitive_destroy(p->prim);
+  if (p->src) dnnl_memory_destroy(p->src);
+  if (p->wei) dnnl_memory_destroy(p->wei);
+  if (p->dst) dnnl_memory_destroy(p->dst);
+  if (p->pad) dnnl_memory_destroy(p->pad);
+  memset(p, 0, sizeof *p);
+}
+
+static int dnnl_setup(void) {
+  if (g_eng) return 0;
+  if (g_dnnl_failed) return -1;
+  if (dnnl_engine_create(&g_eng, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags) != dnnl_success) {
+    fprintf(stderr, "gpt gemm: cannot create oneDNN's cpu engine; bf16 products run emulated\n");
+    g_dnnl_failed = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Creates p's primitive for its key: src M x K and weights K x N bf16, compact
+ * in their stored orientation; dst M x N fp32 with row stride ldc; alpha (other
+ * than 1) as the output scale; acc: a sum post-op (dst += ...). The scratchpad
+ * is ours (user mode): oneDNN's own would be allocated and freed every call. */
+static int prim_create(prim_t *p) {
+  dnnl_memory_desc_t a, b, c;
+  const dnnl_dims_t da = {p->M, p->K}, db = {p->K, p->N}, dc = {p->M, p->N};
+  const dnnl_dims_t sa = {p->ta ? 1 : p->K, p->ta ? p->M : 1};
+  const dnnl_dims_t sb = {p->tb ? 1 : p->N, p->tb ? p->K : 1};
+  const dnnl_dims_t sc = {p->ldc, 1};
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  int rc = -1;
+  if (dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) != dnnl_success ||
+      dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb) != dnnl_success ||
+      dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc) != dnnl_success ||
+      dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) != dnnl_success)
+    goto exit;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+      (p->alpha != 1.0f && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &p->alpha) != dnnl_success))
+    goto exit;
+  if (p->acc && (dnnl_post_ops_create(&po) != dnnl_success || dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+                 dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
+    goto exit;
+  if (dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL) != dnnl_success) goto exit;
+  const dnnl_memory_desc_t *pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  p->pad_bytes = pad ? dnnl_memory_desc_get_size(pad) : 0;
+  if (dnnl_primitive_create(&p->prim, pd) != dnnl_success ||
+      dnnl_memory_create(&p->src, &a, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+      dnnl_memory_create(&p->wei, &b, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+      dnnl_memory_create(&p->dst, &c, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+      (p->pad_bytes && dnnl_memory_create(&p->pad, pad, g_eng, DNNL_MEMORY_NONE) != dnnl_success))
+    goto exit;
+  g_stats.primitives++;
+  rc = 0;
+exit:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return rc;
+}
+
+/* The cache entry for this shape, created on first use; NULL if oneDNN
+ * cannot run it (remembered: the shape is not retried). */
+static prim_t *prim_get(int ta, int tb, int M, int N, int K, int ldc, int acc, float alpha) {
+  for (int i = 0; i < CACHE_N; i++) {
+    prim_t *p = &g_cache[i];
+    if (p->used && p->ta == ta && p->tb == tb && p->M == M && p->N == N && p->K == K && p->ldc == ldc &&
+        p->acc == acc && p->alpha == alpha)
+      return p->ok ? p : NULL;
+  }
+  if (dnnl_setup()) return NULL;
+  prim_t *p = &g_cache[g_cache_next];
+  g_cache_next = (g_cache_next + 1) % CACHE_N;
+  prim_free(p);
+  const prim_t key = {.used = 1, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .ldc = ldc, .acc = acc, .alpha = alpha};
+  *p = key;
+  if (prim_create(p)) {
+    prim_free(p);
+    *p = key; /* ok 0: remembered as refused */
+    return NULL;
+  }
+  p->ok = 1;
+  return p;
+}
+
+/* C = alpha op(A) op(B) + (acc ? C : 0) on oneDNN; 0 done, -1 not run (C untouched). */
+static int gemm_native(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, int acc, float *C, int ldc) {
+  prim_t *p = prim_get(ta, tb, M, N, K, ldc, acc, alpha);
+  if (!p) return -1;
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* as stored */
+  uint16_t *a = scratch(SCR_A, (size_t)ar * ac * sizeof(uint16_t));
+  uint16_t *b = scratch(SCR_B, (size_t)br * bc * sizeof(uint16_t));
+  void *pad = p->pad_bytes ? scratch(SCR_PAD, p->pad_bytes) : NULL;
+  if (!a || !b || (p->pad_bytes && !pad)) return -1;
+  round_to_bf16(a, A, ar, ac, lda);
+  round_to_bf16(b, B, br, bc, ldb);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wei}, {DNNL_ARG_DST, p->dst},
+                             {DNNL_ARG_SCRATCHPAD, p->pad}};
+  if (dnnl_memory_set_data_handle(p->src, a) != dnnl_success ||
+      dnnl_memory_set_data_handle(p->wei, b) != dnnl_success ||
+      dnnl_memory_set_data_handle(p->dst, C) != dnnl_success ||
+      (pad && dnnl_memory_set_data_handle(p->pad, pad) != dnnl_success) ||
+      dnnl_primitive_execute(p->prim, g_stream, pad ? 4 : 3, args) != dnnl_success ||
+      dnnl_stream_wait(g_stream) != dnnl_success)
+    return -1; /* before execute C is untouched; a failed execute does not happen on the cpu engine */
+  return 0;
+}
+#endif
+
+void gpt_gemm_release(void) {
+#if ZS_GPT_DNNL
+  for (int i = 0; i < CACHE_N; i++) prim_free(&g_cache[i]);
+  g_cache_next = 0;
+  if (g_stream) dnnl_stream_destroy(g_stream);
+  if (g_eng) dnnl_engine_destroy(g_eng);
+  g_stream = NULL, g_eng = NULL;
+#endif
+  for (int i = 0; i < SCR_N; i++) {
+    free(g_scr[i].p);
+    g_scr[i].p = NULL, g_scr[i].cap = 0;
+  }
+}
+
+/* ============================================================================
+ * the call
+ * ========================================================================== */
+
+static void sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+              B, ldb, beta, C, ldc);
+}
+
+/* sgemm on the operands rounded to bf16 values; -1 without scratch (C untouched). */
+static int gemm_emulated(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                         int ldb, float beta, float *C, int ldc) {
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  float *a = scratch(SCR_A, (size_t)ar * ac * sizeof(float));
+  float *b = scratch(SCR_B, (size_t)br * bc * sizeof(float));
+  if (!a || !b) return -1;
+  round_to_bf16_f32(a, A, ar, ac, lda);
+  round_to_bf16_f32(b, B, br, bc, ldb);
+  sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  return 0;
+}
 
 void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+  /* fp32, and the empty products (C = beta C, which sgemm does): today's sgemm */
+  if (g_math == GPT_MATH_FP32 || M <= 0 || N <= 0 || K <= 0) {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  g_stats.bf16_calls++;
+  detect();
+#if ZS_GPT_DNNL
+  if (g_native && !g_force_emulation && alpha == alpha) { /* a NaN alpha would never find its primitive */
+    /* beta other than 0 and 1: C scaled first, then accumulated into (the
+     * primitive's sum post-op has scale 1, so one primitive serves every beta) */
+    if (beta != 0.0f && beta != 1.0f)
+      for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) C[(int64_t)m * ldc + n] *= beta;
+    if (gemm_native(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta != 0.0f, C, ldc) == 0) {
+      g_stats.native_calls++;
+      return;
+    }
+    g_stats.fallbacks++;
+    if (beta != 0.0f && beta != 1.0f) beta = 1.0f; /* C already holds beta C */
+  }
+#endif
+  if (gemm_emulated(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
+  static int warned;
+  if (!warned) {
+    warned = 1;
+    fprintf(stderr, "gpt gemm: out of memory for the bf16 operands' scratch (%d x %d x %d): this product and any "
+            "other that cannot get scratch run in plain fp32\n", M, N, K);
+  }
+  g_stats.fallbacks++;
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

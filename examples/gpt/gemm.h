@@ -5,7 +5,24 @@
  * CPU autocast does).
  *
  * Row-major, cblas's argument order: C = alpha op(A) op(B) + beta C with op(A)
- * M x K and op(B) K x N; ta / tb nonzero = transposed. */
+ * M x K and op(B) K x N; ta / tb nonzero = transposed. beta 0: C is written,
+ * never read (NaN there does not propagate), as in BLAS.
+ *
+ * GPT_MATH_BF16 has two engines, chosen once per process:
+ *   native    this build has oneDNN (ZS_GPT_DNNL) and the CPU avx512_bf16 or
+ *             AMX-BF16 (oneDNN's effective ISA, so ONEDNN_MAX_CPU_ISA can turn
+ *             it off): the operands are rounded into bf16 scratch and a oneDNN
+ *             matmul (bf16 x bf16 -> fp32) runs;
+ *   emulated  otherwise: the operands are rounded to bf16 values held in fp32
+ *             scratch and OpenBLAS sgemm multiplies them. The numbers are the
+ *             native engine's up to fp32 accumulation order (a run asking for
+ *             bf16 math gets bf16 math everywhere), only slower than fp32.
+ * Rounding is to nearest even; NaN stays NaN, infinities stay infinite.
+ *
+ * Threads: the fp32 path is sgemm's. The bf16 path keeps process-wide scratch
+ * and a primitive cache: call it from one thread at a time (the trainer does;
+ * it parallelises inside, over OpenMP's threads). Once a shape has run, later
+ * calls with that shape allocate nothing. */
 #ifndef ZS_EXAMPLES_GPT_GEMM_H
 #define ZS_EXAMPLES_GPT_GEMM_H
 
@@ -17,10 +34,32 @@ typedef enum {
 /* The math of every later gpt_gemm call in the process (fp32 at start). */
 void gpt_gemm_set_math(gpt_math_t m);
 gpt_math_t gpt_gemm_math(void);
-/* A short text naming the engine of the current math, for header lines. */
+/* A short text naming the engine of the current math, for header lines:
+ * "openblas sgemm (fp32)", "onednn bf16 (avx512_core_bf16)", "onednn bf16
+ * (avx512_core_amx)", or "openblas sgemm on bf16-rounded operands (...: emulated)". */
 const char *gpt_gemm_describe(void);
+/* 1 when GPT_MATH_BF16 runs natively (above); 0 when it is emulated. */
+int gpt_gemm_bf16_native(void);
 
 void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
+
+/* ---- for tests and diagnostics ---- */
+
+typedef struct {
+  long bf16_calls;     /* gpt_gemm calls in GPT_MATH_BF16 */
+  long native_calls;   /* of those, run by oneDNN */
+  long scratch_grows;  /* scratch (re)allocations: operands, oneDNN's scratchpad */
+  long primitives;     /* oneDNN matmul primitives created (one per cached shape) */
+  long fallbacks;      /* native calls that ran emulated instead (a shape oneDNN refused,
+                          or scratch that could not be allocated: then plain fp32) */
+} gpt_gemm_stats_t;
+
+void gpt_gemm_stats(gpt_gemm_stats_t *s);
+/* 1: GPT_MATH_BF16 runs emulated even where it could run natively (a test
+ * compares the two engines); 0: back to the detected engine. */
+void gpt_gemm_force_emulation(int on);
+/* Frees the scratch and the primitive cache (a later call rebuilds them). */
+void gpt_gemm_release(void);
 
 #endif
