@@ -4,7 +4,7 @@
  * test tolerates 0.5; ours is float rounding). The reference runs inside the job
  * on rank 0 alone (a comm split off the world), then its numbers are broadcast.
  * Also: gradient accumulation and prefetch variants at the same tolerance, bf16
- * close to fp32 and learning, per-rank memory shrinking with the stage, offload
+ * close to fp32 and learning (fp32 and bf16 matrix math), per-rank memory shrinking with the stage, offload
  * where the engine supports it. Tiny model: 2 layers, 32 channels, 2 heads,
  * seq 16, batch 8, 20 steps. */
 #include <math.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "gemm.h"
 #include "gpt.h"
 #include "harness.h"
 #include "trainer.h"
@@ -227,6 +228,45 @@ static void test_bf16(void) {
   }
 }
 
+/* --matmul with --dtype bf16: fp32 math and bf16 math (oneDNN where the CPU has
+ * bf16 instructions, else emulated) both within test_bf16's 1e-2 of the fp32
+ * run, yet not the same numbers (bf16 math rounds the activations too); a bf16
+ * math run repeated gives the same bits; auto picks bf16 math for bf16 runs
+ * exactly where it is native, fp32 for fp32 runs; the result says what ran. */
+static void test_matmul(void) {
+  gpt_opts_t o;
+  tiny(&o);
+  o.dtype = o.reduce_dtype = ZS_BF16;
+  gpt_result_t r32, r16, r;
+  o.matmul = GPT_MATMUL_FP32;
+  if (run_compare(&o, "bf16, matmul fp32", 1e-2, &r32) != ZS_OK) return;
+  expect_int_eq(r32.matmul_bf16, 0);
+  expect_str_contains(r32.matmul_engine, "fp32");
+  o.matmul = GPT_MATMUL_BF16;
+  if (run_compare(&o, "bf16, matmul bf16", 1e-2, &r16) == ZS_OK) {
+    expect_int_eq(r16.matmul_bf16, 1);
+    expect_str_contains(r16.matmul_engine, gpt_gemm_bf16_native() ? "onednn bf16" : "emulated");
+    expect_true(memcmp(r16.losses, r32.losses, sizeof(float) * STEPS) != 0);
+    if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) {
+      ZS_T_REPORT("bf16 math, repeated: %s", r.err);
+    } else {
+      expect_true(memcmp(r.losses, r16.losses, sizeof(float) * STEPS) == 0);
+      expect_true(r.val_loss == r16.val_loss);
+    }
+    gpt_result_free(&r);
+    gpt_result_free(&r16);
+  }
+  gpt_result_free(&r32);
+  o.matmul = GPT_MATMUL_AUTO, o.steps = 1;
+  if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("bf16, matmul auto: %s", r.err);
+  else expect_int_eq(r.matmul_bf16, gpt_gemm_bf16_native());
+  gpt_result_free(&r);
+  o.dtype = o.reduce_dtype = ZS_FP32;
+  if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("fp32, matmul auto: %s", r.err);
+  else expect_int_eq(r.matmul_bf16, 0);
+  gpt_result_free(&r);
+}
+
 /* Collective failures are reported the same on every rank, without a hang. */
 static void test_errors(void) {
   gpt_opts_t o;
@@ -324,6 +364,7 @@ int main(void) {
   zs_test_run(test_variants);
   zs_test_run(test_offload);
   zs_test_run(test_bf16);
+  zs_test_run(test_matmul);
   zs_test_run(test_errors);
   zs_test_run(test_resume);
   int rc = zs_test_finish();

@@ -75,6 +75,9 @@ void gpt_opts_usage(FILE *f) {
           "                  the checkpoint's step + --steps; give it to stop early on the same curve)\n"
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
+          "  --matmul auto|fp32|bf16 (auto: bf16 with --dtype bf16 where the CPU has avx512_bf16 or AMX,\n"
+          "                  else fp32; bf16 = operands rounded to bf16, fp32 accumulation, on oneDNN, or\n"
+          "                  emulated with sgemm where the CPU or build lacks it; cpu device)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
           "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v in fp32, bf16 (stochastic rounding)\n"
           "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
@@ -123,6 +126,7 @@ static const char *const k_valued[] = {
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
+    "--matmul",
 };
 
 static int is_valued(const char *name) {
@@ -325,6 +329,12 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     }
     else if (!strcmp(name, "--optim-block")) {
       bad = parse_int(val, 64, 4096, &o->optim_block) || (o->optim_block & (o->optim_block - 1));
+    }
+    else if (!strcmp(name, "--matmul")) {
+      if (!strcmp(val, "auto")) o->matmul = GPT_MATMUL_AUTO;
+      else if (!strcmp(val, "fp32")) o->matmul = GPT_MATMUL_FP32;
+      else if (!strcmp(val, "bf16")) o->matmul = GPT_MATMUL_BF16;
+      else bad = 1;
     }
     else if (!strcmp(name, "--ps-mode")) {
       if (!strcmp(val, "sync")) o->ps_async = 0;

@@ -13,6 +13,13 @@
  * every model stage holds one layer or more. */
 #define GPT_PP_LAYERS_MAX 128
 
+/* --matmul: the math of the CPU's matrix products (gemm.h) */
+typedef enum {
+  GPT_MATMUL_AUTO = 0, /* bf16 with --dtype bf16 where the CPU has bf16 instructions, else fp32 */
+  GPT_MATMUL_FP32 = 1,
+  GPT_MATMUL_BF16 = 2  /* bf16 operands, fp32 accumulation (emulated where the CPU lacks it) */
+} gpt_matmul_t;
+
 typedef struct {
   /* model */
   int layers, channels, heads, vocab, seq;
@@ -28,6 +35,7 @@ typedef struct {
   zs_state_dtype_t optim_state; /* --optim-state fp32|bf16|int8 */
   int optim_block;              /* --optim-block B (int8; 0: the engine's default) */
   int delayed_update;   /* --delayed-update (with --offload) */
+  gpt_matmul_t matmul;  /* --matmul auto|fp32|bf16 (auto) */
   const char *load;     /* --load DIR: resume from a checkpoint */
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */
   int save_every;

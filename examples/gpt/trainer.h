@@ -49,6 +49,8 @@ typedef struct {
                              -1 otherwise */
   gpt_moe_info_t moe;     /* --moe-experts: tokens per expert, aux loss, all-to-all bytes */
   gpt_ps_info_t ps;       /* --ps-servers: the parameter server's figures */
+  int matmul_bf16;        /* the run's matrix products were bf16 math (--matmul, resolved) */
+  char matmul_engine[96]; /* what ran them (gemm.h's gpt_gemm_describe, or the cuda path's cuBLAS) */
   char err[512];          /* why it failed */
 } gpt_result_t;
 
