@@ -5,6 +5,8 @@
 # directory builds them.
 if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
   zs_add_test(NAME test_gpt SOURCES test_gpt.c LIBS zs_gpt_model TIMEOUT 60)
+  # the layers against float64 references, gpt_expf in ulps, thread-count independence
+  zs_add_test(NAME test_gpt_ops SOURCES test_gpt_ops.c LIBS zs_gpt_model TIMEOUT 120)
   # the matrix products (gemm.h): fp32, and bf16 emulated and on oneDNN (skipped without it)
   zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model TIMEOUT 60)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)

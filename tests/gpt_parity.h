@@ -160,8 +160,15 @@ static void gpt_ref_compare(const gpt_ref_t *ref, const gpt_config_t *cfg, const
         e = p.numel, i = gpt_param_table_size(cfg);
         continue;
       }
+      /* an element whose own noise passes 1e-3 lr is one of those near eps: its
+       * steps follow the rounding of its gradient, and another layout's order
+       * of summation moves it as far as the splits did or further (seen: the
+       * same h.0.mlp.proj.w[728] by 1.01e-2 lr, dp 2 x tp 2 x pp 2 on OpenBLAS's
+       * AVX-512 kernels, against 4.2e-3 lr of noise); it may go to the 1e-2 lr
+       * that bounds rounding, plus its noise */
+      double chaotic = noise > 1e-3 * o->lr ? 1e-2 * o->lr : 0;
       pworst = fmax(pworst, d / (scale > 0 ? scale : 1));
-      if (!(d <= 1e-5 * scale + 1e-3 * o->lr + 2 * noise)) {
+      if (!(d <= 1e-5 * scale + 1e-3 * o->lr + 2 * noise + chaotic)) {
         ZS_T_REPORT("%s: final %s[%lld] = %.9g vs single-rank %.9g (its noise %.3g)", what, p.name, (long long)e,
                     (double)r->final_params[off + e], (double)ref->params[off + e], noise);
         e = p.numel, i = gpt_param_table_size(cfg);

@@ -5,12 +5,15 @@
 
 #include "blas.h"
 #include "gemm.h"
+#include "ops_simd.h"
 
 #include <cblas.h> // defines: cblas_sgemm
 #include <math.h>
 #include <string.h>
 
 #define LN_EPS 1e-5f
+#define ROWS 16 /* rows per call of a row kernel */
+#define COLS 64 /* columns per call of a column-sum kernel */
 
 /* OpenBLAS's kernels chosen by the CPU's features (blas.h), at load: after
  * libopenblas's own constructor (a dependency's run first), before main. */
@@ -20,17 +23,19 @@ __attribute__((constructor)) static void ops_at_load(void) { gpt_blas_fix_core()
  * LayerNorm
  * ========================================================================== */
 
-void op_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                          const float *b, int64_t N, int C) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++) {
+GPT_CLONES static void ln_forward_rows(float *out, float *mean, float *rstd, const float *x,
+                                       const float *w, const float *b, int64_t n0, int64_t n1,
+                                       int C) {
+  for (int64_t n = n0; n < n1; n++) {
     const float *xr = x + n * C;
     float *o = out + n * C;
     /* statistics in double: rows are short, this keeps the finite-difference
-     * test's noise low and costs nothing measurable */
+     * test's noise low; the lanes' order is fixed by the clone */
     double m = 0, v = 0;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; c++) m += xr[c];
     m /= C;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) v += ((double)xr[c] - m) * ((double)xr[c] - m);
     v /= C;
     float r = (float)(1.0 / sqrt(v + LN_EPS));
@@ -41,26 +46,41 @@ void op_layernorm_forward(float *out, float *mean, float *rstd, const float *x, 
   }
 }
 
-void op_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                           const float *w, const float *mean, const float *rstd, int64_t N, int C) {
-  /* weights: one column per iteration, rows summed in order */
+void op_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++) {
-    float sw = 0, sb = 0;
-    for (int64_t n = 0; n < N; n++) {
-      float g = dout[n * C + c];
-      sw += g * (x[n * C + c] - mean[n]) * rstd[n];
-      sb += g;
-    }
-    dw[c] += sw;
-    db[c] += sb;
-  }
-  /* input: dx = rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)), dnorm = dout w */
-#pragma omp parallel for schedule(static)
+  for (int64_t n0 = 0; n0 < N; n0 += ROWS)
+    ln_forward_rows(out, mean, rstd, x, w, b, n0, n0 + ROWS < N ? n0 + ROWS : N, C);
+}
+
+/* dw, db over columns c0..c1 (at most COLS): rows summed in order per column */
+GPT_CLONES static void ln_backward_cols(float *dw, float *db, const float *dout, const float *x,
+                                        const float *mean, const float *rstd, int64_t N, int C,
+                                        int c0, int c1) {
+  float sw[COLS] = {0}, sb[COLS] = {0};
+  const int w = c1 - c0;
   for (int64_t n = 0; n < N; n++) {
+    const float *g = dout + n * C + c0, *xr = x + n * C + c0;
+    const float m = mean[n], r = rstd[n];
+    for (int c = 0; c < w; c++) {
+      sw[c] += g[c] * (xr[c] - m) * r;
+      sb[c] += g[c];
+    }
+  }
+  for (int c = 0; c < w; c++) {
+    dw[c0 + c] += sw[c];
+    db[c0 + c] += sb[c];
+  }
+}
+
+GPT_CLONES static void ln_backward_rows(float *dx, const float *dout, const float *x,
+                                        const float *w, const float *mean, const float *rstd,
+                                        int64_t n0, int64_t n1, int C) {
+  for (int64_t n = n0; n < n1; n++) {
     const float *g = dout + n * C, *xr = x + n * C;
-    float m = mean[n], r = rstd[n];
+    const float m = mean[n], r = rstd[n];
     float a = 0, bb = 0;
+#pragma omp simd reduction(+ : a, bb)
     for (int c = 0; c < C; c++) {
       float dn = g[c] * w[c];
       a += dn;
@@ -76,17 +96,42 @@ void op_layernorm_backward(float *dx, float *dw, float *db, const float *dout, c
   }
 }
 
+void op_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                           const float *w, const float *mean, const float *rstd, int64_t N, int C) {
+  /* weights: a block of columns per iteration, rows summed in order */
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += COLS)
+    ln_backward_cols(dw, db, dout, x, mean, rstd, N, C, c0, c0 + COLS < C ? c0 + COLS : C);
+  /* input: dx = rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)), dnorm = dout w */
+#pragma omp parallel for schedule(static)
+  for (int64_t n0 = 0; n0 < N; n0 += ROWS)
+    ln_backward_rows(dx, dout, x, w, mean, rstd, n0, n0 + ROWS < N ? n0 + ROWS : N, C);
+}
+
 /* ============================================================================
  * linear layers
  * ========================================================================== */
+
+GPT_CLONES static void add_bias_rows(float *out, const float *b, int64_t n0, int64_t n1, int M) {
+  for (int64_t n = n0; n < n1; n++)
+    for (int o = 0; o < M; o++) out[n * M + o] += b[o];
+}
+
+/* db[c] += sum over rows of dout[., c], rows in order, columns c0..c1 */
+GPT_CLONES static void col_sums(float *db, const float *dout, int64_t N, int M, int c0, int c1) {
+  float s[COLS] = {0};
+  const int w = c1 - c0;
+  for (int64_t n = 0; n < N; n++)
+    for (int c = 0; c < w; c++) s[c] += dout[n * M + c0 + c];
+  for (int c = 0; c < w; c++) db[c0 + c] += s[c];
+}
 
 void op_matmul_forward(float *out, const float *x, const float *W, const float *b, int64_t N, int K,
                        int M, int accumulate) {
   gpt_gemm(0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M);
   if (!b) return;
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++)
-    for (int o = 0; o < M; o++) out[n * M + o] += b[o];
+  for (int64_t n0 = 0; n0 < N; n0 += ROWS) add_bias_rows(out, b, n0, n0 + ROWS < N ? n0 + ROWS : N, M);
 }
 
 void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, const float *x,
@@ -96,11 +141,7 @@ void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, cons
   gpt_gemm(1, 0, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M);
   if (!db) return;
 #pragma omp parallel for schedule(static)
-  for (int o = 0; o < M; o++) {
-    float s = 0;
-    for (int64_t n = 0; n < N; n++) s += dout[n * M + o];
-    db[o] += s;
-  }
+  for (int c0 = 0; c0 < M; c0 += COLS) col_sums(db, dout, N, M, c0, c0 + COLS < M ? c0 + COLS : M);
 }
 
 void op_tied_forward(float *logits, const float *x, const float *E, int64_t N, int C, int V) {
@@ -114,126 +155,72 @@ void op_tied_backward(float *dx, float *dE, const float *dlogits, const float *x
 }
 
 /* ============================================================================
- * causal self-attention
- * ========================================================================== */
-
-void op_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      const float *base = qkv + (int64_t)b * T * C3;
-      float *A = att + ((int64_t)b * NH + h) * T * T;
-      for (int t = 0; t < T; t++) {
-        const float *q = base + (int64_t)t * C3 + h * hs;
-        float *p = A + (int64_t)t * T;
-        /* scores of positions 0..t, then a stable softmax over them */
-        float mx = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *k = base + (int64_t)t2 * C3 + C + h * hs;
-          float s = 0;
-          for (int i = 0; i < hs; i++) s += q[i] * k[i];
-          s *= scale;
-          p[t2] = s;
-          if (s > mx) mx = s;
-        }
-        float sum = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          p[t2] = expf(p[t2] - mx);
-          sum += p[t2];
-        }
-        float inv = 1.0f / sum;
-        for (int t2 = 0; t2 <= t; t2++) p[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++) p[t2] = 0.0f; /* the causal mask */
-        /* weighted sum of the values */
-        float *o = out + ((int64_t)b * T + t) * C + h * hs;
-        for (int i = 0; i < hs; i++) o[i] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = base + (int64_t)t2 * C3 + 2 * C + h * hs;
-          for (int i = 0; i < hs; i++) o[i] += p[t2] * v[i];
-        }
-      }
-    }
-}
-
-void op_attention_backward(float *dqkv, float *tmp, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / sqrtf((float)hs);
-  /* each (b, h) owns its columns of dqkv, so the iterations never share output */
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      const float *base = qkv + (int64_t)b * T * C3;
-      float *dbase = dqkv + (int64_t)b * T * C3;
-      const float *A = att + ((int64_t)b * NH + h) * T * T;
-      float *dp = tmp + ((int64_t)b * NH + h) * T;
-      for (int t = 0; t < T; t++) {
-        float *z = dbase + (int64_t)t * C3 + h * hs;
-        for (int i = 0; i < hs; i++) z[i] = z[C + i] = z[2 * C + i] = 0.0f;
-      }
-      for (int t = 0; t < T; t++) {
-        const float *p = A + (int64_t)t * T;
-        const float *g = dout + ((int64_t)b * T + t) * C + h * hs;
-        const float *q = base + (int64_t)t * C3 + h * hs;
-        float *dq = dbase + (int64_t)t * C3 + h * hs;
-        /* through o = sum p v: dp = g . v, dv += p g */
-        float s = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = base + (int64_t)t2 * C3 + 2 * C + h * hs;
-          float *dv = dbase + (int64_t)t2 * C3 + 2 * C + h * hs;
-          float d = 0;
-          for (int i = 0; i < hs; i++) {
-            d += g[i] * v[i];
-            dv[i] += p[t2] * g[i];
-          }
-          dp[t2] = d;
-          s += p[t2] * d;
-        }
-        /* through the softmax, then the scaled dot products */
-        for (int t2 = 0; t2 <= t; t2++) {
-          float ds = p[t2] * (dp[t2] - s) * scale;
-          const float *k = base + (int64_t)t2 * C3 + C + h * hs;
-          float *dk = dbase + (int64_t)t2 * C3 + C + h * hs;
-          for (int i = 0; i < hs; i++) {
-            dq[i] += ds * k[i];
-            dk[i] += ds * q[i];
-          }
-        }
-      }
-    }
-}
-
-/* ============================================================================
  * GELU (tanh approximation)
  * ========================================================================== */
 
+/* 0.5 v (1 + tanh u) = v sigmoid(2u) = v / (1 + e^-2u), u = S (v + K v^3): one
+ * exp, no cancellation near 0. -2u is capped at 88 so e^-2u stays finite (the
+ * result there, |v| > 10, is below 1e-36 either way). */
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K 0.044715f
+#define GELU_CHUNK 4096
+
+static inline float gelu_exp(float v) {
+  float t = -2.0f * GELU_S * (v + GELU_K * v * v * v);
+  return gpt_expf(t < 88.0f ? t : 88.0f);
+}
+
+GPT_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    float v = x[i];
+    out[i] = v / (1.0f + gelu_exp(v));
+  }
+}
+
+/* gelu' = sig + v sig (1 - sig) 2 S (1 + 3K v^2), sig = 1 / (1 + e), 1 - sig = e sig */
+GPT_CLONES static void gelu_bwd_range(float *dx, const float *x, const float *dout, int64_t i0,
+                                      int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    float v = x[i], e = gelu_exp(v);
+    float sig = 1.0f / (1.0f + e);
+    float d = sig + v * sig * (e * sig) * (2.0f * GELU_S) * (1.0f + 3.0f * GELU_K * v * v);
+    dx[i] = dout[i] * d;
+  }
+}
 
 void op_gelu_forward(float *out, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(GELU_S * (v + GELU_K * v * v * v)));
-  }
+  for (int64_t i0 = 0; i0 < n; i0 += GELU_CHUNK)
+    gelu_fwd_range(out, x, i0, i0 + GELU_CHUNK < n ? i0 + GELU_CHUNK : n);
 }
 
 void op_gelu_backward(float *dx, const float *x, const float *dout, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float th = tanhf(GELU_S * (v + GELU_K * v * v * v));
-    float sech2 = 1.0f - th * th;
-    float d = 0.5f * (1.0f + th) + 0.5f * v * sech2 * GELU_S * (1.0f + 3.0f * GELU_K * v * v);
-    dx[i] = dout[i] * d;
-  }
+  for (int64_t i0 = 0; i0 < n; i0 += GELU_CHUNK)
+    gelu_bwd_range(dx, x, dout, i0, i0 + GELU_CHUNK < n ? i0 + GELU_CHUNK : n);
 }
 
 /* ============================================================================
  * softmax cross-entropy
  * ========================================================================== */
+
+/* One row: returns lse - l[target]; with want_grad l becomes grad_scale (p - onehot). */
+GPT_CLONES static double ce_row(float *l, int target, int V, float grad_scale, int want_grad) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - mx);
+  double lse = (double)mx + log(sum);
+  double loss = lse - (double)l[target];
+  if (want_grad) {
+    float lsef = (float)lse;
+    for (int v = 0; v < V; v++) l[v] = gpt_expf(l[v] - lsef) * grad_scale;
+    l[target] -= grad_scale;
+  }
+  return loss;
+}
 
 double op_crossentropy(float *logits, const int *targets, int64_t N, int V, float grad_scale,
                        int want_grad) {
@@ -243,21 +230,8 @@ double op_crossentropy(float *logits, const int *targets, int64_t N, int V, floa
   for (int64_t r0 = 0; r0 < N; r0 += 256) {
     int64_t r1 = r0 + 256 < N ? r0 + 256 : N;
 #pragma omp parallel for schedule(static)
-    for (int64_t n = r0; n < r1; n++) {
-      float *l = logits + n * V;
-      float mx = -INFINITY;
-      for (int v = 0; v < V; v++)
-        if (l[v] > mx) mx = l[v];
-      double sum = 0;
-      for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
-      double lse = (double)mx + log(sum);
-      loss_row[n - r0] = lse - (double)l[targets[n]];
-      if (want_grad) {
-        float lsef = (float)lse;
-        for (int v = 0; v < V; v++) l[v] = expf(l[v] - lsef) * grad_scale;
-        l[targets[n]] -= grad_scale;
-      }
-    }
+    for (int64_t n = r0; n < r1; n++)
+      loss_row[n - r0] = ce_row(logits + n * V, targets[n], V, grad_scale, want_grad);
     for (int64_t n = r0; n < r1; n++) total += loss_row[n - r0];
   }
   return total;

@@ -1,0 +1,134 @@
+/* ops_attn.c: causal multi-head self-attention on the CPU (ops.h).
+ *
+ * One (sequence, head) pair per OpenMP iteration, handed to a cloned serial
+ * kernel (ops_simd.h): every inner loop runs along a head's hs channels, so it
+ * vectorizes (dot products as SIMD reductions, four keys at a time; the value
+ * and gradient updates as vector multiply-adds), and only positions t2 <= t are
+ * visited: the masked half costs nothing. Each pair owns its output columns,
+ * so no sum depends on the thread count. */
+#include <math.h>
+
+#include "ops.h"
+#include "ops_simd.h"
+
+static inline float dot(const float *a, const float *b, int n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* ============================================================================
+ * forward
+ * ========================================================================== */
+
+GPT_CLONES static void attn_fwd_head(float *o_base, float *A, const float *base, int T, int C,
+                                     int hs, int h, float scale) {
+  const int C3 = 3 * C;
+  for (int t = 0; t < T; t++) {
+    const float *q = base + (int64_t)t * C3 + h * hs;
+    float *p = A + (int64_t)t * T;
+    /* scores of positions 0..t, then a stable softmax over them */
+    float mx = -INFINITY;
+    int t2 = 0;
+    for (; t2 + 3 <= t; t2 += 4) {
+      const float *k0 = base + (int64_t)t2 * C3 + C + h * hs;
+      const float *k1 = k0 + C3, *k2 = k1 + C3, *k3 = k2 + C3;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+      for (int i = 0; i < hs; i++) {
+        s0 += q[i] * k0[i];
+        s1 += q[i] * k1[i];
+        s2 += q[i] * k2[i];
+        s3 += q[i] * k3[i];
+      }
+      p[t2] = s0 * scale;
+      p[t2 + 1] = s1 * scale;
+      p[t2 + 2] = s2 * scale;
+      p[t2 + 3] = s3 * scale;
+    }
+    for (; t2 <= t; t2++) p[t2] = dot(q, base + (int64_t)t2 * C3 + C + h * hs, hs) * scale;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+      p[j] = gpt_expf(p[j] - mx);
+      sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++) p[j] *= inv;
+    for (int j = t + 1; j < T; j++) p[j] = 0.0f; /* the causal mask */
+    /* weighted sum of the values */
+    float *o = o_base + (int64_t)t * C + h * hs;
+    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+    for (int j = 0; j <= t; j++) {
+      const float *v = base + (int64_t)j * C3 + 2 * C + h * hs;
+      const float pj = p[j];
+      for (int i = 0; i < hs; i++) o[i] += pj * v[i];
+    }
+  }
+}
+
+void op_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      attn_fwd_head(out + (int64_t)b * T * C, att + ((int64_t)b * NH + h) * T * T,
+                    qkv + (int64_t)b * T * 3 * C, T, C, hs, h, scale);
+}
+
+/* ============================================================================
+ * backward
+ * ========================================================================== */
+
+GPT_CLONES static void attn_bwd_head(float *dbase, float *dp, const float *g_base,
+                                     const float *base, const float *A, int T, int C, int hs,
+                                     int h, float scale) {
+  const int C3 = 3 * C;
+  for (int t = 0; t < T; t++) {
+    float *z = dbase + (int64_t)t * C3 + h * hs;
+    for (int i = 0; i < hs; i++) z[i] = z[C + i] = z[2 * C + i] = 0.0f;
+  }
+  for (int t = 0; t < T; t++) {
+    const float *p = A + (int64_t)t * T;
+    const float *g = g_base + (int64_t)t * C + h * hs;
+    const float *q = base + (int64_t)t * C3 + h * hs;
+    float *dq = dbase + (int64_t)t * C3 + h * hs;
+    /* through o = sum p v: dp = g . v, dv += p g */
+    float s = 0;
+    for (int j = 0; j <= t; j++) {
+      const float *v = base + (int64_t)j * C3 + 2 * C + h * hs;
+      float *dv = dbase + (int64_t)j * C3 + 2 * C + h * hs;
+      const float pj = p[j];
+      dp[j] = dot(g, v, hs);
+      for (int i = 0; i < hs; i++) dv[i] += pj * g[i];
+      s += pj * dp[j];
+    }
+    /* through the softmax, then the scaled dot products */
+    for (int j = 0; j <= t; j++) {
+      const float ds = p[j] * (dp[j] - s) * scale;
+      const float *k = base + (int64_t)j * C3 + C + h * hs;
+      float *dk = dbase + (int64_t)j * C3 + C + h * hs;
+      for (int i = 0; i < hs; i++) {
+        dq[i] += ds * k[i];
+        dk[i] += ds * q[i];
+      }
+    }
+  }
+}
+
+void op_attention_backward(float *dqkv, float *tmp, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  /* each (b, h) owns its columns of dqkv, so the iterations never share output */
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      attn_bwd_head(dqkv + (int64_t)b * T * 3 * C, tmp + ((int64_t)b * NH + h) * T,
+                    dout + (int64_t)b * T * C, qkv + (int64_t)b * T * 3 * C,
+                    att + ((int64_t)b * NH + h) * T * T, T, C, hs, h, scale);
+}
