@@ -11,11 +11,48 @@
 #include "ops.h"
 #include "ops_simd.h"
 
-static inline float dot(const float *a, const float *b, int n) {
+/* Sums over a head's channels in 16 lanes, then the lanes in a fixed order:
+ * every clone vectorizes the lane loop (one AVX-512 register, two AVX2, four
+ * SSE) and adds in the same order. */
+#define LANES 16
+
+static inline float lanes_sum(const float *acc) {
   float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  for (int l = 0; l < LANES; l++) s += acc[l];
   return s;
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+  float acc[LANES] = {0};
+  int i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
+  float s = lanes_sum(acc);
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* q . k_r for four keys r = 0..3 at k0 + r * stride */
+static inline void dot4(float *out, const float *q, const float *k0, int64_t stride, int n) {
+  float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
+  const float *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+  int i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) {
+      const float x = q[i + l];
+      a0[l] += x * k0[i + l];
+      a1[l] += x * k1[i + l];
+      a2[l] += x * k2[i + l];
+      a3[l] += x * k3[i + l];
+    }
+  float s0 = lanes_sum(a0), s1 = lanes_sum(a1), s2 = lanes_sum(a2), s3 = lanes_sum(a3);
+  for (; i < n; i++) {
+    s0 += q[i] * k0[i];
+    s1 += q[i] * k1[i];
+    s2 += q[i] * k2[i];
+    s3 += q[i] * k3[i];
+  }
+  out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
 /* ============================================================================
@@ -29,33 +66,21 @@ GPT_CLONES static void attn_fwd_head(float *o_base, float *A, const float *base,
     const float *q = base + (int64_t)t * C3 + h * hs;
     float *p = A + (int64_t)t * T;
     /* scores of positions 0..t, then a stable softmax over them */
-    float mx = -INFINITY;
     int t2 = 0;
-    for (; t2 + 3 <= t; t2 += 4) {
-      const float *k0 = base + (int64_t)t2 * C3 + C + h * hs;
-      const float *k1 = k0 + C3, *k2 = k1 + C3, *k3 = k2 + C3;
-      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-      for (int i = 0; i < hs; i++) {
-        s0 += q[i] * k0[i];
-        s1 += q[i] * k1[i];
-        s2 += q[i] * k2[i];
-        s3 += q[i] * k3[i];
-      }
-      p[t2] = s0 * scale;
-      p[t2 + 1] = s1 * scale;
-      p[t2 + 2] = s2 * scale;
-      p[t2 + 3] = s3 * scale;
-    }
-    for (; t2 <= t; t2++) p[t2] = dot(q, base + (int64_t)t2 * C3 + C + h * hs, hs) * scale;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
+    for (; t2 + 3 <= t; t2 += 4) dot4(p + t2, q, base + (int64_t)t2 * C3 + C + h * hs, C3, hs);
+    for (; t2 <= t; t2++) p[t2] = dot(q, base + (int64_t)t2 * C3 + C + h * hs, hs);
+    float mx = -INFINITY;
     for (int j = 0; j <= t; j++) {
-      p[j] = gpt_expf(p[j] - mx);
-      sum += p[j];
+      p[j] *= scale;
+      mx = p[j] > mx ? p[j] : mx;
     }
+    for (int j = 0; j <= t; j++) p[j] = gpt_expf(p[j] - mx);
+    float acc[LANES] = {0};
+    int j = 0;
+    for (; j + LANES <= t + 1; j += LANES)
+      for (int l = 0; l < LANES; l++) acc[l] += p[j + l];
+    float sum = lanes_sum(acc);
+    for (; j <= t; j++) sum += p[j];
     const float inv = 1.0f / sum;
     for (int j = 0; j <= t; j++) p[j] *= inv;
     for (int j = t + 1; j < T; j++) p[j] = 0.0f; /* the causal mask */
