@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """vs_torch_gpt.py: the PyTorch side of bench/vs_torch. A reference of exactly
 the GPT examples/gpt/gpt.c computes, trained the way zs-train-gpt trains it, on
-R CPU ranks (gloo on 127.0.0.1) under DDP or FSDP2 (fully_shard).
+R CPU ranks (gloo on 127.0.0.1) under DDP, FSDP2 (fully_shard), tensor
+parallelism (torch.distributed.tensor.parallel) or a 2-stage pipeline
+(torch.distributed.pipelining, 1F1B): the layouts, below.
 
 What it mirrors, and where that is written down in the C code:
   model      gpt.h / gpt.c / ops.c: GPT-2 blocks (pre-LayerNorm, eps 1e-5), causal
@@ -19,14 +21,15 @@ What it mirrors, and where that is written down in the C code:
              weight decay on the matrices only (LayerNorm weights and biases are
              ZS_PARAM_NO_DECAY), global-norm clipping max/(norm+1e-6) (torch's own
              rule), and zeroshard/config.h's schedules (cosine: linear warmup to
-             --lr over W = steps/20 steps, step counted from 0, then cosine decay
+             --lr over W steps (--warmup; the trainer's default steps/20), step
+             counted from 0, then cosine decay
              to --min-lr at step == steps), the rate rounded to fp32 as the engine
              hands it to the optimizer.
   init       the trainer's own --export file (safetensors, fp32, gpt.h's names),
              read here without the safetensors package.
 
 Run by bench/vs_torch, which launches it as
-  vs_torch_gpt.py --world R --mode ddp|fsdp2 --dtype fp32|bf16 --init FILE --out RESULT.json ...
+  vs_torch_gpt.py --world R --mode ddp|fsdp2|tp|pp --dtype fp32|bf16 --init FILE --out RESULT.json ...
 and reads RESULT.json (rank 0 writes it: losses, grad norms, rates, per-step
 seconds, every rank's peak RSS). Progress goes to stderr."""
 import argparse
