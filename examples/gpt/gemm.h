@@ -40,6 +40,13 @@ gpt_math_t gpt_gemm_math(void);
 const char *gpt_gemm_describe(void);
 /* 1 when GPT_MATH_BF16 runs natively (above); 0 when it is emulated. */
 int gpt_gemm_bf16_native(void);
+/* 1 when native bf16 products are also faster than fp32 ones: AMX-BF16 (tile
+ * multiplies). Not avx512_bf16 alone: its dot-product instruction (VDPBF16PS)
+ * retires at about half the rate of fp32 FMAs on the Xeons measured (Emerald
+ * Rapids with AMX hidden by the VM: 72 vs 135 GFLOP/s a core; oneDNN's bf16
+ * matmul 65-70 vs OpenBLAS sgemm 105-125), so bf16 math there costs speed and
+ * accuracy both. What the trainer's --matmul auto follows. */
+int gpt_gemm_bf16_fast(void);
 
 void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);

@@ -15,7 +15,7 @@
 
 /* --matmul: the math of the CPU's matrix products (gemm.h) */
 typedef enum {
-  GPT_MATMUL_AUTO = 0, /* bf16 with --dtype bf16 where the CPU has bf16 instructions, else fp32 */
+  GPT_MATMUL_AUTO = 0, /* bf16 with --dtype bf16 where bf16 products are faster (AMX), else fp32 */
   GPT_MATMUL_FP32 = 1,
   GPT_MATMUL_BF16 = 2  /* bf16 operands, fp32 accumulation (emulated where the CPU lacks it) */
 } gpt_matmul_t;

@@ -474,13 +474,15 @@ static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t 
 
 /* --matmul: the math of the CPU's matrix products (gemm.h; process-wide, so set
  * for every run). auto: bf16 for a bf16 run where the CPU multiplies bf16
- * natively (PyTorch's CPU autocast), else fp32: emulated bf16 would be slower
- * than fp32 for the same storage. The cuda path has its own cuBLAS sgemm; the
+ * faster than fp32 (AMX: gpt_gemm_bf16_fast), as PyTorch's CPU autocast does,
+ * else fp32: with avx512_bf16 alone, and emulated, bf16 products are slower
+ * than fp32 ones. The choice depends on the CPU's features only, so every rank
+ * of a machine makes the same one. The cuda path has its own cuBLAS sgemm; the
  * CPU's seam is left in fp32 there. Returns 1 if the math is bf16, -1 refused. */
 static int set_matmul(const gpt_opts_t *o, int cuda) {
   if (cuda && o->matmul == GPT_MATMUL_BF16) return -1;
   const int bf16 = !cuda && (o->matmul == GPT_MATMUL_BF16 ||
-                             (o->matmul == GPT_MATMUL_AUTO && o->dtype == ZS_BF16 && gpt_gemm_bf16_native()));
+                             (o->matmul == GPT_MATMUL_AUTO && o->dtype == ZS_BF16 && gpt_gemm_bf16_fast()));
   gpt_gemm_set_math(bf16 ? GPT_MATH_BF16 : GPT_MATH_FP32);
   return bf16;
 }
