@@ -11,10 +11,12 @@
  * whether C is accumulated into, not on lda/ldb.
  *
  * Why alpha is in the key rather than a run-time scale: oneDNN 2.6's brgemm
- * matmul (the one that uses our scratchpad and allocates nothing per call)
- * refuses run-time output scales, and then the gemm:jit fallback is chosen,
- * which mallocs its packing buffers on every call. The trainer's alpha is
- * always 1 (no scale attribute at all). */
+ * matmul (the one that packs into our scratchpad) refuses run-time output
+ * scales, and then the gemm:jit fallback is chosen, which mallocs its packing
+ * buffers (0.4-1 MB a thread) on every call. The trainer's alpha is always 1
+ * (no scale attribute at all). What still allocates per call is oneDNN's
+ * execute itself: ~7 small blocks (< 128 bytes) for its argument map, counted
+ * with an interposed malloc; the C API offers no way around that. */
 #include "gemm.h"
 
 #include <cblas.h>  // defines: cblas_sgemm

@@ -22,7 +22,8 @@
  * Threads: the fp32 path is sgemm's. The bf16 path keeps process-wide scratch
  * and a primitive cache: call it from one thread at a time (the trainer does;
  * it parallelises inside, over OpenMP's threads). Once a shape has run, later
- * calls with that shape allocate nothing. */
+ * calls with that shape grow no scratch and create no primitive (oneDNN's
+ * execute still makes a few small allocations of its own, see gemm.c). */
 #ifndef ZS_EXAMPLES_GPT_GEMM_H
 #define ZS_EXAMPLES_GPT_GEMM_H
 
