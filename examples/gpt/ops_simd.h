@@ -37,6 +37,7 @@ static inline float gpt_expf(float x) {
   const float hi = 88.72283935546875f, lo = -103.97208f;
   float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
+  xc = x != x ? 0.0f : xc; /* NaN: its conversion to int below would be undefined */
   /* n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22) */
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f; /* ln2 in two parts: the first exact in n * it */
