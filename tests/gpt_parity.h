@@ -283,7 +283,9 @@ static void gpt_export_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *pla
     double worst = 0, scale = 0;
     for (int64_t k = 0; k < nf && na == nb; k++) scale = fmax(scale, fabs(fx[k]));
     for (int64_t k = 0; k < nf && na == nb; k++) worst = fmax(worst, fabs((double)fx[k] - fy[k]));
-    expect_true(worst <= 1e-5 * scale);
+    /* + the 1e-2 lr that an AdamW element near eps may move by in another order
+     * of summation (gpt_ref_compare): seen 1.2e-5 of the largest, tp 2 x pp 2 */
+    expect_true(worst <= 1e-5 * scale + 1e-2 * plain_o->lr);
     fprintf(stderr, "%s export: header of %llu bytes identical, values within %.2g of the largest\n", label,
             (unsigned long long)hl, worst / scale);
     free(x), free(y);

@@ -173,8 +173,20 @@ static void attn_free(attn_t *a) {
   free(a->qkv), free(a->out), free(a->att), free(a->dout), free(a->dqkv), free(a->tmp);
 }
 
+static void attention_vs_double(int path);
+
+/* both kernels: the vector loops and sgemm in row blocks (where OpenBLAS is its
+ * OpenMP build: the default there) */
 static void test_attention(void) {
-  attn_t a = {.B = 2, .T = 37, .C = 48, .NH = 3}; /* T not a multiple of the four-key blocks */
+  attention_vs_double(0);
+  attention_vs_double(1);
+  op_attention_path(-1);
+}
+
+static void attention_vs_double(int path) {
+  op_attention_path(path);
+  printf("attention: %s\n", path ? "sgemm in row blocks" : "vector loops");
+  attn_t a = {.B = 2, .T = 37, .C = 48, .NH = 3}; /* T past two 16-row blocks, not a multiple of 4 keys */
   attn_run(&a, 11);
   const int B = a.B, T = a.T, C = a.C, NH = a.NH, hs = C / NH, C3 = 3 * C;
   const int64_t n3 = (int64_t)B * T * C3, n1 = (int64_t)B * T * C;
@@ -280,16 +292,20 @@ static void test_linear_bias(void) {
 /* ---- thread counts and the BLAS ------------------------------------------------ */
 
 static void test_threads_same_bits(void) {
-  attn_t one = {.B = 2, .T = 33, .C = 64, .NH = 4}, three = one;
-  omp_set_num_threads(1);
-  attn_run(&one, 41);
-  omp_set_num_threads(3);
-  attn_run(&three, 41);
-  const int64_t n3 = (int64_t)one.B * one.T * 3 * one.C, n1 = (int64_t)one.B * one.T * one.C;
-  expect_true(!memcmp(one.out, three.out, sizeof(float) * n1));
-  expect_true(!memcmp(one.dqkv, three.dqkv, sizeof(float) * n3));
-  attn_free(&one);
-  attn_free(&three);
+  for (int path = 0; path < 2; path++) {
+    op_attention_path(path);
+    attn_t one = {.B = 2, .T = 33, .C = 64, .NH = 4}, three = one;
+    omp_set_num_threads(1);
+    attn_run(&one, 41);
+    omp_set_num_threads(3);
+    attn_run(&three, 41);
+    const int64_t n3 = (int64_t)one.B * one.T * 3 * one.C, n1 = (int64_t)one.B * one.T * one.C;
+    expect_true(!memcmp(one.out, three.out, sizeof(float) * n1));
+    expect_true(!memcmp(one.dqkv, three.dqkv, sizeof(float) * n3));
+    attn_free(&one);
+    attn_free(&three);
+  }
+  op_attention_path(-1);
   /* LayerNorm's column sums, the bias sums and GELU over several blocks */
   const int N = 70, C = 300;
   float *x = frand((int64_t)N * C, 42, -2, 2), *g = frand((int64_t)N * C, 43, -1, 1);

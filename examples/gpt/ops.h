@@ -38,6 +38,11 @@ void op_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void op_attention_backward(float *dqkv, float *tmp, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH);
 
+/* Which attention kernels run (for tests and benchmarks): -1 the default (sgemm in
+ * row blocks where OpenBLAS is its OpenMP build, else vector loops), 0 the vector
+ * loops, 1 sgemm (where the OpenMP build is; else the loops). Process-wide. */
+void op_attention_path(int path);
+
 /* GELU, tanh approximation. In place allowed. */
 void op_gelu_forward(float *out, const float *x, int64_t n);
 /* dx = dout * gelu'(x) (overwritten; dx may equal dout). */

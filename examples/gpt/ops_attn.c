@@ -89,10 +89,13 @@ static inline void softmax_causal_row(float *p, int t, int T, float scale) {
 
 #define RB 16 /* rows per block; backward keeps RB x T floats of dP on the stack */
 
+static int g_attn_path = -1; /* op_attention_path */
+
+void op_attention_path(int path) { g_attn_path = path; }
+
 static int blas_in_threads(void) {
-  static int v = -1;
-  if (v < 0) v = openblas_get_parallel() == 2; /* 2: OpenBLAS's OpenMP build */
-  return v;
+  if (g_attn_path >= 0) return g_attn_path == 1 && openblas_get_parallel() == 2;
+  return openblas_get_parallel() == 2; /* 2: OpenBLAS's OpenMP build */
 }
 
 GPT_CLONES static void softmax_rows(float *A, int r0, int r1, int T) {
