@@ -354,7 +354,7 @@ static void f_count_zero(rank_file_t *f, int r) { if (r == 0) f->b[0].h.count = 
 static void f_count_negative(rank_file_t *f, int r) { if (r == 0) f->b[0].h.count = -4; }
 static void f_tensor(rank_file_t *f, int r) { if (r == 0) f->b[0].h.tensor = 1000; }
 static void f_kind(rank_file_t *f, int r) { if (r == 0) f->b[0].h.kind = K_COUNT; }
-static void f_reserved(rank_file_t *f, int r) { if (r == 0) f->b[0].h.reserved = 1; }
+static void f_enc(rank_file_t *f, int r) { if (r == 0) f->b[0].h.enc = CK_ENC_BF16; }
 static void f_tail(rank_file_t *f, int r) { if (r == 0) f->tail = 8; }
 static void f_drop(rank_file_t *f, int r) {
   if (r != 0) return;
@@ -410,7 +410,7 @@ static const forgery_t forgeries[] = {
     {"block: a negative count", NULL, f_count_negative, NULL, 0, ZS_ERR_CORRUPT, "out of range"},
     {"block: a tensor the manifest lacks", NULL, f_tensor, NULL, 0, ZS_ERR_CORRUPT, "does not list"},
     {"block: an unknown kind", NULL, f_kind, NULL, 0, ZS_ERR_CORRUPT, "does not list"},
-    {"block: reserved set", NULL, f_reserved, NULL, 0, ZS_ERR_CORRUPT, "bad header"},
+    {"block: bf16 encoding in an fp32 checkpoint", NULL, f_enc, NULL, 0, ZS_ERR_CORRUPT, "has encoding 1"},
     {"bytes after the last block", NULL, f_tail, NULL, 0, ZS_ERR_CORRUPT, "after its last block"},
     {"a block missing", NULL, f_drop, NULL, 0, ZS_ERR_CORRUPT, "no block holds"},
     {"a block written twice, the counts right", NULL, f_overlap, NULL, 0, ZS_ERR_CORRUPT, "two blocks hold"},

@@ -189,12 +189,63 @@ static void bcast_bytes(void *buf, size_t n) {
   zs_device_free(dev, d, n, ZS_MEM_OTHER);
 }
 
+/* The bytes of the checkpoint in path, by zs_checkpoint_verify (every block read
+ * and CRC-checked). */
+static int64_t ckpt_bytes(const char *path) {
+  zs_checkpoint_info_t info;
+  zs_status_t st = zs_checkpoint_verify(path, &info);
+  if (st != ZS_OK) ZS_T_REPORT("zs_checkpoint_verify(%s): %s", path, zs_last_error());
+  return st == ZS_OK ? (int64_t)info.bytes : -1;
+}
+
+/* Rank file 0 of the checkpoint in path: the encoding word (bytes 36..39 of a
+ * 40-byte block header) of its first m or v block changed from `from` to `to`
+ * (walking the blocks by the format: 48-byte file header, then per block its
+ * header and data of 4, 2 or ceil(count / BLOCK) * 4 + count bytes); 1 if done. */
+static int set_first_enc(const char *path, uint32_t from, uint32_t to) {
+  char cmd[160], name[256] = "";
+  snprintf(cmd, sizeof cmd, "ls %s/*.rank00000.zsr", path);
+  FILE *p = popen(cmd, "r");
+  if (!p || !fgets(name, sizeof name, p)) name[0] = 0;
+  if (p) pclose(p);
+  name[strcspn(name, "\n")] = 0;
+  FILE *f = name[0] ? fopen(name, "r+b") : NULL;
+  int done = 0;
+  uint32_t nblocks = 0;
+  if (f && fseek(f, 32, SEEK_SET) == 0 && fread(&nblocks, 4, 1, f) == 1 && fseek(f, 48, SEEK_SET) == 0)
+    for (uint32_t b = 0; b < nblocks && !done; b++) {
+      unsigned char h[40];
+      long at = ftell(f);
+      if (fread(h, 40, 1, f) != 1) break;
+      uint32_t kind, enc;
+      int64_t count;
+      memcpy(&kind, h + 8, 4), memcpy(&count, h + 24, 8), memcpy(&enc, h + 36, 4);
+      if (kind != 0 && enc == from) {
+        done = fseek(f, at + 36, SEEK_SET) == 0 && fwrite(&to, 4, 1, f) == 1;
+        break;
+      }
+      int64_t data = enc == 0 ? 4 * count : enc == 1 ? 2 * count : (count + BLOCK - 1) / BLOCK * 4 + count;
+      if (fseek(f, (long)data, SEEK_CUR) != 0) break;
+    }
+  if (f) fclose(f);
+  return done;
+}
+
 static void test_checkpoint(void) {
   char dir[] = "/tmp/zs_state_ckpt_XXXXXX";
   if (rank == 0 && !mkdtemp(dir)) ZS_T_REPORT("mkdtemp %s failed", dir);
   bcast_bytes(dir, sizeof dir); /* every rank writes under rank 0's directory */
   zs_engine_t *zs = NULL, *z2 = NULL;
   tm_model_t m, m2;
+  /* the fp32 states' checkpoint, which the compact ones undercut by their bytes */
+  char fp32_path[64];
+  snprintf(fp32_path, sizeof fp32_path, "%s/fp32", dir);
+  zs_config_t c32 = state_config(ZS_STATE_FP32, 3);
+  assert_ok(make(&zs, &m, &c32));
+  assert_ok(run_steps(zs, &m, 4));
+  assert_ok(zs_checkpoint_save(zs, fp32_path));
+  zs_engine_destroy(zs), tm_free(&m);
+  const int64_t bytes32 = ckpt_bytes(fp32_path);
   for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
     zs_config_t c = state_config((zs_state_dtype_t)sd, 3);
     assert_ok(make(&zs, &m, &c));
@@ -214,6 +265,20 @@ static void test_checkpoint(void) {
     params_of(z2, b);
     expect_int_eq(memcmp(a, b, (size_t)n * 4), 0);
     zs_engine_destroy(z2), tm_free(&m2);
+    /* with the states offloaded (host memory): loaded, saved again, and each resumes bit for bit */
+    zs_config_t co = c;
+    co.offload_optimizer = ZS_OFFLOAD_CPU;
+    char again[80];
+    snprintf(again, sizeof again, "%s-offload", path);
+    for (int pass = 0; pass < 2; pass++) {
+      assert_ok(make(&z2, &m2, pass == 0 ? &co : &c));
+      assert_ok(zs_checkpoint_load(z2, pass == 0 ? path : again));
+      if (pass == 0) assert_ok(zs_checkpoint_save(z2, again));
+      assert_ok(run_steps(z2, &m2, 4));
+      params_of(z2, b);
+      expect_int_eq(memcmp(a, b, (size_t)n * 4), 0);
+      zs_engine_destroy(z2), tm_free(&m2);
+    }
     /* another stage and another state dtype: converted, and it goes on learning */
     zs_config_t o = state_config(sd == ZS_STATE_INT8 ? ZS_STATE_BF16 : ZS_STATE_INT8, 1);
     assert_ok(make(&z2, &m2, &o));
@@ -225,6 +290,15 @@ static void test_checkpoint(void) {
     if (!(d < 0.01 * mx)) ZS_T_REPORT("%s checkpoint resumed with other states: max diff %.3g of %.3g",
                                       zs_state_dtype_name((zs_state_dtype_t)sd), d, mx);
     zs_engine_destroy(z2), tm_free(&m2);
+    /* the files hold m and v as kept: bf16 2 bytes, int8 a byte and a scale per
+     * block of each tensor, against fp32's 4 */
+    int64_t saved = 0, want = 0;
+    for (int p = 0; p < zs_engine_param_count(zs); p++) {
+      int64_t k = zs_param_numel(zs, p);
+      saved += sd == ZS_STATE_BF16 ? 2 * 2 * k : 2 * (3 * k - 4 * ((k + BLOCK - 1) / BLOCK));
+    }
+    want = bytes32 - saved;
+    expect_int_eq(ckpt_bytes(path), want);
     /* the manifest names the state dtype */
     if (rank == 0) {
       char mf[96], text[8192] = "";
@@ -234,6 +308,18 @@ static void test_checkpoint(void) {
       char want[64];
       snprintf(want, sizeof want, "\"state_dtype\":\t\"%s\"", zs_state_dtype_name((zs_state_dtype_t)sd));
       if (!strstr(text, want)) ZS_T_REPORT("%s has no %s", mf, want);
+      /* a block's encoding word, outside its header's CRC, is checked: another
+       * compact encoding against the manifest, fp32 by the data's CRC (which covers it) */
+      uint32_t enc = sd == ZS_STATE_BF16 ? 1 : 2;
+      for (uint32_t to = 0; to < 2; to++) {
+        uint32_t bad = to == 0 ? 0 : 3 - enc;
+        expect_true(set_first_enc(path, enc, bad));
+        expect_status(zs_checkpoint_verify(path, NULL), ZS_ERR_CORRUPT);
+        expect_str_contains(zs_last_error(), to == 0 ? "fails its CRC" : "which a checkpoint of");
+        expect_str_contains(zs_last_error(), "(m of '");
+        expect_true(set_first_enc(path, bad, enc));
+      }
+      expect_ok(zs_checkpoint_verify(path, NULL));
     }
     free(a), free(b);
     zs_engine_destroy(zs), tm_free(&m);

@@ -12,6 +12,8 @@
 #include <zlib.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "common/half.h"
+#include "kernels/optim_state.h"
 
 const char *const zs__ck_kind_names[K_COUNT] = {"master", "m", "v"};
 
@@ -217,6 +219,39 @@ int zs__ck_kind_present(const zs_engine_t *zs, int kind) {
   int adam = zs->cfg.optim.kind != ZS_SGD;
   return zs->nunits > 0 && (kind == K_MASTER || (kind == K_M && (adam || zs->cfg.optim.momentum > 0)) ||
                             (kind == K_V && adam));
+}
+
+/* ---- block encodings ------------------------------------------------------------- */
+
+int64_t zs__ck_block_bytes(uint32_t enc, int64_t count, int blk) {
+  if (enc == CK_ENC_BF16) return count * 2;
+  if (enc == CK_ENC_Q8) return (count + blk - 1) / blk * 4 + count;
+  return count * 4;
+}
+
+uint32_t zs__ck_kind_enc(const zs_engine_t *zs, int k) {
+  if (k == K_MASTER) return CK_ENC_F32;
+  switch (zs->cfg.optim.state_dtype) {
+  case ZS_STATE_BF16: return CK_ENC_BF16;
+  case ZS_STATE_INT8: return CK_ENC_Q8;
+  default: return CK_ENC_F32;
+  }
+}
+
+void zs__ck_decode(uint32_t enc, int k, int blk, const void *raw, int64_t count, float *out) {
+  if (enc == CK_ENC_BF16) {
+    const uint16_t *h = raw;
+    for (int64_t i = 0; i < count; i++) out[i] = zs_bf16_to_f32(h[i]);
+    return;
+  }
+  const int64_t nb = (count + blk - 1) / blk;
+  const uint8_t *codes = (const uint8_t *)raw + nb * 4;
+  for (int64_t b = 0; b < nb; b++) {
+    float sc;
+    memcpy(&sc, (const char *)raw + b * 4, 4); /* the scales are not aligned for a float read in general */
+    int64_t e1 = (b + 1) * blk < count ? (b + 1) * blk : count;
+    for (int64_t i = b * blk; i < e1; i++) out[i] = k == K_M ? zs_q8_dec_m(codes[i], sc) : zs_q8_dec_v(codes[i], sc);
+  }
 }
 
 /* Closes f after flushing and fsyncing it, then renames tmp to final. */

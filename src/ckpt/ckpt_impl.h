@@ -23,7 +23,18 @@
  * id, the file's size in bytes, nblocks, the manifest's checksum, 0, crc of the
  * header's first 44 bytes}, then per block a 40-byte header {magic "ZSBK",
  * tensor, kind, crc of the data, element offset, count, crc of the block
- * header's first 32 bytes, 0} and count fp32 values, to the end of the file.
+ * header's first 32 bytes, encoding} and the block's data, to the end of the
+ * file. The encoding (CK_ENC_*) says what the data is: count fp32 values (the
+ * master always; m and v of fp32 states, or of any state dtype in files saved
+ * before compact states were written as they are kept), count bf16 values (m
+ * and v of bf16 states), or, for int8 states, ceil(count / B) fp32 block scales
+ * then count code bytes (B the manifest's state_block; the block's offset is a
+ * multiple of B, so its blocks are the parameter's own, kernels/optim_state.h).
+ * The data CRC of a coded block covers its encoding word, then its data (the
+ * header's CRC stops before that word; fp32 blocks' CRCs are the data's, as
+ * before). A coded block must match the manifest's state_dtype; readers decode it to
+ * fp32, which re-encodes to the same codes, so a load into any state dtype,
+ * layout or world size works as from fp32 files.
  *
  * Nothing read is trusted before it is checked: every number is bounded before
  * it is used in arithmetic, names are the ones the id implies, and the blocks of
@@ -68,8 +79,11 @@ typedef struct {
 typedef struct {
   uint32_t magic, tensor, kind, data_crc;
   int64_t offset, count;
-  uint32_t head_crc, reserved;
+  uint32_t head_crc, enc; /* CK_ENC_* */
 } ck_block_head_t;
+
+/* A block's data: fp32 values, bf16 values, or int8 block scales and codes. */
+enum { CK_ENC_F32 = 0, CK_ENC_BF16 = 1, CK_ENC_Q8 = 2, CK_ENC_COUNT };
 
 _Static_assert(sizeof(ck_file_head_t) == 48, "file header layout");
 _Static_assert(sizeof(ck_block_head_t) == 40, "block header layout");
@@ -102,6 +116,13 @@ zs_status_t zs__ck_drain(zs_engine_t *zs);
  * it is fp32. */
 void *zs__ck_state_base(const zs_unit_t *u, int kind);
 int zs__ck_kind_present(const zs_engine_t *zs, int kind);
+/* Bytes of a block of count elements in encoding enc (blk: the int8 block size). */
+int64_t zs__ck_block_bytes(uint32_t enc, int64_t count, int blk);
+/* The encoding this engine saves kind k in. */
+uint32_t zs__ck_kind_enc(const zs_engine_t *zs, int k);
+/* count values of kind k (K_M or K_V) from a block's data raw in encoding enc
+ * (not CK_ENC_F32), decoded to fp32 into out, as zs__eng_state_get decodes. */
+void zs__ck_decode(uint32_t enc, int k, int blk, const void *raw, int64_t count, float *out);
 zs_status_t zs__ck_commit_file(char *err_buf, FILE *f, const char *tmp, const char *final);
 void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank);
 const char *zs__ck_optim_name(zs_optim_kind_t k);

@@ -74,7 +74,7 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
                      zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
   const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
   int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
-  if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* the files hold fp32 values: any to any */
+  if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */
     ZS_LOG_I("zs_checkpoint_load: optimizer states saved as %s%s%.0d, loaded into %s%s%.0d: converted", m->state_dtype,
              m->state_block ? " block " : "", m->state_block, sd, blk ? " block " : "", blk);
   int n = m->ntensors < zs->nparams ? m->ntensors : zs->nparams;

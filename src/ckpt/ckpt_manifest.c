@@ -161,6 +161,8 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: state_block is not an integer in %d..%d", fn, path,
                  ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX);
   m->state_block = sblk ? (int)sblk->valuedouble : 0;
+  if (!strcmp(m->state_dtype, "int8") && !sblk) /* its rank files' int8 blocks are sized by it */
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: state_dtype int8 without a state_block", fn, path);
 
   /* the optimizer state: known kinds, each once, the master always, m and v for
    * Adam, never v for SGD */
@@ -252,8 +254,10 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     if (!num_ok(bytes, (double)head, (double)CK_MAX_BYTES) || !num_ok(blocks, 0, UINT32_MAX))
       ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: rank file %d has no valid bytes or blocks", fn, path, i);
     int64_t nb = (int64_t)bytes->valuedouble, nk = (int64_t)blocks->valuedouble;
-    /* every block is a header and at least one value, and values are 4 bytes */
-    if (nk > (nb - head) / (bhead + 4) || (nb - head - nk * bhead) % 4 != 0)
+    /* every block is a header and at least one value; values are 4 bytes unless
+     * the states are coded (bf16: 2; int8: a 4-byte scale and a code at least) */
+    const int coded = strcmp(m->state_dtype, "fp32") != 0;
+    if (nk > (nb - head) / (bhead + (coded ? 2 : 4)) || (!coded && (nb - head - nk * bhead) % 4 != 0))
       ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: rank file %d cannot hold %lld blocks in %lld bytes", fn,
                    path, i, (long long)nk, (long long)nb);
     m->file_bytes[i] = nb;

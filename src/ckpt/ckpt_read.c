@@ -95,21 +95,48 @@ static zs_status_t check_file_head(const ck_file_head_t *fh, const manifest_t *m
  * bytes: its own CRC, then its numbers bounded without overflow. */
 static zs_status_t check_block_head(const ck_block_head_t *bh, const manifest_t *m, int64_t pos, int64_t size,
                                     uint32_t b, const char *path, char *err, const char *fn) {
-  if (bh->magic != CK_BLOCK_MAGIC || bh->head_crc != zs__ck_crc(bh, offsetof(ck_block_head_t, head_crc)) ||
-      bh->reserved != 0)
+  if (bh->magic != CK_BLOCK_MAGIC || bh->head_crc != zs__ck_crc(bh, offsetof(ck_block_head_t, head_crc)))
     return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u has a bad header (at byte %lld)", fn, path, b,
                    (long long)(pos - (int64_t)sizeof *bh));
   if (bh->tensor >= (uint32_t)m->ntensors || bh->kind >= K_COUNT || !m->has[bh->kind])
     return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u is of tensor %u, kind %u, which the manifest does not list",
                    fn, path, b, bh->tensor, bh->kind);
+  /* fp32 always; m and v also as the manifest's state dtype keeps them */
+  const uint32_t coded = !strcmp(m->state_dtype, "bf16") ? CK_ENC_BF16 : !strcmp(m->state_dtype, "int8") ? CK_ENC_Q8 : 0;
+  if (bh->enc != CK_ENC_F32 && (bh->enc != coded || bh->kind == K_MASTER))
+    return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u (%s of '%s') has encoding %u, which a checkpoint of %s "
+                   "optimizer states does not hold there", fn, path, b, bh->kind < K_COUNT ? zs__ck_kind_names[bh->kind] : "?",
+                   m->tname[bh->tensor], bh->enc, m->state_dtype);
   int64_t numel = m->tnumel[bh->tensor];
   if (bh->offset < 0 || bh->count <= 0 || bh->count > numel || bh->offset > numel - bh->count)
     return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u (%s of '%s') is out of range: %lld values at element %lld "
                    "of %lld", fn, path, b, zs__ck_kind_names[bh->kind], m->tname[bh->tensor], (long long)bh->count,
                    (long long)bh->offset, (long long)numel);
-  if (bh->count > (size - pos) / 4)
+  if (bh->enc == CK_ENC_Q8 && bh->offset % m->state_block)
+    return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u (%s of '%s') starts at element %lld, inside an int8 block of "
+                   "%d", fn, path, b, zs__ck_kind_names[bh->kind], m->tname[bh->tensor], (long long)bh->offset,
+                   m->state_block);
+  if (zs__ck_block_bytes(bh->enc, bh->count, m->state_block) > size - pos)
     return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u (%s of '%s') runs past the end of the file", fn, path, b,
                    zs__ck_kind_names[bh->kind], m->tname[bh->tensor]);
+  return ZS_OK;
+}
+
+/* The data of block b (count elements, nbytes in the file, encoding enc) into
+ * buf as fp32, CRC-checked; raw is scratch of nbytes for coded blocks. */
+static zs_status_t read_block(FILE *f, const ck_block_head_t *bh, int64_t nbytes, int blk, float *buf, void *raw,
+                              uint32_t b, const char *path, const manifest_t *m, char *err, const char *fn) {
+  void *into = bh->enc == CK_ENC_F32 ? (void *)buf : raw;
+  uint32_t c = zs__ck_crc(NULL, 0);
+  if (bh->enc != CK_ENC_F32) c = zs__ck_crc_more(c, &bh->enc, 4);
+  if (fread(into, 1, (size_t)nbytes, f) != (size_t)nbytes)
+    return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u is truncated", fn, path, b);
+  if (zs__ck_crc_more(c, into, (size_t)nbytes) != bh->data_crc)
+    return ZS_FAIL(err, ZS_ERR_CORRUPT,
+                   "%s: %s: block %u (%s of '%s', elements %lld..%lld) fails its CRC: the file is corrupt", fn, path,
+                   b, zs__ck_kind_names[bh->kind], m->tname[bh->tensor], (long long)bh->offset,
+                   (long long)(bh->offset + bh->count));
+  if (bh->enc != CK_ENC_F32) zs__ck_decode(bh->enc, (int)bh->kind, blk, raw, bh->count, buf);
   return ZS_OK;
 }
 
@@ -129,8 +156,9 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
   if (!f) return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
   const int64_t size = (int64_t)sb.st_size;
   zs_status_t st = ZS_OK;
-  float *data = NULL;
-  size_t cap = 0;
+  float *data = NULL; /* a block partly wanted, or wanted for its CRC only */
+  void *raw = NULL;   /* a coded block as read */
+  size_t cap = 0, rcap = 0;
   ck_file_head_t fh;
   if (fread(&fh, sizeof fh, 1, f) != 1) {
     st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s has no valid zeroshard rank-file header", fn, path);
@@ -153,14 +181,16 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
     if (!dst && !sink->verify_all) { /* not wanted, or indexed only */
       if (sink->index_only && (st = span_add(sp, (ck_span_t){lo, hi, pos, r, bh.data_crc}, err, fn)) != ZS_OK)
         goto done;
-      if (fseek(f, (long)(bh.count * 4), SEEK_CUR) != 0) {
+      const int64_t skip = zs__ck_block_bytes(bh.enc, bh.count, m->state_block);
+      if (fseek(f, (long)skip, SEEK_CUR) != 0) {
         st = ZS_FAIL(err, ZS_ERR_IO, "%s: seeking in %s failed: %s", fn, path, strerror(errno));
         goto done;
       }
-      pos += bh.count * 4;
+      pos += skip;
       continue;
     }
     float *into = dst && lo >= a && hi <= e ? dst + (lo - a) : NULL; /* wholly wanted: read it where it goes */
+    const int64_t nbytes = zs__ck_block_bytes(bh.enc, bh.count, m->state_block);
     if (!into && (size_t)bh.count > cap) {
       free(data);
       cap = (size_t)bh.count;
@@ -169,26 +199,26 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
         goto done;
       }
     }
+    if (bh.enc != CK_ENC_F32 && (size_t)nbytes > rcap) {
+      free(raw);
+      rcap = (size_t)nbytes;
+      if (!(raw = malloc(rcap))) {
+        st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory for a block of %lld bytes", fn, (long long)nbytes);
+        goto done;
+      }
+    }
     float *buf = into ? into : data;
-    if (fread(buf, 4, (size_t)bh.count, f) != (size_t)bh.count) {
-      st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: block %u is truncated", fn, path, b);
-      goto done;
-    }
-    if (zs__ck_crc(buf, (size_t)bh.count * 4) != bh.data_crc) {
-      st = ZS_FAIL(err, ZS_ERR_CORRUPT,
-                   "%s: %s: block %u (%s of '%s', elements %lld..%lld) fails its CRC: the file is corrupt", fn, path,
-                   b, zs__ck_kind_names[bh.kind], m->tname[bh.tensor], (long long)lo, (long long)hi);
-      goto done;
-    }
-    pos += bh.count * 4;
+    if ((st = read_block(f, &bh, nbytes, m->state_block, buf, raw, b, path, m, err, fn)) != ZS_OK) goto done;
+    pos += nbytes;
     int64_t x0 = dst && lo < a ? a : lo, x1 = dst && hi > e ? e : hi; /* verify_all: all of it */
     if (dst && !into) memcpy(dst + (x0 - a), data + (x0 - lo), (size_t)(x1 - x0) * 4);
-    if ((st = span_add(sp, (ck_span_t){x0, x1, pos - bh.count * 4, r, bh.data_crc}, err, fn)) != ZS_OK) goto done;
+    if ((st = span_add(sp, (ck_span_t){x0, x1, pos - nbytes, r, bh.data_crc}, err, fn)) != ZS_OK) goto done;
   }
   if (pos != size)
     st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s has %lld bytes after its last block", fn, path, (long long)(size - pos));
 done:
   free(data);
+  free(raw);
   fclose(f);
   return st;
 }

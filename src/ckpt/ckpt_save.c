@@ -50,21 +50,44 @@ static zs_status_t fsync_dir(const char *dir) {
 /* Rank r's file: its size and block count, which follow from the layout alone
  * (so rank 0 can name them in the manifest before any file is written). */
 static void rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64_t *blocks) {
-  int kinds = 0;
-  for (int k = 0; k < K_COUNT; k++) kinds += zs__ck_kind_present(zs, k);
+  const int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
   *bytes = (int64_t)sizeof(ck_file_head_t);
   *blocks = 0;
   for (int i = 0; i < zs->nparams; i++) {
     int64_t a, b;
     if (!saved_range(zs, r, &zs->params[i], &a, &b)) continue;
-    if (zs->units[zs->params[i].unit].frozen) { /* its values, as the master; no optimizer state */
+    const int frozen = zs->units[zs->params[i].unit].frozen; /* its values, as the master; no optimizer state */
+    for (int k = 0; k < K_COUNT; k++) {
+      if (!zs__ck_kind_present(zs, k) || (frozen && k != K_MASTER)) continue;
       *blocks += 1;
-      *bytes += (int64_t)sizeof(ck_block_head_t) + (b - a) * 4;
-      continue;
+      *bytes += (int64_t)sizeof(ck_block_head_t) + zs__ck_block_bytes(zs__ck_kind_enc(zs, k), b - a, blk);
     }
-    *blocks += kinds;
-    *bytes += kinds * ((int64_t)sizeof(ck_block_head_t) + (b - a) * 4);
   }
+}
+
+/* A block of kind k (m or v) of unit u, owned-range elements [lo, lo + n), as
+ * the optimizer keeps it (encoding enc: bf16 values, or int8 scales then
+ * codes), through the staging buffer (CK_CHUNK * 4 bytes) into f; *crc over
+ * the bytes written. */
+static zs_status_t write_coded(zs_engine_t *zs, const zs_unit_t *u, int k, uint32_t enc, int64_t lo, int64_t n,
+                               void *stage, FILE *f, uint32_t *crc) {
+  const int64_t blk = enc == CK_ENC_Q8 ? zs__optim_state_block(&zs->cfg.optim) : 1;
+  if (enc == CK_ENC_Q8) /* the scales: CK_CHUNK of them (CK_CHUNK blocks) at a time */
+    for (int64_t o = 0; o < n; o += (int64_t)CK_CHUNK * blk) {
+      int64_t c = n - o < (int64_t)CK_CHUNK * blk ? n - o : (int64_t)CK_CHUNK * blk;
+      ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + o, (size_t)c, NULL, stage));
+      size_t nb = (size_t)((c + blk - 1) / blk) * 4;
+      *crc = zs__ck_crc_more(*crc, stage, nb);
+      if (fwrite(stage, 1, nb, f) != nb) return ZS_ERR_IO;
+    }
+  const int64_t esz = enc == CK_ENC_BF16 ? 2 : 1, per = (int64_t)CK_CHUNK * 4 / esz; /* a multiple of blk */
+  for (int64_t o = 0; o < n; o += per) {
+    int64_t c = n - o < per ? n - o : per;
+    ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + o, (size_t)c, stage, NULL));
+    *crc = zs__ck_crc_more(*crc, stage, (size_t)(c * esz));
+    if (fwrite(stage, (size_t)esz, (size_t)c, f) != (size_t)c) return ZS_ERR_IO;
+  }
+  return ZS_OK;
 }
 
 static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc) {
@@ -77,7 +100,8 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   float *pinned = NULL;
   int frozen = 0; /* a frozen unit's values come from the device even with offload */
   for (int i = 0; i < zs->nunits; i++) frozen |= zs->units[i].frozen;
-  if (!zs->offload || frozen) {
+  const int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
+  if (!zs->offload || frozen || zs->cfg.optim.state_dtype != ZS_STATE_FP32) { /* coded states: staged as kept */
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   }
@@ -108,18 +132,26 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     for (int k = 0; k < K_COUNT; k++) {
       const float *base = zs__ck_state_base(u, k);
       if (!base && !(u->frozen && k == K_MASTER)) continue;
-      const int coded = k != K_MASTER && zs->cfg.optim.state_dtype != ZS_STATE_FP32; /* decoded to fp32 */
-      const float *src = base && !coded ? base + (p->flat_off + a - u->opt_off) : NULL;
+      const uint32_t enc = zs__ck_kind_enc(zs, k);
+      const float *src = base && enc == CK_ENC_F32 ? base + (p->flat_off + a - u->opt_off) : NULL;
       ck_block_head_t bh = {.magic = CK_BLOCK_MAGIC, .tensor = (uint32_t)i, .kind = (uint32_t)k,
-                            .offset = a, .count = b - a};
+                            .offset = a, .count = b - a, .enc = enc};
       long at = ftell(f);
       if (at < 0 || fwrite(&bh, sizeof bh, 1, f) != 1) goto io; /* rewritten with the CRCs below */
       uint32_t c = zs__ck_crc(NULL, 0);
-      for (int64_t o = 0; o < b - a; o += (int64_t)CK_CHUNK) {
+      if (enc != CK_ENC_F32) { /* the CRC covers the encoding word first (the header's CRC stops before it) */
+        c = zs__ck_crc_more(c, &bh.enc, 4);
+        st = write_coded(zs, u, k, enc, p->flat_off + a - u->opt_off, b - a, pinned, f, &c);
+        if (st == ZS_ERR_IO) goto io;
+        if (st != ZS_OK) {
+          st = ZS_FAIL(zs->err, st, "reading %s of '%s' failed: %s", zs__ck_kind_names[k], p->name, zs_last_error());
+          goto done;
+        }
+      }
+      for (int64_t o = 0; enc == CK_ENC_F32 && o < b - a; o += (int64_t)CK_CHUNK) {
         size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
         const float *view = pinned;
         if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + o, (int64_t)n, pinned);
-        else if (coded) st = zs__eng_state_get(zs, u, k, p->flat_off + a - u->opt_off + o, n, pinned);
         else st = state_view(zs, src + o, n, pinned, &view);
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", zs__ck_kind_names[k], p->name,
@@ -134,7 +166,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       long end = ftell(f);
       if (end < 0 || fseek(f, at, SEEK_SET) != 0 || fwrite(&bh, sizeof bh, 1, f) != 1 || fseek(f, end, SEEK_SET) != 0)
         goto io;
-      written += (int64_t)sizeof bh + (b - a) * 4;
+      written += (int64_t)sizeof bh + zs__ck_block_bytes(enc, b - a, blk);
       blocks++;
     }
   }
@@ -189,7 +221,7 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
   cJSON_AddNumberToObject(m, "hysteresis_left", zs->hysteresis_left);
   cJSON_AddStringToObject(m, "param_dtype", zs_dtype_name(zs->cfg.param_dtype));
   cJSON_AddStringToObject(m, "optimizer", zs__ck_optim_name(zs->cfg.optim.kind));
-  /* what the optimizer kept m and v in; the files hold their fp32 values */
+  /* what the optimizer kept m and v in, and the rank files hold them in */
   cJSON_AddStringToObject(m, "state_dtype", zs_state_dtype_name(zs->cfg.optim.state_dtype));
   if (zs->cfg.optim.state_dtype == ZS_STATE_INT8)
     cJSON_AddNumberToObject(m, "state_block", zs__optim_state_block(&zs->cfg.optim));

@@ -277,6 +277,10 @@ uint64_t zs__eng_state_bytes(const zs_config_t *c, uint64_t on);
  * block boundary; host buffers; synchronous (src/zero/state.c). */
 zs_status_t zs__eng_state_get(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, float *out);
 zs_status_t zs__eng_state_set(zs_engine_t *zs, zs_unit_t *u, int which, int64_t lo, size_t n, const float *in);
+/* The same range as stored: n elements in the state dtype into codes and, for
+ * int8, its ceil(n / block) scales into scales (either may be NULL). */
+zs_status_t zs__eng_state_raw(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, void *codes,
+                              float *scales);
 
 /* Writes `count` fp32 values of parameter p from element `poff` wherever this
  * rank stores them: parameter storage (param dtype, rounded) and the fp32 master

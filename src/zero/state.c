@@ -65,6 +65,21 @@ zs_status_t zs__eng_state_get(zs_engine_t *zs, const zs_unit_t *u, int which, in
   return st;
 }
 
+zs_status_t zs__eng_state_raw(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, void *codes,
+                              float *scales) {
+  float *sc;
+  const void *base = moment(u, which, &sc);
+  const zs_state_dtype_t sd = zs->cfg.optim.state_dtype;
+  if (!base) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "optimizer state %d of unit '%s' is not kept", which, u->name);
+  const size_t blk = sd == ZS_STATE_INT8 ? (size_t)zs__optim_state_block(&zs->cfg.optim) : 1;
+  if (lo % (int64_t)blk)
+    return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "state read at %lld: not on a block boundary", (long long)lo);
+  const size_t esz = zs__state_elem_bytes(sd);
+  zs_status_t st = codes ? get_bytes(zs, codes, (const char *)base + (size_t)lo * esz, n * esz) : ZS_OK;
+  if (st == ZS_OK && scales && sd == ZS_STATE_INT8) st = get_bytes(zs, scales, sc + (size_t)lo / blk, (n + blk - 1) / blk * 4);
+  return st;
+}
+
 zs_status_t zs__eng_state_set(zs_engine_t *zs, zs_unit_t *u, int which, int64_t lo, size_t n, const float *in) {
   float *scales;
   void *base = moment(u, which, &scales);
