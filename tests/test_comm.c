@@ -307,6 +307,47 @@ static void test_ring_shapes(void) {
   }
 }
 
+/* The ring all_gather: every block exactly where it belongs (bytes that name
+ * their rank and place), at counts from one element to several rounds of every
+ * lane, in place, out of place and mixed; the send buffer untouched; no scratch
+ * (ZS_MEM_COMM's peak unchanged). */
+static void test_ring_gather(void) {
+  static const size_t counts[] = {1, 3, 4099, 65537, 589829};
+  const int N = E.size;
+  for (int c = 0; c < 5; c++)
+    for (int mode = 0; mode < 3; mode++)
+      for (int dt = 0; dt < ZS_DTYPE_COUNT; dt += ZS_DTYPE_COUNT - 1) { /* the first and the last dtype */
+        int inpl = mode == 2 ? E.rank % 2 : mode;
+        size_t n = counts[c], es = zs_dtype_size((zs_dtype_t)dt), blk = n * es, total = blk * (size_t)N;
+        uint8_t *h = malloc(total), *g = malloc(total);
+        for (size_t j = 0; j < total; j++) h[j] = (uint8_t)(j * 131u + (j / blk) * 7u + 1u);
+        uint8_t *dr = tc_dalloc(total), *ds = inpl ? dr + (size_t)E.rank * blk : tc_dalloc(blk);
+        memset(g, 0xee, total);
+        tc_h2d(dr, g, total); /* the other blocks start as garbage */
+        tc_h2d(ds, h + (size_t)E.rank * blk, blk);
+        zs_memory_stats_t m0, m1;
+        expect_ok(zs_stream_synchronize(E.dev, NULL));
+        zs_device_memory_reset_peaks(E.dev);
+        zs_device_memory_stats(E.dev, &m0);
+        char what[128];
+        TC_WHAT(what, "ring all_gather %s count %zu%s", zs_dtype_name((zs_dtype_t)dt), n, inpl ? " in place" : "");
+        if (tc_ran(zs_comm_all_gather(E.comm, ds, dr, n, (zs_dtype_t)dt, NULL), what)) {
+          tc_d2h(g, dr, total);
+          for (int b = 0; b < N; b++)
+            if (memcmp(g + (size_t)b * blk, h + (size_t)b * blk, blk)) ZS_T_REPORT("%s: block %d is wrong", what, b);
+          if (!inpl) {
+            tc_d2h(g, ds, blk);
+            if (memcmp(g, h + (size_t)E.rank * blk, blk)) ZS_T_REPORT("%s: send buffer changed", what);
+          }
+          zs_device_memory_stats(E.dev, &m1);
+          expect_u64_eq(m1.peak[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], m0.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM]);
+        }
+        tc_dfree(dr, total);
+        if (!inpl) tc_dfree(ds, blk);
+        free(h), free(g);
+      }
+}
+
 /* ZS_MEM_COMM while a ring reduce_scatter runs: at most one block of scratch, none
  * out of place on 2 ranks, and all of it returned afterwards. */
 static void test_ring_scratch(void) {
@@ -539,7 +580,7 @@ int main(void) {
   zs_test_run(test_split_thread_fault);
   zs_test_run(test_ring_default);
 
-  /* every check again with every reduce_scatter and all_reduce on the ring */
+  /* every check again with every reduce_scatter, all_reduce and all_gather on the ring */
   setenv("ZS_MPI_RING_MIN_BYTES", "0", 1);
   setenv("ZS_MPI_POLL", "spin", 1);
   zs_status_t st = zs_comm_create_mpi_world(&ring, dev);
@@ -555,6 +596,7 @@ int main(void) {
   if (zs_t_tests_failed > failed)
     fprintf(stderr, "[rank %d] (the failures above are on the ring comm)\n", E.rank);
   zs_test_run(test_ring_shapes);
+  zs_test_run(test_ring_gather);
   zs_test_run(test_ring_scratch);
   zs_test_run(test_ring_tags);
   zs_test_run(test_ring_abort);

@@ -55,10 +55,12 @@
  *     crosses each node boundary once each way, so every node link carries one
  *     rank's share each way, at any node count; a replica ring (ranks Ns apart)
  *     crosses on every edge when Ns is a node.
- *   all_gather: Open MPI's own (libnbc's default, linear): every rank sends its
- *     block to every other rank, so a node holding c of the n ranks sends
- *     c(n-c) blocks and receives as many. 2 nodes x 2 ranks: 4 blocks of psi/4
- *     each way per gather, where a ring would send 3.
+ *   all_gather of >= 256 KiB over a comm that spans nodes: the same ring
+ *     (n-1 blocks each way over every node link it crosses). Inside one node,
+ *     and below the threshold: Open MPI's own (libnbc's default, linear): every
+ *     rank sends its block to every other rank, so a node holding c of the n
+ *     ranks sends c(n-c) blocks and receives as many (2 nodes x 2 ranks: 4
+ *     blocks of psi/4 each way per gather, where the ring sends 3).
  *   all_reduce below the threshold (in place: libnbc's binomial tree from rank
  *     0, the whole buffer up each tree edge and back down), reduce_scatter below
  *     it (libnbc: binomial reduce to rank 0, then rank 0 sends each rank its block).
@@ -87,10 +89,11 @@
  * The choice: the fastest option that fits; options within 1% of each other
  * count as equally fast, and among them one without offload, then the one with
  * the smallest device peak, wins. Hybrid sharding with the node as the group
- * moves fewer bytes over every node link than flat sharding (the linear
- * all-gather alone puts K(N-K)/N of the buffer on each node link), so a flat
- * layout wins where the node's own links are the bottleneck (K >= 3 ranks per
- * node and a fast network: flat puts fewer bytes on them) or hybrid does not fit.
+ * moves fewer bytes over every node link than flat sharding (a flat ring
+ * all-gather puts (N-1)/N of the buffer on each node link, hybrid's replica
+ * all-reduce only the shard's) and, inside the node, no more than the flat
+ * ring puts on each rank's link, so a flat layout wins where hybrid's
+ * replicated shards do not fit.
  *
  * Tensor parallelism (--tp N [--sequence-parallel] [--batch B], --model gpt): the
  * GPT split Megatron-style over tp groups of N neighbouring ranks inside a node

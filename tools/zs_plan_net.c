@@ -97,7 +97,8 @@ static void lay_all_gather(pl_sched_t *s, pl_group_t g, int gi, int m, double bl
 }
 
 /* zeroshard's ring (src/comm/mpi_ring.c): member i sends to i+1; per rank
- * (m-1)/m of the buffer for reduce_scatter, twice that for all_reduce. */
+ * (m-1)/m of the buffer for reduce_scatter and all_gather, twice that for
+ * all_reduce. */
 static void lay_ring(pl_sched_t *s, pl_group_t g, int gi, int m, double per_rank) {
   for (int i = 0; i < m; i++) edge(s, member(&s->net, g, gi, i), member(&s->net, g, gi, (i + 1) % m), per_rank);
 }
@@ -136,19 +137,25 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
   s->comm_bytes += sent * times;
   if (g == PL_REPLICA) s->replica_bytes += sent * times;
 
-  int ring = kind != PL_ALL_GATHER && B >= n->ring_min, rounds;
+  int ring = 0, rounds;
   clear_one(s);
   for (int gi = 0; gi < groups; gi++) {
-    if (kind == PL_ALL_GATHER) lay_all_gather(s, g, gi, m, (double)B / m);
-    else if (ring) lay_ring(s, g, gi, m, (double)sent);
+    /* all_gather takes the ring only where its group spans nodes (or always, at
+     * a threshold of 0): each group's comm decides for itself */
+    int spans = 0;
+    for (int i = 1; i < m; i++) spans |= member(n, g, gi, i) / n->per_node != member(n, g, gi, 0) / n->per_node;
+    int ring_g = B >= n->ring_min && (kind != PL_ALL_GATHER || spans || n->ring_min == 0);
+    ring |= ring_g;
+    if (ring_g) lay_ring(s, g, gi, m, (double)sent);
+    else if (kind == PL_ALL_GATHER) lay_all_gather(s, g, gi, m, (double)B / m);
     else if (kind == PL_ALL_REDUCE) lay_tree(s, g, gi, m, (double)B, 1, 1); /* in place: binomial */
     else { /* libnbc's reduce_scatter_block: binomial reduce to member 0, then a linear scatter */
       lay_tree(s, g, gi, m, (double)B, 1, 0);
       for (int j = 1; j < m; j++) edge(s, member(n, g, gi, 0), member(n, g, gi, j), (double)B / m);
     }
   }
-  if (kind == PL_ALL_GATHER) rounds = 1;
-  else if (ring) rounds = (kind == PL_ALL_REDUCE ? 2 : 1) * (m - 1);
+  if (ring) rounds = (kind == PL_ALL_REDUCE ? 2 : 1) * (m - 1);
+  else if (kind == PL_ALL_GATHER) rounds = 1;
   else if (kind == PL_ALL_REDUCE) rounds = 2 * ceil_log2(m);
   else rounds = ceil_log2(m) + 1;
 

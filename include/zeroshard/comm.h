@@ -49,7 +49,12 @@
  * (reduce_scatter: size*recvcount elements; all_reduce: count) holds at least
  * ZS_MPI_RING_MIN_BYTES bytes run as a ring over point-to-point messages between
  * neighbours, on the comm's own MPI communicator and tags that zs_comm_send/recv
- * never use; smaller ones, and every other collective, use MPI's own. The ring
+ * never use; so does all_gather (size*count elements) where the comm's ranks sit
+ * on more than one node (known for comms made by zs_comm_create_mpi_world and
+ * their splits), or always with a threshold of 0: it moves (N-1)/N of the
+ * gathered buffer over a node's link, where MPI's linear all-gather moves
+ * K(N-K)/N for K ranks on the node. Smaller ones, all_gather inside one node, and
+ * every other collective use MPI's own. The ring
  * needs at most one block of scratch (counted as ZS_MEM_COMM while it runs) and
  * folds the blocks in a different order than MPI, so fp32 sums may differ in the
  * last bits. ZS_MPI_RING_MIN_BYTES is a byte count with an optional K, M or G

@@ -150,18 +150,21 @@ static void ctx_free_mpi_objects(mpi_ctx_t *ctx) {
   }
 }
 
-/* Takes ownership of mc (a communicator we made). The comm joins family fam
- * (with this id) once made; on failure the caller still owns fam. */
+/* Takes ownership of mc (a communicator we made) and of node ([size]: 1 where
+ * a rank shares this rank's node; NULL: unknown, taken as one node). The comm joins family fam (with this id) once made; on
+ * failure the caller still owns fam. */
 static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_bytes, int staged,
-                              const int spin[3], zs__family_t *fam, uint64_t id, zs_comm_t **out) {
+                              const int spin[3], zs__family_t *fam, uint64_t id, int *node, zs_comm_t **out) {
   mpi_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     MPI_Comm_free(&mc);
+    free(node);
     return ZS_FAIL(NULL, ZS_ERR_NOMEM, "mpi comm: out of host memory");
   }
   zs_status_t st = ZS_OK;
   int rc;
   ctx->mc = mc;
+  ctx->node = node;
   ctx->dev = dev;
   ctx->ring_min_bytes = ring_min_bytes;
   ctx->staged = staged;
@@ -176,6 +179,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   }
   MPI_Comm_rank(mc, &ctx->rank);
   MPI_Comm_size(mc, &ctx->size);
+  for (int i = 0; node && i < ctx->size; i++) ctx->spans_nodes |= !node[i];
   MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
   for (int h = 0; h < 2; h++) {
     if ((rc = MPI_Type_contiguous(2, MPI_BYTE, &ctx->half_type[h])) != MPI_SUCCESS ||
@@ -218,6 +222,7 @@ fail:
   MPI_Comm_free(&ctx->mc);
   zs__event_pool_destroy(&ctx->ready_pool);
   pthread_mutex_destroy(&ctx->stage_mu);
+  free(ctx->node);
   free(ctx);
   return st;
 }
@@ -257,6 +262,7 @@ static void mpi_destroy(void *vctx) {
              ctx->rank, outstanding);
   else
     MPI_Comm_free(&ctx->mc);
+  free(ctx->node);
   free(ctx);
 
   pthread_mutex_lock(&g_mu);
@@ -294,6 +300,16 @@ static zs_status_t queue_split(mpi_ctx_t *ctx, int color, int key, MPI_Comm *new
   return st;
 }
 
+/* Which of newcomm's ranks share this rank's node, from the parent's (local:
+ * group translation); NULL when unknown. */
+static int *child_nodes(const mpi_ctx_t *parent, MPI_Comm newcomm) {
+  int n = 0;
+  if (!parent->node || MPI_Comm_size(newcomm, &n) != MPI_SUCCESS || n < 1) return NULL;
+  int *node = zs__mpi_ranks_in(newcomm, n, parent->mc); /* parent ranks, then their flags in place */
+  for (int i = 0; node && i < n; i++) node[i] = node[i] >= 0 && node[i] < parent->size && parent->node[node[i]];
+  return node;
+}
+
 static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   mpi_ctx_t *ctx = vctx;
   MPI_Comm newcomm;
@@ -301,7 +317,8 @@ static zs_status_t mpi_split(void *vctx, int color, int key, zs_comm_t **out) {
   uint64_t id = zs__family_child_id(&ctx->fm, color); /* counted on every rank, whatever its color */
   if (newcomm == MPI_COMM_NULL) return ZS_OK; /* negative color: this rank joins none */
   int spin[3] = {ctx->spin_coll, ctx->spin_p2p, ctx->spin_idle}; /* the parent's settings */
-  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, spin, ctx->fm.fam, id, out);
+  return ctx_create(newcomm, ctx->dev, ctx->ring_min_bytes, ctx->staged, spin, ctx->fm.fam, id,
+                    child_nodes(ctx, newcomm), out);
 }
 
 /* zs_comm_i.node_leader: the shared-memory split of a private copy of our
@@ -469,12 +486,20 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   int same = MPI_UNEQUAL;
   MPI_Comm_compare(mpi_comm, MPI_COMM_WORLD, &same);
   MPI_Comm node = MPI_COMM_NULL;
+  int *nodes = NULL; /* [size of mc]: 1 where the rank shares this rank's node */
   if ((same == MPI_IDENT || same == MPI_CONGRUENT) &&
       MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    int lr = 0, ls = 1;
+    int lr = 0, ls = 1, ms = 0;
     MPI_Comm_rank(node, &lr);
     MPI_Comm_size(node, &ls);
+    MPI_Comm_size(mc, &ms);
     zs__set_node_ranks(lr, ls);
+    nodes = calloc((size_t)ms, sizeof *nodes);
+    int *in = nodes ? zs__mpi_ranks_in(node, ls, mc) : NULL; /* this node's ranks in mc */
+    int ok = in != NULL;
+    for (int i = 0; ok && i < ls; i++) ok = in[i] >= 0 && in[i] < ms && (nodes[in[i]] = 1);
+    if (!ok) free(nodes), nodes = NULL; /* unknown: as if one node */
+    free(in);
     MPI_Comm_free(&node);
   }
   const char *sv = getenv("ZS_MPI_STAGING");
@@ -483,10 +508,11 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
   poll_modes(fn, spin);
   zs__family_t *fam = NULL;
   if ((st = zs__family_create(mc, fn, &fam)) != ZS_OK) {
+    free(nodes);
     if (st != ZS_ERR_TIMEOUT) MPI_Comm_free(&mc); /* a timeout leaves the duplication outstanding on mc */
     return st;
   }
-  if ((st = ctx_create(mc, dev, ring_min, staged, spin, fam, ZS__FAMILY_ROOT_ID, out)) != ZS_OK) {
+  if ((st = ctx_create(mc, dev, ring_min, staged, spin, fam, ZS__FAMILY_ROOT_ID, nodes, out)) != ZS_OK) {
     zs__family_drop(fam);
     return st;
   }

@@ -190,12 +190,11 @@ void zs__family_drop(zs__family_t *fam) {
   if (fam && !fam->members) family_free(fam);
 }
 
-int *zs__family_ranks(zs__family_t *fam, MPI_Comm mc, int size) {
-  if (!fam) return NULL;
-  int *in = malloc(2 * sizeof(int) * (size_t)size);
+int *zs__mpi_ranks_in(MPI_Comm mc, int size, MPI_Comm other) {
+  int *in = malloc(2 * sizeof(int) * (size_t)(size > 0 ? size : 1));
   MPI_Group g = MPI_GROUP_NULL, gf = MPI_GROUP_NULL;
   int rc = in ? MPI_Comm_group(mc, &g) : MPI_ERR_NO_MEM;
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(fam->mc, &gf);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(other, &gf);
   if (rc == MPI_SUCCESS) {
     for (int i = 0; i < size; i++) in[i] = i;
     rc = MPI_Group_translate_ranks(g, size, in, gf, in + size);
@@ -208,6 +207,10 @@ int *zs__family_ranks(zs__family_t *fam, MPI_Comm mc, int size) {
   }
   memmove(in, in + size, sizeof(int) * (size_t)size);
   return in;
+}
+
+int *zs__family_ranks(zs__family_t *fam, MPI_Comm mc, int size) {
+  return fam ? zs__mpi_ranks_in(mc, size, fam->mc) : NULL;
 }
 
 void zs__family_join(zs__family_t *fam, zs__fam_member_t *m, uint64_t id, int *fam_rank) {

@@ -67,6 +67,9 @@ void zs__family_drop(zs__family_t *fam);
  * all belong to the family), for zs__family_join; NULL when out of memory or
  * MPI fails (the member then names senders by world rank only). */
 int *zs__family_ranks(zs__family_t *fam, MPI_Comm mc, int size);
+/* [size]: each rank of mc (of size ranks) as a rank of other (MPI_UNDEFINED
+ * where not in it): a new array, or NULL (no memory, an MPI error). Local. */
+int *zs__mpi_ranks_in(MPI_Comm mc, int size, MPI_Comm other);
 /* Adds m (the caller filled ctx, on_notice, rank, size) to fam with this id,
  * taking ownership of fam_rank (may be NULL). fam NULL: m stays alone. */
 void zs__family_join(zs__family_t *fam, zs__fam_member_t *m, uint64_t id, int *fam_rank);

@@ -65,6 +65,8 @@ struct mpi_ctx {
   MPI_Comm mc;     /* our duplicate */
   int rank, size;
   uint64_t ring_min_bytes; /* ZS_MPI_RING_MIN_BYTES: ring collectives from this size up */
+  int *node;       /* [size]: 1 where the rank shares this rank's node; NULL: unknown */
+  int spans_nodes; /* some rank is on another node (0 when unknown): all_gather takes the ring */
   /* ZS_MPI_POLL: whether the progress thread polls back to back at the start of
    * a collective and of a point-to-point op (see poller_t and mpi.c) */
   int spin_coll, spin_p2p;
