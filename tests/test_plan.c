@@ -272,11 +272,45 @@ static void test_hybrid_or_flat(void) {
   cJSON_Delete(d);
 }
 
+/* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
+ * NVLink node with 8 x 400G NICs) unless a flag is given. 2 nodes x 8: flat
+ * stage 3's two gathers and reduce-scatter put 15psi/16 each on a node link,
+ * the norm's ring all-reduce of 4 bytes 7 bytes a rank (mpi: its binomial tree,
+ * 4 bytes); NVLink carries the other 14 edges of the ring. */
+static void test_nccl(void) {
+  int code;
+  cJSON *n = plan_json(UNITS4 " --world 16 --ranks-per-node 8 --backend nccl", &code);
+  cJSON *m = plan_json(UNITS4 " --world 16 --ranks-per-node 8", &code);
+  cJSON *g = plan_json(UNITS4 " --world 16 --ranks-per-node 8 --backend nccl --inter-gbps 100 --frame-overhead 1.01", &code);
+  assert_true(n && m && g);
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(n, "backend");
+  expect_true(cJSON_IsString(b) && !strcmp(b->valuestring, "nccl"));
+  b = cJSON_GetObjectItemCaseSensitive(m, "backend");
+  expect_true(cJSON_IsString(b) && !strcmp(b->valuestring, "mpi"));
+  expect_int_eq(num(n, "inter_gbps"), 3200);
+  expect_int_eq(num(n, "intra_gbps"), 3600);
+  expect_true(num(n, "frame_overhead") == 1.0);
+  expect_int_eq(num(g, "inter_gbps"), 100);
+  expect_true(num(g, "frame_overhead") == 1.01);
+  const int64_t psi = 4 * 4194304; /* the 4 units' fp32 bytes, 64 x 16 aligned already */
+  const cJSON *nf3 = option(n, 3, 16, 0), *mf3 = option(m, 3, 16, 0), *ns0 = option(n, 0, 16, 0);
+  assert_true(nf3 && mf3 && ns0);
+  expect_int_eq(num(nf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 7);
+  expect_int_eq(num(mf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 4);
+  expect_int_eq(num(ns0, "inter_link_bytes_per_step"), 2 * psi * 15 / 16);
+  /* one all-reduce per unit (4), each the ring's 2 x 15 rounds at 10 us, after one another, and
+   * the bytes over a node link at 3200 Gbit/s: 4 x 2 x 15 x 10 us + 2psi x 15/16 / 400 GB/s */
+  double want = 4 * 2 * 15 * 10e-6 + 2.0 * psi * 15 / 16 / 400e9;
+  expect_true(fabs(num(ns0, "comm_s_per_step") - want) < 0.02 * want);
+  cJSON_Delete(n), cJSON_Delete(m), cJSON_Delete(g);
+}
+
 static void test_bad_flags(void) {
   int code;
   char cmd[512];
   const char *bad[] = {"--world 4", UNITS4, UNITS4 " --world 6 --ranks-per-node 4", UNITS4 " --world 4 --shard-group 3",
-                       UNITS4 " --world 4 --dtype fp64", UNITS4 " --world 4 --bogus 1", "--units 10,-3 --world 2"};
+                       UNITS4 " --world 4 --dtype fp64", UNITS4 " --world 4 --bogus 1", "--units 10,-3 --world 2",
+                       UNITS4 " --world 4 --backend gloo"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(cmd, sizeof cmd, "%s %s", plan, bad[i]);
     free(run(cmd, &code));
@@ -466,6 +500,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_fits_only_at_stage3);
   zs_test_run(test_hybrid_or_flat);
   zs_test_run(test_bad_flags);
+  zs_test_run(test_nccl);
   zs_test_run(test_gpt);
   return zs_test_finish();
 }

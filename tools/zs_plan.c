@@ -64,6 +64,16 @@
  *   all_reduce below the threshold (in place: libnbc's binomial tree from rank
  *     0, the whole buffer up each tree edge and back down), reduce_scatter below
  *     it (libnbc: binomial reduce to rank 0, then rank 0 sends each rank its block).
+ * --backend nccl (the engine's nccl comm on GPUs): every collective is NCCL's
+ * ring at every size (n-1 rounds per pass), in rank order, which with ranks
+ * placed by slot is the node-contiguous ring NCCL builds: a flat ring crosses
+ * each node boundary once each way, NVLink carries the rest (each rank's intra
+ * link). NCCL may pick its tree for all_reduce across nodes where latency
+ * decides; its bandwidth term is about the ring's, and it is not modelled.
+ * Defaults: an H100/H200-class node (8 GPUs, 3600 Gbit/s NVLink each way per
+ * GPU, 8 x 400 Gbit/s RDMA NICs: 3200 Gbit/s per node), frames 1, 10 us per
+ * round across nodes and 2 us inside; every flag given wins. Not checked
+ * against a run (no GPU cluster here).
  * Checked on scripts/cluster-sim's 2 hosts x 2 ranks (docs/planning.md): the
  * host links carried these bytes (as Ethernet frames, x 1514/1448) at stage 0,
  * flat stage 3 and hybrid stage 3.
@@ -270,8 +280,8 @@ static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int be
             o->tp, o->sp ? " with sequence parallelism" : "", o->world, o->per_node, (long long)o->m.numel,
             (long long)(o->tp_replicated + o->tp_split), (long long)o->tp_replicated, (long long)o->tp_split, o->tp,
             (long long)o->tp_bytes, o->batch, (long long)o->tp_act_bytes);
-  fprintf(f, "# links: inter %g Gbit/s (x%.4f frames, %g us/round), intra %g Gbit/s (%g us/round); device %.2f GiB%s\n",
-          o->net.inter_Bps * o->tp * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
+  fprintf(f, "# links (%s): inter %g Gbit/s (x%.4f frames, %g us/round), intra %g Gbit/s (%g us/round); device %.2f GiB%s\n",
+          o->net.nccl ? "nccl rings" : "mpi comm", o->net.inter_Bps * o->tp * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
           o->net.alpha_intra * 1e6, o->device_mem / GIB, o->device_mem > 0 ? "" : " (no limit)");
   fprintf(f, "# bytes per rank; comm/step = bytes a rank sends; inter = the busiest node link, one way\n");
   fprintf(f, "  stage layout     offload  model_state   host_state  device_peak    comm/step   inter/step    comm_s%s  fits\n",
@@ -325,6 +335,7 @@ static void print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int bes
           dtype_name(o->reduce_dtype), o->accum);
   fprintf(f, "\"device_mem_bytes\": %.0f, \"host_mem_bytes\": %.0f, \"reserve_bytes\": %.0f, ", o->device_mem,
           o->host_mem, o->reserve);
+  fprintf(f, "\"backend\": \"%s\", ", o->net.nccl ? "nccl" : "mpi");
   fprintf(f, "\"inter_gbps\": %.6g, \"intra_gbps\": %.6g, \"latency_us\": %.6g, \"intra_latency_us\": %.6g, "
              "\"frame_overhead\": %.6g, \"ring_min_bytes\": %llu, ",
           o->net.inter_Bps * o->tp * 8 / 1e9, o->net.intra_Bps * 8 / 1e9, o->net.alpha_inter * 1e6, o->net.alpha_intra * 1e6,

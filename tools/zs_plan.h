@@ -30,6 +30,7 @@ typedef struct {
   double alpha_inter;  /* seconds per message round that crosses nodes */
   double alpha_intra;  /* seconds per round inside a node */
   uint64_t ring_min;   /* reduce_scatter/all_reduce of at least this many bytes take the ring */
+  int nccl;            /* --backend nccl: every collective NCCL's ring (ring_min unused) */
 } pl_net_t;
 
 /* One step's traffic and time. Bytes are payload (no frame overhead). */

@@ -166,6 +166,9 @@ static void usage(FILE *f) {
           "  inside its node)  --latency-us A (50: per message round across nodes)\n"
           "  --intra-latency-us A (10)  --frame-overhead F (1514/1448: TCP over Ethernet, MTU 1500;\n"
           "  1 for RDMA)\n"
+          "  --backend mpi|nccl (mpi: zeroshard's mpi comm over TCP, the defaults above; nccl: NCCL's\n"
+          "  rings, and defaults of 3200 Gbit/s per node (8 x 400G RDMA NICs), 3600 Gbit/s NVLink per\n"
+          "  rank, frames 1, 10 us and 2 us per round; flags given win)\n"
           "engine:\n"
           "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
@@ -234,7 +237,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
   o.net.inter_Bps = 10e9 / 8, o.net.intra_Bps = 100e9 / 8, o.net.frame = 1514.0 / 1448.0;
   o.net.alpha_inter = 50e-6, o.net.alpha_intra = 10e-6, o.net.ring_min = ring_min_env();
   const char *units = NULL;
-  int gpt = 0, reduce_set = 0;
+  int gpt = 0, reduce_set = 0, nccl = 0;
+  unsigned given = 0; /* which of the link flags were given: 1 inter, 2 intra, 4 latency, 8 intra latency, 16 frame */
   for (int i = 1; i < argc; i++) {
     char name[64];
     const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
@@ -272,11 +276,16 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--device-mem")) o.device_mem = num(a, v, 0, 1e9) * GIB;
     else if (!strcmp(a, "--host-mem")) o.host_mem = num(a, v, 0, 1e9) * GIB;
     else if (!strcmp(a, "--reserve-gib")) o.reserve = num(a, v, 0, 1e9) * GIB;
-    else if (!strcmp(a, "--inter-gbps")) o.net.inter_Bps = num(a, v, 1e-6, 1e9) * 1e9 / 8;
-    else if (!strcmp(a, "--intra-gbps")) o.net.intra_Bps = num(a, v, 1e-6, 1e9) * 1e9 / 8;
-    else if (!strcmp(a, "--latency-us")) o.net.alpha_inter = num(a, v, 0, 1e9) * 1e-6;
-    else if (!strcmp(a, "--intra-latency-us")) o.net.alpha_intra = num(a, v, 0, 1e9) * 1e-6;
-    else if (!strcmp(a, "--frame-overhead")) o.net.frame = num(a, v, 1, 100);
+    else if (!strcmp(a, "--inter-gbps")) o.net.inter_Bps = num(a, v, 1e-6, 1e9) * 1e9 / 8, given |= 1;
+    else if (!strcmp(a, "--intra-gbps")) o.net.intra_Bps = num(a, v, 1e-6, 1e9) * 1e9 / 8, given |= 2;
+    else if (!strcmp(a, "--latency-us")) o.net.alpha_inter = num(a, v, 0, 1e9) * 1e-6, given |= 4;
+    else if (!strcmp(a, "--intra-latency-us")) o.net.alpha_intra = num(a, v, 0, 1e9) * 1e-6, given |= 8;
+    else if (!strcmp(a, "--frame-overhead")) o.net.frame = num(a, v, 1, 100), given |= 16;
+    else if (!strcmp(a, "--backend")) {
+      if (!strcmp(v, "nccl")) nccl = 1;
+      else if (!strcmp(v, "mpi")) nccl = 0;
+      else pl_die(2, "--backend: mpi or nccl");
+    }
     else if (!strcmp(a, "--compute-s")) o.compute_s = num(a, v, 0, 1e9);
     else if (!strcmp(a, "--grad-accum")) o.accum = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--prefetch")) o.prefetch = inum(a, v, 0, 1 << 20);
@@ -304,6 +313,14 @@ pl_opts_t pl_parse(int argc, char **argv) {
     }
   }
   if (!reduce_set) o.reduce_dtype = o.dtype;
+  if (nccl) { /* an NVLink node of 8 GPUs, each with its own 400G RDMA NIC; what was given stays */
+    o.net.nccl = 1;
+    if (!(given & 1)) o.net.inter_Bps = 3200e9 / 8;
+    if (!(given & 2)) o.net.intra_Bps = 3600e9 / 8;
+    if (!(given & 4)) o.net.alpha_inter = 10e-6;
+    if (!(given & 8)) o.net.alpha_intra = 2e-6;
+    if (!(given & 16)) o.net.frame = 1.0;
+  }
   if (gpt == !!units) usage(stderr), pl_die(2, "give --model gpt or --units N1,N2,... (one of them)");
   if (o.world < 1) usage(stderr), pl_die(2, "give --world N (the ranks)");
   if (o.world % o.per_node)

@@ -144,7 +144,7 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
      * a threshold of 0): each group's comm decides for itself */
     int spans = 0;
     for (int i = 1; i < m; i++) spans |= member(n, g, gi, i) / n->per_node != member(n, g, gi, 0) / n->per_node;
-    int ring_g = B >= n->ring_min && (kind != PL_ALL_GATHER || spans || n->ring_min == 0);
+    int ring_g = n->nccl || (B >= n->ring_min && (kind != PL_ALL_GATHER || spans || n->ring_min == 0));
     ring |= ring_g;
     if (ring_g) lay_ring(s, g, gi, m, (double)sent);
     else if (kind == PL_ALL_GATHER) lay_all_gather(s, g, gi, m, (double)B / m);
