@@ -18,6 +18,13 @@ if(TARGET zs_zero AND TARGET zs_comm)
                   LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
   # compact optimizer states (bf16, int8): layouts, offload, memory, checkpoints
   zs_add_test(NAME test_engine_state SOURCES test_engine_state.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
+  # hybrid's replica all-reduce off the reduce stream: a late replica holds it
+  # while the shard group's reduce-scatters all finish (from the trace); stages
+  # 2, 2 with offload, 3; replicas equal after the step
+  if(ZS_HAVE_MPI)
+    zs_add_test(NAME test_engine_overlap SOURCES test_engine_overlap.c LIBS zeroshard_static RANKS 4 TIMEOUT 120
+                ARGS ${CMAKE_CURRENT_BINARY_DIR}/engine_overlap_out)
+  endif()
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

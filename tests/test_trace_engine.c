@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 
 #include "engine_world.h"
+#include "trace_json.h"
 #include "tiny_model.h"
 #include "zeroshard/trace.h"
 
@@ -104,24 +105,6 @@ static void run_engine(run_t *r, int trace_steps) {
 }
 
 /* ---- reading the file back ----------------------------------------------------- */
-
-static cJSON *read_json(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-  fclose(f);
-  cJSON *j = NULL;
-  if (buf && got == (size_t)n) {
-    buf[n] = '\0';
-    j = cJSON_Parse(buf);
-  }
-  free(buf);
-  return j;
-}
 
 typedef struct {
   const char *name, *cat;

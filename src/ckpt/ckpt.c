@@ -197,9 +197,9 @@ zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn)
 }
 
 zs_status_t zs__ck_drain(zs_engine_t *zs) {
-  zs_stream_t *s[] = {zs->rs_stream, zs->ag_stream, zs->copy_stream, zs->compute};
+  zs_stream_t *s[] = {zs->rs_stream, zs->rep_stream, zs->ag_stream, zs->copy_stream, zs->compute};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
-    if (!s[i] && s[i] != zs->compute) continue; /* no copy stream without offload */
+    if (!s[i] && s[i] != zs->compute) continue; /* no copy stream without offload, no replica stream flat */
     zs_status_t st = zs_stream_synchronize(zs->dev, s[i]);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "waiting for the engine's streams failed: %s", zs_last_error());
   }

@@ -59,6 +59,10 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_step), st, fail);
   ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_order), st, fail);
   ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_reduced_all), st, fail);
+  if (zs->nshard < zs->world) {
+    ZS_CHECK_GOTO(zs_stream_create(dev, &zs->rep_stream), st, fail);
+    ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_rep_all), st, fail);
+  }
   if (zs->offload) {
     ZS_CHECK_GOTO(zs_stream_create(dev, &zs->copy_stream), st, fail);
     ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_copy_done), st, fail);
@@ -160,6 +164,8 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
   if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
+  if (zs->ev_rep_all) zs_event_destroy(zs->dev, zs->ev_rep_all);
+  if (zs->rep_stream) zs_stream_destroy(zs->dev, zs->rep_stream);
   if (!zs->groups_borrowed) {
     if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
     zs_comm_destroy(zs->rep_comm);

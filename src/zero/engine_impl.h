@@ -133,6 +133,12 @@ struct zs_engine {
    * ranks declare the same structure (names, units, ranks of shapes, flags) */
   zs_comm_t *tp_comm;
   zs_stream_t *compute, *ag_stream, *rs_stream;
+  /* hybrid stages 2-3 with mpi comms: the replica all-reduce of each unit's
+   * shard runs here, so the next unit's reduce-scatter inside the group does
+   * not queue behind the slow link (the comms have their own progress
+   * threads); ev_rep_all orders rs_stream after it at the step (NULL: flat) */
+  zs_stream_t *rep_stream;
+  zs_event_t *ev_rep_all;
   zs_event_t *ev_step;
   /* order.c: the last collective issued on a communicator, and where */
   zs_event_t *ev_order;

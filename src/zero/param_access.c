@@ -41,6 +41,7 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   if (st == ZS_OK && !out) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
   if (st == ZS_OK) st = zs__eng_dpu_join(zs); /* the master is current once a delayed update is done */
   if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->rs_stream);
+  if (st == ZS_OK && zs->rep_stream) st = zs_stream_synchronize(zs->dev, zs->rep_stream);
   if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->ag_stream);
   if (zs->cfg.stage == 0) { /* local */
     ZS_CHECK(st);

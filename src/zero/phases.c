@@ -273,6 +273,26 @@ static zs_status_t release(zs_engine_t *zs, int unit) {
  * reduction
  * ========================================================================== */
 
+/* Hybrid: the reduced shard `buf` summed across replicas. On mpi comms it
+ * runs on the replica stream after the reduce-scatter (u->ev_reduced hands it
+ * over), so the next unit's reduce-scatter inside the group goes on while this
+ * one crosses the link; the replica comm's own progress thread runs it.
+ * *done_on: the stream on which the sum lands. A NCCL replica comm stays on
+ * the reduce stream (order.c: one communicator's kernels at a time). */
+static zs_status_t rep_all_reduce(zs_engine_t *zs, zs_unit_t *u, void *buf, size_t S, zs_dtype_t dt,
+                                  zs_stream_t **done_on) {
+  zs_stream_t *s = zs->rs_stream;
+  if (zs->rep_stream && strcmp(zs_comm_backend(zs->rep_comm), "mpi") == 0) {
+    ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, s), "recording the reduction event");
+    s = zs->rep_stream;
+    ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, s, u->ev_reduced), "ordering the replica all-reduce");
+  }
+  ZS_ENG_COLL(zs, zs->rep_comm, s, zs_comm_all_reduce(zs->rep_comm, buf, buf, S, dt, ZS_SUM, s),
+              "gradient all-reduce across replicas");
+  *done_on = s;
+  return ZS_OK;
+}
+
 static zs_status_t reduce(zs_engine_t *zs, int unit) {
   ZS_CHECK(check_unit(zs, unit, "zs_reduce"));
   zs_unit_t *u = &zs->units[unit];
@@ -323,11 +343,15 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
         red = u->gshard;
       }
       /* hybrid: the round's shard summed across replicas before it leaves (the
-       * host adds rounds up, so each round's shard crosses the groups) */
-      if (zs->rep_comm)
+       * host adds rounds up, so each round's shard crosses the groups); stage
+       * 1's shard lies in gtemp or gfull, which the reduce stream frees and
+       * writes, so its sum stays there */
+      zs_stream_t *on = rs;
+      if (zs->rep_comm && c->stage >= 2) ZS_CHECK(rep_all_reduce(zs, u, (void *)red, S, dt, &on));
+      else if (zs->rep_comm)
         ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, ZS_SUM, rs),
-                  "gradient all-reduce across replicas");
-      ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the reduction event");
+                    "gradient all-reduce across replicas");
+      ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, on), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
                                      .first = c->stage == 1 || zs->round == 1, .unit = unit, .name = u->name};
       ZS_ENG_CHECK(zs, zs__offload_grad_d2h(zs->conv, zs->copy_stream, u->ev_reduced, red, &task),
@@ -363,10 +387,10 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
     }
     /* hybrid, stages 2-3: the accumulated shard summed across replicas once,
      * after the last round */
-    if (zs->rep_comm && c->stage >= 2 && !zs->offload && last)
-      ZS_ENG_COLL(zs, zs->rep_comm, rs,
-                  zs_comm_all_reduce(zs->rep_comm, u->gshard, u->gshard, S, c->reduce_dtype, ZS_SUM, rs),
-                "gradient all-reduce across replicas");
+    if (zs->rep_comm && c->stage >= 2 && !zs->offload && last) {
+      zs_stream_t *on;
+      ZS_CHECK(rep_all_reduce(zs, u, u->gshard, S, c->reduce_dtype, &on));
+    }
     u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
   }
   u->reduced_round = zs->round;

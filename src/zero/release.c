@@ -40,6 +40,7 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   /* errors here are the streams' sticky ones, already reported */
   if (zs->ag_stream) zs_stream_synchronize(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_synchronize(zs->dev, zs->rs_stream);
+  if (zs->rep_stream) zs_stream_synchronize(zs->dev, zs->rep_stream);
   if (zs->copy_stream) zs_stream_synchronize(zs->dev, zs->copy_stream);
   if (zs->conv) zs__offload_conv_wait(zs->conv); /* it writes the host grad shards */
   zs_stream_synchronize(zs->dev, zs->compute);

@@ -200,7 +200,12 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step after %d of %d accumulation rounds: run the remaining rounds first",
                    zs->round, c->grad_accum);
   zs_status_t st;
-  /* the compute stream waits for every reduction; then transient buffers go */
+  /* the compute stream waits for every reduction (the replica stream's
+   * through rs_stream, which the next step's reductions then follow); then
+   * transient buffers go */
+  if (zs->rep_stream && ((st = zs_event_record(zs->dev, zs->ev_rep_all, zs->rep_stream)) != ZS_OK ||
+                         (st = zs_stream_wait_event(zs->dev, zs->rs_stream, zs->ev_rep_all)) != ZS_OK))
+    return ZS_FAIL(zs->err, st, "waiting for reductions failed: %s", zs_last_error());
   if ((st = zs_event_record(zs->dev, zs->ev_reduced_all, zs->rs_stream)) != ZS_OK ||
       (st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_reduced_all)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "waiting for reductions failed: %s", zs_last_error());
@@ -213,7 +218,7 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
   if ((st = zs_comm_async_error(zs->comm)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "zs_step on rank %d: a collective of this step failed: %s", zs->rank,
                    zs_comm_last_error(zs->comm));
-  zs_stream_t *streams[] = {zs->ag_stream, zs->rs_stream, zs->copy_stream};
+  zs_stream_t *streams[] = {zs->ag_stream, zs->rs_stream, zs->rep_stream, zs->copy_stream};
   for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
     if (streams[i] && (st = zs__stream_error(zs->dev, streams[i])) != ZS_OK)
       return ZS_FAIL(zs->err, st, "zs_step on rank %d: work of this step failed: %s", zs->rank, zs_last_error());
