@@ -133,10 +133,11 @@ struct zs_engine {
    * ranks declare the same structure (names, units, ranks of shapes, flags) */
   zs_comm_t *tp_comm;
   zs_stream_t *compute, *ag_stream, *rs_stream;
-  /* hybrid stages 2-3 with mpi comms: the replica all-reduce of each unit's
-   * shard runs here, so the next unit's reduce-scatter inside the group does
-   * not queue behind the slow link (the comms have their own progress
-   * threads); ev_rep_all orders rs_stream after it at the step (NULL: flat) */
+  /* hybrid stage 2 with mpi comms (zs__eng_rep_overlaps): the replica
+   * all-reduce of each unit's shard runs here, so the next unit's
+   * reduce-scatter inside the group does not queue behind the slow link (the
+   * comms have their own progress threads); ev_rep_all orders rs_stream after
+   * it at the step. Made whenever hybrid (NULL: flat). */
   zs_stream_t *rep_stream;
   zs_event_t *ev_rep_all;
   zs_event_t *ev_step;
@@ -227,6 +228,9 @@ static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
 /* order.c */
 zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
+/* The replica all-reduce runs on rep_stream, unordered with the shard comm's
+ * work: stage 2 over mpi comms (order.c says why only there). */
+int zs__eng_rep_overlaps(const zs_engine_t *zs);
 /* agree.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
 uint64_t zs__eng_scratch_bytes(int world);

@@ -13,8 +13,8 @@
  * sequence from one thread, so the order is the same everywhere and adds no
  * deadlock of its own. What it costs: a replica all-reduce and the next unit's
  * prefetched all-gather no longer overlap. An engine with one communicator
- * records nothing, and mpi comms take no part (issue 32 item 1): their
- * operations hold no kernels. */
+ * records nothing, and at stage 2 mpi comms take no part (issue 32 item 1):
+ * their operations hold no kernels. */
 #include <string.h>
 
 #include "zero/engine_impl.h"
@@ -22,19 +22,31 @@
 static int several_comms(const zs_engine_t *zs) { return zs->rep_comm || zs->mp_comm || zs->shard_comm != zs->comm; }
 
 /* Only device kernels can hold each other up: an mpi comm's operations run on
- * its own progress thread (the stream merely waits for a flag), so they are
- * neither ordered nor order the others, and a replica all-reduce overlaps the
- * shard group's work (phases.c, rep_all_reduce). */
-static int kernels(const zs_comm_t *comm) { return strcmp(zs_comm_backend(comm), "mpi") != 0; }
+ * its own progress thread (the stream merely waits for a flag), so at stage 2
+ * they are neither ordered nor order the others, and a replica all-reduce
+ * overlaps the shard group's reduce-scatters (phases.c, rep_all_reduce).
+ * Measured on 2 emulated hosts x 2 ranks at 1 Gbit/s (bench/exposed_link.py,
+ * zs-membench 8 x 1M fp32, 400 ms of emulated compute): stage 2's exposed
+ * link time 0.254 -> 0.123 s. Stage 3 keeps the order: its gathers and
+ * reduce-scatters inside the node ran 15-25x slower beside a replica
+ * all-reduce (two threads in Open MPI at once), and exposed time rose 0.115 ->
+ * 0.175 s, where the replica all-reduces already ran back to back. */
+int zs__eng_rep_overlaps(const zs_engine_t *zs) {
+  return zs->rep_comm && zs->cfg.stage == 2 && strcmp(zs_comm_backend(zs->rep_comm), "mpi") == 0;
+}
+
+static int kernels(const zs_engine_t *zs, const zs_comm_t *comm) {
+  return !zs__eng_rep_overlaps(zs) || strcmp(zs_comm_backend(comm), "mpi") != 0;
+}
 
 zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s) {
-  if (!several_comms(zs) || !kernels(comm) || !zs->ord_comm || zs->ord_comm == comm || zs->ord_stream == s)
+  if (!several_comms(zs) || !kernels(zs, comm) || !zs->ord_comm || zs->ord_comm == comm || zs->ord_stream == s)
     return ZS_OK;
   return zs_stream_wait_event(zs->dev, s, zs->ev_order);
 }
 
 zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s) {
-  if (!several_comms(zs) || !kernels(comm)) return ZS_OK;
+  if (!several_comms(zs) || !kernels(zs, comm)) return ZS_OK;
   zs_status_t st = zs_event_record(zs->dev, zs->ev_order, s);
   if (st != ZS_OK) return st;
   zs->ord_comm = comm;

@@ -273,16 +273,17 @@ static zs_status_t release(zs_engine_t *zs, int unit) {
  * reduction
  * ========================================================================== */
 
-/* Hybrid: the reduced shard `buf` summed across replicas. On mpi comms it
- * runs on the replica stream after the reduce-scatter (u->ev_reduced hands it
- * over), so the next unit's reduce-scatter inside the group goes on while this
- * one crosses the link; the replica comm's own progress thread runs it.
- * *done_on: the stream on which the sum lands. A NCCL replica comm stays on
- * the reduce stream (order.c: one communicator's kernels at a time). */
+/* Hybrid: the reduced shard `buf` summed across replicas. At stage 2 on mpi
+ * comms it runs on the replica stream after the reduce-scatter (u->ev_reduced
+ * hands it over), so the next unit's reduce-scatter inside the group goes on
+ * while this one crosses the link; the replica comm's own progress thread runs
+ * it. *done_on: the stream on which the sum lands. Elsewhere it stays on the
+ * reduce stream (order.c: NCCL's kernels one communicator at a time; stage 3
+ * measured slower overlapped). */
 static zs_status_t rep_all_reduce(zs_engine_t *zs, zs_unit_t *u, void *buf, size_t S, zs_dtype_t dt,
                                   zs_stream_t **done_on) {
   zs_stream_t *s = zs->rs_stream;
-  if (zs->rep_stream && strcmp(zs_comm_backend(zs->rep_comm), "mpi") == 0) {
+  if (zs->rep_stream && zs__eng_rep_overlaps(zs)) {
     ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, s), "recording the reduction event");
     s = zs->rep_stream;
     ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, s, u->ev_reduced), "ordering the replica all-reduce");
