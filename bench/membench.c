@@ -54,6 +54,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/wquant.h"
 #include "membench.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
@@ -131,6 +132,8 @@ static void usage(FILE *f) {
           "  --offload (also run stages 1-3 with the optimizer state on the host)  --prefetch K\n"
           "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v)  --optim-block B (int8: 256)\n"
           "  --shard-group N (stages 1-3 sharded over groups of N ranks, replicated across them)\n"
+          "  --quantized-weights (stage 3 runs: int8 weights in the gathers, ZeRO++'s qwZ)\n"
+          "                      --quantized-weights-block B (256: elements a scale)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
           "  --device cpu|cuda (cpu)  --steps S (3)\n"
@@ -194,6 +197,7 @@ static mb_opts_t parse(int argc, char **argv) {
     if (!strcmp(a, "--delayed")) { o.delayed = 1; continue; }
     if (!strcmp(a, "--no-compute")) { o.compute = 0; continue; }
     if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
+    if (!strcmp(a, "--quantized-weights")) { o.quantized_weights = 1; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         if (rank == 0) usage(stderr);
@@ -219,6 +223,7 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1 << 20, &o.steps);
     else if (!strcmp(a, "--prefetch")) bad = parse_int(v, 0, 1 << 20, &o.prefetch);
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
+    else if (!strcmp(a, "--quantized-weights-block")) bad = parse_int(v, 0, 1 << 20, &o.qw_block);
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
@@ -362,10 +367,12 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
  * all-reduce of one fp32 (returned apart in *norm). */
-static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, int64_t *norm) {
+static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int64_t *norm) {
   int64_t t = 0, N = n;
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
+    /* qwZ: a gather carries each shard packed (kernels/wquant.h) */
+    if (qwb && stage == 3) gp = (N - 1) * (int64_t)zs_wq_bytes((size_t)(P / N), qwb);
     if (unit_frozen(m, u)) t += stage == 3 ? 2 * gp : 0; /* never reduced nor regathered; gathered at stage 3 */
     else t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + 2 * gp;
   }
@@ -430,6 +437,8 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.optim.state_block = o->optim_block;
   if (o->prefetch >= 0) cfg.prefetch = o->prefetch;
   cfg.shard_group = stage > 0 ? o->shard_group : 0;
+  cfg.quantized_weights = stage == 3 && o->quantized_weights;
+  cfg.quantized_weights_block = o->qw_block;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   cfg.delayed_param_update = delayed;
 
@@ -668,7 +677,8 @@ int main(int argc, char **argv) {
     x->comm_inter_bytes_per_step = (double)x->ranks[0].comm_inter / mb_measured_steps(&o);
     const int dpw = world / o.tp; /* the data-parallel ranks ZeRO spans */
     x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : dpw;
-    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, &x->comm_norm);
+    size_t qwb = o.quantized_weights ? (o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT) : 0;
+    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, qwb, &x->comm_norm);
     x->comm_inter_theory = x->shard_group < dpw ? comm_inter_theory(&m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, x->shard_group);

@@ -67,6 +67,11 @@ int zs_k_cast(void *dst, int ddt, const void *src, int sdt, size_t n, void *stre
 int zs_k_scale(void *x, int dt, size_t n, float s, void *stream);
 /* dst += src (fp32 accumulator). */
 int zs_k_accumulate(float *dst, const void *src, int sdt, size_t n, void *stream);
+/* int8 weights (kernels/wquant.h): n elements of src (dt) packed into
+ * zs_wq_bytes(n, B) bytes at dst; `parts` packed shards at src unpacked into
+ * parts * n elements of dst (dt). B a power of two, 32..4096. */
+int zs_k_wq_pack(void *dst, const void *src, int dt, size_t n, size_t B, void *stream);
+int zs_k_wq_unpack(void *dst, int dt, const void *src, size_t n, size_t B, int parts, void *stream);
 
 /* The stream waits until (int32_t)(*p - v) >= 0; p: mapped pinned memory the
  * host raises (a device pointer to it). One thread polls with naps. */

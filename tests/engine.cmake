@@ -25,6 +25,10 @@ if(TARGET zs_zero AND TARGET zs_comm)
     zs_add_test(NAME test_engine_overlap SOURCES test_engine_overlap.c LIBS zeroshard_static RANKS 4 TIMEOUT 120
                 ARGS ${CMAKE_CURRENT_BINARY_DIR}/engine_overlap_out)
   endif()
+  # ZeRO++'s qwZ: stage 3's gathers in int8 (gathered = the decoding, bytes,
+  # training against the exact run, persistent units exact)
+  zs_add_test(NAME test_engine_qw SOURCES test_engine_qw.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 120)
+  target_include_directories(test_engine_qw PRIVATE ${PROJECT_SOURCE_DIR}) # kernels/wquant.h
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

@@ -14,12 +14,20 @@ zs_add_test_run(TARGET test_optim NAME_SUFFIX _full LABELS full ENV ZS_TEST_FULL
 if(TARGET zs_device)
   target_compile_definitions(test_optim PRIVATE ZS_TEST_DISPATCH=1)
 endif()
+# int8 weights for the all-gathers (qwZ): the codec against float64, packed
+# parts, the cpu device's dispatch and its refusals
+zs_add_test(NAME test_wquant SOURCES test_wquant.c LAYERS ${zs_optim_layers} TIMEOUT 60)
+if(NOT TARGET zs_device)
+  set_tests_properties(test_wquant PROPERTIES DISABLED TRUE)
+endif()
 set(zs_optim_gpu_libs "")
 if(ZS_HAVE_CUDA)
   set(zs_optim_gpu_libs CUDA::cudart)
 endif()
 zs_add_test(NAME test_optim_gpu SOURCES test_optim_gpu.c LAYERS ${zs_optim_layers}
             LIBS ${zs_optim_gpu_libs} LABELS gpu TIMEOUT 600)
+zs_add_test(NAME test_wquant_gpu SOURCES test_wquant_gpu.c LAYERS ${zs_optim_layers}
+            LIBS ${zs_optim_gpu_libs} LABELS gpu TIMEOUT 300)
 # The optimizer's default thread count: the decision on given inputs, and under
 # mpiexec what 4 ranks sharing this machine's cores pick (ZS_THREADS and
 # OMP_NUM_THREADS unset: the default is what is tested).

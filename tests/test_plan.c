@@ -2,13 +2,14 @@
  *
  *   test_plan ZS-PLAN
  *       the JSON contract, memory and traffic against docs/design.md's formulas in
- *       closed form, and the choices on given inputs (no network, no mpiexec:
- *       zs-plan is one process)
+ *       closed form, and the choices on given inputs, --quantized-weights's options
+ *       among them (no network, no mpiexec: zs-plan is one process)
  *   test_plan ZS-PLAN --membench MPIEXEC ZS-MEMBENCH
  *       zs-plan's memory and traffic against zs-membench's measurement at 4 ranks
  *       on this machine (one node), option by option, exactly: model_state_bytes,
  *       host_state_bytes, comm_bytes_per_step and the bytes across the replicas,
- *       flat, hybrid (--shard-group 2), bf16 and the example GPT
+ *       flat, hybrid (--shard-group 2), bf16, quantized weights (hybrid stage 3, with
+ *       and without offload) and the example GPT
  *
  * zs-plan or zs-membench exiting 77 (no example GPT in this build) skips that
  * check. scripts/cluster-sim's timing check is tests/scripts/plan_cluster_test.sh. */
@@ -98,13 +99,17 @@ static int flag(const cJSON *o, const char *key) {
   return cJSON_IsTrue(v);
 }
 
-/* The option with this stage, shard group and offload, or NULL. */
+/* The option with this stage, shard group and offload (and quantized weights
+ * as g_qw says: 0 unless a test sets it), or NULL. */
+static int g_qw;
 static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) {
   const cJSON *o;
   cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(doc, "options")) {
-    if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload) return o;
+    if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload &&
+        flag(o, "quantized_weights") == (g_qw && stage == 3))
+      return o;
   }
-  ZS_T_REPORT("no option stage %d shard_group %d offload %d", stage, shard, offload);
+  ZS_T_REPORT("no option stage %d shard_group %d offload %d quantized weights %d", stage, shard, offload, g_qw);
   return NULL;
 }
 
@@ -270,6 +275,52 @@ static void test_hybrid_or_flat(void) {
   b = best_of(d);
   if (b) expect_true(flag(b, "hybrid"));
   cJSON_Delete(d);
+}
+
+/* --quantized-weights: stage 3 also with int8 gathers (ZeRO++'s qwZ). Its
+ * comm bytes are the exact option's with each gather's P x 4 bytes replaced by
+ * the packed shards, N x (4 x S/256 + S) (S = P/N); on 1 Gbit/s between 2
+ * nodes of 4, with only flat stage 3 with offload fitting exactly (0.022 GiB,
+ * test_hybrid_or_flat), its quantized twin fits as well (the packed shards of
+ * one gather, 1.06 MB, on top of 20.4 MB) and is picked; where the network is
+ * fast enough that the saving is below 1%, the exact option is. */
+static void test_quantized_weights(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100 --device-mem 0.022 "
+                       "--quantized-weights", &code);
+  assert_true(d != NULL);
+  const int64_t P = 1048576, N = 8, S = P / N, packed = N * (4 * (S / 256) + S);
+  const cJSON *exact = option(d, 3, 8, 1);
+  g_qw = 1;
+  const cJSON *q = option(d, 3, 8, 1);
+  g_qw = 0;
+  assert_true(exact && q);
+  /* per unit: two gathers, each (N-1)/N of the gathered bytes */
+  int64_t saved = 4 * 2 * ((N - 1) * P * 4 / N - (N - 1) * packed / N);
+  expect_int_eq(num(exact, "comm_bytes_per_step") - num(q, "comm_bytes_per_step"), saved);
+  expect_true(num(q, "inter_link_bytes_per_step") < num(exact, "inter_link_bytes_per_step"));
+  expect_int_eq(num(q, "device_peak_bytes") - num(exact, "device_peak_bytes"), packed);
+  expect_true(flag(q, "fits"));
+  const cJSON *b = best_of(d);
+  if (b) {
+    expect_int_eq(num(b, "stage"), 3);
+    expect_true(flag(b, "quantized_weights"));
+  }
+  cJSON_Delete(d);
+  d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 100000 --intra-gbps 100000 --latency-us 0 "
+                "--intra-latency-us 0 --device-mem 0.022 --quantized-weights=64 --compute-s 8", &code);
+  assert_true(d != NULL);
+  b = best_of(d);
+  if (b) {
+    expect_int_eq(num(b, "stage"), 3);
+    expect_true(!flag(b, "quantized_weights"));
+  }
+  cJSON_Delete(d);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s " UNITS4 " --world 8 --ranks-per-node 4 --quantized-weights=48", plan);
+  free(run(cmd, &code));
+  expect_int_eq(code, 2);
+  expect_str_contains(g_err, "power of two");
 }
 
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
@@ -456,6 +507,13 @@ static void test_membench_hybrid(void) {
                    "--units 1000,300000,517 --world 4 --ranks-per-node 2", 2, 4);
 }
 
+static void test_membench_qw(void) {
+  g_qw = 1;
+  against_membench("--units 1000,300000,517 --stages 3 --offload --shard-group 2 --quantized-weights",
+                   "--units 1000,300000,517 --world 4 --ranks-per-node 2 --quantized-weights", 2, 4);
+  g_qw = 0;
+}
+
 static void test_membench_bf16(void) {
   against_membench("--units 1000,3000,517 --stages 0,1,2,3 --dtype bf16 --reduce-dtype fp32 --offload",
                    "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4, 4);
@@ -490,6 +548,7 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_flat);
     zs_test_run(test_membench_hybrid);
     zs_test_run(test_membench_bf16);
+    zs_test_run(test_membench_qw);
     zs_test_run(test_membench_gpt);
     zs_test_run(test_membench_gpt_tp);
     return zs_test_finish();
@@ -501,6 +560,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_hybrid_or_flat);
   zs_test_run(test_bad_flags);
   zs_test_run(test_nccl);
+  zs_test_run(test_quantized_weights);
   zs_test_run(test_gpt);
   return zs_test_finish();
 }

@@ -14,7 +14,11 @@
  * Options: stage 0; stages 1-3 flat (sharded over all N ranks) and hybrid
  * (sharded over groups of NS consecutive ranks, default K: a node, replicated
  * across the groups); each of stages 1-3 with and without the optimizer state
- * offloaded to the host.
+ * offloaded to the host; with --quantized-weights[=B] also stage 3 with int8
+ * weights in its gathers (flat and hybrid, offload or not), whose gathers
+ * carry each shard packed (Ns x (4 ceil(S/B) + S rounded up to 4) bytes, S =
+ * P/Ns) and whose device peak the engine's estimate gives; at equal speed the
+ * exact option wins.
  *
  * Memory (exact): each option's model is declared in an engine over a one-rank
  * comm (zs_comm_create_mpi_world; no setup, nothing allocated) and
@@ -135,10 +139,12 @@
 #include "zeroshard/engine.h"
 #include "zeroshard/log.h"
 #include "zeroshard/status.h"
+#include "kernels/wquant.h"
 #include "zs_plan.h"
 
 typedef struct {
   int stage, shard, offload;
+  int qw; /* stage 3: quantized_weights */
   zs_mem_estimate_t est;
   pl_result_t net;
   double step_s, speedup;
@@ -165,6 +171,8 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.grad_accum = o->accum;
   cfg.prefetch = o->prefetch;
   cfg.offload_optimizer = x->offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
+  cfg.quantized_weights = x->qw;
+  cfg.quantized_weights_block = o->qw_block;
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   for (int u = 0; st == ZS_OK && u < o->m.nunits; u++) {
@@ -207,8 +215,10 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         break;
       case 3: {
         int fwd = o->m.gpt && u == 0 ? 2 : 1; /* the tied LM head gathers the embedding again */
-        pl_sched_add(s, PL_FORWARD, PL_ALL_GATHER, PL_SHARD, P * pb, fwd * A);
-        pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, P * pb, A);
+        /* qwZ: each shard packed, int8 codes and a scale a block (kernels/wquant.h) */
+        int64_t g = x->qw ? (int64_t)x->shard * (int64_t)zs_wq_bytes((size_t)S, (size_t)o->qw_block) : P * pb;
+        pl_sched_add(s, PL_FORWARD, PL_ALL_GATHER, PL_SHARD, g, fwd * A);
+        pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
         pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
         break;
       }
@@ -255,6 +265,7 @@ static void judge(const pl_opts_t *o, pl_option_t *x) {
 static int better(const pl_option_t *a, const pl_option_t *b) {
   if (a->step_s < b->step_s * 0.99) return 1;
   if (b->step_s < a->step_s * 0.99) return 0;
+  if (a->qw != b->qw) return !a->qw; /* exact weights, where they cost nothing */
   if (a->offload != b->offload) return !a->offload;
   return a->est.device_peak_bound < b->est.device_peak_bound;
 }
@@ -262,8 +273,8 @@ static int better(const pl_option_t *a, const pl_option_t *b) {
 static const char *dtype_name(zs_dtype_t d) { return d == ZS_BF16 ? "bf16" : "fp32"; }
 
 static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, size_t n) {
-  if (x->shard < o->world) snprintf(buf, n, "hybrid %d", x->shard);
-  else snprintf(buf, n, "flat");
+  if (x->shard < o->world) snprintf(buf, n, "hybrid %d%s", x->shard, x->qw ? " qw" : "");
+  else snprintf(buf, n, "flat%s", x->qw ? " qw" : "");
 }
 
 /* ============================================================================
@@ -302,8 +313,9 @@ static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int be
 
 static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
   const pl_result_t *r = &x->net;
-  fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, ", x->stage, x->shard,
-          x->shard < o->world ? "true" : "false", x->offload ? "true" : "false");
+  fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, \"quantized_weights\": %s, ",
+          x->stage, x->shard, x->shard < o->world ? "true" : "false", x->offload ? "true" : "false",
+          x->qw ? "true" : "false");
   fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"device_peak_bytes\": %llu, ",
           (unsigned long long)x->est.device_model_state, (unsigned long long)x->est.host_model_state,
           (unsigned long long)x->est.device_peak_bound);
@@ -367,7 +379,7 @@ int main(int argc, char **argv) {
   }
   int me = zs_comm_rank(comm);
 
-  pl_option_t x[16];
+  pl_option_t x[24];
   int nx = 0, hybrid = o.hybrid;
   memset(x, 0, sizeof x);
   x[nx++] = (pl_option_t){.stage = 0, .shard = o.world};
@@ -375,6 +387,9 @@ int main(int argc, char **argv) {
     for (int h = 0; h <= hybrid; h++)
       for (int off = 0; off <= 1; off++)
         x[nx++] = (pl_option_t){.stage = stage, .shard = h ? o.shard_group : o.world, .offload = off};
+  for (int h = 0; o.qw_block && h <= hybrid; h++) /* listed after the others: their indices stay */
+    for (int off = 0; off <= 1; off++)
+      x[nx++] = (pl_option_t){.stage = 3, .shard = h ? o.shard_group : o.world, .offload = off, .qw = 1};
   int best = -1;
   for (int i = 0; i < nx; i++) {
     estimate(&o, &x[i]);

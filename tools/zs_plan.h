@@ -92,6 +92,7 @@ typedef struct {
   zs_optim_kind_t optim;
   zs_state_dtype_t optim_state; /* --optim-state: m and v */
   int optim_block;              /* --optim-block (int8) */
+  int qw_block;                 /* --quantized-weights [B]: also stage 3 with int8 gathers (0: not listed) */
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */

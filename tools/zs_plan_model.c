@@ -171,6 +171,8 @@ static void usage(FILE *f) {
           "  rank, frames 1, 10 us and 2 us per round; flags given win)\n"
           "engine:\n"
           "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
+          "  --quantized-weights[=B] (also list stage 3 with int8 weights in its gathers, B elements a scale:\n"
+          "                       256; ZeRO++'s qwZ)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
@@ -250,6 +252,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
+    if (!strcmp(a, "--quantized-weights") && !v) { o.qw_block = ZS_WQ_BLOCK_DEFAULT; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         usage(stderr);
@@ -273,6 +276,10 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--batch")) o.batch = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--ranks-per-node")) o.per_node = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--quantized-weights")) {
+      o.qw_block = inum(a, v, 32, 4096);
+      if (o.qw_block & (o.qw_block - 1)) pl_die(2, "--quantized-weights: a block of a power of two, 32..4096");
+    }
     else if (!strcmp(a, "--device-mem")) o.device_mem = num(a, v, 0, 1e9) * GIB;
     else if (!strcmp(a, "--host-mem")) o.host_mem = num(a, v, 0, 1e9) * GIB;
     else if (!strcmp(a, "--reserve-gib")) o.reserve = num(a, v, 0, 1e9) * GIB;

@@ -54,6 +54,8 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->optim.state_block = o->optim_block;
   if (o->prefetch >= 0) cfg->prefetch = o->prefetch;
   cfg->shard_group = o->shard_group;
+  cfg->quantized_weights = o->quantized_weights;
+  cfg->quantized_weights_block = o->quantized_weights_block;
   if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
   cfg->delayed_param_update = o->delayed_update;
 }
@@ -84,6 +86,8 @@ void gpt_opts_usage(FILE *f) {
           "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
           "  --shard-group N (hybrid sharding, stages 1-3: shard over groups of N ranks, e.g. the\n"
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
+          "  --quantized-weights (stage 3: gathers carry int8 weights and a scale per block, ZeRO++'s\n"
+          "                   qwZ; the master and optimizer stay exact)  --quantized-weights-block B (256)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
@@ -127,7 +131,7 @@ static const char *const k_valued[] = {
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
-    "--matmul",
+    "--matmul", "--quantized-weights-block",
 };
 
 static int is_valued(const char *name) {
@@ -229,12 +233,17 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (len >= sizeof name) len = sizeof name - 1;
     memcpy(name, arg, len);
     name[len] = 0;
-    /* flags without a value */
+    /* flags without a value (and refused with one: --offload=0 would not mean off) */
+    if (eq && !is_valued(name)) {
+      snprintf(err, n, "%s takes no value (got '%s'; see --help)", name, eq + 1);
+      return -1;
+    }
     if (!strcmp(name, "--json")) { o->json = 1; continue; }
     if (!strcmp(name, "--offload")) { o->offload = 1; continue; }
     if (!strcmp(name, "--delayed-update")) { o->delayed_update = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
+    if (!strcmp(name, "--quantized-weights")) { o->quantized_weights = 1; continue; }
     if (!is_valued(name)) {
       snprintf(err, n, "unknown flag %s (see --help)", name);
       return -1;
@@ -263,6 +272,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--stage", stage, 0, 3)
     INT_FLAG("--prefetch", prefetch, 0, 16)
     INT_FLAG("--shard-group", shard_group, 0, 1 << 20)
+    INT_FLAG("--quantized-weights-block", quantized_weights_block, 0, 1 << 20)
     INT_FLAG("--tp", tp, 1, 1 << 12)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)

@@ -43,6 +43,8 @@ typedef struct {
   const char *init_from;   /* --init-from FILE|DIR: pretrained weights (safetensors, HF GPT-2 names) */
   int prefetch;         /* -1: the engine's default */
   int shard_group;      /* hybrid sharding: ranks per shard group (0: all ranks) */
+  int quantized_weights; /* --quantized-weights: stage 3 gathers int8 weights (ZeRO++'s qwZ) */
+  int quantized_weights_block; /* --quantized-weights-block B: elements a scale (0: 256) */
   /* the learning-rate schedule (zeroshard/config.h), peak --lr */
   zs_sched_kind_t lr_schedule; /* ZS_SCHED_CONSTANT, _COSINE (default) or _LINEAR */
   int warmup;           /* warmup steps; -1: 5% of the schedule's length */

@@ -30,6 +30,7 @@ typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD } zs_optim_kind_t;
  * The encodings: kernels/optim_state.h. */
 typedef enum { ZS_STATE_FP32 = 0, ZS_STATE_BF16, ZS_STATE_INT8 } zs_state_dtype_t;
 #define ZS_STATE_BLOCK_DEFAULT 256
+#define ZS_WQ_BLOCK_DEFAULT 256 /* quantized_weights_block 0 */
 /* "fp32", "bf16", "int8", or "invalid". */
 const char *zs_state_dtype_name(zs_state_dtype_t d);
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
@@ -118,6 +119,15 @@ typedef struct {
   int shard_group;
   /* The learning-rate schedule (see zs_schedule_t); optim.lr is its peak. */
   zs_schedule_t schedule;
+  /* ZeRO++'s qwZ (DeepSpeed's zero_quantized_weights), stage 3: the gathers
+   * of parameters carry int8 codes and one fp32 scale a block of
+   * quantized_weights_block elements (symmetric, absmax / 127; blocks start at
+   * each shard's first element), 1 + 4/B bytes an element instead of 2 or 4;
+   * every rank computes with the decoded values. The master, the gradients and
+   * the optimizer stay exact; persistent units (persist_threshold) are
+   * gathered exact. */
+  int quantized_weights;       /* 0 off, 1 on */
+  int quantized_weights_block; /* a power of two 32..4096; 0 = ZS_WQ_BLOCK_DEFAULT */
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -134,7 +144,8 @@ typedef struct {
     .shard_group = 0,                                                                       \
     .schedule = {.kind = ZS_SCHED_CONSTANT, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 0, \
                  .total_steps = 0, .min_lr = 0.0f, .warmup_min_ratio = 0.0f,                  \
-                 .cos_min_ratio = 0.0f}                                                     \
+                 .cos_min_ratio = 0.0f},                                                    \
+    .quantized_weights = 0, .quantized_weights_block = 0                                    \
   }
 
 #ifdef __cplusplus

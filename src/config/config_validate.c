@@ -174,6 +174,18 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->shard_group > 0 && c->stage == 0)
     return bad(prefix, o, "shard_group", "set at stage 0",
                "stage 0 shards nothing: use stage 1, 2 or 3 for hybrid sharding, or shard_group 0");
+  if (!IS_FLAG(c->quantized_weights))
+    return bad(prefix, o, "quantized_weights", int_value(c->quantized_weights).s, "use 0 or 1");
+  if (c->quantized_weights && c->stage != 3)
+    return bad(prefix, o, "quantized_weights", "1 below stage 3",
+               "int8 weights serve stage 3's gathers; stages 0-2 keep every parameter on every rank: use stage 3 "
+               "or quantized_weights 0");
+  {
+    int b = c->quantized_weights_block;
+    if (b != 0 && (b < 32 || b > 4096 || (b & (b - 1))))
+      return bad(prefix, o, "quantized_weights_block", int_value(b).s,
+                 "use 0 (256) or a power of two from 32 to 4096 (elements per int8 weight scale)");
+  }
   ZS_CHECK(schedule_validate(c, o, prefix));
   if (dynamic && c->min_scale > c->initial_scale) {
     char v[64];
@@ -223,6 +235,9 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
       (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
       cfg->reshard_after_forward, cfg->persist_threshold);
   if (cfg->shard_group > 0) put(buf, n, &at, ", shard group %d (hybrid)", cfg->shard_group);
+  if (cfg->quantized_weights)
+    put(buf, n, &at, ", quantized weights int8/%d",
+        cfg->quantized_weights_block ? cfg->quantized_weights_block : ZS_WQ_BLOCK_DEFAULT);
   if (cfg->offload_optimizer == ZS_OFFLOAD_CPU)
     put(buf, n, &at, ", offload cpu%s%s", cfg->offload_strict ? " strict" : "",
         cfg->delayed_param_update ? " delayed-update" : "");

@@ -419,6 +419,8 @@ static void elem_do(const zs_elem_op_t *t) {
     case ZS_ELEM_CAST: zs__cast_cpu(t->dst, t->ddt, t->src, t->sdt, t->n); break;
     case ZS_ELEM_SCALE: zs__scale_cpu(t->dst, t->ddt, t->n, t->f); break;
     case ZS_ELEM_ACC: zs__accumulate_cpu(t->dst, t->src, t->sdt, t->n); break;
+    case ZS_ELEM_WQ_PACK: zs__wq_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
+    case ZS_ELEM_WQ_UNPACK: zs__wq_unpack_cpu(t->dst, t->ddt, t->src, t->n, t->block, t->parts); break;
   }
 }
 

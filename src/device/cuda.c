@@ -428,6 +428,10 @@ static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op
     case ZS_ELEM_CAST: return k_status(ctx, zs_k_cast(t->dst, t->ddt, t->src, t->sdt, t->n, st), "zs__cast");
     case ZS_ELEM_SCALE: return k_status(ctx, zs_k_scale(t->dst, t->ddt, t->n, t->f, st), "zs__scale");
     case ZS_ELEM_ACC: return k_status(ctx, zs_k_accumulate(t->dst, t->src, t->sdt, t->n, st), "zs__accumulate");
+    case ZS_ELEM_WQ_PACK:
+      return k_status(ctx, zs_k_wq_pack(t->dst, t->src, t->sdt, t->n, t->block, st), "zs__wq_pack");
+    case ZS_ELEM_WQ_UNPACK:
+      return k_status(ctx, zs_k_wq_unpack(t->dst, t->ddt, t->src, t->n, t->block, t->parts, st), "zs__wq_unpack");
   }
   return ZS_FAIL(ctx->dev->err, ZS_ERR_INTERNAL, "cuda device: unknown element-wise op %d", (int)t->op);
 }

@@ -5,6 +5,7 @@
 
 #include "device/device_impl.h"
 #include "device/work.h"
+#include "kernels/wquant.h"
 #include "optim/optim_cpu.h" /* defines: zs__optim_check, zs__optim_float_dtype */
 #include "trace/trace_impl.h"
 
@@ -83,6 +84,35 @@ zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, 
   ZS_CHECK(check_dtype(dev, "zs__scale", dt));
   ZS_CHECK_PTR(dev->err, "zs__scale", x, n);
   zs_elem_op_t op = {.op = ZS_ELEM_SCALE, .dst = x, .ddt = dt, .n = n, .f = f};
+  return submit(dev, s, &op);
+}
+
+static zs_status_t check_wq_block(zs_device_t *dev, const char *fn, size_t B) {
+  if (B >= ZS_K_WQ_BLOCK_MIN && B <= ZS_K_WQ_BLOCK_MAX && (B & (B - 1)) == 0) return ZS_OK;
+  return ZS_FAIL(dev->err, ZS_ERR_INVALID, "%s: block %zu is not a power of two in %d..%d", fn, B, ZS_K_WQ_BLOCK_MIN,
+                 ZS_K_WQ_BLOCK_MAX);
+}
+
+zs_status_t zs__wq_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, zs_dtype_t dt, size_t n,
+                        size_t B) {
+  ZS_CHECK_HANDLE(dev, "zs__wq_pack");
+  ZS_CHECK(check_dtype(dev, "zs__wq_pack", dt));
+  ZS_CHECK(check_wq_block(dev, "zs__wq_pack", B));
+  ZS_CHECK_PTR(dev->err, "zs__wq_pack", dst, n);
+  ZS_CHECK_PTR(dev->err, "zs__wq_pack", src, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_WQ_PACK, .dst = dst, .src = src, .sdt = dt, .n = n, .block = B};
+  return submit(dev, s, &op);
+}
+
+zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dt, const void *src, size_t n,
+                          size_t B, int parts) {
+  ZS_CHECK_HANDLE(dev, "zs__wq_unpack");
+  ZS_CHECK(check_dtype(dev, "zs__wq_unpack", dt));
+  ZS_CHECK(check_wq_block(dev, "zs__wq_unpack", B));
+  if (parts < 1) return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__wq_unpack: %d parts", parts);
+  ZS_CHECK_PTR(dev->err, "zs__wq_unpack", dst, n);
+  ZS_CHECK_PTR(dev->err, "zs__wq_unpack", src, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_WQ_UNPACK, .dst = dst, .src = src, .ddt = dt, .n = n, .block = B, .parts = parts};
   return submit(dev, s, &op);
 }
 

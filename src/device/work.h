@@ -30,9 +30,19 @@ zs_status_t zs__cast(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dst
 zs_status_t zs__scale(zs_device_t *dev, zs_stream_t *s, void *x, zs_dtype_t dt, size_t n, float f);
 zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
                            zs_dtype_t src_dt, size_t n);
+/* int8 weights (kernels/wquant.h): pack n elements of src (blocks of B) into
+ * zs_wq_bytes(n, B) bytes at dst; unpack `parts` such packed shards, end to
+ * end at src, into parts * n elements of dst. B: a power of two in
+ * ZS_K_WQ_BLOCK_MIN..MAX. */
+zs_status_t zs__wq_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, zs_dtype_t dt, size_t n,
+                        size_t B);
+zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dt, const void *src, size_t n,
+                          size_t B, int parts);
 
 /* What a backend's `elementwise` entry receives (checked). */
-typedef enum { ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC } zs_elem_kind_t;
+typedef enum {
+  ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC, ZS_ELEM_WQ_PACK, ZS_ELEM_WQ_UNPACK
+} zs_elem_kind_t;
 typedef struct {
   zs_elem_kind_t op;
   void *dst;       /* cast, acc: destination; scale: x */
@@ -42,6 +52,8 @@ typedef struct {
   float f;         /* scale factor */
   void *out;       /* sumsq: float *acc; nonfinite: int *flag */
   void *scratch;   /* sumsq: the caller's scratch */
+  size_t block;    /* wq: elements a block */
+  int parts;       /* wq unpack: packed shards */
 } zs_elem_op_t;
 
 #endif

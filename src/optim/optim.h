@@ -109,6 +109,11 @@ void zs__cast_cpu(void *dst, zs_dtype_t dst_dt, const void *src, zs_dtype_t src_
 void zs__scale_cpu(void *x, zs_dtype_t dt, size_t n, float s);
 /* dst += src (fp32 accumulator). */
 void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n);
+/* int8 weights (kernels/wquant.h): n elements of src packed into dst
+ * (zs_wq_bytes(n, B) bytes: scales, codes, padding); `parts` packed shards of
+ * n elements each, laid end to end, decoded into parts * n elements of dst. */
+void zs__wq_pack_cpu(void *dst, const void *src, zs_dtype_t dt, size_t n, size_t B);
+void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size_t B, int parts);
 
 /* The gradient-clip coefficient for a global L2 norm (clip by max_norm):
  * min(1, max_norm / ((float)norm + 1e-6)) in fp32, torch.nn.utils.clip_grad_norm_'s

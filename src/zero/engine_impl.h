@@ -217,6 +217,10 @@ static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
     if (zs__st_ != ZS_OK)                                                                               \
       return ZS_FAIL((zs)->err, zs__st_, "%s failed on rank %d: %s", (what), (zs)->rank, zs_last_error()); \
   } while (0)
+/* qwZ's elements a scale (cfg.quantized_weights_block, 0: the default). */
+static inline size_t zs__eng_wq_block(const zs_config_t *c) {
+  return c->quantized_weights_block > 0 ? (size_t)c->quantized_weights_block : ZS_WQ_BLOCK_DEFAULT;
+}
 /* A collective `expr` on comm and stream s, ordered after the engine's previous
  * collective on another communicator (order.c). */
 #define ZS_ENG_COLL(zs, comm, s, expr, what)                                                   \

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/wquant.h"
 #include "trace/trace_impl.h"
 #include "zero/engine_impl.h"
 
@@ -50,14 +51,43 @@ static zs_status_t check_unit(zs_engine_t *zs, int unit, const char *what) {
  * buffer life: gather, free released, evict unused prefetches, free gradients
  * ========================================================================== */
 
+/* qwZ (cfg.quantized_weights, kernels/wquant.h): each rank packs its shard
+ * into int8 codes and a scale a block at its place in a scratch of nshard
+ * packed shards, the all-gather carries those bytes in place, and the packed
+ * shards decode into the gathered buffer. Every rank, this one included,
+ * computes with the same decoded values; the shard itself (master at fp32,
+ * the optimizer's input) stays exact. */
+static zs_status_t gather_quantized(zs_engine_t *zs, zs_unit_t *u) {
+  zs_stream_t *ag = zs->ag_stream;
+  const size_t S = (size_t)u->shard, B = zs__eng_wq_block(&zs->cfg), Q = zs_wq_bytes(S, B);
+  const size_t bytes = Q * (size_t)zs->nshard;
+  void *q = NULL;
+  ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_COMM, ag, &q));
+  char *mine = (char *)q + Q * (size_t)zs->shard_rank;
+  zs_status_t st = zs__wq_pack(zs->dev, ag, mine, u->pshard, zs->cfg.param_dtype, S, B);
+  if (st == ZS_OK) st = zs__eng_comm_order(zs, zs->shard_comm, ag);
+  if (st == ZS_OK) st = zs_comm_all_gather(zs->shard_comm, mine, q, Q, ZS_UINT8, ag);
+  if (st == ZS_OK) st = zs__eng_comm_mark(zs, zs->shard_comm, ag);
+  if (st == ZS_OK) st = zs__wq_unpack(zs->dev, ag, u->full, zs->cfg.param_dtype, q, S, B, zs->nshard);
+  zs__eng_free_on(zs, &q, bytes, ZS_MEM_COMM, ag); /* after its last use, on the stream that read it */
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "quantized all-gather of a unit failed on rank %d: %s", zs->rank, zs_last_error());
+  return ZS_OK;
+}
+
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   zs_unit_t *u = &zs->units[ui];
   size_t bytes = (size_t)u->padded * zs->pb;
   ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GATHER, zs->ag_stream, &u->full));
   ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
-  ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
-              zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype, zs->ag_stream),
-            "all-gather of a unit");
+  if (zs->cfg.quantized_weights) {
+    ZS_CHECK(gather_quantized(zs, u));
+  } else {
+    ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
+                zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype,
+                                   zs->ag_stream),
+                "all-gather of a unit");
+  }
   ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
   return ZS_OK;
 }

@@ -9,6 +9,7 @@
 #include "device/device_impl.h"
 #include "kernels/optim_state.h"
 #include "memory/memory.h"
+#include "kernels/wquant.h"
 #include "zero/engine_impl.h"
 
 /* ============================================================================
@@ -137,6 +138,9 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (rb != pb) t += 2 * maxPt * rb;
   if (c->stage >= 2 && off) t += 2 * maxSt * rb;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
+  /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
+  if (c->stage == 3 && c->quantized_weights && gathered[0])
+    t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
   t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;

@@ -1,0 +1,94 @@
+/* ZeRO++'s keys as a user writes them (issue 32): DeepSpeed's
+ * zero_optimization.zero_quantized_weights, our quantized_weights and
+ * quantized_weights_block, the environment (ZS_QUANTIZED_WEIGHTS,
+ * ZS_QUANTIZED_WEIGHTS_BLOCK), the one-line summary, and bad values refused
+ * with a message naming the key and what to do. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "harness.h"
+#include "zeroshard/config_load.h"
+
+static void test_json(void) {
+  zs_config_t c;
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}}"));
+  expect_int_eq(c.stage, 3);
+  expect_int_eq(c.quantized_weights, 1);
+  expect_int_eq(c.quantized_weights_block, 0);
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 3, \"quantized_weights\": 1, \"quantized_weights_block\": 64}"));
+  expect_int_eq(c.quantized_weights, 1);
+  expect_int_eq(c.quantized_weights_block, 64);
+  /* ours win over DeepSpeed's */
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}, "
+                                    "\"quantized_weights\": false}"));
+  expect_int_eq(c.quantized_weights, 0);
+  char buf[512];
+  zs_config_t d = ZS_CONFIG_INIT;
+  d.stage = 3;
+  d.quantized_weights = 1;
+  expect_str_contains(zs_config_describe(&d, buf, sizeof buf), "quantized weights int8/256");
+  d.quantized_weights_block = 1024;
+  expect_str_contains(zs_config_describe(&d, buf, sizeof buf), "quantized weights int8/1024");
+  d.quantized_weights = 0;
+  expect_true(strstr(zs_config_describe(&d, buf, sizeof buf), "quantized") == NULL);
+}
+
+static void test_env(void) {
+  zs_config_t c;
+  setenv("ZS_STAGE", "3", 1);
+  setenv("ZS_QUANTIZED_WEIGHTS", "on", 1);
+  setenv("ZS_QUANTIZED_WEIGHTS_BLOCK", "128", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.quantized_weights, 1);
+  expect_int_eq(c.quantized_weights_block, 128);
+  setenv("ZS_QUANTIZED_WEIGHTS_BLOCK", "100", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_QUANTIZED_WEIGHTS_BLOCK");
+  unsetenv("ZS_QUANTIZED_WEIGHTS_BLOCK");
+  setenv("ZS_STAGE", "2", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage 3");
+  unsetenv("ZS_QUANTIZED_WEIGHTS");
+  unsetenv("ZS_STAGE");
+}
+
+static void test_refused(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  c.quantized_weights = 2;
+  expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "quantized_weights");
+  c.quantized_weights = 1;
+  for (int stage = 0; stage <= 2; stage++) {
+    c.stage = stage;
+    expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
+    expect_str_contains(zs_last_error(), "use stage 3 or quantized_weights 0");
+  }
+  c.stage = 3;
+  static const int bad[] = {16, 48, 8192, -1};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    c.quantized_weights_block = bad[i];
+    expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
+    expect_str_contains(zs_last_error(), "quantized_weights_block");
+  }
+  c.quantized_weights_block = 32;
+  expect_ok(zs_config_validate(&c));
+  c.quantized_weights_block = 4096;
+  expect_ok(zs_config_validate(&c));
+  expect_status(zs_config_from_json(&c, "{\"stage\": 1, \"quantized_weights\": true}"), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "quantized_weights");
+  expect_status(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}"),
+                ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage 3");
+  zs_log_set_level(saved);
+}
+
+int main(void) {
+  zs_test_run(test_json);
+  zs_test_run(test_env);
+  zs_test_run(test_refused);
+  return zs_test_finish();
+}

@@ -1,0 +1,113 @@
+/* The int8 weight kernels (kernels/wquant.cu) against their plain C reference,
+ * the CPU path (src/optim/wquant.c, which test_wquant checks against float64):
+ * packed bytes (scales, codes, zero padding) and unpacked values bit for bit,
+ * fp32, bf16 and fp16, blocks 32, 256 and 4096, lengths ending mid-block and
+ * off a multiple of 4, several parts, a block with a NaN; and the dispatch
+ * through a cuda device's stream (zs__wq_pack / zs__wq_unpack). Skips (77)
+ * without a GPU or without CUDA in the build. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "device/work.h"
+#include "harness.h"
+#include "kernels/wquant.h"
+#include "optim/optim.h"
+#include "zeroshard/device.h"
+
+#ifndef ZS_HAVE_CUDA
+static void test_nothing(void) { expect_true(1); } /* keeps the harness in use */
+int main(void) {
+  if (1) ZS_SKIP("built without CUDA");
+  zs_test_run(test_nothing);
+  return zs_test_finish();
+}
+#else
+#include <cuda_runtime_api.h>
+
+#include "kernels/kernels.h"
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+    fprintf(stderr, "test_wquant_gpu: cudaMalloc(%zu) failed\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+static void values(void *p, zs_dtype_t dt, size_t n, uint64_t seed) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; i++) zs_ref_store(p, (int)dt, i, zs_t_rand_f(&s, -3.0f, 3.0f) * ((i / 300) % 3 ? 1 : 1e-4f));
+}
+
+static void check(zs_dtype_t dt, size_t n, size_t B, int parts, int with_nan) {
+  const size_t eb = dt == ZS_FP32 ? 4 : 2, Q = zs_wq_bytes(n, B);
+  char *x = malloc(parts * n * eb), *y = malloc(parts * n * eb), *y_d = malloc(parts * n * eb);
+  unsigned char *q = malloc(parts * Q), *q_d = malloc(parts * Q);
+  values(x, dt, parts * n, 31 + n + B);
+  if (with_nan) zs_ref_store(x, (int)dt, n / 2, NAN);
+  for (int p = 0; p < parts; p++) zs__wq_pack_cpu(q + (size_t)p * Q, x + (size_t)p * n * eb, dt, n, B);
+  zs__wq_unpack_cpu(y, dt, q, n, B, parts);
+  void *dx = dalloc(parts * n * eb), *dq = dalloc(parts * Q), *dy = dalloc(parts * n * eb);
+  cudaMemcpy(dx, x, parts * n * eb, cudaMemcpyHostToDevice);
+  cudaMemset(dq, 0x5A, parts * Q);
+  for (int p = 0; p < parts; p++)
+    expect_int_eq(zs_k_wq_pack((char *)dq + (size_t)p * Q, (char *)dx + (size_t)p * n * eb, (int)dt, n, B, NULL), 0);
+  expect_int_eq(zs_k_wq_unpack(dy, (int)dt, dq, n, B, parts, NULL), 0);
+  expect_int_eq(cudaDeviceSynchronize(), 0);
+  cudaMemcpy(q_d, dq, parts * Q, cudaMemcpyDeviceToHost);
+  cudaMemcpy(y_d, dy, parts * n * eb, cudaMemcpyDeviceToHost);
+  if (memcmp(q, q_d, parts * Q))
+    ZS_T_REPORT("dt %d n %zu B %zu parts %d: packed bytes differ from the CPU's", (int)dt, n, B, parts);
+  if (memcmp(y, y_d, parts * n * eb))
+    ZS_T_REPORT("dt %d n %zu B %zu parts %d: decoded values differ from the CPU's", (int)dt, n, B, parts);
+  cudaFree(dx), cudaFree(dq), cudaFree(dy);
+  free(x), free(y), free(y_d), free(q), free(q_d);
+}
+
+static void test_bitexact(void) {
+  static const size_t lengths[] = {1, 3, 33, 4097, 70001, (1u << 20) + 5};
+  static const size_t blocks[] = {32, 256, 4096};
+  static const zs_dtype_t dts[] = {ZS_FP32, ZS_BF16, ZS_FP16};
+  for (size_t d = 0; d < 3; d++)
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+      for (size_t b = 0; b < 3; b++) check(dts[d], lengths[l], blocks[b], 1, 0);
+  check(ZS_BF16, 1000, 256, 4, 0);
+  check(ZS_FP32, 5000, 256, 3, 1);
+}
+
+static void test_dispatch_cuda(void) {
+  zs_device_t *dev = NULL;
+  assert_ok(zs_device_create_cuda(&dev, 0));
+  zs_stream_t *s = NULL;
+  assert_ok(zs_stream_create(dev, &s));
+  const size_t n = 100003, B = 256, Q = zs_wq_bytes(n, B);
+  float *x = malloc(n * 4), *y = malloc(n * 4), *y_d = malloc(n * 4);
+  values(x, ZS_FP32, n, 9);
+  unsigned char *q = malloc(Q);
+  zs__wq_pack_cpu(q, x, ZS_FP32, n, B);
+  zs__wq_unpack_cpu(y, ZS_FP32, q, n, B, 1);
+  void *dx = dalloc(n * 4), *dq = dalloc(Q), *dy = dalloc(n * 4);
+  cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice);
+  expect_ok(zs__wq_pack(dev, s, dq, dx, ZS_FP32, n, B));
+  expect_ok(zs__wq_unpack(dev, s, dy, ZS_FP32, dq, n, B, 1));
+  expect_ok(zs_stream_synchronize(dev, s));
+  cudaMemcpy(y_d, dy, n * 4, cudaMemcpyDeviceToHost);
+  expect_true(memcmp(y, y_d, n * 4) == 0);
+  cudaFree(dx), cudaFree(dq), cudaFree(dy);
+  free(x), free(y), free(y_d), free(q);
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+}
+
+int main(void) {
+  if (zs_device_cuda_count() == 0) ZS_SKIP("no CUDA GPU");
+  zs_test_run(test_bitexact);
+  zs_test_run(test_dispatch_cuda);
+  return zs_test_finish();
+}
+#endif
