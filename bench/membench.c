@@ -112,7 +112,7 @@ static double now_s(void) {
 /* The optimizer's states (--optim-state): bytes per element of m and of v, the
  * int8 block (its scales, 4 bytes per block each) and the alignment A, 64 or
  * the block when larger (docs/design.md 2.2.1). */
-static int64_t state_esz = 4, state_block = 0, align_elems = 64;
+static int64_t state_esz = 4, state_block = 0, align_elems = 64, hpz_k = 0; /* hpz_k: --hpz */
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -134,6 +134,7 @@ static void usage(FILE *f) {
           "  --shard-group N (stages 1-3 sharded over groups of N ranks, replicated across them)\n"
           "  --quantized-weights (stage 3 runs: int8 weights in the gathers, ZeRO++'s qwZ)\n"
           "                      --quantized-weights-block B (256: elements a scale)\n"
+          "  --hpz K (stage 3 runs: backward gathers among K neighbouring ranks, ZeRO++'s hpZ)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
           "  --device cpu|cuda (cpu)  --steps S (3)\n"
@@ -224,6 +225,7 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--prefetch")) bad = parse_int(v, 0, 1 << 20, &o.prefetch);
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
     else if (!strcmp(a, "--quantized-weights-block")) bad = parse_int(v, 0, 1 << 20, &o.qw_block);
+    else if (!strcmp(a, "--hpz")) bad = parse_int(v, 0, 1 << 20, &o.hpz);
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
@@ -265,6 +267,7 @@ static mb_opts_t parse(int argc, char **argv) {
     die_all(2, "%s", "--frozen K freezes the first K units of --units: give --units with at least K units");
   if (!reduce_set) o.reduce_dtype = o.dtype;
   state_esz = o.optim_state == ZS_STATE_FP32 ? 4 : o.optim_state == ZS_STATE_BF16 ? 2 : 1;
+  hpz_k = o.hpz;
   state_block = o.optim_state == ZS_STATE_INT8 ? (o.optim_block ? o.optim_block : ZS_STATE_BLOCK_DEFAULT) : 0;
   align_elems = state_block > 64 ? state_block : 64;
   if (o.tp < 1) o.tp = 1;
@@ -344,6 +347,7 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), S = P / n, on = stage == 0 ? P : S;
     f_dev[MB_F_PARAMS] += (stage <= 2 ? P : S) * (int64_t)pb;
+    if (stage == 3 && hpz_k > 1) f_dev[MB_F_PARAMS] += P / hpz_k * (int64_t)pb; /* hpZ's secondary copy */
     if (unit_frozen(m, u)) continue; /* its parameters are the truth: nothing else */
     if (!offload) {
       f_dev[MB_F_GRADS] += stage <= 1 ? P * (int64_t)pb : S * (int64_t)rb;
@@ -367,14 +371,17 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
  * all-reduce of one fp32 (returned apart in *norm). */
-static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int64_t *norm) {
+static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
+                           int64_t *norm) {
   int64_t t = 0, N = n;
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
     /* qwZ: a gather carries each shard packed (kernels/wquant.h) */
     if (qwb && stage == 3) gp = (N - 1) * (int64_t)zs_wq_bytes((size_t)(P / N), qwb);
-    if (unit_frozen(m, u)) t += stage == 3 ? 2 * gp : 0; /* never reduced nor regathered; gathered at stage 3 */
-    else t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + 2 * gp;
+    /* hpZ: backward's gather among K ranks, from the secondary copies (exact) */
+    int64_t gb = hpz > 1 && stage == 3 ? (hpz - 1) * P * (int64_t)pb / hpz : gp;
+    if (unit_frozen(m, u)) t += stage == 3 ? gp + gb : 0; /* never reduced nor regathered; gathered at stage 3 */
+    else t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + gp + gb;
   }
   *norm = stage >= 1 && n > 1 ? 2 * (N - 1) * 4 / N : 0;
   return t;
@@ -439,6 +446,7 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.shard_group = stage > 0 ? o->shard_group : 0;
   cfg.quantized_weights = stage == 3 && o->quantized_weights;
   cfg.quantized_weights_block = o->qw_block;
+  cfg.hpz_partition_size = stage == 3 ? o->hpz : 0;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   cfg.delayed_param_update = delayed;
 
@@ -678,7 +686,7 @@ int main(int argc, char **argv) {
     const int dpw = world / o.tp; /* the data-parallel ranks ZeRO spans */
     x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : dpw;
     size_t qwb = o.quantized_weights ? (o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT) : 0;
-    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, qwb, &x->comm_norm);
+    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, &x->comm_norm);
     x->comm_inter_theory = x->shard_group < dpw ? comm_inter_theory(&m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, x->shard_group);

@@ -29,6 +29,9 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # training against the exact run, persistent units exact)
   zs_add_test(NAME test_engine_qw SOURCES test_engine_qw.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 120)
   target_include_directories(test_engine_qw PRIVATE ${PROJECT_SOURCE_DIR}) # kernels/wquant.h
+  # ZeRO++'s hpZ: backward's gathers inside the partition (parity bit for bit,
+  # bytes, the secondary copies' memory, refusals)
+  zs_add_test(NAME test_engine_hpz SOURCES test_engine_hpz.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

@@ -1,8 +1,9 @@
 /* ZeRO++'s keys as a user writes them (issue 32): DeepSpeed's
- * zero_optimization.zero_quantized_weights, our quantized_weights and
- * quantized_weights_block, the environment (ZS_QUANTIZED_WEIGHTS,
- * ZS_QUANTIZED_WEIGHTS_BLOCK), the one-line summary, and bad values refused
- * with a message naming the key and what to do. */
+ * zero_optimization.zero_quantized_weights and zero_hpz_partition_size, our
+ * quantized_weights, quantized_weights_block and hpz_partition_size, the
+ * environment (ZS_QUANTIZED_WEIGHTS, ZS_QUANTIZED_WEIGHTS_BLOCK,
+ * ZS_HPZ_PARTITION_SIZE), the one-line summary, and bad values refused with a
+ * message naming the key and what to do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,15 @@ static void test_json(void) {
   expect_str_contains(zs_config_describe(&d, buf, sizeof buf), "quantized weights int8/1024");
   d.quantized_weights = 0;
   expect_true(strstr(zs_config_describe(&d, buf, sizeof buf), "quantized") == NULL);
+  /* hpZ */
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}"));
+  expect_int_eq(c.hpz_partition_size, 8);
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 3, \"hpz_partition_size\": 4}"));
+  expect_int_eq(c.hpz_partition_size, 4);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "hpz partition 4");
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 1}}"));
+  expect_int_eq(c.hpz_partition_size, 1); /* DeepSpeed's default, off: fine at any stage */
+  expect_true(strstr(zs_config_describe(&c, buf, sizeof buf), "hpz") == NULL);
 }
 
 static void test_env(void) {
@@ -50,6 +60,14 @@ static void test_env(void) {
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "stage 3");
   unsetenv("ZS_QUANTIZED_WEIGHTS");
+  setenv("ZS_STAGE", "3", 1);
+  setenv("ZS_HPZ_PARTITION_SIZE", "8", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.hpz_partition_size, 8);
+  setenv("ZS_HPZ_PARTITION_SIZE", "-2", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_HPZ_PARTITION_SIZE");
+  unsetenv("ZS_HPZ_PARTITION_SIZE");
   unsetenv("ZS_STAGE");
 }
 
@@ -83,6 +101,21 @@ static void test_refused(void) {
   expect_status(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}"),
                 ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "stage 3");
+  /* hpZ: flat stage 3 only */
+  zs_config_t h = ZS_CONFIG_INIT;
+  h.stage = 2;
+  h.hpz_partition_size = 4;
+  expect_status(zs_config_validate(&h), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "use stage 3 or hpz_partition_size 0");
+  h.stage = 3;
+  h.shard_group = 4;
+  expect_status(zs_config_validate(&h), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "shard_group");
+  h.shard_group = 0;
+  expect_ok(zs_config_validate(&h));
+  h.hpz_partition_size = -1;
+  expect_status(zs_config_validate(&h), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "hpz_partition_size");
   zs_log_set_level(saved);
 }
 

@@ -50,14 +50,6 @@ static zs_config_t qw_cfg(zs_dtype_t dt, int qw, int block, int shard_group) {
   return c;
 }
 
-/* An engine of config c with the tiny model declared and set up. */
-static zs_status_t open_engine(const zs_config_t *c, zs_engine_t **zs, tm_model_t *m) {
-  zs_status_t st = zs_engine_create(zs, c, dev, world);
-  if (st == ZS_OK) st = tm_declare(*zs, m, NBLK, c->param_dtype);
-  if (st == ZS_OK) st = zs_engine_setup(*zs, tm_init, *zs);
-  return st;
-}
-
 /* The unit's gathered buffer as the engine must have decoded it: the master
  * values of its parameters (rounded to dt) at the offsets the slots show,
  * zeros elsewhere, each of the nshard shards packed and unpacked. */
@@ -89,7 +81,7 @@ static void check_gathered(zs_dtype_t dt, int block, int shard_group) {
   size_t B = block ? (size_t)block : ZS_WQ_BLOCK_DEFAULT, eb = zs_dtype_size(dt);
   zs_engine_t *zs = NULL;
   tm_model_t m = {0};
-  assert_ok(open_engine(&c, &zs, &m));
+  assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
   double loss;
   assert_ok(tm_round(zs, &m, X, T, 0, NSAMP, &loss)); /* a step, so the masters moved off their init */
   assert_ok(zs_step(zs, NULL));
@@ -157,7 +149,7 @@ static void test_bytes(void) {
     zs_config_t c = qw_cfg(ZS_FP32, qw, 32, 0);
     zs_engine_t *zs = NULL;
     tm_model_t m = {0};
-    assert_ok(open_engine(&c, &zs, &m));
+    assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
     double loss;
     zs_engine_comm_stats_reset(zs);
     const int steps = 2;
@@ -183,7 +175,7 @@ static void train(zs_config_t c, int steps, double *losses, float **master, int 
   zs_engine_t *zs = NULL;
   tm_model_t m = {0};
   zs_device_memory_reset_peaks(dev);
-  assert_ok(open_engine(&c, &zs, &m));
+  assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
   for (int s = 0; s < steps; s++) {
     assert_ok(tm_round(zs, &m, X, T, 0, NSAMP, &losses[s]));
     assert_ok(zs_step(zs, NULL));
@@ -243,7 +235,7 @@ static void test_persistent_exact(void) {
   c.persist_threshold = 1u << 20; /* every unit persistent: gathered once, exact */
   zs_engine_t *zs = NULL;
   tm_model_t m = {0};
-  assert_ok(open_engine(&c, &zs, &m));
+  assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
   double loss;
   assert_ok(tm_round(zs, &m, X, T, 0, NSAMP, &loss));
   assert_ok(zs_step(zs, NULL));

@@ -2,14 +2,14 @@
  *
  *   test_plan ZS-PLAN
  *       the JSON contract, memory and traffic against docs/design.md's formulas in
- *       closed form, and the choices on given inputs, --quantized-weights's options
- *       among them (no network, no mpiexec: zs-plan is one process)
+ *       closed form, and the choices on given inputs, --quantized-weights's and
+ *       --hpz's options among them (no network, no mpiexec: zs-plan is one process)
  *   test_plan ZS-PLAN --membench MPIEXEC ZS-MEMBENCH
  *       zs-plan's memory and traffic against zs-membench's measurement at 4 ranks
  *       on this machine (one node), option by option, exactly: model_state_bytes,
  *       host_state_bytes, comm_bytes_per_step and the bytes across the replicas,
  *       flat, hybrid (--shard-group 2), bf16, quantized weights (hybrid stage 3, with
- *       and without offload) and the example GPT
+ *       and without offload), hpZ (flat stage 3, partitions of 2) and the example GPT
  *
  * zs-plan or zs-membench exiting 77 (no example GPT in this build) skips that
  * check. scripts/cluster-sim's timing check is tests/scripts/plan_cluster_test.sh. */
@@ -100,16 +100,18 @@ static int flag(const cJSON *o, const char *key) {
 }
 
 /* The option with this stage, shard group and offload (and quantized weights
- * as g_qw says: 0 unless a test sets it), or NULL. */
-static int g_qw;
+ * and hpZ partition as g_qw and g_hpz say: 0 unless a test sets them), or NULL. */
+static int g_qw, g_hpz;
 static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) {
   const cJSON *o;
   cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(doc, "options")) {
     if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload &&
-        flag(o, "quantized_weights") == (g_qw && stage == 3))
+        flag(o, "quantized_weights") == (g_qw && stage == 3) &&
+        (int)num(o, "hpz_partition_size") == (stage == 3 ? g_hpz : 0))
       return o;
   }
-  ZS_T_REPORT("no option stage %d shard_group %d offload %d quantized weights %d", stage, shard, offload, g_qw);
+  ZS_T_REPORT("no option stage %d shard_group %d offload %d quantized weights %d hpz %d", stage, shard, offload, g_qw,
+              g_hpz);
   return NULL;
 }
 
@@ -323,6 +325,39 @@ static void test_quantized_weights(void) {
   expect_str_contains(g_err, "power of two");
 }
 
+/* --hpz 4 at 2 nodes of 4 (flat stage 3, backward's gathers inside the node):
+ * per unit of P = 1M fp32 two gathers become one over the 8 ranks and one over
+ * the 4 of a node, (K-1)/K P 4 bytes, so the comm bytes are forward's gather
+ * and the reduce-scatter at 7/8 P 4 each plus 3/4 P 4, with the norm's 7; the
+ * busiest node link carries only forward's gather and the reduce-scatter; the
+ * device state gains P 4 / 4 a unit. With --quantized-weights too, the
+ * combined option is listed. */
+static void test_hpz(void) {
+  int code;
+  cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100 --hpz 4 "
+                       "--quantized-weights", &code);
+  assert_true(d != NULL);
+  const int64_t P = 1048576 * 4;
+  const cJSON *flat = option(d, 3, 8, 0);
+  g_hpz = 4;
+  const cJSON *h = option(d, 3, 8, 0);
+  g_qw = 1;
+  const cJSON *hq = option(d, 3, 8, 0);
+  g_qw = g_hpz = 0;
+  assert_true(flat && h && hq);
+  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 7);
+  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 4);
+  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 4);
+  expect_int_eq(num(h, "model_state_bytes") - num(flat, "model_state_bytes"), 4 * P / 4);
+  expect_true(num(hq, "inter_link_bytes_per_step") < num(h, "inter_link_bytes_per_step"));
+  cJSON_Delete(d);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s " UNITS4 " --world 8 --ranks-per-node 4 --hpz 3", plan);
+  free(run(cmd, &code));
+  expect_int_eq(code, 2);
+  expect_str_contains(g_err, "--hpz");
+}
+
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
  * NVLink node with 8 x 400G NICs) unless a flag is given. 2 nodes x 8: flat
  * stage 3's two gathers and reduce-scatter put 15psi/16 each on a node link,
@@ -514,6 +549,13 @@ static void test_membench_qw(void) {
   g_qw = 0;
 }
 
+static void test_membench_hpz(void) {
+  g_hpz = 2;
+  against_membench("--units 1000,300000,517 --stages 3 --offload --hpz 2", "--units 1000,300000,517 --world 4 "
+                   "--ranks-per-node 2 --hpz 2", 4, 4);
+  g_hpz = 0;
+}
+
 static void test_membench_bf16(void) {
   against_membench("--units 1000,3000,517 --stages 0,1,2,3 --dtype bf16 --reduce-dtype fp32 --offload",
                    "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4, 4);
@@ -549,6 +591,7 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_hybrid);
     zs_test_run(test_membench_bf16);
     zs_test_run(test_membench_qw);
+    zs_test_run(test_membench_hpz);
     zs_test_run(test_membench_gpt);
     zs_test_run(test_membench_gpt_tp);
     return zs_test_finish();
@@ -561,6 +604,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_bad_flags);
   zs_test_run(test_nccl);
   zs_test_run(test_quantized_weights);
+  zs_test_run(test_hpz);
   zs_test_run(test_gpt);
   return zs_test_finish();
 }

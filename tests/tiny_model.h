@@ -175,6 +175,16 @@ static inline int tm_init(void *user, int param, int64_t offset, int64_t count, 
 }
 
 /* The data set: n samples, the same on every rank. */
+/* An engine of config c over comm with the model (nblk blocks) declared and
+ * set up from tm_init; *zs is set once created (destroy it on failure too). */
+static inline zs_status_t tm_open(const zs_config_t *c, zs_device_t *dev, zs_comm_t *comm, int nblk, zs_engine_t **zs,
+                                  tm_model_t *m) {
+  zs_status_t st = zs_engine_create(zs, c, dev, comm);
+  if (st == ZS_OK) st = tm_declare(*zs, m, nblk, c->param_dtype);
+  if (st == ZS_OK) st = zs_engine_setup(*zs, tm_init, *zs);
+  return st;
+}
+
 static inline void tm_data(int n, float x[][TM_DIN], float t[][TM_DOUT]) {
   uint64_t s = 12345;
   for (int i = 0; i < n; i++) {

@@ -18,7 +18,9 @@
  * weights in its gathers (flat and hybrid, offload or not), whose gathers
  * carry each shard packed (Ns x (4 ceil(S/B) + S rounded up to 4) bytes, S =
  * P/Ns) and whose device peak the engine's estimate gives; at equal speed the
- * exact option wins.
+ * exact option wins. With --hpz K also flat stage 3 with ZeRO++'s hpZ (and
+ * with both), whose backward gathers run among K consecutive ranks (exact
+ * bytes, a comm of their own) and whose device state adds P pb / K a unit.
  *
  * Memory (exact): each option's model is declared in an engine over a one-rank
  * comm (zs_comm_create_mpi_world; no setup, nothing allocated) and
@@ -144,7 +146,8 @@
 
 typedef struct {
   int stage, shard, offload;
-  int qw; /* stage 3: quantized_weights */
+  int qw;  /* stage 3: quantized_weights */
+  int hpz; /* stage 3, flat: hpz_partition_size */
   zs_mem_estimate_t est;
   pl_result_t net;
   double step_s, speedup;
@@ -173,6 +176,7 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.offload_optimizer = x->offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   cfg.quantized_weights = x->qw;
   cfg.quantized_weights_block = o->qw_block;
+  cfg.hpz_partition_size = x->hpz;
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   for (int u = 0; st == ZS_OK && u < o->m.nunits; u++) {
@@ -200,6 +204,7 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
 static void traffic(const pl_opts_t *o, pl_option_t *x) {
   pl_net_t net = o->net;
   net.shard = x->shard;
+  net.hpz = x->hpz;
   pl_sched_t *s = pl_sched_create(&net);
   if (!s) pl_die(1, "out of host memory for the link model");
   const int64_t pb = (int64_t)zs_dtype_size(o->dtype), rb = (int64_t)zs_dtype_size(o->reduce_dtype);
@@ -218,7 +223,9 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         /* qwZ: each shard packed, int8 codes and a scale a block (kernels/wquant.h) */
         int64_t g = x->qw ? (int64_t)x->shard * (int64_t)zs_wq_bytes((size_t)S, (size_t)o->qw_block) : P * pb;
         pl_sched_add(s, PL_FORWARD, PL_ALL_GATHER, PL_SHARD, g, fwd * A);
-        pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
+        /* hpZ: backward gathers the secondary copies among K ranks (exact) */
+        if (x->hpz > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_HPZ, P * pb, A);
+        else pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
         pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
         break;
       }
@@ -266,6 +273,7 @@ static int better(const pl_option_t *a, const pl_option_t *b) {
   if (a->step_s < b->step_s * 0.99) return 1;
   if (b->step_s < a->step_s * 0.99) return 0;
   if (a->qw != b->qw) return !a->qw; /* exact weights, where they cost nothing */
+  if (a->hpz != b->hpz) return !a->hpz; /* no secondary copies, where they gain nothing */
   if (a->offload != b->offload) return !a->offload;
   return a->est.device_peak_bound < b->est.device_peak_bound;
 }
@@ -273,8 +281,10 @@ static int better(const pl_option_t *a, const pl_option_t *b) {
 static const char *dtype_name(zs_dtype_t d) { return d == ZS_BF16 ? "bf16" : "fp32"; }
 
 static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, size_t n) {
+  char hz[16] = "";
+  if (x->hpz > 1) snprintf(hz, sizeof hz, " hpz%d", x->hpz);
   if (x->shard < o->world) snprintf(buf, n, "hybrid %d%s", x->shard, x->qw ? " qw" : "");
-  else snprintf(buf, n, "flat%s", x->qw ? " qw" : "");
+  else snprintf(buf, n, "flat%s%s", x->qw ? " qw" : "", hz);
 }
 
 /* ============================================================================
@@ -313,9 +323,10 @@ static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int be
 
 static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
   const pl_result_t *r = &x->net;
-  fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, \"quantized_weights\": %s, ",
+  fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, \"quantized_weights\": %s, "
+             "\"hpz_partition_size\": %d, ",
           x->stage, x->shard, x->shard < o->world ? "true" : "false", x->offload ? "true" : "false",
-          x->qw ? "true" : "false");
+          x->qw ? "true" : "false", x->hpz);
   fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"device_peak_bytes\": %llu, ",
           (unsigned long long)x->est.device_model_state, (unsigned long long)x->est.host_model_state,
           (unsigned long long)x->est.device_peak_bound);
@@ -390,6 +401,9 @@ int main(int argc, char **argv) {
   for (int h = 0; o.qw_block && h <= hybrid; h++) /* listed after the others: their indices stay */
     for (int off = 0; off <= 1; off++)
       x[nx++] = (pl_option_t){.stage = 3, .shard = h ? o.shard_group : o.world, .offload = off, .qw = 1};
+  for (int q = 0; o.hpz > 1 && q <= (o.qw_block != 0); q++) /* hpZ: flat stage 3 (hybrid gathers in-group already) */
+    for (int off = 0; off <= 1; off++)
+      x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qw = q, .hpz = o.hpz};
   int best = -1;
   for (int i = 0; i < nx; i++) {
     estimate(&o, &x[i]);

@@ -15,7 +15,7 @@ typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER } pl_coll_t;
 /* Which ranks a collective runs over: every rank (stage 0; the shard group when
  * flat), the shard groups (Ns consecutive ranks each), the replica groups
  * (ranks equal modulo Ns). Every group of the kind runs it at the same time. */
-typedef enum { PL_WORLD = 0, PL_SHARD, PL_REPLICA } pl_group_t;
+typedef enum { PL_WORLD = 0, PL_SHARD, PL_REPLICA, PL_HPZ } pl_group_t; /* PL_HPZ: hpz consecutive ranks */
 /* Parts of a step that follow one another: forward (stage 3's gathers),
  * backward (gathers and reductions), zs_step (the norm, stages 1-2's gather). */
 typedef enum { PL_FORWARD = 0, PL_BACKWARD, PL_STEP, PL_PHASES } pl_phase_t;
@@ -24,6 +24,7 @@ typedef struct {
   int world;           /* N ranks */
   int per_node;        /* K consecutive ranks per node (by-slot placement) */
   int shard;           /* Ns: ranks per shard group (N when flat) */
+  int hpz;             /* K: ranks per hpZ partition (an option's; 0 none) */
   double inter_Bps;    /* each node's link, each way, bytes/s */
   double intra_Bps;    /* each rank's link to the ranks of its node, each way, bytes/s */
   double frame;        /* bytes on the inter-node wire per payload byte */
@@ -93,6 +94,7 @@ typedef struct {
   zs_state_dtype_t optim_state; /* --optim-state: m and v */
   int optim_block;              /* --optim-block (int8) */
   int qw_block;                 /* --quantized-weights [B]: also stage 3 with int8 gathers (0: not listed) */
+  int hpz;                      /* --hpz K: also flat stage 3 with backward's gathers among K ranks (0: not listed) */
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */

@@ -172,7 +172,8 @@ static void usage(FILE *f) {
           "engine:\n"
           "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
           "  --quantized-weights[=B] (also list stage 3 with int8 weights in its gathers, B elements a scale:\n"
-          "                       256; ZeRO++'s qwZ)\n"
+          "                       256; ZeRO++'s qwZ)  --hpz K (also flat stage 3 with backward's gathers among\n"
+          "                       K ranks, a node: ZeRO++'s hpZ; K divides --world)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
@@ -276,6 +277,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--batch")) o.batch = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--ranks-per-node")) o.per_node = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--hpz")) o.hpz = inum(a, v, 2, 1 << 20);
     else if (!strcmp(a, "--quantized-weights")) {
       o.qw_block = inum(a, v, 32, 4096);
       if (o.qw_block & (o.qw_block - 1)) pl_die(2, "--quantized-weights: a block of a power of two, 32..4096");
@@ -352,6 +354,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
   if (!o.shard_group) o.shard_group = o.per_node;
   o.hybrid = o.hybrid && o.shard_group < o.world;
   if (o.world % o.shard_group) pl_die(2, "--shard-group must divide --world");
+  if (o.hpz && (o.world % o.hpz || o.hpz >= o.world)) pl_die(2, "--hpz must divide --world and be below it");
   if (gpt) {
 #ifdef ZS_PLAN_HAVE_GPT
     gpt_model(&o.m, &o, &o.tp_replicated, &o.tp_split);

@@ -18,7 +18,7 @@
  * the engine's gather stream and its reduction stream (a call starts after the
  * stream's previous one: hybrid's replica all-reduce of a unit waits for its
  * reduce-scatter, and the next reduce-scatter for that all-reduce). */
-enum { PL_QUEUES = 5, PL_Q_GATHER = 3, PL_Q_REDUCE = 4 };
+enum { PL_QUEUES = 6, PL_Q_GATHER = 3, PL_Q_REDUCE = 4, PL_Q_HPZ = 5 };
 
 typedef struct {
   double *ntx, *nrx; /* per node: bytes out and in over its link */
@@ -41,15 +41,18 @@ struct pl_sched {
  * ========================================================================== */
 
 static int group_count(const pl_net_t *n, pl_group_t g) {
+  if (g == PL_HPZ) return n->world / n->hpz;
   return g == PL_WORLD ? 1 : g == PL_SHARD ? n->world / n->shard : n->shard;
 }
 
 static int group_size(const pl_net_t *n, pl_group_t g) {
+  if (g == PL_HPZ) return n->hpz;
   return g == PL_WORLD ? n->world : g == PL_SHARD ? n->shard : n->world / n->shard;
 }
 
 /* World rank of member i of group gi (comm rank order = world rank order). */
 static int member(const pl_net_t *n, pl_group_t g, int gi, int i) {
+  if (g == PL_HPZ) return gi * n->hpz + i;
   return g == PL_WORLD ? i : g == PL_SHARD ? gi * n->shard + i : gi + i * n->shard;
 }
 
@@ -57,6 +60,7 @@ static int member(const pl_net_t *n, pl_group_t g, int gi, int i) {
  * calls one after another. Flat, the shard group is the world comm itself. */
 static int queue_of(const pl_net_t *n, pl_group_t g) {
   if (g == PL_REPLICA) return 2;
+  if (g == PL_HPZ) return PL_Q_HPZ;
   return g == PL_SHARD && n->shard < n->world ? 1 : 0;
 }
 

@@ -56,6 +56,7 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->shard_group = o->shard_group;
   cfg->quantized_weights = o->quantized_weights;
   cfg->quantized_weights_block = o->quantized_weights_block;
+  cfg->hpz_partition_size = o->hpz;
   if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
   cfg->delayed_param_update = o->delayed_update;
 }
@@ -88,6 +89,8 @@ void gpt_opts_usage(FILE *f) {
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
           "  --quantized-weights (stage 3: gathers carry int8 weights and a scale per block, ZeRO++'s\n"
           "                   qwZ; the master and optimizer stay exact)  --quantized-weights-block B (256)\n"
+          "  --hpz N (stage 3, flat: backward gathers among N neighbouring ranks, e.g. a node, from a\n"
+          "          copy of 1/N of each unit kept after forward; ZeRO++'s hpZ)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
@@ -131,7 +134,7 @@ static const char *const k_valued[] = {
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
-    "--matmul", "--quantized-weights-block",
+    "--matmul", "--quantized-weights-block", "--hpz",
 };
 
 static int is_valued(const char *name) {
@@ -273,6 +276,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--prefetch", prefetch, 0, 16)
     INT_FLAG("--shard-group", shard_group, 0, 1 << 20)
     INT_FLAG("--quantized-weights-block", quantized_weights_block, 0, 1 << 20)
+    INT_FLAG("--hpz", hpz, 0, 1 << 20)
     INT_FLAG("--tp", tp, 1, 1 << 12)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)

@@ -128,6 +128,13 @@ typedef struct {
    * gathered exact. */
   int quantized_weights;       /* 0 off, 1 on */
   int quantized_weights_block; /* a power of two 32..4096; 0 = ZS_WQ_BLOCK_DEFAULT */
+  /* ZeRO++'s hpZ (DeepSpeed's zero_hpz_partition_size), flat stage 3: each
+   * rank keeps a secondary copy of 1/hpz_partition_size of every gathered
+   * unit's parameters, filled by forward's gather, so that backward's gathers
+   * run among the hpz_partition_size consecutive ranks (a node) only. 0 or 1:
+   * off; else it must divide the world size (zs_engine_create). Memory: P pb /
+   * hpz_partition_size more per non-persistent unit (category params). */
+  int hpz_partition_size;
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -145,7 +152,7 @@ typedef struct {
     .schedule = {.kind = ZS_SCHED_CONSTANT, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 0, \
                  .total_steps = 0, .min_lr = 0.0f, .warmup_min_ratio = 0.0f,                  \
                  .cos_min_ratio = 0.0f},                                                    \
-    .quantized_weights = 0, .quantized_weights_block = 0                                    \
+    .quantized_weights = 0, .quantized_weights_block = 0, .hpz_partition_size = 0           \
   }
 
 #ifdef __cplusplus

@@ -46,7 +46,8 @@ extern "C" {
  *   0..2^53; total_steps > warmup_steps (DeepSpeed kinds: > max(2, warmup_steps))
  *   except for WARMUP; 0 <= min_lr <= optim.lr; WARMUP_COSINE: ratios in [0, 1];
  *   quantized_weights 0|1 and only at stage 3; quantized_weights_block 0 or a
- *   power of two 32..4096. All floats must be finite.
+ *   power of two 32..4096; hpz_partition_size >= 0, above 1 only at stage 3
+ *   and without shard_group. All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 
@@ -61,6 +62,7 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
  *   ZS_SHARD_GROUP       ranks per shard group (0 = all)
  *   ZS_QUANTIZED_WEIGHTS 1|0 (flag words as above)   ZS_QUANTIZED_WEIGHTS_BLOCK  elements
+ *   ZS_HPZ_PARTITION_SIZE  ranks (a node) holding backward's gathers
  *   ZS_LR_SCHEDULE       constant|cosine|linear|warmup|warmup_decay|warmup_cosine
  *   ZS_WARMUP_STEPS ZS_TOTAL_STEPS  whole numbers of steps   ZS_MIN_LR  number
  *   ZS_WARMUP_TYPE       linear|log (the DeepSpeed kinds)
@@ -82,7 +84,7 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
  * "offload_optimizer" ("none"|"cpu"), "offload_strict", "delayed_param_update",
  * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
- * "shard_group", "quantized_weights", "quantized_weights_block", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
+ * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
  * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",
  * "warmup_type": "linear"|"log", "warmup_min_ratio", "cos_min_ratio"}.
  * Flags take true/false or 0/1. Our keys are applied after the DeepSpeed keys,
@@ -102,6 +104,8 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *       gathered memory is bounded by prefetch+1 units; an info line says so
  *   zero_optimization.zero_quantized_weights       -> quantized_weights (ZeRO++'s
  *       qwZ: int8 weights in stage 3's gathers, a scale per 256 elements)
+ *   zero_optimization.zero_hpz_partition_size      -> hpz_partition_size (ZeRO++'s
+ *       hpZ: backward's gathers among that many ranks, from a secondary copy)
  *   zero_optimization.offload_optimizer.device     "cpu" -> ZS_OFFLOAD_CPU,
  *       "none" -> ZS_OFFLOAD_NONE, "nvme" is rejected (not supported)
  *   zero_optimization.offload_optimizer.pin_memory accepted: offloaded state is

@@ -163,6 +163,7 @@ static const struct {
     {"ZS_QUANTIZED_WEIGHTS", K_BOOL, offsetof(zs_config_t, quantized_weights), "quantized_weights"},
     {"ZS_QUANTIZED_WEIGHTS_BLOCK", K_INT, offsetof(zs_config_t, quantized_weights_block),
      "quantized_weights_block"},
+    {"ZS_HPZ_PARTITION_SIZE", K_INT, offsetof(zs_config_t, hpz_partition_size), "hpz_partition_size"},
     {"ZS_LR_SCHEDULE", K_SCHED, offsetof(zs_config_t, schedule.kind), "schedule.kind"},
     {"ZS_WARMUP_STEPS", K_STEPS, offsetof(zs_config_t, schedule.warmup_steps), "schedule.warmup_steps"},
     {"ZS_TOTAL_STEPS", K_STEPS, offsetof(zs_config_t, schedule.total_steps), "schedule.total_steps"},

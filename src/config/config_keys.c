@@ -102,6 +102,7 @@ static const spec_t zero_keys[] = {
     FIELD("stage3_param_persistence_threshold", K_SIZE, persist_threshold, 1),
     FIELD("mics_shard_size", K_INT, shard_group, 1),
     FIELD("zero_quantized_weights", K_BOOL, quantized_weights, 1),
+    FIELD("zero_hpz_partition_size", K_INT, hpz_partition_size, 1),
     ACCEPT("mics_hierarchical_params_gather", "gathers stay inside the shard group already"),
     FN("stage3_prefetch_bucket_size", fn_prefetch_bucket, 1),
     FN("stage3_max_live_parameters", fn_max_live, 1),
@@ -312,6 +313,7 @@ const spec_t zs__config_root_keys[] = {
     FIELD("shard_group", K_INT, shard_group, 0),
     FIELD("quantized_weights", K_BOOL, quantized_weights, 0),
     FIELD("quantized_weights_block", K_INT, quantized_weights_block, 0),
+    FIELD("hpz_partition_size", K_INT, hpz_partition_size, 0),
     FN("schedule", zs__config_fn_schedule, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),

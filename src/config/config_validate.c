@@ -186,6 +186,15 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
       return bad(prefix, o, "quantized_weights_block", int_value(b).s,
                  "use 0 (256) or a power of two from 32 to 4096 (elements per int8 weight scale)");
   }
+  if (c->hpz_partition_size < 0)
+    return bad(prefix, o, "hpz_partition_size", int_value(c->hpz_partition_size).s,
+               "use 0 or 1 (off) or the ranks of a node (backward's gathers stay among them)");
+  if (c->hpz_partition_size > 1 && c->stage != 3)
+    return bad(prefix, o, "hpz_partition_size", "set below stage 3",
+               "the secondary copy serves stage 3's backward gathers: use stage 3 or hpz_partition_size 0");
+  if (c->hpz_partition_size > 1 && c->shard_group > 0)
+    return bad(prefix, o, "hpz_partition_size", "set with shard_group",
+               "hybrid sharding keeps every gather inside its shard group already: use one of them");
   ZS_CHECK(schedule_validate(c, o, prefix));
   if (dynamic && c->min_scale > c->initial_scale) {
     char v[64];
@@ -235,6 +244,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
       (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
       cfg->reshard_after_forward, cfg->persist_threshold);
   if (cfg->shard_group > 0) put(buf, n, &at, ", shard group %d (hybrid)", cfg->shard_group);
+  if (cfg->hpz_partition_size > 1) put(buf, n, &at, ", hpz partition %d", cfg->hpz_partition_size);
   if (cfg->quantized_weights)
     put(buf, n, &at, ", quantized weights int8/%d",
         cfg->quantized_weights_block ? cfg->quantized_weights_block : ZS_WQ_BLOCK_DEFAULT);

@@ -350,6 +350,7 @@ static int team_for(size_t n) {
   if (cap < 1) cap = 1;
   return (int)(t < cap ? t : cap);
 }
+int zs__optim_team_for(size_t n) { return team_for(n); }
 static int team_rank(void) {
 #ifdef _OPENMP
   return omp_get_thread_num();

@@ -113,6 +113,9 @@ void zs__accumulate_cpu(float *dst, const void *src, zs_dtype_t src_dt, size_t n
  * (zs_wq_bytes(n, B) bytes: scales, codes, padding); `parts` packed shards of
  * n elements each, laid end to end, decoded into parts * n elements of dst. */
 void zs__wq_pack_cpu(void *dst, const void *src, zs_dtype_t dt, size_t n, size_t B);
+/* The OpenMP team for n elements of element-wise work: at most the optimizer's
+ * thread setting (zs__optim_threads: cores / ranks on the node by default). */
+int zs__optim_team_for(size_t n);
 void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size_t B, int parts);
 
 /* The gradient-clip coefficient for a global L2 norm (clip by max_norm):

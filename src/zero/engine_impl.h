@@ -83,6 +83,11 @@ typedef struct {
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */
+  /* hpZ (cfg.hpz_partition_size = K > 1): this rank's 1/K of the gathered
+   * parameters (elements hpz_rank P/K.., param dtype), copied from forward's
+   * gather at step hsec_at; backward gathers it among the K ranks */
+  void *hsec;
+  int64_t hsec_at;
   float *master;
   void *m, *v;      /* optimizer moments in cfg.optim.state_dtype (src/optim/optim.h) */
   float *ms, *vs;   /* int8 states: the block scales of m and v (opt_n / block each) */
@@ -96,7 +101,7 @@ typedef struct {
   void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
   int seg_first, seg_count;     /* this unit's optimizer segments */
 
-  zs_owned_t owned[12]; /* persistent allocations, freed at destroy */
+  zs_owned_t owned[14]; /* persistent allocations, freed at destroy */
   int nowned;
 
   zs_ustate_t st;
@@ -123,6 +128,10 @@ struct zs_engine {
    * made by the first setup and owned by the engine. */
   zs_comm_t *shard_comm, *rep_comm;
   int nshard, shard_rank, nrep, rep_rank;
+  /* hpZ: the K consecutive ranks of this one (made by the first setup, owned;
+   * NULL off), K = nhpz, this rank's place hpz_rank */
+  zs_comm_t *hpz_comm;
+  int nhpz, hpz_rank;
   int groups_borrowed; /* shard_comm/rep_comm belong to a mesh (zs_engine_create_mesh) */
   /* model-parallel group (zs_engine_set_model_parallel): the norm adds its
    * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */

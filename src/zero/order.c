@@ -19,7 +19,9 @@
 
 #include "zero/engine_impl.h"
 
-static int several_comms(const zs_engine_t *zs) { return zs->rep_comm || zs->mp_comm || zs->shard_comm != zs->comm; }
+static int several_comms(const zs_engine_t *zs) {
+  return zs->rep_comm || zs->mp_comm || zs->hpz_comm || zs->shard_comm != zs->comm;
+}
 
 /* Only device kernels can hold each other up: an mpi comm's operations run on
  * its own progress thread (the stream merely waits for a flag), so at stage 2

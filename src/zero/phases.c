@@ -75,18 +75,37 @@ static zs_status_t gather_quantized(zs_engine_t *zs, zs_unit_t *u) {
   return ZS_OK;
 }
 
+/* hpZ (cfg.hpz_partition_size = K): backward gathers the unit among the K
+ * ranks of this one's partition from their secondary copies, which forward's
+ * gather of this step filled with exactly what it gathered (decoded values
+ * under qwZ), so both phases compute with the same parameters. */
+static int gathers_from_secondary(const zs_engine_t *zs, const zs_unit_t *u) {
+  return u->hsec && zs->phase == ZS_PH_BACKWARD && u->hsec_at == zs->step;
+}
+
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   zs_unit_t *u = &zs->units[ui];
   size_t bytes = (size_t)u->padded * zs->pb;
   ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GATHER, zs->ag_stream, &u->full));
   ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, zs->ag_stream, zs->ev_step), "waiting for the step");
-  if (zs->cfg.quantized_weights) {
+  if (gathers_from_secondary(zs, u)) {
+    size_t part = (size_t)u->padded / (size_t)zs->nhpz;
+    ZS_ENG_COLL(zs, zs->hpz_comm, zs->ag_stream,
+                zs_comm_all_gather(zs->hpz_comm, u->hsec, u->full, part, zs->cfg.param_dtype, zs->ag_stream),
+                "all-gather of a unit inside its hpZ partition");
+  } else if (zs->cfg.quantized_weights) {
     ZS_CHECK(gather_quantized(zs, u));
   } else {
     ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
                 zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype,
                                    zs->ag_stream),
                 "all-gather of a unit");
+  }
+  if (u->hsec && zs->phase == ZS_PH_FORWARD) { /* hpZ: keep this rank's part for backward */
+    size_t part = (size_t)u->padded / (size_t)zs->nhpz * zs->pb;
+    ZS_ENG_CHECK(zs, zs_memcpy_async(zs->dev, u->hsec, (char *)u->full + (size_t)zs->hpz_rank * part, part,
+                                     ZS_COPY_D2D, zs->ag_stream), "keeping the hpZ copy");
+    u->hsec_at = zs->step;
   }
   ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
   return ZS_OK;

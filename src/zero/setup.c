@@ -87,6 +87,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     uint64_t P = (uint64_t)padded, S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
     out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
     if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
+    else if (c->stage == 3 && zs->nhpz > 1) out->device[ZS_MEM_PARAMS] += P / (uint64_t)zs->nhpz * pb; /* hpZ */
     maxP = P > maxP ? P : maxP;
     maxS = S > maxS ? S : maxS;
     if (c->stage == 3 && !persistent) { /* keep the three largest */
@@ -170,6 +171,8 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   } else {
     ZS_CHECK(own(zs, u, S * pb, ZS_MEM_PARAMS, 0, &u->pshard));
     if (u->persistent) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GATHER, 0, &u->full));
+    else if (zs->nhpz > 1) ZS_CHECK(own(zs, u, P / (size_t)zs->nhpz * pb, ZS_MEM_PARAMS, 0, &u->hsec));
+    u->hsec_at = -1;
   }
   if (u->frozen) return ZS_OK; /* no master, no optimizer state, no gradients */
   /* master: fp32 params are their own master copy, unless it lives on the host */
@@ -476,6 +479,18 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
       return ZS_FAIL(zs->err, st, "zs_engine_setup: making the shard and replica groups of %d ranks failed: %s",
                      zs->nshard, zs_last_error());
     }
+  }
+  if (zs->nhpz > 1 && (zs->world % zs->nhpz != 0 || zs->nhpz >= zs->world))
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_engine_setup: hpz_partition_size %d %s the %d ranks: use the ranks per node (a divisor of "
+                   "the world below it), or 0",
+                   zs->nhpz, zs->nhpz >= zs->world ? "is not below" : "does not divide", zs->world);
+  if (zs->nhpz > 1 && !zs->hpz_comm) {
+    /* hpZ: the K consecutive ranks that backward's gathers stay among (a node) */
+    zs_status_t st = zs_comm_split(zs->comm, zs->rank / zs->nhpz, zs->hpz_rank, &zs->hpz_comm);
+    if (st != ZS_OK)
+      return ZS_FAIL(zs->err, st, "zs_engine_setup: making the hpZ partitions of %d ranks failed: %s", zs->nhpz,
+                     zs_last_error());
   }
   if (zs->nunits == 0 || zs->nparams == 0)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
