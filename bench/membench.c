@@ -135,6 +135,8 @@ static void usage(FILE *f) {
           "  --quantized-weights (stage 3 runs: int8 weights in the gathers, ZeRO++'s qwZ)\n"
           "                      --quantized-weights-block B (256: elements a scale)\n"
           "  --hpz K (stage 3 runs: backward gathers among K neighbouring ranks, ZeRO++'s hpZ)\n"
+          "  --quantized-grads 8 (stages 2-3 runs: int8 all-to-alls for the reduce-scatter, ZeRO++'s qgZ)\n"
+          "                      --quantized-grads-group K (0: a node's ranks)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --compute-ms X (--units: X ms of emulated accelerator compute per round, host idle)\n"
           "  --device cpu|cuda (cpu)  --steps S (3)\n"
@@ -226,6 +228,8 @@ static mb_opts_t parse(int argc, char **argv) {
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
     else if (!strcmp(a, "--quantized-weights-block")) bad = parse_int(v, 0, 1 << 20, &o.qw_block);
     else if (!strcmp(a, "--hpz")) bad = parse_int(v, 0, 1 << 20, &o.hpz);
+    else if (!strcmp(a, "--quantized-grads")) bad = parse_int(v, 0, 8, &o.qg);
+    else if (!strcmp(a, "--quantized-grads-group")) bad = parse_int(v, 0, 1 << 20, &o.qg_group);
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
@@ -371,11 +375,16 @@ static void formula(const mb_model_t *m, int stage, int offload, int delayed, si
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
  * all-reduce of one fp32 (returned apart in *norm). */
-static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
-                           int64_t *norm) {
+static int64_t comm_theory(const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz, int qgk,
+                           size_t qgb, int64_t *norm) {
   int64_t t = 0, N = n;
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = unit_padded(m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
+    /* qgZ (groups of qgk): the all-to-all inside the group, (K-1) G Q, and across, (G-1) Q (src/zero/qgrad.c) */
+    if (qgk > 0 && stage >= 2) {
+      int64_t G = N / qgk, Q = (int64_t)zs_wq_bytes((size_t)(P / N), qgb);
+      gr = (qgk - 1) * G * Q + (G - 1) * Q;
+    }
     /* qwZ: a gather carries each shard packed (kernels/wquant.h) */
     if (qwb && stage == 3) gp = (N - 1) * (int64_t)zs_wq_bytes((size_t)(P / N), qwb);
     /* hpZ: backward's gather among K ranks, from the secondary copies (exact) */
@@ -447,6 +456,8 @@ static void run_one(const mb_opts_t *o, const mb_model_t *m, int stage, int offl
   cfg.quantized_weights = stage == 3 && o->quantized_weights;
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = stage == 3 ? o->hpz : 0;
+  cfg.quantized_gradients = stage >= 2 && !offload ? o->qg : 0;
+  cfg.quantized_gradients_group = o->qg_group;
   cfg.offload_optimizer = offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
   cfg.delayed_param_update = delayed;
 
@@ -625,6 +636,8 @@ static void open_device(const mb_opts_t *o) {
   }
 }
 
+static int qg_k; /* qgZ's group: --quantized-grads-group, or the ranks of a node */
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -646,6 +659,10 @@ int main(int argc, char **argv) {
     units_model(&o, &m);
   }
   open_device(&o);
+  if (o.qg) { /* the group the engine will use: given, or this node's ranks */
+    qg_k = o.qg_group;
+    if (!qg_k && zs_comm_node(comm, NULL, &qg_k, NULL) != ZS_OK) die_rank(ZS_ERR_COMM, "the node layout", zs_last_error());
+  }
   if (o.gpt && o.compute) mb_gpt_threads(local_ranks());
   pslot = calloc((size_t)m.nparams, sizeof *pslot);
   gslot = calloc((size_t)m.nparams, sizeof *gslot);
@@ -686,7 +703,9 @@ int main(int argc, char **argv) {
     const int dpw = world / o.tp; /* the data-parallel ranks ZeRO spans */
     x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : dpw;
     size_t qwb = o.quantized_weights ? (o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT) : 0;
-    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, &x->comm_norm);
+    size_t qgb = o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT; /* the block qgZ packs with */
+    x->comm_theory = comm_theory(&m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg && !x->offload ? qg_k : 0,
+                                 qgb, &x->comm_norm);
     x->comm_inter_theory = x->shard_group < dpw ? comm_inter_theory(&m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
     for (int u = 0; u < m.nunits; u++) x->padded += unit_padded(&m, u, x->shard_group);

@@ -72,6 +72,8 @@ int zs_k_accumulate(float *dst, const void *src, int sdt, size_t n, void *stream
  * parts * n elements of dst (dt). B a power of two, 32..4096. */
 int zs_k_wq_pack(void *dst, const void *src, int dt, size_t n, size_t B, void *stream);
 int zs_k_wq_unpack(void *dst, int dt, const void *src, size_t n, size_t B, int parts, void *stream);
+/* dst (n fp32) = the sum in part order of `parts` packed shards, stride bytes apart. */
+int zs_k_wq_unpack_sum(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride, void *stream);
 
 /* The stream waits until (int32_t)(*p - v) >= 0; p: mapped pinned memory the
  * host raises (a device pointer to it). One thread polls with naps. */

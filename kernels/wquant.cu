@@ -55,6 +55,21 @@ __global__ void __launch_bounds__(WQ_THREADS) wq_unpack_kernel(void *dst, const 
   }
 }
 
+__global__ void __launch_bounds__(WQ_THREADS) wq_unpack_sum_kernel(float *dst, const void *src, size_t n, size_t B,
+                                                                     int parts, size_t stride) {
+  const size_t nb = zs_wq_blocks(n, B), T = (size_t)gridDim.x * WQ_THREADS;
+  for (size_t i = (size_t)blockIdx.x * WQ_THREADS + threadIdx.x; i < n; i += T) {
+    float acc = 0.0f;
+    for (int p = 0; p < parts; p++) { /* in part order, as the CPU path */
+      const char *part = static_cast<const char *>(src) + (size_t)p * stride;
+      const float v = zs_wq_dec(reinterpret_cast<const int8_t *>(part + 4 * nb)[i],
+                                reinterpret_cast<const float *>(part)[i / B]);
+      acc = p == 0 ? v : ZS_ADD(acc, v);
+    }
+    dst[i] = acc;
+  }
+}
+
 bool ok_args(int dt, size_t B) {
   return (dt == ZS_FP32 || dt == ZS_BF16 || dt == ZS_FP16) && B >= ZS_K_WQ_BLOCK_MIN && B <= ZS_K_WQ_BLOCK_MAX &&
          (B & (B - 1)) == 0;
@@ -83,5 +98,16 @@ extern "C" int zs_k_wq_unpack(void *dst, int dt, const void *src, size_t n, size
   if (dt == ZS_BF16) wq_unpack_kernel<ZS_BF16><<<g, WQ_THREADS, 0, st>>>(dst, src, n, B, total);
   else if (dt == ZS_FP16) wq_unpack_kernel<ZS_FP16><<<g, WQ_THREADS, 0, st>>>(dst, src, n, B, total);
   else wq_unpack_kernel<ZS_FP32><<<g, WQ_THREADS, 0, st>>>(dst, src, n, B, total);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int zs_k_wq_unpack_sum(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride,
+                                  void *stream) {
+  if (!ok_args(ZS_FP32, B) || parts < 1 || stride < zs_wq_bytes(n, B) || (n && (!dst || !src)))
+    return (int)cudaErrorInvalidValue;
+  if (n == 0) return 0;
+  size_t b = (n + WQ_THREADS - 1) / WQ_THREADS;
+  unsigned g = (unsigned)(b < WQ_MAXBLOCKS ? b : WQ_MAXBLOCKS);
+  wq_unpack_sum_kernel<<<g, WQ_THREADS, 0, (cudaStream_t)stream>>>(dst, src, n, B, parts, stride);
   return (int)cudaGetLastError();
 }

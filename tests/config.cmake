@@ -8,5 +8,5 @@ zs_add_test(NAME test_config_ds SOURCES test_config_ds.c LAYERS zs_config zs_com
 target_compile_definitions(test_config_ds PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 # optim.state_dtype / state_block: JSON, DeepSpeed and bitsandbytes names, env
 zs_add_test(NAME test_config_state SOURCES test_config_state.c LAYERS zs_config zs_common)
-# ZeRO++ keys (quantized weights, hpZ): ours, DeepSpeed's, the environment, refusals
+# ZeRO++ keys (quantized weights, hpZ, quantized gradients): ours, DeepSpeed's, the environment, refusals
 zs_add_test(NAME test_config_zeropp SOURCES test_config_zeropp.c LAYERS zs_config zs_common)

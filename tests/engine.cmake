@@ -32,6 +32,10 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # ZeRO++'s hpZ: backward's gathers inside the partition (parity bit for bit,
   # bytes, the secondary copies' memory, refusals)
   zs_add_test(NAME test_engine_hpz SOURCES test_engine_hpz.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
+  # ZeRO++'s qgZ: the quantized reduce-scatter's error within its bound (groups
+  # of 2, 4, 1; stages 2-3), its bytes, training against the exact run
+  zs_add_test(NAME test_engine_qg SOURCES test_engine_qg.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
+  target_include_directories(test_engine_qg PRIVATE ${PROJECT_SOURCE_DIR}) # kernels/wquant.h
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

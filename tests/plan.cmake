@@ -3,6 +3,8 @@
 #                           its choices on given inputs (no network, one process)
 #   test_plan_membench      its memory and comm bytes against zs-membench at 4 ranks on
 #                           this machine, option by option, exactly (flat, hybrid, bf16, GPT)
+#   test_plan_zeropp(_membench)  the same two for ZeRO++'s options (--quantized-weights,
+#                           --hpz, --quantized-grads); the helpers: plan_check.h
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
 #                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 and 500 Mbit/s
 #                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
@@ -15,6 +17,11 @@
 if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_plan SOURCES test_plan.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
   zs_add_test_run(TARGET test_plan NAME_SUFFIX _membench
+                  ARGS $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
+                  LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
+  # the same for ZeRO++'s options (quantized weights, hpZ, quantized gradients)
+  zs_add_test(NAME test_plan_zeropp SOURCES test_plan_zeropp.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
+  zs_add_test_run(TARGET test_plan_zeropp NAME_SUFFIX _membench
                   ARGS $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
                   LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")

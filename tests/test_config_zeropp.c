@@ -1,8 +1,9 @@
 /* ZeRO++'s keys as a user writes them (issue 32): DeepSpeed's
- * zero_optimization.zero_quantized_weights and zero_hpz_partition_size, our
- * quantized_weights, quantized_weights_block and hpz_partition_size, the
+ * zero_optimization.zero_quantized_weights, zero_hpz_partition_size and
+ * zero_quantized_gradients, our quantized_weights, quantized_weights_block,
+ * hpz_partition_size, quantized_gradients and quantized_gradients_group, the
  * environment (ZS_QUANTIZED_WEIGHTS, ZS_QUANTIZED_WEIGHTS_BLOCK,
- * ZS_HPZ_PARTITION_SIZE), the one-line summary, and bad values refused with a
+ * ZS_HPZ_PARTITION_SIZE, ZS_QUANTIZED_GRADIENTS, ZS_QUANTIZED_GRADIENTS_GROUP), the one-line summary, and bad values refused with a
  * message naming the key and what to do. */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,13 @@ static void test_json(void) {
   assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 1}}"));
   expect_int_eq(c.hpz_partition_size, 1); /* DeepSpeed's default, off: fine at any stage */
   expect_true(strstr(zs_config_describe(&c, buf, sizeof buf), "hpz") == NULL);
+  /* qgZ: DeepSpeed's flag means int8 */
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}"));
+  expect_int_eq(c.quantized_gradients, 8);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "quantized gradients int8");
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 2, \"quantized_gradients\": 8, \"quantized_gradients_group\": 4}"));
+  expect_int_eq(c.quantized_gradients, 8);
+  expect_int_eq(c.quantized_gradients_group, 4);
 }
 
 static void test_env(void) {
@@ -68,6 +76,16 @@ static void test_env(void) {
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "ZS_HPZ_PARTITION_SIZE");
   unsetenv("ZS_HPZ_PARTITION_SIZE");
+  setenv("ZS_QUANTIZED_GRADIENTS", "8", 1);
+  setenv("ZS_QUANTIZED_GRADIENTS_GROUP", "2", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.quantized_gradients, 8);
+  expect_int_eq(c.quantized_gradients_group, 2);
+  setenv("ZS_QUANTIZED_GRADIENTS", "4", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "int4");
+  unsetenv("ZS_QUANTIZED_GRADIENTS");
+  unsetenv("ZS_QUANTIZED_GRADIENTS_GROUP");
   unsetenv("ZS_STAGE");
 }
 
@@ -116,6 +134,29 @@ static void test_refused(void) {
   h.hpz_partition_size = -1;
   expect_status(zs_config_validate(&h), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "hpz_partition_size");
+  /* qgZ: 8 only, stages 2-3, flat, on the device */
+  zs_config_t g = ZS_CONFIG_INIT;
+  g.stage = 3;
+  g.quantized_gradients = 16;
+  expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "use 0 (off) or 8");
+  g.quantized_gradients = 8;
+  expect_ok(zs_config_validate(&g));
+  g.stage = 1;
+  expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage 2 or 3");
+  g.stage = 2;
+  g.offload_optimizer = ZS_OFFLOAD_CPU;
+  expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "with offload");
+  g.offload_optimizer = ZS_OFFLOAD_NONE;
+  g.shard_group = 2;
+  expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "with shard_group");
+  g.shard_group = 0;
+  g.quantized_gradients_group = -3;
+  expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "quantized_gradients_group");
   zs_log_set_level(saved);
 }
 

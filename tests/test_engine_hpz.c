@@ -83,14 +83,8 @@ static void train(const zs_config_t *c, run_t *r) {
   if (c->hpz_partition_size > 1) assert_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_HPZ, &r->hpz_s));
   assert_ok(zs_engine_estimate(zs, nranks, &r->est));
   assert_ok(zs_memory_stats(zs, &r->mem));
-  int np = zs_engine_param_count(zs);
-  for (int p = 0; p < np; p++) r->n += zs_param_numel(zs, p);
-  r->master = malloc((size_t)r->n * 4);
-  int64_t at = 0;
-  for (int p = 0; p < np; p++) {
-    assert_ok(zs_param_get(zs, p, r->master + at));
-    at += zs_param_numel(zs, p);
-  }
+  r->master = tm_masters(zs, &r->n);
+  expect_true(r->master != NULL);
   tm_free(&m);
   zs_engine_destroy(zs);
 }

@@ -186,15 +186,9 @@ static void train(zs_config_t c, int steps, double *losses, float **master, int 
   assert_ok(zs_engine_estimate(zs, zs_engine_shard_group(zs), &est));
   zs_device_memory_stats(dev, &ps);
   expect_true(ps.peak_total[ZS_DOMAIN_DEVICE] <= est.device_peak_bound);
-  *np = zs_engine_param_count(zs);
   int64_t total = 0;
-  for (int p = 0; p < *np; p++) total += zs_param_numel(zs, p);
-  *master = malloc((size_t)total * 4);
-  int64_t at = 0;
-  for (int p = 0; p < *np; p++) {
-    assert_ok(zs_param_get(zs, p, *master + at));
-    at += zs_param_numel(zs, p);
-  }
+  *master = tm_masters(zs, &total);
+  expect_true(*master != NULL);
   *np = (int)total;
   tm_free(&m);
   zs_engine_destroy(zs);

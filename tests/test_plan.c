@@ -2,14 +2,16 @@
  *
  *   test_plan ZS-PLAN
  *       the JSON contract, memory and traffic against docs/design.md's formulas in
- *       closed form, and the choices on given inputs, --quantized-weights's and
- *       --hpz's options among them (no network, no mpiexec: zs-plan is one process)
+ *       closed form, and the choices on given inputs (no network, no mpiexec:
+ *       zs-plan is one process)
  *   test_plan ZS-PLAN --membench MPIEXEC ZS-MEMBENCH
  *       zs-plan's memory and traffic against zs-membench's measurement at 4 ranks
  *       on this machine (one node), option by option, exactly: model_state_bytes,
  *       host_state_bytes, comm_bytes_per_step and the bytes across the replicas,
- *       flat, hybrid (--shard-group 2), bf16, quantized weights (hybrid stage 3, with
- *       and without offload), hpZ (flat stage 3, partitions of 2) and the example GPT
+ *       flat, hybrid (--shard-group 2), bf16 and the example GPT
+ *
+ * ZeRO++'s options are checked alike in test_plan_zeropp.c; the helpers of
+ * both are plan_check.h.
  *
  * zs-plan or zs-membench exiting 77 (no example GPT in this build) skips that
  * check. scripts/cluster-sim's timing check is tests/scripts/plan_cluster_test.sh. */
@@ -21,105 +23,12 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-static const char *plan, *mpiexec, *membench;
-
-/* ============================================================================
- * running the programs
- * ========================================================================== */
-
-/* Runs cmd (stderr to /dev/null), returns its stdout (malloc'd) and exit code. */
-/* The last command's stderr (for the reports below). */
-static char g_err[2048];
-
-/* cmd's stdout (to free) and exit code; its stderr kept in g_err. A run that a
- * sanitizer's own runtime ended ("...Sanitizer has encountered a fatal error",
- * LeakSanitizer's stop-the-world failing on a loaded machine) is the tool's
- * failure, not the program's: it is run once more. */
-static char *run_once(const char *cmd, int *code) {
-  char errf[] = "/tmp/zs-plan-test-err-XXXXXX", full[2200];
-  int fd = mkstemp(errf);
-  if (fd >= 0) close(fd);
-  snprintf(full, sizeof full, "%s 2>%s", cmd, fd >= 0 ? errf : "/dev/null");
-  g_err[0] = 0;
-  FILE *p = popen(full, "r");
-  if (!p) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0;) {
-    n += k;
-    if (cap - n < 4096) buf = realloc(buf, cap *= 2);
-  }
-  int st = pclose(p);
-  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (buf) buf[n] = 0;
-  FILE *e = fd >= 0 ? fopen(errf, "r") : NULL;
-  if (e) {
-    size_t k = fread(g_err, 1, sizeof g_err - 1, e);
-    g_err[k] = 0;
-    fclose(e);
-  }
-  if (fd >= 0) unlink(errf);
-  return buf;
-}
-
-static char *run(const char *cmd, int *code) {
-  char *out = run_once(cmd, code);
-  if (strstr(g_err, "Sanitizer has encountered a fatal error")) {
-    fprintf(stderr, "%s: the sanitizer's runtime failed (%s); once more\n", cmd, g_err);
-    free(out);
-    out = run_once(cmd, code);
-  }
-  return out;
-}
-
-/* zs-plan ARGS --json: the document, or NULL (and *code) */
-static cJSON *plan_json(const char *args, int *code) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s %s --json", plan, args);
-  char *out = run(cmd, code);
-  cJSON *d = out ? cJSON_Parse(out) : NULL;
-  if (!d && *code != 77) ZS_T_REPORT("zs-plan %s: no JSON document (exit %d; stderr: %s)", args, *code, g_err);
-  free(out);
-  return d;
-}
-
-static double num(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsNumber(v)) {
-    ZS_T_REPORT("key \"%s\" missing or not a number", key);
-    return -1;
-  }
-  return v->valuedouble;
-}
-
-static int flag(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsBool(v)) ZS_T_REPORT("key \"%s\" missing or not a boolean", key);
-  return cJSON_IsTrue(v);
-}
-
-/* The option with this stage, shard group and offload (and quantized weights
- * and hpZ partition as g_qw and g_hpz say: 0 unless a test sets them), or NULL. */
-static int g_qw, g_hpz;
-static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) {
-  const cJSON *o;
-  cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(doc, "options")) {
-    if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload &&
-        flag(o, "quantized_weights") == (g_qw && stage == 3) &&
-        (int)num(o, "hpz_partition_size") == (stage == 3 ? g_hpz : 0))
-      return o;
-  }
-  ZS_T_REPORT("no option stage %d shard_group %d offload %d quantized weights %d hpz %d", stage, shard, offload, g_qw,
-              g_hpz);
-  return NULL;
-}
+#include "plan_check.h"
 
 /* ============================================================================
  * the JSON contract
  * ========================================================================== */
 
-#define UNITS4 "--units 1048576,1048576,1048576,1048576"
 
 static void test_contract(void) {
   int code;
@@ -206,12 +115,6 @@ static void test_formulas(void) {
  * choices
  * ========================================================================== */
 
-static const cJSON *best_of(const cJSON *d) {
-  const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "best");
-  if (!cJSON_IsObject(b)) ZS_T_REPORT("%s", "no best option");
-  return cJSON_IsObject(b) ? b : NULL;
-}
-
 /* One node of 4: 64 MiB of state at stage 0 does not fit in 0.0345 GiB (37 MB),
  * stage 3's 16 MiB plus its transients does; offloading is ruled out by a host
  * memory that holds none of it. */
@@ -277,85 +180,6 @@ static void test_hybrid_or_flat(void) {
   b = best_of(d);
   if (b) expect_true(flag(b, "hybrid"));
   cJSON_Delete(d);
-}
-
-/* --quantized-weights: stage 3 also with int8 gathers (ZeRO++'s qwZ). Its
- * comm bytes are the exact option's with each gather's P x 4 bytes replaced by
- * the packed shards, N x (4 x S/256 + S) (S = P/N); on 1 Gbit/s between 2
- * nodes of 4, with only flat stage 3 with offload fitting exactly (0.022 GiB,
- * test_hybrid_or_flat), its quantized twin fits as well (the packed shards of
- * one gather, 1.06 MB, on top of 20.4 MB) and is picked; where the network is
- * fast enough that the saving is below 1%, the exact option is. */
-static void test_quantized_weights(void) {
-  int code;
-  cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100 --device-mem 0.022 "
-                       "--quantized-weights", &code);
-  assert_true(d != NULL);
-  const int64_t P = 1048576, N = 8, S = P / N, packed = N * (4 * (S / 256) + S);
-  const cJSON *exact = option(d, 3, 8, 1);
-  g_qw = 1;
-  const cJSON *q = option(d, 3, 8, 1);
-  g_qw = 0;
-  assert_true(exact && q);
-  /* per unit: two gathers, each (N-1)/N of the gathered bytes */
-  int64_t saved = 4 * 2 * ((N - 1) * P * 4 / N - (N - 1) * packed / N);
-  expect_int_eq(num(exact, "comm_bytes_per_step") - num(q, "comm_bytes_per_step"), saved);
-  expect_true(num(q, "inter_link_bytes_per_step") < num(exact, "inter_link_bytes_per_step"));
-  expect_int_eq(num(q, "device_peak_bytes") - num(exact, "device_peak_bytes"), packed);
-  expect_true(flag(q, "fits"));
-  const cJSON *b = best_of(d);
-  if (b) {
-    expect_int_eq(num(b, "stage"), 3);
-    expect_true(flag(b, "quantized_weights"));
-  }
-  cJSON_Delete(d);
-  d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 100000 --intra-gbps 100000 --latency-us 0 "
-                "--intra-latency-us 0 --device-mem 0.022 --quantized-weights=64 --compute-s 8", &code);
-  assert_true(d != NULL);
-  b = best_of(d);
-  if (b) {
-    expect_int_eq(num(b, "stage"), 3);
-    expect_true(!flag(b, "quantized_weights"));
-  }
-  cJSON_Delete(d);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "%s " UNITS4 " --world 8 --ranks-per-node 4 --quantized-weights=48", plan);
-  free(run(cmd, &code));
-  expect_int_eq(code, 2);
-  expect_str_contains(g_err, "power of two");
-}
-
-/* --hpz 4 at 2 nodes of 4 (flat stage 3, backward's gathers inside the node):
- * per unit of P = 1M fp32 two gathers become one over the 8 ranks and one over
- * the 4 of a node, (K-1)/K P 4 bytes, so the comm bytes are forward's gather
- * and the reduce-scatter at 7/8 P 4 each plus 3/4 P 4, with the norm's 7; the
- * busiest node link carries only forward's gather and the reduce-scatter; the
- * device state gains P 4 / 4 a unit. With --quantized-weights too, the
- * combined option is listed. */
-static void test_hpz(void) {
-  int code;
-  cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100 --hpz 4 "
-                       "--quantized-weights", &code);
-  assert_true(d != NULL);
-  const int64_t P = 1048576 * 4;
-  const cJSON *flat = option(d, 3, 8, 0);
-  g_hpz = 4;
-  const cJSON *h = option(d, 3, 8, 0);
-  g_qw = 1;
-  const cJSON *hq = option(d, 3, 8, 0);
-  g_qw = g_hpz = 0;
-  assert_true(flat && h && hq);
-  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 7);
-  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 4);
-  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 4);
-  expect_int_eq(num(h, "model_state_bytes") - num(flat, "model_state_bytes"), 4 * P / 4);
-  expect_true(num(hq, "inter_link_bytes_per_step") < num(h, "inter_link_bytes_per_step"));
-  cJSON_Delete(d);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "%s " UNITS4 " --world 8 --ranks-per-node 4 --hpz 3", plan);
-  free(run(cmd, &code));
-  expect_int_eq(code, 2);
-  expect_str_contains(g_err, "--hpz");
 }
 
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
@@ -478,61 +302,6 @@ static void test_tp(void) {
   if (code != 2) ZS_T_REPORT("zs-plan --units --tp 2: exit %d, want 2 (stderr: %s)", code, g_err);
 }
 
-/* ============================================================================
- * against zs-membench's measurement
- * ========================================================================== */
-
-/* zs-membench at 4 ranks with FLAGS against zs-plan with PLAN_ARGS: every
- * result's rank-0 memory and comm bytes equal the plan's option. */
-static void against_membench(const char *flags, const char *plan_args, int shard, int dp) {
-  char cmd[1024];
-  int code;
-  snprintf(cmd, sizeof cmd, "%s -n 4 --oversubscribe %s %s --steps 2 --json", mpiexec, membench, flags);
-  char *out = run(cmd, &code);
-  if (code == 77) {
-    free(out);
-    zs_test_skip("zs-membench: not in this build");
-    return;
-  }
-  cJSON *m = out ? cJSON_Parse(out) : NULL;
-  free(out);
-  if (!m) ZS_T_REPORT("zs-membench %s: no JSON (exit %d)", flags, code);
-  cJSON *d = plan_json(plan_args, &code);
-  assert_true(m && d);
-  int n = 0;
-  const cJSON *r;
-  cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
-    int stage = (int)num(r, "stage"), off = flag(r, "offload");
-    if (flag(r, "delayed")) continue;
-    const cJSON *o = option(d, stage, stage == 0 ? dp : shard, off);
-    const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "ranks"), 0);
-    if (!o || !r0) continue;
-    fprintf(stderr, "  stage %d offload %d shard %d: model state %.0f (plan %.0f), host %.0f (%.0f), comm %.0f (%.0f), "
-            "replicas %.0f (%.0f)\n", stage, off, (int)num(o, "shard_group"), num(r0, "model_state_bytes"),
-            num(o, "model_state_bytes"), num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"),
-            num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"), num(r, "comm_inter_bytes_per_step"),
-            num(o, "replica_bytes_per_step"));
-    expect_int_eq(num(r0, "model_state_bytes"), num(o, "model_state_bytes"));
-    expect_int_eq(num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"));
-    expect_int_eq(num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"));
-    expect_int_eq(num(r, "comm_inter_bytes_per_step"), num(o, "replica_bytes_per_step"));
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r0, "tp"), *pt = cJSON_GetObjectItemCaseSensitive(d, "tp");
-    if (mt) { /* --tp: the part's parameters, the tp traffic and the activations */
-      assert_true(cJSON_IsObject(pt));
-      fprintf(stderr, "    tp: params %.0f (plan %.0f), tp comm %.0f (%.0f), act/layer %.0f (%.0f)\n", num(mt, "params"),
-              num(pt, "params_per_rank"), num(mt, "comm_bytes_per_step"), num(pt, "comm_bytes_per_step"),
-              num(mt, "act_bytes_per_layer"), num(pt, "act_bytes_per_layer"));
-      expect_int_eq(num(mt, "params"), num(pt, "params_per_rank"));
-      expect_int_eq(num(mt, "comm_bytes_per_step"), num(pt, "comm_bytes_per_step"));
-      expect_int_eq(num(mt, "act_bytes_per_layer"), num(pt, "act_bytes_per_layer"));
-    }
-    n++;
-  }
-  expect_true(n > 0);
-  cJSON_Delete(m);
-  cJSON_Delete(d);
-}
-
 static void test_membench_flat(void) {
   against_membench("--units 1000,3000,517 --stages 0,1,2,3 --offload", "--units 1000,3000,517 --world 4 --ranks-per-node 4", 4, 4);
 }
@@ -540,20 +309,6 @@ static void test_membench_flat(void) {
 static void test_membench_hybrid(void) {
   against_membench("--units 1000,300000,517 --stages 1,2,3 --offload --shard-group 2",
                    "--units 1000,300000,517 --world 4 --ranks-per-node 2", 2, 4);
-}
-
-static void test_membench_qw(void) {
-  g_qw = 1;
-  against_membench("--units 1000,300000,517 --stages 3 --offload --shard-group 2 --quantized-weights",
-                   "--units 1000,300000,517 --world 4 --ranks-per-node 2 --quantized-weights", 2, 4);
-  g_qw = 0;
-}
-
-static void test_membench_hpz(void) {
-  g_hpz = 2;
-  against_membench("--units 1000,300000,517 --stages 3 --offload --hpz 2", "--units 1000,300000,517 --world 4 "
-                   "--ranks-per-node 2 --hpz 2", 4, 4);
-  g_hpz = 0;
 }
 
 static void test_membench_bf16(void) {
@@ -590,8 +345,6 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_flat);
     zs_test_run(test_membench_hybrid);
     zs_test_run(test_membench_bf16);
-    zs_test_run(test_membench_qw);
-    zs_test_run(test_membench_hpz);
     zs_test_run(test_membench_gpt);
     zs_test_run(test_membench_gpt_tp);
     return zs_test_finish();
@@ -603,8 +356,6 @@ int main(int argc, char **argv) {
   zs_test_run(test_hybrid_or_flat);
   zs_test_run(test_bad_flags);
   zs_test_run(test_nccl);
-  zs_test_run(test_quantized_weights);
-  zs_test_run(test_hpz);
   zs_test_run(test_gpt);
   return zs_test_finish();
 }

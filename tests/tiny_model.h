@@ -175,6 +175,23 @@ static inline int tm_init(void *user, int param, int64_t offset, int64_t count, 
 }
 
 /* The data set: n samples, the same on every rank. */
+/* Every parameter's master values, end to end in parameter order (malloc'd,
+ * *n floats; collective: zs_param_get), or NULL. */
+static inline float *tm_masters(zs_engine_t *zs, int64_t *n) {
+  *n = 0;
+  for (int p = 0; p < zs_engine_param_count(zs); p++) *n += zs_param_numel(zs, p);
+  float *all = malloc((size_t)*n * 4);
+  int64_t at = 0;
+  for (int p = 0; all && p < zs_engine_param_count(zs); p++) {
+    if (zs_param_get(zs, p, all + at) != ZS_OK) {
+      free(all);
+      return NULL;
+    }
+    at += zs_param_numel(zs, p);
+  }
+  return all;
+}
+
 /* An engine of config c over comm with the model (nblk blocks) declared and
  * set up from tm_init; *zs is set once created (destroy it on failure too). */
 static inline zs_status_t tm_open(const zs_config_t *c, zs_device_t *dev, zs_comm_t *comm, int nblk, zs_engine_t **zs,

@@ -148,6 +148,7 @@ typedef struct {
   int stage, shard, offload;
   int qw;  /* stage 3: quantized_weights */
   int hpz; /* stage 3, flat: hpz_partition_size */
+  int qg;  /* stages 2-3, flat: quantized_gradients in groups of the node */
   zs_mem_estimate_t est;
   pl_result_t net;
   double step_s, speedup;
@@ -177,6 +178,7 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.quantized_weights = x->qw;
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = x->hpz;
+  cfg.quantized_gradients = x->qg ? 8 : 0;
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   for (int u = 0; st == ZS_OK && u < o->m.nunits; u++) {
@@ -201,10 +203,21 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
  * traffic: the step's collectives, as the engine issues them
  * ========================================================================== */
 
+/* qgZ (src/zero/qgrad.c): the reduce-scatter of a unit of S a shard as an
+ * all-to-all of G packed shards to each member of the node group (K = the
+ * ranks per node), then one of a packed shard to each other group */
+static void qg_reduce(pl_sched_t *s, const pl_opts_t *o, int64_t S, int times) {
+  const int K = o->per_node, G = o->world / K;
+  const int64_t Q = (int64_t)zs_wq_bytes((size_t)S, o->qw_block ? (size_t)o->qw_block : ZS_WQ_BLOCK_DEFAULT);
+  if (K > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_NODE, G * Q, times);
+  if (G > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_CROSS, Q, times);
+}
+
 static void traffic(const pl_opts_t *o, pl_option_t *x) {
   pl_net_t net = o->net;
   net.shard = x->shard;
   net.hpz = x->hpz;
+  net.qg = x->qg ? o->per_node : 0;
   pl_sched_t *s = pl_sched_create(&net);
   if (!s) pl_die(1, "out of host memory for the link model");
   const int64_t pb = (int64_t)zs_dtype_size(o->dtype), rb = (int64_t)zs_dtype_size(o->reduce_dtype);
@@ -215,7 +228,8 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
       case 0: pl_sched_add(s, PL_BACKWARD, PL_ALL_REDUCE, PL_WORLD, P * rb, 1); break;
       case 1:
       case 2:
-        pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, x->stage == 2 ? A : 1);
+        if (x->qg) qg_reduce(s, o, P / x->shard, x->stage == 2 ? A : 1);
+        else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, x->stage == 2 ? A : 1);
         pl_sched_add(s, PL_STEP, PL_ALL_GATHER, PL_SHARD, P * pb, 1);
         break;
       case 3: {
@@ -226,7 +240,8 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         /* hpZ: backward gathers the secondary copies among K ranks (exact) */
         if (x->hpz > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_HPZ, P * pb, A);
         else pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
-        pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
+        if (x->qg) qg_reduce(s, o, S, A);
+        else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
         break;
       }
     }
@@ -274,6 +289,7 @@ static int better(const pl_option_t *a, const pl_option_t *b) {
   if (b->step_s < a->step_s * 0.99) return 0;
   if (a->qw != b->qw) return !a->qw; /* exact weights, where they cost nothing */
   if (a->hpz != b->hpz) return !a->hpz; /* no secondary copies, where they gain nothing */
+  if (a->qg != b->qg) return !a->qg;   /* exact gradients, where they cost nothing */
   if (a->offload != b->offload) return !a->offload;
   return a->est.device_peak_bound < b->est.device_peak_bound;
 }
@@ -284,7 +300,7 @@ static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, siz
   char hz[16] = "";
   if (x->hpz > 1) snprintf(hz, sizeof hz, " hpz%d", x->hpz);
   if (x->shard < o->world) snprintf(buf, n, "hybrid %d%s", x->shard, x->qw ? " qw" : "");
-  else snprintf(buf, n, "flat%s%s", x->qw ? " qw" : "", hz);
+  else snprintf(buf, n, "flat%s%s%s", x->qw ? " qw" : "", hz, x->qg ? " qg" : "");
 }
 
 /* ============================================================================
@@ -324,9 +340,9 @@ static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int be
 static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
   const pl_result_t *r = &x->net;
   fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, \"quantized_weights\": %s, "
-             "\"hpz_partition_size\": %d, ",
+             "\"hpz_partition_size\": %d, \"quantized_gradients\": %s, ",
           x->stage, x->shard, x->shard < o->world ? "true" : "false", x->offload ? "true" : "false",
-          x->qw ? "true" : "false", x->hpz);
+          x->qw ? "true" : "false", x->hpz, x->qg ? "true" : "false");
   fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"device_peak_bytes\": %llu, ",
           (unsigned long long)x->est.device_model_state, (unsigned long long)x->est.host_model_state,
           (unsigned long long)x->est.device_peak_bound);
@@ -390,7 +406,7 @@ int main(int argc, char **argv) {
   }
   int me = zs_comm_rank(comm);
 
-  pl_option_t x[24];
+  pl_option_t x[32];
   int nx = 0, hybrid = o.hybrid;
   memset(x, 0, sizeof x);
   x[nx++] = (pl_option_t){.stage = 0, .shard = o.world};
@@ -404,6 +420,12 @@ int main(int argc, char **argv) {
   for (int q = 0; o.hpz > 1 && q <= (o.qw_block != 0); q++) /* hpZ: flat stage 3 (hybrid gathers in-group already) */
     for (int off = 0; off <= 1; off++)
       x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qw = q, .hpz = o.hpz};
+  if (o.qg) { /* qgZ: flat stages 2-3 on the device; stage 3 with the other two where listed */
+    x[nx++] = (pl_option_t){.stage = 2, .shard = o.world, .qg = 1};
+    x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qg = 1};
+    if (o.qw_block && o.hpz > 1)
+      x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qw = 1, .hpz = o.hpz, .qg = 1};
+  }
   int best = -1;
   for (int i = 0; i < nx; i++) {
     estimate(&o, &x[i]);

@@ -11,11 +11,13 @@
 #include "zeroshard/config.h"
 #include "zeroshard/types.h"
 
-typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER } pl_coll_t;
+typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER, PL_ALL_TO_ALL } pl_coll_t;
 /* Which ranks a collective runs over: every rank (stage 0; the shard group when
  * flat), the shard groups (Ns consecutive ranks each), the replica groups
  * (ranks equal modulo Ns). Every group of the kind runs it at the same time. */
-typedef enum { PL_WORLD = 0, PL_SHARD, PL_REPLICA, PL_HPZ } pl_group_t; /* PL_HPZ: hpz consecutive ranks */
+/* PL_HPZ: hpz consecutive ranks; PL_QG_NODE: qg consecutive ranks, PL_QG_CROSS:
+ * the ranks of one member index across those groups (stride qg) */
+typedef enum { PL_WORLD = 0, PL_SHARD, PL_REPLICA, PL_HPZ, PL_QG_NODE, PL_QG_CROSS } pl_group_t;
 /* Parts of a step that follow one another: forward (stage 3's gathers),
  * backward (gathers and reductions), zs_step (the norm, stages 1-2's gather). */
 typedef enum { PL_FORWARD = 0, PL_BACKWARD, PL_STEP, PL_PHASES } pl_phase_t;
@@ -25,6 +27,7 @@ typedef struct {
   int per_node;        /* K consecutive ranks per node (by-slot placement) */
   int shard;           /* Ns: ranks per shard group (N when flat) */
   int hpz;             /* K: ranks per hpZ partition (an option's; 0 none) */
+  int qg;              /* qgZ's group (an option's; 0 none) */
   double inter_Bps;    /* each node's link, each way, bytes/s */
   double intra_Bps;    /* each rank's link to the ranks of its node, each way, bytes/s */
   double frame;        /* bytes on the inter-node wire per payload byte */
@@ -57,6 +60,7 @@ void pl_sched_destroy(pl_sched_t *s);
  * bytes: the whole buffer (all_reduce: the buffer; reduce_scatter: every rank's
  * input, Ns x the block; all_gather: the gathered buffer). */
 void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, int64_t bytes, int times);
+/* (all_to_all: bytes = what one rank sends to each peer, as the comm's count) */
 void pl_sched_result(const pl_sched_t *s, pl_result_t *out);
 
 /* ============================================================================
@@ -95,6 +99,7 @@ typedef struct {
   int optim_block;              /* --optim-block (int8) */
   int qw_block;                 /* --quantized-weights [B]: also stage 3 with int8 gathers (0: not listed) */
   int hpz;                      /* --hpz K: also flat stage 3 with backward's gathers among K ranks (0: not listed) */
+  int qg;                       /* --quantized-grads: also flat stages 2-3 with qgZ in groups of the node (0: not) */
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */

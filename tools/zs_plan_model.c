@@ -174,6 +174,8 @@ static void usage(FILE *f) {
           "  --quantized-weights[=B] (also list stage 3 with int8 weights in its gathers, B elements a scale:\n"
           "                       256; ZeRO++'s qwZ)  --hpz K (also flat stage 3 with backward's gathers among\n"
           "                       K ranks, a node: ZeRO++'s hpZ; K divides --world)\n"
+          "  --quantized-grads (also flat stages 2-3 with the gradients' reduce-scatter as int8\n"
+          "                       all-to-alls inside the node and across: ZeRO++'s qgZ)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
@@ -254,6 +256,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
     if (!strcmp(a, "--quantized-weights") && !v) { o.qw_block = ZS_WQ_BLOCK_DEFAULT; continue; }
+    if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 1; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         usage(stderr);

@@ -18,7 +18,7 @@
  * the engine's gather stream and its reduction stream (a call starts after the
  * stream's previous one: hybrid's replica all-reduce of a unit waits for its
  * reduce-scatter, and the next reduce-scatter for that all-reduce). */
-enum { PL_QUEUES = 6, PL_Q_GATHER = 3, PL_Q_REDUCE = 4, PL_Q_HPZ = 5 };
+enum { PL_QUEUES = 8, PL_Q_GATHER = 3, PL_Q_REDUCE = 4, PL_Q_HPZ = 5, PL_Q_QG_NODE = 6, PL_Q_QG_CROSS = 7 };
 
 typedef struct {
   double *ntx, *nrx; /* per node: bytes out and in over its link */
@@ -42,17 +42,23 @@ struct pl_sched {
 
 static int group_count(const pl_net_t *n, pl_group_t g) {
   if (g == PL_HPZ) return n->world / n->hpz;
+  if (g == PL_QG_NODE) return n->world / n->qg;
+  if (g == PL_QG_CROSS) return n->qg;
   return g == PL_WORLD ? 1 : g == PL_SHARD ? n->world / n->shard : n->shard;
 }
 
 static int group_size(const pl_net_t *n, pl_group_t g) {
   if (g == PL_HPZ) return n->hpz;
+  if (g == PL_QG_NODE) return n->qg;
+  if (g == PL_QG_CROSS) return n->world / n->qg;
   return g == PL_WORLD ? n->world : g == PL_SHARD ? n->shard : n->world / n->shard;
 }
 
 /* World rank of member i of group gi (comm rank order = world rank order). */
 static int member(const pl_net_t *n, pl_group_t g, int gi, int i) {
   if (g == PL_HPZ) return gi * n->hpz + i;
+  if (g == PL_QG_NODE) return gi * n->qg + i;
+  if (g == PL_QG_CROSS) return gi + i * n->qg;
   return g == PL_WORLD ? i : g == PL_SHARD ? gi * n->shard + i : gi + i * n->shard;
 }
 
@@ -61,6 +67,8 @@ static int member(const pl_net_t *n, pl_group_t g, int gi, int i) {
 static int queue_of(const pl_net_t *n, pl_group_t g) {
   if (g == PL_REPLICA) return 2;
   if (g == PL_HPZ) return PL_Q_HPZ;
+  if (g == PL_QG_NODE) return PL_Q_QG_NODE;
+  if (g == PL_QG_CROSS) return PL_Q_QG_CROSS;
   return g == PL_SHARD && n->shard < n->world ? 1 : 0;
 }
 
@@ -136,8 +144,9 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
   if (m < 2 || bytes <= 0 || times <= 0) return;
   const uint64_t B = (uint64_t)bytes, M = (uint64_t)m;
   /* what the engine's comm stats count per rank (src/comm/comm.c's formulas) */
-  int64_t sent = kind == PL_ALL_REDUCE ? (int64_t)((B / M) * 2 * (M - 1) + ((B % M) * 2 * (M - 1)) / M)
-                                       : (int64_t)((M - 1) * (B / M));
+  int64_t sent = kind == PL_ALL_REDUCE   ? (int64_t)((B / M) * 2 * (M - 1) + ((B % M) * 2 * (M - 1)) / M)
+                 : kind == PL_ALL_TO_ALL ? (int64_t)((M - 1) * B)
+                                         : (int64_t)((M - 1) * (B / M));
   s->comm_bytes += sent * times;
   if (g == PL_REPLICA) s->replica_bytes += sent * times;
 
@@ -148,9 +157,14 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
      * a threshold of 0): each group's comm decides for itself */
     int spans = 0;
     for (int i = 1; i < m; i++) spans |= member(n, g, gi, i) / n->per_node != member(n, g, gi, 0) / n->per_node;
-    int ring_g = n->nccl || (B >= n->ring_min && (kind != PL_ALL_GATHER || spans || n->ring_min == 0));
+    int ring_g = kind != PL_ALL_TO_ALL &&
+                 (n->nccl || (B >= n->ring_min && (kind != PL_ALL_GATHER || spans || n->ring_min == 0)));
     ring |= ring_g;
-    if (ring_g) lay_ring(s, g, gi, m, (double)sent);
+    if (kind == PL_ALL_TO_ALL) { /* every member sends B to every other */
+      for (int i = 0; i < m; i++)
+        for (int j = 0; j < m; j++)
+          if (i != j) edge(s, member(n, g, gi, i), member(n, g, gi, j), (double)B);
+    } else if (ring_g) lay_ring(s, g, gi, m, (double)sent);
     else if (kind == PL_ALL_GATHER) lay_all_gather(s, g, gi, m, (double)B / m);
     else if (kind == PL_ALL_REDUCE) lay_tree(s, g, gi, m, (double)B, 1, 1); /* in place: binomial */
     else { /* libnbc's reduce_scatter_block: binomial reduce to member 0, then a linear scatter */
@@ -159,7 +173,7 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
     }
   }
   if (ring) rounds = (kind == PL_ALL_REDUCE ? 2 : 1) * (m - 1);
-  else if (kind == PL_ALL_GATHER) rounds = 1;
+  else if (kind == PL_ALL_GATHER || kind == PL_ALL_TO_ALL) rounds = 1;
   else if (kind == PL_ALL_REDUCE) rounds = 2 * ceil_log2(m);
   else rounds = ceil_log2(m) + 1;
 
@@ -168,7 +182,7 @@ void pl_sched_add(pl_sched_t *s, pl_phase_t ph, pl_coll_t kind, pl_group_t g, in
   int crosses = inter > 0;
   double lat = rounds * (crosses ? n->alpha_inter : n->alpha_intra);
   double t = fmax(inter * n->frame / n->inter_Bps, intra / n->intra_Bps) + lat;
-  int q[2] = {queue_of(n, g), kind == PL_ALL_GATHER ? PL_Q_GATHER : PL_Q_REDUCE};
+  int q[2] = {queue_of(n, g), kind == PL_ALL_GATHER ? PL_Q_GATHER : PL_Q_REDUCE}; /* all_to_all: qgZ's, reducing */
   for (int k = 0; k < 2; k++) {
     s->queue_s[ph][q[k]] += t * times;
     s->queue_lat[ph][q[k]] += lat * times;

@@ -57,6 +57,8 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->quantized_weights = o->quantized_weights;
   cfg->quantized_weights_block = o->quantized_weights_block;
   cfg->hpz_partition_size = o->hpz;
+  cfg->quantized_gradients = o->quantized_grads;
+  cfg->quantized_gradients_group = o->quantized_grads_group;
   if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
   cfg->delayed_param_update = o->delayed_update;
 }
@@ -91,6 +93,8 @@ void gpt_opts_usage(FILE *f) {
           "                   qwZ; the master and optimizer stay exact)  --quantized-weights-block B (256)\n"
           "  --hpz N (stage 3, flat: backward gathers among N neighbouring ranks, e.g. a node, from a\n"
           "          copy of 1/N of each unit kept after forward; ZeRO++'s hpZ)\n"
+          "  --quantized-grads 8 (stages 2-3, flat: the gradients' reduce-scatter as int8 all-to-alls inside\n"
+          "          the node and across; ZeRO++'s qgZ)  --quantized-grads-group K (0: a node's ranks)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
@@ -134,7 +138,7 @@ static const char *const k_valued[] = {
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
-    "--matmul", "--quantized-weights-block", "--hpz",
+    "--matmul", "--quantized-weights-block", "--hpz", "--quantized-grads", "--quantized-grads-group",
 };
 
 static int is_valued(const char *name) {
@@ -277,6 +281,8 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     INT_FLAG("--shard-group", shard_group, 0, 1 << 20)
     INT_FLAG("--quantized-weights-block", quantized_weights_block, 0, 1 << 20)
     INT_FLAG("--hpz", hpz, 0, 1 << 20)
+    INT_FLAG("--quantized-grads", quantized_grads, 0, 8)
+    INT_FLAG("--quantized-grads-group", quantized_grads_group, 0, 1 << 20)
     INT_FLAG("--tp", tp, 1, 1 << 12)
     INT_FLAG("--val-every", val_every, 0, 1 << 30)
     INT_FLAG("--val-seqs", val_seqs, 0, 1 << 24)

@@ -135,6 +135,14 @@ typedef struct {
    * off; else it must divide the world size (zs_engine_create). Memory: P pb /
    * hpz_partition_size more per non-persistent unit (category params). */
   int hpz_partition_size;
+  /* ZeRO++'s qgZ (DeepSpeed's zero_quantized_gradients), flat stages 2-3: a
+   * unit's gradient reduce-scatter becomes two int8 all-to-alls, inside the
+   * group of quantized_gradients_group consecutive ranks (0: the ranks of this
+   * rank's node, from the comm) and then across the groups, each part with one
+   * fp32 scale a block of quantized_weights_block elements, summed in fp32.
+   * 8: int8 (4, int4, is not built); 0 off. Not with offload or shard_group. */
+  int quantized_gradients;
+  int quantized_gradients_group;
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -152,7 +160,8 @@ typedef struct {
     .schedule = {.kind = ZS_SCHED_CONSTANT, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 0, \
                  .total_steps = 0, .min_lr = 0.0f, .warmup_min_ratio = 0.0f,                  \
                  .cos_min_ratio = 0.0f},                                                    \
-    .quantized_weights = 0, .quantized_weights_block = 0, .hpz_partition_size = 0           \
+    .quantized_weights = 0, .quantized_weights_block = 0, .hpz_partition_size = 0,          \
+    .quantized_gradients = 0, .quantized_gradients_group = 0                                \
   }
 
 #ifdef __cplusplus

@@ -327,8 +327,11 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
  * (setup's checks, evaluation of agreement), the shard group (gathers,
  * reduce-scatters, the norm; with flat sharding that is the world comm), the
  * replica group (hybrid: the gradient shards' all-reduce across replicas), the
- * hpZ partition (hpz_partition_size: backward's gathers; none without it). */
-typedef enum { ZS_GROUP_ALL = 0, ZS_GROUP_WORLD, ZS_GROUP_SHARD, ZS_GROUP_REPLICA, ZS_GROUP_HPZ } zs_group_t;
+ * hpZ partition (hpz_partition_size: backward's gathers; none without it), qgZ's
+ * groups (quantized_gradients: the all-to-all inside a node, and across them). */
+typedef enum {
+  ZS_GROUP_ALL = 0, ZS_GROUP_WORLD, ZS_GROUP_SHARD, ZS_GROUP_REPLICA, ZS_GROUP_HPZ, ZS_GROUP_QG_NODE, ZS_GROUP_QG_CROSS
+} zs_group_t;
 zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out);
 zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out);
 void zs_engine_comm_stats_reset(zs_engine_t *zs);

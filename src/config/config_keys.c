@@ -96,6 +96,15 @@ static zs_status_t fn_max_live(ctx_t *x, const cJSON *item, const char *path) {
   return ZS_OK;
 }
 
+/* DeepSpeed's flag: true means int8 */
+static zs_status_t fn_quantized_gradients(ctx_t *x, const cJSON *item, const char *path) {
+  int on = 0;
+  ZS_CHECK(zs__config_get_flag(x, item, path, &on));
+  x->cfg.quantized_gradients = on ? 8 : 0;
+  origin_set(&x->org, "quantized_gradients", path);
+  return ZS_OK;
+}
+
 static const spec_t zero_keys[] = {
     FIELD("stage", K_INT, stage, 1),
     FIELD("reduce_bucket_size", K_SIZE, reduce_bucket_size, 1),
@@ -103,6 +112,7 @@ static const spec_t zero_keys[] = {
     FIELD("mics_shard_size", K_INT, shard_group, 1),
     FIELD("zero_quantized_weights", K_BOOL, quantized_weights, 1),
     FIELD("zero_hpz_partition_size", K_INT, hpz_partition_size, 1),
+    FN("zero_quantized_gradients", fn_quantized_gradients, 1),
     ACCEPT("mics_hierarchical_params_gather", "gathers stay inside the shard group already"),
     FN("stage3_prefetch_bucket_size", fn_prefetch_bucket, 1),
     FN("stage3_max_live_parameters", fn_max_live, 1),
@@ -314,6 +324,8 @@ const spec_t zs__config_root_keys[] = {
     FIELD("quantized_weights", K_BOOL, quantized_weights, 0),
     FIELD("quantized_weights_block", K_INT, quantized_weights_block, 0),
     FIELD("hpz_partition_size", K_INT, hpz_partition_size, 0),
+    FIELD("quantized_gradients", K_INT, quantized_gradients, 0),
+    FIELD("quantized_gradients_group", K_INT, quantized_gradients_group, 0),
     FN("schedule", zs__config_fn_schedule, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),

@@ -195,6 +195,19 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->hpz_partition_size > 1 && c->shard_group > 0)
     return bad(prefix, o, "hpz_partition_size", "set with shard_group",
                "hybrid sharding keeps every gather inside its shard group already: use one of them");
+  if (c->quantized_gradients == 4)
+    return bad(prefix, o, "quantized_gradients", "4", "int4 gradients are not built yet: use 8 (int8) or 0");
+  if (c->quantized_gradients != 0 && c->quantized_gradients != 8)
+    return bad(prefix, o, "quantized_gradients", int_value(c->quantized_gradients).s, "use 0 (off) or 8 (int8)");
+  if (c->quantized_gradients && c->stage < 2)
+    return bad(prefix, o, "quantized_gradients", "set below stage 2",
+               "it replaces stages 2-3's reduce-scatter of every round: use stage 2 or 3");
+  if (c->quantized_gradients && (c->shard_group > 0 || c->offload_optimizer != ZS_OFFLOAD_NONE))
+    return bad(prefix, o, "quantized_gradients", c->shard_group > 0 ? "set with shard_group" : "set with offload",
+               "it is built for flat sharding with the optimizer on the device: drop one of them");
+  if (c->quantized_gradients_group < 0)
+    return bad(prefix, o, "quantized_gradients_group", int_value(c->quantized_gradients_group).s,
+               "use 0 (the ranks of a node) or a divisor of the world");
   ZS_CHECK(schedule_validate(c, o, prefix));
   if (dynamic && c->min_scale > c->initial_scale) {
     char v[64];
@@ -245,6 +258,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
       cfg->reshard_after_forward, cfg->persist_threshold);
   if (cfg->shard_group > 0) put(buf, n, &at, ", shard group %d (hybrid)", cfg->shard_group);
   if (cfg->hpz_partition_size > 1) put(buf, n, &at, ", hpz partition %d", cfg->hpz_partition_size);
+  if (cfg->quantized_gradients) put(buf, n, &at, ", quantized gradients int%d", cfg->quantized_gradients);
   if (cfg->quantized_weights)
     put(buf, n, &at, ", quantized weights int8/%d",
         cfg->quantized_weights_block ? cfg->quantized_weights_block : ZS_WQ_BLOCK_DEFAULT);

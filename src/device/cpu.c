@@ -421,6 +421,7 @@ static void elem_do(const zs_elem_op_t *t) {
     case ZS_ELEM_ACC: zs__accumulate_cpu(t->dst, t->src, t->sdt, t->n); break;
     case ZS_ELEM_WQ_PACK: zs__wq_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
     case ZS_ELEM_WQ_UNPACK: zs__wq_unpack_cpu(t->dst, t->ddt, t->src, t->n, t->block, t->parts); break;
+    case ZS_ELEM_WQ_UNPACK_SUM: zs__wq_unpack_sum_cpu(t->dst, t->src, t->n, t->block, t->parts, t->stride); break;
   }
 }
 

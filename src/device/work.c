@@ -116,6 +116,20 @@ zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_
   return submit(dev, s, &op);
 }
 
+zs_status_t zs__wq_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
+                              int parts, size_t stride) {
+  ZS_CHECK_HANDLE(dev, "zs__wq_unpack_sum");
+  ZS_CHECK(check_wq_block(dev, "zs__wq_unpack_sum", B));
+  if (parts < 1 || stride < zs_wq_bytes(n, B))
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__wq_unpack_sum: %d parts %zu bytes apart (a part is %zu)", parts,
+                   stride, zs_wq_bytes(n, B));
+  ZS_CHECK_PTR(dev->err, "zs__wq_unpack_sum", dst, n);
+  ZS_CHECK_PTR(dev->err, "zs__wq_unpack_sum", src, n);
+  zs_elem_op_t op = {.op = ZS_ELEM_WQ_UNPACK_SUM, .dst = dst, .src = src, .ddt = ZS_FP32, .n = n, .block = B,
+                     .parts = parts, .stride = stride};
+  return submit(dev, s, &op);
+}
+
 zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,
                            zs_dtype_t src_dt, size_t n) {
   ZS_CHECK_HANDLE(dev, "zs__accumulate");

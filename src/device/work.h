@@ -38,10 +38,15 @@ zs_status_t zs__wq_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void 
                         size_t B);
 zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dt, const void *src, size_t n,
                           size_t B, int parts);
+/* dst (n fp32) = the sum in part order of `parts` packed shards, part p at
+ * src + p * stride bytes (stride >= zs_wq_bytes(n, B)). */
+zs_status_t zs__wq_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
+                              int parts, size_t stride);
 
 /* What a backend's `elementwise` entry receives (checked). */
 typedef enum {
-  ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC, ZS_ELEM_WQ_PACK, ZS_ELEM_WQ_UNPACK
+  ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC, ZS_ELEM_WQ_PACK, ZS_ELEM_WQ_UNPACK,
+  ZS_ELEM_WQ_UNPACK_SUM
 } zs_elem_kind_t;
 typedef struct {
   zs_elem_kind_t op;
@@ -54,6 +59,7 @@ typedef struct {
   void *scratch;   /* sumsq: the caller's scratch */
   size_t block;    /* wq: elements a block */
   int parts;       /* wq unpack: packed shards */
+  size_t stride;   /* wq unpack_sum: bytes from one part to the next */
 } zs_elem_op_t;
 
 #endif

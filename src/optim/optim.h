@@ -117,6 +117,9 @@ void zs__wq_pack_cpu(void *dst, const void *src, zs_dtype_t dt, size_t n, size_t
  * thread setting (zs__optim_threads: cores / ranks on the node by default). */
 int zs__optim_team_for(size_t n);
 void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size_t B, int parts);
+/* dst (n fp32) = the sum, in part order, of `parts` packed shards of n
+ * elements each, part p at src + p * stride bytes (qgZ's reduction). */
+void zs__wq_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride);
 
 /* The gradient-clip coefficient for a global L2 norm (clip by max_norm):
  * min(1, max_norm / ((float)norm + 1e-6)) in fp32, torch.nn.utils.clip_grad_norm_'s

@@ -52,3 +52,22 @@ void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size
     else unpack_ZS_FP32(dst, p * n + i0, q, m, s);
   }
 }
+
+void zs__wq_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride) {
+  size_t nb = zs_wq_blocks(n, B);
+  long long nbl = (long long)nb;
+  const int T = zs__optim_team_for((size_t)parts * n);
+#pragma omp parallel for schedule(static) num_threads(T) if (T > 1)
+  for (long long b = 0; b < nbl; b++) {
+    size_t i0 = (size_t)b * B, m = n - i0 < B ? n - i0 : B;
+    for (int p = 0; p < parts; p++) { /* parts in index order: the same sum on every path */
+      const char *part = (const char *)src + (size_t)p * stride;
+      float s = ((const float *)part)[b];
+      const int8_t *q = (const int8_t *)(part + 4 * nb) + i0;
+      if (p == 0)
+        for (size_t i = 0; i < m; i++) dst[i0 + i] = zs_wq_dec(q[i], s);
+      else
+        for (size_t i = 0; i < m; i++) dst[i0 + i] = ZS_ADD(dst[i0 + i], zs_wq_dec(q[i], s));
+    }
+  }
+}

@@ -175,6 +175,8 @@ void zs_engine_destroy(zs_engine_t *zs) {
     zs_comm_destroy(zs->rep_comm);
   }
   zs_comm_destroy(zs->hpz_comm);
+  zs_comm_destroy(zs->qg_intra);
+  zs_comm_destroy(zs->qg_inter);
   free(zs->units);
   free(zs->params);
   zs__eng_decl_free(zs);
@@ -242,22 +244,24 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out) {
 zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out) {
   if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_comm_stats_group: engine and out must not be NULL");
   memset(out, 0, sizeof *out);
-  zs_comm_t *c[4] = {NULL, NULL, NULL, NULL};
+  zs_comm_t *c[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
   switch (group) {
     case ZS_GROUP_ALL:
       c[0] = zs->comm, c[1] = zs->shard_comm != zs->comm ? zs->shard_comm : NULL, c[2] = zs->rep_comm;
-      c[3] = zs->hpz_comm;
+      c[3] = zs->hpz_comm, c[4] = zs->qg_intra, c[5] = zs->qg_inter;
       break;
     case ZS_GROUP_WORLD: c[0] = zs->comm; break;
     case ZS_GROUP_SHARD: c[0] = zs->shard_comm; break;
     case ZS_GROUP_REPLICA: c[0] = zs->rep_comm; break;
     case ZS_GROUP_HPZ: c[0] = zs->hpz_comm; break;
+    case ZS_GROUP_QG_NODE: c[0] = zs->qg_intra; break;
+    case ZS_GROUP_QG_CROSS: c[0] = zs->qg_inter; break;
     default:
       return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_comm_stats_group: group %d is not a zs_group_t",
                      (int)group);
   }
   /* flat: the world comm is the shard group too; its traffic shows under both */
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 6; i++) {
     if (!c[i]) continue;
     zs_comm_stats_t s;
     zs_comm_stats(c[i], &s);
@@ -281,6 +285,8 @@ void zs_engine_comm_stats_reset(zs_engine_t *zs) {
   if (zs->shard_comm != zs->comm) zs_comm_stats_reset(zs->shard_comm);
   if (zs->rep_comm) zs_comm_stats_reset(zs->rep_comm);
   if (zs->hpz_comm) zs_comm_stats_reset(zs->hpz_comm);
+  if (zs->qg_intra) zs_comm_stats_reset(zs->qg_intra);
+  if (zs->qg_inter) zs_comm_stats_reset(zs->qg_inter);
 }
 
 int zs_engine_shard_group(const zs_engine_t *zs) { return zs ? zs->nshard : 0; }

@@ -132,6 +132,11 @@ struct zs_engine {
    * NULL off), K = nhpz, this rank's place hpz_rank */
   zs_comm_t *hpz_comm;
   int nhpz, hpz_rank;
+  /* qgZ (cfg.quantized_gradients): groups of nqg consecutive ranks (qg_intra)
+   * and the ranks of one member index across them (qg_inter), made by the
+   * first setup, owned (NULL off; either may be NULL where its size is 1) */
+  zs_comm_t *qg_intra, *qg_inter;
+  int nqg;
   int groups_borrowed; /* shard_comm/rep_comm belong to a mesh (zs_engine_create_mesh) */
   /* model-parallel group (zs_engine_set_model_parallel): the norm adds its
    * ranks' sums, counting ZS_PARAM_MP_REPLICATED parameters on mp rank 0 only */
@@ -241,6 +246,10 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
 /* order.c */
 zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
+/* qgrad.c: the quantized reduce-scatter of src (P elements of dt) into *out,
+ * the unit's shard in fp32 (S floats from the cache on rs_stream; the caller
+ * frees it there). */
+zs_status_t zs__eng_qg_reduce(zs_engine_t *zs, zs_unit_t *u, const void *src, zs_dtype_t dt, float **out);
 /* The replica all-reduce runs on rep_stream, unordered with the shard comm's
  * work: stage 2 over mpi comms (order.c says why only there). */
 int zs__eng_rep_overlaps(const zs_engine_t *zs);

@@ -20,7 +20,7 @@
 #include "zero/engine_impl.h"
 
 static int several_comms(const zs_engine_t *zs) {
-  return zs->rep_comm || zs->mp_comm || zs->hpz_comm || zs->shard_comm != zs->comm;
+  return zs->rep_comm || zs->mp_comm || zs->hpz_comm || zs->qg_intra || zs->qg_inter || zs->shard_comm != zs->comm;
 }
 
 /* Only device kernels can hold each other up: an mpi comm's operations run on

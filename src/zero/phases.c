@@ -415,6 +415,22 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       if (src != u->gfull)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, (char *)u->gfull + off * zs->pb, c->param_dtype, block, dt, S),
                   "casting gradients back");
+    } else if (zs->nqg) {
+      /* qgZ: the round's shard in fp32 from the two quantized all-to-alls,
+       * then as the reduce-scatter's below: the first round's into the shard
+       * (and its fp32 accumulator), later ones added */
+      float *q = NULL;
+      ZS_CHECK(zs__eng_qg_reduce(zs, u, src, dt, &q));
+      zs_status_t st = ZS_OK;
+      if (zs->round == 1) {
+        st = zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, q, ZS_FP32, S);
+        if (st == ZS_OK && u->gacc) st = zs__cast(zs->dev, rs, u->gacc, ZS_FP32, q, ZS_FP32, S);
+      } else {
+        st = zs__accumulate(zs->dev, rs, u->gacc ? u->gacc : (float *)u->gshard, q, ZS_FP32, S);
+        if (st == ZS_OK && u->gacc && last) st = zs__cast(zs->dev, rs, u->gshard, c->reduce_dtype, u->gacc, ZS_FP32, S);
+      }
+      zs__eng_free_on(zs, (void **)&q, S * 4, ZS_MEM_COMM, rs);
+      ZS_ENG_CHECK(zs, st, "summing the quantized gradients");
     } else if (zs->round == 1) {
       ZS_ENG_COLL(zs, zs->shard_comm, rs,
                   zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");

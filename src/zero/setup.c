@@ -139,6 +139,12 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (rb != pb) t += 2 * maxPt * rb;
   if (c->stage >= 2 && off) t += 2 * maxSt * rb;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
+  /* qgZ: one reduction's packed shards (two of N), node sums (G shards) and
+   * result (qgrad.c); G = N / the group, N before setup knows the group */
+  if (c->quantized_gradients && maxSt) {
+    uint64_t Q = zs_wq_bytes((size_t)maxSt, zs__eng_wq_block(c)), G = (uint64_t)world / (zs->nqg ? (uint64_t)zs->nqg : 1);
+    t += 2 * (uint64_t)world * Q + G * maxSt * 4 + maxSt * 4;
+  }
   /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
   if (c->stage == 3 && c->quantized_weights && gathered[0])
     t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
@@ -463,6 +469,33 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
   return zs__eng_sync_compute(zs);
 }
 
+/* qgZ's groups: quantized_gradients_group ranks, or this node's (the same on
+ * every node, consecutive ranks: else the user must say); collective. */
+static zs_status_t qg_groups(zs_engine_t *zs) {
+  int K = zs->cfg.quantized_gradients_group, local = 0, size = 0, nodes = 0;
+  if (K == 0) {
+    ZS_CHECK(zs_comm_node(zs->comm, &local, &size, &nodes));
+    int64_t odd = !(nodes * size == zs->world && local == zs->rank % size); /* any rank's node uneven */
+    ZS_CHECK(zs__eng_xall_reduce(zs, &odd, 1, ZS_MAX));
+    if (odd)
+      return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                     "zs_engine_setup: quantized_gradients: the nodes do not hold equal runs of consecutive ranks "
+                     "(this one %d of %d ranks): set quantized_gradients_group", local, size);
+    K = size;
+  }
+  if (zs->world % K)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "zs_engine_setup: quantized_gradients_group %d does not divide the %d ranks: use the ranks per node",
+                   K, zs->world);
+  zs_status_t st = ZS_OK;
+  if (K > 1) st = zs_comm_split(zs->comm, zs->rank / K, zs->rank % K, &zs->qg_intra);
+  if (st == ZS_OK && K < zs->world) st = zs_comm_split(zs->comm, zs->rank % K, zs->rank / K, &zs->qg_inter);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "zs_engine_setup: making qgZ's groups of %d ranks failed: %s", K, zs_last_error());
+  zs->nqg = K;
+  return ZS_OK;
+}
+
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
   ZS_CHECK(zs__eng_check_declaring(zs, "zs_engine_setup"));
   /* collective first: once every rank is known to have declared the same, the
@@ -492,6 +525,7 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
       return ZS_FAIL(zs->err, st, "zs_engine_setup: making the hpZ partitions of %d ranks failed: %s", zs->nhpz,
                      zs_last_error());
   }
+  if (zs->cfg.quantized_gradients && !zs->nqg) ZS_CHECK(qg_groups(zs));
   if (zs->nunits == 0 || zs->nparams == 0)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_setup: declare at least one unit with a parameter first");
   for (int i = 0; i < zs->nunits; i++)
