@@ -13,7 +13,8 @@
  * 3. Memory: the accountant's device params equal zs_engine_estimate's, which
  *    exceed the plain layout's by sum P/K pb (the secondary copies); the step's
  *    device peak within the estimate's bound.
- * 4. Refused: K not dividing the world, K not below it (zs_engine_setup, on
+ * 4. A copy from an earlier forward is not used (test_stale_copy).
+ * 5. Refused: K not dividing the world, K not below it (zs_engine_setup, on
  *    every rank); below stage 3 and with shard_group (zs_config_validate, at
  *    zs_engine_create). */
 #include <math.h>
@@ -142,6 +143,56 @@ static void test_bytes_memory(void) {
   }
 }
 
+/* A copy from an earlier forward is not used: a step skipped on a NaN keeps
+ * the step count, zs_param_set then changes the head's weights, and the next
+ * forward leaves the head out (prefetch 0, so nothing gathers it early):
+ * backward must gather the head's new values, not the copy of the forward
+ * before the skipped step (which a copy keyed by the step count would use). */
+static void test_stale_copy(void) {
+  zs_config_t c = cfg(ZS_FP32, K, 0, 1);
+  c.prefetch = 0;
+  zs_engine_t *zs = NULL;
+  tm_model_t m = {0};
+  assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
+  const int nunits = zs_engine_unit_count(zs), head = nunits - 1, hp = m.np - 2; /* the head's weights */
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  for (int pass = 0; pass < 2; pass++) {
+    assert_ok(zs_forward_begin(zs));
+    for (int u = 0; u < nunits; u++) {
+      if (pass == 1 && u == head) continue;
+      assert_ok(zs_gather(zs, u));
+      assert_ok(zs_release(zs, u));
+    }
+    assert_ok(zs_backward_begin(zs));
+    for (int u = nunits - 1; u >= 0; u--) {
+      assert_ok(zs_gather(zs, u));
+      if (pass == 1 && u == head)
+        for (int64_t i = 0; i < m.numel[hp]; i++)
+          if (((float *)m.pslot[hp])[i] != 0.5f) {
+            ZS_T_REPORT("head weight %lld gathered %g in backward, set to 0.5", (long long)i,
+                        (double)((float *)m.pslot[hp])[i]);
+            break;
+          }
+      for (int p = tm_p0(&m, u); p < tm_p1(&m, u); p++) memset(m.gslot[p], 0, (size_t)m.numel[p] * 4);
+      if (pass == 0 && u == 0) ((float *)m.gslot[0])[0] = NAN;
+      assert_ok(zs_reduce(zs, u));
+    }
+    zs_step_report_t r;
+    assert_ok(zs_step(zs, &r));
+    if (pass == 0) {
+      expect_true(r.skipped);
+      float *v = malloc((size_t)m.numel[hp] * 4);
+      for (int64_t i = 0; i < m.numel[hp]; i++) v[i] = 0.5f;
+      assert_ok(zs_param_set(zs, hp, v));
+      free(v);
+    }
+  }
+  zs_log_set_level(saved);
+  tm_free(&m);
+  zs_engine_destroy(zs);
+}
+
 static void test_refused(void) {
   zs_log_level_t saved = zs_log_get_level();
   zs_log_set_level(ZS_LOG_NONE);
@@ -176,6 +227,7 @@ int main(void) {
   tm_data(NSAMP, X, T);
   zs_test_run(test_parity);
   zs_test_run(test_bytes_memory);
+  zs_test_run(test_stale_copy);
   zs_test_run(test_refused);
   zs_comm_destroy(world);
   zs_device_destroy(dev);

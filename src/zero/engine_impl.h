@@ -84,8 +84,9 @@ typedef struct {
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */
   /* hpZ (cfg.hpz_partition_size = K > 1): this rank's 1/K of the gathered
-   * parameters (elements hpz_rank P/K.., param dtype), copied from forward's
-   * gather at step hsec_at; backward gathers it among the K ranks */
+   * parameters (elements hpz_rank P/K.., param dtype), copied from the gather
+   * of forward number hsec_at (zs->forwards); backward gathers it among the K
+   * ranks */
   void *hsec;
   int64_t hsec_at;
   float *master;
@@ -172,6 +173,7 @@ struct zs_engine {
   int phase_before_forward; /* restored by zs_forward_end */
   int round;       /* backward rounds begun since the last step */
   int64_t step;
+  int64_t forwards; /* zs_forward_begin calls: which forward filled an hpZ copy */
   float loss_scale;
   int good_steps, hysteresis_left;
 

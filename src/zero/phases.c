@@ -76,11 +76,13 @@ static zs_status_t gather_quantized(zs_engine_t *zs, zs_unit_t *u) {
 }
 
 /* hpZ (cfg.hpz_partition_size = K): backward gathers the unit among the K
- * ranks of this one's partition from their secondary copies, which forward's
- * gather of this step filled with exactly what it gathered (decoded values
- * under qwZ), so both phases compute with the same parameters. */
+ * ranks of this one's partition from their secondary copies, which the
+ * forward phase just before it filled with exactly what it gathered (decoded
+ * values under qwZ), so both phases compute with the same parameters. A copy
+ * from an earlier forward (a unit this forward did not gather; parameters
+ * since set or loaded, which happens only between phases) is not used. */
 static int gathers_from_secondary(const zs_engine_t *zs, const zs_unit_t *u) {
-  return u->hsec && zs->phase == ZS_PH_BACKWARD && u->hsec_at == zs->step;
+  return u->hsec && zs->phase == ZS_PH_BACKWARD && u->hsec_at == zs->forwards;
 }
 
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
@@ -105,7 +107,7 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
     size_t part = (size_t)u->padded / (size_t)zs->nhpz * zs->pb;
     ZS_ENG_CHECK(zs, zs_memcpy_async(zs->dev, u->hsec, (char *)u->full + (size_t)zs->hpz_rank * part, part,
                                      ZS_COPY_D2D, zs->ag_stream), "keeping the hpZ copy");
-    u->hsec_at = zs->step;
+    u->hsec_at = zs->forwards;
   }
   ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_gathered, zs->ag_stream), "recording the gather event");
   return ZS_OK;
@@ -229,6 +231,7 @@ zs_status_t zs_forward_begin(zs_engine_t *zs) {
   adopt_order(zs, ZS_PH_BACKWARD);
   zs->phase_before_forward = zs->phase;
   zs->phase = ZS_PH_FORWARD;
+  zs->forwards++; /* hpZ: the copies this forward fills are this number's */
   zs->rec_len[ZS_PH_FORWARD] = 0;
   zs->pos = 0;
   return prefetch(zs);
