@@ -239,7 +239,7 @@ class DataParallel(Layout):
     """ddp: DistributedDataParallel; fsdp2: fully_shard on every block and the root
     (the root holds the embedding and the final LayerNorm: zs's units)."""
 
-    def __init__(self, mode, model, rank, world, B):
+    def __init__(self, mode, model, rank, world, B, shard_group=0):
         import torch
         self.model, self.world, self.first, self.count = model, world, rank * (B // world), B // world
         if mode == "ddp":
@@ -248,7 +248,11 @@ class DataParallel(Layout):
         else:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
-            mesh = init_device_mesh("cpu", (world,))
+            if mode == "hsdp":  # FSDP2's HYBRID_SHARD: replicate across groups of shard_group ranks, shard inside
+                mesh = init_device_mesh("cpu", (world // shard_group, shard_group),
+                                        mesh_dim_names=("replicate", "shard"))
+            else:
+                mesh = init_device_mesh("cpu", (world,))
             for blk in model.h:
                 fully_shard(blk, mesh=mesh)
             fully_shard(model, mesh=mesh)
@@ -457,7 +461,7 @@ class Pipeline(Layout):
 # ============================================================================
 
 def rank_main(rank, a, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=a.master, MASTER_PORT=str(port))
     import torch
     import torch.distributed as dist
     torch.set_num_threads(a.threads)
@@ -468,8 +472,8 @@ def rank_main(rank, a, port):
         raise SystemExit(f"vs_torch_gpt: --batch {B} is not a multiple of {world} ranks")
     model = build_model(L, C, H, V, T)
     load_export(model, read_safetensors(a.init), L)
-    if a.mode in ("ddp", "fsdp2"):
-        lay = DataParallel(a.mode, model, rank, world, B)
+    if a.mode in ("ddp", "fsdp2", "hsdp"):
+        lay = DataParallel(a.mode, model, rank, world, B, a.shard_group)
     elif a.mode == "tp":
         lay = TensorParallel(model, rank, world, B, H)
     else:
@@ -525,7 +529,14 @@ def free_port():
 def main():
     ap = argparse.ArgumentParser(description="the PyTorch side of bench/vs_torch")
     ap.add_argument("--world", type=int, default=1)
-    ap.add_argument("--mode", default="ddp", choices=["ddp", "fsdp2", "tp", "pp"])
+    ap.add_argument("--mode", default="ddp", choices=["ddp", "fsdp2", "hsdp", "tp", "pp"])
+    ap.add_argument("--shard-group", type=int, default=0, help="hsdp: ranks a shard group (a node)")
+    ap.add_argument("--mpi", action="store_true",
+                    help="one rank per process as mpiexec starts them (rank and world from Open MPI's "
+                         "environment) instead of spawning --world processes here")
+    ap.add_argument("--master", default="127.0.0.1", help="rank 0's address (--mpi across hosts)")
+    ap.add_argument("--port", type=int, default=0, help="rank 0's port (--mpi: the same on every rank)")
+    ap.add_argument("--ifname", default="lo", help="gloo's interface (GLOO_SOCKET_IFNAME)")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--channels", type=int, required=True)
@@ -549,8 +560,15 @@ def main():
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--dump", default=None, help="(ddp) rank 0 saves the final parameters here (torch.save)")
     a = ap.parse_args()
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", a.ifname)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    if a.mpi:  # scripts/cluster-sim's hosts: every rank its own process, started by mpiexec
+        a.world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    if a.mode == "hsdp" and (a.shard_group < 1 or a.world % a.shard_group):
+        raise SystemExit("vs_torch_gpt: --mode hsdp needs --shard-group dividing --world")
+    if a.mpi:
+        rank_main(int(os.environ["OMPI_COMM_WORLD_RANK"]), a, a.port or 29517)
+        return 0
     port = free_port()
     if a.world == 1:
         rank_main(0, a, port)

@@ -19,8 +19,15 @@ the measurement, the speedup over flat stage 3 at the slow rate, and the final
 validation loss against flat stage 3's (the exact run). Configs run one after
 another, each slow then fast; one round.
 
+With --torch also PyTorch FSDP2, flat and HSDP (FSDP2 on a (replicate, shard)
+mesh, the shard a host), on the same hosts from zs's exported initial weights
+(bench/vs_torch_gpt.py --mpi: one process a rank, gloo over the links); its
+step is the mean of its steps after the first, its loss the training loss
+(it runs no validation), which must match zs flat stage 3's, the same model on
+the same batches.
+
 usage: bench/zeropp_gpt.py [--zs PATH] [--plan PATH] [--rates 1000,40000] [--steps 200]
-                           [--slow-steps 20] [--hosts 2] [--ranks-per-host 2] [--json]
+                           [--slow-steps 20] [--hosts 2] [--ranks-per-host 2] [--torch] [--json]
 Exit: 0 ok; 1 a run failed; 77 cluster-sim cannot run here."""
 import argparse
 import json
@@ -52,6 +59,29 @@ def trainer(a, rate, flags, tmp):
     out["step_s"] = out["batch"] * out["model"]["seq"] / out["tokens_per_s"]
     out["inter_bytes"] = sim["inter_host_bytes"]
     return out
+
+
+def torch_run(a, rate, mode, steps, init, tmp):
+    """PyTorch FSDP2 (flat or HSDP) on the same hosts: bench/vs_torch_gpt.py, one
+    process a rank, gloo over the hosts' links, from zs's exported initial weights."""
+    sim_json, out = os.path.join(tmp, "sim.json"), os.path.join(tmp, "torch.json")
+    cmd = [SIM, "--hosts", str(a.hosts), "--ranks-per-host", str(a.ranks_per_host), "--inter-mbps", str(rate),
+           "--timeout", "1200", "--json", sim_json, "--", sys.executable, os.path.join(HERE, "vs_torch_gpt.py"),
+           "--mpi", "--mode", mode, "--master", "10.77.0.1", "--ifname", "zs0"] + MODEL + \
+          ["--vocab", "256", "--batch", "8", "--steps", str(steps), "--lr-schedule", "constant", "--seed", "1337",
+           "--init", init, "--out", out, "--threads", "1", "--quiet"]
+    if mode == "hsdp":
+        cmd += ["--shard-group", str(a.ranks_per_host)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"zeropp_gpt: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
+        sys.exit(1)
+    with open(out) as f:
+        doc = json.load(f)
+    with open(sim_json) as f:
+        sim = json.load(f)
+    secs = doc["step_seconds"][1:] or doc["step_seconds"]  # the first step's setup left out
+    return {"step_s": sum(secs) / len(secs), "inter_bytes": sim["inter_host_bytes"], "losses": doc["losses"]}
 
 
 def planned(a, world, extra):
@@ -87,6 +117,7 @@ def main():
     ap.add_argument("--val-every", type=int, default=50)
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
+    ap.add_argument("--torch", action="store_true", help="also PyTorch FSDP2 flat and HSDP (bench/vs_torch_gpt.py)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     slow, fast = (int(x) for x in a.rates.split(","))
@@ -105,19 +136,36 @@ def main():
                    "exposed_s": s["step_s"] - f["step_s"], "inter_bytes_per_step": s["inter_bytes"] / a.slow_steps,
                    "planned_inter_bytes_per_step": planned(a, world, extra), "val_loss": f["val_loss"],
                    "val_history": f["val_history"]}
+            row["train_loss"] = f["losses"][-1]
             rows.append(row)
             print(f"{label}: step {s['step_s']:.3f} s at {slow} Mbit/s, {f['step_s']:.3f} s at {fast}; "
                   f"{row['inter_bytes_per_step'] / 1e6:.2f} MB a step; val {f['val_loss']:.5f}", file=sys.stderr)
+        if a.torch:
+            init = os.path.join(tmp, "init.safetensors")
+            subprocess.run([a.zs] + MODEL + ["--seed", "1337", "--steps", "0", "--export", init, "--quiet"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for label, mode in (("torch FSDP2", "fsdp2"), ("torch FSDP2 HSDP", "hsdp")):
+                s = torch_run(a, slow, mode, a.slow_steps, init, tmp)
+                f = torch_run(a, fast, mode, a.steps, init, tmp)
+                rows.append({"config": label, "flags": [mode], "step_slow_s": s["step_s"], "step_fast_s": f["step_s"],
+                             "exposed_s": s["step_s"] - f["step_s"],
+                             "inter_bytes_per_step": s["inter_bytes"] / a.slow_steps,
+                             "planned_inter_bytes_per_step": None, "val_loss": None, "val_history": [],
+                             "train_loss": f["losses"][-1]})
+                print(f"{label}: step {s['step_s']:.3f} s at {slow} Mbit/s, {f['step_s']:.3f} s at {fast}; "
+                      f"{rows[-1]['inter_bytes_per_step'] / 1e6:.2f} MB a step; train loss {f['losses'][-1]:.5f}",
+                      file=sys.stderr)
     ref = rows[0]
     print(f"| {a.hosts} hosts x {a.ranks_per_host} ranks, {slow / 1000:g} Gbit/s | inter-host MB a step (zs-plan) | "
-          f"of flat | exposed link time | step | speedup | val loss after {a.steps} | vs flat |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"of flat | exposed link time | step | speedup | val loss after {a.steps} | vs flat | train loss at {a.steps} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        p = r["planned_inter_bytes_per_step"]
+        p, v = r["planned_inter_bytes_per_step"], r["val_loss"]
+        vs = "-" if v is None else f"{(v - ref['val_loss']) / ref['val_loss'] * 100:+.2f}%"
         print(f"| {r['config']} | {r['inter_bytes_per_step'] / 1e6:.2f} ({'-' if p is None else format(p / 1e6, '.2f')})"
               f" | {r['inter_bytes_per_step'] / ref['inter_bytes_per_step']:.2f} | {r['exposed_s']:.3f} s | "
-              f"{r['step_slow_s']:.3f} s | {ref['step_slow_s'] / r['step_slow_s']:.2f}x | {r['val_loss']:.4f} | "
-              f"{(r['val_loss'] - ref['val_loss']) / ref['val_loss'] * 100:+.2f}% |")
+              f"{r['step_slow_s']:.3f} s | {ref['step_slow_s'] / r['step_slow_s']:.2f}x | "
+              f"{'-' if v is None else format(v, '.4f')} | {vs} | {r['train_loss']:.4f} |")
     if a.json:
         json.dump({"hosts": a.hosts, "ranks_per_host": a.ranks_per_host, "rates_mbps": [slow, fast],
                    "steps": a.steps, "slow_steps": a.slow_steps, "model": MODEL, "rows": rows}, sys.stdout, indent=1)
