@@ -14,6 +14,8 @@
  *    block decodes to zeros; a block holding an inf or a NaN decodes to NaN
  *    everywhere and its neighbours are untouched;
  *  - several packed shards laid end to end unpack (parts > 1) as each alone;
+ *    parts any distance apart sum (unpack_sum, qgZ's) as their fp32 sum in
+ *    part order;
  *  - zs__wq_pack / zs__wq_unpack on a cpu device stream give the same bytes,
  *    and refuse a block that is not a power of two in 32..4096, a bad dtype,
  *    NULL pointers and parts < 1 (ZS_ERR_INVALID). */
@@ -156,6 +158,37 @@ static void test_parts(void) {
   }
 }
 
+/* unpack_sum: parts stride bytes apart (more than a packed shard) summed in
+ * part order equal the fp32 sum of each part unpacked alone, bit for bit, on
+ * the CPU path and through the cpu device. */
+static void test_unpack_sum(void) {
+  const size_t n = 1003, B = 64, Q = zs_wq_bytes(n, B), stride = Q + 12;
+  const int parts = 3;
+  unsigned char *q = calloc(parts, stride);
+  float *one = malloc(n * 4), *want = calloc(n, 4), *got = malloc(n * 4), *dgot = malloc(n * 4);
+  for (int p = 0; p < parts; p++) {
+    float *x = make_values(ZS_FP32, n, 300 + (uint64_t)p);
+    zs__wq_pack_cpu(q + (size_t)p * stride, x, ZS_FP32, n, B);
+    zs__wq_unpack_cpu(one, ZS_FP32, q + (size_t)p * stride, n, B, 1);
+    for (size_t i = 0; i < n; i++) want[i] = p == 0 ? one[i] : want[i] + one[i];
+    free(x);
+  }
+  zs__wq_unpack_sum_cpu(got, q, n, B, parts, stride);
+  expect_true(memcmp(got, want, n * 4) == 0);
+  zs_device_t *dev = NULL;
+  assert_ok(zs_device_create_cpu(&dev));
+  zs_stream_t *s = NULL;
+  assert_ok(zs_stream_create(dev, &s));
+  expect_ok(zs__wq_unpack_sum(dev, s, dgot, q, n, B, parts, stride));
+  expect_ok(zs_stream_synchronize(dev, s));
+  expect_true(memcmp(dgot, want, n * 4) == 0);
+  expect_status(zs__wq_unpack_sum(dev, s, dgot, q, n, B, parts, Q - 1), ZS_ERR_INVALID); /* parts overlap */
+  expect_status(zs__wq_unpack_sum(dev, s, dgot, q, n, B, 0, stride), ZS_ERR_INVALID);
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+  free(q), free(one), free(want), free(got), free(dgot);
+}
+
 static void test_device(void) {
   zs_device_t *dev = NULL;
   assert_ok(zs_device_create_cpu(&dev));
@@ -191,6 +224,7 @@ int main(void) {
   zs_test_run(test_against_float64);
   zs_test_run(test_exact_zero_nonfinite);
   zs_test_run(test_parts);
+  zs_test_run(test_unpack_sum);
   zs_test_run(test_device);
   return zs_test_finish();
 }
