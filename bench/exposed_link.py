@@ -54,7 +54,8 @@ def run_once(path, rate, a, flags, tmp):
                 "inter_bytes_per_step": sim["inter_host_bytes"] / out["steps"]}
     tokens = out["batch"] * out["model"]["seq"]
     return {"step_s": tokens / out["tokens_per_s"], "loss": out["losses"][-1],
-            "inter_bytes_per_step": sim["inter_host_bytes"] / out["steps"]}
+            "inter_bytes_per_step": sim["inter_host_bytes"] / out["steps"], "inter_bytes": sim["inter_host_bytes"],
+            "doc": out}
 
 
 def spread(v):

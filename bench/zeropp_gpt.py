@@ -39,26 +39,20 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIM = os.path.join(ROOT, "scripts", "cluster-sim")
+sys.path.insert(0, HERE)
+import exposed_link  # noqa: E402  (its run_once runs a job on the hosts)
+
 MODEL = ["--layers", "4", "--channels", "256", "--heads", "4", "--seq", "128"]
 
 
 def trainer(a, rate, flags, tmp):
-    sim_json = os.path.join(tmp, "sim.json")
-    cmd = [SIM, "--hosts", str(a.hosts), "--ranks-per-host", str(a.ranks_per_host), "--inter-mbps", str(rate),
-           "--timeout", "1200", "--json", sim_json, "--", a.zs] + flags + ["--json"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode == 77:
-        print(p.stderr, file=sys.stderr)
-        sys.exit(77)
-    if p.returncode != 0:
-        print(f"zeropp_gpt: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
+    """zs-train-gpt on the hosts: exposed_link.py's run_once, the trainer's JSON
+    with step_s and the job's inter-host bytes added."""
+    a.timeout = 1200
+    r = exposed_link.run_once(a.zs, rate, a, flags, tmp)
+    if r is None:
         sys.exit(1)
-    out = json.loads(p.stdout)
-    with open(sim_json) as f:
-        sim = json.load(f)
-    out["step_s"] = out["batch"] * out["model"]["seq"] / out["tokens_per_s"]
-    out["inter_bytes"] = sim["inter_host_bytes"]
-    return out
+    return dict(r["doc"], step_s=r["step_s"], inter_bytes=r["inter_bytes"])
 
 
 def torch_run(a, rate, mode, steps, init, tmp):
