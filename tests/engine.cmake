@@ -16,6 +16,15 @@ if(TARGET zs_zero AND TARGET zs_comm)
                   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/room_cgroup.sh ${MPIEXEC_EXECUTABLE}
                           $<TARGET_FILE:test_engine_room>
                   LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
+  # ZeRO-Infinity: parameter offload and the NVMe tier against offload to host
+  # memory, bit for bit; the tier's bytes; a failed write undone and retried;
+  # checkpoints across tiers (the tier's files under the build directory, a
+  # disk's file system: /tmp may be a tmpfs elsewhere, without direct I/O)
+  zs_add_test(NAME test_engine_tier SOURCES test_engine_tier.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300
+              ENV ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
+  # ... and a parameter read that fails on one rank: every rank told at once
+  zs_add_test_run(TARGET test_engine_tier NAME_SUFFIX _readfail RANKS 2 ARGS readfail TIMEOUT 120
+                  ENV ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
   # compact optimizer states (bf16, int8): layouts, offload, memory, checkpoints
   zs_add_test(NAME test_engine_state SOURCES test_engine_state.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   # hybrid's replica all-reduce off the reduce stream: a late replica holds it

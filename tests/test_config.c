@@ -81,7 +81,7 @@ static void test_invalid_fields(void) {
   BAD(c.prefetch = 17, "config.prefetch is 17: use 0..16");
   BAD(c.prefetch = -1, "config.prefetch is -1");
   BAD(c.reshard_after_forward = 3, "config.reshard_after_forward is 3");
-  BAD(c.offload_optimizer = (zs_offload_t)2, "config.offload_optimizer is 2");
+  BAD(c.offload_optimizer = (zs_offload_t)3, "config.offload_optimizer is 3");
   BAD(c.offload_optimizer = ZS_OFFLOAD_CPU,
       "config.offload_optimizer is cpu at stage 0: offload needs stage 1, 2 or 3: at stage 0 every "
       "rank holds the whole optimizer state");

@@ -57,7 +57,7 @@ lib.zs_last_error.restype = ctypes.c_char_p
 check(lib.zs_status_string(0) == b"success", f"zs_status_string(ZS_OK) = {lib.zs_status_string(0)!r}")
 check(lib.zs_status_name(4) == b"ZS_ERR_NOMEM", f"zs_status_name(4) = {lib.zs_status_name(4)!r}")
 
-DOMAINS, CATS = 2, 6  # zeroshard/memory.h
+DOMAINS, CATS = 3, 6  # zeroshard/memory.h: device, host, nvme
 DEVICE, HOST = 0, 1
 PARAMS, OPTIMIZER = 0, 2
 PINNED, STRICT = 1, 2  # ZS_HOST_PINNED, ZS_HOST_STRICT
@@ -68,7 +68,12 @@ class Stats(ctypes.Structure):
                 ("peak", (ctypes.c_uint64 * CATS) * DOMAINS),
                 ("current_total", ctypes.c_uint64 * DOMAINS),
                 ("peak_total", ctypes.c_uint64 * DOMAINS),
-                ("pageable_copies", ctypes.c_uint64)]
+                ("pageable_copies", ctypes.c_uint64),
+                # the rest of zs_memory_stats_t: the library writes the whole struct
+                ("cache_bytes", ctypes.c_uint64), ("cache_peak", ctypes.c_uint64),
+                ("backend_allocs", ctypes.c_uint64), ("backend_frees", ctypes.c_uint64),
+                ("device_syncs", ctypes.c_uint64), ("host_waits", ctypes.c_uint64),
+                ("host_funcs", ctypes.c_uint64)]
 
 
 def stats(dev):

@@ -60,6 +60,15 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->quantized_gradients = o->quantized_grads;
   cfg->quantized_gradients_group = o->quantized_grads_group;
   if (o->offload) cfg->offload_optimizer = ZS_OFFLOAD_CPU;
+  if (o->nvme) { /* ZeRO-Infinity: the optimizer state on disk, and the parameters too with --offload-param */
+    cfg->offload_optimizer = ZS_OFFLOAD_NVME;
+    snprintf(cfg->nvme_path, sizeof cfg->nvme_path, "%s", o->nvme);
+    cfg->nvme_chunk = (size_t)o->nvme_chunk;
+  }
+  if (o->offload_param) {
+    cfg->offload_param = o->nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU;
+    if (!o->nvme) cfg->offload_optimizer = ZS_OFFLOAD_CPU; /* the updated parameters are made on the host */
+  }
   cfg->delayed_param_update = o->delayed_update;
 }
 
@@ -95,6 +104,11 @@ void gpt_opts_usage(FILE *f) {
           "          copy of 1/N of each unit kept after forward; ZeRO++'s hpZ)\n"
           "  --quantized-grads 8 (stages 2-3, flat: the gradients' reduce-scatter as int8 all-to-alls inside\n"
           "          the node and across; ZeRO++'s qgZ)  --quantized-grads-group K (0: a node's ranks)\n"
+          "  --offload-param (stage 3: each rank's parameter shard in host memory, copied up before its\n"
+          "                  unit's all-gather; implies --offload; with --nvme on disk; ZeRO-Infinity)\n"
+          "  --nvme DIR (the optimizer state (master, m, v) in a file per rank under DIR, on a disk's file\n"
+          "              system: direct I/O through io_uring, streamed chunk by chunk at the step;\n"
+          "              stages 1-3)  --nvme-chunk N (elements a chunk: a multiple of 4096; 1048576)\n"
           "  --delayed-update (with --offload: the CPU step of step t overlaps forward/backward\n"
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
@@ -138,6 +152,7 @@ static const char *const k_valued[] = {
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
+    "--nvme", "--nvme-chunk",
     "--matmul", "--quantized-weights-block", "--hpz", "--quantized-grads", "--quantized-grads-group",
 };
 
@@ -248,6 +263,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (!strcmp(name, "--json")) { o->json = 1; continue; }
     if (!strcmp(name, "--offload")) { o->offload = 1; continue; }
     if (!strcmp(name, "--delayed-update")) { o->delayed_update = 1; continue; }
+    if (!strcmp(name, "--offload-param")) { o->offload_param = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
     if (!strcmp(name, "--quantized-weights")) { o->quantized_weights = 1; continue; }
@@ -347,6 +363,12 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       else if (!strcmp(val, "bf16")) o->optim_state = ZS_STATE_BF16;
       else if (!strcmp(val, "int8")) o->optim_state = ZS_STATE_INT8;
       else bad = 1;
+    }
+    else if (!strcmp(name, "--nvme")) { o->nvme = val; }
+    else if (!strcmp(name, "--nvme-chunk")) {
+      int v = 0;
+      bad = parse_int(val, 4096, 1 << 30, &v) || v % 4096;
+      o->nvme_chunk = v;
     }
     else if (!strcmp(name, "--optim-block")) {
       bad = parse_int(val, 64, 4096, &o->optim_block) || (o->optim_block & (o->optim_block - 1));

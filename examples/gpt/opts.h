@@ -35,6 +35,9 @@ typedef struct {
   zs_state_dtype_t optim_state; /* --optim-state fp32|bf16|int8 */
   int optim_block;              /* --optim-block B (int8; 0: the engine's default) */
   int delayed_update;   /* --delayed-update (with --offload) */
+  int offload_param;    /* --offload-param (stage 3: parameter shards in host memory, or with --nvme on disk) */
+  const char *nvme;     /* --nvme DIR: optimizer state (and with --offload-param the parameters) in the NVMe tier */
+  long nvme_chunk;      /* --nvme-chunk N: elements a chunk of the tier's stream (0: the engine's) */
   gpt_matmul_t matmul;  /* --matmul auto|fp32|bf16 (auto) */
   const char *load;     /* --load DIR: resume from a checkpoint */
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gemm.h" // defines: gpt_gemm_set_math, gpt_gemm_describe (--matmul)
 #include "init_from.h"
@@ -339,6 +340,11 @@ static zs_status_t train_step(trainer_t *t, gpt_result_t *res, int step, int val
   st = zs_step(t->zs, rep);
   zs_trace_end();
   if (st != ZS_OK) return trainer_fail(res, st, "zs_step", zs_engine_last_error(t->zs));
+  zs_nvme_stats_t ns;
+  if (o->nvme && zs_engine_nvme_stats(t->zs, &ns) == ZS_OK) {
+    t->nvme_phase_s += ns.seconds;
+    t->nvme_moved += ns.bytes_read + ns.bytes_written;
+  }
   return ZS_OK;
 }
 
@@ -411,9 +417,19 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int mb;
   int64_t act;
   trainer_pp_act_peak(t, &mb, &act);
+  /* the NVMe tier: its file on disk (stat) beside the estimate's figure */
+  int64_t file = 0, est = 0;
+  zs_nvme_stats_t ns;
+  zs_mem_estimate_t e;
+  if (zs_engine_nvme_stats(t->zs, &ns) == ZS_OK) {
+    struct stat sb;
+    file = stat(ns.path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    if (zs_engine_estimate(t->zs, zs_engine_shard_group(t->zs), &e) == ZS_OK) est = (int64_t)e.nvme_model_state;
+  }
   const int64_t mine[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE],
                                        (int64_t)ms.peak_total[ZS_DOMAIN_HOST], act, mb,
-                                       (int64_t)(t->ag_bytes_per_step + 0.5)};
+                                       (int64_t)(t->ag_bytes_per_step + 0.5), file, est,
+                                       (int64_t)(t->nvme_phase_s * 1e6 + 0.5), (int64_t)t->nvme_moved};
   zs_status_t st = trainer_result_peaks(res, t->comm, mine, gather_cb, t);
   if (st == ZS_ERR_NOMEM) return trainer_fail(res, st, "peaks", "out of host memory");
   if (st != ZS_OK) return trainer_fail(res, st, "peak all-gather", round_error(t, zs_comm_last_error(t->comm)));
@@ -434,6 +450,11 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
   if (o->optim_state != ZS_STATE_FP32)
     fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
             o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");
+  if (o->offload || o->offload_param || o->nvme) /* where the state lives (ZeRO-Offload, ZeRO-Infinity) */
+    fprintf(stderr, "  offload: optimizer state (master, m, v) %s; parameter shards %s\n",
+            o->nvme ? "on nvme" : "in host memory", o->offload_param ? (o->nvme ? "on nvme" : "in host memory")
+                                                                          : "on the device");
+  if (o->nvme) fprintf(stderr, "  nvme: %s (a file per rank, direct I/O through io_uring)\n", o->nvme);
   if (t->split) fprintf(stderr, "  mesh: %s (the engine shards over dp)\n", zs_mesh_describe(t->mesh));
   if (t->pp > 1) { /* the split: --pp-layers's counts, or the even one */
     char list[4 * GPT_PP_LAYERS_MAX];

@@ -26,6 +26,9 @@ typedef struct {
   /* the engine's all-gather bytes received per training step (the parameters'
    * gathers at stage 3, the regathers after the update at stages 1-2) */
   int64_t gather_bytes_per_step;
+  /* --nvme: the tier's file (stat), what zs_engine_estimate says it holds, and
+   * the optimizer phases of the run: microseconds and bytes read + written */
+  int64_t nvme_file_bytes, nvme_estimate_bytes, nvme_phase_us, nvme_bytes_moved;
 } gpt_rank_mem_t;
 
 typedef struct {

@@ -154,7 +154,8 @@ zs_status_t trainer_result_peaks(gpt_result_t *res, zs_comm_t *comm, const int64
     const int64_t *p = all + (size_t)TRAINER_PEAKS * r;
     res->ranks[r] = (gpt_rank_mem_t){.rank = r, .peak_device_bytes = p[0], .peak_host_bytes = p[1],
                                      .act_peak_bytes = p[2], .act_peak_microbatches = (int)p[3],
-                                     .gather_bytes_per_step = p[4]};
+                                     .gather_bytes_per_step = p[4], .nvme_file_bytes = p[5],
+                                     .nvme_estimate_bytes = p[6], .nvme_phase_us = p[7], .nvme_bytes_moved = p[8]};
   }
   free(all);
   return st;
@@ -193,6 +194,8 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, \"delayed_update\": %s, ",
           zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), o->accum, o->offload ? "true" : "false",
           o->delayed_update ? "true" : "false");
+  fprintf(f, "\"offload_param\": %s, \"nvme\": %s, ", o->offload_param ? (o->nvme ? "\"nvme\"" : "\"cpu\"") : "false",
+          o->nvme ? "true" : "false");
   fprintf(f, "\"matmul\": \"%s\", \"matmul_engine\": \"%s\", ", r->matmul_bf16 ? "bf16" : "fp32", r->matmul_engine);
   fprintf(f, "\"optim_state\": \"%s\", \"optim_block\": %d, ", zs_state_dtype_name(o->optim_state),
           o->optim_state == ZS_STATE_INT8 ? (o->optim_block ? o->optim_block : ZS_STATE_BLOCK_DEFAULT) : 0);
@@ -228,10 +231,14 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   fprintf(f, ",\n \"ranks\": [");
   for (int i = 0; i < r->world; i++)
     fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld, \"act_peak_bytes\": %lld, "
-            "\"act_peak_microbatches\": %d, \"gather_bytes_per_step\": %lld}", i ? ", " : "", r->ranks[i].rank,
+            "\"act_peak_microbatches\": %d, \"gather_bytes_per_step\": %lld, \"nvme_file_bytes\": %lld, "
+            "\"nvme_estimate_bytes\": %lld, \"nvme_phase_s\": %.6f, \"nvme_bytes_moved\": %lld}",
+            i ? ", " : "", r->ranks[i].rank,
             (long long)r->ranks[i].peak_device_bytes, (long long)r->ranks[i].peak_host_bytes,
             (long long)r->ranks[i].act_peak_bytes, r->ranks[i].act_peak_microbatches,
-            (long long)r->ranks[i].gather_bytes_per_step);
+            (long long)r->ranks[i].gather_bytes_per_step, (long long)r->ranks[i].nvme_file_bytes,
+            (long long)r->ranks[i].nvme_estimate_bytes, (double)r->ranks[i].nvme_phase_us * 1e-6,
+            (long long)r->ranks[i].nvme_bytes_moved);
   fprintf(f, "]");
   gpt_moe_info_json(&r->moe, r->steps, f);
   gpt_ps_info_json(&r->ps, f);

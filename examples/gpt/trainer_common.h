@@ -76,9 +76,11 @@ void trainer_result_add_step(gpt_result_t *res, int step, double loss, const zs_
 /* res->tokens_per_s: the steps' training tokens over `seconds` (0 when none). */
 void trainer_result_rate(gpt_result_t *res, const gpt_opts_t *o, int steps, double seconds);
 /* res->ranks from every rank's mine[TRAINER_PEAKS] (device and host peaks,
- * activation peak bytes and micro-batches, all-gather bytes a step), through
- * gather (zs_comm_all_gather on comm when NULL). Collective. */
-enum { TRAINER_PEAKS = 5 };
+ * activation peak bytes and micro-batches, all-gather bytes a step; the NVMe
+ * tier's file bytes, the estimate's, its optimizer phases' microseconds and
+ * bytes moved over the run), through gather (zs_comm_all_gather on comm when
+ * NULL). Collective. */
+enum { TRAINER_PEAKS = 9 };
 zs_status_t trainer_result_peaks(gpt_result_t *res, zs_comm_t *comm, const int64_t mine[TRAINER_PEAKS],
                                  trainer_gather_fn gather, void *user);
 /* A validation point: the mean token loss after `step` updates (0 = the

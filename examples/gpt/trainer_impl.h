@@ -109,6 +109,8 @@ struct trainer {
   int last_round;      /* the round in progress is the step's last micro-batch */
   int rounds;          /* micro-batches per step: --accum, or --microbatches with --pp */
   double ag_bytes_per_step; /* the engine's all-gather bytes received per step (the run's mean) */
+  double nvme_phase_s;      /* --nvme: the optimizer phases' seconds over the run (zs_engine_nvme_stats) */
+  uint64_t nvme_moved;      /* ... and their bytes read + written */
   /* pipeline parallelism (--pp > 1, trainer_pp.c): the mesh is pp x dp x tp
    * (pp outermost); this rank holds the model stages chunk * pp + pp_rank, the
    * engine only their units, plus with the last stage a tied copy of wte */

@@ -57,9 +57,9 @@ static zs_status_t check_opts(pst_t *t, gpt_result_t *res, zs_device_t *dev) {
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--ps-servers", "the parameter server runs on the cpu device only");
   if (o->tp > 1 || o->stage != 0 || o->offload || o->shard_group || o->dtype != ZS_FP32 || o->load || o->save ||
       o->export_path || o->optim_state != ZS_STATE_FP32 || o->quantized_weights || o->hpz ||
-      o->quantized_grads)
+      o->quantized_grads || o->offload_param || o->nvme)
     return trainer_fail(res, ZS_ERR_INVALID, "--ps-servers", "a parameter-server run replaces the engine: drop --tp, "
-                "--stage, --offload, --shard-group, --dtype bf16, --optim-state, --quantized-weights, --hpz, --quantized-grads, "
+                "--stage, --offload, --offload-param, --nvme, --shard-group, --dtype bf16, --optim-state, --quantized-weights, --hpz, --quantized-grads, "
                 "--load/--save/--export");
   if (!o->ps_async && o->ps_staleness > 0) {
     snprintf(msg, sizeof msg, "--ps-staleness %d cannot be honoured with --ps-mode sync (every step waits for every "

@@ -33,7 +33,16 @@ typedef enum { ZS_STATE_FP32 = 0, ZS_STATE_BF16, ZS_STATE_INT8 } zs_state_dtype_
 #define ZS_WQ_BLOCK_DEFAULT 256 /* quantized_weights_block 0 */
 /* "fp32", "bf16", "int8", or "invalid". */
 const char *zs_state_dtype_name(zs_state_dtype_t d);
-typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU } zs_offload_t;
+/* Where offloaded state lives (offload_optimizer, offload_param): the device
+ * (NONE), pinned host memory (CPU), or files under nvme_path read and written
+ * with direct I/O through io_uring (NVME: ZeRO-Infinity's disk tier). */
+typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU, ZS_OFFLOAD_NVME } zs_offload_t;
+#define ZS_NVME_PATH_MAX 256               /* bytes of nvme_path, its NUL included */
+#define ZS_NVME_CHUNK_DEFAULT (1u << 20)   /* nvme_chunk 0: elements */
+#define ZS_NVME_BUFFERS_DEFAULT 4          /* nvme_buffers 0 (DeepSpeed's offload_optimizer.buffer_count) */
+#define ZS_NVME_PARAM_BUFFERS_DEFAULT 5    /* nvme_param_buffers 0 (offload_param.buffer_count) */
+#define ZS_AIO_BLOCK_SIZE_DEFAULT (1u << 20) /* aio_block_size 0: bytes (DeepSpeed's aio.block_size) */
+#define ZS_AIO_QUEUE_DEPTH_DEFAULT 8       /* aio_queue_depth 0 (aio.queue_depth) */
 
 /* Learning-rate schedules: the engine computes the learning rate of each zs_step
  * from its own step count s (zs_engine_step_count before that step: 0 for the
@@ -143,6 +152,26 @@ typedef struct {
    * 8: int8 (4, int4, is not built); 0 off. Not with offload or shard_group. */
   int quantized_gradients;
   int quantized_gradients_group;
+  /* ZeRO-Infinity (DeepSpeed's offload_param, offload_optimizer device "nvme",
+   * nvme_path, buffer_count, the aio section).
+   * offload_param, stage 3 with offload_optimizer cpu or nvme: each rank's
+   * parameter shard lives in pinned host memory (CPU) or in the NVMe tier
+   * (NVME) and is copied up before its unit's all-gather; persistent units
+   * keep theirs on the device. offload_optimizer NVME: master, m, v (any
+   * state dtype) live in the tier and zs_step streams through them chunk by
+   * chunk (read chunk i+1, update chunk i, write chunk i-1); the fp32 gradient
+   * shard stays in host memory. The tier is one file per rank and engine in
+   * nvme_path (O_DIRECT; removed at destroy); each chunk has two slots on
+   * disk, a step writing the one it did not read and switching only when
+   * every rank wrote every chunk, so a failed step leaves the previous one's
+   * state whole (docs/design.md, "The NVMe tier"). */
+  zs_offload_t offload_param;
+  char nvme_path[ZS_NVME_PATH_MAX]; /* a directory on a file system with direct I/O */
+  size_t nvme_chunk;       /* elements a chunk: a multiple of 4096; 0 = ZS_NVME_CHUNK_DEFAULT */
+  int nvme_buffers;        /* the optimizer's pinned chunk buffers, 2..64; 0 = ZS_NVME_BUFFERS_DEFAULT */
+  int nvme_param_buffers;  /* pinned parameter read buffers, 1..64; 0 = ZS_NVME_PARAM_BUFFERS_DEFAULT */
+  size_t aio_block_size;   /* bytes an I/O request: a multiple of 4096 up to 64 MiB; 0 = default */
+  int aio_queue_depth;     /* requests in flight a ring, 1..1024; 0 = ZS_AIO_QUEUE_DEPTH_DEFAULT */
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -161,7 +190,9 @@ typedef struct {
                  .total_steps = 0, .min_lr = 0.0f, .warmup_min_ratio = 0.0f,                  \
                  .cos_min_ratio = 0.0f},                                                    \
     .quantized_weights = 0, .quantized_weights_block = 0, .hpz_partition_size = 0,          \
-    .quantized_gradients = 0, .quantized_gradients_group = 0                                \
+    .quantized_gradients = 0, .quantized_gradients_group = 0,                               \
+    .offload_param = ZS_OFFLOAD_NONE, .nvme_path = "", .nvme_chunk = 0, .nvme_buffers = 0,  \
+    .nvme_param_buffers = 0, .aio_block_size = 0, .aio_queue_depth = 0                      \
   }
 
 #ifdef __cplusplus

@@ -320,6 +320,12 @@ typedef struct {
   uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned staging */
   uint64_t device_model_state, host_model_state;
   uint64_t device_peak_bound;
+  /* the NVMe tier's file (offload_* = ZS_OFFLOAD_NVME), by category: every
+   * record twice for trainable units (the two regions), each field padded to
+   * 4 KiB (docs/design.md, "The NVMe tier"); the accountant's nvme domain.
+   * Its pinned chunk and read buffers are host comm above. */
+  uint64_t nvme[ZS_MEM_CATEGORY_COUNT];
+  uint64_t nvme_model_state;
 } zs_mem_estimate_t;
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out);
 /* Calls and bytes per collective kind on the engine's comms since setup or the
@@ -335,6 +341,22 @@ typedef enum {
 zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out);
 zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out);
 void zs_engine_comm_stats_reset(zs_engine_t *zs);
+/* The NVMe tier (offload_optimizer or offload_param ZS_OFFLOAD_NVME): this
+ * rank's file and what the last zs_step moved through it. The optimizer phase
+ * streams the shard chunk by chunk (read chunk i+1 while updating chunk i and
+ * writing chunk i-1): seconds runs from its first read to its last write,
+ * read_wait_s is the time the update waited for reads, update_s the CPU
+ * optimizer's, write_wait_s the wait for the last writes. ZS_ERR_STATE without
+ * a tier or before setup. */
+typedef struct {
+  char path[320];             /* the tier's file */
+  uint64_t file_bytes;        /* its size: both regions (docs/design.md, "The NVMe tier") */
+  uint64_t steps;             /* optimizer phases streamed since setup */
+  uint64_t bytes_read, bytes_written; /* the last step's optimizer phase */
+  double seconds, read_wait_s, update_s, write_wait_s; /* the last step's optimizer phase */
+  uint64_t param_bytes_read;  /* parameter shards read for gathers since setup */
+} zs_nvme_stats_t;
+zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out);
 /* Ranks in this engine's shard group (config shard_group; the world size when flat). */
 int zs_engine_shard_group(const zs_engine_t *zs);
 

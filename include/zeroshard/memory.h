@@ -15,7 +15,10 @@
 extern "C" {
 #endif
 
-typedef enum { ZS_DOMAIN_DEVICE = 0, ZS_DOMAIN_HOST = 1, ZS_DOMAIN_COUNT } zs_mem_domain_t;
+/* NVME: bytes of the NVMe tier's files (offload_* = ZS_OFFLOAD_NVME), by the
+ * category of what they hold; disk, not memory, counted so that the tiers'
+ * formulas can be checked like the others. */
+typedef enum { ZS_DOMAIN_DEVICE = 0, ZS_DOMAIN_HOST = 1, ZS_DOMAIN_NVME = 2, ZS_DOMAIN_COUNT } zs_mem_domain_t;
 
 typedef enum {
   ZS_MEM_PARAMS = 0, /* parameter shards or resident parameters (param dtype) */
@@ -49,7 +52,7 @@ typedef struct {
 
 /* "params", "grads", "optimizer", "gather", "comm", "other". */
 const char *zs_mem_category_name(zs_mem_category_t cat);
-/* "device" or "host". */
+/* "device", "host" or "nvme". */
 const char *zs_mem_domain_name(zs_mem_domain_t dom);
 
 #ifdef __cplusplus

@@ -206,10 +206,10 @@ zs_status_t zs__ck_drain(zs_engine_t *zs) {
   return ZS_OK;
 }
 
-/* The optimizer state buffers a unit has (NULL: none; a frozen unit has none,
- * its master values are its parameters: zs__eng_read_params). */
-void *zs__ck_state_base(const zs_unit_t *u, int kind) {
-  return kind == K_MASTER ? u->master : kind == K_M ? u->m : u->v;
+/* Whether a unit keeps state of kind k (a frozen unit keeps none: its master
+ * values are its parameters, zs__eng_read_params). */
+int zs__ck_unit_keeps(const zs_engine_t *zs, const zs_unit_t *u, int kind) {
+  return zs__eng_unit_keeps(zs, u, kind);
 }
 
 /* The kinds the engine's optimizer keeps (as unit_alloc makes them): the

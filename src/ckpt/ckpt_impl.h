@@ -111,10 +111,10 @@ int zs__ck_layout_ok(const char *s);
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
 zs_status_t zs__ck_drain(zs_engine_t *zs);
-/* The unit's storage of a kind (NULL: none). The master is fp32; m and v are in
- * the state dtype: read and write them through zs__eng_state_get / _set unless
- * it is fp32. */
-void *zs__ck_state_base(const zs_unit_t *u, int kind);
+/* Whether the unit keeps state of a kind. The master is fp32 (zs__eng_master_get
+ * / _set read and write it wherever it lives); m and v are in the state dtype
+ * (zs__eng_state_get / _set / _raw). */
+int zs__ck_unit_keeps(const zs_engine_t *zs, const zs_unit_t *u, int kind);
 int zs__ck_kind_present(const zs_engine_t *zs, int kind);
 /* Bytes of a block of count elements in encoding enc (blk: the int8 block size). */
 int64_t zs__ck_block_bytes(uint32_t enc, int64_t count, int blk);

@@ -7,17 +7,6 @@
 
 #include "ckpt/ckpt_impl.h"
 
-/* Optimizer state to the engine from pinned host memory: it lives on the host
- * with offload (a memcpy), on the device otherwise (one copy, synchronised). */
-static zs_status_t state_put(zs_engine_t *zs, float *dst, const float *pinned_src, size_t n) {
-  if (zs->offload) {
-    memcpy(dst, pinned_src, n * 4);
-    return ZS_OK;
-  }
-  zs_status_t st = zs_memcpy_async(zs->dev, dst, pinned_src, n * 4, ZS_COPY_H2D, zs->compute);
-  return st == ZS_OK ? zs_stream_synchronize(zs->dev, zs->compute) : st;
-}
-
 /* ---- layouts ------------------------------------------------------------------------ */
 
 /* A checkpoint's (saved) or this engine's layout in words for messages: the
@@ -158,13 +147,9 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
     if (!zs__ck_owned_range(zs, p, &a, &b)) continue;
     int64_t at = p->flat_off + a - u->opt_off;
     st = zs__eng_write_values(zs, p, a, b - a, s->val[p->unit * K_COUNT + K_MASTER] + at);
-    for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) {
-      float *base = zs__ck_state_base(u, k);
-      const float *vals = s->val[p->unit * K_COUNT + k] + at;
-      if (base && zs->cfg.optim.state_dtype != ZS_STATE_FP32) /* encoded into bf16 / int8 */
-        st = zs__eng_state_set(zs, u, k, at, (size_t)(b - a), vals);
-      else if (base) st = state_put(zs, base + at, vals, (size_t)(b - a));
-    }
+    for (int k = K_M; k < K_COUNT && st == ZS_OK; k++) /* fp32, or encoded into bf16 / int8, wherever kept */
+      if (zs__ck_unit_keeps(zs, u, k))
+        st = zs__eng_state_set(zs, u, k, at, (size_t)(b - a), s->val[p->unit * K_COUNT + k] + at);
   }
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_load: writing the state failed: %s", zs_last_error());
   return ZS_OK;

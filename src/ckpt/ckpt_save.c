@@ -12,19 +12,6 @@
 
 #include "ckpt/ckpt_impl.h"
 
-/* n values of optimizer state where the file writer can read them: the state
- * itself with offload (host memory), else a copy in the pinned chunk. */
-static zs_status_t state_view(zs_engine_t *zs, const float *src, size_t n, float *pinned, const float **out) {
-  if (zs->offload) {
-    *out = src;
-    return ZS_OK;
-  }
-  zs_status_t st = zs_memcpy_async(zs->dev, pinned, src, n * 4, ZS_COPY_D2H, zs->compute);
-  if (st == ZS_OK) st = zs_stream_synchronize(zs->dev, zs->compute);
-  *out = pinned;
-  return st;
-}
-
 /* Rank r's saved range of parameter p in element offsets: its nominal shard.
  * With hybrid sharding only the first replica (ranks 0..shard_group-1, whose
  * shard index is their rank) writes: each shard once; the others' files hold
@@ -97,11 +84,9 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   int64_t bytes, nblocks;
   rank_file_layout(zs, zs->rank, &bytes, &nblocks);
-  float *pinned = NULL;
-  int frozen = 0; /* a frozen unit's values come from the device even with offload */
-  for (int i = 0; i < zs->nunits; i++) frozen |= zs->units[i].frozen;
+  float *pinned = NULL; /* every value is staged here, from the device, host memory or the NVMe tier */
   const int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
-  if (!zs->offload || frozen || zs->cfg.optim.state_dtype != ZS_STATE_FP32) { /* coded states: staged as kept */
+  {
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   }
@@ -130,10 +115,9 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     int64_t a, b;
     if (!saved_range(zs, zs->rank, p, &a, &b)) continue;
     for (int k = 0; k < K_COUNT; k++) {
-      const float *base = zs__ck_state_base(u, k);
-      if (!base && !(u->frozen && k == K_MASTER)) continue;
+      if (!zs__ck_unit_keeps(zs, u, k) && !(u->frozen && k == K_MASTER)) continue;
       const uint32_t enc = zs__ck_kind_enc(zs, k);
-      const float *src = base && enc == CK_ENC_F32 ? base + (p->flat_off + a - u->opt_off) : NULL;
+      const int64_t lo = p->flat_off + a - u->opt_off; /* owned-range index */
       ck_block_head_t bh = {.magic = CK_BLOCK_MAGIC, .tensor = (uint32_t)i, .kind = (uint32_t)k,
                             .offset = a, .count = b - a, .enc = enc};
       long at = ftell(f);
@@ -141,7 +125,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       uint32_t c = zs__ck_crc(NULL, 0);
       if (enc != CK_ENC_F32) { /* the CRC covers the encoding word first (the header's CRC stops before it) */
         c = zs__ck_crc_more(c, &bh.enc, 4);
-        st = write_coded(zs, u, k, enc, p->flat_off + a - u->opt_off, b - a, pinned, f, &c);
+        st = write_coded(zs, u, k, enc, lo, b - a, pinned, f, &c);
         if (st == ZS_ERR_IO) goto io;
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' failed: %s", zs__ck_kind_names[k], p->name, zs_last_error());
@@ -152,7 +136,8 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
         size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
         const float *view = pinned;
         if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + o, (int64_t)n, pinned);
-        else st = state_view(zs, src + o, n, pinned, &view);
+        else if (k == K_MASTER) st = zs__eng_master_get(zs, u, lo + o, n, pinned);
+        else st = zs__eng_state_get(zs, u, k, lo + o, n, pinned);
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", zs__ck_kind_names[k], p->name,
                        zs_last_error());

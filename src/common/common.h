@@ -148,6 +148,8 @@ typedef enum {
   ZS_FAULT_DEVICE_ALLOC,   /* zs_device_alloc */
   ZS_FAULT_PINNED,         /* pinning an extent of the pinned arena */
   ZS_FAULT_THREAD,         /* starting a worker thread (zs__worker_start) */
+  ZS_FAULT_AIO_READ,       /* a read request of src/aio: fails with EIO, as from the device */
+  ZS_FAULT_AIO_WRITE,      /* a write request of src/aio: the same */
   ZS_FAULT_COUNT
 } zs_fault_t;
 

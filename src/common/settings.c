@@ -18,7 +18,8 @@ static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 static atomic_int fault_skip[ZS_FAULT_COUNT];
 static atomic_int fault_count[ZS_FAULT_COUNT];
 static const char *const fault_env[ZS_FAULT_COUNT] = {"ZS_FAULT_HOST_ALLOC", "ZS_FAULT_DEVICE_ALLOC",
-                                                      "ZS_FAULT_PINNED", "ZS_FAULT_THREAD"};
+                                                      "ZS_FAULT_PINNED", "ZS_FAULT_THREAD",
+                                                      "ZS_FAULT_AIO_READ", "ZS_FAULT_AIO_WRITE"};
 
 static void settings_read(void) {
   zs_settings_t s = {.log_level = ZS_LOG_WARN, .comm_timeout_s = 300.0, .threads = 0, .mem_check = 1};

@@ -138,20 +138,51 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (!IS_FLAG(c->reshard_after_forward))
     return bad(prefix, o, "reshard_after_forward", int_value(c->reshard_after_forward).s,
                "use 1 (free at zs_release) or 0");
-  if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->offload_optimizer != ZS_OFFLOAD_CPU)
+  if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->offload_optimizer != ZS_OFFLOAD_CPU &&
+      c->offload_optimizer != ZS_OFFLOAD_NVME)
     return bad(prefix, o, "offload_optimizer", int_value(c->offload_optimizer).s,
-               "use ZS_OFFLOAD_NONE or ZS_OFFLOAD_CPU");
-  if (c->offload_optimizer == ZS_OFFLOAD_CPU && c->stage == 0)
-    return bad(prefix, o, "offload_optimizer", "cpu at stage 0",
+               "use ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU or ZS_OFFLOAD_NVME");
+  if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
+    return bad(prefix, o, "offload_optimizer", c->offload_optimizer == ZS_OFFLOAD_CPU ? "cpu at stage 0" : "nvme at stage 0",
                "offload needs stage 1, 2 or 3: at stage 0 every rank holds the whole optimizer state");
+  if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_param != ZS_OFFLOAD_CPU && c->offload_param != ZS_OFFLOAD_NVME)
+    return bad(prefix, o, "offload_param", int_value(c->offload_param).s,
+               "use ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU or ZS_OFFLOAD_NVME");
+  if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3)
+    return bad(prefix, o, "offload_param", int_value(c->stage).s,
+               "parameter offload needs stage 3: below it every rank holds every parameter");
+  if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE)
+    return bad(prefix, o, "offload_param", "set without offload_optimizer",
+               "the updated parameters are made on the host by the offloaded optimizer: set offload_optimizer to "
+               "cpu or nvme");
+  if ((c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param == ZS_OFFLOAD_NVME) &&
+      (!memchr(c->nvme_path, 0, sizeof c->nvme_path) || !c->nvme_path[0]))
+    return bad(prefix, o, "nvme_path", c->nvme_path[0] ? "longer than 255 bytes" : "empty",
+               "set nvme_path to a directory on a local disk (the NVMe tier's files go there)");
+  if (c->nvme_chunk % 4096 || c->nvme_chunk > ((size_t)1 << 30))
+    return bad(prefix, o, "nvme_chunk", int_value((long long)c->nvme_chunk).s,
+               "use 0 (the default) or a multiple of 4096 elements up to 2^30");
+  if (c->nvme_buffers && (c->nvme_buffers < 2 || c->nvme_buffers > 64))
+    return bad(prefix, o, "nvme_buffers", int_value(c->nvme_buffers).s, "use 0 (the default, 4) or 2..64");
+  if (c->nvme_param_buffers && (c->nvme_param_buffers < 1 || c->nvme_param_buffers > 64))
+    return bad(prefix, o, "nvme_param_buffers", int_value(c->nvme_param_buffers).s, "use 0 (the default, 5) or 1..64");
+  if (c->aio_block_size && (c->aio_block_size % 4096 || c->aio_block_size > ((size_t)64 << 20)))
+    return bad(prefix, o, "aio_block_size", int_value((long long)c->aio_block_size).s,
+               "use 0 (the default, 1 MiB) or a multiple of 4096 bytes up to 64 MiB");
+  if (c->aio_queue_depth && (c->aio_queue_depth < 1 || c->aio_queue_depth > 1024))
+    return bad(prefix, o, "aio_queue_depth", int_value(c->aio_queue_depth).s, "use 0 (the default, 8) or 1..1024");
   if (!IS_FLAG(c->offload_strict))
     return bad(prefix, o, "offload_strict", int_value(c->offload_strict).s, "use 0 or 1");
   if (!IS_FLAG(c->delayed_param_update))
     return bad(prefix, o, "delayed_param_update", int_value(c->delayed_param_update).s, "use 0 or 1");
   if (c->delayed_param_update && c->offload_optimizer != ZS_OFFLOAD_CPU)
-    return bad(prefix, o, "delayed_param_update", "1 without offload",
+    return bad(prefix, o, "delayed_param_update",
+               c->offload_optimizer == ZS_OFFLOAD_NVME ? "1 with offload_optimizer nvme" : "1 without offload",
                "it overlaps the CPU optimizer step with the next forward/backward: set "
                "offload_optimizer to cpu or delayed_param_update to 0");
+  if (c->delayed_param_update && c->offload_param != ZS_OFFLOAD_NONE)
+    return bad(prefix, o, "delayed_param_update", "1 with offload_param",
+               "the delayed update is not built for the NVMe tier or parameter offload: set delayed_param_update to 0");
   if (!(isfinite(c->loss_scale) && c->loss_scale >= 0))
     return bad(prefix, o, "loss_scale", float_value(c->loss_scale).s, "use 0 (dynamic) or a finite static scale > 0");
   /* The dynamic scaler's settings are checked only where they are used: fp16

@@ -79,5 +79,5 @@ const char *zs_mem_category_name(zs_mem_category_t cat) {
 }
 
 const char *zs_mem_domain_name(zs_mem_domain_t dom) {
-  return dom == ZS_DOMAIN_DEVICE ? "device" : dom == ZS_DOMAIN_HOST ? "host" : "invalid";
+  return dom == ZS_DOMAIN_DEVICE ? "device" : dom == ZS_DOMAIN_HOST ? "host" : dom == ZS_DOMAIN_NVME ? "nvme" : "invalid";
 }

@@ -87,6 +87,7 @@ static zs_status_t step_unit(zs_device_t *dev, zs_stream_t *copy, const zs_optim
   for (int k = 0; k < u->nseg; k++) {
     const zs_optim_seg_t *s = &u->segs[k];
     const void *src = s->param ? s->param : (const void *)s->master;
+    if (!u->dev_dst[k]) continue; /* parameters kept in host memory: written in place */
     if ((st = zs_memcpy_async(dev, u->dev_dst[k], src, s->n * u->elem_bytes, ZS_COPY_H2D, copy)) != ZS_OK) break;
   }
   if (ct) zs__offload_trace_copy_end(dev, copy, ct);

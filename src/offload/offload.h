@@ -10,7 +10,9 @@
 
 #include "common/common.h"
 #include "optim/optim.h"
+#include "aio/aio.h"
 #include "zeroshard/device.h"
+#include "zeroshard/engine.h"
 
 /* Reduced gradient shards to the host (convert.c): in order on the copy stream,
  * each waits for `reduced`, is copied into the pinned `staging` buffer, and is
@@ -44,7 +46,8 @@ typedef struct {
   int nseg;
   /* after stepping, each segment's parameter values go to the device: from the
    * segment's param copy when it has one, else from its fp32 master */
-  void *const *dev_dst;       /* per segment: device destination */
+  void *const *dev_dst;       /* per segment: device destination (NULL: none, the
+                                 parameters live in host memory and were written there) */
   size_t elem_bytes;          /* bytes per parameter element on the device */
   int staging_slot;           /* which of the two staging buffers the copies use (-1: none) */
   const char *name;           /* the unit's, for traces (NULL: "unit <i>") */
@@ -77,6 +80,75 @@ zs_status_t zs__offload_worker_launch(zs_offload_worker_t *w, const zs_optim_hyp
 zs_status_t zs__offload_worker_join(zs_offload_worker_t *w);
 /* Joins and ends the thread. NULL is a no-op. */
 void zs__offload_worker_destroy(zs_offload_worker_t *w);
+
+/* ---- the NVMe tier's streamed step (nvme.c) ----------------------------------
+ * The optimizer phase with state on disk: chunk i's record is read into a
+ * chunk buffer, updated, and written to the other region, the buffers used in
+ * rotation so that while chunk i is updated the reads of the next chunks and
+ * the write of the previous ones are in flight (at most nbuf - 2 read ahead,
+ * each buffer reused only once its write and its device copies are done).
+ * The engine describes the chunks and gives two hooks: `segments` builds
+ * chunk i's optimizer segments over its buffer (pointers into the buffer for
+ * the fields on disk, elsewhere for the rest), `after` queues on `copy` what
+ * leaves the buffer for the device (the pipeline then records buf_done[b]
+ * there and waits for it before reusing the buffer) or copies it on the host.
+ * The first failure stops the reads and updates; the writes already queued
+ * are waited for, and the failure is returned with its message (a disk error
+ * names the file and offset). Nothing is committed here: the region read
+ * stays whole whatever happens, and the engine decides. */
+typedef struct {
+  uint64_t read_off, write_off; /* the record in the region read and the one written */
+  size_t read_bytes;            /* its prefix read (0: nothing on disk is input) */
+  size_t write_bytes;           /* bytes written (0: nothing) */
+  int unit;                     /* for traces */
+  const char *name;
+  size_t elems;
+} zs_nvme_chunk_t;
+
+typedef struct {
+  int (*segments)(void *ctx, int i, void *buf, zs_optim_seg_t *segs, int cap);
+  zs_status_t (*after)(void *ctx, int i, void *buf, zs_stream_t *copy);
+  void *ctx;
+} zs_nvme_hooks_t;
+
+zs_status_t zs__nvme_step(zs_device_t *dev, zs_stream_t *copy, zs_aio_ring_t *ring, zs_aio_file_t *f,
+                          const zs_optim_hyper_t *h, const zs_nvme_chunk_t *chunks, int nchunks, void *const *bufs,
+                          zs_event_t *const *buf_done, int nbuf, zs_optim_seg_t *scratch, int cap,
+                          const zs_nvme_hooks_t *hooks, zs_nvme_stats_t *stats);
+
+/* ---- parameter shards read from the tier for gathers (preader.c) -------------
+ * A thread of its own with its own ring and `nbuf` pinned read buffers used in
+ * rotation. zs__offload_preader_read queues job k: read a unit's parameter
+ * shard (extents of the file, each into its place in the buffer) into buffer
+ * k mod nbuf once the device copy that last read that buffer has finished,
+ * then raise the flag to k; and on stream s: wait for the flag, copy the
+ * buffer to dst, record the buffer's release (an event of the reader's own,
+ * so that no event the thread waits on is recorded again meanwhile). A failed
+ * read fails the flag (the stream's sticky error carries the message, which
+ * names the file and offset), is kept for zs__offload_preader_wait, and is
+ * handed to on_fail (the engine revokes its comms there, so that its peers,
+ * waiting in the all-gather this rank will not join, fail at once). */
+typedef struct {
+  uint64_t off;   /* file offset */
+  size_t at;      /* byte offset in the buffer */
+  size_t bytes;   /* multiple of ZS_AIO_ALIGN */
+} zs_preader_extent_t;
+
+typedef struct zs_offload_preader zs_offload_preader_t;
+typedef void (*zs_preader_fail_fn)(void *ctx, zs_status_t st, const char *msg);
+zs_status_t zs__offload_preader_create(zs_offload_preader_t **out, zs_device_t *dev, zs_aio_file_t *f, int depth,
+                                       size_t block, void *const *bufs, int nbuf, int max_extents,
+                                       zs_preader_fail_fn on_fail, void *fail_ctx);
+/* Waits for the queued reads and copies, ends the thread. NULL is a no-op. */
+void zs__offload_preader_destroy(zs_offload_preader_t *r);
+/* ext[0..n) is copied (n <= max_extents); the extents must lie inside a
+ * buffer; bytes: what the copy up takes from the buffer's start. */
+zs_status_t zs__offload_preader_read(zs_offload_preader_t *r, zs_stream_t *s, void *dst, size_t bytes,
+                                     const zs_preader_extent_t *ext, int n, int unit, const char *name);
+/* Waits until every queued read is done (not the copies); the first failure
+ * since create. */
+zs_status_t zs__offload_preader_wait(zs_offload_preader_t *r);
+uint64_t zs__offload_preader_bytes(zs_offload_preader_t *r);
 
 /* ---- traces (zeroshard/trace.h: cat "engine"; trace.c's rows) --------------
  * A copy's event as its stream runs it: zs__offload_trace_copy_begin queues a

@@ -29,8 +29,9 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
                    "device the comm uses");
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
-  zs->offload = cfg->offload_optimizer == ZS_OFFLOAD_CPU;
-  zs->dpu = zs->offload && cfg->delayed_param_update; /* validated: needs offload */
+  zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */
+  zs->opt_nvme = cfg->offload_optimizer == ZS_OFFLOAD_NVME;  /* ... through the NVMe tier */
+  zs->dpu = zs->offload && cfg->delayed_param_update; /* validated: needs offload cpu, no tier */
   zs->cfg = *cfg;
   zs->dev = dev;
   zs->comm = comm;

@@ -79,6 +79,10 @@ typedef struct {
   int64_t numel, padded, shard; /* elements */
   int64_t opt_off, opt_n;       /* flat range the optimizer owns */
   int persistent;               /* stage 3: kept gathered for the whole run */
+  /* where its parameter shard lives (stage 3): ZS_OFFLOAD_NONE the device
+   * (pshard), CPU pinned host memory (pshard is host memory), NVME the tier
+   * (pshard NULL); cfg.offload_param for non-persistent units (tier.h) */
+  int param_where;
   int frozen;                   /* every parameter ZS_PARAM_FROZEN: parameters only */
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
@@ -183,8 +187,12 @@ struct zs_engine {
   zs_event_t *ev_reduced_all;
   float *hscalar;       /* pinned host scalar for the norm */
 
-  /* offload */
+  /* offload: the optimizer steps on the host (offload_optimizer cpu or nvme) */
   int offload;
+  /* the NVMe tier (tier.h; NULL without one): opt_nvme: master, m, v there */
+  int opt_nvme;
+  struct zs_tier *tier;
+  int64_t *seg_lo;      /* per segment: owned-range index of its first element */
   zs_stream_t *copy_stream;
   zs_event_t *ev_copy_done, *ev_slot[2];
   zs_offload_conv_t *conv; /* gradient shards to fp32 host shards, on its own thread */
@@ -222,6 +230,10 @@ struct zs_engine {
  * of ZS_MEM_GRADS beside the 16-bit shard), rounded once after the last round. */
 static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
   return zs->cfg.stage >= 2 && !zs->offload && zs->rb != 4 && zs->cfg.grad_accum > 1;
+}
+/* The config puts something in the NVMe tier (src/zero/tier.h). */
+static inline int zs__eng_has_tier(const zs_config_t *c) {
+  return c->offload_optimizer == ZS_OFFLOAD_NVME || (c->stage == 3 && c->offload_param == ZS_OFFLOAD_NVME);
 }
 /* The engine's member of the check family (common/common.h): ZS_CHECK whose
  * failure carries the callee's message as "<what> failed on rank R: <message>"
@@ -301,6 +313,14 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all);
 zs_status_t zs__eng_read_params(zs_engine_t *zs, const zs_unit_t *u, int64_t flat, int64_t count, float *out);
 /* Widens n 16-bit values of dtype dt at the start of buf to fp32 in place. */
 void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt);
+/* estimate.c: a unit's flat size at `world` ranks (setup.c's layout uses it
+ * with place = 1 to set the parameters' offsets), whether it is frozen, and the
+ * room checks setup runs before it allocates (host memory, the tier's disk). */
+void zs__eng_unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
+                         int64_t *padded, int *persistent);
+int zs__eng_unit_frozen(const zs_engine_t *zs, const zs_unit_t *u);
+zs_status_t zs__eng_check_room(zs_engine_t *zs);
+zs_status_t zs__eng_check_disk(zs_engine_t *zs);
 /* Parameter alignment in a unit's flat buffer (ZS_ALIGN, or the int8 state
  * block when larger) and the bytes of one optimizer moment over `on` owned
  * elements (state dtype, plus int8 scales): src/zero/setup.c. */
@@ -311,6 +331,13 @@ uint64_t zs__eng_state_bytes(const zs_config_t *c, uint64_t on);
  * block boundary; host buffers; synchronous (src/zero/state.c). */
 zs_status_t zs__eng_state_get(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, float *out);
 zs_status_t zs__eng_state_set(zs_engine_t *zs, zs_unit_t *u, int which, int64_t lo, size_t n, const float *in);
+/* The fp32 master of unit u at owned-range elements [lo, lo + n), wherever it
+ * is kept (device, host, the NVMe tier): host buffers; synchronous; ZS_ERR_INTERNAL
+ * for a unit without one (frozen). src/zero/state.c. */
+zs_status_t zs__eng_master_get(zs_engine_t *zs, const zs_unit_t *u, int64_t lo, size_t n, float *out);
+zs_status_t zs__eng_master_set(zs_engine_t *zs, const zs_unit_t *u, int64_t lo, size_t n, const float *in);
+/* Whether u keeps state kind k (0 master, 1 m, 2 v) somewhere. */
+int zs__eng_unit_keeps(const zs_engine_t *zs, const zs_unit_t *u, int k);
 /* The same range as stored: n elements in the state dtype into codes and, for
  * int8, its ceil(n / block) scales into scales (either may be NULL). */
 zs_status_t zs__eng_state_raw(zs_engine_t *zs, const zs_unit_t *u, int which, int64_t lo, size_t n, void *codes,

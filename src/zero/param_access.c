@@ -1,7 +1,34 @@
 /* Parameter access: a parameter's full fp32 values, written (zs_param_set) or
  * read (zs_param_get) wherever this rank keeps them (parameter storage, the
  * fp32 master on the device or the host, a frozen unit's parameters). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "zero/engine_impl.h"
+#include "zero/tier.h"
+
+/* This rank's shard of unit u, bytes of its master (fp32) or of its
+ * parameters (param dtype, a frozen unit's), into dst on the device: from
+ * host memory or the NVMe tier through a host copy, on the compute stream. */
+static zs_status_t stage_shard(zs_engine_t *zs, const zs_unit_t *u, int master, void *dst) {
+  size_t n = (size_t)u->shard, bytes = n * (master ? 4 : zs->pb);
+  const void *src = master ? (const void *)u->master : u->pshard;
+  void *tmp = NULL;
+  if (master ? zs->opt_nvme : u->param_where == ZS_OFFLOAD_NVME) {
+    tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "out of host memory staging unit '%s'", u->name);
+    zs_status_t st = master ? zs__eng_master_get(zs, u, 0, n, tmp) : zs__tier_get(zs, u, ZS_TF_PARAM, 0, bytes, tmp);
+    if (st != ZS_OK) {
+      free(tmp);
+      return st;
+    }
+    src = tmp;
+  }
+  zs_status_t st = zs_memcpy_async(zs->dev, dst, src, bytes, ZS_COPY_H2D, zs->compute);
+  if (st == ZS_OK && tmp) st = zs__eng_sync_compute(zs); /* tmp dies here */
+  free(tmp);
+  return st;
+}
 
 static zs_status_t check_param(const zs_engine_t *zs, int param, const char *what) {
   if (!zs->setup_done)
@@ -70,8 +97,13 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
     goto done;
   }
   if (u->frozen) {
+    const void *shard = u->pshard;
+    if (u->param_where != ZS_OFFLOAD_NONE) { /* offloaded: up into the gathered buffer's own slot */
+      shard = (char *)tmp + (size_t)zs->shard_rank * (size_t)u->shard * zs->pb;
+      ZS_CHECK_GOTO(stage_shard(zs, u, 0, (void *)shard), st, done);
+    }
     ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
-    ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, u->pshard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
+    ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, shard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
                   st, done);
     ZS_CHECK_GOTO(zs__eng_comm_mark(zs, zs->shard_comm, zs->compute), st, done);
     ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, (char *)tmp + (size_t)p->flat_off * zs->pb, (size_t)p->numel * zs->pb,
@@ -80,10 +112,9 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
     goto done;
   }
   const float *send = u->master;
-  if (zs->offload) { /* the master lives on the host: stage it in the gathered buffer's own slot */
+  if (zs->offload) { /* the master lives on the host or disk: stage it in the gathered buffer's own slot */
     send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;
-    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (void *)send, u->master, (size_t)u->shard * 4, ZS_COPY_H2D, zs->compute),
-                  st, done);
+    ZS_CHECK_GOTO(stage_shard(zs, u, 1, (void *)send), st, done);
   }
   ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
   ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);

@@ -13,6 +13,7 @@
 #include "kernels/wquant.h"
 #include "trace/trace_impl.h"
 #include "zero/engine_impl.h"
+#include "zero/tier.h"
 
 /* ============================================================================
  * small helpers
@@ -57,14 +58,14 @@ static zs_status_t check_unit(zs_engine_t *zs, int unit, const char *what) {
  * shards decode into the gathered buffer. Every rank, this one included,
  * computes with the same decoded values; the shard itself (master at fp32,
  * the optimizer's input) stays exact. */
-static zs_status_t gather_quantized(zs_engine_t *zs, zs_unit_t *u) {
+static zs_status_t gather_quantized(zs_engine_t *zs, zs_unit_t *u, const void *shard) {
   zs_stream_t *ag = zs->ag_stream;
   const size_t S = (size_t)u->shard, B = zs__eng_wq_block(&zs->cfg), Q = zs_wq_bytes(S, B);
   const size_t bytes = Q * (size_t)zs->nshard;
   void *q = NULL;
   ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_COMM, ag, &q));
   char *mine = (char *)q + Q * (size_t)zs->shard_rank;
-  zs_status_t st = zs__wq_pack(zs->dev, ag, mine, u->pshard, zs->cfg.param_dtype, S, B);
+  zs_status_t st = zs__wq_pack(zs->dev, ag, mine, shard, zs->cfg.param_dtype, S, B);
   if (st == ZS_OK) st = zs__eng_comm_order(zs, zs->shard_comm, ag);
   if (st == ZS_OK) st = zs_comm_all_gather(zs->shard_comm, mine, q, Q, ZS_UINT8, ag);
   if (st == ZS_OK) st = zs__eng_comm_mark(zs, zs->shard_comm, ag);
@@ -95,13 +96,28 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
     ZS_ENG_COLL(zs, zs->hpz_comm, zs->ag_stream,
                 zs_comm_all_gather(zs->hpz_comm, u->hsec, u->full, part, zs->cfg.param_dtype, zs->ag_stream),
                 "all-gather of a unit inside its hpZ partition");
-  } else if (zs->cfg.quantized_weights) {
-    ZS_CHECK(gather_quantized(zs, u));
   } else {
-    ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
-                zs_comm_all_gather(zs->shard_comm, u->pshard, u->full, (size_t)u->shard, zs->cfg.param_dtype,
-                                   zs->ag_stream),
-                "all-gather of a unit");
+    /* offloaded parameters (ZeRO-Infinity) come up into the gathered buffer's
+     * own slot first, from host memory or from the NVMe tier (its reader
+     * thread; the stream waits for the read), and are gathered in place */
+    const void *shard = u->pshard;
+    if (u->param_where != ZS_OFFLOAD_NONE) {
+      void *own = (char *)u->full + (size_t)zs->shard_rank * (size_t)u->shard * zs->pb;
+      if (u->param_where == ZS_OFFLOAD_CPU)
+        ZS_ENG_CHECK(zs, zs_memcpy_async(zs->dev, own, u->pshard, (size_t)u->shard * zs->pb, ZS_COPY_H2D, zs->ag_stream),
+                     "copying a parameter shard up");
+      else
+        ZS_CHECK(zs__tier_read_params(zs, u, own, zs->ag_stream));
+      shard = own;
+    }
+    if (zs->cfg.quantized_weights) {
+      ZS_CHECK(gather_quantized(zs, u, shard));
+    } else {
+      ZS_ENG_COLL(zs, zs->shard_comm, zs->ag_stream,
+                  zs_comm_all_gather(zs->shard_comm, shard, u->full, (size_t)u->shard, zs->cfg.param_dtype,
+                                     zs->ag_stream),
+                  "all-gather of a unit");
+    }
   }
   if (u->hsec && zs->phase == ZS_PH_FORWARD) { /* hpZ: keep this rank's part for backward */
     size_t part = (size_t)u->padded / (size_t)zs->nhpz * zs->pb;

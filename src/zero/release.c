@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "zero/engine_impl.h"
+#include "zero/tier.h"
 
 static void unit_free_buffers(zs_engine_t *zs, zs_unit_t *u) {
   size_t P = (size_t)u->padded, S = (size_t)u->shard;
@@ -44,6 +45,7 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   if (zs->copy_stream) zs_stream_synchronize(zs->dev, zs->copy_stream);
   if (zs->conv) zs__offload_conv_wait(zs->conv); /* it writes the host grad shards */
   zs_stream_synchronize(zs->dev, zs->compute);
+  zs__tier_release(zs); /* its reader's copies first, then the file goes */
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(float), ZS_MEM_COMM);
   zs__eng_free(zs, &zs->norm_scratch, zs->norm_scratch_bytes, ZS_MEM_COMM);
@@ -53,6 +55,8 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   zs->hstage_grad_bytes = zs->hstage_param_bytes = 0;
   free(zs->ounits);
   free(zs->seg_dst);
+  free(zs->seg_lo);
+  zs->seg_lo = NULL;
   free(zs->segs);
   free(zs->segs2);
   free(zs->seg_in_norm);

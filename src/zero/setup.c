@@ -1,5 +1,6 @@
-/* Setup: layout of the flat sharded buffers, the memory estimate, allocation,
- * optimizer segments, initial values. */
+/* Setup: layout of the flat sharded buffers, allocation, optimizer segments,
+ * the NVMe tier, initial values (the estimate and the room checks:
+ * estimate.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,149 +9,23 @@
 #include "common/half.h"
 #include "device/device_impl.h"
 #include "kernels/optim_state.h"
-#include "memory/memory.h"
-#include "kernels/wquant.h"
 #include "zero/engine_impl.h"
+#include "zero/tier.h"
 
 /* ============================================================================
  * setup: layout, allocation, segments, initial values
  * ========================================================================== */
 
-/* Element alignment of parameters in a unit: ZS_ALIGN, or the int8 state block
- * when larger, so that no block of a parameter straddles a shard. */
-int64_t zs__eng_align(const zs_config_t *c) {
-  int b = c->optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&c->optim) : 0;
-  return b > ZS_ALIGN ? b : ZS_ALIGN;
-}
-
-/* Bytes of one optimizer moment (m or v) over `on` elements: the elements in the
- * state dtype, and for int8 one fp32 scale per block (on is a multiple of it). */
-uint64_t zs__eng_state_bytes(const zs_config_t *c, uint64_t on) {
-  uint64_t b = on * zs__state_elem_bytes(c->optim.state_dtype);
-  if (c->optim.state_dtype == ZS_STATE_INT8) b += on / (uint64_t)zs__optim_state_block(&c->optim) * 4;
-  return b;
-}
-
-/* A unit's flat size at `world` ranks: its parameters each aligned to A =
- * zs__eng_align (extent), padded to a multiple of world * A (padded); its element
- * count (numel) and whether it stays gathered at stage 3 (persist_threshold
- * compares the element count). Sets the parameters' flat offsets when `place`. */
-static void unit_extent(const zs_engine_t *zs, const zs_unit_t *u, int64_t world, int place, int64_t *numel,
-                        int64_t *padded, int *persistent) {
-  const int64_t A = zs__eng_align(&zs->cfg);
-  int64_t quantum = world * A, off = 0, n = 0;
-  for (int k = 0; k < u->nparams; k++) {
-    zs_param_t *p = &zs->params[u->first_param + k];
-    if (place) p->flat_off = off;
-    off += (p->numel + A - 1) / A * A;
-    n += p->numel;
-  }
-  *numel = n;
-  *padded = off ? (off + quantum - 1) / quantum * quantum : quantum;
-  *persistent = zs->cfg.stage == 3 && zs->cfg.persist_threshold > 0 && (uint64_t)n <= zs->cfg.persist_threshold;
-}
-
-/* A unit whose parameters are all frozen holds its parameters only. */
-static int unit_frozen(const zs_engine_t *zs, const zs_unit_t *u) {
-  for (int k = 0; k < u->nparams; k++)
-    if (!(zs->params[u->first_param + k].flags & ZS_PARAM_FROZEN)) return 0;
-  return u->nparams > 0;
-}
-
 static void layout(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
-    u->frozen = unit_frozen(zs, u);
-    unit_extent(zs, u, zs->nshard, 1, &u->numel, &u->padded, &u->persistent);
+    u->frozen = zs__eng_unit_frozen(zs, u);
+    zs__eng_unit_extent(zs, u, zs->nshard, 1, &u->numel, &u->padded, &u->persistent);
     u->shard = u->padded / zs->nshard;
     u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->shard_rank * u->shard;
     u->opt_n = zs->cfg.stage == 0 ? u->padded : u->shard;
+    u->param_where = zs->cfg.stage == 3 && !u->persistent ? (int)zs->cfg.offload_param : ZS_OFFLOAD_NONE;
   }
-}
-
-zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
-  if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_estimate: engine and out must not be NULL");
-  if (world < 1) return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_estimate: world %d must be >= 1", world);
-  const zs_config_t *c = &zs->cfg;
-  memset(out, 0, sizeof *out);
-  out->world = world;
-  uint64_t pb = zs->pb, rb = zs->rb;
-  int off = zs->offload, adam = c->optim.kind != ZS_SGD;
-  uint64_t *opt = off ? out->host : out->device;
-  /* the largest units (maxP, maxS) and the largest trainable ones (maxPt,
-   * maxSt: only they have gradients), the largest gathered units */
-  uint64_t maxP = 0, maxS = 0, maxPt = 0, maxSt = 0, gathered[3] = {0};
-  for (int i = 0; i < zs->nunits; i++) {
-    int64_t numel, padded;
-    int persistent;
-    unit_extent(zs, &zs->units[i], world, 0, &numel, &padded, &persistent);
-    uint64_t P = (uint64_t)padded, S = P / (uint64_t)world, on = c->stage == 0 ? P : S;
-    out->device[ZS_MEM_PARAMS] += (c->stage <= 2 ? P : S) * pb;
-    if (persistent) out->device[ZS_MEM_GATHER] += P * pb;
-    else if (c->stage == 3 && zs->nhpz > 1) out->device[ZS_MEM_PARAMS] += P / (uint64_t)zs->nhpz * pb; /* hpZ */
-    maxP = P > maxP ? P : maxP;
-    maxS = S > maxS ? S : maxS;
-    if (c->stage == 3 && !persistent) { /* keep the three largest */
-      uint64_t x = P;
-      for (int j = 0; j < 3; j++)
-        if (x > gathered[j]) {
-          uint64_t t = gathered[j];
-          gathered[j] = x;
-          x = t;
-        }
-    }
-    if (unit_frozen(zs, &zs->units[i])) continue; /* its parameters are all it has */
-    maxPt = P > maxPt ? P : maxPt;
-    maxSt = S > maxSt ? S : maxSt;
-    if (pb != 4 || off) opt[ZS_MEM_OPTIMIZER] += on * 4; /* master (fp32 params are their own) */
-    if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
-    if (adam) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
-    if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
-    else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
-    if (zs__eng_fp32_accum(zs)) out->device[ZS_MEM_GRADS] += S * 4;
-    if (off) out->host[ZS_MEM_GRADS] += on * 4;
-    if (zs->dpu) {
-      out->host[ZS_MEM_GRADS] += on * 4;
-      if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
-    }
-  }
-  for (int k = ZS_MEM_PARAMS; k <= ZS_MEM_OPTIMIZER; k++) {
-    out->device_model_state += out->device[k];
-    out->host_model_state += out->host[k];
-  }
-  /* offload's pinned staging: a gradient shard, and two parameter slots for
-   * 16-bit params (the delayed update writes into its own host param copies) */
-  if (off) {
-    out->host[ZS_MEM_COMM] += maxSt * (pb > rb ? pb : rb);
-    if (pb != 4 && !zs->dpu) out->host[ZS_MEM_COMM] += 2 * maxSt * pb;
-  }
-  out->device_model_state += out->device[ZS_MEM_GATHER];
-  /* transients at their most: gathered units (the held one plus the prefetch
-   * window), two units' full gradients (the one computing, the one reducing),
-   * their reduce-dtype copies, reduced shards awaiting the copy to the host,
-   * and the engine's scalars */
-  uint64_t t = 0;
-  int window = c->prefetch + 1 < 3 ? c->prefetch + 1 : 3;
-  if (c->stage == 3) {
-    for (int j = 0; j < window; j++) t += gathered[j] * pb;
-    for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
-  }
-  if (c->stage >= 2) t += 2 * maxPt * pb;
-  if (rb != pb) t += 2 * maxPt * rb;
-  if (c->stage >= 2 && off) t += 2 * maxSt * rb;
-  t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
-  /* qgZ: one reduction's packed shards (two of N), node sums (G shards) and
-   * result (qgrad.c); G = N / the group, N before setup knows the group */
-  if (c->quantized_gradients && maxSt) {
-    uint64_t Q = zs_wq_bytes((size_t)maxSt, zs__eng_wq_block(c)), G = (uint64_t)world / (zs->nqg ? (uint64_t)zs->nqg : 1);
-    t += 2 * (uint64_t)world * Q + G * maxSt * 4 + maxSt * 4;
-  }
-  /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
-  if (c->stage == 3 && c->quantized_weights && gathered[0])
-    t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
-  t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
-  out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
-  return ZS_OK;
 }
 
 /* A persistent buffer of the unit, zeroed, remembered for destroy. */
@@ -175,14 +50,21 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   if (c->stage <= 2) {
     ZS_CHECK(own(zs, u, P * pb, ZS_MEM_PARAMS, 0, &u->full));
   } else {
-    ZS_CHECK(own(zs, u, S * pb, ZS_MEM_PARAMS, 0, &u->pshard));
+    if (u->param_where != ZS_OFFLOAD_NVME) /* on disk: no copy here */
+      ZS_CHECK(own(zs, u, S * pb, ZS_MEM_PARAMS, u->param_where == ZS_OFFLOAD_CPU, &u->pshard));
     if (u->persistent) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GATHER, 0, &u->full));
     else if (zs->nhpz > 1) ZS_CHECK(own(zs, u, P / (size_t)zs->nhpz * pb, ZS_MEM_PARAMS, 0, &u->hsec));
     u->hsec_at = -1;
   }
   if (u->frozen) return ZS_OK; /* no master, no optimizer state, no gradients */
-  /* master: fp32 params are their own master copy, unless it lives on the host */
-  if (c->param_dtype == ZS_FP32 && !off) {
+  if (zs->opt_nvme) { /* master, m, v are in the NVMe tier (tier.h) */
+    if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
+    ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
+    return ZS_OK;
+  }
+  /* master: fp32 params are their own master copy, unless it lives on the host
+   * and they do not (offload_param cpu puts them there too) */
+  if (c->param_dtype == ZS_FP32 && (!off || u->param_where == ZS_OFFLOAD_CPU)) {
     u->master = c->stage == 3 ? (float *)u->pshard : (float *)u->full + u->opt_off;
   } else {
     ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->master));
@@ -213,7 +95,8 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
 static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_seg_t *s) {
   const zs_config_t *c = &zs->cfg;
   int64_t lo = off - u->opt_off; /* index inside the owned range */
-  s->master = u->master + lo;
+  zs->seg_lo[zs->nsegs] = lo;
+  s->master = u->master ? u->master + lo : NULL; /* NULL: in the NVMe tier (tier_step.c points it per chunk) */
   const size_t esz = zs__state_elem_bytes(c->optim.state_dtype);
   s->m = u->m ? (char *)u->m + (size_t)lo * esz : NULL;
   s->v = u->v ? (char *)u->v + (size_t)lo * esz : NULL;
@@ -222,14 +105,19 @@ static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_se
     s->m_scale = u->ms ? u->ms + lo / blk : NULL;
     s->v_scale = u->vs ? u->vs + lo / blk : NULL;
   }
-  void *dev_param = c->stage == 3 ? (char *)u->pshard + (size_t)lo * zs->pb : (char *)u->full + (size_t)off * zs->pb;
+  void *dev_param = c->stage == 3 ? (u->pshard ? (char *)u->pshard + (size_t)lo * zs->pb : NULL)
+                                   : (char *)u->full + (size_t)off * zs->pb;
   if (zs->offload) {
-    /* host inputs; bf16/fp16 copies go to a staging slot, then to dev_param */
+    /* host inputs; bf16/fp16 copies go to a staging slot, then to dev_param;
+     * parameters offloaded to host memory are written in place, those on disk
+     * by the tier's step (tier_step.c), neither copied to the device */
     s->grad = u->hgrad + lo;
     s->param = NULL;
-    if (c->param_dtype != ZS_FP32)
+    if (c->param_dtype != ZS_FP32 && u->param_where == ZS_OFFLOAD_CPU)
+      s->param = dev_param;
+    else if (c->param_dtype != ZS_FP32 && u->param_where == ZS_OFFLOAD_NONE && !zs->opt_nvme)
       s->param = (char *)(zs->dpu ? u->hparam : zs->hstage_param[(int)(u - zs->units) % 2]) + (size_t)lo * zs->pb;
-    zs->seg_dst[zs->nsegs] = dev_param;
+    zs->seg_dst[zs->nsegs] = u->param_where == ZS_OFFLOAD_NONE ? dev_param : NULL;
     return;
   }
   if (c->stage <= 1)
@@ -243,9 +131,10 @@ static zs_status_t build_segments(zs_engine_t *zs) {
   size_t n = (size_t)zs->nparams;
   zs->segs = calloc(n, sizeof *zs->segs);
   zs->seg_dst = calloc(n, sizeof *zs->seg_dst);
+  zs->seg_lo = calloc(n ? n : 1, sizeof *zs->seg_lo);
   zs->seg_in_norm = calloc(n ? n : 1, 1);
   zs->ounits = calloc((size_t)zs->nunits, sizeof *zs->ounits);
-  if (!zs->segs || !zs->seg_dst || !zs->ounits || !zs->seg_in_norm)
+  if (!zs->segs || !zs->seg_dst || !zs->seg_lo || !zs->ounits || !zs->seg_in_norm)
     return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
   zs->nsegs = 0;
   for (int i = 0; i < zs->nparams; i++) {
@@ -273,7 +162,8 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     u->seg_count = (i + 1 < zs->nunits ? zs->units[i + 1].seg_first : zs->nsegs) - u->seg_first;
     zs->ounits[i] = (zs_offload_unit_t){.segs = zs->segs + u->seg_first, .nseg = u->seg_count,
                                         .dev_dst = zs->seg_dst + u->seg_first, .elem_bytes = zs->pb, .name = u->name,
-                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu && !u->frozen ? i % 2 : -1};
+                                        .staging_slot = zs->cfg.param_dtype != ZS_FP32 && !zs->dpu && !u->frozen &&
+                                                        u->param_where == ZS_OFFLOAD_NONE && !zs->opt_nvme ? i % 2 : -1};
   }
   if (zs->dpu) { /* the same segments reading the other grad shard */
     zs->segs2 = malloc(n * sizeof *zs->segs2);
@@ -313,12 +203,23 @@ zs_status_t zs__eng_write_values(zs_engine_t *zs, zs_param_t *p, int64_t poff, i
   int64_t s0 = c->stage <= 2 ? 0 : u->opt_off, s1 = c->stage <= 2 ? u->padded : u->opt_off + u->opt_n;
   void *base = c->stage <= 2 ? u->full : u->pshard;
   int64_t a = f0 > s0 ? f0 : s0, b = f1 < s1 ? f1 : s1;
-  if (a < b)
-    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (char *)base + (size_t)(a - s0) * zs->pb,
-                                  (const char *)pvals + (size_t)(a - f0) * zs->pb, (size_t)(b - a) * zs->pb,
+  const char *pv = (const char *)pvals + (size_t)(a - f0) * zs->pb;
+  if (a < b && u->param_where == ZS_OFFLOAD_CPU) /* host memory */
+    memcpy((char *)base + (size_t)(a - s0) * zs->pb, pv, (size_t)(b - a) * zs->pb);
+  else if (a < b && u->param_where == ZS_OFFLOAD_NVME)
+    ZS_CHECK_GOTO(zs__tier_put(zs, u, ZS_TF_PARAM, (uint64_t)(a - s0) * zs->pb, (size_t)(b - a) * zs->pb, pv), st,
+                  done);
+  else if (a < b)
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, (char *)base + (size_t)(a - s0) * zs->pb, pv, (size_t)(b - a) * zs->pb,
                                   ZS_COPY_H2D, zs->compute), st, done);
   /* fp32 master (when it is not the parameter storage itself) */
-  if (u->master_owned) {
+  if (zs->opt_nvme && !u->frozen) {
+    a = f0 > u->opt_off ? f0 : u->opt_off;
+    b = f1 < u->opt_off + u->opt_n ? f1 : u->opt_off + u->opt_n;
+    if (a < b)
+      ZS_CHECK_GOTO(zs__tier_put(zs, u, ZS_TF_MASTER, (uint64_t)(a - u->opt_off) * 4, (size_t)(b - a) * 4,
+                                 src + (a - f0)), st, done);
+  } else if (u->master_owned) {
     a = f0 > u->opt_off ? f0 : u->opt_off;
     b = f1 < u->opt_off + u->opt_n ? f1 : u->opt_off + u->opt_n;
     if (a < b && zs->offload) /* master in host memory */
@@ -341,11 +242,17 @@ void zs__eng_widen(void *buf, size_t n, zs_dtype_t dt) {
 }
 
 zs_status_t zs__eng_read_params(zs_engine_t *zs, const zs_unit_t *u, int64_t flat, int64_t count, float *out) {
-  const char *src = zs->cfg.stage <= 2 ? (const char *)u->full + (size_t)flat * zs->pb
-                                       : (const char *)u->pshard + (size_t)(flat - u->opt_off) * zs->pb;
-  zs_status_t st = zs_memcpy_async(zs->dev, out, src, (size_t)count * zs->pb, ZS_COPY_D2H, zs->compute);
-  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "reading parameters of unit '%s': %s", u->name, zs_last_error());
-  ZS_CHECK(zs__eng_sync_compute(zs));
+  if (zs->cfg.stage == 3 && u->param_where == ZS_OFFLOAD_NVME) {
+    ZS_CHECK(zs__tier_get(zs, u, ZS_TF_PARAM, (uint64_t)(flat - u->opt_off) * zs->pb, (size_t)count * zs->pb, out));
+  } else if (zs->cfg.stage == 3 && u->param_where == ZS_OFFLOAD_CPU) {
+    memcpy(out, (const char *)u->pshard + (size_t)(flat - u->opt_off) * zs->pb, (size_t)count * zs->pb);
+  } else {
+    const char *src = zs->cfg.stage <= 2 ? (const char *)u->full + (size_t)flat * zs->pb
+                                         : (const char *)u->pshard + (size_t)(flat - u->opt_off) * zs->pb;
+    zs_status_t st = zs_memcpy_async(zs->dev, out, src, (size_t)count * zs->pb, ZS_COPY_D2H, zs->compute);
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "reading parameters of unit '%s': %s", u->name, zs_last_error());
+    ZS_CHECK(zs__eng_sync_compute(zs));
+  }
   zs__eng_widen(out, (size_t)count, zs->cfg.param_dtype);
   return ZS_OK;
 }
@@ -392,40 +299,9 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
 /* The local part of setup: allocation, segments, initial values. A failure
  * returns at once; zs_engine_setup agrees on it with the other ranks and undoes
  * what was made. */
-static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
-
-/* Before anything is allocated, what setup will take from the host (the
- * estimate: host-domain state and staging, and on a device whose memory is the
- * host's, its peak too) against what the kernel will give this process before it
- * refuses or kills (zs__host_room; a limit the node's processes share is split
- * among this node's ranks): a model larger than memory is ZS_ERR_NOMEM with the
- * numbers, not a process the OOM killer picks (maybe another job's). */
-static zs_status_t check_room(zs_engine_t *zs) {
-  if (!zs__settings()->mem_check) return ZS_OK;
-  zs_mem_estimate_t e;
-  ZS_CHECK(zs_engine_estimate(zs, zs->nshard, &e));
-  size_t dfree, dtotal;
-  int device_is_host = zs_device_mem_info(zs->dev, &dfree, &dtotal) == ZS_ERR_UNSUPPORTED;
-  uint64_t state = e.host_model_state + (device_is_host ? e.device_model_state : 0);
-  uint64_t need = e.host_model_state + e.host[ZS_MEM_COMM] + (device_is_host ? e.device_peak_bound : 0);
-  zs_host_room_t r;
-  zs__host_room(&r);
-  zs_node_ranks_t nr = zs__node_ranks();
-  int share = r.shared && nr.local_size > 1 ? nr.local_size : 1;
-  uint64_t room = r.bytes == UINT64_MAX ? r.bytes : r.bytes / (uint64_t)share;
-  if (need <= room) return ZS_OK;
-  char split[64] = "";
-  if (share > 1) snprintf(split, sizeof split, ", split among this node's %d ranks", share);
-  return ZS_FAIL(zs->err, ZS_ERR_NOMEM,
-                 "zs_engine_setup: rank %d would allocate %.3f GiB of host memory (model state %.3f GiB, staging and "
-                 "transients at their peak %.3f GiB%s) but may use %.3f GiB: %s%s. Raise the stage, offload, use "
-                 "more ranks or a smaller model; or set ZS_MEM_CHECK=0 to allocate anyway",
-                 zs->rank, gib(need), gib(state), gib(need - state),
-                 device_is_host ? "; the device's memory is the host's" : "", gib(room), r.what, split);
-}
-
 static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
-  ZS_CHECK(check_room(zs));
+  ZS_CHECK(zs__eng_check_room(zs));
+  ZS_CHECK(zs__eng_check_disk(zs));
   layout(zs);
   if (zs->offload) {
     /* the offloaded state in one page-locked region, sized by the estimate,
@@ -451,13 +327,18 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
       if (!zs->units[i].frozen) maxs = (size_t)zs->units[i].shard > maxs ? (size_t)zs->units[i].shard : maxs;
     zs->hstage_grad_bytes = maxs * (zs->pb > zs->rb ? zs->pb : zs->rb);
     ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_grad_bytes, ZS_MEM_COMM, &zs->hstage_grad));
-    if (zs->cfg.param_dtype != ZS_FP32 && !zs->dpu) { /* delayed update: hparam instead */
-      zs->hstage_param_bytes = maxs * zs->pb;
+    size_t maxd = 0; /* the units whose 16-bit parameters the CPU step stages for the device */
+    for (int i = 0; i < zs->nunits; i++)
+      if (!zs->units[i].frozen && zs->units[i].param_where == ZS_OFFLOAD_NONE && (size_t)zs->units[i].shard > maxd)
+        maxd = (size_t)zs->units[i].shard;
+    if (zs->cfg.param_dtype != ZS_FP32 && !zs->dpu && !zs->opt_nvme && maxd) { /* delayed update: hparam instead */
+      zs->hstage_param_bytes = maxd * zs->pb;
       for (int k = 0; k < 2; k++)
         ZS_CHECK(zs__eng_host_alloc(zs, zs->hstage_param_bytes, ZS_MEM_COMM, &zs->hstage_param[k]));
     }
   }
   ZS_CHECK(build_segments(zs));
+  if (zs__eng_has_tier(&zs->cfg)) ZS_CHECK(zs__tier_setup(zs)); /* before the initial values go there */
   for (int ph = 1; ph <= 2; ph++) {
     zs->order[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));
     zs->rec[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));

@@ -4,10 +4,12 @@
  * shard segment in one call, zeroing gradients, and the parameter all-gather that
  * stages 1-2 need after the update. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "device/device_impl.h"
 #include "zero/engine_impl.h"
+#include "zero/tier.h"
 
 zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
   const zs_config_t *c = &zs->cfg;
@@ -212,6 +214,15 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
   ZS_CHECK(zs__eng_free_released(zs));
   if (zs->offload && (st = zs__offload_conv_wait(zs->conv)) != ZS_OK) /* the host reads the grad shards */
     return ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
+  /* a parameter read from the NVMe tier that failed: this rank's gathers went
+   * wrong, its peers' collectives went on; tell them, so that none waits in the
+   * norm's all-reduce for this rank (design.md 8.5) */
+  if ((st = zs__tier_reads_check(zs)) != ZS_OK) {
+    char msg[ZS_ERRBUF];
+    snprintf(msg, sizeof msg, "%s", zs_last_error());
+    zs_comm_revoke(zs->comm, st, msg);
+    return ZS_FAIL(zs->err, st, "zs_step on rank %d: %s", zs->rank, msg);
+  }
   /* a collective or a stream task that failed after it was queued surfaces
    * here, before the step uses what it produced (a CUDA stream carries no
    * such error to its next synchronize) */
@@ -273,6 +284,14 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
     h.cfg.lr = lr;
     if (zs->dpu) {
       st = dpu_launch(zs, &h, applied);
+    } else if (zs->tier) {
+      /* collective: every rank's verdict; on failure the state is the
+       * previous step's everywhere (tier_step.c) and the step did not happen */
+      st = zs__tier_step(zs, &h);
+      if (st != ZS_OK) {
+        zs->step--;
+        return st;
+      }
     } else if (zs->offload) {
       st = zs__offload_step(zs->dev, zs->copy_stream, &h, zs->ounits, zs->nunits, zs->ev_slot, zs->ev_copy_done);
       if (st == ZS_OK) st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_copy_done);
