@@ -171,7 +171,8 @@ typedef struct {
   int nvme_buffers;        /* the optimizer's pinned chunk buffers, 2..64; 0 = ZS_NVME_BUFFERS_DEFAULT */
   int nvme_param_buffers;  /* pinned parameter read buffers, 1..64; 0 = ZS_NVME_PARAM_BUFFERS_DEFAULT */
   size_t aio_block_size;   /* bytes an I/O request: a multiple of 4096 up to 64 MiB; 0 = default */
-  int aio_queue_depth;     /* requests in flight a ring, 1..1024; 0 = ZS_AIO_QUEUE_DEPTH_DEFAULT */
+  int aio_queue_depth;     /* requests in flight a ring, 1..1024; 0 = ZS_AIO_QUEUE_DEPTH_DEFAULT; the
+                              step's ring takes at least enough for all its chunk buffers at once */
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \

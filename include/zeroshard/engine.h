@@ -345,8 +345,9 @@ void zs_engine_comm_stats_reset(zs_engine_t *zs);
  * rank's file and what the last zs_step moved through it. The optimizer phase
  * streams the shard chunk by chunk (read chunk i+1 while updating chunk i and
  * writing chunk i-1): seconds runs from its first read to its last write,
- * read_wait_s is the time the update waited for reads, update_s the CPU
- * optimizer's, write_wait_s the wait for the last writes. ZS_ERR_STATE without
+ * read_wait_s is the time the update waited for reads (queuing them included),
+ * update_s the CPU optimizer's, write_wait_s the time queuing writes and
+ * waiting for the last ones. ZS_ERR_STATE without
  * a tier or before setup. */
 typedef struct {
   char path[320];             /* the tier's file */

@@ -37,14 +37,35 @@ struct zs_offload_conv {
   /* events for the copies: ones the thread is done with (it waited on them);
    * the thread may lag several copies behind, so no fixed rotation */
   zs__event_pool_t events;
+  /* gradients on disk (zs__offload_conv_disk) */
+  zs_aio_file_t *file;
+  zs_aio_ring_t *ring;
+  float *buf;
+  size_t buf_bytes;
 };
+
+/* A task whose shard lives on disk: read it unless first, add or cast the
+ * staged shard into it, sum the segments' squares on the last round, write it
+ * back. The thread's own ring, synchronously: the next copy waits anyway. */
+static zs_status_t conv_disk(zs_offload_conv_t *c, const zs_offload_grad_task_t *t) {
+  size_t bytes = (t->n * 4 + ZS_AIO_ALIGN - 1) / ZS_AIO_ALIGN * ZS_AIO_ALIGN;
+  if (!c->ring || bytes > c->buf_bytes)
+    return ZS_FAIL(NULL, ZS_ERR_INTERNAL, "offload: gradients on disk without a buffer for %zu elements", t->n);
+  if (!t->first) ZS_CHECK(zs__aio_sync(c->ring, c->file, ZS_AIO_READ, c->buf, bytes, t->off));
+  if (t->first) zs__cast_cpu(c->buf, ZS_FP32, t->staging, t->dtype, t->n);
+  else zs__accumulate_cpu(c->buf, t->staging, t->dtype, t->n);
+  for (int k = 0; t->last && k < t->nsum; k++) t->sums[k] = zs__sumsq_cpu(c->buf + t->seg_lo[k], ZS_FP32, t->segs[k].n);
+  return zs__aio_sync(c->ring, c->file, ZS_AIO_WRITE, c->buf, bytes, t->off);
+}
 
 /* The conversion thread: waits for the copy, converts (lock not held) ... */
 static int conv_run(void *vc, zs__job_t *job) {
   zs_offload_conv_t *c = vc;
   conv_job_t *j = (conv_job_t *)job;
   zs_status_t st = j->copied ? zs_event_synchronize(c->dev, j->copied) : ZS_OK;
-  if (st == ZS_OK && j->t.n) {
+  if (st == ZS_OK && j->t.n && !j->t.dst) {
+    st = conv_disk(c, &j->t);
+  } else if (st == ZS_OK && j->t.n) {
     if (j->t.first) zs__cast_cpu(j->t.dst, ZS_FP32, j->t.staging, j->t.dtype, j->t.n);
     else zs__accumulate_cpu(j->t.dst, j->t.staging, j->t.dtype, j->t.n);
   }
@@ -59,7 +80,8 @@ static void conv_done(void *vc, zs__job_t *job) {
   zs_status_t st = j->st;
   if (st != ZS_OK && c->st == ZS_OK) {
     c->st = st;
-    snprintf(c->err, sizeof c->err, "offload: a gradient copy to the host failed: %s", zs_last_error());
+    snprintf(c->err, sizeof c->err, "offload: a gradient shard's copy to the host or its conversion failed: %s",
+             zs_last_error());
   }
   c->converted = j->seq;
   zs__flag_set(c->dev, c->flag, j->seq, st, st != ZS_OK ? c->err : NULL);
@@ -88,10 +110,38 @@ zs_status_t zs__offload_conv_create(zs_offload_conv_t **out, zs_device_t *dev) {
   return ZS_OK;
 }
 
+zs_status_t zs__offload_conv_disk(zs_offload_conv_t *c, zs_aio_file_t *f, int depth, size_t block, void *buf,
+                                  size_t bytes) {
+  zs_aio_ring_t *ring = NULL;
+  ZS_CHECK(zs__aio_ring_create(&ring, depth, block));
+  zs__worker_lock(&c->wk);
+  zs__aio_ring_destroy(c->ring); /* a setup after a failed one */
+  c->file = f;
+  c->ring = ring;
+  c->buf = buf;
+  c->buf_bytes = bytes;
+  zs__worker_unlock(&c->wk);
+  return ZS_OK;
+}
+
+/* The engine's setup is undone (its file goes): no more disk tasks. */
+void zs__offload_conv_disk_end(zs_offload_conv_t *c) {
+  if (!c) return;
+  zs__offload_conv_wait(c);
+  zs__worker_lock(&c->wk);
+  zs__aio_ring_destroy(c->ring);
+  c->ring = NULL;
+  c->file = NULL;
+  c->buf = NULL;
+  c->buf_bytes = 0;
+  zs__worker_unlock(&c->wk);
+}
+
 void zs__offload_conv_destroy(zs_offload_conv_t *c) {
   if (!c) return;
   zs__worker_stop(&c->wk);
   zs__worker_join(&c->wk); /* it drains the queue first */
+  zs__aio_ring_destroy(c->ring);
   zs__event_pool_destroy(&c->events);
   zs__flag_destroy(c->dev, c->flag);
   free(c);

@@ -22,13 +22,25 @@
  * conversion. zs__offload_conv_wait returns once every conversion queued so far
  * is done (the step's host wait), with the first failure if any. */
 typedef struct {
-  float *dst;
+  float *dst;       /* the fp32 host shard; NULL: it lives on disk (below) */
   const void *staging;
   zs_dtype_t dtype;
   size_t n;
   int first;
   int unit;         /* the engine's unit and its name, for traces (name may be NULL) */
   const char *name;
+  /* The NVMe tier's gradients (dst NULL): the shard is bytes [off, off +
+   * pad(4n)) of the converter's file (zs__offload_conv_disk), read into its
+   * buffer unless `first`, added into, and written back. With `last` (the
+   * step's last round) the converter also sums the squares of each of the
+   * nsum segments (sums[k] = zs__sumsq_cpu over elements [seg_lo[k], seg_lo[k]
+   * + segs[k].n) of the shard), exactly as the step would from host memory,
+   * so that the norm has the same bits. */
+  uint64_t off;
+  int last, nsum;
+  const zs_optim_seg_t *segs;
+  const int64_t *seg_lo;
+  double *sums;
 } zs_offload_grad_task_t;
 
 typedef struct zs_offload_conv zs_offload_conv_t;
@@ -39,6 +51,13 @@ void zs__offload_conv_destroy(zs_offload_conv_t *c);
 zs_status_t zs__offload_grad_d2h(zs_offload_conv_t *c, zs_stream_t *copy, zs_event_t *reduced, const void *src,
                                  const zs_offload_grad_task_t *task);
 zs_status_t zs__offload_conv_wait(zs_offload_conv_t *c);
+/* Gradients on disk: the converter's file, its own ring (depth, block) and
+ * buffer (pinned, aligned to ZS_AIO_ALIGN, bytes: pad(4 x the largest shard));
+ * before the first task. */
+zs_status_t zs__offload_conv_disk(zs_offload_conv_t *c, zs_aio_file_t *f, int depth, size_t block, void *buf,
+                                  size_t bytes);
+/* Waits for the queued tasks and drops the file, ring and buffer (setup undone). */
+void zs__offload_conv_disk_end(zs_offload_conv_t *c);
 
 /* One unit of the pipelined CPU step. */
 typedef struct {
@@ -99,6 +118,8 @@ void zs__offload_worker_destroy(zs_offload_worker_t *w);
 typedef struct {
   uint64_t read_off, write_off; /* the record in the region read and the one written */
   size_t read_bytes;            /* its prefix read (0: nothing on disk is input) */
+  uint64_t read2_off;           /* a second extent read (the gradients), into the buffer at read2_at */
+  size_t read2_bytes, read2_at; /* (read2_bytes 0: none) */
   size_t write_bytes;           /* bytes written (0: nothing) */
   int unit;                     /* for traces */
   const char *name;

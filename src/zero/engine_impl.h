@@ -193,6 +193,7 @@ struct zs_engine {
   int opt_nvme;
   struct zs_tier *tier;
   int64_t *seg_lo;      /* per segment: owned-range index of its first element */
+  double *seg_sumsq;    /* gradients on disk: per segment, its sum of squares (the conversion thread's) */
   zs_stream_t *copy_stream;
   zs_event_t *ev_copy_done, *ev_slot[2];
   zs_offload_conv_t *conv; /* gradient shards to fp32 host shards, on its own thread */

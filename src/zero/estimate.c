@@ -107,7 +107,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
     else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
     if (zs__eng_fp32_accum(zs)) out->device[ZS_MEM_GRADS] += S * 4;
-    if (off) out->host[ZS_MEM_GRADS] += on * 4;
+    if (off && !opt_nvme) out->host[ZS_MEM_GRADS] += on * 4; /* with the tier: on disk */
     if (zs->dpu) {
       out->host[ZS_MEM_GRADS] += on * 4;
       if (pb != 4) out->host[ZS_MEM_PARAMS] += on * pb;
@@ -129,6 +129,10 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (zs__eng_has_tier(c)) {
     const uint64_t A = ZS_AIO_ALIGN;
     out->host[ZS_MEM_COMM] += (uint64_t)zs__tier_nbuf(c) * (tier_buf ? tier_buf : A) + A;
+    if (opt_nvme) { /* the conversion thread's buffer: the largest trainable shard's fp32 gradients */
+      uint64_t g = zs__tier_grad_bytes((int64_t)maxSt);
+      out->host[ZS_MEM_COMM] += (g > A ? g : A) + A;
+    }
     if (c->stage == 3 && c->offload_param == ZS_OFFLOAD_NVME) {
       uint64_t pbb = (tier_pbuf + A - 1) / A * A;
       int n = c->nvme_param_buffers ? c->nvme_param_buffers : ZS_NVME_PARAM_BUFFERS_DEFAULT;

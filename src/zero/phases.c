@@ -423,6 +423,14 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, on), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
                                      .first = c->stage == 1 || zs->round == 1, .unit = unit, .name = u->name};
+      if (!u->hgrad) { /* on disk (tier.h): the converter sums the last round's squares for the norm */
+        task.off = zs->tier->gbase[unit];
+        task.last = c->stage == 1 || last;
+        task.nsum = u->seg_count;
+        task.segs = zs->segs + u->seg_first;
+        task.seg_lo = zs->seg_lo + u->seg_first;
+        task.sums = zs->seg_sumsq + u->seg_first;
+      }
       ZS_ENG_CHECK(zs, zs__offload_grad_d2h(zs->conv, zs->copy_stream, u->ev_reduced, red, &task),
                 "copying a gradient shard to the host");
     } else if (c->stage == 1) {

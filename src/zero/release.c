@@ -56,7 +56,9 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   free(zs->ounits);
   free(zs->seg_dst);
   free(zs->seg_lo);
+  free(zs->seg_sumsq);
   zs->seg_lo = NULL;
+  zs->seg_sumsq = NULL;
   free(zs->segs);
   free(zs->segs2);
   free(zs->seg_in_norm);

@@ -57,9 +57,8 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
     u->hsec_at = -1;
   }
   if (u->frozen) return ZS_OK; /* no master, no optimizer state, no gradients */
-  if (zs->opt_nvme) { /* master, m, v are in the NVMe tier (tier.h) */
+  if (zs->opt_nvme) { /* master, m, v and the fp32 gradient shard are in the NVMe tier (tier.h) */
     if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
-    ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
     return ZS_OK;
   }
   /* master: fp32 params are their own master copy, unless it lives on the host
@@ -111,7 +110,7 @@ static void seg_pointers(zs_engine_t *zs, zs_unit_t *u, int64_t off, zs_optim_se
     /* host inputs; bf16/fp16 copies go to a staging slot, then to dev_param;
      * parameters offloaded to host memory are written in place, those on disk
      * by the tier's step (tier_step.c), neither copied to the device */
-    s->grad = u->hgrad + lo;
+    s->grad = u->hgrad ? u->hgrad + lo : NULL; /* NULL: on disk (tier_step.c reads it per chunk) */
     s->param = NULL;
     if (c->param_dtype != ZS_FP32 && u->param_where == ZS_OFFLOAD_CPU)
       s->param = dev_param;
@@ -132,6 +131,8 @@ static zs_status_t build_segments(zs_engine_t *zs) {
   zs->segs = calloc(n, sizeof *zs->segs);
   zs->seg_dst = calloc(n, sizeof *zs->seg_dst);
   zs->seg_lo = calloc(n ? n : 1, sizeof *zs->seg_lo);
+  if (zs->opt_nvme && !(zs->seg_sumsq = calloc(n ? n : 1, sizeof *zs->seg_sumsq)))
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
   zs->seg_in_norm = calloc(n ? n : 1, 1);
   zs->ounits = calloc((size_t)zs->nunits, sizeof *zs->ounits);
   if (!zs->segs || !zs->seg_dst || !zs->seg_lo || !zs->ounits || !zs->seg_in_norm)

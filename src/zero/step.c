@@ -44,8 +44,9 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
   zs_status_t st;
   if (zs->offload) {
     float acc = 0.0f;
-    for (int i = 0; i < zs->nsegs; i++)
-      if (zs->seg_in_norm[i]) acc = (float)((double)acc + zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n));
+    for (int i = 0; i < zs->nsegs; i++) /* gradients on disk: the conversion thread summed them, the same way */
+      if (zs->seg_in_norm[i])
+        acc = (float)((double)acc + (zs->seg_sumsq ? zs->seg_sumsq[i] : zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n)));
     *zs->hscalar = acc;
     if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(float), ZS_COPY_H2D, zs->compute)) != ZS_OK)
       goto fail;
@@ -212,16 +213,28 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
       (st = zs_stream_wait_event(zs->dev, zs->compute, zs->ev_reduced_all)) != ZS_OK)
     return ZS_FAIL(zs->err, st, "waiting for reductions failed: %s", zs_last_error());
   ZS_CHECK(zs__eng_free_released(zs));
-  if (zs->offload && (st = zs__offload_conv_wait(zs->conv)) != ZS_OK) /* the host reads the grad shards */
-    return ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
-  /* a parameter read from the NVMe tier that failed: this rank's gathers went
-   * wrong, its peers' collectives went on; tell them, so that none waits in the
-   * norm's all-reduce for this rank (design.md 8.5) */
-  if ((st = zs__tier_reads_check(zs)) != ZS_OK) {
-    char msg[ZS_ERRBUF];
-    snprintf(msg, sizeof msg, "%s", zs_last_error());
-    zs_comm_revoke(zs->comm, st, msg);
-    return ZS_FAIL(zs->err, st, "zs_step on rank %d: %s", zs->rank, msg);
+  st = zs->offload ? zs__offload_conv_wait(zs->conv) : ZS_OK; /* the host reads the grad shards */
+  if (st != ZS_OK) st = ZS_FAIL(zs->err, st, "waiting for gradient copies failed: %s", zs_last_error());
+  /* the NVMe tier: a gradient shard's write or a parameter read that failed on
+   * one rank (its gathers went wrong, its peers' went on) is every rank's
+   * verdict, before anyone enters the norm's all-reduce; the run cannot go on
+   * from there (the data of this step did not arrive), so the tier refuses
+   * further steps: restart from a checkpoint (design.md 2.10) */
+  if (st == ZS_OK && (st = zs__tier_reads_check(zs)) != ZS_OK)
+    st = ZS_FAIL(zs->err, st, "zs_step on rank %d: %s", zs->rank, zs_last_error());
+  if (st == ZS_OK && zs->tier && zs->tier->broken)
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "the NVMe tier failed earlier and the run cannot go on: %s", zs->tier->broken_msg);
+  if (zs->tier) {
+    zs_status_t agreed = zs__eng_agree(zs, st, "zs_step's data through the NVMe tier");
+    if (agreed != ZS_OK) {
+      char msg[ZS_ERRBUF];
+      snprintf(msg, sizeof msg, "%s", zs_last_error());
+      zs__tier_break(zs, msg);
+      return ZS_FAIL(zs->err, agreed, "%s (this step's gradients or parameters did not arrive: restart from the "
+                     "last checkpoint)", msg);
+    }
+  } else if (st != ZS_OK) {
+    return st;
   }
   /* a collective or a stream task that failed after it was queued surfaces
    * here, before the step uses what it produced (a CUDA stream carries no

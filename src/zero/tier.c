@@ -62,6 +62,10 @@ uint64_t zs__tier_unit_bytes(const zs_config_t *c, int64_t on, int opt, int para
     zs__tier_record(c, n, opt, param, trainable, field, one);
     for (int i = 0; i < ZS_MEM_CATEGORY_COUNT; i++) k[i] += copies * one[i];
   }
+  if (opt && trainable) { /* the gradient shard, once (region 3) */
+    total += zs__tier_grad_bytes(on);
+    k[ZS_MEM_GRADS] += zs__tier_grad_bytes(on);
+  }
   if (cat)
     for (int i = 0; i < ZS_MEM_CATEGORY_COUNT; i++) cat[i] += k[i];
   return total;
@@ -74,6 +78,7 @@ size_t zs__tier_buf_bytes(const zs_config_t *c, int64_t on, int opt, int param, 
   const int64_t C = (int64_t)zs__tier_chunk_elems(c), n = on < C ? on : C;
   uint64_t field[ZS_TF_COUNT];
   size_t b = zs__tier_record(c, n, opt, param, trainable, field, NULL);
+  if (opt && trainable) b += pad((uint64_t)n * 4); /* the chunk's gradients */
   if (stage_params && !param && zs_dtype_size(c->param_dtype) != 4)
     b += pad((uint64_t)n * zs_dtype_size(c->param_dtype));
   return b;
@@ -102,14 +107,16 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
   }
   t->chunks = calloc((size_t)(n ? n : 1), sizeof *t->chunks);
   t->unit_chunk0 = calloc((size_t)zs->nunits, sizeof(int));
+  t->gbase = calloc((size_t)zs->nunits, sizeof *t->gbase);
   t->unit_nchunks = calloc((size_t)zs->nunits, sizeof(int));
-  if (!t->chunks || !t->unit_chunk0 || !t->unit_nchunks)
+  if (!t->chunks || !t->unit_chunk0 || !t->unit_nchunks || !t->gbase)
     return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory for the NVMe tier");
   /* regions: 0 and 1 hold every trainable unit's records once each, 2 the
    * frozen units' (one copy); first the sizes, then the offsets */
-  uint64_t region = 0, single = 0;
+  uint64_t region = 0, single = 0, grads = 0;
+  t->grads = t->opt;
   for (int pass = 0; pass < 2; pass++) {
-    uint64_t at2 = 0, at0 = 0;
+    uint64_t at2 = 0, at0 = 0, at3 = 0;
     t->nchunks = 0;
     for (int i = 0; i < zs->nunits; i++) {
       const zs_unit_t *u = &zs->units[i];
@@ -117,6 +124,11 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
       t->unit_chunk0[i] = t->nchunks;
       t->unit_nchunks[i] = 0;
       if (!(opt || param)) continue;
+      if (opt) { /* its gradient shard (opt implies trainable) */
+        t->gbase[i] = 2 * region + single + at3;
+        at3 += zs__tier_grad_bytes(u->opt_n);
+        if (pass == 1) t->cat_bytes[ZS_MEM_GRADS] += zs__tier_grad_bytes(u->opt_n);
+      }
       for (int64_t lo = 0; lo < u->opt_n; lo += C) {
         zs_tier_chunk_t *k = &t->chunks[t->nchunks++];
         t->unit_nchunks[i]++;
@@ -130,6 +142,9 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
         /* a step reads the whole record: the fields it does not write (a frozen
          * parameter's inside a trainable unit, the padding) go back as they were */
         k->read_bytes = k->bytes;
+        k->goff = t->gbase[i] + (uint64_t)lo * 4;
+        k->grad_at = k->bytes;
+        k->stage_at = k->bytes + (opt ? (size_t)pad((uint64_t)k->n * 4) : 0);
         if (trainable) {
           k->off[0] = at0;
           k->off[1] = region + at0;
@@ -142,8 +157,9 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
     }
     region = at0;
     single = at2;
+    grads = at3;
   }
-  t->bytes = 2 * region + single;
+  t->bytes = 2 * region + single + grads;
   return ZS_OK;
 }
 
@@ -168,10 +184,6 @@ zs_status_t zs__tier_setup(zs_engine_t *zs) {
   zs_mem_acct_t *acct = zs__device_acct(zs->dev);
   for (int k = 0; k < ZS_MEM_CATEGORY_COUNT; k++)
     if (t->cat_bytes[k]) zs__acct_add(acct, ZS_DOMAIN_NVME, (zs_mem_category_t)k, t->cat_bytes[k]);
-  int depth = c->aio_queue_depth ? c->aio_queue_depth : ZS_AIO_QUEUE_DEPTH_DEFAULT;
-  size_t block = c->aio_block_size ? c->aio_block_size : ZS_AIO_BLOCK_SIZE_DEFAULT;
-  st = zs__aio_ring_create(&t->ring, depth, block);
-  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier on rank %d: %s", zs->rank, zs_last_error());
   /* the chunk buffers: one pinned region, each buffer aligned for direct I/O */
   size_t bb = 0;
   int segmax = 1;
@@ -184,6 +196,16 @@ zs_status_t zs__tier_setup(zs_engine_t *zs) {
   }
   t->nbuf = zs__tier_nbuf(c);
   t->buf_bytes = bb ? bb : ZS_AIO_ALIGN;
+  /* the step's ring: aio_queue_depth requests, and at least as many as every
+   * chunk buffer's transfers at once, so that queuing a read or a write never
+   * waits for the disk while the CPU could update (a queue of 8 requests of
+   * 1 MiB held less than one 14 MiB record) */
+  int depth = c->aio_queue_depth ? c->aio_queue_depth : ZS_AIO_QUEUE_DEPTH_DEFAULT;
+  size_t block = c->aio_block_size ? c->aio_block_size : ZS_AIO_BLOCK_SIZE_DEFAULT;
+  uint64_t need = ((uint64_t)t->nbuf * t->buf_bytes + block - 1) / block + 1;
+  int ring_depth = need > 1024 ? 1024 : need > (uint64_t)depth ? (int)need : depth;
+  st = zs__aio_ring_create(&t->ring, ring_depth, block);
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier on rank %d: %s", zs->rank, zs_last_error());
   t->buf_alloc = (size_t)t->nbuf * t->buf_bytes + ZS_AIO_ALIGN;
   ZS_CHECK(zs__eng_host_alloc(zs, t->buf_alloc, ZS_MEM_COMM, &t->buf_mem));
   char *base = (char *)(((uintptr_t)t->buf_mem + ZS_AIO_ALIGN - 1) & ~(uintptr_t)(ZS_AIO_ALIGN - 1));
@@ -225,6 +247,19 @@ zs_status_t zs__tier_setup(zs_engine_t *zs) {
       return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier's parameter reader on rank %d: %s", zs->rank,
                      zs_last_error());
   }
+  if (t->grads) { /* the conversion thread's buffer: a whole shard of fp32 gradients */
+    size_t mx = ZS_AIO_ALIGN;
+    for (int i = 0; i < zs->nunits; i++)
+      if (!zs->units[i].frozen && zs__tier_grad_bytes(zs->units[i].opt_n) > mx)
+        mx = zs__tier_grad_bytes(zs->units[i].opt_n);
+    t->cbuf_alloc = mx + ZS_AIO_ALIGN;
+    ZS_CHECK(zs__eng_host_alloc(zs, t->cbuf_alloc, ZS_MEM_COMM, &t->cbuf_mem));
+    void *cb = (void *)(((uintptr_t)t->cbuf_mem + ZS_AIO_ALIGN - 1) & ~(uintptr_t)(ZS_AIO_ALIGN - 1));
+    st = zs__offload_conv_disk(zs->conv, t->file, depth, block, cb, mx);
+    if (st != ZS_OK)
+      return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier's gradients on rank %d: %s", zs->rank,
+                     zs_last_error());
+  }
   snprintf(t->last.path, sizeof t->last.path, "%s", t->path);
   t->last.file_bytes = t->bytes;
   return ZS_OK;
@@ -234,6 +269,7 @@ void zs__tier_release(zs_engine_t *zs) {
   zs_tier_t *t = zs->tier;
   if (!t) return;
   zs__offload_preader_destroy(t->reader);
+  if (t->grads) zs__offload_conv_disk_end(zs->conv); /* its queued tasks write into the file */
   zs__aio_ring_destroy(t->ring);
   if (t->file) {
     zs_mem_acct_t *acct = zs__device_acct(zs->dev);
@@ -245,6 +281,7 @@ void zs__tier_release(zs_engine_t *zs) {
     if (t->buf_done[b]) zs_event_destroy(zs->dev, t->buf_done[b]);
   zs__eng_host_free(zs, &t->buf_mem, t->buf_alloc, ZS_MEM_COMM);
   zs__eng_host_free(zs, &t->pbuf_mem, t->pbuf_alloc, ZS_MEM_COMM);
+  zs__eng_host_free(zs, &t->cbuf_mem, t->cbuf_alloc, ZS_MEM_COMM);
   free(t->seg_scratch);
   free(t->piece_seg);
   free(t->piece_lo);
@@ -255,6 +292,7 @@ void zs__tier_release(zs_engine_t *zs) {
   free(t->pext);
   free(t->unit_chunk0);
   free(t->unit_nchunks);
+  free(t->gbase);
   free(t);
   zs->tier = NULL;
 }

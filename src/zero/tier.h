@@ -36,6 +36,9 @@ typedef struct {
   uint64_t field[ZS_TF_COUNT];   /* field offsets inside the record (UINT64_MAX: absent) */
   size_t bytes;                  /* the record's bytes */
   size_t read_bytes;             /* the prefix a step reads: master .. vs (0: none on disk) */
+  uint64_t goff;                 /* its fp32 gradients in region 3 (grads on disk; else unused) */
+  size_t grad_at, stage_at;      /* in a chunk buffer: the gradients read, the 16-bit parameters
+                                    staged for the device (after the record) */
 } zs_tier_chunk_t;
 
 typedef struct zs_tier {
@@ -46,6 +49,10 @@ typedef struct zs_tier {
   uint64_t cat_bytes[ZS_MEM_CATEGORY_COUNT]; /* counted in the accountant's nvme domain */
   int cur;                       /* the committed region of trainable units' records */
   int opt, param;                /* the optimizer state / the parameters are on disk */
+  int grads;                     /* the fp32 gradient shards too (with the optimizer state): region 3 */
+  uint64_t *gbase;               /* per unit: its gradient shard's offset in region 3 */
+  void *cbuf_mem;                /* the conversion thread's buffer (grads on disk) */
+  size_t cbuf_alloc;
   zs_tier_chunk_t *chunks;
   int nchunks;
   int *unit_chunk0, *unit_nchunks; /* per unit (0 chunks: nothing of it on disk) */
@@ -89,6 +96,9 @@ size_t zs__tier_record(const zs_config_t *c, int64_t n, int opt, int param, int 
  * record, twice for a trainable unit; by category into cat (added). */
 uint64_t zs__tier_unit_bytes(const zs_config_t *c, int64_t on, int opt, int param, int trainable,
                              uint64_t cat[ZS_MEM_CATEGORY_COUNT]);
+/* A trainable unit's fp32 gradient shard on disk (with the optimizer state):
+ * pad(4 on) bytes in region 3, category grads. */
+static inline uint64_t zs__tier_grad_bytes(int64_t on) { return ((uint64_t)on * 4 + 4095) / 4096 * 4096; }
 /* The step's chunk buffers: count and bytes each (a full chunk's record). */
 int zs__tier_nbuf(const zs_config_t *c);
 size_t zs__tier_chunk_elems(const zs_config_t *c);
@@ -120,5 +130,8 @@ zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h);
 zs_status_t zs__tier_read_params(zs_engine_t *zs, zs_unit_t *u, void *dst, zs_stream_t *s);
 /* The parameter reads' first failure (waits for the reads queued). */
 zs_status_t zs__tier_reads_check(zs_engine_t *zs);
+/* The run cannot go on through the tier (a step's data was lost): every later
+ * step fails with msg. */
+void zs__tier_break(zs_engine_t *zs, const char *msg);
 
 #endif

@@ -49,7 +49,8 @@ static int hook_segments(void *ctx, int i, void *buf, zs_optim_seg_t *out, int c
     int64_t d = a - k->lo, into = a - slo; /* into the chunk, into the segment */
     p.n = (size_t)(e - a);
     p.key += (uint64_t)into;
-    p.grad = (const float *)p.grad + into; /* the host gradient shard, fp32 */
+    if (t->grads) p.grad = (const float *)(b + k->grad_at) + d; /* read from region 3 with the record */
+    else p.grad = (const float *)p.grad + into;                 /* the host gradient shard, fp32 */
     if (t->opt) {
       p.master = (float *)(b + k->field[ZS_TF_MASTER]) + d;
       p.m = k->field[ZS_TF_M] != UINT64_MAX ? b + k->field[ZS_TF_M] + (size_t)d * esz : NULL;
@@ -67,7 +68,7 @@ static int hook_segments(void *ctx, int i, void *buf, zs_optim_seg_t *out, int c
     if (zs->pb != 4) {
       if (u->param_where == ZS_OFFLOAD_NVME) p.param = b + k->field[ZS_TF_PARAM] + (size_t)d * zs->pb;
       else if (u->param_where == ZS_OFFLOAD_CPU) p.param = (char *)u->pshard + (size_t)a * zs->pb;
-      else p.param = b + k->bytes + (size_t)d * zs->pb; /* staged for the device */
+      else p.param = b + k->stage_at + (size_t)d * zs->pb; /* staged for the device */
     }
     t->piece_seg[n] = s;
     t->piece_lo[n] = a;
@@ -91,7 +92,7 @@ static zs_status_t hook_after(void *ctx, int i, void *buf, zs_stream_t *copy) {
     size_t len = t->seg_scratch[j].n;
     const float *m = piece_master(zs, k, buf, j);
     if (u->param_where == ZS_OFFLOAD_NONE) {
-      const void *src = pb == 4 ? (const void *)m : (const void *)((char *)buf + k->bytes + (size_t)d * pb);
+      const void *src = pb == 4 ? (const void *)m : (const void *)((char *)buf + k->stage_at + (size_t)d * pb);
       void *dst = (char *)zs->seg_dst[s] + (size_t)(a - zs->seg_lo[s]) * pb;
       ZS_CHECK(zs_memcpy_async(zs->dev, dst, src, len * pb, ZS_COPY_H2D, copy));
     } else if (pb == 4 && u->param_where == ZS_OFFLOAD_CPU) {
@@ -141,12 +142,12 @@ static zs_status_t restore_params(zs_engine_t *zs) {
 
 zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h) {
   zs_tier_t *t = zs->tier;
+  zs_status_t st = ZS_OK; /* a broken tier still joins the agreement below */
   if (t->broken)
-    return ZS_FAIL(zs->err, ZS_ERR_IO, "the NVMe tier failed earlier and the run cannot go on: %s", t->broken_msg);
-  zs_status_t st = ZS_OK;
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "the NVMe tier failed earlier and the run cannot go on: %s", t->broken_msg);
   /* optimizer state in host memory: the units without a record (the
    * persistent ones) step as with offload cpu */
-  if (!t->opt && t->nrest)
+  if (st == ZS_OK && !t->opt && t->nrest)
     st = zs__offload_step(zs->dev, zs->copy_stream, h, t->rest, t->nrest, zs->ev_slot, zs->ev_copy_done);
   t->nplan = 0;
   for (int ci = 0; ci < t->nchunks && st == ZS_OK; ci++) {
@@ -157,6 +158,11 @@ zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h) {
     t->plan_chunk[t->nplan++] = ci;
     *p = (zs_nvme_chunk_t){.read_off = k->off[t->cur], .write_off = k->off[!t->cur], .read_bytes = k->read_bytes,
                            .write_bytes = k->bytes, .unit = k->unit, .name = u->name, .elems = (size_t)k->n};
+    if (t->grads) {
+      p->read2_off = k->goff;
+      p->read2_bytes = (size_t)(((uint64_t)k->n * 4 + ZS_AIO_ALIGN - 1) / ZS_AIO_ALIGN * ZS_AIO_ALIGN);
+      p->read2_at = k->grad_at;
+    }
   }
   zs_nvme_hooks_t hooks = {.segments = hook_segments, .after = hook_after, .ctx = zs};
   if (st == ZS_OK)
@@ -176,6 +182,7 @@ zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h) {
   }
   char msg[ZS_ERRBUF];
   snprintf(msg, sizeof msg, "%s", zs_last_error());
+  if (t->broken) return ZS_FAIL(zs->err, agreed, "%s", msg);
   if (!t->opt) { /* the host state moved on; the records did not */
     t->broken = 1;
     snprintf(t->broken_msg, sizeof t->broken_msg, "%s", msg);
@@ -211,6 +218,12 @@ zs_status_t zs__tier_read_params(zs_engine_t *zs, zs_unit_t *u, void *dst, zs_st
   zs_status_t st = zs__offload_preader_read(t->reader, s, dst, (size_t)u->opt_n * zs->pb, ext, n, ui, u->name);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "reading unit '%s' from the NVMe tier: %s", u->name, zs_last_error());
   return ZS_OK;
+}
+
+void zs__tier_break(zs_engine_t *zs, const char *msg) {
+  if (!zs->tier || zs->tier->broken) return;
+  zs->tier->broken = 1;
+  snprintf(zs->tier->broken_msg, sizeof zs->tier->broken_msg, "%s", msg);
 }
 
 zs_status_t zs__tier_reads_check(zs_engine_t *zs) {
