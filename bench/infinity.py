@@ -161,6 +161,9 @@ def main():
         nv = cg.run(trainer(a, ["--nvme", tier, "--offload-param", "--nvme-chunk", str(a.nvme_chunk)]), env,
                     a.timeout)
         nv_s = time.time() - t0
+        if nv.returncode and "without liburing" in nv.stderr:
+            print("skipped: this zeroshard was built without liburing (no NVMe tier)")
+            return 77
         if nv.returncode:
             failed.append("with --nvme in %d MiB the run failed (exit %d): %s" %
                           (a.limit_mib, nv.returncode, nv.stderr.strip().splitlines()[-1:] or ""))
@@ -196,13 +199,23 @@ def main():
                           (a.limit_mib, mem.returncode, mem.stderr[-1500:]))
         if out["nvme"]["oom_kills"] or out["memory_in_cgroup"]["oom_kills"]:
             failed.append("the OOM killer ran in the cgroup")
-        if a.disk:
+        if a.disk:  # the disk's bandwidth at the engine's depth, by zs-bench-nvme (its engine part kept small)
             d = subprocess.run(["mpiexec", "-n", str(a.ranks), os.path.join(a.bin, "zs-bench-nvme"), "--dir", tier,
-                                "--disk-only", "--json"], env=env, capture_output=True, text=True, timeout=a.timeout)
+                                "--params", "4M", "--units", "4", "--steps", "1", "--warmup", "0", "--rounds", "3",
+                                "--json"], env=env, capture_output=True, text=True, timeout=a.timeout)
             try:
-                out["disk"] = json.loads(d.stdout).get("disk")
-            except ValueError:
+                disk = json.loads(d.stdout)["disk"]
+                out["disk"] = {"write_mbps": disk["write_mbps"]["median"], "read_mbps": disk["read_mbps"]["median"]}
+            except (ValueError, KeyError):
                 out["disk"] = None
+            if out["disk"] and nj:  # the optimizer phase against what the disk allows for its bytes
+                steps = max(a.steps, 1)
+                ph = sum(out["nvme"]["phase_s"]) / len(out["nvme"]["phase_s"])
+                mv = sum(out["nvme"]["bytes_moved"]) / len(out["nvme"]["bytes_moved"])
+                bw = 2 / (1 / out["disk"]["write_mbps"] + 1 / out["disk"]["read_mbps"])  # half read, half written
+                out["disk"]["phase_mbps"] = mv / ph / 1e6 if ph else None
+                out["disk"]["fraction"] = (mv / 1e6 / bw) / ph if ph else None
+                out["disk"]["phase_s_per_step"] = ph / steps
     finally:
         cg.close()
         subprocess.run(["rm", "-rf", tier])
@@ -224,6 +237,11 @@ def main():
         print("%-24s %10s  %s" % ("memory, in the cgroup", m.get("exit"), m.get("message", "")[:160]))
         print("losses equal: %s; OOM kills: %d" % (n.get("losses") == out["reference"]["losses"],
                                                   n.get("oom_kills", 0) + m.get("oom_kills", 0)))
+        dk = out.get("disk")
+        if dk:
+            print("disk: write %.0f MB/s, read %.0f MB/s; the optimizer phase moved %.0f MB/s: %.2f of the disk's time "
+                  "for its bytes" % (dk["write_mbps"], dk["read_mbps"], dk.get("phase_mbps") or 0,
+                                     dk.get("fraction") or 0))
         for f in failed:
             print("FAILED: " + f)
     return 1 if failed else 0

@@ -10,3 +10,6 @@ target_compile_definitions(test_config_ds PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURR
 zs_add_test(NAME test_config_state SOURCES test_config_state.c LAYERS zs_config zs_common)
 # ZeRO++ keys (quantized weights, hpZ, quantized gradients): ours, DeepSpeed's, the environment, refusals
 zs_add_test(NAME test_config_zeropp SOURCES test_config_zeropp.c LAYERS zs_config zs_common)
+# ZeRO-Infinity's keys: DeepSpeed's offload sections and aio, ours, the environment, the rules
+zs_add_test(NAME test_config_nvme SOURCES test_config_nvme.c LAYERS zs_config zs_common)
+target_compile_definitions(test_config_nvme PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

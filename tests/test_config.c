@@ -175,9 +175,12 @@ static void test_env(void) {
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "config.stage is 9 (from ZS_STAGE): use 0 (DDP), 1, 2 or 3");
   setenv("ZS_STAGE", "3", 1);
-  setenv("ZS_OFFLOAD", "nvme", 1);
+  setenv("ZS_OFFLOAD", "disk", 1);
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
-  expect_str_contains(zs_last_error(), "ZS_OFFLOAD is 'nvme': expected none or cpu");
+  expect_str_contains(zs_last_error(), "ZS_OFFLOAD is 'disk': expected none, cpu or nvme");
+  setenv("ZS_OFFLOAD", "nvme", 1); /* parses; the tier needs its directory */
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "config.nvme_path is empty");
   setenv("ZS_OFFLOAD", "cpu", 1);
   setenv("ZS_PERSIST_THRESHOLD", "-5", 1);
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
@@ -478,12 +481,15 @@ static void test_json_errors(void) {
            "optimizer.type is \"Lamb\": zeroshard supports \"AdamW\", \"Adam\" and \"SGD\"");
   JSON_BAD("{\"optimizer\": {\"type\": \"adam\", \"params\": {\"amsgrad\": true}}}", ZS_ERR_INVALID,
            "optimizer.params.amsgrad is true: AMSGrad is not supported");
+  /* NVMe without a path, a device that is not one, parameter offload alone
+   * (test_config_nvme has the rest of ZeRO-Infinity's keys) */
   JSON_BAD("{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\"}}}", ZS_ERR_INVALID,
-           "zero_optimization.offload_optimizer.device is \"nvme\": NVMe offload is not supported");
+           "config.nvme_path is empty");
   JSON_BAD("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", ZS_ERR_INVALID,
-           "zero_optimization.offload_optimizer.device is \"gpu\": use \"cpu\" or \"none\"");
+           "zero_optimization.offload_optimizer.device is \"gpu\": use \"cpu\", \"nvme\" or \"none\"");
   JSON_BAD("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}", ZS_ERR_INVALID,
-           "zero_optimization.offload_param.device is \"cpu\": parameter offload is not supported");
+           "config.offload_param is set without offload_optimizer (from zero_optimization.offload_param.device): the "
+           "updated parameters are made on the host");
   JSON_BAD("{\"fp16\": {\"initial_scale_power\": 99}}", ZS_ERR_INVALID,
            "fp16.initial_scale_power is 99: expected an integer power 0..63");
   JSON_BAD("{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", ZS_ERR_INVALID,

@@ -42,6 +42,13 @@
     expect_int_eq(a_->hysteresis, b_->hysteresis);                            \
     expect_true(a_->min_scale == b_->min_scale);                              \
     expect_int_eq(a_->shard_group, b_->shard_group);                          \
+    expect_int_eq(a_->offload_param, b_->offload_param);                      \
+    expect_true(!strcmp(a_->nvme_path, b_->nvme_path));                       \
+    expect_u64_eq(a_->nvme_chunk, b_->nvme_chunk);                            \
+    expect_int_eq(a_->nvme_buffers, b_->nvme_buffers);                        \
+    expect_int_eq(a_->nvme_param_buffers, b_->nvme_param_buffers);            \
+    expect_u64_eq(a_->aio_block_size, b_->aio_block_size);                    \
+    expect_int_eq(a_->aio_queue_depth, b_->aio_queue_depth);                  \
     expect_int_eq(a_->schedule.kind, b_->schedule.kind);                      \
     expect_int_eq(a_->schedule.warmup_type, b_->schedule.warmup_type);        \
     expect_int_eq(a_->schedule.warmup_steps, b_->schedule.warmup_steps);      \

@@ -63,11 +63,16 @@ static zs_config_t hf_fp16_section(int stage) {
 
 static void test_corpus(void) {
   zs_log_set_level(ZS_LOG_NONE); /* the refusals below are expected */
-  /* Hugging Face's ZeRO-3 example with parameter offload: refused, saying what to change */
-  expect_refused("hf_zero3_offload.json", ZS_ERR_INVALID, "zero_optimization.offload_param.device is \"cpu\"",
-                 "set it to \"none\" or remove zero_optimization.offload_param");
-  expect_refused("llamafactory_z3_offload.json", ZS_ERR_INVALID, "offload_param.device is \"cpu\"",
-                 "keep offload_optimizer.device \"cpu\"");
+  /* Hugging Face's ZeRO-3 example with parameter offload: offload_param cpu
+   * loads (issue 28); what is refused is the scheduler's "auto" warmup, which
+   * only HF's Trainer can fill, as for ms-swift's file below */
+  expect_refused("hf_zero3_offload.json", ZS_ERR_INVALID, "scheduler.params.warmup_num_steps is \"auto\"",
+                 "\"schedule\": {\"warmup_steps\": N}");
+  /* LLaMA-Factory's ZeRO-3 with parameter and optimizer offload: loads */
+  zs_config_t z = hf_fp16_section(3);
+  z.offload_optimizer = ZS_OFFLOAD_CPU;
+  z.offload_param = ZS_OFFLOAD_CPU;
+  expect_loads("llamafactory_z3_offload.json", &z);
   /* Hugging Face's WarmupLR with "auto" rates, the warmup from our key */
   zs_config_t w = init();
   w.stage = 3;

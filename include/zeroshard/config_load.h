@@ -37,8 +37,13 @@ extern "C" {
  *   of ZS_ADAMW, ZS_ADAM, ZS_SGD; optim.lr > 0 and finite; 0 <= beta1, beta2 < 1;
  *   eps > 0; weight_decay >= 0; 0 <= momentum < 1; nesterov 0|1 (SGD: needs
  *   momentum > 0); grad_accum >= 1; grad_clip >= 0; prefetch 0..16; the 0|1
- *   flags; offload_optimizer none|cpu and only at stage >= 1; delayed_param_update
- *   only with offload; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
+ *   flags; offload_optimizer none|cpu|nvme and only at stage >= 1;
+ *   offload_param none|cpu|nvme only at stage 3 with offload_optimizer cpu|nvme;
+ *   nvme_path set (under 256 bytes) with either on nvme; nvme_chunk 0 or a
+ *   multiple of 4096 up to 2^30; nvme_buffers 0 or 2..64; nvme_param_buffers 0
+ *   or 1..64; aio_block_size 0 or a multiple of 4096 up to 64 MiB;
+ *   aio_queue_depth 0 or 1..1024; delayed_param_update only with offload cpu
+ *   and no offload_param; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
  *   hysteresis >= 1, 0 < min_scale <= initial_scale (these four only where they are
  *   used: fp16 parameters with loss_scale 0; a static scale or another precision
  *   ignores them, as DeepSpeed reads its fp16 section only when it is enabled);
@@ -82,7 +87,9 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * "adamw"|"adam"|"sgd", "lr", "beta1", "beta2", "eps", "weight_decay",
  * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
- * "offload_optimizer" ("none"|"cpu"), "offload_strict", "delayed_param_update",
+ * "offload_optimizer" ("none"|"cpu"|"nvme"), "offload_strict", "delayed_param_update",
+ * "offload_param" ("none"|"cpu"|"nvme"), "nvme_path", "nvme_chunk", "nvme_buffers",
+ * "nvme_param_buffers", "aio_block_size", "aio_queue_depth",
  * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
  * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
  * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",
@@ -107,12 +114,19 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *   zero_optimization.zero_hpz_partition_size      -> hpz_partition_size (ZeRO++'s
  *       hpZ: backward's gathers among that many ranks, from a secondary copy)
  *   zero_optimization.offload_optimizer.device     "cpu" -> ZS_OFFLOAD_CPU,
- *       "none" -> ZS_OFFLOAD_NONE, "nvme" is rejected (not supported)
+ *       "nvme" -> ZS_OFFLOAD_NVME (ZeRO-Infinity), "none" -> ZS_OFFLOAD_NONE
  *   zero_optimization.offload_optimizer.pin_memory accepted: offloaded state is
  *       always pinned (set offload_strict to fail rather than fall back)
- *   zero_optimization.offload_param.device         only "none": parameter
- *       offload is not supported; the message says to set "none" or remove
- *       offload_param, and what saves device memory instead
+ *   zero_optimization.offload_optimizer.nvme_path  -> nvme_path; buffer_count ->
+ *       nvme_buffers; ratio only 1 (partial offload is not built); pipeline,
+ *       pipeline_read, pipeline_write accepted (info: always pipelined)
+ *   zero_optimization.offload_param.device         "cpu" | "nvme" | "none" ->
+ *       offload_param; nvme_path -> nvme_path (the same as the optimizer's: one
+ *       tier a rank); buffer_count -> nvme_param_buffers; buffer_size and
+ *       max_in_cpu accepted (info)
+ *   aio.block_size -> aio_block_size, aio.queue_depth -> aio_queue_depth;
+ *       thread_count, single_submit, overlap_events accepted (io_uring needs no
+ *       threads); use_gds true is refused (not built)
  *   zero_optimization.overlap_comm, contiguous_gradients, allgather_bucket_size,
  *       allgather_partitions, reduce_scatter, round_robin_gradients,
  *       sub_group_size, stage3_max_reuse_distance,

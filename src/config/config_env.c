@@ -23,7 +23,7 @@ const char *const zs__config_kind_expect[] = {
     [K_BOOL] = "true or false (or 1/0, on/off, yes/no)",
     [K_DTYPE] = "fp32, bf16 or fp16",
     [K_OPTIM] = "adamw, adam or sgd",
-    [K_OFFLOAD] = "none or cpu",
+    [K_OFFLOAD] = "none, cpu or nvme",
     [K_STEPS] = "a whole number of steps >= 0",
     [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
     [K_WARMUP] = "linear or log",
@@ -77,6 +77,7 @@ static int word_optim(const char *s, zs_optim_kind_t *out) {
 int zs__config_word_offload(const char *s, zs_offload_t *out) {
   if (!strcasecmp(s, "none")) *out = ZS_OFFLOAD_NONE;
   else if (!strcasecmp(s, "cpu")) *out = ZS_OFFLOAD_CPU;
+  else if (!strcasecmp(s, "nvme")) *out = ZS_OFFLOAD_NVME;
   else return 0;
   return 1;
 }
@@ -158,6 +159,12 @@ static const struct {
     {"ZS_PERSIST_THRESHOLD", K_SIZE, offsetof(zs_config_t, persist_threshold), "persist_threshold"},
     {"ZS_OFFLOAD", K_OFFLOAD, offsetof(zs_config_t, offload_optimizer), "offload_optimizer"},
     {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
+    {"ZS_OFFLOAD_PARAM", K_OFFLOAD, offsetof(zs_config_t, offload_param), "offload_param"},
+    {"ZS_NVME_CHUNK", K_SIZE, offsetof(zs_config_t, nvme_chunk), "nvme_chunk"},
+    {"ZS_NVME_BUFFERS", K_INT, offsetof(zs_config_t, nvme_buffers), "nvme_buffers"},
+    {"ZS_NVME_PARAM_BUFFERS", K_INT, offsetof(zs_config_t, nvme_param_buffers), "nvme_param_buffers"},
+    {"ZS_AIO_BLOCK_SIZE", K_SIZE, offsetof(zs_config_t, aio_block_size), "aio_block_size"},
+    {"ZS_AIO_QUEUE_DEPTH", K_INT, offsetof(zs_config_t, aio_queue_depth), "aio_queue_depth"},
     {"ZS_LOSS_SCALE", K_FLOAT, offsetof(zs_config_t, loss_scale), "loss_scale"},
     {"ZS_SHARD_GROUP", K_INT, offsetof(zs_config_t, shard_group), "shard_group"},
     {"ZS_QUANTIZED_WEIGHTS", K_BOOL, offsetof(zs_config_t, quantized_weights), "quantized_weights"},
@@ -254,6 +261,14 @@ zs_status_t zs_config_from_env(zs_config_t *cfg) {
     }
     zs__config_store(&c, env_keys[i].off, env_keys[i].kind, num, word);
     origin_set(&org, env_keys[i].field, env_keys[i].var);
+  }
+  const char *np = getenv("ZS_NVME_PATH"); /* a path, kept as given */
+  if (np && *np) {
+    if (strlen(np) >= sizeof c.nvme_path)
+      return ZS_FAIL(NULL, ZS_ERR_INVALID, "ZS_NVME_PATH is %zu bytes long: at most %zu (a shorter directory, or a "
+                     "symbolic link to it)", strlen(np), sizeof c.nvme_path - 1);
+    memcpy(c.nvme_path, np, strlen(np) + 1);
+    origin_set(&org, "nvme_path", "ZS_NVME_PATH");
   }
   ZS_CHECK(zs__config_validate(&c, &org, ""));
   *cfg = c;

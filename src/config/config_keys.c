@@ -11,37 +11,83 @@
 
 /* ---- JSON: DeepSpeed's zero_optimization ------------------------------------ */
 
-static zs_status_t fn_offload_device(ctx_t *x, const cJSON *item, const char *path) {
+/* offload_optimizer.device / offload_param.device: "none", "cpu" or "nvme" */
+static zs_status_t offload_word(ctx_t *x, const cJSON *item, const char *path, zs_offload_t *out, const char *field) {
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "nvme"))
-    return zs__config_wrong(x, item, path,
-                            "NVMe offload is not supported by zeroshard: use \"cpu\" or \"none\"");
   zs_offload_t f;
   if (!cJSON_IsString(item) || !zs__config_word_offload(item->valuestring, &f))
-    return zs__config_wrong(x, item, path, "use \"cpu\" or \"none\"");
-  x->cfg.offload_optimizer = f;
-  origin_set(&x->org, "offload_optimizer", path);
+    return zs__config_wrong(x, item, path, "use \"cpu\", \"nvme\" or \"none\"");
+  *out = f;
+  origin_set(&x->org, field, path);
   return ZS_OK;
+}
+static zs_status_t fn_offload_device(ctx_t *x, const cJSON *item, const char *path) {
+  return offload_word(x, item, path, &x->cfg.offload_optimizer, "offload_optimizer");
+}
+static zs_status_t fn_offload_param_device(ctx_t *x, const cJSON *item, const char *path) {
+  return offload_word(x, item, path, &x->cfg.offload_param, "offload_param");
+}
+
+/* A path into nvme_path: our key sets it (it is applied after DeepSpeed's and
+ * wins); DeepSpeed's offload_optimizer.nvme_path and offload_param.nvme_path
+ * must agree, since zeroshard keeps one tier a rank. */
+static zs_status_t set_nvme_path(ctx_t *x, const cJSON *item, const char *path, int ds) {
+  if (ds && zs__config_skip_auto(x, item, path)) return ZS_OK;
+  if (!cJSON_IsString(item)) return zs__config_wrong(x, item, path, "a directory path (a string)");
+  size_t len = strlen(item->valuestring);
+  if (len == 0 || len >= sizeof x->cfg.nvme_path)
+    return zs__config_wrong(x, item, path, "a directory path of 1 to %zu bytes", sizeof x->cfg.nvme_path - 1);
+  const char *before = origin_get(&x->org, "nvme_path");
+  if (ds && before && strcmp(x->cfg.nvme_path, item->valuestring)) {
+    char a[96], b[96];
+    zs__config_printable(a, sizeof a, x->cfg.nvme_path, strlen(x->cfg.nvme_path));
+    zs__config_printable(b, sizeof b, item->valuestring, len);
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "%s%s is \"%s\" but %s is \"%s\": zeroshard keeps one NVMe tier a rank (the optimizer state and the "
+                   "parameters in one file): give both the same nvme_path",
+                   x->src, path, b, before, a);
+  }
+  memcpy(x->cfg.nvme_path, item->valuestring, len + 1);
+  origin_set(&x->org, "nvme_path", path);
+  return ZS_OK;
+}
+static zs_status_t fn_ds_nvme_path(ctx_t *x, const cJSON *item, const char *path) {
+  return set_nvme_path(x, item, path, 1);
+}
+static zs_status_t zs__config_fn_nvme_path(ctx_t *x, const cJSON *item, const char *path) {
+  return set_nvme_path(x, item, path, 0);
 }
 
 static zs_status_t fn_pin_memory(ctx_t *x, const cJSON *item, const char *path) {
   int pin = 1;
   ZS_CHECK(zs__config_get_flag(x, item, path, &pin));
   if (!pin)
-    ZS_LOG_I("%s%s is false: zeroshard pins offloaded optimizer state anyway (copies from pageable "
-             "memory are several times slower)", x->src, path);
+    ZS_LOG_I("%s%s is false: zeroshard pins offloaded state anyway (copies from pageable memory are several "
+             "times slower)", x->src, path);
   return ZS_OK;
 }
 
+/* DeepSpeed's partial optimizer offload (Twin-Flow's ratio): only all of it */
+static zs_status_t fn_ratio(ctx_t *x, const cJSON *item, const char *path) {
+  double r = 1;
+  int word = 0;
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  ZS_CHECK(zs__config_get(x, item, path, K_FLOAT, "a number", &r, &word));
+  if (r != 1) return zs__config_wrong(x, item, path, "1: partial optimizer offload is not built");
+  return ZS_OK;
+}
+
+#define PIPELINED "zeroshard always overlaps the tier's reads and writes with the update (read chunk i+1, update i, write i-1)"
 static const spec_t offload_opt_keys[] = {
     FN("device", fn_offload_device, 1),
     FN("pin_memory", fn_pin_memory, 1),
-    ACCEPT("buffer_count", "used by NVMe offload only"),
-    ACCEPT("fast_init", "used by NVMe offload only"),
-    ACCEPT("pipeline", "used by NVMe offload only"),
-    ACCEPT("pipeline_read", "used by NVMe offload only"),
-    ACCEPT("pipeline_write", "used by NVMe offload only"),
-    ACCEPT("nvme_path", "used by NVMe offload only"),
+    FN("nvme_path", fn_ds_nvme_path, 1),
+    FIELD("buffer_count", K_INT, nvme_buffers, 1),
+    FN("ratio", fn_ratio, 1),
+    ACCEPT_I("pipeline", PIPELINED),
+    ACCEPT_I("pipeline_read", PIPELINED),
+    ACCEPT_I("pipeline_write", PIPELINED),
+    ACCEPT("fast_init", "the tier's files are reserved with fallocate at setup"),
 };
 
 static zs_status_t fn_offload_optimizer(ctx_t *x, const cJSON *item, const char *path) {
@@ -50,29 +96,43 @@ static zs_status_t fn_offload_optimizer(ctx_t *x, const cJSON *item, const char 
   return APPLY(x, item, path, offload_opt_keys);
 }
 
-static zs_status_t fn_offload_param_device(ctx_t *x, const cJSON *item, const char *path) {
-  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "none")) return ZS_OK;
-  return zs__config_wrong(x, item, path,
-                          "parameter offload is not supported by zeroshard: set it to \"none\" or remove "
-                          "zero_optimization.offload_param. Stage 3 already holds 1/N of the parameters per "
-                          "rank; to save more device memory keep offload_optimizer.device \"cpu\" (master "
-                          "weights, Adam state and gradient shards on the host) or add ranks");
-}
-
 static const spec_t offload_param_keys[] = {
     FN("device", fn_offload_param_device, 1),
-    ACCEPT("pin_memory", "parameters are not offloaded"),
-    ACCEPT("buffer_count", "parameters are not offloaded"),
-    ACCEPT("buffer_size", "parameters are not offloaded"),
-    ACCEPT("max_in_cpu", "parameters are not offloaded"),
-    ACCEPT("nvme_path", "parameters are not offloaded"),
+    FN("pin_memory", fn_pin_memory, 1),
+    FN("nvme_path", fn_ds_nvme_path, 1),
+    FIELD("buffer_count", K_INT, nvme_param_buffers, 1),
+    ACCEPT_I("buffer_size", "each parameter buffer holds the largest unit's shard"),
+    ACCEPT_I("max_in_cpu", "parameters on nvme are not cached in host memory"),
 };
 
 static zs_status_t fn_offload_param(ctx_t *x, const cJSON *item, const char *path) {
   if (cJSON_IsNull(item)) return ZS_OK;
   ZS_CHECK(zs__config_need_object(x, item, path));
   return APPLY(x, item, path, offload_param_keys);
+}
+
+/* DeepSpeed's "aio" section (its async I/O library's settings) */
+static zs_status_t fn_use_gds(ctx_t *x, const cJSON *item, const char *path) {
+  int on = 0;
+  ZS_CHECK(zs__config_get_flag(x, item, path, &on));
+  if (on) return zs__config_wrong(x, item, path, "false: GPUDirect Storage is not built");
+  return ZS_OK;
+}
+
+static const spec_t aio_keys[] = {
+    FIELD("block_size", K_SIZE, aio_block_size, 1),
+    FIELD("queue_depth", K_INT, aio_queue_depth, 1),
+    ACCEPT_I("thread_count", "io_uring needs no I/O threads: the engine's step and its parameter reader each own a ring"),
+    ACCEPT("single_submit", "requests are submitted in batches"),
+    ACCEPT("overlap_events", "completions are reaped while requests are in flight"),
+    ACCEPT("intra_op_parallelism", "io_uring needs no I/O threads"),
+    FN("use_gds", fn_use_gds, 1),
+};
+
+static zs_status_t zs__config_fn_aio(ctx_t *x, const cJSON *item, const char *path) {
+  if (cJSON_IsNull(item)) return ZS_OK;
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  return APPLY(x, item, path, aio_keys);
 }
 
 /* Element counts that have no field: checked for type, then explained. */
@@ -326,6 +386,13 @@ const spec_t zs__config_root_keys[] = {
     FIELD("hpz_partition_size", K_INT, hpz_partition_size, 0),
     FIELD("quantized_gradients", K_INT, quantized_gradients, 0),
     FIELD("quantized_gradients_group", K_INT, quantized_gradients_group, 0),
+    FIELD("offload_param", K_OFFLOAD, offload_param, 0),
+    FN("nvme_path", zs__config_fn_nvme_path, 0),
+    FIELD("nvme_chunk", K_SIZE, nvme_chunk, 0),
+    FIELD("nvme_buffers", K_INT, nvme_buffers, 0),
+    FIELD("nvme_param_buffers", K_INT, nvme_param_buffers, 0),
+    FIELD("aio_block_size", K_SIZE, aio_block_size, 0),
+    FIELD("aio_queue_depth", K_INT, aio_queue_depth, 0),
     FN("schedule", zs__config_fn_schedule, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),
@@ -337,6 +404,7 @@ const spec_t zs__config_root_keys[] = {
     FN("fp16", fn_fp16, 1),
     FN("optimizer", fn_optimizer, 1),
     FN("scheduler", zs__config_fn_scheduler, 1),
+    FN("aio", zs__config_fn_aio, 1),
     TRAINER("train_batch_size"),
     TRAINER("train_micro_batch_size_per_gpu"),
     TRAINER("steps_per_print"),

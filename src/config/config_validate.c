@@ -296,8 +296,14 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
   if (cfg->offload_optimizer == ZS_OFFLOAD_CPU)
     put(buf, n, &at, ", offload cpu%s%s", cfg->offload_strict ? " strict" : "",
         cfg->delayed_param_update ? " delayed-update" : "");
+  else if (cfg->offload_optimizer == ZS_OFFLOAD_NVME)
+    put(buf, n, &at, ", offload nvme");
   else
     put(buf, n, &at, ", offload none");
+  if (cfg->offload_param != ZS_OFFLOAD_NONE)
+    put(buf, n, &at, ", offload_param %s", cfg->offload_param == ZS_OFFLOAD_NVME ? "nvme" : "cpu");
+  if (cfg->offload_optimizer == ZS_OFFLOAD_NVME || cfg->offload_param == ZS_OFFLOAD_NVME)
+    put(buf, n, &at, ", nvme %.*s", (int)sizeof cfg->nvme_path, cfg->nvme_path);
   const zs_schedule_t *s = &cfg->schedule;
   if (s->kind == ZS_SCHED_COSINE || s->kind == ZS_SCHED_LINEAR)
     put(buf, n, &at, ", schedule %s warmup %lld total %lld min_lr %g", zs__config_sched_name(s->kind),
