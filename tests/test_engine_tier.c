@@ -222,6 +222,18 @@ static void test_parity(void) {
           else same(what, &got, &ref, 0, 6);
         }
       }
+  /* ZeRO++ with the tier: qwZ packs the copied-up shard; hpZ's backward gathers
+   * from its secondary copy (4 ranks: partitions of 2) */
+  for (int z = 0; z < 2; z++) {
+    if (z == 1 && nranks != 4) continue;
+    zs_config_t c = config(3, ZS_BF16, 1);
+    if (z == 0) c.quantized_weights = 1;
+    else c.hpz_partition_size = 2;
+    assert_ok(run(&c, 0, 6, NULL, NULL, &ref));
+    c.offload_optimizer = c.offload_param = ZS_OFFLOAD_NVME;
+    assert_ok(run(&c, 0, 6, NULL, NULL, &got));
+    same(z == 0 ? "qwZ, everything on disk" : "hpZ, everything on disk", &got, &ref, 0, 6);
+  }
   /* compact states through the tier: bf16 states (rounded by each element's
    * key, which a chunk's pieces must keep) and int8 codes with their scales */
   for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
