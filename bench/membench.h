@@ -1,6 +1,9 @@
-/* membench.h: what the parts of zs-membench share (membench.c: flags, runs and
- * measurement; membench_gpt.c: the example GPT's units and compute;
- * membench_report.c: the table, the JSON document and the plot). */
+/* membench.h: what the parts of zs-membench share (membench.c: the process,
+ * the runs it makes and their figures gathered on rank 0; membench_flags.c:
+ * the command line; membench_formula.c: the model and the formulas;
+ * membench_run.c: one run and its measurement; membench_gpt.c: the example
+ * GPT's units and compute; membench_report.c: the table, the JSON document
+ * and the plot). */
 #ifndef ZS_BENCH_MEMBENCH_H
 #define ZS_BENCH_MEMBENCH_H
 
@@ -8,6 +11,7 @@
 #include <stdio.h>
 
 #include "zeroshard/comm.h"
+#include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 
 #define MB_NAME_MAX 64
@@ -28,6 +32,11 @@ typedef struct {
   zs_state_dtype_t optim_state;             /* --optim-state: AdamW's m and v */
   int optim_block;                          /* --optim-block (int8) */
   int delayed;                              /* add offloaded runs with the delayed update */
+  int offload_param;                        /* --offload-param: stage 3 again with the parameter shards
+                                               in host memory, or (with --nvme) on disk */
+  const char *nvme;                         /* --nvme DIR: stages 1-3 again with the optimizer state in
+                                               the NVMe tier, its files under DIR */
+  int64_t nvme_chunk;                       /* --nvme-chunk: elements a chunk (0: the engine's default) */
   double compute_ms;                        /* --units: emulated compute per round (host idle) */
   int prefetch;                             /* -1: the engine's default */
   int shard_group;                          /* hybrid sharding (stages 1-3); 0 = all ranks */
@@ -40,6 +49,12 @@ typedef struct {
   int steps;
   int json;
   const char *plot;                         /* --plot FILE.png */
+  /* derived from the flags: the optimizer's states (--optim-state) have
+   * state_esz bytes per element of m and of v, int8 ones a block of
+   * state_block elements (its scales, 4 bytes a block each; 0 otherwise), and
+   * a parameter starts at a multiple of align_elems elements in its unit, 64
+   * or the block when larger (docs/design.md 2.2.1) */
+  int64_t state_esz, state_block, align_elems;
 } mb_opts_t;
 
 /* ---- the model as declared: units of parameters ------------------------------------ */
@@ -83,6 +98,16 @@ typedef struct {
   int64_t peak, host_peak;               /* peak of the domain total over the run */
   int64_t cur[ZS_MEM_CATEGORY_COUNT], pk[ZS_MEM_CATEGORY_COUNT];   /* device domain */
   int64_t hcur[ZS_MEM_CATEGORY_COUNT], hpk[ZS_MEM_CATEGORY_COUNT]; /* host domain */
+  /* the NVMe tier (runs with --nvme; 0 otherwise): the accountant's nvme domain
+   * (its model state and by category), the formula (docs/design.md 3.3.1) by
+   * category, the tier file's size by zs_engine_nvme_stats and by stat(2), the
+   * last step's optimizer phase's bytes read and written (the records and the
+   * gradients it reads; not the conversion thread's gradient writes in
+   * backward), and the parameter shards read for gathers over all steps */
+  int64_t nvme_model_state, nvme_formula, f_nvme[MB_F_COUNT];
+  int64_t ncur[ZS_MEM_CATEGORY_COUNT], npk[ZS_MEM_CATEGORY_COUNT];
+  int64_t nvme_file_bytes, nvme_file_stat;
+  int64_t nvme_read, nvme_written, nvme_param_read;
   int64_t comm_bytes;                    /* bytes sent over all steps, every kind */
   int64_t comm_ag, comm_rs, comm_ar;     /* of which all-gather, reduce-scatter, all-reduce */
   int64_t comm_inter;                    /* sent inside the replica group (hybrid) */
@@ -106,6 +131,8 @@ typedef struct {
 
 typedef struct {
   int stage, offload, delayed;   /* delayed: offload with the delayed parameter update */
+  int nvme;                      /* offload: the optimizer state in the NVMe tier (else host memory) */
+  int param;                     /* stage 3: where the parameter shards live (zs_offload_t) */
   double step_s;                 /* max over ranks */
   double comm_bytes_per_step;    /* rank 0's bytes sent per step */
   /* per step after the first, the most over ranks (0 in steady state) */
@@ -116,6 +143,7 @@ typedef struct {
   double comm_inter_bytes_per_step; /* rank 0's bytes sent across shard groups (the replica group) */
   int64_t comm_inter_theory;     /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype; 0 when flat */
   int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
+  int64_t comm_agree;            /* the NVMe tier's agreements: two int64 all-reduces over the engine's world a step */
   int64_t padded;                /* parameters including padding */
   mb_rank_t *ranks;              /* world entries (rank 0 only) */
 } mb_result_t;
@@ -129,6 +157,49 @@ typedef struct {
   int nres;
   int64_t padded_world; /* parameters with padding in a flat layout of every rank */
 } mb_report_t;
+
+/* ---- membench.c: the process ------------------------------------------------------------- */
+
+extern int mb_rank, mb_world;  /* MPI_COMM_WORLD's */
+extern zs_device_t *mb_dev;    /* the device every run's engine uses */
+extern zs_comm_t *mb_comm;     /* over MPI_COMM_WORLD (mpi, or nccl on --device cuda) */
+/* Destroys the comm and the device, finalizes MPI, exits with code. */
+_Noreturn void mb_finish(int code);
+/* Same on every rank (flags, configuration): rank 0 says it, everyone exits. */
+_Noreturn void mb_die_all(int code, const char *fmt, const char *arg);
+/* One rank failed in a collective run: the others may be waiting on it (MPI_Abort). */
+_Noreturn void mb_die_rank(zs_status_t st, const char *what, const char *detail);
+
+/* ---- membench_flags.c -------------------------------------------------------------------- */
+
+/* The options from the command line; bad flags end every rank (exit 2). */
+mb_opts_t mb_parse(int argc, char **argv);
+
+/* ---- membench_formula.c ------------------------------------------------------------------ */
+
+/* --units: one parameter of each size a unit (the first --frozen of them frozen). */
+void mb_units_model(const mb_opts_t *o, mb_model_t *m);
+/* Padded elements of unit u at n ranks, from the shapes (the engine's rule). */
+int64_t mb_unit_padded(const mb_opts_t *o, const mb_model_t *m, int u, int n);
+/* docs/design.md's tables per unit, summed: the model state's device, host
+ * and NVMe tier bytes by category (MB_F_*) for the run's setting (its stage,
+ * offload, delayed, nvme, param; nothing else of it is read), over n ranks. */
+void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run, size_t pb, size_t rb, int n,
+                int64_t f_dev[MB_F_COUNT], int64_t f_host[MB_F_COUNT], int64_t f_nvme[MB_F_COUNT]);
+/* Ring bytes a rank sends per step (the gradient norm's all-reduce in *norm). */
+int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
+                       int qgk, size_t qgb, int64_t *norm);
+/* Hybrid: what crosses the shard groups per step (ns ranks a group, nr replicas). */
+int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr);
+
+/* ---- membench_run.c ---------------------------------------------------------------------- */
+
+/* One run on every rank: an engine at the run's stage and offload setting
+ * (its stage, offload, delayed, nvme, param) over the model, --steps steps,
+ * this rank's figures in *me. pslot, gslot: a slot per parameter for the
+ * engine's pointers. A failure ends the job (mb_die_rank). */
+void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run, void **pslot, void **gslot,
+                mb_rank_t *me);
 
 /* ---- membench_gpt.c ---------------------------------------------------------------------- */
 
@@ -163,8 +234,14 @@ int mb_gpt_threads(int ranks_here);
 
 /* ---- membench_report.c ------------------------------------------------------------------- */
 
-/* 1 if model_state == formula and host_model_state == host_formula on every rank. */
+/* 1 if model_state == formula, host_model_state == host_formula and
+ * nvme_model_state == nvme_formula == the tier file's size (both ways of
+ * reading it) on every rank. */
 int mb_result_ok(const mb_result_t *r, int world);
+/* The run's offload setting for the table: "no", "yes" (optimizer state in host
+ * memory), "delayed", "param cpu" (and the parameter shards), "nvme" (the
+ * optimizer state on disk), "nvme+param" (and the parameter shards). */
+const char *mb_run_label(const mb_result_t *r);
 void mb_report_table(const mb_report_t *rep, FILE *f);
 void mb_report_json(const mb_report_t *rep, FILE *f);
 /* Writes FILE.png through gnuplot; 0, or -1 after a warning on stderr (skipped). */

@@ -2,18 +2,23 @@
  *
  * Table (people): per run two rows for rank 0, what was measured and what the
  * formula says, per model-state category, then the peak, traffic per step
- * beside theory, and step time; a per-rank section for runs where ranks differ.
+ * beside theory, and step time; with --nvme the tier's file by category beside
+ * its formula, its size and its I/O; a per-rank section for runs where ranks differ.
  *
  * JSON (programs), one document:
  *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
  *    "device", "steps", "compute", "ok",
- *    "results": [{"stage", "offload", "delayed", "step_s", "comm_bytes_per_step",
+ *    "nvme_dir", "nvme_chunk" (--nvme),
+ *    "results": [{"stage", "offload" (the optimizer state in host memory or on disk),
+ *                 "offload_optimizer", "offload_param" ("none", "cpu", "nvme"),
+ *                 "delayed", "step_s", "comm_bytes_per_step",
  *                 "shard_group", "comm_inter_bytes_per_step", "comm_inter_theory_bytes"
  *                 (hybrid: sent across shard groups, measured and in theory),
  *                 "backend_allocs_per_step", "backend_frees_per_step",
  *                 "device_syncs_per_step", "host_waits_per_step" (steps after the
  *                 first, the most over ranks; the first three are 0 in steady state),
- *                 "comm_theory_bytes", "comm_norm_bytes", "comm_extra_bytes",
+ *                 "comm_theory_bytes", "comm_norm_bytes", "comm_agree_bytes" (the NVMe tier's
+ *                 two agreements a step), "comm_extra_bytes",
  *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
  *                 "ok",
  *                 "ranks": [{"rank", "model_state_bytes", "host_model_state_bytes",
@@ -25,14 +30,23 @@
  *                            "by_category": {"params": {"current", "peak", "formula"},
  *                                            "grads", "optimizer" (same),
  *                                            "gather", "comm", "other": {"current", "peak"}},
- *                            "host_by_category": {... the host domain, same keys}}]}]}
+ *                            "host_by_category": {... the host domain, same keys},
+ *                            "nvme_model_state_bytes" (the accountant's nvme domain),
+ *                            "nvme_formula_bytes" (docs/design.md 3.3.1), "nvme_file_bytes"
+ *                            (zs_engine_nvme_stats), "nvme_file_stat_bytes" (stat(2)),
+ *                            "nvme_read_bytes", "nvme_written_bytes" (the last step's
+ *                            optimizer phase: its records and the gradient shards it
+ *                            reads; backward's gradient writes are not in them),
+ *                            "nvme_param_read_bytes_per_step",
+ *                            "nvme_by_category": {... the nvme domain, same keys}}]}]}
+ * (the nvme figures are 0 in runs without the tier)
  * --tp adds "tp": {"size", "sequence_parallel", "dp", "batch", "replicated_params",
  * "split_params", "params_per_rank_formula"} at the top, and per rank "tp":
  * {"params", "params_formula", "param_bytes", "param_bytes_formula",
  *  "act_bytes_per_layer", "act_bytes_per_layer_formula", "comm_bytes_per_step",
  *  "comm_theory_bytes", "comm_by_kind": {"all_reduce", "all_gather", "reduce_scatter"}}
  * (the tp comm's bytes a rank sends per step); "ok" includes them.
- * comm_extra_bytes = comm_bytes_per_step - comm_theory_bytes - comm_norm_bytes
+ * comm_extra_bytes = comm_bytes_per_step - comm_theory_bytes - comm_norm_bytes - comm_agree_bytes
  * (rank 0): traffic the ZeRO table does not count (e.g. a unit gathered again).
  *
  * Plot: gnuplot (pngcairo, else png) draws rank 0's model state per stage as
@@ -50,20 +64,41 @@ static int tp_ok(const mb_rank_t *b) {
   return b->tp_numel == b->tp_numel_formula && b->act_bytes == b->act_formula && b->tp_comm_step == b->tp_comm_theory;
 }
 
+/* the NVMe tier: the accountant's nvme domain and the file (by the engine, by
+ * stat) against the formula; all 0 without a tier */
+static int nvme_ok(const mb_rank_t *b) {
+  return b->nvme_model_state == b->nvme_formula && b->nvme_file_bytes == b->nvme_formula &&
+         b->nvme_file_stat == b->nvme_file_bytes;
+}
+
 int mb_result_ok(const mb_result_t *r, int world) {
   for (int k = 0; k < world; k++)
     if (r->ranks[k].model_state != r->ranks[k].formula || r->ranks[k].host_model_state != r->ranks[k].host_formula ||
-        !tp_ok(&r->ranks[k]))
+        !nvme_ok(&r->ranks[k]) || !tp_ok(&r->ranks[k]))
       return 0;
   return 1;
 }
+
+const char *mb_run_label(const mb_result_t *r) {
+  if (r->nvme) return r->param == ZS_OFFLOAD_NVME ? "nvme+param" : "nvme";
+  if (r->param == ZS_OFFLOAD_CPU) return "param cpu";
+  return r->delayed ? "delayed" : r->offload ? "yes" : "no";
+}
+
+/* the same after "stage N" in a line: "", " offload", " delayed", " param cpu", " nvme", " nvme+param" */
+static const char *run_suffix(const mb_result_t *r) {
+  if (r->nvme || r->param) return r->nvme ? (r->param ? " nvme+param" : " nvme") : " param cpu";
+  return r->delayed ? " delayed" : r->offload ? " offload" : "";
+}
+
+static const char *where_name(int w) { return w == ZS_OFFLOAD_NVME ? "nvme" : w == ZS_OFFLOAD_CPU ? "cpu" : "none"; }
 
 static int ranks_differ(const mb_result_t *r, int world) {
   const mb_rank_t *a = &r->ranks[0];
   for (int k = 1; k < world; k++) {
     const mb_rank_t *b = &r->ranks[k];
     if (a->model_state != b->model_state || a->host_model_state != b->host_model_state || a->peak != b->peak ||
-        a->formula != b->formula || a->comm_bytes != b->comm_bytes)
+        a->formula != b->formula || a->comm_bytes != b->comm_bytes || a->nvme_model_state != b->nvme_model_state)
       return 1;
   }
   return 0;
@@ -89,36 +124,66 @@ static void header_line(const mb_report_t *rep, FILE *f) {
 void mb_report_table(const mb_report_t *rep, FILE *f) {
   header_line(rep, f);
   fprintf(f, "# rank 0's bytes after zs_step: measured, and the ZeRO formula (with padding) below it;\n"
-             "# peak = device peak over the run; comm = bytes sent per step (formula row: ZeRO theory + norm all-reduce)\n");
+             "# peak = device peak over the run; comm = bytes sent per step (formula row: ZeRO theory + norm all-reduce\n"
+             "# + with the NVMe tier its two agreements' all-reduces)\n"
+             "# params/grads/optimizer: the device's; host_state, nvme_state: the host's and the NVMe tier's model state\n");
   fprintf(f, "# allocs, frees, syncs = backend allocations, frees and device-wide syncs per step after the first\n");
-  fprintf(f, "%-5s %-7s %-8s %12s %12s %12s %12s %12s %12s | %12s %10s %8s | %9s %6s %6s %6s\n", "stage", "offload", "",
-          "params", "grads", "optimizer", "model_state", "host_state", "peak", "comm/step", "extra", "check", "step_ms",
-          "allocs", "frees", "syncs");
+  fprintf(f, "%-5s %-10s %-8s %12s %12s %12s %12s %12s %12s %12s | %12s %10s %8s | %9s %6s %6s %6s\n", "stage", "offload",
+          "", "params", "grads", "optimizer", "model_state", "host_state", "nvme_state", "peak", "comm/step", "extra", "check",
+          "step_ms", "allocs", "frees", "syncs");
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
     const mb_rank_t *a = &x->ranks[0];
-    double extra = x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm;
-    fprintf(f, "%-5d %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f %6.1f %6.1f %6.1f\n",
-            x->stage, x->delayed ? "delayed" : x->offload ? "yes" : "no", "measured", (long long)a->cur[ZS_MEM_PARAMS],
-            (long long)a->cur[ZS_MEM_GRADS], (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state,
-            (long long)a->host_model_state, (long long)a->peak, x->comm_bytes_per_step, extra,
+    double extra = x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm - (double)x->comm_agree;
+    fprintf(f, "%-5d %-10s %-8s %12lld %12lld %12lld %12lld %12lld %12lld %12lld | %12.0f %10.0f %8s | %9.3f %6.1f %6.1f "
+               "%6.1f\n",
+            x->stage, mb_run_label(x), "measured", (long long)a->cur[ZS_MEM_PARAMS], (long long)a->cur[ZS_MEM_GRADS],
+            (long long)a->cur[ZS_MEM_OPTIMIZER], (long long)a->model_state, (long long)a->host_model_state,
+            (long long)a->nvme_model_state, (long long)a->peak, x->comm_bytes_per_step, extra,
             mb_result_ok(x, rep->world) ? "ok" : "DIFF", x->step_s * 1e3, x->allocs_per_step, x->frees_per_step,
             x->syncs_per_step);
-    fprintf(f, "%-5s %-7s %-8s %12lld %12lld %12lld %12lld %12lld %12s | %12lld %10s %8s |\n", "", "", "formula",
+    fprintf(f, "%-5s %-10s %-8s %12lld %12lld %12lld %12lld %12lld %12lld %12s | %12lld %10s %8s |\n", "", "", "formula",
             (long long)a->f_dev[MB_F_PARAMS], (long long)a->f_dev[MB_F_GRADS], (long long)a->f_dev[MB_F_OPTIM],
-            (long long)a->formula, (long long)a->host_formula, "", (long long)(x->comm_theory + x->comm_norm), "", "");
+            (long long)a->formula, (long long)a->host_formula, (long long)a->nvme_formula, "",
+            (long long)(x->comm_theory + x->comm_norm + x->comm_agree), "", "");
   }
   /* GPU: the runtime's figure beside the accountant's */
   if (rep->nres && rep->res[0].ranks[0].runtime_used >= 0) {
     fprintf(f, "# device bytes held after the steps, rank 0: accountant vs cudaMemGetInfo (GPU-wide, so ranks\n"
                "# sharing a GPU add up; CUDA rounds allocations up to its page size)\n");
-    fprintf(f, "%-5s %-7s %14s %14s %9s\n", "stage", "offload", "accountant", "cuda", "cuda/acct");
+    fprintf(f, "%-5s %-10s %14s %14s %9s\n", "stage", "offload", "accountant", "cuda", "cuda/acct");
     for (int r = 0; r < rep->nres; r++) {
       const mb_rank_t *a = &rep->res[r].ranks[0];
-      fprintf(f, "%-5d %-7s %14lld %14lld %9.4f\n", rep->res[r].stage,
-              rep->res[r].delayed ? "delayed" : rep->res[r].offload ? "yes" : "no",
+      fprintf(f, "%-5d %-10s %14lld %14lld %9.4f\n", rep->res[r].stage, mb_run_label(&rep->res[r]),
               (long long)a->acct_device, (long long)a->runtime_used,
               a->acct_device > 0 ? (double)a->runtime_used / (double)a->acct_device : 0.0);
+    }
+  }
+  /* --nvme: the tier's file beside its formula, and its I/O */
+  int any_tier = 0;
+  for (int r = 0; r < rep->nres; r++) any_tier |= rep->res[r].nvme || rep->res[r].param == ZS_OFFLOAD_NVME;
+  if (any_tier) {
+    const double steps = rep->o->steps;
+    fprintf(f, "# NVMe tier under %s (chunks of %lld elements), rank 0: the accountant's nvme domain by category\n"
+               "# and docs/design.md 3.3.1's formula below it; file = its size (zs_engine_nvme_stats), stat = stat(2)'s;\n"
+               "# read, written = the last step's optimizer phase (records, and the gradients it reads; not backward's\n"
+               "# gradient writes); param_read = parameter shards read for gathers a step\n",
+            rep->o->nvme, (long long)(rep->o->nvme_chunk ? rep->o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));
+    fprintf(f, "%-5s %-10s %-8s %12s %12s %12s %12s %12s %12s | %12s %12s %12s %6s\n", "stage", "offload", "", "params",
+            "grads", "optimizer", "nvme_state", "file", "stat", "read", "written", "param_read", "check");
+    for (int r = 0; r < rep->nres; r++) {
+      const mb_result_t *x = &rep->res[r];
+      const mb_rank_t *a = &x->ranks[0];
+      if (!x->nvme && x->param != ZS_OFFLOAD_NVME) continue;
+      int ok = 1;
+      for (int k = 0; k < rep->world; k++) ok &= nvme_ok(&x->ranks[k]);
+      fprintf(f, "%-5d %-10s %-8s %12lld %12lld %12lld %12lld %12lld %12lld | %12lld %12lld %12.0f %6s\n", x->stage,
+              mb_run_label(x), "measured", (long long)a->ncur[ZS_MEM_PARAMS], (long long)a->ncur[ZS_MEM_GRADS],
+              (long long)a->ncur[ZS_MEM_OPTIMIZER], (long long)a->nvme_model_state, (long long)a->nvme_file_bytes,
+              (long long)a->nvme_file_stat, (long long)a->nvme_read, (long long)a->nvme_written,
+              (double)a->nvme_param_read / steps, ok ? "ok" : "DIFF");
+      fprintf(f, "%-5s %-10s %-8s %12lld %12lld %12lld %12lld\n", "", "", "formula", (long long)a->f_nvme[MB_F_PARAMS],
+              (long long)a->f_nvme[MB_F_GRADS], (long long)a->f_nvme[MB_F_OPTIM], (long long)a->nvme_formula);
     }
   }
   /* --tp: what one rank holds and sends of the split model */
@@ -153,13 +218,14 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
   for (int r = 0; r < rep->nres; r++) {
     const mb_result_t *x = &rep->res[r];
     if (!ranks_differ(x, rep->world)) continue;
-    fprintf(f, "# stage %d%s: ranks differ\n", x->stage, x->delayed ? " delayed" : x->offload ? " offload" : "");
-    fprintf(f, "%-5s %12s %12s %12s %12s %12s %12s\n", "rank", "model_state", "formula", "host_state", "host_formula",
-            "peak", "comm/step");
+    fprintf(f, "# stage %d%s: ranks differ\n", x->stage, run_suffix(x));
+    fprintf(f, "%-5s %12s %12s %12s %12s %12s %12s %12s %12s\n", "rank", "model_state", "formula", "host_state",
+            "host_formula", "nvme_state", "nvme_formula", "peak", "comm/step");
     for (int k = 0; k < rep->world; k++) {
       const mb_rank_t *b = &x->ranks[k];
-      fprintf(f, "%-5lld %12lld %12lld %12lld %12lld %12lld %12.0f\n", (long long)b->rank, (long long)b->model_state,
-              (long long)b->formula, (long long)b->host_model_state, (long long)b->host_formula, (long long)b->peak,
+      fprintf(f, "%-5lld %12lld %12lld %12lld %12lld %12lld %12lld %12lld %12.0f\n", (long long)b->rank,
+              (long long)b->model_state, (long long)b->formula, (long long)b->host_model_state, (long long)b->host_formula,
+              (long long)b->nvme_model_state, (long long)b->nvme_formula, (long long)b->peak,
               (double)b->comm_bytes / mb_measured_steps(rep->o));
     }
   }
@@ -172,10 +238,17 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
                 x->stage, (long long)b->rank, (long long)b->tp_numel, (long long)b->tp_numel_formula,
                 (long long)b->act_bytes, (long long)b->act_formula, (long long)b->tp_comm_step,
                 (long long)b->tp_comm_theory);
+      if (!nvme_ok(b))
+        fprintf(f, "# MISMATCH stage %d%s rank %lld (nvme): measured %lld (params %lld/%lld grads %lld/%lld "
+                   "optimizer %lld/%lld) vs %lld formula, file %lld (stat %lld)\n",
+                x->stage, run_suffix(x), (long long)b->rank, (long long)b->nvme_model_state,
+                (long long)b->ncur[ZS_MEM_PARAMS], (long long)b->f_nvme[MB_F_PARAMS], (long long)b->ncur[ZS_MEM_GRADS],
+                (long long)b->f_nvme[MB_F_GRADS], (long long)b->ncur[ZS_MEM_OPTIMIZER], (long long)b->f_nvme[MB_F_OPTIM],
+                (long long)b->nvme_formula, (long long)b->nvme_file_bytes, (long long)b->nvme_file_stat);
       if (b->model_state != b->formula || b->host_model_state != b->host_formula)
         fprintf(f, "# MISMATCH stage %d%s rank %lld: device %lld measured vs %lld formula (params %lld/%lld grads %lld/%lld "
                    "optimizer %lld/%lld), host %lld vs %lld\n",
-                x->stage, x->delayed ? " delayed" : x->offload ? " offload" : "", (long long)b->rank,
+                x->stage, run_suffix(x), (long long)b->rank,
                 (long long)b->model_state,
                 (long long)b->formula, (long long)b->cur[ZS_MEM_PARAMS], (long long)b->f_dev[MB_F_PARAMS],
                 (long long)b->cur[ZS_MEM_GRADS], (long long)b->f_dev[MB_F_GRADS], (long long)b->cur[ZS_MEM_OPTIMIZER],
@@ -229,6 +302,11 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
                "\"replicated_params\": %lld, \"split_params\": %lld, \"params_per_rank_formula\": %lld}, ",
             o->tp, o->sp ? "true" : "false", rep->world / o->tp, o->batch, (long long)rep->m->tp_replicated,
             (long long)rep->m->tp_split, (long long)rep->m->tp_formula);
+  if (o->nvme) {
+    fprintf(f, "\"nvme_dir\": ");
+    json_str(f, o->nvme);
+    fprintf(f, ", \"nvme_chunk\": %lld, ", (long long)(o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));
+  }
   fprintf(f, "\"description\": ");
   json_str(f, rep->m->desc);
   fprintf(f, ", \"params\": %lld, \"padded_params\": %lld, \"world\": %d, \"param_dtype\": \"%s\", "
@@ -243,15 +321,18 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
             r ? "," : "", x->stage, x->offload ? "true" : "false", x->delayed ? "true" : "false", x->step_s,
             x->comm_bytes_per_step);
+    fprintf(f, "\"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", ",
+            where_name(!x->offload ? ZS_OFFLOAD_NONE : x->nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU), where_name(x->param));
     fprintf(f, "\"shard_group\": %d, \"padded_shard_params\": %lld, \"comm_inter_bytes_per_step\": %.17g, "
                "\"comm_inter_theory_bytes\": %lld, ",
             x->shard_group, (long long)x->padded, x->comm_inter_bytes_per_step, (long long)x->comm_inter_theory);
     fprintf(f, "\"backend_allocs_per_step\": %.9g, \"backend_frees_per_step\": %.9g, \"device_syncs_per_step\": %.9g, "
                "\"host_waits_per_step\": %.9g, ",
             x->allocs_per_step, x->frees_per_step, x->syncs_per_step, x->waits_per_step);
-    fprintf(f, "\"comm_theory_bytes\": %lld, \"comm_norm_bytes\": %lld, \"comm_extra_bytes\": %.17g, ",
-            (long long)x->comm_theory, (long long)x->comm_norm,
-            x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm);
+    fprintf(f, "\"comm_theory_bytes\": %lld, \"comm_norm_bytes\": %lld, \"comm_agree_bytes\": %lld, "
+               "\"comm_extra_bytes\": %.17g, ",
+            (long long)x->comm_theory, (long long)x->comm_norm, (long long)x->comm_agree,
+            x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm - (double)x->comm_agree);
     fprintf(f, "\"comm_by_kind\": {\"all_gather\": %.17g, \"reduce_scatter\": %.17g, \"all_reduce\": %.17g}, ",
             (double)a->comm_ag / steps, (double)a->comm_rs / steps, (double)a->comm_ar / steps);
     fprintf(f, "\"ok\": %s, \"ranks\": [", mb_result_ok(x, rep->world) ? "true" : "false");
@@ -281,6 +362,13 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
       json_categories(f, b->cur, b->pk, b->f_dev);
       fprintf(f, ",\n    \"host_by_category\": ");
       json_categories(f, b->hcur, b->hpk, x->offload ? b->f_host : none);
+      fprintf(f, ",\n    \"nvme_model_state_bytes\": %lld, \"nvme_formula_bytes\": %lld, \"nvme_file_bytes\": %lld, "
+                 "\"nvme_file_stat_bytes\": %lld, \"nvme_read_bytes\": %lld, \"nvme_written_bytes\": %lld, "
+                 "\"nvme_param_read_bytes_per_step\": %.17g,\n    \"nvme_by_category\": ",
+              (long long)b->nvme_model_state, (long long)b->nvme_formula, (long long)b->nvme_file_bytes,
+              (long long)b->nvme_file_stat, (long long)b->nvme_read, (long long)b->nvme_written,
+              (double)b->nvme_param_read / o->steps);
+      json_categories(f, b->ncur, b->npk, b->f_nvme);
       fputc('}', f);
     }
     fprintf(f, "]}");
@@ -313,6 +401,7 @@ int mb_report_plot(const mb_report_t *rep, const char *path) {
   double vmax = 0;
   for (int r = 0; r < rep->nres; r++) {
     const mb_rank_t *a = &rep->res[r].ranks[0];
+    if (rep->res[r].nvme || rep->res[r].param) continue; /* the tiers: table and JSON only */
     any_off |= rep->res[r].offload;
     double v[4] = {(double)a->model_state, (double)a->formula, (double)a->host_model_state, (double)a->host_formula};
     for (int j = 0; j < 4; j++) vmax = v[j] > vmax ? v[j] : vmax;
@@ -363,9 +452,10 @@ int mb_report_plot(const mb_report_t *rep, const char *path) {
     for (int r = 0; r < rep->nres; r++) {
       const mb_result_t *x = &rep->res[r];
       const mb_rank_t *a = &x->ranks[0];
-      if ((s == 0) != !x->offload || x->delayed) continue; /* the delayed runs: table and JSON only */
+      if ((s == 0) != !x->offload || x->delayed || x->nvme || x->param) continue; /* those: table and JSON only */
       int stage_off = 0; /* does this stage have offloaded bars beside it? */
-      for (int q = 0; q < rep->nres; q++) stage_off |= rep->res[q].offload && rep->res[q].stage == x->stage;
+      for (int q = 0; q < rep->nres; q++)
+        stage_off |= rep->res[q].offload && !rep->res[q].nvme && !rep->res[q].param && rep->res[q].stage == x->stage;
       double xpos = stage_off ? x->stage + (s == 0 ? -w : s == 1 ? 0 : w) : x->stage;
       double v = s == 2 ? (double)a->host_model_state : (double)a->model_state;
       double fm = s == 2 ? (double)a->host_formula : (double)a->formula;

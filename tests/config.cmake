@@ -13,3 +13,5 @@ zs_add_test(NAME test_config_zeropp SOURCES test_config_zeropp.c LAYERS zs_confi
 # ZeRO-Infinity's keys: DeepSpeed's offload sections and aio, ours, the environment, the rules
 zs_add_test(NAME test_config_nvme SOURCES test_config_nvme.c LAYERS zs_config zs_common)
 target_compile_definitions(test_config_nvme PRIVATE ZS_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+# ZeRO-Infinity's validation rules, each bound, and the summary line
+zs_add_test(NAME test_config_nvme_rules SOURCES test_config_nvme_rules.c LAYERS zs_config zs_common)

@@ -1,7 +1,7 @@
 # Owner: membench. zs-membench (bench/membench.cmake) run at several world sizes;
 # test_membench launches it through mpiexec and checks its JSON: the contract's
-# keys, measured model-state bytes == the ZeRO formula on every rank and stage,
-# traffic against theory. zs-membench is defined after tests/ (bench/), so its
+# keys, measured model-state bytes == the ZeRO formula on every rank and stage
+# (device, host and the NVMe tier), traffic against theory. zs-membench is defined after tests/ (bench/), so its
 # path is a generator expression; the GPT cases skip (77) in builds without the
 # example GPT.
 if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
@@ -34,4 +34,19 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
                    --steps 2)
   # hybrid sharding: 2 groups of 2
   zs_membench_case(units_hybrid_np4 4 --units 1000,3000,517 --stages 1,2,3 --offload --steps 2 --shard-group 2)
+  # ZeRO-Infinity: stages 1-3 with the optimizer state in the NVMe tier, stage 3 with the
+  # parameter shards there too, beside offload to host memory; the tier's bytes (the
+  # accountant's nvme domain, the file's size) equal the formula on every rank, and in
+  # closed form (shards of multiples of 2048 elements, chunks of 4096: bf16 24S + 4S).
+  # Its files under the build directory, a disk's file system (/tmp may be a tmpfs
+  # elsewhere, without direct I/O), a directory a case (test_membench makes it).
+  set(zs_mb_nvme --units 8192,4096,12288 --stages 1,2,3 --offload --offload-param --dtype bf16 --nvme-chunk 4096
+                 --steps 2)
+  zs_membench_case(units_nvme_np1 1 ${zs_mb_nvme} --nvme ${CMAKE_CURRENT_BINARY_DIR}/membench_nvme_np1)
+  zs_membench_case(units_nvme_np2 2 ${zs_mb_nvme} --nvme ${CMAKE_CURRENT_BINARY_DIR}/membench_nvme_np2)
+  # ... padded fields, a frozen unit's single copy, int8 states and fp32 parameters (the master
+  # is the parameter on disk); and the parameter shards in host memory without the tier
+  zs_membench_case(units_nvme_frozen_np2 2 --units 40000,3000,517 --frozen 1 --stages 1,2,3 --offload-param
+                   --optim-state int8 --steps 2 --nvme ${CMAKE_CURRENT_BINARY_DIR}/membench_nvme_frozen_np2)
+  zs_membench_case(units_param_cpu_np2 2 --units 1000,3000,517 --stages 3 --offload-param --steps 2)
 endif()

@@ -1,8 +1,10 @@
 # Owner: plan. zs-plan (tools/zs_plan.c) checked from outside:
 #   test_plan               its JSON, memory and traffic against docs/design.md's formulas,
-#                           its choices on given inputs (no network, one process)
+#                           its choices on given inputs (no network, one process), the NVMe
+#                           tier's options (memory that fits only with the tier, the disk time)
 #   test_plan_membench      its memory and comm bytes against zs-membench at 4 ranks on
-#                           this machine, option by option, exactly (flat, hybrid, bf16, GPT)
+#                           this machine, option by option, exactly (flat, hybrid, bf16, GPT;
+#                           the tier's file and its disk bytes a step)
 #   test_plan_zeropp(_membench)  the same two for ZeRO++'s options (--quantized-weights,
 #                           --hpz, --quantized-grads); the helpers: plan_check.h
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
@@ -16,9 +18,11 @@
 # generator expressions.
 if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test(NAME test_plan SOURCES test_plan.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
+  # ZeRO-Infinity's options too: the tier's files under the build directory, a disk's file
+  # system (/tmp may be a tmpfs elsewhere, without direct I/O)
   zs_add_test_run(TARGET test_plan NAME_SUFFIX _membench
                   ARGS $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
-                  LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
+                  LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV} ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
   # the same for ZeRO++'s options (quantized weights, hpZ, quantized gradients)
   zs_add_test(NAME test_plan_zeropp SOURCES test_plan_zeropp.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 60)
   zs_add_test_run(TARGET test_plan_zeropp NAME_SUFFIX _membench

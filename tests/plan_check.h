@@ -90,20 +90,31 @@ static int flag(const cJSON *o, const char *key) {
   return cJSON_IsTrue(v);
 }
 
+static int str_is(const cJSON *o, const char *key, const char *want) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsString(v)) ZS_T_REPORT("key \"%s\" missing or not a string", key);
+  return cJSON_IsString(v) && !strcmp(v->valuestring, want);
+}
+
 /* The option with this stage, shard group and offload (and quantized weights
- * and hpZ partition as g_qw and g_hpz say: 0 unless a test sets them), or NULL. */
+ * and hpZ partition as g_qw and g_hpz say: 0 unless a test sets them; where the
+ * optimizer state and stage 3's parameter shards are as g_opt and g_param say:
+ * "cpu" for an offloaded optimizer and "none" unless a test sets them), or NULL. */
 static int g_qw, g_hpz, g_qg;
+static const char *g_opt, *g_param;
 static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) {
   const cJSON *o;
+  const char *opt = g_opt ? g_opt : offload ? "cpu" : "none", *par = g_param && stage == 3 ? g_param : "none";
   cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(doc, "options")) {
     if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload &&
         flag(o, "quantized_weights") == (g_qw && stage == 3) &&
         (int)num(o, "hpz_partition_size") == (stage == 3 ? g_hpz : 0) &&
-        flag(o, "quantized_gradients") == (g_qg && stage >= 2 && !offload))
+        flag(o, "quantized_gradients") == (g_qg && stage >= 2 && !offload) && str_is(o, "offload_optimizer", opt) &&
+        str_is(o, "offload_param", par))
       return o;
   }
-  ZS_T_REPORT("no option stage %d shard_group %d offload %d quantized weights %d hpz %d", stage, shard, offload, g_qw,
-              g_hpz);
+  ZS_T_REPORT("no option stage %d shard_group %d offload %d (%s, parameters %s) quantized weights %d hpz %d", stage,
+              shard, offload, opt, par, g_qw, g_hpz);
   return NULL;
 }
 
@@ -136,7 +147,13 @@ static void against_membench(const char *flags, const char *plan_args, int shard
   cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
     int stage = (int)num(r, "stage"), off = flag(r, "offload");
     if (flag(r, "delayed")) continue;
+    /* ZeRO-Infinity's runs: the plan's option with the same tiers */
+    const cJSON *wo = cJSON_GetObjectItemCaseSensitive(r, "offload_optimizer");
+    const cJSON *wp = cJSON_GetObjectItemCaseSensitive(r, "offload_param");
+    g_opt = cJSON_IsString(wo) ? wo->valuestring : NULL;
+    g_param = cJSON_IsString(wp) ? wp->valuestring : NULL;
     const cJSON *o = option(d, stage, stage == 0 ? dp : shard, off);
+    g_opt = g_param = NULL;
     const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "ranks"), 0);
     if (!o || !r0) continue;
     fprintf(stderr, "  stage %d offload %d shard %d: model state %.0f (plan %.0f), host %.0f (%.0f), comm %.0f (%.0f), "
@@ -148,6 +165,19 @@ static void against_membench(const char *flags, const char *plan_args, int shard
     expect_int_eq(num(r0, "host_model_state_bytes"), num(o, "host_state_bytes"));
     expect_int_eq(num(r, "comm_bytes_per_step"), num(o, "comm_bytes_per_step"));
     expect_int_eq(num(r, "comm_inter_bytes_per_step"), num(o, "replica_bytes_per_step"));
+    if (num(o, "nvme_state_bytes") > 0 || num(r0, "nvme_model_state_bytes") > 0) { /* the tier: its file, its I/O a step */
+      /* measured: the optimizer phase's reads (records, gradients) and the gathers'; its writes and,
+       * zs-membench running one round a step, backward's one write of the gradient shards */
+      double mread = num(r0, "nvme_read_bytes") + num(r0, "nvme_param_read_bytes_per_step");
+      const cJSON *ng = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r0, "nvme_by_category"), "grads");
+      double mwrite = num(r0, "nvme_written_bytes") + num(ng, "current");
+      fprintf(stderr, "    nvme: state %.0f (plan %.0f), read %.0f (%.0f), written %.0f (%.0f)\n",
+              num(r0, "nvme_model_state_bytes"), num(o, "nvme_state_bytes"), mread, num(o, "disk_read_bytes_per_step"),
+              mwrite, num(o, "disk_write_bytes_per_step"));
+      expect_int_eq(num(r0, "nvme_model_state_bytes"), num(o, "nvme_state_bytes"));
+      expect_int_eq(mread, num(o, "disk_read_bytes_per_step"));
+      expect_int_eq(mwrite, num(o, "disk_write_bytes_per_step"));
+    }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r0, "tp"), *pt = cJSON_GetObjectItemCaseSensitive(d, "tp");
     if (mt) { /* --tp: the part's parameters, the tp traffic and the activations */
       assert_true(cJSON_IsObject(pt));

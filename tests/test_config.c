@@ -488,7 +488,7 @@ static void test_json_errors(void) {
   JSON_BAD("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}", ZS_ERR_INVALID,
            "zero_optimization.offload_optimizer.device is \"gpu\": use \"cpu\", \"nvme\" or \"none\"");
   JSON_BAD("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}", ZS_ERR_INVALID,
-           "config.offload_param is set without offload_optimizer (from zero_optimization.offload_param.device): the "
+           "config.offload_param is cpu without offload_optimizer (from zero_optimization.offload_param.device): the "
            "updated parameters are made on the host");
   JSON_BAD("{\"fp16\": {\"initial_scale_power\": 99}}", ZS_ERR_INVALID,
            "fp16.initial_scale_power is 99: expected an integer power 0..63");

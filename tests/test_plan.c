@@ -8,7 +8,9 @@
  *       zs-plan's memory and traffic against zs-membench's measurement at 4 ranks
  *       on this machine (one node), option by option, exactly: model_state_bytes,
  *       host_state_bytes, comm_bytes_per_step and the bytes across the replicas,
- *       flat, hybrid (--shard-group 2), bf16 and the example GPT
+ *       flat, hybrid (--shard-group 2), bf16 and the example GPT; ZeRO-Infinity's
+ *       options (zs-membench --nvme, --offload-param) also nvme_state_bytes and
+ *       the disk's bytes a step (the tier's files under ZS_TEST_NVME_DIR)
  *
  * ZeRO++'s options are checked alike in test_plan_zeropp.c; the helpers of
  * both are plan_check.h.
@@ -16,9 +18,12 @@
  * zs-plan or zs-membench exiting 77 (no example GPT in this build) skips that
  * check. scripts/cluster-sim's timing check is tests/scripts/plan_cluster_test.sh. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,18 +45,34 @@ static void test_contract(void) {
   expect_int_eq(num(d, "params"), 4 << 20);
   const cJSON *opts = cJSON_GetObjectItemCaseSensitive(d, "options"), *o;
   assert_true(cJSON_IsArray(opts));
-  /* stage 0; stages 1-3 x flat, hybrid x offload or not */
-  expect_int_eq(cJSON_GetArraySize(opts), 13);
-  const char *nums[] = {"stage", "shard_group", "model_state_bytes", "host_state_bytes", "device_peak_bytes",
-                        "comm_bytes_per_step", "replica_bytes_per_step", "inter_link_bytes_per_step",
-                        "inter_link_wire_bytes_per_step", "intra_bytes_per_step", "comm_s_per_step", "inter_s",
-                        "intra_s", "latency_s"};
+  /* stage 0; stages 1-3 x flat, hybrid x offload or not; then ZeRO-Infinity's: stages 1-3 x flat,
+   * hybrid with the optimizer state on disk, and stage 3 x flat, hybrid with the parameter shards in
+   * host memory (the optimizer state there or on disk) or on disk */
+  expect_int_eq(cJSON_GetArraySize(opts), 13 + 12);
+  const char *nums[] = {"stage", "shard_group", "model_state_bytes", "host_state_bytes", "nvme_state_bytes",
+                        "device_peak_bytes", "comm_bytes_per_step", "replica_bytes_per_step",
+                        "inter_link_bytes_per_step", "inter_link_wire_bytes_per_step", "intra_bytes_per_step",
+                        "comm_s_per_step", "inter_s", "intra_s", "latency_s", "disk_read_bytes_per_step",
+                        "disk_write_bytes_per_step", "disk_s", "step_s"};
+  int i = 0;
   cJSON_ArrayForEach(o, opts) {
     for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) expect_true(num(o, nums[k]) >= 0);
     flag(o, "offload"), flag(o, "fits"), flag(o, "hybrid");
     expect_true(num(o, "comm_s_per_step") > 0);
     expect_true(num(o, "device_peak_bytes") >= num(o, "model_state_bytes"));
+    /* the tiers after the others; disk only for them; no limit on the disk: they fit with the tier */
+    int tier = str_is(o, "offload_optimizer", "nvme") || str_is(o, "offload_param", "nvme");
+    expect_int_eq(tier, i >= 13 && !(str_is(o, "offload_optimizer", "cpu") && str_is(o, "offload_param", "cpu")));
+    expect_int_eq(flag(o, "offload"), !str_is(o, "offload_optimizer", "none"));
+    expect_int_eq(flag(o, "fits_with_tier"), tier && flag(o, "fits"));
+    if (!tier) expect_true(num(o, "nvme_state_bytes") == 0 && num(o, "disk_s") == 0);
+    else expect_true(num(o, "nvme_state_bytes") > 0 && num(o, "disk_s") > 0);
+    expect_near(num(o, "step_s"), num(o, "comm_s_per_step") + num(o, "disk_s"), 1e-9, 1e-5);
+    i++;
   }
+  expect_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(d, "nvme_bytes")));
+  expect_int_eq(num(d, "disk_bw_read_mbps"), 3000);
+  expect_int_eq(num(d, "disk_bw_write_mbps"), 1500);
   /* best: the option at best_index, the fastest that fits */
   int bi = (int)num(d, "best_index");
   const cJSON *best = cJSON_GetObjectItemCaseSensitive(d, "best");
@@ -61,7 +82,7 @@ static void test_contract(void) {
   expect_int_eq(num(best, "shard_group"), num(at, "shard_group"));
   expect_true(flag(best, "fits"));
   cJSON_ArrayForEach(o, opts) {
-    if (flag(o, "fits")) expect_true(num(best, "comm_s_per_step") <= num(o, "comm_s_per_step") * 1.01);
+    if (flag(o, "fits")) expect_true(num(best, "step_s") <= num(o, "step_s") * 1.01);
   }
   cJSON_Delete(d);
 }
@@ -163,9 +184,11 @@ static void test_hybrid_or_flat(void) {
   if (b) expect_true(flag(b, "hybrid"));
   cJSON_Delete(d);
   /* 0.022 GiB (23.6 MB): only flat stage 3 with offload (a peak of 20.4 MB) fits; hybrid's
-   * (24.1 MB offloaded) and every stage 2's do not */
+   * (24.1 MB offloaded) and every stage 2's do not; nor, in 0.05 GiB of host memory a node and
+   * no disk, hybrid's with its parameter shards in host memory too (a peak of 19.9 MB, but 4 x
+   * 16.8 MB of host state) or any option with the NVMe tier */
   d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 10000 --intra-gbps 100 --latency-us 0 "
-                "--intra-latency-us 0 --device-mem 0.022", &code);
+                "--intra-latency-us 0 --device-mem 0.022 --host-mem 0.05 --nvme-bytes 0", &code);
   assert_true(d != NULL);
   b = best_of(d);
   if (b) {
@@ -180,6 +203,116 @@ static void test_hybrid_or_flat(void) {
   b = best_of(d);
   if (b) expect_true(flag(b, "hybrid"));
   cJSON_Delete(d);
+}
+
+/* ZeRO-Infinity. One node of 4 ranks, 4 units of 1M fp32 (S = 2^20 elements a
+ * rank, chunks of 4096). 0.025 GiB of device memory holds only stage 3 with the
+ * optimizer state off the device (a peak of 24.1 MB) or the parameter shards
+ * too (19.9 MB); 0.02 GiB of host memory a node holds none of what offload to
+ * host memory puts there (4 ranks x 16S, 0.066 GiB) nor the parameter shards
+ * (4S) or their read buffers beside the tier's, but does hold the tier's own
+ * buffers (the chunk buffers, the conversion thread's). The one option that
+ * fits is flat stage 3 with the optimizer state on disk, marked fitting with
+ * the tier; its file (docs/design.md 3.3.1, no field padded) is 2 x (4 + 4 +
+ * 4) S + the gradients' 4S = 28S, and a step reads and writes 16S (one
+ * region's records, 12S, read and the other's written; the gradient shards
+ * written in backward and read by the step), at 3000 and 1500 MB/s; with 2
+ * rounds a step the second round reads and writes them again: 20S each way.
+ * With the parameter shards on disk too each of a step's two gathers reads the
+ * shard (4S). With less disk than the file nothing fits; with room everywhere
+ * and a disk fast enough to tie, memory wins over disk. */
+static void test_tier(void) {
+  int code;
+  const char *m = UNITS4 " --world 4 --ranks-per-node 4 --nvme-chunk 4096 --device-mem 0.025";
+  char args[512];
+  snprintf(args, sizeof args, "%s --host-mem 0.02", m);
+  cJSON *d = plan_json(args, &code);
+  assert_true(d != NULL);
+  expect_int_eq(code, 0);
+  const long long S = 4 << 20 >> 2, file = 28 * S, step = 16 * S;
+  const cJSON *o;
+  int fit = 0;
+  cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(d, "options")) {
+    int tier = str_is(o, "offload_optimizer", "nvme") || str_is(o, "offload_param", "nvme");
+    if (!tier) expect_true(!flag(o, "fits")); /* without the tier nothing fits */
+    fit += flag(o, "fits");
+  }
+  expect_int_eq(fit, 1);
+  const cJSON *b = best_of(d);
+  if (b) {
+    expect_int_eq(num(b, "stage"), 3);
+    expect_true(!flag(b, "hybrid"));
+    expect_true(str_is(b, "offload_optimizer", "nvme") && str_is(b, "offload_param", "none"));
+    expect_true(flag(b, "fits_with_tier"));
+    expect_int_eq(num(b, "nvme_state_bytes"), file);
+    expect_int_eq(num(b, "host_state_bytes"), 0); /* buffers only (host comm, not model state) */
+    expect_int_eq(num(b, "model_state_bytes"), 4 * S); /* the parameter shard */
+    expect_int_eq(num(b, "disk_read_bytes_per_step"), step);
+    expect_int_eq(num(b, "disk_write_bytes_per_step"), step);
+    expect_near(num(b, "disk_s"), step / 3000e6 + step / 1500e6, 1e-9, 0);
+    expect_near(num(b, "step_s"), num(b, "comm_s_per_step") + num(b, "disk_s"), 1e-9, 1e-5);
+  }
+  g_opt = "nvme", g_param = "nvme";
+  const cJSON *nn = option(d, 3, 4, 1);
+  g_opt = g_param = NULL;
+  if (nn) {
+    expect_int_eq(num(nn, "nvme_state_bytes"), file); /* fp32: the parameter is the master on disk */
+    expect_int_eq(num(nn, "model_state_bytes"), 0);
+    expect_int_eq(num(nn, "disk_read_bytes_per_step"), step + 2 * 4 * S);
+    expect_int_eq(num(nn, "disk_write_bytes_per_step"), step);
+  }
+  cJSON_Delete(d);
+  /* two rounds a step: the gradient shards written twice, read back once more */
+  snprintf(args, sizeof args, "%s --host-mem 0.02 --grad-accum 2", m);
+  d = plan_json(args, &code);
+  assert_true(d != NULL);
+  g_opt = "nvme";
+  o = option(d, 3, 4, 1);
+  g_opt = NULL;
+  if (o) {
+    expect_int_eq(num(o, "disk_read_bytes_per_step"), 20 * S);
+    expect_int_eq(num(o, "disk_write_bytes_per_step"), 20 * S);
+  }
+  cJSON_Delete(d);
+  /* a disk smaller than the file: nothing fits */
+  snprintf(args, sizeof args, "%s --host-mem 0.02 --nvme-bytes 20M", m);
+  d = plan_json(args, &code);
+  assert_true(d != NULL);
+  expect_int_eq(code, 3);
+  expect_int_eq(num(d, "nvme_bytes"), 20 << 20);
+  g_opt = "nvme";
+  o = option(d, 3, 4, 1);
+  g_opt = NULL;
+  if (o) {
+    expect_true(!flag(o, "fits") && !flag(o, "fits_with_tier"));
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "why");
+    expect_true(cJSON_IsString(why) && !strncmp(why->valuestring, "disk:", 5));
+  }
+  cJSON_Delete(d);
+  /* 0.02 GiB of device memory: only the parameter shards off the device fit; with host memory for
+   * all of them and a disk this fast the disk's time is below 1%: host memory before disk */
+  d = plan_json(UNITS4 " --world 4 --ranks-per-node 4 --nvme-chunk 4096 --device-mem 0.02 --host-mem 1 "
+                "--disk-bw-read 1e9 --disk-bw-write 1e9", &code);
+  assert_true(d != NULL);
+  b = best_of(d);
+  if (b) {
+    expect_int_eq(num(b, "stage"), 3);
+    expect_true(str_is(b, "offload_optimizer", "cpu") && str_is(b, "offload_param", "cpu"));
+    expect_true(!flag(b, "fits_with_tier"));
+    expect_int_eq(num(b, "nvme_state_bytes"), 0);
+  }
+  g_opt = "nvme", g_param = "nvme";
+  o = option(d, 3, 4, 1);
+  g_opt = g_param = NULL;
+  if (o) expect_true(flag(o, "fits_with_tier"));
+  cJSON_Delete(d);
+  char cmd[512];
+  const char *bad[] = {"--nvme-bytes 12Q", "--nvme-chunk 5000", "--disk-bw-read 0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(cmd, sizeof cmd, "%s %s %s", plan, m, bad[i]);
+    free(run(cmd, &code));
+    if (code != 2) ZS_T_REPORT("zs-plan %s: exit %d, want 2 (stderr: %s)", bad[i], code, g_err);
+  }
 }
 
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
@@ -316,6 +449,12 @@ static void test_membench_bf16(void) {
                    "--units 1000,3000,517 --world 4 --ranks-per-node 4 --dtype bf16 --reduce-dtype fp32", 4, 4);
 }
 
+/* int8 states align each parameter to their block (256): the padding, hence the traffic */
+static void test_membench_int8(void) {
+  against_membench("--units 1000,3000,517 --stages 0,1,2,3 --offload --optim-state int8",
+                   "--units 1000,3000,517 --world 4 --ranks-per-node 4 --optim-state int8", 4, 4);
+}
+
 static void test_membench_gpt(void) {
   const char *m = "--model gpt --layers 1 --channels 32 --heads 2 --seq 16";
   char a[256], b[256];
@@ -334,6 +473,36 @@ static void test_membench_gpt_tp(void) {
   against_membench(a, b, 2, 2);
 }
 
+/* ZeRO-Infinity against zs-membench: the optimizer state on disk at stages 1-3,
+ * stage 3's parameter shards on disk (flat fp32, chunks of 4096; hybrid bf16)
+ * or in host memory (bf16); the example GPT's embedding read a third time. */
+static void tier_membench(const char *flags, const char *plan_args, int shard) {
+  const char *root = getenv("ZS_TEST_NVME_DIR");
+  if (!root) {
+    zs_test_skip("ZS_TEST_NVME_DIR (a directory on a disk's file system) not set");
+    return;
+  }
+  char dir[512], a[1024];
+  snprintf(dir, sizeof dir, "%s/plan_nvme", root);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) ZS_T_REPORT("mkdir %s: %s", dir, strerror(errno));
+  snprintf(a, sizeof a, "%s --nvme %s", flags, dir);
+  against_membench(a, plan_args, shard, 4);
+}
+
+static void test_membench_tier(void) {
+  tier_membench("--units 1000,300000,517 --stages 1,2,3 --offload --offload-param --nvme-chunk 4096",
+                "--units 1000,300000,517 --world 4 --ranks-per-node 4 --nvme-chunk 4096", 4);
+  tier_membench("--units 1000,300000,517 --stages 1,2,3 --offload-param --dtype bf16 --shard-group 2",
+                "--units 1000,300000,517 --world 4 --ranks-per-node 2 --dtype bf16", 2);
+  tier_membench("--model gpt --layers 1 --channels 32 --heads 2 --seq 16 --stages 3 --no-compute --offload-param",
+                "--model gpt --layers 1 --channels 32 --heads 2 --seq 16 --world 4 --ranks-per-node 4", 4);
+}
+
+static void test_membench_param_cpu(void) {
+  against_membench("--units 1000,300000,517 --stages 3 --offload-param --dtype bf16",
+                   "--units 1000,300000,517 --world 4 --ranks-per-node 4 --dtype bf16", 4, 4);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_plan ZS-PLAN [--membench MPIEXEC ZS-MEMBENCH]\n");
@@ -347,6 +516,9 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_bf16);
     zs_test_run(test_membench_gpt);
     zs_test_run(test_membench_gpt_tp);
+    zs_test_run(test_membench_int8);
+    zs_test_run(test_membench_param_cpu);
+    zs_test_run(test_membench_tier);
     return zs_test_finish();
   }
   zs_test_run(test_contract);
@@ -354,6 +526,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_tp);
   zs_test_run(test_fits_only_at_stage3);
   zs_test_run(test_hybrid_or_flat);
+  zs_test_run(test_tier);
   zs_test_run(test_bad_flags);
   zs_test_run(test_nccl);
   zs_test_run(test_gpt);

@@ -18,13 +18,14 @@
  * comm bytes are the exact option's with each gather's P x 4 bytes replaced by
  * the packed shards, N x (4 x S/256 + S) (S = P/N); on 1 Gbit/s between 2
  * nodes of 4, with only flat stage 3 with offload fitting exactly (0.022 GiB,
- * test_hybrid_or_flat), its quantized twin fits as well (the packed shards of
- * one gather, 1.06 MB, on top of 20.4 MB) and is picked; where the network is
- * fast enough that the saving is below 1%, the exact option is. */
+ * 0.05 GiB of host memory a node, no disk: test_hybrid_or_flat), its quantized
+ * twin fits as well (the packed shards of one gather, 1.06 MB, on top of 20.4
+ * MB) and is picked; where the network is fast enough that the saving is below
+ * 1%, the exact option is. */
 static void test_quantized_weights(void) {
   int code;
   cJSON *d = plan_json(UNITS4 " --world 8 --ranks-per-node 4 --inter-gbps 1 --intra-gbps 100 --device-mem 0.022 "
-                       "--quantized-weights", &code);
+                       "--host-mem 0.05 --nvme-bytes 0 --quantized-weights", &code);
   assert_true(d != NULL);
   const int64_t P = 1048576, N = 8, S = P / N, packed = N * (4 * (S / 256) + S);
   const cJSON *exact = option(d, 3, 8, 1);

@@ -10,6 +10,7 @@
  *       [--grad-accum A] [--prefetch P] [--host-mem GiB] [--reserve-gib R] [--latency-us A]
  *       [--intra-latency-us A] [--frame-overhead F] [--compute-s T1] [--json]
  *       [--tp N [--sequence-parallel] [--batch B]]
+ *       [--nvme-bytes N] [--nvme-chunk N] [--disk-bw-read MB/s] [--disk-bw-write MB/s]
  *
  * Options: stage 0; stages 1-3 flat (sharded over all N ranks) and hybrid
  * (sharded over groups of NS consecutive ranks, default K: a node, replicated
@@ -21,6 +22,10 @@
  * exact option wins. With --hpz K also flat stage 3 with ZeRO++'s hpZ (and
  * with both), whose backward gathers run among K consecutive ranks (exact
  * bytes, a comm of their own) and whose device state adds P pb / K a unit.
+ * ZeRO-Infinity's, flat and hybrid, after all of those: stages 1-3 with the
+ * optimizer state in the NVMe tier, and stage 3 with the parameter shards in
+ * host memory (the optimizer state in host memory or on disk) or on disk with
+ * the optimizer state.
  *
  * Memory (exact): each option's model is declared in an engine over a one-rank
  * comm (zs_comm_create_mpi_world; no setup, nothing allocated) and
@@ -31,9 +36,13 @@
  * fits when device_peak_bound (the estimate's bound on the device bytes during
  * a step) plus --reserve-gib (activations, workspace: the planner does not know
  * them) is at most --device-mem, and, with --host-mem (per node), when K ranks'
- * host state and pinned staging fit in it. --model gpt declares exactly the
- * example trainer's parameters (examples/gpt's table, gpt.h, linked from
- * zs_gpt_model).
+ * host state and pinned staging fit in it; with the NVMe tier, when a rank's
+ * file (the estimate's nvme_model_state, nvme_state_bytes: every trainable
+ * record twice, docs/design.md 3.3.1) fits in --nvme-bytes (no limit unless
+ * given): such an option fits with the tier (fits_with_tier). --model gpt
+ * declares exactly the example trainer's parameters (examples/gpt's table,
+ * gpt.h, linked from zs_gpt_model). int8 optimizer states align each
+ * parameter to their block when it is above 64 elements (the padding below too).
  *
  * Traffic (exact, what the engine's comm stats count per rank, = zs-membench's
  * comm_bytes_per_step): per unit, padded as the engine pads (each parameter
@@ -101,10 +110,26 @@
  * (the compute time of one step of the global batch on one rank), step_s =
  * T1/N + comm_s and speedup = T1/step_s (the optimizer counted in T1, sharded
  * like the rest: stage 0 repeats it on every rank, so its speedup is optimistic).
+ * The NVMe tier's disk (a rank's, --disk-bw-read and --disk-bw-write MB/s, 3000
+ * and 1500): a step's optimizer phase reads every trainable record once (from
+ * the committed region) and writes it once (to the other), half the records
+ * each way, and reads the fp32 gradient shards, which each reduction in
+ * backward wrote (stage 1 once a step, stages 2-3 once a round, reading them
+ * back after the step's first round to add to); with the parameter shards on
+ * disk each gather also reads its unit's shard (the chunks' parameter fields,
+ * each padded to 4 KiB), twice a round at stage 3 (the GPT's embedding three
+ * times), --grad-accum rounds a step. disk_s = read / the read rate + written
+ * / the write rate, added to step_s (which is comm_s + disk_s without
+ * --compute-s); the tier's two agreements a step (one int64 all-reduced over
+ * the world each) are in the traffic.
  *
  * The choice: the fastest option that fits; options within 1% of each other
- * count as equally fast, and among them one without offload, then the one with
- * the smallest device peak, wins. Hybrid sharding with the node as the group
+ * count as equally fast, and among them the exact one (no quantized weights or
+ * gradients, no secondary copies), then the one with the fewest memory tiers,
+ * memory before disk (none offloaded; the optimizer state in host memory; the
+ * parameter shards there too; the optimizer state on disk; the parameter
+ * shards in host memory beside it; both on disk), then the one with the
+ * smallest device peak, wins. Hybrid sharding with the node as the group
  * moves fewer bytes over every node link than flat sharding (a flat ring
  * all-gather puts (N-1)/N of the buffer on each node link, hybrid's replica
  * all-reduce only the shard's) and, inside the node, no more than the flat
@@ -145,7 +170,8 @@
 #include "zs_plan.h"
 
 typedef struct {
-  int stage, shard, offload;
+  int stage, shard, offload; /* offload: the optimizer state off the device (host memory or disk) */
+  zs_offload_t opt, param;   /* where the optimizer state is; stage 3: the parameter shards (ZeRO-Infinity) */
   int qw;  /* stage 3: quantized_weights */
   int hpz; /* stage 3, flat: hpz_partition_size */
   int qg;  /* stages 2-3, flat: quantized_gradients in groups of the node */
@@ -153,9 +179,13 @@ typedef struct {
   pl_result_t net;
   double step_s, speedup;
   double tp_s;                          /* the tp comm's time per step (0 without --tp) */
-  int fits;
+  double disk_read, disk_write, disk_s; /* the NVMe tier's bytes a rank reads and writes a step, their time */
+  int fits, tier_fit;                   /* tier_fit: fits, with the NVMe tier */
   char why[96];
 } pl_option_t;
+
+/* The option keeps state in the NVMe tier. */
+static int uses_tier(const pl_option_t *x) { return x->opt == ZS_OFFLOAD_NVME || x->param == ZS_OFFLOAD_NVME; }
 
 /* ============================================================================
  * memory: the engine's estimate of the declared model
@@ -174,7 +204,12 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.optim.state_block = o->optim_block;
   cfg.grad_accum = o->accum;
   cfg.prefetch = o->prefetch;
-  cfg.offload_optimizer = x->offload ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
+  cfg.offload_optimizer = x->opt;
+  cfg.offload_param = x->param;
+  if (uses_tier(x)) { /* the estimate needs a path, never touched: nothing is set up */
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", "zs-plan");
+    cfg.nvme_chunk = (size_t)o->nvme_chunk;
+  }
   cfg.quantized_weights = x->qw;
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = x->hpz;
@@ -251,8 +286,39 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
       pl_sched_add(s, PL_BACKWARD, PL_ALL_REDUCE, PL_REPLICA, S * rb, x->offload && x->stage >= 2 ? A : 1);
   }
   if (x->stage > 0) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_SHARD, 4, 1); /* the norm */
+  /* the tier's two agreements (zs__eng_agree): this step's data arrived (before the norm), every chunk written */
+  if (uses_tier(x)) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 8, 2);
   pl_sched_result(s, &x->net);
   pl_sched_destroy(s);
+}
+
+/* The NVMe tier's bytes on a rank's disk a step: the optimizer phase reads
+ * every trainable record once from the committed region and writes it once to
+ * the other (the file, nvme_model_state, holds each twice; zs-plan's models
+ * have no frozen unit, whose parameters would be a third, unread region) and
+ * reads the fp32 gradient shards (the file's grads, once); those the
+ * conversion thread wrote in backward, each reduction (stage 1: one a step;
+ * 2-3: one a round) writing them and, after a step's first, reading them back
+ * to add to. With the parameter shards on disk each gather reads its unit's
+ * shard, twice a round at stage 3 (forward and backward; the example GPT's
+ * embedding a third time, as traffic() gathers it). */
+static void disk(const pl_opts_t *o, pl_option_t *x) {
+  x->disk_read = x->disk_write = x->disk_s = 0;
+  if (!uses_tier(x)) return;
+  const double records = (double)(x->est.nvme[ZS_MEM_PARAMS] + x->est.nvme[ZS_MEM_OPTIMIZER]) / 2;
+  const double grads = (double)x->est.nvme[ZS_MEM_GRADS], reductions = x->stage == 1 ? 1 : o->accum;
+  x->disk_read = records + grads + (reductions - 1) * grads;
+  x->disk_write = records + reductions * grads;
+  if (x->param == ZS_OFFLOAD_NVME) {
+    const int64_t pb = (int64_t)zs_dtype_size(o->dtype);
+    const int64_t chunk = o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT;
+    for (int u = 0; u < o->m.nunits; u++) {
+      const int64_t S = pl_unit_padded(&o->m, u, x->shard) / x->shard;
+      const int gathers = (o->m.gpt && u == 0 ? 3 : 2) * o->accum;
+      x->disk_read += (double)gathers * (double)pl_disk_param_read(S, pb, chunk);
+    }
+  }
+  x->disk_s = pl_disk_time(o, x->disk_read, x->disk_write);
 }
 
 /* ============================================================================
@@ -269,7 +335,12 @@ static void judge(const pl_opts_t *o, pl_option_t *x) {
   } else if (o->host_mem > 0 && host_need > o->host_mem) {
     x->fits = 0;
     snprintf(x->why, sizeof x->why, "host: a node needs %.3f GiB of %.3f", host_need / GIB, o->host_mem / GIB);
+  } else if (uses_tier(x) && o->nvme_bytes >= 0 && (double)x->est.nvme_model_state > o->nvme_bytes) {
+    x->fits = 0;
+    snprintf(x->why, sizeof x->why, "disk: a rank needs %.3f GiB of %.3f", (double)x->est.nvme_model_state / GIB,
+             o->nvme_bytes / GIB);
   }
+  x->tier_fit = x->fits && uses_tier(x);
   if (o->tp > 1) { /* the tp comm on the intra-node links, after the data-parallel traffic */
     x->tp_s = (double)o->tp_bytes / o->net.intra_Bps +
               (double)(2 * o->tp_calls_ar + o->tp_calls_half) * (o->tp - 1) * o->net.alpha_intra;
@@ -277,24 +348,47 @@ static void judge(const pl_opts_t *o, pl_option_t *x) {
     x->net.intra_bytes += (double)o->tp_bytes;
     x->net.inter_link_bytes *= o->tp; /* every tp coordinate's data-parallel group crosses the link */
   }
-  x->step_s = o->compute_s > 0 ? o->compute_s / (o->world * o->tp) + x->net.comm_s : x->net.comm_s;
+  x->step_s = (o->compute_s > 0 ? o->compute_s / (o->world * o->tp) : 0) + x->net.comm_s + x->disk_s;
   x->speedup = o->compute_s > 0 && x->step_s > 0 ? o->compute_s / x->step_s : 0;
 }
 
+/* Memory before disk, and fewer tiers before more: the state on the device;
+ * the optimizer state in host memory; the parameter shards there too; the
+ * optimizer state on disk; the parameter shards in host memory beside it;
+ * both on disk. */
+static int tier_level(const pl_option_t *x) {
+  if (x->opt == ZS_OFFLOAD_NONE) return 0;
+  if (x->opt == ZS_OFFLOAD_CPU) return x->param == ZS_OFFLOAD_CPU ? 2 : 1;
+  return x->param == ZS_OFFLOAD_NONE ? 3 : x->param == ZS_OFFLOAD_CPU ? 4 : 5;
+}
+
 /* a before b: faster by more than 1% (latency terms of a few rounds are below
- * what the model can tell apart); within that, no offload (its copies and its
- * CPU step are not modelled), then the smaller device peak (room for activations). */
+ * what the model can tell apart); within that, exact options, then the fewest
+ * memory tiers, memory before disk (offload's copies and its CPU step are not
+ * modelled), then the smaller device peak (room for activations). */
 static int better(const pl_option_t *a, const pl_option_t *b) {
   if (a->step_s < b->step_s * 0.99) return 1;
   if (b->step_s < a->step_s * 0.99) return 0;
   if (a->qw != b->qw) return !a->qw; /* exact weights, where they cost nothing */
   if (a->hpz != b->hpz) return !a->hpz; /* no secondary copies, where they gain nothing */
   if (a->qg != b->qg) return !a->qg;   /* exact gradients, where they cost nothing */
-  if (a->offload != b->offload) return !a->offload;
+  if (tier_level(a) != tier_level(b)) return tier_level(a) < tier_level(b);
   return a->est.device_peak_bound < b->est.device_peak_bound;
 }
 
 static const char *dtype_name(zs_dtype_t d) { return d == ZS_BF16 ? "bf16" : "fp32"; }
+
+static const char *where_name(zs_offload_t w) {
+  return w == ZS_OFFLOAD_NVME ? "nvme" : w == ZS_OFFLOAD_CPU ? "cpu" : "none";
+}
+
+/* the table's offload column: no, yes (the optimizer state in host memory),
+ * nvme (on disk); ",cpu" or ",nvme" after it where stage 3's parameter shards are */
+static void offload_name(const pl_option_t *x, char *buf, size_t n) {
+  const char *o = x->opt == ZS_OFFLOAD_NONE ? "no" : x->opt == ZS_OFFLOAD_CPU ? "yes" : "nvme";
+  if (x->param != ZS_OFFLOAD_NONE) snprintf(buf, n, "%s,%s", o, where_name(x->param));
+  else snprintf(buf, n, "%s", o);
+}
 
 static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, size_t n) {
   char hz[16] = "";
@@ -320,18 +414,28 @@ static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int be
   fprintf(f, "# links (%s): inter %g Gbit/s (x%.4f frames, %g us/round), intra %g Gbit/s (%g us/round); device %.2f GiB%s\n",
           o->net.nccl ? "nccl rings" : "mpi comm", o->net.inter_Bps * o->tp * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
           o->net.alpha_intra * 1e6, o->device_mem / GIB, o->device_mem > 0 ? "" : " (no limit)");
-  fprintf(f, "# bytes per rank; comm/step = bytes a rank sends; inter = the busiest node link, one way\n");
-  fprintf(f, "  stage layout     offload  model_state   host_state  device_peak    comm/step   inter/step    comm_s%s  fits\n",
+  fprintf(f, "# disk (the NVMe tier), a rank's: read %g MB/s, write %g MB/s, room ", o->disk_read_Bps / 1e6,
+          o->disk_write_Bps / 1e6);
+  if (o->nvme_bytes >= 0) fprintf(f, "%.3f GiB\n", o->nvme_bytes / GIB);
+  else fprintf(f, "no limit\n");
+  fprintf(f, "# bytes per rank; comm/step = bytes a rank sends; inter = the busiest node link, one way; offload = where\n"
+             "# the optimizer state is (yes: host memory, nvme: disk), after a comma stage 3's parameter shards;\n"
+             "# nvme_state = the tier's file, disk_s = its reads and writes a step\n");
+  fprintf(f, "  stage layout     offload    model_state   host_state   nvme_state  device_peak    comm/step   inter/step    "
+             "comm_s    disk_s%s  fits\n",
           o->compute_s > 0 ? "    step_s  speedup" : "");
   for (int i = 0; i < nx; i++) {
-    char lay[32];
+    char lay[32], off[24];
     layout_name(o, &x[i], lay, sizeof lay);
-    fprintf(f, "%s %d     %-10s %-7s %12llu %12llu %12llu %12lld %12.0f %9.4f", i == best ? "*" : " ", x[i].stage, lay,
-            x[i].offload ? "yes" : "no", (unsigned long long)x[i].est.device_model_state,
-            (unsigned long long)x[i].est.host_model_state, (unsigned long long)x[i].est.device_peak_bound,
-            (long long)x[i].net.comm_bytes, x[i].net.inter_link_bytes, x[i].net.comm_s);
+    offload_name(&x[i], off, sizeof off);
+    fprintf(f, "%s %d     %-10s %-9s %12llu %12llu %12llu %12llu %12lld %12.0f %9.4f %9.4f", i == best ? "*" : " ",
+            x[i].stage, lay, off, (unsigned long long)x[i].est.device_model_state,
+            (unsigned long long)x[i].est.host_model_state, (unsigned long long)x[i].est.nvme_model_state,
+            (unsigned long long)x[i].est.device_peak_bound, (long long)x[i].net.comm_bytes, x[i].net.inter_link_bytes,
+            x[i].net.comm_s, x[i].disk_s);
     if (o->compute_s > 0) fprintf(f, " %9.4f %8.3f", x[i].step_s, x[i].speedup);
-    fprintf(f, "  %s%s%s\n", x[i].fits ? "yes" : "no", x[i].fits ? "" : ": ", x[i].why);
+    fprintf(f, "  %s%s%s\n", x[i].tier_fit ? "yes, with the tier" : x[i].fits ? "yes" : "no", x[i].fits ? "" : ": ",
+            x[i].why);
   }
   if (best >= 0) fprintf(f, "* the fastest that fits\n");
   else fprintf(f, "nothing fits\n");
@@ -343,9 +447,13 @@ static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
              "\"hpz_partition_size\": %d, \"quantized_gradients\": %s, ",
           x->stage, x->shard, x->shard < o->world ? "true" : "false", x->offload ? "true" : "false",
           x->qw ? "true" : "false", x->hpz, x->qg ? "true" : "false");
-  fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"device_peak_bytes\": %llu, ",
+  fprintf(f, "\"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", ", where_name(x->opt), where_name(x->param));
+  fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"nvme_state_bytes\": %llu, "
+             "\"device_peak_bytes\": %llu, ",
           (unsigned long long)x->est.device_model_state, (unsigned long long)x->est.host_model_state,
-          (unsigned long long)x->est.device_peak_bound);
+          (unsigned long long)x->est.nvme_model_state, (unsigned long long)x->est.device_peak_bound);
+  fprintf(f, "\"disk_read_bytes_per_step\": %.0f, \"disk_write_bytes_per_step\": %.0f, \"disk_s\": %.9g, ",
+          x->disk_read, x->disk_write, x->disk_s);
   fprintf(f, "\"comm_bytes_per_step\": %lld, \"replica_bytes_per_step\": %lld, ", (long long)r->comm_bytes,
           (long long)r->replica_bytes);
   fprintf(f, "\"inter_link_bytes_per_step\": %.0f, \"inter_link_wire_bytes_per_step\": %.0f, "
@@ -356,9 +464,11 @@ static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
   fprintf(f, "\"phase_s\": {\"forward\": %.6g, \"backward\": %.6g, \"step\": %.6g}, ", r->phase_s[PL_FORWARD],
           r->phase_s[PL_BACKWARD], r->phase_s[PL_STEP]);
   fprintf(f, "\"rounds_inter\": %d, \"rounds_intra\": %d, ", r->rounds_inter, r->rounds_intra);
-  if (o->compute_s > 0) fprintf(f, "\"step_s\": %.6g, \"speedup\": %.6g, ", x->step_s, x->speedup);
+  fprintf(f, "\"step_s\": %.6g, ", x->step_s);
+  if (o->compute_s > 0) fprintf(f, "\"speedup\": %.6g, ", x->speedup);
   if (o->tp > 1) fprintf(f, "\"tp_s\": %.6g, ", x->tp_s);
-  fprintf(f, "\"fits\": %s, \"why\": \"%s\"}", x->fits ? "true" : "false", x->why);
+  fprintf(f, "\"fits\": %s, \"fits_with_tier\": %s, \"why\": \"%s\"}", x->fits ? "true" : "false",
+          x->tier_fit ? "true" : "false", x->why);
 }
 
 static void print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int best, FILE *f) {
@@ -375,6 +485,10 @@ static void print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int bes
   fprintf(f, "\"device_mem_bytes\": %.0f, \"host_mem_bytes\": %.0f, \"reserve_bytes\": %.0f, ", o->device_mem,
           o->host_mem, o->reserve);
   fprintf(f, "\"backend\": \"%s\", ", o->net.nccl ? "nccl" : "mpi");
+  if (o->nvme_bytes >= 0) fprintf(f, "\"nvme_bytes\": %.0f, ", o->nvme_bytes);
+  else fprintf(f, "\"nvme_bytes\": null, ");
+  fprintf(f, "\"disk_bw_read_mbps\": %.6g, \"disk_bw_write_mbps\": %.6g, \"nvme_chunk\": %lld, ", o->disk_read_Bps / 1e6,
+          o->disk_write_Bps / 1e6, (long long)(o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));
   fprintf(f, "\"inter_gbps\": %.6g, \"intra_gbps\": %.6g, \"latency_us\": %.6g, \"intra_latency_us\": %.6g, "
              "\"frame_overhead\": %.6g, \"ring_min_bytes\": %llu, ",
           o->net.inter_Bps * o->tp * 8 / 1e9, o->net.intra_Bps * 8 / 1e9, o->net.alpha_inter * 1e6, o->net.alpha_intra * 1e6,
@@ -406,7 +520,7 @@ int main(int argc, char **argv) {
   }
   int me = zs_comm_rank(comm);
 
-  pl_option_t x[32];
+  pl_option_t x[48];
   int nx = 0, hybrid = o.hybrid;
   memset(x, 0, sizeof x);
   x[nx++] = (pl_option_t){.stage = 0, .shard = o.world};
@@ -426,10 +540,25 @@ int main(int argc, char **argv) {
     if (o.qw_block && o.hpz > 1)
       x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qw = 1, .hpz = o.hpz, .qg = 1};
   }
+  /* ZeRO-Infinity, flat and hybrid (listed after the others: their indices stay): the optimizer
+   * state on disk at stages 1-3; at stage 3 the parameter shards in host memory beside the
+   * optimizer state there or on disk, and both on disk */
+  for (int stage = 1; stage <= 3; stage++)
+    for (int h = 0; h <= hybrid; h++) {
+      const int sh = h ? o.shard_group : o.world;
+      x[nx++] = (pl_option_t){.stage = stage, .shard = sh, .opt = ZS_OFFLOAD_NVME};
+      if (stage < 3) continue;
+      x[nx++] = (pl_option_t){.stage = 3, .shard = sh, .opt = ZS_OFFLOAD_CPU, .param = ZS_OFFLOAD_CPU};
+      x[nx++] = (pl_option_t){.stage = 3, .shard = sh, .opt = ZS_OFFLOAD_NVME, .param = ZS_OFFLOAD_CPU};
+      x[nx++] = (pl_option_t){.stage = 3, .shard = sh, .opt = ZS_OFFLOAD_NVME, .param = ZS_OFFLOAD_NVME};
+    }
   int best = -1;
   for (int i = 0; i < nx; i++) {
+    if (x[i].offload && x[i].opt == ZS_OFFLOAD_NONE) x[i].opt = ZS_OFFLOAD_CPU; /* the options above: host memory */
+    x[i].offload = x[i].opt != ZS_OFFLOAD_NONE;
     estimate(&o, &x[i]);
     traffic(&o, &x[i]);
+    disk(&o, &x[i]);
     judge(&o, &x[i]);
     if (x[i].fits && (best < 0 || better(&x[i], &x[best]))) best = i;
   }

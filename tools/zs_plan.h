@@ -1,8 +1,8 @@
 /* zs_plan.h: what zs-plan's three parts share (zs_plan_model.c: flags and the
  * model's declaration; zs_plan.c: memory from the engine, the options and
  * their output; zs_plan_net.c: the traffic of one step on the links and its
- * time). zs_plan.c's header comment states the model; this one only the
- * interface. */
+ * time, and the NVMe tier's disk time). zs_plan.c's header comment states the
+ * model; this one only the interface. */
 #ifndef ZS_TOOLS_PLAN_H
 #define ZS_TOOLS_PLAN_H
 
@@ -67,7 +67,8 @@ void pl_sched_result(const pl_sched_t *s, pl_result_t *out);
  * zs_plan_model.c: the flags and the declared model
  * ========================================================================== */
 
-#define PL_ALIGN 64 /* elements: a parameter's start in its unit (engine.h, zs_unit_layout) */
+/* elements: a parameter's start in its unit (engine.h, zs_unit_layout); int8 states: their block when larger */
+#define PL_ALIGN 64
 #define PL_NAME_MAX 48
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -86,6 +87,7 @@ typedef struct {
   char (*unit_names)[PL_NAME_MAX];
   pl_param_t *params;
   int64_t numel;
+  int align;               /* elements a parameter starts at a multiple of (PL_ALIGN, or the int8 block) */
 } pl_model_t;
 
 typedef struct {
@@ -108,6 +110,10 @@ typedef struct {
   int64_t tp_bytes, tp_calls_ar, tp_calls_half; /* tp comm: bytes a rank sends per step, calls (ring rounds) */
   int64_t tp_act_bytes;                 /* activation bytes one layer keeps per rank */
   int layers, channels, heads, vocab, seq;
+  /* ZeRO-Infinity's NVMe tier: the disk room per rank (bytes; < 0: no limit), a
+   * rank's disk rates (bytes/s), and the tier's chunk (elements; 0: the engine's) */
+  double nvme_bytes, disk_read_Bps, disk_write_Bps;
+  int64_t nvme_chunk;
 } pl_opts_t;
 
 
@@ -119,5 +125,15 @@ pl_opts_t pl_parse(int argc, char **argv);
 void pl_model_free(pl_model_t *m);
 /* Padded elements of unit u over n ranks, as the engine lays it out. */
 int64_t pl_unit_padded(const pl_model_t *m, int u, int n);
+
+/* ============================================================================
+ * zs_plan_net.c: the NVMe tier's disk time
+ * ========================================================================== */
+
+/* Bytes of the parameter field a gather reads from the tier for a shard of S
+ * elements (chunks of `chunk`, each padded to 4 KiB; docs/design.md 3.3.1). */
+int64_t pl_disk_param_read(int64_t S, int64_t pb, int64_t chunk);
+/* Seconds a rank's disk takes for a step's reads and writes (their rates). */
+double pl_disk_time(const pl_opts_t *o, double read_bytes, double write_bytes);
 
 #endif

@@ -138,10 +138,13 @@ static void tp_traffic(pl_opts_t *o) {
 }
 #endif
 
-/* Padded elements of unit u over n ranks, as the engine lays it out. */
+/* Padded elements of unit u over n ranks, as the engine lays it out: each
+ * parameter at a multiple of A elements (PL_ALIGN, or int8 states' block when
+ * larger, so that no block straddles a shard), the unit a multiple of A x n. */
 int64_t pl_unit_padded(const pl_model_t *m, int u, int n) {
-  int64_t t = 0, q = (int64_t)PL_ALIGN * n;
-  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) t += (m->params[i].numel + PL_ALIGN - 1) / PL_ALIGN * PL_ALIGN;
+  const int64_t A = m->align > 0 ? m->align : PL_ALIGN;
+  int64_t t = 0, q = A * n;
+  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) t += (m->params[i].numel + A - 1) / A * A;
   return t ? (t + q - 1) / q * q : q;
 }
 
@@ -180,6 +183,12 @@ static void usage(FILE *f) {
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
           "  --sequence-parallel (with --tp)  --batch B (1: sequences per data-parallel rank per round, tp traffic)\n"
+          "ZeRO-Infinity (options with the optimizer state in the NVMe tier at stages 1-3 and, at stage 3,\n"
+          "the parameter shards in host memory or on disk):\n"
+          "  --nvme-bytes N (the disk room per rank for the tier's file, bytes, K/M/G/T suffixes: 1024-based;\n"
+          "                 no limit)  --nvme-chunk N (elements a chunk of the tier: a multiple of 4096; 1048576)\n"
+          "  --disk-bw-read MB/s (3000)  --disk-bw-write MB/s (1500) (a rank's disk: a step reads and writes\n"
+          "                 the tier's records and gradient shards, each gather on disk reads its shard)\n"
           "output:\n"
           "  --compute-s T1 (compute per step of the global batch on one rank: adds step_s, speedup)\n"
           "  --json (one JSON document on stdout)\n"
@@ -216,6 +225,25 @@ static zs_dtype_t dtype_of(const char *flag, const char *v) {
   return ZS_FP32;
 }
 
+/* A byte count with an optional K, M, G or T (1024-based; "KiB", "GB" alike). */
+static double bytes_of(const char *flag, const char *v) {
+  char *end;
+  double x = strtod(v, &end);
+  int sh = 0;
+  if (end != v && *end) {
+    const char *u = "KMGT", *at = strchr(u, toupper((unsigned char)*end));
+    if (at) sh = 10 * (int)(at - u + 1), end++;
+    if (sh && toupper((unsigned char)*end) == 'I') end++;
+    if (sh && toupper((unsigned char)*end) == 'B') end++;
+  }
+  if (end == v || *end || !(x >= 0 && x <= 1e18)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s '%s': give bytes, e.g. 500G or 2T", flag, v);
+    pl_die(2, msg);
+  }
+  return x * (double)(1ull << sh);
+}
+
 /* ZS_MPI_RING_MIN_BYTES as the mpi comm reads it: bytes with K/M/G (1024-based),
  * "off" for never; the comm's default otherwise. */
 static uint64_t ring_min_env(void) {
@@ -241,6 +269,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
 #endif
   o.net.inter_Bps = 10e9 / 8, o.net.intra_Bps = 100e9 / 8, o.net.frame = 1514.0 / 1448.0;
   o.net.alpha_inter = 50e-6, o.net.alpha_intra = 10e-6, o.net.ring_min = ring_min_env();
+  o.nvme_bytes = -1, o.disk_read_Bps = 3000e6, o.disk_write_Bps = 1500e6;
   const char *units = NULL;
   int gpt = 0, reduce_set = 0, nccl = 0;
   unsigned given = 0; /* which of the link flags were given: 1 inter, 2 intra, 4 latency, 8 intra latency, 16 frame */
@@ -299,6 +328,13 @@ pl_opts_t pl_parse(int argc, char **argv) {
       else pl_die(2, "--backend: mpi or nccl");
     }
     else if (!strcmp(a, "--compute-s")) o.compute_s = num(a, v, 0, 1e9);
+    else if (!strcmp(a, "--nvme-bytes")) o.nvme_bytes = bytes_of(a, v);
+    else if (!strcmp(a, "--disk-bw-read")) o.disk_read_Bps = num(a, v, 1e-3, 1e9) * 1e6;
+    else if (!strcmp(a, "--disk-bw-write")) o.disk_write_Bps = num(a, v, 1e-3, 1e9) * 1e6;
+    else if (!strcmp(a, "--nvme-chunk")) {
+      o.nvme_chunk = inum(a, v, 4096, 1 << 30);
+      if (o.nvme_chunk % 4096) pl_die(2, "--nvme-chunk: a multiple of 4096 elements");
+    }
     else if (!strcmp(a, "--grad-accum")) o.accum = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--prefetch")) o.prefetch = inum(a, v, 0, 1 << 20);
     else if (!strcmp(a, "--dtype")) o.dtype = dtype_of(a, v);
@@ -368,6 +404,9 @@ pl_opts_t pl_parse(int argc, char **argv) {
   } else {
     units_model(&o.m, units);
   }
+  /* int8 states align each parameter to their block (zs__eng_align): the padding the traffic sees */
+  const int block = o.optim_state == ZS_STATE_INT8 ? (o.optim_block ? o.optim_block : ZS_STATE_BLOCK_DEFAULT) : 0;
+  o.m.align = block > PL_ALIGN ? block : PL_ALIGN;
   o.net.world = o.world;
   o.net.per_node = o.per_node;
   return o;

@@ -1,5 +1,6 @@
-/* zs_plan_net.c: one step's collectives on the links, and their time (the
- * model is stated in zs_plan.c's header comment, which is its documentation).
+/* zs_plan_net.c: one step's collectives on the links, and their time; the
+ * NVMe tier's bytes on a rank's disk, and theirs (the model is stated in
+ * zs_plan.c's header comment, which is its documentation).
  *
  * Every collective is laid on the links as the messages of the algorithm that
  * zeroshard's mpi comm runs for it: each message (src rank -> dst rank, bytes)
@@ -266,4 +267,26 @@ pl_sched_t *pl_sched_create(const pl_net_t *net) {
     return NULL;
   }
   return s;
+}
+
+/* ============================================================================
+ * the NVMe tier's disk
+ * ========================================================================== */
+
+/* A gather of a shard on disk reads its records' parameter fields (for fp32
+ * parameters with the optimizer on disk the master field, the same bytes):
+ * pad(pb n) a chunk of n elements. */
+int64_t pl_disk_param_read(int64_t S, int64_t pb, int64_t chunk) {
+  int64_t b = 0;
+  for (int64_t lo = 0; lo < S; lo += chunk) {
+    const int64_t n = S - lo < chunk ? S - lo : chunk;
+    b += (pb * n + 4095) / 4096 * 4096;
+  }
+  return b;
+}
+
+/* A rank's reads and writes one after the other at its disk's rates (no
+ * overlap with each other, with the links or with compute, as comm_s). */
+double pl_disk_time(const pl_opts_t *o, double read_bytes, double write_bytes) {
+  return read_bytes / o->disk_read_Bps + write_bytes / o->disk_write_Bps;
 }

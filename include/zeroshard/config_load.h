@@ -38,12 +38,14 @@ extern "C" {
  *   eps > 0; weight_decay >= 0; 0 <= momentum < 1; nesterov 0|1 (SGD: needs
  *   momentum > 0); grad_accum >= 1; grad_clip >= 0; prefetch 0..16; the 0|1
  *   flags; offload_optimizer none|cpu|nvme and only at stage >= 1;
- *   offload_param none|cpu|nvme only at stage 3 with offload_optimizer cpu|nvme;
- *   nvme_path set (under 256 bytes) with either on nvme; nvme_chunk 0 or a
- *   multiple of 4096 up to 2^30; nvme_buffers 0 or 2..64; nvme_param_buffers 0
- *   or 1..64; aio_block_size 0 or a multiple of 4096 up to 64 MiB;
- *   aio_queue_depth 0 or 1..1024; delayed_param_update only with offload cpu
- *   and no offload_param; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
+ *   offload_param none|cpu|nvme, not none only at stage 3 with
+ *   offload_optimizer cpu|nvme; nvme_path NUL-terminated within its 256 bytes
+ *   (always), and not empty with either offload on nvme; the tier's sizes,
+ *   checked whatever the devices: nvme_chunk 0 or a multiple of 4096 up to
+ *   2^30; nvme_buffers 0 or 2..64; nvme_param_buffers 0 or 1..64;
+ *   aio_block_size 0 or a multiple of 4096 up to 64 MiB; aio_queue_depth 0 or
+ *   1..1024; delayed_param_update only with offload_optimizer cpu and
+ *   offload_param none; loss_scale >= 0, initial_scale > 0, scale_window >= 1,
  *   hysteresis >= 1, 0 < min_scale <= initial_scale (these four only where they are
  *   used: fp16 parameters with loss_scale 0; a static scale or another precision
  *   ignores them, as DeepSpeed reads its fp16 section only when it is enabled);
@@ -52,7 +54,9 @@ extern "C" {
  *   except for WARMUP; 0 <= min_lr <= optim.lr; WARMUP_COSINE: ratios in [0, 1];
  *   quantized_weights 0|1 and only at stage 3; quantized_weights_block 0 or a
  *   power of two 32..4096; hpz_partition_size >= 0, above 1 only at stage 3
- *   and without shard_group. All floats must be finite.
+ *   and without shard_group; quantized_gradients 0|8, at stages 2-3, without
+ *   shard_group or offload_optimizer (quantized_weights and hpz_partition_size
+ *   do combine with offload_param). All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 
@@ -64,7 +68,13 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *                        numbers (strtod syntax, e.g. 3e-4)
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
  *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE   1|0|true|false|on|off|yes|no
- *   ZS_OFFLOAD           none|cpu            ZS_LOSS_SCALE    number, 0 = dynamic
+ *   ZS_OFFLOAD ZS_OFFLOAD_PARAM  none|cpu|nvme   ZS_LOSS_SCALE    number, 0 = dynamic
+ *   ZS_NVME_PATH         the tier's directory, kept as given (more than 255
+ *                        bytes is an error naming the variable)
+ *   ZS_NVME_CHUNK ZS_AIO_BLOCK_SIZE  whole numbers (elements, bytes)
+ *   ZS_NVME_BUFFERS ZS_NVME_PARAM_BUFFERS ZS_AIO_QUEUE_DEPTH  integers
+ *   ZS_OPTIM_STATE       fp32|bf16|int8      ZS_OPTIM_STATE_BLOCK  elements
+ *   ZS_QUANTIZED_GRADIENTS 0|8               ZS_QUANTIZED_GRADIENTS_GROUP  ranks
  *   ZS_SHARD_GROUP       ranks per shard group (0 = all)
  *   ZS_QUANTIZED_WEIGHTS 1|0 (flag words as above)   ZS_QUANTIZED_WEIGHTS_BLOCK  elements
  *   ZS_HPZ_PARTITION_SIZE  ranks (a node) holding backward's gathers
@@ -88,8 +98,9 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
  * "offload_optimizer" ("none"|"cpu"|"nvme"), "offload_strict", "delayed_param_update",
- * "offload_param" ("none"|"cpu"|"nvme"), "nvme_path", "nvme_chunk", "nvme_buffers",
- * "nvme_param_buffers", "aio_block_size", "aio_queue_depth",
+ * "offload_param" ("none"|"cpu"|"nvme"), "nvme_path" (a string of 1..255
+ * bytes), "nvme_chunk", "nvme_buffers", "nvme_param_buffers", "aio_block_size",
+ * "aio_queue_depth",
  * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
  * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
  * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",
@@ -117,16 +128,26 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *       "nvme" -> ZS_OFFLOAD_NVME (ZeRO-Infinity), "none" -> ZS_OFFLOAD_NONE
  *   zero_optimization.offload_optimizer.pin_memory accepted: offloaded state is
  *       always pinned (set offload_strict to fail rather than fall back)
- *   zero_optimization.offload_optimizer.nvme_path  -> nvme_path; buffer_count ->
- *       nvme_buffers; ratio only 1 (partial offload is not built); pipeline,
- *       pipeline_read, pipeline_write accepted (info: always pipelined)
+ *   zero_optimization.offload_optimizer.nvme_path  -> nvme_path (null: none);
+ *       buffer_count -> nvme_buffers; ratio only 1 or absent (anything else:
+ *       "partial optimizer offload is not built: use 1"); pipeline,
+ *       pipeline_read, pipeline_write, fast_init accepted with an info line
+ *       (zeroshard always pipelines the tier's reads and writes with the update)
  *   zero_optimization.offload_param.device         "cpu" | "nvme" | "none" ->
- *       offload_param; nvme_path -> nvme_path (the same as the optimizer's: one
- *       tier a rank); buffer_count -> nvme_param_buffers; buffer_size and
- *       max_in_cpu accepted (info)
+ *       offload_param (stage 3, with offload_optimizer cpu or nvme);
+ *       nvme_path -> nvme_path; buffer_count -> nvme_param_buffers; pin_memory
+ *       as the optimizer's; buffer_size and max_in_cpu accepted (info: each
+ *       parameter buffer holds the largest unit's shard; parameters on nvme
+ *       are not cached in host memory)
+ *     The two nvme_path keys, where both are given, must be equal (zeroshard
+ *       keeps one tier a rank: the optimizer state and the parameters in one
+ *       file), whatever the sections' devices; our "nvme_path", like every key
+ *       of ours, is applied after them and wins over both.
  *   aio.block_size -> aio_block_size, aio.queue_depth -> aio_queue_depth;
- *       thread_count, single_submit, overlap_events accepted (io_uring needs no
- *       threads); use_gds true is refused (not built)
+ *       thread_count, single_submit, overlap_events accepted (info: io_uring
+ *       needs no I/O threads, batches submissions, reaps while in flight);
+ *       intra_op_parallelism accepted; use_gds false accepted, true refused
+ *       (GPUDirect Storage is not built)
  *   zero_optimization.overlap_comm, contiguous_gradients, allgather_bucket_size,
  *       allgather_partitions, reduce_scatter, round_robin_gradients,
  *       sub_group_size, stage3_max_reuse_distance,
@@ -234,6 +255,8 @@ const char *zs_config_unknown_keys(void);
  *   "stage 3, param bf16, reduce fp32, adamw lr 0.0003 betas 0.9/0.95 eps 1e-08
  *    wd 0.1, grad_accum 4, clip 1, prefetch 1, reshard_after_forward 1, persist 0,
  *    offload cpu"
+ * With ZeRO-Infinity: ", offload nvme, offload_param cpu|nvme, nvme <nvme_path>"
+ * (offload_param only when set, the path only with a tier on nvme).
  * Loss-scale settings appear only with fp16 parameters or a static scale.
  * Does not validate. Returns "" (a static empty string) when buf is NULL or n is 0,
  * and "(null config)" in buf when cfg is NULL. */

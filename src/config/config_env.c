@@ -28,6 +28,7 @@ const char *const zs__config_kind_expect[] = {
     [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
     [K_WARMUP] = "linear or log",
     [K_SDTYPE] = "fp32, bf16 or int8",
+    [K_PATH] = "a path",
 };
 
 static const char *const sched_names[] = {
@@ -133,6 +134,9 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
 
 /* ---- environment ------------------------------------------------------------- */
 
+/* K_PATH fields are char[ZS_NVME_PATH_MAX] */
+_Static_assert(sizeof(((zs_config_t *)0)->nvme_path) == ZS_NVME_PATH_MAX, "nvme_path is the K_PATH field");
+
 static const struct {
   const char *var;
   kind_t kind;
@@ -160,6 +164,7 @@ static const struct {
     {"ZS_OFFLOAD", K_OFFLOAD, offsetof(zs_config_t, offload_optimizer), "offload_optimizer"},
     {"ZS_DELAYED_PARAM_UPDATE", K_BOOL, offsetof(zs_config_t, delayed_param_update), "delayed_param_update"},
     {"ZS_OFFLOAD_PARAM", K_OFFLOAD, offsetof(zs_config_t, offload_param), "offload_param"},
+    {"ZS_NVME_PATH", K_PATH, offsetof(zs_config_t, nvme_path), "nvme_path"},
     {"ZS_NVME_CHUNK", K_SIZE, offsetof(zs_config_t, nvme_chunk), "nvme_chunk"},
     {"ZS_NVME_BUFFERS", K_INT, offsetof(zs_config_t, nvme_buffers), "nvme_buffers"},
     {"ZS_NVME_PARAM_BUFFERS", K_INT, offsetof(zs_config_t, nvme_param_buffers), "nvme_param_buffers"},
@@ -247,6 +252,15 @@ zs_status_t zs_config_from_env(zs_config_t *cfg) {
   for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
     const char *v = getenv(env_keys[i].var);
     if (!v || !*v) continue;
+    if (env_keys[i].kind == K_PATH) { /* a path: no blanks trimmed, no words */
+      size_t len = strlen(v);
+      if (len >= ZS_NVME_PATH_MAX)
+        return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s is %zu bytes long: at most %d (a shorter directory, or a symbolic "
+                       "link to it)", env_keys[i].var, len, ZS_NVME_PATH_MAX - 1);
+      memcpy((char *)&c + env_keys[i].off, v, len + 1);
+      origin_set(&org, env_keys[i].field, env_keys[i].var);
+      continue;
+    }
     double num = 0;
     int word = 0;
     int r = zs__config_parse_text(v, env_keys[i].kind, &num, &word);
@@ -261,14 +275,6 @@ zs_status_t zs_config_from_env(zs_config_t *cfg) {
     }
     zs__config_store(&c, env_keys[i].off, env_keys[i].kind, num, word);
     origin_set(&org, env_keys[i].field, env_keys[i].var);
-  }
-  const char *np = getenv("ZS_NVME_PATH"); /* a path, kept as given */
-  if (np && *np) {
-    if (strlen(np) >= sizeof c.nvme_path)
-      return ZS_FAIL(NULL, ZS_ERR_INVALID, "ZS_NVME_PATH is %zu bytes long: at most %zu (a shorter directory, or a "
-                     "symbolic link to it)", strlen(np), sizeof c.nvme_path - 1);
-    memcpy(c.nvme_path, np, strlen(np) + 1);
-    origin_set(&org, "nvme_path", "ZS_NVME_PATH");
   }
   ZS_CHECK(zs__config_validate(&c, &org, ""));
   *cfg = c;

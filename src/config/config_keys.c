@@ -28,15 +28,20 @@ static zs_status_t fn_offload_param_device(ctx_t *x, const cJSON *item, const ch
   return offload_word(x, item, path, &x->cfg.offload_param, "offload_param");
 }
 
-/* A path into nvme_path: our key sets it (it is applied after DeepSpeed's and
- * wins); DeepSpeed's offload_optimizer.nvme_path and offload_param.nvme_path
- * must agree, since zeroshard keeps one tier a rank. */
+/* A path into nvme_path. DeepSpeed's offload_optimizer.nvme_path and
+ * offload_param.nvme_path must agree, since zeroshard keeps one tier a rank
+ * (both kinds of state in one file). Our "nvme_path" follows the rule of every
+ * other key of ours: it is applied after DeepSpeed's and wins over both (as
+ * "optim.state_dtype" wins over optimizer.type's 8-bit names), so it is how a
+ * launcher points a shared ds_config.json at a node's own disk. null is
+ * DeepSpeed's default (no path). */
 static zs_status_t set_nvme_path(ctx_t *x, const cJSON *item, const char *path, int ds) {
-  if (ds && zs__config_skip_auto(x, item, path)) return ZS_OK;
-  if (!cJSON_IsString(item)) return zs__config_wrong(x, item, path, "a directory path (a string)");
+  if (ds && (cJSON_IsNull(item) || zs__config_skip_auto(x, item, path))) return ZS_OK;
+  if (!cJSON_IsString(item)) return zs__config_wrong(x, item, path, "expected a directory path (a string)");
   size_t len = strlen(item->valuestring);
   if (len == 0 || len >= sizeof x->cfg.nvme_path)
-    return zs__config_wrong(x, item, path, "a directory path of 1 to %zu bytes", sizeof x->cfg.nvme_path - 1);
+    return zs__config_wrong(x, item, path, "expected a directory path of 1 to %zu bytes (a symbolic link shortens a "
+                            "long one)", sizeof x->cfg.nvme_path - 1);
   const char *before = origin_get(&x->org, "nvme_path");
   if (ds && before && strcmp(x->cfg.nvme_path, item->valuestring)) {
     char a[96], b[96];
@@ -54,7 +59,7 @@ static zs_status_t set_nvme_path(ctx_t *x, const cJSON *item, const char *path, 
 static zs_status_t fn_ds_nvme_path(ctx_t *x, const cJSON *item, const char *path) {
   return set_nvme_path(x, item, path, 1);
 }
-static zs_status_t zs__config_fn_nvme_path(ctx_t *x, const cJSON *item, const char *path) {
+static zs_status_t fn_nvme_path(ctx_t *x, const cJSON *item, const char *path) {
   return set_nvme_path(x, item, path, 0);
 }
 
@@ -73,11 +78,12 @@ static zs_status_t fn_ratio(ctx_t *x, const cJSON *item, const char *path) {
   int word = 0;
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
   ZS_CHECK(zs__config_get(x, item, path, K_FLOAT, "a number", &r, &word));
-  if (r != 1) return zs__config_wrong(x, item, path, "1: partial optimizer offload is not built");
+  if (r != 1) return zs__config_wrong(x, item, path, "partial optimizer offload is not built: use 1");
   return ZS_OK;
 }
 
-#define PIPELINED "zeroshard always overlaps the tier's reads and writes with the update (read chunk i+1, update i, write i-1)"
+#define PIPELINED                                                                                            \
+  "zeroshard always pipelines the tier's reads and writes with the update (read chunk i+1, update i, write i-1)"
 static const spec_t offload_opt_keys[] = {
     FN("device", fn_offload_device, 1),
     FN("pin_memory", fn_pin_memory, 1),
@@ -87,7 +93,7 @@ static const spec_t offload_opt_keys[] = {
     ACCEPT_I("pipeline", PIPELINED),
     ACCEPT_I("pipeline_read", PIPELINED),
     ACCEPT_I("pipeline_write", PIPELINED),
-    ACCEPT("fast_init", "the tier's files are reserved with fallocate at setup"),
+    ACCEPT_I("fast_init", "the tier's file is reserved with fallocate at setup; " PIPELINED),
 };
 
 static zs_status_t fn_offload_optimizer(ctx_t *x, const cJSON *item, const char *path) {
@@ -115,7 +121,7 @@ static zs_status_t fn_offload_param(ctx_t *x, const cJSON *item, const char *pat
 static zs_status_t fn_use_gds(ctx_t *x, const cJSON *item, const char *path) {
   int on = 0;
   ZS_CHECK(zs__config_get_flag(x, item, path, &on));
-  if (on) return zs__config_wrong(x, item, path, "false: GPUDirect Storage is not built");
+  if (on) return zs__config_wrong(x, item, path, "GPUDirect Storage is not built: use false");
   return ZS_OK;
 }
 
@@ -123,13 +129,13 @@ static const spec_t aio_keys[] = {
     FIELD("block_size", K_SIZE, aio_block_size, 1),
     FIELD("queue_depth", K_INT, aio_queue_depth, 1),
     ACCEPT_I("thread_count", "io_uring needs no I/O threads: the engine's step and its parameter reader each own a ring"),
-    ACCEPT("single_submit", "requests are submitted in batches"),
-    ACCEPT("overlap_events", "completions are reaped while requests are in flight"),
+    ACCEPT_I("single_submit", "io_uring submits a transfer's requests in one batch"),
+    ACCEPT_I("overlap_events", "io_uring reaps completions while requests are in flight"),
     ACCEPT("intra_op_parallelism", "io_uring needs no I/O threads"),
     FN("use_gds", fn_use_gds, 1),
 };
 
-static zs_status_t zs__config_fn_aio(ctx_t *x, const cJSON *item, const char *path) {
+static zs_status_t fn_aio(ctx_t *x, const cJSON *item, const char *path) {
   if (cJSON_IsNull(item)) return ZS_OK;
   ZS_CHECK(zs__config_need_object(x, item, path));
   return APPLY(x, item, path, aio_keys);
@@ -387,7 +393,7 @@ const spec_t zs__config_root_keys[] = {
     FIELD("quantized_gradients", K_INT, quantized_gradients, 0),
     FIELD("quantized_gradients_group", K_INT, quantized_gradients_group, 0),
     FIELD("offload_param", K_OFFLOAD, offload_param, 0),
-    FN("nvme_path", zs__config_fn_nvme_path, 0),
+    FN("nvme_path", fn_nvme_path, 0),
     FIELD("nvme_chunk", K_SIZE, nvme_chunk, 0),
     FIELD("nvme_buffers", K_INT, nvme_buffers, 0),
     FIELD("nvme_param_buffers", K_INT, nvme_param_buffers, 0),
@@ -404,7 +410,7 @@ const spec_t zs__config_root_keys[] = {
     FN("fp16", fn_fp16, 1),
     FN("optimizer", fn_optimizer, 1),
     FN("scheduler", zs__config_fn_scheduler, 1),
-    FN("aio", zs__config_fn_aio, 1),
+    FN("aio", fn_aio, 1),
     TRAINER("train_batch_size"),
     TRAINER("train_micro_batch_size_per_gpu"),
     TRAINER("steps_per_print"),

@@ -34,12 +34,20 @@ static value_str_t int_value(long long x) {
   snprintf(v.s, sizeof v.s, "%lld", x);
   return v;
 }
+static value_str_t size_value(size_t x) {
+  value_str_t v;
+  snprintf(v.s, sizeof v.s, "%zu", x);
+  return v;
+}
 static value_str_t float_value(double x) {
   value_str_t v;
   snprintf(v.s, sizeof v.s, "%g", x);
   return v;
 }
 #define IS_FLAG(x) ((x) == 0 || (x) == 1)
+static const char *offload_name(zs_offload_t f) {
+  return f == ZS_OFFLOAD_NONE ? "none" : f == ZS_OFFLOAD_CPU ? "cpu" : f == ZS_OFFLOAD_NVME ? "nvme" : "invalid";
+}
 
 static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
 
@@ -138,51 +146,70 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (!IS_FLAG(c->reshard_after_forward))
     return bad(prefix, o, "reshard_after_forward", int_value(c->reshard_after_forward).s,
                "use 1 (free at zs_release) or 0");
+  /* Offload and ZeRO-Infinity's tier. The tier's sizes are checked whatever
+   * the devices (a config written for nvme and switched to cpu keeps them);
+   * nvme_path must be a C string always, since it may be printed. */
   if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->offload_optimizer != ZS_OFFLOAD_CPU &&
       c->offload_optimizer != ZS_OFFLOAD_NVME)
-    return bad(prefix, o, "offload_optimizer", int_value(c->offload_optimizer).s,
+    return bad(prefix, o, "offload_optimizer", int_value((int)c->offload_optimizer).s,
                "use ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU or ZS_OFFLOAD_NVME");
   if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
     return bad(prefix, o, "offload_optimizer", c->offload_optimizer == ZS_OFFLOAD_CPU ? "cpu at stage 0" : "nvme at stage 0",
                "offload needs stage 1, 2 or 3: at stage 0 every rank holds the whole optimizer state");
   if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_param != ZS_OFFLOAD_CPU && c->offload_param != ZS_OFFLOAD_NVME)
-    return bad(prefix, o, "offload_param", int_value(c->offload_param).s,
+    return bad(prefix, o, "offload_param", int_value((int)c->offload_param).s,
                "use ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU or ZS_OFFLOAD_NVME");
-  if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3)
-    return bad(prefix, o, "offload_param", int_value(c->stage).s,
+  if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3) {
+    char v[48];
+    snprintf(v, sizeof v, "%s at stage %d", offload_name(c->offload_param), c->stage);
+    return bad(prefix, o, "offload_param", v,
                "parameter offload needs stage 3: below it every rank holds every parameter");
-  if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE)
-    return bad(prefix, o, "offload_param", "set without offload_optimizer",
+  }
+  if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE) {
+    char v[64];
+    snprintf(v, sizeof v, "%s without offload_optimizer", offload_name(c->offload_param));
+    return bad(prefix, o, "offload_param", v,
                "the updated parameters are made on the host by the offloaded optimizer: set offload_optimizer to "
                "cpu or nvme");
-  if ((c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param == ZS_OFFLOAD_NVME) &&
-      (!memchr(c->nvme_path, 0, sizeof c->nvme_path) || !c->nvme_path[0]))
-    return bad(prefix, o, "nvme_path", c->nvme_path[0] ? "longer than 255 bytes" : "empty",
+  }
+  if (!memchr(c->nvme_path, 0, sizeof c->nvme_path))
+    return bad(prefix, o, "nvme_path", "longer than 255 bytes",
+               "use a directory path of at most 255 bytes (or a symbolic link to the directory)");
+  if ((c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param == ZS_OFFLOAD_NVME) && !c->nvme_path[0]) {
+    char v[96];
+    snprintf(v, sizeof v, "empty with %s%s%s", c->offload_optimizer == ZS_OFFLOAD_NVME ? "offload_optimizer nvme" : "",
+             c->offload_optimizer == ZS_OFFLOAD_NVME && c->offload_param == ZS_OFFLOAD_NVME ? " and " : "",
+             c->offload_param == ZS_OFFLOAD_NVME ? "offload_param nvme" : "");
+    return bad(prefix, o, "nvme_path", v,
                "set nvme_path to a directory on a local disk (the NVMe tier's files go there)");
+  }
   if (c->nvme_chunk % 4096 || c->nvme_chunk > ((size_t)1 << 30))
-    return bad(prefix, o, "nvme_chunk", int_value((long long)c->nvme_chunk).s,
-               "use 0 (the default) or a multiple of 4096 elements up to 2^30");
+    return bad(prefix, o, "nvme_chunk", size_value(c->nvme_chunk).s,
+               "use 0 (the default, 1048576) or a multiple of 4096 elements up to 2^30");
   if (c->nvme_buffers && (c->nvme_buffers < 2 || c->nvme_buffers > 64))
     return bad(prefix, o, "nvme_buffers", int_value(c->nvme_buffers).s, "use 0 (the default, 4) or 2..64");
   if (c->nvme_param_buffers && (c->nvme_param_buffers < 1 || c->nvme_param_buffers > 64))
     return bad(prefix, o, "nvme_param_buffers", int_value(c->nvme_param_buffers).s, "use 0 (the default, 5) or 1..64");
   if (c->aio_block_size && (c->aio_block_size % 4096 || c->aio_block_size > ((size_t)64 << 20)))
-    return bad(prefix, o, "aio_block_size", int_value((long long)c->aio_block_size).s,
-               "use 0 (the default, 1 MiB) or a multiple of 4096 bytes up to 64 MiB");
+    return bad(prefix, o, "aio_block_size", size_value(c->aio_block_size).s,
+               "use 0 (the default, 1 MiB) or a multiple of 4096 bytes from 4096 to 64 MiB");
   if (c->aio_queue_depth && (c->aio_queue_depth < 1 || c->aio_queue_depth > 1024))
     return bad(prefix, o, "aio_queue_depth", int_value(c->aio_queue_depth).s, "use 0 (the default, 8) or 1..1024");
   if (!IS_FLAG(c->offload_strict))
     return bad(prefix, o, "offload_strict", int_value(c->offload_strict).s, "use 0 or 1");
   if (!IS_FLAG(c->delayed_param_update))
     return bad(prefix, o, "delayed_param_update", int_value(c->delayed_param_update).s, "use 0 or 1");
+  if (c->delayed_param_update && (c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param != ZS_OFFLOAD_NONE)) {
+    char v[64];
+    if (c->offload_optimizer == ZS_OFFLOAD_NVME) snprintf(v, sizeof v, "1 with offload_optimizer nvme");
+    else snprintf(v, sizeof v, "1 with offload_param %s", offload_name(c->offload_param));
+    return bad(prefix, o, "delayed_param_update", v,
+               "the delayed update is not built for the NVMe tier or parameter offload: set delayed_param_update to 0");
+  }
   if (c->delayed_param_update && c->offload_optimizer != ZS_OFFLOAD_CPU)
-    return bad(prefix, o, "delayed_param_update",
-               c->offload_optimizer == ZS_OFFLOAD_NVME ? "1 with offload_optimizer nvme" : "1 without offload",
+    return bad(prefix, o, "delayed_param_update", "1 without offload",
                "it overlaps the CPU optimizer step with the next forward/backward: set "
                "offload_optimizer to cpu or delayed_param_update to 0");
-  if (c->delayed_param_update && c->offload_param != ZS_OFFLOAD_NONE)
-    return bad(prefix, o, "delayed_param_update", "1 with offload_param",
-               "the delayed update is not built for the NVMe tier or parameter offload: set delayed_param_update to 0");
   if (!(isfinite(c->loss_scale) && c->loss_scale >= 0))
     return bad(prefix, o, "loss_scale", float_value(c->loss_scale).s, "use 0 (dynamic) or a finite static scale > 0");
   /* The dynamic scaler's settings are checked only where they are used: fp16
@@ -233,9 +260,13 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->quantized_gradients && c->stage < 2)
     return bad(prefix, o, "quantized_gradients", "set below stage 2",
                "it replaces stages 2-3's reduce-scatter of every round: use stage 2 or 3");
-  if (c->quantized_gradients && (c->shard_group > 0 || c->offload_optimizer != ZS_OFFLOAD_NONE))
-    return bad(prefix, o, "quantized_gradients", c->shard_group > 0 ? "set with shard_group" : "set with offload",
+  if (c->quantized_gradients && (c->shard_group > 0 || c->offload_optimizer != ZS_OFFLOAD_NONE)) {
+    char v[64];
+    if (c->shard_group > 0) snprintf(v, sizeof v, "set with shard_group");
+    else snprintf(v, sizeof v, "set with offload_optimizer %s", offload_name(c->offload_optimizer));
+    return bad(prefix, o, "quantized_gradients", v,
                "it is built for flat sharding with the optimizer on the device: drop one of them");
+  }
   if (c->quantized_gradients_group < 0)
     return bad(prefix, o, "quantized_gradients_group", int_value(c->quantized_gradients_group).s,
                "use 0 (the ranks of a node) or a divisor of the world");
@@ -297,7 +328,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
     put(buf, n, &at, ", offload cpu%s%s", cfg->offload_strict ? " strict" : "",
         cfg->delayed_param_update ? " delayed-update" : "");
   else if (cfg->offload_optimizer == ZS_OFFLOAD_NVME)
-    put(buf, n, &at, ", offload nvme");
+    put(buf, n, &at, ", offload nvme%s", cfg->offload_strict ? " strict" : "");
   else
     put(buf, n, &at, ", offload none");
   if (cfg->offload_param != ZS_OFFLOAD_NONE)
