@@ -117,7 +117,7 @@ void zs__offload_worker_destroy(zs_offload_worker_t *w);
  * stays whole whatever happens, and the engine decides. */
 typedef struct {
   uint64_t read_off, write_off; /* the record in the region read and the one written */
-  size_t read_bytes;            /* its prefix read (0: nothing on disk is input) */
+  size_t read_bytes;            /* bytes read from read_off (0: nothing) */
   uint64_t read2_off;           /* a second extent read (the gradients), into the buffer at read2_at */
   size_t read2_bytes, read2_at; /* (read2_bytes 0: none) */
   size_t write_bytes;           /* bytes written (0: nothing) */
@@ -146,9 +146,8 @@ zs_status_t zs__nvme_step(zs_device_t *dev, zs_stream_t *copy, zs_aio_ring_t *ri
  * buffer to dst, record the buffer's release (an event of the reader's own,
  * so that no event the thread waits on is recorded again meanwhile). A failed
  * read fails the flag (the stream's sticky error carries the message, which
- * names the file and offset), is kept for zs__offload_preader_wait, and is
- * handed to on_fail (the engine revokes its comms there, so that its peers,
- * waiting in the all-gather this rank will not join, fail at once). */
+ * names the file and offset) and is kept for zs__offload_preader_wait, which
+ * the engine's zs_step agrees on with every rank. */
 typedef struct {
   uint64_t off;   /* file offset */
   size_t at;      /* byte offset in the buffer */
@@ -156,10 +155,8 @@ typedef struct {
 } zs_preader_extent_t;
 
 typedef struct zs_offload_preader zs_offload_preader_t;
-typedef void (*zs_preader_fail_fn)(void *ctx, zs_status_t st, const char *msg);
 zs_status_t zs__offload_preader_create(zs_offload_preader_t **out, zs_device_t *dev, zs_aio_file_t *f, int depth,
-                                       size_t block, void *const *bufs, int nbuf, int max_extents,
-                                       zs_preader_fail_fn on_fail, void *fail_ctx);
+                                       size_t block, void *const *bufs, int nbuf, int max_extents);
 /* Waits for the queued reads and copies, ends the thread. NULL is a no-op. */
 void zs__offload_preader_destroy(zs_offload_preader_t *r);
 /* ext[0..n) is copied (n <= max_extents); the extents must lie inside a

@@ -36,8 +36,6 @@ struct zs_offload_preader {
   zs__flag_t *flag;
   zs__event_pool_t events;
   zs_event_t *last[64]; /* per buffer: the event after its last copy out */
-  zs_preader_fail_fn on_fail;
-  void *fail_ctx;
 };
 
 static zs_status_t read_extents(zs_offload_preader_t *r, read_job_t *j) {
@@ -88,7 +86,6 @@ static int job_run(void *vr, zs__job_t *job) {
   char msg[ZS_ERRBUF];
   memcpy(msg, r->err, sizeof msg);
   zs__worker_unlock(&r->wk);
-  if (st != ZS_OK && r->on_fail) r->on_fail(r->fail_ctx, st, msg);
   zs__flag_set(r->dev, r->flag, j->seq, fst, fst != ZS_OK ? msg : NULL);
   return ZS__JOB_DONE;
 }
@@ -105,8 +102,7 @@ static void job_done(void *vr, zs__job_t *job) {
 static const zs__worker_ops_t reader_ops = {.name = "the parameter reader", .run = job_run, .done = job_done};
 
 zs_status_t zs__offload_preader_create(zs_offload_preader_t **out, zs_device_t *dev, zs_aio_file_t *f, int depth,
-                                       size_t block, void *const *bufs, int nbuf, int max_extents,
-                                       zs_preader_fail_fn on_fail, void *fail_ctx) {
+                                       size_t block, void *const *bufs, int nbuf, int max_extents) {
   *out = NULL;
   if (nbuf < 1 || nbuf > 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "parameter reader: %d buffers (1..64)", nbuf);
   zs_offload_preader_t *r = calloc(1, sizeof *r);
@@ -116,8 +112,6 @@ zs_status_t zs__offload_preader_create(zs_offload_preader_t **out, zs_device_t *
   r->bufs = bufs;
   r->nbuf = nbuf;
   r->max_ext = max_extents;
-  r->on_fail = on_fail;
-  r->fail_ctx = fail_ctx;
   zs__event_pool_init(&r->events, dev, nbuf + 2);
   zs_status_t st = zs__aio_ring_create(&r->ring, depth, block);
   if (st == ZS_OK) st = zs__flag_create(dev, &r->flag);

@@ -57,9 +57,8 @@ uint64_t zs__tier_unit_bytes(const zs_config_t *c, int64_t on, int opt, int para
   uint64_t total = 0, field[ZS_TF_COUNT], k[ZS_MEM_CATEGORY_COUNT] = {0};
   for (int64_t lo = 0; lo < on; lo += C) {
     int64_t n = on - lo < C ? on - lo : C;
-    total += copies * zs__tier_record(c, n, opt, param, trainable, field, NULL);
     uint64_t one[ZS_MEM_CATEGORY_COUNT] = {0};
-    zs__tier_record(c, n, opt, param, trainable, field, one);
+    total += copies * zs__tier_record(c, n, opt, param, trainable, field, one);
     for (int i = 0; i < ZS_MEM_CATEGORY_COUNT; i++) k[i] += copies * one[i];
   }
   if (opt && trainable) { /* the gradient shard, once (region 3) */
@@ -139,9 +138,6 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
         k->bytes = zs__tier_record(c, k->n, opt, param, trainable, k->field, cat);
         if (pass == 1)
           for (int j = 0; j < ZS_MEM_CATEGORY_COUNT; j++) t->cat_bytes[j] += (trainable ? 2 : 1) * cat[j];
-        /* a step reads the whole record: the fields it does not write (a frozen
-         * parameter's inside a trainable unit, the padding) go back as they were */
-        k->read_bytes = k->bytes;
         k->goff = t->gbase[i] + (uint64_t)lo * 4;
         k->grad_at = k->bytes;
         k->stage_at = k->bytes + (opt ? (size_t)pad((uint64_t)k->n * 4) : 0);
@@ -161,12 +157,6 @@ static zs_status_t tier_layout(zs_engine_t *zs, zs_tier_t *t) {
   }
   t->bytes = 2 * region + single + grads;
   return ZS_OK;
-}
-
-static void tier_fail(void *ctx, zs_status_t st, const char *msg) {
-  (void)ctx;
-  (void)st;
-  (void)msg; /* the step reports it (zs__tier_check); the flag has failed the stream */
 }
 
 zs_status_t zs__tier_setup(zs_engine_t *zs) {
@@ -241,8 +231,7 @@ zs_status_t zs__tier_setup(zs_engine_t *zs) {
     ZS_CHECK(zs__eng_host_alloc(zs, t->pbuf_alloc, ZS_MEM_COMM, &t->pbuf_mem));
     char *pb0 = (char *)(((uintptr_t)t->pbuf_mem + ZS_AIO_ALIGN - 1) & ~(uintptr_t)(ZS_AIO_ALIGN - 1));
     for (int b = 0; b < t->npbuf; b++) t->pbufs[b] = pb0 + (size_t)b * t->pbuf_bytes;
-    st = zs__offload_preader_create(&t->reader, zs->dev, t->file, depth, block, t->pbufs, t->npbuf, ext, tier_fail,
-                                    zs);
+    st = zs__offload_preader_create(&t->reader, zs->dev, t->file, depth, block, t->pbufs, t->npbuf, ext);
     if (st != ZS_OK)
       return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier's parameter reader on rank %d: %s", zs->rank,
                      zs_last_error());

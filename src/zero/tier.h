@@ -35,7 +35,6 @@ typedef struct {
   uint64_t off[2];               /* the record in region 0 and 1 (equal for a frozen unit's) */
   uint64_t field[ZS_TF_COUNT];   /* field offsets inside the record (UINT64_MAX: absent) */
   size_t bytes;                  /* the record's bytes */
-  size_t read_bytes;             /* the prefix a step reads: master .. vs (0: none on disk) */
   uint64_t goff;                 /* its fp32 gradients in region 3 (grads on disk; else unused) */
   size_t grad_at, stage_at;      /* in a chunk buffer: the gradients read, the 16-bit parameters
                                     staged for the device (after the record) */
@@ -82,7 +81,6 @@ typedef struct zs_tier {
   size_t pbuf_alloc, pbuf_bytes;
   int npbuf;
   zs_nvme_stats_t last;          /* the last step's figures */
-  zs_nvme_stats_t total;
 } zs_tier_t;
 
 

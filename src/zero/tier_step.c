@@ -156,7 +156,9 @@ zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h) {
     if (u->frozen) continue; /* its parameters only, never written by a step */
     zs_nvme_chunk_t *p = &t->plan[t->nplan];
     t->plan_chunk[t->nplan++] = ci;
-    *p = (zs_nvme_chunk_t){.read_off = k->off[t->cur], .write_off = k->off[!t->cur], .read_bytes = k->read_bytes,
+    /* the whole record: the fields the step does not write (a frozen parameter's
+     * inside a trainable unit, the padding) go back as they were */
+    *p = (zs_nvme_chunk_t){.read_off = k->off[t->cur], .write_off = k->off[!t->cur], .read_bytes = k->bytes,
                            .write_bytes = k->bytes, .unit = k->unit, .name = u->name, .elems = (size_t)k->n};
     if (t->grads) {
       p->read2_off = k->goff;
@@ -175,9 +177,7 @@ zs_status_t zs__tier_step(zs_engine_t *zs, const zs_optim_hyper_t *h) {
   zs_status_t agreed = zs__eng_agree(zs, st, "the optimizer step through the NVMe tier");
   if (agreed == ZS_OK) {
     t->cur = !t->cur;
-    t->last.steps = ++t->total.steps;
-    t->total.bytes_read += t->last.bytes_read;
-    t->total.bytes_written += t->last.bytes_written;
+    t->last.steps++;
     return ZS_OK;
   }
   char msg[ZS_ERRBUF];
