@@ -74,13 +74,65 @@ static void expert_of(const gpt_moe_t *m, int index, int *l, int *e, int *j) {
   *j = index % GPT_MOE_EXPERT_NPARAMS;
 }
 
+static const char *const k_expert_name[GPT_MOE_EXPERT_NPARAMS] = {"fc.w", "fc.b", "proj.w", "proj.b"};
+
+/* layer l's global expert e's tensor j: the dense MLP's shape, its own name */
+static void expert_info(const gpt_moe_t *m, int l, int e, int j, gpt_param_info_t *p) {
+  gpt_param_info(&m->mc, 2 + GPT_BLOCK_NPARAMS * l + 8 + j, p);
+  p->unit = l;
+  snprintf(p->name, sizeof p->name, "h.%d.mlp.experts.%d.%s", l, e, k_expert_name[j]);
+}
+
 void gpt_moe_expert_info(const gpt_moe_t *m, int index, gpt_param_info_t *p) {
-  static const char *const k_name[GPT_MOE_EXPERT_NPARAMS] = {"fc.w", "fc.b", "proj.w", "proj.b"};
   int l, e, j;
   expert_of(m, index, &l, &e, &j);
-  gpt_param_info(&m->mc, 2 + GPT_BLOCK_NPARAMS * l + 8 + j, p); /* the dense MLP's tensor */
-  p->unit = l;
-  snprintf(p->name, sizeof p->name, "h.%d.mlp.experts.%d.%s", l, e, k_name[j]);
+  expert_info(m, l, e, j, p);
+}
+
+int gpt_moe_expert_index(const gpt_moe_t *m, int layer, int expert, int which) {
+  if (expert < m->first || expert >= m->first + m->El) return -1;
+  return (layer * m->El + expert - m->first) * GPT_MOE_EXPERT_NPARAMS + which;
+}
+
+int gpt_moe_expert_parse(const gpt_moe_t *m, const char *name, int *layer, int *expert, int *which) {
+  int l = -1, e = -1, at = 0;
+  if (sscanf(name, "h.%d.mlp.experts.%d.%n", &l, &e, &at) != 2 || !at || l < 0 || l >= m->mc.layers || e < 0 ||
+      e >= m->experts)
+    return 0;
+  for (int j = 0; j < GPT_MOE_EXPERT_NPARAMS; j++) {
+    char own[GPT_NAME_MAX];
+    snprintf(own, sizeof own, "h.%d.mlp.experts.%d.%s", l, e, k_expert_name[j]);
+    if (!strcmp(own, name)) { /* as written: no sign, space or leading zero */
+      *layer = l, *expert = e, *which = j;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int gpt_moe_whole_count(const gpt_moe_t *m) {
+  return gpt_moe_dense_count(m) + m->mc.layers * m->experts * GPT_MOE_EXPERT_NPARAMS;
+}
+
+void gpt_moe_whole_info(const gpt_moe_t *m, int k, gpt_param_info_t *p, int *dense, int *layer, int *expert,
+                        int *which) {
+  const int per_layer = GPT_MOE_DENSE_NPARAMS + m->experts * GPT_MOE_EXPERT_NPARAMS;
+  const int blocks = m->mc.layers * per_layer;
+  *layer = *expert = *which = -1;
+  if (k < 2) *dense = k;                                                  /* wte, wpe */
+  else if (k >= 2 + blocks) *dense = 2 + GPT_MOE_DENSE_NPARAMS * m->mc.layers + (k - 2 - blocks); /* lnf */
+  else {
+    const int l = (k - 2) / per_layer, r = (k - 2) % per_layer;
+    if (r < GPT_MOE_DENSE_NPARAMS) *dense = 2 + GPT_MOE_DENSE_NPARAMS * l + r;
+    else {
+      *dense = -1, *layer = l;
+      *expert = (r - GPT_MOE_DENSE_NPARAMS) / GPT_MOE_EXPERT_NPARAMS;
+      *which = (r - GPT_MOE_DENSE_NPARAMS) % GPT_MOE_EXPERT_NPARAMS;
+      expert_info(m, l, *expert, *which, p);
+      return;
+    }
+  }
+  gpt_moe_dense_info(m, *dense, p);
 }
 
 /* a stream of draws of its own per router and per expert; expert 0 takes the

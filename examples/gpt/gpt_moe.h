@@ -55,6 +55,24 @@ void gpt_moe_expert_fill(const gpt_moe_t *m, uint64_t seed, int index, int64_t o
 /* Parameters of the whole model (every expert), from the shapes alone. */
 int64_t gpt_moe_param_count(const gpt_moe_t *m);
 
+/* The whole model's tensors (every expert, on any ep) in the order of an
+ * export (zs-train-gpt --export): wte, wpe; per layer l the dense block's nine
+ * tensors (gpt_moe_dense_info's order, the router last), then every expert's
+ * four, h.l.mlp.experts.<e>.fc.w fc.b proj.w proj.b, e in global order; lnf.w,
+ * lnf.b. Entry k's name and shape into *p; *dense its dense table index, or -1
+ * for an expert's tensor, whose layer, global expert and place among the four
+ * go to *layer, *expert, *which. */
+int gpt_moe_whole_count(const gpt_moe_t *m); /* dense count + L x E x 4 */
+void gpt_moe_whole_info(const gpt_moe_t *m, int k, gpt_param_info_t *p, int *dense, int *layer, int *expert,
+                        int *which);
+/* The expert table index of (layer, global expert, which) on this rank, or -1
+ * where another ep rank holds that expert. */
+int gpt_moe_expert_index(const gpt_moe_t *m, int layer, int expert, int which);
+/* 1 if name is an expert tensor of this model's shape of names
+ * ("h.<l>.mlp.experts.<e>.<fc.w|fc.b|proj.w|proj.b>", l < layers, e < E,
+ * written as the model writes it), with *layer, *expert, *which; else 0. */
+int gpt_moe_expert_parse(const gpt_moe_t *m, const char *name, int *layer, int *expert, int *which);
+
 /* One block's weights: the attention half and ln2 in gpt.h's view (fc_w etc.
  * unused), the router, and the local experts' (El each). */
 typedef struct {
