@@ -10,8 +10,15 @@
  * edp (the ranks holding the same experts), whose model-parallel group is ep,
  * so the gradient norm counts each expert once. Both are sharded by --stage;
  * zs_step_group steps them as one model (one norm, one clip, one skip).
+ * --shard-group N (a multiple of ep dividing the ranks): hybrid sharding of
+ * both engines inside the same blocks of N neighbouring ranks: the dense engine
+ * shards over the N ranks, the experts' over the N/ep edp ranks among them
+ * holding the same experts (1: replicated), each replicated across blocks.
+ * --dtype bf16: both engines' parameters and gradients bf16 (fp32 master),
+ * each unit seen through fp32 scratch as in trainer_round.c.
  *
- * One round (micro-batch), like trainer_round.c's with each block's MLP replaced:
+ * One round (micro-batch, trainer_moe_round.c), like trainer_round.c's with
+ * each block's MLP replaced:
  *   forward:  embed (dense unit 0); per layer l: gather dense unit 1+l and
  *             expert unit l, attention, router, route / dispatch / experts /
  *             combine (all-to-all over ep), release both; lnf; the head (loss,
@@ -31,57 +38,20 @@
  * dir/experts, the latter in zs_checkpoint_save's model-parallel layout (one
  * part per ep rank), so it loads at the ep that saved it (another ep:
  * ZS_ERR_MISMATCH on every rank); stage and edp may differ.
- * Limits: cpu device, fp32; --tp, --pp, --ps-servers, --shard-group,
- * --export and --init-from are refused. */
+ * --export FILE writes the whole model (every expert under its global name)
+ * as one safetensors file, the same at any ep; --init-from FILE starts both
+ * engines from such a file at any ep (trainer_moe_whole.c).
+ * Limits: cpu device; --tp, --pp and --ps-servers are refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data.h"
-#include "gpt_moe.h"
-#include "ops.h"
-#include "trainer_common.h"
+#include "trainer_moe_impl.h"
 #include "zeroshard/checkpoint.h"
-#include "zeroshard/engine.h"
-#include "zeroshard/mesh.h"
-#include "zeroshard/moe.h"
 #include "zeroshard/trace.h"
 
-typedef struct {
-  const gpt_opts_t *o;
-  gpt_moe_t mm;
-  zs_device_t *dev;
-  zs_comm_t *comm, *ep_comm, *edp_comm;
-  zs_mesh_t *mesh;
-  zs_engine_t *dz, *xz;          /* dense (world), experts (edp, mp = ep) */
-  zs_moe_t *moe[GPT_MAX_LAYERS];
-  int rank, world, ep, edp, L, nd, nx, per_rank, micro;
-  int64_t step0;
-  gpt_data_t data;
-  gpt_param_info_t *dinfo, *xinfo;
-  void **dp, **dg, **xp, **xg;   /* the engines' slots, per table entry */
-  gpt_weights_t w, g;            /* embed and lnf views (blk unused) */
-  gpt_moe_block_w_t *bw, *bg;    /* per layer */
-  float **ptrs;                  /* bw/bg's expert pointer arrays: 8 x L x El */
-  gpt_acts_t acts;
-  gpt_moe_acts_t macts;
-  float *dwte_head;
-  int *tin, *ttg;
-  /* validation: this rank's windows [v_first, v_first + v_count) of v_total,
-   * their residual stream, in chunks of `micro` sequences, v_chunks of them on
-   * every rank (the all-to-alls pair the ranks' calls; a rank out of windows
-   * routes empty chunks) */
-  int v_total, v_first, v_count, v_chunks;
-  float *vresid;
-  int *vin, *vtg;
-  double val_time;
-  /* this step's routing, summed over layers and micro-batches */
-  uint64_t route_sent, route_recv;
-  int64_t *routed, *kept, *tmp_r, *tmp_k; /* [L x E] this rank's over the run; scratch [E] x 2 */
-  double aux_sum;
-} moet_t;
 
 /* ============================================================================
  * setup
@@ -98,16 +68,15 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   if (o->tp > 1 || o->pp > 1 || o->ps_servers > 0)
     return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --tp, --pp or --ps-servers "
                 "yet: experts are split over --ep, the rest is data parallel");
-  if (o->dtype != ZS_FP32 || o->reduce_dtype != ZS_FP32)
-    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model trains in fp32 only: drop "
-                "--dtype bf16 / --reduce-dtype bf16");
-  if (o->export_path || o->init_from || o->shard_group)
-    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "--export, --init-from and --shard-group are not implemented "
-                "for the two engines of a mixture-of-experts run yet");
   if (t->world % o->ep) {
     snprintf(msg, sizeof msg, "--ep %d does not divide the %d ranks (ep groups are %d neighbouring ranks)", o->ep,
              t->world, o->ep);
     return trainer_fail(res, ZS_ERR_INVALID, "--ep", msg);
+  }
+  if (o->shard_group && (o->shard_group % o->ep || t->world % o->shard_group)) {
+    snprintf(msg, sizeof msg, "--shard-group %d must be a multiple of --ep %d that divides the %d ranks (each shard "
+             "group holds whole ep groups: every expert is sharded inside it)", o->shard_group, o->ep, t->world);
+    return trainer_fail(res, ZS_ERR_INVALID, "--shard-group", msg);
   }
   if (o->batch % t->world || (o->batch / t->world) % o->accum)
     return trainer_fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks x --accum (each rank takes "
@@ -164,10 +133,13 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
                                            .heads = o->heads, .layers = o->layers},
                    o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
     return trainer_fail(res, ZS_ERR_INVALID, "model", err);
-  zs_config_t cfg;
-  gpt_opts_engine_config(o, &cfg); /* fp32, no shard group (check_opts) */
+  zs_config_t cfg, xcfg;
+  gpt_opts_engine_config(o, &cfg);
+  xcfg = cfg; /* --shard-group N: N world ranks hold N / ep of each expert's edp ranks (check_opts) */
+  cfg.shard_group = o->shard_group < t->world ? o->shard_group : 0;
+  xcfg.shard_group = o->shard_group && o->shard_group < t->world ? o->shard_group / t->ep : 0;
   if ((st = zs_engine_create(&t->dz, &cfg, t->dev, t->comm)) != ZS_OK ||
-      (st = zs_engine_create(&t->xz, &cfg, t->dev, t->edp_comm)) != ZS_OK)
+      (st = zs_engine_create(&t->xz, &xcfg, t->dev, t->edp_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
@@ -185,11 +157,39 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
   return ZS_OK;
 }
 
+/* The fp32 views (trainer_moe_impl.h), and in bf16 the units' scratch: a
+ * table's entries' offsets in their unit, the largest unit's size. */
+static int64_t unit_offsets(const gpt_param_info_t *info, int n, int64_t *off) {
+  int64_t most = 0, at = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && info[i].unit != info[i - 1].unit) at = 0;
+    off[i] = at, at += info[i].numel;
+    most = at > most ? at : most;
+  }
+  return most;
+}
+
+static zs_status_t views(moet_t *t, gpt_result_t *res) {
+  t->dpv = calloc((size_t)t->nd, sizeof(float *)), t->dgv = calloc((size_t)t->nd, sizeof(float *));
+  t->xpv = calloc((size_t)t->nx + 1, sizeof(float *)), t->xgv = calloc((size_t)t->nx + 1, sizeof(float *));
+  t->doff = calloc((size_t)t->nd, sizeof(int64_t)), t->xoff = calloc((size_t)t->nx + 1, sizeof(int64_t));
+  if (!t->dpv || !t->dgv || !t->xpv || !t->xgv || !t->doff || !t->xoff)
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  const int64_t dmax = unit_offsets(t->dinfo, t->nd, t->doff), xmax = unit_offsets(t->xinfo, t->nx, t->xoff);
+  if (!t->bf16) return ZS_OK;
+  t->dps = malloc((size_t)dmax * sizeof(float)), t->dgs = malloc((size_t)dmax * sizeof(float));
+  t->xps = malloc((size_t)(xmax + 1) * sizeof(float)), t->xgs = malloc((size_t)(xmax + 1) * sizeof(float));
+  if (!t->dps || !t->dgs || !t->xps || !t->xgs)
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
+  return ZS_OK;
+}
+
 static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   zs_status_t st;
   t->L = o->layers;
   t->ep = o->ep;
+  t->bf16 = o->dtype == ZS_BF16;
   TRY(check_opts(t, res));
   t->edp = t->world / t->ep;
   t->per_rank = o->batch / t->world;
@@ -221,6 +221,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   if ((st = declare(t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
       (st = declare(t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK)
     return trainer_fail(res, st, "declaring the parameters", zs_last_error());
+  TRY(views(t, res));
   if ((st = zs_engine_setup(t->dz, dense_init, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
   if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
@@ -234,6 +235,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
       return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
   }
+  if (o->init_from && !o->load) TRY(trainer_moe_init_from(t, o->init_from, res)); /* --load wins */
   t->step0 = zs_engine_step_count(t->dz);
   zs_schedule_t s;
   if (trainer_schedule(o, t->step0, &s) > 0 && /* (none where --warmup leaves no room) */
@@ -269,144 +271,9 @@ static void teardown(moet_t *t) {
   gpt_data_free(&t->data);
   free(t->dinfo), free(t->xinfo), free(t->dp), free(t->dg), free(t->xp), free(t->xg);
   free(t->bw), free(t->bg), free(t->ptrs), free(t->routed);
+  free(t->dpv), free(t->dgv), free(t->xpv), free(t->xgv), free(t->doff), free(t->xoff);
+  free(t->dps), free(t->dgs), free(t->xps), free(t->xgs);
   free(t->dwte_head), free(t->tin), free(t->ttg), free(t->vresid), free(t->vin), free(t->vtg);
-}
-
-/* ============================================================================
- * one round
- * ========================================================================== */
-
-/* The views from the slots (NULL where a unit is not gathered). */
-static void bind(moet_t *t) {
-  const int El = t->mm.El;
-  float *dense[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0}, *dgrad[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0};
-  /* gpt.h's table: the dense entries in their gpt places (the MLP ones NULL) */
-  for (int i = 0; i < t->nd; i++) {
-    int l = (i - 2) / GPT_MOE_DENSE_NPARAMS, k = (i - 2) % GPT_MOE_DENSE_NPARAMS;
-    int gi = i < 2 ? i : i >= 2 + GPT_MOE_DENSE_NPARAMS * t->L ? 2 + GPT_BLOCK_NPARAMS * t->L + (i - 2 - GPT_MOE_DENSE_NPARAMS * t->L)
-             : k == GPT_MOE_DENSE_NPARAMS - 1 ? -1 : 2 + GPT_BLOCK_NPARAMS * l + k;
-    if (gi >= 0) dense[gi] = t->dp[i], dgrad[gi] = t->dg[i];
-    else t->bw[l].router = t->dp[i], t->bg[l].router = t->dg[i];
-  }
-  gpt_weights_bind(&t->mm.mc, dense, &t->w);
-  gpt_weights_bind(&t->mm.mc, dgrad, &t->g);
-  for (int l = 0; l < t->L; l++) {
-    t->bw[l].a = t->w.blk[l], t->bg[l].a = t->g.blk[l];
-    for (int e = 0; e < El; e++) {
-      void **p = t->xp + (size_t)(l * El + e) * GPT_MOE_EXPERT_NPARAMS, **g = t->xg + (size_t)(l * El + e) * GPT_MOE_EXPERT_NPARAMS;
-      t->bw[l].fc_w[e] = p[0], t->bw[l].fc_b[e] = p[1], t->bw[l].proj_w[e] = p[2], t->bw[l].proj_b[e] = p[3];
-      t->bg[l].fc_w[e] = g[0], t->bg[l].fc_b[e] = g[1], t->bg[l].proj_w[e] = g[2], t->bg[l].proj_b[e] = g[3];
-    }
-  }
-}
-
-/* dense unit u and (for a block) its experts' unit */
-static zs_status_t gather2(moet_t *t, int u) {
-  TRY(zs_gather(t->dz, u));
-  if (u >= 1 && u <= t->L) TRY(zs_gather(t->xz, u - 1));
-  bind(t);
-  return ZS_OK;
-}
-
-static zs_status_t release2(moet_t *t, int u) {
-  TRY(zs_release(t->dz, u));
-  if (u >= 1 && u <= t->L) TRY(zs_release(t->xz, u - 1));
-  return ZS_OK;
-}
-
-static zs_status_t reduce2(moet_t *t, int u) {
-  if (u >= 1 && u <= t->L) TRY(zs_reduce(t->xz, u - 1));
-  return zs_reduce(t->dz, u);
-}
-
-/* This layer's routing, added to the step's and the run's figures. */
-static zs_status_t note_routing(moet_t *t, int l) {
-  zs_moe_report_t r;
-  TRY(zs_moe_report(t->moe[l], &r, t->tmp_r, t->tmp_k));
-  t->route_sent += r.bytes_sent, t->route_recv += r.bytes_recv;
-  const int E = t->mm.experts;
-  for (int e = 0; e < E; e++) t->routed[l * E + e] += t->tmp_r[e], t->kept[l * E + e] += t->tmp_k[e];
-  t->aux_sum += t->macts.aux[l];
-  return ZS_OK;
-}
-
-static zs_status_t round_train(moet_t *t, double *loss) {
-  const int B = t->micro, T = t->o->seq, C = t->o->channels, L = t->L;
-  const int64_t N = (int64_t)B * T, NC = N * C;
-  gpt_acts_t *a = &t->acts;
-  TRY(zs_forward_begin(t->dz));
-  TRY(zs_forward_begin(t->xz));
-  TRY(gather2(t, 0));
-  gpt_embed_forward(&t->mm.mc, &t->w.embed, t->tin, B, T, a->resid);
-  TRY(release2(t, 0));
-  for (int l = 0; l < L; l++) {
-    TRY(gather2(t, 1 + l));
-    TRY(gpt_moe_block_forward(&t->mm, t->moe[l], t->dev, &t->bw[l], &a->blk[l], &t->macts, l, a->resid + l * NC,
-                              a->resid + (l + 1) * NC, B, T));
-    TRY(note_routing(t, l));
-    TRY(release2(t, 1 + l));
-  }
-  TRY(gather2(t, L + 1));
-  gpt_lnf_forward(&t->mm.mc, &t->w.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
-  TRY(release2(t, L + 1));
-  TRY(gather2(t, 0));
-  memset(t->dwte_head, 0, (size_t)t->o->vocab * C * sizeof(float));
-  double sum = gpt_head(&t->mm.mc, t->w.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N,
-                        a->dlnf, t->dwte_head);
-  *loss = sum / (double)N;
-  TRY(release2(t, 0));
-
-  TRY(zs_backward_begin(t->dz));
-  TRY(zs_backward_begin(t->xz));
-  TRY(gather2(t, L + 1));
-  gpt_lnf_backward(&t->mm.mc, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-  TRY(reduce2(t, L + 1));
-  for (int l = L - 1; l >= 0; l--) {
-    TRY(gather2(t, 1 + l));
-    TRY(gpt_moe_block_backward(&t->mm, t->moe[l], t->dev, &t->bw[l], &t->bg[l], &a->blk[l], &t->macts, a, l,
-                               a->resid + l * NC, a->dres, t->o->moe_aux, B, T));
-    TRY(reduce2(t, 1 + l));
-  }
-  TRY(gather2(t, 0));
-  gpt_embed_backward(&t->mm.mc, &t->g.embed, t->tin, B, T, a->dres);
-  const int64_t n = (int64_t)t->o->vocab * C;
-  float *dwte = t->g.embed.wte;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
-  return reduce2(t, 0);
-}
-
-/* A forward-only pass over this rank's validation windows: the sum of their
- * token losses into *vsum. Collective (the layers' all-to-alls, v_chunks calls
- * each on every rank). */
-static zs_status_t validate_pass(moet_t *t, double *vsum) {
-  const int T = t->o->seq, C = t->o->channels, L = t->L;
-  gpt_acts_t *a = &t->acts;
-  const double t0 = trainer_now_s();
-  *vsum = 0;
-  TRY(zs_forward_begin(t->dz));
-  TRY(zs_forward_begin(t->xz));
-  for (int u = 0; u < L + 3; u++) { /* embed, the blocks, lnf, the head (embed again) */
-    const int unit = u == L + 2 ? 0 : u;
-    TRY(gather2(t, unit));
-    for (int c = 0; c < t->v_chunks; c++) {
-      const int c0 = c * t->micro, nb = c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
-      float *x = t->vresid ? t->vresid + (int64_t)c0 * T * C : NULL;
-      const int64_t r0 = (int64_t)c0 * T, N = (int64_t)nb * T;
-      if (u >= 1 && u <= L) /* every rank routes its chunk, empty or not */
-        TRY(gpt_moe_block_forward(&t->mm, t->moe[u - 1], t->dev, &t->bw[u - 1], &a->blk[0], &t->macts, u - 1,
-                                  nb ? x : a->resid, nb ? x : a->resid, nb, T));
-      else if (!nb) continue;
-      else if (u == 0) gpt_embed_forward(&t->mm.mc, &t->w.embed, t->vin + r0, nb, T, x);
-      else if (u == L + 1) gpt_lnf_forward(&t->mm.mc, &t->w.lnf, x, x, a->lnf_mean, a->lnf_rstd, N);
-      else *vsum += gpt_head(&t->mm.mc, t->w.embed.wte, x, t->vtg + r0, N, a->logits, a->head_rows, 0.0f, NULL, NULL);
-    }
-    TRY(release2(t, unit));
-  }
-  TRY(zs_forward_end(t->dz));
-  TRY(zs_forward_end(t->xz));
-  t->val_time += trainer_now_s() - t0;
-  return ZS_OK;
 }
 
 /* ============================================================================
@@ -434,7 +301,7 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
 /* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
 static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
   double mine = 0, sum = 0;
-  zs_status_t st = validate_pass(t, &mine);
+  zs_status_t st = trainer_moe_val_pass(t, &mine);
   if (st != ZS_OK) {
     const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
     return trainer_fail(res, st, "validation", why);
@@ -465,7 +332,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
       double loss = 0;
       gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->rank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
-      if ((st = round_train(t, &loss)) != ZS_OK) {
+      if ((st = trainer_moe_round(t, &loss)) != ZS_OK) {
         const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
         zs_trace_end();
         return trainer_fail(res, st, "forward/backward", why);
@@ -502,37 +369,9 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
     return trainer_fail(res, st, "zs_flush", zs_last_error());
   if (o->save) TRY(save(t, res, o->save));
+  if (o->export_path) TRY(trainer_moe_export(t, o->export_path, res));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
   trainer_result_rate(res, o, res->steps, train_time);
-  return ZS_OK;
-}
-
-/* The whole model on every rank: the dense table, then per layer every
- * expert's four tensors in global expert order (gpt_moe.h). Collective. */
-static zs_status_t collect_params(moet_t *t, gpt_result_t *res) {
-  const int El = t->mm.El, L = t->L, C = t->o->channels;
-  const int64_t per_expert = 8 * (int64_t)C * C + 5 * (int64_t)C, mine_n = (int64_t)L * El * per_expert;
-  int64_t nd = 0;
-  for (int i = 0; i < t->nd; i++) nd += t->dinfo[i].numel;
-  float *out = malloc(sizeof(float) * (size_t)(nd + mine_n * t->ep)), *mine = malloc(sizeof(float) * (size_t)mine_n);
-  float *all = malloc(sizeof(float) * (size_t)(mine_n * t->ep));
-  zs_status_t st = out && mine && all ? ZS_OK : ZS_ERR_NOMEM;
-  int64_t off = 0;
-  for (int i = 0; st == ZS_OK && i < t->nd; off += t->dinfo[i].numel, i++) st = zs_param_get(t->dz, i, out + off);
-  off = 0;
-  for (int i = 0; st == ZS_OK && i < t->nx; off += t->xinfo[i].numel, i++) st = zs_param_get(t->xz, i, mine + off);
-  if (st == ZS_OK) st = zs_comm_all_gather(t->ep_comm, mine, all, (size_t)mine_n, ZS_FP32, NULL);
-  /* all: [ep rank q][layer][local expert][tensors] -> [layer][q El + local][tensors] */
-  for (int q = 0; st == ZS_OK && q < t->ep; q++)
-    for (int l = 0; l < L; l++)
-      memcpy(out + nd + ((int64_t)l * t->mm.experts + (int64_t)q * El) * per_expert,
-             all + (int64_t)q * mine_n + (int64_t)l * El * per_expert, sizeof(float) * (size_t)(El * per_expert));
-  free(mine), free(all);
-  if (st != ZS_OK) {
-    free(out);
-    return trainer_fail(res, st, "collecting the final parameters", zs_last_error());
-  }
-  res->final_params = out;
   return ZS_OK;
 }
 
@@ -592,13 +431,17 @@ zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   zs_status_t st = result_alloc(&t, res);
   if (st == ZS_OK) st = setup(&t, res);
   if (st == ZS_OK) res->params = gpt_moe_param_count(&t.mm);
+  if (st == ZS_OK)
+    res->moe.shard_groups[0] = zs_engine_shard_group(t.dz), res->moe.shard_groups[1] = zs_engine_shard_group(t.xz);
   if (st == ZS_OK && t.rank == 0 && !o->quiet)
-    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d, stage %d, %lld parameters (L %d C %d H %d V %d T %d), "
-            "%d experts top-%d, capacity factor %g, aux weight %g; batch %d\n", t.world, t.edp, t.ep, o->stage,
-            (long long)res->params, o->layers, o->channels, o->heads, o->vocab, o->seq, o->moe_experts, o->moe_topk,
-            (double)o->capacity_factor, (double)o->moe_aux, o->batch);
+    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d, stage %d, shard groups %d (experts %d), %s params / "
+            "%s reduce, %lld parameters (L %d C %d H %d V %d T %d), %d experts top-%d, capacity factor %g, aux weight "
+            "%g; batch %d\n", t.world, t.edp, t.ep, o->stage, zs_engine_shard_group(t.dz), zs_engine_shard_group(t.xz),
+            zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers, o->channels,
+            o->heads, o->vocab, o->seq, o->moe_experts, o->moe_topk, (double)o->capacity_factor, (double)o->moe_aux,
+            o->batch);
   if (st == ZS_OK) st = run_steps(&t, res);
-  if (st == ZS_OK && o->collect_params) st = collect_params(&t, res);
+  if (st == ZS_OK && o->collect_params) st = trainer_moe_collect(&t, res);
   if (st == ZS_OK) st = finish(&t, res);
   teardown(&t);
   return st;

@@ -8,6 +8,7 @@
 
 typedef struct {
   int experts, topk, ep, layers; /* experts 0: not an MoE run */
+  int shard_groups[2];           /* the dense and the experts' engine's (zs_engine_shard_group) */
   float capacity_factor, aux_weight;
   /* over the run and every rank, per layer and expert ([layers x experts]):
    * assignments (token, slot) the router chose, and those capacity kept */

@@ -1,0 +1,79 @@
+/* trainer_moe_impl.h: the mixture-of-experts trainer's state, shared by
+ * trainer_moe.c (setup, the steps, the results), trainer_moe_round.c (one
+ * round and the validation pass over both engines) and trainer_moe_whole.c
+ * (the whole model: the tests' final parameters, --export, --init-from). */
+#ifndef ZS_EXAMPLES_GPT_TRAINER_MOE_IMPL_H
+#define ZS_EXAMPLES_GPT_TRAINER_MOE_IMPL_H
+
+#include <stdint.h>
+
+#include "data.h"
+#include "gpt_moe.h"
+#include "trainer_common.h" // defines: TRY, trainer_fail
+#include "zeroshard/engine.h"
+#include "zeroshard/mesh.h"
+#include "zeroshard/moe.h"
+
+typedef struct {
+  const gpt_opts_t *o;
+  gpt_moe_t mm;
+  zs_device_t *dev;
+  zs_comm_t *comm, *ep_comm, *edp_comm;
+  zs_mesh_t *mesh;
+  zs_engine_t *dz, *xz;          /* dense (world), experts (edp, mp = ep) */
+  zs_moe_t *moe[GPT_MAX_LAYERS];
+  int rank, world, ep, edp, L, nd, nx, per_rank, micro, bf16;
+  int64_t step0;
+  gpt_data_t data;
+  gpt_param_info_t *dinfo, *xinfo;
+  void **dp, **dg, **xp, **xg;   /* the engines' slots, per table entry */
+  /* fp32 views of the gathered units' slots, per table entry (NULL where not
+   * gathered, gradients only in backward): the slots themselves in fp32; in
+   * bf16 the unit's parameters widened into the scratch dps / xps and its
+   * gradients made in the zeroed scratch dgs / xgs, added into the bf16 slots
+   * at zs_reduce (trainer_round.c's scheme). One dense and one expert unit are
+   * gathered at a time; doff / xoff: an entry's offset in its unit's scratch. */
+  float **dpv, **dgv, **xpv, **xgv;
+  float *dps, *dgs, *xps, *xgs;
+  int64_t *doff, *xoff;
+  gpt_weights_t w, g;            /* embed and lnf views (blk unused) */
+  gpt_moe_block_w_t *bw, *bg;    /* per layer */
+  float **ptrs;                  /* bw/bg's expert pointer arrays: 8 x L x El */
+  gpt_acts_t acts;
+  gpt_moe_acts_t macts;
+  float *dwte_head;
+  int *tin, *ttg;
+  /* validation: this rank's windows [v_first, v_first + v_count) of v_total,
+   * their residual stream, in chunks of `micro` sequences, v_chunks of them on
+   * every rank (the all-to-alls pair the ranks' calls; a rank out of windows
+   * routes empty chunks) */
+  int v_total, v_first, v_count, v_chunks;
+  float *vresid;
+  int *vin, *vtg;
+  double val_time;
+  /* this step's routing, summed over layers and micro-batches */
+  uint64_t route_sent, route_recv;
+  int64_t *routed, *kept, *tmp_r, *tmp_k; /* [L x E] this rank's over the run; scratch [E] x 2 */
+  double aux_sum;
+} moet_t;
+
+/* trainer_moe_round.c. One training round on the micro-batch in t->tin / ttg
+ * (its mean token loss into *loss). Collective over both engines' groups. */
+zs_status_t trainer_moe_round(moet_t *t, double *loss);
+/* A forward-only pass over this rank's validation windows: the sum of their
+ * token losses into *vsum. Collective (the layers' all-to-alls, v_chunks calls
+ * each on every rank). */
+zs_status_t trainer_moe_val_pass(moet_t *t, double *vsum);
+
+/* trainer_moe_whole.c. res->final_params: the whole model on every rank (the
+ * dense table, then per layer every expert's four tensors in global expert
+ * order). Collective. */
+zs_status_t trainer_moe_collect(moet_t *t, gpt_result_t *res);
+/* --export FILE: the whole model in one safetensors file (gpt_moe_whole_info's
+ * names and order), written by world rank 0; every rank takes part. Collective. */
+zs_status_t trainer_moe_export(moet_t *t, const char *path, gpt_result_t *res);
+/* --init-from FILE: both engines' parameters from such a file (each rank reads
+ * its own ranges of the dense tensors and of its experts). Collective. */
+zs_status_t trainer_moe_init_from(moet_t *t, const char *path, gpt_result_t *res);
+
+#endif
