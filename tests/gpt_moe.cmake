@@ -2,7 +2,9 @@
 #   test_gpt_moe_parity  zs-train-gpt --moe-experts 4 --moe-topk 2 with --ep 2 / 4 (and edp 2 x ep 2)
 #                at stages 1 and 3 against the single-rank MoE run (ep 1): losses, norms, aux
 #                losses, every final parameter to 1e-5 (clipping active), the same tokens per
-#                expert; per step the all-to-all bytes equal what the routing decided; refusals
+#                expert; per step the all-to-all bytes equal what the routing decided; --shard-group
+#                layouts; bf16 against the single-rank bf16 run (1e-2); --export equal to the
+#                single-rank run's file, --init-from it at ep 1 and ep = ranks bit for bit; refusals
 if(TARGET zs_gpt_trainer AND ZS_HAVE_MPI)
   zs_add_test(NAME test_gpt_moe_parity SOURCES test_gpt_moe_parity.c LIBS zs_gpt_trainer RANKS 2 4 TIMEOUT 120)
 endif()

@@ -11,6 +11,9 @@
  * per call). Layouts at 4 ranks: ep 2 x edp 2 and ep 4, at stages 1 and 3 (one
  * with a capacity of T per expert, the most any expert can receive, so that
  * the capacity path runs and drops nothing); at 2 ranks ep 2 at stages 1 and 3.
+ * With --shard-group (hybrid sharding of both engines): edp 2 x ep 2 at stage
+ * 3 and edp 4 x ep 1 at stage 2 in groups of 2, edp 2 x ep 1 in groups of 1,
+ * to the same tolerances, the engines' shard groups checked.
  * Traffic: per step, each rank's all-to-all bytes on the ep comm (zs_comm_stats,
  * sent and received) equal what its routing decided (zs_moe_report summed over
  * layers: the count exchanges, and each kept row's C x 4 bytes moved by
@@ -21,7 +24,9 @@
  * One expert (top-1) equals the dense GPT trainer (losses, norms).
  * --trace (2 ranks, gpt_trace.h): each rank's file holds the step ranges, the
  * engine's gathers and the ep comm's all-to-alls, and tracing is off after.
- * Also the refusals (--tp, --pp, bf16). Model: 2 layers, 32
+ * gpt_moe_compose.h: --dtype bf16 against the single-rank bf16 run, --export
+ * (the single-rank run's file) and --init-from (any ep, bit for bit).
+ * Also the refusals (--tp, --pp, a shard group that splits ep). Model: 2 layers, 32
  * channels, 4 heads, seq 16, vocabulary 259, 4 experts, top-2. */
 #include <math.h>
 #include <stdint.h>
@@ -42,11 +47,18 @@ enum { STEPS = 10, E = 4, K = 2 };
 static zs_device_t *g_dev;
 static zs_comm_t *g_world;
 static int g_rank, g_size;
-static float g_ref_loss[STEPS], g_ref_norm[STEPS], g_ref_aux[STEPS];
-static double g_ref_val[2]; /* before the first step, after the last */
-static float *g_ref_params;
-static int64_t g_nparams, g_ref_routed[2 * E]; /* layers x experts */
 static gpt_moe_t g_mm; /* the whole model's tables (ep 1) */
+static int64_t g_nparams;
+
+/* A single-rank run's figures, on every rank. */
+typedef struct {
+  float loss[STEPS], norm[STEPS], aux[STEPS];
+  double val[2];      /* before the first step, after the last */
+  float *params;      /* g_nparams: the dense table, then every expert */
+  int64_t routed[2 * E]; /* layers x experts */
+} moe_ref_t;
+
+static moe_ref_t g_ref; /* fp32 */
 
 static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 2};
 
@@ -62,45 +74,57 @@ static void tiny(gpt_opts_t *o) {
   o->collect_params = 1;
 }
 
-static void test_reference(void) {
+/* o run by rank 0 alone with ep 1 and --accum = world (the ranks'
+ * micro-batches, one after another: the same routing calls); every rank gets
+ * its figures. */
+static void ref_run(const gpt_opts_t *o0, moe_ref_t *ref) {
   zs_comm_t *self = NULL;
-  char err[256];
-  assert_true(gpt_moe_plan(&g_mm, &k_cfg, E, K, 1, 0, err, sizeof err) == 0);
-  g_nparams = gpt_moe_param_count(&g_mm);
   assert_ok(zs_comm_split(g_world, g_rank == 0 ? 0 : -1, 0, &self));
-  g_ref_params = calloc((size_t)g_nparams, sizeof(float));
-  double buf[3 * STEPS + 2];
+  free(ref->params);
+  memset(ref, 0, sizeof *ref);
+  ref->params = calloc((size_t)g_nparams, sizeof(float));
+  assert_true(ref->params != NULL);
+  double buf[3 * STEPS + 2] = {0};
   if (g_rank == 0) {
-    gpt_opts_t o;
-    tiny(&o);
-    o.accum = g_size; /* the ranks' micro-batches, one after another */
+    gpt_opts_t o = *o0;
+    o.ep = 1, o.shard_group = 0, o.accum = g_size;
     gpt_result_t r;
     zs_status_t st = gpt_train_run(&o, zs_comm_device(self), self, &r);
     if (st != ZS_OK) fprintf(stderr, "reference run failed: %s\n", r.err);
     expect_ok(st);
-    for (int i = 0; st == ZS_OK && i < STEPS; i++)
+    for (int i = 0; st == ZS_OK && i < o.steps; i++)
       buf[i] = r.losses[i], buf[STEPS + i] = r.grad_norms[i], buf[2 * STEPS + i] = r.moe.aux[i];
     if (st == ZS_OK) {
       expect_int_eq(r.nval, 2);
       buf[3 * STEPS] = r.val_losses[0], buf[3 * STEPS + 1] = r.val_loss;
       expect_true(r.grad_norms[0] > o.clip); /* clipping is exercised */
       expect_u64_eq(r.moe.a2a_sent[0] + r.moe.a2a_recv[0], 0); /* ep 1: no traffic */
-      memcpy(g_ref_routed, r.moe.routed, sizeof g_ref_routed);
-      if (r.final_params) memcpy(g_ref_params, r.final_params, (size_t)g_nparams * sizeof(float));
+      memcpy(ref->routed, r.moe.routed, sizeof ref->routed);
+      if (r.final_params) memcpy(ref->params, r.final_params, (size_t)g_nparams * sizeof(float));
     }
     gpt_result_free(&r);
     zs_comm_destroy(self);
   }
   assert_ok(zs_comm_broadcast(g_world, buf, buf, sizeof buf, ZS_UINT8, 0, NULL));
-  assert_ok(zs_comm_broadcast(g_world, g_ref_params, g_ref_params, (size_t)g_nparams, ZS_FP32, 0, NULL));
-  assert_ok(zs_comm_broadcast(g_world, g_ref_routed, g_ref_routed, sizeof g_ref_routed, ZS_UINT8, 0, NULL));
+  assert_ok(zs_comm_broadcast(g_world, ref->params, ref->params, (size_t)g_nparams, ZS_FP32, 0, NULL));
+  assert_ok(zs_comm_broadcast(g_world, ref->routed, ref->routed, sizeof ref->routed, ZS_UINT8, 0, NULL));
   for (int i = 0; i < STEPS; i++)
-    g_ref_loss[i] = (float)buf[i], g_ref_norm[i] = (float)buf[STEPS + i], g_ref_aux[i] = (float)buf[2 * STEPS + i];
-  g_ref_val[0] = buf[3 * STEPS], g_ref_val[1] = buf[3 * STEPS + 1];
+    ref->loss[i] = (float)buf[i], ref->norm[i] = (float)buf[STEPS + i], ref->aux[i] = (float)buf[2 * STEPS + i];
+  ref->val[0] = buf[3 * STEPS], ref->val[1] = buf[3 * STEPS + 1];
 }
 
-/* The final parameters, tensor by tensor (the dense table, then every expert). */
-static double compare_params(const float *got, const char *what, float lr) {
+static void test_reference(void) {
+  char err[256];
+  assert_true(gpt_moe_plan(&g_mm, &k_cfg, E, K, 1, 0, err, sizeof err) == 0);
+  g_nparams = gpt_moe_param_count(&g_mm);
+  gpt_opts_t o;
+  tiny(&o);
+  ref_run(&o, &g_ref);
+}
+
+/* The final parameters, tensor by tensor (the dense table, then every
+ * expert), against a single-rank run's (ref). */
+static double compare_params(const float *ref, const float *got, const char *what, float lr) {
   double worst = 0;
   int64_t off = 0, noisy = 0;
   const int nd = gpt_moe_dense_count(&g_mm), nx = gpt_moe_expert_count(&g_mm);
@@ -109,14 +133,14 @@ static double compare_params(const float *got, const char *what, float lr) {
     if (i < nd) gpt_moe_dense_info(&g_mm, i, &p);
     else gpt_moe_expert_info(&g_mm, i - nd, &p);
     double scale = 0;
-    for (int64_t e = 0; e < p.numel; e++) scale = fmax(scale, fabs(g_ref_params[off + e]));
+    for (int64_t e = 0; e < p.numel; e++) scale = fmax(scale, fabs(ref[off + e]));
     for (int64_t e = 0; e < p.numel; e++) {
-      double d = fabs((double)got[off + e] - g_ref_params[off + e]);
+      double d = fabs((double)got[off + e] - ref[off + e]);
       /* the attention keys' bias has a zero true gradient: its AdamW updates
        * follow rounding noise (test_gpt_tp_parity.c says more); it must only
        * stay near its start */
       if (strstr(p.name, "attn.qkv.b") && e >= k_cfg.channels && e < 2 * k_cfg.channels) {
-        if (!(fabs(got[off + e]) <= 1e-4 && fabs(g_ref_params[off + e]) <= 1e-4))
+        if (!(fabs(got[off + e]) <= 1e-4 && fabs(ref[off + e]) <= 1e-4))
           ZS_T_REPORT("%s: final %s[%lld] = %.9g: a zero-gradient key bias moved", what, p.name, (long long)e,
                       (double)got[off + e]);
         continue;
@@ -131,7 +155,7 @@ static double compare_params(const float *got, const char *what, float lr) {
       noisy += !(d <= 1e-5 * scale + 1e-3 * lr);
       if (!(d <= 1e-5 * scale + 1e-2 * lr) || noisy > 8) {
         ZS_T_REPORT("%s: final %s[%lld] = %.9g vs single-rank %.9g (%lld elements beyond 1e-3 lr)", what, p.name,
-                    (long long)e, (double)got[off + e], (double)g_ref_params[off + e], (long long)noisy);
+                    (long long)e, (double)got[off + e], (double)ref[off + e], (long long)noisy);
         return worst;
       }
     }
@@ -163,7 +187,7 @@ static void check_traffic(const gpt_result_t *r, int ep, const char *what) {
   expect_true(ep == 1 ? tot[0] == 0 : tot[0] > 0);
   expect_u64_eq(r->moe.count_bytes, (uint64_t)k_cfg.layers * (uint64_t)(ep - 1) * (E / ep) * 8u);
   if (g_rank == 0)
-    fprintf(stderr, "moe parity %-34s world %d: step 0 rank 0 all-to-all %llu B sent = %llu B received = "
+    fprintf(stderr, "moe parity %-40s world %d: step 0 rank 0 all-to-all %llu B sent = %llu B received = "
             "counts %llu + 2 x (%llu + %llu) routed\n", what, g_size, (unsigned long long)r->moe.a2a_sent[0],
             (unsigned long long)r->moe.a2a_recv[0], (unsigned long long)r->moe.count_bytes,
             (unsigned long long)r->moe.route_sent[0], (unsigned long long)r->moe.route_recv[0]);
@@ -179,53 +203,62 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
   }
   double worst = 0;
   for (int i = 0; i < STEPS; i++) {
-    double d = fabs((double)r.losses[i] - g_ref_loss[i]) / fabs((double)g_ref_loss[i]);
+    double d = fabs((double)r.losses[i] - g_ref.loss[i]) / fabs((double)g_ref.loss[i]);
     worst = fmax(worst, d);
-    if (!(d <= 1e-5) || !(fabs((double)r.grad_norms[i] - g_ref_norm[i]) <= 1e-5 * g_ref_norm[i]) ||
-        !(fabs((double)r.moe.aux[i] - g_ref_aux[i]) <= 1e-5 * g_ref_aux[i])) {
+    if (!(d <= 1e-5) || !(fabs((double)r.grad_norms[i] - g_ref.norm[i]) <= 1e-5 * g_ref.norm[i]) ||
+        !(fabs((double)r.moe.aux[i] - g_ref.aux[i]) <= 1e-5 * g_ref.aux[i])) {
       ZS_T_REPORT("%s: step %d loss %.9g norm %.9g aux %.9g vs single-rank %.9g %.9g %.9g", what, i,
-                  (double)r.losses[i], (double)r.grad_norms[i], (double)r.moe.aux[i], (double)g_ref_loss[i],
-                  (double)g_ref_norm[i], (double)g_ref_aux[i]);
+                  (double)r.losses[i], (double)r.grad_norms[i], (double)r.moe.aux[i], (double)g_ref.loss[i],
+                  (double)g_ref.norm[i], (double)g_ref.aux[i]);
       break;
     }
   }
   for (int i = 0; i < 2 * E * k_cfg.layers; i++) { /* routed, then kept: the same routing, nothing dropped */
     const int64_t got = i < E * k_cfg.layers ? r.moe.routed[i] : r.moe.kept[i - E * k_cfg.layers];
-    if (got != g_ref_routed[i % (E * k_cfg.layers)]) {
+    if (got != g_ref.routed[i % (E * k_cfg.layers)]) {
       ZS_T_REPORT("%s: layer %d expert %d: %s %lld tokens, single-rank routed %lld", what, i % (E * k_cfg.layers) / E,
                   i % E, i < E * k_cfg.layers ? "routed" : "kept", (long long)got,
-                  (long long)g_ref_routed[i % (E * k_cfg.layers)]);
+                  (long long)g_ref.routed[i % (E * k_cfg.layers)]);
       break;
     }
   }
   expect_int_eq(r.nval, 2); /* validation: the windows split unevenly, every rank routing as many chunks */
   if (r.nval == 2) {
-    expect_near(r.val_losses[0], g_ref_val[0], 1e-5, 0);
-    expect_near(r.val_losses[1], g_ref_val[1], 1e-5, 0);
+    expect_near(r.val_losses[0], g_ref.val[0], 1e-5, 0);
+    expect_near(r.val_losses[1], g_ref.val[1], 1e-5, 0);
   }
   int64_t total = 0;
   for (int e = 0; e < E; e++) total += r.moe.routed[e];
   expect_int_eq(total, (int64_t)STEPS * 8 * k_cfg.seq * K); /* layer 0: every token's k choices */
-  double pworst = r.final_params ? compare_params(r.final_params, what, o->lr) : 1;
+  /* the engines' shard groups: --shard-group's blocks, the experts' N / ep edp ranks of each */
+  expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size);
+  expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep : g_size / o->ep);
+  double pworst = r.final_params ? compare_params(g_ref.params, r.final_params, what, o->lr) : 1;
   expect_true(r.final_params != NULL);
   check_traffic(&r, o->ep, what);
   if (g_rank == 0)
-    fprintf(stderr, "moe parity %-34s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
+    fprintf(stderr, "moe parity %-40s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
   gpt_result_free(&r);
 }
 
+/* ... and with --shard-group N: the dense engine hybrid over blocks of N
+ * ranks, the experts' over the N / ep edp ranks of each block (1: replicated) */
 static void test_layouts(void) {
   struct {
     int world, ep, stage;
     float capacity;
+    int shard_group;
     const char *what;
   } v[] = {
-      {2, 2, 1, 0, "ep 2, stage 1"},
-      {2, 2, 3, 2.0f, "ep 2, stage 3, capacity T"},
-      {4, 2, 1, 0, "edp 2 x ep 2, stage 1"},
-      {4, 2, 3, 2.0f, "edp 2 x ep 2, stage 3, capacity T"},
-      {4, 4, 1, 2.0f, "ep 4, stage 1, capacity T"},
-      {4, 4, 3, 0, "ep 4, stage 3"},
+      {2, 2, 1, 0, 0, "ep 2, stage 1"},
+      {2, 2, 3, 2.0f, 0, "ep 2, stage 3, capacity T"},
+      {2, 1, 2, 0, 1, "edp 2 x ep 1, stage 2, shard group 1"},
+      {4, 2, 1, 0, 0, "edp 2 x ep 2, stage 1"},
+      {4, 2, 3, 2.0f, 0, "edp 2 x ep 2, stage 3, capacity T"},
+      {4, 4, 1, 2.0f, 0, "ep 4, stage 1, capacity T"},
+      {4, 4, 3, 0, 0, "ep 4, stage 3"},
+      {4, 2, 3, 0, 2, "edp 2 x ep 2, stage 3, shard group 2"},
+      {4, 1, 2, 0, 2, "edp 4 x ep 1, stage 2, shard group 2"},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -233,6 +266,7 @@ static void test_layouts(void) {
     gpt_opts_t o;
     tiny(&o);
     o.ep = v[i].ep, o.stage = v[i].stage, o.capacity_factor = v[i].capacity; /* 2 = E / K: C = T */
+    o.shard_group = v[i].shard_group;
     run_compare(&o, v[i].what);
     ran++;
   }
@@ -329,9 +363,9 @@ static void test_refusals(void) {
   expect_str_contains(r.err, "--pp");
   gpt_result_free(&r);
   tiny(&o);
-  o.dtype = ZS_BF16;
-  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
-  expect_str_contains(r.err, "fp32");
+  o.ep = g_size, o.stage = 3, o.shard_group = g_size / 2; /* a shard group that splits an ep group */
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
+  expect_str_contains(r.err, "--shard-group");
   gpt_result_free(&r);
   tiny(&o);
   o.moe_experts = 0, o.ep = 2; /* --ep without experts */
@@ -344,6 +378,8 @@ static void test_refusals(void) {
   expect_str_contains(r.err, "--ep");
   gpt_result_free(&r);
 }
+
+#include "gpt_moe_compose.h" // defines: test_bf16, test_export_init_from
 
 static void test_trace(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2)");
@@ -366,9 +402,11 @@ int main(void) {
   zs_test_run(test_layouts);
   zs_test_run(test_one_expert_is_dense);
   zs_test_run(test_resume);
+  zs_test_run(test_bf16);
+  zs_test_run(test_export_init_from);
   zs_test_run(test_trace);
   zs_test_run(test_refusals);
-  free(g_ref_params);
+  free(g_ref.params);
   int rc = zs_test_finish();
   zs_comm_destroy(g_world);
   zs_device_destroy(g_dev);
