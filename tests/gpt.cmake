@@ -12,6 +12,8 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)
     zs_add_test(NAME test_gpt_parity SOURCES test_gpt_parity.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # ZeRO++'s options in the trainer: flags, 200 steps against the exact run, bytes, refusals
+    # A checkpoint of any layout (tp, pp, interleaved, dp x tp, hybrid, ep) loaded into any other
+    zs_add_test(NAME test_gpt_layouts SOURCES test_gpt_layouts.c LIBS zs_gpt_trainer RANKS 4 TIMEOUT 300)
     zs_add_test(NAME test_gpt_zeropp SOURCES test_gpt_zeropp.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.

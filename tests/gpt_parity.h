@@ -16,6 +16,7 @@
 
 #include "gpt.h"
 #include "harness.h"
+#include "gpt_tmpdir.h"
 #include "import_files.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -182,26 +183,6 @@ static void gpt_ref_compare(const gpt_ref_t *ref, const gpt_config_t *cfg, const
     fprintf(stderr, "%s %-44s world %d: worst loss rel %.2g, parameters %.2g\n", label, what, world, worst, pworst);
 }
 
-/* A directory made by rank 0 and known to every rank (dir: 128 bytes). */
-static void gpt_tmpdir(zs_comm_t *world, const char *pattern, char *dir) {
-  memset(dir, 0, 128);
-  if (zs_comm_rank(world) == 0) {
-    snprintf(dir, 128, "%s", pattern);
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  assert_ok(zs_comm_broadcast(world, dir, dir, 128, ZS_UINT8, 0, NULL));
-  assert_true(dir[0] != 0);
-}
-
-/* Removes it, after every rank is done with it. */
-static void gpt_tmpdir_remove(zs_comm_t *world, const char *dir) {
-  zs_comm_barrier(world, NULL);
-  if (zs_comm_rank(world) == 0) {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  }
-}
 
 /* The run o describes (steps = GPT_PARITY_STEPS, lr_steps set so that the
  * schedule does not depend on --steps) against the same run cut in two by a
@@ -232,18 +213,14 @@ static void gpt_resume_check(zs_device_t *dev, zs_comm_t *world, gpt_opts_t *o, 
   gpt_result_free(&whole);
 }
 
-/* o (o->load a checkpoint saved in another layout) refused on every rank with
- * ZS_ERR_MISMATCH, its message naming the saved layout and this run's (the
- * trainer's words, as zs_checkpoint_set_layout records them). */
-static void gpt_expect_other_layout(zs_device_t *dev, zs_comm_t *world, const gpt_opts_t *o, const char *saved,
-                                    const char *run) {
+/* o (o->load a checkpoint saved in another layout) loads and runs: every
+ * part of the checkpoint read by whole tensors (issue 29; test_gpt_layouts
+ * checks the numbers across the layouts). */
+static void gpt_other_layout_loads(zs_device_t *dev, zs_comm_t *world, const gpt_opts_t *o) {
   gpt_result_t r;
-  char want[2][192];
-  snprintf(want[0], sizeof want[0], "was saved with %s (model-parallel part", saved);
-  snprintf(want[1], sizeof want[1], "; this run is %s (part", run);
-  expect_status(gpt_train_run(o, dev, world, &r), ZS_ERR_MISMATCH);
-  expect_str_contains(r.err, want[0]);
-  expect_str_contains(r.err, want[1]);
+  zs_status_t st = gpt_train_run(o, dev, world, &r);
+  if (st != ZS_OK) ZS_T_REPORT("another layout: %s", r.err);
+  expect_ok(st);
   gpt_result_free(&r);
 }
 

@@ -385,10 +385,12 @@ static void test_delayed(void) {
 
 /* Layouts (issue 25.8): each rank a model-parallel part (an engine over itself,
  * the world its model-parallel group) that names its layout. Another layout with
- * the same parts (a --tp 2 checkpoint under --pp 2) was refused as "a
- * checkpoint of another model", or not at all where the tensors agree; now
- * every rank names both layouts. A checkpoint or an engine without words loads
- * as before (checked by its tensors); the words stand in the manifest. */
+ * the same parts is read as another layout (issue 29: every part, by whole
+ * tensors); these parts hold the same tensors whole without saying how
+ * (no zs_checkpoint_set_split, no ZS_PARAM_MP_REPLICATED), so the load is
+ * refused on every rank naming both layouts and the tensor, never guessed. A
+ * checkpoint or an engine without words loads as before (checked by its
+ * tensors); the words stand in the manifest. */
 static void test_layout(void) {
   if (nranks < 2) zs_test_skip("model-parallel parts need 2 ranks or more");
   char dir[320], old[320], want[800], man[400];
@@ -407,8 +409,9 @@ static void test_layout(void) {
   float *va = values(&a, &na);
   /* another layout: refused on every rank naming both, the engine unchanged */
   assert_ok(open_run_mp(&b, self, world, "tp=1 pp=2 layers 2,2", &c, NBLK));
-  snprintf(want, sizeof want, "checkpoint %s was saved with tp=2 pp=1 (model-parallel part %d of %d); this run is "
-           "tp=1 pp=2 layers 2,2 (part %d of %d): load it with the layout that saved it", dir, rank, nranks, rank, nranks);
+  snprintf(want, sizeof want, "checkpoint %s was saved with tp=2 pp=1 (%d model-parallel parts); this run is "
+           "tp=1 pp=2 layers 2,2 (part %d of %d): tensor 'embed.W' is held whole by several model-parallel parts",
+           dir, nranks, rank, nranks);
   expect_load_fails(&b, dir, ZS_ERR_MISMATCH, want);
   /* the same words load; so does an engine that names none */
   assert_ok(zs_checkpoint_set_layout(b.zs, "tp=2 pp=1"));

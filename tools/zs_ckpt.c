@@ -4,12 +4,20 @@
  *                                      and fields, every rank file's header and
  *                                      blocks, every tensor complete once);
  *                                      prints what the checkpoint holds
- *   zs-ckpt export DIR OUT.safetensors the fp32 master weights for Python tools
+ *   zs-ckpt export DIR OUT.safetensors the fp32 master weights for Python tools,
+ *                                      whole tensors from any layout
+ *   zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N]
+ *                                      a Hugging Face GPT-2 folder (config.json,
+ *                                      model.safetensors or shards with an index)
+ *   zs-ckpt convert DIR OUTDIR         the layout-free form: one rank file of
+ *                                      whole tensors (master, m, v), loadable
+ *                                      into any layout
  *
  * Exit: 0 ok, 1 the checkpoint or the file system failed (the status name and
  * the message say which file, block or tensor: ZS_ERR_CORRUPT, ZS_ERR_UNSUPPORTED
  * for another format version, ZS_ERR_IO), 2 bad usage. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zeroshard/checkpoint.h"
@@ -17,8 +25,34 @@
 #include "zeroshard/status.h"
 
 static int usage(void) {
-  fprintf(stderr, "usage: zs-ckpt verify DIR\n       zs-ckpt export DIR OUT.safetensors\n");
+  fprintf(stderr, "usage: zs-ckpt verify DIR\n       zs-ckpt export DIR OUT.safetensors\n"
+                  "       zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N]\n"
+                  "       zs-ckpt convert DIR OUTDIR\n");
   return 2;
+}
+
+static int done(zs_status_t st, const char *what, const char *from) {
+  if (st != ZS_OK) {
+    fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
+    return 1;
+  }
+  printf("%s: written from %s\n", what, from);
+  return 0;
+}
+
+/* export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N] */
+static int export_hf(int argc, char **argv) {
+  if (argc < 5 || (argc - 5) % 2) return usage();
+  long heads = 0, mb = 0;
+  for (int i = 5; i < argc; i += 2) {
+    char *end;
+    long v = strtol(argv[i + 1], &end, 10);
+    if (*end || v <= 0 || v > (1L << 30)) return usage();
+    if (!strcmp(argv[i], "--n-head")) heads = v;
+    else if (!strcmp(argv[i], "--max-shard-mb")) mb = v;
+    else return usage();
+  }
+  return done(zs_checkpoint_export_hf_gpt2(argv[4], argv[3], (int)heads, (int64_t)mb << 20), argv[3], argv[4]);
 }
 
 int main(int argc, char **argv) {
@@ -36,14 +70,8 @@ int main(int argc, char **argv) {
            (long long)info.bytes);
     return 0;
   }
-  if (!strcmp(argv[1], "export") && argc == 4) {
-    zs_status_t st = zs_checkpoint_to_safetensors(argv[2], argv[3]);
-    if (st != ZS_OK) {
-      fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
-      return 1;
-    }
-    printf("%s: written from %s\n", argv[3], argv[2]);
-    return 0;
-  }
+  if (!strcmp(argv[1], "export") && argc >= 3 && !strcmp(argv[2], "--hf")) return export_hf(argc, argv);
+  if (!strcmp(argv[1], "export") && argc == 4) return done(zs_checkpoint_to_safetensors(argv[2], argv[3]), argv[3], argv[2]);
+  if (!strcmp(argv[1], "convert") && argc == 4) return done(zs_checkpoint_convert(argv[2], argv[3]), argv[3], argv[2]);
   return usage();
 }

@@ -96,6 +96,27 @@ int64_t gpt_tp_full_index(const gpt_tp_t *m, int index, int64_t e) {
   }
 }
 
+int gpt_tp_split(const gpt_tp_t *m, int index, zs_split_t *s) {
+  const int64_t C = m->c.channels, Cl = m->Cl, r = m->rank, V = m->c.vocab;
+  memset(s, 0, sizeof *s);
+  if (m->size == 1) return 0;
+  int64_t *d = s->dims;
+  if (index == 0) { /* vocabulary rows, padded to vp.rows */
+    s->ndim = 2, d[0] = V, d[1] = C, s->dim = 0, s->start = m->vp.start, s->count = m->vp.count;
+    s->padded = m->vp.rows;
+    return 1;
+  }
+  switch (block_kind(m, index)) {
+  case K_QKVW: s->ndim = 3, d[0] = C, d[1] = 3, d[2] = C, s->dim = 2, s->start = r * Cl, s->count = Cl; return 1;
+  case K_QKVB: s->ndim = 2, d[0] = 3, d[1] = C, s->dim = 1, s->start = r * Cl, s->count = Cl; return 1;
+  case K_PROJW: s->ndim = 2, d[0] = C, d[1] = C, s->dim = 0, s->start = r * Cl, s->count = Cl; return 1;
+  case K_FCW: s->ndim = 2, d[0] = C, d[1] = 4 * C, s->dim = 1, s->start = r * 4 * Cl, s->count = 4 * Cl; return 1;
+  case K_FCB: s->ndim = 1, d[0] = 4 * C, s->dim = 0, s->start = r * 4 * Cl, s->count = 4 * Cl; return 1;
+  case K_MPROJW: s->ndim = 2, d[0] = 4 * C, d[1] = C, s->dim = 0, s->start = r * 4 * Cl, s->count = 4 * Cl; return 1;
+  default: return 0;
+  }
+}
+
 void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offset, int64_t count,
                       float *dst) {
   /* runs of consecutive whole-tensor elements, each filled in one call */

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "gpt.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/tp.h"
 
 typedef struct {
@@ -56,6 +57,10 @@ void gpt_tp_param_info(const gpt_tp_t *m, int index, gpt_param_info_t *p, int *r
 /* Element e of this rank's entry `index` is element gpt_tp_full_index of the
  * whole tensor (gpt_param_info's shape), or -1 for a padding row of wte. */
 int64_t gpt_tp_full_index(const gpt_tp_t *m, int index, int64_t e);
+/* How this rank's entry `index` is split out of the whole tensor, for
+ * zs_checkpoint_set_split (gpt_tp_full_index's map as a view, a part and its
+ * padding; whole_* left to the caller): 1, or 0 for a replicated entry. */
+int gpt_tp_split(const gpt_tp_t *m, int index, zs_split_t *s);
 /* Initial values of local elements [offset, offset+count): gpt_init_fill's values
  * of the corresponding whole-tensor elements (0 for padding), so every tp size
  * starts from the one model. */

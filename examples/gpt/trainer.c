@@ -65,6 +65,31 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
   return ZS_OK;
 }
 
+/* How each parameter sits in the whole model, so that a checkpoint of one
+ * layout loads into any other: tp slices (gpt_tp_split), the last pipeline
+ * stage's tied copy of wte; and the model's sizes for offline tools. */
+static zs_status_t declare_splits(trainer_t *t, gpt_result_t *res) {
+  zs_status_t st = ZS_OK;
+  for (int pid = 0; pid < t->neng && st == ZS_OK; pid++) {
+    const int i = pid == t->head_pid ? 0 : t->tidx[pid];
+    zs_split_t s;
+    gpt_param_info_t w;
+    gpt_param_info(&t->mc, i, &w);
+    if (!(t->tp > 1 && gpt_tp_split(&t->tpm, i, &s)) && pid != t->head_pid) continue;
+    if (!(t->tp > 1 && gpt_tp_split(&t->tpm, i, &s))) memset(&s, 0, sizeof s);
+    s.whole = w.name, s.whole_ndim = w.ndim; /* the head's copy: wte's, whole or sliced the same way */
+    for (int d = 0; d < w.ndim; d++) s.whole_shape[d] = w.shape[d];
+    st = zs_checkpoint_set_split(t->zs, pid, &s);
+  }
+  char v[32];
+  const int val[] = {t->mc.heads, t->mc.layers, t->mc.channels, t->mc.vocab, t->mc.seq};
+  const char *key[] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
+  if (st == ZS_OK) st = zs_checkpoint_set_attr(t->zs, "model", "gpt2");
+  for (int k = 0; k < 5 && st == ZS_OK; k++)
+    snprintf(v, sizeof v, "%d", val[k]), st = zs_checkpoint_set_attr(t->zs, key[k], v);
+  return st == ZS_OK ? ZS_OK : trainer_fail(res, st, "zs_checkpoint_set_split", zs_engine_last_error(t->zs));
+}
+
 static void trainer_free(trainer_t *t) {
   zs_engine_destroy(t->zs);
   if (t->m && t->m->free) t->m->free(t); /* the device's buffers first */
@@ -252,6 +277,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if ((st = zs_checkpoint_set_layout(t->zs, err)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->zs));
   TRY(declare(t, res));
+  TRY(declare_splits(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
@@ -421,7 +447,7 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int64_t file = 0, est = 0;
   zs_nvme_stats_t ns;
   zs_mem_estimate_t e;
-  if (zs_engine_nvme_stats(t->zs, &ns) == ZS_OK) {
+  if (t->o->nvme && zs_engine_nvme_stats(t->zs, &ns) == ZS_OK) { /* no tier: no call (it logs its refusal) */
     struct stat sb;
     file = stat(ns.path, &sb) == 0 ? (int64_t)sb.st_size : -1;
     if (zs_engine_estimate(t->zs, zs_engine_shard_group(t->zs), &e) == ZS_OK) est = (int64_t)e.nvme_model_state;

@@ -69,25 +69,81 @@ extern "C" {
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
 /* Loads the checkpoint in `dir` into an engine that was set up with the same
  * parameters (names, shapes, order); restores the step count and loss scale.
- * A model-parallel checkpoint loads only into the layout that saved it (the
- * same model-parallel size; data-parallel size and stage may differ): another
- * one, or a checkpoint of the other kind, is ZS_ERR_MISMATCH on every rank. */
+ * A checkpoint of another model-parallel layout (or of none) loads when the
+ * parameters declare their splits (zs_checkpoint_set_split, below): each rank
+ * assembles its parts from the saved parts; without them, tensors whose
+ * shapes differ are ZS_ERR_MISMATCH on every rank naming the tensor. */
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
 /* Names the model-parallel layout this engine's part of the model belongs to,
  * in the trainer's words (e.g. "tp=2 pp=1", "tp=1 pp=2 layers 3,1"): printable
- * ASCII, at most ZS_CKPT_LAYOUT_MAX - 1 bytes; NULL or "" clears it. Say what a
- * checkpoint cannot be resharded across (tensor and pipeline splits, virtual
- * stages, expert parallelism), not the data-parallel size, stage or dtype,
- * which a load may change. zs_checkpoint_save records it in each part's
- * manifest ("layout"); zs_checkpoint_load refuses a checkpoint that recorded
- * another layout (ZS_ERR_MISMATCH on every rank, naming both layouts and the
- * model-parallel parts), and names both in its other layout refusals too. A
- * checkpoint without one (saved before this call existed, or without it) loads
- * as before, checked by its tensors. Local (not collective): call it on every
+ * ASCII, at most ZS_CKPT_LAYOUT_MAX - 1 bytes; NULL or "" clears it. Name the
+ * tensor and pipeline splits, virtual stages, expert parallelism, not the
+ * data-parallel size, stage or dtype. zs_checkpoint_save records it in each
+ * part's manifest ("layout"); a load whose words differ reads the checkpoint
+ * as another layout (below: every part's manifest, each rank assembling its
+ * ranges) and names both layouts in its refusals. A checkpoint without words
+ * is taken as another layout when its model-parallel size or place differ.
+ * Local (not collective): call it on every
  * rank with the same words, between zs_engine_create and the save or load.
  * ZS_ERR_INVALID for a NULL engine or words too long or not printable. */
 #define ZS_CKPT_LAYOUT_MAX 128
 zs_status_t zs_checkpoint_set_layout(zs_engine_t *zs, const char *layout);
+/* ---- any layout to any layout ----------------------------------------------------
+ *
+ * A parameter that holds a part of a whole tensor (a tensor-parallel rank's
+ * slice, a pipeline stage's tied copy of the embedding) says how, and then a
+ * checkpoint saved in one layout loads into any other: tp a -> tp b, pp a with
+ * one layer split -> pp b with another, ep a -> ep b (experts are whole
+ * tensors under their global names), with or without data parallelism, any
+ * stage, shard group, dtype, offload, and their products. The manifest records
+ * each tensor's split; a load whose layout differs from the save's (another
+ * model-parallel size or place, other zs_checkpoint_set_layout words, another
+ * set of tensors) reads every part's manifest and block index, and each rank
+ * reads, for each element of the range it owns, the whole tensor's element
+ * from a part that holds it (the ranges run on: a slice of rows reads as
+ * fast as a tensor), the master and the optimizer state (m and v as fp32
+ * values, encoded again into this engine's state dtype), with the step and the
+ * loss-scale state. What is checked: every whole tensor this engine holds is
+ * in the checkpoint with the same whole shape, every element of it in some
+ * part, and every whole tensor of the checkpoint is held by some rank of this
+ * run (ZS_ERR_MISMATCH naming the tensor otherwise); the parts are of one
+ * save (the same step, optimizer and state). A load in the same layout reads
+ * only its own part, as before.
+ *
+ * The split: the whole tensor's elements (row-major) seen as a view of `ndim`
+ * dimensions `dims`, of which the parameter holds [start, start + count)
+ * along dimension `dim`, padded to `padded` there (padding after the part,
+ * loaded as 0); the parameter's elements are that view's, row-major. So a
+ * column slice of a [C, 3C] matrix whose q, k and v are each split is
+ * {dims [C, 3, C], dim 2, start r*C/tp, count C/tp}; a vocabulary slice of a
+ * [V, C] embedding padded to R rows {dims [V, C], dim 0, start, count, padded
+ * R}. ndim 0: the parameter holds the whole tensor named `whole`, which with a
+ * name other than its own makes it a copy (a tied head's embedding): it loads
+ * from that tensor and is not written into the layout-free form.
+ * whole_ndim / whole_shape: the whole tensor's shape (required with ndim > 0;
+ * the product of dims must equal its elements). */
+typedef struct {
+  const char *whole;  /* the whole tensor's name; NULL or "": the parameter's own */
+  int whole_ndim;     /* the whole tensor's shape; 0: the parameter's own shape (ndim 0 only) */
+  int64_t whole_shape[ZS_MAX_DIMS];
+  int ndim;           /* 0: whole (or a copy); 1..ZS_MAX_DIMS: the view the split is made in */
+  int64_t dims[ZS_MAX_DIMS];
+  int dim;            /* the view's dimension split */
+  int64_t start, count; /* the part held along dim */
+  int64_t padded;     /* the parameter's extent along dim (>= count); 0: count */
+} zs_split_t;
+/* Declares how parameter `param` (zs_param_add's index) is split; NULL clears
+ * it. Local, between zs_param_add and the save or load; ZS_ERR_INVALID with a
+ * message for a split that does not describe the parameter's elements (its
+ * numel must be the view's with dims[dim] replaced by padded). */
+zs_status_t zs_checkpoint_set_split(zs_engine_t *zs, int param, const zs_split_t *split);
+/* Records a key and a value (printable ASCII, key under 32 bytes, value under
+ * 64) in the manifest's "attrs", for tools reading the checkpoint offline:
+ * zs_checkpoint_export_hf_gpt2 reads "n_head". At most ZS_CKPT_ATTRS keys; a
+ * key given again replaces its value, a NULL value removes it. Local. */
+#define ZS_CKPT_ATTRS 16
+zs_status_t zs_checkpoint_set_attr(zs_engine_t *zs, const char *key, const char *value);
+
 /* Writes every parameter's full fp32 master values to `path` in the safetensors
  * format (tensor names as declared, "__metadata__" with the step), from rank 0.
  * A model-parallel engine holds parts of tensors: ZS_ERR_UNSUPPORTED on every
@@ -116,6 +172,24 @@ zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
  * time (an index of the blocks first), so it needs memory for the largest
  * tensor, not the model. */
 zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path);
+
+/* The layout-free form: any checkpoint in `src` (a directory with a manifest,
+ * or the mp<r> parts of a model-parallel save) written to `dst` as one
+ * checkpoint of one rank holding every whole tensor (copies left out: a tied
+ * head's embedding), its master, m and v as fp32 values (any state dtype
+ * decoded), the step and the loss-scale state; it loads, as any checkpoint
+ * does, into any layout whose parameters declare their splits. One tensor at a
+ * time: memory for the largest tensor and one block of the reader. ZS_ERR_IO,
+ * ZS_ERR_CORRUPT, ZS_ERR_MISMATCH (parts that disagree), ZS_ERR_INVALID. */
+zs_status_t zs_checkpoint_convert(const char *src, const char *dst);
+/* A Hugging Face GPT-2 model folder from any checkpoint of examples/gpt's model
+ * (names as zs_import_name_hf_gpt2 maps them, whole tensors from any layout):
+ * config.json (GPT2LMHeadModel; n_head from the manifest's attr "n_head", or
+ * n_head > 0 here), and model.safetensors, or, above max_shard_bytes (0: 2 GiB)
+ * of tensors, model-0000i-of-0000n.safetensors with model.safetensors.index.json.
+ * `transformers`' from_pretrained(dir) loads it. One tensor at a time. dir is
+ * created if missing; its files are written under temporary names and renamed. */
+zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n_head, int64_t max_shard_bytes);
 
 /* ---- starting from pretrained weights --------------------------------------------
  *

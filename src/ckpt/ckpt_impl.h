@@ -133,6 +133,35 @@ char *zs__ck_manifest_seal(const char *json, uint32_t *crc);
  * records and *body the length of the text it covers. */
 int zs__ck_manifest_sealed(const char *text, size_t n, uint32_t *crc, size_t *body);
 
+/* ---- ckpt_split.c: how a tensor is split (zs_split_t, checked and resolved) ---- */
+
+/* A tensor's place in its whole tensor: vndim 0 is the whole tensor `whole`
+ * itself (or a copy of it); else the view view[0..vndim) of the whole
+ * tensor's elements, of which it holds [start, start + count) along dim,
+ * padded to padded there. inner / outer: the view's extent after / before dim. */
+typedef struct zs_ck_split {
+  char whole[ZS_NAME_MAX];
+  int wndim, vndim, dim, set;
+  int64_t wshape[ZS_MAX_DIMS], view[ZS_MAX_DIMS];
+  int64_t start, count, padded, inner, outer, wnumel;
+} zs_ck_split_t;
+
+/* Checks s against a tensor of numel elements named name and fills inner,
+ * outer, wnumel; ZS_ERR_INVALID (from the API) or code, with the message. */
+zs_status_t zs__ck_split_check(zs_ck_split_t *s, const char *name, int ndim, const int64_t *shape, int64_t numel,
+                               zs_status_t code, char *err, const char *fn);
+/* The whole tensor's element that element e of a tensor split by s holds (-1: padding). */
+int64_t zs__ck_to_whole(const zs_ck_split_t *s, int64_t e);
+/* The element of a tensor split by s that holds whole element g (-1: none). */
+int64_t zs__ck_from_whole(const zs_ck_split_t *s, int64_t g);
+/* Parameter i's split: declared, or itself whole. */
+void zs__ck_param_split(const zs_engine_t *zs, int i, zs_ck_split_t *out);
+/* The manifest member of a declared split (NULL when whole and its own). */
+cJSON *zs__ck_split_json(const zs_ck_split_t *s);
+/* A manifest tensor's "split" member (NULL: whole and its own) into out; ZS_ERR_CORRUPT. */
+zs_status_t zs__ck_split_parse(const cJSON *j, const char *name, int ndim, const int64_t *shape, int64_t numel,
+                               zs_ck_split_t *out, const char *path, char *err, const char *fn);
+
 /* ---- ckpt_manifest.c ---- */
 
 /* The manifest, checked (see zs__ck_parse_manifest_text). */
@@ -157,6 +186,10 @@ typedef struct {
   int64_t (*tshape)[ZS_MAX_DIMS];
   int64_t *tnumel;
   unsigned char *tfrozen; /* "frozen": true: the master blocks only (the values of a frozen unit) */
+  zs_ck_split_t *tsplit;  /* each tensor's split ("split"; absent: whole, its own) */
+  unsigned char *trep;    /* "replicated": true: a copy on every model-parallel part (ZS_PARAM_MP_REPLICATED) */
+  int nattr;
+  char attr[ZS_CKPT_ATTRS][2][64]; /* "attrs": zs_checkpoint_set_attr's keys and values */
 } manifest_t;
 
 void zs__ck_manifest_free(manifest_t *m);
@@ -178,7 +211,7 @@ zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, con
 typedef struct {
   int64_t lo, hi, pos;
   int r;
-  uint32_t crc;
+  uint32_t crc, enc;
 } ck_span_t;
 
 typedef struct {
@@ -210,6 +243,92 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
 zs_status_t zs__ck_read_files(const char *dir, const manifest_t *m, sink_t *sink, char *err, const char *fn);
 /* A sink's dest() that wants nothing. */
 float *zs__ck_null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *e);
+
+/* ---- ckpt_any.c: a checkpoint of any layout, read by whole tensors ----
+ *
+ * Every part of a save (dir, or dir/mp0 .. mp<n-1>): their manifests (checked
+ * to be of one save), an index of every block (headers only), and the tensors
+ * holding each whole tensor. Reads go through one cached block (decoded to
+ * fp32, CRC-checked), so memory is the largest block, not the model. */
+typedef struct {
+  char dir[CK_PATH + 32];
+  manifest_t m;
+  ck_spans_t *spans; /* [tensor * K_COUNT + kind], sorted, tiling each tensor */
+  FILE **files;      /* opened on first read */
+} ck_part_t;
+
+typedef struct {
+  const char *whole; /* the part's tsplit[t].whole */
+  int part, t;
+} ck_holder_t;
+
+typedef struct {
+  int nparts;
+  ck_part_t *part;
+  ck_holder_t *h; /* sorted by whole name, then part */
+  int nh, nwhole; /* holders, distinct whole tensors */
+  float *blk;     /* the cached block, decoded */
+  void *raw;
+  size_t cap, rcap;
+  int bpart, br, bvalid;
+  int64_t bpos;
+  char *err; /* messages (may be NULL) */
+  const char *fn;
+} ck_source_t;
+
+/* Opens top: its manifest, or else the parts top/mp<i> that top/mp0's names;
+ * every part indexed. ZS_ERR_IO (none there), ZS_ERR_CORRUPT, ZS_ERR_NOMEM. */
+zs_status_t zs__ck_source_open(const char *top, ck_source_t *s, char *err, const char *fn);
+void zs__ck_source_close(ck_source_t *s);
+/* The holders of whole tensor `whole`: [*lo, *hi) of s->h (empty: none). */
+void zs__ck_source_find(const ck_source_t *s, const char *whole, int *lo, int *hi);
+/* Elements [a, b) of a tensor split by `want` (named name), kind k, assembled from
+ * the parts into dst (padding 0). ZS_ERR_MISMATCH when the checkpoint holds
+ * no such whole tensor, holds it in another shape, or (k not the master) only
+ * frozen; ZS_ERR_CORRUPT, ZS_ERR_IO. */
+zs_status_t zs__ck_source_gather(ck_source_t *s, const zs_ck_split_t *want, const char *name, int k, int64_t a,
+                                 int64_t b, float *dst);
+
+/* A source's whole tensor: its first holder. */
+typedef struct {
+  const char *name;
+  int part, t;
+} ck_whole_t;
+/* The source's nwhole whole tensors in the order they first appear, part by
+ * part (a model's own order, whatever its split); NULL without memory. */
+ck_whole_t *zs__ck_source_wholes(const ck_source_t *s);
+/* The whole tensor itself, as a split of nothing (for zs__ck_source_gather). */
+void zs__ck_whole_split(const ck_source_t *s, const ck_whole_t *w, zs_ck_split_t *out);
+int zs__ck_whole_frozen(const ck_source_t *s, const ck_whole_t *w);
+
+/* ---- ckpt_safetensors.c ---- */
+
+typedef struct {
+  const char *name;
+  int ndim;
+  const int64_t *shape;
+  int64_t numel;
+} ck_tensor_t;
+
+/* Creates tmp and writes a safetensors header: 8-byte little-endian length,
+ * the JSON (tensors in order, laid end to end, F32; "__metadata__" with the
+ * step, and with hf "format": "pt", which transformers asks for), padded with
+ * spaces to a multiple of 8. ZS_ERR_INVALID for two tensors of one name. */
+zs_status_t zs__ck_st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_t step, int hf, char *err,
+                            const char *fn, FILE **out);
+
+/* Whole tensors [w0, w1) of s (fp32 masters, named names[i] or their own) into
+ * one safetensors file at path, written to path.tmp, fsynced and renamed; buf
+ * holds the largest (zs__ck_largest_whole). */
+zs_status_t zs__ck_write_wholes(ck_source_t *s, const ck_whole_t *w, int w0, int w1, const char *const *names,
+                                int hf, float *buf, const char *path, const char *fn);
+int64_t zs__ck_largest_whole(const ck_source_t *s, const ck_whole_t *w);
+
+/* ---- ckpt_names.c ---- */
+
+/* examples/gpt's name `ours` as Hugging Face GPT-2's (GPT2LMHeadModel's
+ * "transformer." names) into hf: 1, or 0 when it is not one of GPT-2's. */
+int zs__ck_hf_gpt2_name(const char *ours, char *hf, size_t cap);
 
 /* ---- ckpt_st_read.c: safetensors files and Hugging Face indexes, read and checked ----
  *

@@ -23,17 +23,6 @@ static const char *layout_words(char *buf, size_t n, int saved, const char *layo
   return buf;
 }
 
-/* ZS_ERR_MISMATCH: the checkpoint in top was saved in another layout. */
-static zs_status_t other_layout(zs_engine_t *zs, const char *top, const char *layout, int mp_rank, int mp_size) {
-  char saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
-  int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
-  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "zs_checkpoint_load: checkpoint %s was saved %s; this run is %s: load it with the layout that saved "
-                 "it (resharding across tensor or pipeline layouts is not supported yet)", top,
-                 layout_words(saved, sizeof saved, 1, layout, mp_rank, mp_size),
-                 layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp));
-}
-
 /* After another model's tensor: whether the layouts may be why, in words ("" when no
  * model parallelism and no layout words are involved). */
 static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const manifest_t *m) {
@@ -50,10 +39,7 @@ static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const
  * another model or layout is ZS_ERR_MISMATCH (the manifest itself has passed
  * its checks). Layout words recorded on both sides must be the same. */
 static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manifest_t *m) {
-  int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
-  if (m->mp_size != mp || m->mp_rank != (mp > 1 ? zs->mp_rank : 0) ||
-      (m->layout[0] && zs->ck_layout[0] && strcmp(m->layout, zs->ck_layout)))
-    return other_layout(zs, top, m->layout, m->mp_rank, m->mp_size);
+  (void)top; /* another layout went to read_any */
   char hint[2 * ZS_CKPT_LAYOUT_MAX + 256];
   for (int k = K_M; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k) && !m->has[k])
@@ -92,6 +78,21 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
   return ZS_OK;
 }
 
+/* The same tensors (names and shapes) in another order: a layout-free
+ * checkpoint (zs_checkpoint_convert) of an interleaved pipeline's order, read
+ * by name. */
+static int reordered(const zs_engine_t *zs, const manifest_t *m) {
+  if (m->ntensors != zs->nparams) return 0;
+  int moved = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    int j = i < zs->nparams && !strcmp(m->tname[i], zs->params[i].name) ? i : -1;
+    for (int k = 0; j < 0 && k < zs->nparams; k++) j = strcmp(m->tname[i], zs->params[k].name) ? -1 : k;
+    if (j < 0 || m->tnumel[i] != zs->params[j].numel) return 0;
+    moved |= j != i;
+  }
+  return moved;
+}
+
 /* ---- the engine's sink: its owned range of every tensor, in pinned staging --------- */
 
 typedef struct {
@@ -116,7 +117,7 @@ static void staging_free(zs_engine_t *zs, staging_t *s) {
   free(s->val);
 }
 
-static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *m, staging_t *s) {
+static zs_status_t staging_alloc(zs_engine_t *zs, staging_t *s) {
   s->zs = zs;
   s->val = calloc((size_t)zs->nunits * K_COUNT, sizeof *s->val);
   if (!s->val) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
@@ -129,10 +130,81 @@ static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *
       if (st != ZS_OK)
         return ZS_FAIL(zs->err, st, "zs_checkpoint_load: staging unit '%s': %s", zs->units[i].name, zs_last_error());
     }
+  return ZS_OK;
+}
+
+static zs_status_t read_all(zs_engine_t *zs, const char *dir, const manifest_t *m, staging_t *s) {
+  ZS_CHECK(staging_alloc(zs, s));
   sink_t sink = {.dest = engine_dest, .ctx = s, .spans = zs__ck_spans_new(m->ntensors)};
   if (!sink.spans) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   zs_status_t st = zs__ck_read_files(dir, m, &sink, zs->err, "zs_checkpoint_load");
   zs__ck_spans_free(sink.spans, m->ntensors);
+  return st;
+}
+
+/* ---- another layout: every part, by whole tensors ----------------------------------- */
+
+/* Every whole tensor of the checkpoint is declared by some rank of the mesh
+ * (a max over the ranks of "declared here", in chunks of the scratch). */
+static zs_status_t all_held(zs_engine_t *zs, const ck_source_t *src) {
+  int64_t v[64];
+  const int chunk = zs->xcount < 64 ? zs->xcount : 64;
+  int first = -1, w = 0;
+  for (int i = 0; i < src->nh; i++) { /* the holders' first of each whole tensor, in order */
+    if (i && !strcmp(src->h[i - 1].whole, src->h[i].whole)) continue;
+    int j = w % chunk;
+    v[j] = 0;
+    for (int p = 0; p < zs->nparams && !v[j]; p++) {
+      zs_ck_split_t sp;
+      zs__ck_param_split(zs, p, &sp);
+      v[j] = !strcmp(sp.whole, src->h[i].whole);
+    }
+    int last = ++w == src->nwhole;
+    if (j == chunk - 1 || last) {
+      int n = j + 1;
+      ZS_CHECK(zs__ck_max_i64(zs, v, n));
+      for (int k = 0; k < n && first < 0; k++)
+        if (!v[k]) first = w - n + k;
+    }
+  }
+  if (first < 0) return ZS_OK;
+  for (int i = 0, k = -1; i < src->nh; i++)
+    if ((!i || strcmp(src->h[i - 1].whole, src->h[i].whole)) && ++k == first)
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: the checkpoint holds tensor '%s', which no rank of this run declares: a "
+                     "checkpoint of another model",
+                     src->h[i].whole);
+  return ZS_OK;
+}
+
+/* This rank's owned ranges of every parameter from a checkpoint of another
+ * layout (src open on every rank). */
+static zs_status_t read_any(zs_engine_t *zs, const char *top, ck_source_t *src, staging_t *s) {
+  zs_status_t st = staging_alloc(zs, s);
+  for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
+    const zs_param_t *p = &zs->params[i];
+    const zs_unit_t *u = &zs->units[p->unit];
+    zs_ck_split_t sp;
+    zs__ck_param_split(zs, i, &sp);
+    int64_t a, b;
+    if (!zs__ck_owned_range(zs, p, &a, &b)) continue;
+    for (int k = 0; k < K_COUNT && st == ZS_OK; k++) {
+      float *base = s->val[p->unit * K_COUNT + k];
+      if (base) st = zs__ck_source_gather(src, &sp, p->name, k, a, b, base + (p->flat_off + a - u->opt_off));
+    }
+  }
+  /* a collective: every rank takes part, whatever its reads gave */
+  zs_status_t held = all_held(zs, src);
+  if (st == ZS_OK) st = held;
+  if (st == ZS_ERR_MISMATCH) { /* with both layouts */
+    char why[ZS_ERRBUF], saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
+    const char *pre = "zs_checkpoint_load: ";
+    snprintf(why, sizeof why, "%s", strncmp(zs->err, pre, strlen(pre)) ? zs->err : zs->err + strlen(pre));
+    const int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
+    st = ZS_FAIL(zs->err, st, "zs_checkpoint_load: checkpoint %s was saved %s; this run is %s: %s", top,
+                 layout_words(saved, sizeof saved, 1, src->part[0].m.layout, -1, src->nparts),
+                 layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp), why);
+  }
   return st;
 }
 
@@ -175,36 +247,35 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
   ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_load: finishing pending work"));
   manifest_t m;
   staging_t s = {0};
-  st = zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load");
-  if (st != ZS_OK) { /* a checkpoint of the other kind (model-parallel or not), or with fewer parts, says so */
-    char probe[CK_PATH + 32];
-    struct stat sb;
-    const int mp = zs__ck_mp_size(zs);
-    manifest_t o;
-    if (snprintf(probe, sizeof probe, "%s/manifest.json", dir), stat(probe, &sb) == 0)
-      probe[0] = 0; /* this part's manifest is there but fails its checks: that is the error */
-    else if (mp && (snprintf(probe, sizeof probe, "%s/manifest.json", top), stat(probe, &sb) == 0))
-      snprintf(probe, sizeof probe, "%s", top);
-    else if (snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top), stat(probe, &sb) == 0)
-      snprintf(probe, sizeof probe, "%s/mp0", top);
-    else
-      probe[0] = 0;
-    if (probe[0] && (st = zs__ck_parse_manifest(probe, &o, zs->err, "zs_checkpoint_load")) == ZS_OK) {
-      st = other_layout(zs, top, o.layout, -1, o.mp_size);
-      zs__ck_manifest_free(&o);
-    }
+  ck_source_t src = {0};
+  const int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
+  char probe[CK_PATH + 32];
+  struct stat sb;
+  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+  int here = stat(probe, &sb) == 0; /* this part's manifest (a damaged one is that error) */
+  st = here ? zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load") : ZS_OK;
+  int have_m = here && st == ZS_OK;
+  /* another layout: another model-parallel size or place, or other words */
+  int other = st == ZS_OK && (!here || m.mp_size != mp || m.mp_rank != (mp > 1 ? zs->mp_rank : 0) ||
+                              (m.layout[0] && zs->ck_layout[0] && strcmp(m.layout, zs->ck_layout)) ||
+                              reordered(zs, &m));
+  if (other) {
+    st = zs__ck_source_open(top, &src, zs->err, "zs_checkpoint_load");
+    st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint's parts");
+    if (st == ZS_OK) st = read_any(zs, top, &src, &s);
+  } else {
+    if (st == ZS_OK) st = check_manifest(zs, top, &m);
+    if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
   }
-  int have_m = st == ZS_OK;
-  if (st == ZS_OK) st = check_manifest(zs, top, &m);
-  if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint");
+  const manifest_t *hm = !other ? &m : src.part ? &src.part[0].m : NULL; /* the step and loss-scale state */
   if (st == ZS_OK) {
     st = apply(zs, &s);
     if (st == ZS_OK) {
-      zs->step = m.step;
-      zs->loss_scale = (float)m.loss_scale;
-      zs->good_steps = (int)m.good_steps;
-      zs->hysteresis_left = (int)m.hysteresis_left;
+      zs->step = hm->step;
+      zs->loss_scale = (float)hm->loss_scale;
+      zs->good_steps = (int)hm->good_steps;
+      zs->hysteresis_left = (int)hm->hysteresis_left;
       if (zs->cfg.param_dtype != ZS_FP16) zs->loss_scale = 1.0f; /* scaling is an fp16 matter */
       else if (zs->cfg.loss_scale > 0) zs->loss_scale = zs->cfg.loss_scale; /* a static scale wins */
       zs->dpu_unapplied = 0; /* overwritten by the loaded state */
@@ -214,10 +285,15 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
     st = zs__ck_agree(zs, st, "zs_checkpoint_load: writing the state");
   }
   staging_free(zs, &s);
-  if (have_m) {
-    if (st == ZS_OK)
-      ZS_LOG_I("checkpoint of step %lld loaded from %s (saved by %d ranks)", (long long)m.step, dir, m.world);
-    zs__ck_manifest_free(&m);
+  if (st == ZS_OK && other) {
+    char saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
+    ZS_LOG_I("checkpoint of step %lld loaded from %s, saved %s, into %s", (long long)hm->step, top,
+             layout_words(saved, sizeof saved, 1, hm->layout, -1, src.nparts),
+             layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp));
+  } else if (st == ZS_OK) {
+    ZS_LOG_I("checkpoint of step %lld loaded from %s (saved by %d ranks)", (long long)m.step, dir, m.world);
   }
+  zs__ck_source_close(&src);
+  if (have_m) zs__ck_manifest_free(&m);
   return st;
 }

@@ -23,6 +23,8 @@ void zs__ck_manifest_free(manifest_t *m) {
   free(m->tshape);
   free(m->tnumel);
   free(m->tfrozen);
+  free(m->tsplit);
+  free(m->trep);
   memset(m, 0, sizeof *m);
 }
 
@@ -196,11 +198,13 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
   m->tshape = calloc(nt, sizeof *m->tshape);
   m->tnumel = calloc(nt, sizeof *m->tnumel);
   m->tfrozen = calloc(nt, sizeof *m->tfrozen);
+  m->tsplit = calloc(nt, sizeof *m->tsplit);
+  m->trep = calloc(nt, sizeof *m->trep);
   m->file = calloc((size_t)m->nfiles, sizeof *m->file);
   m->file_bytes = calloc((size_t)m->nfiles, sizeof *m->file_bytes);
   m->file_blocks = calloc((size_t)m->nfiles, sizeof *m->file_blocks);
   names = malloc(nt * sizeof *names);
-  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->tfrozen || !m->file || !m->file_bytes || !m->file_blocks || !names) {
+  if (!m->tname || !m->tndim || !m->tshape || !m->tnumel || !m->tfrozen || !m->tsplit || !m->trep || !m->file || !m->file_bytes || !m->file_blocks || !names) {
     st = ZS_FAIL(err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
     goto done;
   }
@@ -229,15 +233,36 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
       ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has a \"frozen\" member that is not a boolean",
                    fn, path, m->tname[i]);
     m->tfrozen[i] = cJSON_IsTrue(fz);
+    const cJSON *rp = get(e, "replicated");
+    if (rp && !cJSON_IsBool(rp))
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has a \"replicated\" member that is not a boolean",
+                   fn, path, m->tname[i]);
+    m->trep[i] = cJSON_IsTrue(rp);
     if (prod != m->tnumel[i])
       ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has numel %lld but its shape holds %lld", fn,
                    path, m->tname[i], (long long)m->tnumel[i], (long long)prod);
+    if ((st = zs__ck_split_parse(get(e, "split"), m->tname[i], m->tndim[i], m->tshape[i], m->tnumel[i], &m->tsplit[i],
+                                 path, err, fn)) != ZS_OK)
+      goto done;
     if ((total += m->tnumel[i]) > CK_MAX_ELEMS)
       ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the tensors hold more than 2^50 elements", fn, path);
     i++;
   }
   const char *dup = duplicate_name(m, names);
   if (dup) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s names two tensors '%s'", fn, path, dup);
+
+  /* zs_checkpoint_set_attr's keys and values (optional) */
+  const cJSON *attrs = get(j, "attrs"), *a;
+  if (attrs && (!cJSON_IsObject(attrs) || cJSON_GetArraySize(attrs) > ZS_CKPT_ATTRS))
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: attrs is not an object of at most %d strings", fn, path,
+                 ZS_CKPT_ATTRS);
+  cJSON_ArrayForEach(a, attrs) {
+    if (!cJSON_IsString(a) || !a->string || !a->string[0] || strlen(a->string) >= 32 || strlen(a->valuestring) >= 64)
+      ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: attrs holds a key or value that is not a short string", fn,
+                   path);
+    snprintf(m->attr[m->nattr][0], 64, "%s", a->string);
+    snprintf(m->attr[m->nattr++][1], 64, "%s", a->valuestring);
+  }
 
   /* the rank files: the names the id implies, sizes that can hold their blocks */
   const int64_t head = (int64_t)sizeof(ck_file_head_t), bhead = (int64_t)sizeof(ck_block_head_t);

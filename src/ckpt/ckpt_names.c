@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zeroshard/checkpoint.h"
+#include "ckpt/ckpt_impl.h"
 
 /* Hugging Face GPT-2 (modeling_gpt2.py: GPT2Model under "transformer." in
  * GPT2LMHeadModel) onto examples/gpt (gpt.h). A block's Conv1D weights are
@@ -45,4 +45,16 @@ int zs_import_name_hf_gpt2(void *user, const char *file_name, char *param_name, 
   for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++)
     if (!strcmp(rest, k_block[i].hf)) return put(param_name, cap, "h.%ld.%s", k_block[i].ours, layer);
   return ZS_IMPORT_UNKNOWN;
+}
+
+int zs__ck_hf_gpt2_name(const char *ours, char *hf, size_t cap) {
+  for (size_t i = 0; i < sizeof k_top / sizeof k_top[0]; i++)
+    if (!strcmp(ours, k_top[i].ours)) return put(hf, cap, "transformer.%s", k_top[i].hf, -1) == ZS_IMPORT_LOAD;
+  if (strncmp(ours, "h.", 2) != 0 || ours[2] < '0' || ours[2] > '9') return 0;
+  char *rest;
+  long layer = strtol(ours + 2, &rest, 10);
+  if (*rest != '.' || layer < 0 || layer > 1000000 || (ours[2] == '0' && rest != ours + 3)) return 0;
+  for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++)
+    if (!strcmp(rest + 1, k_block[i].ours)) return put(hf, cap, "transformer.h.%ld.%s", k_block[i].hf, layer) == ZS_IMPORT_LOAD;
+  return 0;
 }

@@ -179,7 +179,7 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
     float *dst = sink->index_only ? NULL : sink->dest(sink->ctx, bh.tensor, bh.kind, &a, &e);
     if (dst && (hi <= a || lo >= e)) dst = NULL;
     if (!dst && !sink->verify_all) { /* not wanted, or indexed only */
-      if (sink->index_only && (st = span_add(sp, (ck_span_t){lo, hi, pos, r, bh.data_crc}, err, fn)) != ZS_OK)
+      if (sink->index_only && (st = span_add(sp, (ck_span_t){lo, hi, pos, r, bh.data_crc, bh.enc}, err, fn)) != ZS_OK)
         goto done;
       const int64_t skip = zs__ck_block_bytes(bh.enc, bh.count, m->state_block);
       if (fseek(f, (long)skip, SEEK_CUR) != 0) {
@@ -212,7 +212,7 @@ zs_status_t zs__ck_read_rank_file(const char *dir, const manifest_t *m, int r, s
     pos += nbytes;
     int64_t x0 = dst && lo < a ? a : lo, x1 = dst && hi > e ? e : hi; /* verify_all: all of it */
     if (dst && !into) memcpy(dst + (x0 - a), data + (x0 - lo), (size_t)(x1 - x0) * 4);
-    if ((st = span_add(sp, (ck_span_t){x0, x1, pos - nbytes, r, bh.data_crc}, err, fn)) != ZS_OK) goto done;
+    if ((st = span_add(sp, (ck_span_t){x0, x1, pos - nbytes, r, bh.data_crc, bh.enc}, err, fn)) != ZS_OK) goto done;
   }
   if (pos != size)
     st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s has %lld bytes after its last block", fn, path, (long long)(size - pos));

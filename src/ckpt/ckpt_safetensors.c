@@ -8,22 +8,13 @@
 
 #include "ckpt/ckpt_impl.h"
 
-typedef struct {
-  const char *name;
-  int ndim;
-  const int64_t *shape;
-  int64_t numel;
-} ck_tensor_t;
-
-/* Creates tmp and writes the safetensors header: 8-byte little-endian length,
- * the JSON (tensors in order, laid end to end, F32; "__metadata__" with the
- * step), padded with spaces to a multiple of 8. */
-static zs_status_t st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_t step, char *err, const char *fn,
-                            FILE **out) {
+zs_status_t zs__ck_st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_t step, int hf, char *err,
+                            const char *fn, FILE **out) {
   *out = NULL;
   cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
   char sstep[32];
   snprintf(sstep, sizeof sstep, "%lld", (long long)step);
+  if (hf) cJSON_AddStringToObject(meta, "format", "pt"); /* what transformers' loader asks of a file */
   cJSON_AddStringToObject(meta, "producer", "zeroshard");
   cJSON_AddStringToObject(meta, "step", sstep);
   int64_t off = 0;
@@ -86,7 +77,7 @@ zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
   if (st == ZS_OK && zs->rank == 0) {
     for (int i = 0; i < zs->nparams; i++)
       t[i] = (ck_tensor_t){zs->params[i].name, zs->params[i].ndim, zs->params[i].shape, zs->params[i].numel};
-    st = st_begin(tmp, t, zs->nparams, zs->step, zs->err, fn, &f);
+    st = zs__ck_st_begin(tmp, t, zs->nparams, zs->step, 0, zs->err, fn, &f);
   }
   ZS_CHECK_GOTO(zs__ck_agree(zs, st, "zs_export_safetensors: writing the header"), st, done);
   /* every rank joins each parameter's gather; rank 0 writes */
@@ -111,52 +102,25 @@ done:
   return st;
 }
 
-zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
-  static const char fn[] = "zs_checkpoint_to_safetensors";
-  if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
-  if (strlen(dir) > CK_PATH - 64 || strlen(path) > CK_PATH - 64)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: a path is too long", fn);
-  manifest_t m;
-  ZS_CHECK(zs__ck_parse_manifest(dir, &m, NULL, fn));
-  /* pass 1: where every block is (headers only), each kind tiling its tensors;
-   * pass 2: one tensor at a time, so memory is the largest tensor, not the model */
-  size_t nt = (size_t)(m.ntensors > 0 ? m.ntensors : 1);
-  sink_t sink = {.dest = zs__ck_null_dest, .spans = zs__ck_spans_new(m.ntensors), .index_only = 1};
-  ck_tensor_t *t = calloc(nt, sizeof *t);
-  FILE **files = calloc((size_t)m.nfiles, sizeof *files);
-  int64_t maxn = 1;
-  zs_status_t st = sink.spans && t && files ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
-  for (int i = 0; i < m.ntensors; i++) {
-    if (t) t[i] = (ck_tensor_t){m.tname[i], m.tndim[i], m.tshape[i], m.tnumel[i]};
-    maxn = m.tnumel[i] > maxn ? m.tnumel[i] : maxn;
-  }
-  if (st == ZS_OK) st = zs__ck_read_files(dir, &m, &sink, NULL, fn);
-  float *buf = st == ZS_OK ? malloc((size_t)maxn * 4) : NULL;
-  if (st == ZS_OK && !buf) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory for a tensor of %lld values", fn,
-                                        (long long)maxn);
-  char tmp[CK_PATH + 8];
+/* Whole tensors [w0, w1) of the source (their fp32 masters) into one
+ * safetensors file at path (tmp, fsync, rename); buf holds the largest. */
+zs_status_t zs__ck_write_wholes(ck_source_t *s, const ck_whole_t *w, int w0, int w1, const char *const *names,
+                                int hf, float *buf, const char *path, const char *fn) {
+  char tmp[CK_PATH + 16];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  const int n = w1 - w0;
+  ck_tensor_t *t = calloc((size_t)(n ? n : 1), sizeof *t);
+  zs_ck_split_t *x = calloc((size_t)(n ? n : 1), sizeof *x);
+  zs_status_t st = t && x ? ZS_OK : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  for (int i = 0; st == ZS_OK && i < n; i++) {
+    zs__ck_whole_split(s, &w[w0 + i], &x[i]);
+    t[i] = (ck_tensor_t){names ? names[w0 + i] : x[i].whole, x[i].wndim, x[i].wshape, x[i].wnumel};
+  }
   FILE *f = NULL;
-  if (st == ZS_OK) st = st_begin(tmp, t, m.ntensors, m.step, NULL, fn, &f);
-  for (int i = 0; i < m.ntensors && st == ZS_OK; i++) {
-    const ck_spans_t *sp = &sink.spans[i * K_COUNT + K_MASTER]; /* sorted, tiling [0, numel) */
-    for (size_t k = 0; k < sp->n && st == ZS_OK; k++) {
-      const ck_span_t *e = &sp->s[k];
-      char fpath[CK_PATH];
-      snprintf(fpath, sizeof fpath, "%s/%s", dir, m.file[e->r]);
-      if (!files[e->r] && !(files[e->r] = fopen(fpath, "rb"))) {
-        st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot open %s: %s", fn, fpath, strerror(errno));
-        break;
-      }
-      float *into = buf + e->lo;
-      size_t count = (size_t)(e->hi - e->lo);
-      if (fseek(files[e->r], (long)e->pos, SEEK_SET) != 0 || fread(into, 4, count, files[e->r]) != count)
-        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: a block of '%s' is truncated", fn, fpath, m.tname[i]);
-      else if (zs__ck_crc(into, count * 4) != e->crc)
-        st = ZS_FAIL(NULL, ZS_ERR_CORRUPT, "%s: %s: the block of '%s' at elements %lld..%lld fails its CRC", fn,
-                     fpath, m.tname[i], (long long)e->lo, (long long)e->hi);
-    }
-    if (st == ZS_OK && fwrite(buf, 4, (size_t)m.tnumel[i], f) != (size_t)m.tnumel[i])
+  if (st == ZS_OK) st = zs__ck_st_begin(tmp, t, n, s->part[0].m.step, hf, NULL, fn, &f);
+  for (int i = 0; i < n && st == ZS_OK; i++) {
+    st = zs__ck_source_gather(s, &x[i], x[i].whole, K_MASTER, 0, x[i].wnumel, buf);
+    if (st == ZS_OK && fwrite(buf, 4, (size_t)x[i].wnumel, f) != (size_t)x[i].wnumel)
       st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
   }
   if (f && st == ZS_OK) {
@@ -165,12 +129,37 @@ zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
     fclose(f);
     unlink(tmp);
   }
-  for (int r = 0; files && r < m.nfiles; r++)
-    if (files[r]) fclose(files[r]);
-  zs__ck_spans_free(sink.spans, m.ntensors);
-  free(files);
   free(t);
+  free(x);
+  return st;
+}
+
+/* The largest whole tensor's elements (at least 1). */
+int64_t zs__ck_largest_whole(const ck_source_t *s, const ck_whole_t *w) {
+  int64_t most = 1;
+  for (int i = 0; i < s->nwhole; i++) {
+    zs_ck_split_t x;
+    zs__ck_whole_split(s, &w[i], &x);
+    most = x.wnumel > most ? x.wnumel : most;
+  }
+  return most;
+}
+
+zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
+  static const char fn[] = "zs_checkpoint_to_safetensors";
+  if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
+  if (strlen(dir) > CK_PATH - 64 || strlen(path) > CK_PATH - 64)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: a path is too long", fn);
+  /* every part's block index first (headers only), then one whole tensor at a
+   * time: memory is the largest tensor and one block, not the model */
+  ck_source_t s;
+  ZS_CHECK(zs__ck_source_open(dir, &s, NULL, fn));
+  ck_whole_t *w = zs__ck_source_wholes(&s);
+  float *buf = w ? malloc((size_t)zs__ck_largest_whole(&s, w) * 4) : NULL;
+  zs_status_t st = w && buf ? zs__ck_write_wholes(&s, w, 0, s.nwhole, NULL, 0, buf, path, fn)
+                            : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   free(buf);
-  zs__ck_manifest_free(&m);
+  free(w);
+  zs__ck_source_close(&s);
   return st;
 }

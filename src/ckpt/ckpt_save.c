@@ -223,8 +223,17 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
     cJSON_AddNumberToObject(t, "numel", (double)p->numel);
     /* a frozen unit's tensors hold their values (as "master") and no optimizer state */
     if (zs->units[p->unit].frozen) cJSON_AddBoolToObject(t, "frozen", 1);
+    if (zs__ck_mp_size(zs) && (p->flags & ZS_PARAM_MP_REPLICATED)) cJSON_AddBoolToObject(t, "replicated", 1);
+    zs_ck_split_t sp; /* zs_checkpoint_set_split's, so that any layout can load it */
+    zs__ck_param_split(zs, i, &sp);
+    cJSON *sj = zs__ck_split_json(&sp);
+    if (sj) cJSON_AddItemToObject(t, "split", sj);
     cJSON_AddItemToArray(ts, t);
   }
+  cJSON *attrs = NULL; /* zs_checkpoint_set_attr's */
+  for (int i = 0; i < ZS_CKPT_ATTRS; i++)
+    if (zs->ck_attr[i][0][0] && (attrs || (attrs = cJSON_AddObjectToObject(m, "attrs"))))
+      cJSON_AddStringToObject(attrs, zs->ck_attr[i][0], zs->ck_attr[i][1]);
   cJSON *fs = cJSON_AddArrayToObject(m, "files");
   for (int r = 0; r < zs->world; r++) {
     char name[64];

@@ -180,6 +180,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
   zs_comm_destroy(zs->qg_inter);
   free(zs->units);
   free(zs->params);
+  free(zs->ck_split);
   zs__eng_decl_free(zs);
   zs_device_cache_trim(zs->dev); /* the step's transient buffers go back to the backend */
   free(zs);

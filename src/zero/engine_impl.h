@@ -223,6 +223,9 @@ struct zs_engine {
   int nsegs;
   unsigned char *seg_in_norm; /* per segment: counted in this rank's share of the norm */
   char ck_layout[128]; /* zs_checkpoint_set_layout's words ("" none; ZS_CKPT_LAYOUT_MAX) */
+  struct zs_ck_split *ck_split; /* ck_split_n entries (grown to nparams by zs_checkpoint_set_split), or NULL */
+  int ck_split_n;
+  char ck_attr[16][2][64]; /* zs_checkpoint_set_attr: key, value ("" key: free; ZS_CKPT_ATTRS) */
   char err[ZS_ERRBUF];
 };
 
