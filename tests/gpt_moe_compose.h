@@ -164,7 +164,8 @@ static int st_copy_replacing(const char *path, const char *out, const char *from
  * and validation loss `val`: at ep 1 and ep = world (2 or 4 ranks; stages 3
  * and 1), 0 steps: every parameter bit for bit, the validation loss to 1e-5.
  * Then what is refused, on every rank, naming the tensor: another --vocab,
- * another --moe-experts, a tensor the model does not have. */
+ * another --moe-experts, a tensor the model does not have; a file that is not
+ * there, and an export rank 0 cannot write. */
 static void check_init_from(const char *path, const char *dir, const float *want, double val) {
   for (int ep = 1; ep <= g_size; ep *= g_size) {
     gpt_opts_t o;
@@ -206,6 +207,15 @@ static void check_init_from(const char *path, const char *dir, const float *want
   o.ep = g_size, o.steps = 0, o.init_from = odd;
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
   expect_str_contains(r.err, "'h.1.mlp.experts.9.proj.b'");
+  gpt_result_free(&r);
+  o.init_from = "/nonexistent/weights.safetensors";
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
+  expect_str_contains(r.err, "--init-from");
+  gpt_result_free(&r);
+  tiny(&o); /* rank 0 cannot write: every rank fails */
+  o.ep = g_size, o.steps = 0, o.export_path = "/nonexistent/never-written.safetensors";
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_IO);
+  expect_str_contains(r.err, "--export");
   gpt_result_free(&r);
 }
 
