@@ -59,6 +59,12 @@ zs_install_python_deps() {
   if [ -n "$(pyq)" ] && ldd "$(pyq)/lib/libtorch_cpu.so" | grep -q "not found"; then
     python3 -m pip install -q --disable-pip-version-check --no-deps "nvidia-cuda-runtime==13.*" "nvidia-cuda-cupti==13.*" >&2
   fi
+  # ZS_HF=ON: transformers, and the CUDA wheels Python's `import torch` loads (NCCL,
+  # cuFile, cuSPARSELt, NVSHMEM: ~0.5 GB), for test_hf_export; it skips without them
+  [ "${ZS_HF:-OFF}" = ON ] || return 0
+  python3 -m pip install -q --disable-pip-version-check transformers >&2
+  python3 -m pip install -q --disable-pip-version-check --no-deps "nvidia-nccl-cu13" "nvidia-cufile==1.*" \
+    "nvidia-cusparselt-cu13" "nvidia-nvshmem-cu13" >&2
 }
 
 # zs_fetch_jemalloc_source: Debian's jemalloc source package (apt-get source: the

@@ -14,6 +14,15 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     # ZeRO++'s options in the trainer: flags, 200 steps against the exact run, bytes, refusals
     # A checkpoint of any layout (tp, pp, interleaved, dp x tp, hybrid, ep) loaded into any other
     zs_add_test(NAME test_gpt_layouts SOURCES test_gpt_layouts.c LIBS zs_gpt_trainer RANKS 4 TIMEOUT 300)
+    # zs-ckpt export --hf of a tp 2 x pp 2 checkpoint: transformers' from_pretrained gives the
+    # trainer's validation loss to 1e-6 (skips without transformers and torch: ZS_HF=ON installs them)
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    if(Python3_Interpreter_FOUND AND TARGET zs-ckpt)
+      zs_add_test_run(NAME test_hf_export
+                      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/hf_export_check.py
+                              ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-train-gpt> $<TARGET_FILE:zs-ckpt>
+                      LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 300 ENV ${ZS_MPIEXEC_ENV})
+    endif()
     zs_add_test(NAME test_gpt_zeropp SOURCES test_gpt_zeropp.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.

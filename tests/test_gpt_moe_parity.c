@@ -20,7 +20,7 @@
  * dispatch, combine and both backwards), and over the ranks every byte sent is
  * received. The validation loss (7 windows, split unevenly) before the first
  * and after the last step, to 1e-5. A checkpoint resume (5 + 5 steps equal 10
- * bit for bit, saved at stage 3 and loaded at stage 1; another ep refused).
+ * bit for bit, saved at stage 3 and loaded at stage 1; another ep loads).
  * One expert (top-1) equals the dense GPT trainer (losses, norms).
  * --trace (2 ranks, gpt_trace.h): each rank's file holds the step ranges, the
  * engine's gathers and the ep comm's all-to-alls, and tracing is off after.
@@ -336,9 +336,8 @@ static void test_resume(void) {
   if (st == ZS_OK) expect_true(!memcmp(r.final_params, whole.final_params, (size_t)g_nparams * sizeof(float)));
   gpt_result_free(&r);
   gpt_result_free(&whole);
-  o.ep = 1; /* the experts were saved in two parts */
-  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
-  expect_str_contains(r.err, "model-parallel");
+  o.ep = 1; /* the experts were saved in two parts: read by whole tensors (issue 29; test_gpt_layouts) */
+  expect_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
   zs_comm_barrier(g_world, NULL);
   if (g_rank == 0) {

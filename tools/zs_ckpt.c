@@ -6,7 +6,7 @@
  *                                      prints what the checkpoint holds
  *   zs-ckpt export DIR OUT.safetensors the fp32 master weights for Python tools,
  *                                      whole tensors from any layout
- *   zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N]
+ *   zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-bytes N]
  *                                      a Hugging Face GPT-2 folder (config.json,
  *                                      model.safetensors or shards with an index)
  *   zs-ckpt convert DIR OUTDIR         the layout-free form: one rank file of
@@ -26,7 +26,7 @@
 
 static int usage(void) {
   fprintf(stderr, "usage: zs-ckpt verify DIR\n       zs-ckpt export DIR OUT.safetensors\n"
-                  "       zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N]\n"
+                  "       zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-bytes N]\n"
                   "       zs-ckpt convert DIR OUTDIR\n");
   return 2;
 }
@@ -40,19 +40,19 @@ static int done(zs_status_t st, const char *what, const char *from) {
   return 0;
 }
 
-/* export --hf OUTDIR DIR [--n-head H] [--max-shard-mb N] */
+/* export --hf OUTDIR DIR [--n-head H] [--max-shard-bytes N] */
 static int export_hf(int argc, char **argv) {
   if (argc < 5 || (argc - 5) % 2) return usage();
-  long heads = 0, mb = 0;
+  long heads = 0, mb = 0; /* mb: the shard size in bytes */
   for (int i = 5; i < argc; i += 2) {
     char *end;
     long v = strtol(argv[i + 1], &end, 10);
-    if (*end || v <= 0 || v > (1L << 30)) return usage();
+    if (*end || v <= 0 || v > (1L << 50)) return usage();
     if (!strcmp(argv[i], "--n-head")) heads = v;
-    else if (!strcmp(argv[i], "--max-shard-mb")) mb = v;
+    else if (!strcmp(argv[i], "--max-shard-bytes")) mb = v;
     else return usage();
   }
-  return done(zs_checkpoint_export_hf_gpt2(argv[4], argv[3], (int)heads, (int64_t)mb << 20), argv[3], argv[4]);
+  return done(zs_checkpoint_export_hf_gpt2(argv[4], argv[3], (int)heads, (int64_t)mb), argv[3], argv[4]);
 }
 
 int main(int argc, char **argv) {

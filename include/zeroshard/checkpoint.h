@@ -164,7 +164,9 @@ typedef struct {
  * and every field), every rank file's header against it, every block's header
  * and CRC, and that each tensor's every element is present exactly once per kind
  * of state. The same statuses as the load (ZS_ERR_CORRUPT, ZS_ERR_UNSUPPORTED,
- * ZS_ERR_IO). info may be NULL. */
+ * ZS_ERR_IO). info may be NULL. A model-parallel save (dir/mp<r>) is checked
+ * part by part, and that the parts are of one save; info then sums the parts
+ * (ranks, tensors as each part holds them, elements, bytes). */
 zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
 /* Assembles the full fp32 master tensors from the rank files and writes them to
  * `path` in the safetensors format: the same file zs_export_safetensors writes

@@ -246,10 +246,37 @@ float *zs__ck_null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *
 
 /* ---- verify ------------------------------------------------------------------------- */
 
+static zs_status_t verify_one(const char *dir, zs_checkpoint_info_t *info);
+
 zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info) {
   static const char fn[] = "zs_checkpoint_verify";
   if (!dir || !*dir) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir is NULL or empty", fn);
   if (strlen(dir) > CK_PATH - 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);
+  char probe[CK_PATH + 32];
+  struct stat sb;
+  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+  if (stat(probe, &sb) == 0) return verify_one(dir, info);
+  snprintf(probe, sizeof probe, "%s/mp0/manifest.json", dir);
+  if (stat(probe, &sb) != 0) return verify_one(dir, info); /* says what is missing */
+  /* a model-parallel save: every part, and that they are one save's */
+  ck_source_t s;
+  ZS_CHECK(zs__ck_source_open(dir, &s, NULL, fn));
+  zs_status_t st = ZS_OK;
+  zs_checkpoint_info_t all, one;
+  memset(&all, 0, sizeof all);
+  for (int i = 0; i < s.nparts && st == ZS_OK; i++) {
+    if ((st = verify_one(s.part[i].dir, &one)) != ZS_OK) break;
+    all.world += one.world, all.ntensors += one.ntensors, all.params += one.params, all.bytes += one.bytes;
+    all.step = one.step;
+    snprintf(all.optimizer, sizeof all.optimizer, "%s", one.optimizer);
+  }
+  zs__ck_source_close(&s);
+  if (st == ZS_OK && info) *info = all;
+  return st;
+}
+
+static zs_status_t verify_one(const char *dir, zs_checkpoint_info_t *info) {
+  static const char fn[] = "zs_checkpoint_verify";
   manifest_t m;
   ZS_CHECK(zs__ck_parse_manifest(dir, &m, NULL, fn));
   /* every block of every rank file read and CRC-checked; every element of every
