@@ -110,6 +110,7 @@ static void matrix(const layout_t *src, const layout_t *targets, int ntargets) {
   memset(&whole, 0, sizeof whole);
   gpt_tmpdir(g_world, "/tmp/zs-gpt-layouts-XXXXXX", dir);
   zs_comm_t *c = comm_of(src->ranks);
+  const int ran = c != NULL;
   if (c) {
     opts(&o, src);
     assert_ok(gpt_train_run(&o, g_dev, c, &whole));
@@ -126,7 +127,9 @@ static void matrix(const layout_t *src, const layout_t *targets, int ntargets) {
   if (g_rank == 0)
     for (int i = 0; i < STEPS; i++) nums[i] = whole.losses[i], nums[STEPS + i] = whole.grad_norms[i];
   double val = g_rank == 0 ? whole.val_loss : 0;
-  if (g_rank != 0) {
+  if (g_rank != 0) { /* rank 0's numbers, in place of this rank's own */
+    if (ran) gpt_result_free(&whole);
+    memset(&whole, 0, sizeof whole);
     whole.losses = calloc(STEPS, sizeof(float)), whole.grad_norms = calloc(STEPS, sizeof(float));
     whole.final_params = n > 0 ? calloc((size_t)n, sizeof(float)) : NULL;
   }

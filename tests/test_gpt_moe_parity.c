@@ -305,7 +305,7 @@ static void test_one_expert_is_dense(void) {
 }
 
 /* Checkpoints of both engines: 5 + 5 steps equal the 10 steps bit for bit
- * (saved at stage 3, resumed at stage 1); another ep is refused on every rank. */
+ * (saved at stage 3, resumed at stage 1); another ep loads. */
 static void test_resume(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2), to keep the 4-rank job short");
   char dir[128] = {0};

@@ -36,8 +36,8 @@
  * layer over the windows' residual stream.
  * Checkpoints (--save, --save-every, --load): both engines, dir/dense and
  * dir/experts, the latter in zs_checkpoint_save's model-parallel layout (one
- * part per ep rank), so it loads at the ep that saved it (another ep:
- * ZS_ERR_MISMATCH on every rank); stage and edp may differ.
+ * part per ep rank; every expert a whole tensor under its global name), so it
+ * loads at any ep, stage and edp (another ep reads every part, issue 29).
  * --export FILE writes the whole model (every expert under its global name)
  * as one safetensors file, the same at any ep; --init-from FILE starts both
  * engines from such a file at any ep (trainer_moe_whole.c).
