@@ -57,3 +57,13 @@ endif()
 if(TARGET zs_ckpt AND ZS_HAVE_NCCL)
   zs_add_test_run(TARGET test_import NAME_SUFFIX _gpu RANKS 1 LABELS gpu mpi TIMEOUT 300 ENV ZS_TEST_DEVICE=cuda)
 endif()
+# The offline tools' host memory: zs-ckpt convert and export of a tp 2 checkpoint
+# take at most the largest whole tensor plus the largest saved block above the
+# tool's own (peak RSS from wait4).
+if(TARGET zs_ckpt AND TARGET zs-ckpt)
+  zs_add_test(NAME test_ckpt_mem SOURCES test_ckpt_mem.c LIBS zeroshard_static PkgConfig::CJSON RANKS 2 TIMEOUT 60
+              ENV ZS_CKPT_TOOL=$<TARGET_FILE:zs-ckpt>)
+  if(ZS_HAVE_NCCL)
+    target_include_directories(test_ckpt_mem PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+  endif()
+endif()
