@@ -547,6 +547,7 @@ static void test_trainer_bf16(void) {
     tiny(&o);
     o.stage = stage;
     o.dtype = o.reduce_dtype = ZS_BF16;
+    o.matmul = GPT_MATMUL_FP32; /* exact products on both (auto is the tensor cores': test_gpt_gpu_math) */
     gpt_result_t rc, rg;
     zs_status_t st = gpt_train_run(&o, g_cpu, g_cpu_comm, &rc);
     if (st != ZS_OK) ZS_T_REPORT("CPU bf16 stage %d failed: %s", stage, rc.err);

@@ -232,7 +232,8 @@ static void test_bf16(void) {
  * bf16 instructions, else emulated) both within test_bf16's 1e-2 of the fp32
  * run, yet not the same numbers (bf16 math rounds the activations too); a bf16
  * math run repeated gives the same bits; auto picks bf16 math for bf16 runs
- * exactly where it is faster (AMX), fp32 for fp32 runs; the result says what ran. */
+ * exactly where it is faster (AMX), fp32 for fp32 runs; the result says what ran;
+ * --matmul tf32 parses and is refused on the cpu device. */
 static void test_matmul(void) {
   gpt_opts_t o;
   tiny(&o);
@@ -265,6 +266,14 @@ static void test_matmul(void) {
   if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("fp32, matmul auto: %s", r.err);
   else expect_int_eq(r.matmul_bf16, 0);
   gpt_result_free(&r);
+  o.matmul = GPT_MATMUL_TF32; /* the GPU's tensor cores only: refused on every rank, with what to use */
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
+  expect_str_contains(r.err, "--matmul tf32 is for the cuda device");
+  gpt_result_free(&r);
+  char *argv[] = {"zs-train-gpt", "--matmul", "tf32"};
+  char err[256];
+  expect_int_eq(gpt_opts_parse(&o, 3, argv, err, sizeof err), 0);
+  expect_int_eq(o.matmul, GPT_MATMUL_TF32);
 }
 
 /* Collective failures are reported the same on every rank, without a hang. */

@@ -56,21 +56,38 @@ int launched(void) { return (int)cudaGetLastError(); }
 
 int blas(cublasStatus_t st) { return st == CUBLAS_STATUS_SUCCESS ? 0 : OPC_BLAS_ERR(st); }
 
+// The products' math (opc_set_math): exact fp32 sgemm, or fp32 in and out with
+// the tensor cores' inputs rounded to TF32 or bf16 and fp32 accumulation
+// (cublasGemmEx's CUBLAS_COMPUTE_32F_FAST_*: cuBLAS rounds the operands as it
+// loads them, so activations and weights stay fp32 in memory).
+int g_math = OPC_MATH_FP32; // opc_set_math, below the namespace
+
+cublasComputeType_t fast_compute(void) {
+  return g_math == OPC_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_TF32;
+}
+
 // Row-major C [M,N] = alpha op(A) op(B) + beta C (see the file comment).
 // ta: A is stored [K,M] (op(A) = A^T); tb: B is stored [N,K] (op(B) = B^T).
 // lda/ldb/ldc: row lengths of the stored matrices.
 int rm_gemm(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc) {
-  return blas(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                          ldb, A, lda, &beta, C, ldc));
+  const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g_math == OPC_MATH_FP32) return blas(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  return blas(cublasGemmEx(h, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                           CUDA_R_32F, ldc, fast_compute(), CUBLAS_GEMM_DEFAULT));
 }
 
 // The same for `batch` products, operand i at A + i*sA, B + i*sB, C + i*sC.
 int rm_gemm_batched(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                     int batch) {
-  return blas(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                                        &alpha, B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch));
+  const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g_math == OPC_MATH_FP32)
+    return blas(cublasSgemmStridedBatched(h, opb, opa, N, M, K, &alpha, B, ldb, sB, A, lda, sA, &beta, C, ldc, sC,
+                                          batch));
+  return blas(cublasGemmStridedBatchedEx(h, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda,
+                                         sA, &beta, C, CUDA_R_32F, ldc, sC, batch, fast_compute(),
+                                         CUBLAS_GEMM_DEFAULT));
 }
 
 // ============================================================================
@@ -387,6 +404,9 @@ __global__ void crossentropy_kernel(float *logits, double *loss, const int *targ
 // ============================================================================
 // the C interface
 // ============================================================================
+
+extern "C" void opc_set_math(int math) { g_math = math; }
+extern "C" int opc_get_math(void) { return g_math; }
 
 extern "C" const char *opc_strerror(int code) {
   if (code >= OPC_BLAS_ERR_BASE) return cublasGetStatusString((cublasStatus_t)(code - OPC_BLAS_ERR_BASE));

@@ -8,8 +8,9 @@
  * cuBLAS. Functions that multiply matrices take a cuBLAS handle, which they bind
  * to `s` (cublasSetStream) before use.
  *
- * Matrix products go to cuBLAS sgemm (fp32, no TF32: the handle's math mode is
- * the caller's, CUBLAS_DEFAULT_MATH unless changed); the rest are small kernels
+ * Matrix products go to cuBLAS: sgemm (fp32, no TF32: the handle's math mode is
+ * the caller's, CUBLAS_DEFAULT_MATH unless changed) by default, or the tensor
+ * cores with fp32 accumulation (opc_set_math, below); the rest are small kernels
  * in ops_cuda.cu, each with its plain C reference in ops.c. The kernels that sum
  * (LayerNorm statistics, column sums, softmax, cross-entropy) do so in a fixed
  * order that depends only on the shapes, so a run is reproducible; the order is
@@ -31,6 +32,18 @@ extern "C" {
 #define OPC_BLAS_ERR(status) (OPC_BLAS_ERR_BASE + (int)(status))
 /* "cudaErrorInvalidValue: invalid argument", "cuBLAS: CUBLAS_STATUS_...", ... */
 const char *opc_strerror(int code);
+
+/* ---- the matrix products' math (process-wide, like the CPU's gemm.h) ------------ */
+/* OPC_MATH_FP32: cublasSgemm, exact fp32 (the parity tests' mode). TF32 / BF16:
+ * cublasGemmEx with fp32 operands and result, the operands rounded to TF32
+ * (10-bit mantissa) or bf16 (7-bit) for the tensor cores, fp32 accumulation:
+ * each product's error is at most about K * 2^-11 (TF32) or K * 2^-8 (bf16)
+ * times sum |a||b| / K, and typically sqrt(K) times smaller. Set before queuing
+ * work; not thread-safe against concurrent products (the trainer names them in
+ * its header line: opts.h's gpt_matmul_cuda_describe). */
+enum { OPC_MATH_FP32 = 0, OPC_MATH_TF32 = 1, OPC_MATH_BF16 = 2 };
+void opc_set_math(int math);
+int opc_get_math(void);
 
 /* ---- embeddings ----------------------------------------------------------------- */
 

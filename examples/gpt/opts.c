@@ -89,10 +89,11 @@ void gpt_opts_usage(FILE *f) {
           "                  the checkpoint's step + --steps; give it to stop early on the same curve)\n"
           "engine:\n"
           "  --stage 0|1|2|3 (0)  --dtype fp32|bf16 (fp32)  --reduce-dtype fp32|bf16 (= --dtype)\n"
-          "  --matmul auto|fp32|bf16 (the cpu device's matrix products; auto: bf16 with --dtype bf16 where\n"
-          "                  the CPU has AMX-BF16, else fp32 (avx512_bf16 alone multiplies bf16 slower than\n"
-          "                  fp32); bf16 = operands rounded to bf16, fp32 accumulation, on oneDNN where the\n"
-          "                  CPU has avx512_bf16 or AMX, else emulated with sgemm)\n"
+          "  --matmul auto|fp32|bf16|tf32 (the matrix products; auto: bf16 with --dtype bf16 where\n"
+          "                  the CPU has AMX-BF16 or on a GPU, else fp32 (avx512_bf16 alone multiplies bf16\n"
+          "                  slower than fp32); bf16 = operands rounded to bf16, fp32 accumulation, on\n"
+          "                  oneDNN where the CPU has avx512_bf16 or AMX, else emulated with sgemm, on a\n"
+          "                  GPU cuBLAS's tensor cores; tf32: the GPU's tensor cores in TF32, cuda only)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
           "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v in fp32, bf16 (stochastic rounding)\n"
           "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
@@ -379,6 +380,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       if (!strcmp(val, "auto")) o->matmul = GPT_MATMUL_AUTO;
       else if (!strcmp(val, "fp32")) o->matmul = GPT_MATMUL_FP32;
       else if (!strcmp(val, "bf16")) o->matmul = GPT_MATMUL_BF16;
+      else if (!strcmp(val, "tf32")) o->matmul = GPT_MATMUL_TF32;
       else bad = 1;
     }
     else if (!strcmp(name, "--ps-mode")) {

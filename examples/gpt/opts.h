@@ -13,11 +13,13 @@
  * every model stage holds one layer or more. */
 #define GPT_PP_LAYERS_MAX 128
 
-/* --matmul: the math of the CPU's matrix products (gemm.h) */
+/* --matmul: the math of the matrix products (the CPU's gemm.h; the cuda path's
+ * cuBLAS, ops_cuda.h's opc_set_math) */
 typedef enum {
-  GPT_MATMUL_AUTO = 0, /* bf16 with --dtype bf16 where bf16 products are faster (AMX), else fp32 */
-  GPT_MATMUL_FP32 = 1,
-  GPT_MATMUL_BF16 = 2  /* bf16 operands, fp32 accumulation (emulated where the CPU lacks it) */
+  GPT_MATMUL_AUTO = 0, /* bf16 with --dtype bf16 where bf16 products are faster (AMX; a GPU's tensor cores), else fp32 */
+  GPT_MATMUL_FP32 = 1, /* exact fp32 (the parity tests') */
+  GPT_MATMUL_BF16 = 2, /* bf16 operands, fp32 accumulation (emulated where the CPU lacks it) */
+  GPT_MATMUL_TF32 = 3  /* the cuda path only: TF32 operands on the tensor cores, fp32 accumulation */
 } gpt_matmul_t;
 
 typedef struct {
@@ -99,5 +101,18 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t errle
 void gpt_opts_usage(FILE *f);
 /* --pp-layers as given ("3,1"; "" without it) into buf, cut to fit n bytes. */
 void gpt_opts_pp_layers_str(const gpt_opts_t *o, char *buf, size_t n);
+
+/* The cuda path's math for these options: 0 fp32 (cublasSgemm), 1 TF32, 2 bf16
+ * (ops_cuda.h's OPC_MATH_*). auto: bf16 for a bf16 run (the tensor cores, as
+ * PyTorch's autocast), else fp32. */
+static inline int gpt_matmul_cuda(const gpt_opts_t *o) {
+  if (o->matmul == GPT_MATMUL_BF16 || (o->matmul == GPT_MATMUL_AUTO && o->dtype == ZS_BF16)) return 2;
+  return o->matmul == GPT_MATMUL_TF32 ? 1 : 0;
+}
+static inline const char *gpt_matmul_cuda_describe(int math) {
+  return math == 2 ? "cublas gemmex (bf16 tensor cores, fp32 accumulation)"
+         : math == 1 ? "cublas gemmex (tf32 tensor cores, fp32 accumulation)"
+                     : "cublas sgemm (fp32)";
+}
 
 #endif

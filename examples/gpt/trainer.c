@@ -472,7 +472,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
-  fprintf(stderr, "  matmul: %s\n", t->cuda ? "cublas sgemm (fp32)" : gpt_gemm_describe());
+  fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
   if (o->optim_state != ZS_STATE_FP32)
     fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
             o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");
@@ -524,14 +524,16 @@ static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t 
  * faster than fp32 (AMX: gpt_gemm_bf16_fast), as PyTorch's CPU autocast does,
  * else fp32: with avx512_bf16 alone, and emulated, bf16 products are slower
  * than fp32 ones. The choice depends on the CPU's features only, so every rank
- * of a machine makes the same one. The cuda path has its own cuBLAS sgemm; the
- * CPU's seam is left in fp32 there. Returns 1 if the math is bf16, -1 refused. */
+ * of a machine makes the same one. The cuda path multiplies with cuBLAS in the
+ * math gpt_matmul_cuda picks (opts.h: bf16 tensor cores for auto with --dtype
+ * bf16, TF32 on request, else exact sgemm); the CPU's seam is left in fp32
+ * there. Returns 1 if the math is bf16, -1 refused (tf32 on the cpu device). */
 static int set_matmul(const gpt_opts_t *o, int cuda) {
-  if (cuda && o->matmul == GPT_MATMUL_BF16) return -1;
+  if (!cuda && o->matmul == GPT_MATMUL_TF32) return -1;
   const int bf16 = !cuda && (o->matmul == GPT_MATMUL_BF16 ||
                              (o->matmul == GPT_MATMUL_AUTO && o->dtype == ZS_BF16 && gpt_gemm_bf16_fast()));
   gpt_gemm_set_math(bf16 ? GPT_MATH_BF16 : GPT_MATH_FP32);
-  return bf16;
+  return cuda ? gpt_matmul_cuda(o) == 2 : bf16; /* the cuda path sets its own at setup (trainer_cuda.c) */
 }
 
 zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm, gpt_result_t *res) {
@@ -540,15 +542,16 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   const int bf16_math = set_matmul(o, cuda);
   if (bf16_math < 0)
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--matmul",
-                        "--matmul bf16 is for the cpu device (the cuda path multiplies with cuBLAS in fp32); use "
-                        "--matmul auto or fp32");
+                        "--matmul tf32 is for the cuda device (the tensor cores' TF32); the cpu device multiplies "
+                        "in fp32 or bf16: use --matmul auto, fp32 or bf16");
   zs_status_t st = o->trace ? zs_trace_start(o->trace) : ZS_OK; /* every rank: the same file name */
   if (st != ZS_OK) return trainer_fail(res, st, "--trace", zs_last_error());
   if (o->ps_servers > 0) st = gpt_train_ps(o, dev, comm, res); /* the parameter-server baseline */
   else if (o->moe_experts > 0 || o->ep > 1) st = gpt_train_moe(o, dev, comm, res); /* mixture of experts */
   else st = train_dense(o, dev, comm, res);
   res->matmul_bf16 = bf16_math; /* after the run: each path initialises res afresh */
-  snprintf(res->matmul_engine, sizeof res->matmul_engine, "%s", cuda ? "cublas sgemm (fp32)" : gpt_gemm_describe());
+  snprintf(res->matmul_engine, sizeof res->matmul_engine, "%s",
+           cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(o)) : gpt_gemm_describe());
   /* written whether the run failed or not, and off again: a later run in this process traces only itself */
   zs_status_t tst = o->trace ? zs_trace_stop() : ZS_OK;
   if (st == ZS_OK && tst != ZS_OK) st = trainer_fail(res, tst, "--trace", zs_last_error());

@@ -54,10 +54,13 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
     cu->blas = NULL;
     return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasCreate failed");
   }
-  /* the engine's compute stream (legacy default); plain fp32 sgemm (no TF32) */
+  /* the engine's compute stream (legacy default); the handle's own math plain
+   * fp32, the products' math --matmul's (opc_set_math: exact sgemm, or the
+   * tensor cores in bf16 or TF32 with fp32 accumulation) */
   if (cublasSetStream(cu->blas, 0) != CUBLAS_STATUS_SUCCESS ||
       cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
     return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
+  opc_set_math(gpt_matmul_cuda(o));
   int rc = 0;
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
