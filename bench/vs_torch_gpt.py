@@ -29,7 +29,7 @@ What it mirrors, and where that is written down in the C code:
              read here without the safetensors package.
 
 Run by bench/vs_torch, which launches it as
-  vs_torch_gpt.py --world R --mode ddp|fsdp2|tp|pp --dtype fp32|bf16 --init FILE --out RESULT.json ...
+  vs_torch_gpt.py --world R --mode ddp|fsdp2|tp|pp --dtype fp32|bf16 [--compile] --init FILE --out RESULT.json ...
 and reads RESULT.json (rank 0 writes it: losses, grad norms, rates, per-step
 seconds, every rank's peak RSS). Progress goes to stderr."""
 import argparse
@@ -239,7 +239,7 @@ class DataParallel(Layout):
     """ddp: DistributedDataParallel; fsdp2: fully_shard on every block and the root
     (the root holds the embedding and the final LayerNorm: zs's units)."""
 
-    def __init__(self, mode, model, rank, world, B, shard_group=0):
+    def __init__(self, mode, model, rank, world, B, shard_group=0, compiled=False):
         import torch
         self.model, self.world, self.first, self.count = model, world, rank * (B // world), B // world
         if mode == "ddp":
@@ -257,6 +257,8 @@ class DataParallel(Layout):
                 fully_shard(blk, mesh=mesh)
             fully_shard(model, mesh=mesh)
             self.net = model
+        if compiled:  # torch.compile's inductor over the forward (and its backward); the optimizer stays eager
+            self.net = torch.compile(self.net)
         self.params = list(model.parameters())
         self.decay = [q for q in self.params if q.ndim == 2]  # wte, wpe and the matrices
         self.no_decay = [q for q in self.params if q.ndim != 2]
@@ -473,7 +475,9 @@ def rank_main(rank, a, port):
     model = build_model(L, C, H, V, T)
     load_export(model, read_safetensors(a.init), L)
     if a.mode in ("ddp", "fsdp2", "hsdp"):
-        lay = DataParallel(a.mode, model, rank, world, B, a.shard_group)
+        lay = DataParallel(a.mode, model, rank, world, B, a.shard_group, a.compile)
+    elif a.compile:
+        raise SystemExit("vs_torch_gpt: --compile is built for ddp, fsdp2 and hsdp only")
     elif a.mode == "tp":
         lay = TensorParallel(model, rank, world, B, H)
     else:
@@ -511,7 +515,7 @@ def rank_main(rank, a, port):
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     if rank == 0:
-        doc = {"mode": a.mode, "dtype": a.dtype, "world": world, "threads": torch.get_num_threads(),
+        doc = {"mode": a.mode, "compile": a.compile, "dtype": a.dtype, "world": world, "threads": torch.get_num_threads(),
                "torch": torch.__version__, "losses": losses, "grad_norms": norms, "lrs": lrs,
                "step_seconds": secs, "peak_rss_bytes": rss, "batch": B, "seq": T}
         with open(a.out, "w") as f:
@@ -558,6 +562,7 @@ def main():
     ap.add_argument("--init", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (ddp, fsdp2, hsdp)")
     ap.add_argument("--dump", default=None, help="(ddp) rank 0 saves the final parameters here (torch.save)")
     a = ap.parse_args()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", a.ifname)
