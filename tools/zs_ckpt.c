@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/log.h"
@@ -55,6 +56,15 @@ static int export_hf(int argc, char **argv) {
   return done(zs_checkpoint_export_hf_gpt2(argv[4], argv[3], (int)heads, (int64_t)mb), argv[3], argv[4]);
 }
 
+/* The model-parallel parts of a save (DIR/mp0, mp1, ...), 0 for a plain one. */
+static int mp_parts(const char *dir) {
+  char p[4096];
+  struct stat sb;
+  int n = 0;
+  while (n < 1 << 20 && snprintf(p, sizeof p, "%s/mp%d/manifest.json", dir, n) < (int)sizeof p && stat(p, &sb) == 0) n++;
+  return n;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return usage();
   zs_log_set_level(ZS_LOG_NONE); /* the message is printed below, once */
@@ -65,9 +75,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
       return 1;
     }
-    printf("%s: ok: step %lld, saved by %d rank(s), %d tensors, %lld parameters, optimizer %s, %lld bytes\n",
+    printf("%s: ok: step %lld, saved by %d rank(s), %d tensors, %lld parameters, optimizer %s, %lld bytes",
            argv[2], (long long)info.step, info.world, info.ntensors, (long long)info.params, info.optimizer,
            (long long)info.bytes);
+    const int parts = mp_parts(argv[2]);
+    if (parts) printf(" (in %d model-parallel parts: tensors and parameters as the parts hold them)", parts);
+    printf("\n");
     return 0;
   }
   if (!strcmp(argv[1], "export") && argc >= 3 && !strcmp(argv[2], "--hf")) return export_hf(argc, argv);
