@@ -146,7 +146,8 @@ int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_
     int64_t P = mb_unit_padded(o, m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
     /* qgZ (groups of qgk): the all-to-all inside the group, (K-1) G Q, and across, (G-1) Q (src/zero/qgrad.c) */
     if (qgk > 0 && stage >= 2) {
-      int64_t G = N / qgk, Q = (int64_t)zs_wq_bytes((size_t)(P / N), qgb);
+      int64_t G = N / qgk, S = P / N; /* int4: two codes a byte (kernels/wquant.h) */
+      int64_t Q = (int64_t)(o->qg == 4 ? zs_wq4_bytes((size_t)S, qgb) : zs_wq_bytes((size_t)S, qgb));
       gr = (qgk - 1) * G * Q + (G - 1) * Q;
     }
     /* qwZ: a gather carries each shard packed (kernels/wquant.h) */

@@ -74,6 +74,9 @@ int zs_k_wq_pack(void *dst, const void *src, int dt, size_t n, size_t B, void *s
 int zs_k_wq_unpack(void *dst, int dt, const void *src, size_t n, size_t B, int parts, void *stream);
 /* dst (n fp32) = the sum in part order of `parts` packed shards, stride bytes apart. */
 int zs_k_wq_unpack_sum(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride, void *stream);
+/* The same pack and sum for int4 (zs_wq4_*: qgZ's quantized_gradients = 4). */
+int zs_k_wq4_pack(void *dst, const void *src, int dt, size_t n, size_t B, void *stream);
+int zs_k_wq4_unpack_sum(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride, void *stream);
 
 /* The stream waits until (int32_t)(*p - v) >= 0; p: mapped pinned memory the
  * host raises (a device pointer to it). One thread polls with naps. */

@@ -45,6 +45,10 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # of 2, 4, 1; stages 2-3), its bytes, training against the exact run
   zs_add_test(NAME test_engine_qg SOURCES test_engine_qg.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
   target_include_directories(test_engine_qg PRIVATE ${PROJECT_SOURCE_DIR}) # kernels/wquant.h
+  # the same with int4 codes (quantized_gradients 4; its bound is 127/7 wider)
+  zs_add_test(NAME test_engine_qg4 SOURCES test_engine_qg.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
+  target_include_directories(test_engine_qg4 PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(test_engine_qg4 PRIVATE QG_BITS=4)
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

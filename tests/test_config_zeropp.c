@@ -81,9 +81,13 @@ static void test_env(void) {
   assert_ok(zs_config_from_env(&c));
   expect_int_eq(c.quantized_gradients, 8);
   expect_int_eq(c.quantized_gradients_group, 2);
-  setenv("ZS_QUANTIZED_GRADIENTS", "4", 1);
+  setenv("ZS_QUANTIZED_GRADIENTS", "4", 1); /* int4 */
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.quantized_gradients, 4);
+  setenv("ZS_QUANTIZED_GRADIENTS", "2", 1);
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
-  expect_str_contains(zs_last_error(), "int4");
+  expect_str_contains(zs_last_error(), "ZS_QUANTIZED_GRADIENTS");
+  expect_str_contains(zs_last_error(), "use 0 (off), 8 (int8 codes) or 4 (int4");
   unsetenv("ZS_QUANTIZED_GRADIENTS");
   unsetenv("ZS_QUANTIZED_GRADIENTS_GROUP");
   unsetenv("ZS_STAGE");
@@ -134,12 +138,14 @@ static void test_refused(void) {
   h.hpz_partition_size = -1;
   expect_status(zs_config_validate(&h), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "hpz_partition_size");
-  /* qgZ: 8 only, stages 2-3, flat, on the device */
+  /* qgZ: 8 or 4, stages 2-3, flat, on the device */
   zs_config_t g = ZS_CONFIG_INIT;
   g.stage = 3;
   g.quantized_gradients = 16;
   expect_status(zs_config_validate(&g), ZS_ERR_INVALID);
-  expect_str_contains(zs_last_error(), "use 0 (off) or 8");
+  expect_str_contains(zs_last_error(), "use 0 (off), 8 (int8 codes) or 4");
+  g.quantized_gradients = 4;
+  expect_ok(zs_config_validate(&g));
   g.quantized_gradients = 8;
   expect_ok(zs_config_validate(&g));
   g.stage = 1;

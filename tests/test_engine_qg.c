@@ -1,35 +1,54 @@
-/* ZeRO++'s qgZ in the engine (cfg.quantized_gradients = 8): the gradient
- * reduce-scatter as two int8 all-to-alls (issue 32 item 4; src/zero/qgrad.c).
+/* ZeRO++'s qgZ in the engine (cfg.quantized_gradients = 8 or 4): the
+ * gradient reduce-scatter as two int8 or int4 all-to-alls (issue 32 item 4;
+ * src/zero/qgrad.c). One source, two programs:
  *
- *   test_engine_qg     (4 ranks)
+ *   test_engine_qg     (4 ranks)  int8 (QG_BITS 8)
+ *   test_engine_qg4    (4 ranks)  int4 (QG_BITS 4)
  *
+ * 0. The packed form, byte for byte: values k s with an exact scale s (absmax
+ *    = L s, L = 127 or 7) pack into the scales s and the codes k, int4's two a
+ *    byte with the even element in the low nibble, the padding zero, through
+ *    the CPU codec and the cpu device's stream, and sum back exactly.
  * 1. The bound: every rank writes known gradients (a function of the rank,
  *    the parameter and the element, some stretches 1000x smaller) into its
  *    slots; plain SGD at lr 1 from zero weights leaves each weight at minus
  *    the engine's summed gradient / 4 (exact: a power of two). Against the
  *    float64 sum of the four ranks' values, every element's error is within
  *    half a scale of each rank's block holding it plus half a scale of each
- *    node sum's block (scale = absmax / 127; the node sum's absmax bounded by
+ *    node sum's block (scale = absmax / L; the node sum's absmax bounded by
  *    the exact one plus the first error), and some elements differ (the
  *    quantization is there). Groups of 2 (two stages), 4 (the node only) and
  *    1 (across only); stages 2 and 3.
  * 2. Bytes a step: the node all-to-all (K-1) G Q per unit, the cross one
  *    (G-1) Q (Q a packed shard), no reduce-scatter left on the shard group.
- * 3. Training the tiny model 40 steps tracks the exact run (losses within 1%
- *    of the first, the last within 2%), deterministic: a second run gives the
- *    same bits; the device peak stays within zs_engine_estimate's bound. */
+ * 3. Training the tiny model 40 steps tracks the exact run (int8: losses within
+ *    1% of the first, the last within 2%; int4: 2% and 10%, measured 0.55% and
+ *    6.6%, the last 0.0101 vs 0.0109 from 1.20), deterministic: a
+ *    second run gives the same bits; the device peak stays within
+ *    zs_engine_estimate's bound. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/work.h"
 #include "engine_world.h"
 #include "kernels/wquant.h"
+#include "optim/optim.h"
 #include "tiny_model.h"
 
+#ifndef QG_BITS
+#define QG_BITS 8
+#endif
 #define NBLK 2
 #define NSAMP 16
-#define QB 32 /* block */
+#define QB 32                           /* block */
+#define LEVELS (QG_BITS == 4 ? 7 : 127) /* the largest code: scale = absmax / LEVELS */
+#define TOL_ANY (QG_BITS == 4 ? 0.02 : 0.01)
+#define TOL_LAST (QG_BITS == 4 ? 0.10 : 0.02)
+
+/* the packed bytes of a shard of n elements */
+static size_t qbytes(size_t n) { return QG_BITS == 4 ? zs_wq4_bytes(n, QB) : zs_wq_bytes(n, QB); }
 
 static zs_device_t *dev;
 static zs_comm_t *world;
@@ -41,7 +60,7 @@ static zs_config_t qg_cfg(int stage, int group, zs_optim_kind_t kind) {
   c.stage = stage;
   c.optim.kind = kind;
   c.optim.lr = kind == ZS_SGD ? 1.0f : 1e-2f;
-  c.quantized_gradients = 8;
+  c.quantized_gradients = QG_BITS;
   c.quantized_gradients_group = group;
   c.quantized_weights_block = QB;
   return c;
@@ -91,6 +110,46 @@ static double value_at(const tm_model_t *m, const layout_t *lay, int u, int r, i
   return 0.0;
 }
 
+/* 0. n = 67 (three blocks, the last of 3, an odd count) of values k s, s =
+ * 2^-(5+b) in block b and k from -L to L, the block's absmax L s: the scales
+ * must be s, the codes k (int4: element 2j low nibble, 2j+1 high, two's
+ * complement), the rest zero; the sum of two copies is 2 k s exactly. */
+static void test_packed(void) {
+  enum { N = 67 };
+  const size_t Q = qbytes(N), nb = zs_wq_blocks(N, QB);
+  float x[N], got[N];
+  unsigned char want[512] = {0}, cpu[512], on_dev[2 * 512];
+  assert_true(2 * Q <= sizeof on_dev);
+  for (int i = 0; i < N; i++) {
+    int b = i / QB, j = i % QB, k = j == 0 ? LEVELS : (j * 5 + b) % (2 * LEVELS + 1) - LEVELS;
+    float s = ldexpf(1.0f, -(5 + b));
+    x[i] = (float)k * s;
+    memcpy(want + 4 * b, &s, 4);
+    unsigned char *codes = want + 4 * nb;
+    if (QG_BITS == 4) codes[i / 2] |= (unsigned char)((k & 15) << (4 * (i & 1)));
+    else codes[i] = (unsigned char)(k & 255);
+  }
+  memset(cpu, 0xAB, sizeof cpu);
+  if (QG_BITS == 4) zs__wq4_pack_cpu(cpu, x, ZS_FP32, N, QB);
+  else zs__wq_pack_cpu(cpu, x, ZS_FP32, N, QB);
+  int bad = 0;
+  for (size_t i = 0; i < Q; i++)
+    if (cpu[i] != want[i] && bad++ < 4) ZS_T_REPORT("int%d byte %zu: %#x, want %#x", QG_BITS, i, cpu[i], want[i]);
+  expect_int_eq(bad, 0);
+  zs_stream_t *s = NULL;
+  assert_ok(zs_stream_create(dev, &s));
+  memset(on_dev, 0xCD, sizeof on_dev);
+  for (int c = 0; c < 2; c++)
+    expect_ok(QG_BITS == 4 ? zs__wq4_pack(dev, s, on_dev + c * Q, x, ZS_FP32, N, QB)
+                           : zs__wq_pack(dev, s, on_dev + c * Q, x, ZS_FP32, N, QB));
+  expect_ok(QG_BITS == 4 ? zs__wq4_unpack_sum(dev, s, got, on_dev, N, QB, 2, Q)
+                         : zs__wq_unpack_sum(dev, s, got, on_dev, N, QB, 2, Q));
+  expect_ok(zs_stream_synchronize(dev, s));
+  expect_true(memcmp(on_dev, want, Q) == 0 && memcmp(on_dev + Q, want, Q) == 0);
+  for (int i = 0; i < N; i++) expect_true(got[i] == 2 * x[i]);
+  zs_stream_destroy(dev, s);
+}
+
 static void check_bound(int stage, int K) {
   zs_config_t c = qg_cfg(stage, K, ZS_SGD);
   zs_engine_t *zs = NULL;
@@ -112,7 +171,7 @@ static void check_bound(int stage, int K) {
   for (int u = 0; u < zs_engine_unit_count(zs); u++) {
     int64_t numel, padded, shard;
     assert_ok(zs_unit_layout(zs, u, &numel, &padded, &shard));
-    uint64_t Q = zs_wq_bytes((size_t)shard, QB);
+    uint64_t Q = qbytes((size_t)shard);
     want_n += (uint64_t)(K - 1) * (uint64_t)G * Q;
     want_x += (uint64_t)(G - 1) * Q;
   }
@@ -137,14 +196,14 @@ static void check_bound(int stage, int K) {
           for (int j = mm * K; j < (mm + 1) * K; j++) {
             double amax = 0;
             for (int64_t y = b0; y < b1; y++) amax = fmax(amax, fabs(value_at(&m, &lay, u, j, y)));
-            node_err += amax / 127 / 2;
+            node_err += amax / LEVELS / 2;
           }
           for (int64_t y = b0; y < b1; y++) {
             double s = 0;
             for (int j = mm * K; j < (mm + 1) * K; j++) s += value_at(&m, &lay, u, j, y);
             node_amax = fmax(node_amax, fabs(s));
           }
-          bound += node_err + (G > 1 ? (node_amax + node_err) / 127 / 2 : 0);
+          bound += node_err + (G > 1 ? (node_amax + node_err) / LEVELS / 2 : 0);
         }
         bound = bound * (1 + 1e-4) + 8 * fabs(exact) * 0x1p-23 + 1e-30;
         double got = -(double)w[i] * N, err = fabs(got - exact);
@@ -158,8 +217,8 @@ static void check_bound(int stage, int K) {
     }
   }
   if (rank == 0)
-    fprintf(stderr, "qgZ stage %d, groups of %d: worst error %.2f of its bound, %d elements off the exact sum\n",
-            stage, K, worst, differ);
+    fprintf(stderr, "qgZ int%d stage %d, groups of %d: worst error %.2f of its bound, %d elements off the exact sum\n",
+            QG_BITS, stage, K, worst, differ);
   expect_int_eq(over, 0);
   expect_int_ge(differ, 1);
   tm_free(&m);
@@ -207,10 +266,10 @@ static void test_training(void) {
   double worst = 0, fin = fabs(q[STEPS - 1] - e[STEPS - 1]) / e[STEPS - 1];
   for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(q[s] - e[s]) / e[0]);
   if (rank == 0)
-    fprintf(stderr, "qgZ int8/%d over %d steps: losses within %.2g of the first (%.4f), the last %.5f vs %.5f (%.2g)\n",
-            QB, STEPS, worst, e[0], q[STEPS - 1], e[STEPS - 1], fin);
-  expect_true(worst <= 0.01);
-  expect_true(fin <= 0.02);
+    fprintf(stderr, "qgZ int%d/%d over %d steps: losses within %.2g of the first (%.4f), the last %.5f vs %.5f (%.2g)\n",
+            QG_BITS, QB, STEPS, worst, e[0], q[STEPS - 1], e[STEPS - 1], fin);
+  expect_true(worst <= TOL_ANY);
+  expect_true(fin <= TOL_LAST);
   assert_int_eq(n2, n3);
   expect_true(memcmp(mq, mq2, (size_t)n2 * 4) == 0); /* deterministic */
   expect_true(memcmp(q, q2, sizeof q) == 0);
@@ -222,6 +281,7 @@ int main(void) {
   open_world_or_exit(&dev, &world, &rank, &nranks);
   if (nranks != 4) ZS_SKIP("test_engine_qg runs on 4 ranks");
   tm_data(NSAMP, X, T);
+  zs_test_run(test_packed);
   zs_test_run(test_bound);
   zs_test_run(test_training);
   zs_comm_destroy(world);

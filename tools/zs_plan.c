@@ -213,7 +213,7 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.quantized_weights = x->qw;
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = x->hpz;
-  cfg.quantized_gradients = x->qg ? 8 : 0;
+  cfg.quantized_gradients = x->qg ? o->qg : 0;
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   for (int u = 0; st == ZS_OK && u < o->m.nunits; u++) {
@@ -240,10 +240,12 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
 
 /* qgZ (src/zero/qgrad.c): the reduce-scatter of a unit of S a shard as an
  * all-to-all of G packed shards to each member of the node group (K = the
- * ranks per node), then one of a packed shard to each other group */
+ * ranks per node), then one of a packed shard to each other group; a packed
+ * shard: a scale a block and o->qg bits an element (kernels/wquant.h) */
 static void qg_reduce(pl_sched_t *s, const pl_opts_t *o, int64_t S, int times) {
   const int K = o->per_node, G = o->world / K;
-  const int64_t Q = (int64_t)zs_wq_bytes((size_t)S, o->qw_block ? (size_t)o->qw_block : ZS_WQ_BLOCK_DEFAULT);
+  const size_t B = o->qw_block ? (size_t)o->qw_block : ZS_WQ_BLOCK_DEFAULT;
+  const int64_t Q = (int64_t)(o->qg == 4 ? zs_wq4_bytes((size_t)S, B) : zs_wq_bytes((size_t)S, B));
   if (K > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_NODE, G * Q, times);
   if (G > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_CROSS, Q, times);
 }
@@ -394,7 +396,7 @@ static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, siz
   char hz[16] = "";
   if (x->hpz > 1) snprintf(hz, sizeof hz, " hpz%d", x->hpz);
   if (x->shard < o->world) snprintf(buf, n, "hybrid %d%s", x->shard, x->qw ? " qw" : "");
-  else snprintf(buf, n, "flat%s%s%s", x->qw ? " qw" : "", hz, x->qg ? " qg" : "");
+  else snprintf(buf, n, "flat%s%s%s", x->qw ? " qw" : "", hz, !x->qg ? "" : o->qg == 4 ? " qg4" : " qg");
 }
 
 /* ============================================================================

@@ -101,7 +101,8 @@ typedef struct {
   int optim_block;              /* --optim-block (int8) */
   int qw_block;                 /* --quantized-weights [B]: also stage 3 with int8 gathers (0: not listed) */
   int hpz;                      /* --hpz K: also flat stage 3 with backward's gathers among K ranks (0: not listed) */
-  int qg;                       /* --quantized-grads: also flat stages 2-3 with qgZ in groups of the node (0: not) */
+  int qg;                       /* --quantized-grads[=8|4]: also flat stages 2-3 with qgZ in groups of the node,
+                                   codes of qg bits (0: not) */
   int accum, prefetch, json;
   int hybrid;                           /* list hybrid options (1 < Ns < N, or --shard-group given) */
   double compute_s;                     /* --compute-s: 0 = not given */

@@ -177,8 +177,8 @@ static void usage(FILE *f) {
           "  --quantized-weights[=B] (also list stage 3 with int8 weights in its gathers, B elements a scale:\n"
           "                       256; ZeRO++'s qwZ)  --hpz K (also flat stage 3 with backward's gathers among\n"
           "                       K ranks, a node: ZeRO++'s hpZ; K divides --world)\n"
-          "  --quantized-grads (also flat stages 2-3 with the gradients' reduce-scatter as int8\n"
-          "                       all-to-alls inside the node and across: ZeRO++'s qgZ)\n"
+          "  --quantized-grads[=8|4] (also flat stages 2-3 with the gradients' reduce-scatter as int8\n"
+          "                       (or int4) all-to-alls inside the node and across: ZeRO++'s qgZ)\n"
           "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
@@ -285,7 +285,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
     if (!strcmp(a, "--quantized-weights") && !v) { o.qw_block = ZS_WQ_BLOCK_DEFAULT; continue; }
-    if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 1; continue; }
+    if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 8; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         usage(stderr);
@@ -310,6 +310,10 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--ranks-per-node")) o.per_node = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--hpz")) o.hpz = inum(a, v, 2, 1 << 20);
+    else if (!strcmp(a, "--quantized-grads")) {
+      o.qg = inum(a, v, 4, 8);
+      if (o.qg != 4 && o.qg != 8) pl_die(2, "--quantized-grads: 8 (int8 codes) or 4 (int4 codes, two a byte)");
+    }
     else if (!strcmp(a, "--quantized-weights")) {
       o.qw_block = inum(a, v, 32, 4096);
       if (o.qw_block & (o.qw_block - 1)) pl_die(2, "--quantized-weights: a block of a power of two, 32..4096");

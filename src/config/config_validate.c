@@ -253,10 +253,9 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->hpz_partition_size > 1 && c->shard_group > 0)
     return bad(prefix, o, "hpz_partition_size", "set with shard_group",
                "hybrid sharding keeps every gather inside its shard group already: use one of them");
-  if (c->quantized_gradients == 4)
-    return bad(prefix, o, "quantized_gradients", "4", "int4 gradients are not built yet: use 8 (int8) or 0");
-  if (c->quantized_gradients != 0 && c->quantized_gradients != 8)
-    return bad(prefix, o, "quantized_gradients", int_value(c->quantized_gradients).s, "use 0 (off) or 8 (int8)");
+  if (c->quantized_gradients != 0 && c->quantized_gradients != 4 && c->quantized_gradients != 8)
+    return bad(prefix, o, "quantized_gradients", int_value(c->quantized_gradients).s,
+               "use 0 (off), 8 (int8 codes) or 4 (int4 codes, two a byte): the bits of a gradient element");
   if (c->quantized_gradients && c->stage < 2)
     return bad(prefix, o, "quantized_gradients", "set below stage 2",
                "it replaces stages 2-3's reduce-scatter of every round: use stage 2 or 3");

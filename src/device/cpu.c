@@ -422,6 +422,8 @@ static void elem_do(const zs_elem_op_t *t) {
     case ZS_ELEM_WQ_PACK: zs__wq_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
     case ZS_ELEM_WQ_UNPACK: zs__wq_unpack_cpu(t->dst, t->ddt, t->src, t->n, t->block, t->parts); break;
     case ZS_ELEM_WQ_UNPACK_SUM: zs__wq_unpack_sum_cpu(t->dst, t->src, t->n, t->block, t->parts, t->stride); break;
+    case ZS_ELEM_WQ4_PACK: zs__wq4_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
+    case ZS_ELEM_WQ4_UNPACK_SUM: zs__wq4_unpack_sum_cpu(t->dst, t->src, t->n, t->block, t->parts, t->stride); break;
   }
 }
 

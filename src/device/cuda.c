@@ -435,6 +435,11 @@ static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op
     case ZS_ELEM_WQ_UNPACK_SUM:
       return k_status(ctx, zs_k_wq_unpack_sum(t->dst, t->src, t->n, t->block, t->parts, t->stride, st),
                       "zs__wq_unpack_sum");
+    case ZS_ELEM_WQ4_PACK:
+      return k_status(ctx, zs_k_wq4_pack(t->dst, t->src, t->sdt, t->n, t->block, st), "zs__wq4_pack");
+    case ZS_ELEM_WQ4_UNPACK_SUM:
+      return k_status(ctx, zs_k_wq4_unpack_sum(t->dst, t->src, t->n, t->block, t->parts, t->stride, st),
+                      "zs__wq4_unpack_sum");
   }
   return ZS_FAIL(ctx->dev->err, ZS_ERR_INTERNAL, "cuda device: unknown element-wise op %d", (int)t->op);
 }

@@ -93,15 +93,25 @@ static zs_status_t check_wq_block(zs_device_t *dev, const char *fn, size_t B) {
                  ZS_K_WQ_BLOCK_MAX);
 }
 
+static zs_status_t wq_pack(zs_device_t *dev, zs_stream_t *s, const char *fn, zs_elem_kind_t kind, void *dst,
+                           const void *src, zs_dtype_t dt, size_t n, size_t B) {
+  ZS_CHECK_HANDLE(dev, fn);
+  ZS_CHECK(check_dtype(dev, fn, dt));
+  ZS_CHECK(check_wq_block(dev, fn, B));
+  ZS_CHECK_PTR(dev->err, fn, dst, n);
+  ZS_CHECK_PTR(dev->err, fn, src, n);
+  zs_elem_op_t op = {.op = kind, .dst = dst, .src = src, .sdt = dt, .n = n, .block = B};
+  return submit(dev, s, &op);
+}
+
 zs_status_t zs__wq_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, zs_dtype_t dt, size_t n,
                         size_t B) {
-  ZS_CHECK_HANDLE(dev, "zs__wq_pack");
-  ZS_CHECK(check_dtype(dev, "zs__wq_pack", dt));
-  ZS_CHECK(check_wq_block(dev, "zs__wq_pack", B));
-  ZS_CHECK_PTR(dev->err, "zs__wq_pack", dst, n);
-  ZS_CHECK_PTR(dev->err, "zs__wq_pack", src, n);
-  zs_elem_op_t op = {.op = ZS_ELEM_WQ_PACK, .dst = dst, .src = src, .sdt = dt, .n = n, .block = B};
-  return submit(dev, s, &op);
+  return wq_pack(dev, s, "zs__wq_pack", ZS_ELEM_WQ_PACK, dst, src, dt, n, B);
+}
+
+zs_status_t zs__wq4_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, zs_dtype_t dt, size_t n,
+                         size_t B) {
+  return wq_pack(dev, s, "zs__wq4_pack", ZS_ELEM_WQ4_PACK, dst, src, dt, n, B);
 }
 
 zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_t dt, const void *src, size_t n,
@@ -116,18 +126,29 @@ zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_
   return submit(dev, s, &op);
 }
 
+static zs_status_t wq_unpack_sum(zs_device_t *dev, zs_stream_t *s, const char *fn, zs_elem_kind_t kind, float *dst,
+                                 const void *src, size_t n, size_t B, int parts, size_t stride, size_t part) {
+  ZS_CHECK_HANDLE(dev, fn);
+  ZS_CHECK(check_wq_block(dev, fn, B));
+  if (parts < 1 || stride < part)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "%s: %d parts %zu bytes apart (a part is %zu)", fn, parts, stride, part);
+  ZS_CHECK_PTR(dev->err, fn, dst, n);
+  ZS_CHECK_PTR(dev->err, fn, src, n);
+  zs_elem_op_t op = {.op = kind, .dst = dst, .src = src, .ddt = ZS_FP32, .n = n, .block = B, .parts = parts,
+                     .stride = stride};
+  return submit(dev, s, &op);
+}
+
 zs_status_t zs__wq_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
                               int parts, size_t stride) {
-  ZS_CHECK_HANDLE(dev, "zs__wq_unpack_sum");
-  ZS_CHECK(check_wq_block(dev, "zs__wq_unpack_sum", B));
-  if (parts < 1 || stride < zs_wq_bytes(n, B))
-    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__wq_unpack_sum: %d parts %zu bytes apart (a part is %zu)", parts,
-                   stride, zs_wq_bytes(n, B));
-  ZS_CHECK_PTR(dev->err, "zs__wq_unpack_sum", dst, n);
-  ZS_CHECK_PTR(dev->err, "zs__wq_unpack_sum", src, n);
-  zs_elem_op_t op = {.op = ZS_ELEM_WQ_UNPACK_SUM, .dst = dst, .src = src, .ddt = ZS_FP32, .n = n, .block = B,
-                     .parts = parts, .stride = stride};
-  return submit(dev, s, &op);
+  return wq_unpack_sum(dev, s, "zs__wq_unpack_sum", ZS_ELEM_WQ_UNPACK_SUM, dst, src, n, B, parts, stride,
+                       zs_wq_bytes(n, B));
+}
+
+zs_status_t zs__wq4_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
+                               int parts, size_t stride) {
+  return wq_unpack_sum(dev, s, "zs__wq4_unpack_sum", ZS_ELEM_WQ4_UNPACK_SUM, dst, src, n, B, parts, stride,
+                       zs_wq4_bytes(n, B));
 }
 
 zs_status_t zs__accumulate(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src,

@@ -42,11 +42,17 @@ zs_status_t zs__wq_unpack(zs_device_t *dev, zs_stream_t *s, void *dst, zs_dtype_
  * src + p * stride bytes (stride >= zs_wq_bytes(n, B)). */
 zs_status_t zs__wq_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
                               int parts, size_t stride);
+/* The same two for int4 (kernels/wquant.h's zs_wq4_*: qgZ's quantized_gradients
+ * = 4), packed shards of zs_wq4_bytes(n, B) bytes. */
+zs_status_t zs__wq4_pack(zs_device_t *dev, zs_stream_t *s, void *dst, const void *src, zs_dtype_t dt, size_t n,
+                         size_t B);
+zs_status_t zs__wq4_unpack_sum(zs_device_t *dev, zs_stream_t *s, float *dst, const void *src, size_t n, size_t B,
+                               int parts, size_t stride);
 
 /* What a backend's `elementwise` entry receives (checked). */
 typedef enum {
   ZS_ELEM_SUMSQ, ZS_ELEM_NONFINITE, ZS_ELEM_CAST, ZS_ELEM_SCALE, ZS_ELEM_ACC, ZS_ELEM_WQ_PACK, ZS_ELEM_WQ_UNPACK,
-  ZS_ELEM_WQ_UNPACK_SUM
+  ZS_ELEM_WQ_UNPACK_SUM, ZS_ELEM_WQ4_PACK, ZS_ELEM_WQ4_UNPACK_SUM
 } zs_elem_kind_t;
 typedef struct {
   zs_elem_kind_t op;

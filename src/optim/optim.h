@@ -120,6 +120,11 @@ void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size
 /* dst (n fp32) = the sum, in part order, of `parts` packed shards of n
  * elements each, part p at src + p * stride bytes (qgZ's reduction). */
 void zs__wq_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride);
+/* int4 (kernels/wquant.h, zs_wq4_*: qgZ's quantized_gradients = 4): n
+ * elements of src packed into zs_wq4_bytes(n, B) bytes at dst; the sum in part
+ * order of `parts` such packed shards, part p at src + p * stride bytes. */
+void zs__wq4_pack_cpu(void *dst, const void *src, zs_dtype_t dt, size_t n, size_t B);
+void zs__wq4_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride);
 
 /* The gradient-clip coefficient for a global L2 norm (clip by max_norm):
  * min(1, max_norm / ((float)norm + 1e-6)) in fp32, torch.nn.utils.clip_grad_norm_'s

@@ -1,4 +1,4 @@
-/* int8 weights for the all-gathers (qwZ): the CPU path of kernels/wquant.h,
+/* int8 weights for the all-gathers (qwZ) and int8/int4 gradients for qgZ: the CPU path of kernels/wquant.h,
  * which is also the reference of the tests. Blocks are independent: a team of
  * the optimizer's thread count (zs__optim_team_for: no more threads than the
  * rank's share of the cores) splits them; the loops are specialized per dtype
@@ -53,21 +53,65 @@ void zs__wq_unpack_cpu(void *dst, zs_dtype_t dt, const void *src, size_t n, size
   }
 }
 
-void zs__wq_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride) {
+/* dst = the sum in part order of `parts` packed shards (int8, or int4 where
+ * four), part p at src + p * stride; the same sum on every path */
+static void unpack_sum(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride, int four) {
   size_t nb = zs_wq_blocks(n, B);
   long long nbl = (long long)nb;
   const int T = zs__optim_team_for((size_t)parts * n);
 #pragma omp parallel for schedule(static) num_threads(T) if (T > 1)
   for (long long b = 0; b < nbl; b++) {
     size_t i0 = (size_t)b * B, m = n - i0 < B ? n - i0 : B;
-    for (int p = 0; p < parts; p++) { /* parts in index order: the same sum on every path */
+    for (int p = 0; p < parts; p++) {
       const char *part = (const char *)src + (size_t)p * stride;
       float s = ((const float *)part)[b];
-      const int8_t *q = (const int8_t *)(part + 4 * nb) + i0;
-      if (p == 0)
-        for (size_t i = 0; i < m; i++) dst[i0 + i] = zs_wq_dec(q[i], s);
-      else
-        for (size_t i = 0; i < m; i++) dst[i0 + i] = ZS_ADD(dst[i0 + i], zs_wq_dec(q[i], s));
+      const uint8_t *q = (const uint8_t *)(part + 4 * nb);
+      for (size_t i = i0; i < i0 + m; i++) {
+        float v = four ? zs_wq4_dec(zs_wq4_code(q[i / 2], i), s) : zs_wq_dec((int8_t)q[i], s);
+        dst[i] = p == 0 ? v : ZS_ADD(dst[i], v);
+      }
     }
   }
+}
+
+void zs__wq_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride) {
+  unpack_sum(dst, src, n, B, parts, stride, 0);
+}
+
+/* ---- int4 (qgZ's quantized_gradients = 4: pack and the reduction's sum) ---- */
+
+#define WQ4_LOOPS(DT)                                                                              \
+  static void pack4_##DT(const void *src, size_t i0, size_t m, float *scale, uint8_t *q) {         \
+    float amax = 0.0f;                                                                             \
+    for (size_t i = 0; i < m; i++) amax = zs_wq_absmax_step(amax, zs_ref_load(src, DT, i0 + i));   \
+    float inv = zs_wq4_inv(amax);                                                                  \
+    *scale = zs_wq4_scale(amax);                                                                   \
+    for (size_t i = 0; i < m; i += 2) {                                                            \
+      int lo = zs_wq4_enc(zs_ref_load(src, DT, i0 + i), inv);                                      \
+      int hi = i + 1 < m ? zs_wq4_enc(zs_ref_load(src, DT, i0 + i + 1), inv) : 0;                  \
+      q[i / 2] = zs_wq4_pair(lo, hi);                                                              \
+    }                                                                                              \
+  }
+WQ4_LOOPS(ZS_FP32)
+WQ4_LOOPS(ZS_BF16)
+WQ4_LOOPS(ZS_FP16)
+
+void zs__wq4_pack_cpu(void *dst, const void *src, zs_dtype_t dt, size_t n, size_t B) {
+  size_t nb = zs_wq_blocks(n, B), used = (n + 1) / 2, codes = zs_wq4_bytes(n, B) - 4 * nb;
+  float *scales = dst;
+  uint8_t *q = (uint8_t *)((char *)dst + 4 * nb);
+  long long nbl = (long long)nb;
+  const int T = zs__optim_team_for(n);
+#pragma omp parallel for schedule(static) num_threads(T) if (T > 1)
+  for (long long b = 0; b < nbl; b++) { /* B even: block b's codes are bytes i0/2 on, its own */
+    size_t i0 = (size_t)b * B, m = n - i0 < B ? n - i0 : B;
+    if (dt == ZS_BF16) pack4_ZS_BF16(src, i0, m, &scales[b], q + i0 / 2);
+    else if (dt == ZS_FP16) pack4_ZS_FP16(src, i0, m, &scales[b], q + i0 / 2);
+    else pack4_ZS_FP32(src, i0, m, &scales[b], q + i0 / 2);
+  }
+  for (size_t i = used; i < codes; i++) q[i] = 0; /* the padding, so the bytes sent are defined */
+}
+
+void zs__wq4_unpack_sum_cpu(float *dst, const void *src, size_t n, size_t B, int parts, size_t stride) {
+  unpack_sum(dst, src, n, B, parts, stride, 1);
 }

@@ -268,6 +268,9 @@ zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
  * the unit's shard in fp32 (S floats from the cache on rs_stream; the caller
  * frees it there). */
 zs_status_t zs__eng_qg_reduce(zs_engine_t *zs, zs_unit_t *u, const void *src, zs_dtype_t dt, float **out);
+/* The packed bytes of a shard of S elements at cfg.quantized_gradients (8 or 4)
+ * bits: the unit of qgZ's all-to-alls, for the estimate and the tools. */
+size_t zs__eng_qg_bytes(const zs_config_t *c, size_t S);
 /* The replica all-reduce runs on rep_stream, unordered with the shard comm's
  * work: stage 2 over mpi comms (order.c says why only there). */
 int zs__eng_rep_overlaps(const zs_engine_t *zs);

@@ -157,7 +157,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* qgZ: one reduction's packed shards (two of N), node sums (G shards) and
    * result (qgrad.c); G = N / the group, N before setup knows the group */
   if (c->quantized_gradients && maxSt) {
-    uint64_t Q = zs_wq_bytes((size_t)maxSt, zs__eng_wq_block(c)), G = (uint64_t)world / (zs->nqg ? (uint64_t)zs->nqg : 1);
+    uint64_t Q = zs__eng_qg_bytes(c, (size_t)maxSt), G = (uint64_t)world / (zs->nqg ? (uint64_t)zs->nqg : 1);
     t += 2 * (uint64_t)world * Q + G * maxSt * 4 + maxSt * 4;
   }
   /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
