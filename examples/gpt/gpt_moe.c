@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/check.h" // defines: TRY
 #include "ops.h"
 
 /* ============================================================================
@@ -52,6 +53,11 @@ static int dense_gpt_index(const gpt_moe_t *m, int index, int *router) {
   int l = (index - 2) / GPT_MOE_DENSE_NPARAMS, k = (index - 2) % GPT_MOE_DENSE_NPARAMS;
   if (k == GPT_MOE_DENSE_NPARAMS - 1) *router = 1, k = 2;
   return 2 + GPT_BLOCK_NPARAMS * l + k;
+}
+
+int gpt_moe_dense_gpt_index(const gpt_moe_t *m, int index) {
+  int router, g = dense_gpt_index(m, index, &router);
+  return router ? -1 : g;
 }
 
 void gpt_moe_dense_info(const gpt_moe_t *m, int index, gpt_param_info_t *p) {
@@ -212,17 +218,14 @@ void gpt_moe_acts_free(gpt_moe_acts_t *a) {
 
 static zs_status_t sync(zs_device_t *dev) { return zs_stream_synchronize(dev, NULL); }
 
-zs_status_t gpt_moe_block_forward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
-                                  gpt_block_acts_t *ga, gpt_moe_acts_t *ma, int l, const float *x_in, float *x_out,
-                                  int B, int T) {
+zs_status_t gpt_moe_ffn_forward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                const gpt_moe_ln2_t *n2, gpt_moe_acts_t *ma, int l, float *x_out, int64_t N) {
   const int C = m->mc.channels, E = m->experts;
-  const int64_t N = (int64_t)B * T;
   zs_status_t st;
-  gpt_attn_forward(&m->mc, &w->a, ga, x_in, B, T);
-  op_layernorm_forward(ga->ln2, ga->ln2_mean, ga->ln2_rstd, ga->mid, w->a.ln2_w, w->a.ln2_b, N, C);
-  op_matmul_forward(ma->logits[l], ga->ln2, w->router, NULL, N, C, E, 0);
+  op_layernorm_forward(n2->ln2, n2->mean, n2->rstd, n2->mid, w->a.ln2_w, w->a.ln2_b, N, C);
+  op_matmul_forward(ma->logits[l], n2->ln2, w->router, NULL, N, C, E, 0);
   if ((st = zs_moe_route(h, ma->logits[l], (int)N, &ma->aux[l], NULL)) != ZS_OK ||
-      (st = zs_moe_dispatch(h, ga->ln2, ma->xin[l], ma->rows[l], NULL)) != ZS_OK || (st = sync(dev)) != ZS_OK)
+      (st = zs_moe_dispatch(h, n2->ln2, ma->xin[l], ma->rows[l], NULL)) != ZS_OK || (st = sync(dev)) != ZS_OK)
     return st;
   /* each local expert on its rows: proj(gelu(fc(x))) */
   int64_t r0 = 0;
@@ -235,20 +238,26 @@ zs_status_t gpt_moe_block_forward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *
     op_matmul_forward(ma->xout + r0 * C, ge, w->proj_w[e], w->proj_b[e], n, 4 * C, C, 0);
   }
   if ((st = zs_moe_combine(h, ma->xout, ma->y, NULL)) != ZS_OK || (st = sync(dev)) != ZS_OK) return st;
-  for (int64_t i = 0; i < N * C; i++) x_out[i] = ga->mid[i] + ma->y[i];
+  for (int64_t i = 0; i < N * C; i++) x_out[i] = n2->mid[i] + ma->y[i];
   return ZS_OK;
+}
+
+zs_status_t gpt_moe_block_forward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                  gpt_block_acts_t *ga, gpt_moe_acts_t *ma, int l, const float *x_in, float *x_out,
+                                  int B, int T) {
+  gpt_attn_forward(&m->mc, &w->a, ga, x_in, B, T);
+  const gpt_moe_ln2_t n2 = {ga->mid, ga->ln2, ga->ln2_mean, ga->ln2_rstd};
+  return gpt_moe_ffn_forward(m, h, dev, w, &n2, ma, l, x_out, (int64_t)B * T);
 }
 
 static void scale(float *x, int64_t n, float s) {
   for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-zs_status_t gpt_moe_block_backward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
-                                   gpt_moe_block_w_t *dw, const gpt_block_acts_t *ga, gpt_moe_acts_t *ma,
-                                   gpt_acts_t *scratch, int l, const float *x_in, float *dres, float aux_weight,
-                                   int B, int T) {
+zs_status_t gpt_moe_ffn_backward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                 gpt_moe_block_w_t *dw, const gpt_moe_ln2_t *n2, gpt_moe_acts_t *ma, int l,
+                                 float *dres, float aux_weight, int64_t N) {
   const int C = m->mc.channels, E = m->experts;
-  const int64_t N = (int64_t)B * T;
   zs_status_t st;
   /* d y = d out: through the gates to the expert rows (dres flows on to d mid) */
   if ((st = zs_moe_combine_backward(h, dres, ma->dxout, NULL)) != ZS_OK || (st = sync(dev)) != ZS_OK) return st;
@@ -274,9 +283,18 @@ zs_status_t gpt_moe_block_backward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t 
       (st = zs_moe_route_backward(h, aux_weight, ma->dlogits, NULL)) != ZS_OK || (st = sync(dev)) != ZS_OK)
     return st;
   /* the router: d ln2 gets both paths (the experts' rows and the logits) */
-  op_matmul_backward(ma->dln2, dw->router, NULL, ma->dlogits, ga->ln2, w->router, N, C, E, 1);
-  op_layernorm_backward(dres, dw->a.ln2_w, dw->a.ln2_b, ma->dln2, ga->mid, w->a.ln2_w, ga->ln2_mean, ga->ln2_rstd,
-                        N, C); /* dres is now d mid */
+  op_matmul_backward(ma->dln2, dw->router, NULL, ma->dlogits, n2->ln2, w->router, N, C, E, 1);
+  op_layernorm_backward(dres, dw->a.ln2_w, dw->a.ln2_b, ma->dln2, n2->mid, w->a.ln2_w, n2->mean, n2->rstd, N,
+                        C); /* dres is now d mid */
+  return ZS_OK;
+}
+
+zs_status_t gpt_moe_block_backward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                   gpt_moe_block_w_t *dw, const gpt_block_acts_t *ga, gpt_moe_acts_t *ma,
+                                   gpt_acts_t *scratch, int l, const float *x_in, float *dres, float aux_weight,
+                                   int B, int T) {
+  const gpt_moe_ln2_t n2 = {ga->mid, ga->ln2, ga->ln2_mean, ga->ln2_rstd};
+  TRY(gpt_moe_ffn_backward(m, h, dev, w, dw, &n2, ma, l, dres, aux_weight, (int64_t)B * T));
   gpt_attn_backward(&m->mc, &w->a, &dw->a, ga, scratch, x_in, dres, B, T);
   return ZS_OK;
 }

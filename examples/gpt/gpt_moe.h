@@ -48,6 +48,10 @@ int gpt_moe_dense_count(const gpt_moe_t *m); /* 2 + 9 L + 2 */
 /* First dense table entry of unit u (u = L + 2: the count). */
 int gpt_moe_dense_unit_first(const gpt_moe_t *m, int unit);
 void gpt_moe_dense_info(const gpt_moe_t *m, int index, gpt_param_info_t *p);
+/* The dense GPT's (gpt.h's) table index of dense entry `index`, whose name,
+ * shape and values it has (the tensor-parallel split, gpt_tp.h, is that
+ * entry's); -1 for a router (replicated under --tp). */
+int gpt_moe_dense_gpt_index(const gpt_moe_t *m, int index);
 int gpt_moe_expert_count(const gpt_moe_t *m); /* L x El x 4: this rank's */
 void gpt_moe_expert_info(const gpt_moe_t *m, int index, gpt_param_info_t *p);
 void gpt_moe_dense_fill(const gpt_moe_t *m, uint64_t seed, int index, int64_t off, int64_t count, float *dst);
@@ -96,6 +100,23 @@ typedef struct {
 /* moe: one handle per block (its rows_max sizes the rows). 0 or -1. */
 int gpt_moe_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *const *moe, int B, int T);
 void gpt_moe_acts_free(gpt_moe_acts_t *a);
+
+/* The block's MoE half on N token rows (B x T, or none: a rank without
+ * validation windows still routes): the block's attention output mid in, its
+ * ln2 (output, mean, rstd: kept for backward) and x_out = mid +
+ * MoE(ln2(mid)) out. gpt_moe_block_forward is gpt_attn_forward then this; the
+ * tensor-parallel block (trainer_moe_tp.c) is gpt_tp_attn_forward then this,
+ * the same on every tp rank. Its backward takes d x_out in dres and leaves
+ * d mid there (gradients added into dw's router, ln2 and experts). */
+typedef struct {
+  const float *mid;
+  float *ln2, *mean, *rstd;
+} gpt_moe_ln2_t;
+zs_status_t gpt_moe_ffn_forward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                const gpt_moe_ln2_t *n2, gpt_moe_acts_t *ma, int l, float *x_out, int64_t N);
+zs_status_t gpt_moe_ffn_backward(const gpt_moe_t *m, zs_moe_t *h, zs_device_t *dev, const gpt_moe_block_w_t *w,
+                                 gpt_moe_block_w_t *dw, const gpt_moe_ln2_t *n2, gpt_moe_acts_t *ma, int l,
+                                 float *dres, float aux_weight, int64_t N);
 
 /* Block l forward: x_out = mid + MoE(ln2(mid)); ga: gpt.h's block activations
  * (the attention half, ln2). Routes, dispatches and combines through h over its

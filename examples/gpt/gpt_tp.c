@@ -317,8 +317,8 @@ zs_status_t gpt_tp_embed_backward(const gpt_tp_t *m, gpt_embed_w_t *dw, const in
 }
 
 /* --- tp-block begins --- */
-zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
-                                 const float *x_in, float *x_out) {
+zs_status_t gpt_tp_attn_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
+                                const float *x_in) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
   gpt_tp_block_acts_t *k = &a->blk[a->train ? l : 0];
@@ -331,6 +331,16 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
   op_matmul_forward(a->part, k->atty, w->proj_w, NULL, N, Cl, C, 0);
   TRY(g_fwd(m, a, a->part, &sum));
   add_bias_resid(k->mid, x_in, sum, w->proj_b, Nr, C);
+  return ZS_OK;
+}
+
+zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
+                                 const float *x_in, float *x_out) {
+  const int C = m->c.channels, Cl = m->Cl;
+  const int64_t N = a->N, Nr = a->Nr;
+  gpt_tp_block_acts_t *k = &a->blk[a->train ? l : 0];
+  float *sum;
+  TRY(gpt_tp_attn_forward(m, l, w, a, x_in));
   /* MLP: out = mid + g(proj(gelu(fc(f(ln2(mid)))))) + proj.b */
   op_layernorm_forward(k->ln2, k->ln2_mean, k->ln2_rstd, k->mid, w->ln2_w, w->ln2_b, Nr, C);
   TRY(f_fwd(m, a, k->ln2, k->ln2_full));
@@ -342,6 +352,25 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
   return ZS_OK;
 }
 /* --- tp-block ends --- */
+
+zs_status_t gpt_tp_attn_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                                 gpt_tp_acts_t *a, const float *x_in, float *dres) {
+  const int C = m->c.channels, Cl = m->Cl;
+  const int64_t N = a->N, Nr = a->Nr;
+  gpt_tp_block_acts_t *k = &a->blk[l];
+  const float *D;
+  float *dl;
+  /* attention; d mid flows straight through to d x */
+  colsum_add(dw->proj_b, dres, Nr, C);
+  TRY(g_bwd(m, a, dres, &D));
+  op_matmul_backward(a->datty, dw->proj_w, NULL, D, k->atty, w->proj_w, N, Cl, C, 0);
+  op_attention_backward(a->dqkv, a->dtmp, a->datty, k->qkv, k->att, a->B, a->T, Cl, m->NHl);
+  if (m->sp) TRY(f_fwd(m, a, k->ln1, k->ln1_full)); /* gathered again */
+  op_matmul_backward(a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, k->ln1_full, w->qkv_w, N, C, 3 * Cl, 0);
+  TRY(f_bwd(m, a, a->dln, &dl));
+  op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, dl, x_in, w->ln1_w, k->ln1_mean, k->ln1_rstd, Nr, C);
+  return ZS_OK;
+}
 
 zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                   gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,
@@ -360,16 +389,7 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   op_matmul_backward(a->dln, dw->fc_w, dw->fc_b, a->d4, k->ln2_full, w->fc_w, N, C, 4 * Cl, 0);
   TRY(f_bwd(m, a, a->dln, &dl));
   op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, dl, k->mid, w->ln2_w, k->ln2_mean, k->ln2_rstd, Nr, C);
-  /* attention; d mid flows straight through to d x */
-  colsum_add(dw->proj_b, dres, Nr, C);
-  TRY(g_bwd(m, a, dres, &D));
-  op_matmul_backward(a->datty, dw->proj_w, NULL, D, k->atty, w->proj_w, N, Cl, C, 0);
-  op_attention_backward(a->dqkv, a->dtmp, a->datty, k->qkv, k->att, a->B, a->T, Cl, m->NHl);
-  if (m->sp) TRY(f_fwd(m, a, k->ln1, k->ln1_full)); /* gathered again */
-  op_matmul_backward(a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, k->ln1_full, w->qkv_w, N, C, 3 * Cl, 0);
-  TRY(f_bwd(m, a, a->dln, &dl));
-  op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, dl, x_in, w->ln1_w, k->ln1_mean, k->ln1_rstd, Nr, C);
-  return ZS_OK;
+  return gpt_tp_attn_backward(m, l, w, dw, a, x_in, dres);
 }
 
 zs_status_t gpt_tp_lnf_forward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x, gpt_tp_acts_t *a) {

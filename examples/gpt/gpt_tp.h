@@ -113,6 +113,14 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
 zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                   gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,
                                   float *dres);
+/* The block's attention half alone, for a block whose MLP is another layer
+ * (gpt_moe.h's mixture of experts): a->blk[l].mid = x_in + attn(ln1(x_in));
+ * gpt_tp_block_forward is this, then the MLP. Its backward takes d mid in
+ * dres and leaves d x_in there. */
+zs_status_t gpt_tp_attn_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
+                                const float *x_in);
+zs_status_t gpt_tp_attn_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                                 gpt_tp_acts_t *a, const float *x_in, float *dres);
 /* Final LayerNorm of this rank's rows x into a->lnf, and (sp) gathered into
  * a->lnf_full, the head's input. */
 zs_status_t gpt_tp_lnf_forward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x, gpt_tp_acts_t *a);
