@@ -4,7 +4,9 @@
 #                losses, every final parameter to 1e-5 (clipping active), the same tokens per
 #                expert; per step the all-to-all bytes equal what the routing decided; --shard-group
 #                layouts; bf16 against the single-rank bf16 run (1e-2); --export equal to the
-#                single-rank run's file, --init-from it at ep 1 and ep = ranks bit for bit; refusals
+#                single-rank run's file, --init-from it at ep 1 and ep = ranks bit for bit; --tp 2 / 4
+#                (with ep, edp) to the same tolerances, its export and --init-from, a checkpoint of
+#                ep 2 x tp 2 loaded at ep 2 and ep 1 without tp; refusals
 if(TARGET zs_gpt_trainer AND ZS_HAVE_MPI)
   zs_add_test(NAME test_gpt_moe_parity SOURCES test_gpt_moe_parity.c LIBS zs_gpt_trainer RANKS 2 4 TIMEOUT 120)
 endif()

@@ -26,8 +26,13 @@
  * engine's gathers and the ep comm's all-to-alls, and tracing is off after.
  * gpt_moe_compose.h: --dtype bf16 against the single-rank bf16 run, --export
  * (the single-rank run's file) and --init-from (any ep, bit for bit).
- * Also the refusals (--tp, --pp, a shard group that splits ep). Model: 2 layers, 32
- * channels, 4 heads, seq 16, vocabulary 259, 4 experts, top-2. */
+ * --tp (trainer_moe_tp.c): tp 2 at 2 ranks; ep 2 x tp 2, edp 2 x tp 2 and tp 4
+ * at 4 ranks, at --accum tp (the reference's micro-batches), to the same
+ * tolerances; gpt_moe_compose.h: its export and --init-from, and a checkpoint
+ * of ep 2 x tp 2 loaded without tp.
+ * Also the refusals (--tp with --sequence-parallel, --pp, a shard group that
+ * splits ep). Model: 2 layers, 32 channels, 4 heads, seq 16, vocabulary 259,
+ * 4 experts, top-2. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,7 +171,7 @@ static double compare_params(const float *ref, const float *got, const char *wha
 }
 
 /* Each rank's all-to-all bytes per step against its routing; every byte sent received. */
-static void check_traffic(const gpt_result_t *r, int ep, const char *what) {
+static void check_traffic(const gpt_result_t *r, int ep, int accum, const char *what) {
   uint64_t sent = 0, recv = 0;
   for (int s = 0; s < r->steps; s++) {
     const gpt_moe_info_t *m = &r->moe;
@@ -185,7 +190,7 @@ static void check_traffic(const gpt_result_t *r, int ep, const char *what) {
   assert_ok(zs_comm_all_reduce(g_world, tot, tot, 2, ZS_INT64, ZS_SUM, NULL));
   expect_u64_eq(tot[0], tot[1]);
   expect_true(ep == 1 ? tot[0] == 0 : tot[0] > 0);
-  expect_u64_eq(r->moe.count_bytes, (uint64_t)k_cfg.layers * (uint64_t)(ep - 1) * (E / ep) * 8u);
+  expect_u64_eq(r->moe.count_bytes, (uint64_t)k_cfg.layers * (uint64_t)accum * (uint64_t)(ep - 1) * (E / ep) * 8u);
   if (g_rank == 0)
     fprintf(stderr, "moe parity %-40s world %d: step 0 rank 0 all-to-all %llu B sent = %llu B received = "
             "counts %llu + 2 x (%llu + %llu) routed\n", what, g_size, (unsigned long long)r->moe.a2a_sent[0],
@@ -231,34 +236,42 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
   for (int e = 0; e < E; e++) total += r.moe.routed[e];
   expect_int_eq(total, (int64_t)STEPS * 8 * k_cfg.seq * K); /* layer 0: every token's k choices */
   /* the engines' shard groups: --shard-group's blocks, the experts' N / ep edp ranks of each */
-  expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size);
+  const int tp = o->tp > 1 ? o->tp : 1; /* the dense engine over the data ranks, the experts' over edp x tp */
+  expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size / tp);
   expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep : g_size / o->ep);
   double pworst = r.final_params ? compare_params(g_ref.params, r.final_params, what, o->lr) : 1;
   expect_true(r.final_params != NULL);
-  check_traffic(&r, o->ep, what);
+  check_traffic(&r, o->ep, o->accum, what);
   if (g_rank == 0)
     fprintf(stderr, "moe parity %-40s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
   gpt_result_free(&r);
 }
 
 /* ... and with --shard-group N: the dense engine hybrid over blocks of N
- * ranks, the experts' over the N / ep edp ranks of each block (1: replicated) */
+ * ranks, the experts' over the N / ep edp ranks of each block (1: replicated);
+ * with --tp N (trainer_moe_tp.c): attention, embedding and head split over tp,
+ * the MoE halves whole on each tp rank, at --accum tp so that the world / tp
+ * data ranks route the reference's micro-batches */
 static void test_layouts(void) {
   struct {
     int world, ep, stage;
     float capacity;
-    int shard_group;
+    int shard_group, tp;
     const char *what;
   } v[] = {
-      {2, 2, 1, 0, 0, "ep 2, stage 1"},
-      {2, 2, 3, 2.0f, 0, "ep 2, stage 3, capacity T"},
-      {2, 1, 2, 0, 1, "edp 2 x ep 1, stage 2, shard group 1"},
-      {4, 2, 1, 0, 0, "edp 2 x ep 2, stage 1"},
-      {4, 2, 3, 2.0f, 0, "edp 2 x ep 2, stage 3, capacity T"},
-      {4, 4, 1, 2.0f, 0, "ep 4, stage 1, capacity T"},
-      {4, 4, 3, 0, 0, "ep 4, stage 3"},
-      {4, 2, 3, 0, 2, "edp 2 x ep 2, stage 3, shard group 2"},
-      {4, 1, 2, 0, 2, "edp 4 x ep 1, stage 2, shard group 2"},
+      {2, 2, 1, 0, 0, 0, "ep 2, stage 1"},
+      {2, 2, 3, 2.0f, 0, 0, "ep 2, stage 3, capacity T"},
+      {2, 1, 2, 0, 1, 0, "edp 2 x ep 1, stage 2, shard group 1"},
+      {4, 2, 1, 0, 0, 0, "edp 2 x ep 2, stage 1"},
+      {4, 2, 3, 2.0f, 0, 0, "edp 2 x ep 2, stage 3, capacity T"},
+      {4, 4, 1, 2.0f, 0, 0, "ep 4, stage 1, capacity T"},
+      {4, 4, 3, 0, 0, 0, "ep 4, stage 3"},
+      {4, 2, 3, 0, 2, 0, "edp 2 x ep 2, stage 3, shard group 2"},
+      {4, 1, 2, 0, 2, 0, "edp 4 x ep 1, stage 2, shard group 2"},
+      {2, 1, 1, 0, 0, 2, "tp 2, stage 1"},
+      {4, 2, 3, 0, 0, 2, "ep 2 x tp 2, stage 3"},
+      {4, 1, 2, 2.0f, 0, 2, "edp 2 x tp 2, stage 2, capacity T"},
+      {4, 1, 1, 0, 0, 4, "tp 4, stage 1"},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -267,6 +280,7 @@ static void test_layouts(void) {
     tiny(&o);
     o.ep = v[i].ep, o.stage = v[i].stage, o.capacity_factor = v[i].capacity; /* 2 = E / K: C = T */
     o.shard_group = v[i].shard_group;
+    if (v[i].tp) o.tp = v[i].tp, o.accum = v[i].tp;
     run_compare(&o, v[i].what);
     ran++;
   }
@@ -304,17 +318,33 @@ static void test_one_expert_is_dense(void) {
   gpt_result_free(&dense);
 }
 
+/* A fresh directory made by rank 0, its name on every rank (dir: 128 bytes). */
+static void shared_tmpdir(char *dir, const char *pattern) {
+  memset(dir, 0, 128);
+  if (g_rank == 0) {
+    snprintf(dir, 128, "%s", pattern);
+    if (!mkdtemp(dir)) dir[0] = 0;
+  }
+  assert_ok(zs_comm_broadcast(g_world, dir, dir, 128, ZS_UINT8, 0, NULL));
+  assert_true(dir[0] != 0);
+}
+
+/* Removed by rank 0 once every rank is done with it. */
+static void shared_rmdir(const char *dir) {
+  zs_comm_barrier(g_world, NULL);
+  if (g_rank == 0) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    expect_int_eq(system(cmd), 0);
+  }
+}
+
 /* Checkpoints of both engines: 5 + 5 steps equal the 10 steps bit for bit
  * (saved at stage 3, resumed at stage 1); another ep loads. */
 static void test_resume(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2), to keep the 4-rank job short");
-  char dir[128] = {0};
-  if (g_rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/zs-gpt-moe-ckpt-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  assert_ok(zs_comm_broadcast(g_world, dir, dir, sizeof dir, ZS_UINT8, 0, NULL));
-  assert_true(dir[0] != 0);
+  char dir[128];
+  shared_tmpdir(dir, "/tmp/zs-gpt-moe-ckpt-XXXXXX");
   gpt_opts_t o;
   gpt_result_t whole, r;
   tiny(&o);
@@ -339,12 +369,7 @@ static void test_resume(void) {
   o.ep = 1; /* the experts were saved in two parts: read by whole tensors (issue 29; test_gpt_layouts) */
   expect_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    expect_int_eq(system(cmd), 0);
-  }
+  shared_rmdir(dir);
 }
 
 /* What a user meets: the combinations the MoE run refuses, on every rank. */
@@ -352,9 +377,9 @@ static void test_refusals(void) {
   gpt_opts_t o;
   gpt_result_t r;
   tiny(&o);
-  o.tp = 2;
+  o.tp = 2, o.sequence_parallel = 1; /* --tp composes, without sequence parallelism */
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
-  expect_str_contains(r.err, "--tp");
+  expect_str_contains(r.err, "--sequence-parallel");
   gpt_result_free(&r);
   tiny(&o);
   o.pp = 2;
@@ -378,7 +403,7 @@ static void test_refusals(void) {
   gpt_result_free(&r);
 }
 
-#include "gpt_moe_compose.h" // defines: test_bf16, test_export_init_from
+#include "gpt_moe_compose.h" // defines: test_bf16, test_export_init_from, test_tp_resume
 
 static void test_trace(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2)");
@@ -403,6 +428,7 @@ int main(void) {
   zs_test_run(test_resume);
   zs_test_run(test_bf16);
   zs_test_run(test_export_init_from);
+  zs_test_run(test_tp_resume);
   zs_test_run(test_trace);
   zs_test_run(test_refusals);
   free(g_ref.params);

@@ -41,7 +41,11 @@
  * --export FILE writes the whole model (every expert under its global name)
  * as one safetensors file, the same at any ep; --init-from FILE starts both
  * engines from such a file at any ep (trainer_moe_whole.c).
- * Limits: cpu device; --tp, --pp and --ps-servers are refused. */
+ * --tp N (trainer_moe_tp.c): the mesh edp x ep x tp; attention, the embedding
+ * and the head split over tp as in the dense tp trainer, the MoE half of each
+ * block whole on every tp rank.
+ * Limits: cpu device; --pp, --ps-servers, --sequence-parallel and --tp with
+ * --shard-group are refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -65,29 +69,32 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
   if (zs_device_kind(t->dev) != ZS_DEVICE_CPU || o->device_cuda)
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
-  if (o->tp > 1 || o->pp > 1 || o->ps_servers > 0)
-    return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --tp, --pp or --ps-servers "
-                "yet: experts are split over --ep, the rest is data parallel");
-  if (t->world % o->ep) {
-    snprintf(msg, sizeof msg, "--ep %d does not divide the %d ranks (ep groups are %d neighbouring ranks)", o->ep,
-             t->world, o->ep);
-    return trainer_fail(res, ZS_ERR_INVALID, "--ep", msg);
+  if (o->pp > 1 || o->ps_servers > 0)
+    return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --pp or --ps-servers "
+                "yet: experts are split over --ep, attention over --tp, the rest is data parallel");
+  if (t->tp > 1 && (o->sequence_parallel || o->shard_group))
+    return trainer_fail(res, ZS_ERR_INVALID, "--tp", "--moe-experts with --tp runs without --sequence-parallel and "
+                "--shard-group: drop them, or run without --tp");
+  if (t->world % (o->ep * t->tp)) {
+    snprintf(msg, sizeof msg, "--ep %d x --tp %d does not divide the %d ranks (ep groups are %d ranks %d apart)", o->ep,
+             t->tp, t->world, o->ep, t->tp);
+    return trainer_fail(res, ZS_ERR_INVALID, t->tp > 1 ? "--tp" : "--ep", msg);
   }
   if (o->shard_group && (o->shard_group % o->ep || t->world % o->shard_group)) {
     snprintf(msg, sizeof msg, "--shard-group %d must be a multiple of --ep %d that divides the %d ranks (each shard "
              "group holds whole ep groups: every expert is sharded inside it)", o->shard_group, o->ep, t->world);
     return trainer_fail(res, ZS_ERR_INVALID, "--shard-group", msg);
   }
-  if (o->batch % t->world || (o->batch / t->world) % o->accum)
-    return trainer_fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks x --accum (each rank takes "
-                "batch/ranks sequences in --accum micro-batches)");
+  if (o->batch % t->dworld || (o->batch / t->dworld) % o->accum)
+    return trainer_fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks / --tp x --accum (each "
+                "tp group takes batch/(ranks/tp) sequences in --accum micro-batches)");
   return ZS_OK;
 }
 
 static int dense_init(void *user, int param, int64_t off, int64_t count, float *dst) {
   moet_t *t = user;
   if (param < 0 || param >= t->nd) return -1;
-  gpt_moe_dense_fill(&t->mm, t->o->seed, param, off, count, dst);
+  trainer_moe_tp_fill(t, param, off, count, dst); /* gpt_moe_dense_fill's values, this tp rank's part */
   return 0;
 }
 
@@ -98,9 +105,10 @@ static int expert_init(void *user, int param, int64_t off, int64_t count, float 
   return 0;
 }
 
-/* Declares a table (one unit per run of entries with the same unit) into zs. */
-static zs_status_t declare(zs_engine_t *zs, const gpt_param_info_t *info, int n, void **ps, void **gs,
-                           const char *suffix) {
+/* Declares a table (one unit per run of entries with the same unit) into zs;
+ * with --tp the dense entries every tp rank holds whole are ZS_PARAM_MP_REPLICATED. */
+static zs_status_t declare(const moet_t *t, zs_engine_t *zs, const gpt_param_info_t *info, int n, void **ps,
+                           void **gs, const char *suffix) {
   int uid = -1, cur = -1;
   for (int i = 0; i < n; i++) {
     const gpt_param_info_t *p = &info[i];
@@ -113,8 +121,12 @@ static zs_status_t declare(zs_engine_t *zs, const gpt_param_info_t *info, int n,
       else snprintf(name, sizeof name, "h.%d", cur - 1);
       TRY(zs_unit_add(zs, name, &uid));
     }
-    TRY(zs_param_add(zs, uid, p->name, p->ndim, p->shape, p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT, &ps[i],
-                     &gs[i], NULL));
+    unsigned flags = p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT;
+    gpt_param_info_t unused;
+    int replicated = 0;
+    if (t->tp > 1 && !*suffix) trainer_moe_tp_info(t, i, &unused, &replicated);
+    if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
+    TRY(zs_param_add(zs, uid, p->name, p->ndim, p->shape, flags, &ps[i], &gs[i], NULL));
   }
   return ZS_OK;
 }
@@ -122,27 +134,34 @@ static zs_status_t declare(zs_engine_t *zs, const gpt_param_info_t *info, int n,
 static zs_status_t engines(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   zs_status_t st;
-  const char *names[] = {"edp", "ep"};
-  const int sizes[] = {t->edp, t->ep};
-  if ((st = zs_mesh_create(&t->mesh, t->comm, 2, names, sizes)) != ZS_OK)
+  const char *names[] = {"edp", "ep", "tp"};
+  const int sizes[] = {t->edp, t->ep, t->tp};
+  zs_comm_t *dcomm = t->comm, *tpc = NULL; /* the dense engine's: the world, or (tp) the data ranks */
+  if ((st = zs_mesh_create(&t->mesh, t->comm, t->tp > 1 ? 3 : 2, names, sizes)) != ZS_OK)
     return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
-  if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK || (st = zs_mesh_comm(t->mesh, "edp", &t->edp_comm)) != ZS_OK)
+  if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK ||
+      (st = zs_mesh_comm(t->mesh, t->tp > 1 ? "edp,tp" : "edp", &t->edp_comm)) != ZS_OK ||
+      (t->tp > 1 && ((st = zs_mesh_comm(t->mesh, "edp,ep", &dcomm)) != ZS_OK ||
+                     (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK)))
     return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
   char err[256];
-  if (gpt_moe_plan(&t->mm, &(gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels,
-                                           .heads = o->heads, .layers = o->layers},
-                   o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
+  const gpt_config_t gc = {.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
+                           .layers = o->layers};
+  if (gpt_moe_plan(&t->mm, &gc, o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
     return trainer_fail(res, ZS_ERR_INVALID, "model", err);
+  if (tpc && (st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return trainer_fail(res, st, "zs_tp_create", zs_last_error());
+  if (gpt_tp_init(&t->tpm, &gc, t->tph, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "--tp", err);
   zs_config_t cfg, xcfg;
   gpt_opts_engine_config(o, &cfg);
   xcfg = cfg; /* --shard-group N: N world ranks hold N / ep of each expert's edp ranks (check_opts) */
   cfg.shard_group = o->shard_group < t->world ? o->shard_group : 0;
   xcfg.shard_group = o->shard_group && o->shard_group < t->world ? o->shard_group / t->ep : 0;
-  if ((st = zs_engine_create(&t->dz, &cfg, t->dev, t->comm)) != ZS_OK ||
+  if ((st = zs_engine_create(&t->dz, &cfg, t->dev, dcomm)) != ZS_OK ||
       (st = zs_engine_create(&t->xz, &xcfg, t->dev, t->edp_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
-  if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK)
-    return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_engine_last_error(t->xz));
+  if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK ||
+      (tpc && (st = zs_engine_set_model_parallel(t->dz, tpc)) != ZS_OK))
+    return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_last_error());
   char layout[64]; /* the experts' parts: a resume at another --ep is refused naming both */
   trainer_layout(o, layout, sizeof layout);
   if ((st = zs_checkpoint_set_layout(t->xz, layout)) != ZS_OK)
@@ -189,10 +208,12 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   zs_status_t st;
   t->L = o->layers;
   t->ep = o->ep;
+  t->tp = o->tp > 1 ? o->tp : 1;
+  t->dworld = t->world / t->tp, t->drank = t->rank / t->tp; /* tp innermost */
   t->bf16 = o->dtype == ZS_BF16;
   TRY(check_opts(t, res));
-  t->edp = t->world / t->ep;
-  t->per_rank = o->batch / t->world;
+  t->edp = t->world / (t->ep * t->tp);
+  t->per_rank = o->batch / t->dworld;
   t->micro = t->per_rank / o->accum;
   if (o->layers > GPT_MAX_LAYERS) return trainer_fail(res, ZS_ERR_INVALID, "model", "too many layers");
   TRY(engines(t, res));
@@ -211,15 +232,19 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   t->kept = t->routed + (size_t)t->L * o->moe_experts;
   t->tmp_r = t->kept + (size_t)t->L * o->moe_experts;
   t->tmp_k = t->tmp_r + o->moe_experts;
-  for (int i = 0; i < t->nd; i++) gpt_moe_dense_info(&t->mm, i, &t->dinfo[i]);
+  for (int i = 0; i < t->nd; i++) { /* this tp rank's part */
+    int unused;
+    trainer_moe_tp_info(t, i, &t->dinfo[i], &unused);
+  }
   for (int i = 0; i < t->nx; i++) gpt_moe_expert_info(&t->mm, i, &t->xinfo[i]);
   for (int l = 0; l < t->L; l++) { /* the expert views point into ptrs */
     float **p = t->ptrs + (size_t)8 * l * El;
     t->bw[l].fc_w = p, t->bw[l].fc_b = p + El, t->bw[l].proj_w = p + 2 * El, t->bw[l].proj_b = p + 3 * El;
     t->bg[l].fc_w = p + 4 * El, t->bg[l].fc_b = p + 5 * El, t->bg[l].proj_w = p + 6 * El, t->bg[l].proj_b = p + 7 * El;
   }
-  if ((st = declare(t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
-      (st = declare(t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK)
+  if ((st = declare(t, t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
+      (st = declare(t, t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK ||
+      (st = trainer_moe_tp_splits(t)) != ZS_OK) /* --tp: each part's place in its whole tensor */
     return trainer_fail(res, st, "declaring the parameters", zs_last_error());
   TRY(views(t, res));
   if ((st = zs_engine_setup(t->dz, dense_init, t)) != ZS_OK)
@@ -243,14 +268,16 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_engine_set_schedule", zs_last_error());
   /* data and buffers */
   TRY(trainer_data_load(&t->data, o, res));
-  t->dwte_head = malloc((size_t)o->vocab * o->channels * sizeof(float));
+  t->dwte_head = malloc((size_t)(o->vocab > t->tpm.vp.rows ? o->vocab : t->tpm.vp.rows) * o->channels * sizeof(float));
   t->tin = malloc((size_t)t->micro * o->seq * sizeof(int));
   t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
-      gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq))
+      gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq) ||
+      (t->tp > 1 && (gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, o->seq, 1) ||
+                     gpt_tp_acts_alloc(&t->tvacts, &t->tpm, t->micro, o->seq, 0))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
-  trainer_val_split(&t->data, o, t->rank, t->world, &t->v_total, &t->v_first, &t->v_count);
-  t->v_chunks = ((t->v_total + t->world - 1) / t->world + t->micro - 1) / t->micro;
+  trainer_val_split(&t->data, o, t->drank, t->dworld, &t->v_total, &t->v_first, &t->v_count);
+  t->v_chunks = ((t->v_total + t->dworld - 1) / t->dworld + t->micro - 1) / t->micro;
   if (t->v_count > 0) {
     t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
     t->vin = malloc((size_t)t->v_count * o->seq * sizeof(int));
@@ -265,6 +292,9 @@ static void teardown(moet_t *t) {
   zs_engine_destroy(t->dz);
   zs_engine_destroy(t->xz);
   for (int l = 0; l < t->L; l++) zs_moe_destroy(t->moe[l]);
+  zs_tp_destroy(t->tph);
+  gpt_tp_acts_free(&t->tacts);
+  gpt_tp_acts_free(&t->tvacts);
   zs_mesh_destroy(t->mesh); /* after the engines and handles, which used its comms */
   gpt_acts_free(&t->acts);
   gpt_moe_acts_free(&t->macts);
@@ -306,7 +336,7 @@ static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
     const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
     return trainer_fail(res, st, "validation", why);
   }
-  if ((st = trainer_sum_over_ranks(t->comm, 1, &mine, &sum, 1, NULL, NULL)) != ZS_OK)
+  if ((st = trainer_sum_over_ranks(t->comm, t->tp, &mine, &sum, 1, NULL, NULL)) != ZS_OK) /* a tp group's once */
     return trainer_fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
   trainer_result_add_val(res, step, sum / ((double)t->v_total * t->o->seq));
   return ZS_OK;
@@ -330,9 +360,9 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     zs_comm_stats_reset(t->ep_comm);
     for (int m = 0; m < o->accum; m++) {
       double loss = 0;
-      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->rank * t->per_rank + m * t->micro, t->micro,
+      gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->drank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
-      if ((st = trainer_moe_round(t, &loss)) != ZS_OK) {
+      if ((st = t->tp > 1 ? trainer_moe_tp_round(t, &loss) : trainer_moe_round(t, &loss)) != ZS_OK) {
         const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
         zs_trace_end();
         return trainer_fail(res, st, "forward/backward", why);
@@ -350,10 +380,10 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     const double dt = trainer_now_s() - t0;
     train_time += dt;
     mine[1] = t->aux_sum;
-    if ((st = trainer_sum_over_ranks(t->comm, 1, mine, sum, 2, NULL, NULL)) != ZS_OK)
+    if ((st = trainer_sum_over_ranks(t->comm, t->tp, mine, sum, 2, NULL, NULL)) != ZS_OK)
       return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
-    trainer_result_add_step(res, step, sum[0] / ((double)t->world * o->accum), &rep);
-    mi->aux[step] = (float)(sum[1] / ((double)t->world * o->accum * t->L));
+    trainer_result_add_step(res, step, sum[0] / ((double)t->dworld * o->accum), &rep);
+    mi->aux[step] = (float)(sum[1] / ((double)t->dworld * o->accum * t->L));
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
       TRY(save(t, res, o->save));
     if (t->rank == 0 && !o->quiet) {
@@ -381,6 +411,7 @@ static zs_status_t finish(moet_t *t, gpt_result_t *res) {
   gpt_moe_info_t *mi = &res->moe;
   zs_status_t st = zs_comm_all_reduce(t->comm, t->routed, mi->routed, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
   if (st == ZS_OK) st = zs_comm_all_reduce(t->comm, t->kept, mi->kept, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
+  for (int i = 0; st == ZS_OK && i < LE; i++) mi->routed[i] /= t->tp, mi->kept[i] /= t->tp; /* tp groups route alike */
   zs_memory_stats_t ms;
   zs_memory_stats(t->dz, &ms);
   const int64_t peaks[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
@@ -434,9 +465,9 @@ zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK)
     res->moe.shard_groups[0] = zs_engine_shard_group(t.dz), res->moe.shard_groups[1] = zs_engine_shard_group(t.xz);
   if (st == ZS_OK && t.rank == 0 && !o->quiet)
-    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d, stage %d, shard groups %d (experts %d), %s params / "
+    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d x tp %d, stage %d, shard groups %d (experts %d), %s params / "
             "%s reduce, %lld parameters (L %d C %d H %d V %d T %d), %d experts top-%d, capacity factor %g, aux weight "
-            "%g; batch %d\n", t.world, t.edp, t.ep, o->stage, zs_engine_shard_group(t.dz), zs_engine_shard_group(t.xz),
+            "%g; batch %d\n", t.world, t.edp, t.ep, t.tp, o->stage, zs_engine_shard_group(t.dz), zs_engine_shard_group(t.xz),
             zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers, o->channels,
             o->heads, o->vocab, o->seq, o->moe_experts, o->moe_topk, (double)o->capacity_factor, (double)o->moe_aux,
             o->batch);

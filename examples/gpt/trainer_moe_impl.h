@@ -9,6 +9,7 @@
 
 #include "data.h"
 #include "gpt_moe.h"
+#include "gpt_tp.h"
 #include "trainer_common.h" // defines: TRY, trainer_fail
 #include "zeroshard/engine.h"
 #include "zeroshard/mesh.h"
@@ -20,9 +21,17 @@ typedef struct {
   zs_device_t *dev;
   zs_comm_t *comm, *ep_comm, *edp_comm;
   zs_mesh_t *mesh;
-  zs_engine_t *dz, *xz;          /* dense (world), experts (edp, mp = ep) */
+  zs_engine_t *dz, *xz;          /* dense (edp x ep, mp = tp), experts (edp x tp, mp = ep) */
   zs_moe_t *moe[GPT_MAX_LAYERS];
   int rank, world, ep, edp, L, nd, nx, per_rank, micro, bf16;
+  /* --tp (trainer_moe_tp.c): the mesh edp x ep x tp, tp innermost; a tp group
+   * sees one data rank's tokens (drank of dworld = world / tp); attention, the
+   * embedding and the head split as gpt_tp.h's (tpm), the router and experts
+   * computed whole on every tp rank. tp 1: tph NULL, drank = rank. */
+  int tp, drank, dworld;
+  gpt_tp_t tpm;
+  zs_tp_t *tph;
+  gpt_tp_acts_t tacts, tvacts;   /* a micro-batch's, a validation chunk's */
   int64_t step0;
   gpt_data_t data;
   gpt_param_info_t *dinfo, *xinfo;
@@ -64,6 +73,30 @@ zs_status_t trainer_moe_round(moet_t *t, double *loss);
  * token losses into *vsum. Collective (the layers' all-to-alls, v_chunks calls
  * each on every rank). */
 zs_status_t trainer_moe_val_pass(moet_t *t, double *vsum);
+
+/* trainer_moe_tp.c. Dense entry i as this rank holds it (gpt_moe_dense_info's
+ * name, its tp part's shape; *replicated 1 where every tp rank holds it whole:
+ * always at tp 1). Its initial values; its split for zs_checkpoint_set_split
+ * (1, or 0 where whole). Entry i's whole values on every rank (collective over
+ * the dense engine's group and tp). */
+void trainer_moe_tp_info(const moet_t *t, int i, gpt_param_info_t *p, int *replicated);
+void trainer_moe_tp_fill(const moet_t *t, int i, int64_t off, int64_t count, float *dst);
+zs_status_t trainer_moe_tp_splits(moet_t *t);
+zs_status_t trainer_moe_tp_whole(moet_t *t, int i, float *out);
+/* A round and the validation pass with --tp (trainer_moe_round.c's, with
+ * gpt_tp.h's embedding, attention, final LayerNorm and head). */
+zs_status_t trainer_moe_tp_round(moet_t *t, double *loss);
+/* The import's view of a tp part (zs_import_opts_t's part_fn, index_fn). */
+int trainer_moe_tp_part(void *user, int pid, int *ndim, int64_t *shape);
+int64_t trainer_moe_tp_index(void *user, int pid, int64_t e);
+
+/* trainer_moe_round.c's unit handling, for trainer_moe_tp.c: dense unit u
+ * with (a block) its experts' unit, gathered with fp32 views, released, reduced;
+ * a layer's routing added to the step's figures. */
+zs_status_t trainer_moe_gather2(moet_t *t, int u, int backward);
+zs_status_t trainer_moe_release2(moet_t *t, int u);
+zs_status_t trainer_moe_reduce2(moet_t *t, int u);
+zs_status_t trainer_moe_note_routing(moet_t *t, int l);
 
 /* trainer_moe_whole.c. res->final_params: the whole model on every rank (the
  * dense table, then per layer every expert's four tensors in global expert

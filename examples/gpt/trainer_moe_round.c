@@ -86,7 +86,7 @@ static void forget(moet_t *t, int u) {
 }
 
 /* dense unit u and (for a block) its experts' unit */
-static zs_status_t gather2(moet_t *t, int u, int backward) {
+zs_status_t trainer_moe_gather2(moet_t *t, int u, int backward) {
   int a, b, xa, xb;
   const int block = unit_range(t, u, &a, &b, &xa, &xb);
   TRY(zs_gather(t->dz, u));
@@ -97,14 +97,14 @@ static zs_status_t gather2(moet_t *t, int u, int backward) {
   return ZS_OK;
 }
 
-static zs_status_t release2(moet_t *t, int u) {
+zs_status_t trainer_moe_release2(moet_t *t, int u) {
   forget(t, u);
   TRY(zs_release(t->dz, u));
   if (u >= 1 && u <= t->L) TRY(zs_release(t->xz, u - 1));
   return ZS_OK;
 }
 
-static zs_status_t reduce2(moet_t *t, int u) {
+zs_status_t trainer_moe_reduce2(moet_t *t, int u) {
   int a, b, xa, xb;
   const int block = unit_range(t, u, &a, &b, &xa, &xb);
   grads_into_slots(t, a, b, t->dg, t->dgv, t->dinfo);
@@ -119,7 +119,7 @@ static zs_status_t reduce2(moet_t *t, int u) {
  * ========================================================================== */
 
 /* This layer's routing, added to the step's and the run's figures. */
-static zs_status_t note_routing(moet_t *t, int l) {
+zs_status_t trainer_moe_note_routing(moet_t *t, int l) {
   zs_moe_report_t r;
   TRY(zs_moe_report(t->moe[l], &r, t->tmp_r, t->tmp_k));
   t->route_sent += r.bytes_sent, t->route_recv += r.bytes_recv;
@@ -135,44 +135,44 @@ zs_status_t trainer_moe_round(moet_t *t, double *loss) {
   gpt_acts_t *a = &t->acts;
   TRY(zs_forward_begin(t->dz));
   TRY(zs_forward_begin(t->xz));
-  TRY(gather2(t, 0, 0));
+  TRY(trainer_moe_gather2(t, 0, 0));
   gpt_embed_forward(&t->mm.mc, &t->w.embed, t->tin, B, T, a->resid);
-  TRY(release2(t, 0));
+  TRY(trainer_moe_release2(t, 0));
   for (int l = 0; l < L; l++) {
-    TRY(gather2(t, 1 + l, 0));
+    TRY(trainer_moe_gather2(t, 1 + l, 0));
     TRY(gpt_moe_block_forward(&t->mm, t->moe[l], t->dev, &t->bw[l], &a->blk[l], &t->macts, l, a->resid + l * NC,
                               a->resid + (l + 1) * NC, B, T));
-    TRY(note_routing(t, l));
-    TRY(release2(t, 1 + l));
+    TRY(trainer_moe_note_routing(t, l));
+    TRY(trainer_moe_release2(t, 1 + l));
   }
-  TRY(gather2(t, L + 1, 0));
+  TRY(trainer_moe_gather2(t, L + 1, 0));
   gpt_lnf_forward(&t->mm.mc, &t->w.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
-  TRY(release2(t, L + 1));
-  TRY(gather2(t, 0, 0));
+  TRY(trainer_moe_release2(t, L + 1));
+  TRY(trainer_moe_gather2(t, 0, 0));
   memset(t->dwte_head, 0, (size_t)t->o->vocab * C * sizeof(float));
   double sum = gpt_head(&t->mm.mc, t->w.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N,
                         a->dlnf, t->dwte_head);
   *loss = sum / (double)N;
-  TRY(release2(t, 0));
+  TRY(trainer_moe_release2(t, 0));
 
   TRY(zs_backward_begin(t->dz));
   TRY(zs_backward_begin(t->xz));
-  TRY(gather2(t, L + 1, 1));
+  TRY(trainer_moe_gather2(t, L + 1, 1));
   gpt_lnf_backward(&t->mm.mc, &t->w.lnf, &t->g.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-  TRY(reduce2(t, L + 1));
+  TRY(trainer_moe_reduce2(t, L + 1));
   for (int l = L - 1; l >= 0; l--) {
-    TRY(gather2(t, 1 + l, 1));
+    TRY(trainer_moe_gather2(t, 1 + l, 1));
     TRY(gpt_moe_block_backward(&t->mm, t->moe[l], t->dev, &t->bw[l], &t->bg[l], &a->blk[l], &t->macts, a, l,
                                a->resid + l * NC, a->dres, t->o->moe_aux, B, T));
-    TRY(reduce2(t, 1 + l));
+    TRY(trainer_moe_reduce2(t, 1 + l));
   }
-  TRY(gather2(t, 0, 1));
+  TRY(trainer_moe_gather2(t, 0, 1));
   gpt_embed_backward(&t->mm.mc, &t->g.embed, t->tin, B, T, a->dres);
   const int64_t n = (int64_t)t->o->vocab * C;
   float *dwte = t->g.embed.wte;
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n; k++) dwte[k] += t->dwte_head[k];
-  return reduce2(t, 0);
+  return trainer_moe_reduce2(t, 0);
 }
 
 zs_status_t trainer_moe_val_pass(moet_t *t, double *vsum) {
@@ -184,20 +184,35 @@ zs_status_t trainer_moe_val_pass(moet_t *t, double *vsum) {
   TRY(zs_forward_begin(t->xz));
   for (int u = 0; u < L + 3; u++) { /* embed, the blocks, lnf, the head (embed again) */
     const int unit = u == L + 2 ? 0 : u;
-    TRY(gather2(t, unit, 0));
+    TRY(trainer_moe_gather2(t, unit, 0));
     for (int c = 0; c < t->v_chunks; c++) {
       const int c0 = c * t->micro, nb = c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
       float *x = t->vresid ? t->vresid + (int64_t)c0 * T * C : NULL;
       const int64_t r0 = (int64_t)c0 * T, N = (int64_t)nb * T;
-      if (u >= 1 && u <= L) /* every rank routes its chunk, empty or not */
+      gpt_tp_acts_t *va = &t->tvacts; /* --tp: gpt_tp.h's embedding, attention and head */
+      if (t->tp > 1 && nb && gpt_tp_acts_set_batch(va, &t->tpm, nb)) return ZS_ERR_INVALID;
+      if (u >= 1 && u <= L && t->tp > 1) { /* every rank routes its chunk, empty or not */
+        if (nb) TRY(gpt_tp_attn_forward(&t->tpm, 0, &t->bw[u - 1].a, va, x));
+        const gpt_moe_ln2_t n2 = {va->blk[0].mid, va->blk[0].ln2, va->blk[0].ln2_mean, va->blk[0].ln2_rstd};
+        TRY(gpt_moe_ffn_forward(&t->mm, t->moe[u - 1], t->dev, &t->bw[u - 1], &n2, &t->macts, u - 1,
+                                nb ? x : va->resid, N));
+      } else if (u >= 1 && u <= L) {
         TRY(gpt_moe_block_forward(&t->mm, t->moe[u - 1], t->dev, &t->bw[u - 1], &a->blk[0], &t->macts, u - 1,
                                   nb ? x : a->resid, nb ? x : a->resid, nb, T));
-      else if (!nb) continue;
-      else if (u == 0) gpt_embed_forward(&t->mm.mc, &t->w.embed, t->vin + r0, nb, T, x);
-      else if (u == L + 1) gpt_lnf_forward(&t->mm.mc, &t->w.lnf, x, x, a->lnf_mean, a->lnf_rstd, N);
-      else *vsum += gpt_head(&t->mm.mc, t->w.embed.wte, x, t->vtg + r0, N, a->logits, a->head_rows, 0.0f, NULL, NULL);
+      } else if (!nb) {
+        continue;
+      } else if (u == 0) {
+        if (t->tp > 1) TRY(gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->vin + r0, va, x));
+        else gpt_embed_forward(&t->mm.mc, &t->w.embed, t->vin + r0, nb, T, x);
+      } else if (u == L + 1) {
+        gpt_lnf_forward(&t->mm.mc, &t->w.lnf, x, x, a->lnf_mean, a->lnf_rstd, N);
+      } else if (t->tp > 1) {
+        TRY(gpt_tp_head(&t->tpm, t->w.embed.wte, x, t->vtg + r0, va, 0.0f, vsum, NULL));
+      } else {
+        *vsum += gpt_head(&t->mm.mc, t->w.embed.wte, x, t->vtg + r0, N, a->logits, a->head_rows, 0.0f, NULL, NULL);
+      }
     }
-    TRY(release2(t, unit));
+    TRY(trainer_moe_release2(t, unit));
   }
   TRY(zs_forward_end(t->dz));
   TRY(zs_forward_end(t->xz));

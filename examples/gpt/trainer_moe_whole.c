@@ -30,7 +30,7 @@ static zs_status_t whole_tensor(moet_t *t, int k, float *out) {
   gpt_param_info_t p;
   int d, l, e, j;
   gpt_moe_whole_info(&t->mm, k, &p, &d, &l, &e, &j);
-  if (d >= 0) return zs_param_get(t->dz, d, out); /* collective over the world at stages 1-3 */
+  if (d >= 0) return trainer_moe_tp_whole(t, d, out); /* collective over the world at stages 1-3 (tp parts joined) */
   const int q = e / t->mm.El; /* the ep rank holding expert e */
   if (q == t->mm.ep_rank) TRY(zs_param_get(t->xz, gpt_moe_expert_index(&t->mm, l, e, j), out));
   if (t->ep == 1) return ZS_OK;
@@ -55,7 +55,11 @@ zs_status_t trainer_moe_collect(moet_t *t, gpt_result_t *res) {
   const int64_t at_j[GPT_MOE_EXPERT_NPARAMS] = {0, 4 * (int64_t)C * C, 4 * (int64_t)C * C + 4 * C,
                                                 8 * (int64_t)C * C + 4 * C}; /* fc.w fc.b proj.w proj.b */
   int64_t nd = 0, *doff = malloc(sizeof(int64_t) * (size_t)t->nd);
-  for (int i = 0; doff && i < t->nd; nd += t->dinfo[i].numel, i++) doff[i] = nd;
+  for (int i = 0; doff && i < t->nd; i++) { /* whole tensors (dinfo holds a tp rank's parts) */
+    gpt_param_info_t w;
+    gpt_moe_dense_info(&t->mm, i, &w);
+    doff[i] = nd, nd += w.numel;
+  }
   float *out = malloc(sizeof(float) * (size_t)gpt_moe_param_count(&t->mm));
   zs_status_t st = out && doff ? ZS_OK : ZS_ERR_NOMEM;
   for (int k = 0; st == ZS_OK && k < n; k++) { /* the dense table, then [layer][global expert][4] */
@@ -199,9 +203,10 @@ zs_status_t trainer_moe_init_from(moet_t *t, const char *path, gpt_result_t *res
   zs_import_opts_t o = ZS_IMPORT_OPTS_INIT;
   o.user = t;
   o.name_fn = dense_name;
+  if (t->tp > 1) o.part_fn = trainer_moe_tp_part, o.index_fn = trainer_moe_tp_index; /* a tp rank's slices */
   zs_status_t st = zs_import_safetensors(t->dz, path, &o);
   if (st == ZS_OK) {
-    o.name_fn = expert_name; /* agreed over edp and, as the model-parallel group, ep: the world */
+    o.name_fn = expert_name, o.part_fn = NULL, o.index_fn = NULL; /* agreed over edp and, as the model-parallel group, ep: the world */
     st = zs_import_safetensors(t->xz, path, &o);
   }
   if (st == ZS_OK) return ZS_OK;
