@@ -174,8 +174,8 @@ static void test_rules(void) {
   /* ZeRO++: qgZ needs the optimizer on the device; qwZ and hpZ take parameter offload */
   c = tier();
   c.quantized_gradients = 8;
-  refused(&c, "config.quantized_gradients is set with offload_optimizer nvme: it is built for flat sharding with the "
-              "optimizer on the device");
+  refused(&c, "config.quantized_gradients is set with offload_optimizer nvme: it is built for the optimizer on the "
+              "device");
   c.offload_optimizer = ZS_OFFLOAD_CPU;
   refused(&c, "config.quantized_gradients is set with offload_optimizer cpu");
   for (int p = ZS_OFFLOAD_CPU; p <= ZS_OFFLOAD_NVME; p++) {

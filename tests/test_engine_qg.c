@@ -18,9 +18,12 @@
  *    node sum's block (scale = absmax / L; the node sum's absmax bounded by
  *    the exact one plus the first error), and some elements differ (the
  *    quantization is there). Groups of 2 (two stages), 4 (the node only) and
- *    1 (across only); stages 2 and 3.
+ *    1 (across only); stages 2 and 3; and hybrid (shard_group 2: the
+ *    all-to-alls inside each shard group, groups of 2 or 1, then the exact
+ *    replica all-reduce: the bound is the sum of the two replicas').
  * 2. Bytes a step: the node all-to-all (K-1) G Q per unit, the cross one
- *    (G-1) Q (Q a packed shard), no reduce-scatter left on the shard group.
+ *    (G-1) Q (Q a packed shard, G = shard group / K), no reduce-scatter left
+ *    on the shard group, one replica all-reduce a unit where hybrid.
  * 3. Training the tiny model 40 steps tracks the exact run (int8: losses within
  *    1% of the first, the last within 2%; int4: 2% and 10%, measured 0.55% and
  *    6.6%, the last 0.0101 vs 0.0109 from 1.20), deterministic: a
@@ -150,8 +153,12 @@ static void test_packed(void) {
   zs_stream_destroy(dev, s);
 }
 
-static void check_bound(int stage, int K) {
+/* K: qgZ's group; Ns: the shard group (hybrid; 0 flat) */
+static void check_bound(int stage, int K, int Ns) {
   zs_config_t c = qg_cfg(stage, K, ZS_SGD);
+  c.shard_group = Ns;
+  /* hybrid, groups of 2: the default group, the node's 4 ranks here, holds the shard group: one group of 2 */
+  if (Ns == 2 && K == 2) c.quantized_gradients_group = 0;
   zs_engine_t *zs = NULL;
   tm_model_t m = {0};
   assert_ok(zs_engine_create(&zs, &c, dev, world));
@@ -161,12 +168,13 @@ static void check_bound(int stage, int K) {
   zs_engine_comm_stats_reset(zs);
   known_round(zs, &m, &lay);
   assert_ok(zs_step(zs, NULL));
-  const int N = nranks, G = N / K;
+  const int N = nranks, NS = Ns ? Ns : N, G = NS / K, R = N / NS;
   /* 2. bytes */
-  zs_comm_stats_t sn, sx, ss;
+  zs_comm_stats_t sn, sx, ss, sr;
   assert_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_QG_NODE, &sn));
   assert_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_QG_CROSS, &sx));
   assert_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_SHARD, &ss));
+  assert_ok(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &sr));
   uint64_t want_n = 0, want_x = 0;
   for (int u = 0; u < zs_engine_unit_count(zs); u++) {
     int64_t numel, padded, shard;
@@ -178,6 +186,7 @@ static void check_bound(int stage, int K) {
   expect_u64_eq(sn.bytes_sent[ZS_COLL_ALL_TO_ALL], want_n);
   expect_u64_eq(sx.bytes_sent[ZS_COLL_ALL_TO_ALL], want_x);
   expect_u64_eq(ss.calls[ZS_COLL_REDUCE_SCATTER], 0);
+  expect_u64_eq(sr.calls[ZS_COLL_ALL_REDUCE], R > 1 ? (uint64_t)zs_engine_unit_count(zs) : 0); /* exact, per unit */
   /* 1. the bound */
   int over = 0, differ = 0;
   double worst = 0;
@@ -191,7 +200,7 @@ static void check_bound(int stage, int K) {
         int64_t x = lay.off[p] + i, r = x / S, b0 = r * S + (x % S) / QB * QB, b1 = b0 + QB < (r + 1) * S ? b0 + QB : (r + 1) * S;
         double exact = 0, bound = 0;
         for (int j = 0; j < N; j++) exact += grad_of(j, p, i);
-        for (int mm = 0; mm < G; mm++) {
+        for (int mm = 0; mm < R * G; mm++) { /* replica mm / G's group mm % G: ranks mm K.. */
           double node_amax = 0, node_err = 0;
           for (int j = mm * K; j < (mm + 1) * K; j++) {
             double amax = 0;
@@ -209,16 +218,16 @@ static void check_bound(int stage, int K) {
         double got = -(double)w[i] * N, err = fabs(got - exact);
         worst = fmax(worst, err / (bound > 0 ? bound : 1));
         if (err > bound && over++ < 3)
-          ZS_T_REPORT("stage %d group %d: param %d element %lld: %.9g vs %.9g exact (bound %.3g)", stage, K, p,
-                      (long long)i, got, exact, bound);
+          ZS_T_REPORT("stage %d group %d shard group %d: param %d element %lld: %.9g vs %.9g exact (bound %.3g)",
+                      stage, K, NS, p, (long long)i, got, exact, bound);
         differ += err > 0;
       }
       free(w);
     }
   }
   if (rank == 0)
-    fprintf(stderr, "qgZ int%d stage %d, groups of %d: worst error %.2f of its bound, %d elements off the exact sum\n",
-            QG_BITS, stage, K, worst, differ);
+    fprintf(stderr, "qgZ int%d stage %d, groups of %d, shard group %d: worst error %.2f of its bound, %d elements "
+            "off the exact sum\n", QG_BITS, stage, K, NS, worst, differ);
   expect_int_eq(over, 0);
   expect_int_ge(differ, 1);
   tm_free(&m);
@@ -227,10 +236,23 @@ static void check_bound(int stage, int K) {
 
 static void test_bound(void) {
   for (int stage = 2; stage <= 3; stage++) {
-    check_bound(stage, 2);
-    check_bound(stage, 4);
-    check_bound(stage, 1);
+    check_bound(stage, 2, 0);
+    check_bound(stage, 4, 0);
+    check_bound(stage, 1, 0);
+    check_bound(stage, 2, 2); /* hybrid: 2 replicas of a shard group of 2, one group of 2 in it */
+    check_bound(stage, 1, 2); /* ... or two groups of 1 (the cross all-to-all only) */
   }
+  /* a group that does not divide the shard group: refused on every rank */
+  zs_config_t c = qg_cfg(2, 4, ZS_SGD);
+  c.shard_group = 2;
+  zs_engine_t *zs = NULL;
+  tm_model_t m = {0};
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, &m, NBLK, ZS_FP32));
+  expect_status(zs_engine_setup(zs, zero_init, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), "quantized_gradients_group 4 does not divide the 2 ranks of the shard group");
+  tm_free(&m);
+  zs_engine_destroy(zs);
 }
 
 static void train(zs_config_t c, int steps, double *loss, float **master, int64_t *n) {

@@ -144,13 +144,15 @@ typedef struct {
    * off; else it must divide the world size (zs_engine_create). Memory: P pb /
    * hpz_partition_size more per non-persistent unit (category params). */
   int hpz_partition_size;
-  /* ZeRO++'s qgZ (DeepSpeed's zero_quantized_gradients), flat stages 2-3: a
+  /* ZeRO++'s qgZ (DeepSpeed's zero_quantized_gradients), stages 2-3: a
    * unit's gradient reduce-scatter becomes two int8 (or int4) all-to-alls, inside the
    * group of quantized_gradients_group consecutive ranks (0: the ranks of this
    * rank's node, from the comm) and then across the groups, each part with one
    * fp32 scale a block of quantized_weights_block elements, summed in fp32.
-   * 8: int8; 4: int4 (two codes a byte, scale absmax / 7); 0 off. Not with
-   * offload or shard_group. */
+   * 8: int8; 4: int4 (two codes a byte, scale absmax / 7); 0 off. With
+   * shard_group the groups split the shard group (quantized_gradients_group
+   * must divide it; a shard group inside a node is one group) and the replica
+   * all-reduce stays exact. Not with offload_optimizer. */
   int quantized_gradients;
   int quantized_gradients_group;
   /* ZeRO-Infinity (DeepSpeed's offload_param, offload_optimizer device "nvme",

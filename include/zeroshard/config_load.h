@@ -55,7 +55,7 @@ extern "C" {
  *   quantized_weights 0|1 and only at stage 3; quantized_weights_block 0 or a
  *   power of two 32..4096; hpz_partition_size >= 0, above 1 only at stage 3
  *   and without shard_group; quantized_gradients 0|4|8, at stages 2-3, without
- *   shard_group or offload_optimizer (quantized_weights and hpz_partition_size
+ *   offload_optimizer (quantized_weights and hpz_partition_size
  *   do combine with offload_param). All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);

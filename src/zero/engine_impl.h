@@ -137,8 +137,9 @@ struct zs_engine {
    * NULL off), K = nhpz, this rank's place hpz_rank */
   zs_comm_t *hpz_comm;
   int nhpz, hpz_rank;
-  /* qgZ (cfg.quantized_gradients): groups of nqg consecutive ranks (qg_intra)
-   * and the ranks of one member index across them (qg_inter), made by the
+  /* qgZ (cfg.quantized_gradients): groups of nqg consecutive ranks of the
+   * shard group (qg_intra) and the ranks of one member index across them
+   * (qg_inter), split from shard_comm by shard rank, made by the
    * first setup, owned (NULL off; either may be NULL where its size is 1) */
   zs_comm_t *qg_intra, *qg_inter;
   int nqg;

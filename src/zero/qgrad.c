@@ -1,8 +1,10 @@
 /* ZeRO++'s qgZ (cfg.quantized_gradients, issue 32 item 4): a unit's gradient
- * reduce-scatter at flat stages 2-3 as two int8 or int4 all-to-alls.
+ * reduce-scatter at stages 2-3 as two int8 or int4 all-to-alls.
  *
- * N ranks in G = N/K groups of K consecutive ranks (a node); rank r = m K + l
- * is member l of group m and owns shard r (S elements) of the unit.
+ * N ranks (the shard group: the world, or hybrid's shard_group, whose exact
+ * replica all-reduce follows as without qgZ) in G = N/K groups of K
+ * consecutive ranks (a node); shard rank r = m K + l is member l of group m
+ * and owns shard r (S elements) of the unit.
  *   1. Inside the group: rank (m, l) packs, for each member l' and each group
  *      m', shard m' K + l' of its gradient (kernels/wquant.h: int8 codes and a
  *      scale a block), laid out by member, and the all-to-all over the group

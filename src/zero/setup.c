@@ -352,9 +352,12 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
 }
 
 /* qgZ's groups: quantized_gradients_group ranks, or this node's (the same on
- * every node, consecutive ranks: else the user must say); collective. */
+ * every node, consecutive ranks: else the user must say), of the shard group
+ * (hybrid: its consecutive ranks; a shard group inside a node is one group);
+ * split from the shard comm by shard rank; collective. */
 static zs_status_t qg_groups(zs_engine_t *zs) {
   int K = zs->cfg.quantized_gradients_group, local = 0, size = 0, nodes = 0;
+  const int N = zs->nshard, r = zs->shard_rank;
   if (K == 0) {
     ZS_CHECK(zs_comm_node(zs->comm, &local, &size, &nodes));
     int64_t odd = !(nodes * size == zs->world && local == zs->rank % size); /* any rank's node uneven */
@@ -363,15 +366,16 @@ static zs_status_t qg_groups(zs_engine_t *zs) {
       return ZS_FAIL(zs->err, ZS_ERR_INVALID,
                      "zs_engine_setup: quantized_gradients: the nodes do not hold equal runs of consecutive ranks "
                      "(this one %d of %d ranks): set quantized_gradients_group", local, size);
-    K = size;
+    K = size > N && size % N == 0 ? N : size;
   }
-  if (zs->world % K)
+  if (N % K)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID,
-                   "zs_engine_setup: quantized_gradients_group %d does not divide the %d ranks: use the ranks per node",
-                   K, zs->world);
+                   "zs_engine_setup: quantized_gradients_group %d does not divide the %d ranks of %s: use the ranks "
+                   "per node, or a divisor of %d",
+                   K, N, N < zs->world ? "the shard group" : "the world", N);
   zs_status_t st = ZS_OK;
-  if (K > 1) st = zs_comm_split(zs->comm, zs->rank / K, zs->rank % K, &zs->qg_intra);
-  if (st == ZS_OK && K < zs->world) st = zs_comm_split(zs->comm, zs->rank % K, zs->rank / K, &zs->qg_inter);
+  if (K > 1) st = zs_comm_split(zs->shard_comm, r / K, r % K, &zs->qg_intra);
+  if (st == ZS_OK && K < N) st = zs_comm_split(zs->shard_comm, r % K, r / K, &zs->qg_inter);
   if (st != ZS_OK)
     return ZS_FAIL(zs->err, st, "zs_engine_setup: making qgZ's groups of %d ranks failed: %s", K, zs_last_error());
   zs->nqg = K;
