@@ -148,7 +148,18 @@ __attribute__((target("avx2"))) static void stream_avx2(float *w, float *m, floa
   }
 }
 
-/* The same with m and v of esz (2 or 1) bytes per element: each byte read,
+/* Elements i..n of the loops below, one at a time. */
+static void stream_q_tail(float *w, uint8_t *mb, uint8_t *vb, const void *g, int gdt, uint16_t *p, size_t i, size_t n,
+                          size_t esz) {
+  for (; i < n; i++) {
+    float gg = gdt == ZS_FP32 ? ((const float *)g)[i] : zs_bf16_to_f32(((const uint16_t *)g)[i]);
+    w[i] += gg;
+    for (size_t k = 0; k < esz; k++) mb[i * esz + k]++, vb[i * esz + k]++;
+    if (p) p[i] = zs_f32_to_bf16(w[i]);
+  }
+}
+
+/* The same with m and v of esz (2 or 1) bytes per element (AVX-512 and AVX2): each byte read,
  * changed and written once, as the compact-state step does. */
 __attribute__((target("avx512f,avx512bw"))) static void stream_q_avx512(float *w, void *m, void *v, const void *g,
                                                                        int gdt, uint16_t *p, size_t n, size_t esz,
@@ -180,12 +191,41 @@ __attribute__((target("avx512f,avx512bw"))) static void stream_q_avx512(float *w
       _mm512_storeu_si512(pv, _mm512_add_epi8(_mm512_loadu_si512(pv), one));
     }
   }
-  for (; i < n; i++) {
-    float gg = gdt == ZS_FP32 ? ((const float *)g)[i] : zs_bf16_to_f32(((const uint16_t *)g)[i]);
-    w[i] += gg;
-    for (size_t k = 0; k < esz; k++) mb[i * esz + k]++, vb[i * esz + k]++;
-    if (p) p[i] = zs_f32_to_bf16(w[i]);
+  stream_q_tail(w, mb, vb, g, gdt, p, i, n, esz);
+}
+
+__attribute__((target("avx2"))) static void stream_q_avx2(float *w, void *m, void *v, const void *g, int gdt,
+                                                          uint16_t *p, size_t n, size_t esz, size_t pf) {
+  size_t i = 0, gsz = gdt == ZS_FP32 ? 4 : 2;
+  uint8_t *mb = m, *vb = v;
+  const __m256i one = _mm256_set1_epi8(1);
+  for (; i + 64 <= n; i += 64) {
+    if (pf && i + pf < n) {
+      __builtin_prefetch(w + i + pf, 1, 3);
+      __builtin_prefetch(mb + (i + pf) * esz, 1, 3);
+      __builtin_prefetch(vb + (i + pf) * esz, 1, 3);
+      __builtin_prefetch((const char *)g + (i + pf) * gsz, 0, 3);
+    }
+    for (size_t j = 0; j < 64; j += 8) {
+      __m256 gg = gdt == ZS_FP32 ? _mm256_loadu_ps((const float *)g + i + j)
+                                 : _mm256_castsi256_ps(_mm256_slli_epi32(
+                                       _mm256_cvtepu16_epi32(_mm_loadu_si128(
+                                           (const __m128i *)((const uint16_t *)g + i + j))), 16));
+      __m256 x = _mm256_add_ps(_mm256_loadu_ps(w + i + j), gg);
+      _mm256_storeu_ps(w + i + j, x);
+      if (p) {
+        __m256i h = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+        _mm_storeu_si128((__m128i *)(p + i + j),
+                         _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+      }
+    }
+    for (size_t k = 0; k < 2 * esz; k++) { /* 64 elements of esz bytes: 2 esz ymm */
+      __m256i *pm = (__m256i *)(mb + i * esz) + k, *pv = (__m256i *)(vb + i * esz) + k;
+      _mm256_storeu_si256(pm, _mm256_add_epi8(_mm256_loadu_si256(pm), one));
+      _mm256_storeu_si256(pv, _mm256_add_epi8(_mm256_loadu_si256(pv), one));
+    }
   }
+  stream_q_tail(w, mb, vb, g, gdt, p, i, n, esz);
 }
 
 typedef struct {
@@ -220,7 +260,9 @@ static void roofline_pass(const bufs_t *b, zs_dtype_t gdt, int threads, int wide
     range_of(b->n, r, t, &lo, &hi);
     const void *g = (const char *)b->g + lo * gsz;
     uint16_t *p = b->p ? b->p + lo : NULL;
-    if (b->esz != 4)
+    if (b->esz != 4 && wide == 1)
+      stream_q_avx2(b->w + lo, (char *)b->m + lo * b->esz, (char *)b->v + lo * b->esz, g, gdt, p, hi - lo, b->esz, pf);
+    else if (b->esz != 4)
       stream_q_avx512(b->w + lo, (char *)b->m + lo * b->esz, (char *)b->v + lo * b->esz, g, gdt, p, hi - lo, b->esz,
                       pf);
     else if (wide == 2) stream_avx512(b->w + lo, (float *)b->m + lo, (float *)b->v + lo, g, gdt, p, hi - lo, pf);
@@ -305,10 +347,6 @@ static int bench_cpu(const opts_t *o) {
                                                                                     : 0;
   if (!wide) {
     fprintf(stderr, "zs-bench-adam: the roofline loop needs AVX2\n");
-    return 2;
-  }
-  if (o->sdt != ZS_STATE_FP32 && wide != 2) {
-    fprintf(stderr, "zs-bench-adam: the compact-state roofline loop needs AVX-512\n");
     return 2;
   }
   size_t n = o->n, esz = zs__state_elem_bytes(o->sdt), nb = (n + (size_t)o->block - 1) / (size_t)o->block;

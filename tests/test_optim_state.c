@@ -145,10 +145,12 @@ static zs_optim_hyper_t hyper(zs_state_dtype_t sd, int block, int64_t step) {
                               .weight_decay = 0.1f, .state_dtype = sd, .state_block = block};
   return h;
 }
-/* Segment [a, b) of P (a on a block boundary), as parameter 3's elements a..b. */
+/* Segment [a, b) of P (a on a block boundary), as parameter 3's elements
+ * key_base + a..b. */
+static uint64_t key_base;
 static zs_optim_seg_t seg_of(prob_t *P, zs_state_dtype_t sd, size_t a, size_t b, int block) {
   zs_optim_seg_t s = {.master = P->w + a, .grad = P->g + a, .param = P->p + a, .n = b - a, .lr_scale = 1,
-                      .wd_scale = 1, .key = ZS_K_KEY(3, a)};
+                      .wd_scale = 1, .key = ZS_K_KEY(3, key_base + a)};
   if (sd == ZS_STATE_BF16) {
     s.m = P->m16 + a, s.v = P->v16 + a;
   } else {
@@ -208,21 +210,30 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
   return bad;
 }
 
+/* The default path, then every other path this CPU has (each path's own kernels
+ * against float64, not only against the scalar path's bits). */
 static void test_int8_step(void) {
   static const int blocks[] = {64, 256, 2048};
   static const size_t lens[] = {1, 63, 64, 1000, 20001};
-  for (size_t bi = 0; bi < 3; bi++)
-    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
-      prob_t P;
-      prob_make(&P, lens[li], blocks[bi]);
-      int bad = 0;
-      for (int64_t t = 1; t <= 6 && !bad; t++) {
-        for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
-        bad = step_vs_ref(&P, blocks[bi], t);
+  const zs_simd_t def = zs__optim_simd();
+  for (int path = -1; path < 3; path++) {
+    if (path == (int)def || (path >= 0 && zs__optim_force_simd((zs_simd_t)path) != ZS_OK)) continue;
+    for (size_t bi = 0; bi < 3; bi++)
+      for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        prob_t P;
+        prob_make(&P, lens[li], blocks[bi]);
+        int bad = 0;
+        for (int64_t t = 1; t <= 6 && !bad; t++) {
+          for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
+          bad = step_vs_ref(&P, blocks[bi], t);
+        }
+        if (bad)
+          ZS_T_REPORT("int8 step, path %s: block %d length %zu", zs__simd_name(zs__optim_simd()), blocks[bi],
+                      lens[li]);
+        prob_free(&P);
       }
-      if (bad) ZS_T_REPORT("int8 step: block %d length %zu", blocks[bi], lens[li]);
-      prob_free(&P);
-    }
+  }
+  zs__optim_force_simd(def);
 }
 
 /* ---- paths, threads, layouts ------------------------------------------------------ */
@@ -234,6 +245,16 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
     uint64_t save = rng;
     rng = 1234567 + (uint64_t)t;
     for (size_t i = 0; i < P->n; i++) P->g[i] = grand();
+    /* zeros of both signs (m codes 0 and 0x80 at the block's small end) and, for
+     * bf16, the rounding's special lanes (inf and NaN round to nearest, NaN
+     * quieted): gradients whose square overflows (v' = inf; w stays finite, as
+     * m' / inf = 0) and a NaN whose low bits are set (adding random bits would
+     * carry into it; one bit pattern, so every path propagates the same NaN) */
+    for (size_t i = 5; i < P->n; i += 97) P->g[i] = i % 2 ? 0.0f : -0.0f;
+    if (sd == ZS_STATE_BF16 && t == 2)
+      for (size_t i = 11; i < P->n; i += 4999) P->g[i] = i % 2 ? 1e30f : -1e30f;
+    if (sd == ZS_STATE_BF16 && t == 3)
+      for (size_t i = 17; i < P->n; i += 9973) P->g[i] = zs_k_f_bits(0x7fc0ffffu);
     rng = save;
     zs_optim_hyper_t h = hyper(sd, block, t);
     zs_optim_seg_t segs[8];
@@ -243,11 +264,16 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
 }
 
 static void test_paths_threads_layouts(void) {
-  const size_t n = 100000; /* 3 threads of at least 32768 elements each */
+  /* 3 threads of at least 32768 elements each; n is not a multiple of 16, so the
+   * last block (int8) and the last elements (bf16) take the paths' tail code */
+  const size_t n = 100003;
   const int block = 256;
   /* another layout: cuts on block boundaries, as shards and parameters fall */
   const size_t whole[] = {0, n}, split[] = {0, 512, 1024 + 256, 75008, n};
-  for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
+  /* each also with the elements' keys across a 2^32 boundary (bf16's salt
+   * changes there: the paths cut their runs at it), 7 past a multiple of 16 */
+  for (int sd = ZS_STATE_BF16, kb = 0; sd <= ZS_STATE_INT8; kb = !kb, sd += !kb) {
+    key_base = kb ? (1ull << 32) - 50007 : 0;
     prob_t init, ref, P;
     prob_make(&init, n, block), prob_make(&ref, n, block), prob_make(&P, n, block);
     prob_copy(&ref, &init);
@@ -264,15 +290,16 @@ static void test_paths_threads_layouts(void) {
           run_split(&P, (zs_state_dtype_t)sd, block, lay ? split : whole, lay ? 5 : 2, 4);
           memcpy(P.g, ref.g, n * 4);
           if (!prob_same(&P, &ref))
-            ZS_T_REPORT("%s states: path %s, %d threads, %s: not the scalar path's bits",
+            ZS_T_REPORT("%s states: path %s, %d threads, %s, keys from %llu: not the scalar path's bits",
                         zs_state_dtype_name((zs_state_dtype_t)sd), zs__simd_name((zs_simd_t)path), th,
-                        lay ? "split segments" : "one segment");
+                        lay ? "split segments" : "one segment", (unsigned long long)key_base);
         }
       }
     }
     zs__optim_set_threads(0);
     prob_free(&init), prob_free(&ref), prob_free(&P);
   }
+  key_base = 0;
   /* back to the default path */
   zs_simd_t best = ZS_SIMD_SCALAR;
   for (int path = 2; path >= 0; path--)

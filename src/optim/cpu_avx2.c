@@ -103,6 +103,212 @@ static inline nf_flag nf_vec(const void *p, int dt) {
   return _mm256_cmpgt_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7fff)), lim);
 }
 
+/* ---- compact states, fused (src/optim/cpu_tile.h) ------------------------------- */
+
+/* Adam and AdamW with bf16 or int8 m and v, fused as on AVX-512 (cpu_avx512.c):
+ * decode, update and encode in registers, 16 elements (two vectors) a step; the
+ * operations of step_body (cpu_simd.h) and of kernels/optim_state.h's codes in
+ * the same order, so the same bits as the scalar path. Other kinds and tails go
+ * through cpu_tile.h's plain loops. */
+#include "kernels/optim_state.h"
+#define TILE_FUSED 1
+
 #define PATH_NAME "avx2"
 #define PATH_SYM zs__optim_path_avx2
 #include "optim/cpu_simd.h"
+
+
+/* zs_sr_bits from the element index already multiplied (lo x 0x9e3779b1) */
+static inline __m256i v_sr_bits(__m256i lo_mul, uint32_t salt) {
+  return _mm256_srli_epi32(_mm256_mullo_epi32(_mm256_xor_si256(lo_mul, i_set1(salt)), i_set1(0x85ebca77u)), 16);
+}
+/* 16 values below 2^16 in two vectors (elements 0-7, 8-15) to 16-bit words: the
+ * saturating pack works within 128-bit lanes, the permute puts them in order. */
+static inline __m256i w16(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+}
+/* All ones in the lanes where a or b is inf or NaN (x - x is NaN exactly there). */
+static inline vf v_special2(vf a, vf b) {
+  return _mm256_cmp_ps(_mm256_sub_ps(a, a), _mm256_sub_ps(b, b), _CMP_UNORD_Q);
+}
+/* 16 values below 2^8 in two vectors to bytes (the same, then one more pack). */
+static inline void st_b16(uint8_t *d, __m256i a, __m256i b) {
+  __m256i w = _mm256_packus_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
+  __m256i q = _mm256_packus_epi16(w, w);  /* bytes: a0-3 b0-3 a0-3 b0-3 | a4-7 b4-7 .. */
+  q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+  _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(q));
+}
+
+/* The fp32 update of 8 elements at w + i (step_body's Adam and AdamW): m and v
+ * are the decoded states; returns m', v' and sqrt(v'). */
+typedef struct {
+  vf gm, b1, a1, b2, a2, rbc2, eps, lr, wd;
+} adam_c;
+ZS_AI void adam8(const adam_c *c, const int adamw, const int gdt, const int pdt, float *w, const void *g, void *p,
+                 size_t i, vf m, vf v, vf *mm, vf *vv, vf *sq) {
+  vf x = ld_f32(w + i);
+  vf gg = v_mul(ld_any(g, gdt, i), c->gm);
+  if (!adamw) gg = v_add(gg, v_mul(c->wd, x));
+  *mm = v_add(v_mul(c->b1, m), v_mul(c->a1, gg));
+  *vv = v_add(v_mul(c->b2, v), v_mul(c->a2, v_mul(gg, gg)));
+  *sq = v_sqrt(*vv);
+  vf d = v_add(v_mul(*sq, c->rbc2), c->eps);
+  vf u = v_mul(c->lr, v_div(*mm, d));
+  if (adamw) u = v_add(u, v_mul(c->wd, x));
+  x = v_sub(x, u);
+  st_f32(w + i, x);
+  if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, i, x);
+}
+/* One specialized loop per (AdamW or Adam, grad dtype, param copy dtype), as
+ * path_step does: F(adamw, gdt, pdt) is the call. */
+#define ZS_FUSED_P(F, A, G)              \
+  switch (p ? pdt : -1) {                \
+    case ZS_BF16: F(A, G, ZS_BF16); return; \
+    case ZS_FP16: F(A, G, ZS_FP16); return; \
+    default: F(A, G, -1); return;        \
+  }
+#define ZS_FUSED_G(F, A)                     \
+  switch (gdt) {                             \
+    case ZS_BF16: ZS_FUSED_P(F, A, ZS_BF16); \
+    case ZS_FP16: ZS_FUSED_P(F, A, ZS_FP16); \
+    default: ZS_FUSED_P(F, A, ZS_FP32);      \
+  }
+#define ZS_FUSED_DISPATCH(F) \
+  if (h->kind == ZS_K_ADAMW) ZS_FUSED_G(F, 1) else ZS_FUSED_G(F, 0)
+static adam_c adam_consts(const zs_k_hyper_t *h, float lr, float wd) {
+  return (adam_c){v_set1(h->gm), v_set1(h->b1), v_set1(h->a1), v_set1(h->b2), v_set1(h->a2),
+                  v_set1(h->rbc2), v_set1(h->eps), v_set1(lr), v_set1(wd)};
+}
+
+/* ---- bf16 m and v ------------------------------------------------------------------ */
+
+ZS_AI void adam_bf16_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
+                          float *w, uint16_t *qm, uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m,
+                          uint32_t salt_v, uint32_t lo) {
+  const adam_c c = adam_consts(h, lr, wd);
+  const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
+  const __m256i step8 = i_set1(8u * 0x9e3779b1u);
+  /* the element index times 0x9e3779b1, advanced by addition (it wraps as the product does) */
+  __m256i k = _mm256_mullo_epi32(_mm256_add_epi32(i_set1(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                 i_set1(0x9e3779b1u));
+  for (size_t i = 0; i < n; i += 16) {
+    /* software prefetch ahead on the four read streams, as step_loop does */
+    __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);
+    __builtin_prefetch((const char *)g + (i + ZS_PREFETCH) * gsz, 0, 3);
+    __builtin_prefetch(qm + i + ZS_PREFETCH, 1, 3);
+    __builtin_prefetch(qv + i + ZS_PREFETCH, 1, 3);
+    vf mm[2], vv[2], sq;
+    __m256i om[2], ov[2];
+    for (int j = 0; j < 2; j++) {
+      adam8(&c, adamw, gdt, pdt, w, g, p, i + 8 * (size_t)j, ld_bf16(qm + i + 8 * j), ld_bf16(qv + i + 8 * j),
+            &mm[j], &vv[j], &sq);
+      om[j] = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(mm[j]), v_sr_bits(k, salt_m)), 16);
+      ov[j] = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(vv[j]), v_sr_bits(k, salt_v)), 16);
+      k = _mm256_add_epi32(k, step8);
+    }
+    __m256i wm = w16(om[0], om[1]), wv = w16(ov[0], ov[1]);
+    _mm256_storeu_si256((__m256i *)(qm + i), wm);
+    _mm256_storeu_si256((__m256i *)(qv + i), wv);
+    vf spec = _mm256_or_ps(v_special2(mm[0], mm[1]), v_special2(vv[0], vv[1]));
+    if (!_mm256_testz_ps(spec, spec)) {
+      /* inf or NaN among them: zs_sr_bf16 lane by lane */
+      float t[32];
+      st_f32(t, mm[0]), st_f32(t + 8, mm[1]), st_f32(t + 16, vv[0]), st_f32(t + 24, vv[1]);
+      for (uint32_t j = 0; j < 16; j++) {
+        uint32_t e = lo + (uint32_t)i + j;
+        qm[i + j] = zs_sr_bf16(t[j], zs_sr_bits(salt_m, e));
+        qv[i + j] = zs_sr_bf16(t[16 + j], zs_sr_bits(salt_v, e));
+      }
+    }
+  }
+}
+
+static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
+                          uint32_t lo) {
+#define ZS_BF(A, G, P) adam_bf16_loop(h, A, G, P, lr, wd, w, qm, qv, g, p, n, salt_m, salt_v, lo)
+  ZS_FUSED_DISPATCH(ZS_BF);
+#undef ZS_BF
+}
+
+/* ---- int8 m and v -------------------------------------------------------------------- */
+
+/* zs_q8_val of 8 magnitude codes (M mantissa bits), as v_q8_val in cpu_avx512.c;
+ * VPSIGND zeroes the lanes whose code is 0 (and keeps the others: codes are >= 0) */
+static inline vf v_q8_val(__m256i c, const int M) {
+  __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(c, 23 - M), i_set1(112u << 23));
+  return _mm256_castsi256_ps(_mm256_sign_epi32(bits, c));
+}
+/* zs_q8_mag of 8 values r (r >= 0 or NaN; m passes |x| / absmax, v sqrt(v) /
+ * absmax_s, whose sign bit the scalar code drops). The bias subtraction is folded
+ * into the rounding add: (t >> sh) - (112 << M) is (t - (112 << 23)) >> sh,
+ * arithmetic (r below 2^-15 gives c <= 0, which the max lifts to 0 or 1 as the
+ * scalar code does). With keep_nonzero, "r > 0" is "its bits without the sign
+ * are not 0" (the same for every r that reaches here: NaN gives the top code
+ * either way). */
+static inline __m256i v_q8_mag(vf r, const int M, const int keep_nonzero) {
+  const int sh = 23 - M;
+  __m256i b = _mm256_castps_si256(r);
+  if (keep_nonzero) b = _mm256_and_si256(b, i_set1(0x7fffffffu));
+  __m256i t = _mm256_add_epi32(_mm256_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23))),
+                               _mm256_and_si256(_mm256_srli_epi32(b, sh), i_set1(1)));
+  __m256i c = _mm256_min_epi32(_mm256_srai_epi32(t, sh), i_set1(15u << M));
+  if (keep_nonzero) return _mm256_max_epi32(c, _mm256_min_epu32(b, i_set1(1)));
+  const float lo = zs_k_f_bits((127u - 15u) << 23 | 1u << sh);
+  vf one = _mm256_cmp_ps(r, v_set1(0.5f * lo), _CMP_GE_OQ);
+  return _mm256_max_epi32(c, _mm256_srli_epi32(_mm256_castps_si256(one), 31));
+}
+
+ZS_AI void adam_q8_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
+                        float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n,
+                        float *tm, float *ts) {
+  const adam_c c = adam_consts(h, lr, wd);
+  const vf sm = v_set1(*ms), ss = v_set1(*vs), nosign = _mm256_castsi256_ps(i_set1(0x7fffffffu));
+  vf am = _mm256_setzero_ps(), as = _mm256_setzero_ps();
+  const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
+  for (size_t i = 0; i < n; i += 16) {
+    __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);
+    __builtin_prefetch((const char *)g + (i + ZS_PREFETCH) * gsz, 0, 3);
+    __builtin_prefetch(qm + i + 2 * ZS_PREFETCH, 1, 3);
+    __builtin_prefetch(qv + i + 2 * ZS_PREFETCH, 1, 3);
+    for (size_t j = i; j < i + 16; j += 8) {
+      __m256i cm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qm + j)));
+      __m256i cv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + j)));
+      vf m = _mm256_castsi256_ps(_mm256_xor_si256(
+          _mm256_castps_si256(v_mul(v_q8_val(_mm256_and_si256(cm, i_set1(0x7f)), 3), sm)),
+          _mm256_slli_epi32(_mm256_and_si256(cm, i_set1(0x80)), 24)));
+      vf s = v_mul(v_q8_val(cv, 4), ss), v = v_mul(s, s);
+      vf mm, vv, sq;
+      adam8(&c, adamw, gdt, pdt, w, g, p, j, m, v, &mm, &vv, &sq);
+      st_f32(tm + j, mm);
+      st_f32(ts + j, sq);
+      am = _mm256_max_ps(am, _mm256_and_ps(mm, nosign));
+      as = _mm256_max_ps(as, sq);
+    }
+  }
+  float la[8], ls[8], a = 0.0f, sa = 0.0f;
+  st_f32(la, am), st_f32(ls, as);
+  for (int j = 0; j < 8; j++) a = la[j] > a ? la[j] : a, sa = ls[j] > sa ? ls[j] : sa;
+  *ms = a, *vs = sa;
+  const vf inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
+  for (size_t i = 0; i < n; i += 16) {
+    __m256i cm[2], cv[2];
+    for (int j = 0; j < 2; j++) {
+      vf x = ld_f32(tm + i + 8 * j);
+      __m256i mag = v_q8_mag(v_mul(_mm256_and_ps(x, nosign), inv), 3, 0);
+      vf neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+      cm[j] = _mm256_or_si256(mag, _mm256_and_si256(_mm256_castps_si256(neg), i_set1(0x80)));
+      cv[j] = v_q8_mag(v_mul(ld_f32(ts + i + 8 * j), invs), 4, 1);
+    }
+    st_b16(qm + i, cm[0], cm[1]);
+    st_b16(qv + i, cv[0], cv[1]);
+  }
+}
+
+static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
+                              float *ts) {
+#define ZS_Q8(A, G, P) adam_q8_loop(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, n, tm, ts)
+  ZS_FUSED_DISPATCH(ZS_Q8);
+#undef ZS_Q8
+}

@@ -184,21 +184,9 @@ static inline void v16_enc_v8(uint8_t *q, const float *t, float inv) {
   _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(c));
 }
 
-/* Adam and AdamW on one whole int8 block (n a multiple of 16), fused: decode,
- * update, then encode, with sqrt(v') computed once for the denominator, the
- * block's scale (max sqrt(v') = sqrt(max v')) and the codes. The operations of
- * step_body (cpu_simd.h) in the same order, so the same bits as tile_step_q. */
+/* Adam and AdamW fused (v16_adam_q8_block, v16_adam_bf16; cpu_tile.h), defined
+ * below. */
 #define TILE_FUSED 1
-static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
-                              float *ts);
-
-/* Adam and AdamW with bf16 m and v on n elements (a multiple of 16), fused in
- * registers: decode, update, round stochastically (salts of m and v, the key's
- * low word of element 0). */
-static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
-                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
-                          uint32_t lo);
 
 #define PATH_NAME "avx512"
 #define PATH_SYM zs__optim_path_avx512

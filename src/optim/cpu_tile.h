@@ -20,6 +20,23 @@
  * time, the same operations as the scalar code, so the same bits); the loops
  * then run them on whole groups of 16 and finish with the scalar code. */
 
+#ifdef TILE_FUSED
+/* A path may define TILE_FUSED and these two, Adam and AdamW fused (the
+ * operations of step_body, cpu_simd.h, in the same order, so the same bits):
+ *
+ * one whole int8 block (n a multiple of 16): decode, update, then encode, with
+ * sqrt(v') computed once for the denominator, the block's scale (max sqrt(v') =
+ * sqrt(max v')) and the codes; tm, ts: n floats of scratch; */
+static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
+                              float *ts);
+/* bf16 m and v on n elements (a multiple of 16), in registers: decode, update,
+ * round stochastically (salts of m and v, the key's low word of element 0). */
+static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
+                          uint32_t lo);
+#endif
+
 /* ---- bf16 ---------------------------------------------------------------------- */
 
 static void tile_dec_bf16(float *restrict t, const uint16_t *restrict s, size_t n) {
@@ -126,13 +143,21 @@ static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, 
     }
 #endif
 #ifdef TILE_FUSED
-    if (q->sdt == ZS_K_STATE_BF16 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM) && len >= 16) {
-      size_t l16 = len / 16 * 16;
-      v16_adam_bf16(h, lr, wd, gdt, pdt, w + i, (uint16_t *)q->m + i, (uint16_t *)q->v + i, (const char *)g + i * gsz,
-                    p ? (char *)p + i * psz : NULL, l16, zs_sr_salt(0, q->step, (uint32_t)(key >> 32)),
-                    zs_sr_salt(1, q->step, (uint32_t)(key >> 32)), (uint32_t)key);
-      i += l16, len -= l16, key += l16;
-      if (!len) continue;
+    if (q->sdt == ZS_K_STATE_BF16 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM)) {
+      /* no scratch: one call for the whole run up to the key's next 2^32
+       * boundary (a call per tile cost 6% on AVX2), the rest below */
+      size_t run = n - i;
+      uint64_t room = ((key >> 32) + 1) << 32;
+      if (room - key < run) run = (size_t)(room - key);
+      if (run >= 16) {
+        size_t l16 = run / 16 * 16;
+        v16_adam_bf16(h, lr, wd, gdt, pdt, w + i, (uint16_t *)q->m + i, (uint16_t *)q->v + i,
+                      (const char *)g + i * gsz, p ? (char *)p + i * psz : NULL, l16,
+                      zs_sr_salt(0, q->step, (uint32_t)(key >> 32)), zs_sr_salt(1, q->step, (uint32_t)(key >> 32)),
+                      (uint32_t)key);
+        i += l16;
+        continue;
+      }
     }
 #endif
     float *m = q->m ? tm : NULL, *v = q->v ? tv : NULL;
