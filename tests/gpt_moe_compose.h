@@ -18,19 +18,14 @@
  * within 1e-2, the dense trainer's bf16 parity tolerance (bf16 keeps 8 bits,
  * 4e-3 relative per value; the orders of summation differ, each rounded to
  * bf16): every loss, the validation losses, every final parameter against the
- * model's largest. Layouts: ep 2 at stage 1 (2 ranks), edp 2 x ep 2 at stage
- * 3 with shard group 2 (4 ranks). It is bf16 (its losses are not the fp32
- * run's) and it learns. */
-static void test_bf16(void) {
-  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
-  gpt_opts_t o;
-  tiny(&o);
-  o.dtype = o.reduce_dtype = ZS_BF16;
-  o.lr = 1e-3f; /* the dense bf16 tests' (gpt_parity.h): 1e-2 of the largest is 10 lr there too */
-  moe_ref_t ref = {0};
-  ref_run(&o, &ref);
-  o.ep = 2, o.stage = g_size == 2 ? 1 : 3, o.shard_group = g_size == 4 ? 2 : 0;
-  const char *what = g_size == 2 ? "ep 2, stage 1, bf16" : "edp 2 x ep 2, stage 3, shard group 2, bf16";
+ * model's largest. Layouts: ep 2 at stage 1 and tp 2 at stage 3 (2 ranks),
+ * edp 2 x ep 2 at stage 3 with shard group 2 and ep 2 x tp 2 at stage 1 (4
+ * ranks; tp at --accum tp). It is bf16 (its losses are not the fp32 run's)
+ * and it learns. */
+static void bf16_run(const gpt_opts_t *o0, const moe_ref_t *ref, int ep, int stage, int shard_group, int tp,
+                     const char *what) {
+  gpt_opts_t o = *o0;
+  o.ep = ep, o.stage = stage, o.shard_group = shard_group, o.tp = tp, o.accum = tp;
   gpt_result_t r;
   zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("%s: %s", what, r.err);
@@ -38,19 +33,19 @@ static void test_bf16(void) {
     double worst = 0, pworst = 0, scale = 0;
     int as_fp32 = 1;
     for (int i = 0; i < STEPS; i++) {
-      worst = fmax(worst, fabs((double)r.losses[i] - ref.loss[i]) / ref.loss[i]);
-      as_fp32 &= r.losses[i] == g_ref.loss[i] && ref.loss[i] == g_ref.loss[i];
+      worst = fmax(worst, fabs((double)r.losses[i] - ref->loss[i]) / ref->loss[i]);
+      as_fp32 &= r.losses[i] == g_ref.loss[i] && ref->loss[i] == g_ref.loss[i];
     }
-    for (int64_t e = 0; e < g_nparams; e++) scale = fmax(scale, fabs(ref.params[e]));
+    for (int64_t e = 0; e < g_nparams; e++) scale = fmax(scale, fabs(ref->params[e]));
     for (int64_t e = 0; e < g_nparams && r.final_params; e++)
-      pworst = fmax(pworst, fabs((double)r.final_params[e] - ref.params[e]));
+      pworst = fmax(pworst, fabs((double)r.final_params[e] - ref->params[e]));
     if (!(worst <= 1e-2)) ZS_T_REPORT("%s: losses %.3g apart (relative) from the single-rank bf16 run", what, worst);
     if (!(pworst <= 1e-2 * scale)) ZS_T_REPORT("%s: parameters %.3g apart (largest %.3g)", what, pworst, scale);
     expect_true(r.final_params != NULL);
     expect_int_eq(r.nval, 2);
     if (r.nval == 2) {
-      expect_near(r.val_losses[0], ref.val[0], 1e-2, 0);
-      expect_near(r.val_losses[1], ref.val[1], 1e-2, 0);
+      expect_near(r.val_losses[0], ref->val[0], 1e-2, 0);
+      expect_near(r.val_losses[1], ref->val[1], 1e-2, 0);
     }
     if (as_fp32) ZS_T_REPORT("%s: every loss is the fp32 run's: the run is not bf16", what);
     if (!(r.losses[STEPS - 1] < r.losses[0] - 0.1f)) /* it learns */
@@ -61,6 +56,20 @@ static void test_bf16(void) {
               STEPS - 1, pworst / scale);
   }
   gpt_result_free(&r);
+}
+
+static void test_bf16(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  gpt_opts_t o;
+  tiny(&o);
+  o.dtype = o.reduce_dtype = ZS_BF16;
+  o.lr = 1e-3f; /* the dense bf16 tests' (gpt_parity.h): 1e-2 of the largest is 10 lr there too */
+  moe_ref_t ref = {0};
+  ref_run(&o, &ref);
+  if (g_size == 2) bf16_run(&o, &ref, 2, 1, 0, 1, "ep 2, stage 1, bf16");
+  else bf16_run(&o, &ref, 2, 3, 2, 1, "edp 2 x ep 2, stage 3, shard group 2, bf16");
+  if (g_size == 2) bf16_run(&o, &ref, 1, 3, 0, 2, "tp 2, stage 3, bf16");
+  else bf16_run(&o, &ref, 2, 1, 0, 2, "ep 2 x tp 2, stage 1, bf16");
   free(ref.params);
 }
 

@@ -26,9 +26,9 @@
  * engine's gathers and the ep comm's all-to-alls, and tracing is off after.
  * gpt_moe_compose.h: --dtype bf16 against the single-rank bf16 run, --export
  * (the single-rank run's file) and --init-from (any ep, bit for bit).
- * --tp (trainer_moe_tp.c): tp 2 at 2 ranks; ep 2 x tp 2, edp 2 x tp 2 and tp 4
- * at 4 ranks, at --accum tp (the reference's micro-batches), to the same
- * tolerances; gpt_moe_compose.h: its export and --init-from, and a checkpoint
+ * --tp (trainer_moe_tp.c): tp 2 at 2 ranks; ep 2 x tp 2, edp 2 x tp 2 (flat
+ * and in shard groups of 1) and tp 4 at 4 ranks, at --accum tp (the
+ * reference's micro-batches), to the same tolerances, and in bf16; gpt_moe_compose.h: its export and --init-from, and a checkpoint
  * of ep 2 x tp 2 loaded without tp.
  * Also the refusals (--tp with --sequence-parallel, --pp, a shard group that
  * splits ep). Model: 2 layers, 32 channels, 4 heads, seq 16, vocabulary 259,
@@ -238,7 +238,7 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
   /* the engines' shard groups: --shard-group's blocks, the experts' N / ep edp ranks of each */
   const int tp = o->tp > 1 ? o->tp : 1; /* the dense engine over the data ranks, the experts' over edp x tp */
   expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size / tp);
-  expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep : g_size / o->ep);
+  expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep * tp : g_size / o->ep);
   double pworst = r.final_params ? compare_params(g_ref.params, r.final_params, what, o->lr) : 1;
   expect_true(r.final_params != NULL);
   check_traffic(&r, o->ep, o->accum, what);
@@ -272,6 +272,7 @@ static void test_layouts(void) {
       {4, 2, 3, 0, 0, 2, "ep 2 x tp 2, stage 3"},
       {4, 1, 2, 2.0f, 0, 2, "edp 2 x tp 2, stage 2, capacity T"},
       {4, 1, 1, 0, 0, 4, "tp 4, stage 1"},
+      {4, 1, 3, 0, 1, 2, "edp 2 x tp 2, stage 3, shard group 1"},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {

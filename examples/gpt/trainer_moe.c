@@ -10,7 +10,7 @@
  * edp (the ranks holding the same experts), whose model-parallel group is ep,
  * so the gradient norm counts each expert once. Both are sharded by --stage;
  * zs_step_group steps them as one model (one norm, one clip, one skip).
- * --shard-group N (a multiple of ep dividing the ranks): hybrid sharding of
+ * --shard-group N (a multiple of ep dividing the data ranks): hybrid sharding of
  * both engines inside the same blocks of N neighbouring ranks: the dense engine
  * shards over the N ranks, the experts' over the N/ep edp ranks among them
  * holding the same experts (1: replicated), each replicated across blocks.
@@ -44,8 +44,8 @@
  * --tp N (trainer_moe_tp.c): the mesh edp x ep x tp; attention, the embedding
  * and the head split over tp as in the dense tp trainer, the MoE half of each
  * block whole on every tp rank.
- * Limits: cpu device; --pp, --ps-servers, --sequence-parallel and --tp with
- * --shard-group are refused. */
+ * --shard-group N then counts data ranks (world / tp).
+ * Limits: cpu device; --pp, --ps-servers and --sequence-parallel are refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -72,17 +72,18 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   if (o->pp > 1 || o->ps_servers > 0)
     return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --pp or --ps-servers "
                 "yet: experts are split over --ep, attention over --tp, the rest is data parallel");
-  if (t->tp > 1 && (o->sequence_parallel || o->shard_group))
-    return trainer_fail(res, ZS_ERR_INVALID, "--tp", "--moe-experts with --tp runs without --sequence-parallel and "
-                "--shard-group: drop them, or run without --tp");
+  if (t->tp > 1 && o->sequence_parallel)
+    return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", "--moe-experts with --tp runs without "
+                "--sequence-parallel (the MoE half takes every token of the tp group): drop it");
   if (t->world % (o->ep * t->tp)) {
     snprintf(msg, sizeof msg, "--ep %d x --tp %d does not divide the %d ranks (ep groups are %d ranks %d apart)", o->ep,
              t->tp, t->world, o->ep, t->tp);
     return trainer_fail(res, ZS_ERR_INVALID, t->tp > 1 ? "--tp" : "--ep", msg);
   }
-  if (o->shard_group && (o->shard_group % o->ep || t->world % o->shard_group)) {
-    snprintf(msg, sizeof msg, "--shard-group %d must be a multiple of --ep %d that divides the %d ranks (each shard "
-             "group holds whole ep groups: every expert is sharded inside it)", o->shard_group, o->ep, t->world);
+  if (o->shard_group && (o->shard_group % o->ep || t->dworld % o->shard_group)) {
+    snprintf(msg, sizeof msg, "--shard-group %d must be a multiple of --ep %d that divides the %d data ranks (ranks / "
+             "--tp; each shard group holds whole ep groups: every expert is sharded inside it)", o->shard_group, o->ep,
+             t->dworld);
     return trainer_fail(res, ZS_ERR_INVALID, "--shard-group", msg);
   }
   if (o->batch % t->dworld || (o->batch / t->dworld) % o->accum)
@@ -153,9 +154,11 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
   if (gpt_tp_init(&t->tpm, &gc, t->tph, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "--tp", err);
   zs_config_t cfg, xcfg;
   gpt_opts_engine_config(o, &cfg);
-  xcfg = cfg; /* --shard-group N: N world ranks hold N / ep of each expert's edp ranks (check_opts) */
-  cfg.shard_group = o->shard_group < t->world ? o->shard_group : 0;
-  xcfg.shard_group = o->shard_group && o->shard_group < t->world ? o->shard_group / t->ep : 0;
+  xcfg = cfg; /* --shard-group N (check_opts) */
+  /* N data ranks: the dense engine's N, and in the experts' (edp x tp, tp
+   * inner) the N / ep edp ranks of a block with their tp ranks */
+  cfg.shard_group = o->shard_group < t->dworld ? o->shard_group : 0;
+  xcfg.shard_group = o->shard_group && o->shard_group < t->dworld ? o->shard_group / t->ep * t->tp : 0;
   if ((st = zs_engine_create(&t->dz, &cfg, t->dev, dcomm)) != ZS_OK ||
       (st = zs_engine_create(&t->xz, &xcfg, t->dev, t->edp_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
