@@ -9,6 +9,12 @@
  *    = L s, L = 127 or 7) pack into the scales s and the codes k, int4's two a
  *    byte with the even element in the low nibble, the padding zero, through
  *    the CPU codec and the cpu device's stream, and sum back exactly.
+ *    Random fp32, bf16 and fp16 shards (lengths mid-block and odd, blocks 32
+ *    and 256, some stretches 1000x smaller): the scale of each block is its
+ *    absmax / L, each decoded value within s (1/2 + 2^-16) + |x| 2^-22 of x,
+ *    the codes in -L..L (int4: nibble 8 unused), the padding zero; a zero
+ *    block decodes to zeros, a block holding a NaN to NaN everywhere (its
+ *    neighbours untouched); the cpu device's bytes equal the CPU codec's.
  * 1. The bound: every rank writes known gradients (a function of the rank,
  *    the parameter and the element, some stretches 1000x smaller) into its
  *    slots; plain SGD at lr 1 from zero weights leaves each weight at minus
@@ -154,6 +160,79 @@ static void test_packed(void) {
 }
 
 /* K: qgZ's group; Ns: the shard group (hybrid; 0 flat) */
+static void pack_cpu(void *dst, const void *x, zs_dtype_t dt, size_t n, size_t B) {
+  if (QG_BITS == 4) zs__wq4_pack_cpu(dst, x, dt, n, B);
+  else zs__wq_pack_cpu(dst, x, dt, n, B);
+}
+
+/* element i's code in a packed shard of nb blocks */
+static int code_at(const unsigned char *q, size_t nb, size_t i) {
+  const unsigned char *c = q + 4 * nb;
+  return QG_BITS == 4 ? zs_wq4_code(c[i / 2], i) : (int)(int8_t)c[i];
+}
+
+static void check_codec(zs_dtype_t dt, size_t n, size_t B, zs_stream_t *st) {
+  const size_t es = dt == ZS_FP32 ? 4 : 2, Q = QG_BITS == 4 ? zs_wq4_bytes(n, B) : zs_wq_bytes(n, B);
+  const size_t nb = zs_wq_blocks(n, B), used = QG_BITS == 4 ? (n + 1) / 2 : n;
+  void *x = malloc(n * es);
+  uint64_t seed = 77 + n + B + (uint64_t)dt;
+  for (size_t i = 0; i < n; i++) {
+    float mag = (i / 97) % 5 == 4 ? 1e-3f : 2.0f;
+    float v = (i / B) % 7 == 3 ? 0.0f : zs_t_rand_f(&seed, -mag, mag); /* some blocks all zero */
+    zs_ref_store(x, (int)dt, i, v);
+  }
+  if (n > 2 * B) zs_ref_store(x, (int)dt, B + 5, NAN); /* block 1 broken */
+  unsigned char *q = malloc(Q), *qd = malloc(Q);
+  float *y = malloc(n * 4);
+  memset(q, 0xA5, Q), memset(qd, 0x5A, Q);
+  pack_cpu(q, x, dt, n, B);
+  expect_ok(QG_BITS == 4 ? zs__wq4_pack(dev, st, qd, x, dt, n, B) : zs__wq_pack(dev, st, qd, x, dt, n, B));
+  expect_ok(QG_BITS == 4 ? zs__wq4_unpack_sum(dev, st, y, q, n, B, 1, Q) : zs__wq_unpack_sum(dev, st, y, q, n, B, 1, Q));
+  expect_ok(zs_stream_synchronize(dev, st));
+  expect_true(memcmp(q, qd, Q) == 0);
+  int bad = 0;
+  for (size_t i = used; i < Q - 4 * nb; i++) bad += q[4 * nb + i] != 0;
+  for (size_t b = 0; b < nb; b++) {
+    size_t i0 = b * B, m = n - i0 < B ? n - i0 : B;
+    double amax = 0;
+    int nan = 0;
+    for (size_t i = i0; i < i0 + m; i++) {
+      double v = zs_ref_load(x, (int)dt, i);
+      nan |= v != v;
+      amax = fmax(amax, fabs(v));
+    }
+    float sc = ((const float *)q)[b];
+    if (nan) {
+      for (size_t i = i0; i < i0 + m; i++) bad += !(y[i] != y[i]);
+      continue;
+    }
+    bad += sc != (float)amax / (float)LEVELS;
+    for (size_t i = i0; i < i0 + m; i++) {
+      double v = zs_ref_load(x, (int)dt, i), err = fabs(y[i] - v);
+      int c = code_at(q, nb, i);
+      if ((err > sc * (0.5 + 0x1p-16) + fabs(v) * 0x1p-22 || c < -LEVELS || c > LEVELS || (amax == 0 && y[i] != 0)) &&
+          bad++ < 3)
+        ZS_T_REPORT("int%d dt %d n %zu B %zu element %zu: %.9g decodes to %.9g (code %d, scale %.9g)", QG_BITS,
+                    (int)dt, n, B, i, v, (double)y[i], c, (double)sc);
+    }
+  }
+  expect_int_eq(bad, 0);
+  free(x), free(q), free(qd), free(y);
+}
+
+static void test_codec(void) {
+  static const size_t lengths[] = {1, 31, 33, 1001, 4097};
+  static const zs_dtype_t dts[] = {ZS_FP32, ZS_BF16, ZS_FP16};
+  zs_stream_t *st = NULL;
+  assert_ok(zs_stream_create(dev, &st));
+  for (int d = 0; d < 3; d++)
+    for (int l = 0; l < 5; l++) {
+      check_codec(dts[d], lengths[l], 32, st);
+      check_codec(dts[d], lengths[l], 256, st);
+    }
+  zs_stream_destroy(dev, st);
+}
+
 static void check_bound(int stage, int K, int Ns) {
   zs_config_t c = qg_cfg(stage, K, ZS_SGD);
   c.shard_group = Ns;
@@ -249,7 +328,10 @@ static void test_bound(void) {
   tm_model_t m = {0};
   assert_ok(zs_engine_create(&zs, &c, dev, world));
   assert_ok(tm_declare(zs, &m, NBLK, ZS_FP32));
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE); /* the refusal is expected */
   expect_status(zs_engine_setup(zs, zero_init, NULL), ZS_ERR_INVALID);
+  zs_log_set_level(saved);
   expect_str_contains(zs_engine_last_error(zs), "quantized_gradients_group 4 does not divide the 2 ranks of the shard group");
   tm_free(&m);
   zs_engine_destroy(zs);
@@ -304,6 +386,7 @@ int main(void) {
   if (nranks != 4) ZS_SKIP("test_engine_qg runs on 4 ranks");
   tm_data(NSAMP, X, T);
   zs_test_run(test_packed);
+  zs_test_run(test_codec);
   zs_test_run(test_bound);
   zs_test_run(test_training);
   zs_comm_destroy(world);
