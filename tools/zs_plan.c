@@ -238,12 +238,21 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
  * traffic: the step's collectives, as the engine issues them
  * ========================================================================== */
 
+/* qgZ's group at a shard group of Ns ranks, as the engine picks it (setup.c):
+ * the ranks per node, or the whole shard group where it sits inside a node; 0
+ * where neither divides */
+static int qg_group(const pl_opts_t *o, int Ns) {
+  int K = o->per_node > Ns && o->per_node % Ns == 0 ? Ns : o->per_node;
+  return Ns % K == 0 ? K : 0;
+}
+
 /* qgZ (src/zero/qgrad.c): the reduce-scatter of a unit of S a shard as an
- * all-to-all of G packed shards to each member of the node group (K = the
- * ranks per node), then one of a packed shard to each other group; a packed
- * shard: a scale a block and o->qg bits an element (kernels/wquant.h) */
-static void qg_reduce(pl_sched_t *s, const pl_opts_t *o, int64_t S, int times) {
-  const int K = o->per_node, G = o->world / K;
+ * all-to-all of G packed shards to each member of its group (K ranks of the
+ * shard group's Ns), then one of a packed shard to each other group of the
+ * shard group; a packed shard: a scale a block and o->qg bits an element
+ * (kernels/wquant.h) */
+static void qg_reduce(pl_sched_t *s, const pl_opts_t *o, int Ns, int64_t S, int times) {
+  const int K = qg_group(o, Ns), G = Ns / K;
   const size_t B = o->qw_block ? (size_t)o->qw_block : ZS_WQ_BLOCK_DEFAULT;
   const int64_t Q = (int64_t)(o->qg == 4 ? zs_wq4_bytes((size_t)S, B) : zs_wq_bytes((size_t)S, B));
   if (K > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_NODE, G * Q, times);
@@ -254,7 +263,7 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
   pl_net_t net = o->net;
   net.shard = x->shard;
   net.hpz = x->hpz;
-  net.qg = x->qg ? o->per_node : 0;
+  net.qg = x->qg ? qg_group(o, x->shard) : 0;
   pl_sched_t *s = pl_sched_create(&net);
   if (!s) pl_die(1, "out of host memory for the link model");
   const int64_t pb = (int64_t)zs_dtype_size(o->dtype), rb = (int64_t)zs_dtype_size(o->reduce_dtype);
@@ -265,7 +274,7 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
       case 0: pl_sched_add(s, PL_BACKWARD, PL_ALL_REDUCE, PL_WORLD, P * rb, 1); break;
       case 1:
       case 2:
-        if (x->qg) qg_reduce(s, o, P / x->shard, x->stage == 2 ? A : 1);
+        if (x->qg) qg_reduce(s, o, x->shard, P / x->shard, x->stage == 2 ? A : 1);
         else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, x->stage == 2 ? A : 1);
         pl_sched_add(s, PL_STEP, PL_ALL_GATHER, PL_SHARD, P * pb, 1);
         break;
@@ -277,7 +286,7 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         /* hpZ: backward gathers the secondary copies among K ranks (exact) */
         if (x->hpz > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_HPZ, P * pb, A);
         else pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
-        if (x->qg) qg_reduce(s, o, S, A);
+        if (x->qg) qg_reduce(s, o, x->shard, S, A);
         else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
         break;
       }
@@ -395,7 +404,8 @@ static void offload_name(const pl_option_t *x, char *buf, size_t n) {
 static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, size_t n) {
   char hz[16] = "";
   if (x->hpz > 1) snprintf(hz, sizeof hz, " hpz%d", x->hpz);
-  if (x->shard < o->world) snprintf(buf, n, "hybrid %d%s", x->shard, x->qw ? " qw" : "");
+  if (x->shard < o->world)
+    snprintf(buf, n, "hybrid %d%s%s", x->shard, x->qw ? " qw" : "", !x->qg ? "" : o->qg == 4 ? " qg4" : " qg");
   else snprintf(buf, n, "flat%s%s%s", x->qw ? " qw" : "", hz, !x->qg ? "" : o->qg == 4 ? " qg4" : " qg");
 }
 
@@ -536,9 +546,11 @@ int main(int argc, char **argv) {
   for (int q = 0; o.hpz > 1 && q <= (o.qw_block != 0); q++) /* hpZ: flat stage 3 (hybrid gathers in-group already) */
     for (int off = 0; off <= 1; off++)
       x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qw = q, .hpz = o.hpz};
-  if (o.qg) { /* qgZ: flat stages 2-3 on the device; stage 3 with the other two where listed */
+  if (o.qg) { /* qgZ: stages 2-3 on the device, flat and hybrid; flat stage 3 with the other two where listed */
     x[nx++] = (pl_option_t){.stage = 2, .shard = o.world, .qg = 1};
     x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qg = 1};
+    for (int stage = 2; hybrid && qg_group(&o, o.shard_group) && stage <= 3; stage++)
+      x[nx++] = (pl_option_t){.stage = stage, .shard = o.shard_group, .qg = 1};
     if (o.qw_block && o.hpz > 1)
       x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qw = 1, .hpz = o.hpz, .qg = 1};
   }

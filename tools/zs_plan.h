@@ -16,7 +16,7 @@ typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER, PL_ALL_TO_AL
  * flat), the shard groups (Ns consecutive ranks each), the replica groups
  * (ranks equal modulo Ns). Every group of the kind runs it at the same time. */
 /* PL_HPZ: hpz consecutive ranks; PL_QG_NODE: qg consecutive ranks, PL_QG_CROSS:
- * the ranks of one member index across those groups (stride qg) */
+ * the ranks of one member index across those groups of a shard group (stride qg) */
 typedef enum { PL_WORLD = 0, PL_SHARD, PL_REPLICA, PL_HPZ, PL_QG_NODE, PL_QG_CROSS } pl_group_t;
 /* Parts of a step that follow one another: forward (stage 3's gathers),
  * backward (gathers and reductions), zs_step (the norm, stages 1-2's gather). */

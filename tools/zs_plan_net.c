@@ -44,14 +44,14 @@ struct pl_sched {
 static int group_count(const pl_net_t *n, pl_group_t g) {
   if (g == PL_HPZ) return n->world / n->hpz;
   if (g == PL_QG_NODE) return n->world / n->qg;
-  if (g == PL_QG_CROSS) return n->qg;
+  if (g == PL_QG_CROSS) return n->world / n->shard * n->qg;
   return g == PL_WORLD ? 1 : g == PL_SHARD ? n->world / n->shard : n->shard;
 }
 
 static int group_size(const pl_net_t *n, pl_group_t g) {
   if (g == PL_HPZ) return n->hpz;
   if (g == PL_QG_NODE) return n->qg;
-  if (g == PL_QG_CROSS) return n->world / n->qg;
+  if (g == PL_QG_CROSS) return n->shard / n->qg;
   return g == PL_WORLD ? n->world : g == PL_SHARD ? n->shard : n->world / n->shard;
 }
 
@@ -59,7 +59,7 @@ static int group_size(const pl_net_t *n, pl_group_t g) {
 static int member(const pl_net_t *n, pl_group_t g, int gi, int i) {
   if (g == PL_HPZ) return gi * n->hpz + i;
   if (g == PL_QG_NODE) return gi * n->qg + i;
-  if (g == PL_QG_CROSS) return gi + i * n->qg;
+  if (g == PL_QG_CROSS) return gi / n->qg * n->shard + gi % n->qg + i * n->qg; /* inside shard group gi / qg */
   return g == PL_WORLD ? i : g == PL_SHARD ? gi * n->shard + i : gi + i * n->shard;
 }
 
