@@ -159,22 +159,6 @@ ZS_AI void adam8(const adam_c *c, const int adamw, const int gdt, const int pdt,
   st_f32(w + i, x);
   if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, i, x);
 }
-/* One specialized loop per (AdamW or Adam, grad dtype, param copy dtype), as
- * path_step does: F(adamw, gdt, pdt) is the call. */
-#define ZS_FUSED_P(F, A, G)              \
-  switch (p ? pdt : -1) {                \
-    case ZS_BF16: F(A, G, ZS_BF16); return; \
-    case ZS_FP16: F(A, G, ZS_FP16); return; \
-    default: F(A, G, -1); return;        \
-  }
-#define ZS_FUSED_G(F, A)                     \
-  switch (gdt) {                             \
-    case ZS_BF16: ZS_FUSED_P(F, A, ZS_BF16); \
-    case ZS_FP16: ZS_FUSED_P(F, A, ZS_FP16); \
-    default: ZS_FUSED_P(F, A, ZS_FP32);      \
-  }
-#define ZS_FUSED_DISPATCH(F) \
-  if (h->kind == ZS_K_ADAMW) ZS_FUSED_G(F, 1) else ZS_FUSED_G(F, 0)
 static adam_c adam_consts(const zs_k_hyper_t *h, float lr, float wd) {
   return (adam_c){v_set1(h->gm), v_set1(h->b1), v_set1(h->a1), v_set1(h->b2), v_set1(h->a2),
                   v_set1(h->rbc2), v_set1(h->eps), v_set1(lr), v_set1(wd)};

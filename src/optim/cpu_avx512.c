@@ -207,10 +207,11 @@ static inline void v_st_sr_bf16(uint16_t *d, vf x, __m512i r) {
   _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(out));
 }
 
-static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
-                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
-                          uint32_t lo) {
-  const int adamw = h->kind == ZS_K_ADAMW, has_p = p && (pdt == ZS_BF16 || pdt == ZS_FP16);
+/* One loop per (AdamW or Adam, grad dtype, copy dtype): no branch in the loop. */
+ZS_AI void adam_bf16_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
+                          float *w, uint16_t *qm, uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m,
+                          uint32_t salt_v, uint32_t lo) {
+  const int has_p = pdt == ZS_BF16 || pdt == ZS_FP16;
   const vf gm = v_set1(h->gm), b1 = v_set1(h->b1), a1 = v_set1(h->a1), b2 = v_set1(h->b2), a2 = v_set1(h->a2),
            rbc2 = v_set1(h->rbc2), eps = v_set1(h->eps), vlr = v_set1(lr), vwd = v_set1(wd);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -237,10 +238,18 @@ static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, in
   }
 }
 
-static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
-                              float *ts) {
-  const int adamw = h->kind == ZS_K_ADAMW, has_p = p && (pdt == ZS_BF16 || pdt == ZS_FP16);
+static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                          uint16_t *qv, const void *g, void *p, size_t n, uint32_t salt_m, uint32_t salt_v,
+                          uint32_t lo) {
+#define ZS_BF(A, G, P) adam_bf16_loop(h, A, G, P, lr, wd, w, qm, qv, g, p, n, salt_m, salt_v, lo)
+  ZS_FUSED_DISPATCH(ZS_BF);
+#undef ZS_BF
+}
+
+ZS_AI void adam_q8_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
+                        float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n,
+                        float *tm, float *ts) {
+  const int has_p = pdt == ZS_BF16 || pdt == ZS_FP16;
   const vf gm = v_set1(h->gm), b1 = v_set1(h->b1), a1 = v_set1(h->a1), b2 = v_set1(h->b2), a2 = v_set1(h->a2),
            rbc2 = v_set1(h->rbc2), eps = v_set1(h->eps), vlr = v_set1(lr), vwd = v_set1(wd);
   const vf sm = v_set1(*ms), ss = v_set1(*vs);
@@ -285,4 +294,12 @@ static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt
     __m512i c = v_q8_mag(v_mul(ld_f32(ts + i), v_set1(invs)), 4, 1);
     _mm_storeu_si128((__m128i *)(qv + i), _mm512_cvtepi32_epi8(c));
   }
+}
+
+static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
+                              float *ts) {
+#define ZS_Q8(A, G, P) adam_q8_loop(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, n, tm, ts)
+  ZS_FUSED_DISPATCH(ZS_Q8);
+#undef ZS_Q8
 }

@@ -129,6 +129,23 @@ ZS_AI void step_loop(const zs_k_hyper_t *h, const int kind, const int gdt, const
     default: ZS_STEP_P(K, ZS_FP32);         \
   }
 
+/* One specialized loop per (AdamW or Adam, grad dtype, param copy dtype), as
+ * path_step does, for the fused compact-state steps (cpu_tile.h): F(adamw, gdt,
+ * pdt) is the call, pdt -1 without a copy. */
+#define ZS_FUSED_P(F, A, G)              \
+  switch (p ? pdt : -1) {                \
+    case ZS_BF16: F(A, G, ZS_BF16); return; \
+    case ZS_FP16: F(A, G, ZS_FP16); return; \
+    default: F(A, G, -1); return;        \
+  }
+#define ZS_FUSED_G(F, A)                     \
+  switch (gdt) {                             \
+    case ZS_BF16: ZS_FUSED_P(F, A, ZS_BF16); \
+    case ZS_FP16: ZS_FUSED_P(F, A, ZS_FP16); \
+    default: ZS_FUSED_P(F, A, ZS_FP32);      \
+  }
+#define ZS_FUSED_DISPATCH(F) \
+  if (h->kind == ZS_K_ADAMW) ZS_FUSED_G(F, 1) else ZS_FUSED_G(F, 0)
 static void path_step(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w,
                       float *m, float *v, const void *g, void *p, size_t n) {
   if (!p) pdt = -1;
