@@ -50,6 +50,14 @@ static void test_json(void) {
   assert_ok(zs_config_from_json(&c, "{\"stage\": 2, \"quantized_gradients\": 8, \"quantized_gradients_group\": 4}"));
   expect_int_eq(c.quantized_gradients, 8);
   expect_int_eq(c.quantized_gradients_group, 4);
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 3, \"quantized_gradients\": 4}")); /* int4: ours only */
+  expect_int_eq(c.quantized_gradients, 4);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "quantized gradients int4");
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  expect_status(zs_config_from_json(&c, "{\"stage\": 3, \"quantized_gradients\": 16}"), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "config.quantized_gradients is 16");
+  zs_log_set_level(saved);
 }
 
 static void test_env(void) {
