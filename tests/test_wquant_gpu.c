@@ -4,7 +4,8 @@
  * fp32, bf16 and fp16, blocks 32, 256 and 4096, lengths ending mid-block and
  * off a multiple of 4, several parts, a block with a NaN (any NaN equal to any:
  * CUDA canonicalizes their payloads); the summed unpack of qgZ; and the dispatch
- * through a cuda device's stream (zs__wq_pack / zs__wq_unpack). Skips (77)
+ * through a cuda device's stream (zs__wq_pack / zs__wq_unpack); qgZ's int4
+ * pack and summed unpack (zs_k_wq4_*, zs__wq4_*) the same way. Skips (77)
  * without a GPU or without CUDA in the build. */
 #include <math.h>
 #include <stdint.h>
@@ -145,11 +146,67 @@ static void test_dispatch_cuda(void) {
   zs_device_destroy(dev);
 }
 
+/* int4 (qgZ's quantized_gradients = 4): each of 3 shards packed on the GPU as
+ * on the CPU (scales, codes two a byte, zero padding), their sum in part order
+ * (parts 8 bytes apart beyond a packed shard) bit for bit, directly and through
+ * a cuda device's stream; a NaN in the fp32 case. */
+static void check4(zs_dtype_t dt, size_t n, size_t B, zs_device_t *dev, zs_stream_t *s) {
+  const size_t eb = dt == ZS_FP32 ? 4 : 2, Q = zs_wq4_bytes(n, B), stride = Q + 8, nb = zs_wq_blocks(n, B);
+  const int parts = 3;
+  char *x = malloc(parts * n * eb);
+  unsigned char *q = calloc(parts, stride), *q_d = malloc(parts * stride);
+  float *want = malloc(n * 4), *got = malloc(n * 4), *got_s = malloc(n * 4);
+  values(x, dt, parts * n, 71 + n + B);
+  if (dt == ZS_FP32 && n > 10) zs_ref_store(x, (int)dt, n / 2, NAN);
+  for (int p = 0; p < parts; p++) zs__wq4_pack_cpu(q + (size_t)p * stride, x + (size_t)p * n * eb, dt, n, B);
+  zs__wq4_unpack_sum_cpu(want, q, n, B, parts, stride);
+  void *dx = dalloc(parts * n * eb), *dq = dalloc(parts * stride), *dy = dalloc(n * 4);
+  cudaMemcpy(dx, x, parts * n * eb, cudaMemcpyHostToDevice);
+  cudaMemset(dq, 0, parts * stride);
+  for (int p = 0; p < parts; p++)
+    expect_int_eq(zs_k_wq4_pack((char *)dq + (size_t)p * stride, (char *)dx + (size_t)p * n * eb, (int)dt, n,
+                                B, NULL), 0);
+  expect_int_eq(zs_k_wq4_unpack_sum(dy, dq, n, B, parts, stride, NULL), 0);
+  expect_int_eq(cudaDeviceSynchronize(), 0);
+  cudaMemcpy(q_d, dq, parts * stride, cudaMemcpyDeviceToHost);
+  cudaMemcpy(got, dy, n * 4, cudaMemcpyDeviceToHost);
+  for (int p = 0; p < parts; p++) {
+    const unsigned char *a = q + (size_t)p * stride, *b = q_d + (size_t)p * stride;
+    if (!same_f32((const float *)a, (const float *)b, nb) || memcmp(a + 4 * nb, b + 4 * nb, Q - 4 * nb))
+      ZS_T_REPORT("int4 dt %d n %zu B %zu part %d: packed bytes differ from the CPU's", (int)dt, n, B, p);
+  }
+  expect_true(same_f32(want, got, n));
+  expect_ok(zs__wq4_pack(dev, s, dq, dx, dt, n, B));
+  expect_ok(zs__wq4_unpack_sum(dev, s, dy, dq, n, B, 1, Q));
+  expect_ok(zs_stream_synchronize(dev, s));
+  cudaMemcpy(got_s, dy, n * 4, cudaMemcpyDeviceToHost);
+  zs__wq4_unpack_sum_cpu(want, q, n, B, 1, Q);
+  expect_true(same_f32(want, got_s, n));
+  cudaFree(dx), cudaFree(dq), cudaFree(dy);
+  free(x), free(q), free(q_d), free(want), free(got), free(got_s);
+}
+
+static void test_int4(void) {
+  static const size_t lengths[] = {1, 3, 33, 4097, 70001};
+  static const size_t blocks[] = {32, 256, 4096};
+  static const zs_dtype_t dts[] = {ZS_FP32, ZS_BF16, ZS_FP16};
+  zs_device_t *dev = NULL;
+  assert_ok(zs_device_create_cuda(&dev, 0));
+  zs_stream_t *s = NULL;
+  assert_ok(zs_stream_create(dev, &s));
+  for (size_t d = 0; d < 3; d++)
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+      for (size_t b = 0; b < 3; b++) check4(dts[d], lengths[l], blocks[b], dev, s);
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+}
+
 int main(void) {
   if (zs_device_cuda_count() == 0) ZS_SKIP("no CUDA GPU");
   zs_test_run(test_bitexact);
   zs_test_run(test_unpack_sum);
   zs_test_run(test_dispatch_cuda);
+  zs_test_run(test_int4);
   return zs_test_finish();
 }
 #endif
