@@ -1,7 +1,8 @@
 /* gpt_moe_compose.h: test_gpt_moe_parity's cases of the mixture-of-experts run
  * composed with the trainer's other features: --dtype bf16, --export and
  * --init-from (--shard-group is a layout of test_gpt_moe_parity.c's table).
- * --tp: its export and --init-from, and a tp checkpoint loaded without tp.
+ * --tp: its export and --init-from, and a tp checkpoint loaded without tp;
+ * --pp: its export, and a pp checkpoint loaded without pp.
  * The second half of that file, included by it once after its fixture
  * (g_world, g_mm, tiny, ref_run, compare_params, shared_tmpdir): the cases
  * ride in the test's two mpiexec launches, and the harness keeps its counts
@@ -229,31 +230,39 @@ static void check_init_from(const char *path, const char *dir, const float *want
   gpt_result_free(&r);
 }
 
-/* --tp 2 (ep = world / 2, --accum 2: the reference's micro-batches): its
- * export after 3 steps is the single-rank run's file (check_export: the tp
- * parts joined into whole tensors), and --init-from that file at tp 2 gives
- * back the run's parameters bit for bit (each tp rank reads its slices). */
-static void check_tp_export(const char *dir, const char *ref_path, const moe_ref_t *ref) {
+/* --tp 2 (--accum 2) or --pp 2 (--microbatches 2 by default), ep = world / 2:
+ * the reference's micro-batches. The export after 3 steps is the single-rank
+ * run's file (check_export: the tp parts joined into whole tensors; with --pp
+ * each tensor from the stage holding it, the head's tied copy not in it), and
+ * --init-from that file gives back the run's parameters bit for bit: at tp 2
+ * (each tp rank reads its slices), or without --pp at ep = world (--init-from
+ * is refused with --pp). */
+static void check_mp_export(const char *dir, const char *ref_path, const moe_ref_t *ref, int pp) {
   char path[192];
-  snprintf(path, sizeof path, "%s/tp.safetensors", dir);
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, pp ? "pp" : "tp");
   gpt_opts_t o;
   tiny(&o);
-  o.steps = 3, o.export_path = path, o.tp = 2, o.accum = 2, o.ep = g_size / 2, o.stage = 3;
-  const char *what = g_size == 2 ? "--export, tp 2" : "--export, ep 2 x tp 2";
+  o.steps = 3, o.export_path = path, o.ep = g_size / 2, o.stage = 3;
+  if (pp) o.pp = 2;
+  else o.tp = 2, o.accum = 2;
+  const char *what = pp ? (g_size == 2 ? "--export, pp 2" : "--export, pp 2 x ep 2")
+                        : (g_size == 2 ? "--export, tp 2" : "--export, ep 2 x tp 2");
+  const char *back_at = pp ? "ep = world without --pp" : "tp 2";
   gpt_result_t r, back;
   zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("%s: %s", what, r.err);
   if (st == ZS_OK && g_rank == 0) check_export(path, ref_path, r.final_params, ref->params, o.lr, what);
   zs_comm_barrier(g_world, NULL);
   o.steps = 0, o.export_path = NULL, o.init_from = path, o.stage = 1;
+  if (pp) o.pp = 1, o.ep = g_size;
   zs_status_t sb = st == ZS_OK ? gpt_train_run(&o, g_dev, g_world, &back) : st;
-  if (st == ZS_OK && sb != ZS_OK) ZS_T_REPORT("--init-from at tp 2: %s", back.err);
+  if (st == ZS_OK && sb != ZS_OK) ZS_T_REPORT("--init-from at %s: %s", back_at, back.err);
   if (sb == ZS_OK && memcmp(back.final_params, r.final_params, (size_t)g_nparams * sizeof(float)))
-    ZS_T_REPORT("--init-from at tp 2: the parameters differ from the exporting run's (%s)", what);
+    ZS_T_REPORT("--init-from at %s: the parameters differ from the exporting run's (%s)", back_at, what);
   if (sb == ZS_OK) expect_near(back.val_loss, r.val_loss, 1e-5, 0);
   if (sb == ZS_OK && g_rank == 0)
-    fprintf(stderr, "moe --init-from at tp 2, world %d: %lld values bit for bit, validation loss %.7f (the exporting "
-            "run's %.7f)\n", g_size, (long long)g_nparams, back.val_loss, r.val_loss);
+    fprintf(stderr, "moe --init-from at %s, world %d: %lld values bit for bit, validation loss %.7f (the exporting "
+            "run's %.7f)\n", back_at, g_size, (long long)g_nparams, back.val_loss, r.val_loss);
   gpt_result_free(&r);
   if (st == ZS_OK) gpt_result_free(&back);
 }
@@ -282,7 +291,8 @@ static void test_export_init_from(void) {
   zs_comm_barrier(g_world, NULL);
   if (st == ZS_OK) check_init_from(path, dir, r.final_params, r.val_loss);
   gpt_result_free(&r);
-  check_tp_export(dir, ref_path, &ref);
+  check_mp_export(dir, ref_path, &ref, 0);
+  check_mp_export(dir, ref_path, &ref, 1);
   free(ref.params);
   shared_rmdir(dir);
 }
@@ -291,52 +301,74 @@ static void test_export_init_from(void) {
  * --tp checkpoints
  * ========================================================================== */
 
-/* A checkpoint of ep 2 x tp 2 (4 ranks, --accum 2) saved at step 5 of 10
- * loads at ep 2 x tp 2, at edp 2 x ep 2 and at edp 4 x ep 1 without --tp (the
- * dense parameters' tp splits declared, the any-layout loader joining them;
- * --accum 1: the same micro-batches), all at stage 3: the 5 steps after it
- * equal the uninterrupted run's to the parity tolerance (1e-5), and so do the
- * final parameters (compare_params); in the same layout, bit for bit. */
-static void test_tp_resume(void) {
-  if (g_size != 4) zs_test_skip("run at 4 ranks (ep 2 x tp 2)");
+typedef struct {
+  int ep, tp, pp;
+  const char *what;
+} moe_layout_t;
+
+/* A checkpoint of `from` (stage 3, no validation) saved at step 5 of 10 loads
+ * in each layout of `to` (at --accum tp; --microbatches pp by default: the same
+ * micro-batches), at stage 3: the 5 steps after it equal the uninterrupted
+ * run's to the parity tolerance (1e-5), and so do the final parameters
+ * (compare_params); in from's own layout (to[0]), bit for bit. */
+static void resume_at(const moe_layout_t *from, const moe_layout_t *to, int n, const char *pattern) {
   char dir[128];
-  shared_tmpdir(dir, "/tmp/zs-gpt-moe-tp-ckpt-XXXXXX");
+  shared_tmpdir(dir, pattern);
   gpt_opts_t o;
   gpt_result_t whole, r;
   tiny(&o);
-  o.ep = 2, o.tp = 2, o.accum = 2, o.stage = 3, o.lr_steps = STEPS, o.val_seqs = 0;
+  o.ep = from->ep, o.tp = from->tp, o.accum = from->tp, o.pp = from->pp, o.stage = 3, o.lr_steps = STEPS;
+  o.val_seqs = 0;
   assert_ok(gpt_train_run(&o, g_dev, g_world, &whole));
   o.steps = STEPS / 2, o.save = dir;
   assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
-  const struct {
-    int ep, tp;
-    const char *what;
-  } to[] = {{2, 2, "ep 2 x tp 2"}, {2, 1, "edp 2 x ep 2"}, {1, 1, "edp 4 x ep 1"}};
-  for (size_t k = 0; k < sizeof to / sizeof to[0]; k++) {
-    o.save = NULL, o.load = dir, o.stage = 3, o.ep = to[k].ep, o.tp = to[k].tp, o.accum = to[k].tp;
+  for (int k = 0; k < n; k++) {
+    o.save = NULL, o.load = dir, o.stage = 3, o.ep = to[k].ep, o.tp = to[k].tp, o.accum = to[k].tp, o.pp = to[k].pp;
     zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
-    if (st != ZS_OK) ZS_T_REPORT("resume at %s: %s", to[k].what, r.err);
+    if (st != ZS_OK) ZS_T_REPORT("%s checkpoint at %s: %s", from->what, to[k].what, r.err);
     double worst = 0;
     for (int i = 0; st == ZS_OK && i < STEPS / 2; i++) {
       const double want = whole.losses[STEPS / 2 + i], d = fabs((double)r.losses[i] - want) / want;
       worst = fmax(worst, d);
-      if (!(d <= (to[k].tp == 2 ? 0 : 1e-5))) {
-        ZS_T_REPORT("resume at %s: step %d loss %.9g vs %.9g without the checkpoint", to[k].what, STEPS / 2 + i,
-                    (double)r.losses[i], want);
+      if (!(d <= (k == 0 ? 0 : 1e-5))) {
+        ZS_T_REPORT("%s checkpoint at %s: step %d loss %.9g vs %.9g without the checkpoint", from->what, to[k].what,
+                    STEPS / 2 + i, (double)r.losses[i], want);
         break;
       }
     }
     double pworst = st == ZS_OK ? compare_params(whole.final_params, r.final_params, to[k].what, o.lr) : 1;
-    if (st == ZS_OK && to[k].tp == 2 && memcmp(r.final_params, whole.final_params, (size_t)g_nparams * sizeof(float)))
-      ZS_T_REPORT("resume at %s: the final parameters are not the uninterrupted run's bit for bit", to[k].what);
+    if (st == ZS_OK && k == 0 && memcmp(r.final_params, whole.final_params, (size_t)g_nparams * sizeof(float)))
+      ZS_T_REPORT("%s checkpoint at %s: the final parameters are not the uninterrupted run's bit for bit", from->what,
+                  to[k].what);
     if (st == ZS_OK && g_rank == 0)
-      fprintf(stderr, "moe tp 2 checkpoint loaded at %-14s world %d: steps 6-10 losses within %.2g (relative), "
-              "parameters %.2g of the uninterrupted run's\n", to[k].what, g_size, worst, pworst);
+      fprintf(stderr, "moe %s checkpoint loaded at %-14s world %d: steps 6-10 losses within %.2g (relative), "
+              "parameters %.2g of the uninterrupted run's\n", from->what, to[k].what, g_size, worst, pworst);
     gpt_result_free(&r);
   }
   gpt_result_free(&whole);
   shared_rmdir(dir);
+}
+
+/* ep 2 x tp 2 (4 ranks) at ep 2 x tp 2, edp 2 x ep 2 and edp 4 x ep 1 without
+ * --tp (the dense parameters' tp splits declared, the any-layout loader
+ * joining them). */
+static void test_tp_resume(void) {
+  if (g_size != 4) zs_test_skip("run at 4 ranks (ep 2 x tp 2)");
+  const moe_layout_t from = {2, 2, 1, "tp 2"};
+  const moe_layout_t to[] = {{2, 2, 1, "ep 2 x tp 2"}, {2, 1, 1, "edp 2 x ep 2"}, {1, 1, 1, "edp 4 x ep 1"}};
+  resume_at(&from, to, 3, "/tmp/zs-gpt-moe-tp-ckpt-XXXXXX");
+}
+
+/* pp 2 x ep world / 2 at the same layout and without --pp at ep 2 and ep 1
+ * (each stage's part of both engines, the head's copy declared wte's). */
+static void test_pp_resume(void) {
+  if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
+  const moe_layout_t from = {g_size / 2, 1, 2, "pp 2"};
+  const moe_layout_t to[] = {{g_size / 2, 1, 2, g_size == 2 ? "pp 2" : "pp 2 x ep 2"},
+                             {2, 1, 1, g_size == 2 ? "ep 2" : "edp 2 x ep 2"},
+                             {1, 1, 1, g_size == 2 ? "edp 2 x ep 1" : "edp 4 x ep 1"}};
+  resume_at(&from, to, 3, "/tmp/zs-gpt-moe-pp-ckpt-XXXXXX");
 }
 
 #endif

@@ -46,6 +46,7 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#include "zeroshard/pipeline.h"
 
 enum { STEPS = 10, E = 4, K = 2 };
 
@@ -171,7 +172,9 @@ static double compare_params(const float *ref, const float *got, const char *wha
 }
 
 /* Each rank's all-to-all bytes per step against its routing; every byte sent received. */
-static void check_traffic(const gpt_result_t *r, int ep, int accum, const char *what) {
+/* rounds: the layers x micro-batches a rank routes a step (L x --accum; with --pp
+ * its stage's L / pp x --microbatches). */
+static void check_traffic(const gpt_result_t *r, int ep, int rounds, const char *what) {
   uint64_t sent = 0, recv = 0;
   for (int s = 0; s < r->steps; s++) {
     const gpt_moe_info_t *m = &r->moe;
@@ -190,7 +193,7 @@ static void check_traffic(const gpt_result_t *r, int ep, int accum, const char *
   assert_ok(zs_comm_all_reduce(g_world, tot, tot, 2, ZS_INT64, ZS_SUM, NULL));
   expect_u64_eq(tot[0], tot[1]);
   expect_true(ep == 1 ? tot[0] == 0 : tot[0] > 0);
-  expect_u64_eq(r->moe.count_bytes, (uint64_t)k_cfg.layers * (uint64_t)accum * (uint64_t)(ep - 1) * (E / ep) * 8u);
+  expect_u64_eq(r->moe.count_bytes, (uint64_t)rounds * (uint64_t)(ep - 1) * (E / ep) * 8u);
   if (g_rank == 0)
     fprintf(stderr, "moe parity %-40s world %d: step 0 rank 0 all-to-all %llu B sent = %llu B received = "
             "counts %llu + 2 x (%llu + %llu) routed\n", what, g_size, (unsigned long long)r->moe.a2a_sent[0],
@@ -237,11 +240,12 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
   expect_int_eq(total, (int64_t)STEPS * 8 * k_cfg.seq * K); /* layer 0: every token's k choices */
   /* the engines' shard groups: --shard-group's blocks, the experts' N / ep edp ranks of each */
   const int tp = o->tp > 1 ? o->tp : 1; /* the dense engine over the data ranks, the experts' over edp x tp */
-  expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size / tp);
-  expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep * tp : g_size / o->ep);
+  const int pp = o->pp > 1 ? o->pp : 1; /* each pipeline stage's ranks */
+  expect_int_eq(r.moe.shard_groups[0], o->shard_group ? o->shard_group : g_size / tp / pp);
+  expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep * tp : g_size / o->ep / pp);
   double pworst = r.final_params ? compare_params(g_ref.params, r.final_params, what, o->lr) : 1;
   expect_true(r.final_params != NULL);
-  check_traffic(&r, o->ep, o->accum, what);
+  check_traffic(&r, o->ep, pp > 1 ? k_cfg.layers / pp * pp : k_cfg.layers * o->accum, what); /* --microbatches pp */
   if (g_rank == 0)
     fprintf(stderr, "moe parity %-40s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
   gpt_result_free(&r);
@@ -251,28 +255,38 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
  * ranks, the experts' over the N / ep edp ranks of each block (1: replicated);
  * with --tp N (trainer_moe_tp.c): attention, embedding and head split over tp,
  * the MoE halves whole on each tp rank, at --accum tp so that the world / tp
- * data ranks route the reference's micro-batches */
+ * data ranks route the reference's micro-batches; with --pp N (trainer_moe_pp.c):
+ * N stages of L / N layers, the data ranks world / N at --microbatches N (the
+ * default), the reference's micro-batches again, under 1F1B (a rank runs the
+ * next micro-batch's forward before the last one's backward: each in flight
+ * needs its own routers) and GPipe */
 static void test_layouts(void) {
   struct {
     int world, ep, stage;
     float capacity;
     int shard_group, tp;
     const char *what;
+    int pp, gpipe;
   } v[] = {
-      {2, 2, 1, 0, 0, 0, "ep 2, stage 1"},
-      {2, 2, 3, 2.0f, 0, 0, "ep 2, stage 3, capacity T"},
-      {2, 1, 2, 0, 1, 0, "edp 2 x ep 1, stage 2, shard group 1"},
-      {4, 2, 1, 0, 0, 0, "edp 2 x ep 2, stage 1"},
-      {4, 2, 3, 2.0f, 0, 0, "edp 2 x ep 2, stage 3, capacity T"},
-      {4, 4, 1, 2.0f, 0, 0, "ep 4, stage 1, capacity T"},
-      {4, 4, 3, 0, 0, 0, "ep 4, stage 3"},
-      {4, 2, 3, 0, 2, 0, "edp 2 x ep 2, stage 3, shard group 2"},
-      {4, 1, 2, 0, 2, 0, "edp 4 x ep 1, stage 2, shard group 2"},
-      {2, 1, 1, 0, 0, 2, "tp 2, stage 1"},
-      {4, 2, 3, 0, 0, 2, "ep 2 x tp 2, stage 3"},
-      {4, 1, 2, 2.0f, 0, 2, "edp 2 x tp 2, stage 2, capacity T"},
-      {4, 1, 1, 0, 0, 4, "tp 4, stage 1"},
-      {4, 1, 3, 0, 1, 2, "edp 2 x tp 2, stage 3, shard group 1"},
+      {2, 2, 1, 0, 0, 0, "ep 2, stage 1", 0, 0},
+      {2, 2, 3, 2.0f, 0, 0, "ep 2, stage 3, capacity T", 0, 0},
+      {2, 1, 2, 0, 1, 0, "edp 2 x ep 1, stage 2, shard group 1", 0, 0},
+      {4, 2, 1, 0, 0, 0, "edp 2 x ep 2, stage 1", 0, 0},
+      {4, 2, 3, 2.0f, 0, 0, "edp 2 x ep 2, stage 3, capacity T", 0, 0},
+      {4, 4, 1, 2.0f, 0, 0, "ep 4, stage 1, capacity T", 0, 0},
+      {4, 4, 3, 0, 0, 0, "ep 4, stage 3", 0, 0},
+      {4, 2, 3, 0, 2, 0, "edp 2 x ep 2, stage 3, shard group 2", 0, 0},
+      {4, 1, 2, 0, 2, 0, "edp 4 x ep 1, stage 2, shard group 2", 0, 0},
+      {2, 1, 1, 0, 0, 2, "tp 2, stage 1", 0, 0},
+      {4, 2, 3, 0, 0, 2, "ep 2 x tp 2, stage 3", 0, 0},
+      {4, 1, 2, 2.0f, 0, 2, "edp 2 x tp 2, stage 2, capacity T", 0, 0},
+      {4, 1, 1, 0, 0, 4, "tp 4, stage 1", 0, 0},
+      {4, 1, 3, 0, 1, 2, "edp 2 x tp 2, stage 3, shard group 1", 0, 0},
+      {2, 1, 1, 0, 0, 0, "pp 2, 1f1b, stage 1", 2, 0},
+      {2, 1, 3, 0, 0, 0, "pp 2, gpipe, stage 3", 2, 1},
+      {4, 2, 3, 0, 0, 0, "pp 2 x ep 2, 1f1b, stage 3", 2, 0},
+      {4, 2, 1, 2.0f, 0, 0, "pp 2 x ep 2, gpipe, stage 1, capacity T", 2, 1},
+      {4, 1, 2, 0, 0, 0, "pp 2 x edp 2, 1f1b, stage 2", 2, 0},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -282,6 +296,7 @@ static void test_layouts(void) {
     o.ep = v[i].ep, o.stage = v[i].stage, o.capacity_factor = v[i].capacity; /* 2 = E / K: C = T */
     o.shard_group = v[i].shard_group;
     if (v[i].tp) o.tp = v[i].tp, o.accum = v[i].tp;
+    if (v[i].pp) o.pp = v[i].pp, o.pp_kind = v[i].gpipe ? ZS_PP_GPIPE : ZS_PP_1F1B;
     run_compare(&o, v[i].what);
     ran++;
   }
@@ -383,9 +398,14 @@ static void test_refusals(void) {
   expect_str_contains(r.err, "--sequence-parallel");
   gpt_result_free(&r);
   tiny(&o);
-  o.pp = 2;
+  o.pp = 2, o.dtype = o.reduce_dtype = ZS_BF16; /* --pp composes, in fp32 (trainer_moe_pp.c says what else) */
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
+  expect_str_contains(r.err, "--dtype bf16");
+  gpt_result_free(&r);
+  tiny(&o);
+  o.pp = 2, o.accum = 2;
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_INVALID);
-  expect_str_contains(r.err, "--pp");
+  expect_str_contains(r.err, "--microbatches");
   gpt_result_free(&r);
   tiny(&o);
   o.ep = g_size, o.stage = 3, o.shard_group = g_size / 2; /* a shard group that splits an ep group */
@@ -404,7 +424,7 @@ static void test_refusals(void) {
   gpt_result_free(&r);
 }
 
-#include "gpt_moe_compose.h" // defines: test_bf16, test_export_init_from, test_tp_resume
+#include "gpt_moe_compose.h" // defines: test_bf16, test_export_init_from, test_tp_resume, test_pp_resume
 
 static void test_trace(void) {
   if (g_size != 2) zs_test_skip("run at 2 ranks (ep 2)");
@@ -430,6 +450,7 @@ int main(void) {
   zs_test_run(test_bf16);
   zs_test_run(test_export_init_from);
   zs_test_run(test_tp_resume);
+  zs_test_run(test_pp_resume);
   zs_test_run(test_trace);
   zs_test_run(test_refusals);
   free(g_ref.params);

@@ -14,6 +14,7 @@
 #include "trainer_common.h" // defines: TRY, trainer_fail, trainer_now_s, trainer_sum_over_ranks
 #include "zeroshard/engine.h"
 #include "zeroshard/mesh.h"
+#include "zeroshard/pipeline.h" // defines: zs_pp_t, zs_pp_callbacks_t
 
 /* ============================================================================
  * state
@@ -154,6 +155,14 @@ void trainer_pp_free(trainer_t *t);
 void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes);
 zs_comm_t *trainer_pp_comm(const trainer_t *t);
 const char *trainer_pp_last_error(const trainer_t *t);
+/* The tied wte's gradients of the first and the last stage (tied_sum; also
+ * trainer_moe_pp.c's): the first stage (first 1) and the last swap g (n
+ * floats, tmp their scratch) over ppc with peer and add the other's, so both
+ * hold the same sum (a + b = b + a, bit for bit). */
+zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
+/* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and
+ * ppc is aborted (peers may wait for this rank's transfers). */
+zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n);
 
 /* trainer_whole.c: every parameter whole (unsplit), in gpt.h's table order, on
  * every rank (*params: gpt_param_count floats, to free); collective. */

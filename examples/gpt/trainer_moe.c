@@ -45,7 +45,9 @@
  * and the head split over tp as in the dense tp trainer, the MoE half of each
  * block whole on every tp rank.
  * --shard-group N then counts data ranks (world / tp).
- * Limits: cpu device; --pp, --ps-servers and --sequence-parallel are refused. */
+ * --pp N (trainer_moe_pp.c): the mesh pp x edp x ep, each stage its layers'
+ * units in both engines, every in-flight micro-batch its own routers.
+ * Limits: cpu device; --ps-servers and --sequence-parallel are refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -69,13 +71,13 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
   if (zs_device_kind(t->dev) != ZS_DEVICE_CPU || o->device_cuda)
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
-  if (o->pp > 1 || o->ps_servers > 0)
-    return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --pp or --ps-servers "
-                "yet: experts are split over --ep, attention over --tp, the rest is data parallel");
+  if (o->ps_servers > 0)
+    return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --ps-servers "
+                "yet: experts are split over --ep, attention over --tp, layers over --pp, the rest is data parallel");
   if (t->tp > 1 && o->sequence_parallel)
     return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", "--moe-experts with --tp runs without "
                 "--sequence-parallel (the MoE half takes every token of the tp group): drop it");
-  if (t->world % (o->ep * t->tp)) {
+  if (t->pp == 1 && t->world % (o->ep * t->tp)) {
     snprintf(msg, sizeof msg, "--ep %d x --tp %d does not divide the %d ranks (ep groups are %d ranks %d apart)", o->ep,
              t->tp, t->world, o->ep, t->tp);
     return trainer_fail(res, ZS_ERR_INVALID, t->tp > 1 ? "--tp" : "--ep", msg);
@@ -86,7 +88,7 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
              t->dworld);
     return trainer_fail(res, ZS_ERR_INVALID, "--shard-group", msg);
   }
-  if (o->batch % t->dworld || (o->batch / t->dworld) % o->accum)
+  if (o->batch % t->dworld || (o->batch / t->dworld) % t->nmb)
     return trainer_fail(res, ZS_ERR_INVALID, "batch", "--batch must be a multiple of ranks / --tp x --accum (each "
                 "tp group takes batch/(ranks/tp) sequences in --accum micro-batches)");
   return ZS_OK;
@@ -94,15 +96,15 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
 
 static int dense_init(void *user, int param, int64_t off, int64_t count, float *dst) {
   moet_t *t = user;
-  if (param < 0 || param >= t->nd) return -1;
-  trainer_moe_tp_fill(t, param, off, count, dst); /* gpt_moe_dense_fill's values, this tp rank's part */
+  if (param < 0 || param >= t->nd + (t->dmap != NULL)) return -1;
+  trainer_moe_tp_fill(t, t->dmap ? t->dmap[param] : param, off, count, dst); /* gpt_moe_dense_fill's values, this tp rank's part */
   return 0;
 }
 
 static int expert_init(void *user, int param, int64_t off, int64_t count, float *dst) {
   moet_t *t = user;
   if (param < 0 || param >= t->nx) return -1;
-  gpt_moe_expert_fill(&t->mm, t->o->seed, param, off, count, dst);
+  gpt_moe_expert_fill(&t->mm, t->o->seed, t->xmap ? t->xmap[param] : param, off, count, dst);
   return 0;
 }
 
@@ -132,7 +134,24 @@ static zs_status_t declare(const moet_t *t, zs_engine_t *zs, const gpt_param_inf
   return ZS_OK;
 }
 
-static zs_status_t engines(moet_t *t, gpt_result_t *res) {
+void trainer_moe_router_config(const moet_t *t, zs_moe_config_t *mc) {
+  const gpt_opts_t *o = t->o;
+  *mc = (zs_moe_config_t)ZS_MOE_CONFIG_INIT;
+  mc->num_experts = o->moe_experts, mc->top_k = o->moe_topk, mc->hidden = o->channels;
+  mc->max_tokens = t->micro * o->seq, mc->capacity_factor = o->capacity_factor, mc->normalize = 1;
+}
+
+zs_status_t trainer_moe_plan(moet_t *t, gpt_result_t *res, gpt_config_t *gc) {
+  const gpt_opts_t *o = t->o;
+  char err[256];
+  *gc = (gpt_config_t){.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
+                       .layers = o->layers};
+  if (gpt_moe_plan(&t->mm, gc, o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
+    return trainer_fail(res, ZS_ERR_INVALID, "model", err);
+  return ZS_OK;
+}
+
+static zs_status_t flat_engines(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   zs_status_t st;
   const char *names[] = {"edp", "ep", "tp"};
@@ -145,11 +164,9 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
       (t->tp > 1 && ((st = zs_mesh_comm(t->mesh, "edp,ep", &dcomm)) != ZS_OK ||
                      (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK)))
     return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+  gpt_config_t gc;
+  TRY(trainer_moe_plan(t, res, &gc));
   char err[256];
-  const gpt_config_t gc = {.vocab = o->vocab, .seq = o->seq, .channels = o->channels, .heads = o->heads,
-                           .layers = o->layers};
-  if (gpt_moe_plan(&t->mm, &gc, o->moe_experts, o->moe_topk, t->ep, zs_mesh_coord(t->mesh, "ep"), err, sizeof err))
-    return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   if (tpc && (st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return trainer_fail(res, st, "zs_tp_create", zs_last_error());
   if (gpt_tp_init(&t->tpm, &gc, t->tph, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "--tp", err);
   zs_config_t cfg, xcfg;
@@ -169,10 +186,15 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
   trainer_layout(o, layout, sizeof layout);
   if ((st = zs_checkpoint_set_layout(t->xz, layout)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->xz));
-  /* the routers: one handle per layer over the ep group */
-  zs_moe_config_t mc = ZS_MOE_CONFIG_INIT;
-  mc.num_experts = o->moe_experts, mc.top_k = o->moe_topk, mc.hidden = o->channels;
-  mc.max_tokens = t->micro * o->seq, mc.capacity_factor = o->capacity_factor, mc.normalize = 1;
+  return ZS_OK;
+}
+
+static zs_status_t engines(moet_t *t, gpt_result_t *res) {
+  zs_status_t st;
+  TRY(t->pp > 1 ? trainer_moe_pp_engines(t, res) : flat_engines(t, res)); /* --pp: the mesh pp x edp x ep */
+  /* the routers: one handle per layer over the ep group (--pp: validation's) */
+  zs_moe_config_t mc;
+  trainer_moe_router_config(t, &mc);
   for (int l = 0; l < t->L; l++)
     if ((st = zs_moe_create(&t->moe[l], &mc, t->dev, t->ep_comm)) != ZS_OK)
       return trainer_fail(res, st, "zs_moe_create", zs_last_error());
@@ -214,10 +236,12 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   t->tp = o->tp > 1 ? o->tp : 1;
   t->dworld = t->world / t->tp, t->drank = t->rank / t->tp; /* tp innermost */
   t->bf16 = o->dtype == ZS_BF16;
+  t->pp = o->pp > 1 ? o->pp : 1, t->nmb = o->accum;
+  if (t->pp > 1) TRY(trainer_moe_pp_check(t, res)); /* data ranks world / pp, micro-batches --microbatches */
   TRY(check_opts(t, res));
-  t->edp = t->world / (t->ep * t->tp);
+  t->edp = t->dworld / t->ep;
   t->per_rank = o->batch / t->dworld;
-  t->micro = t->per_rank / o->accum;
+  t->micro = t->per_rank / t->nmb;
   if (o->layers > GPT_MAX_LAYERS) return trainer_fail(res, ZS_ERR_INVALID, "model", "too many layers");
   TRY(engines(t, res));
   t->nd = gpt_moe_dense_count(&t->mm);
@@ -245,8 +269,10 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     t->bw[l].fc_w = p, t->bw[l].fc_b = p + El, t->bw[l].proj_w = p + 2 * El, t->bw[l].proj_b = p + 3 * El;
     t->bg[l].fc_w = p + 4 * El, t->bg[l].fc_b = p + 5 * El, t->bg[l].proj_w = p + 6 * El, t->bg[l].proj_b = p + 7 * El;
   }
-  if ((st = declare(t, t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK ||
-      (st = declare(t, t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK ||
+  if (t->pp > 1 && (st = trainer_moe_pp_declare(t)) != ZS_OK) /* this stage's units */
+    return trainer_fail(res, st, "declaring the parameters", zs_last_error());
+  if ((t->pp == 1 && (st = declare(t, t->dz, t->dinfo, t->nd, t->dp, t->dg, "")) != ZS_OK) ||
+      (t->pp == 1 && (st = declare(t, t->xz, t->xinfo, t->nx, t->xp, t->xg, ".experts")) != ZS_OK) ||
       (st = trainer_moe_tp_splits(t)) != ZS_OK) /* --tp: each part's place in its whole tensor */
     return trainer_fail(res, st, "declaring the parameters", zs_last_error());
   TRY(views(t, res));
@@ -272,12 +298,12 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   /* data and buffers */
   TRY(trainer_data_load(&t->data, o, res));
   t->dwte_head = malloc((size_t)(o->vocab > t->tpm.vp.rows ? o->vocab : t->tpm.vp.rows) * o->channels * sizeof(float));
-  t->tin = malloc((size_t)t->micro * o->seq * sizeof(int));
-  t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
+  if (t->pp > 1) TRY(trainer_moe_pp_setup(t, res)); /* its slots, and the step's tokens in tin / ttg */
+  else t->tin = malloc((size_t)t->micro * o->seq * sizeof(int)), t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
   if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
       gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq) ||
-      (t->tp > 1 && (gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, o->seq, 1) ||
-                     gpt_tp_acts_alloc(&t->tvacts, &t->tpm, t->micro, o->seq, 0))))
+      (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, o->seq, 1)) ||
+      ((t->tp > 1 || t->pp > 1) && gpt_tp_acts_alloc(&t->tvacts, &t->tpm, t->micro, o->seq, 0)))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   trainer_val_split(&t->data, o, t->drank, t->dworld, &t->v_total, &t->v_first, &t->v_count);
   t->v_chunks = ((t->v_total + t->dworld - 1) / t->dworld + t->micro - 1) / t->micro;
@@ -294,6 +320,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
 static void teardown(moet_t *t) {
   zs_engine_destroy(t->dz);
   zs_engine_destroy(t->xz);
+  trainer_moe_pp_free(t);
   for (int l = 0; l < t->L; l++) zs_moe_destroy(t->moe[l]);
   zs_tp_destroy(t->tph);
   gpt_tp_acts_free(&t->tacts);
@@ -334,7 +361,7 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
 /* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
 static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
   double mine = 0, sum = 0;
-  zs_status_t st = trainer_moe_val_pass(t, &mine);
+  zs_status_t st = t->pp > 1 ? trainer_moe_pp_val_pass(t, &mine) : trainer_moe_val_pass(t, &mine);
   if (st != ZS_OK) {
     const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
     return trainer_fail(res, st, "validation", why);
@@ -361,7 +388,12 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     t->route_sent = t->route_recv = 0;
     t->aux_sum = 0;
     zs_comm_stats_reset(t->ep_comm);
-    for (int m = 0; m < o->accum; m++) {
+    if (t->pp > 1 && (st = trainer_moe_pp_step(t, t->step0 + step, &mine[0])) != ZS_OK) { /* every micro-batch */
+      const char *why = trainer_moe_pp_last_error(t) ? trainer_moe_pp_last_error(t) : zs_last_error();
+      zs_trace_end();
+      return trainer_fail(res, st, "the pipeline", why);
+    }
+    for (int m = 0; t->pp == 1 && m < o->accum; m++) {
       double loss = 0;
       gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->drank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
@@ -385,8 +417,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     mine[1] = t->aux_sum;
     if ((st = trainer_sum_over_ranks(t->comm, t->tp, mine, sum, 2, NULL, NULL)) != ZS_OK)
       return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
-    trainer_result_add_step(res, step, sum[0] / ((double)t->dworld * o->accum), &rep);
-    mi->aux[step] = (float)(sum[1] / ((double)t->dworld * o->accum * t->L));
+    trainer_result_add_step(res, step, sum[0] / ((double)t->dworld * t->nmb), &rep);
+    mi->aux[step] = (float)(sum[1] / ((double)t->dworld * t->nmb * t->L));
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
       TRY(save(t, res, o->save));
     if (t->rank == 0 && !o->quiet) {
@@ -450,7 +482,9 @@ static zs_status_t result_alloc(moet_t *t, gpt_result_t *res) {
   mi->experts = o->moe_experts, mi->topk = o->moe_topk, mi->ep = o->ep, mi->layers = o->layers;
   mi->capacity_factor = o->capacity_factor, mi->aux_weight = o->moe_aux;
   const int ep = o->ep > 0 ? o->ep : 1;
-  mi->count_bytes = (uint64_t)o->layers * o->accum * (uint64_t)(ep - 1) * (uint64_t)(o->moe_experts / ep) * 8u;
+  const int pp = o->pp > 1 ? o->pp : 1, rounds = pp > 1 ? (o->microbatches > 0 ? o->microbatches : pp) : o->accum;
+  mi->count_bytes = /* each rank routes its stage's layers (--pp: L / pp) */
+      (uint64_t)(o->layers / pp) * rounds * (uint64_t)(ep - 1) * (uint64_t)(o->moe_experts / ep) * 8u;
   return ZS_OK;
 }
 
@@ -468,9 +502,9 @@ zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   if (st == ZS_OK)
     res->moe.shard_groups[0] = zs_engine_shard_group(t.dz), res->moe.shard_groups[1] = zs_engine_shard_group(t.xz);
   if (st == ZS_OK && t.rank == 0 && !o->quiet)
-    fprintf(stderr, "zs-train-gpt: %d rank(s) = edp %d x ep %d x tp %d, stage %d, shard groups %d (experts %d), %s params / "
+    fprintf(stderr, "zs-train-gpt: %d rank(s) = pp %d x edp %d x ep %d x tp %d, stage %d, shard groups %d (experts %d), %s params / "
             "%s reduce, %lld parameters (L %d C %d H %d V %d T %d), %d experts top-%d, capacity factor %g, aux weight "
-            "%g; batch %d\n", t.world, t.edp, t.ep, t.tp, o->stage, zs_engine_shard_group(t.dz), zs_engine_shard_group(t.xz),
+            "%g; batch %d\n", t.world, t.pp, t.edp, t.ep, t.tp, o->stage, zs_engine_shard_group(t.dz), zs_engine_shard_group(t.xz),
             zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers, o->channels,
             o->heads, o->vocab, o->seq, o->moe_experts, o->moe_topk, (double)o->capacity_factor, (double)o->moe_aux,
             o->batch);

@@ -64,6 +64,12 @@ typedef struct {
   uint64_t route_sent, route_recv;
   int64_t *routed, *kept, *tmp_r, *tmp_k; /* [L x E] this rank's over the run; scratch [E] x 2 */
   double aux_sum;
+  /* --pp (trainer_moe_pp.c): the mesh pp x edp x ep, pp outermost; this rank
+   * declares its pipeline stage's units only (dmap / xmap: engine parameter ->
+   * table entry, NULL without pp); pps: the pipeline's state. pp 1: NULL. */
+  int pp, pp_rank, nmb; /* nmb: micro-batches a step (--accum, or --microbatches with --pp) */
+  int *dmap, *xmap, *dpid, *xpid;
+  struct moe_pp *pps;
 } moet_t;
 
 /* trainer_moe_round.c. One training round on the micro-batch in t->tin / ttg
@@ -97,6 +103,31 @@ zs_status_t trainer_moe_gather2(moet_t *t, int u, int backward);
 zs_status_t trainer_moe_release2(moet_t *t, int u);
 zs_status_t trainer_moe_reduce2(moet_t *t, int u);
 zs_status_t trainer_moe_note_routing(moet_t *t, int l);
+
+/* trainer_moe_pp.c (--pp). The options with --pp (a refusal into res);
+ * the mesh and both engines over it (engines' and handles' setup, as
+ * trainer_moe.c's engines() without --pp); this stage's declarations; the
+ * pipeline's runtime and activation slots (after the engines' setup). A step
+ * (every micro-batch through the schedule: *loss the sum of the last stage's
+ * micro-batch mean losses, 0 elsewhere), the validation chain (*vsum on the
+ * last stage), whole-model entry k (gpt_moe_whole_info's) on every rank
+ * (trainer_moe_collect's and --export's tensor source with --pp). Collective. */
+zs_status_t trainer_moe_pp_check(moet_t *t, gpt_result_t *res);
+zs_status_t trainer_moe_pp_engines(moet_t *t, gpt_result_t *res);
+zs_status_t trainer_moe_pp_declare(moet_t *t);
+zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res);
+zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss);
+zs_status_t trainer_moe_pp_val_pass(moet_t *t, double *vsum);
+zs_status_t trainer_moe_pp_whole(moet_t *t, int k, float *out);
+void trainer_moe_pp_free(moet_t *t);
+/* The pipeline's own error (a callback's), or NULL. */
+const char *trainer_moe_pp_last_error(const moet_t *t);
+/* trainer_moe.c: the routers' zs_moe config (one micro-batch's tokens); the
+ * model's plan (t->mm, this ep rank's experts; its gpt.h config into *gc). */
+zs_status_t trainer_moe_plan(moet_t *t, gpt_result_t *res, gpt_config_t *gc);
+void trainer_moe_router_config(const moet_t *t, zs_moe_config_t *mc);
+/* trainer_moe_round.c: the model's views (w, g, bw, bg) from the fp32 views. */
+void trainer_moe_bind(moet_t *t);
 
 /* trainer_moe_whole.c. res->final_params: the whole model on every rank (the
  * dense table, then per layer every expert's four tensors in global expert

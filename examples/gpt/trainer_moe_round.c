@@ -14,7 +14,7 @@
  * ========================================================================== */
 
 /* The model's views from the fp32 views (NULL where a unit is not gathered). */
-static void bind(moet_t *t) {
+void trainer_moe_bind(moet_t *t) {
   const int El = t->mm.El;
   float *dense[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0}, *dgrad[2 + GPT_BLOCK_NPARAMS * GPT_MAX_LAYERS + 2] = {0};
   /* gpt.h's table: the dense entries in their gpt places (the MLP ones NULL) */
@@ -82,7 +82,7 @@ static void forget(moet_t *t, int u) {
   unit_range(t, u, &a, &b, &xa, &xb);
   for (int i = a; i < b; i++) t->dpv[i] = t->dgv[i] = NULL;
   for (int i = xa; i < xb; i++) t->xpv[i] = t->xgv[i] = NULL;
-  bind(t);
+  trainer_moe_bind(t);
 }
 
 /* dense unit u and (for a block) its experts' unit */
@@ -93,7 +93,7 @@ zs_status_t trainer_moe_gather2(moet_t *t, int u, int backward) {
   if (block) TRY(zs_gather(t->xz, u - 1));
   view(t, a, b, t->dp, t->dg, t->dpv, t->dgv, t->dps, t->dgs, t->doff, t->dinfo, backward);
   view(t, xa, xb, t->xp, t->xg, t->xpv, t->xgv, t->xps, t->xgs, t->xoff, t->xinfo, backward);
-  bind(t);
+  trainer_moe_bind(t);
   return ZS_OK;
 }
 

@@ -29,6 +29,7 @@
 static zs_status_t whole_tensor(moet_t *t, int k, float *out) {
   gpt_param_info_t p;
   int d, l, e, j;
+  if (t->pp > 1) return trainer_moe_pp_whole(t, k, out); /* from the stage holding it */
   gpt_moe_whole_info(&t->mm, k, &p, &d, &l, &e, &j);
   if (d >= 0) return trainer_moe_tp_whole(t, d, out); /* collective over the world at stages 1-3 (tp parts joined) */
   const int q = e / t->mm.El; /* the ep rank holding expert e */

@@ -447,23 +447,33 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
 
 /* Stage 0 and stage S - 1 swap their wte gradients over the pp comm and add
  * the other's: both then hold the sum (a + b = b + a, bit for bit). */
+zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n) {
+  zs_status_t st = zs_pp_run(rt, cb);
+  if (st == ZS_OK) return ZS_OK;
+  if (!err[0]) snprintf(err, n, "the pipeline: %s", zs_pp_last_error(rt));
+  zs_comm_abort(ppc); /* peers may wait for this rank's transfers */
+  return st;
+}
+
+zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
+  if (first) {
+    TRY(zs_comm_send(ppc, g, n, ZS_FP32, peer, NULL));
+    TRY(zs_comm_recv(ppc, tmp, n, ZS_FP32, peer, NULL));
+  } else {
+    TRY(zs_comm_recv(ppc, tmp, n, ZS_FP32, peer, NULL));
+    TRY(zs_comm_send(ppc, g, n, ZS_FP32, peer, NULL));
+  }
+  TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < n; k++) g[k] += tmp[k];
+  return ZS_OK;
+}
+
 static zs_status_t tied_sum(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!is_first(t) && !is_last(t)) return ZS_OK;
-  float *g = is_first(t) ? t->g.embed.wte : head_g(t);
-  const size_t n = (size_t)t->info[0].numel;
-  const int peer = is_first(t) ? q->p - 1 : 0;
-  if (is_first(t)) {
-    TRY(zs_comm_send(q->ppc, g, n, ZS_FP32, peer, NULL));
-    TRY(zs_comm_recv(q->ppc, q->tied, n, ZS_FP32, peer, NULL));
-  } else {
-    TRY(zs_comm_recv(q->ppc, q->tied, n, ZS_FP32, peer, NULL));
-    TRY(zs_comm_send(q->ppc, g, n, ZS_FP32, peer, NULL));
-  }
-  TRY(zs_stream_synchronize(zs_comm_device(q->ppc), NULL));
-#pragma omp parallel for schedule(static)
-  for (size_t k = 0; k < n; k++) g[k] += q->tied[k];
-  return ZS_OK;
+  return trainer_pp_tied_swap(q->ppc, is_first(t) ? t->g.embed.wte : head_g(t), q->tied, (size_t)t->info[0].numel,
+                              is_first(t), is_first(t) ? q->p - 1 : 0);
 }
 
 /* The validation windows through the model stages in order: stage s's owner
@@ -514,12 +524,7 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
   if (val && t->v_count > 0) TRY(val_chain(t, vsum));
   q->loss_sum = 0;
   const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
-  zs_status_t st = zs_pp_run(q->rt, &cb);
-  if (st != ZS_OK) {
-    if (!q->err[0]) snprintf(q->err, sizeof q->err, "the pipeline: %s", zs_pp_last_error(q->rt));
-    zs_comm_abort(q->ppc); /* peers may wait for this rank's transfers */
-    return st;
-  }
+  TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
   TRY(tied_sum(t));
   for (int uid = 0; uid < q->nunits; uid++) {
     const int u = q->unit_tab[uid];

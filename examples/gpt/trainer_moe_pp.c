@@ -1,0 +1,483 @@
+/* trainer_moe_pp.c: the mixture-of-experts trainer with pipeline parallelism
+ * (--moe-experts E --pp N [--ep M] [--schedule gpipe|1f1b] [--microbatches K]).
+ *
+ * Layout. The mesh is pp x edp x ep, pp outermost (trainer_pp.c's order): the
+ * edp x ep ranks of one pipeline stage are its data ranks (each takes its share
+ * of the batch in K micro-batches), the L layers cut into N stages of L / N.
+ * Stage s's ranks declare its units only: in the dense engine (over the stage's
+ * data ranks, pp its model-parallel group) the embedding on stage 0 (wte alone,
+ * wpe a unit of its own, as trainer_pp.c does), the dense halves of its
+ * blocks, and on the last stage the final LayerNorm and the head's tied copy
+ * of wte ("head.wte", ZS_PARAM_TIED_COPY: out of the norm, its gradient
+ * swapped with stage 0's after every step so both take the same update); in
+ * the experts' engine (over the stage's edp ranks holding the same experts)
+ * this ep rank's experts of its blocks, model-parallel over "pp,ep", so the
+ * group norm counts every parameter once. zs_step_group steps both.
+ *
+ * One engine round per step, as trainer_pp.c: every unit gathered with its
+ * gradient slot at the start, the runtime (zeroshard/pipeline.h) runs every
+ * micro-batch's forward and backward in schedule order, each unit reduced once
+ * at the end. Each micro-batch's loss (and its aux losses' weight) is scaled by
+ * 1 / (tokens x K), so the engines' average over the data ranks is the global
+ * mean: the single-rank run at --accum = data ranks x K routes the same
+ * micro-batches.
+ *
+ * The routers' state. A zs_moe handle keeps the routing of its last call, and
+ * a schedule runs later micro-batches' forwards before earlier backwards (1F1B
+ * after its warm-up; GPipe all of them), so every activation slot (as many as
+ * the schedule keeps in flight on this rank, zs_pp_schedule_simulate) owns
+ * its own handle per layer of the stage and its own MoE activations: a
+ * micro-batch's backward reads the routing its forward made. The all-to-alls
+ * pair up because the ep ranks of a stage run the same schedule, in the same
+ * order, on the same kinds of calls (the pp sends and receives are on another
+ * comm). Validation runs outside the schedule (trainer_pp.c's chain) with the
+ * trainer's own handles.
+ *
+ * Not with --pp yet (refused): --tp, --dtype bf16, --shard-group, --virtual,
+ * --pp-layers, --accum, --init-from (docs/moe.md). --export
+ * (trainer_moe_whole.c) takes each tensor from the stage holding it.
+ * Checkpoints: both engines save one part per stage (dense) and per stage and
+ * ep rank (experts); the head's copy declares itself wte's
+ * (zs_checkpoint_set_split) and the layout words name pp, so the library's
+ * any-layout loader reads a pp checkpoint at pp 1 (any ep) and back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_impl.h"     // defines: trainer_pp_tied_swap, trainer_pp_run
+#include "trainer_moe_impl.h"
+#include "zeroshard/checkpoint.h"
+#include "zeroshard/pipeline.h"
+
+typedef struct {
+  int used;
+  gpt_tp_acts_t a;               /* the stage's layers (index j = l - l0) */
+  gpt_moe_acts_t ma;
+  zs_moe_t *moe[GPT_MAX_LAYERS]; /* [nl]: this slot's routers */
+} moe_slot_t;
+
+struct moe_pp {
+  zs_pp_kind_t kind;
+  int p, m, l0, nl;        /* stages, micro-batches; this stage's layers l0 .. l0 + nl - 1 */
+  gpt_moe_t stage;         /* the model with nl layers (activations indexed by j) */
+  zs_comm_t *ppc;
+  zs_pp_t *rt;
+  moe_slot_t *slots;
+  int nslots, *slot_of;
+  void *head_p, *head_g;   /* the head's wte copy (last stage) */
+  int head_pid;
+  float *tied;             /* the other copy's wte gradient */
+  double loss_sum;
+  char err[256];
+};
+
+static int first(const moet_t *t) { return t->pp_rank == 0; }
+static int last(const moet_t *t) { return t->pp_rank == t->pp - 1; }
+
+/* ============================================================================
+ * options, mesh, declaration
+ * ========================================================================== */
+
+zs_status_t trainer_moe_pp_check(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  const char *no = t->tp > 1 ? "--tp" : t->bf16 ? "--dtype bf16" : o->shard_group ? "--shard-group"
+                   : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
+  char msg[256];
+  if (no) {
+    snprintf(msg, sizeof msg, "--moe-experts with --pp runs without %s yet (docs/moe.md): drop it or --pp", no);
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, no, msg);
+  }
+  if (o->accum != 1)
+    return trainer_fail(res, ZS_ERR_INVALID, "--accum", "--accum with --pp: the pipeline's micro-batches are the "
+                        "accumulation; use --microbatches");
+  if (t->L % t->pp) {
+    snprintf(msg, sizeof msg, "--layers %d must be a multiple of --pp %d with --moe-experts", t->L, t->pp);
+    return trainer_fail(res, ZS_ERR_INVALID, "--pp", msg);
+  }
+  if (t->world % (t->pp * o->ep)) {
+    snprintf(msg, sizeof msg, "--pp %d x --ep %d does not divide the %d ranks", t->pp, o->ep, t->world);
+    return trainer_fail(res, ZS_ERR_INVALID, "--pp", msg);
+  }
+  struct moe_pp *q = calloc(1, sizeof *q);
+  if (!q) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  t->pps = q;
+  q->p = t->pp, q->kind = (zs_pp_kind_t)o->pp_kind, q->m = o->microbatches > 0 ? o->microbatches : t->pp;
+  t->nmb = q->m;
+  t->dworld = t->world / t->pp, t->drank = t->rank % t->dworld, t->pp_rank = t->rank / t->dworld;
+  q->nl = t->L / t->pp, q->l0 = t->pp_rank * q->nl;
+  if (o->batch % t->dworld || (o->batch / t->dworld) % q->m) {
+    snprintf(msg, sizeof msg, "--batch %d must be a multiple of the %d data ranks (ranks / --pp) x --microbatches %d",
+             o->batch, t->dworld, q->m);
+    return trainer_fail(res, ZS_ERR_INVALID, "--batch", msg);
+  }
+  return ZS_OK;
+}
+
+zs_status_t trainer_moe_pp_engines(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  struct moe_pp *q = t->pps;
+  zs_status_t st;
+  const char *names[] = {"pp", "edp", "ep"};
+  const int sizes[] = {t->pp, t->edp, t->ep};
+  zs_comm_t *dcomm = NULL, *xmp = NULL;
+  if ((st = zs_mesh_create(&t->mesh, t->comm, 3, names, sizes)) != ZS_OK)
+    return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
+  if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK ||
+      (st = zs_mesh_comm(t->mesh, "edp", &t->edp_comm)) != ZS_OK ||
+      (st = zs_mesh_comm(t->mesh, "edp,ep", &dcomm)) != ZS_OK || (st = zs_mesh_comm(t->mesh, "pp", &q->ppc)) != ZS_OK ||
+      (st = zs_mesh_comm(t->mesh, "pp,ep", &xmp)) != ZS_OK)
+    return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
+  gpt_config_t gc;
+  TRY(trainer_moe_plan(t, res, &gc));
+  char err[256];
+  if (gpt_tp_init(&t->tpm, &gc, NULL, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
+  q->stage = t->mm;
+  q->stage.mc.layers = q->nl;
+  zs_config_t cfg;
+  gpt_opts_engine_config(o, &cfg);
+  if ((st = zs_engine_create(&t->dz, &cfg, t->dev, dcomm)) != ZS_OK ||
+      (st = zs_engine_create(&t->xz, &cfg, t->dev, t->edp_comm)) != ZS_OK)
+    return trainer_fail(res, st, "zs_engine_create", zs_last_error());
+  if ((st = zs_engine_set_model_parallel(t->dz, q->ppc)) != ZS_OK ||
+      (st = zs_engine_set_model_parallel(t->xz, xmp)) != ZS_OK)
+    return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_last_error());
+  char words[96]; /* the parts' layouts: a load without --pp (no words) reads them as another */
+  snprintf(words, sizeof words, "moe pp=%d", t->pp);
+  if ((st = zs_checkpoint_set_layout(t->dz, words)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->dz));
+  snprintf(words, sizeof words, "ep=%d experts=%d pp=%d", t->ep, o->moe_experts, t->pp);
+  if ((st = zs_checkpoint_set_layout(t->xz, words)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_set_layout", zs_engine_last_error(t->xz));
+  return ZS_OK;
+}
+
+/* Table entries [a, b) as engine unit `name` (map: engine parameter -> entry,
+ * pid: entry -> engine parameter). */
+static zs_status_t declare_run(moet_t *t, zs_engine_t *zs, const char *name, const gpt_param_info_t *info, int a,
+                               int b, void **ps, void **gs, int *map, int *pid) {
+  int uid;
+  TRY(zs_unit_add(zs, name, &uid));
+  for (int i = a; i < b; i++) {
+    const gpt_param_info_t *p = &info[i];
+    int id;
+    TRY(zs_param_add(zs, uid, p->name, p->ndim, p->shape, p->no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT, &ps[i],
+                     &gs[i], &id));
+    map[id] = i, pid[i] = id;
+  }
+  return ZS_OK;
+}
+
+zs_status_t trainer_moe_pp_declare(moet_t *t) {
+  struct moe_pp *q = t->pps;
+  const int per = t->mm.El * GPT_MOE_EXPERT_NPARAMS;
+  char name[GPT_NAME_MAX + 16];
+  t->dmap = malloc(sizeof(int) * (size_t)(t->nd + 1)), t->xmap = malloc(sizeof(int) * (size_t)(t->nx + 1));
+  t->dpid = malloc(sizeof(int) * (size_t)(t->nd + 1)), t->xpid = malloc(sizeof(int) * (size_t)(t->nx + 1));
+  if (!t->dmap || !t->xmap || !t->dpid || !t->xpid) return ZS_ERR_NOMEM;
+  for (int i = 0; i <= t->nd; i++) t->dpid[i] = -1;
+  for (int i = 0; i <= t->nx; i++) t->xpid[i] = -1;
+  q->head_pid = -1;
+  if (first(t)) {
+    TRY(declare_run(t, t->dz, "embed", t->dinfo, 0, 1, t->dp, t->dg, t->dmap, t->dpid));
+    TRY(declare_run(t, t->dz, "embed.wpe", t->dinfo, 1, 2, t->dp, t->dg, t->dmap, t->dpid));
+  }
+  for (int l = q->l0; l < q->l0 + q->nl; l++) {
+    snprintf(name, sizeof name, "h.%d", l);
+    TRY(declare_run(t, t->dz, name, t->dinfo, gpt_moe_dense_unit_first(&t->mm, 1 + l),
+                    gpt_moe_dense_unit_first(&t->mm, 2 + l), t->dp, t->dg, t->dmap, t->dpid));
+    snprintf(name, sizeof name, "h.%d.experts", l);
+    TRY(declare_run(t, t->xz, name, t->xinfo, l * per, (l + 1) * per, t->xp, t->xg, t->xmap, t->xpid));
+  }
+  if (!last(t)) return ZS_OK;
+  TRY(declare_run(t, t->dz, "lnf", t->dinfo, gpt_moe_dense_unit_first(&t->mm, t->L + 1), t->nd, t->dp, t->dg,
+                  t->dmap, t->dpid));
+  const gpt_param_info_t *w = &t->dinfo[0];
+  int uid;
+  TRY(zs_unit_add(t->dz, "head", &uid));
+  TRY(zs_param_add(t->dz, uid, "head.wte", w->ndim, w->shape, ZS_PARAM_TIED_COPY, &q->head_p, &q->head_g,
+                   &q->head_pid));
+  t->dmap[q->head_pid] = 0; /* initialised as wte */
+  zs_split_t s = {.whole = w->name, .whole_ndim = w->ndim}; /* a copy of wte, whole: loads from it */
+  for (int d = 0; d < w->ndim; d++) s.whole_shape[d] = w->shape[d];
+  return zs_checkpoint_set_split(t->dz, q->head_pid, &s);
+}
+
+/* ============================================================================
+ * setup
+ * ========================================================================== */
+
+zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
+  const gpt_opts_t *o = t->o;
+  struct moe_pp *q = t->pps;
+  const int T = o->seq, C = o->channels;
+  zs_status_t st;
+  zs_pp_config_t pc = ZS_PP_CONFIG_INIT;
+  pc.schedule.kind = q->kind, pc.schedule.stages = q->p, pc.schedule.microbatches = q->m, pc.schedule.chunks = 1;
+  pc.act_count = (size_t)t->micro * T * C;
+  pc.dtype = ZS_FP32;
+  pc.host_compute = 1;
+  if ((st = zs_pp_create(&q->rt, &pc, q->ppc)) != ZS_OK) return trainer_fail(res, st, "zs_pp_create", zs_last_error());
+  zs_pp_sim_t sim;
+  zs_pp_rank_stats_t *rs = calloc((size_t)q->p, sizeof *rs);
+  if (!rs) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  st = zs_pp_schedule_simulate(zs_pp_get_schedule(q->rt), 1, 2, 0, &sim, rs);
+  q->nslots = rs[t->pp_rank].peak_in_flight;
+  free(rs);
+  if (st != ZS_OK) return trainer_fail(res, st, "simulating the schedule", zs_last_error());
+  gpt_tp_t stage = t->tpm;
+  stage.c.layers = q->nl;
+  zs_moe_config_t mc;
+  trainer_moe_router_config(t, &mc);
+  q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
+  q->slot_of = malloc(sizeof(int) * (size_t)q->m);
+  t->tin = malloc((size_t)t->per_rank * T * sizeof(int));
+  t->ttg = malloc((size_t)t->per_rank * T * sizeof(int));
+  if ((first(t) || last(t)) && !(q->tied = malloc((size_t)t->dinfo[0].numel * sizeof(float))))
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  for (int k = 0; k < q->nslots; k++) {
+    for (int j = 0; j < q->nl; j++)
+      if ((st = zs_moe_create(&q->slots[k].moe[j], &mc, t->dev, t->ep_comm)) != ZS_OK)
+        return trainer_fail(res, st, "zs_moe_create", zs_last_error());
+    if (gpt_tp_acts_alloc(&q->slots[k].a, &stage, t->micro, T, 1) ||
+        gpt_moe_acts_alloc(&q->slots[k].ma, &q->stage, q->slots[k].moe, t->micro, T))
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for the activation slots");
+  }
+  return ZS_OK;
+}
+
+const char *trainer_moe_pp_last_error(const moet_t *t) { return t->pps && t->pps->err[0] ? t->pps->err : NULL; }
+
+void trainer_moe_pp_free(moet_t *t) {
+  struct moe_pp *q = t->pps;
+  free(t->dmap), free(t->xmap), free(t->dpid), free(t->xpid);
+  t->dmap = t->xmap = t->dpid = t->xpid = NULL;
+  if (!q) return;
+  zs_pp_destroy(q->rt);
+  for (int k = 0; q->slots && k < q->nslots; k++) {
+    for (int j = 0; j < q->nl; j++) zs_moe_destroy(q->slots[k].moe[j]);
+    gpt_tp_acts_free(&q->slots[k].a);
+    gpt_moe_acts_free(&q->slots[k].ma);
+  }
+  free(q->slots), free(q->slot_of), free(q->tied);
+  free(q);
+  t->pps = NULL;
+}
+
+/* ============================================================================
+ * units: every one of this stage's at once
+ * ========================================================================== */
+
+static zs_status_t gather_all(moet_t *t, int backward) {
+  for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_gather(t->dz, u));
+  for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_gather(t->xz, u));
+  for (int i = 0; i < t->nd; i++)
+    t->dpv[i] = t->dpid[i] >= 0 ? t->dp[i] : NULL, t->dgv[i] = t->dpid[i] >= 0 && backward ? t->dg[i] : NULL;
+  for (int i = 0; i < t->nx; i++)
+    t->xpv[i] = t->xpid[i] >= 0 ? t->xp[i] : NULL, t->xgv[i] = t->xpid[i] >= 0 && backward ? t->xg[i] : NULL;
+  trainer_moe_bind(t);
+  return ZS_OK;
+}
+
+static void forget_all(moet_t *t) {
+  for (int i = 0; i < t->nd; i++) t->dpv[i] = t->dgv[i] = NULL;
+  for (int i = 0; i < t->nx; i++) t->xpv[i] = t->xgv[i] = NULL;
+  trainer_moe_bind(t);
+}
+
+/* ============================================================================
+ * the runtime's callbacks: this stage's layers on one micro-batch
+ * ========================================================================== */
+
+static zs_status_t pp_fail(moet_t *t, zs_status_t st, const char *what, int mb) {
+  snprintf(t->pps->err, sizeof t->pps->err, "%s of micro-batch %d on pp rank %d: %s", what, mb, t->pp_rank,
+           zs_last_error());
+  return st;
+}
+
+/* A layer's routing in a slot, added to the step's and the run's figures
+ * (trainer_moe_note_routing's, with the slot's handle). */
+static zs_status_t note(moet_t *t, moe_slot_t *s, int j) {
+  zs_moe_report_t r;
+  TRY(zs_moe_report(s->moe[j], &r, t->tmp_r, t->tmp_k));
+  const int E = t->mm.experts, l = t->pps->l0 + j;
+  t->route_sent += r.bytes_sent, t->route_recv += r.bytes_recv;
+  for (int e = 0; e < E; e++) t->routed[l * E + e] += t->tmp_r[e], t->kept[l * E + e] += t->tmp_k[e];
+  t->aux_sum += s->ma.aux[j];
+  return ZS_OK;
+}
+
+static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void *output, zs_stream_t *stream) {
+  (void)chunk, (void)stream;
+  moet_t *t = user;
+  struct moe_pp *q = t->pps;
+  int k = 0;
+  while (k < q->nslots && q->slots[k].used) k++;
+  if (k == q->nslots) {
+    snprintf(q->err, sizeof q->err, "micro-batch %d: all %d activation slots in use", mb, q->nslots);
+    return ZS_ERR_INTERNAL;
+  }
+  moe_slot_t *s = &q->slots[k];
+  s->used = 1, q->slot_of[mb] = k;
+  gpt_tp_acts_t *a = &s->a;
+  const int64_t N = a->N, NC = N * t->o->channels, tok0 = (int64_t)mb * t->micro * t->o->seq;
+  zs_status_t st = ZS_OK;
+  if (first(t)) st = gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->tin + tok0, a, a->resid);
+  else memcpy(a->resid, input, (size_t)NC * sizeof(float));
+  for (int j = 0; st == ZS_OK && j < q->nl; j++) {
+    const int l = q->l0 + j;
+    const gpt_tp_block_acts_t *b = &a->blk[j];
+    const gpt_moe_ln2_t n2 = {b->mid, b->ln2, b->ln2_mean, b->ln2_rstd};
+    st = gpt_tp_attn_forward(&t->tpm, j, &t->bw[l].a, a, a->resid + j * NC);
+    if (st == ZS_OK)
+      st = gpt_moe_ffn_forward(&q->stage, s->moe[j], t->dev, &t->bw[l], &n2, &s->ma, j, a->resid + (j + 1) * NC, N);
+    if (st == ZS_OK) st = note(t, s, j);
+  }
+  if (st == ZS_OK && last(t)) {
+    double sum = 0; /* the head's backward too: d lnf into a->dlnf, d wte into the copy's slot */
+    st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + q->nl * NC, a);
+    if (st == ZS_OK)
+      st = gpt_tp_head(&t->tpm, q->head_p, a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)N * (float)q->m), &sum,
+                       q->head_g);
+    q->loss_sum += sum / (double)N;
+  } else if (st == ZS_OK) {
+    memcpy(output, a->resid + q->nl * NC, (size_t)NC * sizeof(float));
+  }
+  return st == ZS_OK ? ZS_OK : pp_fail(t, st, "forward", mb);
+}
+
+static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, const void *grad_output, void *grad_input,
+                          zs_stream_t *stream) {
+  (void)chunk, (void)stream, (void)input;
+  moet_t *t = user;
+  struct moe_pp *q = t->pps;
+  moe_slot_t *s = &q->slots[q->slot_of[mb]];
+  gpt_tp_acts_t *a = &s->a;
+  const int64_t N = a->N, NC = N * t->o->channels;
+  zs_status_t st = ZS_OK;
+  if (last(t)) st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + q->nl * NC, a, a->dres);
+  else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
+  for (int j = q->nl - 1; st == ZS_OK && j >= 0; j--) {
+    const int l = q->l0 + j;
+    const gpt_tp_block_acts_t *b = &a->blk[j];
+    const gpt_moe_ln2_t n2 = {b->mid, b->ln2, b->ln2_mean, b->ln2_rstd};
+    st = gpt_moe_ffn_backward(&q->stage, s->moe[j], t->dev, &t->bw[l], &t->bg[l], &n2, &s->ma, j, a->dres,
+                              t->o->moe_aux / (float)q->m, N);
+    if (st == ZS_OK) st = gpt_tp_attn_backward(&t->tpm, j, &t->bw[l].a, &t->bg[l].a, a, a->resid + j * NC, a->dres);
+  }
+  if (st == ZS_OK && first(t))
+    st = gpt_tp_embed_backward(&t->tpm, &t->g.embed, t->tin + (int64_t)mb * t->micro * t->o->seq, a, a->dres);
+  else if (st == ZS_OK)
+    memcpy(grad_input, a->dres, (size_t)NC * sizeof(float));
+  s->used = 0;
+  return st == ZS_OK ? ZS_OK : pp_fail(t, st, "backward", mb);
+}
+
+/* ============================================================================
+ * a step, validation, the whole model
+ * ========================================================================== */
+
+/* Stage 0 and the last stage swap their wte gradients and add the other's
+ * (trainer_pp.c's tied_sum): both hold the sum, bit for bit. */
+static zs_status_t tied_sum(moet_t *t) {
+  struct moe_pp *q = t->pps;
+  if (!first(t) && !last(t)) return ZS_OK;
+  return trainer_pp_tied_swap(q->ppc, first(t) ? t->g.embed.wte : q->head_g, q->tied, (size_t)t->dinfo[0].numel,
+                              first(t), first(t) ? q->p - 1 : 0);
+}
+
+zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss) {
+  struct moe_pp *q = t->pps;
+  const int T = t->o->seq;
+  for (int mb = 0; mb < q->m; mb++) /* this data rank's share, as --accum K cuts it */
+    gpt_data_train_batch(&t->data, t->o->seed, (int)step, t->drank * t->per_rank + mb * t->micro, t->micro, T,
+                         t->tin + (int64_t)mb * t->micro * T, t->ttg + (int64_t)mb * t->micro * T);
+  TRY(zs_forward_begin(t->dz));
+  TRY(zs_forward_begin(t->xz));
+  TRY(zs_backward_begin(t->dz));
+  TRY(zs_backward_begin(t->xz));
+  TRY(gather_all(t, 1));
+  q->loss_sum = 0;
+  const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
+  TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
+  TRY(tied_sum(t));
+  forget_all(t);
+  for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_reduce(t->xz, u));
+  for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_reduce(t->dz, u));
+  *loss = last(t) ? q->loss_sum : 0.0;
+  return ZS_OK;
+}
+
+/* trainer_pp.c's chain with the MoE halves: stage s's ranks take their windows'
+ * residual stream from stage s - 1's (the same data rank), run their layers
+ * over v_chunks chunks (every ep rank as many: the all-to-alls pair), pass it
+ * on; the last stage sums the token losses. */
+static zs_status_t chain(moet_t *t, double *vsum) {
+  struct moe_pp *q = t->pps;
+  const int T = t->o->seq, C = t->o->channels;
+  const size_t n = (size_t)t->v_count * T * C;
+  gpt_tp_acts_t *va = &t->tvacts;
+  if (!first(t) && n) {
+    TRY(zs_comm_recv(q->ppc, t->vresid, n, ZS_FP32, t->pp_rank - 1, NULL));
+    TRY(zs_stream_synchronize(t->dev, NULL));
+  }
+  for (int c = 0; c < t->v_chunks; c++) {
+    const int c0 = c * t->micro, nb = c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
+    float *x = t->vresid ? t->vresid + (int64_t)c0 * T * C : NULL;
+    const int64_t r0 = (int64_t)c0 * T, N = (int64_t)nb * T;
+    if (nb && gpt_tp_acts_set_batch(va, &t->tpm, nb)) return ZS_ERR_INVALID;
+    if (nb && first(t)) TRY(gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->vin + r0, va, x));
+    for (int l = q->l0; l < q->l0 + q->nl; l++) { /* every rank routes its chunk, empty or not */
+      if (nb) TRY(gpt_tp_attn_forward(&t->tpm, 0, &t->bw[l].a, va, x));
+      const gpt_moe_ln2_t n2 = {va->blk[0].mid, va->blk[0].ln2, va->blk[0].ln2_mean, va->blk[0].ln2_rstd};
+      TRY(gpt_moe_ffn_forward(&t->mm, t->moe[l], t->dev, &t->bw[l], &n2, &t->macts, l, nb ? x : va->resid, N));
+    }
+    if (nb && last(t)) {
+      TRY(gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, x, va));
+      TRY(gpt_tp_head(&t->tpm, q->head_p, va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
+    }
+  }
+  if (!last(t) && n) TRY(zs_comm_send(q->ppc, t->vresid, n, ZS_FP32, t->pp_rank + 1, NULL));
+  return zs_stream_synchronize(t->dev, NULL);
+}
+
+zs_status_t trainer_moe_pp_val_pass(moet_t *t, double *vsum) {
+  const double t0 = trainer_now_s();
+  *vsum = 0;
+  TRY(zs_forward_begin(t->dz));
+  TRY(zs_forward_begin(t->xz));
+  TRY(gather_all(t, 0));
+  TRY(chain(t, vsum));
+  forget_all(t);
+  for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_release(t->dz, u));
+  for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_release(t->xz, u));
+  TRY(zs_forward_end(t->dz));
+  TRY(zs_forward_end(t->xz));
+  t->val_time += trainer_now_s() - t0;
+  return ZS_OK;
+}
+
+/* The pp rank holding dense entry i / layer l. */
+static int dense_stage(const moet_t *t, int i) {
+  if (i < 2) return 0;
+  if (i >= gpt_moe_dense_unit_first(&t->mm, t->L + 1)) return t->pp - 1;
+  return ((i - 2) / GPT_MOE_DENSE_NPARAMS) / t->pps->nl;
+}
+
+/* Whole-model entry k into out on every rank: its holder's engine (zs_param_get
+ * over its group), then an expert's over ep from the ep rank holding it, then
+ * over pp from the stage holding it. Collective (trainer_moe_whole.c's source). */
+zs_status_t trainer_moe_pp_whole(moet_t *t, int k, float *out) {
+  struct moe_pp *q = t->pps;
+  gpt_param_info_t p;
+  int d, l, e, j;
+  gpt_moe_whole_info(&t->mm, k, &p, &d, &l, &e, &j);
+  const int s = d >= 0 ? dense_stage(t, d) : l / q->nl;
+  if (s == t->pp_rank && d >= 0) TRY(zs_param_get(t->dz, t->dpid[d], out));
+  if (s == t->pp_rank && d < 0) {
+    const int owner = e / t->mm.El;
+    if (owner == t->mm.ep_rank) TRY(zs_param_get(t->xz, t->xpid[gpt_moe_expert_index(&t->mm, l, e, j)], out));
+    if (t->ep > 1) TRY(zs_comm_broadcast(t->ep_comm, out, out, (size_t)p.numel, ZS_FP32, owner, NULL));
+  }
+  TRY(zs_comm_broadcast(q->ppc, out, out, (size_t)p.numel, ZS_FP32, s, NULL));
+  return zs_stream_synchronize(t->dev, NULL);
+}
