@@ -287,6 +287,7 @@ static void test_layouts(void) {
       {4, 2, 3, 0, 0, 0, "pp 2 x ep 2, 1f1b, stage 3", 2, 0},
       {4, 2, 1, 2.0f, 0, 0, "pp 2 x ep 2, gpipe, stage 1, capacity T", 2, 1},
       {4, 1, 2, 0, 0, 0, "pp 2 x edp 2, 1f1b, stage 2", 2, 0},
+      {4, 1, 3, 0, 1, 0, "pp 2 x edp 2, stage 3, shard group 1", 2, 0},
   };
   int ran = 0;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {

@@ -33,7 +33,8 @@
  * comm). Validation runs outside the schedule (trainer_pp.c's chain) with the
  * trainer's own handles.
  *
- * Not with --pp yet (refused): --tp, --dtype bf16, --shard-group, --virtual,
+ * --shard-group N counts a stage's data ranks (as without --pp: a multiple of
+ * ep dividing them). Not with --pp yet (refused): --tp, --dtype bf16, --virtual,
  * --pp-layers, --accum, --init-from (docs/moe.md). --export
  * (trainer_moe_whole.c) takes each tensor from the stage holding it.
  * Checkpoints: both engines save one part per stage (dense) and per stage and
@@ -79,8 +80,7 @@ static int last(const moet_t *t) { return t->pp_rank == t->pp - 1; }
 
 zs_status_t trainer_moe_pp_check(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
-  const char *no = t->tp > 1 ? "--tp" : t->bf16 ? "--dtype bf16" : o->shard_group ? "--shard-group"
-                   : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
+  const char *no = t->tp > 1 ? "--tp" : t->bf16 ? "--dtype bf16" : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
   char msg[256];
   if (no) {
     snprintf(msg, sizeof msg, "--moe-experts with --pp runs without %s yet (docs/moe.md): drop it or --pp", no);
@@ -132,10 +132,13 @@ zs_status_t trainer_moe_pp_engines(moet_t *t, gpt_result_t *res) {
   if (gpt_tp_init(&t->tpm, &gc, NULL, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   q->stage = t->mm;
   q->stage.mc.layers = q->nl;
-  zs_config_t cfg;
+  zs_config_t cfg, xcfg;
   gpt_opts_engine_config(o, &cfg);
+  xcfg = cfg; /* --shard-group N of the stage's data ranks: the experts' N / ep edp ranks among them */
+  cfg.shard_group = o->shard_group < t->dworld ? o->shard_group : 0;
+  xcfg.shard_group = o->shard_group && o->shard_group < t->dworld ? o->shard_group / t->ep : 0;
   if ((st = zs_engine_create(&t->dz, &cfg, t->dev, dcomm)) != ZS_OK ||
-      (st = zs_engine_create(&t->xz, &cfg, t->dev, t->edp_comm)) != ZS_OK)
+      (st = zs_engine_create(&t->xz, &xcfg, t->dev, t->edp_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   if ((st = zs_engine_set_model_parallel(t->dz, q->ppc)) != ZS_OK ||
       (st = zs_engine_set_model_parallel(t->xz, xmp)) != ZS_OK)
