@@ -21,12 +21,13 @@
  * bf16): every loss, the validation losses, every final parameter against the
  * model's largest. Layouts: ep 2 at stage 1 and tp 2 at stage 3 (2 ranks),
  * edp 2 x ep 2 at stage 3 with shard group 2 and ep 2 x tp 2 at stage 1 (4
- * ranks; tp at --accum tp). It is bf16 (its losses are not the fp32 run's)
+ * ranks; tp at --accum tp); pp 2 at stage 3 (2 ranks) and pp 2 x ep 2 at
+ * stage 1 (4 ranks). It is bf16 (its losses are not the fp32 run's)
  * and it learns. */
-static void bf16_run(const gpt_opts_t *o0, const moe_ref_t *ref, int ep, int stage, int shard_group, int tp,
+static void bf16_run(const gpt_opts_t *o0, const moe_ref_t *ref, int ep, int stage, int shard_group, int tp, int pp,
                      const char *what) {
   gpt_opts_t o = *o0;
-  o.ep = ep, o.stage = stage, o.shard_group = shard_group, o.tp = tp, o.accum = tp;
+  o.ep = ep, o.stage = stage, o.shard_group = shard_group, o.tp = tp, o.accum = tp, o.pp = pp;
   gpt_result_t r;
   zs_status_t st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("%s: %s", what, r.err);
@@ -67,10 +68,12 @@ static void test_bf16(void) {
   o.lr = 1e-3f; /* the dense bf16 tests' (gpt_parity.h): 1e-2 of the largest is 10 lr there too */
   moe_ref_t ref = {0};
   ref_run(&o, &ref);
-  if (g_size == 2) bf16_run(&o, &ref, 2, 1, 0, 1, "ep 2, stage 1, bf16");
-  else bf16_run(&o, &ref, 2, 3, 2, 1, "edp 2 x ep 2, stage 3, shard group 2, bf16");
-  if (g_size == 2) bf16_run(&o, &ref, 1, 3, 0, 2, "tp 2, stage 3, bf16");
-  else bf16_run(&o, &ref, 2, 1, 0, 2, "ep 2 x tp 2, stage 1, bf16");
+  if (g_size == 2) bf16_run(&o, &ref, 2, 1, 0, 1, 1, "ep 2, stage 1, bf16");
+  else bf16_run(&o, &ref, 2, 3, 2, 1, 1, "edp 2 x ep 2, stage 3, shard group 2, bf16");
+  if (g_size == 2) bf16_run(&o, &ref, 1, 3, 0, 2, 1, "tp 2, stage 3, bf16");
+  else bf16_run(&o, &ref, 2, 1, 0, 2, 1, "ep 2 x tp 2, stage 1, bf16");
+  if (g_size == 2) bf16_run(&o, &ref, 1, 3, 0, 1, 2, "pp 2, stage 3, bf16"); /* --microbatches 2 */
+  else bf16_run(&o, &ref, 2, 1, 0, 1, 2, "pp 2 x ep 2, stage 1, bf16");
   free(ref.params);
 }
 

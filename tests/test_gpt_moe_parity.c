@@ -399,9 +399,9 @@ static void test_refusals(void) {
   expect_str_contains(r.err, "--sequence-parallel");
   gpt_result_free(&r);
   tiny(&o);
-  o.pp = 2, o.dtype = o.reduce_dtype = ZS_BF16; /* --pp composes, in fp32 (trainer_moe_pp.c says what else) */
+  o.pp = 2, o.tp = 2; /* --pp composes, without --tp (trainer_moe_pp.c says what else) */
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
-  expect_str_contains(r.err, "--dtype bf16");
+  expect_str_contains(r.err, "--tp");
   gpt_result_free(&r);
   tiny(&o);
   o.pp = 2, o.accum = 2;

@@ -128,7 +128,7 @@ void gpt_opts_usage(FILE *f) {
           "                  fp32 or bf16, --shard-group N a multiple of --ep, --export and --init-from of the\n"
           "                  whole model at any --ep; --tp N splits attention and the head, each tp rank\n"
           "                  computing the experts of its ep group whole; --pp N cuts the layers into N\n"
-          "                  stages (fp32, --shard-group, --export, checkpoints; not with --tp, bf16 or\n"
+          "                  stages (fp32 or bf16, --shard-group, --export, checkpoints; not with --tp or\n"
           "                  --init-from yet); not with --ps-servers)\n"
           "  --moe-topk K (1)  --ep N (1: experts split over groups of N neighbouring ranks, all-to-all\n"
           "                    between them; each expert data parallel over the world / N ranks holding it)\n"

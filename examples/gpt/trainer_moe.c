@@ -203,10 +203,11 @@ static zs_status_t engines(moet_t *t, gpt_result_t *res) {
 
 /* The fp32 views (trainer_moe_impl.h), and in bf16 the units' scratch: a
  * table's entries' offsets in their unit, the largest unit's size. */
-static int64_t unit_offsets(const gpt_param_info_t *info, int n, int64_t *off) {
+static int64_t unit_offsets(const gpt_param_info_t *info, int n, const int *pid, int64_t *off) {
   int64_t most = 0, at = 0;
   for (int i = 0; i < n; i++) {
-    if (i && info[i].unit != info[i - 1].unit) at = 0;
+    if (pid && pid[i] < 0) continue; /* --pp: another stage's; this stage's units are all seen at once */
+    if (!pid && i && info[i].unit != info[i - 1].unit) at = 0;
     off[i] = at, at += info[i].numel;
     most = at > most ? at : most;
   }
@@ -219,9 +220,9 @@ static zs_status_t views(moet_t *t, gpt_result_t *res) {
   t->doff = calloc((size_t)t->nd, sizeof(int64_t)), t->xoff = calloc((size_t)t->nx + 1, sizeof(int64_t));
   if (!t->dpv || !t->dgv || !t->xpv || !t->xgv || !t->doff || !t->xoff)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
-  const int64_t dmax = unit_offsets(t->dinfo, t->nd, t->doff), xmax = unit_offsets(t->xinfo, t->nx, t->xoff);
+  const int64_t dmax = unit_offsets(t->dinfo, t->nd, t->dpid, t->doff), xmax = unit_offsets(t->xinfo, t->nx, t->xpid, t->xoff);
   if (!t->bf16) return ZS_OK;
-  t->dps = malloc((size_t)dmax * sizeof(float)), t->dgs = malloc((size_t)dmax * sizeof(float));
+  t->dps = malloc((size_t)(dmax + 1) * sizeof(float)), t->dgs = malloc((size_t)(dmax + 1) * sizeof(float));
   t->xps = malloc((size_t)(xmax + 1) * sizeof(float)), t->xgs = malloc((size_t)(xmax + 1) * sizeof(float));
   if (!t->dps || !t->dgs || !t->xps || !t->xgs)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");

@@ -126,8 +126,15 @@ const char *trainer_moe_pp_last_error(const moet_t *t);
  * model's plan (t->mm, this ep rank's experts; its gpt.h config into *gc). */
 zs_status_t trainer_moe_plan(moet_t *t, gpt_result_t *res, gpt_config_t *gc);
 void trainer_moe_router_config(const moet_t *t, zs_moe_config_t *mc);
-/* trainer_moe_round.c: the model's views (w, g, bw, bg) from the fp32 views. */
+/* trainer_moe_round.c: the model's views (w, g, bw, bg) from the fp32 views.
+ * One engine's table entries [a, b) into fp32 views pv / gv (gradients only
+ * with backward): the slots, or in bf16 the parameters widened into ps + off[i]
+ * and the gradients zeroed in gs + off[i]; and (bf16) the fp32 gradients of
+ * [a, b) added into the bf16 slots, as zs_reduce is about to take them. */
 void trainer_moe_bind(moet_t *t);
+void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
+                      float *gs, const int64_t *off, const gpt_param_info_t *info, int backward);
+void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv, const gpt_param_info_t *info);
 
 /* trainer_moe_whole.c. res->final_params: the whole model on every rank (the
  * dense table, then per layer every expert's four tensors in global expert

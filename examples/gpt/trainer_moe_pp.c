@@ -34,7 +34,10 @@
  * trainer's own handles.
  *
  * --shard-group N counts a stage's data ranks (as without --pp: a multiple of
- * ep dividing them). Not with --pp yet (refused): --tp, --dtype bf16, --virtual,
+ * ep dividing them). --dtype bf16: trainer_pp.c's scheme (every parameter of
+ * the stage widened at the step's start, the gradients summed in fp32 over the
+ * micro-batches and rounded into the bf16 slots once). Not with --pp yet
+ * (refused): --tp, --virtual,
  * --pp-layers, --accum, --init-from (docs/moe.md). --export
  * (trainer_moe_whole.c) takes each tensor from the stage holding it.
  * Checkpoints: both engines save one part per stage (dense) and per stage and
@@ -65,6 +68,8 @@ struct moe_pp {
   moe_slot_t *slots;
   int nslots, *slot_of;
   void *head_p, *head_g;   /* the head's wte copy (last stage) */
+  float *hw, *hg;          /* its fp32 views: the slots, or (bf16) hws / hgs */
+  float *hws, *hgs;
   int head_pid;
   float *tied;             /* the other copy's wte gradient */
   double loss_sum;
@@ -80,7 +85,7 @@ static int last(const moet_t *t) { return t->pp_rank == t->pp - 1; }
 
 zs_status_t trainer_moe_pp_check(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
-  const char *no = t->tp > 1 ? "--tp" : t->bf16 ? "--dtype bf16" : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
+  const char *no = t->tp > 1 ? "--tp" : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
   char msg[256];
   if (no) {
     snprintf(msg, sizeof msg, "--moe-experts with --pp runs without %s yet (docs/moe.md): drop it or --pp", no);
@@ -236,6 +241,9 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   t->ttg = malloc((size_t)t->per_rank * T * sizeof(int));
   if ((first(t) || last(t)) && !(q->tied = malloc((size_t)t->dinfo[0].numel * sizeof(float))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  if (last(t) && t->bf16 && (!(q->hws = malloc((size_t)t->dinfo[0].numel * sizeof(float))) ||
+                             !(q->hgs = malloc((size_t)t->dinfo[0].numel * sizeof(float)))))
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   for (int k = 0; k < q->nslots; k++) {
     for (int j = 0; j < q->nl; j++)
@@ -261,7 +269,7 @@ void trainer_moe_pp_free(moet_t *t) {
     gpt_tp_acts_free(&q->slots[k].a);
     gpt_moe_acts_free(&q->slots[k].ma);
   }
-  free(q->slots), free(q->slot_of), free(q->tied);
+  free(q->slots), free(q->slot_of), free(q->tied), free(q->hws), free(q->hgs);
   free(q);
   t->pps = NULL;
 }
@@ -270,20 +278,41 @@ void trainer_moe_pp_free(moet_t *t) {
  * units: every one of this stage's at once
  * ========================================================================== */
 
+/* Every unit gathered (backward: with its gradient slot) and seen through
+ * fp32 views (trainer_moe_view: in bf16 every parameter of the stage widened,
+ * every gradient made in fp32 over the step's micro-batches and rounded into
+ * its slot once, at narrow_all, as trainer_pp.c does). */
 static zs_status_t gather_all(moet_t *t, int backward) {
+  struct moe_pp *q = t->pps;
+  static const int64_t zero = 0;
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_gather(t->dz, u));
   for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_gather(t->xz, u));
   for (int i = 0; i < t->nd; i++)
-    t->dpv[i] = t->dpid[i] >= 0 ? t->dp[i] : NULL, t->dgv[i] = t->dpid[i] >= 0 && backward ? t->dg[i] : NULL;
+    if (t->dpid[i] >= 0)
+      trainer_moe_view(t, i, i + 1, t->dp, t->dg, t->dpv, t->dgv, t->dps, t->dgs, t->doff, t->dinfo, backward);
   for (int i = 0; i < t->nx; i++)
-    t->xpv[i] = t->xpid[i] >= 0 ? t->xp[i] : NULL, t->xgv[i] = t->xpid[i] >= 0 && backward ? t->xg[i] : NULL;
+    if (t->xpid[i] >= 0)
+      trainer_moe_view(t, i, i + 1, t->xp, t->xg, t->xpv, t->xgv, t->xps, t->xgs, t->xoff, t->xinfo, backward);
+  if (last(t))
+    trainer_moe_view(t, 0, 1, &q->head_p, &q->head_g, &q->hw, &q->hg, q->hws, q->hgs, &zero, t->dinfo, backward);
   trainer_moe_bind(t);
   return ZS_OK;
+}
+
+/* bf16: the step's fp32 gradients added into the bf16 slots. */
+static void narrow_all(moet_t *t) {
+  struct moe_pp *q = t->pps;
+  for (int i = 0; i < t->nd; i++)
+    if (t->dpid[i] >= 0) trainer_moe_grads_into_slots(t, i, i + 1, t->dg, t->dgv, t->dinfo);
+  for (int i = 0; i < t->nx; i++)
+    if (t->xpid[i] >= 0) trainer_moe_grads_into_slots(t, i, i + 1, t->xg, t->xgv, t->xinfo);
+  if (last(t)) trainer_moe_grads_into_slots(t, 0, 1, &q->head_g, &q->hg, t->dinfo);
 }
 
 static void forget_all(moet_t *t) {
   for (int i = 0; i < t->nd; i++) t->dpv[i] = t->dgv[i] = NULL;
   for (int i = 0; i < t->nx; i++) t->xpv[i] = t->xgv[i] = NULL;
+  t->pps->hw = t->pps->hg = NULL;
   trainer_moe_bind(t);
 }
 
@@ -339,8 +368,7 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
     double sum = 0; /* the head's backward too: d lnf into a->dlnf, d wte into the copy's slot */
     st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + q->nl * NC, a);
     if (st == ZS_OK)
-      st = gpt_tp_head(&t->tpm, q->head_p, a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)N * (float)q->m), &sum,
-                       q->head_g);
+      st = gpt_tp_head(&t->tpm, q->hw, a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)N * (float)q->m), &sum, q->hg);
     q->loss_sum += sum / (double)N;
   } else if (st == ZS_OK) {
     memcpy(output, a->resid + q->nl * NC, (size_t)NC * sizeof(float));
@@ -384,7 +412,7 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
 static zs_status_t tied_sum(moet_t *t) {
   struct moe_pp *q = t->pps;
   if (!first(t) && !last(t)) return ZS_OK;
-  return trainer_pp_tied_swap(q->ppc, first(t) ? t->g.embed.wte : q->head_g, q->tied, (size_t)t->dinfo[0].numel,
+  return trainer_pp_tied_swap(q->ppc, first(t) ? t->g.embed.wte : q->hg, q->tied, (size_t)t->dinfo[0].numel,
                               first(t), first(t) ? q->p - 1 : 0);
 }
 
@@ -403,6 +431,7 @@ zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss) {
   const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
   TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
   TRY(tied_sum(t));
+  narrow_all(t);
   forget_all(t);
   for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_reduce(t->xz, u));
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_reduce(t->dz, u));
@@ -436,7 +465,7 @@ static zs_status_t chain(moet_t *t, double *vsum) {
     }
     if (nb && last(t)) {
       TRY(gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, x, va));
-      TRY(gpt_tp_head(&t->tpm, q->head_p, va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
+      TRY(gpt_tp_head(&t->tpm, q->hw, va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
     }
   }
   if (!last(t) && n) TRY(zs_comm_send(q->ppc, t->vresid, n, ZS_FP32, t->pp_rank + 1, NULL));

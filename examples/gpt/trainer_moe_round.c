@@ -39,7 +39,7 @@ void trainer_moe_bind(moet_t *t) {
 
 /* One engine's table entries [a, b) (a unit) into fp32 views: the slots, or in
  * bf16 the parameters widened into ps and the gradients zeroed in gs. */
-static void view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
+void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
                  float *gs, const int64_t *off, const gpt_param_info_t *info, int backward) {
   for (int i = a; i < b; i++) {
     if (!t->bf16) {
@@ -58,7 +58,7 @@ static void view(const moet_t *t, int a, int b, void **slot, void **gslot, float
 
 /* bf16: the fp32 gradients of entries [a, b) added (rounded to nearest even)
  * into the bf16 slots, as zs_reduce is about to take them. */
-static void grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv, const gpt_param_info_t *info) {
+void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv, const gpt_param_info_t *info) {
   for (int i = a; t->bf16 && i < b; i++) {
     const int64_t n = info[i].numel;
     uint16_t *dst = gslot[i];
@@ -91,8 +91,8 @@ zs_status_t trainer_moe_gather2(moet_t *t, int u, int backward) {
   const int block = unit_range(t, u, &a, &b, &xa, &xb);
   TRY(zs_gather(t->dz, u));
   if (block) TRY(zs_gather(t->xz, u - 1));
-  view(t, a, b, t->dp, t->dg, t->dpv, t->dgv, t->dps, t->dgs, t->doff, t->dinfo, backward);
-  view(t, xa, xb, t->xp, t->xg, t->xpv, t->xgv, t->xps, t->xgs, t->xoff, t->xinfo, backward);
+  trainer_moe_view(t, a, b, t->dp, t->dg, t->dpv, t->dgv, t->dps, t->dgs, t->doff, t->dinfo, backward);
+  trainer_moe_view(t, xa, xb, t->xp, t->xg, t->xpv, t->xgv, t->xps, t->xgs, t->xoff, t->xinfo, backward);
   trainer_moe_bind(t);
   return ZS_OK;
 }
@@ -107,8 +107,8 @@ zs_status_t trainer_moe_release2(moet_t *t, int u) {
 zs_status_t trainer_moe_reduce2(moet_t *t, int u) {
   int a, b, xa, xb;
   const int block = unit_range(t, u, &a, &b, &xa, &xb);
-  grads_into_slots(t, a, b, t->dg, t->dgv, t->dinfo);
-  grads_into_slots(t, xa, xb, t->xg, t->xgv, t->xinfo);
+  trainer_moe_grads_into_slots(t, a, b, t->dg, t->dgv, t->dinfo);
+  trainer_moe_grads_into_slots(t, xa, xb, t->xg, t->xgv, t->xinfo);
   forget(t, u);
   if (block) TRY(zs_reduce(t->xz, u - 1));
   return zs_reduce(t->dz, u);
