@@ -37,13 +37,14 @@
  * ep dividing them). --dtype bf16: trainer_pp.c's scheme (every parameter of
  * the stage widened at the step's start, the gradients summed in fp32 over the
  * micro-batches and rounded into the bf16 slots once). Not with --pp yet
- * (refused): --tp, --virtual,
- * --pp-layers, --accum, --init-from (docs/moe.md). --export
- * (trainer_moe_whole.c) takes each tensor from the stage holding it.
+ * (refused): --tp, --virtual, --pp-layers, --accum (docs/moe.md). --export
+ * (trainer_moe_whole.c) takes each tensor from the stage holding it;
+ * --init-from gives each stage its own tensors, the last stage's head copy
+ * wte's.
  * Checkpoints: both engines save one part per stage (dense) and per stage and
  * ep rank (experts); the head's copy declares itself wte's
  * (zs_checkpoint_set_split) and the layout words name pp, so the library's
- * any-layout loader reads a pp checkpoint at pp 1 (any ep) and back. */
+ * any-layout loader reads a pp checkpoint at pp 1 (any ep). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,7 +86,7 @@ static int last(const moet_t *t) { return t->pp_rank == t->pp - 1; }
 
 zs_status_t trainer_moe_pp_check(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
-  const char *no = t->tp > 1 ? "--tp" : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : o->init_from ? "--init-from" : NULL;
+  const char *no = t->tp > 1 ? "--tp" : o->virtual_stages > 1 ? "--virtual" : o->pp_layers_n ? "--pp-layers" : NULL;
   char msg[256];
   if (no) {
     snprintf(msg, sizeof msg, "--moe-experts with --pp runs without %s yet (docs/moe.md): drop it or --pp", no);

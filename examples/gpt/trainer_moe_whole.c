@@ -168,12 +168,20 @@ zs_status_t trainer_moe_export(moet_t *t, const char *path, gpt_result_t *res) {
  * ========================================================================== */
 
 /* The dense engine: the experts' tensors are the other engine's; any other
- * name is its own (or, known to neither, unexpected). */
+ * name is its own (or, known to neither, unexpected). With --pp another
+ * stage's tensors are skipped, and the last stage's tied copy "head.wte"
+ * loads wte. */
 static int dense_name(void *user, const char *file_name, char *param_name, size_t cap) {
   const moet_t *t = user;
   int l, e, j;
-  (void)param_name, (void)cap;
-  return gpt_moe_expert_parse(&t->mm, file_name, &l, &e, &j) ? ZS_IMPORT_SKIP : ZS_IMPORT_UNKNOWN;
+  if (gpt_moe_expert_parse(&t->mm, file_name, &l, &e, &j)) return ZS_IMPORT_SKIP;
+  for (int i = 0; t->dpid && i < t->nd; i++) {
+    if (strcmp(t->dinfo[i].name, file_name) || t->dpid[i] >= 0) continue;
+    if (i > 0 || t->pp_rank != t->pp - 1) return ZS_IMPORT_SKIP;
+    snprintf(param_name, cap, "head.wte");
+    return ZS_IMPORT_LOAD;
+  }
+  return ZS_IMPORT_UNKNOWN;
 }
 
 /* The experts' engine: this ep rank's experts load, the other ranks' and the
@@ -182,7 +190,8 @@ static int expert_name(void *user, const char *file_name, char *param_name, size
   const moet_t *t = user;
   int l, e, j;
   if (gpt_moe_expert_parse(&t->mm, file_name, &l, &e, &j)) {
-    if (gpt_moe_expert_index(&t->mm, l, e, j) < 0) return ZS_IMPORT_SKIP;
+    const int x = gpt_moe_expert_index(&t->mm, l, e, j);
+    if (x < 0 || (t->xpid && t->xpid[x] < 0)) return ZS_IMPORT_SKIP; /* another ep rank's or (--pp) stage's */
     snprintf(param_name, cap, "%s", file_name);
     return ZS_IMPORT_LOAD;
   }
