@@ -363,7 +363,8 @@ static void test_tp_resume(void) {
 }
 
 /* pp 2 x ep world / 2 at the same layout and without --pp at ep 2 and ep 1
- * (each stage's part of both engines, the head's copy declared wte's). */
+ * (each stage's part of both engines, the head's copy declared wte's); ep 2
+ * without --pp at pp 2 x ep world / 2. */
 static void test_pp_resume(void) {
   if (g_size != 2 && g_size != 4) zs_test_skip("2 or 4 ranks");
   const moe_layout_t from = {g_size / 2, 1, 2, "pp 2"};
@@ -371,6 +372,10 @@ static void test_pp_resume(void) {
                              {2, 1, 1, g_size == 2 ? "ep 2" : "edp 2 x ep 2"},
                              {1, 1, 1, g_size == 2 ? "edp 2 x ep 1" : "edp 4 x ep 1"}};
   resume_at(&from, to, 3, "/tmp/zs-gpt-moe-pp-ckpt-XXXXXX");
+  /* and back: a checkpoint without --pp at pp 2 (the head's copy reads wte) */
+  const moe_layout_t flat = {2, 1, 1, g_size == 2 ? "ep 2" : "edp 2 x ep 2"};
+  const moe_layout_t back[] = {flat, {g_size / 2, 1, 2, g_size == 2 ? "pp 2" : "pp 2 x ep 2"}};
+  resume_at(&flat, back, 2, "/tmp/zs-gpt-moe-pp-ckpt-XXXXXX");
 }
 
 #endif
