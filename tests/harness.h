@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ZS_SKIP_CODE 77
 
@@ -90,10 +91,18 @@ static const char *zs_t_cur_name = "";
 
 typedef void (*zs_test_fn)(void);
 
+/* ZS_TEST_TIMES=1: each test function's wall time on rank 0 (or without ranks),
+ * to find what a slow test spends its time on. */
 static inline void zs_test_run_named(const char *name, zs_test_fn fn) {
   zs_t_cur_failed = zs_t_cur_skipped = 0;
   zs_t_cur_name = name;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   fn();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const char *times = getenv("ZS_TEST_TIMES");
+  if (times && times[0] == '1' && zs_t_rank <= 0)
+    printf("time %s %.3f s\n", name, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
   if (zs_t_cur_failed) {
     zs_t_tests_failed++;
     fprintf(stderr, "[rank %d] FAIL %s\n", zs_t_rank, name);

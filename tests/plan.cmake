@@ -8,7 +8,7 @@
 #   test_plan_zeropp(_membench)  the same two for ZeRO++'s options (--quantized-weights,
 #                           --hpz, --quantized-grads); the helpers: plan_check.h
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
-#                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 and 500 Mbit/s
+#                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 Mbit/s (500 too by hand)
 #                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
 #                           bytes against its prediction (within 2%), memory exactly; skips (77)
 #                           where namespaces cannot be made; runs alone (it measures time);
@@ -33,12 +33,15 @@ if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
     # the communication the time check measures, its bytes and memory are the plain
     # build's to the byte, and test_plan_membench runs zs-membench instrumented (it
     # took 24 s of CI's sanitizer pass). PLAN_TIMING=0 still runs bytes and memory
-    # only, by hand.
+    # only, by hand. At 200 Mbit/s only (PLAN_RATES): at 500 the 2 CPUs share in
+    # deciding the time (the script's probe then prints the time check instead of
+    # failing it) and the bytes and memory are those checked at 200; the script's
+    # default, "200 500", runs both by hand.
     if(NOT ZS_SANITIZE)
     zs_add_test_run(NAME test_plan_cluster
                     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plan_cluster_test.sh
                             ${PROJECT_SOURCE_DIR}/scripts/cluster-sim $<TARGET_FILE:zs-membench> $<TARGET_FILE:zs-plan>
-                    LABELS mpi net SKIP_RETURN_CODE 77 TIMEOUT 150 RUN_SERIAL)
+                    LABELS mpi net SKIP_RETURN_CODE 77 TIMEOUT 150 RUN_SERIAL ENV PLAN_RATES=200)
     endif()
   endif()
 endif()

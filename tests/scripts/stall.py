@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 
-TIMEOUT_S = 3
+TIMEOUT_S = 1.5
 RANKS = 3
 
 
