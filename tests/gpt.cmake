@@ -7,6 +7,15 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
   zs_add_test(NAME test_gpt SOURCES test_gpt.c LIBS zs_gpt_model TIMEOUT 60)
   # the layers against float64 references, gpt_expf in ulps, thread-count independence
   zs_add_test(NAME test_gpt_ops SOURCES test_gpt_ops.c LIBS zs_gpt_model TIMEOUT 120)
+  # GCC vectorizes the loops marked /* vec */ (the exp loops of GELU, softmax and
+  # cross-entropy) in the AVX2 and AVX-512 clones (ops_simd.h; skips elsewhere)
+  if(ZS_GPT_VEC_FLAGS AND CMAKE_C_COMPILER_ID STREQUAL "GNU" AND NOT ZS_SANITIZE) # the same compile in both builds
+    zs_add_test_run(NAME test_gpt_vectorized
+                    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_vectorized.sh ${CMAKE_C_COMPILER}
+                            "${ZS_GPT_VEC_FLAGS}" ${PROJECT_SOURCE_DIR}/examples/gpt/ops.c
+                            ${PROJECT_SOURCE_DIR}/examples/gpt/ops_attn.c
+                    SKIP_RETURN_CODE 77 TIMEOUT 120)
+  endif()
   # the matrix products (gemm.h): fp32, and bf16 emulated and on oneDNN (skipped without it)
   zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model TIMEOUT 60)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)

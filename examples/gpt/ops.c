@@ -171,7 +171,7 @@ static inline float gelu_exp(float v) {
 }
 
 GPT_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; i++) {
+  for (int64_t i = i0; i < i1; i++) { /* vec */
     float v = x[i];
     out[i] = v / (1.0f + gelu_exp(v));
   }
@@ -180,7 +180,7 @@ GPT_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, in
 /* gelu' = sig + v sig (1 - sig) 2 S (1 + 3K v^2), sig = 1 / (1 + e), 1 - sig = e sig */
 GPT_CLONES static void gelu_bwd_range(float *dx, const float *x, const float *dout, int64_t i0,
                                       int64_t i1) {
-  for (int64_t i = i0; i < i1; i++) {
+  for (int64_t i = i0; i < i1; i++) { /* vec */
     float v = x[i], e = gelu_exp(v);
     float sig = 1.0f / (1.0f + e);
     float d = sig + v * sig * (e * sig) * (2.0f * GELU_S) * (1.0f + 3.0f * GELU_K * v * v);
@@ -211,12 +211,12 @@ GPT_CLONES static double ce_row(float *l, int target, int V, float grad_scale, i
   for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
   double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - mx);
+  for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - mx); /* vec */
   double lse = (double)mx + log(sum);
   double loss = lse - (double)l[target];
   if (want_grad) {
     float lsef = (float)lse;
-    for (int v = 0; v < V; v++) l[v] = gpt_expf(l[v] - lsef) * grad_scale;
+    for (int v = 0; v < V; v++) l[v] = gpt_expf(l[v] - lsef) * grad_scale; /* vec */
     l[target] -= grad_scale;
   }
   return loss;

@@ -64,7 +64,7 @@ static inline void softmax_causal_row(float *p, int t, int T, float scale) {
     p[j] *= scale;
     mx = p[j] > mx ? p[j] : mx;
   }
-  for (int j = 0; j <= t; j++) p[j] = gpt_expf(p[j] - mx);
+  for (int j = 0; j <= t; j++) p[j] = gpt_expf(p[j] - mx); /* vec */
   float acc[LANES] = {0};
   int j = 0;
   for (; j + LANES <= t + 1; j += LANES)

@@ -8,6 +8,12 @@
  * compute the same bits; two machines of different ISA may differ in the last
  * bits (FMA contraction, vector-width reductions).
  *
+ * A loop marked  / * vec * /  (without the spaces) must be vectorized by GCC in
+ * the AVX2 and AVX-512 clones: test_gpt_vectorized compiles ops.c and
+ * ops_attn.c as those clones are compiled and fails on a marked loop that GCC
+ * reports it left scalar (as the -ftrapping-math default left GELU's and the
+ * softmaxes' exp loops on AVX2: examples/CMakeLists.txt).
+ *
  * gpt_expf: exp in float, vectorizable (no calls, no branches): Cody-Waite
  * reduction by ln 2 and Cephes' degree-6 polynomial on [-ln2/2, ln2/2]; 2^n is
  * applied as two exact power-of-two factors so that subnormal results come out
