@@ -1,5 +1,6 @@
 // kernels/reduce.cu: reductions over a shard: the sum of squares (for the global
-// gradient norm) and inf/NaN detection.
+// gradient norm; one segment, or many in one launch: sumsq_plan.h) and inf/NaN
+// detection.
 //
 // Plain C reference: zs__sumsq_cpu and zs__nonfinite_cpu's scalar path in
 // src/optim/cpu.c (a double sum of x^2; "any element with an all-ones exponent").
@@ -10,10 +11,12 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
+#include "kernels/sumsq_plan.h"
 #include "kernels/vec.cuh"
 
-#define R_THREADS 256
-#define R_MAXBLOCKS 1024 // the final kernel folds all block sums in one block
+#define R_THREADS ZS_K_SUMSQ_THREADS
+#define R_MAXBLOCKS ZS_K_SUMSQ_MAXBLOCKS // the final kernel folds all block sums in one block
+static_assert(ZS_K_SUMSQ_VEC == ZS_K_VEC, "sumsq_plan.h's elements a step are vec.cuh's");
 
 namespace {
 
@@ -37,14 +40,14 @@ __device__ __forceinline__ double block_tree(double *sh, double x) {
   return sh[0];
 }
 
+// 1. thread t of a grid of nb blocks sums chunks t, t+T, t+2T, ... (8 elements
+// each, T = nb * R_THREADS threads) of x's n elements, in double
 template <int DT>
-__global__ void __launch_bounds__(R_THREADS) sumsq_partial(const void *x, size_t n, double *part) {
-  __shared__ double sh[R_THREADS];
-  // 1. thread t sums chunks t, t+T, t+2T, ... (8 elements each, T = all threads)
-  const size_t T = (size_t)gridDim.x * R_THREADS, nch = (n + ZS_K_VEC - 1) / ZS_K_VEC;
+__device__ __forceinline__ double sumsq_thread(const void *x, size_t n, unsigned block, unsigned nb) {
+  const size_t T = (size_t)nb * R_THREADS, nch = (n + ZS_K_VEC - 1) / ZS_K_VEC;
   const bool al = zs_aligned16(x);
   double acc = 0.0;
-  for (size_t c = (size_t)blockIdx.x * R_THREADS + threadIdx.x; c < nch; c += T) {
+  for (size_t c = (size_t)block * R_THREADS + threadIdx.x; c < nch; c += T) {
     const size_t e = c * ZS_K_VEC;
     float f[8];
     if (al && e + ZS_K_VEC <= n) {
@@ -57,6 +60,13 @@ __global__ void __launch_bounds__(R_THREADS) sumsq_partial(const void *x, size_t
 #pragma unroll
     for (int j = 0; j < 8; j++) acc += (double)f[j] * (double)f[j];
   }
+  return acc;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(R_THREADS) sumsq_partial(const void *x, size_t n, double *part) {
+  __shared__ double sh[R_THREADS];
+  double acc = sumsq_thread<DT>(x, n, blockIdx.x, gridDim.x);
   // 2. the block's threads in a fixed tree; one partial per block
   double s = block_tree<R_THREADS>(sh, acc);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -68,6 +78,64 @@ __global__ void __launch_bounds__(R_MAXBLOCKS) sumsq_final(const double *part, u
   __shared__ double sh[R_MAXBLOCKS];
   double s = block_tree<R_MAXBLOCKS>(sh, threadIdx.x < nb ? part[threadIdx.x] : 0.0);
   if (threadIdx.x == 0) *acc = (float)((double)*acc + s);
+}
+
+// ---- many segments in one launch (sumsq_plan.h) ------------------------------
+
+// sumsq_final's 1024-leaf tree by R_THREADS threads: at each level w, leaf i
+// takes leaf i + w for every i < w, as there, so the fold adds the same pairs in
+// the same order (a thread doing several i of one level changes nothing: the
+// level reads [w, 2w) and writes [0, w)). Partials written by other blocks are
+// read past L1 (__ldcg): the writer's fence and count made them visible in L2.
+__device__ double fold_partials(double *sh, const double *part, unsigned nb) {
+  for (unsigned i = threadIdx.x; i < R_MAXBLOCKS; i += R_THREADS) sh[i] = i < nb ? __ldcg(part + i) : 0.0;
+  __syncthreads();
+  for (unsigned w = R_MAXBLOCKS / 2; w > 0; w >>= 1) {
+    for (unsigned i = threadIdx.x; i < w; i += R_THREADS) sh[i] += sh[i + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// Block blockIdx.x is block b of segment k (its first + b). Steps 1-2 are
+// sumsq_partial's for a grid of the segment's blocks; 3 is sumsq_final's tree,
+// run by the segment's last block to finish (which one that is varies, what it
+// computes does not); 4: the last segment to finish adds the sums into *acc in
+// segment order, each rounded to fp32 as sumsq_final rounds it. Every block
+// counts in done[k], every segment in *all; the last ones set them back to 0.
+__global__ void __launch_bounds__(R_THREADS)
+    sumsq_segs_kernel(const zs_k_sumsq_seg_t *segs, int nseg, int nlive, double *part, double *sums,
+                      unsigned *done, unsigned *all, float *acc) {
+  __shared__ double sh[R_MAXBLOCKS];
+  __shared__ bool last;
+  const int k = zs_k_sumsq_seg_of(segs, nseg, blockIdx.x);
+  const zs_k_sumsq_seg_t g = segs[k];
+  const unsigned b = blockIdx.x - g.first;
+  const size_t n = (size_t)g.n;
+  double a = g.dt == ZS_BF16   ? sumsq_thread<ZS_BF16>(g.x, n, b, g.blocks)
+             : g.dt == ZS_FP16 ? sumsq_thread<ZS_FP16>(g.x, n, b, g.blocks)
+                               : sumsq_thread<ZS_FP32>(g.x, n, b, g.blocks);
+  double s = block_tree<R_THREADS>(sh, a);
+  if (threadIdx.x == 0) {
+    part[g.first + b] = s;
+    __threadfence(); // the partial reaches L2 before the count says it is there
+    last = atomicAdd(done + k, 1u) == g.blocks - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  double t = fold_partials(sh, part + g.first, g.blocks);
+  if (threadIdx.x == 0) {
+    done[k] = 0;
+    sums[k] = t;
+    __threadfence();
+    last = atomicAdd(all, 1u) == (unsigned)nlive - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  float r = *acc;
+  for (int j = 0; j < nseg; j++) r = (float)((double)r + __ldcg(sums + j)); // empty segments: + 0, exact
+  *acc = r;
+  *all = 0;
 }
 
 template <int DT>
@@ -116,6 +184,27 @@ extern "C" int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *scr
   else if (dt == ZS_FP16) sumsq_partial<ZS_FP16><<<nb, R_THREADS, 0, st>>>(x, n, part);
   else sumsq_partial<ZS_FP32><<<nb, R_THREADS, 0, st>>>(x, n, part);
   sumsq_final<<<1, R_MAXBLOCKS, 0, st>>>(part, nb, acc);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int zs_k_sumsq_segs_init(const zs_k_sumsq_plan_t *p, const zs_k_sumsq_seg_t *segs, void *mem,
+                                    void *stream) {
+  if (!p || !segs || !mem || p->nseg < 1) return (int)cudaErrorInvalidValue;
+  cudaStream_t st = (cudaStream_t)stream;
+  char *m = (char *)mem;
+  cudaError_t e = cudaMemcpyAsync(m + p->table_off, segs, (size_t)p->nseg * sizeof *segs, cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess) e = cudaMemsetAsync(m + p->part_off, 0, p->bytes - p->part_off, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st); // segs may go when this returns
+  return (int)e;
+}
+
+extern "C" int zs_k_sumsq_segs(const zs_k_sumsq_plan_t *p, void *mem, float *acc, void *stream) {
+  if (!p || !mem || !acc) return (int)cudaErrorInvalidValue;
+  if (p->nlive == 0) return 0;
+  char *m = (char *)mem;
+  sumsq_segs_kernel<<<p->blocks, R_THREADS, 0, (cudaStream_t)stream>>>(
+      (const zs_k_sumsq_seg_t *)(m + p->table_off), p->nseg, p->nlive, (double *)(m + p->part_off),
+      (double *)(m + p->sums_off), (unsigned *)(m + p->done_off), (unsigned *)(m + p->all_off), acc);
   return (int)cudaGetLastError();
 }
 

@@ -5,3 +5,8 @@ zs_add_test(NAME test_device_pool SOURCES test_device_pool.c LAYERS zs_common zs
 # Exits 77 (skipped) where no GPU is visible or CUDA is not built.
 zs_add_test(NAME test_device_gpu SOURCES test_device_gpu.c LAYERS zs_common zs_memory zs_device
             LABELS gpu)
+# The gradient norm's multi-segment sum of squares (kernels/sumsq_plan.h): the
+# plan, a C transcription of the kernel's arithmetic, the cpu device's fallback.
+zs_add_test(NAME test_sumsq_plan SOURCES test_sumsq_plan.c LAYERS zs_common zs_memory zs_device)
+# The same kernel on a GPU: one launch = zs__sumsq per segment bit for bit (gpu label, 77 elsewhere).
+zs_add_test(NAME test_sumsq_gpu SOURCES test_sumsq_gpu.c LAYERS zs_common zs_memory zs_device LABELS gpu)

@@ -444,6 +444,62 @@ static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op
   return ZS_FAIL(ctx->dev->err, ZS_ERR_INTERNAL, "cuda device: unknown element-wise op %d", (int)t->op);
 }
 
+/* The gradient norm's segments in one launch (kernels/sumsq_plan.h): the table
+ * built here, uploaded once into the caller's memory. */
+typedef struct {
+  zs_k_sumsq_plan_t k;
+  void *mem;
+} sumsq_plan_t;
+
+static int sumsq_table(const zs__sumsq_seg_t *segs, int nseg, zs_k_sumsq_seg_t *ks, zs_k_sumsq_plan_t *p) {
+  for (int i = 0; i < nseg; i++) ks[i] = (zs_k_sumsq_seg_t){segs[i].x, segs[i].n, (int)segs[i].dt, 0, 0};
+  return zs_k_sumsq_plan(ks, nseg, p);
+}
+
+static size_t cuda_sumsq_plan_bytes(const zs__sumsq_seg_t *segs, int nseg) {
+  zs_k_sumsq_plan_t p;
+  zs_k_sumsq_seg_t *ks = malloc((size_t)nseg * sizeof *ks);
+  size_t bytes = ks && sumsq_table(segs, nseg, ks, &p) == 0 ? p.bytes : 0;
+  free(ks);
+  return bytes;
+}
+
+static zs_status_t cuda_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl) {
+  cuda_ctx_t *ctx = vctx;
+  ZS_CHECK(make_current(ctx));
+  sumsq_plan_t *p = calloc(1, sizeof *p);
+  zs_k_sumsq_seg_t *ks = malloc((size_t)nseg * sizeof *ks);
+  zs_status_t st = ZS_OK;
+  if (!p || !ks) {
+    st = ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "%s: out of memory for a norm plan of %d segments", ctx->where, nseg);
+  } else if (sumsq_table(segs, nseg, ks, &p->k) != 0) {
+    st = ZS_FAIL(ctx->dev->err, ZS_ERR_INVALID, "%s: a norm plan of %d segments needs more than 2^31 blocks: "
+                 "split the parameters into more engines", ctx->where, nseg);
+  } else {
+    p->mem = mem;
+    st = k_status(ctx, zs_k_sumsq_segs_init(&p->k, ks, mem, NULL), "zs__sumsq_plan_create");
+  }
+  free(ks);
+  if (st != ZS_OK) {
+    free(p);
+    return st;
+  }
+  *impl = p;
+  return ZS_OK;
+}
+
+static zs_status_t cuda_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, float *acc) {
+  cuda_ctx_t *ctx = vctx;
+  ZS_CHECK(make_current(ctx));
+  sumsq_plan_t *p = impl;
+  return k_status(ctx, zs_k_sumsq_segs(&p->k, p->mem, acc, (void *)native(s)), "zs__sumsq_plan_run");
+}
+
+static void cuda_sumsq_plan_fini(void *vctx, void *impl) {
+  (void)vctx;
+  free(impl);
+}
+
 /* ---- device ------------------------------------------------------------------- */
 
 static void cuda_destroy(void *vctx) {
@@ -475,6 +531,10 @@ static const zs_device_i cuda_iface = {
     .optim_step = cuda_optim_step,
     .elementwise = cuda_elementwise,
     .sumsq_scratch_bytes = 1024 * sizeof(double), /* zs_k_sumsq_scratch_bytes(), checked at device creation */
+    .sumsq_plan_bytes = cuda_sumsq_plan_bytes,
+    .sumsq_plan_init = cuda_sumsq_plan_init,
+    .sumsq_plan_run = cuda_sumsq_plan_run,
+    .sumsq_plan_fini = cuda_sumsq_plan_fini,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -65,6 +65,14 @@ typedef struct {
                             int nseg);
   zs_status_t (*elementwise)(void *ctx, zs_stream_t *s, const zs_elem_op_t *op);
   size_t sumsq_scratch_bytes; /* device scratch a sum of squares needs (0: none) */
+  /* The multi-segment sum of squares (work.h's zs__sumsq_plan_*), optional: NULL
+   * and work.c runs elementwise's ZS_ELEM_SUMSQ per segment. bytes: the device
+   * memory a plan of these segments needs; init: fills it (waits for that) and
+   * makes *impl; run: queues the sum on s; fini: frees impl. */
+  size_t (*sumsq_plan_bytes)(const zs__sumsq_seg_t *segs, int nseg);
+  zs_status_t (*sumsq_plan_init)(void *ctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl);
+  zs_status_t (*sumsq_plan_run)(void *ctx, void *impl, zs_stream_t *s, float *acc);
+  void (*sumsq_plan_fini)(void *ctx, void *impl);
 
   zs_status_t (*event_create)(void *ctx, zs_event_t **out);
   void (*event_destroy)(void *ctx, zs_event_t *ev);

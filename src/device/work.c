@@ -2,6 +2,8 @@
  * interface (cpu.c: the CPU functions on the stream's worker; cuda.c: kernels/).
  * No backend is named here. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "device/device_impl.h"
 #include "device/work.h"
@@ -56,6 +58,69 @@ zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_
                    dev->iface.name, dev->iface.sumsq_scratch_bytes);
   zs_elem_op_t op = {.op = ZS_ELEM_SUMSQ, .src = x, .sdt = dt, .n = n, .out = acc, .scratch = scratch};
   return submit(dev, s, &op);
+}
+
+/* ---- many segments (work.h's zs__sumsq_plan_*) ---------------------------------- */
+
+struct zs__sumsq_plan {
+  zs_device_t *dev;
+  void *mem;   /* the caller's device memory */
+  void *impl;  /* the backend's, or NULL: the per-segment loop below */
+  int nseg;
+  zs__sumsq_seg_t segs[]; /* the loop's copy */
+};
+
+size_t zs__sumsq_plan_bytes(const zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg) {
+  if (!dev || !segs || nseg < 1) return 0;
+  return dev->iface.sumsq_plan_bytes ? dev->iface.sumsq_plan_bytes(segs, nseg) : dev->iface.sumsq_scratch_bytes;
+}
+
+zs_status_t zs__sumsq_plan_create(zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg, void *mem,
+                                  zs__sumsq_plan_t **out) {
+  ZS_CHECK_HANDLE(dev, "zs__sumsq_plan_create");
+  if (!out || !segs || nseg < 1)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq_plan_create: %s", !out ? "out is NULL"
+                   : !segs ? "segs is NULL" : "no segments (nseg < 1)");
+  *out = NULL;
+  for (int k = 0; k < nseg; k++) {
+    ZS_CHECK(check_dtype(dev, "zs__sumsq_plan_create", segs[k].dt));
+    if (segs[k].n && !segs[k].x)
+      return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq_plan_create: segment %d of %d has %zu elements at NULL",
+                     k, nseg, segs[k].n);
+  }
+  if (zs__sumsq_plan_bytes(dev, segs, nseg) && !mem)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs__sumsq_plan_create: the %s device needs %zu bytes of memory "
+                   "(zs__sumsq_plan_bytes) and mem is NULL", dev->iface.name, zs__sumsq_plan_bytes(dev, segs, nseg));
+  zs__sumsq_plan_t *p = calloc(1, sizeof *p + (size_t)nseg * sizeof *segs);
+  if (!p) return ZS_FAIL(dev->err, ZS_ERR_NOMEM, "zs__sumsq_plan_create: out of memory for %d segments", nseg);
+  p->dev = dev;
+  p->mem = mem;
+  p->nseg = nseg;
+  memcpy(p->segs, segs, (size_t)nseg * sizeof *segs);
+  if (dev->iface.sumsq_plan_init) {
+    zs_status_t st = dev->iface.sumsq_plan_init(dev->ctx, segs, nseg, mem, &p->impl);
+    if (st != ZS_OK) {
+      free(p);
+      return st;
+    }
+  }
+  *out = p;
+  return ZS_OK;
+}
+
+zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, float *acc) {
+  if (!p) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs__sumsq_plan_run: plan is NULL");
+  if (!acc) return ZS_FAIL(p->dev->err, ZS_ERR_INVALID, "zs__sumsq_plan_run: acc is NULL");
+  if (p->impl) return p->dev->iface.sumsq_plan_run(p->dev->ctx, p->impl, s, acc);
+  for (int k = 0; k < p->nseg; k++)
+    ZS_CHECK(zs__sumsq(p->dev, s, p->segs[k].x, p->segs[k].dt, p->segs[k].n, acc, p->mem));
+  return ZS_OK;
+}
+
+void zs__sumsq_plan_destroy(zs__sumsq_plan_t *p) {
+  if (!p) return;
+  if (p->impl) p->dev->iface.sumsq_plan_fini(p->dev->ctx, p->impl);
+  free(p);
 }
 
 zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,

@@ -21,6 +21,30 @@ zs_status_t zs__optim_step(zs_device_t *dev, zs_stream_t *s, const zs_optim_hype
 zs_status_t zs__sumsq(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
                       float *acc, void *scratch);
 size_t zs__sumsq_scratch_bytes(const zs_device_t *dev);
+
+/* The sum of squares over many segments, planned once and run once a step (the
+ * engine's gradient norm: on cuda one kernel launch for all segments, where
+ * zs__sumsq per segment makes two each). run: *acc += the sum of segment 0, then
+ * of segment 1, ..., each a double sum rounded into the fp32 total, which is
+ * what zs__sumsq per segment in order gives, bit for bit, on every backend
+ * (cpu: it is that loop). The segments' addresses and lengths are fixed at
+ * create (the plan keeps them; on cuda a device table).
+ *
+ * mem: zs__sumsq_plan_bytes(dev, segs, nseg) bytes of device memory (NULL where
+ * that is 0), the caller's, made before create and freed after destroy; create
+ * writes it and waits for that, run reuses it, so runs of one plan must be on
+ * one stream (or ordered). create copies segs. */
+typedef struct {
+  const void *x; /* device memory; NULL with n = 0 */
+  zs_dtype_t dt; /* fp32, bf16, fp16 */
+  size_t n;      /* 0: the segment adds nothing */
+} zs__sumsq_seg_t;
+typedef struct zs__sumsq_plan zs__sumsq_plan_t;
+size_t zs__sumsq_plan_bytes(const zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg);
+zs_status_t zs__sumsq_plan_create(zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg, void *mem,
+                                  zs__sumsq_plan_t **out);
+zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, float *acc);
+void zs__sumsq_plan_destroy(zs__sumsq_plan_t *p);
 /* *flag (int, device memory) = 1 if any element is inf or NaN; left as it was
  * otherwise, so one flag can collect several calls. */
 zs_status_t zs__nonfinite(zs_device_t *dev, zs_stream_t *s, const void *x, zs_dtype_t dt, size_t n,
