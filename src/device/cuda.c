@@ -12,6 +12,9 @@
  *
  * Host tasks (cudaLaunchHostFunc) cannot return a status to CUDA: a failure is
  * kept in the stream's sticky slot, which synchronize reports.
+ *
+ * The handles and the context are in cuda_impl.h; device work (the kernels of
+ * kernels/) in cuda_work.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,47 +25,8 @@
 #include <cuda_runtime_api.h> /* defines: cudaMalloc, streams, events, cudaLaunchHostFunc */
 
 #include "device/cuda_checks.h"
-#include "device/device_impl.h"
-#include "kernels/kernels.h"
-#include "optim/optim_cpu.h" /* defines: zs__optim_fold, zs__optim_seg_lrwd, zs__optim_state_block, ZS_K_STATE_* */
-
-typedef struct cuda_ctx cuda_ctx_t;
-
-typedef struct {
-  pthread_mutex_t mu; /* written from CUDA's callback thread, read by synchronize */
-  zs_status_t st;
-  char msg[ZS_ERRBUF];
-} sticky_t;
-
-struct zs_stream {
-  zs__handle_t h; /* first: device.c's list of live streams */
-  cudaStream_t cs;
-  cuda_ctx_t *ctx;
-  sticky_t sticky;
-};
-
-struct zs_event {
-  zs__handle_t h; /* first: device.c's list of live events */
-  cudaEvent_t ce;
-};
-
-struct cuda_ctx {
-  zs_device_t *dev;
-  int ordinal;
-  char where[32]; /* "cuda device N", the prefix of its messages */
-  sticky_t null_sticky; /* host tasks on the legacy default stream */
-};
-
-/* CUDA failures in this file go to the device's buffer as "cuda device N: <call>
- * failed: ..." (ZS_CUDA_CHECK, ZS_CUDA_FAIL: cuda_checks.h). */
-
-/* Makes the context's device current on the calling thread. */
-static zs_status_t make_current(cuda_ctx_t *ctx) {
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaSetDevice(ctx->ordinal));
-  return ZS_OK;
-}
-
-static cudaStream_t native(zs_stream_t *s) { return s ? s->cs : (cudaStream_t)0; }
+#include "device/cuda_impl.h"
+#include "kernels/kernels.h" /* defines: zs_k_sumsq_scratch_bytes */
 
 static void sticky_init(sticky_t *k) {
   pthread_mutex_init(&k->mu, NULL);
@@ -86,7 +50,7 @@ static zs_status_t sticky_check(cuda_ctx_t *ctx, sticky_t *k) {
 
 static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   cudaError_t e = cudaMalloc(out, bytes);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -103,7 +67,7 @@ static zs_status_t cuda_alloc(void *vctx, size_t bytes, void **out) {
 
 static zs_status_t cuda_mem_info(void *vctx, size_t *free_bytes, size_t *total_bytes) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
   if (e != cudaSuccess) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaMemGetInfo");
   return ZS_OK;
@@ -138,7 +102,7 @@ static int cuda_ptr_pinned(void *vctx, const void *ptr) {
 
 static zs_status_t cuda_stream_create(void *vctx, zs_stream_t **out) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   zs_stream_t *s = calloc(1, sizeof *s);
   if (!s) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a stream");
   cudaError_t e = cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking);
@@ -173,8 +137,8 @@ static void cuda_stream_destroy(void *vctx, zs_stream_t *s) {
 
 static zs_status_t cuda_stream_synchronize(void *vctx, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamSynchronize(native(s)));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamSynchronize(zs__cuda_native(s)));
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
 }
 
@@ -183,16 +147,16 @@ static zs_status_t cuda_memcpy_async(void *vctx, void *dst, const void *src, siz
   cuda_ctx_t *ctx = vctx;
   static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                               cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
-  ZS_CHECK(make_current(ctx));
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemcpyAsync(dst, src, bytes, kinds[kind], native(s)));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemcpyAsync(dst, src, bytes, kinds[kind], zs__cuda_native(s)));
   return ZS_OK;
 }
 
 static zs_status_t cuda_memset_async(void *vctx, void *dst, int value, size_t bytes,
                                      zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemsetAsync(dst, value, bytes, native(s)));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaMemsetAsync(dst, value, bytes, zs__cuda_native(s)));
   return ZS_OK;
 }
 
@@ -220,11 +184,11 @@ static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void 
                                 void (*discard)(void *)) {
   (void)label, (void)discard; /* CUDA runs every host function it accepted */
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   host_task_t *t = malloc(sizeof *t);
   if (!t) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a host task");
   *t = (host_task_t){fn, arg, s ? &s->sticky : &ctx->null_sticky};
-  cudaError_t e = cudaLaunchHostFunc(native(s), host_task_run, t);
+  cudaError_t e = cudaLaunchHostFunc(zs__cuda_native(s), host_task_run, t);
   if (e != cudaSuccess) {
     free(t);
     return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaLaunchHostFunc");
@@ -234,14 +198,14 @@ static zs_status_t cuda_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void 
 
 static void *cuda_stream_native(void *vctx, zs_stream_t *s) {
   (void)vctx;
-  return (void *)native(s);
+  return (void *)zs__cuda_native(s);
 }
 
 /* ---- events ------------------------------------------------------------------- */
 
 static zs_status_t cuda_event_create(void *vctx, zs_event_t **out) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   zs_event_t *ev = calloc(1, sizeof *ev);
   if (!ev) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for an event");
   /* blocking sync: a host waiting on it sleeps instead of spinning on a core
@@ -264,21 +228,21 @@ static void cuda_event_destroy(void *vctx, zs_event_t *ev) {
 
 static zs_status_t cuda_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaEventRecord(ev->ce, native(s)));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaEventRecord(ev->ce, zs__cuda_native(s)));
   return ZS_OK;
 }
 
 static zs_status_t cuda_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamWaitEvent(native(s), ev->ce, 0));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaStreamWaitEvent(zs__cuda_native(s), ev->ce, 0));
   return ZS_OK;
 }
 
 static zs_status_t cuda_event_query(void *vctx, zs_event_t *ev, int *done) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   cudaError_t e = cudaEventQuery(ev->ce);
   if (e == cudaSuccess || e == cudaErrorNotReady) {
     *done = e == cudaSuccess;
@@ -289,7 +253,7 @@ static zs_status_t cuda_event_query(void *vctx, zs_event_t *ev, int *done) {
 
 static zs_status_t cuda_event_synchronize(void *vctx, zs_event_t *ev) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   ZS_CUDA_CHECK(ctx->dev->err, ctx->where, cudaEventSynchronize(ev->ce));
   return ZS_OK;
 }
@@ -324,7 +288,7 @@ static void wait_value_resolve(void) {
 
 static zs_status_t cuda_flag_create(void *vctx, zs__flag_t **out) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   zs__flag_t *f = calloc(1, sizeof *f);
   if (!f) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cuda device: out of memory for a flag");
   void *h = NULL;
@@ -357,147 +321,26 @@ static void cuda_flag_set(void *vctx, zs__flag_t *f, uint32_t v, zs_status_t st,
 
 static zs_status_t cuda_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
+  ZS_CHECK(zs__cuda_make_current(ctx));
   if (g_wait_value) {
-    CUresult r = g_wait_value((CUstream)native(s), (CUdeviceptr)(uintptr_t)f->dptr, v, CU_STREAM_WAIT_VALUE_GEQ);
+    CUresult r = g_wait_value((CUstream)zs__cuda_native(s), (CUdeviceptr)(uintptr_t)f->dptr, v, CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) return ZS_OK;
     ZS_LOG_D("cuda device %d: cuStreamWaitValue32 failed (%d): the polling kernel instead", ctx->ordinal, (int)r);
   }
-  int e = zs_k_wait_value(f->dptr, v, (void *)native(s));
+  int e = zs_k_wait_value(f->dptr, v, (void *)zs__cuda_native(s));
   if (e != 0) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, (cudaError_t)e, "zs_k_wait_value (a stream flag)");
   return ZS_OK;
 }
 
 static zs_status_t cuda_stream_error(void *vctx, zs_stream_t *s) {
   cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  cudaError_t e = cudaStreamQuery(native(s));
+  ZS_CHECK(zs__cuda_make_current(ctx));
+  cudaError_t e = cudaStreamQuery(zs__cuda_native(s));
   if (e != cudaSuccess && e != cudaErrorNotReady) return ZS_CUDA_FAIL(ctx->dev->err, ctx->where, e, "cudaStreamQuery");
   /* clear the not-ready the query may have left, and only that: a launch error
    * the caller has not read yet stays for the caller (cudaGetLastError) */
   if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
   return sticky_check(ctx, s ? &s->sticky : &ctx->null_sticky);
-}
-
-/* ---- kernels (kernels/), launched with the device current ---------------------- */
-
-static zs_status_t k_status(cuda_ctx_t *ctx, int err, const char *what) {
-  if (err == 0) return ZS_OK;
-  cudaGetLastError();
-  return ZS_FAIL(ctx->dev->err, ZS_ERR_DEVICE, "cuda device %d: %s: kernel launch failed: %s", ctx->ordinal, what,
-                 zs_k_error_string(err));
-}
-
-static zs_status_t cuda_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
-                                   int nseg) {
-  cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  zs_k_hyper_t k;
-  zs__optim_fold(h, &k);
-  /* compact states (bf16, int8: kernels/optim_state.h) take their own kernel; the
-   * block size was checked by zs__optim_check */
-  const zs_state_dtype_t sdt = h->cfg.state_dtype;
-  const int ksdt = sdt == ZS_STATE_INT8 ? ZS_K_STATE_INT8 : ZS_K_STATE_BF16;
-  const int block = sdt == ZS_STATE_INT8 ? zs__optim_state_block(&h->cfg) : 0;
-  zs_k_seg_t ks[ZS_K_SEGS_PER_LAUNCH];
-  /* the launcher takes any count; batching here keeps the folded copy on the stack */
-  for (int i = 0; i < nseg; i += ZS_K_SEGS_PER_LAUNCH) {
-    int cnt = nseg - i < ZS_K_SEGS_PER_LAUNCH ? nseg - i : ZS_K_SEGS_PER_LAUNCH;
-    for (int j = 0; j < cnt; j++) {
-      const zs_optim_seg_t *g = &segs[i + j];
-      ks[j] = (zs_k_seg_t){g->master, g->m, g->v, g->grad, g->param, g->n, 0.0f, 0.0f,
-                           g->m_scale, g->v_scale, (unsigned long long)g->key};
-      zs__optim_seg_lrwd(h, g, &ks[j].lr, &ks[j].wd);
-    }
-    void *st = (void *)native(s);
-    int e = sdt == ZS_STATE_FP32
-                ? zs_k_optim_step(&k, h->grad_dtype, h->param_dtype, ks, cnt, st)
-                : zs_k_optim_step_q(&k, h->grad_dtype, h->param_dtype, ksdt, block, (long long)h->step, ks, cnt, st);
-    ZS_CHECK(k_status(ctx, e, "zs__optim_step"));
-  }
-  return ZS_OK;
-}
-
-static zs_status_t cuda_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *t) {
-  cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  void *st = (void *)native(s);
-  switch (t->op) {
-    case ZS_ELEM_SUMSQ: return k_status(ctx, zs_k_sumsq(t->src, t->sdt, t->n, t->out, t->scratch, st), "zs__sumsq");
-    case ZS_ELEM_NONFINITE: return k_status(ctx, zs_k_nonfinite(t->src, t->sdt, t->n, t->out, st), "zs__nonfinite");
-    case ZS_ELEM_CAST: return k_status(ctx, zs_k_cast(t->dst, t->ddt, t->src, t->sdt, t->n, st), "zs__cast");
-    case ZS_ELEM_SCALE: return k_status(ctx, zs_k_scale(t->dst, t->ddt, t->n, t->f, st), "zs__scale");
-    case ZS_ELEM_ACC: return k_status(ctx, zs_k_accumulate(t->dst, t->src, t->sdt, t->n, st), "zs__accumulate");
-    case ZS_ELEM_WQ_PACK:
-      return k_status(ctx, zs_k_wq_pack(t->dst, t->src, t->sdt, t->n, t->block, st), "zs__wq_pack");
-    case ZS_ELEM_WQ_UNPACK:
-      return k_status(ctx, zs_k_wq_unpack(t->dst, t->ddt, t->src, t->n, t->block, t->parts, st), "zs__wq_unpack");
-    case ZS_ELEM_WQ_UNPACK_SUM:
-      return k_status(ctx, zs_k_wq_unpack_sum(t->dst, t->src, t->n, t->block, t->parts, t->stride, st),
-                      "zs__wq_unpack_sum");
-    case ZS_ELEM_WQ4_PACK:
-      return k_status(ctx, zs_k_wq4_pack(t->dst, t->src, t->sdt, t->n, t->block, st), "zs__wq4_pack");
-    case ZS_ELEM_WQ4_UNPACK_SUM:
-      return k_status(ctx, zs_k_wq4_unpack_sum(t->dst, t->src, t->n, t->block, t->parts, t->stride, st),
-                      "zs__wq4_unpack_sum");
-  }
-  return ZS_FAIL(ctx->dev->err, ZS_ERR_INTERNAL, "cuda device: unknown element-wise op %d", (int)t->op);
-}
-
-/* The gradient norm's segments in one launch (kernels/sumsq_plan.h): the table
- * built here, uploaded once into the caller's memory. */
-typedef struct {
-  zs_k_sumsq_plan_t k;
-  void *mem;
-} sumsq_plan_t;
-
-static int sumsq_table(const zs__sumsq_seg_t *segs, int nseg, zs_k_sumsq_seg_t *ks, zs_k_sumsq_plan_t *p) {
-  for (int i = 0; i < nseg; i++) ks[i] = (zs_k_sumsq_seg_t){segs[i].x, segs[i].n, (int)segs[i].dt, 0, 0};
-  return zs_k_sumsq_plan(ks, nseg, p);
-}
-
-static size_t cuda_sumsq_plan_bytes(const zs__sumsq_seg_t *segs, int nseg) {
-  zs_k_sumsq_plan_t p;
-  zs_k_sumsq_seg_t *ks = malloc((size_t)nseg * sizeof *ks);
-  size_t bytes = ks && sumsq_table(segs, nseg, ks, &p) == 0 ? p.bytes : 0;
-  free(ks);
-  return bytes;
-}
-
-static zs_status_t cuda_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl) {
-  cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  sumsq_plan_t *p = calloc(1, sizeof *p);
-  zs_k_sumsq_seg_t *ks = malloc((size_t)nseg * sizeof *ks);
-  zs_status_t st = ZS_OK;
-  if (!p || !ks) {
-    st = ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "%s: out of memory for a norm plan of %d segments", ctx->where, nseg);
-  } else if (sumsq_table(segs, nseg, ks, &p->k) != 0) {
-    st = ZS_FAIL(ctx->dev->err, ZS_ERR_INVALID, "%s: a norm plan of %d segments needs more than 2^31 blocks: "
-                 "split the parameters into more engines", ctx->where, nseg);
-  } else {
-    p->mem = mem;
-    st = k_status(ctx, zs_k_sumsq_segs_init(&p->k, ks, mem, NULL), "zs__sumsq_plan_create");
-  }
-  free(ks);
-  if (st != ZS_OK) {
-    free(p);
-    return st;
-  }
-  *impl = p;
-  return ZS_OK;
-}
-
-static zs_status_t cuda_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, float *acc) {
-  cuda_ctx_t *ctx = vctx;
-  ZS_CHECK(make_current(ctx));
-  sumsq_plan_t *p = impl;
-  return k_status(ctx, zs_k_sumsq_segs(&p->k, p->mem, acc, (void *)native(s)), "zs__sumsq_plan_run");
-}
-
-static void cuda_sumsq_plan_fini(void *vctx, void *impl) {
-  (void)vctx;
-  free(impl);
 }
 
 /* ---- device ------------------------------------------------------------------- */
@@ -522,19 +365,19 @@ static const zs_device_i cuda_iface = {
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .enqueue = cuda_enqueue,
-    .enqueue_work = NULL, /* kernels are launched directly (the kernels section above) */
+    .enqueue_work = NULL, /* kernels are launched directly (cuda_work.c) */
     .flag_create = cuda_flag_create,
     .flag_destroy = cuda_flag_destroy,
     .flag_set = cuda_flag_set,
     .stream_wait_flag = cuda_stream_wait_flag,
     .stream_error = cuda_stream_error,
-    .optim_step = cuda_optim_step,
-    .elementwise = cuda_elementwise,
+    .optim_step = zs__cuda_optim_step,
+    .elementwise = zs__cuda_elementwise,
     .sumsq_scratch_bytes = 1024 * sizeof(double), /* zs_k_sumsq_scratch_bytes(), checked at device creation */
-    .sumsq_plan_bytes = cuda_sumsq_plan_bytes,
-    .sumsq_plan_init = cuda_sumsq_plan_init,
-    .sumsq_plan_run = cuda_sumsq_plan_run,
-    .sumsq_plan_fini = cuda_sumsq_plan_fini,
+    .sumsq_plan_bytes = zs__cuda_sumsq_plan_bytes,
+    .sumsq_plan_init = zs__cuda_sumsq_plan_init,
+    .sumsq_plan_run = zs__cuda_sumsq_plan_run,
+    .sumsq_plan_fini = zs__cuda_sumsq_plan_fini,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
