@@ -16,6 +16,8 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
                             ${PROJECT_SOURCE_DIR}/examples/gpt/ops_attn.c
                     SKIP_RETURN_CODE 77 TIMEOUT 120)
   endif()
+  # the fused CUDA attention's tiling (attn_tile.h) in C against float64: runs everywhere
+  zs_add_test(NAME test_gpt_attn_tile SOURCES test_gpt_attn_tile.c LIBS zs_gpt_model TIMEOUT 120)
   # the matrix products (gemm.h): fp32, and bf16 emulated and on oneDNN (skipped without it)
   zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model TIMEOUT 60)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)
@@ -61,6 +63,8 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     zs_add_test(NAME test_gpt_gpu SOURCES test_gpt_gpu.c LIBS zs_gpt_trainer RANKS 1 LABELS gpu TIMEOUT 300)
     # --matmul tf32|bf16 on the cuda path: the tensor cores' products against float64, the trainer's losses
     zs_add_test(NAME test_gpt_gpu_math SOURCES test_gpt_gpu_math.c LIBS zs_gpt_trainer RANKS 1 LABELS gpu TIMEOUT 120)
+    # the fused attention (attn_cuda.cu) against float64, forward and dq/dk/dv, and its refusals
+    zs_add_test(NAME test_gpt_attn_gpu SOURCES test_gpt_attn_gpu.c LIBS zs_gpt_model LABELS gpu TIMEOUT 120)
     if(ZS_HAVE_NCCL)
       target_include_directories(test_gpt_gpu PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
       target_include_directories(test_gpt_gpu_math PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})

@@ -12,7 +12,10 @@
  *     attention is far from uniform): the loss within 1e-5 relative, every
  *     gradient tensor within 1e-4 relative L2, every activation buffer (same
  *     layout on both sides) within 1e-4, exact zeros above the attention
- *     diagonal, and a second GPU run equal bit for bit (no races).
+ *     diagonal, and a second GPU run equal bit for bit (no races); with the
+ *     T x T attention (ZS_GPT_ATTN=matmul's path) both times, and again with the
+ *     fused one (attn_cuda.cu) on the random weights, every buffer but att (a
+ *     log-sum-exp a row there) to the same tolerances.
  *     Why these tolerances: the GPU sums in other orders than the CPU (cuBLAS
  *     tiles, warp trees), so each result differs by a few float roundings. How
  *     far that moves the outputs was measured on the CPU model itself: perturbing
@@ -46,6 +49,7 @@
 #include "zeroshard/device.h"
 
 #ifdef ZS_GPT_CUDA
+#include "gpt_cuda_ok.h" // defines: CUDA_OK, OPC_OK
 #include "model_cuda.h"
 #if defined(ZS_HAVE_NCCL)
 #include "trainer.h"
@@ -54,22 +58,6 @@
 #define TEST_TRAINER 1
 #endif
 
-#define CUDA_OK(expr)                                                                     \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      ZS_T_REPORT("%s -> %s", #expr, cudaGetErrorString(e_));                             \
-      return;                                                                             \
-    }                                                                                     \
-  } while (0)
-#define OPC_OK(expr)                                                                      \
-  do {                                                                                    \
-    int rc_ = (expr);                                                                     \
-    if (rc_) {                                                                            \
-      ZS_T_REPORT("%s -> %s", #expr, opc_strerror(rc_));                                  \
-      return;                                                                             \
-    }                                                                                     \
-  } while (0)
 
 static cublasHandle_t g_blas;
 
@@ -213,7 +201,7 @@ typedef struct {
   int64_t off, n;
 } field_t;
 
-static int acts_fields(const gpt_acts_t *a, field_t *f) {
+static int acts_fields(const gpt_acts_t *a, int64_t att_cols, field_t *f) {
   const int64_t N = (int64_t)a->B * a->T, C = a->cfg.channels, NH = a->cfg.heads, T = a->T;
   int k = 0;
 #define F(ptr, count, ...)                                        \
@@ -230,7 +218,7 @@ static int acts_fields(const gpt_acts_t *a, field_t *f) {
     F(b->ln1_mean, N, "h.%d.ln1_mean", l);
     F(b->ln1_rstd, N, "h.%d.ln1_rstd", l);
     F(b->qkv, 3 * N * C, "h.%d.qkv", l);
-    F(b->att, a->B * NH * T * T, "h.%d.att", l);
+    F(b->att, a->B * NH * T * att_cols, "h.%d.att", l);
     F(b->atty, N * C, "h.%d.atty", l);
     F(b->mid, N * C, "h.%d.mid", l);
     F(b->ln2, N * C, "h.%d.ln2", l);
@@ -255,10 +243,15 @@ static int acts_fields(const gpt_acts_t *a, field_t *f) {
   return k;
 }
 
-static void compare_model(int random) {
+/* attn: OPC_ATTN_MATMUL (the T x T path: every buffer compared, att too) or
+ * OPC_ATTN_FUSED (attn_cuda.cu: att holds a log-sum-exp a row, so it and the
+ * mask check are left out; the other buffers sit at other offsets) */
+static void compare_model(int random, int attn) {
   const gpt_config_t c = {.vocab = 256, .seq = 16, .channels = 32, .heads = 2, .layers = 2};
-  const int B = 2, T = 16, N = B * T;
-  const char *what = random ? "random weights" : "gpt init";
+  const int B = 2, T = 16, N = B * T, fused = attn == OPC_ATTN_FUSED;
+  char what[64];
+  snprintf(what, sizeof what, "%s, %s attention", random ? "random weights" : "gpt init", opc_attention_name(attn));
+  opc_set_attention(attn);
   model_t m;
   assert_int_eq(model_alloc(&m, &c), 0);
   model_fill(&m, 2024, random);
@@ -279,7 +272,8 @@ static void compare_model(int random) {
   /* GPU, the same weights and tokens */
   gpt_cuda_acts_t ca;
   OPC_OK(gpt_cuda_acts_alloc(&ca, &c, B, T, 1));
-  assert_int_eq(ca.a.nfloats, a.nfloats);
+  assert_int_eq(ca.attn, attn);
+  if (!fused) assert_int_eq(ca.a.nfloats, a.nfloats);
   CUDA_OK(cudaMemcpy(m.d, m.h, (size_t)m.total * sizeof(float), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(m.dg, 0, (size_t)m.total * sizeof(float)));
   CUDA_OK(cudaMemcpy(ca.tokens, in, sizeof in, cudaMemcpyHostToDevice));
@@ -288,10 +282,10 @@ static void compare_model(int random) {
   OPC_OK(gpt_cuda_forward_backward(g_blas, 0, &c, &m.dw, &m.dgw, &ca, ca.tokens, ca.targets, &loss_gpu));
   CUDA_OK(cudaDeviceSynchronize());
   float *grads = malloc((size_t)m.total * sizeof(float));
-  float *acts = malloc(a.nfloats * sizeof(float));
+  float *acts = malloc(ca.a.nfloats * sizeof(float));
   assert_true(grads && acts);
   CUDA_OK(cudaMemcpy(grads, m.dg, (size_t)m.total * sizeof(float), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(acts, ca.a.mem, a.nfloats * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(acts, ca.a.mem, ca.a.nfloats * sizeof(float), cudaMemcpyDeviceToHost));
 
   fprintf(stderr, "%s: loss cpu %.9f gpu %.9f (rel %.3g)\n", what, loss_cpu, loss_gpu,
           fabs(loss_gpu - loss_cpu) / fabs(loss_cpu));
@@ -313,19 +307,20 @@ static void compare_model(int random) {
 
   /* every activation buffer, same layout on both sides */
   field_t fc[16 * 4 + 16], fg[16 * 4 + 16];
-  int nf = acts_fields(&a, fc);
-  assert_int_eq(acts_fields(&ca.a, fg), nf);
+  int nf = acts_fields(&a, T, fc);
+  assert_int_eq(acts_fields(&ca.a, fused ? 1 : T, fg), nf);
   worst = 0;
   for (int k = 0; k < nf; k++) {
-    expect_int_eq(fg[k].off, fc[k].off);
-    double r = rel_l2(a.mem + fc[k].off, acts + fc[k].off, fc[k].n);
+    if (!fused) expect_int_eq(fg[k].off, fc[k].off);
+    if (fused && strstr(fc[k].name, ".att")) continue;
+    double r = rel_l2(a.mem + fc[k].off, acts + fg[k].off, fc[k].n);
     if (r > worst) worst = r;
     if (!(r <= 1e-4)) ZS_T_REPORT("%s: activation %s: relative L2 %.3g > 1e-4", what, fc[k].name, r);
   }
   fprintf(stderr, "%s: %d activation buffers, worst relative L2 %.3g\n", what, nf, worst);
 
   /* the causal mask: exact zeros above the diagonal, rows summing to 1 */
-  for (int l = 0; l < c.layers; l++) {
+  for (int l = 0; l < c.layers && !fused; l++) {
     const float *att = acts + (a.blk[l].att - a.mem);
     int above = 0;
     double worst_sum = 0;
@@ -358,10 +353,12 @@ static void compare_model(int random) {
   gpt_cuda_acts_free(&ca);
   gpt_acts_free(&a);
   model_free(&m);
+  opc_set_attention(OPC_ATTN_AUTO);
 }
 
-static void test_model_gpt_init(void) { compare_model(0); }
-static void test_model_random(void) { compare_model(1); }
+static void test_model_gpt_init(void) { compare_model(0, OPC_ATTN_MATMUL); }
+static void test_model_random(void) { compare_model(1, OPC_ATTN_MATMUL); }
+static void test_model_random_fused(void) { compare_model(1, OPC_ATTN_FUSED); }
 
 /* ---- (3) forward only, and the causal mask on the GPU ------------------------------------ */
 
@@ -625,6 +622,7 @@ int main(int argc, char **argv) {
   zs_test_run(test_bf16_kernels);
   zs_test_run(test_model_gpt_init);
   zs_test_run(test_model_random);
+  zs_test_run(test_model_random_fused);
   zs_test_run(test_eval_causal);
   cublasDestroy(g_blas);
 #ifdef TEST_TRAINER

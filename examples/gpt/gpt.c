@@ -174,6 +174,11 @@ int gpt_head_rows(int64_t cols, int64_t N) {
 }
 
 size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train, float *mem) {
+  return gpt_acts_layout_att(a, c, B, T, train, T, mem);
+}
+
+size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train, int att_cols,
+                           float *mem) {
   memset(a, 0, sizeof *a);
   a->cfg = *c;
   a->B = B;
@@ -181,7 +186,7 @@ size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int t
   a->train = train;
   a->nblocks = train ? c->layers : 1;
   const int64_t N = (int64_t)B * T, C = c->channels, NH = c->heads;
-  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH};
+  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH, .Ta = att_cols};
   a->head_rows = gpt_head_rows(c->vocab, N);
   gpt_carve_t carve = {.mem = mem}, *cv = &carve;
   gpt_carve(cv, &a->resid, (a->nblocks + 1) * N * C);

@@ -105,9 +105,10 @@ void gpt_weights_bind(const gpt_config_t *cfg, float *const *tensors, gpt_weight
 /* The sizes a micro-batch's activations are carved from: B sequences of T
  * positions, N = B T token rows, Nr the rows kept between regions (N; N / tp
  * with gpt_tp.h's sequence parallelism), C channels, Cl and NHl this rank's
- * channels and heads (C and NH without tp). */
+ * channels and heads (C and NH without tp), Ta att's floats a row (0: T, the
+ * probabilities; 1: the CUDA path's fused attention keeps a log-sum-exp). */
 typedef struct {
-  int64_t B, T, N, Nr, C, Cl, NHl;
+  int64_t B, T, N, Nr, C, Cl, NHl, Ta;
 } gpt_act_dims_t;
 
 /* What one block's backward needs from its forward: X(k, field, floats) in the
@@ -119,7 +120,7 @@ typedef struct {
   X(k, ln1_mean, (d).Nr)                    /* [Nr] */                         \
   X(k, ln1_rstd, (d).Nr)                    /* [Nr] */                         \
   X(k, qkv, (d).N * 3 * (d).Cl)             /* [N,3Cl] */                      \
-  X(k, att, (d).B * (d).NHl * (d).T * (d).T) /* [B,NHl,T,T] softmax probabilities */ \
+  X(k, att, (d).B * (d).NHl * (d).T * ((d).Ta ? (d).Ta : (d).T)) /* [B,NHl,T,T] softmax probabilities (or [B,NHl,T] lse) */ \
   X(k, atty, (d).N * (d).Cl)                /* [N,Cl] attention output before the projection */ \
   X(k, mid, (d).Nr * (d).C)                 /* [Nr,C] residual after attention */ \
   X(k, ln2, (d).Nr * (d).C)                                                    \
@@ -177,6 +178,10 @@ int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int tra
  * field pointed into mem (a->mem = mem); returns the floats it needs (also
  * a->nfloats). gpt_cuda_acts_alloc carves device memory with it. */
 size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train, float *mem);
+/* The same with att_cols floats a row of att (gpt_act_dims_t's Ta: T is
+ * gpt_acts_layout's; 1 for the fused attention's log-sum-exp). */
+size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train, int att_cols,
+                           float *mem);
 void gpt_acts_free(gpt_acts_t *a);
 
 /* ---- units: forward and backward ---------------------------------------------- */

@@ -16,19 +16,22 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   memset(ca, 0, sizeof *ca);
   gpt_acts_t *a = &ca->a;
   const size_t N = (size_t)B * T, NH = (size_t)c->heads;
-  /* gpt_acts_alloc's layout, in one device allocation */
-  const size_t n = gpt_acts_layout(a, c, B, T, train, NULL);
+  ca->attn = opc_attention_pick(c->heads > 0 ? c->channels / c->heads : 0, NULL, 0);
+  if (ca->attn < 0) return OPC_ATTN_ERR_HEAD;
+  const int fused = ca->attn == OPC_ATTN_FUSED;
+  /* gpt_acts_alloc's layout, in one device allocation (att one float a row when fused) */
+  const size_t n = gpt_acts_layout_att(a, c, B, T, train, fused ? 1 : T, NULL);
   float *mem = NULL;
   int rc = (int)cudaMalloc((void **)&mem, n * sizeof(float));
   if (rc) return rc;
-  gpt_acts_layout(a, c, B, T, train, mem);
+  gpt_acts_layout_att(a, c, B, T, train, fused ? 1 : T, mem);
   rc = (int)cudaMemset(a->mem, 0, n * sizeof(float));
   /* what only the GPU path needs, in allocations of their own */
-  if (!rc && train) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
+  if (!rc && train && !fused) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->loss, N * sizeof(double));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->tokens, N * sizeof(int));
   if (!rc) rc = (int)cudaMalloc((void **)&ca->targets, N * sizeof(int));
-  if (!rc && train) rc = (int)cudaMemset(ca->datt, 0, (size_t)B * NH * T * T * sizeof(float));
+  if (!rc && ca->datt) rc = (int)cudaMemset(ca->datt, 0, (size_t)B * NH * T * T * sizeof(float));
   if (!rc) rc = (int)cudaMemset(ca->loss, 0, N * sizeof(double));
   if (!rc) rc = (int)cudaMemset(ca->tokens, 0, N * sizeof(int));
   if (!rc) rc = (int)cudaMemset(ca->targets, 0, N * sizeof(int));
@@ -65,6 +68,16 @@ void gpt_cuda_acts_free(gpt_cuda_acts_t *ca) {
  * units
  * ========================================================================== */
 
+/* The attention opc_attention_pick gives, if block acts `a` can hold what it
+ * keeps in att (the floats up to atty: GPT_BLOCK_ACTS carves att, then atty);
+ * -1 otherwise. */
+static int attn_path(const gpt_config_t *c, const gpt_block_acts_t *a, int B, int T) {
+  const int pick = opc_attention_pick(c->channels / c->heads, NULL, 0);
+  const int64_t rows = (int64_t)B * c->heads * T, room = a->atty - a->att;
+  if (pick < 0 || room < (pick == OPC_ATTN_FUSED ? rows : rows * T)) return -1;
+  return pick;
+}
+
 int gpt_cuda_embed_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_embed_w_t *w,
                            const int *tokens, int B, int T, float *x) {
   (void)h;
@@ -85,7 +98,12 @@ int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t 
   /* attention branch: mid = x + proj(attn(ln1(x))) */
   TRY_RC(opc_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C, s));
   TRY_RC(opc_matmul_forward(h, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0, s));
-  TRY_RC(opc_attention_forward(h, a->atty, a->att, a->qkv, B, T, C, c->heads, s));
+  const int attn = attn_path(c, a, B, T);
+  if (attn < 0) return (int)cudaErrorInvalidValue;
+  if (attn == OPC_ATTN_FUSED)
+    TRY_RC(opc_attn_fused_forward(a->atty, a->att, a->qkv, B, T, C, c->heads, s)); /* att: lse */
+  else
+    TRY_RC(opc_attention_forward(h, a->atty, a->att, a->qkv, B, T, C, c->heads, s));
   TRY_RC((int)cudaMemcpyAsync(a->mid, x_in, bytes, cudaMemcpyDeviceToDevice, s)); /* last read of x_in */
   TRY_RC(opc_matmul_forward(h, a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1, s));
   /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
@@ -110,7 +128,11 @@ int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t
                                 s)); /* dres is now d mid */
   /* attention branch; d mid flows straight through to d x */
   TRY_RC(opc_matmul_backward(h, sc->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0, s));
-  TRY_RC(opc_attention_backward(h, sc->dqkv, scratch->datt, sc->datty, a->qkv, a->att, B, T, C, c->heads, s));
+  if (attn_path(c, a, B, T) != scratch->attn) return (int)cudaErrorInvalidValue;
+  if (scratch->attn == OPC_ATTN_FUSED)
+    TRY_RC(opc_attn_fused_backward(sc->dqkv, sc->dtmp, sc->datty, a->atty, a->qkv, a->att, B, T, C, c->heads, s));
+  else
+    TRY_RC(opc_attention_backward(h, sc->dqkv, scratch->datt, sc->datty, a->qkv, a->att, B, T, C, c->heads, s));
   TRY_RC(opc_matmul_backward(h, sc->dln, dw->qkv_w, dw->qkv_b, sc->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0, s));
   return opc_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, sc->dln, x_in, w->ln1_w, a->ln1_mean, a->ln1_rstd, N,
                                 C, s); /* dres is now d x_in */

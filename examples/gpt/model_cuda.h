@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "attn_cuda.h"
 #include "gpt.h"
 #include "ops_cuda.h"
 
@@ -26,15 +27,20 @@ extern "C" {
 #endif
 
 typedef struct {
-  gpt_acts_t a;          /* gpt_acts_layout's; a.mem is one cudaMalloc of a.nfloats floats */
-  float *datt;           /* train: [B,NH,T,T] attention backward scratch */
+  gpt_acts_t a;          /* gpt_acts_layout_att's; a.mem is one cudaMalloc of a.nfloats floats */
+  int attn;              /* the attention it was laid out for: OPC_ATTN_FUSED (att holds [B,NH,T]
+                            log-sum-exps) or OPC_ATTN_MATMUL (att [B,NH,T,T] probabilities) */
+  float *datt;           /* train, matmul attention: [B,NH,T,T] attention backward scratch */
   double *loss;          /* [B*T] per-token losses written by gpt_cuda_head */
   int *tokens, *targets; /* [B*T] the micro-batch, for the caller to upload */
   float *logits;         /* the head's chunk of logits when it outgrows a.logits (a.logits then points here) */
 } gpt_cuda_acts_t;
 
-/* 0 or a cudaError_t (out of device memory); on failure nothing stays allocated.
- * The memory starts zeroed. The head's chunk (a.head_rows rows of logits) is
+/* 0 or a cudaError_t (out of device memory), or OPC_ATTN_ERR_HEAD when
+ * opc_attention_pick refuses the model's head size; on failure nothing stays
+ * allocated. The attention is opc_attention_pick's for the model's head size
+ * (fused by default where it is built for it: no T x T buffers, att a
+ * log-sum-exp a row). The memory starts zeroed. The head's chunk (a.head_rows rows of logits) is
  * sized from the free device memory (up to an eighth of it, at most 2 GiB, all
  * B*T rows when they fit), not from the CPU's 16 MiB budget: GPT-2's head then
  * runs as one GEMM instead of ~100 of 83 rows. */
@@ -45,7 +51,9 @@ int gpt_cuda_embed_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t 
                            const int *tokens, int B, int T, float *x);
 int gpt_cuda_embed_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, gpt_embed_w_t *dw,
                             const int *tokens, int B, int T, const float *dx);
-/* x_out may equal x_in, as in gpt_block_forward. */
+/* x_out may equal x_in, as in gpt_block_forward. The attention is
+ * opc_attention_pick's, which must be the one `a` was allocated for: a matmul
+ * pick on a fused layout (att too small) gives cudaErrorInvalidValue. */
 int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_block_w_t *w,
                            gpt_block_acts_t *a, const float *x_in, float *x_out, int B, int T);
 /* Scratch from a train allocation. */

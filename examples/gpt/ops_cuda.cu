@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "../common/check.h" // defines: TRY_RC
+#include "attn_cuda.h"        // defines: OPC_ATTN_ERR_HEAD
 #include "ops_cuda.h"
 
 #define LN_EPS 1e-5f
@@ -409,7 +410,9 @@ extern "C" void opc_set_math(int math) { g_math = math; }
 extern "C" int opc_get_math(void) { return g_math; }
 
 extern "C" const char *opc_strerror(int code) {
-  if (code >= OPC_BLAS_ERR_BASE) return cublasGetStatusString((cublasStatus_t)(code - OPC_BLAS_ERR_BASE));
+  if (code == OPC_ATTN_ERR_HEAD)
+    return "fused attention: head size not supported (16, 32, 64, 128): ZS_GPT_ATTN=matmul takes the T x T path";
+  if (code >= OPC_BLAS_ERR_BASE && code < OPC_ATTN_ERR_HEAD) return cublasGetStatusString((cublasStatus_t)(code - OPC_BLAS_ERR_BASE));
   return cudaGetErrorString((cudaError_t)code);
 }
 

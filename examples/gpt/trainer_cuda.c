@@ -61,6 +61,9 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
       cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
     return trainer_fail(res, ZS_ERR_DEVICE, "setup", "cublasSetStream / cublasSetMathMode failed");
   opc_set_math(gpt_matmul_cuda(o));
+  /* the attention (attn_cuda.h): fused where its kernels take the head size,
+   * unless ZS_GPT_ATTN says otherwise; a refusal names the way out */
+  if (opc_attention_pick(C / o->heads, msg, sizeof msg) < 0) return trainer_fail(res, ZS_ERR_INVALID, "setup", msg);
   int rc = 0;
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
