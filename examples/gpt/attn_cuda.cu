@@ -290,7 +290,9 @@ template <int HS> constexpr size_t kv_smem() {
 }
 template <int HS> constexpr size_t q_smem() { return sizeof(float) * (4 * tile_floats<HS>() + kT * kPitchP); }
 
-// Above 48 KiB a kernel must ask for its dynamic shared memory (once per kernel).
+// Above 48 KiB a kernel must ask for its dynamic shared memory. The setting
+// belongs to the current device's context, so it is made at every launch (a
+// cheap driver call) rather than once per process.
 template <typename K> int allow_smem(K kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return 0;
   return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
@@ -298,8 +300,7 @@ template <typename K> int allow_smem(K kernel, size_t bytes) {
 
 template <int HS>
 int fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t s) {
-  static int ready = allow_smem(attn_fwd_kernel<HS>, fwd_smem<HS>());
-  if (ready) return ready;
+  if (int rc = allow_smem(attn_fwd_kernel<HS>, fwd_smem<HS>())) return rc;
   const dim3 grid((unsigned)(B * NH), (unsigned)attn_tiles(T));
   attn_fwd_kernel<HS><<<grid, kThreads, fwd_smem<HS>(), s>>>(out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)HS));
   return (int)cudaGetLastError();
@@ -308,9 +309,8 @@ int fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, c
 template <int HS>
 int bwd(float *dqkv, float *D, const float *dout, const float *out, const float *qkv, const float *lse, int B, int T,
         int C, int NH, cudaStream_t s) {
-  static int ready_kv = allow_smem(attn_bwd_kv_kernel<HS>, kv_smem<HS>());
-  static int ready_q = allow_smem(attn_bwd_q_kernel<HS>, q_smem<HS>());
-  if (ready_kv || ready_q) return ready_kv ? ready_kv : ready_q;
+  if (int rc = allow_smem(attn_bwd_kv_kernel<HS>, kv_smem<HS>())) return rc;
+  if (int rc = allow_smem(attn_bwd_q_kernel<HS>, q_smem<HS>())) return rc;
   const float scale = 1.0f / sqrtf((float)HS);
   const size_t rows = (size_t)B * NH * T;
   size_t nb = (rows + 255) / 256;
