@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
     x->shard_group = x->stage > 0 && o.shard_group > 0 ? o.shard_group : dpw;
     size_t qwb = o.quantized_weights ? (o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT) : 0;
     size_t qgb = o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT; /* the block qgZ packs with */
-    x->comm_theory = mb_comm_theory(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg && !x->offload ? qg_k : 0,
+    x->comm_theory = mb_comm_theory(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg ? qg_k : 0,
                                  qgb, &x->comm_norm);
     /* with the tier every rank agrees twice a step (zs__eng_agree: one int64 all-reduced over the
      * engine's world each): that this step's data arrived, before the norm, and that every rank

@@ -42,7 +42,7 @@ typedef struct {
   int shard_group;                          /* hybrid sharding (stages 1-3); 0 = all ranks */
   int quantized_weights, qw_block;          /* --quantized-weights (stage 3 runs), its block (0: 256) */
   int hpz;                                  /* --hpz K (stage 3 runs): backward gathers among K ranks */
-  int qg, qg_group;                         /* --quantized-grads 8 (stages 2-3), --quantized-grads-group K */
+  int qg, qg_group;                         /* --quantized-grads 8|4 (stages 2-3), --quantized-grads-group K */
   int tp, sp;                               /* --tp N (gpt: mesh dp x tp), --sequence-parallel */
   int tp_rank;                              /* this rank's coordinate in its tp group (main sets it) */
   int cuda;                                 /* --device cuda */

@@ -49,6 +49,10 @@ if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine_qg4 SOURCES test_engine_qg.c LIBS zeroshard_static RANKS 4 TIMEOUT 120)
   target_include_directories(test_engine_qg4 PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(test_engine_qg4 PRIVATE QG_BITS=4)
+  # qgZ with the optimizer offloaded (host memory, the NVMe tier): bit for bit
+  # the same qgZ run without offload (int8, int4, stages 2-3, flat and hybrid)
+  zs_add_test(NAME test_engine_qg_offload SOURCES test_engine_qg_offload.c LIBS zeroshard_static RANKS 4 TIMEOUT 300
+              ENV ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
   # frozen units: parameters only (memory, traffic, parity, slots, checkpoints)
   zs_add_test(NAME test_engine_frozen SOURCES test_engine_frozen.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 300)
   if(ZS_HAVE_NCCL)

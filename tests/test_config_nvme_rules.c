@@ -171,13 +171,17 @@ static void test_rules(void) {
   c.offload_optimizer = ZS_OFFLOAD_NONE;
   refused(&c, "config.delayed_param_update is 1 without offload");
 
-  /* ZeRO++: qgZ needs the optimizer on the device; qwZ and hpZ take parameter offload */
-  c = tier();
-  c.quantized_gradients = 8;
-  refused(&c, "config.quantized_gradients is set with offload_optimizer nvme: it is built for the optimizer on the "
-              "device");
-  c.offload_optimizer = ZS_OFFLOAD_CPU;
-  refused(&c, "config.quantized_gradients is set with offload_optimizer cpu");
+  /* ZeRO++: qgZ takes the optimizer on disk or in host memory (its shard goes to
+   * the host as the exact one: test_engine_qg_offload); qwZ and hpZ take
+   * parameter offload */
+  for (int bits = 4; bits <= 8; bits += 4) {
+    c = tier();
+    c.quantized_gradients = bits;
+    expect_ok(zs_config_validate(&c));
+    c.offload_optimizer = ZS_OFFLOAD_CPU;
+    c.offload_param = ZS_OFFLOAD_NONE;
+    expect_ok(zs_config_validate(&c));
+  }
   for (int p = ZS_OFFLOAD_CPU; p <= ZS_OFFLOAD_NVME; p++) {
     c = tier();
     c.offload_param = (zs_offload_t)p;

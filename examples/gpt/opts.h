@@ -51,7 +51,7 @@ typedef struct {
   int quantized_weights; /* --quantized-weights: stage 3 gathers int8 weights (ZeRO++'s qwZ) */
   int quantized_weights_block; /* --quantized-weights-block B: elements a scale (0: 256) */
   int hpz;              /* --hpz N: stage 3's backward gathers among N ranks (ZeRO++'s hpZ; 0 off) */
-  int quantized_grads;  /* --quantized-grads 8: ZeRO++'s qgZ (0 off) */
+  int quantized_grads;  /* --quantized-grads 8|4: ZeRO++'s qgZ, int8 or int4 codes (0 off) */
   int quantized_grads_group; /* --quantized-grads-group K: its node groups (0: the comm's nodes) */
   /* the learning-rate schedule (zeroshard/config.h), peak --lr */
   zs_sched_kind_t lr_schedule; /* ZS_SCHED_CONSTANT, _COSINE (default) or _LINEAR */

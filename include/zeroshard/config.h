@@ -152,7 +152,8 @@ typedef struct {
    * 8: int8; 4: int4 (two codes a byte, scale absmax / 7); 0 off. With
    * shard_group the groups split the shard group (quantized_gradients_group
    * must divide it; a shard group inside a node is one group) and the replica
-   * all-reduce stays exact. Not with offload_optimizer. */
+   * all-reduce stays exact. With offload_optimizer (cpu, nvme) each round's
+   * shard goes to the host as the exact reduce-scatter's does. */
   int quantized_gradients;
   int quantized_gradients_group;
   /* ZeRO-Infinity (DeepSpeed's offload_param, offload_optimizer device "nvme",

@@ -259,13 +259,6 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->quantized_gradients && c->stage < 2)
     return bad(prefix, o, "quantized_gradients", "set below stage 2",
                "it replaces stages 2-3's reduce-scatter of every round: use stage 2 or 3");
-  if (c->quantized_gradients && c->offload_optimizer != ZS_OFFLOAD_NONE) {
-    char v[64];
-    snprintf(v, sizeof v, "set with offload_optimizer %s", offload_name(c->offload_optimizer));
-    return bad(prefix, o, "quantized_gradients", v,
-               "it is built for the optimizer on the device (offload's reduction copies each reduce-scattered "
-               "shard to the host as it lands): drop one of them");
-  }
   if (c->quantized_gradients_group < 0)
     return bad(prefix, o, "quantized_gradients_group", int_value(c->quantized_gradients_group).s,
                "use 0 (the ranks of a node) or a divisor of the world");

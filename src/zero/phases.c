@@ -407,8 +407,21 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
                     zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
       } else {
         ZS_CHECK(zs__eng_alloc_on(zs, S * zs->rb, ZS_MEM_GRADS, rs, &u->gshard));
-        ZS_ENG_COLL(zs, zs->shard_comm, rs,
-                    zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+        if (zs->nqg) {
+          /* qgZ: the two all-to-alls' fp32 shard rounded to the reduce dtype,
+           * as the exact reduce-scatter would leave it: the same shard, the
+           * same copy and conversion below (and the same bits as qgZ on the
+           * device, whose first round does the same) */
+          float *q = NULL;
+          ZS_CHECK(zs__eng_qg_reduce(zs, u, src, dt, &q));
+          zs_status_t st = zs__cast(zs->dev, rs, u->gshard, dt, q, ZS_FP32, S);
+          zs__eng_free_on(zs, (void **)&q, S * 4, ZS_MEM_COMM, rs);
+          ZS_ENG_CHECK(zs, st, "rounding the quantized gradients");
+        } else {
+          ZS_ENG_COLL(zs, zs->shard_comm, rs,
+                      zs_comm_reduce_scatter(zs->shard_comm, src, u->gshard, S, dt, ZS_SUM, rs),
+                      "gradient reduce-scatter");
+        }
         red = u->gshard;
       }
       /* hybrid: the round's shard summed across replicas before it leaves (the
