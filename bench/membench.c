@@ -7,6 +7,7 @@
  *   common: [--stages 0,1,2,3] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--offload]
  *           [--delayed] [--offload-param] [--nvme DIR [--nvme-chunk N]] [--compute-ms X]
  *           [--prefetch K] [--device cpu|cuda] [--steps 3] [--json] [--plot FILE.png]
+ *           [--ranks-per-node R]
  *
  * World size is the number of ranks it was launched with. For each stage (and,
  * with --offload, each of stages 1-3 again with the optimizer state on the host)
@@ -38,7 +39,11 @@
  *   comm_bytes_per_step     bytes sent per step over every collective kind, after
  *                           the first step (mb_measured_steps)
  *                           (zs_engine_comm_stats), beside the ZeRO traffic and the
- *                           gradient norm's all-reduce
+ *                           gradient norm's all-reduce; split into what rank 0's
+ *                           comm groups inside one node and those spanning nodes
+ *                           carry (comm_bytes_intra, comm_bytes_inter, each beside
+ *                           theory and formula; membench_links.c), nodes of
+ *                           --ranks-per-node R consecutive ranks or MPI's
  *   step_s                  mean step time after the first step, max over ranks
  * --units N1,N2,...: one parameter of Ni elements per unit, no compute (gather /
  * release, gather / reduce only); --compute-ms X emulates X ms of accelerator
@@ -185,6 +190,8 @@ int main(int argc, char **argv) {
     mb_units_model(&o, &m);
   }
   open_device(&o);
+  if (o.qg && !o.qg_group && o.ranks_per_node) o.qg_group = o.ranks_per_node; /* the emulated node */
+  const int node_size = mb_links_node_size(&o);
   if (o.qg) { /* the group the engine will use: given, or this node's ranks */
     qg_k = o.qg_group;
     if (!qg_k && zs_comm_node(mb_comm, NULL, &qg_k, NULL) != ZS_OK) mb_die_rank(ZS_ERR_COMM, "the node layout", zs_last_error());
@@ -247,12 +254,20 @@ int main(int argc, char **argv) {
     x->comm_agree = (x->nvme || x->param == ZS_OFFLOAD_NVME) && dpw > 1 ? 2 * (2 * (int64_t)(dpw - 1) * 8 / dpw) : 0;
     x->comm_inter_theory = x->shard_group < dpw ? mb_comm_inter_theory(&o, &m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
+    /* the same by comm group: the norm on the shard group, the tier's agreements on the world comm */
+    mb_comm_theory_groups(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg ? qg_k : 0, qgb, x->group_theory);
+    x->group_theory[MB_G_SHARD] += x->comm_norm;
+    x->group_theory[MB_G_WORLD] += x->comm_agree;
+    x->group_theory[MB_G_REPLICA] = x->comm_inter_theory;
+    if (x->shard_group == dpw) x->group_theory[MB_G_WORLD] += x->group_theory[MB_G_SHARD], x->group_theory[MB_G_SHARD] = 0;
+    if (node_size) mb_links_split(&o, x, dpw, qg_k, node_size);
     for (int u = 0; u < m.nunits; u++) x->padded += mb_unit_padded(&o, &m, u, x->shard_group);
   }
 
   int code = 0;
   if (mb_rank == 0) {
-    mb_report_t rep = {.o = &o, .m = &m, .world = mb_world, .device = o.cuda ? "cuda" : "cpu", .res = res, .nres = nres};
+    mb_report_t rep = {.o = &o, .m = &m, .world = mb_world, .device = o.cuda ? "cuda" : "cpu", .res = res, .nres = nres,
+                       .node_size = node_size};
     for (int u = 0; u < m.nunits; u++) rep.padded_world += mb_unit_padded(&o, &m, u, mb_world / o.tp);
     mb_report_table(&rep, o.json ? stderr : stdout);
     if (o.json) mb_report_json(&rep, stdout);

@@ -6,7 +6,7 @@
 # and zs-membench is built with --units only.
 if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_bench(NAME zs-membench SOURCES membench.c membench_flags.c membench_formula.c membench_run.c membench_gpt.c
-                                 membench_report.c LIBS zeroshard_static)
+                                 membench_links.c membench_report.c LIBS zeroshard_static)
   target_include_directories(zs-membench PRIVATE ${PROJECT_SOURCE_DIR}) # kernels/wquant.h: qwZ bytes
   set(zs_mb_gpt "$<TARGET_EXISTS:zs_gpt_trainer>")
   target_link_libraries(zs-membench PRIVATE "$<${zs_mb_gpt}:zs_gpt_trainer>")

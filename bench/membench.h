@@ -2,7 +2,8 @@
  * the runs it makes and their figures gathered on rank 0; membench_flags.c:
  * the command line; membench_formula.c: the model and the formulas;
  * membench_run.c: one run and its measurement; membench_gpt.c: the example
- * GPT's units and compute; membench_report.c: the table, the JSON document
+ * GPT's units and compute; membench_links.c: the engine's comm groups inside
+ * a node and across nodes; membench_report.c: the table, the JSON document
  * and the plot). */
 #ifndef ZS_BENCH_MEMBENCH_H
 #define ZS_BENCH_MEMBENCH_H
@@ -44,6 +45,8 @@ typedef struct {
   int hpz;                                  /* --hpz K (stage 3 runs): backward gathers among K ranks */
   int qg, qg_group;                         /* --quantized-grads 8|4 (stages 2-3), --quantized-grads-group K */
   int tp, sp;                               /* --tp N (gpt: mesh dp x tp), --sequence-parallel */
+  int ranks_per_node;                       /* --ranks-per-node R: nodes of R consecutive ranks (emulated;
+                                               0: the nodes MPI's shared-memory split finds) */
   int tp_rank;                              /* this rank's coordinate in its tp group (main sets it) */
   int cuda;                                 /* --device cuda */
   int steps;
@@ -56,6 +59,10 @@ typedef struct {
    * or the block when larger (docs/design.md 2.2.1) */
   int64_t state_esz, state_block, align_elems;
 } mb_opts_t;
+
+/* The engine's comm groups, in zs_group_t's order from ZS_GROUP_WORLD (flat
+ * sharding: the shard group is the world comm, its bytes counted under world). */
+enum { MB_G_WORLD = 0, MB_G_SHARD, MB_G_REPLICA, MB_G_HPZ, MB_G_QG_NODE, MB_G_QG_CROSS, MB_G_COUNT };
 
 /* ---- the model as declared: units of parameters ------------------------------------ */
 
@@ -111,6 +118,7 @@ typedef struct {
   int64_t comm_bytes;                    /* bytes sent over all steps, every kind */
   int64_t comm_ag, comm_rs, comm_ar;     /* of which all-gather, reduce-scatter, all-reduce */
   int64_t comm_inter;                    /* sent inside the replica group (hybrid) */
+  int64_t comm_group[MB_G_COUNT];        /* sent on each of the engine's comm groups (MB_G_*) */
   int64_t comm_calls;
   double step_s;                         /* mean over the steps after the first */
   /* the runtime's view (cudaMemGetInfo) of device memory used after the steps,
@@ -145,6 +153,15 @@ typedef struct {
   int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
   int64_t comm_agree;            /* the NVMe tier's agreements: two int64 all-reduces over the engine's world a step */
   int64_t padded;                /* parameters including padding */
+  /* rank 0's bytes a step on each comm group (MB_G_*) in theory, whether its
+   * group of that kind spans nodes (-1: no such comm in this run), and the sums
+   * over the groups inside one node (intra) and across nodes (inter), measured
+   * and in theory (membench_links.c; without a known node layout: links 0) */
+  int links;
+  int64_t group_theory[MB_G_COUNT];
+  int group_spans[MB_G_COUNT];
+  double intra_per_step, inter_per_step;
+  int64_t intra_theory, inter_theory;
   mb_rank_t *ranks;              /* world entries (rank 0 only) */
 } mb_result_t;
 
@@ -156,6 +173,7 @@ typedef struct {
   mb_result_t *res;
   int nres;
   int64_t padded_world; /* parameters with padding in a flat layout of every rank */
+  int node_size;        /* ranks a node (mb_links_node_size; 0: unknown) */
 } mb_report_t;
 
 /* ---- membench.c: the process ------------------------------------------------------------- */
@@ -189,8 +207,30 @@ void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
 /* Ring bytes a rank sends per step (the gradient norm's all-reduce in *norm). */
 int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
                        int qgk, size_t qgb, int64_t *norm);
+/* The same bytes (the norm aside) by the comm group that carries them: the
+ * shard group's collectives, hpZ's backward gathers, qgZ's two all-to-alls
+ * (MB_G_SHARD, MB_G_HPZ, MB_G_QG_NODE, MB_G_QG_CROSS; the rest 0). */
+void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb,
+                           int hpz, int qgk, size_t qgb, int64_t by_group[MB_G_COUNT]);
 /* Hybrid: what crosses the shard groups per step (ns ranks a group, nr replicas). */
 int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr);
+
+/* ---- membench_links.c --------------------------------------------------------------------- */
+
+/* Ranks a node: --ranks-per-node, or MPI's shared-memory split where every node
+ * holds an equal run of consecutive ranks; 0 where it does not (collective). */
+int mb_links_node_size(const mb_opts_t *o);
+/* Rank 0's groups inside a node or across nodes of r ranks (r > 0), their
+ * theory (group_theory, set by the caller) summed each way, and rank 0's
+ * measured bytes likewise (x->ranks[0].comm_group); qg_k: qgZ's group. */
+void mb_links_split(const mb_opts_t *o, mb_result_t *x, int dp_world, int qg_k, int r);
+/* The comm groups' names in the JSON ("world", "shard", "replica", "hpz",
+ * "qg_node", "qg_cross"), and the formula of one group's bytes a step, and of
+ * one side's (across: the groups that span nodes, else those inside one), in
+ * words (docs/design.md 4.2-4.3's terms). */
+extern const char *const mb_group_names[MB_G_COUNT];
+void mb_links_group_formula(const mb_opts_t *o, const mb_result_t *x, int g, char *b, size_t n);
+void mb_links_side_formula(const mb_opts_t *o, const mb_result_t *x, int across, char *b, size_t n);
 
 /* ---- membench_run.c ---------------------------------------------------------------------- */
 

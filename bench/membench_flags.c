@@ -33,6 +33,8 @@ static void usage(FILE *f) {
           "  --quantized-grads 8|4 (stages 2-3 runs, offloaded ones too: all-to-alls of int8 codes (8) or\n"
           "                      int4 codes, two a byte (4), for the reduce-scatter, ZeRO++'s qgZ)\n"
           "                      --quantized-grads-group K (0: a node's ranks)\n"
+          "  --ranks-per-node R (nodes of R consecutive ranks, emulated: which comm groups the JSON's\n"
+          "                      comm_bytes_intra and comm_bytes_inter count; qgZ's default group; 0: MPI's)\n"
           "  --delayed (also run them with the delayed parameter update)\n"
           "  --offload-param (stage 3 again with each rank's parameter shards in host memory, the optimizer\n"
           "                  state there too; with --nvme: the stage 3 run on disk keeps them on disk too)\n"
@@ -132,6 +134,7 @@ mb_opts_t mb_parse(int argc, char **argv) {
     else if (!strcmp(a, "--hpz")) bad = parse_int(v, 0, 1 << 20, &o.hpz);
     else if (!strcmp(a, "--quantized-grads")) bad = parse_int(v, 0, 8, &o.qg);
     else if (!strcmp(a, "--quantized-grads-group")) bad = parse_int(v, 0, 1 << 20, &o.qg_group);
+    else if (!strcmp(a, "--ranks-per-node")) bad = parse_int(v, 1, 1 << 20, &o.ranks_per_node);
     else if (!strcmp(a, "--dtype")) bad = parse_dtype(v, &o.dtype);
     else if (!strcmp(a, "--reduce-dtype")) bad = parse_dtype(v, &o.reduce_dtype), reduce_set = 1;
     else if (!strcmp(a, "--plot")) o.plot = v;
@@ -192,6 +195,8 @@ mb_opts_t mb_parse(int argc, char **argv) {
   if (o.sp && o.tp < 2) mb_die_all(2, "%s", "--sequence-parallel splits the tokens over a tensor-parallel group: add --tp 2 or more");
   if (o.sp && o.compute && ((long long)o.batch * o.seq) % o.tp)
     mb_die_all(2, "%s", "--sequence-parallel splits the --batch x --seq tokens over --tp: --tp must divide them");
+  if (o.ranks_per_node && mb_world % o.ranks_per_node)
+    mb_die_all(2, "%s", "--ranks-per-node must divide the ranks (nodes of consecutive ranks)");
   if (o.tp > 1 && mb_world % o.tp) mb_die_all(2, "%s", "--tp must divide the ranks (tp groups are neighbouring ranks)");
   if (o.tp > 1 && o.shard_group && (mb_world / o.tp) % o.shard_group)
     mb_die_all(2, "%s", "--shard-group must divide the data-parallel ranks (ranks / --tp)");

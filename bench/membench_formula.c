@@ -139,25 +139,46 @@ void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
  * all-reduce of one fp32 (returned apart in *norm). */
-int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
-                       int qgk, size_t qgb, int64_t *norm) {
-  int64_t t = 0, N = n;
+void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb,
+                           int hpz, int qgk, size_t qgb, int64_t g[MB_G_COUNT]) {
+  const int64_t N = n;
+  memset(g, 0, sizeof(int64_t) * MB_G_COUNT);
   for (int u = 0; u < m->nunits; u++) {
     int64_t P = mb_unit_padded(o, m, u, n), gp = (N - 1) * P * (int64_t)pb / N, gr = (N - 1) * P * (int64_t)rb / N;
     /* qgZ (groups of qgk): the all-to-all inside the group, (K-1) G Q, and across, (G-1) Q (src/zero/qgrad.c) */
-    if (qgk > 0 && stage >= 2) {
+    int64_t qnode = 0, qcross = 0;
+    const int qg = qgk > 0 && stage >= 2;
+    if (qg) {
       int64_t G = N / qgk, S = P / N; /* int4: two codes a byte (kernels/wquant.h) */
       int64_t Q = (int64_t)(o->qg == 4 ? zs_wq4_bytes((size_t)S, qgb) : zs_wq_bytes((size_t)S, qgb));
-      gr = (qgk - 1) * G * Q + (G - 1) * Q;
+      qnode = (qgk - 1) * G * Q, qcross = (G - 1) * Q;
     }
     /* qwZ: a gather carries each shard packed (kernels/wquant.h) */
     if (qwb && stage == 3) gp = (N - 1) * (int64_t)zs_wq_bytes((size_t)(P / N), qwb);
-    /* hpZ: backward's gather among K ranks, from the secondary copies (exact) */
-    int64_t gb = hpz > 1 && stage == 3 ? (hpz - 1) * P * (int64_t)pb / hpz : gp;
-    if (unit_frozen(m, u)) t += stage == 3 ? gp + gb : 0; /* never reduced nor regathered; gathered at stage 3 */
-    else t += stage == 0 ? 2 * gr : stage <= 2 ? gr + gp : gr + gp + gb;
+    /* hpZ: backward's gather among K ranks, from the secondary copies (exact), on the partition's comm */
+    const int hz = hpz > 1 && stage == 3;
+    int64_t gb = hz ? (hpz - 1) * P * (int64_t)pb / hpz : gp;
+    if (unit_frozen(m, u)) { /* never reduced nor regathered; gathered at stage 3 */
+      if (stage == 3) g[MB_G_SHARD] += gp, g[hz ? MB_G_HPZ : MB_G_SHARD] += gb;
+      continue;
+    }
+    if (stage == 0) {
+      g[MB_G_SHARD] += 2 * gr;
+      continue;
+    }
+    if (qg) g[MB_G_QG_NODE] += qnode, g[MB_G_QG_CROSS] += qcross;
+    else g[MB_G_SHARD] += gr;
+    g[MB_G_SHARD] += gp;
+    if (stage == 3) g[hz ? MB_G_HPZ : MB_G_SHARD] += gb;
   }
-  *norm = stage >= 1 && n > 1 ? 2 * (N - 1) * 4 / N : 0;
+}
+
+int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
+                       int qgk, size_t qgb, int64_t *norm) {
+  int64_t g[MB_G_COUNT], t = 0;
+  mb_comm_theory_groups(o, m, stage, pb, rb, n, qwb, hpz, qgk, qgb, g);
+  for (int k = 0; k < MB_G_COUNT; k++) t += g[k];
+  *norm = stage >= 1 && n > 1 ? 2 * (int64_t)(n - 1) * 4 / n : 0;
   return t;
 }
 

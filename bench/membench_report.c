@@ -7,7 +7,7 @@
  *
  * JSON (programs), one document:
  *   {"model", "params", "padded_params", "world", "param_dtype", "reduce_dtype",
- *    "device", "steps", "compute", "ok",
+ *    "device", "steps", "compute", "ok", "comm_formula_terms" (the formulas' symbols),
  *    "nvme_dir", "nvme_chunk" (--nvme),
  *    "results": [{"stage", "offload" (the optimizer state in host memory or on disk),
  *                 "offload_optimizer", "offload_param" ("none", "cpu", "nvme"),
@@ -20,6 +20,14 @@
  *                 "comm_theory_bytes", "comm_norm_bytes", "comm_agree_bytes" (the NVMe tier's
  *                 two agreements a step), "comm_extra_bytes",
  *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
+ *                 "ranks_per_node" (null where the nodes are not equal runs of
+ *                 consecutive ranks: then the next two are null too),
+ *                 "comm_bytes_intra", "comm_bytes_inter" (rank 0's bytes a step on
+ *                 its comm groups inside one node and on those spanning nodes;
+ *                 membench_links.c), each with "_theory" and "_formula",
+ *                 "comm_by_group": {"world", "shard", "replica", "hpz", "qg_node",
+ *                 "qg_cross" (the groups this run has): {"bytes_per_step",
+ *                 "theory_bytes", "spans_nodes", "formula"}},
  *                 "ok",
  *                 "ranks": [{"rank", "model_state_bytes", "host_model_state_bytes",
  *                            "formula_bytes", "host_formula_bytes", "peak_bytes",
@@ -284,6 +292,38 @@ static void json_categories(FILE *f, const int64_t *cur, const int64_t *pk, cons
   fputc('}', f);
 }
 
+/* Rank 0's bytes a step inside its node and across nodes, by comm group
+ * (membench_links.c), each beside its theory and formula. */
+static void json_links(const mb_report_t *rep, const mb_result_t *x, FILE *f) {
+  const mb_opts_t *o = rep->o;
+  if (!x->links) {
+    fprintf(f, "\"ranks_per_node\": null, \"comm_bytes_intra\": null, \"comm_bytes_inter\": null, ");
+    return;
+  }
+  char side[2048];
+  fprintf(f, "\"ranks_per_node\": %d, \"comm_bytes_intra\": %.17g, \"comm_bytes_intra_theory\": %lld, "
+             "\"comm_bytes_intra_formula\": ",
+          rep->node_size, x->intra_per_step, (long long)x->intra_theory);
+  mb_links_side_formula(o, x, 0, side, sizeof side);
+  json_str(f, side);
+  fprintf(f, ", \"comm_bytes_inter\": %.17g, \"comm_bytes_inter_theory\": %lld, \"comm_bytes_inter_formula\": ",
+          x->inter_per_step, (long long)x->inter_theory);
+  mb_links_side_formula(o, x, 1, side, sizeof side);
+  json_str(f, side);
+  fprintf(f, ",\n   \"comm_by_group\": {");
+  for (int g = 0, first = 1; g < MB_G_COUNT; g++) {
+    if (x->group_spans[g] < 0) continue;
+    mb_links_group_formula(o, x, g, side, sizeof side);
+    fprintf(f, "%s\"%s\": {\"bytes_per_step\": %.17g, \"theory_bytes\": %lld, \"spans_nodes\": %s, \"formula\": ",
+            first ? "" : ", ", mb_group_names[g], (double)x->ranks[0].comm_group[g] / mb_measured_steps(o),
+            (long long)x->group_theory[g], x->group_spans[g] ? "true" : "false");
+    json_str(f, side);
+    fputc('}', f);
+    first = 0;
+  }
+  fprintf(f, "},\n   ");
+}
+
 void mb_report_json(const mb_report_t *rep, FILE *f) {
   const mb_opts_t *o = rep->o;
   int all_ok = 1;
@@ -307,6 +347,10 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     json_str(f, o->nvme);
     fprintf(f, ", \"nvme_chunk\": %lld, ", (long long)(o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));
   }
+  fprintf(f, "\"comm_formula_terms\": \"per rank and step, rank 0's; W: the engine's ranks, N: the shard group's, "
+             "Nr: replicas; K, G: qgZ's group (hpz: its partition) and groups; P: a unit's padded elements, S = P/N its "
+             "shard; pb, rb: the parameter and reduce dtypes' bytes; B: the block; t: trainable units, u: gathered "
+             "units\", ");
   fprintf(f, "\"description\": ");
   json_str(f, rep->m->desc);
   fprintf(f, ", \"params\": %lld, \"padded_params\": %lld, \"world\": %d, \"param_dtype\": \"%s\", "
@@ -335,6 +379,7 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
             x->comm_bytes_per_step - (double)x->comm_theory - (double)x->comm_norm - (double)x->comm_agree);
     fprintf(f, "\"comm_by_kind\": {\"all_gather\": %.17g, \"reduce_scatter\": %.17g, \"all_reduce\": %.17g}, ",
             (double)a->comm_ag / steps, (double)a->comm_rs / steps, (double)a->comm_ar / steps);
+    json_links(rep, x, f);
     fprintf(f, "\"ok\": %s, \"ranks\": [", mb_result_ok(x, rep->world) ? "true" : "false");
     for (int k = 0; k < rep->world; k++) {
       const mb_rank_t *b = &x->ranks[k];

@@ -201,6 +201,13 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
   zs_comm_stats_t rp;
   ECHECK(zs_engine_comm_stats_group(zs, ZS_GROUP_REPLICA, &rp), "zs_engine_comm_stats_group");
   for (int k = 0; k < ZS_COLL_COUNT; k++) me->comm_inter += (int64_t)rp.bytes_sent[k];
+  /* by group; flat, the shard group is the world comm: its bytes once, under world */
+  const int flat = zs_engine_shard_group(zs) == mb_world / o->tp;
+  for (int gi = 0; gi < MB_G_COUNT; gi++) {
+    zs_comm_stats_t gs;
+    ECHECK(zs_engine_comm_stats_group(zs, (zs_group_t)(ZS_GROUP_WORLD + gi), &gs), "zs_engine_comm_stats_group");
+    for (int k = 0; k < ZS_COLL_COUNT && !(flat && gi == MB_G_SHARD); k++) me->comm_group[gi] += (int64_t)gs.bytes_sent[k];
+  }
   if (tpc) {
     zs_comm_stats_t ts;
     zs_comm_stats(tpc, &ts);

@@ -8,7 +8,8 @@
  *       their memory and traffic against zs-membench's measurement at 4 ranks,
  *       option by option, exactly: quantized weights (hybrid stage 3, with and
  *       without offload), hpZ (flat stage 3, partitions of 2), qgZ (flat stages
- *       2-3, groups of 2; int8 and int4; hybrid, shard groups of 2) */
+ *       2-3, groups of 2; int8 and int4; hybrid, shard groups of 2), and
+ *       zs-membench's bytes inside and across (emulated) nodes in closed form */
 #include <math.h>
 
 #include "harness.h"
@@ -144,6 +145,92 @@ static void test_membench_qg(void) {
   g_qg = 0;
 }
 
+/* zs-membench's bytes inside a node and across nodes (the comm groups that
+ * carry them, membench_links.c) at 4 ranks in 2 emulated nodes of 2
+ * (--ranks-per-node 2), in closed form: units of P = 64Ki and 128Ki fp32
+ * elements (no padding; S = P/4; a packed shard Q = 4 S/256 + S).
+ *   flat, qgZ (groups of 2 = a node), hpZ 2, qwZ, stages 2-3 with and without
+ *   offload: inside the node qgZ's first all-to-all, (K-1) G sum Q, and at
+ *   stage 3 hpZ's backward gathers, (K-1)/K sum P 4; across, the world comm's
+ *   regather (stage 2: 3/4 sum P 4) or forward's int8 gathers (stage 3: 3 sum
+ *   Q) with the norm's 6, and qgZ's cross all-to-all, (G-1) sum Q;
+ *   int4 codes: Q = 4 S/256 + S/2;
+ *   hybrid (shard groups of 2 = a node), stages 1-3 with offload: the shard
+ *   group's traffic inside (stages 1-2: 1/2 sum P 4 twice, stage 3 three
+ *   times, and the norm's 4), the replica all-reduce across, 2 (1/2) sum S' 4
+ *   (S' = P/2);
+ *   the same hybrid run on one node (MPI's: 4 ranks here) has nothing across.
+ * Every result: intra + inter = the comm bytes, each measured = its theory. */
+static cJSON *membench_json(const char *flags) {
+  char cmd[1024];
+  int code;
+  snprintf(cmd, sizeof cmd, "%s -n 4 --oversubscribe %s --units 65536,131072 %s --steps 2 --json", mpiexec, membench,
+           flags);
+  char *out = run(cmd, &code);
+  cJSON *m = out && code == 0 ? cJSON_Parse(out) : NULL;
+  if (!m) ZS_T_REPORT("zs-membench %s: no JSON (exit %d; stderr: %s)", flags, code, g_err);
+  free(out);
+  return m;
+}
+
+static void links_of(const cJSON *r, double *intra, double *inter) {
+  *intra = num(r, "comm_bytes_intra"), *inter = num(r, "comm_bytes_inter");
+  expect_int_eq(*intra, num(r, "comm_bytes_intra_theory"));
+  expect_int_eq(*inter, num(r, "comm_bytes_inter_theory"));
+  expect_int_eq(*intra + *inter, num(r, "comm_bytes_per_step"));
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(r, "comm_bytes_inter_formula");
+  expect_true(cJSON_IsString(f) && strlen(f->valuestring) > 0);
+}
+
+static void test_membench_links(void) {
+  const int64_t P = 65536 + 131072, S1 = 65536 / 4, S2 = 131072 / 4;
+  for (int bits = 8; bits >= 4; bits -= 4) {
+    char flags[256];
+    snprintf(flags, sizeof flags, "--stages 2,3 --offload --ranks-per-node 2 --quantized-grads %d "
+             "--quantized-grads-group 2 --hpz 2 --quantized-weights", bits);
+    cJSON *m = membench_json(flags);
+    assert_true(m != NULL);
+    const int64_t Q = 4 * (S1 + S2) / 256 + (bits == 8 ? S1 + S2 : (S1 + S2) / 2), Qw = 4 * (S1 + S2) / 256 + S1 + S2;
+    int n = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
+      int stage = (int)num(r, "stage");
+      double intra, inter;
+      links_of(r, &intra, &inter);
+      expect_int_eq(num(r, "ranks_per_node"), 2);
+      fprintf(stderr, "  int%d stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", bits, stage,
+              flag(r, "offload"), intra, inter);
+      expect_int_eq(intra, 1 * 2 * Q + (stage == 3 ? P * 4 / 2 : 0));
+      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 6 + 1 * Q);
+      n++;
+    }
+    expect_int_eq(n, 4);
+    cJSON_Delete(m);
+  }
+  for (int rpn = 2; rpn <= 4; rpn += 2) {
+    char flags[160];
+    snprintf(flags, sizeof flags, "--stages 1,2,3 --offload --shard-group 2%s", rpn == 2 ? " --ranks-per-node 2" : "");
+    cJSON *m = membench_json(flags);
+    assert_true(m != NULL);
+    const cJSON *r;
+    int n = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(m, "results")) {
+      int stage = (int)num(r, "stage");
+      double intra, inter;
+      links_of(r, &intra, &inter);
+      expect_int_eq(num(r, "ranks_per_node"), rpn);
+      int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 4, replica = 2 * (P / 2) * 4 / 2;
+      fprintf(stderr, "  hybrid, %d a node, stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", rpn, stage,
+              flag(r, "offload"), intra, inter);
+      expect_int_eq(intra, rpn == 2 ? shard : shard + replica);
+      expect_int_eq(inter, rpn == 2 ? replica : 0);
+      n++;
+    }
+    expect_int_eq(n, 6);
+    cJSON_Delete(m);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_plan_zeropp ZS-PLAN [--membench MPIEXEC ZS-MEMBENCH]\n");
@@ -155,6 +242,7 @@ int main(int argc, char **argv) {
     zs_test_run(test_membench_qw);
     zs_test_run(test_membench_hpz);
     zs_test_run(test_membench_qg);
+    zs_test_run(test_membench_links);
     return zs_test_finish();
   }
   zs_test_run(test_quantized_weights);
