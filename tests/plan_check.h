@@ -109,7 +109,7 @@ static const cJSON *option(const cJSON *doc, int stage, int shard, int offload) 
     if ((int)num(o, "stage") == stage && (int)num(o, "shard_group") == shard && flag(o, "offload") == offload &&
         flag(o, "quantized_weights") == (g_qw && stage == 3) &&
         (int)num(o, "hpz_partition_size") == (stage == 3 ? g_hpz : 0) &&
-        flag(o, "quantized_gradients") == (g_qg && stage >= 2 && !offload) && str_is(o, "offload_optimizer", opt) &&
+        flag(o, "quantized_gradients") == (g_qg && stage >= 2) && str_is(o, "offload_optimizer", opt) &&
         str_is(o, "offload_param", par))
       return o;
   }

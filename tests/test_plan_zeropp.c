@@ -8,7 +8,8 @@
  *       their memory and traffic against zs-membench's measurement at 4 ranks,
  *       option by option, exactly: quantized weights (hybrid stage 3, with and
  *       without offload), hpZ (flat stage 3, partitions of 2), qgZ (flat stages
- *       2-3, groups of 2; int8 and int4; hybrid, shard groups of 2), and
+ *       2-3, groups of 2, with and without offload; int8 and int4; hybrid, shard
+ *       groups of 2), and
  *       zs-membench's bytes inside and across (emulated) nodes in closed form */
 #include <math.h>
 
@@ -139,6 +140,9 @@ static void test_membench_qg(void) {
                    "--units 1000,300000,517 --world 4 --ranks-per-node 2 --quantized-grads", 4, 4);
   against_membench("--units 1000,300000,517 --stages 2,3 --quantized-grads 4 --quantized-grads-group 2",
                    "--units 1000,300000,517 --world 4 --ranks-per-node 2 --quantized-grads=4", 4, 4);
+  /* with the optimizer offloaded: the same bytes, the host's state */
+  against_membench("--units 1000,300000,517 --stages 2,3 --offload --quantized-grads 8 --quantized-grads-group 2",
+                   "--units 1000,300000,517 --world 4 --ranks-per-node 2 --quantized-grads", 4, 4);
   /* hybrid, shard groups of 2 with qgZ groups of 1 (the cross all-to-all inside each shard group) */
   against_membench("--units 1000,300000,517 --stages 2,3 --shard-group 2 --quantized-grads 8 --quantized-grads-group 1",
                    "--units 1000,300000,517 --world 4 --ranks-per-node 1 --shard-group 2 --quantized-grads", 2, 4);

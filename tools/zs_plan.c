@@ -22,6 +22,8 @@
  * exact option wins. With --hpz K also flat stage 3 with ZeRO++'s hpZ (and
  * with both), whose backward gathers run among K consecutive ranks (exact
  * bytes, a comm of their own) and whose device state adds P pb / K a unit.
+ * With --quantized-grads stages 2-3 with ZeRO++'s qgZ (flat and hybrid,
+ * offload or not), and flat stage 3 with all three where the others are given.
  * ZeRO-Infinity's, flat and hybrid, after all of those: stages 1-3 with the
  * optimizer state in the NVMe tier, and stage 3 with the parameter shards in
  * host memory (the optimizer state in host memory or on disk) or on disk with
@@ -546,14 +548,14 @@ int main(int argc, char **argv) {
   for (int q = 0; o.hpz > 1 && q <= (o.qw_block != 0); q++) /* hpZ: flat stage 3 (hybrid gathers in-group already) */
     for (int off = 0; off <= 1; off++)
       x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qw = q, .hpz = o.hpz};
-  if (o.qg) { /* qgZ: stages 2-3 on the device, flat and hybrid; flat stage 3 with the other two where listed */
-    x[nx++] = (pl_option_t){.stage = 2, .shard = o.world, .qg = 1};
-    x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qg = 1};
+  for (int off = 0; o.qg && off <= 1; off++) { /* qgZ: stages 2-3, flat and hybrid, offload or not */
+    x[nx++] = (pl_option_t){.stage = 2, .shard = o.world, .offload = off, .qg = 1};
+    x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qg = 1};
     for (int stage = 2; hybrid && qg_group(&o, o.shard_group) && stage <= 3; stage++)
-      x[nx++] = (pl_option_t){.stage = stage, .shard = o.shard_group, .qg = 1};
-    if (o.qw_block && o.hpz > 1)
-      x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qw = 1, .hpz = o.hpz, .qg = 1};
+      x[nx++] = (pl_option_t){.stage = stage, .shard = o.shard_group, .offload = off, .qg = 1};
   }
+  if (o.qg && o.qw_block && o.hpz > 1) /* flat stage 3 with the other two */
+    x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .qw = 1, .hpz = o.hpz, .qg = 1};
   /* ZeRO-Infinity, flat and hybrid (listed after the others: their indices stay): the optimizer
    * state on disk at stages 1-3; at stage 3 the parameter shards in host memory beside the
    * optimizer state there or on disk, and both on disk */
