@@ -17,7 +17,9 @@
  * (optimizer, and at stage 3 the parameters too) where this build has it.
  * Both runs move the same all-to-all bytes and no reduce-scatter over the
  * shard group (qgZ did the reduction), and their parameters differ from the
- * exact run's (the quantization is there). */
+ * exact run's (the quantization is there). With one round, the delayed update
+ * on offload cpu: losses 0 and 1 are the offloaded run's loss 0, loss 2 its
+ * loss 1 bit for bit (as test_engine's test_offload_parity). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,18 @@ static void check(int bits, const case_t *k) {
     expect_u64_eq(off.a2a_node, dev_run.a2a_node);
     expect_u64_eq(off.a2a_cross, dev_run.a2a_cross);
     expect_int_eq(off.rs_shard, 0);
+    if (v[i].opt == ZS_OFFLOAD_CPU && k->accum == 1) {
+      /* the delayed update (ZeRO-Offload's DPU) on the same path: steps 0 and 1
+       * compute on the initial parameters, step 2 on those after update 0 */
+      run_t dl;
+      o.delayed_param_update = 1;
+      zs_status_t sd = train(&o, &dl);
+      if (sd != ZS_OK) ZS_T_REPORT("%s, delayed: %s (%s)", w, zs_status_name(sd), zs_last_error());
+      else if (dl.loss[0] != off.loss[0] || dl.loss[1] != off.loss[0] || dl.loss[2] != off.loss[1])
+        ZS_T_REPORT("%s, delayed: losses %.9g %.9g %.9g, expected %.9g %.9g %.9g", w, dl.loss[0], dl.loss[1],
+                    dl.loss[2], off.loss[0], off.loss[0], off.loss[1]);
+      free(dl.vals);
+    }
     free(off.vals);
   }
   if (rank == 0)
