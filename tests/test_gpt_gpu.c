@@ -34,7 +34,8 @@
  *     (Adam's steps move the weights by the same amounts up to rounding, so the
  *     per-step differences stay at the scale of (2); the CPU parity test holds
  *     world sizes to 1e-5 the same way), gradient norms within 1e-3; GPU stage 3
- *     against GPU stage 0 within 1e-5; bf16 within 1e-2 of the CPU's bf16 run. */
+ *     and GPU stage 3 with --recompute against GPU stage 0 within 1e-5; bf16
+ *     within 1e-2 of the CPU's bf16 run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -500,11 +501,12 @@ static void test_trainer_reference(void) {
 static void test_trainer_cuda(void) {
   assert_true(g_have_ref);
   struct {
-    int stage, accum, prefetch, offload;
+    int stage, accum, prefetch, offload, recompute;
     const char *what;
-  } v[] = {{0, 1, -1, 0, "cuda stage 0"},          {3, 1, -1, 0, "cuda stage 3"},
-           {1, 1, -1, 0, "cuda stage 1"},          {2, 2, -1, 0, "cuda stage 2 accum 2"},
-           {3, 2, 2, 0, "cuda stage 3 accum 2 prefetch 2"}, {2, 1, -1, 1, "cuda stage 2 offload"}};
+  } v[] = {{0, 1, -1, 0, 0, "cuda stage 0"},          {3, 1, -1, 0, 0, "cuda stage 3"},
+           {1, 1, -1, 0, 0, "cuda stage 1"},          {2, 2, -1, 0, 0, "cuda stage 2 accum 2"},
+           {3, 2, 2, 0, 0, "cuda stage 3 accum 2 prefetch 2"}, {2, 1, -1, 1, 0, "cuda stage 2 offload"},
+           {3, 1, -1, 0, 1, "cuda stage 3 --recompute"}};
   float s0_loss[STEPS], s0_norm[STEPS];
   double s0_val = NAN;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -512,6 +514,7 @@ static void test_trainer_cuda(void) {
     tiny(&o);
     o.device_cuda = 1;
     o.stage = v[i].stage, o.accum = v[i].accum, o.prefetch = v[i].prefetch, o.offload = v[i].offload;
+    o.recompute = v[i].recompute;
     gpt_result_t r;
     zs_status_t st = gpt_train_run(&o, g_gpu, g_gpu_comm, &r);
     if (st == ZS_ERR_UNSUPPORTED && o.offload) {
@@ -528,8 +531,9 @@ static void test_trainer_cuda(void) {
     if (i == 0) {
       for (int k = 0; k < STEPS; k++) s0_loss[k] = r.losses[k], s0_norm[k] = r.grad_norms[k];
       s0_val = r.val_loss;
-    } else if (i == 1 && isfinite(s0_val)) { /* the same kernels: only the engine's work differs */
-      check_run(&r, "cuda stage 3 vs cuda stage 0", s0_loss, s0_norm, s0_val, 1e-5, 1e-4);
+    } else if ((i == 1 || v[i].recompute) && isfinite(s0_val)) { /* the same kernels: the engine's work differs */
+      check_run(&r, v[i].recompute ? "cuda --recompute vs cuda stage 0" : "cuda stage 3 vs cuda stage 0", s0_loss,
+                s0_norm, s0_val, 1e-5, 1e-4);
     }
     gpt_result_free(&r);
   }

@@ -184,12 +184,12 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   a->B = B;
   a->T = T;
   a->train = train;
-  a->nblocks = train ? c->layers : 1;
+  a->nblocks = train == GPT_ACTS_TRAIN ? c->layers : 1;
   const int64_t N = (int64_t)B * T, C = c->channels, NH = c->heads;
   const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH, .Ta = att_cols};
   a->head_rows = gpt_head_rows(c->vocab, N);
   gpt_carve_t carve = {.mem = mem}, *cv = &carve;
-  gpt_carve(cv, &a->resid, (a->nblocks + 1) * N * C);
+  gpt_carve(cv, &a->resid, ((train ? c->layers : 1) + 1) * N * C);
   for (int l = 0; l < a->nblocks; l++) {
     gpt_block_acts_t *k = &a->blk[l];
     GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
@@ -209,6 +209,7 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   }
   a->mem = mem;
   a->nfloats = carve.off;
+  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + N * C;
   return carve.off;
 }
 
@@ -354,14 +355,17 @@ double gpt_forward_backward(const gpt_config_t *c, const gpt_weights_t *w, gpt_w
   const int64_t N = (int64_t)B * T, NC = N * c->channels;
   gpt_embed_forward(c, &w->embed, inputs, B, T, a->resid);
   for (int l = 0; l < L; l++)
-    gpt_block_forward(c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+    gpt_block_forward(c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
   gpt_lnf_forward(c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
   double sum = gpt_head(c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
                         g ? a->dlnf : NULL, g ? g->embed.wte : NULL);
   if (g) {
     gpt_lnf_backward(c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-    for (int l = L - 1; l >= 0; l--)
-      gpt_block_backward(c, &w->blk[l], &g->blk[l], &a->blk[l], a, a->resid + l * NC, a->dres, B, T);
+    for (int l = L - 1; l >= 0; l--) {
+      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
+        gpt_block_forward(c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+      gpt_block_backward(c, &w->blk[l], &g->blk[l], gpt_acts_block(a, l), a, a->resid + l * NC, a->dres, B, T);
+    }
     gpt_embed_backward(c, &g->embed, inputs, B, T, a->dres);
   }
   return sum / (double)N;

@@ -145,6 +145,8 @@ static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
 /* For GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d): carves block k's fields from the
  * gpt_carve_t *cv in scope. */
 #define GPT_ACT_CARVE(k, name, floats) gpt_carve(cv, &(k)->name, (floats));
+/* For 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d): one block's floats. */
+#define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
 
 /* The LM head's rows per chunk for `cols` logits a row, so the logits stay near
  * 16 MiB at any vocabulary: at least 1, at most N. */
@@ -154,10 +156,18 @@ typedef struct { /* what one block's backward needs from its forward (GPT_BLOCK_
   GPT_BLOCK_ACTS(GPT_ACT_FIELD, , )
 } gpt_block_acts_t;
 
+/* gpt_acts_alloc's `train`: forward only (one reusable block), training with
+ * every block's tensors kept from forward to backward, or training with
+ * activation recomputation: only the residual stream's L+1 tensors are kept,
+ * and one block's tensors (blk[0]) serve every layer; backward runs each
+ * block's forward again from its kept input before that block's backward (the
+ * same code on the same inputs: the same bits), for one more forward's compute. */
+enum { GPT_ACTS_EVAL = 0, GPT_ACTS_TRAIN = 1, GPT_ACTS_RECOMPUTE = 2 };
+
 typedef struct {
   gpt_config_t cfg;
-  int B, T, nblocks, train;
-  float *resid;               /* [nblocks+1][N,C]: input of block l at l, output at l+1 */
+  int B, T, nblocks, train; /* train: a GPT_ACTS_ mode */
+  float *resid;               /* [L+1][N,C] training, [2][N,C] eval: input of block l at l, output at l+1 */
   gpt_block_acts_t blk[GPT_MAX_LAYERS];
   float *lnf, *lnf_mean, *lnf_rstd; /* final LayerNorm output [N,C] and statistics */
   float *logits;              /* [head_rows, V]: one chunk of the head */
@@ -168,11 +178,14 @@ typedef struct {
   float *d4, *dln, *datty, *dqkv, *dtmp; /* block backward scratch */
   float *mem;
   size_t nfloats;
+  int64_t layer_floats; /* floats one layer keeps from forward to backward: its block's tensors and its input */
 } gpt_acts_t;
 
 /* Allocates activations for micro-batches of B sequences of T tokens (T <= cfg->seq).
- * train: all L blocks plus backward scratch; eval: one reusable block, no
- * gradients (forward only, see gpt_block_forward's aliasing note). 0 or -1. */
+ * train GPT_ACTS_TRAIN: all L blocks plus backward scratch; GPT_ACTS_RECOMPUTE:
+ * one block plus backward scratch (gpt_acts_block); GPT_ACTS_EVAL: one reusable
+ * block, no gradients (forward only, see gpt_block_forward's aliasing note).
+ * 0 or -1. */
 int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train);
 /* The layout gpt_acts_alloc gives a: the shapes, and with mem != NULL every
  * field pointed into mem (a->mem = mem); returns the floats it needs (also
@@ -183,6 +196,9 @@ size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int
 size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train, int att_cols,
                            float *mem);
 void gpt_acts_free(gpt_acts_t *a);
+/* Layer l's block tensors in a: its own, or with one block kept (eval,
+ * recomputation) the shared blk[0]. */
+static inline gpt_block_acts_t *gpt_acts_block(gpt_acts_t *a, int l) { return &a->blk[a->nblocks > 1 ? l : 0]; }
 
 /* ---- units: forward and backward ---------------------------------------------- */
 

@@ -143,6 +143,7 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   if (m->sp && N % m->size) return -1;
   a->B = a->Bmax = B, a->T = T, a->train = train, a->N = N;
   a->L = train ? m->c.layers : 1;
+  a->nblk = train == GPT_ACTS_TRAIN ? a->L : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
   a->head_rows = gpt_head_rows(V, N);
@@ -150,7 +151,7 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   for (int pass = 0; pass < 2; pass++) { /* count, then carve */
     gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
     gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
-    for (int l = 0; l < a->L; l++) {
+    for (int l = 0; l < a->nblk; l++) {
       gpt_tp_block_acts_t *k = &a->blk[l];
       GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
     }
@@ -178,13 +179,11 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
     }
   }
   /* what one layer keeps from forward to backward: its tensors and its input, a residual */
-#define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
   a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + Nr * C;
-#undef GPT_ACT_COUNT
   /* sp: a LayerNorm's gathered output is not kept per layer (it would cost the
    * N x C per layer that sp saves): forward gathers it into xg for the
    * column-parallel layer, backward gathers it again (Megatron does the same) */
-  for (int l = 0; l < a->L; l++) {
+  for (int l = 0; l < a->nblk; l++) {
     if (!m->sp) a->blk[l].ln1_full = a->blk[l].ln1, a->blk[l].ln2_full = a->blk[l].ln2;
     else a->blk[l].ln1_full = a->blk[l].ln2_full = a->xg;
   }
@@ -321,7 +320,7 @@ zs_status_t gpt_tp_attn_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w
                                 const float *x_in) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
-  gpt_tp_block_acts_t *k = &a->blk[a->train ? l : 0];
+  gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
   float *sum;
   /* attention: mid = x + g(proj(attn(f(ln1(x))))) + proj.b */
   op_layernorm_forward(k->ln1, k->ln1_mean, k->ln1_rstd, x_in, w->ln1_w, w->ln1_b, Nr, C);
@@ -338,7 +337,7 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
                                  const float *x_in, float *x_out) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
-  gpt_tp_block_acts_t *k = &a->blk[a->train ? l : 0];
+  gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
   float *sum;
   TRY(gpt_tp_attn_forward(m, l, w, a, x_in));
   /* MLP: out = mid + g(proj(gelu(fc(f(ln2(mid)))))) + proj.b */
@@ -357,7 +356,7 @@ zs_status_t gpt_tp_attn_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *
                                  gpt_tp_acts_t *a, const float *x_in, float *dres) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
-  gpt_tp_block_acts_t *k = &a->blk[l];
+  gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
   const float *D;
   float *dl;
   /* attention; d mid flows straight through to d x */
@@ -377,7 +376,7 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
                                   float *dres) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
-  gpt_tp_block_acts_t *k = &a->blk[l];
+  gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
   const float *D;
   float *dl;
   /* MLP; dres (d out) also flows straight through to d mid */
@@ -456,8 +455,11 @@ zs_status_t gpt_tp_forward_backward(const gpt_tp_t *m, const gpt_weights_t *w, g
   TRY(gpt_tp_head(m, w->embed.wte, a->lnf_full, targets, a, 1.0f / (float)a->N, &sum, g ? g->embed.wte : NULL));
   if (g) {
     TRY(gpt_tp_lnf_backward(m, &w->lnf, &g->lnf, a->resid + L * NC, a, a->dres));
-    for (int l = L - 1; l >= 0; l--)
+    for (int l = L - 1; l >= 0; l--) {
+      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
+        TRY(gpt_tp_block_forward(m, l, &w->blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
       TRY(gpt_tp_block_backward(m, l, &w->blk[l], &g->blk[l], a, a->resid + l * NC, a->dres));
+    }
     TRY(gpt_tp_embed_backward(m, &g->embed, inputs, a, a->dres));
   }
   *loss = sum / (double)a->N;

@@ -74,7 +74,8 @@ typedef struct {
 
 /* Activations of one micro-batch of B x T tokens on this rank. */
 typedef struct {
-  int B, T, L, train, Bmax;
+  int B, T, L, train, Bmax; /* train: a GPT_ACTS_ mode (gpt.h); L: the layers resid holds */
+  int nblk;                 /* block tensors kept: L training, else 1 (shared by every layer) */
   int64_t N, Nr; /* token rows, and rows kept between regions (N, or N/tp with sp) */
   float *resid;  /* [L+1][Nr, C] */
   gpt_tp_block_acts_t blk[GPT_MAX_LAYERS];
@@ -94,7 +95,10 @@ typedef struct {
   float *mem;
 } gpt_tp_acts_t;
 
+/* train: GPT_ACTS_EVAL, _TRAIN or _RECOMPUTE, as gpt_acts_alloc. */
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
+/* Layer l's block tensors in a (blk[0] where one is kept). */
+static inline gpt_tp_block_acts_t *gpt_tp_acts_block(gpt_tp_acts_t *a, int l) { return &a->blk[a->nblk > 1 ? l : 0]; }
 /* Runs the next calls on B <= the allocated sequences (a shorter last chunk of
  * validation windows). 0, or -1 if B does not fit or (sp) B*T rows do not split. */
 int gpt_tp_acts_set_batch(gpt_tp_acts_t *a, const gpt_tp_t *m, int B);

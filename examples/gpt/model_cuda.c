@@ -195,16 +195,21 @@ int gpt_cuda_forward_backward(cublasHandle_t h, cudaStream_t s, const gpt_config
   const int64_t N = (int64_t)B * T, NC = N * c->channels;
   TRY_RC(gpt_cuda_embed_forward(h, s, c, &w->embed, inputs, B, T, a->resid));
   for (int l = 0; l < L; l++)
-    TRY_RC(gpt_cuda_block_forward(h, s, c, &w->blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T));
+    TRY_RC(gpt_cuda_block_forward(h, s, c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC,
+                                  a->resid + (l + 1) * NC, B, T));
   TRY_RC(gpt_cuda_lnf_forward(h, s, c, &w->lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N));
   TRY_RC(gpt_cuda_head(h, s, c, w->embed.wte, a->lnf, targets, N, a->logits, a->head_rows, 1.0f / (float)N,
                        g ? a->dlnf : NULL, g ? g->embed.wte : NULL, ca->loss));
   if (g) {
     TRY_RC(gpt_cuda_lnf_backward(h, s, c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf,
                                  a->dres, N));
-    for (int l = L - 1; l >= 0; l--)
-      TRY_RC(
-          gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], &a->blk[l], ca, a->resid + l * NC, a->dres, B, T));
+    for (int l = L - 1; l >= 0; l--) {
+      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
+        TRY_RC(gpt_cuda_block_forward(h, s, c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC,
+                                      a->resid + (l + 1) * NC, B, T));
+      TRY_RC(gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], gpt_acts_block(a, l), ca, a->resid + l * NC,
+                                     a->dres, B, T));
+    }
     TRY_RC(gpt_cuda_embed_backward(h, s, c, &g->embed, inputs, B, T, a->dres));
   }
   double sum = 0;

@@ -117,6 +117,9 @@ void gpt_opts_usage(FILE *f) {
           "          heads and MLP split, vocab-parallel embedding/head and cross-entropy; the engine\n"
           "          shards over the world / N data-parallel ranks; cpu device)\n"
           "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
+          "  --recompute (activation recomputation: a block keeps only its input from forward to backward,\n"
+          "              and backward runs the block's forward again first: one more forward's compute, the\n"
+          "              same values; every dense layout, cpu and cuda, and --ps-servers; not with --moe-experts)\n"
           "  --pp N (1: pipeline parallelism over N stages of ranks / N ranks each, outermost)\n"
           "  --schedule gpipe|1f1b|interleaved (1f1b)  --microbatches M (N: a data-parallel rank's\n"
           "                  share of --batch cut into M micro-batches; --accum stays 1)\n"
@@ -273,6 +276,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (!strcmp(name, "--offload-param")) { o->offload_param = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
+    if (!strcmp(name, "--recompute")) { o->recompute = 1; continue; }
     if (!strcmp(name, "--quantized-weights")) { o->quantized_weights = 1; continue; }
     if (!is_valued(name)) {
       snprintf(err, n, "unknown flag %s (see --help)", name);

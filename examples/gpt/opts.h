@@ -60,6 +60,7 @@ typedef struct {
   int lr_steps;         /* the schedule's length; 0: the step the run ends at */
   int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
   int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
+  int recompute;        /* --recompute: keep each block's input only; backward runs the block's forward again */
   int device_cuda;
   /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
   int pp;               /* pipeline stages (1: none) */

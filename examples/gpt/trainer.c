@@ -300,9 +300,11 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     t->dwte_head = malloc((size_t)t->info[0].numel * sizeof(float)); /* wte as this rank holds it */
     t->tin = malloc((size_t)t->micro * T * sizeof(int));
     t->ttg = malloc((size_t)t->micro * T * sizeof(int));
-    if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
+    /* the activations: gpt.c's, or with --tp gpt_tp.c's (tp_round uses those only) */
+    if (!t->dwte_head || !t->tin || !t->ttg ||
+        (t->tp == 1 && gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, trainer_acts_mode(t))))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
-    if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, 1))
+    if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, trainer_acts_mode(t)))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
   }
   if (t->v_count > 0) {
@@ -443,6 +445,12 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
   int mb;
   int64_t act;
   trainer_pp_act_peak(t, &mb, &act);
+  if (!t->pps) { /* one micro-batch's: the blocks' tensors kept (one block's with --recompute) and L+1 residuals */
+    const gpt_acts_t *ga = t->tp > 1 ? NULL : t->m->acts(t, 0);
+    const int64_t nblk = ga ? ga->nblocks : t->tacts.nblk, lf = ga ? ga->layer_floats : t->tacts.layer_floats;
+    const int64_t in = (ga ? (int64_t)ga->B * ga->T : t->tacts.Nr) * t->mc.channels;
+    act = (int64_t)sizeof(float) * (nblk * (lf - in) + (t->L + 1) * in), mb = 1;
+  }
   /* the NVMe tier: its file on disk (stat) beside the estimate's figure */
   int64_t file = 0, est = 0;
   zs_nvme_stats_t ns;
@@ -473,6 +481,8 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
   fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
+  if (o->recompute)
+    fprintf(stderr, "  activations: recomputed (a block keeps its input; backward runs its forward again)\n");
   if (o->optim_state != ZS_STATE_FP32)
     fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
             o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");

@@ -70,7 +70,7 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
     if (!rc) rc = dalloc(&t->gscratch, (size_t)max_unit * sizeof(float));
   }
   if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
-  if (!rc) rc = gpt_cuda_acts_alloc(&cu->cacts, &t->mc, t->micro, T, 1);
+  if (!rc) rc = gpt_cuda_acts_alloc(&cu->cacts, &t->mc, t->micro, T, trainer_acts_mode(t));
   /* the micro-batch's tokens and targets: pinned, so their upload each round is
    * an asynchronous DMA rather than a staged pageable copy */
   if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, (size_t)t->micro * T * sizeof(int));
@@ -190,7 +190,7 @@ static zs_status_t cuda_lnf_backward(trainer_t *t, const float *x, const float *
 
 static zs_status_t cuda_block_backward(trainer_t *t, int l, const float *x_in, float *dres, int B) {
   gpt_cuda_acts_t *ca = &t->cu->cacts;
-  return cu_check(t, gpt_cuda_block_backward(t->cu->blas, 0, &t->mc, &t->w.blk[l], &t->g.blk[l], &ca->a.blk[l], ca,
+  return cu_check(t, gpt_cuda_block_backward(t->cu->blas, 0, &t->mc, &t->w.blk[l], &t->g.blk[l], gpt_acts_block(&ca->a, l), ca,
                                              x_in, dres, B, t->o->seq), "block backward");
 }
 

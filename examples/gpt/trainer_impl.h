@@ -137,6 +137,8 @@ struct trainer {
  * val: runs this rank's validation windows (sum of token losses into *vsum).
  * Forward only (ended by zs_forward_end) when train is 0. */
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+/* The training activations' GPT_ACTS_ mode (gpt.h): --recompute keeps one block's. */
+static inline int trainer_acts_mode(const trainer_t *t) { return t->o->recompute ? GPT_ACTS_RECOMPUTE : GPT_ACTS_TRAIN; }
 
 /* trainer_pp.c (--pp > 1). check: options and shapes, after tp_check's plan;
  * declare: this rank's units; setup: the runtime, activation pool, buffers

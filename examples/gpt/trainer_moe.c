@@ -74,6 +74,9 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   if (o->ps_servers > 0)
     return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --ps-servers "
                 "yet: experts are split over --ep, attention over --tp, layers over --pp, the rest is data parallel");
+  if (o->recompute)
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--recompute", "--moe-experts keeps every block's activations "
+                "(recomputation would route and exchange the tokens again): drop --recompute");
   if (t->tp > 1 && o->sequence_parallel)
     return trainer_fail(res, ZS_ERR_INVALID, "--sequence-parallel", "--moe-experts with --tp runs without "
                 "--sequence-parallel (the MoE half takes every token of the tp group): drop it");

@@ -51,7 +51,8 @@
  * at a forward and returned at its backward; the most slots in use at once is
  * the measured activation peak (trainer_pp_act_peak). A slot holds the largest
  * of this rank's model stages, so with --pp-layers each rank's pool follows its
- * own stages. */
+ * own stages. With --recompute a slot keeps its stage's residuals and one
+ * block's tensors, which the backward fills again block by block. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,11 +280,14 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   }
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
   for (int i = 0; i < q->nslots; i++)
-    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, 1)) {
+    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t))) {
       snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
       return ZS_ERR_NOMEM;
     }
-  if (q->nslots > 0) q->slot_bytes = (int64_t)sizeof(float) * (q->lmax * q->slots[0].a.layer_floats + Nr * C);
+  /* a slot keeps its blocks' tensors (one block's with --recompute) and the lmax + 1 residuals */
+  if (q->nslots > 0)
+    q->slot_bytes = (int64_t)sizeof(float) *
+                    (q->slots[0].a.nblk * (q->slots[0].a.layer_floats - Nr * C) + (q->lmax + 1) * Nr * C);
   return ZS_OK;
 }
 
@@ -430,7 +434,9 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
   else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
   for (int j = nl - 1; st == ZS_OK && j >= 0; j--) {
     const int l = l0 + j;
-    st = gpt_tp_block_backward(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC, a->dres);
+    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
+      st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l], a, a->resid + j * NC, a->resid + (j + 1) * NC);
+    if (st == ZS_OK) st = gpt_tp_block_backward(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC, a->dres);
   }
   if (st == ZS_OK && ms == 0)
     st = gpt_tp_embed_backward(&t->tpm, &t->g.embed, t->tin + (int64_t)mb * t->micro * T, a, a->dres);

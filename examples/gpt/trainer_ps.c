@@ -135,7 +135,8 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   t->g = malloc((size_t)t->n * sizeof(float));
   t->dwte_head = malloc((size_t)o->vocab * C * sizeof(float));
   t->tin = malloc((size_t)t->micro * T * sizeof(int)), t->ttg = malloc((size_t)t->micro * T * sizeof(int));
-  if (!t->g || !t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, 1))
+  if (!t->g || !t->dwte_head || !t->tin || !t->ttg ||
+      gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, o->recompute ? GPT_ACTS_RECOMPUTE : GPT_ACTS_TRAIN))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   for (int i = 0; i < t->np; i++) t->gt[i] = t->g + (t->pt[i] - t->p);
   gpt_weights_bind(&t->mc, t->pt, &t->wp);
@@ -169,14 +170,18 @@ static double fwd_bwd(pst_t *t) {
   const int L = c->layers, B = t->micro, T = t->o->seq;
   const int64_t N = (int64_t)B * T, NC = N * c->channels, nw = (int64_t)c->vocab * c->channels;
   gpt_embed_forward(c, &t->wp.embed, t->tin, B, T, a->resid);
-  for (int l = 0; l < L; l++) gpt_block_forward(c, &t->wp.blk[l], &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+  for (int l = 0; l < L; l++)
+    gpt_block_forward(c, &t->wp.blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
   gpt_lnf_forward(c, &t->wp.lnf, a->resid + L * NC, a->lnf, a->lnf_mean, a->lnf_rstd, N);
   memset(t->dwte_head, 0, (size_t)nw * sizeof(float));
   double sum = gpt_head(c, t->wp.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N, a->dlnf,
                         t->dwte_head);
   gpt_lnf_backward(c, &t->wp.lnf, &t->wg.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-  for (int l = L - 1; l >= 0; l--)
-    gpt_block_backward(c, &t->wp.blk[l], &t->wg.blk[l], &a->blk[l], a, a->resid + l * NC, a->dres, B, T);
+  for (int l = L - 1; l >= 0; l--) {
+    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
+      gpt_block_forward(c, &t->wp.blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
+    gpt_block_backward(c, &t->wp.blk[l], &t->wg.blk[l], gpt_acts_block(a, l), a, a->resid + l * NC, a->dres, B, T);
+  }
   gpt_embed_backward(c, &t->wg.embed, t->tin, B, T, a->dres);
   float *dwte = t->wg.embed.wte;
 #pragma omp parallel for schedule(static)

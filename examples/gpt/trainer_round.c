@@ -84,7 +84,8 @@ static zs_status_t cpu_lnf_backward(trainer_t *t, const float *x, const float *m
 }
 
 static zs_status_t cpu_block_backward(trainer_t *t, int l, const float *x_in, float *dres, int B) {
-  gpt_block_backward(&t->mc, &t->w.blk[l], &t->g.blk[l], &t->acts.blk[l], &t->acts, x_in, dres, B, t->o->seq);
+  gpt_block_backward(&t->mc, &t->w.blk[l], &t->g.blk[l], gpt_acts_block(&t->acts, l), &t->acts, x_in, dres, B,
+                     t->o->seq);
   return ZS_OK;
 }
 
@@ -298,6 +299,8 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
   TRY(tp_reduce(t, LNF));
   for (int l = L - 1; l >= 0; l--) {
     TRY(unit_gather(t, 1 + l, 1));
+    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: again, from its kept input (and the tp group's) */
+      TRY(gpt_tp_block_forward(m, l, &t->w.blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
     TRY(gpt_tp_block_backward(m, l, &t->w.blk[l], &t->g.blk[l], a, a->resid + l * NC, a->dres));
     TRY(tp_reduce(t, 1 + l));
   }
@@ -327,7 +330,7 @@ zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double
   TRY(unit_release(t, 0));
   for (int l = 0; l < L; l++) {
     TRY(unit_gather(t, 1 + l, 0));
-    if (train) TRY(m->block_forward(t, l, &a->blk[l], a->resid + l * NC, a->resid + (l + 1) * NC, B));
+    if (train) TRY(m->block_forward(t, l, gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B));
     if (val) TRY(val_part(t, V_BLOCK, l, vsum));
     TRY(unit_release(t, 1 + l));
   }
@@ -356,6 +359,8 @@ zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double
   TRY(unit_reduce(t, LNF));
   for (int l = L - 1; l >= 0; l--) {
     TRY(unit_gather(t, 1 + l, 1));
+    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
+      TRY(m->block_forward(t, l, gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B));
     TRY(m->block_backward(t, l, a->resid + l * NC, a->dres, B));
     TRY(unit_reduce(t, 1 + l));
   }
