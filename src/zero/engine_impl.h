@@ -213,8 +213,11 @@ struct zs_engine {
   size_t pb, rb;        /* bytes per param / reduce element */
   zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
   float *scalar;        /* device: one fp32 for the norm */
-  void *norm_scratch;   /* device: the norm kernel's scratch (zs__sumsq_scratch_bytes; none on cpu) */
-  size_t norm_scratch_bytes;
+  /* the norm's sum of squares over the segments in it, planned once (work.h:
+   * one launch on cuda); NULL with offload (the host sums) or no such segment */
+  zs__sumsq_plan_t *norm_plan;
+  void *norm_mem;       /* device: the plan's memory (zs__sumsq_plan_bytes; none on cpu) */
+  size_t norm_mem_bytes;
   /* device and pinned host scratch for small collectives of the checkpoint code
    * (2*world+2 int64), made at setup so those calls never allocate: an
    * allocation failing on one rank must not leave the others in a collective */

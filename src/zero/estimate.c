@@ -2,6 +2,7 @@
  * section 3) and, before setup allocates anything, whether the host and the
  * NVMe tier's disk have room for it (design.md 8.6). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "aio/aio.h"
@@ -49,6 +50,36 @@ int zs__eng_unit_frozen(const zs_engine_t *zs, const zs_unit_t *u) {
   for (int k = 0; k < u->nparams; k++)
     if (!(zs->params[u->first_param + k].flags & ZS_PARAM_FROZEN)) return 0;
   return u->nparams > 0;
+}
+
+/* Device bytes of the gradient norm's plan (setup.c's norm_plan_setup), by
+ * zs__sumsq_plan_bytes itself over a bound on its segments: one a trainable
+ * parameter that is not a tied copy, of its elements or at most the owned
+ * range's `on` (a segment is a parameter's part of that range). The plan's
+ * bytes grow with the segments and with each one's length, so the bound holds
+ * whichever rank owns what; 0 with offload (no plan) and on the cpu device. */
+static uint64_t norm_plan_bound(const zs_engine_t *zs, int world) {
+  if (zs->offload || zs->nparams < 1) return 0;
+  const zs_config_t *c = &zs->cfg;
+  zs__sumsq_seg_t *segs = malloc((size_t)zs->nparams * sizeof *segs);
+  if (!segs) return 0;
+  int n = 0;
+  const zs_dtype_t dt = c->stage <= 1 ? c->param_dtype : c->reduce_dtype; /* setup's grad_dtype */
+  for (int i = 0; i < zs->nunits; i++) {
+    const zs_unit_t *u = &zs->units[i];
+    int64_t numel, padded;
+    int persistent;
+    zs__eng_unit_extent(zs, u, world, 0, &numel, &padded, &persistent);
+    const uint64_t on = c->stage == 0 ? (uint64_t)padded : (uint64_t)padded / (uint64_t)world;
+    for (int k = 0; k < u->nparams; k++) {
+      const zs_param_t *p = &zs->params[u->first_param + k];
+      if (p->flags & (ZS_PARAM_FROZEN | ZS_PARAM_TIED_COPY) || p->numel < 1) continue;
+      segs[n++] = (zs__sumsq_seg_t){NULL, dt, (uint64_t)p->numel < on ? (size_t)p->numel : (size_t)on};
+    }
+  }
+  uint64_t b = n > 0 ? zs__sumsq_plan_bytes(zs->dev, segs, n) : 0;
+  free(segs);
+  return b;
 }
 
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
@@ -163,7 +194,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
   if (c->stage == 3 && c->quantized_weights && gathered[0])
     t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
-  t += 4 + zs__eng_scratch_bytes(world) + zs__sumsq_scratch_bytes(zs->dev);
+  t += 4 + zs__eng_scratch_bytes(world) + norm_plan_bound(zs, world);
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }

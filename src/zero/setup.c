@@ -297,6 +297,31 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
   return st;
 }
 
+/* The gradient norm's plan (grad_sumsq): the segments in the norm, at the
+ * addresses it reads every step. Those are fixed from here to release: without
+ * offload, stage 0-1 gradients live in gfull and stage 2-3 (hybrid and qgZ
+ * too) in gshard, both made once by unit_alloc (phases.c allocates and frees
+ * gfull per step at stages 2-3, never gshard); with offload the host sums the
+ * host shards (or the conversion thread's sums), so no plan. Its memory is
+ * counted in zs_engine_estimate's peak (estimate.c's norm_plan_bound). */
+static zs_status_t norm_plan_setup(zs_engine_t *zs) {
+  if (zs->offload) return ZS_OK;
+  zs__sumsq_seg_t *segs = malloc((size_t)(zs->nsegs ? zs->nsegs : 1) * sizeof *segs);
+  if (!segs) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
+  int n = 0;
+  for (int i = 0; i < zs->nsegs; i++)
+    if (zs->seg_in_norm[i]) segs[n++] = (zs__sumsq_seg_t){zs->segs[i].grad, zs->grad_dtype, zs->segs[i].n};
+  zs_status_t st = ZS_OK;
+  if (n > 0) {
+    zs->norm_mem_bytes = zs__sumsq_plan_bytes(zs->dev, segs, n);
+    if ((st = zs__eng_alloc(zs, zs->norm_mem_bytes, ZS_MEM_COMM, &zs->norm_mem)) == ZS_OK)
+      st = zs__sumsq_plan_create(zs->dev, segs, n, zs->norm_mem, &zs->norm_plan);
+  }
+  free(segs);
+  return st == ZS_OK ? ZS_OK : ZS_FAIL(zs->err, st, "zs_engine_setup: planning the gradient norm failed: %s",
+                                       zs_last_error());
+}
+
 /* The local part of setup: allocation, segments, initial values. A failure
  * returns at once; zs_engine_setup agrees on it with the other ranks and undoes
  * what was made. */
@@ -317,8 +342,6 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
   zs->grad_dtype = zs->offload ? ZS_FP32 : zs->cfg.stage <= 1 ? zs->cfg.param_dtype : zs->cfg.reduce_dtype;
   for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
   ZS_CHECK(zs__eng_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->scalar));
-  zs->norm_scratch_bytes = zs__sumsq_scratch_bytes(zs->dev);
-  ZS_CHECK(zs__eng_alloc(zs, zs->norm_scratch_bytes, ZS_MEM_COMM, &zs->norm_scratch));
   ZS_CHECK(zs__eng_host_alloc(zs, sizeof(float), ZS_MEM_COMM, (void **)&zs->hscalar));
   if (zs->offload) {
     /* one grad staging buffer (the copy stream serialises its users) and two
@@ -339,6 +362,7 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
     }
   }
   ZS_CHECK(build_segments(zs));
+  ZS_CHECK(norm_plan_setup(zs));
   if (zs__eng_has_tier(&zs->cfg)) ZS_CHECK(zs__tier_setup(zs)); /* before the initial values go there */
   for (int ph = 1; ph <= 2; ph++) {
     zs->order[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));

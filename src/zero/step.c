@@ -51,11 +51,11 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
     if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(float), ZS_COPY_H2D, zs->compute)) != ZS_OK)
       goto fail;
   } else {
-    if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK) goto fail;
-    for (int i = 0; i < zs->nsegs; i++)
-      if (zs->seg_in_norm[i] && (st = zs__sumsq(zs->dev, zs->compute, zs->segs[i].grad, zs->grad_dtype,
-                                                zs->segs[i].n, zs->scalar, zs->norm_scratch)) != ZS_OK)
-        goto fail;
+    /* the segments in the norm, planned at setup (norm_plan_setup): on cuda one
+     * launch, the bits of zs__sumsq per segment in order */
+    if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK ||
+        (zs->norm_plan && (st = zs__sumsq_plan_run(zs->norm_plan, zs->compute, zs->scalar)) != ZS_OK))
+      goto fail;
   }
   /* stage 0: every rank holds the whole reduced gradient, nothing to add up;
    * hybrid: the replicas hold the same shards, so the shard group's sum is the
