@@ -299,6 +299,9 @@ static void test_checkpoint(void) {
     }
     want = bytes32 - saved;
     expect_int_eq(ckpt_bytes(path), want);
+    /* every rank has verified the files before rank 0 alters them */
+    expect_ok(zs_comm_barrier(world, NULL));
+    expect_ok(zs_stream_synchronize(dev, NULL));
     /* the manifest names the state dtype */
     if (rank == 0) {
       char mf[96], text[8192] = "";
@@ -321,11 +324,14 @@ static void test_checkpoint(void) {
       }
       expect_ok(zs_checkpoint_verify(path, NULL));
     }
+    expect_ok(zs_comm_barrier(world, NULL)); /* rank 0 has put the file back */
+    expect_ok(zs_stream_synchronize(dev, NULL));
     free(a), free(b);
     zs_engine_destroy(zs), tm_free(&m);
   }
-  char sync = 0;
-  bcast_bytes(&sync, 1); /* every rank is done with the files */
+  /* every rank is done with the files */
+  expect_ok(zs_comm_barrier(world, NULL));
+  expect_ok(zs_stream_synchronize(dev, NULL));
   if (rank == 0) {
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
