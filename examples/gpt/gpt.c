@@ -305,6 +305,13 @@ void gpt_block_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block
   gpt_attn_backward(c, w, dw, a, s, x_in, dres, B, T);
 }
 
+void gpt_block_backward_kept(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_w_t *dw, gpt_acts_t *a,
+                             int l, const float *x_in, float *x_out, float *dres, int B, int T) {
+  gpt_block_acts_t *k = gpt_acts_block(a, l);
+  if (a->train == GPT_ACTS_RECOMPUTE) gpt_block_forward(c, w, k, x_in, x_out, B, T); /* again, from the kept input */
+  gpt_block_backward(c, w, dw, k, a, x_in, dres, B, T);
+}
+
 void gpt_attn_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_w_t *dw, const gpt_block_acts_t *a,
                        gpt_acts_t *s, const float *x_in, float *dres, int B, int T) {
   const int C = c->channels;
@@ -361,11 +368,9 @@ double gpt_forward_backward(const gpt_config_t *c, const gpt_weights_t *w, gpt_w
                         g ? a->dlnf : NULL, g ? g->embed.wte : NULL);
   if (g) {
     gpt_lnf_backward(c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-    for (int l = L - 1; l >= 0; l--) {
-      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
-        gpt_block_forward(c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
-      gpt_block_backward(c, &w->blk[l], &g->blk[l], gpt_acts_block(a, l), a, a->resid + l * NC, a->dres, B, T);
-    }
+    for (int l = L - 1; l >= 0; l--)
+      gpt_block_backward_kept(c, &w->blk[l], &g->blk[l], a, l, a->resid + l * NC, a->resid + (l + 1) * NC, a->dres, B,
+                              T);
     gpt_embed_backward(c, &g->embed, inputs, B, T, a->dres);
   }
   return sum / (double)N;

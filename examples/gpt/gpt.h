@@ -219,6 +219,15 @@ void gpt_block_backward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_blo
                         const gpt_block_acts_t *a, gpt_acts_t *scratch, const float *x_in,
                         float *dres, int B, int T);
 
+/* Layer l's backward in a training loop, from what a (gpt_acts_alloc's, a
+ * training mode) kept: with GPT_ACTS_RECOMPUTE block l's forward runs again
+ * first, from its kept input x_in into the shared block (x_out, the kept
+ * output, is written again with the same bits); then gpt_block_backward on
+ * gpt_acts_block(a, l) with a's scratch. Every training loop calls this, so
+ * none can forget what its mode needs before the backward. */
+void gpt_block_backward_kept(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_w_t *dw, gpt_acts_t *a,
+                             int l, const float *x_in, float *x_out, float *dres, int B, int T);
+
 /* The attention half of a block, for blocks with another MLP (gpt_moe.c):
  * a->mid = x_in + proj(attn(ln1(x_in))); and its backward, dres from d mid to
  * d x_in (gpt_block_forward / _backward are these plus the MLP). */

@@ -391,6 +391,13 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   return gpt_tp_attn_backward(m, l, w, dw, a, x_in, dres);
 }
 
+zs_status_t gpt_tp_block_backward_kept(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                                       gpt_tp_acts_t *a, const float *x_in, float *x_out, float *dres) {
+  if (a->train == GPT_ACTS_RECOMPUTE) /* again, from the kept input */
+    TRY(gpt_tp_block_forward(m, l, w, a, x_in, x_out));
+  return gpt_tp_block_backward(m, l, w, dw, a, x_in, dres);
+}
+
 zs_status_t gpt_tp_lnf_forward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x, gpt_tp_acts_t *a) {
   op_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf->w, lnf->b, a->Nr, m->c.channels);
   return f_fwd(m, a, a->lnf, a->lnf_full);
@@ -455,11 +462,9 @@ zs_status_t gpt_tp_forward_backward(const gpt_tp_t *m, const gpt_weights_t *w, g
   TRY(gpt_tp_head(m, w->embed.wte, a->lnf_full, targets, a, 1.0f / (float)a->N, &sum, g ? g->embed.wte : NULL));
   if (g) {
     TRY(gpt_tp_lnf_backward(m, &w->lnf, &g->lnf, a->resid + L * NC, a, a->dres));
-    for (int l = L - 1; l >= 0; l--) {
-      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
-        TRY(gpt_tp_block_forward(m, l, &w->blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
-      TRY(gpt_tp_block_backward(m, l, &w->blk[l], &g->blk[l], a, a->resid + l * NC, a->dres));
-    }
+    for (int l = L - 1; l >= 0; l--)
+      TRY(gpt_tp_block_backward_kept(m, l, &w->blk[l], &g->blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC,
+                                     a->dres));
     TRY(gpt_tp_embed_backward(m, &g->embed, inputs, a, a->dres));
   }
   *loss = sum / (double)a->N;

@@ -117,6 +117,13 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
 zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                   gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in,
                                   float *dres);
+/* Layer l's backward in a training loop, from what a (a training mode) kept:
+ * with GPT_ACTS_RECOMPUTE block l's forward again first from its kept input
+ * x_in (with the tp group's collectives; x_out, the kept output, written again
+ * with the same bits), then gpt_tp_block_backward. Every training loop calls
+ * this, so none can forget what its mode needs before the backward. */
+zs_status_t gpt_tp_block_backward_kept(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
+                                       gpt_tp_acts_t *a, const float *x_in, float *x_out, float *dres);
 /* The block's attention half alone, for a block whose MLP is another layer
  * (gpt_moe.h's mixture of experts): a->blk[l].mid = x_in + attn(ln1(x_in));
  * gpt_tp_block_forward is this, then the MLP. Its backward takes d mid in

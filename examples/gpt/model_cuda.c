@@ -138,6 +138,15 @@ int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t
                                 C, s); /* dres is now d x_in */
 }
 
+int gpt_cuda_block_backward_kept(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_block_w_t *w,
+                                 gpt_block_w_t *dw, gpt_cuda_acts_t *ca, int l, const float *x_in, float *x_out,
+                                 float *dres, int B, int T) {
+  gpt_block_acts_t *k = gpt_acts_block(&ca->a, l);
+  if (ca->a.train == GPT_ACTS_RECOMPUTE) /* again, from the kept input */
+    TRY_RC(gpt_cuda_block_forward(h, s, c, w, k, x_in, x_out, B, T));
+  return gpt_cuda_block_backward(h, s, c, w, dw, k, ca, x_in, dres, B, T);
+}
+
 int gpt_cuda_lnf_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *c, const gpt_lnf_w_t *w,
                          const float *x, float *out, float *mean, float *rstd, int64_t N) {
   (void)h;
@@ -203,13 +212,9 @@ int gpt_cuda_forward_backward(cublasHandle_t h, cudaStream_t s, const gpt_config
   if (g) {
     TRY_RC(gpt_cuda_lnf_backward(h, s, c, &w->lnf, &g->lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf,
                                  a->dres, N));
-    for (int l = L - 1; l >= 0; l--) {
-      if (a->train == GPT_ACTS_RECOMPUTE) /* block l's tensors again, from its kept input */
-        TRY_RC(gpt_cuda_block_forward(h, s, c, &w->blk[l], gpt_acts_block(a, l), a->resid + l * NC,
-                                      a->resid + (l + 1) * NC, B, T));
-      TRY_RC(gpt_cuda_block_backward(h, s, c, &w->blk[l], &g->blk[l], gpt_acts_block(a, l), ca, a->resid + l * NC,
-                                     a->dres, B, T));
-    }
+    for (int l = L - 1; l >= 0; l--)
+      TRY_RC(gpt_cuda_block_backward_kept(h, s, c, &w->blk[l], &g->blk[l], ca, l, a->resid + l * NC,
+                                          a->resid + (l + 1) * NC, a->dres, B, T));
     TRY_RC(gpt_cuda_embed_backward(h, s, c, &g->embed, inputs, B, T, a->dres));
   }
   double sum = 0;

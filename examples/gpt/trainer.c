@@ -449,7 +449,7 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
     const gpt_acts_t *ga = t->tp > 1 ? NULL : t->m->acts(t, 0);
     const int64_t nblk = ga ? ga->nblocks : t->tacts.nblk, lf = ga ? ga->layer_floats : t->tacts.layer_floats;
     const int64_t in = (ga ? (int64_t)ga->B * ga->T : t->tacts.Nr) * t->mc.channels;
-    act = (int64_t)sizeof(float) * (nblk * (lf - in) + (t->L + 1) * in), mb = 1;
+    act = trainer_kept_bytes(nblk, lf, in, t->L + 1), mb = 1;
   }
   /* the NVMe tier: its file on disk (stat) beside the estimate's figure */
   int64_t file = 0, est = 0;

@@ -188,10 +188,9 @@ static zs_status_t cuda_lnf_backward(trainer_t *t, const float *x, const float *
                   "final LayerNorm backward");
 }
 
-static zs_status_t cuda_block_backward(trainer_t *t, int l, const float *x_in, float *dres, int B) {
-  gpt_cuda_acts_t *ca = &t->cu->cacts;
-  return cu_check(t, gpt_cuda_block_backward(t->cu->blas, 0, &t->mc, &t->w.blk[l], &t->g.blk[l], gpt_acts_block(&ca->a, l), ca,
-                                             x_in, dres, B, t->o->seq), "block backward");
+static zs_status_t cuda_block_backward(trainer_t *t, int l, const float *x_in, float *x_out, float *dres, int B) {
+  return cu_check(t, gpt_cuda_block_backward_kept(t->cu->blas, 0, &t->mc, &t->w.blk[l], &t->g.blk[l], &t->cu->cacts, l,
+                                                  x_in, x_out, dres, B, t->o->seq), "block backward");
 }
 
 static zs_status_t cuda_embed_backward(trainer_t *t, const float *dx) {

@@ -54,7 +54,8 @@ typedef struct trainer_model_i {
                       float grad_scale, float *dx, float *dwte, double *sum);
   zs_status_t (*lnf_backward)(trainer_t *t, const float *x, const float *mean, const float *rstd,
                               const float *dout, float *dx, int64_t N);
-  zs_status_t (*block_backward)(trainer_t *t, int l, const float *x_in, float *dres, int B);
+  /* gpt_block_backward_kept: with t's acts mode, whatever it recomputes, then the backward */
+  zs_status_t (*block_backward)(trainer_t *t, int l, const float *x_in, float *x_out, float *dres, int B);
   /* the embedding's backward, then the head's part of d wte (dwte_head) added in */
   zs_status_t (*embed_backward)(trainer_t *t, const float *dx);
   zs_status_t (*zero)(trainer_t *t, float *p, int64_t n);
@@ -139,6 +140,14 @@ struct trainer {
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
 /* The training activations' GPT_ACTS_ mode (gpt.h): --recompute keeps one block's. */
 static inline int trainer_acts_mode(const trainer_t *t) { return t->o->recompute ? GPT_ACTS_RECOMPUTE : GPT_ACTS_TRAIN; }
+
+/* Bytes one micro-batch's training activations keep from forward to backward
+ * (trainer.c's act_peak_bytes, trainer_pp.c's slot): nblk blocks of
+ * layer_floats (each counts its input, `in` floats) and the `inputs` residuals
+ * (every kept layer's input and the last one's output). */
+static inline int64_t trainer_kept_bytes(int64_t nblk, int64_t layer_floats, int64_t in, int64_t inputs) {
+  return (int64_t)sizeof(float) * (nblk * (layer_floats - in) + inputs * in);
+}
 
 /* trainer_pp.c (--pp > 1). check: options and shapes, after tp_check's plan;
  * declare: this rank's units; setup: the runtime, activation pool, buffers

@@ -286,8 +286,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     }
   /* a slot keeps its blocks' tensors (one block's with --recompute) and the lmax + 1 residuals */
   if (q->nslots > 0)
-    q->slot_bytes = (int64_t)sizeof(float) *
-                    (q->slots[0].a.nblk * (q->slots[0].a.layer_floats - Nr * C) + (q->lmax + 1) * Nr * C);
+    q->slot_bytes = trainer_kept_bytes(q->slots[0].a.nblk, q->slots[0].a.layer_floats, Nr * C, q->lmax + 1);
   return ZS_OK;
 }
 
@@ -434,9 +433,8 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
   else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
   for (int j = nl - 1; st == ZS_OK && j >= 0; j--) {
     const int l = l0 + j;
-    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
-      st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l], a, a->resid + j * NC, a->resid + (j + 1) * NC);
-    if (st == ZS_OK) st = gpt_tp_block_backward(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC, a->dres);
+    st = gpt_tp_block_backward_kept(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC,
+                                    a->resid + (j + 1) * NC, a->dres);
   }
   if (st == ZS_OK && ms == 0)
     st = gpt_tp_embed_backward(&t->tpm, &t->g.embed, t->tin + (int64_t)mb * t->micro * T, a, a->dres);

@@ -177,11 +177,9 @@ static double fwd_bwd(pst_t *t) {
   double sum = gpt_head(c, t->wp.embed.wte, a->lnf, t->ttg, N, a->logits, a->head_rows, 1.0f / (float)N, a->dlnf,
                         t->dwte_head);
   gpt_lnf_backward(c, &t->wp.lnf, &t->wg.lnf, a->resid + L * NC, a->lnf_mean, a->lnf_rstd, a->dlnf, a->dres, N);
-  for (int l = L - 1; l >= 0; l--) {
-    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
-      gpt_block_forward(c, &t->wp.blk[l], gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B, T);
-    gpt_block_backward(c, &t->wp.blk[l], &t->wg.blk[l], gpt_acts_block(a, l), a, a->resid + l * NC, a->dres, B, T);
-  }
+  for (int l = L - 1; l >= 0; l--)
+    gpt_block_backward_kept(c, &t->wp.blk[l], &t->wg.blk[l], a, l, a->resid + l * NC, a->resid + (l + 1) * NC, a->dres,
+                            B, T);
   gpt_embed_backward(c, &t->wg.embed, t->tin, B, T, a->dres);
   float *dwte = t->wg.embed.wte;
 #pragma omp parallel for schedule(static)

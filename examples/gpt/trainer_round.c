@@ -83,9 +83,8 @@ static zs_status_t cpu_lnf_backward(trainer_t *t, const float *x, const float *m
   return ZS_OK;
 }
 
-static zs_status_t cpu_block_backward(trainer_t *t, int l, const float *x_in, float *dres, int B) {
-  gpt_block_backward(&t->mc, &t->w.blk[l], &t->g.blk[l], gpt_acts_block(&t->acts, l), &t->acts, x_in, dres, B,
-                     t->o->seq);
+static zs_status_t cpu_block_backward(trainer_t *t, int l, const float *x_in, float *x_out, float *dres, int B) {
+  gpt_block_backward_kept(&t->mc, &t->w.blk[l], &t->g.blk[l], &t->acts, l, x_in, x_out, dres, B, t->o->seq);
   return ZS_OK;
 }
 
@@ -299,9 +298,8 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
   TRY(tp_reduce(t, LNF));
   for (int l = L - 1; l >= 0; l--) {
     TRY(unit_gather(t, 1 + l, 1));
-    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: again, from its kept input (and the tp group's) */
-      TRY(gpt_tp_block_forward(m, l, &t->w.blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC));
-    TRY(gpt_tp_block_backward(m, l, &t->w.blk[l], &t->g.blk[l], a, a->resid + l * NC, a->dres));
+    TRY(gpt_tp_block_backward_kept(m, l, &t->w.blk[l], &t->g.blk[l], a, a->resid + l * NC, a->resid + (l + 1) * NC,
+                                   a->dres));
     TRY(tp_reduce(t, 1 + l));
   }
   TRY(unit_gather(t, 0, 1));
@@ -359,9 +357,7 @@ zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double
   TRY(unit_reduce(t, LNF));
   for (int l = L - 1; l >= 0; l--) {
     TRY(unit_gather(t, 1 + l, 1));
-    if (a->train == GPT_ACTS_RECOMPUTE) /* --recompute: block l's tensors again, from its kept input */
-      TRY(m->block_forward(t, l, gpt_acts_block(a, l), a->resid + l * NC, a->resid + (l + 1) * NC, B));
-    TRY(m->block_backward(t, l, a->resid + l * NC, a->dres, B));
+    TRY(m->block_backward(t, l, a->resid + l * NC, a->resid + (l + 1) * NC, a->dres, B));
     TRY(unit_reduce(t, 1 + l));
   }
   TRY(unit_gather(t, 0, 1));
