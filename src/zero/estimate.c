@@ -57,12 +57,17 @@ int zs__eng_unit_frozen(const zs_engine_t *zs, const zs_unit_t *u) {
  * parameter that is not a tied copy, of its elements or at most the owned
  * range's `on` (a segment is a parameter's part of that range). The plan's
  * bytes grow with the segments and with each one's length, so the bound holds
- * whichever rank owns what; 0 with offload (no plan) and on the cpu device. */
-static uint64_t norm_plan_bound(const zs_engine_t *zs, int world) {
-  if (zs->offload || zs->nparams < 1) return 0;
+ * whichever rank owns what; 0 with offload (no plan) and on the cpu device.
+ * ZS_ERR_NOMEM if its list of segments cannot be made (a bound left low would
+ * let setup start what it cannot finish). */
+static zs_status_t norm_plan_bound(const zs_engine_t *zs, int world, uint64_t *out) {
+  *out = 0;
+  if (zs->offload || zs->nparams < 1) return ZS_OK;
   const zs_config_t *c = &zs->cfg;
   zs__sumsq_seg_t *segs = malloc((size_t)zs->nparams * sizeof *segs);
-  if (!segs) return 0;
+  if (!segs)
+    return ZS_FAIL((char *)zs->err, ZS_ERR_NOMEM, "zs_engine_estimate: no memory for the %d segments of the norm's plan",
+                   zs->nparams);
   int n = 0;
   const zs_dtype_t dt = c->stage <= 1 ? c->param_dtype : c->reduce_dtype; /* setup's grad_dtype */
   for (int i = 0; i < zs->nunits; i++) {
@@ -77,9 +82,9 @@ static uint64_t norm_plan_bound(const zs_engine_t *zs, int world) {
       segs[n++] = (zs__sumsq_seg_t){NULL, dt, (uint64_t)p->numel < on ? (size_t)p->numel : (size_t)on};
     }
   }
-  uint64_t b = n > 0 ? zs__sumsq_plan_bytes(zs->dev, segs, n) : 0;
+  *out = n > 0 ? zs__sumsq_plan_bytes(zs->dev, segs, n) : 0;
   free(segs);
-  return b;
+  return ZS_OK;
 }
 
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
@@ -194,7 +199,9 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
   if (c->stage == 3 && c->quantized_weights && gathered[0])
     t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
-  t += 4 + zs__eng_scratch_bytes(world) + norm_plan_bound(zs, world);
+  uint64_t norm_plan;
+  ZS_CHECK(norm_plan_bound(zs, world, &norm_plan));
+  t += 4 + zs__eng_scratch_bytes(world) + norm_plan;
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }
