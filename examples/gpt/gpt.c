@@ -184,15 +184,21 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   a->B = B;
   a->T = T;
   a->train = train;
-  a->nblocks = train == GPT_ACTS_TRAIN ? c->layers : 1;
+  a->nblocks = gpt_acts_per_layer(train) ? c->layers : 1;
   const int64_t N = (int64_t)B * T, C = c->channels, NH = c->heads;
   const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH, .Ta = att_cols};
   a->head_rows = gpt_head_rows(c->vocab, N);
   gpt_carve_t carve = {.mem = mem}, *cv = &carve;
   gpt_carve(cv, &a->resid, ((train ? c->layers : 1) + 1) * N * C);
+  const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
   for (int l = 0; l < a->nblocks; l++) {
     gpt_block_acts_t *k = &a->blk[l];
-    GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
+    float **skip = gelu_shared ? &k->gelu : NULL;
+    GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, k, d)
+  }
+  if (gelu_shared) { /* one GELU output, which every layer's forward and recompute overwrite */
+    gpt_carve(cv, &a->blk[0].gelu, GPT_ACT_GELU_FLOATS(d));
+    for (int l = 1; l < a->nblocks; l++) a->blk[l].gelu = a->blk[0].gelu;
   }
   gpt_carve(cv, &a->lnf, N * C);
   gpt_carve(cv, &a->lnf_mean, N);
@@ -209,7 +215,8 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   }
   a->mem = mem;
   a->nfloats = carve.off;
-  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + N * C;
+  a->shared_floats = gelu_shared ? GPT_ACT_GELU_FLOATS(d) : 0;
+  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + N * C - a->shared_floats;
   return carve.off;
 }
 
@@ -309,6 +316,8 @@ void gpt_block_backward_kept(const gpt_config_t *c, const gpt_block_w_t *w, gpt_
                              int l, const float *x_in, float *x_out, float *dres, int B, int T) {
   gpt_block_acts_t *k = gpt_acts_block(a, l);
   if (a->train == GPT_ACTS_RECOMPUTE) gpt_block_forward(c, w, k, x_in, x_out, B, T); /* again, from the kept input */
+  if (a->train == GPT_ACTS_RECOMPUTE_GELU) /* the shared GELU output, layer l's again from its kept fc */
+    op_gelu_forward(k->gelu, k->fc, (int64_t)B * T * 4 * c->channels);
   gpt_block_backward(c, w, dw, k, a, x_in, dres, B, T);
 }
 

@@ -127,7 +127,8 @@ typedef struct {
   X(k, ln2_mean, (d).Nr)                                                       \
   X(k, ln2_rstd, (d).Nr)                                                       \
   X(k, fc, (d).N * 4 * (d).Cl)              /* [N,4Cl] */                      \
-  X(k, gelu, (d).N * 4 * (d).Cl)            /* [N,4Cl] */
+  X(k, gelu, GPT_ACT_GELU_FLOATS(d))        /* [N,4Cl] the MLP's widest; GPT_ACTS_RECOMPUTE_GELU shares one */
+#define GPT_ACT_GELU_FLOATS(d) ((d).N * 4 * (d).Cl)
 #define GPT_ACT_FIELD(k, name, floats) float *name;
 
 /* One allocation carved in two passes: with mem NULL gpt_carve only counts
@@ -145,6 +146,10 @@ static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
 /* For GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d): carves block k's fields from the
  * gpt_carve_t *cv in scope. */
 #define GPT_ACT_CARVE(k, name, floats) gpt_carve(cv, &(k)->name, (floats));
+/* The same but for the field the float **skip in scope points at (NULL: none),
+ * left for the caller to point somewhere. */
+#define GPT_ACT_CARVE_BUT(k, name, floats) \
+  if (&(k)->name != skip) gpt_carve(cv, &(k)->name, (floats));
 /* For 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d): one block's floats. */
 #define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
 
@@ -161,8 +166,15 @@ typedef struct { /* what one block's backward needs from its forward (GPT_BLOCK_
  * activation recomputation: only the residual stream's L+1 tensors are kept,
  * and one block's tensors (blk[0]) serve every layer; backward runs each
  * block's forward again from its kept input before that block's backward (the
- * same code on the same inputs: the same bits), for one more forward's compute. */
-enum { GPT_ACTS_EVAL = 0, GPT_ACTS_TRAIN = 1, GPT_ACTS_RECOMPUTE = 2 };
+ * same code on the same inputs: the same bits), for one more forward's compute.
+ * GPT_ACTS_RECOMPUTE_GELU, the cheap level (llm.c's -r 1): every block's tensors
+ * kept but the GELU output, the MLP's widest (4C a token row), of which one
+ * buffer serves every layer (each blk[l].gelu points at it); backward computes
+ * block l's again from its kept fc pre-activation before that block's backward
+ * (the same bits), for one GELU a layer. */
+enum { GPT_ACTS_EVAL = 0, GPT_ACTS_TRAIN = 1, GPT_ACTS_RECOMPUTE = 2, GPT_ACTS_RECOMPUTE_GELU = 3 };
+/* Whether mode keeps a block's tensors per layer (nblocks = L): _TRAIN, _RECOMPUTE_GELU. */
+static inline int gpt_acts_per_layer(int mode) { return mode == GPT_ACTS_TRAIN || mode == GPT_ACTS_RECOMPUTE_GELU; }
 
 typedef struct {
   gpt_config_t cfg;
@@ -178,12 +190,15 @@ typedef struct {
   float *d4, *dln, *datty, *dqkv, *dtmp; /* block backward scratch */
   float *mem;
   size_t nfloats;
-  int64_t layer_floats; /* floats one layer keeps from forward to backward: its block's tensors and its input */
+  int64_t layer_floats; /* floats one layer keeps from forward to backward: its block's tensors and its input
+                           (GPT_ACTS_RECOMPUTE_GELU: less the GELU output) */
+  int64_t shared_floats; /* floats kept once for every layer besides: _RECOMPUTE_GELU's GELU output, else 0 */
 } gpt_acts_t;
 
 /* Allocates activations for micro-batches of B sequences of T tokens (T <= cfg->seq).
  * train GPT_ACTS_TRAIN: all L blocks plus backward scratch; GPT_ACTS_RECOMPUTE:
- * one block plus backward scratch (gpt_acts_block); GPT_ACTS_EVAL: one reusable
+ * one block plus backward scratch (gpt_acts_block); GPT_ACTS_RECOMPUTE_GELU: all
+ * L blocks without their GELU outputs, one shared, plus scratch; GPT_ACTS_EVAL: one reusable
  * block, no gradients (forward only, see gpt_block_forward's aliasing note).
  * 0 or -1. */
 int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train);
@@ -222,7 +237,8 @@ void gpt_block_backward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_blo
 /* Layer l's backward in a training loop, from what a (gpt_acts_alloc's, a
  * training mode) kept: with GPT_ACTS_RECOMPUTE block l's forward runs again
  * first, from its kept input x_in into the shared block (x_out, the kept
- * output, is written again with the same bits); then gpt_block_backward on
+ * output, is written again with the same bits); with GPT_ACTS_RECOMPUTE_GELU
+ * its GELU output again from its kept fc; then gpt_block_backward on
  * gpt_acts_block(a, l) with a's scratch. Every training loop calls this, so
  * none can forget what its mode needs before the backward. */
 void gpt_block_backward_kept(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_w_t *dw, gpt_acts_t *a,

@@ -143,17 +143,23 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   if (m->sp && N % m->size) return -1;
   a->B = a->Bmax = B, a->T = T, a->train = train, a->N = N;
   a->L = train ? m->c.layers : 1;
-  a->nblk = train == GPT_ACTS_TRAIN ? a->L : 1;
+  a->nblk = gpt_acts_per_layer(train) ? a->L : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
   a->head_rows = gpt_head_rows(V, N);
   const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = Nr, .C = C, .Cl = Cl, .NHl = NHl};
+  const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
   for (int pass = 0; pass < 2; pass++) { /* count, then carve */
     gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
     gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
     for (int l = 0; l < a->nblk; l++) {
       gpt_tp_block_acts_t *k = &a->blk[l];
-      GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d)
+      float **skip = gelu_shared ? &k->gelu : NULL;
+      GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, k, d)
+    }
+    if (gelu_shared) { /* one GELU output slice, which every layer's forward and recompute overwrite */
+      gpt_carve(cv, &a->blk[0].gelu, GPT_ACT_GELU_FLOATS(d));
+      for (int l = 1; l < a->nblk; l++) a->blk[l].gelu = a->blk[0].gelu;
     }
     gpt_carve(cv, &a->lnf, Nr * C);
     gpt_carve(cv, &a->lnf_mean, Nr);
@@ -179,7 +185,8 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
     }
   }
   /* what one layer keeps from forward to backward: its tensors and its input, a residual */
-  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + Nr * C;
+  a->shared_floats = gelu_shared ? GPT_ACT_GELU_FLOATS(d) : 0;
+  a->layer_floats = 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d) + Nr * C - a->shared_floats;
   /* sp: a LayerNorm's gathered output is not kept per layer (it would cost the
    * N x C per layer that sp saves): forward gathers it into xg for the
    * column-parallel layer, backward gathers it again (Megatron does the same) */
@@ -395,6 +402,10 @@ zs_status_t gpt_tp_block_backward_kept(const gpt_tp_t *m, int l, const gpt_block
                                        gpt_tp_acts_t *a, const float *x_in, float *x_out, float *dres) {
   if (a->train == GPT_ACTS_RECOMPUTE) /* again, from the kept input */
     TRY(gpt_tp_block_forward(m, l, w, a, x_in, x_out));
+  if (a->train == GPT_ACTS_RECOMPUTE_GELU) { /* the shared GELU output, layer l's again from its kept fc */
+    gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
+    op_gelu_forward(k->gelu, k->fc, a->N * 4 * m->Cl);
+  }
   return gpt_tp_block_backward(m, l, w, dw, a, x_in, dres);
 }
 

@@ -75,7 +75,7 @@ typedef struct {
 /* Activations of one micro-batch of B x T tokens on this rank. */
 typedef struct {
   int B, T, L, train, Bmax; /* train: a GPT_ACTS_ mode (gpt.h); L: the layers resid holds */
-  int nblk;                 /* block tensors kept: L training, else 1 (shared by every layer) */
+  int nblk;                 /* block tensors kept: L (_TRAIN, _RECOMPUTE_GELU), else 1 (shared by every layer) */
   int64_t N, Nr; /* token rows, and rows kept between regions (N, or N/tp with sp) */
   float *resid;  /* [L+1][Nr, C] */
   gpt_tp_block_acts_t blk[GPT_MAX_LAYERS];
@@ -89,13 +89,15 @@ typedef struct {
   float *logits, *row_loss; /* [head_rows, vp.rows], [head_rows] */
   /* floats one layer keeps from forward to backward: 4 Nr C + 4 Nr (LayerNorm
    * outputs, statistics, residuals) + 12 N C/tp + B (NH/tp) T^2 (qkv, attention,
-   * MLP): with sp every term is 1/tp of the tp = 1 model's */
-  int64_t layer_floats;
+   * MLP): with sp every term is 1/tp of the tp = 1 model's; with
+   * GPT_ACTS_RECOMPUTE_GELU less the GELU output (N 4C/tp), kept once for
+   * every layer (shared_floats; 0 in the other modes) */
+  int64_t layer_floats, shared_floats;
   int head_rows;
   float *mem;
 } gpt_tp_acts_t;
 
-/* train: GPT_ACTS_EVAL, _TRAIN or _RECOMPUTE, as gpt_acts_alloc. */
+/* train: GPT_ACTS_EVAL, _TRAIN, _RECOMPUTE or _RECOMPUTE_GELU, as gpt_acts_alloc. */
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
 /* Layer l's block tensors in a (blk[0] where one is kept). */
 static inline gpt_tp_block_acts_t *gpt_tp_acts_block(gpt_tp_acts_t *a, int l) { return &a->blk[a->nblk > 1 ? l : 0]; }
@@ -120,7 +122,9 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
 /* Layer l's backward in a training loop, from what a (a training mode) kept:
  * with GPT_ACTS_RECOMPUTE block l's forward again first from its kept input
  * x_in (with the tp group's collectives; x_out, the kept output, written again
- * with the same bits), then gpt_tp_block_backward. Every training loop calls
+ * with the same bits), with GPT_ACTS_RECOMPUTE_GELU this rank's slice of its
+ * GELU output again from its kept fc (no collective), then
+ * gpt_tp_block_backward. Every training loop calls
  * this, so none can forget what its mode needs before the backward. */
 zs_status_t gpt_tp_block_backward_kept(const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
                                        gpt_tp_acts_t *a, const float *x_in, float *x_out, float *dres);

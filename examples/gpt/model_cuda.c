@@ -144,6 +144,8 @@ int gpt_cuda_block_backward_kept(cublasHandle_t h, cudaStream_t s, const gpt_con
   gpt_block_acts_t *k = gpt_acts_block(&ca->a, l);
   if (ca->a.train == GPT_ACTS_RECOMPUTE) /* again, from the kept input */
     TRY_RC(gpt_cuda_block_forward(h, s, c, w, k, x_in, x_out, B, T));
+  if (ca->a.train == GPT_ACTS_RECOMPUTE_GELU) /* the shared GELU output, layer l's again from its kept fc */
+    TRY_RC(opc_gelu_forward(k->gelu, k->fc, (int64_t)B * T * 4 * c->channels, s));
   return gpt_cuda_block_backward(h, s, c, w, dw, k, ca, x_in, dres, B, T);
 }
 

@@ -61,7 +61,8 @@ int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t
                             gpt_block_w_t *dw, const gpt_block_acts_t *a, gpt_cuda_acts_t *scratch,
                             const float *x_in, float *dres, int B, int T);
 /* Layer l's backward in a training loop (gpt_block_backward_kept): with
- * GPT_ACTS_RECOMPUTE block l's forward again first, then
+ * GPT_ACTS_RECOMPUTE block l's forward again first, with
+ * GPT_ACTS_RECOMPUTE_GELU its GELU output again from its kept fc, then
  * gpt_cuda_block_backward on gpt_acts_block(&ca->a, l) with ca's scratch. */
 int gpt_cuda_block_backward_kept(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_block_w_t *w,
                                  gpt_block_w_t *dw, gpt_cuda_acts_t *ca, int l, const float *x_in, float *x_out,

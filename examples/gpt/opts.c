@@ -117,9 +117,12 @@ void gpt_opts_usage(FILE *f) {
           "          heads and MLP split, vocab-parallel embedding/head and cross-entropy; the engine\n"
           "          shards over the world / N data-parallel ranks; cpu device)\n"
           "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
-          "  --recompute (activation recomputation: a block keeps only its input from forward to backward,\n"
-          "              and backward runs the block's forward again first: one more forward's compute, the\n"
-          "              same values; every dense layout, cpu and cuda, and --ps-servers; not with --moe-experts)\n"
+          "  --recompute [block|gelu] (activation recomputation, the same values; every dense layout, cpu and\n"
+          "              cuda, and --ps-servers; not with --moe-experts). block (the default): a block keeps only\n"
+          "              its input from forward to backward, and backward runs the block's forward again first:\n"
+          "              one more forward's compute. gelu: every tensor kept but the GELU output (the MLP's\n"
+          "              widest, 4C a token, one buffer for all layers), which backward computes again from\n"
+          "              the kept fc output: one GELU a layer\n"
           "  --pp N (1: pipeline parallelism over N stages of ranks / N ranks each, outermost)\n"
           "  --schedule gpipe|1f1b|interleaved (1f1b)  --microbatches M (N: a data-parallel rank's\n"
           "                  share of --batch cut into M micro-batches; --accum stays 1)\n"
@@ -244,6 +247,17 @@ void gpt_opts_pp_layers_str(const gpt_opts_t *o, char *buf, size_t n) {
   }
 }
 
+const char *gpt_recompute_name(int level) {
+  return level == GPT_RECOMPUTE_BLOCK ? "block" : level == GPT_RECOMPUTE_GELU ? "gelu" : "none";
+}
+
+/* a --recompute level's gpt_recompute_t, or -1 */
+static int parse_recompute(const char *s) {
+  for (int level = GPT_RECOMPUTE_NONE; level <= GPT_RECOMPUTE_GELU; level++)
+    if (!strcmp(s, gpt_recompute_name(level))) return level;
+  return -1;
+}
+
 static int parse_dtype(const char *s, zs_dtype_t *out) {
   if (!strcmp(s, "fp32")) *out = ZS_FP32;
   else if (!strcmp(s, "bf16")) *out = ZS_BF16;
@@ -265,6 +279,17 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (len >= sizeof name) len = sizeof name - 1;
     memcpy(name, arg, len);
     name[len] = 0;
+    if (!strcmp(name, "--recompute")) { /* an optional level: --recompute, --recompute gelu, --recompute=block */
+      const char *lv = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : "";
+      int level = parse_recompute(lv);
+      if (level < 0 && eq) {
+        snprintf(err, n, "--recompute=%s: the level is block or gelu (or none; see --help)", lv);
+        return -1;
+      }
+      if (level >= 0 && !eq) i++; /* the next word was the level */
+      o->recompute = level >= 0 ? level : GPT_RECOMPUTE_BLOCK;
+      continue;
+    }
     /* flags without a value (and refused with one: --offload=0 would not mean off) */
     if (eq && !is_valued(name)) {
       snprintf(err, n, "%s takes no value (got '%s'; see --help)", name, eq + 1);
@@ -276,7 +301,6 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (!strcmp(name, "--offload-param")) { o->offload_param = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
-    if (!strcmp(name, "--recompute")) { o->recompute = 1; continue; }
     if (!strcmp(name, "--quantized-weights")) { o->quantized_weights = 1; continue; }
     if (!is_valued(name)) {
       snprintf(err, n, "unknown flag %s (see --help)", name);

@@ -22,6 +22,13 @@ typedef enum {
   GPT_MATMUL_TF32 = 3  /* the cuda path only: TF32 operands on the tensor cores, fp32 accumulation */
 } gpt_matmul_t;
 
+/* --recompute: what backward computes again of the activations forward made */
+typedef enum {
+  GPT_RECOMPUTE_NONE = 0,  /* every block's tensors kept (no flag) */
+  GPT_RECOMPUTE_BLOCK = 1, /* --recompute [block]: a block keeps its input; backward runs its forward again */
+  GPT_RECOMPUTE_GELU = 2   /* --recompute gelu: every tensor kept but the GELU output, which backward recomputes */
+} gpt_recompute_t;
+
 typedef struct {
   /* model */
   int layers, channels, heads, vocab, seq;
@@ -60,7 +67,7 @@ typedef struct {
   int lr_steps;         /* the schedule's length; 0: the step the run ends at */
   int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
   int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
-  int recompute;        /* --recompute: keep each block's input only; backward runs the block's forward again */
+  int recompute;        /* a gpt_recompute_t (--recompute [block|gelu]) */
   int device_cuda;
   /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
   int pp;               /* pipeline stages (1: none) */
@@ -100,6 +107,8 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg);
 /* 0: parsed; 1: --help was asked; -1: bad command line (message in err). */
 int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t errlen);
 void gpt_opts_usage(FILE *f);
+/* A gpt_recompute_t's name: "none", "block" or "gelu" (the header's and the JSON's). */
+const char *gpt_recompute_name(int level);
 /* --pp-layers as given ("3,1"; "" without it) into buf, cut to fit n bytes. */
 void gpt_opts_pp_layers_str(const gpt_opts_t *o, char *buf, size_t n);
 

@@ -449,7 +449,7 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
     const gpt_acts_t *ga = t->tp > 1 ? NULL : t->m->acts(t, 0);
     const int64_t nblk = ga ? ga->nblocks : t->tacts.nblk, lf = ga ? ga->layer_floats : t->tacts.layer_floats;
     const int64_t in = (ga ? (int64_t)ga->B * ga->T : t->tacts.Nr) * t->mc.channels;
-    act = trainer_kept_bytes(nblk, lf, in, t->L + 1), mb = 1;
+    act = trainer_kept_bytes(nblk, lf, in, t->L + 1, ga ? ga->shared_floats : t->tacts.shared_floats), mb = 1;
   }
   /* the NVMe tier: its file on disk (stat) beside the estimate's figure */
   int64_t file = 0, est = 0;
@@ -482,7 +482,9 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
   fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
   if (o->recompute)
-    fprintf(stderr, "  activations: recomputed (a block keeps its input; backward runs its forward again)\n");
+    fprintf(stderr, "  activations: recompute %s (%s)\n", gpt_recompute_name(o->recompute),
+            o->recompute == GPT_RECOMPUTE_GELU ? "every tensor kept but the GELU output; backward computes it again"
+                                               : "a block keeps its input; backward runs its forward again");
   if (o->optim_state != ZS_STATE_FP32)
     fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
             o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");

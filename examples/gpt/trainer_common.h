@@ -10,6 +10,7 @@
 
 #include "../common/check.h" // defines: TRY
 #include "data.h"
+#include "gpt.h" // defines: GPT_ACTS_ (trainer_acts_mode_of)
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/engine.h" // defines: zs_schedule_t, zs_step_report_t
@@ -18,6 +19,13 @@
 /* res->err = "what: detail (NAME)" (the status's own string without a detail);
  * returns st, so that a failure reads `return trainer_fail(res, st, ...)`. */
 zs_status_t trainer_fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail);
+
+/* The training activations' GPT_ACTS_ mode (gpt.h) for o's --recompute level. */
+static inline int trainer_acts_mode_of(const gpt_opts_t *o) {
+  return o->recompute == GPT_RECOMPUTE_BLOCK  ? GPT_ACTS_RECOMPUTE
+         : o->recompute == GPT_RECOMPUTE_GELU ? GPT_ACTS_RECOMPUTE_GELU
+                                              : GPT_ACTS_TRAIN;
+}
 
 /* CLOCK_MONOTONIC in seconds. */
 double trainer_now_s(void);

@@ -138,15 +138,17 @@ struct trainer {
  * val: runs this rank's validation windows (sum of token losses into *vsum).
  * Forward only (ended by zs_forward_end) when train is 0. */
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
-/* The training activations' GPT_ACTS_ mode (gpt.h): --recompute keeps one block's. */
-static inline int trainer_acts_mode(const trainer_t *t) { return t->o->recompute ? GPT_ACTS_RECOMPUTE : GPT_ACTS_TRAIN; }
+/* The training activations' GPT_ACTS_ mode (gpt.h) for --recompute's level. */
+static inline int trainer_acts_mode(const trainer_t *t) { return trainer_acts_mode_of(t->o); }
 
 /* Bytes one micro-batch's training activations keep from forward to backward
  * (trainer.c's act_peak_bytes, trainer_pp.c's slot): nblk blocks of
- * layer_floats (each counts its input, `in` floats) and the `inputs` residuals
- * (every kept layer's input and the last one's output). */
-static inline int64_t trainer_kept_bytes(int64_t nblk, int64_t layer_floats, int64_t in, int64_t inputs) {
-  return (int64_t)sizeof(float) * (nblk * (layer_floats - in) + inputs * in);
+ * layer_floats (each counts its input, `in` floats), the `inputs` residuals
+ * (every kept layer's input and the last one's output) and the shared floats
+ * kept once for every layer (--recompute gelu's GELU output). */
+static inline int64_t trainer_kept_bytes(int64_t nblk, int64_t layer_floats, int64_t in, int64_t inputs,
+                                         int64_t shared) {
+  return (int64_t)sizeof(float) * (nblk * (layer_floats - in) + inputs * in + shared);
 }
 
 /* trainer_pp.c (--pp > 1). check: options and shapes, after tp_check's plan;

@@ -52,7 +52,8 @@
  * the measured activation peak (trainer_pp_act_peak). A slot holds the largest
  * of this rank's model stages, so with --pp-layers each rank's pool follows its
  * own stages. With --recompute a slot keeps its stage's residuals and one
- * block's tensors, which the backward fills again block by block. */
+ * block's tensors, which the backward fills again block by block; with
+ * --recompute gelu every block's tensors but one GELU output for the slot. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,9 +285,11 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
       snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
       return ZS_ERR_NOMEM;
     }
-  /* a slot keeps its blocks' tensors (one block's with --recompute) and the lmax + 1 residuals */
+  /* a slot keeps its blocks' tensors (one block's with --recompute, all but a shared GELU output with
+   * --recompute gelu) and the lmax + 1 residuals */
   if (q->nslots > 0)
-    q->slot_bytes = trainer_kept_bytes(q->slots[0].a.nblk, q->slots[0].a.layer_floats, Nr * C, q->lmax + 1);
+    q->slot_bytes = trainer_kept_bytes(q->slots[0].a.nblk, q->slots[0].a.layer_floats, Nr * C, q->lmax + 1,
+                                       q->slots[0].a.shared_floats);
   return ZS_OK;
 }
 

@@ -136,7 +136,7 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   t->dwte_head = malloc((size_t)o->vocab * C * sizeof(float));
   t->tin = malloc((size_t)t->micro * T * sizeof(int)), t->ttg = malloc((size_t)t->micro * T * sizeof(int));
   if (!t->g || !t->dwte_head || !t->tin || !t->ttg ||
-      gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, o->recompute ? GPT_ACTS_RECOMPUTE : GPT_ACTS_TRAIN))
+      gpt_acts_alloc(&t->acts, &t->mc, t->micro, T, trainer_acts_mode_of(o)))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   for (int i = 0; i < t->np; i++) t->gt[i] = t->g + (t->pt[i] - t->p);
   gpt_weights_bind(&t->mc, t->pt, &t->wp);
