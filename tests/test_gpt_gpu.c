@@ -528,6 +528,7 @@ static void test_trainer_cuda(void) {
       continue;
     }
     check_run(&r, v[i].what, g_ref_loss, g_ref_norm, g_ref_val, 1e-4, 1e-3);
+    expect_str_contains(r.attention, "fused causal kernel"); /* head size 16: the fused kernel's */
     if (i == 0) {
       for (int k = 0; k < STEPS; k++) s0_loss[k] = r.losses[k], s0_norm[k] = r.grad_norms[k];
       s0_val = r.val_loss;

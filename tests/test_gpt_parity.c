@@ -16,6 +16,7 @@
 #include "gemm.h"
 #include "gpt.h"
 #include "harness.h"
+#include "ops.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
@@ -266,6 +267,16 @@ static void test_matmul(void) {
   if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("fp32, matmul auto: %s", r.err);
   else expect_int_eq(r.matmul_bf16, 0);
   gpt_result_free(&r);
+  /* the result names the attention's kernels: the loops, or the row-block sgemm
+   * (ops.h's op_attention_path; sgemm where OpenBLAS is its OpenMP build) */
+  for (int path = 0; path <= 1; path++) {
+    op_attention_path(path);
+    if (gpt_train_run(&o, g_dev, g_world, &r) != ZS_OK) ZS_T_REPORT("attention path %d: %s", path, r.err);
+    else if (path == 0) expect_str_contains(r.attention, "vector loops");
+    else expect_str_contains(r.attention, op_attention_describe());
+    gpt_result_free(&r);
+  }
+  op_attention_path(-1);
   o.matmul = GPT_MATMUL_TF32; /* the GPU's tensor cores only: refused on every rank, with what to use */
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_UNSUPPORTED);
   expect_str_contains(r.err, "--matmul tf32 is for the cuda device");

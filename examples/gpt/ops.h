@@ -42,6 +42,9 @@ void op_attention_backward(float *dqkv, float *tmp, const float *dout, const flo
  * row blocks where OpenBLAS is its OpenMP build, else vector loops), 0 the vector
  * loops, 1 sgemm (where the OpenMP build is; else the loops). Process-wide. */
 void op_attention_path(int path);
+/* The attention the CPU runs now, in words (the trainer's header line and JSON):
+ * the causal row-block sgemm path or the vector loops (op_attention_path). */
+const char *op_attention_describe(void);
 
 /* GELU, tanh approximation. In place allowed. */
 void op_gelu_forward(float *out, const float *x, int64_t n);

@@ -98,6 +98,11 @@ static int blas_in_threads(void) {
   return openblas_get_parallel() == 2; /* 2: OpenBLAS's OpenMP build */
 }
 
+const char *op_attention_describe(void) {
+  return blas_in_threads() ? "causal row-block sgemm per (sequence, head), T x T probabilities kept"
+                           : "vector loops per (sequence, head), T x T probabilities kept";
+}
+
 GPT_CLONES static void softmax_rows(float *A, int r0, int r1, int T) {
   for (int t = r0; t < r1; t++) softmax_causal_row(A + (int64_t)t * T, t, T, 1.0f);
 }

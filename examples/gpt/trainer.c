@@ -481,6 +481,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
   fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
+  fprintf(stderr, "  attention: %s\n", trainer_attention(o, t->cuda));
   if (o->recompute)
     fprintf(stderr, "  activations: recompute %s (%s)\n", gpt_recompute_name(o->recompute),
             o->recompute == GPT_RECOMPUTE_GELU ? "every tensor kept but the GELU output; backward computes it again"
@@ -564,6 +565,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   res->matmul_bf16 = bf16_math; /* after the run: each path initialises res afresh */
   snprintf(res->matmul_engine, sizeof res->matmul_engine, "%s",
            cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(o)) : gpt_gemm_describe());
+  snprintf(res->attention, sizeof res->attention, "%s", trainer_attention(o, cuda));
   /* written whether the run failed or not, and off again: a later run in this process traces only itself */
   zs_status_t tst = o->trace ? zs_trace_stop() : ZS_OK;
   if (st == ZS_OK && tst != ZS_OK) st = trainer_fail(res, tst, "--trace", zs_last_error());

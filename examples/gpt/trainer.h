@@ -54,6 +54,7 @@ typedef struct {
   gpt_ps_info_t ps;       /* --ps-servers: the parameter server's figures */
   int matmul_bf16;        /* the run's matrix products were bf16 math (--matmul, resolved) */
   char matmul_engine[96]; /* what ran them (gemm.h's gpt_gemm_describe, or the cuda path's cuBLAS) */
+  char attention[96];     /* the attention's kernels (ops.h's op_attention_describe, or the cuda path's pick) */
   char err[512];          /* why it failed */
 } gpt_result_t;
 

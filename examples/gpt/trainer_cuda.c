@@ -252,3 +252,10 @@ static const trainer_model_i cuda_model = {
 };
 
 const trainer_model_i *trainer_model_cuda(void) { return &cuda_model; }
+
+const char *trainer_cuda_attention(int hs) {
+  const int pick = opc_attention_pick(hs, NULL, 0);
+  return pick == OPC_ATTN_FUSED    ? "fused causal kernel (flash-style, fp32; a log-sum-exp a row kept)"
+         : pick == OPC_ATTN_MATMUL ? "cublas T x T products per (sequence, head), probabilities kept"
+                                   : "refused (ZS_GPT_ATTN)";
+}

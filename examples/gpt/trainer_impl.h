@@ -10,6 +10,7 @@
 #include "data.h"
 #include "gpt.h"
 #include "gpt_tp.h"
+#include "ops.h" // defines: op_attention_describe (trainer_attention)
 #include "trainer.h"
 #include "trainer_common.h" // defines: TRY, trainer_fail, trainer_now_s, trainer_sum_over_ranks
 #include "zeroshard/engine.h"
@@ -68,6 +69,13 @@ typedef struct trainer_model_i {
 
 extern const trainer_model_i trainer_model_cpu;
 const trainer_model_i *trainer_model_cuda(void);
+/* The cuda path's attention for head size hs, in words: the fused kernel or
+ * cuBLAS's T x T products (attn_cuda.h's pick; "none" in a build without CUDA). */
+const char *trainer_cuda_attention(int hs);
+/* The run's attention in words: the cuda path's, or the CPU's (ops.h). */
+static inline const char *trainer_attention(const gpt_opts_t *o, int cuda) {
+  return cuda ? trainer_cuda_attention(o->channels / o->heads) : op_attention_describe();
+}
 
 /* ============================================================================
  * state

@@ -3,3 +3,8 @@
 #include "trainer_impl.h"
 
 const trainer_model_i *trainer_model_cuda(void) { return NULL; }
+
+const char *trainer_cuda_attention(int hs) {
+  (void)hs;
+  return "none";
+}
