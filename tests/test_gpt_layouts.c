@@ -22,6 +22,7 @@
 
 #include "gpt.h"
 #include "gpt_tmpdir.h"
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/checkpoint.h"
@@ -31,9 +32,6 @@
 
 enum { STEPS = 10, HALF = 5 };
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 
 typedef struct {
   const char *name;
@@ -226,20 +224,11 @@ static void test_convert(void) {
 
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : "";
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "setup: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size);
+  gpt_world_open();
 #define RUN(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN(test_dense);
   RUN(test_moe);
   RUN(test_convert);
-  int rc = zs_test_finish();
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return rc;
+  return gpt_world_close();
 }

@@ -42,6 +42,7 @@
 #include "gpt.h"
 #include "gpt_moe.h"
 #include "gpt_trace.h"
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -50,9 +51,6 @@
 
 enum { STEPS = 10, E = 4, K = 2 };
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 static gpt_moe_t g_mm; /* the whole model's tables (ep 1) */
 static int64_t g_nparams;
 
@@ -437,13 +435,7 @@ static void test_trace(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "cannot open the world: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size);
+  gpt_world_open();
   zs_test_run(test_reference);
   zs_test_run(test_layouts);
   zs_test_run(test_one_expert_is_dense);
@@ -455,8 +447,5 @@ int main(void) {
   zs_test_run(test_trace);
   zs_test_run(test_refusals);
   free(g_ref.params);
-  int rc = zs_test_finish();
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return rc;
+  return gpt_world_close();
 }

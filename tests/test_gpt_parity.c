@@ -15,6 +15,7 @@
 #include "data.h"
 #include "gemm.h"
 #include "gpt.h"
+#include "gpt_world.h"
 #include "harness.h"
 #include "ops.h"
 #include "trainer.h"
@@ -24,9 +25,6 @@
 
 enum { STEPS = 20 };
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 static float g_ref_loss[STEPS], g_ref_norm[STEPS];
 static double g_ref_val;
 
@@ -373,12 +371,7 @@ static void test_resume(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&g_dev) != ZS_OK) ZS_SKIP("no cpu device");
-  if (zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) ZS_SKIP("no MPI");
-  g_rank = zs_comm_rank(g_world);
-  g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size); /* the ranks share this machine's cores */
+  gpt_world_open();
   zs_test_run(test_reference);
   zs_test_run(test_stages);
   zs_test_run(test_variants);

@@ -30,6 +30,7 @@
 #include "gpt.h"
 #include "gpt_parity.h"
 #include "gpt_trace.h"
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -38,9 +39,6 @@
 
 enum { STEPS = GPT_PARITY_STEPS, M = 4 };
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 static gpt_ref_t g_ref;
 
 static const gpt_config_t k_cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 4, .layers = 4};
@@ -468,13 +466,7 @@ static void test_pp_layers_flag(void) {
 
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : ""; /* a part of a test's name: run those only */
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "setup: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
+  gpt_world_open();
 #define RUN(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN(test_reference);
@@ -491,8 +483,5 @@ int main(int argc, char **argv) {
   RUN(test_refusals);
   RUN(test_pp_layers_flag);
   gpt_ref_free(&g_ref);
-  int rc = zs_test_finish();
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return rc;
+  return gpt_world_close();
 }

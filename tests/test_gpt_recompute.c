@@ -21,15 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #include "zeroshard/pipeline.h"
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 
 static void tiny(gpt_opts_t *o) {
   gpt_opts_default(o);
@@ -183,17 +181,8 @@ static void test_flag_and_refusal(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "cannot open the world: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world);
-  g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size);
+  gpt_world_open();
   zs_test_run(test_flag_and_refusal);
   zs_test_run(test_layouts);
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return zs_test_finish();
+  return gpt_world_close();
 }

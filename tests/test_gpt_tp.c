@@ -16,6 +16,7 @@
 
 #include "gpt.h"
 #include "gpt_tp.h"
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
@@ -28,9 +29,6 @@ enum { B = 3, T = 8 };
 static const gpt_config_t k_cfg = {.vocab = 257, .seq = T, .channels = 48, .heads = 12, .layers = 2};
 static const uint64_t k_seed = 7;
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 
 /* the whole model in this process: weights, gradients, loss */
 static float **g_w, **g_g;
@@ -246,21 +244,12 @@ static void test_tp_declarations(void) {
 
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "setup: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world), g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size); /* the ranks share this machine's cores: one OpenMP team each would spin */
+  gpt_world_open();
   reference();
   zs_test_run(test_tp);
   zs_test_run(test_tp_sequence_parallel);
   zs_test_run(test_bad_split);
   zs_test_run(test_tp_declarations);
   reference_free();
-  int rc = zs_test_finish();
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return rc;
+  return gpt_world_close();
 }

@@ -15,14 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_world.h"
 #include "harness.h"
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 
-static zs_device_t *g_dev;
-static zs_comm_t *g_world;
-static int g_rank, g_size;
 
 static void tiny(gpt_opts_t *o, int steps) {
   gpt_opts_default(o);
@@ -152,21 +150,12 @@ static void test_refused(void) {
 }
 
 int main(void) {
-  if (zs_device_create_cpu(&g_dev) != ZS_OK || zs_comm_create_mpi_world(&g_world, g_dev) != ZS_OK) {
-    fprintf(stderr, "cannot open the world: %s\n", zs_last_error());
-    return 1;
-  }
-  g_rank = zs_comm_rank(g_world);
-  g_size = zs_comm_size(g_world);
-  zs_t_rank = g_rank;
-  gpt_threads_auto(g_size); /* the ranks share this machine's cores (OMP_NUM_THREADS is read before main) */
+  gpt_world_open();
   zs_test_run(test_flags);
   zs_test_run(test_quantized_weights);
   zs_test_run(test_hpz);
   zs_test_run(test_quantized_grads);
   zs_test_run(test_quantized_grads_offload);
   zs_test_run(test_refused);
-  zs_comm_destroy(g_world);
-  zs_device_destroy(g_dev);
-  return zs_test_finish();
+  return gpt_world_close();
 }
