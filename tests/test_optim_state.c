@@ -225,6 +225,9 @@ static void test_int8_step(void) {
         int bad = 0;
         for (int64_t t = 1; t <= 6 && !bad; t++) {
           for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
+          /* some gradients 2^-40 of the rest: sqrt(v') under the smallest code
+           * (a positive v keeps code 1), m' under half of it (code 0) */
+          for (size_t i = 3; i < P.n; i += 41) P.g[i] = (float)ldexp(P.g[i], -40);
           bad = step_vs_ref(&P, blocks[bi], t);
         }
         if (bad)
@@ -251,6 +254,13 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
      * m' / inf = 0) and a NaN whose low bits are set (adding random bits would
      * carry into it; one bit pattern, so every path propagates the same NaN) */
     for (size_t i = 5; i < P->n; i += 97) P->g[i] = i % 2 ? 0.0f : -0.0f;
+    /* int8: tiny gradients (codes 0 and 0x80 for m', code 1 for v') and, at the
+     * last step, squares that overflow (v' = inf: the block's scale is inf, its
+     * reciprocal 0, and r = inf * 0 = NaN must give the top code) */
+    if (sd == ZS_STATE_INT8)
+      for (size_t i = 7; i < P->n; i += 89) P->g[i] = (float)ldexp(P->g[i], -40);
+    if (sd == ZS_STATE_INT8 && t == steps)
+      for (size_t i = 13; i < P->n; i += 4999) P->g[i] = i % 2 ? 1e30f : -1e30f;
     if (sd == ZS_STATE_BF16 && t == 2)
       for (size_t i = 11; i < P->n; i += 4999) P->g[i] = i % 2 ? 1e30f : -1e30f;
     if (sd == ZS_STATE_BF16 && t == 3)

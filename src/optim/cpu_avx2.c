@@ -112,6 +112,7 @@ static inline nf_flag nf_vec(const void *p, int dt) {
  * through cpu_tile.h's plain loops. */
 #include "kernels/optim_state.h"
 #define TILE_FUSED 1
+#define TILE_Q8_ALIGN 32 /* adam_q8_run: 32 elements a step */
 
 #define PATH_NAME "avx2"
 #define PATH_SYM zs__optim_path_avx2
@@ -217,82 +218,176 @@ static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, in
 
 /* ---- int8 m and v -------------------------------------------------------------------- */
 
-/* zs_q8_val of 8 magnitude codes (M mantissa bits), as v_q8_val in cpu_avx512.c;
- * VPSIGND zeroes the lanes whose code is 0 (and keeps the others: codes are >= 0) */
-static inline vf v_q8_val(__m256i c, const int M) {
-  __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(c, 23 - M), i_set1(112u << 23));
-  return _mm256_castsi256_ps(_mm256_sign_epi32(bits, c));
+/* kernels/optim_state.h's codes, rearranged for fewer vector operations (the
+ * same bits: checked against the scalar path by test_optim_state). Why this
+ * shape (2-vCPU Zen 3, one thread, 16K elements in cache, B = 256; the
+ * one-block loop before it 925 Mparam/s): decoding and clamping in 16-bit words,
+ * 16 lanes an operation, 32 elements a step (1029); the absmax as an integer max
+ * of the bits (1046); the weight update moved from pass 1 into pass 2, so no
+ * pass carries both sqrt(v') and the divide in one dependency chain (1146); one
+ * call for all the blocks of a range, pass 1 of block b before pass 2 of block
+ * b - 1 (1180); pass 2 in halves of 16, fewer registers spilled (1187). Tried
+ * and dropped: passes 1 and 2 of neighbouring blocks fused into one loop (1041:
+ * spills), prefetch distances 128-1024 (no change at 2 threads). */
+
+/* 32 codes in the order that two rounds of in-lane unpacks (bytes to words,
+ * words to dwords) put back in element order: dwords 0 2 4 6 | 1 3 5 7. */
+static inline __m256i ld_c32(const uint8_t *q) {
+  return _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)q), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
-/* zs_q8_mag of 8 values r (r >= 0 or NaN; m passes |x| / absmax, v sqrt(v) /
- * absmax_s, whose sign bit the scalar code drops). The bias subtraction is folded
- * into the rounding add: (t >> sh) - (112 << M) is (t - (112 << 23)) >> sh,
- * arithmetic (r below 2^-15 gives c <= 0, which the max lifts to 0 or 1 as the
- * scalar code does). With keep_nonzero, "r > 0" is "its bits without the sign
- * are not 0" (the same for every r that reaches here: NaN gives the top code
- * either way). */
-static inline __m256i v_q8_mag(vf r, const int M, const int keep_nonzero) {
+/* zs_q8_dec_m's value before the scale, as the high half of a float: the code
+ * c in a word's high byte (c << 8) to sign | E4M3 + bias (2^-15 .. 1), and a
+ * magnitude code of 0 to +-0 (VPSIGNW zeroes the lanes whose magnitude is 0). */
+static inline __m256i w_dec_m(__m256i W) {
+  __m256i mag = _mm256_and_si256(W, _mm256_set1_epi16(0x7f00));
+  __m256i t = _mm256_sign_epi16(_mm256_add_epi16(_mm256_srli_epi16(mag, 4), _mm256_set1_epi16(0x3800)), mag);
+  return _mm256_or_si256(t, _mm256_xor_si256(W, mag)); /* W ^ mag: the sign bit */
+}
+/* zs_q8_val(c, 4) the same way, the code c in a word's low byte: 0 for code 0 */
+static inline __m256i w_dec_v(__m256i W) {
+  return _mm256_sign_epi16(_mm256_add_epi16(_mm256_slli_epi16(W, 3), _mm256_set1_epi16(0x3800)), W);
+}
+/* 16 float high halves (words, from ld_c32's order) to two vectors of 8 floats */
+static inline void w_to_f(__m256i W, vf *a, vf *b) {
+  *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), W));
+  *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), W));
+}
+/* zs_q8_mag's rounding of r's bits (nearest even), less the bias: the code as a
+ * signed dword before the clamps (r below 2^-15 gives c <= 0). */
+static inline __m256i d_round(__m256i b, const int M) {
   const int sh = 23 - M;
-  __m256i b = _mm256_castps_si256(r);
-  if (keep_nonzero) b = _mm256_and_si256(b, i_set1(0x7fffffffu));
   __m256i t = _mm256_add_epi32(_mm256_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23))),
                                _mm256_and_si256(_mm256_srli_epi32(b, sh), i_set1(1)));
-  __m256i c = _mm256_min_epi32(_mm256_srai_epi32(t, sh), i_set1(15u << M));
-  if (keep_nonzero) return _mm256_max_epi32(c, _mm256_min_epu32(b, i_set1(1)));
-  const float lo = zs_k_f_bits((127u - 15u) << 23 | 1u << sh);
-  vf one = _mm256_cmp_ps(r, v_set1(0.5f * lo), _CMP_GE_OQ);
-  return _mm256_max_epi32(c, _mm256_srli_epi32(_mm256_castps_si256(one), 31));
+  return _mm256_srai_epi32(t, sh);
+}
+/* 32 codes in words (p01: elements 0-3 8-11 | 4-7 12-15, p23 the same + 16, as
+ * VPACKSSDW leaves them) to 32 bytes in element order */
+static inline void st_c32(uint8_t *d, __m256i p01, __m256i p23) {
+  __m256i q = _mm256_packus_epi16(p01, p23);
+  _mm256_storeu_si256((__m256i *)d, _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+static inline float hmax_bits(__m256i a) { /* the largest of 8 non-negative floats, as integers */
+  a = _mm256_max_epi32(a, _mm256_permute2x128_si256(a, a, 1));
+  a = _mm256_max_epi32(a, _mm256_shuffle_epi32(a, 0x4e));
+  a = _mm256_max_epi32(a, _mm256_shuffle_epi32(a, 0xb1));
+  return zs_k_f_bits((uint32_t)_mm256_cvtsi256_si32(a));
 }
 
-ZS_AI void adam_q8_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
-                        float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n,
-                        float *tm, float *ts) {
-  const adam_c c = adam_consts(h, lr, wd);
-  const vf sm = v_set1(*ms), ss = v_set1(*vs), nosign = _mm256_castsi256_ps(i_set1(0x7fffffffu));
-  vf am = _mm256_setzero_ps(), as = _mm256_setzero_ps();
-  const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
-  for (size_t i = 0; i < n; i += 16) {
-    __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);
-    __builtin_prefetch((const char *)g + (i + ZS_PREFETCH) * gsz, 0, 3);
-    __builtin_prefetch(qm + i + 2 * ZS_PREFETCH, 1, 3);
-    __builtin_prefetch(qv + i + 2 * ZS_PREFETCH, 1, 3);
-    for (size_t j = i; j < i + 16; j += 8) {
-      __m256i cm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qm + j)));
-      __m256i cv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + j)));
-      vf m = _mm256_castsi256_ps(_mm256_xor_si256(
-          _mm256_castps_si256(v_mul(v_q8_val(_mm256_and_si256(cm, i_set1(0x7f)), 3), sm)),
-          _mm256_slli_epi32(_mm256_and_si256(cm, i_set1(0x80)), 24)));
-      vf s = v_mul(v_q8_val(cv, 4), ss), v = v_mul(s, s);
-      vf mm, vv, sq;
-      adam8(&c, adamw, gdt, pdt, w, g, p, j, m, v, &mm, &vv, &sq);
-      st_f32(tm + j, mm);
-      st_f32(ts + j, sq);
-      am = _mm256_max_ps(am, _mm256_and_ps(mm, nosign));
-      as = _mm256_max_ps(as, sq);
-    }
-  }
-  float la[8], ls[8], a = 0.0f, sa = 0.0f;
-  st_f32(la, am), st_f32(ls, as);
-  for (int j = 0; j < 8; j++) a = la[j] > a ? la[j] : a, sa = ls[j] > sa ? ls[j] : sa;
-  *ms = a, *vs = sa;
-  const vf inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
-  for (size_t i = 0; i < n; i += 16) {
-    __m256i cm[2], cv[2];
+/* Pass 1 on the 32 elements at i: decode m and v with the old scales sm, ss;
+ * m' and sqrt(v') to the scratch tm, ts; the running absmax of m' and of
+ * sqrt(v') in am, as (integer maxima of the bits: the same as float maxima for
+ * values >= 0; a NaN, which steps skip, wins, as it may on every path). */
+ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf ss, __m256i *am, __m256i *as,
+                    const float *w, const uint8_t *qm, const uint8_t *qv, const void *g, float *tm, float *ts,
+                    size_t i) {
+  const __m256i z = _mm256_setzero_si256();
+  __m256i xm = ld_c32(qm + i), xv = ld_c32(qv + i);
+  __m256i wm[2] = {w_dec_m(_mm256_unpacklo_epi8(z, xm)), w_dec_m(_mm256_unpackhi_epi8(z, xm))};
+  __m256i wv[2] = {w_dec_v(_mm256_unpacklo_epi8(xv, z)), w_dec_v(_mm256_unpackhi_epi8(xv, z))};
+  for (int k = 0; k < 2; k++) {
+    vf m[2], s[2];
+    w_to_f(wm[k], &m[0], &m[1]);
+    w_to_f(wv[k], &s[0], &s[1]);
     for (int j = 0; j < 2; j++) {
-      vf x = ld_f32(tm + i + 8 * j);
-      __m256i mag = v_q8_mag(v_mul(_mm256_and_ps(x, nosign), inv), 3, 0);
-      vf neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-      cm[j] = _mm256_or_si256(mag, _mm256_and_si256(_mm256_castps_si256(neg), i_set1(0x80)));
-      cv[j] = v_q8_mag(v_mul(ld_f32(ts + i + 8 * j), invs), 4, 1);
+      const size_t e = i + 16 * (size_t)k + 8 * (size_t)j;
+      vf sj = v_mul(s[j], ss); /* zs_q8_dec_v: (val * absmax_s)^2 */
+      vf gg = v_mul(ld_any(g, gdt, e), c->gm);
+      if (!adamw) gg = v_add(gg, v_mul(c->wd, ld_f32(w + e)));
+      vf mm = v_add(v_mul(c->b1, v_mul(m[j], sm)), v_mul(c->a1, gg));
+      vf vv = v_add(v_mul(c->b2, v_mul(sj, sj)), v_mul(c->a2, v_mul(gg, gg)));
+      vf sq = v_sqrt(vv);
+      st_f32(tm + e, mm);
+      st_f32(ts + e, sq);
+      *am = _mm256_max_epi32(*am, _mm256_and_si256(_mm256_castps_si256(mm), i_set1(0x7fffffffu)));
+      *as = _mm256_max_epi32(*as, _mm256_castps_si256(sq));
     }
-    st_b16(qm + i, cm[0], cm[1]);
-    st_b16(qv + i, cv[0], cv[1]);
   }
 }
 
-static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
-                              float *ts) {
-#define ZS_Q8(A, G, P) adam_q8_loop(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, n, tm, ts)
+/* Pass 2 on the 32 elements at i, with the block's new scales' reciprocals:
+ * the weight update (step_body's, from m' and sqrt(v')) and the codes. */
+ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf invs, float *w, uint8_t *qm,
+                    uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
+  const vf nosign = _mm256_castsi256_ps(i_set1(0x7fffffffu)), one = v_set1(1.0f);
+  const vf half_lo = v_set1(0.5f * zs_k_f_bits((127u - 15u) << 23 | 1u << 20)); /* m: half the smallest code */
+  __m256i pm[2], pv[2];
+  for (int k = 0; k < 2; k++) { /* 16 elements at a time: fewer registers live */
+    __m256i cm[2], om[2], sg[2], cv[2], bv[2];
+    for (int j = 0; j < 2; j++) {
+      const size_t e = i + 16 * (size_t)k + 8 * (size_t)j;
+      vf mm = ld_f32(tm + e), sq = ld_f32(ts + e), x = ld_f32(w + e);
+      vf u = v_mul(c->lr, v_div(mm, v_add(v_mul(sq, c->rbc2), c->eps)));
+      if (adamw) u = v_add(u, v_mul(c->wd, x));
+      x = v_sub(x, u);
+      st_f32(w + e, x);
+      if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);
+      /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most 120, sign if m' < 0 */
+      vf r = v_mul(_mm256_and_ps(mm, nosign), inv);
+      cm[j] = d_round(_mm256_castps_si256(r), 3);
+      om[j] = _mm256_castps_si256(_mm256_cmp_ps(r, half_lo, _CMP_GE_OQ));
+      sg[j] = _mm256_castps_si256(_mm256_cmp_ps(mm, _mm256_setzero_ps(), _CMP_LT_OQ));
+      /* zs_q8_enc_v: r = sqrt(v') / absmax_s, clamped to 1 first (a NaN too: the
+       * top code, as zs_q8_mag gives it); r is +0 or positive, and code 1 at least
+       * where r > 0 */
+      bv[j] = _mm256_castps_si256(_mm256_min_ps(v_mul(sq, invs), one));
+      cv[j] = d_round(bv[j], 4);
+    }
+    /* in words; VPACKSSDW saturates, so a very negative c stays negative */
+    __m256i c16 = _mm256_min_epi16(_mm256_packs_epi32(cm[0], cm[1]), _mm256_set1_epi16(120));
+    __m256i o16 = _mm256_abs_epi16(_mm256_packs_epi32(om[0], om[1]));
+    __m256i s16 = _mm256_and_si256(_mm256_packs_epi32(sg[0], sg[1]), _mm256_set1_epi16(0x80));
+    pm[k] = _mm256_or_si256(_mm256_max_epi16(c16, o16), s16);
+    __m256i v16 = _mm256_packs_epi32(cv[0], cv[1]);
+    __m256i nz = _mm256_min_epu16(_mm256_packs_epi32(bv[0], bv[1]), _mm256_set1_epi16(1));
+    pv[k] = _mm256_max_epi16(v16, nz); /* a code below 0 (r < 2^-15) becomes 0 in VPACKUSWB */
+  }
+  st_c32(qm + i, pm[0], pm[1]);
+  st_c32(qv + i, pv[0], pv[1]);
+}
+
+/* nb whole blocks of B elements (B a multiple of 32). Pass 1 of block b (into
+ * half b & 1 of the scratch), then pass 2 of block b - 1: pass 2 never waits on
+ * the horizontal max and the reciprocals of the block just stepped. */
+ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
+                       float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B,
+                       size_t nb, float *tm, float *ts) {
+  const adam_c c = adam_consts(h, lr, wd);
+  const size_t gsz = gdt == ZS_FP32 ? 4 : 2, psz = 2;
+  vf inv = _mm256_setzero_ps(), invs = _mm256_setzero_ps(); /* block b - 1's */
+  for (size_t b = 0; b <= nb; b++) {
+    const size_t o = b * B, o2 = o - B, t1 = (b & 1) * B, t2 = B - t1;
+    if (b < nb) {
+      const vf sm = v_set1(ms[b]), ss = v_set1(vs[b]);
+      __m256i am = _mm256_setzero_si256(), as = _mm256_setzero_si256();
+      const char *gb = (const char *)g + o * gsz;
+      for (size_t i = 0; i < B; i += 32) {
+        __builtin_prefetch(w + o + i + ZS_PREFETCH, 1, 3);
+        __builtin_prefetch(w + o + i + ZS_PREFETCH + 16, 1, 3);
+        __builtin_prefetch(gb + (i + ZS_PREFETCH) * gsz, 0, 3);
+        if (gsz == 4) __builtin_prefetch(gb + (i + ZS_PREFETCH + 16) * gsz, 0, 3);
+        __builtin_prefetch(qm + o + i + 2 * ZS_PREFETCH, 1, 3);
+        __builtin_prefetch(qv + o + i + 2 * ZS_PREFETCH, 1, 3);
+        q8_pass1(&c, adamw, gdt, sm, ss, &am, &as, w + o, qm + o, qv + o, gb, tm + t1, ts + t1, i);
+      }
+      if (b > 0)
+        for (size_t i = 0; i < B; i += 32)
+          q8_pass2(&c, adamw, pdt, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL, tm + t2,
+                   ts + t2, i);
+      const float a = hmax_bits(am), sa = hmax_bits(as);
+      ms[b] = a, vs[b] = sa;
+      inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
+    } else {
+      for (size_t i = 0; i < B; i += 32)
+        q8_pass2(&c, adamw, pdt, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL, tm + t2,
+                 ts + t2, i);
+    }
+  }
+}
+
+static void v16_adam_q8_run(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                            uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B, size_t nb, float *tm,
+                            float *ts) {
+#define ZS_Q8(A, G, P) adam_q8_run(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, B, nb, tm, ts)
   ZS_FUSED_DISPATCH(ZS_Q8);
 #undef ZS_Q8
 }

@@ -184,7 +184,7 @@ static inline void v16_enc_v8(uint8_t *q, const float *t, float inv) {
   _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(c));
 }
 
-/* Adam and AdamW fused (v16_adam_q8_block, v16_adam_bf16; cpu_tile.h), defined
+/* Adam and AdamW fused (v16_adam_q8_run, v16_adam_bf16; cpu_tile.h), defined
  * below. */
 #define TILE_FUSED 1
 
@@ -302,4 +302,13 @@ static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt
 #define ZS_Q8(A, G, P) adam_q8_loop(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, n, tm, ts)
   ZS_FUSED_DISPATCH(ZS_Q8);
 #undef ZS_Q8
+}
+/* cpu_tile.h's entry: the blocks one at a time */
+static void v16_adam_q8_run(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                            uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B, size_t nb, float *tm,
+                            float *ts) {
+  const size_t gsz = gdt == ZS_BF16 || gdt == ZS_FP16 ? 2 : 4;
+  for (size_t k = 0; k < nb; k++)
+    v16_adam_q8_block(h, lr, wd, gdt, pdt, w + k * B, qm + k * B, qv + k * B, ms + k, vs + k,
+                      (const char *)g + k * B * gsz, p ? (char *)p + k * B * 2 : NULL, B, tm, ts);
 }

@@ -24,12 +24,17 @@
 /* A path may define TILE_FUSED and these two, Adam and AdamW fused (the
  * operations of step_body, cpu_simd.h, in the same order, so the same bits):
  *
- * one whole int8 block (n a multiple of 16): decode, update, then encode, with
- * sqrt(v') computed once for the denominator, the block's scale (max sqrt(v') =
- * sqrt(max v')) and the codes; tm, ts: n floats of scratch; */
-static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
-                              float *ts);
+ * nb whole int8 blocks of B elements each (B a multiple of TILE_Q8_ALIGN; ms,
+ * vs their nb scales): per block decode, update, then encode, with sqrt(v')
+ * computed once for the denominator, the block's scale (max sqrt(v') =
+ * sqrt(max v')) and the codes; tm, ts: 2 B floats of scratch each (a path may
+ * keep two blocks in flight); */
+static void v16_adam_q8_run(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
+                            uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B, size_t nb, float *tm,
+                            float *ts);
+#ifndef TILE_Q8_ALIGN
+#define TILE_Q8_ALIGN 16
+#endif
 /* bf16 m and v on n elements (a multiple of 16), in registers: decode, update,
  * round stochastically (salts of m and v, the key's low word of element 0). */
 static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
@@ -124,7 +129,11 @@ static void tile_enc_v8(uint8_t *restrict q, const float *restrict t, size_t n, 
  * starting on a block boundary. */
 static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, float wd, int gdt, int pdt,
                         float *w, const void *g, void *p, size_t n) {
+#ifdef TILE_FUSED
+  float tm[2 * ZS_K_QBLOCK_MAX], tv[2 * ZS_K_QBLOCK_MAX]; /* v16_adam_q8_run: two blocks */
+#else
   float tm[ZS_K_QBLOCK_MAX], tv[ZS_K_QBLOCK_MAX];
+#endif
   const size_t gsz = gdt == ZS_BF16 || gdt == ZS_FP16 ? 2 : 4, psz = 2;
   const size_t tile = q->sdt == ZS_K_STATE_INT8 ? (size_t)q->block : ZS_TILE;
   for (size_t i = 0, b = 0; i < n; b++) {
@@ -135,10 +144,13 @@ static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, 
       if (room - key < len) len = (size_t)(room - key);
     }
 #ifdef TILE_FUSED
-    if (q->sdt == ZS_K_STATE_INT8 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM) && len % 16 == 0) {
-      v16_adam_q8_block(h, lr, wd, gdt, pdt, w + i, (uint8_t *)q->m + i, (uint8_t *)q->v + i, &q->ms[b], &q->vs[b],
-                        (const char *)g + i * gsz, p ? (char *)p + i * psz : NULL, len, tm, tv);
-      i += len;
+    if (q->sdt == ZS_K_STATE_INT8 && (h->kind == ZS_K_ADAMW || h->kind == ZS_K_ADAM) && len % TILE_Q8_ALIGN == 0) {
+      /* one call for every whole block left (or the short last one) */
+      const size_t nb = len == tile ? (n - i) / tile : 1;
+      v16_adam_q8_run(h, lr, wd, gdt, pdt, w + i, (uint8_t *)q->m + i, (uint8_t *)q->v + i, &q->ms[b], &q->vs[b],
+                      (const char *)g + i * gsz, p ? (char *)p + i * psz : NULL, len, nb, tm, tv);
+      i += nb * len;
+      b += nb - 1;
       continue;
     }
 #endif
