@@ -34,7 +34,8 @@
  *     (Adam's steps move the weights by the same amounts up to rounding, so the
  *     per-step differences stay at the scale of (2); the CPU parity test holds
  *     world sizes to 1e-5 the same way), gradient norms within 1e-3; GPU stage 3
- *     and GPU stage 3 with --recompute against GPU stage 0 within 1e-5; bf16
+ *     and GPU stage 3 with --recompute (and stage 0 with --recompute gelu) against
+ *     GPU stage 0 within 1e-5; bf16
  *     within 1e-2 of the CPU's bf16 run. */
 #include <math.h>
 #include <stdint.h>
@@ -506,7 +507,8 @@ static void test_trainer_cuda(void) {
   } v[] = {{0, 1, -1, 0, 0, "cuda stage 0"},          {3, 1, -1, 0, 0, "cuda stage 3"},
            {1, 1, -1, 0, 0, "cuda stage 1"},          {2, 2, -1, 0, 0, "cuda stage 2 accum 2"},
            {3, 2, 2, 0, 0, "cuda stage 3 accum 2 prefetch 2"}, {2, 1, -1, 1, 0, "cuda stage 2 offload"},
-           {3, 1, -1, 0, 1, "cuda stage 3 --recompute"}};
+           {3, 1, -1, 0, GPT_RECOMPUTE_BLOCK, "cuda stage 3 --recompute"},
+           {0, 1, -1, 0, GPT_RECOMPUTE_GELU, "cuda stage 0 --recompute gelu"}};
   float s0_loss[STEPS], s0_norm[STEPS];
   double s0_val = NAN;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
