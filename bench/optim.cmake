@@ -8,7 +8,7 @@ if(TARGET zs_kernels)
   list(APPEND zs_bench_optim_layers zs_kernels)
 endif()
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  zs_add_bench(NAME zs-bench-adam SOURCES bench_adam.c LAYERS ${zs_bench_optim_layers})
+  zs_add_bench(NAME zs-bench-adam UNTESTED SOURCES bench_adam.c LAYERS ${zs_bench_optim_layers})
   if(ZS_HAVE_CUDA)
     target_link_libraries(zs-bench-adam PRIVATE CUDA::cudart)
   endif()
@@ -17,7 +17,7 @@ endif()
 # process, interleaved (built with the libtorch adapter, whose precompiled
 # header it reuses).
 if(TARGET zeroshard_torch AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  zs_add_bench(NAME zs-bench-adam-torch SOURCES bench_adam_torch.cpp adam_zs_shim.c LAYERS ${zs_bench_optim_layers}
+  zs_add_bench(NAME zs-bench-adam-torch UNTESTED SOURCES bench_adam_torch.cpp adam_zs_shim.c LAYERS ${zs_bench_optim_layers}
                LIBS zs::torch)
   zs_torch_reuse_pch(zs-bench-adam-torch)
 endif()
