@@ -43,6 +43,7 @@ typedef struct {
   int shard_group;                          /* hybrid sharding (stages 1-3); 0 = all ranks */
   int quantized_weights, qw_block;          /* --quantized-weights (stage 3 runs), its block (0: 256) */
   int hpz;                                  /* --hpz K (stage 3 runs): backward gathers among K ranks */
+  zs_overlap_t replica_overlap;             /* --replica-overlap auto|on|off (hybrid stage 2-3 runs) */
   int qg, qg_group;                         /* --quantized-grads 8|4 (stages 2-3), --quantized-grads-group K */
   int tp, sp;                               /* --tp N (gpt: mesh dp x tp), --sequence-parallel */
   int ranks_per_node;                       /* --ranks-per-node R: nodes of R consecutive ranks (emulated;

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  --quantized-weights (stage 3 runs: int8 weights in the gathers, ZeRO++'s qwZ)\n"
           "                      --quantized-weights-block B (256: elements a scale)\n"
           "  --hpz K (stage 3 runs: backward gathers among K neighbouring ranks, ZeRO++'s hpZ)\n"
+          "  --replica-overlap auto|on|off (hybrid stage 2-3 runs: the replica all-reduce beside the shard\n"
+          "                      group's next work; auto: stage 2 only)\n"
           "  --quantized-grads 8|4 (stages 2-3 runs, offloaded ones too: all-to-alls of int8 codes (8) or\n"
           "                      int4 codes, two a byte (4), for the reduce-scatter, ZeRO++'s qgZ)\n"
           "                      --quantized-grads-group K (0: a node's ranks)\n"
@@ -132,6 +134,12 @@ mb_opts_t mb_parse(int argc, char **argv) {
     else if (!strcmp(a, "--shard-group")) bad = parse_int(v, 0, 1 << 20, &o.shard_group);
     else if (!strcmp(a, "--quantized-weights-block")) bad = parse_int(v, 0, 1 << 20, &o.qw_block);
     else if (!strcmp(a, "--hpz")) bad = parse_int(v, 0, 1 << 20, &o.hpz);
+    else if (!strcmp(a, "--replica-overlap")) {
+      if (!strcmp(v, "auto")) o.replica_overlap = ZS_OVERLAP_AUTO;
+      else if (!strcmp(v, "on")) o.replica_overlap = ZS_OVERLAP_ON;
+      else if (!strcmp(v, "off")) o.replica_overlap = ZS_OVERLAP_OFF;
+      else bad = 1;
+    }
     else if (!strcmp(a, "--quantized-grads")) bad = parse_int(v, 0, 8, &o.qg);
     else if (!strcmp(a, "--quantized-grads-group")) bad = parse_int(v, 0, 1 << 20, &o.qg_group);
     else if (!strcmp(a, "--ranks-per-node")) bad = parse_int(v, 1, 1 << 20, &o.ranks_per_node);

@@ -67,6 +67,9 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
   cfg.quantized_weights = stage == 3 && o->quantized_weights;
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = stage == 3 ? o->hpz : 0;
+  /* on where the engine can overlap (hybrid, stages 2-3); elsewhere auto */
+  cfg.replica_overlap = o->replica_overlap == ZS_OVERLAP_ON && !(stage >= 2 && cfg.shard_group > 0)
+                            ? ZS_OVERLAP_AUTO : o->replica_overlap;
   cfg.quantized_gradients = stage >= 2 ? o->qg : 0; /* offloaded too: the shard reaches the host as the exact one */
   cfg.quantized_gradients_group = o->qg_group;
   cfg.offload_optimizer = !offload ? ZS_OFFLOAD_NONE : run->nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU;

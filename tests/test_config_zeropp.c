@@ -4,7 +4,8 @@
  * hpz_partition_size, quantized_gradients and quantized_gradients_group, the
  * environment (ZS_QUANTIZED_WEIGHTS, ZS_QUANTIZED_WEIGHTS_BLOCK,
  * ZS_HPZ_PARTITION_SIZE, ZS_QUANTIZED_GRADIENTS, ZS_QUANTIZED_GRADIENTS_GROUP), the one-line summary, and bad values refused with a
- * message naming the key and what to do. */
+ * message naming the key and what to do. Also hybrid sharding's
+ * replica_overlap (auto/on/off, JSON booleans too; ZS_REPLICA_OVERLAP). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,8 +173,48 @@ static void test_refused(void) {
   zs_log_set_level(saved);
 }
 
+static void test_replica_overlap(void) {
+  zs_config_t c;
+  char buf[512];
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 3, \"shard_group\": 2}"));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_AUTO);
+  expect_true(strstr(zs_config_describe(&c, buf, sizeof buf), "replica overlap") == NULL);
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 3, \"shard_group\": 2, \"replica_overlap\": \"on\"}"));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_ON);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "shard group 2 (hybrid), replica overlap on");
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 2, \"shard_group\": 2, \"replica_overlap\": false}"));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_OFF);
+  expect_str_contains(zs_config_describe(&c, buf, sizeof buf), "replica overlap off");
+  assert_ok(zs_config_from_json(&c, "{\"stage\": 2, \"shard_group\": 2, \"replica_overlap\": true}"));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_ON);
+  assert_ok(zs_config_from_json(&c, "{\"replica_overlap\": \"AUTO\"}"));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_AUTO);
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE);
+  expect_status(zs_config_from_json(&c, "{\"replica_overlap\": \"sometimes\"}"), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "replica_overlap");
+  expect_str_contains(zs_last_error(), "auto, on or off");
+  expect_status(zs_config_from_json(&c, "{\"replica_overlap\": 1}"), ZS_ERR_INVALID);
+  setenv("ZS_REPLICA_OVERLAP", "off", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_OFF);
+  setenv("ZS_REPLICA_OVERLAP", "On", 1);
+  assert_ok(zs_config_from_env(&c));
+  expect_int_eq(c.replica_overlap, ZS_OVERLAP_ON);
+  setenv("ZS_REPLICA_OVERLAP", "maybe", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_REPLICA_OVERLAP");
+  unsetenv("ZS_REPLICA_OVERLAP");
+  c = (zs_config_t)ZS_CONFIG_INIT;
+  c.replica_overlap = (zs_overlap_t)3;
+  expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "replica_overlap is 3");
+  zs_log_set_level(saved);
+}
+
 int main(void) {
   zs_test_run(test_json);
+  zs_test_run(test_replica_overlap);
   zs_test_run(test_env);
   zs_test_run(test_refused);
   return zs_test_finish();

@@ -1,5 +1,6 @@
 /* Hybrid sharding's replica all-reduce overlaps the shard group's work at
- * stage 2 (issue 32 item 1), read back from the trace.
+ * stage 2, and at stage 3 with replica_overlap on (issue 32 item 1), read
+ * back from the trace.
  *
  *   test_engine_overlap DIR      (4 ranks: 2 shard groups of 2)
  *
@@ -13,10 +14,13 @@
  * no longer queues behind the slow link (with offload the first two: the third
  * unit's shard reuses the first's buffer once its copy to the host is done);
  * on the old engine, where the all-reduce ran on the reduce stream, only the
- * first unit's did. Stage 3 keeps that order (src/zero/order.c says why): only
- * the first. The late ranks check that their all-reduces waited no less. Then
- * the parameters of all four ranks agree bit for bit (zs_param_get), as
- * replicas must. */
+ * first unit's did. Stage 3 keeps that order by default (src/zero/order.c says
+ * why): only the first; with replica_overlap on it overlaps as stage 2 does,
+ * and stage 2 with replica_overlap off keeps the order. The late ranks check
+ * that their all-reduces waited no less. Then the parameters of all four ranks
+ * agree bit for bit (zs_param_get), as replicas must, and equal those of the
+ * same steps in the other order (the first case's, kept per stage). Last, the
+ * refusals: on at stage 1, on without shard_group. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,10 +77,15 @@ static span_t comm_span(const cJSON *j, const char *kind, int ranks, int64_t t0)
   return s;
 }
 
-static void run_case(const char *d, const char *label, int stage, int offload) {
+/* the parameters after each stage's first case, for the later ones */
+#define MAXP 16
+static float *ref[4][MAXP];
+
+static void run_case(const char *d, const char *label, int stage, int offload, zs_overlap_t overlap) {
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = stage;
   c.shard_group = 2;
+  c.replica_overlap = overlap;
   c.optim.kind = ZS_ADAMW;
   c.optim.lr = 1e-2f;
   c.persist_threshold = 0;
@@ -125,14 +134,17 @@ static void run_case(const char *d, const char *label, int stage, int offload) {
      * copy to the host (after its all-reduce) is done, and the next unit but
      * one reuses it: the reduce stream runs at most two units ahead */
     expect_int_ge(ar.first_end - t0, (int64_t)HOLD_MS * 1000 / 2);
-    if (stage == 3) expect_int_eq(before, 1); /* stage 3 keeps the order (src/zero/order.c) */
+    int overlaps = overlap == ZS_OVERLAP_ON || (overlap == ZS_OVERLAP_AUTO && stage == 2);
+    if (!overlaps) expect_int_eq(before, 1); /* the order kept (src/zero/order.c) */
     else if (offload) expect_int_ge(before, 2);
     else expect_int_eq(before, nunits);
   }
   cJSON_Delete(j);
 
-  /* replicas hold the same parameters, bit for bit */
+  /* replicas hold the same parameters, bit for bit, and the same as the
+   * stage's first case (the other order, or offload: the same sums) */
   int np = zs_engine_param_count(zs);
+  assert_true(np <= MAXP);
   for (int p = 0; p < np; p++) {
     int64_t n = zs_param_numel(zs, p);
     float *v = calloc((size_t)n, 4), *v0 = calloc((size_t)n, 4);
@@ -142,7 +154,12 @@ static void run_case(const char *d, const char *label, int stage, int offload) {
     assert_ok(zs_comm_broadcast(world, v0, v0, (size_t)n, ZS_FP32, 0, NULL));
     assert_ok(zs_stream_synchronize(dev, NULL));
     expect_true(memcmp(v, v0, (size_t)n * 4) == 0);
-    free(v);
+    if (!ref[stage][p]) {
+      ref[stage][p] = v;
+    } else {
+      expect_true(memcmp(v, ref[stage][p], (size_t)n * 4) == 0);
+      free(v);
+    }
     free(v0);
   }
   tm_free(&m);
@@ -150,9 +167,30 @@ static void run_case(const char *d, const char *label, int stage, int offload) {
 }
 
 static const char *dir;
-static void test_stage2(void) { run_case(dir, "s2", 2, 0); }
-static void test_stage2_offload(void) { run_case(dir, "s2off", 2, 1); }
-static void test_stage3(void) { run_case(dir, "s3", 3, 0); }
+static void test_stage2(void) { run_case(dir, "s2", 2, 0, ZS_OVERLAP_AUTO); }
+static void test_stage2_offload(void) { run_case(dir, "s2off", 2, 1, ZS_OVERLAP_AUTO); }
+static void test_stage2_off(void) { run_case(dir, "s2order", 2, 0, ZS_OVERLAP_OFF); }
+static void test_stage3(void) { run_case(dir, "s3", 3, 0, ZS_OVERLAP_AUTO); }
+static void test_stage3_on(void) { run_case(dir, "s3on", 3, 0, ZS_OVERLAP_ON); }
+static void test_stage3_on_offload(void) { run_case(dir, "s3onoff", 3, 1, ZS_OVERLAP_ON); }
+
+/* on where the engine cannot honour it: refused on every rank, with a message */
+static void test_refusals(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.replica_overlap = ZS_OVERLAP_ON;
+  c.stage = 1;
+  c.shard_group = 2;
+  zs_engine_t *zs = NULL;
+  expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_true(zs == NULL && strstr(zs_last_error(), "replica_overlap on at stage 1") != NULL);
+  c.stage = 3;
+  c.shard_group = 0;
+  expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_true(zs == NULL && strstr(zs_last_error(), "without hybrid sharding") != NULL);
+  c.replica_overlap = (zs_overlap_t)7;
+  expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_true(zs == NULL && strstr(zs_last_error(), "replica_overlap") != NULL);
+}
 
 int main(int argc, char **argv) {
   if (argc != 2) {
@@ -169,7 +207,13 @@ int main(int argc, char **argv) {
   tm_data(NSAMP, X, T);
   zs_test_run(test_stage2);
   zs_test_run(test_stage2_offload);
+  zs_test_run(test_stage2_off);
   zs_test_run(test_stage3);
+  zs_test_run(test_stage3_on);
+  zs_test_run(test_stage3_on_offload);
+  zs_test_run(test_refusals);
+  for (int s = 0; s < 4; s++)
+    for (int p = 0; p < MAXP; p++) free(ref[s][p]);
   zs_comm_destroy(world);
   zs_device_destroy(dev);
   return zs_test_finish();

@@ -54,6 +54,7 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->optim.state_block = o->optim_block;
   if (o->prefetch >= 0) cfg->prefetch = o->prefetch;
   cfg->shard_group = o->shard_group;
+  cfg->replica_overlap = o->replica_overlap;
   cfg->quantized_weights = o->quantized_weights;
   cfg->quantized_weights_block = o->quantized_weights_block;
   cfg->hpz_partition_size = o->hpz;
@@ -99,6 +100,9 @@ void gpt_opts_usage(FILE *f) {
           "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
           "  --shard-group N (hybrid sharding, stages 1-3: shard over groups of N ranks, e.g. the\n"
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
+          "  --replica-overlap auto|on|off (with --shard-group, stages 2-3: the replica all-reduce of each\n"
+          "                   unit's gradient shard beside the shard group's next work instead of after it;\n"
+          "                   auto: stage 2 on, stage 3 off; on pays where the link is slow)\n"
           "  --quantized-weights (stage 3: gathers carry int8 weights and a scale per block, ZeRO++'s\n"
           "                   qwZ; the master and optimizer stay exact)  --quantized-weights-block B (256)\n"
           "  --hpz N (stage 3, flat: backward gathers among N neighbouring ranks, e.g. a node, from a\n"
@@ -167,6 +171,7 @@ static const char *const k_valued[] = {
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
     "--nvme", "--nvme-chunk",
     "--matmul", "--quantized-weights-block", "--hpz", "--quantized-grads", "--quantized-grads-group",
+    "--replica-overlap",
 };
 
 static int is_valued(const char *name) {
@@ -354,6 +359,12 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       if (parse_pp_layers(val, o, err, n)) return -1;
     }
     else if (!strcmp(name, "--trace")) o->trace = val;
+    else if (!strcmp(name, "--replica-overlap")) {
+      if (!strcmp(val, "auto")) o->replica_overlap = ZS_OVERLAP_AUTO;
+      else if (!strcmp(val, "on")) o->replica_overlap = ZS_OVERLAP_ON;
+      else if (!strcmp(val, "off")) o->replica_overlap = ZS_OVERLAP_OFF;
+      else bad = 1;
+    }
     else if (!strcmp(name, "--schedule")) {
       if (!strcmp(val, "gpipe")) o->pp_kind = 0;
       else if (!strcmp(val, "1f1b")) o->pp_kind = 1;

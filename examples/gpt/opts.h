@@ -55,6 +55,7 @@ typedef struct {
   const char *init_from;   /* --init-from FILE|DIR: pretrained weights (safetensors, HF GPT-2 names) */
   int prefetch;         /* -1: the engine's default */
   int shard_group;      /* hybrid sharding: ranks per shard group (0: all ranks) */
+  zs_overlap_t replica_overlap; /* --replica-overlap auto|on|off (zs_config_t's replica_overlap) */
   int quantized_weights; /* --quantized-weights: stage 3 gathers int8 weights (ZeRO++'s qwZ) */
   int quantized_weights_block; /* --quantized-weights-block B: elements a scale (0: 256) */
   int hpz;              /* --hpz N: stage 3's backward gathers among N ranks (ZeRO++'s hpZ; 0 off) */

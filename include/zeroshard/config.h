@@ -37,6 +37,8 @@ const char *zs_state_dtype_name(zs_state_dtype_t d);
  * (NONE), pinned host memory (CPU), or files under nvme_path read and written
  * with direct I/O through io_uring (NVME: ZeRO-Infinity's disk tier). */
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU, ZS_OFFLOAD_NVME } zs_offload_t;
+/* replica_overlap: auto (the engine picks), on, off. */
+typedef enum { ZS_OVERLAP_AUTO = 0, ZS_OVERLAP_ON, ZS_OVERLAP_OFF } zs_overlap_t;
 #define ZS_NVME_PATH_MAX 256               /* bytes of nvme_path, its NUL included */
 #define ZS_NVME_CHUNK_DEFAULT (1u << 20)   /* nvme_chunk 0: elements */
 #define ZS_NVME_BUFFERS_DEFAULT 4          /* nvme_buffers 0 (DeepSpeed's offload_optimizer.buffer_count) */
@@ -177,6 +179,18 @@ typedef struct {
   size_t aio_block_size;   /* bytes an I/O request: a multiple of 4096 up to 64 MiB; 0 = default */
   int aio_queue_depth;     /* requests in flight a ring, 1..1024; 0 = ZS_AIO_QUEUE_DEPTH_DEFAULT; the
                               step's ring takes at least enough for all its chunk buffers at once */
+  /* Hybrid sharding (shard_group) over mpi comms: whether the all-reduce of a
+   * unit's gradient shard across the replicas runs on a stream of its own, so
+   * that the shard group's next reduce-scatters (and, at stage 3, backward's
+   * gathers) go on while it crosses the slow link, instead of queueing behind
+   * it. AUTO: on at stage 2, off at stage 3 (measured, docs/zeropp.md: at
+   * stage 3 the two comms' progress threads contend for the cores, a loss
+   * where the link is fast and a win where it is slow). ON: stages 2 and 3;
+   * OFF: neither. Stage 1 keeps the order (its reduced shard lies in the full
+   * gradient buffer, which the reduce stream writes next). zs_engine_create refuses ON at stage 1, without hybrid sharding (a
+   * shard_group, or a mesh's dp_replicate) and on comms other than mpi (NCCL's kernels of
+   * two communicators could hold each other up: they keep the order). */
+  zs_overlap_t replica_overlap;
 } zs_config_t;
 
 #define ZS_CONFIG_INIT                                                                      \
@@ -197,7 +211,8 @@ typedef struct {
     .quantized_weights = 0, .quantized_weights_block = 0, .hpz_partition_size = 0,          \
     .quantized_gradients = 0, .quantized_gradients_group = 0,                               \
     .offload_param = ZS_OFFLOAD_NONE, .nvme_path = "", .nvme_chunk = 0, .nvme_buffers = 0,  \
-    .nvme_param_buffers = 0, .aio_block_size = 0, .aio_queue_depth = 0                      \
+    .nvme_param_buffers = 0, .aio_block_size = 0, .aio_queue_depth = 0,                     \
+    .replica_overlap = ZS_OVERLAP_AUTO                                                      \
   }
 
 #ifdef __cplusplus

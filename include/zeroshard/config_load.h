@@ -56,7 +56,8 @@ extern "C" {
  *   power of two 32..4096; hpz_partition_size >= 0, above 1 only at stage 3
  *   and without shard_group; quantized_gradients 0|4|8, at stages 2-3, without
  *   offload_optimizer (quantized_weights and hpz_partition_size
- *   do combine with offload_param). All floats must be finite.
+ *   do combine with offload_param); replica_overlap one of ZS_OVERLAP_*
+ *   (zs_engine_create refuses ON without hybrid sharding or on NCCL comms). All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 
@@ -78,6 +79,7 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_SHARD_GROUP       ranks per shard group (0 = all)
  *   ZS_QUANTIZED_WEIGHTS 1|0 (flag words as above)   ZS_QUANTIZED_WEIGHTS_BLOCK  elements
  *   ZS_HPZ_PARTITION_SIZE  ranks (a node) holding backward's gathers
+ *   ZS_REPLICA_OVERLAP   auto|on|off (or the flag words: on/off)
  *   ZS_LR_SCHEDULE       constant|cosine|linear|warmup|warmup_decay|warmup_cosine
  *   ZS_WARMUP_STEPS ZS_TOTAL_STEPS  whole numbers of steps   ZS_MIN_LR  number
  *   ZS_WARMUP_TYPE       linear|log (the DeepSpeed kinds)
@@ -100,7 +102,7 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  * "offload_optimizer" ("none"|"cpu"|"nvme"), "offload_strict", "delayed_param_update",
  * "offload_param" ("none"|"cpu"|"nvme"), "nvme_path" (a string of 1..255
  * bytes), "nvme_chunk", "nvme_buffers", "nvme_param_buffers", "aio_block_size",
- * "aio_queue_depth",
+ * "aio_queue_depth", "replica_overlap" ("auto"|"on"|"off", or true/false),
  * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
  * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
  * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",

@@ -28,6 +28,7 @@ const char *const zs__config_kind_expect[] = {
     [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
     [K_WARMUP] = "linear or log",
     [K_SDTYPE] = "fp32, bf16 or int8",
+    [K_OVERLAP] = "auto, on or off",
     [K_PATH] = "a path",
 };
 
@@ -128,6 +129,7 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
     case K_OPTIM: *(zs_optim_kind_t *)f = (zs_optim_kind_t)word; break;
     case K_SDTYPE: *(zs_state_dtype_t *)f = (zs_state_dtype_t)word; break;
     case K_OFFLOAD: *(zs_offload_t *)f = (zs_offload_t)word; break;
+    case K_OVERLAP: *(zs_overlap_t *)f = (zs_overlap_t)word; break;
     default: break;
   }
 }
@@ -179,6 +181,7 @@ static const struct {
     {"ZS_QUANTIZED_GRADIENTS", K_INT, offsetof(zs_config_t, quantized_gradients), "quantized_gradients"},
     {"ZS_QUANTIZED_GRADIENTS_GROUP", K_INT, offsetof(zs_config_t, quantized_gradients_group),
      "quantized_gradients_group"},
+    {"ZS_REPLICA_OVERLAP", K_OVERLAP, offsetof(zs_config_t, replica_overlap), "replica_overlap"},
     {"ZS_LR_SCHEDULE", K_SCHED, offsetof(zs_config_t, schedule.kind), "schedule.kind"},
     {"ZS_WARMUP_STEPS", K_STEPS, offsetof(zs_config_t, schedule.warmup_steps), "schedule.warmup_steps"},
     {"ZS_TOTAL_STEPS", K_STEPS, offsetof(zs_config_t, schedule.total_steps), "schedule.total_steps"},
@@ -241,6 +244,13 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
     case K_SCHED: return word_sched(tmp, word) ? VAL_OK : VAL_TYPE;
     case K_WARMUP: return word_warmup(tmp, word) ? VAL_OK : VAL_TYPE;
     case K_SDTYPE: return word_sdtype(tmp, word) ? VAL_OK : VAL_TYPE;
+    case K_OVERLAP: {
+      int on;
+      if (!strcasecmp(tmp, "auto")) *word = ZS_OVERLAP_AUTO;
+      else if (word_bool(tmp, &on)) *word = on ? ZS_OVERLAP_ON : ZS_OVERLAP_OFF;
+      else return VAL_TYPE;
+      return VAL_OK;
+    }
     default: return VAL_TYPE;
   }
 }

@@ -64,6 +64,7 @@ typedef enum {
   K_SCHED,    /* zs_sched_kind_t from "constant"|"cosine"|"linear"|"warmup"|... */
   K_WARMUP,   /* zs_warmup_type_t from "linear"|"log" */
   K_SDTYPE,   /* zs_state_dtype_t from "fp32"|"bf16"|"int8" */
+  K_OVERLAP,  /* zs_overlap_t from "auto"|"on"|"off" (and the boolean words, JSON's true/false) */
   K_PATH,     /* environment: char[ZS_NVME_PATH_MAX], the text kept as given */
   K_FN,       /* JSON: a handler (sections and keys with their own rules) */
   K_ACCEPT,   /* JSON: known, not used; debug log with the note */

@@ -92,8 +92,10 @@ int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word
     if (!strcasecmp(item->valuestring, "false")) return *word = 0, VAL_OK;
     return VAL_TYPE;
   }
+  if (kind == K_OVERLAP && cJSON_IsBool(item))
+    return *word = cJSON_IsTrue(item) ? ZS_OVERLAP_ON : ZS_OVERLAP_OFF, VAL_OK;
   if (kind == K_DTYPE || kind == K_OPTIM || kind == K_OFFLOAD || kind == K_SCHED || kind == K_WARMUP ||
-      kind == K_SDTYPE) {
+      kind == K_SDTYPE || kind == K_OVERLAP) {
     if (!cJSON_IsString(item)) return VAL_TYPE;
     return zs__config_parse_text(item->valuestring, kind, num, word);
   }

@@ -399,6 +399,7 @@ const spec_t zs__config_root_keys[] = {
     FIELD("nvme_param_buffers", K_INT, nvme_param_buffers, 0),
     FIELD("aio_block_size", K_SIZE, aio_block_size, 0),
     FIELD("aio_queue_depth", K_INT, aio_queue_depth, 0),
+    FIELD("replica_overlap", K_OVERLAP, replica_overlap, 0),
     FN("schedule", zs__config_fn_schedule, 0),
     /* DeepSpeed's (applied first) */
     FN("zero_optimization", fn_zero, 1),

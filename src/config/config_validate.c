@@ -259,6 +259,9 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->quantized_gradients && c->stage < 2)
     return bad(prefix, o, "quantized_gradients", "set below stage 2",
                "it replaces stages 2-3's reduce-scatter of every round: use stage 2 or 3");
+  if ((unsigned)c->replica_overlap > ZS_OVERLAP_OFF)
+    return bad(prefix, o, "replica_overlap", int_value(c->replica_overlap).s,
+               "use ZS_OVERLAP_AUTO, ZS_OVERLAP_ON or ZS_OVERLAP_OFF (auto, on, off)");
   if (c->quantized_gradients_group < 0)
     return bad(prefix, o, "quantized_gradients_group", int_value(c->quantized_gradients_group).s,
                "use 0 (the ranks of a node) or a divisor of the world");
@@ -311,6 +314,8 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
       (double)p->weight_decay, cfg->grad_accum, (double)cfg->grad_clip, cfg->prefetch,
       cfg->reshard_after_forward, cfg->persist_threshold);
   if (cfg->shard_group > 0) put(buf, n, &at, ", shard group %d (hybrid)", cfg->shard_group);
+  if (cfg->shard_group > 0 && cfg->replica_overlap != ZS_OVERLAP_AUTO)
+    put(buf, n, &at, ", replica overlap %s", cfg->replica_overlap == ZS_OVERLAP_ON ? "on" : "off");
   if (cfg->hpz_partition_size > 1) put(buf, n, &at, ", hpz partition %d", cfg->hpz_partition_size);
   if (cfg->quantized_gradients) put(buf, n, &at, ", quantized gradients int%d", cfg->quantized_gradients);
   if (cfg->quantized_weights)

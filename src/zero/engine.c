@@ -27,6 +27,20 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: the comm was created on another device handle: pass the "
                    "device the comm uses");
+  if (cfg->replica_overlap == ZS_OVERLAP_ON && cfg->shard_group == 0)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create: replica_overlap on without hybrid sharding: only a shard_group's replicas "
+                   "all-reduce gradient shards (set shard_group, or replica_overlap auto)");
+  if (cfg->replica_overlap == ZS_OVERLAP_ON && cfg->stage == 1)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create: replica_overlap on at stage 1: its reduced shard lies in the full gradient "
+                   "buffer, which the reduce stream writes next, so its all-reduce keeps its place (use stage 2 or 3, "
+                   "or replica_overlap auto)");
+  if (cfg->replica_overlap == ZS_OVERLAP_ON && strcmp(zs_comm_backend(comm), "mpi") != 0)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create: replica_overlap on over %s comms: their kernels of two communicators could "
+                   "hold each other up, so the engine keeps them in order (use auto or off)",
+                   zs_comm_backend(comm));
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
   zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */

@@ -153,7 +153,7 @@ struct zs_engine {
    * ranks declare the same structure (names, units, ranks of shapes, flags) */
   zs_comm_t *tp_comm;
   zs_stream_t *compute, *ag_stream, *rs_stream;
-  /* hybrid stage 2 with mpi comms (zs__eng_rep_overlaps): the replica
+  /* hybrid stages 2-3 with mpi comms (zs__eng_rep_overlaps, replica_overlap): the replica
    * all-reduce of each unit's shard runs here, so the next unit's
    * reduce-scatter inside the group does not queue behind the slow link (the
    * comms have their own progress threads); ev_rep_all orders rs_stream after
@@ -276,7 +276,8 @@ zs_status_t zs__eng_qg_reduce(zs_engine_t *zs, zs_unit_t *u, const void *src, zs
  * bits: the unit of qgZ's all-to-alls, for the estimate and the tools. */
 size_t zs__eng_qg_bytes(const zs_config_t *c, size_t S);
 /* The replica all-reduce runs on rep_stream, unordered with the shard comm's
- * work: stage 2 over mpi comms (order.c says why only there). */
+ * work: stages 2-3 over mpi comms as replica_overlap says (auto: stage 2;
+ * order.c says why). */
 int zs__eng_rep_overlaps(const zs_engine_t *zs);
 /* agree.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */

@@ -32,9 +32,18 @@ static int several_comms(const zs_engine_t *zs) {
  * link time 0.254 -> 0.123 s. Stage 3 keeps the order: its gathers and
  * reduce-scatters inside the node ran 15-25x slower beside a replica
  * all-reduce (two threads in Open MPI at once), and exposed time rose 0.115 ->
- * 0.175 s, where the replica all-reduces already ran back to back. */
+ * 0.175 s, where the replica all-reduces already ran back to back. But on
+ * the GPT (real compute, 2 hosts x 2 ranks, bench/exposed_link.py) overlap at
+ * stage 3 stepped 0.437 -> 0.274 s at 1 Gbit/s and 0.242 -> 0.316 s at 40:
+ * which wins depends on the link and the spare cores, so replica_overlap
+ * (zs_config_t) lets the user say; auto keeps stage 2 only. */
 int zs__eng_rep_overlaps(const zs_engine_t *zs) {
-  return zs->rep_comm && zs->cfg.stage == 2 && strcmp(zs_comm_backend(zs->rep_comm), "mpi") == 0;
+  if (!zs->rep_comm || zs->cfg.stage < 2 || strcmp(zs_comm_backend(zs->rep_comm), "mpi") != 0) return 0;
+  switch (zs->cfg.replica_overlap) {
+    case ZS_OVERLAP_ON: return 1;
+    case ZS_OVERLAP_OFF: return 0;
+    default: return zs->cfg.stage == 2;
+  }
 }
 
 static int kernels(const zs_engine_t *zs, const zs_comm_t *comm) {

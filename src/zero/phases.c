@@ -341,13 +341,14 @@ static zs_status_t release(zs_engine_t *zs, int unit) {
  * reduction
  * ========================================================================== */
 
-/* Hybrid: the reduced shard `buf` summed across replicas. At stage 2 on mpi
- * comms it runs on the replica stream after the reduce-scatter (u->ev_reduced
+/* Hybrid: the reduced shard `buf` summed across replicas. Where it overlaps
+ * (zs__eng_rep_overlaps: mpi comms, stage 2, or stage 3 with replica_overlap
+ * on) it runs on the replica stream after the reduce-scatter (u->ev_reduced
  * hands it over), so the next unit's reduce-scatter inside the group goes on
  * while this one crosses the link; the replica comm's own progress thread runs
  * it. *done_on: the stream on which the sum lands. Elsewhere it stays on the
  * reduce stream (order.c: NCCL's kernels one communicator at a time; stage 3
- * measured slower overlapped). */
+ * by default, measured slower overlapped where the link is fast). */
 static zs_status_t rep_all_reduce(zs_engine_t *zs, zs_unit_t *u, void *buf, size_t S, zs_dtype_t dt,
                                   zs_stream_t **done_on) {
   zs_stream_t *s = zs->rs_stream;
