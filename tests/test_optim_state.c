@@ -4,6 +4,8 @@
  *   - the int8 codes: every code value round-trips; encoding picks the nearest
  *     code (m signed E4M3, sqrt(v) unsigned E4M4 that never flushes a positive v
  *     to zero); the error bounds the header states;
+ *   - exact ties (r halfway between two codes, every such pair of both codes)
+ *     go to the even code on every path, through the codec and the step;
  *   - the int8 step, block by block: masters, scales and codes against the
  *     float64 update of the decoded states (a wrong block boundary, an unsigned
  *     m or a stale scale fails here);
@@ -239,6 +241,136 @@ static void test_int8_step(void) {
   zs__optim_force_simd(def);
 }
 
+/* ---- exact ties ------------------------------------------------------------------- */
+
+/* The code the header's rule gives r, from the definition in float64: the
+ * nearest code among the codes allowed (code 1 and up for a positive v); r
+ * exactly halfway between two codes takes the even one (zs_q8_mag rounds to
+ * nearest even), but halfway between 0 and code 1 (m) takes code 1 ("under
+ * half of the smallest code goes to 0"). *tie says whether r was halfway. */
+static int ref_code(double r, int M, int keep_nonzero, int *tie) {
+  int c = keep_nonzero && r > 0 ? 1 : 0;
+  *tie = 0;
+  for (int k = c + 1; k <= 15 << M; k++) {
+    double dk = fabs(ref_val(k, M) - r), dc = fabs(ref_val(c, M) - r);
+    if (dk < dc) {
+      c = k, *tie = 0;
+    } else if (dk == dc) { /* c and k are neighbours with r between them */
+      *tie = 1;
+      if (c == 0 || !(k & 1)) c = k;
+    }
+  }
+  return c;
+}
+
+/* The ties, t = r halfway between codes k and k + 1: every k of m (0..119, E4M3)
+ * and of v (1..239, E4M4 on sqrt(v)); each t is exact in fp32 (6 significant bits
+ * at most, so t^2 is exact too), checked here in float64 */
+enum { TIES_M = 120, TIES_V = 239 };
+typedef struct {
+  double t;
+  int which, k; /* which: 0 m, 1 v */
+} tie_t;
+static int ties_make(tie_t *T) {
+  int n = 0;
+  for (int which = 0; which < 2; which++) {
+    const int M = which ? 4 : 3;
+    for (int k = which; k < 15 << M; k++) {
+      double t = (ref_val(k, M) + ref_val(k + 1, M)) / 2;
+      int tie;
+      int want = k == 0 ? 1 : k + (k & 1); /* the stated rule: to even, 0|1 to 1 */
+      if ((double)(float)t != t || (double)((float)t * (float)t) != t * t)
+        ZS_T_REPORT("%s tie %d|%d: %.17g is not exact in fp32", which ? "v" : "m", k, k + 1, t);
+      if (ref_code(t, M, which, &tie) != want || !tie)
+        ZS_T_REPORT("%s tie %d|%d: %.17g, float64 nearest %d (tie %d), rule %d", which ? "v" : "m", k, k + 1, t,
+                    ref_code(t, M, which, &tie), tie, want);
+      T[n++] = (tie_t){t, which, k};
+    }
+  }
+  return n;
+}
+
+/* Every tie of both codes, positive and negative m, through the codec (scalar)
+ * and through one int8 AdamW step on every path (AVX2 and AVX-512 round on the
+ * bits with their own integer operations, inside the step). The step's data make m' and sqrt(v') exactly t times a block
+ * scale of a power of two: beta1 = 1/2, beta2 = 3/4 and zero states give m' =
+ * g / 2 and v' = g^2 / 4, so g = +-2 A t; an anchor g = +-2 A per block makes
+ * the scales A, 1 / A exact, and r = t exactly. */
+static void test_ties(void) {
+  tie_t T[TIES_M + TIES_V];
+  const int nt = ties_make(T);
+  /* the codec, at scales 1, 2^-9, 2^6 */
+  static const int scale_exp[] = {0, -9, 6};
+  int bad = 0;
+  for (int i = 0; i < nt; i++)
+    for (int si = 0; si < 3; si++) {
+      const double A = ldexp(1, scale_exp[si]);
+      int tie, want = ref_code(T[i].t, T[i].which ? 4 : 3, T[i].which, &tie);
+      float x = (float)(A * T[i].t), inv = zs_q8_inv((float)A);
+      int got = T[i].which ? zs_q8_enc_v(x * x, inv) : zs_q8_enc_m(x, inv);
+      int neg = T[i].which ? 0x80 | want : zs_q8_enc_m(-x, inv);
+      if ((got != want || neg != (0x80 | want)) && bad++ < 4)
+        ZS_T_REPORT("codec: %s %.9g (tie of codes %d and %d) / absmax 2^%d: code %d (negative 0x%02x), the rule "
+                    "gives %d", T[i].which ? "sqrt(v)" : "m", T[i].t * A, T[i].k, T[i].k + 1, scale_exp[si], got,
+                    neg, want);
+    }
+  expect_int_eq(bad, 0);
+  /* the step: blocks of 64, the last one short (40: the paths' tail code); 63
+   * ties a whole block besides its anchor, m's both signs */
+  const int B = 64;
+  const size_t n = 7 * 64 + 40;
+  prob_t P;
+  prob_make(&P, n, B);
+  float *g = xcalloc(n, 4);
+  uint8_t *wm = xcalloc(n, 1), *wv = xcalloc(n, 1);
+  float *wa = xcalloc(P.nb, 4);
+  for (size_t b = 0, next = 0; b < P.nb; b++) {
+    const size_t o = b * (size_t)B, len = n - o < (size_t)B ? n - o : (size_t)B, at = (b * 13) % len;
+    const double A = ldexp(1, (int)(b % 5) - 2), sg = b % 2 ? -1 : 1;
+    wa[b] = (float)A;
+    for (size_t j = 0; j < len; j++) {
+      double x = 0, s = 1;
+      if (j == at) {
+        x = A, s = sg; /* the anchor: r = 1, codes 120 and 240 */
+      } else if (next < 2 * TIES_M + TIES_V) { /* m's ties twice (+, -), then v's */
+        size_t u = next++;
+        s = u < 2 * TIES_M && u % 2 ? -1 : 1;
+        x = A * T[u < 2 * TIES_M ? u / 2 : u - TIES_M].t;
+      }
+      g[o + j] = (float)(2 * s * x);
+      /* m' = g / 2 and sqrt(v') = |g| / 2 exactly: float64 gives fp32 values */
+      if ((double)g[o + j] != 2 * s * x || (double)(float)(0.5 * g[o + j]) != s * x)
+        ZS_T_REPORT("tie data [%zu]: %.17g not exact in fp32", o + j, 2 * s * x);
+      int tie, cm = ref_code(x / A, 3, 0, &tie), cv = ref_code(x / A, 4, 1, &tie);
+      wm[o + j] = (uint8_t)(s < 0 ? 0x80 | cm : cm), wv[o + j] = (uint8_t)cv;
+    }
+  }
+  const zs_simd_t def = zs__optim_simd();
+  for (int path = 0; path < 3; path++) {
+    if (zs__optim_force_simd((zs_simd_t)path) != ZS_OK) continue;
+    zs_optim_hyper_t h = hyper(ZS_STATE_INT8, B, 1);
+    h.grad_mult = 1.0f, h.cfg.beta1 = 0.5f, h.cfg.beta2 = 0.75f;
+    memset(P.m, 0, n), memset(P.v, 0, n), memset(P.ms, 0, P.nb * 4), memset(P.vs, 0, P.nb * 4);
+    memcpy(P.g, g, n * 4);
+    zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, n, B);
+    expect_ok(zs__optim_step_cpu(&h, &s, 1));
+    bad = 0;
+    for (size_t b = 0; b < P.nb; b++)
+      if ((P.ms[b] != wa[b] || P.vs[b] != wa[b]) && !bad++)
+        ZS_T_REPORT("ties, path %s: block %zu scales %.9g %.9g, expected %.9g", zs__simd_name((zs_simd_t)path), b,
+                    P.ms[b], P.vs[b], wa[b]);
+    for (size_t i = 0; i < n; i++)
+      if ((P.m[i] != wm[i] || P.v[i] != wv[i]) && bad++ < 4)
+        ZS_T_REPORT("ties, path %s: [%zu] g %.9g, r %.9g: codes m 0x%02x v %u, round-to-nearest-even gives 0x%02x %u",
+                    zs__simd_name((zs_simd_t)path), i, g[i], fabs(g[i]) / 2 / wa[i / (size_t)B], P.m[i], P.v[i],
+                    wm[i], wv[i]);
+    expect_int_eq(bad, 0);
+  }
+  zs__optim_force_simd(def);
+  prob_free(&P);
+  free(g), free(wm), free(wv), free(wa);
+}
+
 /* ---- paths, threads, layouts ------------------------------------------------------ */
 
 /* Runs `steps` steps on P with the segments [cuts[k], cuts[k+1]) (the same
@@ -367,6 +499,7 @@ static void test_checks(void) {
 int main(void) {
   zs_test_run(test_codes);
   zs_test_run(test_int8_step);
+  zs_test_run(test_ties);
   zs_test_run(test_paths_threads_layouts);
   zs_test_run(test_bf16_unbiased);
   zs_test_run(test_checks);
