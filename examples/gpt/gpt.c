@@ -191,15 +191,7 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   gpt_carve_t carve = {.mem = mem}, *cv = &carve;
   gpt_carve(cv, &a->resid, ((train ? c->layers : 1) + 1) * N * C);
   const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
-  for (int l = 0; l < a->nblocks; l++) {
-    gpt_block_acts_t *k = &a->blk[l];
-    float **skip = gelu_shared ? &k->gelu : NULL;
-    GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, k, d)
-  }
-  if (gelu_shared) { /* one GELU output, which every layer's forward and recompute overwrite */
-    gpt_carve(cv, &a->blk[0].gelu, GPT_ACT_GELU_FLOATS(d));
-    for (int l = 1; l < a->nblocks; l++) a->blk[l].gelu = a->blk[0].gelu;
-  }
+  GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblocks, d, gelu_shared);
   gpt_carve(cv, &a->lnf, N * C);
   gpt_carve(cv, &a->lnf_mean, N);
   gpt_carve(cv, &a->lnf_rstd, N);

@@ -150,6 +150,22 @@ static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
  * left for the caller to point somewhere. */
 #define GPT_ACT_CARVE_BUT(k, name, floats) \
   if (&(k)->name != skip) gpt_carve(cv, &(k)->name, (floats));
+/* Carves the n blocks blk[0..n) (gpt_block_acts_t or gpt_tp_block_acts_t) from
+ * the gpt_carve_t *cv in scope at sizes d; with gelu_shared
+ * (GPT_ACTS_RECOMPUTE_GELU) every block's fields but its GELU output, then one
+ * GELU output, which every block's gelu points at (each layer's forward and
+ * recompute overwrite it). */
+#define GPT_ACTS_CARVE_BLOCKS(blk, n, d, gelu_shared)                  \
+  do {                                                                 \
+    for (int l_ = 0; l_ < (n); l_++) {                                 \
+      float **skip = (gelu_shared) ? &(blk)[l_].gelu : NULL;           \
+      GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, &(blk)[l_], d)                 \
+    }                                                                  \
+    if (gelu_shared) {                                                 \
+      gpt_carve(cv, &(blk)[0].gelu, GPT_ACT_GELU_FLOATS(d));           \
+      for (int l_ = 1; l_ < (n); l_++) (blk)[l_].gelu = (blk)[0].gelu; \
+    }                                                                  \
+  } while (0)
 /* For 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d): one block's floats. */
 #define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
 

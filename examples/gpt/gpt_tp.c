@@ -152,15 +152,7 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   for (int pass = 0; pass < 2; pass++) { /* count, then carve */
     gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
     gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
-    for (int l = 0; l < a->nblk; l++) {
-      gpt_tp_block_acts_t *k = &a->blk[l];
-      float **skip = gelu_shared ? &k->gelu : NULL;
-      GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, k, d)
-    }
-    if (gelu_shared) { /* one GELU output slice, which every layer's forward and recompute overwrite */
-      gpt_carve(cv, &a->blk[0].gelu, GPT_ACT_GELU_FLOATS(d));
-      for (int l = 1; l < a->nblk; l++) a->blk[l].gelu = a->blk[0].gelu;
-    }
+    GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblk, d, gelu_shared); /* with tp, the GELU output is this rank's slice */
     gpt_carve(cv, &a->lnf, Nr * C);
     gpt_carve(cv, &a->lnf_mean, Nr);
     gpt_carve(cv, &a->lnf_rstd, Nr);
