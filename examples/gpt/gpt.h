@@ -143,11 +143,9 @@ static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
   if (cv->mem) *p = cv->mem + cv->off;
   cv->off += ((size_t)floats + 15) & ~(size_t)15;
 }
-/* For GPT_BLOCK_ACTS(GPT_ACT_CARVE, k, d): carves block k's fields from the
- * gpt_carve_t *cv in scope. */
-#define GPT_ACT_CARVE(k, name, floats) gpt_carve(cv, &(k)->name, (floats));
-/* The same but for the field the float **skip in scope points at (NULL: none),
- * left for the caller to point somewhere. */
+/* For GPT_BLOCK_ACTS(GPT_ACT_CARVE_BUT, k, d): carves block k's fields from
+ * the gpt_carve_t *cv in scope but the one the float **skip in scope points at
+ * (NULL: none), left for the caller to point somewhere. */
 #define GPT_ACT_CARVE_BUT(k, name, floats) \
   if (&(k)->name != skip) gpt_carve(cv, &(k)->name, (floats));
 /* Carves the n blocks blk[0..n) (gpt_block_acts_t or gpt_tp_block_acts_t) from
