@@ -472,7 +472,7 @@ static void test_read_failure(void) {
 int main(int argc, char **argv) {
   zs_t_world_open_cpu(&dev, &world, &rank, &nranks);
   const char *d = getenv("ZS_TEST_NVME_DIR");
-  char tmpl[300];
+  char tmpl[sizeof tier_dir]; /* the tier's path, as nvme_path holds it */
   snprintf(tmpl, sizeof tmpl, "%s/zs_tier_XXXXXX", d && *d ? d : "/tmp");
   if (rank == 0 && !mkdtemp(tmpl)) {
     fprintf(stderr, "mkdtemp %s: %s\n", tmpl, strerror(errno));
