@@ -186,7 +186,10 @@ static void test_refusals(void) {
   c.stage = 3;
   c.shard_group = 0;
   expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
-  expect_true(zs == NULL && strstr(zs_last_error(), "without hybrid sharding") != NULL);
+  expect_true(zs == NULL && strstr(zs_last_error(), "without hybrid sharding (shard_group 0 of 4") != NULL);
+  c.shard_group = 4; /* one group: no replicas */
+  expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_true(zs == NULL && strstr(zs_last_error(), "without hybrid sharding (shard_group 4 of 4") != NULL);
   c.replica_overlap = (zs_overlap_t)7;
   expect_int_eq(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
   expect_true(zs == NULL && strstr(zs_last_error(), "replica_overlap") != NULL);

@@ -187,9 +187,10 @@ typedef struct {
    * stage 3 the two comms' progress threads contend for the cores, a loss
    * where the link is fast and a win where it is slow). ON: stages 2 and 3;
    * OFF: neither. Stage 1 keeps the order (its reduced shard lies in the full
-   * gradient buffer, which the reduce stream writes next). zs_engine_create refuses ON at stage 1, without hybrid sharding (a
-   * shard_group, or a mesh's dp_replicate) and on comms other than mpi (NCCL's kernels of
-   * two communicators could hold each other up: they keep the order). */
+   * gradient buffer, which the reduce stream writes next). zs_engine_create
+   * refuses ON at stage 1, without replicas (shard_group 0 or the whole world;
+   * a mesh's dp_replicate counts) and on comms other than mpi (NCCL's kernels
+   * of two communicators could hold each other up: they keep the order). */
   zs_overlap_t replica_overlap;
 } zs_config_t;
 

@@ -57,7 +57,8 @@ extern "C" {
  *   and without shard_group; quantized_gradients 0|4|8, at stages 2-3, without
  *   offload_optimizer (quantized_weights and hpz_partition_size
  *   do combine with offload_param); replica_overlap one of ZS_OVERLAP_*
- *   (zs_engine_create refuses ON without hybrid sharding or on NCCL comms). All floats must be finite.
+ *   (zs_engine_create refuses ON at stage 1, without replicas or on NCCL
+ *   comms). All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 

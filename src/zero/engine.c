@@ -27,10 +27,12 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: the comm was created on another device handle: pass the "
                    "device the comm uses");
-  if (cfg->replica_overlap == ZS_OVERLAP_ON && cfg->shard_group == 0)
+  if (cfg->replica_overlap == ZS_OVERLAP_ON && (cfg->shard_group == 0 || cfg->shard_group >= zs_comm_size(comm)))
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "zs_engine_create: replica_overlap on without hybrid sharding: only a shard_group's replicas "
-                   "all-reduce gradient shards (set shard_group, or replica_overlap auto)");
+                   "zs_engine_create: replica_overlap on without hybrid sharding (shard_group %d of %d ranks): only "
+                   "the replicas of a shard group smaller than the world all-reduce gradient shards (set such a "
+                   "shard_group, or replica_overlap auto)",
+                   cfg->shard_group, zs_comm_size(comm));
   if (cfg->replica_overlap == ZS_OVERLAP_ON && cfg->stage == 1)
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: replica_overlap on at stage 1: its reduced shard lies in the full gradient "
