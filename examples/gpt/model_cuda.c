@@ -108,8 +108,9 @@ int gpt_cuda_block_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t 
   TRY_RC(opc_matmul_forward(h, a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1, s));
   /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
   TRY_RC(opc_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C, s));
-  TRY_RC(opc_matmul_forward(h, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0, s));
-  TRY_RC(opc_gelu_forward(a->gelu, a->fc, N * 4 * C, s));
+  /* fc = ln2 fc_w + fc_b, gelu = gelu(fc): one cuBLASLt GEMM with the bias+GELU
+   * epilogue (fc its aux output) where allowed, else GEMM, bias, GELU (ops_cuda.h) */
+  TRY_RC(opc_matmul_gelu_forward(h, a->gelu, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, s));
   TRY_RC((int)cudaMemcpyAsync(x_out, a->mid, bytes, cudaMemcpyDeviceToDevice, s));
   return opc_matmul_forward(h, x_out, a->gelu, w->mproj_w, w->mproj_b, N, 4 * C, C, 1, s);
 }
@@ -121,8 +122,10 @@ int gpt_cuda_block_backward(cublasHandle_t h, cudaStream_t s, const gpt_config_t
   const int64_t N = (int64_t)B * T;
   gpt_acts_t *sc = &scratch->a;
   /* MLP branch; dres (d out) also flows straight through to d mid */
-  TRY_RC(opc_matmul_backward(h, sc->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0, s));
-  TRY_RC(opc_gelu_backward(sc->d4, a->fc, sc->d4, N * 4 * C, s));
+  /* d4 = (dres mproj_w^T) * gelu'(fc): the dX GEMM with the dGELU epilogue where
+   * allowed; mproj's dW and db added as opc_matmul_backward adds them */
+  TRY_RC(opc_matmul_dgelu_backward(h, sc->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, a->fc, N, 4 * C, C,
+                                   s));
   TRY_RC(opc_matmul_backward(h, sc->dln, dw->fc_w, dw->fc_b, sc->d4, a->ln2, w->fc_w, N, C, 4 * C, 0, s));
   TRY_RC(opc_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, sc->dln, a->mid, w->ln2_w, a->ln2_mean, a->ln2_rstd, N, C,
                                 s)); /* dres is now d mid */
@@ -144,7 +147,10 @@ int gpt_cuda_block_backward_kept(cublasHandle_t h, cudaStream_t s, const gpt_con
   gpt_block_acts_t *k = gpt_acts_block(&ca->a, l);
   if (ca->a.train == GPT_ACTS_RECOMPUTE) /* again, from the kept input */
     TRY_RC(gpt_cuda_block_forward(h, s, c, w, k, x_in, x_out, B, T));
-  if (ca->a.train == GPT_ACTS_RECOMPUTE_GELU) /* the shared GELU output, layer l's again from its kept fc */
+  /* the shared GELU output, layer l's again from its kept fc (our GELU kernel: where
+   * the forward ran the fused epilogue, cuBLASLt's GELU of the same fc, which agrees
+   * to float rounding; mproj's dW reads this one, the dGELU epilogue reads fc) */
+  if (ca->a.train == GPT_ACTS_RECOMPUTE_GELU)
     TRY_RC(opc_gelu_forward(k->gelu, k->fc, (int64_t)B * T * 4 * c->channels, s));
   return gpt_cuda_block_backward(h, s, c, w, dw, k, ca, x_in, dres, B, T);
 }

@@ -24,6 +24,8 @@
 #include <cublas_v2.h>    // defines: cublasHandle_t
 #include <cuda_runtime.h> // defines: cudaStream_t
 
+#include "gelu_epilogue.h" // defines: GELU_EPI_* (opc_set_epilogue's modes)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -91,6 +93,48 @@ int opc_attention_forward(cublasHandle_t h, float *out, float *att, const float 
 int opc_attention_backward(cublasHandle_t h, float *dqkv, float *datt, const float *dout,
                            const float *qkv, const float *att, int B, int T, int C, int NH,
                            cudaStream_t s);
+
+/* ---- the MLP's first projection and its GELU (cuBLASLt epilogues) ---------------------- */
+/* The fused path runs the fc GEMM with CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias
+ * added, GELU applied, the pre-GELU values written to the aux matrix) and the
+ * mproj backward's dX GEMM with CUBLASLT_EPILOGUE_DGELU (the product times
+ * gelu'(aux)); the separate path is opc_matmul_* then opc_gelu_* (the old
+ * sequence, bit for bit). Which one runs: gelu_epilogue.h's rule, under the
+ * mode opc_set_epilogue sets (GELU_EPI_AUTO, the default: ZS_GPT_EPILOGUE, else
+ * fused where allowed). The products use opc_set_math's math (cuBLASLt compute
+ * type CUBLAS_COMPUTE_32F, _32F_FAST_TF32 or _32F_FAST_16BF; scale type fp32).
+ *
+ * The cuBLASLt context is process-wide, for the current device: opc_lt_init
+ * creates the handle and a 32 MiB workspace (cudaMalloc) once, at setup, never
+ * inside a step; calls nest (a count), opc_lt_release frees them at the last
+ * (after cudaDeviceSynchronize, so queued products finish first). Not
+ * thread-safe against concurrent init/release. 0 or an error code. */
+int opc_lt_init(void);
+void opc_lt_release(void);
+/* Process-wide, like opc_set_math; set before queuing work. */
+void opc_set_epilogue(int mode);
+/* GELU_EPI_FUSED or GELU_EPI_SEPARATE for a model of C channels under the
+ * current mode and context (shapes only: the setup's question); -1 refused,
+ * with the reason in why (n bytes; why may be NULL). */
+int opc_epilogue_pick(int C, char *why, size_t n);
+/* Products each path ran since the process started (or the last reset), and
+ * the reason the last separate one had (a pointer to a static buffer). */
+void opc_epilogue_counts(int64_t *fused, int64_t *separate, const char **last_reason);
+void opc_epilogue_counts_reset(void);
+/* The code a product returns when the mode is FUSED and gelu_epilogue.h's
+ * rule or cuBLASLt's heuristic (no algorithm) refuses it; the reason is
+ * opc_epilogue_counts's last_reason. */
+#define OPC_EPI_ERR_REFUSED 200101
+
+/* pre [N,M] = x [N,K] W [K,M] + b (overwritten; b not NULL); out [N,M] = gelu(pre). */
+int opc_matmul_gelu_forward(cublasHandle_t h, float *out, float *pre, const float *x, const float *W, const float *b,
+                            int64_t N, int K, int M, cudaStream_t s);
+/* The backward of out = gelu(pre) followed by y = out W + b (W [K,M]):
+ * dx [N,K] = (dout W^T) * gelu'(pre) (overwritten); dW += out^T dout (x: the
+ * layer's input, out); db += column sums of dout (colsum's order on both paths:
+ * cuBLASLt's DGELU_BGRAD would overwrite db, so it is not used). */
+int opc_matmul_dgelu_backward(cublasHandle_t h, float *dx, float *dW, float *db, const float *dout, const float *x,
+                              const float *W, const float *pre, int64_t N, int K, int M, cudaStream_t s);
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 

@@ -482,6 +482,7 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
   fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
   fprintf(stderr, "  attention: %s\n", trainer_attention(o, t->cuda));
+  if (t->cuda) fprintf(stderr, "  mlp epilogue: %s\n", trainer_epilogue(o, t->cuda));
   if (o->recompute)
     fprintf(stderr, "  activations: recompute %s (%s)\n", gpt_recompute_name(o->recompute),
             o->recompute == GPT_RECOMPUTE_GELU ? "every tensor kept but the GELU output; backward computes it again"
@@ -528,6 +529,8 @@ static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t 
   if (st == ZS_OK && o->collect_params && (st = trainer_collect_params(&t, &res->final_params, &res->tied_wte_diff)) != ZS_OK)
     st = trainer_fail(res, st, "collecting the final parameters", zs_engine_last_error(t.zs));
   if (st == ZS_OK) st = gather_peaks(&t, res);
+  /* what ran, while the cuBLASLt context still exists (trainer_free releases it) */
+  snprintf(res->epilogue, sizeof res->epilogue, "%s", trainer_epilogue(o, t.cuda));
   trainer_free(&t);
   return st;
 }
@@ -566,6 +569,7 @@ zs_status_t gpt_train_run(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   snprintf(res->matmul_engine, sizeof res->matmul_engine, "%s",
            cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(o)) : gpt_gemm_describe());
   snprintf(res->attention, sizeof res->attention, "%s", trainer_attention(o, cuda));
+  if (!res->epilogue[0]) snprintf(res->epilogue, sizeof res->epilogue, "%s", trainer_epilogue(o, cuda));
   /* written whether the run failed or not, and off again: a later run in this process traces only itself */
   zs_status_t tst = o->trace ? zs_trace_stop() : ZS_OK;
   if (st == ZS_OK && tst != ZS_OK) st = trainer_fail(res, tst, "--trace", zs_last_error());

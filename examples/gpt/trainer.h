@@ -55,6 +55,8 @@ typedef struct {
   int matmul_bf16;        /* the run's matrix products were bf16 math (--matmul, resolved) */
   char matmul_engine[96]; /* what ran them (gemm.h's gpt_gemm_describe, or the cuda path's cuBLAS) */
   char attention[96];     /* the attention's kernels (ops.h's op_attention_describe, or the cuda path's pick) */
+  char epilogue[320];     /* the MLP's bias+GELU: fused into cuBLASLt epilogues or separate, and why
+                             (trainer_impl.h's trainer_epilogue, taken at the end of the run) */
   char err[512];          /* why it failed */
 } gpt_result_t;
 

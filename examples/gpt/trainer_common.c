@@ -198,6 +198,7 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
           o->nvme ? "true" : "false");
   fprintf(f, "\"matmul\": \"%s\", \"matmul_engine\": \"%s\", \"attention\": \"%s\", \"recompute\": \"%s\", ",
           r->matmul_bf16 ? "bf16" : "fp32", r->matmul_engine, r->attention, gpt_recompute_name(o->recompute));
+  fprintf(f, "\"epilogue\": \"%s\", ", r->epilogue);
   fprintf(f, "\"optim_state\": \"%s\", \"optim_block\": %d, ", zs_state_dtype_name(o->optim_state),
           o->optim_state == ZS_STATE_INT8 ? (o->optim_block ? o->optim_block : ZS_STATE_BLOCK_DEFAULT) : 0);
   fprintf(f, "\"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d}, ", o->layers,

@@ -22,6 +22,7 @@
 
 struct trainer_cuda {
   cublasHandle_t blas;
+  int lt;                        /* opc_lt_init succeeded (released in cuda_free) */
   gpt_cuda_acts_t cacts, cvacts; /* one training micro-batch; validation chunks */
   int *vin_d, *vtg_d;            /* the validation windows, uploaded once */
   double *vloss_d;               /* [v_count, T] validation token losses of the current round */
@@ -64,6 +65,12 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   /* the attention (attn_cuda.h): fused where its kernels take the head size,
    * unless ZS_GPT_ATTN says otherwise; a refusal names the way out */
   if (opc_attention_pick(C / o->heads, msg, sizeof msg) < 0) return trainer_fail(res, ZS_ERR_INVALID, "setup", msg);
+  /* the MLP's bias+GELU in cuBLASLt epilogues (ops_cuda.h): its handle and
+   * workspace made here, once; without them (or where the shapes do not allow
+   * it) auto runs the separate path, ZS_GPT_EPILOGUE=fused is refused */
+  cu->lt = opc_lt_init() == 0;
+  opc_epilogue_counts_reset();
+  if (opc_epilogue_pick(C, msg, sizeof msg) < 0) return trainer_fail(res, ZS_ERR_INVALID, "setup", msg);
   int rc = 0;
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
@@ -114,6 +121,7 @@ static void cuda_free(trainer_t *t) {
   gpt_cuda_acts_free(&cu->cacts);
   gpt_cuda_acts_free(&cu->cvacts);
   if (cu->blas) cublasDestroy(cu->blas);
+  if (cu->lt) opc_lt_release();
   free(cu);
   t->cu = NULL;
 }
@@ -258,4 +266,23 @@ const char *trainer_cuda_attention(int hs) {
   return pick == OPC_ATTN_FUSED    ? "fused causal kernel (flash-style, fp32; a log-sum-exp a row kept)"
          : pick == OPC_ATTN_MATMUL ? "cublas T x T products per (sequence, head), probabilities kept"
                                    : "refused (ZS_GPT_ATTN)";
+}
+
+const char *trainer_cuda_epilogue(int C) {
+  static char buf[320];
+  char why[200];
+  const int pick = opc_epilogue_pick(C, why, sizeof why);
+  int64_t nf = 0, ns = 0;
+  const char *last = NULL;
+  opc_epilogue_counts(&nf, &ns, &last);
+  if (pick == GELU_EPI_FUSED && ns == 0)
+    snprintf(buf, sizeof buf, "fused: cublasLt bias+GELU (fc) and dGELU (mproj dX) epilogues");
+  else if (pick == GELU_EPI_FUSED)
+    snprintf(buf, sizeof buf, "fused where allowed: %lld products fused, %lld separate (last: %s)", (long long)nf,
+             (long long)ns, last);
+  else if (pick == GELU_EPI_SEPARATE)
+    snprintf(buf, sizeof buf, "separate: GEMM, bias and GELU passes (%s)", why);
+  else
+    snprintf(buf, sizeof buf, "refused (%s)", why);
+  return buf;
 }

@@ -76,6 +76,14 @@ const char *trainer_cuda_attention(int hs);
 static inline const char *trainer_attention(const gpt_opts_t *o, int cuda) {
   return cuda ? trainer_cuda_attention(o->channels / o->heads) : op_attention_describe();
 }
+/* The cuda path's MLP bias+GELU for C channels, in words: fused into cuBLASLt
+ * epilogues or separate passes, and why (ops_cuda.h's opc_epilogue_pick, with
+ * the products each path ran so far; "none" in a build without CUDA). A static
+ * buffer: not thread-safe. */
+const char *trainer_cuda_epilogue(int C);
+static inline const char *trainer_epilogue(const gpt_opts_t *o, int cuda) {
+  return cuda ? trainer_cuda_epilogue(o->channels) : "separate (cpu: the sgemm, then the GELU loop)";
+}
 
 /* ============================================================================
  * state
