@@ -18,6 +18,8 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
   endif()
   # the fused CUDA attention's tiling (attn_tile.h) in C against float64: runs everywhere
   zs_add_test(NAME test_gpt_attn_tile SOURCES test_gpt_attn_tile.c LIBS zs_gpt_model TIMEOUT 120)
+  # the CUDA path's rule for fusing the MLP's bias+GELU into cuBLASLt epilogues (gelu_epilogue.h): runs everywhere
+  zs_add_test(NAME test_gpt_epilogue SOURCES test_gpt_epilogue.c LIBS zs_gpt_model TIMEOUT 60)
   # the matrix products (gemm.h): fp32, and bf16 emulated and on oneDNN (skipped without it)
   zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model TIMEOUT 60)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)
