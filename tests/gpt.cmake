@@ -39,7 +39,8 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     zs_add_test(NAME test_gpt_zeropp SOURCES test_gpt_zeropp.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # --recompute in every dense layout: the same bits, the activations kept by formula
     zs_add_test(NAME test_gpt_recompute SOURCES test_gpt_recompute.c LIBS zs_gpt_trainer RANKS 4 TIMEOUT 120)
-    # a rank's memory beside the model state: cuBLAS opened on first use, not at start
+    # a rank's memory beside the model state: cuBLAS opened on first use, not at start; the
+    # pipeline's tied-wte swap through a scratch of one piece, not one of wte's size
     zs_add_test(NAME test_gpt_mem SOURCES test_gpt_mem.c LIBS zs_gpt_trainer RANKS 2 TIMEOUT 60)
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.

@@ -186,9 +186,14 @@ zs_comm_t *trainer_pp_comm(const trainer_t *t);
 const char *trainer_pp_last_error(const trainer_t *t);
 /* The tied wte's gradients of the first and the last stage (tied_sum; also
  * trainer_moe_pp.c's): the first stage (first 1) and the last swap g (n
- * floats, tmp their scratch) over ppc with peer and add the other's, so both
- * hold the same sum (a + b = b + a, bit for bit). */
+ * floats) over ppc with peer and add the other's, so both hold the same sum
+ * (a + b = b + a, bit for bit). The floats go over in pieces of
+ * TRAINER_PP_TIED_CHUNK, through tmp of that many (or n, if fewer): a scratch
+ * of wte's size (147 MiB at GPT-2's vocabulary) stayed in each end's RSS. */
+#define TRAINER_PP_TIED_CHUNK ((size_t)1 << 20)
 zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
+/* The floats of trainer_pp_tied_swap's tmp for a gradient of n. */
+static inline size_t trainer_pp_tied_tmp(size_t n) { return n < TRAINER_PP_TIED_CHUNK ? n : TRAINER_PP_TIED_CHUNK; }
 /* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and
  * ppc is aborted (peers may wait for this rank's transfers). */
 zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n);

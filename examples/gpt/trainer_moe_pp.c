@@ -72,7 +72,7 @@ struct moe_pp {
   float *hw, *hg;          /* its fp32 views: the slots, or (bf16) hws / hgs */
   float *hws, *hgs;
   int head_pid;
-  float *tied;             /* the other copy's wte gradient */
+  float *tied;             /* the other copy's wte gradient, a piece at a time */
   double loss_sum;
   char err[256];
 };
@@ -240,7 +240,7 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   q->slot_of = malloc(sizeof(int) * (size_t)q->m);
   t->tin = malloc((size_t)t->per_rank * T * sizeof(int));
   t->ttg = malloc((size_t)t->per_rank * T * sizeof(int));
-  if ((first(t) || last(t)) && !(q->tied = malloc((size_t)t->dinfo[0].numel * sizeof(float))))
+  if ((first(t) || last(t)) && !(q->tied = malloc(trainer_pp_tied_tmp((size_t)t->dinfo[0].numel) * sizeof(float))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (last(t) && t->bf16 && (!(q->hws = malloc((size_t)t->dinfo[0].numel * sizeof(float))) ||
                              !(q->hgs = malloc((size_t)t->dinfo[0].numel * sizeof(float)))))

@@ -81,7 +81,7 @@ struct trainer_pp {
   int nslots, in_use, peak_in_use;
   int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
   int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
-  float *tied;        /* stage 0 / S - 1: the other copy's wte gradient */
+  float *tied;        /* stage 0 / S - 1: the other copy's wte gradient, a piece at a time */
   float *pw, *gw;     /* bf16: fp32 views of every parameter and gradient of this rank */
   int64_t *woff;      /* bf16: engine parameter -> its place in pw and gw */
   float *head_w32, *head_g32; /* bf16: the head copy's views (in pw, gw) */
@@ -266,7 +266,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   q->slot_of = malloc(sizeof(int) * (size_t)q->m * q->v);
   t->tin = malloc(sizeof(int) * (size_t)t->per_rank * T);
   t->ttg = malloc(sizeof(int) * (size_t)t->per_rank * T);
-  if ((is_first(t) || is_last(t)) && !(q->tied = malloc((size_t)t->info[0].numel * sizeof(float))))
+  if ((is_first(t) || is_last(t)) && !(q->tied = malloc(trainer_pp_tied_tmp((size_t)t->info[0].numel) * sizeof(float))))
     return ZS_ERR_NOMEM;
   if (t->bf16) { /* the step's fp32 views: this rank's parameters and gradients whole */
     int64_t total = 0;
@@ -463,16 +463,20 @@ zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *
 }
 
 zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
-  if (first) {
-    TRY(zs_comm_send(ppc, g, n, ZS_FP32, peer, NULL));
-    TRY(zs_comm_recv(ppc, tmp, n, ZS_FP32, peer, NULL));
-  } else {
-    TRY(zs_comm_recv(ppc, tmp, n, ZS_FP32, peer, NULL));
-    TRY(zs_comm_send(ppc, g, n, ZS_FP32, peer, NULL));
-  }
-  TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
+  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) { /* piece by piece: tmp stays small */
+    const size_t c = n - k0 < TRAINER_PP_TIED_CHUNK ? n - k0 : TRAINER_PP_TIED_CHUNK;
+    float *gk = g + k0;
+    if (first) {
+      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+    } else {
+      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+    }
+    TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL)); /* gk sent and tmp filled before the sum */
 #pragma omp parallel for schedule(static)
-  for (size_t k = 0; k < n; k++) g[k] += tmp[k];
+    for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
+  }
   return ZS_OK;
 }
 
