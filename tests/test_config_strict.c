@@ -18,7 +18,7 @@ static double now_s(void) {
 /* Seconds a load of the largest document may take. Linear work takes ~0.2 s
  * here (quadratic took 80 s); AddressSanitizer with fast_unwind_on_malloc=0
  * (.ci/run) unwinds the stack at each of cJSON's ~200000 allocations, ~2.5 s. */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(ZS_ASAN)
 #define TIME_LIMIT_S 10.0
 #else
 #define TIME_LIMIT_S 2.0

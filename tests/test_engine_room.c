@@ -16,7 +16,7 @@
 #include "harness.h"
 #include "zeroshard/engine.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(ZS_ASAN) /* ZS_ASAN: the library is (tests/CMakeLists.txt) */
 #define ZS_T_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
