@@ -464,7 +464,7 @@ zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *
 
 zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
   for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) { /* piece by piece: tmp stays small */
-    const size_t c = n - k0 < TRAINER_PP_TIED_CHUNK ? n - k0 : TRAINER_PP_TIED_CHUNK;
+    const size_t c = trainer_pp_tied_tmp(n - k0);
     float *gk = g + k0;
     if (first) {
       TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
