@@ -348,49 +348,8 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
   st_c32(qv + i, pv[0], pv[1]);
 }
 
-/* nb whole blocks of B elements (B a multiple of 32). Pass 1 of block b (into
- * half b & 1 of the scratch), then pass 2 of block b - 1: pass 2 never waits on
- * the horizontal max and the reciprocals of the block just stepped. */
-ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
-                       float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B,
-                       size_t nb, float *tm, float *ts) {
-  const adam_c c = adam_consts(h, lr, wd);
-  const size_t gsz = gdt == ZS_FP32 ? 4 : 2, psz = 2;
-  vf inv = _mm256_setzero_ps(), invs = _mm256_setzero_ps(); /* block b - 1's */
-  for (size_t b = 0; b <= nb; b++) {
-    const size_t o = b * B, o2 = o - B, t1 = (b & 1) * B, t2 = B - t1;
-    if (b < nb) {
-      const vf sm = v_set1(ms[b]), ss = v_set1(vs[b]);
-      __m256i am = _mm256_setzero_si256(), as = _mm256_setzero_si256();
-      const char *gb = (const char *)g + o * gsz;
-      for (size_t i = 0; i < B; i += 32) {
-        __builtin_prefetch(w + o + i + ZS_PREFETCH, 1, 3);
-        __builtin_prefetch(w + o + i + ZS_PREFETCH + 16, 1, 3);
-        __builtin_prefetch(gb + (i + ZS_PREFETCH) * gsz, 0, 3);
-        if (gsz == 4) __builtin_prefetch(gb + (i + ZS_PREFETCH + 16) * gsz, 0, 3);
-        __builtin_prefetch(qm + o + i + 2 * ZS_PREFETCH, 1, 3);
-        __builtin_prefetch(qv + o + i + 2 * ZS_PREFETCH, 1, 3);
-        q8_pass1(&c, adamw, gdt, sm, ss, &am, &as, w + o, qm + o, qv + o, gb, tm + t1, ts + t1, i);
-      }
-      if (b > 0)
-        for (size_t i = 0; i < B; i += 32)
-          q8_pass2(&c, adamw, pdt, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL, tm + t2,
-                   ts + t2, i);
-      const float a = hmax_bits(am), sa = hmax_bits(as);
-      ms[b] = a, vs[b] = sa;
-      inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
-    } else {
-      for (size_t i = 0; i < B; i += 32)
-        q8_pass2(&c, adamw, pdt, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL, tm + t2,
-                 ts + t2, i);
-    }
-  }
-}
-
-static void v16_adam_q8_run(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                            uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B, size_t nb, float *tm,
-                            float *ts) {
-#define ZS_Q8(A, G, P) adam_q8_run(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, B, nb, tm, ts)
-  ZS_FUSED_DISPATCH(ZS_Q8);
-#undef ZS_Q8
-}
+/* the driver over blocks (pass 1 of block b, then pass 2 of block b - 1) */
+typedef __m256i vi;
+static inline vi vi_zero(void) { return _mm256_setzero_si256(); }
+static inline float vi_hmax_f(vi a) { return hmax_bits(a); }
+#include "optim/cpu_q8_run.h"

@@ -187,6 +187,7 @@ static inline void v16_enc_v8(uint8_t *q, const float *t, float inv) {
 /* Adam and AdamW fused (v16_adam_q8_run, v16_adam_bf16; cpu_tile.h), defined
  * below. */
 #define TILE_FUSED 1
+#define TILE_Q8_ALIGN 32 /* adam_q8_run: 32 elements a step */
 
 #define PATH_NAME "avx512"
 #define PATH_SYM zs__optim_path_avx512
@@ -246,69 +247,123 @@ static void v16_adam_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, in
 #undef ZS_BF
 }
 
-ZS_AI void adam_q8_loop(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
-                        float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n,
-                        float *tm, float *ts) {
-  const int has_p = pdt == ZS_BF16 || pdt == ZS_FP16;
-  const vf gm = v_set1(h->gm), b1 = v_set1(h->b1), a1 = v_set1(h->a1), b2 = v_set1(h->b2), a2 = v_set1(h->a2),
-           rbc2 = v_set1(h->rbc2), eps = v_set1(h->eps), vlr = v_set1(lr), vwd = v_set1(wd);
-  const vf sm = v_set1(*ms), ss = v_set1(*vs);
-  vf am = _mm512_setzero_ps(), as = _mm512_setzero_ps();
-  const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
-  for (size_t i = 0; i < n; i += 16) {
-    /* software prefetch ahead on the four read streams, as step_loop does
-     * (without it the loads' latency shows: 1301 -> 1734-1919 Mparam/s on 2
-     * threads of this machine's Xeon) */
-    __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);
-    __builtin_prefetch((const char *)g + (i + ZS_PREFETCH) * gsz, 0, 3);
-    __builtin_prefetch(qm + i + 2 * ZS_PREFETCH, 1, 3);
-    __builtin_prefetch(qv + i + 2 * ZS_PREFETCH, 1, 3);
-    __m512i cm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qm + i)));
-    __m512i cv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + i)));
-    vf m = _mm512_castsi512_ps(_mm512_xor_si512(
-        _mm512_castps_si512(v_mul(v_q8_val(_mm512_and_si512(cm, i_set1(0x7f)), 3), sm)),
-        _mm512_slli_epi32(_mm512_and_si512(cm, i_set1(0x80)), 24)));
-    vf s = v_mul(v_q8_val(cv, 4), ss), v = v_mul(s, s);
-    vf x = ld_f32(w + i);
-    vf gg = v_mul(ld_any(g, gdt, i), gm);
-    if (!adamw) gg = v_add(gg, v_mul(vwd, x));
-    vf mm = v_add(v_mul(b1, m), v_mul(a1, gg));
-    vf vv = v_add(v_mul(b2, v), v_mul(a2, v_mul(gg, gg)));
+/* ---- int8 m and v -------------------------------------------------------------------- */
+
+/* kernels/optim_state.h's codes, rearranged as on AVX2 (cpu_avx2.c, whose
+ * comment has why each step of this shape paid there) for 16 lanes: decoding in
+ * 16-bit words, 32 lanes an operation; the absmax as an integer max of the bits;
+ * the weight update in pass 2, so no pass holds sqrt(v') and the divide in one
+ * dependency chain; one call for all the blocks of a range, pass 1 of block b
+ * before pass 2 of block b - 1; the codes of m and v packed together. The same
+ * bits as the scalar path (test_optim_state). */
+typedef struct {
+  vf gm, b1, a1, b2, a2, rbc2, eps, lr, wd;
+} adam_c;
+static adam_c adam_consts(const zs_k_hyper_t *h, float lr, float wd) {
+  return (adam_c){v_set1(h->gm), v_set1(h->b1), v_set1(h->a1), v_set1(h->b2), v_set1(h->a2),
+                  v_set1(h->rbc2), v_set1(h->eps), v_set1(lr), v_set1(wd)};
+}
+static inline __m512i w_set1(uint16_t x) { return _mm512_set1_epi16((short)x); }
+
+/* 32 codes as words, their dwords (4 codes) reordered so that the in-lane
+ * unpacks of words to dwords give elements 0-15 (low) and 16-31 (high) */
+static inline __m512i ld_w32(const uint8_t *q) {
+  __m256i b = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)q),
+                                          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm512_cvtepu8_epi16(b);
+}
+/* words (the high halves of floats) to two vectors of 16 floats */
+static inline void w_to_f(__m512i W, vf *a, vf *b) {
+  *a = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), W));
+  *b = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), W));
+}
+/* zs_q8_dec_m's value before the scale, as a float's high half: the magnitude
+ * (E4M3) shifted into place plus the bias (2^-15 .. 1), +-0 for magnitude 0,
+ * and the sign bit (a | (b & c): ternary-logic table 0xf8) */
+static inline __m512i w_dec_m(__m512i c) {
+  __m512i t = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(c, w_set1(0x7f)),
+                                     _mm512_and_si512(_mm512_slli_epi16(c, 4), w_set1(0x07f0)), w_set1(0x3800));
+  return _mm512_ternarylogic_epi32(t, _mm512_slli_epi16(c, 8), w_set1(0x8000), 0xf8);
+}
+/* zs_q8_val(c, 4) the same way: 0 for code 0 */
+static inline __m512i w_dec_v(__m512i c) {
+  return _mm512_maskz_add_epi16(_mm512_test_epi16_mask(c, c), _mm512_slli_epi16(c, 3), w_set1(0x3800));
+}
+/* zs_q8_mag's rounding of r's bits (nearest even), less the bias: the code as a
+ * signed dword before the clamps (r below 2^-15 gives c <= 0) */
+static inline __m512i d_round(__m512i b, const int M) {
+  const int sh = 23 - M;
+  __m512i t = _mm512_add_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23))),
+                               _mm512_and_si512(_mm512_srli_epi32(b, sh), i_set1(1)));
+  return _mm512_srai_epi32(t, sh);
+}
+
+/* Pass 1 on the 32 elements at i: decode m and v with the old scales sm, ss;
+ * m' and sqrt(v') to the scratch tm, ts; the running absmax of m' and of
+ * sqrt(v') in am, as (integer maxima of the bits, as on AVX2: the same as float
+ * maxima for values >= 0; a NaN, which steps skip, wins). */
+ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf ss, __m512i *am, __m512i *as,
+                    const float *w, const uint8_t *qm, const uint8_t *qv, const void *g, float *tm, float *ts,
+                    size_t i) {
+  vf m[2], s[2];
+  w_to_f(w_dec_m(ld_w32(qm + i)), &m[0], &m[1]);
+  w_to_f(w_dec_v(ld_w32(qv + i)), &s[0], &s[1]);
+  for (int j = 0; j < 2; j++) {
+    const size_t e = i + 16 * (size_t)j;
+    vf sj = v_mul(s[j], ss); /* zs_q8_dec_v: (val * absmax_s)^2 */
+    vf gg = v_mul(ld_any(g, gdt, e), c->gm);
+    if (!adamw) gg = v_add(gg, v_mul(c->wd, ld_f32(w + e)));
+    vf mm = v_add(v_mul(c->b1, v_mul(m[j], sm)), v_mul(c->a1, gg));
+    vf vv = v_add(v_mul(c->b2, v_mul(sj, sj)), v_mul(c->a2, v_mul(gg, gg)));
     vf sq = v_sqrt(vv);
-    vf d = v_add(v_mul(sq, rbc2), eps);
-    vf u = v_mul(vlr, v_div(mm, d));
-    if (adamw) u = v_add(u, v_mul(vwd, x));
-    x = v_sub(x, u);
-    st_f32(w + i, x);
-    if (has_p) st_any(p, pdt, i, x);
-    st_f32(tm + i, mm);
-    st_f32(ts + i, sq);
-    am = _mm512_max_ps(am, _mm512_abs_ps(mm));
-    as = _mm512_max_ps(as, sq);
-  }
-  const float a = _mm512_reduce_max_ps(am), sa = _mm512_reduce_max_ps(as);
-  *ms = a, *vs = sa;
-  const float inv = zs_q8_inv(a), invs = zs_q8_inv(sa);
-  for (size_t i = 0; i < n; i += 16) {
-    v16_enc_m8(qm + i, tm + i, inv);
-    __m512i c = v_q8_mag(v_mul(ld_f32(ts + i), v_set1(invs)), 4, 1);
-    _mm_storeu_si128((__m128i *)(qv + i), _mm512_cvtepi32_epi8(c));
+    st_f32(tm + e, mm);
+    st_f32(ts + e, sq);
+    *am = _mm512_max_epi32(*am, _mm512_and_si512(_mm512_castps_si512(mm), i_set1(0x7fffffffu)));
+    *as = _mm512_max_epi32(*as, _mm512_castps_si512(sq));
   }
 }
 
-static void v16_adam_q8_block(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                              uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t n, float *tm,
-                              float *ts) {
-#define ZS_Q8(A, G, P) adam_q8_loop(h, A, G, P, lr, wd, w, qm, qv, ms, vs, g, p, n, tm, ts)
-  ZS_FUSED_DISPATCH(ZS_Q8);
-#undef ZS_Q8
+/* Pass 2 on the 32 elements at i, with the block's new scales' reciprocals:
+ * the weight update (step_body's, from m' and sqrt(v')) and the codes. */
+ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf invs, float *w, uint8_t *qm,
+                    uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
+  const vf one = v_set1(1.0f);
+  const vf half_lo = v_set1(0.5f * zs_k_f_bits((127u - 15u) << 23 | 1u << 20)); /* m: half the smallest code */
+  __m512i cm[2], cv[2];
+  for (int j = 0; j < 2; j++) {
+    const size_t e = i + 16 * (size_t)j;
+    vf mm = ld_f32(tm + e), sq = ld_f32(ts + e), x = ld_f32(w + e);
+    vf u = v_mul(c->lr, v_div(mm, v_add(v_mul(sq, c->rbc2), c->eps)));
+    if (adamw) u = v_add(u, v_mul(c->wd, x));
+    x = v_sub(x, u);
+    st_f32(w + e, x);
+    if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);
+    /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most
+     * 120, sign if m' < 0 */
+    vf r = v_mul(_mm512_abs_ps(mm), inv);
+    __m512i k = _mm512_min_epi32(d_round(_mm512_castps_si512(r), 3), i_set1(120));
+    k = _mm512_max_epi32(k, _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(r, half_lo, _CMP_GE_OQ), i_set1(1)));
+    cm[j] = _mm512_mask_or_epi32(k, _mm512_cmp_ps_mask(mm, _mm512_setzero_ps(), _CMP_LT_OQ), k, i_set1(0x80));
+    /* zs_q8_enc_v: r = sqrt(v') / absmax_s, clamped to 1 first (a NaN too: the
+     * top code, as zs_q8_mag gives it); r is +0 or positive: code 1 at least
+     * where r > 0, 0 where r = 0 */
+    __m512i bv = _mm512_castps_si512(_mm512_min_ps(v_mul(sq, invs), one));
+    __m512i kv = d_round(bv, 4);
+    cv[j] = _mm512_mask_max_epi32(kv, _mm512_test_epi32_mask(bv, bv), kv, i_set1(1));
+  }
+  /* codes to bytes (a v code below 0, where r < 2^-15 and r = 0, becomes 0
+   * in VPACKUSWB; VPACKSSDW keeps it negative; m's are clamped above, as its
+   * sign bit goes on top): words (lane k: elements 4k.. and 16+4k..), then
+   * bytes (lane k: m's 8, v's 8), then the dwords into element order, m's 32
+   * bytes low and v's high */
+  __m512i q = _mm512_packus_epi16(_mm512_packs_epi32(cm[0], cm[1]), _mm512_packs_epi32(cv[0], cv[1]));
+  q = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), q);
+  _mm256_storeu_si256((__m256i *)(qm + i), _mm512_castsi512_si256(q));
+  _mm256_storeu_si256((__m256i *)(qv + i), _mm512_extracti64x4_epi64(q, 1));
 }
-/* cpu_tile.h's entry: the blocks one at a time */
-static void v16_adam_q8_run(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm,
-                            uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B, size_t nb, float *tm,
-                            float *ts) {
-  const size_t gsz = gdt == ZS_BF16 || gdt == ZS_FP16 ? 2 : 4;
-  for (size_t k = 0; k < nb; k++)
-    v16_adam_q8_block(h, lr, wd, gdt, pdt, w + k * B, qm + k * B, qv + k * B, ms + k, vs + k,
-                      (const char *)g + k * B * gsz, p ? (char *)p + k * B * 2 : NULL, B, tm, ts);
-}
+
+/* the driver over blocks (pass 1 of block b, then pass 2 of block b - 1) */
+typedef __m512i vi;
+static inline vi vi_zero(void) { return _mm512_setzero_si512(); }
+static inline float vi_hmax_f(vi a) { return zs_k_f_bits((uint32_t)_mm512_reduce_max_epi32(a)); }
+#include "optim/cpu_q8_run.h"
