@@ -293,8 +293,8 @@ static inline __m512i w_dec_v(__m512i c) {
  * signed dword before the clamps (r below 2^-15 gives c <= 0) */
 static inline __m512i d_round(__m512i b, const int M) {
   const int sh = 23 - M;
-  __m512i t = _mm512_add_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23))),
-                               _mm512_and_si512(_mm512_srli_epi32(b, sh), i_set1(1)));
+  __m512i t = _mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23)));
+  t = _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(b, i_set1(1u << sh)), t, i_set1(1)); /* kept lsb odd: + 1 */
   return _mm512_srai_epi32(t, sh);
 }
 
