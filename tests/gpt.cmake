@@ -21,7 +21,7 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
   # the CUDA path's rule for fusing the MLP's bias+GELU into cuBLASLt epilogues (gelu_epilogue.h): runs everywhere
   zs_add_test(NAME test_gpt_epilogue SOURCES test_gpt_epilogue.c LIBS zs_gpt_model TIMEOUT 60)
   # the matrix products (gemm.h): fp32, and bf16 emulated and on oneDNN (skipped without it)
-  zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model TIMEOUT 60)
+  zs_add_test(NAME test_gpt_gemm SOURCES test_gpt_gemm.c LIBS zs_gpt_model zs_common TIMEOUT 60)
   if(ZS_HAVE_MPI AND EXISTS ${PROJECT_SOURCE_DIR}/src/zero/CMakeLists.txt)
     zs_add_test(NAME test_gpt_parity SOURCES test_gpt_parity.c LIBS zs_gpt_trainer RANKS 1 2 4 TIMEOUT 120)
     # ZeRO++'s options in the trainer: flags, 200 steps against the exact run, bytes, refusals

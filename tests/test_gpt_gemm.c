@@ -15,15 +15,19 @@
  * (oneDNN on avx512_bf16 / AMX) where the build and CPU have it, else skipped.
  * Also: C's padding columns are never written; beta 0 never reads C (NaN there);
  * rounding's ties, NaN and infinities; repeated shapes allocate nothing (the
- * scratch and primitive counters stay put). */
+ * scratch and primitive counters stay put); gpt_gemm_hold's rounding is reused
+ * only for its pointer in its shape and only while held; bf16_bits.h's inline
+ * conversions give the library's bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_bits.h"
 #include "gemm.h"
 #include "harness.h"
+#include "zeroshard/types.h"
 
 static uint64_t g_seed = 20261130;
 
@@ -219,11 +223,111 @@ static void test_no_alloc_when_warm(void) {
   free(A), free(B), free(C);
 }
 
+/* gpt_gemm_hold on both engines: a held B is rounded once and reused (the
+ * counter, and a change to B while held does not reach the product: the
+ * promise broken on purpose, to see the reuse), not across a new hold, a
+ * release or another stored shape; the products equal the unheld ones. */
+static void test_hold(void) {
+  gpt_gemm_set_math(GPT_MATH_BF16);
+  const int M = 40, N = 56, K = 48;
+  float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *B2 = malloc(sizeof(float) * K * N);
+  float *C0 = malloc(sizeof(float) * M * N), *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+  assert_true(A && B && B2 && C0 && C1 && C2);
+  for (int i = 0; i < M * K; i++) A[i] = zs_t_rand_f(&g_seed, -1, 1);
+  for (int i = 0; i < K * N; i++) B[i] = zs_t_rand_f(&g_seed, -1, 1), B2[i] = B[i] + 0.25f;
+  const size_t cb = sizeof(float) * M * N;
+  for (int round = 0; round < 2; round++) { /* emulated, then the detected engine */
+    gpt_gemm_force_emulation(round == 0);
+    gpt_gemm_stats_t s0, s1;
+    float *Bw = malloc(sizeof(float) * K * N);
+    assert_true(Bw != NULL);
+    memcpy(Bw, B, sizeof(float) * K * N);
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C0, N);  /* unheld: B */
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, B2, N, 0.0f, C2, N); /* unheld: B2 */
+    gpt_gemm_stats(&s0);
+    gpt_gemm_hold(Bw);
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, Bw, N, 0.0f, C1, N); /* rounds Bw */
+    expect_true(!memcmp(C1, C0, cb));
+    memcpy(Bw, B2, sizeof(float) * K * N); /* the promise broken: the rounding of B is reused */
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, Bw, N, 0.0f, C1, N);
+    expect_true(!memcmp(C1, C0, cb));
+    gpt_gemm(1, 0, M, N, K, 1.0f, A, M, Bw, N, 0.0f, C1, N); /* other A orientation, B the same: reused */
+    gpt_gemm_stats(&s1);
+    expect_int_eq(s1.held_reuses - s0.held_reuses, 2);
+    gpt_gemm_hold(Bw); /* a new hold rounds again: B2's values */
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, Bw, N, 0.0f, C1, N);
+    expect_true(!memcmp(C1, C2, cb));
+    gpt_gemm_hold(NULL); /* released: every call rounds what B holds now */
+    memcpy(Bw, B, sizeof(float) * K * N);
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, Bw, N, 0.0f, C1, N);
+    expect_true(!memcmp(C1, C0, cb));
+    gpt_gemm_hold(Bw); /* another stored shape (N / 2 columns, the same ld) is rounded anew */
+    gpt_gemm(0, 0, M, N, K, 1.0f, A, K, Bw, N, 0.0f, C1, N);
+    for (int i = 0; i < K * N; i++) Bw[i] = B2[i];
+    gpt_gemm(0, 0, M, N / 2, K, 1.0f, A, K, Bw, N, 0.0f, C1, N);
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N / 2; n++)
+        if (C1[m * N + n] != C2[m * N + n]) {
+          ZS_T_REPORT("round %d: a held pointer in another shape reused the old rounding at (%d, %d)", round, m, n);
+          m = M;
+          break;
+        }
+    gpt_gemm_hold(NULL);
+    free(Bw);
+  }
+  gpt_gemm_force_emulation(0);
+  free(A), free(B), free(B2), free(C0), free(C1), free(C2);
+}
+
+/* bf16_bits.h against the library (zs_bf16_from_float, zs_float_from_bf16): a
+ * sweep of fp32 bit patterns (every 4093rd, so every exponent, and the ties,
+ * NaNs with payloads in either half, infinities, both zeros), and the array
+ * forms on values whose sums overflow or are NaN. */
+static void test_bf16_bits(void) {
+  long bad = 0;
+  for (uint64_t x = 0; x <= 0xffffffffu; x += 4093) {
+    const uint32_t specials[] = {(uint32_t)x, 0x3f808000u, 0x3f818000u, 0x7f800001u, 0xff800001u, 0x7fc00000u,
+                                 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u, 0x7f7fffffu, 0x00008000u};
+    for (size_t i = 0; i < (x ? 1 : sizeof specials / sizeof specials[0]); i++) {
+      float f;
+      memcpy(&f, &specials[i], 4);
+      uint16_t want = zs_bf16_from_float(f);
+      if ((uint16_t)gpt_bf16_bits(f) != want && bad++ < 5)
+        ZS_T_REPORT("0x%08x: gpt_bf16_bits 0x%04x, the library 0x%04x", specials[i], gpt_bf16_bits(f), want);
+    }
+  }
+  expect_int_eq(bad, 0);
+  enum { N = 70001 }; /* not a multiple of the chunk or a vector */
+  uint16_t *h = malloc(N * sizeof *h), *h2 = malloc(N * sizeof *h2);
+  float *f = malloc(N * sizeof *f), *add = malloc(N * sizeof *add);
+  assert_true(h && h2 && f && add);
+  for (int i = 0; i < N; i++) {
+    float v = zs_t_rand_f(&g_seed, -3e38f, 3e38f);
+    if (i % 97 == 0) v = NAN;
+    if (i % 89 == 0) v = -INFINITY;
+    h[i] = h2[i] = zs_bf16_from_float(v);
+    add[i] = i % 5 ? zs_t_rand_f(&g_seed, -1, 1) : zs_t_rand_f(&g_seed, -3e38f, 3e38f);
+  }
+  gpt_bf16_widen(f, h, N);
+  gpt_bf16_add(h2, add, N);
+  long bw = 0, ba = 0;
+  for (int i = 0; i < N; i++) {
+    float w = zs_float_from_bf16(h[i]);
+    bw += memcmp(&w, &f[i], 4) != 0;
+    ba += h2[i] != zs_bf16_from_float(zs_float_from_bf16(h[i]) + add[i]);
+  }
+  expect_int_eq(bw, 0);
+  expect_int_eq(ba, 0);
+  free(h), free(h2), free(f), free(add);
+}
+
 int main(void) {
   zs_test_run(test_fp32);
   zs_test_run(test_bf16_emulated);
   zs_test_run(test_bf16_native);
   zs_test_run(test_no_alloc_when_warm);
+  zs_test_run(test_hold);
+  zs_test_run(test_bf16_bits);
   gpt_gemm_set_math(GPT_MATH_FP32);
   gpt_gemm_release();
   return zs_test_finish();

@@ -19,6 +19,8 @@
  * with an interposed malloc; the C API offers no way around that. */
 #include "gemm.h"
 
+#include "bf16_bits.h" // defines: gpt_bf16_bits (fp32 -> bf16, the library's rounding)
+
 #include <cblas.h>  // defines: cblas_sgemm
 #include <stdint.h>
 #include <stdio.h>
@@ -36,18 +38,6 @@ static gpt_gemm_stats_t g_stats;
  * bf16 rounding
  * ========================================================================== */
 
-/* fp32 -> bf16 bits, round to nearest even. NaN: the top half with the quiet
- * bit set (a NaN whose payload sat in the low half would otherwise become inf);
- * infinities and overflow to inf come out of the rounding add as they should.
- * Branch-free, so the loops below vectorize. */
-static inline uint32_t bf16_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t q = (u >> 16) | 0x40u;
-  return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
-}
-
 /* One row. The pass is memory-bound only once it is vectorized: GCC does so at
  * -O3 (CMake compiles this file so), and target_clones adds an AVX-512 copy
  * chosen at load time (the x86-64 baseline has SSE2 only): 2.2 ns an element
@@ -60,13 +50,13 @@ static inline uint32_t bf16_bits(float f) {
 
 #if ZS_GPT_DNNL
 GEMM_CLONES static void row_bf16(uint16_t *restrict d, const float *restrict s, int n) {
-  for (int c = 0; c < n; c++) d[c] = (uint16_t)bf16_bits(s[c]);
+  for (int c = 0; c < n; c++) d[c] = (uint16_t)gpt_bf16_bits(s[c]);
 }
 #endif
 
 GEMM_CLONES static void row_bf16_f32(float *restrict d, const float *restrict s, int n) {
   for (int c = 0; c < n; c++) {
-    uint32_t u = bf16_bits(s[c]) << 16;
+    uint32_t u = gpt_bf16_bits(s[c]) << 16;
     memcpy(&d[c], &u, sizeof u);
   }
 }
@@ -93,7 +83,7 @@ static void round_to_bf16_f32(float *dst, const float *src, int rows, int cols, 
  * scratch: grows to the largest shape seen, never shrinks
  * ========================================================================== */
 
-enum { SCR_A, SCR_B, SCR_PAD, SCR_N };
+enum { SCR_A, SCR_B, SCR_PAD, SCR_HOLD, SCR_N };
 static struct {
   void *p;
   size_t cap;
@@ -109,6 +99,39 @@ static void *scratch(int which, size_t bytes) {
   g_scr[which].cap = want;
   g_stats.scratch_grows++;
   return p;
+}
+
+/* gpt_gemm_hold's operand: its pointer, and the stored shape its rounding in
+ * SCR_HOLD has (valid 0: not rounded since the hold began) */
+static struct {
+  const float *p;
+  int rows, cols, ld, valid;
+} g_hold;
+
+void gpt_gemm_hold(const float *p) {
+  g_hold.p = p;
+  g_hold.valid = 0;
+}
+
+/* B (rows x cols as stored, row stride ld) rounded for the engine (native: bf16
+ * bits, else bf16 values in fp32): the held rounding when B is the held operand
+ * in the same shape, else rounded now (into SCR_HOLD for the held operand, which
+ * then stays valid, else SCR_B). NULL without scratch. */
+static void *operand_b(const float *B, int rows, int cols, int ld, int native) {
+  const int held = g_hold.p && B == g_hold.p;
+  if (held && g_hold.valid && g_hold.rows == rows && g_hold.cols == cols && g_hold.ld == ld) {
+    g_stats.held_reuses++;
+    return g_scr[SCR_HOLD].p;
+  }
+  void *b = scratch(held ? SCR_HOLD : SCR_B, (size_t)rows * cols * (native ? sizeof(uint16_t) : sizeof(float)));
+  if (!b) return NULL;
+#if ZS_GPT_DNNL
+  if (native) round_to_bf16(b, B, rows, cols, ld);
+  else
+#endif
+    round_to_bf16_f32(b, B, rows, cols, ld);
+  if (held) g_hold.rows = rows, g_hold.cols = cols, g_hold.ld = ld, g_hold.valid = 1;
+  return b;
 }
 
 /* ============================================================================
@@ -279,11 +302,11 @@ static int gemm_native(int ta, int tb, int M, int N, int K, float alpha, const f
   if (!p) return -1;
   const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* as stored */
   uint16_t *a = scratch(SCR_A, (size_t)ar * ac * sizeof(uint16_t));
-  uint16_t *b = scratch(SCR_B, (size_t)br * bc * sizeof(uint16_t));
   void *pad = p->pad_bytes ? scratch(SCR_PAD, p->pad_bytes) : NULL;
-  if (!a || !b || (p->pad_bytes && !pad)) return -1;
+  if (!a || (p->pad_bytes && !pad)) return -1;
+  uint16_t *b = operand_b(B, br, bc, ldb, 1);
+  if (!b) return -1;
   round_to_bf16(a, A, ar, ac, lda);
-  round_to_bf16(b, B, br, bc, ldb);
   dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wei}, {DNNL_ARG_DST, p->dst},
                              {DNNL_ARG_SCRATCHPAD, p->pad}};
   if (dnnl_memory_set_data_handle(p->src, a) != dnnl_success ||
@@ -309,6 +332,7 @@ void gpt_gemm_release(void) {
     free(g_scr[i].p);
     g_scr[i].p = NULL, g_scr[i].cap = 0;
   }
+  g_hold.valid = 0;
 }
 
 /* ============================================================================
@@ -326,10 +350,9 @@ static int gemm_emulated(int ta, int tb, int M, int N, int K, float alpha, const
                          int ldb, float beta, float *C, int ldc) {
   const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   float *a = scratch(SCR_A, (size_t)ar * ac * sizeof(float));
-  float *b = scratch(SCR_B, (size_t)br * bc * sizeof(float));
+  float *b = a ? operand_b(B, br, bc, ldb, 0) : NULL;
   if (!a || !b) return -1;
   round_to_bf16_f32(a, A, ar, ac, lda);
-  round_to_bf16_f32(b, B, br, bc, ldb);
   sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
   return 0;
 }

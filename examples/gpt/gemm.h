@@ -52,6 +52,16 @@ int gpt_gemm_bf16_fast(void);
 void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
+/* From gpt_gemm_hold(p) until gpt_gemm_hold(NULL) (or another pointer), the
+ * caller promises that the fp32 values at p do not change: a bf16 product whose
+ * B operand is p rounds it on its first use and reuses that rounding while the
+ * stored shape stays the same (the GPT head multiplies every chunk of rows by
+ * wte, 38.6M elements at GPT-2 124M, in its forward and its dx product: 14
+ * roundings a step at T 256, batch 2, in 12% of the step on one core). The held
+ * rounding has scratch of its own, so B's scratch stays at the other products'
+ * sizes. No effect on fp32 math; the same bits either way. */
+void gpt_gemm_hold(const float *p);
+
 /* ---- for tests and diagnostics ---- */
 
 typedef struct {
@@ -61,6 +71,7 @@ typedef struct {
   long primitives;     /* oneDNN matmul primitives created (one per cached shape) */
   long fallbacks;      /* native calls that ran emulated instead (a shape oneDNN refused,
                           or scratch that could not be allocated: then plain fp32) */
+  long held_reuses;    /* bf16 products that reused gpt_gemm_hold's rounding */
 } gpt_gemm_stats_t;
 
 void gpt_gemm_stats(gpt_gemm_stats_t *s);

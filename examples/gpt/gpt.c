@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h" // defines: gpt_gemm_hold
 #include "ops.h"
 
 /* ============================================================================
@@ -344,12 +345,14 @@ double gpt_head(const gpt_config_t *c, const float *wte, const float *x, const i
                 int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte) {
   const int C = c->channels, V = c->vocab;
   double total = 0;
+  gpt_gemm_hold(wte); /* every chunk multiplies by wte: rounded to bf16 once (gemm.h) */
   for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
     int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
     op_tied_forward(logits, x + r0 * C, wte, n, C, V);
     total += op_crossentropy(logits, targets + r0, n, V, grad_scale, dx != NULL);
     if (dx) op_tied_backward(dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V);
   }
+  gpt_gemm_hold(NULL);
   return total;
 }
 

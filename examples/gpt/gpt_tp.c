@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common/check.h" // defines: TRY
+#include "gemm.h" // defines: gpt_gemm_hold
 #include "ops.h"
 
 /* ============================================================================
@@ -411,18 +412,23 @@ zs_status_t gpt_tp_head(const gpt_tp_t *m, const float *wte, const float *xfull,
   const int C = m->c.channels;
   const int64_t N = a->N, V = m->vp.rows;
   double total = 0;
-  for (int64_t r0 = 0; r0 < N; r0 += a->head_rows) {
+  zs_status_t st = ZS_OK;
+  gpt_gemm_hold(wte); /* every chunk multiplies by wte: rounded to bf16 once (gemm.h) */
+  for (int64_t r0 = 0; r0 < N && st == ZS_OK; r0 += a->head_rows) {
     int64_t n = N - r0 < a->head_rows ? N - r0 : a->head_rows;
     op_tied_forward(a->logits, xfull + r0 * C, wte, n, C, (int)V);
     if (m->tp) {
-      TRY(zs_tp_cross_entropy(m->tp, &m->vp, a->logits, (const int32_t *)targets + r0, (size_t)n, ZS_TP_SUM,
-                              grad_scale, a->row_loss, NULL, dwte ? a->logits : NULL, NULL));
+      st = zs_tp_cross_entropy(m->tp, &m->vp, a->logits, (const int32_t *)targets + r0, (size_t)n, ZS_TP_SUM,
+                               grad_scale, a->row_loss, NULL, dwte ? a->logits : NULL, NULL);
+      if (st != ZS_OK) break;
       for (int64_t i = 0; i < n; i++) total += a->row_loss[i];
     } else {
       total += op_crossentropy(a->logits, targets + r0, n, (int)V, grad_scale, dwte != NULL);
     }
     if (dwte) op_tied_backward(a->part + r0 * C, dwte, a->logits, xfull + r0 * C, wte, n, C, (int)V);
   }
+  gpt_gemm_hold(NULL); /* on every path: a later product must not see a stale rounding */
+  TRY(st);
   *sum += total;
   if (!dwte) return ZS_OK;
   float *dl;

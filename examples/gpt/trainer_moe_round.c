@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "trainer_moe_impl.h"
-#include "zeroshard/types.h" // defines: zs_bf16_from_float, zs_float_from_bf16 (the library's rounding)
+#include "bf16_bits.h" // defines: gpt_bf16_widen, gpt_bf16_add (the library's rounding, inline)
 
 /* ============================================================================
  * units: gather, release, reduce with fp32 views
@@ -49,8 +49,7 @@ void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, 
     const int64_t n = info[i].numel;
     const uint16_t *src = slot[i];
     float *p = ps + off[i];
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) p[k] = zs_float_from_bf16(src[k]);
+    gpt_bf16_widen(p, src, n);
     pv[i] = p, gv[i] = NULL;
     if (backward) gv[i] = memset(gs + off[i], 0, (size_t)n * sizeof(float));
   }
@@ -63,8 +62,7 @@ void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, f
     const int64_t n = info[i].numel;
     uint16_t *dst = gslot[i];
     const float *src = gv[i];
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) dst[k] = zs_bf16_from_float(zs_float_from_bf16(dst[k]) + src[k]);
+    gpt_bf16_add(dst, src, n);
   }
 }
 

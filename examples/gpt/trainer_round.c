@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "trainer_impl.h"
-#include "zeroshard/types.h" // defines: zs_bf16_from_float, zs_float_from_bf16 (the library's rounding)
+#include "bf16_bits.h" // defines: gpt_bf16_widen, gpt_bf16_add (the library's rounding, inline)
 
 /* ============================================================================
  * the units on the CPU: gpt.c (trainer_model_cpu)
@@ -105,15 +105,13 @@ static zs_status_t cpu_zero(trainer_t *t, float *p, int64_t n) {
 
 static zs_status_t cpu_bf16_widen(trainer_t *t, float *p, const uint16_t *src, int64_t n) {
   (void)t;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < n; k++) p[k] = zs_float_from_bf16(src[k]);
+  gpt_bf16_widen(p, src, n);
   return ZS_OK;
 }
 
 static zs_status_t cpu_bf16_add(trainer_t *t, uint16_t *dst, const float *src, int64_t n) {
   (void)t;
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < n; k++) dst[k] = zs_bf16_from_float(zs_float_from_bf16(dst[k]) + src[k]);
+  gpt_bf16_add(dst, src, n);
   return ZS_OK;
 }
 
