@@ -4,7 +4,7 @@
 #                     forward/backward of the schedule and one comm event per transfer (labelled with its
 #                     mb.chunk), the comm events' bytes equal zs_comm_stats kind by kind, zs-trace merge
 #                     gives one valid file of both ranks; without ZS_TRACE nothing is written. The bubble
-#                     zs-trace measures on 1F1B at p = 2 with 20/40 ms computes is within 10% of
+#                     zs-trace measures on 1F1B at p = 2 with 100/200 ms computes is within 10% (15% at m = 8) of
 #                     (p-1)/(m+p-1) for m = 2, 4, 8 (printed only in a sanitized build: TRACE_TIMING=0);
 #                     zs-trace plot draws the m = 8 timeline when gnuplot is here; run alone (RUN_SERIAL)
 if(TARGET zs_pp AND ZS_HAVE_MPI)

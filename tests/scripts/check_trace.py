@@ -89,7 +89,14 @@ for kind in ("1f1b", "gpipe"):
 # shared (2 cores, other jobs): a late wake-up of a sleeping callback only adds
 # idle time to the other rank, so a run outside the tolerance is tried again,
 # up to 5 runs, every one printed. CTest runs this test alone (RUN_SERIAL):
-# one other busy process on the 2 cores adds 5-15% at m = 8.
+# one other busy process on the 2 cores adds 5-15% at m = 8. A sleep that
+# overruns (0.2-1.5% on a 2-vCPU Xeon VM, 2026-12-06) is compute on its rank
+# and idle on the other, so the excess grows with the computes and does not
+# fall with longer ones: at m = 8 that VM read 0.124-0.143 against 0.111 with
+# 20 / 40 ms computes (0.114 an hour before), 0.119-0.124 with 100 / 200 ms.
+# So 100 / 200 ms (the transfers' own latency a smaller part) and 15% at m = 8;
+# a schedule that lost its overlap would be far outside (GPipe's bubble at the
+# same m is the same; a serialized one 0.5).
 # In a sanitized build (TRACE_TIMING=0) the instrumented progress threads and
 # waits add latency to every transfer: the bubbles are printed, not checked.
 timing = os.environ.get("TRACE_TIMING", "1") != "0"
@@ -101,15 +108,17 @@ for m in (2, 4, 8):
     files = [f"{prefix}.rank{i}" for i in range(P)]
     theory = (P - 1) / (m + P - 1)
     for attempt in range(5):
-        run("1f1b", m, 20, 40, prefix)
+        run("1f1b", m, 100, 200, prefix)
         r = tool_run("bubble", *files)
         line = [l for l in r.stdout.splitlines() if l.startswith("bubble ")]
         meas = float(line[0].split()[1]) if r.returncode == 0 and line else -1.0
         err = abs(meas - theory) / theory
+        tol = 0.15 if m == 8 else 0.10
         print(f"{m}  {meas:.4f}    {theory:.4f}               {100 * err:.1f}%   (run {attempt + 1})")
-        if err <= 0.10 or not timing:
+        if err <= tol or not timing:
             break
-    check(err <= 0.10 or (not timing and meas >= 0), f"m={m}: measured bubble {meas:.4f} within 10% of {theory:.4f}")
+    check(err <= tol or (not timing and meas >= 0),
+          f"m={m}: measured bubble {meas:.4f} within {100 * tol:.0f}% of {theory:.4f}")
     if m == 8 and shutil.which("gnuplot"):
         png = os.path.join(out, "timeline_1f1b_p2_m8.png")
         r = tool_run("plot", png, *files)
