@@ -101,11 +101,13 @@ static void *scratch(int which, size_t bytes) {
   return p;
 }
 
-/* gpt_gemm_hold's operand: its pointer, and the stored shape its rounding in
- * SCR_HOLD has (valid 0: not rounded since the hold began) */
+/* gpt_gemm_hold's operand: its pointer, and the stored shape and form (native:
+ * bf16 bits, else bf16 values in fp32) its rounding in SCR_HOLD has (valid 0:
+ * not rounded since the hold began). The form is part of the key: a native
+ * product that fails falls back to the emulated engine on the same operands. */
 static struct {
   const float *p;
-  int rows, cols, ld, valid;
+  int rows, cols, ld, native, valid;
 } g_hold;
 
 void gpt_gemm_hold(const float *p) {
@@ -119,7 +121,8 @@ void gpt_gemm_hold(const float *p) {
  * then stays valid, else SCR_B). NULL without scratch. */
 static void *operand_b(const float *B, int rows, int cols, int ld, int native) {
   const int held = g_hold.p && B == g_hold.p;
-  if (held && g_hold.valid && g_hold.rows == rows && g_hold.cols == cols && g_hold.ld == ld) {
+  if (held && g_hold.valid && g_hold.rows == rows && g_hold.cols == cols && g_hold.ld == ld &&
+      g_hold.native == native) {
     g_stats.held_reuses++;
     return g_scr[SCR_HOLD].p;
   }
@@ -130,7 +133,7 @@ static void *operand_b(const float *B, int rows, int cols, int ld, int native) {
   else
 #endif
     round_to_bf16_f32(b, B, rows, cols, ld);
-  if (held) g_hold.rows = rows, g_hold.cols = cols, g_hold.ld = ld, g_hold.valid = 1;
+  if (held) g_hold.rows = rows, g_hold.cols = cols, g_hold.ld = ld, g_hold.native = native, g_hold.valid = 1;
   return b;
 }
 
