@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "gemm.h"
 #include "gpt.h"
 #include "harness.h"
 
@@ -309,11 +310,81 @@ static void test_data(void) {
   expect_str_contains(err, "no license texts");
 }
 
+/* ---- (6) a bf16 wte used where it is stored ------------------------------------ */
+
+/* gpt_embed_forward_b16, gpt_embed_backward_rows and gpt_head_b16 against the
+ * fp32 functions on wte widened, bit for bit (memcmp: a zero's sign too): the
+ * embedding's backward as gpt_embed_backward into a zeroed d wte plus the
+ * head's part, with repeated tokens, rows no token names (the head's part -0
+ * there), and a second call (the workspace's index left clean); the head in
+ * fp32 and both bf16 engines, over chunks of rows. */
+static void test_wte_b16(void) {
+  const gpt_config_t c = {.vocab = 300, .seq = 8, .channels = 24, .heads = 2, .layers = 1};
+  const int B = 3, T = c.seq, C = c.channels, V = c.vocab;
+  const int64_t N = (int64_t)B * T, VC = (int64_t)V * C;
+  uint64_t seed = 77;
+  uint16_t *w16 = malloc(sizeof(uint16_t) * VC);
+  float *wte = malloc(sizeof(float) * VC), *wpe = malloc(sizeof(float) * T * C);
+  float *x0 = malloc(sizeof(float) * N * C), *x1 = malloc(sizeof(float) * N * C), *dx = malloc(sizeof(float) * N * C);
+  float *head = malloc(sizeof(float) * VC), *ref = malloc(sizeof(float) * VC), *got = malloc(sizeof(float) * VC);
+  float *pe0 = malloc(sizeof(float) * T * C), *pe1 = malloc(sizeof(float) * T * C);
+  float *lg = malloc(sizeof(float) * 5 * V), *d0 = malloc(sizeof(float) * N * C), *d1 = malloc(sizeof(float) * N * C);
+  int *tok = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
+  gpt_embed_rows_t rows;
+  assert_true(w16 && wte && wpe && x0 && x1 && dx && head && ref && got && pe0 && pe1 && lg && d0 && d1 && tok && tg);
+  assert_int_eq(gpt_embed_rows_init(&rows, &c, N), 0);
+  for (int64_t k = 0; k < VC; k++) {
+    float f = zs_t_rand_f(&seed, -1, 1);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x8000u) >> 16; /* some bf16 bits (their rounding is bf16_bits.h's test) */
+    w16[k] = (uint16_t)u;
+    u <<= 16;
+    memcpy(&wte[k], &u, 4);
+  }
+  for (int k = 0; k < T * C; k++) wpe[k] = zs_t_rand_f(&seed, -1, 1);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t n = 0; n < N; n++) /* 40 of 300 rows named, most of them repeatedly */
+      tok[n] = (int)(zs_t_rand_u64(&seed) % 40) + 100 * pass, tg[n] = (int)(zs_t_rand_u64(&seed) % V);
+    const gpt_embed_w_t w = {.wte = wte, .wpe = wpe};
+    gpt_embed_forward(&c, &w, tok, B, T, x0);
+    gpt_embed_forward_b16(&c, w16, wpe, tok, B, T, x1);
+    expect_true(!memcmp(x0, x1, sizeof(float) * N * C));
+    for (int64_t k = 0; k < N * C; k++) dx[k] = zs_t_rand_f(&seed, -1, 1);
+    for (int64_t k = 0; k < VC; k++) head[k] = k % C == 0 ? -0.0f : zs_t_rand_f(&seed, -1, 1);
+    for (int k = 0; k < T * C; k++) pe0[k] = pe1[k] = zs_t_rand_f(&seed, -1, 1);
+    memset(ref, 0, sizeof(float) * VC);
+    gpt_embed_w_t dw = {.wte = ref, .wpe = pe0};
+    gpt_embed_backward(&c, &dw, tok, B, T, dx);
+    for (int64_t k = 0; k < VC; k++) ref[k] += head[k];
+    memcpy(got, head, sizeof(float) * VC);
+    gpt_embed_backward_rows(&c, pe1, got, tok, B, T, dx, &rows);
+    if (memcmp(got, ref, sizeof(float) * VC) || memcmp(pe0, pe1, sizeof(float) * T * C))
+      ZS_T_REPORT("pass %d: gpt_embed_backward_rows is not gpt_embed_backward plus the head's part", pass);
+    for (int v = 0; v < V; v++) expect_int_eq(rows.row_of[v], -1);
+  }
+  for (int math = 0; math < 3; math++) { /* fp32, bf16 emulated, bf16 as detected */
+    gpt_gemm_set_math(math ? GPT_MATH_BF16 : GPT_MATH_FP32);
+    gpt_gemm_force_emulation(math == 1);
+    memset(ref, 0, sizeof(float) * VC), memset(got, 0, sizeof(float) * VC);
+    double l0 = gpt_head(&c, wte, x0, tg, N, lg, 5, 1.0f / (float)N, d0, ref);
+    double l1 = gpt_head_b16(&c, w16, x0, tg, N, lg, 5, 1.0f / (float)N, d1, got);
+    if (!(l0 == l1) || memcmp(d0, d1, sizeof(float) * N * C) || memcmp(ref, got, sizeof(float) * VC))
+      ZS_T_REPORT("math %d: gpt_head_b16 differs from gpt_head on wte widened (loss %.17g / %.17g)", math, l0, l1);
+  }
+  gpt_gemm_force_emulation(0);
+  gpt_gemm_set_math(GPT_MATH_FP32);
+  gpt_embed_rows_free(&rows);
+  free(w16), free(wte), free(wpe), free(x0), free(x1), free(dx), free(head), free(ref), free(got), free(pe0);
+  free(pe1), free(lg), free(d0), free(d1), free(tok), free(tg);
+}
+
 int main(void) {
   zs_test_run(test_param_count);
   zs_test_run(test_init);
   zs_test_run(test_gradcheck);
   zs_test_run(test_causal);
   zs_test_run(test_data);
+  zs_test_run(test_wte_b16);
   return zs_test_finish();
 }

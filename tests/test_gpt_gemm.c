@@ -295,6 +295,111 @@ static void test_hold(void) {
  * sweep of fp32 bit patterns (every 4093rd, so every exponent, and the ties,
  * NaNs with payloads in either half, infinities, both zeros), and the array
  * forms on values whose sums overflow or are NaN. */
+/* gpt_gemm_b16 (B as bf16 bits): C bit for bit gpt_gemm's on B widened, for
+ * every transpose, shape and alpha / beta, B compact and padded, in fp32 math
+ * and both bf16 engines; a held bf16 B is widened once (fp32 math); without
+ * scratch, the fallback over pieces of B (K and N both cut) stays within the
+ * fp32 bound of the float64 product and is counted. */
+static int b16_case(int ta, int tb, shape_t s, float alpha, float beta, int pad, double *worst) {
+  const int M = s.M, N = s.N, K = s.K;
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  const int lda = ac + 3, ldb = bc + pad, ldc = N + 7;
+  float *A = malloc(sizeof(float) * (size_t)ar * lda), *Bw = malloc(sizeof(float) * (size_t)br * ldb);
+  uint16_t *Bh = malloc(sizeof(uint16_t) * (size_t)br * ldb);
+  float *C0 = malloc(sizeof(float) * (size_t)M * ldc), *C1 = malloc(sizeof(float) * (size_t)M * ldc);
+  int same = 0;
+  if (!A || !Bw || !Bh || !C0 || !C1) {
+    ZS_T_REPORT("out of memory for %d x %d x %d", M, N, K);
+    goto exit;
+  }
+  for (int i = 0; i < ar * lda; i++) A[i] = zs_t_rand_f(&g_seed, -1, 1);
+  for (int i = 0; i < br * ldb; i++) {
+    Bh[i] = (i % ldb) < bc ? (uint16_t)gpt_bf16_bits(zs_t_rand_f(&g_seed, -1, 1)) : 0x7fc1; /* padding: NaN */
+    Bw[i] = gpt_bf16_value(Bh[i]);
+  }
+  for (int i = 0; i < M * ldc; i++) C0[i] = beta == 0.0f ? NAN : zs_t_rand_f(&g_seed, -1, 1);
+  memcpy(C1, C0, sizeof(float) * (size_t)M * ldc);
+  gpt_gemm(ta, tb, M, N, K, alpha, A, lda, Bw, ldb, beta, C0, ldc);
+  gpt_gemm_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, C1, ldc);
+  same = !memcmp(C0, C1, sizeof(float) * (size_t)M * ldc);
+  if (worst) { /* C1 against the float64 product of A and the widened B (fp32's bound) */
+    const double u = ldexp(1.0, -24), gamma = (K + 2) * u / (1 - (K + 2) * u);
+    *worst = 0;
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N; n++) {
+        double sum = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+          double p = (double)(ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) *
+                     (tb ? Bw[(size_t)n * ldb + k] : Bw[(size_t)k * ldb + n]);
+          sum += p, mag += fabs(p);
+        }
+        double e = fabs(C1[(size_t)m * ldc + n] - alpha * sum) / (gamma * fabs((double)alpha) * mag + 1e-300);
+        if (!(e <= *worst)) *worst = isnan(e) ? INFINITY : e;
+      }
+  }
+exit:
+  free(A), free(Bw), free(Bh), free(C0), free(C1);
+  return same;
+}
+
+static void test_b16(void) {
+  for (int engine = 0; engine < 3; engine++) { /* fp32 math, bf16 emulated, bf16 native */
+    if (engine == 2 && !gpt_gemm_bf16_native()) {
+      fprintf(stderr, "note: no native bf16 engine here; gpt_gemm_b16 checked in fp32 math and emulated\n");
+      break;
+    }
+    gpt_gemm_set_math(engine ? GPT_MATH_BF16 : GPT_MATH_FP32);
+    gpt_gemm_force_emulation(engine == 1);
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+          for (size_t i = 0; i < sizeof k_ab / sizeof k_ab[0]; i++)
+            for (int pad = 0; pad <= 5; pad += 5)
+              if (!b16_case(ta, tb, k_shapes[s], k_ab[i][0], k_ab[i][1], pad, NULL))
+                ZS_T_REPORT("engine %d ta %d tb %d %d x %d x %d alpha %g beta %g ldb +%d: gpt_gemm_b16 differs from "
+                            "gpt_gemm on B widened", engine, ta, tb, k_shapes[s].M, k_shapes[s].N, k_shapes[s].K,
+                            k_ab[i][0], k_ab[i][1], pad);
+  }
+  gpt_gemm_force_emulation(0);
+  /* held, fp32 math: widened on the first product, reused by the next */
+  gpt_gemm_set_math(GPT_MATH_FP32);
+  const int M = 9, N = 30, K = 20;
+  uint16_t *Bh = malloc(sizeof(uint16_t) * N * K);
+  float *A = malloc(sizeof(float) * M * K), *C = malloc(sizeof(float) * M * N);
+  assert_true(Bh && A && C);
+  for (int i = 0; i < N * K; i++) Bh[i] = (uint16_t)gpt_bf16_bits(zs_t_rand_f(&g_seed, -1, 1));
+  for (int i = 0; i < M * K; i++) A[i] = zs_t_rand_f(&g_seed, -1, 1);
+  gpt_gemm_stats_t s0, s1;
+  gpt_gemm_stats(&s0);
+  gpt_gemm_hold(Bh);
+  gpt_gemm_b16(0, 1, M, N, K, 1.0f, A, K, Bh, K, 0.0f, C, N);
+  gpt_gemm_b16(0, 1, M, N, K, 1.0f, A, K, Bh, K, 0.0f, C, N);
+  gpt_gemm_hold(NULL);
+  gpt_gemm_stats(&s1);
+  expect_int_eq(s1.held_reuses - s0.held_reuses, 1);
+  free(Bh), free(A), free(C);
+  /* no scratch: the pieces, in fp32 math and from a bf16 product that cannot get any */
+  const shape_t big[] = {{17, 100, 257}, {5, 300, 300}, {3, 7, 600}};
+  for (int engine = 0; engine < 2; engine++) {
+    gpt_gemm_set_math(engine ? GPT_MATH_BF16 : GPT_MATH_FP32);
+    gpt_gemm_release();
+    gpt_gemm_scratch_limit(1);
+    for (size_t s = 0; s < sizeof big / sizeof big[0]; s++)
+      for (int tb = 0; tb < 2; tb++) {
+        double worst = INFINITY;
+        gpt_gemm_stats(&s0);
+        b16_case(1, tb, big[s], 0.75f, 0.0f, 3, &worst);
+        gpt_gemm_stats(&s1);
+        if (!(worst <= 1.0))
+          ZS_T_REPORT("math %d, no scratch, tb %d %d x %d x %d: %.3g x the fp32 bound", engine, tb, big[s].M,
+                      big[s].N, big[s].K, worst);
+        expect_true(s1.fallbacks - s0.fallbacks >= 1);
+      }
+    gpt_gemm_scratch_limit(0);
+  }
+  gpt_gemm_set_math(GPT_MATH_FP32);
+}
+
 static void test_bf16_bits(void) {
   long bad = 0;
   for (uint64_t x = 0; x <= 0xffffffffu; x += 4093) {
@@ -340,6 +445,7 @@ int main(void) {
   zs_test_run(test_no_alloc_when_warm);
   zs_test_run(test_hold);
   zs_test_run(test_bf16_bits);
+  zs_test_run(test_b16);
   gpt_gemm_set_math(GPT_MATH_FP32);
   gpt_gemm_release();
   return zs_test_finish();

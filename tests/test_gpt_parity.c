@@ -227,6 +227,41 @@ static void test_bf16(void) {
   }
 }
 
+/* A dense bf16 run on the CPU uses wte's bf16 bits where the engine keeps them
+ * (no fp32 view: gpt_embed_forward_b16, gpt_head_b16 on gpt_gemm_b16, the
+ * gradient made in the head's buffer by gpt_embed_backward_rows): the same bits
+ * as the view it replaced, every step's loss and gradient norm and the
+ * validation, with fp32 and bf16 math, at stages 0 (accumulating over two
+ * micro-batches in the bf16 slots) and 3. */
+static void test_bf16_wte(void) {
+  const struct {
+    int stage, accum, matmul;
+  } v[] = {{0, 2, GPT_MATMUL_FP32}, {3, 1, GPT_MATMUL_FP32}, {0, 1, GPT_MATMUL_BF16}, {3, 2, GPT_MATMUL_BF16}};
+  for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+    gpt_opts_t o;
+    tiny(&o);
+    if ((o.batch / g_size) % v[k].accum) continue;
+    o.stage = v[k].stage, o.accum = v[k].accum, o.matmul = v[k].matmul;
+    o.dtype = o.reduce_dtype = ZS_BF16;
+    gpt_result_t r[2];
+    zs_status_t st[2];
+    for (int view = 0; view < 2; view++) {
+      o.bf16_wte_view = view;
+      if ((st[view] = gpt_train_run(&o, g_dev, g_world, &r[view])) != ZS_OK)
+        ZS_T_REPORT("bf16 stage %d, wte view %d: %s", o.stage, view, r[view].err);
+    }
+    if (st[0] == ZS_OK && st[1] == ZS_OK) {
+      if (memcmp(r[0].losses, r[1].losses, sizeof(float) * STEPS) ||
+          memcmp(r[0].grad_norms, r[1].grad_norms, sizeof(float) * STEPS) || r[0].val_loss != r[1].val_loss)
+        ZS_T_REPORT("bf16 stage %d accum %d matmul %d: wte in place and its fp32 view differ (loss %.9g / %.9g at "
+                    "the last step, val %.9g / %.9g)", o.stage, o.accum, o.matmul, (double)r[0].losses[STEPS - 1],
+                    (double)r[1].losses[STEPS - 1], r[0].val_loss, r[1].val_loss);
+      expect_true(r[0].losses[STEPS - 1] < r[0].losses[0] - 0.3f);
+    }
+    for (int view = 0; view < 2; view++) gpt_result_free(&r[view]);
+  }
+}
+
 /* --matmul with --dtype bf16: fp32 math and bf16 math (oneDNN where the CPU has
  * bf16 instructions, else emulated) both within test_bf16's 1e-2 of the fp32
  * run, yet not the same numbers (bf16 math rounds the activations too); a bf16
@@ -377,6 +412,7 @@ int main(void) {
   zs_test_run(test_variants);
   zs_test_run(test_offload);
   zs_test_run(test_bf16);
+  zs_test_run(test_bf16_wte);
   zs_test_run(test_matmul);
   zs_test_run(test_errors);
   zs_test_run(test_resume);

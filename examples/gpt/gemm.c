@@ -4,7 +4,8 @@
  *
  * Why the operands are copied rather than described in place: oneDNN's matmul
  * reads bf16, and the trainer's tensors are fp32 (bf16 runs widen their units
- * into fp32 views), so a conversion pass is needed anyway; it writes each
+ * into fp32 views, all but wte: gpt_gemm_b16, whose compact bits are read in
+ * place), so a conversion pass is needed anyway; it writes each
  * operand compact, in its stored orientation (no lda/ldb padding), which is the
  * cheap sequential pass, and the memory descriptors' strides then express the
  * transposes. So a cached primitive depends on ta, tb, M, N, K, ldc, alpha and
@@ -89,9 +90,12 @@ static struct {
   size_t cap;
 } g_scr[SCR_N];
 
+static size_t g_scratch_limit; /* gpt_gemm_scratch_limit (0: none) */
+
 static void *scratch(int which, size_t bytes) {
   if (bytes <= g_scr[which].cap) return g_scr[which].p;
   size_t want = (bytes + 4095) & ~(size_t)4095; /* aligned_alloc: a multiple of the alignment */
+  if (g_scratch_limit && want > g_scratch_limit) return NULL;
   void *p = aligned_alloc(64, want);
   if (!p) return NULL;
   free(g_scr[which].p);
@@ -101,26 +105,62 @@ static void *scratch(int which, size_t bytes) {
   return p;
 }
 
+/* B as the caller gave it: fp32 values (gpt_gemm) or bf16 bits (gpt_gemm_b16);
+ * exactly one is set. */
+typedef struct {
+  const float *f;
+  const uint16_t *h;
+} bsrc_t;
+
 /* gpt_gemm_hold's operand: its pointer, and the stored shape and form (native:
  * bf16 bits, else bf16 values in fp32) its rounding in SCR_HOLD has (valid 0:
  * not rounded since the hold began). The form is part of the key: a native
  * product that fails falls back to the emulated engine on the same operands. */
 static struct {
-  const float *p;
+  const void *p;
   int rows, cols, ld, native, valid;
 } g_hold;
 
-void gpt_gemm_hold(const float *p) {
+void gpt_gemm_hold(const void *p) {
   g_hold.p = p;
   g_hold.valid = 0;
 }
 
-/* B (rows x cols as stored, row stride ld) rounded for the engine (native: bf16
- * bits, else bf16 values in fp32): the held rounding when B is the held operand
- * in the same shape, else rounded now (into SCR_HOLD for the held operand, which
- * then stays valid, else SCR_B). NULL without scratch. */
-static void *operand_b(const float *B, int rows, int cols, int ld, int native) {
-  const int held = g_hold.p && B == g_hold.p;
+/* rows x cols of bf16 bits (row stride ld) into dst compact: as bits, or widened
+ * to their fp32 values (which are the bf16 values in fp32 that the emulated
+ * engine multiplies, and exactly what fp32 math would read from a widened copy) */
+#if ZS_GPT_DNNL
+static void copy_bits(uint16_t *dst, const uint16_t *src, int rows, int cols, int ld) {
+  const int64_t work = (int64_t)rows * cols;
+  (void)work;
+#pragma omp parallel for schedule(static) if (work >= (1 << 15))
+  for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * cols, src + (int64_t)r * ld, (size_t)cols * sizeof *dst);
+}
+#endif
+
+static void widen_bits(float *dst, const uint16_t *src, int rows, int cols, int ld) {
+  const int64_t work = (int64_t)rows * cols;
+  (void)work;
+#pragma omp parallel for schedule(static) if (work >= (1 << 15))
+  for (int r = 0; r < rows; r++) {
+    float *d = dst + (int64_t)r * cols;
+    const uint16_t *s = src + (int64_t)r * ld;
+    for (int c = 0; c < cols; c++) d[c] = gpt_bf16_value(s[c]);
+  }
+}
+
+/* B (rows x cols as stored, row stride ld) for the engine (native: bf16 bits,
+ * else bf16 values in fp32, which for bits is their widening, also what fp32
+ * math multiplies): bits already compact as they are; the held rounding when B
+ * is the held operand in the same shape and form; else converted now (into
+ * SCR_HOLD for the held operand, which then stays valid, else SCR_B). NULL
+ * without scratch. */
+static const void *operand_b(bsrc_t B, int rows, int cols, int ld, int native) {
+  const void *key = B.f ? (const void *)B.f : (const void *)B.h;
+#if ZS_GPT_DNNL
+  if (B.h && native && ld == cols) return B.h;
+#endif
+  const int held = g_hold.p && key == g_hold.p;
   if (held && g_hold.valid && g_hold.rows == rows && g_hold.cols == cols && g_hold.ld == ld &&
       g_hold.native == native) {
     g_stats.held_reuses++;
@@ -128,11 +168,17 @@ static void *operand_b(const float *B, int rows, int cols, int ld, int native) {
   }
   void *b = scratch(held ? SCR_HOLD : SCR_B, (size_t)rows * cols * (native ? sizeof(uint16_t) : sizeof(float)));
   if (!b) return NULL;
+  if (held) g_hold.valid = 0; /* SCR_HOLD is being rewritten */
 #if ZS_GPT_DNNL
-  if (native) round_to_bf16(b, B, rows, cols, ld);
-  else
+  if (native) {
+    if (B.f) round_to_bf16(b, B.f, rows, cols, ld);
+    else copy_bits(b, B.h, rows, cols, ld);
+  } else
 #endif
-    round_to_bf16_f32(b, B, rows, cols, ld);
+  {
+    if (B.f) round_to_bf16_f32(b, B.f, rows, cols, ld);
+    else widen_bits(b, B.h, rows, cols, ld);
+  }
   if (held) g_hold.rows = rows, g_hold.cols = cols, g_hold.ld = ld, g_hold.native = native, g_hold.valid = 1;
   return b;
 }
@@ -299,7 +345,7 @@ static prim_t *prim_get(int ta, int tb, int M, int N, int K, int ldc, int acc, f
 }
 
 /* C = alpha op(A) op(B) + (acc ? C : 0) on oneDNN; 0 done, -1 not run (C untouched). */
-static int gemm_native(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+static int gemm_native(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, bsrc_t B,
                        int ldb, int acc, float *C, int ldc) {
   prim_t *p = prim_get(ta, tb, M, N, K, ldc, acc, alpha);
   if (!p) return -1;
@@ -307,13 +353,13 @@ static int gemm_native(int ta, int tb, int M, int N, int K, float alpha, const f
   uint16_t *a = scratch(SCR_A, (size_t)ar * ac * sizeof(uint16_t));
   void *pad = p->pad_bytes ? scratch(SCR_PAD, p->pad_bytes) : NULL;
   if (!a || (p->pad_bytes && !pad)) return -1;
-  uint16_t *b = operand_b(B, br, bc, ldb, 1);
+  const uint16_t *b = operand_b(B, br, bc, ldb, 1);
   if (!b) return -1;
   round_to_bf16(a, A, ar, ac, lda);
   dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wei}, {DNNL_ARG_DST, p->dst},
                              {DNNL_ARG_SCRATCHPAD, p->pad}};
   if (dnnl_memory_set_data_handle(p->src, a) != dnnl_success ||
-      dnnl_memory_set_data_handle(p->wei, b) != dnnl_success ||
+      dnnl_memory_set_data_handle(p->wei, (void *)b) != dnnl_success || /* read only */
       dnnl_memory_set_data_handle(p->dst, C) != dnnl_success ||
       (pad && dnnl_memory_set_data_handle(p->pad, pad) != dnnl_success) ||
       dnnl_primitive_execute(p->prim, g_stream, pad ? 4 : 3, args) != dnnl_success ||
@@ -349,22 +395,54 @@ static void sgemm(int ta, int tb, int M, int N, int K, float alpha, const float 
 }
 
 /* sgemm on the operands rounded to bf16 values; -1 without scratch (C untouched). */
-static int gemm_emulated(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+static int gemm_emulated(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, bsrc_t B,
                          int ldb, float beta, float *C, int ldc) {
   const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   float *a = scratch(SCR_A, (size_t)ar * ac * sizeof(float));
-  float *b = a ? operand_b(B, br, bc, ldb, 0) : NULL;
+  const float *b = a ? operand_b(B, br, bc, ldb, 0) : NULL;
   if (!a || !b) return -1;
   round_to_bf16_f32(a, A, ar, ac, lda);
   sgemm(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
   return 0;
 }
 
-void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc) {
-  /* fp32, and the empty products (C = beta C, which sgemm does): today's sgemm */
-  if (g_math == GPT_MATH_FP32 || M <= 0 || N <= 0 || K <= 0) {
-    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+/* Plain fp32 on bf16-bits B without scratch: pieces of B widened into a fixed
+ * buffer, C's columns by pieces, K by pieces accumulated (beta on the first).
+ * The sums' order differs from one sgemm's: the last resort, out of memory. */
+static void sgemm_b16_pieces(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                             const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+  enum { CAP = 1 << 16 };
+  static float buf[CAP];
+  const int pk = K < 256 ? K : 256, pn = N < CAP / pk ? N : CAP / pk;
+  for (int n0 = 0; n0 < N; n0 += pn) {
+    const int nn = N - n0 < pn ? N - n0 : pn;
+    for (int k0 = 0; k0 < K; k0 += pk) {
+      const int kk = K - k0 < pk ? K - k0 : pk;
+      if (tb) widen_bits(buf, B + (int64_t)n0 * ldb + k0, nn, kk, ldb); /* stored N x K */
+      else widen_bits(buf, B + (int64_t)k0 * ldb + n0, kk, nn, ldb);     /* stored K x N */
+      const float *a = ta ? A + (int64_t)k0 * lda : A + k0;
+      sgemm(ta, tb, M, nn, kk, alpha, a, lda, buf, tb ? kk : nn, k0 == 0 ? beta : 1.0f, C + n0, ldc);
+    }
+  }
+}
+
+/* The call, for either form of B. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, bsrc_t B, int ldb,
+                 float beta, float *C, int ldc) {
+  static const float none = 0.0f; /* B of an empty product: never read */
+  if (M <= 0 || N <= 0 || K <= 0) { /* C = beta C, which sgemm does */
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B.f ? B.f : &none, ldb, beta, C, ldc);
+    return;
+  }
+  if (g_math == GPT_MATH_FP32) {
+    if (B.f) {
+      sgemm(ta, tb, M, N, K, alpha, A, lda, B.f, ldb, beta, C, ldc);
+      return;
+    }
+    const int br = tb ? N : K, bc = tb ? K : N;
+    const float *b = operand_b(B, br, bc, ldb, 0); /* widened: the values fp32 math multiplies */
+    if (b) sgemm(ta, tb, M, N, K, alpha, A, lda, b, bc, beta, C, ldc);
+    else g_stats.fallbacks++, sgemm_b16_pieces(ta, tb, M, N, K, alpha, A, lda, B.h, ldb, beta, C, ldc);
     return;
   }
   g_stats.bf16_calls++;
@@ -392,5 +470,18 @@ void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
             "other that cannot get scratch run in plain fp32\n", M, N, K);
   }
   g_stats.fallbacks++;
-  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (B.f) sgemm(ta, tb, M, N, K, alpha, A, lda, B.f, ldb, beta, C, ldc);
+  else sgemm_b16_pieces(ta, tb, M, N, K, alpha, A, lda, B.h, ldb, beta, C, ldc);
 }
+
+void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, (bsrc_t){.f = B}, ldb, beta, C, ldc);
+}
+
+void gpt_gemm_b16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const uint16_t *B,
+                  int ldb, float beta, float *C, int ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, (bsrc_t){.h = B}, ldb, beta, C, ldc);
+}
+
+void gpt_gemm_scratch_limit(size_t bytes) { g_scratch_limit = bytes; }

@@ -27,6 +27,9 @@
 #ifndef ZS_EXAMPLES_GPT_GEMM_H
 #define ZS_EXAMPLES_GPT_GEMM_H
 
+#include <stddef.h> // defines: size_t
+#include <stdint.h> // defines: uint16_t
+
 typedef enum {
   GPT_MATH_FP32 = 0, /* fp32 operands (OpenBLAS sgemm) */
   GPT_MATH_BF16 = 1  /* bf16 operands, fp32 accumulation and output */
@@ -52,15 +55,28 @@ int gpt_gemm_bf16_fast(void);
 void gpt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
+/* gpt_gemm with B given as bf16 bits (row stride ldb elements), for a bf16 run's
+ * parameters used where they are stored, without an fp32 copy (the GPT head's
+ * tied wte: 38.6M elements at GPT-2 124M). The same bits as gpt_gemm on B
+ * widened to fp32, in every math: fp32 math multiplies the widened values
+ * (converted into scratch, or under gpt_gemm_hold once a hold), bf16 math reads
+ * the bits as they are (native, no copy when B is compact) or their values
+ * (emulated). Without scratch: plain fp32 over pieces of B widened into a
+ * fixed buffer (another order of the sums; counted in fallbacks). */
+void gpt_gemm_b16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const uint16_t *B,
+                  int ldb, float beta, float *C, int ldc);
+
 /* From gpt_gemm_hold(p) until gpt_gemm_hold(NULL) (or another pointer), the
- * caller promises that the fp32 values at p do not change: a bf16 product whose
+ * caller promises that the values at p do not change: a bf16 product whose
  * B operand is p rounds it on its first use and reuses that rounding while the
  * stored shape stays the same (the GPT head multiplies every chunk of rows by
  * wte, 38.6M elements at GPT-2 124M, in its forward and its dx product: 14
  * roundings a step at T 256, batch 2, in 12% of the step on one core). The held
  * rounding has scratch of its own, so B's scratch stays at the other products'
- * sizes. No effect on fp32 math; the same bits either way. */
-void gpt_gemm_hold(const float *p);
+ * sizes. No effect on fp32 math with an fp32 B; the same bits either way. A
+ * bf16 B (gpt_gemm_b16) held: its widening (fp32 math, emulated) is kept the
+ * same way; native bf16 math reads compact bits in place. */
+void gpt_gemm_hold(const void *p); /* an fp32 B (gpt_gemm) or a bf16 one (gpt_gemm_b16) */
 
 /* ---- for tests and diagnostics ---- */
 
@@ -78,6 +94,9 @@ void gpt_gemm_stats(gpt_gemm_stats_t *s);
 /* 1: GPT_MATH_BF16 runs emulated even where it could run natively (a test
  * compares the two engines); 0: back to the detected engine. */
 void gpt_gemm_force_emulation(int on);
+/* Scratch above this many bytes is refused, as if out of memory (0: no limit):
+ * tests take the fallbacks with it. */
+void gpt_gemm_scratch_limit(size_t bytes);
 /* Frees the scratch and the primitive cache (a later call rebuilds them). */
 void gpt_gemm_release(void);
 

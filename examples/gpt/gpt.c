@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.h" // defines: gpt_gemm_hold
+#include "bf16_bits.h" // defines: gpt_bf16_value
+#include "gemm.h"      // defines: gpt_gemm_hold
 #include "ops.h"
 
 /* ============================================================================
@@ -242,18 +243,22 @@ void gpt_embed_forward(const gpt_config_t *c, const gpt_embed_w_t *w, const int 
     }
 }
 
-void gpt_embed_backward(const gpt_config_t *c, gpt_embed_w_t *dw, const int *tokens, int B, int T,
-                        const float *dx) {
-  const int C = c->channels;
-  /* positions: one row of dwpe per iteration */
+/* dwpe[t] += sum over b of dx[b,t]: one row of dwpe per iteration */
+static void embed_backward_wpe(int C, float *dwpe, int B, int T, const float *dx) {
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++) {
-    float *d = dw->wpe + (int64_t)t * C;
+    float *d = dwpe + (int64_t)t * C;
     for (int b = 0; b < B; b++) {
       const float *g = dx + ((int64_t)b * T + t) * C;
       for (int i = 0; i < C; i++) d[i] += g[i];
     }
   }
+}
+
+void gpt_embed_backward(const gpt_config_t *c, gpt_embed_w_t *dw, const int *tokens, int B, int T,
+                        const float *dx) {
+  const int C = c->channels;
+  embed_backward_wpe(C, dw->wpe, B, T, dx);
   /* tokens repeat, so rows of dwte are shared: add in token order, split by channel */
 #pragma omp parallel for schedule(static)
   for (int i0 = 0; i0 < C; i0 += 16) {
@@ -264,6 +269,102 @@ void gpt_embed_backward(const gpt_config_t *c, gpt_embed_w_t *dw, const int *tok
       for (int i = i0; i < i1; i++) d[i] += g[i];
     }
   }
+}
+
+/* The tied head on wte fp32 (wf) or bf16 bits (wh): gpt_head, gpt_head_b16.
+ * Every chunk multiplies by wte: held, so bf16 math rounds an fp32 wte once and
+ * fp32 math widens a bf16 one once (gemm.h). */
+static double head(const gpt_config_t *c, const float *wf, const uint16_t *wh, const float *x, const int *targets,
+                   int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte) {
+  const int C = c->channels, V = c->vocab;
+  double total = 0;
+  gpt_gemm_hold(wh ? (const void *)wh : (const void *)wf);
+  for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
+    int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
+    if (wh) op_tied_forward_b16(logits, x + r0 * C, wh, n, C, V);
+    else op_tied_forward(logits, x + r0 * C, wf, n, C, V);
+    total += op_crossentropy(logits, targets + r0, n, V, grad_scale, dx != NULL);
+    if (dx && wh) op_tied_backward_b16(dx + r0 * C, dwte, logits, x + r0 * C, wh, n, C, V);
+    else if (dx) op_tied_backward(dx + r0 * C, dwte, logits, x + r0 * C, wf, n, C, V);
+  }
+  gpt_gemm_hold(NULL);
+  return total;
+}
+
+/* ============================================================================
+ * the embedding and the head on a bf16 wte (a bf16 run without wte's fp32 view)
+ * ========================================================================== */
+
+void gpt_embed_forward_b16(const gpt_config_t *c, const uint16_t *wte, const float *wpe, const int *tokens, int B,
+                           int T, float *x) {
+  const int C = c->channels;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const uint16_t *e = wte + (int64_t)tokens[b * T + t] * C;
+      const float *p = wpe + (int64_t)t * C;
+      float *o = x + ((int64_t)b * T + t) * C;
+      for (int i = 0; i < C; i++) o[i] = gpt_bf16_value(e[i]) + p[i];
+    }
+}
+
+int gpt_embed_rows_init(gpt_embed_rows_t *r, const gpt_config_t *c, int64_t N) {
+  memset(r, 0, sizeof *r);
+  r->rows = malloc((size_t)N * c->channels * sizeof(float));
+  r->row_of = malloc((size_t)c->vocab * sizeof(int));
+  r->tok_of = malloc((size_t)N * sizeof(int));
+  if (!r->rows || !r->row_of || !r->tok_of) {
+    gpt_embed_rows_free(r);
+    return -1;
+  }
+  r->n = N;
+  for (int v = 0; v < c->vocab; v++) r->row_of[v] = -1;
+  return 0;
+}
+
+void gpt_embed_rows_free(gpt_embed_rows_t *r) {
+  free(r->rows), free(r->row_of), free(r->tok_of);
+  memset(r, 0, sizeof *r);
+}
+
+void gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, const int *tokens, int B, int T,
+                             const float *dx, gpt_embed_rows_t *r) {
+  const int C = c->channels;
+  const int64_t N = (int64_t)B * T;
+  embed_backward_wpe(C, dwpe, B, T, dx);
+  int distinct = 0; /* the rows, in the order tokens first name them */
+  for (int64_t n = 0; n < N && n < r->n; n++)
+    if (r->row_of[tokens[n]] < 0) r->tok_of[distinct] = tokens[n], r->row_of[tokens[n]] = distinct++;
+  memset(r->rows, 0, (size_t)distinct * C * sizeof(float));
+  /* as gpt_embed_backward: added in token order, split by channel */
+#pragma omp parallel for schedule(static)
+  for (int i0 = 0; i0 < C; i0 += 16) {
+    int i1 = i0 + 16 < C ? i0 + 16 : C;
+    for (int64_t n = 0; n < N && n < r->n; n++) {
+      float *d = r->rows + (int64_t)r->row_of[tokens[n]] * C;
+      const float *g = dx + n * C;
+      for (int i = i0; i < i1; i++) d[i] += g[i];
+    }
+  }
+  /* every row, as dwte += dhead over a zeroed dwte: a row no token names is
+   * 0 + dhead (+0 where dhead has -0) */
+#pragma omp parallel for schedule(static)
+  for (int v = 0; v < c->vocab; v++) {
+    float *h = dhead + (int64_t)v * C;
+    const int k = r->row_of[v];
+    if (k >= 0) {
+      const float *d = r->rows + (int64_t)k * C;
+      for (int i = 0; i < C; i++) h[i] = d[i] + h[i];
+    } else {
+      for (int i = 0; i < C; i++) h[i] = 0.0f + h[i];
+    }
+  }
+  for (int k = 0; k < distinct; k++) r->row_of[r->tok_of[k]] = -1;
+}
+
+double gpt_head_b16(const gpt_config_t *c, const uint16_t *wte, const float *x, const int *targets, int64_t N,
+                    float *logits, int logits_rows, float grad_scale, float *dx, float *dwte) {
+  return head(c, NULL, wte, x, targets, N, logits, logits_rows, grad_scale, dx, dwte);
 }
 
 void gpt_attn_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a, const float *x_in,
@@ -343,17 +444,7 @@ void gpt_logits(const gpt_config_t *c, const float *wte, const float *x, int64_t
 
 double gpt_head(const gpt_config_t *c, const float *wte, const float *x, const int *targets,
                 int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte) {
-  const int C = c->channels, V = c->vocab;
-  double total = 0;
-  gpt_gemm_hold(wte); /* every chunk multiplies by wte: rounded to bf16 once (gemm.h) */
-  for (int64_t r0 = 0; r0 < N; r0 += logits_rows) {
-    int64_t n = N - r0 < logits_rows ? N - r0 : logits_rows;
-    op_tied_forward(logits, x + r0 * C, wte, n, C, V);
-    total += op_crossentropy(logits, targets + r0, n, V, grad_scale, dx != NULL);
-    if (dx) op_tied_backward(dx + r0 * C, dwte, logits, x + r0 * C, wte, n, C, V);
-  }
-  gpt_gemm_hold(NULL);
-  return total;
+  return head(c, wte, NULL, x, targets, N, logits, logits_rows, grad_scale, dx, dwte);
 }
 
 /* ============================================================================

@@ -238,6 +238,28 @@ void gpt_embed_forward(const gpt_config_t *cfg, const gpt_embed_w_t *w, const in
 void gpt_embed_backward(const gpt_config_t *cfg, gpt_embed_w_t *dw, const int *tokens, int B, int T,
                         const float *dx);
 
+/* A bf16 run's embedding without an fp32 view of wte (its bits as stored):
+ * gpt_embed_forward's x, the same bits as on wte widened. */
+void gpt_embed_forward_b16(const gpt_config_t *cfg, const uint16_t *wte, const float *wpe, const int *tokens, int B,
+                           int T, float *x);
+/* Workspace of gpt_embed_backward_rows for micro-batches of up to n tokens:
+ * rows [n,C]; row_of [V], -1 between calls; tok_of [n]. init: 0, or -1 out of
+ * memory (nothing kept). */
+typedef struct {
+  float *rows;
+  int *row_of, *tok_of;
+  int64_t n;
+} gpt_embed_rows_t;
+int gpt_embed_rows_init(gpt_embed_rows_t *r, const gpt_config_t *cfg, int64_t n);
+void gpt_embed_rows_free(gpt_embed_rows_t *r);
+/* dwpe as gpt_embed_backward; for wte, the gradient gpt_embed_backward into a
+ * zeroed dwte and then dwte += dhead would make, made in dhead itself (V x C):
+ * the rows the tokens name summed in token order in the workspace, then each
+ * added to its row of dhead, the others to zero: the same bits. B*T at most
+ * r->n. */
+void gpt_embed_backward_rows(const gpt_config_t *cfg, float *dwpe, float *dhead, const int *tokens, int B, int T,
+                             const float *dx, gpt_embed_rows_t *r);
+
 /* One transformer block. x_out may equal x_in (x_in is read only before x_out is
  * written), which the forward-only path uses to keep one residual buffer. */
 void gpt_block_forward(const gpt_config_t *cfg, const gpt_block_w_t *w, gpt_block_acts_t *a,
@@ -281,6 +303,9 @@ void gpt_logits(const gpt_config_t *cfg, const float *wte, const float *x, int64
  * grad_scale (1/N gives the mean): dx = (overwritten) d/d x, dwte += d/d wte. */
 double gpt_head(const gpt_config_t *cfg, const float *wte, const float *x, const int *targets,
                 int64_t N, float *logits, int logits_rows, float grad_scale, float *dx, float *dwte);
+/* gpt_head on a bf16 wte (its bits as stored): the same bits as on wte widened. */
+double gpt_head_b16(const gpt_config_t *cfg, const uint16_t *wte, const float *x, const int *targets, int64_t N,
+                    float *logits, int logits_rows, float grad_scale, float *dx, float *dwte);
 
 /* Whole model in one process: mean loss over B*T tokens; with grads != NULL the
  * gradients are ADDED into it (wte gets both the embedding's and the head's part). */

@@ -144,14 +144,36 @@ void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, cons
   for (int c0 = 0; c0 < M; c0 += COLS) col_sums(db, dout, N, M, c0, c0 + COLS < M ? c0 + COLS : M);
 }
 
+/* C = A op(E), E [V, Cn] fp32 (Ef) or bf16 bits (Eh), row stride Cn */
+static void by_e(int tb, int M, int N, int K, const float *A, int lda, const float *Ef, const uint16_t *Eh, int Cn,
+                 float *C, int ldc) {
+  if (Eh) gpt_gemm_b16(0, tb, M, N, K, 1.0f, A, lda, Eh, Cn, 0.0f, C, ldc);
+  else gpt_gemm(0, tb, M, N, K, 1.0f, A, lda, Ef, Cn, 0.0f, C, ldc);
+}
+
 void op_tied_forward(float *logits, const float *x, const float *E, int64_t N, int C, int V) {
-  gpt_gemm(0, 1, (int)N, V, C, 1.0f, x, C, E, C, 0.0f, logits, V);
+  by_e(1, (int)N, V, C, x, C, E, NULL, C, logits, V);
+}
+
+void op_tied_forward_b16(float *logits, const float *x, const uint16_t *E, int64_t N, int C, int V) {
+  by_e(1, (int)N, V, C, x, C, NULL, E, C, logits, V);
+}
+
+/* dx = dlogits E; dE += dlogits^T x */
+static void tied_backward(float *dx, float *dE, const float *dlogits, const float *x, const float *Ef,
+                          const uint16_t *Eh, int64_t N, int C, int V) {
+  by_e(0, (int)N, C, V, dlogits, V, Ef, Eh, C, dx, C);
+  gpt_gemm(1, 0, V, C, (int)N, 1.0f, dlogits, V, x, C, 1.0f, dE, C);
 }
 
 void op_tied_backward(float *dx, float *dE, const float *dlogits, const float *x, const float *E,
                       int64_t N, int C, int V) {
-  gpt_gemm(0, 0, (int)N, C, V, 1.0f, dlogits, V, E, C, 0.0f, dx, C);
-  gpt_gemm(1, 0, V, C, (int)N, 1.0f, dlogits, V, x, C, 1.0f, dE, C);
+  tied_backward(dx, dE, dlogits, x, E, NULL, N, C, V);
+}
+
+void op_tied_backward_b16(float *dx, float *dE, const float *dlogits, const float *x, const uint16_t *E,
+                          int64_t N, int C, int V) {
+  tied_backward(dx, dE, dlogits, x, NULL, E, N, C, V);
 }
 
 /* ============================================================================

@@ -30,6 +30,10 @@ void op_tied_forward(float *logits, const float *x, const float *E, int64_t N, i
 /* dx = (overwritten) dlogits E; dE += dlogits^T x. */
 void op_tied_backward(float *dx, float *dE, const float *dlogits, const float *x, const float *E,
                       int64_t N, int C, int V);
+/* The same with E as bf16 bits (gpt_gemm_b16): the same bits as on E widened. */
+void op_tied_forward_b16(float *logits, const float *x, const uint16_t *E, int64_t N, int C, int V);
+void op_tied_backward_b16(float *dx, float *dE, const float *dlogits, const float *x, const uint16_t *E,
+                          int64_t N, int C, int V);
 
 /* Causal multi-head self-attention. qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T]
  * keeps the probabilities (zero above the diagonal). */

@@ -69,6 +69,8 @@ typedef struct {
   int tp;               /* tensor-parallel ranks (1: none); the engine shards over world / tp */
   int sequence_parallel; /* --sequence-parallel (with --tp > 1) */
   int recompute;        /* a gpt_recompute_t (--recompute [block|gelu]) */
+  int bf16_wte_view;    /* tests, no flag: a dense bf16 run on the CPU widens wte into an fp32 view as it
+                           does every other parameter, instead of using its bits where they are */
   int device_cuda;
   /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
   int pp;               /* pipeline stages (1: none) */

@@ -58,6 +58,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
+      if (t->wte16 && i == 0) continue; /* no view */
       t->uoff[i] = off;
       off += p->numel;
     }
@@ -104,6 +105,7 @@ static void trainer_free(trainer_t *t) {
   gpt_data_free(&t->data);
   free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
+  gpt_embed_rows_free(&t->erows);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
 }
 
@@ -223,6 +225,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
                 "this build has no CUDA model path (configure with the CUDA toolkit: ZS_CUDA=ON)");
   if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
+  t->wte16 = t->bf16 && !t->split && !t->cuda && !o->bf16_wte_view; /* trainer_impl.h */
   if (o->batch % t->dp)
     return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
@@ -269,7 +272,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
       if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
         gpt_param_info(&t->mc, i, &t->info[i]);
-      n += t->info[i].numel;
+      if (!(t->wte16 && i == 0)) n += t->info[i].numel; /* the views' floats */
     }
     if (n > max_unit) max_unit = n;
   }
@@ -306,6 +309,8 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
     if (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, T, trainer_acts_mode(t)))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel activations");
+    if (t->wte16 && gpt_embed_rows_init(&t->erows, &t->mc, (int64_t)t->micro * T))
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for the embedding's gradient rows");
   }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;

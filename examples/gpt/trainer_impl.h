@@ -108,6 +108,13 @@ struct trainer {
   int64_t *uoff;       /* entry's offset inside its unit (bf16 scratch) */
   float *pscratch, *gscratch;
   gpt_weights_t w, g;  /* bound from pv / gv at every gather */
+  /* wte16: a dense bf16 run on the CPU uses wte's bits where the engine keeps
+   * them (gpt_embed_forward_b16, gpt_head_b16) and makes its gradient in
+   * dwte_head (gpt_embed_backward_rows, workspace erows): no fp32 view of wte,
+   * the largest parameter (38.6M of GPT-2's 124M), so pv[0] and gv[0] stay
+   * NULL and the views are the size of the largest unit without it */
+  int wte16;
+  gpt_embed_rows_t erows;
 
   float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
   gpt_acts_t acts;     /* one training micro-batch */

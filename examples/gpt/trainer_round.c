@@ -31,7 +31,9 @@
  * bf16: the engine's parameter and gradient slots are bf16; at each gather the
  * unit's parameters are widened into an fp32 scratch, the unit's gradients are
  * computed into a zeroed fp32 scratch, and added (rounded to nearest even) into
- * the bf16 slots just before zs_reduce.
+ * the bf16 slots just before zs_reduce. Not wte on the CPU without --tp
+ * (t->wte16, trainer_impl.h): the embedding and the head read its bf16 slot,
+ * and its fp32 gradient is made in dwte_head, the same bits.
  *
  * Validation rides along with a training forward: while a unit is gathered for
  * the first micro-batch of a step, the validation windows go through it too (the
@@ -55,7 +57,9 @@
 static gpt_acts_t *cpu_acts(trainer_t *t, int val) { return val ? &t->vacts : &t->acts; }
 
 static zs_status_t cpu_embed_forward(trainer_t *t, int val, int64_t r0, int B, float *x) {
-  gpt_embed_forward(&t->mc, &t->w.embed, (val ? t->vin : t->tin) + r0, B, t->o->seq, x);
+  const int *tokens = (val ? t->vin : t->tin) + r0;
+  if (t->wte16) gpt_embed_forward_b16(&t->mc, t->pslot[0], t->w.embed.wpe, tokens, B, t->o->seq, x);
+  else gpt_embed_forward(&t->mc, &t->w.embed, tokens, B, t->o->seq, x);
   return ZS_OK;
 }
 
@@ -73,7 +77,8 @@ static zs_status_t cpu_lnf_forward(trainer_t *t, const float *x, float *out, flo
 static zs_status_t cpu_head(trainer_t *t, int val, int64_t r0, const float *x, int64_t N, gpt_acts_t *a,
                             float grad_scale, float *dx, float *dwte, double *sum) {
   const int *tg = (val ? t->vtg : t->ttg) + r0;
-  *sum += gpt_head(&t->mc, t->w.embed.wte, x, tg, N, a->logits, a->head_rows, grad_scale, dx, dwte);
+  if (t->wte16) *sum += gpt_head_b16(&t->mc, t->pslot[0], x, tg, N, a->logits, a->head_rows, grad_scale, dx, dwte);
+  else *sum += gpt_head(&t->mc, t->w.embed.wte, x, tg, N, a->logits, a->head_rows, grad_scale, dx, dwte);
   return ZS_OK;
 }
 
@@ -90,6 +95,10 @@ static zs_status_t cpu_block_backward(trainer_t *t, int l, const float *x_in, fl
 
 static zs_status_t cpu_embed_backward(trainer_t *t, const float *dx) {
   const int64_t n = (int64_t)t->mc.vocab * t->mc.channels;
+  if (t->wte16) { /* wte's gradient made in dwte_head; unit_reduce adds it into the slot */
+    gpt_embed_backward_rows(&t->mc, t->g.embed.wpe, t->dwte_head, t->tin, t->micro, t->o->seq, dx, &t->erows);
+    return ZS_OK;
+  }
   gpt_embed_backward(&t->mc, &t->g.embed, t->tin, t->micro, t->o->seq, dx);
   float *dwte = t->g.embed.wte;
 #pragma omp parallel for schedule(static)
@@ -151,6 +160,10 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
   const int a = gpt_unit_first_param(&t->mc, u), b = gpt_unit_first_param(&t->mc, u + 1);
   for (int i = a; i < b; i++) {
     const int64_t n = t->info[i].numel;
+    if (t->wte16 && i == 0) { /* used where it is (trainer_impl.h) */
+      t->pv[i] = t->gv[i] = NULL;
+      continue;
+    }
     if (!t->bf16) {
       t->pv[i] = t->pslot[i];
       t->gv[i] = backward ? t->gslot[i] : NULL;
@@ -183,7 +196,7 @@ static zs_status_t unit_release(trainer_t *t, int u) {
 static zs_status_t unit_reduce(trainer_t *t, int u) {
   if (t->bf16) {
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
-      TRY(trainer_bf16_add(t, t->gslot[i], t->gv[i], t->info[i].numel));
+      TRY(trainer_bf16_add(t, t->gslot[i], t->wte16 && i == 0 ? t->dwte_head : t->gv[i], t->info[i].numel));
   }
   unit_forget(t, u);
   return zs_reduce(t->zs, u);
