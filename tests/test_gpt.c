@@ -310,6 +310,25 @@ static void test_data(void) {
   expect_str_contains(err, "no license texts");
 }
 
+/* The head's chunks (gpt_head_rows): all rows when they fit; else equal chunks
+ * (none shorter by more than one row) within the logits budget and the row cap;
+ * at least one row at any width. */
+static void test_head_rows(void) {
+  expect_int_eq(gpt_head_rows(256, 128), 128);
+  expect_int_eq(gpt_head_rows(50257, 1), 1);
+  expect_int_eq(gpt_head_rows(50257, 1024), 256);  /* 2^24 / 50257 = 333 a chunk at most: 4 of 256 */
+  expect_int_eq(gpt_head_rows(50257, 512), 256);   /* 2 of 256, not 333 + 179 */
+  expect_int_eq(gpt_head_rows(25129, 1024), 342);  /* the row cap (384), not 667: 3 chunks */
+  expect_int_eq(gpt_head_rows((int64_t)1 << 30, 64), 1);
+  for (int64_t cols = 1000; cols <= 200000; cols = cols * 3 + 7)
+    for (int64_t N = 1; N <= 5000; N = N * 2 + 1) {
+      const int64_t r = gpt_head_rows(cols, N), chunks = (N + r - 1) / r;
+      expect_true(r >= 1 && r <= N && r <= GPT_HEAD_ROWS);
+      expect_true(r == 1 || r * cols <= GPT_HEAD_LOGITS);
+      expect_true(N - (chunks - 1) * r >= r - chunks); /* the last chunk short by under one row a chunk */
+    }
+}
+
 /* ---- (6) a bf16 wte used where it is stored ------------------------------------ */
 
 /* gpt_embed_forward_b16, gpt_embed_backward_rows and gpt_head_b16 against the
@@ -386,5 +405,6 @@ int main(void) {
   zs_test_run(test_causal);
   zs_test_run(test_data);
   zs_test_run(test_wte_b16);
+  zs_test_run(test_head_rows);
   return zs_test_finish();
 }

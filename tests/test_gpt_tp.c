@@ -76,7 +76,7 @@ static uint64_t ar_bytes(uint64_t b, uint64_t p) { return (b / p) * 2 * (p - 1) 
 static void theory(int sp, uint64_t p, uint64_t *ar, uint64_t *ag, uint64_t *rs) {
   const uint64_t N = B * T, C = (uint64_t)k_cfg.channels, L = (uint64_t)k_cfg.layers;
   const uint64_t act = N * C * 4, rows = act / p;
-  uint64_t head_rows = ((uint64_t)1 << 22) / (((uint64_t)k_cfg.vocab + p - 1) / p);
+  const uint64_t head_rows = (uint64_t)gpt_head_rows(((int64_t)k_cfg.vocab + (int64_t)p - 1) / (int64_t)p, (int64_t)N);
   *ar = *ag = *rs = 0;
   for (uint64_t r0 = 0; r0 < N; r0 += head_rows) { /* the cross-entropy: max, then (sum exp, target) */
     uint64_t n = N - r0 < head_rows ? N - r0 : head_rows;

@@ -124,8 +124,9 @@ static void tp_traffic(pl_opts_t *o) {
     for (int i = 0; i < o->m.nparams; i++)
       if (o->m.params[i].flags & ZS_PARAM_MP_REPLICATED) round += AR(4 * o->m.params[i].numel), ar++;
   }
-  int64_t rows = ((int64_t)1 << 22) / Vr; /* gpt_tp_acts_alloc's head chunk */
-  rows = rows < 1 ? 1 : rows > N ? N : rows;
+  int64_t rows = ((int64_t)1 << 24) / Vr; /* gpt_tp_acts_alloc's head chunk (gpt_head_rows): N in */
+  rows = rows > 384 ? 384 : rows < 1 ? 1 : rows; /* equal chunks of at most 2^24 / Vr and 384 rows */
+  rows = (N + (N + rows - 1) / rows - 1) / ((N + rows - 1) / rows);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = N - r0 < rows ? N - r0 : rows;
     round += AR(4 * n) + AR(8 * n), ar += 2;

@@ -170,9 +170,12 @@ void gpt_weights_bind(const gpt_config_t *c, float *const *t, gpt_weights_t *w) 
  * ========================================================================== */
 
 int gpt_head_rows(int64_t cols, int64_t N) {
-  /* the head works on chunks of rows so its logits stay near 16 MiB at any vocabulary */
-  int64_t rows = ((int64_t)1 << 22) / (cols > 0 ? cols : 1);
-  return (int)(rows < 1 ? 1 : rows > N ? N : rows);
+  int64_t most = GPT_HEAD_LOGITS / (cols > 0 ? cols : 1);
+  if (most > GPT_HEAD_ROWS) most = GPT_HEAD_ROWS;
+  if (most < 1) most = 1;
+  if (N <= most) return (int)(N > 0 ? N : 1);
+  const int64_t chunks = (N + most - 1) / most;
+  return (int)((N + chunks - 1) / chunks); /* equal chunks: no short last one */
 }
 
 size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train, float *mem) {
@@ -182,6 +185,8 @@ size_t gpt_acts_layout(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int t
 size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train, int att_cols,
                            float *mem) {
   memset(a, 0, sizeof *a);
+  const int logits = !(train & GPT_ACTS_NO_LOGITS);
+  train &= ~GPT_ACTS_NO_LOGITS;
   a->cfg = *c;
   a->B = B;
   a->T = T;
@@ -189,7 +194,7 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   a->nblocks = gpt_acts_per_layer(train) ? c->layers : 1;
   const int64_t N = (int64_t)B * T, C = c->channels, NH = c->heads;
   const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = N, .C = C, .Cl = C, .NHl = NH, .Ta = att_cols};
-  a->head_rows = gpt_head_rows(c->vocab, N);
+  a->head_rows = logits ? gpt_head_rows(c->vocab, N) : 0;
   gpt_carve_t carve = {.mem = mem}, *cv = &carve;
   gpt_carve(cv, &a->resid, ((train ? c->layers : 1) + 1) * N * C);
   const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
@@ -197,7 +202,7 @@ size_t gpt_acts_layout_att(gpt_acts_t *a, const gpt_config_t *c, int B, int T, i
   gpt_carve(cv, &a->lnf, N * C);
   gpt_carve(cv, &a->lnf_mean, N);
   gpt_carve(cv, &a->lnf_rstd, N);
-  gpt_carve(cv, &a->logits, (int64_t)a->head_rows * c->vocab);
+  if (logits) gpt_carve(cv, &a->logits, (int64_t)a->head_rows * c->vocab);
   if (train) {
     gpt_carve(cv, &a->dlnf, N * C);
     gpt_carve(cv, &a->dres, N * C);
@@ -220,6 +225,12 @@ int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *c, int B, int T, int train
   if (!mem) return -1;
   gpt_acts_layout(a, c, B, T, train, mem);
   return 0;
+}
+
+void gpt_acts_borrow_logits(gpt_acts_t *a, const gpt_acts_t *from) {
+  const int rows = gpt_head_rows(a->cfg.vocab, (int64_t)a->B * a->T);
+  a->logits = from->logits;
+  a->head_rows = rows < from->head_rows ? rows : from->head_rows;
 }
 
 void gpt_acts_free(gpt_acts_t *a) {

@@ -167,8 +167,18 @@ static inline void gpt_carve(gpt_carve_t *cv, float **p, int64_t floats) {
 /* For 0 GPT_BLOCK_ACTS(GPT_ACT_COUNT, , d): one block's floats. */
 #define GPT_ACT_COUNT(k, name, floats) +(int64_t)(floats)
 
-/* The LM head's rows per chunk for `cols` logits a row, so the logits stay near
- * 16 MiB at any vocabulary: at least 1, at most N. */
+/* The LM head's rows per chunk for `cols` logits a row and N rows: N in chunks
+ * as equal as can be of at most GPT_HEAD_LOGITS / cols rows and at most
+ * GPT_HEAD_ROWS (at least 1), so the logits stay within GPT_HEAD_LOGITS floats
+ * (64 MiB) at any vocabulary. Why so many: each chunk's three products read all
+ * of wte (V x C) and the d wte one also writes it, so short chunks leave them
+ * memory-bound: at GPT-2's vocabulary 83-row chunks (16 MiB) ran at 0.64 of
+ * 256-row ones on two cores of the AMX Xeon (OpenBLAS; the 1-rank 124M step
+ * 10-20% slower). Past ~330 rows their cost a row is flat (one core: 2.39 ms
+ * at 332 rows, 2.34 at 512), hence the cap, which spares memory where the
+ * columns are few (a tp rank's slice of the vocabulary). */
+#define GPT_HEAD_LOGITS ((int64_t)1 << 24)
+#define GPT_HEAD_ROWS 384
 int gpt_head_rows(int64_t cols, int64_t N);
 
 typedef struct { /* what one block's backward needs from its forward (GPT_BLOCK_ACTS) */
@@ -187,6 +197,9 @@ typedef struct { /* what one block's backward needs from its forward (GPT_BLOCK_
  * block l's again from its kept fc pre-activation before that block's backward
  * (the same bits), for one GELU a layer. */
 enum { GPT_ACTS_EVAL = 0, GPT_ACTS_TRAIN = 1, GPT_ACTS_RECOMPUTE = 2, GPT_ACTS_RECOMPUTE_GELU = 3 };
+/* Or'd into a mode: no logits of their own (head_rows 0); they borrow another
+ * set's (gpt_acts_borrow_logits) or never run the head. */
+#define GPT_ACTS_NO_LOGITS 0x100
 /* Whether mode keeps a block's tensors per layer (nblocks = L): _TRAIN, _RECOMPUTE_GELU. */
 static inline int gpt_acts_per_layer(int mode) { return mode == GPT_ACTS_TRAIN || mode == GPT_ACTS_RECOMPUTE_GELU; }
 
@@ -216,6 +229,11 @@ typedef struct {
  * block, no gradients (forward only, see gpt_block_forward's aliasing note).
  * 0 or -1. */
 int gpt_acts_alloc(gpt_acts_t *a, const gpt_config_t *cfg, int B, int T, int train);
+/* a (GPT_ACTS_NO_LOGITS) runs its head in from's logits: the trainer's
+ * validation chunks in the training micro-batch's (the head keeps nothing in
+ * them between calls, and the two never run at once), in chunks of at most
+ * from's rows. */
+void gpt_acts_borrow_logits(gpt_acts_t *a, const gpt_acts_t *from);
 /* The layout gpt_acts_alloc gives a: the shapes, and with mem != NULL every
  * field pointed into mem (a->mem = mem); returns the floats it needs (also
  * a->nfloats). gpt_cuda_acts_alloc carves device memory with it. */

@@ -140,6 +140,8 @@ void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offse
 
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train) {
   memset(a, 0, sizeof *a);
+  const int head = !(train & GPT_TP_ACTS_NO_HEAD);
+  train &= ~GPT_TP_ACTS_NO_HEAD;
   const int64_t N = (int64_t)B * T, C = m->c.channels, Cl = m->Cl, NHl = m->NHl;
   if (m->sp && N % m->size) return -1;
   a->B = a->Bmax = B, a->T = T, a->train = train, a->N = N;
@@ -147,7 +149,7 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   a->nblk = gpt_acts_per_layer(train) ? a->L : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
-  a->head_rows = gpt_head_rows(V, N);
+  a->head_rows = head ? gpt_head_rows(V, N) : 0;
   const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = Nr, .C = C, .Cl = Cl, .NHl = NHl};
   const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
   for (int pass = 0; pass < 2; pass++) { /* count, then carve */
@@ -160,8 +162,8 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
     if (m->sp) gpt_carve(cv, &a->lnf_full, N * C);
     if (m->sp) gpt_carve(cv, &a->xg, N * C);
     gpt_carve(cv, &a->part, N * C);
-    gpt_carve(cv, &a->logits, (int64_t)a->head_rows * V);
-    gpt_carve(cv, &a->row_loss, a->head_rows);
+    if (head) gpt_carve(cv, &a->logits, (int64_t)a->head_rows * V);
+    if (head) gpt_carve(cv, &a->row_loss, a->head_rows);
     if (train) {
       gpt_carve(cv, &a->dfull, N * C);
       gpt_carve(cv, &a->dres, Nr * C);
@@ -189,6 +191,12 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   }
   if (!m->sp) a->lnf_full = a->lnf;
   return 0;
+}
+
+void gpt_tp_acts_borrow_head(gpt_tp_acts_t *a, const gpt_tp_t *m, const gpt_tp_acts_t *from) {
+  const int rows = gpt_head_rows(m->vp.rows, (int64_t)a->Bmax * a->T);
+  a->logits = from->logits, a->row_loss = from->row_loss;
+  a->head_rows = rows < from->head_rows ? rows : from->head_rows;
 }
 
 int gpt_tp_acts_set_batch(gpt_tp_acts_t *a, const gpt_tp_t *m, int B) {

@@ -97,13 +97,19 @@ typedef struct {
   float *mem;
 } gpt_tp_acts_t;
 
-/* train: GPT_ACTS_EVAL, _TRAIN, _RECOMPUTE or _RECOMPUTE_GELU, as gpt_acts_alloc. */
+/* train: GPT_ACTS_EVAL, _TRAIN, _RECOMPUTE or _RECOMPUTE_GELU, as gpt_acts_alloc,
+ * or'd with GPT_TP_ACTS_NO_HEAD for activations that never run the head (a
+ * pipeline rank without the last model stage): no logits, head_rows 0. */
+#define GPT_TP_ACTS_NO_HEAD 0x100
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
 /* Layer l's block tensors in a (blk[0] where one is kept). */
 static inline gpt_tp_block_acts_t *gpt_tp_acts_block(gpt_tp_acts_t *a, int l) { return &a->blk[a->nblk > 1 ? l : 0]; }
 /* Runs the next calls on B <= the allocated sequences (a shorter last chunk of
  * validation windows). 0, or -1 if B does not fit or (sp) B*T rows do not split. */
 int gpt_tp_acts_set_batch(gpt_tp_acts_t *a, const gpt_tp_t *m, int B);
+/* a (GPT_TP_ACTS_NO_HEAD) runs its head in from's logits and row losses, as
+ * gpt_acts_borrow_logits (m: a's split). */
+void gpt_tp_acts_borrow_head(gpt_tp_acts_t *a, const gpt_tp_t *m, const gpt_tp_acts_t *from);
 void gpt_tp_acts_free(gpt_tp_acts_t *a);
 
 /* Units (w and dw: views of this rank's local tensors; gradients ADDED).

@@ -314,13 +314,20 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   }
   if (t->v_count > 0) {
     t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
-    if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, 0))
+    /* the chunks' activations: gpt_tp.c's with --tp or --pp, else gpt.c's; their
+     * head runs in the training logits (up to 64 MiB: gpt_head_rows), and a
+     * pipeline rank without the last model stage runs none */
+    if (t->split && gpt_tp_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, GPT_TP_ACTS_NO_HEAD))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for tensor-parallel validation");
+    const gpt_tp_acts_t *head = t->pp > 1 ? trainer_pp_head_acts(t) : t->tp > 1 ? &t->tacts : NULL;
+    if (head) gpt_tp_acts_borrow_head(&t->tvacts, &t->tpv, head);
     t->vresid = malloc((size_t)t->v_count * T * C * sizeof(float));
     t->vin = malloc((size_t)t->v_count * T * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * T * sizeof(int));
-    if (!t->vresid || !t->vin || !t->vtg || gpt_acts_alloc(&t->vacts, &t->mc, t->v_chunk, T, 0))
+    if (!t->vresid || !t->vin || !t->vtg ||
+        (!t->split && gpt_acts_alloc(&t->vacts, &t->mc, t->v_chunk, T, GPT_ACTS_NO_LOGITS)))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+    if (!t->split) gpt_acts_borrow_logits(&t->vacts, &t->acts);
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
   }
   return ZS_OK;

@@ -190,6 +190,9 @@ void trainer_pp_free(trainer_t *t);
  * micro-batches whose activations it kept at once, and their bytes. */
 void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes);
 zs_comm_t *trainer_pp_comm(const trainer_t *t);
+/* After trainer_pp_setup: the activations this rank's head runs in (the first
+ * slot's, on the rank holding the last model stage), else NULL. */
+const gpt_tp_acts_t *trainer_pp_head_acts(const trainer_t *t);
 const char *trainer_pp_last_error(const trainer_t *t);
 /* The tied wte's gradients of the first and the last stage (tied_sum; also
  * trainer_moe_pp.c's): the first stage (first 1) and the last swap g (n

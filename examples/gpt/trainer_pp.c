@@ -281,7 +281,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   }
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
   for (int i = 0; i < q->nslots; i++)
-    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t))) {
+    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t) | (is_last(t) ? 0 : GPT_TP_ACTS_NO_HEAD))) {
       snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
       return ZS_ERR_NOMEM;
     }
@@ -311,6 +311,11 @@ void trainer_pp_act_peak(const trainer_t *t, int *microbatches, int64_t *bytes) 
 }
 
 zs_comm_t *trainer_pp_comm(const trainer_t *t) { return t->pps ? t->pps->ppc : NULL; }
+
+const gpt_tp_acts_t *trainer_pp_head_acts(const trainer_t *t) {
+  const struct trainer_pp *q = t->pps;
+  return q && is_last(t) && q->nslots > 0 ? &q->slots[0].a : NULL;
+}
 
 const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps->err[0] ? t->pps->err : NULL; }
 
