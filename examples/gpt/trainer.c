@@ -46,7 +46,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
     int uid;
     gpt_unit_name(&t->mc, u, name, sizeof name);
     if ((st = zs_unit_add(t->zs, name, &uid)) != ZS_OK) return trainer_fail(res, st, "zs_unit_add", zs_engine_last_error(t->zs));
-    int64_t off = 0;
+    int64_t off = 0, goff = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
       const gpt_param_info_t *p = &t->info[i];
       int pid;
@@ -58,7 +58,8 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
-      if (t->wte16 && i == 0) continue; /* no view */
+      if (!((t->wte16 || t->wteg16) && i == 0)) t->goff[i] = goff, goff += p->numel; /* a gradient view */
+      if (t->wte16 && i == 0) continue; /* no parameter view */
       t->uoff[i] = off;
       off += p->numel;
     }
@@ -103,7 +104,7 @@ static void trainer_free(trainer_t *t) {
   zs_mesh_destroy(t->mesh); /* after the engine, which used its comms */
   t->tph = NULL, t->mesh = NULL;
   gpt_data_free(&t->data);
-  free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff);
+  free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff), free(t->goff);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
   gpt_embed_rows_free(&t->erows);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
@@ -226,6 +227,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
   t->wte16 = t->bf16 && !t->split && !t->cuda && !o->bf16_wte_view; /* trainer_impl.h */
+  t->wteg16 = t->bf16 && t->tp > 1 && t->pp == 1 && !t->cuda && !o->bf16_wte_view;
   if (o->batch % t->dp)
     return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
@@ -263,18 +265,21 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->pv = calloc((size_t)t->np, sizeof(float *));
   t->gv = calloc((size_t)t->np, sizeof(float *));
   t->uoff = calloc((size_t)t->np, sizeof(int64_t));
-  if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->uoff)
+  t->goff = calloc((size_t)t->np, sizeof(int64_t));
+  if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->uoff || !t->goff)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
-  int64_t max_unit = 0;
+  int64_t max_unit = 0, max_grad = 0; /* the views' floats: parameters, gradients */
   for (int u = 0; u < t->nunits; u++) {
-    int64_t n = 0;
+    int64_t n = 0, ng = 0;
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
       if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
         gpt_param_info(&t->mc, i, &t->info[i]);
-      if (!(t->wte16 && i == 0)) n += t->info[i].numel; /* the views' floats */
+      if (!(t->wte16 && i == 0)) n += t->info[i].numel;
+      if (!((t->wte16 || t->wteg16) && i == 0)) ng += t->info[i].numel;
     }
     if (n > max_unit) max_unit = n;
+    if (ng > max_grad) max_grad = ng;
   }
   trainer_layout(o, err, sizeof err); /* recorded by --save, checked by --load */
   if ((st = zs_checkpoint_set_layout(t->zs, err)) != ZS_OK)
@@ -294,7 +299,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   const int T = o->seq, C = o->channels;
   if (t->bf16 && t->pp == 1) { /* a unit's fp32 views (trainer_round.c; --pp keeps its own, trainer_pp.c) */
     t->pscratch = malloc((size_t)max_unit * sizeof(float));
-    t->gscratch = malloc((size_t)max_unit * sizeof(float));
+    t->gscratch = malloc((size_t)max_grad * sizeof(float));
     if (!t->pscratch || !t->gscratch) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for bf16 scratch");
   }
   if (t->pp > 1) { /* the pipeline's runtime, activation pool and token buffers */

@@ -105,7 +105,7 @@ struct trainer {
   int *tidx;           /* engine parameter id -> table entry */
   void **pslot, **gslot;
   float **pv, **gv;    /* fp32 views: the slots (fp32) or the scratch (bf16) */
-  int64_t *uoff;       /* entry's offset inside its unit (bf16 scratch) */
+  int64_t *uoff, *goff; /* entry's offset inside its unit's views (bf16): parameters, gradients */
   float *pscratch, *gscratch;
   gpt_weights_t w, g;  /* bound from pv / gv at every gather */
   /* wte16: a dense bf16 run on the CPU uses wte's bits where the engine keeps
@@ -115,6 +115,11 @@ struct trainer {
    * NULL and the views are the size of the largest unit without it */
   int wte16;
   gpt_embed_rows_t erows;
+  /* wteg16: a bf16 --tp run on the CPU keeps wte's parameter view (the
+   * tensor-parallel embedding reads an fp32 table) but makes its gradient in
+   * dwte_head (gpt_tp_embed_backward's rows added to the head's part there):
+   * gv[0] stays NULL and the gradient views are one block's size */
+  int wteg16;
 
   float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
   gpt_acts_t acts;     /* one training micro-batch */
