@@ -19,12 +19,23 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   ca->attn = opc_attention_pick(c->heads > 0 ? c->channels / c->heads : 0, NULL, 0);
   if (ca->attn < 0) return OPC_ATTN_ERR_HEAD;
   const int fused = ca->attn == OPC_ATTN_FUSED;
+  /* the head's chunk from the free memory, as said in model_cuda.h: its own
+   * allocation when more rows than gpt_head_rows's, and then none in the layout */
+  size_t free_b = 0, total_b = 0, rows = 0, row = (size_t)c->vocab * sizeof(float);
+  if (c->vocab > 0 && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    size_t budget = free_b / 8;
+    if (budget > ((size_t)2 << 30)) budget = (size_t)2 << 30;
+    rows = budget / row;
+    if (rows > N) rows = N;
+    if (rows <= (size_t)gpt_head_rows(c->vocab, (int64_t)N)) rows = 0;
+  }
   /* gpt_acts_alloc's layout, in one device allocation (att one float a row when fused) */
-  const size_t n = gpt_acts_layout_att(a, c, B, T, train, fused ? 1 : T, NULL);
+  const int mode = train | (rows ? GPT_ACTS_NO_LOGITS : 0);
+  const size_t n = gpt_acts_layout_att(a, c, B, T, mode, fused ? 1 : T, NULL);
   float *mem = NULL;
   int rc = (int)cudaMalloc((void **)&mem, n * sizeof(float));
   if (rc) return rc;
-  gpt_acts_layout_att(a, c, B, T, train, fused ? 1 : T, mem);
+  gpt_acts_layout_att(a, c, B, T, mode, fused ? 1 : T, mem);
   rc = (int)cudaMemset(a->mem, 0, n * sizeof(float));
   /* what only the GPU path needs, in allocations of their own */
   if (!rc && train && !fused) rc = (int)cudaMalloc((void **)&ca->datt, (size_t)B * NH * T * T * sizeof(float));
@@ -35,20 +46,9 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   if (!rc) rc = (int)cudaMemset(ca->loss, 0, N * sizeof(double));
   if (!rc) rc = (int)cudaMemset(ca->tokens, 0, N * sizeof(int));
   if (!rc) rc = (int)cudaMemset(ca->targets, 0, N * sizeof(int));
-  /* the head's chunk from the free memory, as said in model_cuda.h */
-  size_t free_b = 0, total_b = 0;
-  if (!rc && c->vocab > 0 && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-    size_t budget = free_b / 8, row = (size_t)c->vocab * sizeof(float);
-    if (budget > ((size_t)2 << 30)) budget = (size_t)2 << 30;
-    size_t rows = budget / row;
-    if (rows > N) rows = N;
-    if (rows > (size_t)a->head_rows) {
-      rc = (int)cudaMalloc((void **)&ca->logits, rows * row);
-      if (!rc) {
-        a->logits = ca->logits;
-        a->head_rows = (int)rows;
-      }
-    }
+  if (!rc && rows) {
+    rc = (int)cudaMalloc((void **)&ca->logits, rows * row);
+    if (!rc) a->logits = ca->logits, a->head_rows = (int)rows;
   }
   if (rc) gpt_cuda_acts_free(ca);
   return rc;
