@@ -377,11 +377,14 @@ static void test_wte_b16(void) {
     gpt_embed_backward(&c, &dw, tok, B, T, dx);
     for (int64_t k = 0; k < VC; k++) ref[k] += head[k];
     memcpy(got, head, sizeof(float) * VC);
-    gpt_embed_backward_rows(&c, pe1, got, tok, B, T, dx, &rows);
+    expect_int_eq(gpt_embed_backward_rows(&c, pe1, got, tok, B, T, dx, &rows), 0);
     if (memcmp(got, ref, sizeof(float) * VC) || memcmp(pe0, pe1, sizeof(float) * T * C))
       ZS_T_REPORT("pass %d: gpt_embed_backward_rows is not gpt_embed_backward plus the head's part", pass);
     for (int v = 0; v < V; v++) expect_int_eq(rows.row_of[v], -1);
   }
+  memcpy(ref, got, sizeof(float) * VC); /* more tokens than the workspace holds: refused, nothing touched */
+  expect_int_eq(gpt_embed_backward_rows(&c, pe1, got, tok, B + 1, T, dx, &rows), -1);
+  expect_true(!memcmp(ref, got, sizeof(float) * VC));
   for (int math = 0; math < 3; math++) { /* fp32, bf16 emulated, bf16 as detected */
     gpt_gemm_set_math(math ? GPT_MATH_BF16 : GPT_MATH_FP32);
     gpt_gemm_force_emulation(math == 1);

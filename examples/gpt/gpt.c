@@ -338,20 +338,21 @@ void gpt_embed_rows_free(gpt_embed_rows_t *r) {
   memset(r, 0, sizeof *r);
 }
 
-void gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, const int *tokens, int B, int T,
-                             const float *dx, gpt_embed_rows_t *r) {
+int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, const int *tokens, int B, int T,
+                            const float *dx, gpt_embed_rows_t *r) {
   const int C = c->channels;
   const int64_t N = (int64_t)B * T;
+  if (N > r->n) return -1;
   embed_backward_wpe(C, dwpe, B, T, dx);
   int distinct = 0; /* the rows, in the order tokens first name them */
-  for (int64_t n = 0; n < N && n < r->n; n++)
+  for (int64_t n = 0; n < N; n++)
     if (r->row_of[tokens[n]] < 0) r->tok_of[distinct] = tokens[n], r->row_of[tokens[n]] = distinct++;
   memset(r->rows, 0, (size_t)distinct * C * sizeof(float));
   /* as gpt_embed_backward: added in token order, split by channel */
 #pragma omp parallel for schedule(static)
   for (int i0 = 0; i0 < C; i0 += 16) {
     int i1 = i0 + 16 < C ? i0 + 16 : C;
-    for (int64_t n = 0; n < N && n < r->n; n++) {
+    for (int64_t n = 0; n < N; n++) {
       float *d = r->rows + (int64_t)r->row_of[tokens[n]] * C;
       const float *g = dx + n * C;
       for (int i = i0; i < i1; i++) d[i] += g[i];
@@ -371,6 +372,7 @@ void gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, c
     }
   }
   for (int k = 0; k < distinct; k++) r->row_of[r->tok_of[k]] = -1;
+  return 0;
 }
 
 double gpt_head_b16(const gpt_config_t *c, const uint16_t *wte, const float *x, const int *targets, int64_t N,

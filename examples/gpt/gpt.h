@@ -273,10 +273,10 @@ void gpt_embed_rows_free(gpt_embed_rows_t *r);
 /* dwpe as gpt_embed_backward; for wte, the gradient gpt_embed_backward into a
  * zeroed dwte and then dwte += dhead would make, made in dhead itself (V x C):
  * the rows the tokens name summed in token order in the workspace, then each
- * added to its row of dhead, the others to zero: the same bits. B*T at most
- * r->n. */
-void gpt_embed_backward_rows(const gpt_config_t *cfg, float *dwpe, float *dhead, const int *tokens, int B, int T,
-                             const float *dx, gpt_embed_rows_t *r);
+ * added to its row of dhead, the others to zero: the same bits. 0, or -1
+ * (nothing done) when B*T is more than r->n. */
+int gpt_embed_backward_rows(const gpt_config_t *cfg, float *dwpe, float *dhead, const int *tokens, int B, int T,
+                            const float *dx, gpt_embed_rows_t *r);
 
 /* One transformer block. x_out may equal x_in (x_in is read only before x_out is
  * written), which the forward-only path uses to keep one residual buffer. */

@@ -96,7 +96,9 @@ static zs_status_t cpu_block_backward(trainer_t *t, int l, const float *x_in, fl
 static zs_status_t cpu_embed_backward(trainer_t *t, const float *dx) {
   const int64_t n = (int64_t)t->mc.vocab * t->mc.channels;
   if (t->wte16) { /* wte's gradient made in dwte_head; unit_reduce adds it into the slot */
-    gpt_embed_backward_rows(&t->mc, t->g.embed.wpe, t->dwte_head, t->tin, t->micro, t->o->seq, dx, &t->erows);
+    /* the workspace holds a micro-batch (trainer.c): a refusal is this file's bug */
+    if (gpt_embed_backward_rows(&t->mc, t->g.embed.wpe, t->dwte_head, t->tin, t->micro, t->o->seq, dx, &t->erows))
+      return ZS_ERR_INTERNAL;
     return ZS_OK;
   }
   gpt_embed_backward(&t->mc, &t->g.embed, t->tin, t->micro, t->o->seq, dx);
