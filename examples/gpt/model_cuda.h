@@ -40,10 +40,11 @@ typedef struct {
  * opc_attention_pick refuses the model's head size; on failure nothing stays
  * allocated. The attention is opc_attention_pick's for the model's head size
  * (fused by default where it is built for it: no T x T buffers, att a
- * log-sum-exp a row). The memory starts zeroed. The head's chunk (a.head_rows rows of logits) is
+ * log-sum-exp a row). The memory starts zeroed (but a head chunk of its own). The head's chunk (a.head_rows rows of logits) is
  * sized from the free device memory (up to an eighth of it, at most 2 GiB, all
- * B*T rows when they fit), not from the CPU's 16 MiB budget: GPT-2's head then
- * runs as one GEMM instead of ~100 of 83 rows. */
+ * B*T rows when they fit; its own allocation, the layout then carving none),
+ * not from the CPU's 64 MiB budget (gpt_head_rows), when that gives more rows:
+ * GPT-2's head then runs as one GEMM, not in chunks of 256 rows. */
 int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *cfg, int B, int T, int train);
 void gpt_cuda_acts_free(gpt_cuda_acts_t *ca);
 
