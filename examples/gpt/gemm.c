@@ -142,11 +142,7 @@ static void widen_bits(float *dst, const uint16_t *src, int rows, int cols, int 
   const int64_t work = (int64_t)rows * cols;
   (void)work;
 #pragma omp parallel for schedule(static) if (work >= (1 << 15))
-  for (int r = 0; r < rows; r++) {
-    float *d = dst + (int64_t)r * cols;
-    const uint16_t *s = src + (int64_t)r * ld;
-    for (int c = 0; c < cols; c++) d[c] = gpt_bf16_value(s[c]);
-  }
+  for (int r = 0; r < rows; r++) gpt_bf16_widen_range(dst + (int64_t)r * cols, src + (int64_t)r * ld, cols);
 }
 
 /* B (rows x cols as stored, row stride ld) for the engine (native: bf16 bits,

@@ -58,7 +58,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
-      if (!((t->wte16 || t->wteg16) && i == 0)) t->goff[i] = goff, goff += p->numel; /* a gradient view */
+      if (!(t->wteg_head && i == 0)) t->goff[i] = goff, goff += p->numel; /* a gradient view */
       if (t->wte16 && i == 0) continue; /* no parameter view */
       t->uoff[i] = off;
       off += p->numel;
@@ -227,7 +227,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   if (gpt_config_check(&t->mc, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   TRY(tp_check(t, res));
   t->wte16 = t->bf16 && !t->split && !t->cuda && !o->bf16_wte_view; /* trainer_impl.h */
-  t->wteg16 = t->bf16 && t->tp > 1 && t->pp == 1 && !t->cuda && !o->bf16_wte_view;
+  t->wteg_head = t->bf16 && t->pp == 1 && !t->cuda && !o->bf16_wte_view; /* dense (wte16) or --tp */
   if (o->batch % t->dp)
     return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
@@ -276,7 +276,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
       else
         gpt_param_info(&t->mc, i, &t->info[i]);
       if (!(t->wte16 && i == 0)) n += t->info[i].numel;
-      if (!((t->wte16 || t->wteg16) && i == 0)) ng += t->info[i].numel;
+      if (!(t->wteg_head && i == 0)) ng += t->info[i].numel;
     }
     if (n > max_unit) max_unit = n;
     if (ng > max_grad) max_grad = ng;

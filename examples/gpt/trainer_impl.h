@@ -115,11 +115,12 @@ struct trainer {
    * NULL and the views are the size of the largest unit without it */
   int wte16;
   gpt_embed_rows_t erows;
-  /* wteg16: a bf16 --tp run on the CPU keeps wte's parameter view (the
-   * tensor-parallel embedding reads an fp32 table) but makes its gradient in
-   * dwte_head (gpt_tp_embed_backward's rows added to the head's part there):
-   * gv[0] stays NULL and the gradient views are one block's size */
-  int wteg16;
+  /* wteg_head: wte's gradient is made in dwte_head, gv[0] stays NULL and the
+   * gradient views are one block's size: with wte16, and in a bf16 --tp run on
+   * the CPU, which keeps wte's parameter view (the tensor-parallel embedding
+   * reads an fp32 table) but adds gpt_tp_embed_backward's rows to the head's
+   * part where it is */
+  int wteg_head;
 
   float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
   gpt_acts_t acts;     /* one training micro-batch */

@@ -175,7 +175,7 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
     TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
     t->pv[i] = p;
     t->gv[i] = NULL;
-    if (backward && !(t->wteg16 && i == 0)) { /* wteg16: wte's gradient is made in dwte_head */
+    if (backward && !(t->wteg_head && i == 0)) { /* wte's gradient is made in dwte_head */
       t->gv[i] = t->gscratch + t->goff[i];
       TRY(t->m->zero(t, t->gv[i], n));
     }
@@ -198,8 +198,7 @@ static zs_status_t unit_release(trainer_t *t, int u) {
 static zs_status_t unit_reduce(trainer_t *t, int u) {
   if (t->bf16) {
     for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
-      TRY(trainer_bf16_add(t, t->gslot[i], (t->wte16 || t->wteg16) && i == 0 ? t->dwte_head : t->gv[i],
-                           t->info[i].numel));
+      TRY(trainer_bf16_add(t, t->gslot[i], t->wteg_head && i == 0 ? t->dwte_head : t->gv[i], t->info[i].numel));
   }
   unit_forget(t, u);
   return zs_reduce(t->zs, u);
@@ -317,7 +316,7 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
     TRY(tp_reduce(t, 1 + l));
   }
   TRY(unit_gather(t, 0, 1));
-  if (t->wteg16) { /* the rows added to the head's part where it is (trainer_impl.h) */
+  if (t->wteg_head) { /* the rows added to the head's part where it is (trainer_impl.h) */
     gpt_embed_w_t dw = {.wte = t->dwte_head, .wpe = t->g.embed.wpe};
     TRY(gpt_tp_embed_backward(m, &dw, t->tin, a, a->dres));
     return tp_reduce(t, 0);
