@@ -40,7 +40,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
     if ((st = trainer_pp_declare(t, err, sizeof err)) != ZS_OK) return trainer_fail(res, st, "--pp", err);
     return ZS_OK;
   }
-  t->neng = t->np, t->head_pid = -1;
+  t->neng = t->np;
   for (int u = 0; u < t->nunits; u++) {
     char name[GPT_NAME_MAX];
     int uid;
@@ -68,18 +68,17 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
 }
 
 /* How each parameter sits in the whole model, so that a checkpoint of one
- * layout loads into any other: tp slices (gpt_tp_split), the last pipeline
- * stage's tied copy of wte; and the model's sizes for offline tools. */
+ * layout loads into any other: tp slices (gpt_tp_split); and the model's sizes
+ * for offline tools. */
 static zs_status_t declare_splits(trainer_t *t, gpt_result_t *res) {
   zs_status_t st = ZS_OK;
   for (int pid = 0; pid < t->neng && st == ZS_OK; pid++) {
-    const int i = pid == t->head_pid ? 0 : t->tidx[pid];
+    const int i = t->tidx[pid];
     zs_split_t s;
     gpt_param_info_t w;
     gpt_param_info(&t->mc, i, &w);
-    if (!(t->tp > 1 && gpt_tp_split(&t->tpm, i, &s)) && pid != t->head_pid) continue;
-    if (!(t->tp > 1 && gpt_tp_split(&t->tpm, i, &s))) memset(&s, 0, sizeof s);
-    s.whole = w.name, s.whole_ndim = w.ndim; /* the head's copy: wte's, whole or sliced the same way */
+    if (!(t->tp > 1 && gpt_tp_split(&t->tpm, i, &s))) continue;
+    s.whole = w.name, s.whole_ndim = w.ndim;
     for (int d = 0; d < w.ndim; d++) s.whole_shape[d] = w.shape[d];
     st = zs_checkpoint_set_split(t->zs, pid, &s);
   }

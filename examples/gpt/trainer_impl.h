@@ -144,12 +144,10 @@ struct trainer {
   uint64_t nvme_moved;      /* ... and their bytes read + written */
   /* pipeline parallelism (--pp > 1, trainer_pp.c): the mesh is pp x dp x tp
    * (pp outermost); this rank holds the model stages chunk * pp + pp_rank, the
-   * engine only their units, plus with the last stage a tied copy of wte */
+   * engine only their units (the last stage's copy of wte is trainer_pp.c's) */
   int pp, pp_rank, tp_rank;
   int split;           /* the model runs through gpt_tp.c (--tp > 1 or --pp > 1) */
   int neng;            /* parameters declared in the engine (np without --pp) */
-  int head_pid;        /* the last stage's tied wte copy (engine id), or -1 */
-  void *head_p, *head_g; /* its slots */
   struct trainer_pp *pps;
   zs_mesh_t *mesh;
   zs_tp_t *tph;
@@ -199,16 +197,24 @@ zs_comm_t *trainer_pp_comm(const trainer_t *t);
 /* After trainer_pp_setup: the activations this rank's head runs in (the first
  * slot's, on the rank holding the last model stage), else NULL. */
 const gpt_tp_acts_t *trainer_pp_head_acts(const trainer_t *t);
+/* Collective, between steps: the last stage's copy of wte refreshed from stage
+ * 0's as a step starts it; *hw: it (this rank's vocabulary slice), on the ranks
+ * of the last stage, else NULL. */
+zs_status_t trainer_pp_head_copy(trainer_t *t, const float **hw);
 const char *trainer_pp_last_error(const trainer_t *t);
-/* The tied wte's gradients of the first and the last stage (tied_sum; also
- * trainer_moe_pp.c's): the first stage (first 1) and the last swap g (n
+/* The tied wte's gradients of the first and the last stage, trainer_moe_pp.c's
+ * (it trains both copies): the first stage (first 1) and the last swap g (n
  * floats) over ppc with peer and add the other's, so both hold the same sum
  * (a + b = b + a, bit for bit). The floats go over in pieces of
  * TRAINER_PP_TIED_CHUNK, through tmp of that many (or n, if fewer): a scratch
  * of wte's size (147 MiB at GPT-2's vocabulary) stayed in each end's RSS. */
 #define TRAINER_PP_TIED_CHUNK ((size_t)1 << 20)
 zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
-/* The floats of trainer_pp_tied_swap's tmp for a gradient of n. */
+/* trainer_pp.c's (the engine trains stage 0's wte only): the last stage sends
+ * its g, the head's part, in the same pieces, and the first adds it into its g,
+ * the embedding's (g0 + gh, as the swap's first end). */
+zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
+/* The floats of trainer_pp_tied_swap's and _add's tmp for a gradient of n. */
 static inline size_t trainer_pp_tied_tmp(size_t n) { return n < TRAINER_PP_TIED_CHUNK ? n : TRAINER_PP_TIED_CHUNK; }
 /* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and
  * ppc is aborted (peers may wait for this rank's transfers). */

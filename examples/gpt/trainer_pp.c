@@ -13,18 +13,21 @@
  * the final LayerNorm and the head. Each stage's compute is gpt_tp.c's (a tp
  * group of 1 without --tp), so --tp and --sequence-parallel compose.
  *
- * The tied embedding. The head is tied to wte, which lives on the first stage;
- * the last stage holds a copy, declared as its own unit "head" with the
- * parameter "head.wte" flagged ZS_PARAM_TIED_COPY (out of the norm: stage 0
- * counts wte). Both start from wte's initial values; after the backward of
- * every micro-batch the two gradients (the embedding's on stage 0, the head's
- * on stage S - 1) are exchanged over the pp comm and each adds the other's, so
- * both hold the sum and take the same update (Megatron's embedding group).
- * The same update bit for bit needs the same data-parallel reduction too: a
- * ring reduce-scatter sums each block in an order its owner sets (a + b + c is
- * not c + a + b), so stage 0's wte is an engine unit of its own ("embed", wpe
- * in "embed.wpe"), the size and layout of the head's, and both copies' elements
- * fall in the same blocks of the same ranks (test_gpt_pp_parity, dp 4 x pp 2).
+ * The tied embedding. The head is tied to wte, which lives on the first stage
+ * and only there in the engine: one master, one m and v, one reduction. The
+ * last stage holds a copy outside the engine, fp32 (q->hw, this rank's
+ * vocabulary slice as wte), refreshed from stage 0 at the start of every step
+ * (after the gather: its bf16 bits or fp32 values over the pp comm), and the
+ * head's gradient in its own fp32 buffer (q->hg), sent to stage 0 after the
+ * micro-batches and added to the embedding's there before the reduction
+ * (trainer_pp_tied_add). Megatron and DeepSpeed's pipelines train both copies
+ * (an all-reduce over the embedding group, and each copy's optimizer state):
+ * for GPT-2 124M at pp 2 the copy's master, m, v and engine slots were 12-16
+ * bytes a parameter of wte's 38.6M on the last stage, 440-620 MiB. The same
+ * update as theirs: stage 0 adds the head's gradient to its own (g0 + gh),
+ * which the swap also did, and its values are the copy's at the next step.
+ * Checkpoints hold wte once (stage 0's); one saved by a build that trained the
+ * copy (a tensor "head.wte", a split of wte) loads, its copy unread.
  *
  * One engine round per step. A pipeline interleaves the forwards and backwards
  * of different micro-batches, so the engine's round (forward, then one
@@ -65,7 +68,7 @@ typedef struct {
   gpt_tp_acts_t a;
 } pp_slot_t;
 
-enum { UNIT_HEAD = -1, UNIT_WPE = -2 };
+enum { UNIT_WPE = -2 };
 
 struct trainer_pp {
   zs_pp_kind_t kind;
@@ -76,15 +79,15 @@ struct trainer_pp {
   zs_pp_t *rt;
   int nunits;         /* engine units on this rank */
   int *unit_tab;      /* engine unit -> gpt.h unit; UNIT_WPE for the embedding's second part
-                         (wpe: unit 0's binding covers it), UNIT_HEAD for the head copy */
+                         (wpe: unit 0's binding covers it) */
   pp_slot_t *slots;
   int nslots, in_use, peak_in_use;
   int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
   int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
-  float *tied;        /* stage 0 / S - 1: the other copy's wte gradient, a piece at a time */
+  float *tied;        /* stage 0: the head's wte gradient, a piece at a time */
+  float *hw, *hg;     /* stage S - 1: the head's copy of wte (this rank's slice) and its gradient, fp32 */
   float *pw, *gw;     /* bf16: fp32 views of every parameter and gradient of this rank */
   int64_t *woff;      /* bf16: engine parameter -> its place in pw and gw */
-  float *head_w32, *head_g32; /* bf16: the head copy's views (in pw, gw) */
   double loss_sum;    /* this step's micro-batch mean losses (last stage) */
   char err[256];
 };
@@ -188,8 +191,8 @@ fail:
 }
 
 /* gpt.h's unit u. The embedding is two engine units, "embed" with wte alone
- * and "embed.wpe": wte's unit then has the size and layout of the head's copy
- * (see trainer_pp_declare). */
+ * and "embed.wpe" (the layout of the pipeline's checkpoints: it once gave wte
+ * the size and layout of the head's copy, which the engine trained too). */
 static zs_status_t declare_unit(trainer_t *t, int u, char *err, size_t n) {
   char name[GPT_NAME_MAX];
   const int i0 = gpt_unit_first_param(&t->mc, u), i1 = gpt_unit_first_param(&t->mc, u + 1);
@@ -201,27 +204,12 @@ static zs_status_t declare_unit(trainer_t *t, int u, char *err, size_t n) {
 
 zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
   struct trainer_pp *q = t->pps;
-  zs_status_t st;
-  q->unit_tab = malloc(sizeof(int) * (size_t)(t->nunits + 2)); /* + embed.wpe, head */
+  q->unit_tab = malloc(sizeof(int) * (size_t)(t->nunits + 1)); /* + embed.wpe */
   if (!q->unit_tab) return ZS_ERR_NOMEM;
-  t->head_pid = -1;
   for (int c = 0; c < q->v; c++) {
     const int s = c * q->p + t->pp_rank;
     const int first = s == 0 ? 0 : 1 + q->loff[s], last = s == q->S - 1 ? t->L + 1 : q->loff[s + 1];
     for (int u = first; u <= last; u++) TRY(declare_unit(t, u, err, n));
-    if (s != q->S - 1) continue;
-    /* the head's copy of wte (this rank's vocabulary slice, as wte) */
-    const gpt_param_info_t *w = &t->info[0];
-    int uid;
-    if ((st = zs_unit_add(t->zs, "head", &uid)) != ZS_OK ||
-        (st = zs_param_add(t->zs, uid, "head.wte", w->ndim, w->shape, ZS_PARAM_TIED_COPY, &t->head_p, &t->head_g,
-                           &t->head_pid)) != ZS_OK) {
-      snprintf(err, n, "declaring the head's tied wte: %s", zs_engine_last_error(t->zs));
-      return st;
-    }
-    q->unit_tab[uid] = UNIT_HEAD;
-    t->tidx[t->head_pid] = 0; /* initialised as wte */
-    t->neng++;
   }
   q->nunits = zs_engine_unit_count(t->zs);
   return ZS_OK;
@@ -266,8 +254,12 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   q->slot_of = malloc(sizeof(int) * (size_t)q->m * q->v);
   t->tin = malloc(sizeof(int) * (size_t)t->per_rank * T);
   t->ttg = malloc(sizeof(int) * (size_t)t->per_rank * T);
-  if ((is_first(t) || is_last(t)) && !(q->tied = malloc(trainer_pp_tied_tmp((size_t)t->info[0].numel) * sizeof(float))))
+  const size_t nw = (size_t)t->info[0].numel; /* wte on this rank: its vocabulary slice */
+  if (is_first(t) && !(q->tied = malloc(trainer_pp_tied_tmp(nw) * sizeof(float)))) return ZS_ERR_NOMEM;
+  if (is_last(t) && (!(q->hw = malloc(nw * sizeof(float))) || !(q->hg = malloc(nw * sizeof(float))))) {
+    snprintf(err, n, "out of host memory for the head's copy of wte (2 x %zu floats)", nw);
     return ZS_ERR_NOMEM;
+  }
   if (t->bf16) { /* the step's fp32 views: this rank's parameters and gradients whole */
     int64_t total = 0;
     if (!(q->woff = malloc(sizeof(int64_t) * (size_t)(t->neng + 1)))) return ZS_ERR_NOMEM;
@@ -299,7 +291,7 @@ void trainer_pp_free(trainer_t *t) {
   zs_pp_destroy(q->rt);
   for (int i = 0; q->slots && i < q->nslots; i++) gpt_tp_acts_free(&q->slots[i].a);
   free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied), free(q->loff);
-  free(q->pw), free(q->gw), free(q->woff);
+  free(q->pw), free(q->gw), free(q->woff), free(q->hw), free(q->hg);
   free(q);
   t->pps = NULL;
 }
@@ -333,10 +325,9 @@ static zs_status_t bind_bf16(trainer_t *t, int backward) {
     const int i = t->tidx[pid];
     const int64_t n = t->info[i].numel;
     float *p = q->pw + q->woff[pid], *g = backward ? q->gw + q->woff[pid] : NULL;
-    TRY(trainer_bf16_widen(t, p, pid == t->head_pid ? t->head_p : t->pslot[i], n));
+    TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
     if (g) memset(g, 0, (size_t)n * sizeof(float));
-    if (pid == t->head_pid) q->head_w32 = p, q->head_g32 = g;
-    else t->pv[i] = p, t->gv[i] = g;
+    t->pv[i] = p, t->gv[i] = g;
   }
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
@@ -348,7 +339,7 @@ static zs_status_t narrow_all(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   for (int pid = 0; pid < t->neng; pid++) {
     const int i = t->tidx[pid];
-    TRY(trainer_bf16_add(t, pid == t->head_pid ? t->head_g : t->gslot[i], q->gw + q->woff[pid], t->info[i].numel));
+    TRY(trainer_bf16_add(t, t->gslot[i], q->gw + q->woff[pid], t->info[i].numel));
   }
   return ZS_OK;
 }
@@ -374,14 +365,27 @@ static zs_status_t gather_all(trainer_t *t, int backward) {
 
 static void forget_all(trainer_t *t) {
   for (int i = 0; i < t->np; i++) t->pv[i] = t->gv[i] = NULL;
-  t->pps->head_w32 = t->pps->head_g32 = NULL;
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
 }
 
-/* The head's wte and its gradient: stage S - 1's copy (bf16: its fp32 views). */
-static float *head_w(trainer_t *t) { return t->bf16 ? t->pps->head_w32 : (float *)t->head_p; }
-static float *head_g(trainer_t *t) { return t->bf16 ? t->pps->head_g32 : (float *)t->head_g; }
+/* The head's wte and its gradient: stage S - 1's copy. */
+static float *head_w(trainer_t *t) { return t->pps->hw; }
+static float *head_g(trainer_t *t) { return t->pps->hg; }
+
+/* Stage 0's wte (gathered: its slot, bf16 bits or fp32) into the last stage's
+ * copy, over the pp comm, on both; the other ranks pass. */
+static zs_status_t head_refresh(trainer_t *t) {
+  struct trainer_pp *q = t->pps;
+  const size_t n = (size_t)t->info[0].numel;
+  const zs_dtype_t dt = t->bf16 ? ZS_BF16 : ZS_FP32;
+  if (is_first(t)) TRY(zs_comm_send(q->ppc, t->pslot[0], n, dt, q->p - 1, NULL));
+  else if (is_last(t)) TRY(zs_comm_recv(q->ppc, t->bf16 ? (void *)q->hg : (void *)q->hw, n, dt, 0, NULL));
+  else return ZS_OK;
+  TRY(zs_stream_synchronize(zs_comm_device(q->ppc), NULL));
+  if (is_last(t) && t->bf16) TRY(trainer_bf16_widen(t, q->hw, (const uint16_t *)q->hg, (int64_t)n)); /* hg held the bits */
+  return ZS_OK;
+}
 
 /* ============================================================================
  * the runtime's callbacks: one model stage of one micro-batch
@@ -415,7 +419,7 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
   for (int j = 0; st == ZS_OK && j < nl; j++)
     st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l0 + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
   if (st == ZS_OK && ms == q->S - 1) {
-    double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's slot */
+    double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's gradient */
     st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
@@ -457,8 +461,6 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
  * a step
  * ========================================================================== */
 
-/* Stage 0 and stage S - 1 swap their wte gradients over the pp comm and add
- * the other's: both then hold the sum (a + b = b + a, bit for bit). */
 zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n) {
   zs_status_t st = zs_pp_run(rt, cb);
   if (st == ZS_OK) return ZS_OK;
@@ -485,11 +487,26 @@ zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n,
   return ZS_OK;
 }
 
+zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
+  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) {
+    const size_t c = trainer_pp_tied_tmp(n - k0);
+    float *gk = g + k0;
+    if (first) TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+    else TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+    TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
+    if (!first) continue;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
+  }
+  return ZS_OK;
+}
+
+/* The head's wte gradient added into the embedding's on stage 0. */
 static zs_status_t tied_sum(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!is_first(t) && !is_last(t)) return ZS_OK;
-  return trainer_pp_tied_swap(q->ppc, is_first(t) ? t->g.embed.wte : head_g(t), q->tied, (size_t)t->info[0].numel,
-                              is_first(t), is_first(t) ? q->p - 1 : 0);
+  return trainer_pp_tied_add(q->ppc, is_first(t) ? t->g.embed.wte : head_g(t), q->tied, (size_t)t->info[0].numel,
+                             is_first(t), is_first(t) ? q->p - 1 : 0);
 }
 
 /* The validation windows through the model stages in order: stage s's owner
@@ -537,6 +554,8 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
   TRY(zs_forward_begin(t->zs));
   TRY(zs_backward_begin(t->zs));
   TRY(gather_all(t, 1));
+  TRY(head_refresh(t));
+  if (is_last(t)) memset(q->hg, 0, (size_t)t->info[0].numel * sizeof(float));
   if (val && t->v_count > 0) TRY(val_chain(t, vsum));
   q->loss_sum = 0;
   const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
@@ -553,10 +572,24 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
   return ZS_OK;
 }
 
+zs_status_t trainer_pp_head_copy(trainer_t *t, const float **hw) {
+  struct trainer_pp *q = t->pps;
+  *hw = NULL;
+  TRY(zs_forward_begin(t->zs));
+  TRY(gather_all(t, 0));
+  TRY(head_refresh(t));
+  forget_all(t);
+  for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));
+  TRY(zs_forward_end(t->zs));
+  if (is_last(t)) *hw = q->hw;
+  return ZS_OK;
+}
+
 zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
   struct trainer_pp *q = t->pps;
   TRY(zs_forward_begin(t->zs));
   TRY(gather_all(t, 0));
+  TRY(head_refresh(t));
   TRY(val_chain(t, vsum));
   forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));

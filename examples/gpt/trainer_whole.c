@@ -8,20 +8,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16_bits.h"
 #include "init_from.h"
 #include "trainer_impl.h"
 
-/* Parameter `pid`'s whole fp32 values into out (its whole numel), on every
- * rank: zs_param_get gives this rank's part (collective over the data-parallel
- * ranks at stages 1-3); with --tp the parts of the tp group are all-gathered and
- * placed where gpt_tp_full_index says. mine and all: scratch of the largest
- * part, and of tp of them. */
-static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, float *all) {
-  const int i = t->tidx[pid];
+/* Table entry i's whole fp32 values into out from this rank's part (n values,
+ * its numel here): with --tp the parts of the tp group are all-gathered and
+ * placed where gpt_tp_full_index says. all: scratch of tp parts. */
+static zs_status_t whole_of_part(trainer_t *t, int i, const float *part, float *out, float *all) {
   const int64_t n = t->info[i].numel;
-  TRY(zs_param_get(t->zs, pid, t->tp == 1 ? out : mine));
-  if (t->tp == 1) return ZS_OK;
-  TRY(zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL));
+  if (t->tp == 1) {
+    if (out != part) memcpy(out, part, (size_t)n * sizeof(float));
+    return ZS_OK;
+  }
+  TRY(zs_comm_all_gather(zs_tp_comm(t->tph), part, all, (size_t)n, ZS_FP32, NULL));
   for (int r = 0; r < t->tp; r++) {
     gpt_tp_t pr;
     char err[128];
@@ -34,6 +34,15 @@ static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, f
   return ZS_OK;
 }
 
+/* Parameter `pid`'s whole fp32 values into out (its whole numel), on every
+ * rank: zs_param_get gives this rank's part (collective over the data-parallel
+ * ranks at stages 1-3), whole_of_part the rest. mine and all: scratch of the
+ * largest part, and of tp of them. */
+static zs_status_t whole_param(trainer_t *t, int pid, float *out, float *mine, float *all) {
+  TRY(zs_param_get(t->zs, pid, t->tp == 1 ? out : mine));
+  return whole_of_part(t, t->tidx[pid], t->tp == 1 ? out : mine, out, all);
+}
+
 static int64_t largest_part(const trainer_t *t) {
   int64_t most = 1;
   for (int i = 0; i < t->np; i++) most = t->info[i].numel > most ? t->info[i].numel : most;
@@ -41,16 +50,21 @@ static int64_t largest_part(const trainer_t *t) {
 }
 
 /* --pp: the largest |wte - the last stage's copy| over the world (p holds the
- * whole wte, the last stage's ranks assemble their copy), into *diff. */
-static zs_status_t tied_diff(trainer_t *t, const float *p, float *mine, float *all, double *diff) {
+ * whole wte, the fp32 master in bf16 runs, whose slot holds it rounded; the
+ * copy as a step refreshes it, assembled on the last stage's ranks), into *diff. */
+static zs_status_t tied_diff(trainer_t *t, const float *p, float *all, double *diff) {
   gpt_param_info_t whole;
   gpt_param_info(&t->mc, 0, &whole);
   const int64_t n = whole.numel;
-  float *h = t->head_pid >= 0 ? malloc((size_t)n * sizeof(float)) : NULL;
+  const float *hw = NULL;
+  zs_status_t st = trainer_pp_head_copy(t, &hw);
+  float *h = st == ZS_OK && hw ? malloc((size_t)n * sizeof(float)) : NULL;
   float d = 0, most = 0;
-  zs_status_t st = t->head_pid < 0 || h ? ZS_OK : ZS_ERR_NOMEM;
-  if (st == ZS_OK && h) st = whole_param(t, t->head_pid, h, mine, all);
-  for (int64_t e = 0; st == ZS_OK && h && e < n; e++) d = fabsf(h[e] - p[e]) > d ? fabsf(h[e] - p[e]) : d;
+  if (st == ZS_OK && hw) st = h ? whole_of_part(t, 0, hw, h, all) : ZS_ERR_NOMEM;
+  for (int64_t e = 0; st == ZS_OK && h && e < n; e++) { /* bf16: the copy holds the slot's bits, p the master */
+    const float w = t->bf16 ? gpt_bf16_value((uint16_t)gpt_bf16_bits(p[e])) : p[e];
+    d = fabsf(h[e] - w) > d ? fabsf(h[e] - w) : d;
+  }
   free(h);
   int64_t code = st, worst = 0;
   TRY(zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL));
@@ -74,12 +88,12 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied) {
     off[i] = at, at += whole.numel;
   }
   for (int pid = 0; st == ZS_OK && pid < t->neng; pid++)
-    if (pid != t->head_pid) st = whole_param(t, pid, p + off[t->tidx[pid]], mine, all);
+    st = whole_param(t, pid, p + off[t->tidx[pid]], mine, all);
   /* --pp: each entry lives on one stage, zeros elsewhere: the sum is exact */
   if (st == ZS_OK && trainer_pp_comm(t))
     if ((st = zs_comm_all_reduce(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
       st = zs_stream_synchronize(zs_comm_device(trainer_pp_comm(t)), NULL);
-  if (st == ZS_OK && trainer_pp_comm(t)) st = tied_diff(t, p, mine, all, tied); /* wte is entry 0: p[0 .. n) */
+  if (st == ZS_OK && trainer_pp_comm(t)) st = tied_diff(t, p, all, tied); /* wte is entry 0: p[0 .. n) */
   free(mine), free(all), free(off);
   if (st != ZS_OK) free(p), p = NULL;
   *params = p;
@@ -145,12 +159,12 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     free(h);
   }
   /* the engine parameter holding each table entry here (-1: another pipeline
-   * stage's; the last stage's tied copy of wte is not exported) */
+   * stage's) */
   int *pid_of = malloc(sizeof(int) * (size_t)t->np);
   if (!pid_of) st = ZS_ERR_NOMEM;
   for (int i = 0; pid_of && i < t->np; i++) pid_of[i] = -1;
   for (int pid = 0; pid_of && pid < t->neng; pid++)
-    if (pid != t->head_pid) pid_of[t->tidx[pid]] = pid;
+    pid_of[t->tidx[pid]] = pid;
   zs_comm_t *ppc = trainer_pp_comm(t);
   /* every rank takes part in every tensor's assembly (collectives), even after
    * rank 0 failed to write, then they agree on the outcome */
@@ -205,9 +219,8 @@ static int split_name(void *user, const char *file_name, char *param_name, size_
   }
   if (entry < 0) return ZS_IMPORT_UNKNOWN; /* not the model's: the import names it unexpected */
   int here = 0;
-  for (int pid = 0; pid < t->neng && !here; pid++) here = pid != t->head_pid && t->tidx[pid] == entry;
-  if (!here && entry == 0 && t->head_pid >= 0) snprintf(name, sizeof name, "head.wte");
-  else if (!here) return ZS_IMPORT_SKIP; /* another stage's */
+  for (int pid = 0; pid < t->neng && !here; pid++) here = t->tidx[pid] == entry;
+  if (!here) return ZS_IMPORT_SKIP; /* another stage's (the last stage's copy of wte: stage 0's) */
   snprintf(param_name, cap, "%s", name);
   return r == ZS_IMPORT_TIED ? r : ZS_IMPORT_LOAD;
 }

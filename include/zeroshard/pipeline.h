@@ -76,9 +76,12 @@
  *     Ranks of one data-parallel group hold the same chunks, so their
  *     declarations agree as the engine requires; ranks of other pp
  *     coordinates declare other parameters (they are other engines). A
- *     parameter two stages hold (a tied embedding and LM head) is declared on
+ *     parameter two stages use (a tied embedding and LM head) is declared on
  *     both, flagged ZS_PARAM_TIED_COPY on the second, and the trainer adds the
- *     two gradients into both before zs_reduce.
+ *     two gradients into both before zs_reduce; or declared on one, the other
+ *     stage keeping a copy of its own that the owner's values refresh and whose
+ *     gradient the owner adds (the example GPT trainer's way: one optimizer
+ *     state).
  *   - One engine round per step: zs_forward_begin, zs_backward_begin, zs_gather
  *     of each of the rank's units, zs_pp_run (every micro-batch's forward and
  *     backward through the callbacks, which read parameters from the slots and

@@ -93,6 +93,22 @@ static int reordered(const zs_engine_t *zs, const manifest_t *m) {
   return moved;
 }
 
+/* Every tensor of the engine in the checkpoint, and more: each of them a part
+ * or a copy of a tensor (its split names another whole), such as the last
+ * pipeline stage's copy of a tied wte that a trainer once kept in the engine.
+ * read_any reads by whole name, and refuses a whole that no rank declares. */
+static int extra_parts(const zs_engine_t *zs, const manifest_t *m) {
+  if (m->ntensors <= zs->nparams) return 0;
+  int found = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    int here = 0;
+    for (int k = 0; !here && k < zs->nparams; k++) here = !strcmp(m->tname[i], zs->params[k].name);
+    if (here) found++;
+    else if (!m->tsplit[i].whole[0] || !strcmp(m->tsplit[i].whole, m->tname[i])) return 0;
+  }
+  return found == zs->nparams;
+}
+
 /* ---- the engine's sink: its owned range of every tensor, in pinned staging --------- */
 
 typedef struct {
@@ -255,10 +271,13 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
   int here = stat(probe, &sb) == 0; /* this part's manifest (a damaged one is that error) */
   st = here ? zs__ck_parse_manifest(dir, &m, zs->err, "zs_checkpoint_load") : ZS_OK;
   int have_m = here && st == ZS_OK;
-  /* another layout: another model-parallel size or place, or other words */
-  int other = st == ZS_OK && (!here || m.mp_size != mp || m.mp_rank != (mp > 1 ? zs->mp_rank : 0) ||
-                              (m.layout[0] && zs->ck_layout[0] && strcmp(m.layout, zs->ck_layout)) ||
-                              reordered(zs, &m));
+  /* another layout: another model-parallel size or place, or other words; or
+   * parts of tensors beside these (read by name) */
+  int64_t other = st == ZS_OK && (!here || m.mp_size != mp || m.mp_rank != (mp > 1 ? zs->mp_rank : 0) ||
+                                  (m.layout[0] && zs->ck_layout[0] && strcmp(m.layout, zs->ck_layout)) ||
+                                  reordered(zs, &m) || extra_parts(zs, &m));
+  zs_status_t agreed = zs__ck_max_i64(zs, &other, 1); /* one way on every rank: read_any agrees collectively */
+  if (st == ZS_OK) st = agreed;
   if (other) {
     st = zs__ck_source_open(top, &src, zs->err, "zs_checkpoint_load");
     st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint's parts");
