@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_bits.h"
 #include "data.h"
 #include "gemm.h"
 #include "gpt.h"
@@ -381,6 +382,28 @@ static void test_wte_b16(void) {
     if (memcmp(got, ref, sizeof(float) * VC) || memcmp(pe0, pe1, sizeof(float) * T * C))
       ZS_T_REPORT("pass %d: gpt_embed_backward_rows is not gpt_embed_backward plus the head's part", pass);
     for (int v = 0; v < V; v++) expect_int_eq(rows.row_of[v], -1);
+    /* into bf16 values: each row a token names gets gpt_embed_backward's sum with
+     * one rounding (nearest even), the others stay as they were */
+    uint16_t *want = malloc(sizeof(uint16_t) * VC), *have = malloc(sizeof(uint16_t) * VC);
+    assert_true(want && have);
+    memset(ref, 0, sizeof(float) * VC);
+    for (int k = 0; k < T * C; k++) pe0[k] = pe1[k] = zs_t_rand_f(&seed, -1, 1);
+    gpt_embed_backward(&c, &dw, tok, B, T, dx);
+    memcpy(have, w16, sizeof(uint16_t) * VC), memcpy(want, w16, sizeof(uint16_t) * VC);
+    for (int v = 0; v < V; v++) {
+      int named = 0;
+      for (int64_t n = 0; n < N && !named; n++) named = tok[n] == v;
+      for (int i = 0; named && i < C; i++)
+        want[(int64_t)v * C + i] = (uint16_t)gpt_bf16_bits(gpt_bf16_value(w16[(int64_t)v * C + i]) + ref[(int64_t)v * C + i]);
+    }
+    expect_int_eq(gpt_embed_backward_b16(&c, pe1, have, tok, B, T, dx, &rows), 0);
+    if (memcmp(want, have, sizeof(uint16_t) * VC) || memcmp(pe0, pe1, sizeof(float) * T * C))
+      ZS_T_REPORT("pass %d: gpt_embed_backward_b16 is not gpt_embed_backward's rows rounded into the bf16 gradient", pass);
+    for (int v = 0; v < V; v++) expect_int_eq(rows.row_of[v], -1);
+    memcpy(want, have, sizeof(uint16_t) * VC);
+    expect_int_eq(gpt_embed_backward_b16(&c, pe1, have, tok, B + 1, T, dx, &rows), -1); /* refused, nothing touched */
+    expect_true(!memcmp(want, have, sizeof(uint16_t) * VC));
+    free(want), free(have);
   }
   memcpy(ref, got, sizeof(float) * VC); /* more tokens than the workspace holds: refused, nothing touched */
   expect_int_eq(gpt_embed_backward_rows(&c, pe1, got, tok, B + 1, T, dx, &rows), -1);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16_bits.h" // defines: gpt_bf16_value
+#include "bf16_bits.h" // defines: gpt_bf16_value, gpt_bf16_add_range
 #include "gemm.h"      // defines: gpt_gemm_hold
 #include "ops.h"
 
@@ -338,8 +338,12 @@ void gpt_embed_rows_free(gpt_embed_rows_t *r) {
   memset(r, 0, sizeof *r);
 }
 
-int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, const int *tokens, int B, int T,
-                            const float *dx, gpt_embed_rows_t *r) {
+/* dwpe as gpt_embed_backward, and dx's rows summed per token into r->rows, in
+ * token order, split by channel (as gpt_embed_backward adds them); r->row_of
+ * set for the tokens named. Returns how many tokens are distinct, or -1
+ * (nothing done) when B*T is more than r->n. */
+static int embed_rows_sum(const gpt_config_t *c, float *dwpe, const int *tokens, int B, int T, const float *dx,
+                          gpt_embed_rows_t *r) {
   const int C = c->channels;
   const int64_t N = (int64_t)B * T;
   if (N > r->n) return -1;
@@ -348,7 +352,6 @@ int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, co
   for (int64_t n = 0; n < N; n++)
     if (r->row_of[tokens[n]] < 0) r->tok_of[distinct] = tokens[n], r->row_of[tokens[n]] = distinct++;
   memset(r->rows, 0, (size_t)distinct * C * sizeof(float));
-  /* as gpt_embed_backward: added in token order, split by channel */
 #pragma omp parallel for schedule(static)
   for (int i0 = 0; i0 < C; i0 += 16) {
     int i1 = i0 + 16 < C ? i0 + 16 : C;
@@ -358,6 +361,13 @@ int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, co
       for (int i = i0; i < i1; i++) d[i] += g[i];
     }
   }
+  return distinct;
+}
+
+int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, const int *tokens, int B, int T,
+                            const float *dx, gpt_embed_rows_t *r) {
+  const int C = c->channels, distinct = embed_rows_sum(c, dwpe, tokens, B, T, dx, r);
+  if (distinct < 0) return -1;
   /* every row, as dwte += dhead over a zeroed dwte: a row no token names is
    * 0 + dhead (+0 where dhead has -0) */
 #pragma omp parallel for schedule(static)
@@ -371,6 +381,16 @@ int gpt_embed_backward_rows(const gpt_config_t *c, float *dwpe, float *dhead, co
       for (int i = 0; i < C; i++) h[i] = 0.0f + h[i];
     }
   }
+  for (int k = 0; k < distinct; k++) r->row_of[r->tok_of[k]] = -1;
+  return 0;
+}
+
+int gpt_embed_backward_b16(const gpt_config_t *c, float *dwpe, uint16_t *gwte, const int *tokens, int B, int T,
+                           const float *dx, gpt_embed_rows_t *r) {
+  const int C = c->channels, distinct = embed_rows_sum(c, dwpe, tokens, B, T, dx, r);
+  if (distinct < 0) return -1;
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < distinct; k++) gpt_bf16_add_range(gwte + (int64_t)r->tok_of[k] * C, r->rows + (int64_t)k * C, C);
   for (int k = 0; k < distinct; k++) r->row_of[r->tok_of[k]] = -1;
   return 0;
 }

@@ -277,6 +277,12 @@ void gpt_embed_rows_free(gpt_embed_rows_t *r);
  * (nothing done) when B*T is more than r->n. */
 int gpt_embed_backward_rows(const gpt_config_t *cfg, float *dwpe, float *dhead, const int *tokens, int B, int T,
                             const float *dx, gpt_embed_rows_t *r);
+/* dwpe as gpt_embed_backward; wte's gradient added into a bf16 one where it is
+ * kept (gwte, V x C bits): each row the tokens name gets their sum (in token
+ * order, as gpt_embed_backward's) with one rounding (nearest even), the others
+ * stay as they are. 0, or -1 (nothing done) when B*T is more than r->n. */
+int gpt_embed_backward_b16(const gpt_config_t *cfg, float *dwpe, uint16_t *gwte, const int *tokens, int B, int T,
+                           const float *dx, gpt_embed_rows_t *r);
 
 /* One transformer block. x_out may equal x_in (x_in is read only before x_out is
  * written), which the forward-only path uses to keep one residual buffer. */

@@ -139,6 +139,10 @@ void gpt_tp_init_fill(const gpt_tp_t *m, uint64_t seed, int index, int64_t offse
  * ========================================================================== */
 
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train) {
+  return gpt_tp_acts_alloc_slot(a, m, B, T, train, NULL);
+}
+
+int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, const gpt_tp_acts_t *share) {
   memset(a, 0, sizeof *a);
   const int head = !(train & GPT_TP_ACTS_NO_HEAD);
   train &= ~GPT_TP_ACTS_NO_HEAD;
@@ -155,11 +159,24 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
   for (int pass = 0; pass < 2; pass++) { /* count, then carve */
     gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
     gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
-    GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblk, d, gelu_shared); /* with tp, the GELU output is this rank's slice */
+    if (share && !gpt_acts_per_layer(train)) a->blk[0] = share->blk[0]; /* one block's, refilled per layer */
+    else GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblk, d, gelu_shared); /* with tp, the GELU output is this rank's slice */
     gpt_carve(cv, &a->lnf, Nr * C);
     gpt_carve(cv, &a->lnf_mean, Nr);
     gpt_carve(cv, &a->lnf_rstd, Nr);
+    if (train) gpt_carve(cv, &a->dlnf, Nr * C); /* the head's gradient, from its forward to the backward */
     if (m->sp) gpt_carve(cv, &a->lnf_full, N * C);
+    if (share) { /* used within one call: another slot's */
+      a->xg = share->xg, a->part = share->part;
+      a->logits = share->logits, a->row_loss = share->row_loss, a->head_rows = share->head_rows;
+      a->dfull = share->dfull, a->dres = share->dres, a->d4 = share->d4, a->dln = share->dln;
+      a->datty = share->datty, a->dqkv = share->dqkv, a->dtmp = share->dtmp;
+      if (!pass) {
+        a->mem = calloc(carve.off ? carve.off : 1, sizeof(float));
+        if (!a->mem) return -1;
+      }
+      continue;
+    }
     if (m->sp) gpt_carve(cv, &a->xg, N * C);
     gpt_carve(cv, &a->part, N * C);
     if (head) gpt_carve(cv, &a->logits, (int64_t)a->head_rows * V);
@@ -167,7 +184,6 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
     if (train) {
       gpt_carve(cv, &a->dfull, N * C);
       gpt_carve(cv, &a->dres, Nr * C);
-      gpt_carve(cv, &a->dlnf, Nr * C);
       gpt_carve(cv, &a->d4, N * 4 * Cl);
       gpt_carve(cv, &a->dln, N * C);
       gpt_carve(cv, &a->datty, N * Cl);

@@ -102,6 +102,14 @@ typedef struct {
  * pipeline rank without the last model stage): no logits, head_rows 0. */
 #define GPT_TP_ACTS_NO_HEAD 0x100
 int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train);
+/* gpt_tp_acts_alloc for one of several activation slots that a pipeline rank
+ * runs one call at a time: with share (another slot, allocated the same way,
+ * outliving this one) only what a micro-batch keeps from its forward to its
+ * backward is this slot's own (the residuals, the final LayerNorm's output and
+ * statistics and its gradient, and every block's tensors unless one block's
+ * are refilled per layer, GPT_ACTS_RECOMPUTE); the scratch of a call is
+ * share's. */
+int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, const gpt_tp_acts_t *share);
 /* Layer l's block tensors in a (blk[0] where one is kept). */
 static inline gpt_tp_block_acts_t *gpt_tp_acts_block(gpt_tp_acts_t *a, int l) { return &a->blk[a->nblk > 1 ? l : 0]; }
 /* Runs the next calls on B <= the allocated sequences (a shorter last chunk of

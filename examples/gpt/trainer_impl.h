@@ -212,8 +212,9 @@ const char *trainer_pp_last_error(const trainer_t *t);
 zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
 /* trainer_pp.c's (the engine trains stage 0's wte only): the last stage sends
  * its g, the head's part, in the same pieces, and the first adds it into its g,
- * the embedding's (g0 + gh, as the swap's first end). */
-zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
+ * the embedding's (g0 + gh, as the swap's first end), or with g16 != NULL into
+ * those bf16 values (rounding each sum to nearest even). */
+zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer);
 /* The floats of trainer_pp_tied_swap's and _add's tmp for a gradient of n. */
 static inline size_t trainer_pp_tied_tmp(size_t n) { return n < TRAINER_PP_TIED_CHUNK ? n : TRAINER_PP_TIED_CHUNK; }
 /* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and

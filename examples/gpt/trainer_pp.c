@@ -43,10 +43,16 @@
  * gathers would move 2 M times the bytes) and holds this rank's parameters
  * whole during the step: 1 / pp of the model instead of one unit.
  *
- * bf16. The engine's slots are bf16: at the step's start every parameter of
- * this rank is widened into an fp32 view and every gradient computed into a
- * zeroed fp32 view, whose sum over the micro-batches is added into the bf16
- * slot once before the reduction (bind_bf16, narrow_all).
+ * bf16. The engine's slots are bf16. A unit's parameters are widened into one
+ * unit-sized fp32 view where a forward or backward uses them, and its
+ * gradients computed into a zeroed fp32 view and added into the bf16 slots
+ * right after that backward (use_unit, round_unit): each micro-batch's
+ * gradient rounded into the slot, as trainer_round.c does, and no fp32 copy
+ * of the stage held through the step (8 bytes a parameter, 620 MiB a rank at
+ * GPT-2 124M pp 2). Without --tp the embedding reads wte's bits where the
+ * engine keeps them (gpt_embed_forward_b16) and adds its rows' sums into its
+ * bf16 gradient (gpt_embed_backward_b16); with --tp its unit view holds the
+ * slice (the tensor-parallel embedding reads an fp32 table).
  *
  * Activations. Each (micro-batch, chunk) in flight needs its own activations:
  * a pool of slots, as many as the schedule keeps in flight on this rank
@@ -60,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16_bits.h" // defines: gpt_bf16_add
 #include "trainer_impl.h"
 #include "zeroshard/pipeline.h"
 
@@ -86,8 +93,9 @@ struct trainer_pp {
   int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
   float *tied;        /* stage 0: the head's wte gradient, a piece at a time */
   float *hw, *hg;     /* stage S - 1: the head's copy of wte (this rank's slice) and its gradient, fp32 */
-  float *pw, *gw;     /* bf16: fp32 views of every parameter and gradient of this rank */
-  int64_t *woff;      /* bf16: engine parameter -> its place in pw and gw */
+  float *pw, *gw;     /* bf16: fp32 views of one unit's parameters and gradients */
+  int emb16;          /* bf16 without --tp: wte read and its gradient added where the engine keeps them */
+  gpt_embed_rows_t erows; /* emb16, stage 0: gpt_embed_backward_b16's workspace */
   double loss_sum;    /* this step's micro-batch mean losses (last stage) */
   char err[256];
 };
@@ -260,20 +268,27 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "out of host memory for the head's copy of wte (2 x %zu floats)", nw);
     return ZS_ERR_NOMEM;
   }
-  if (t->bf16) { /* the step's fp32 views: this rank's parameters and gradients whole */
-    int64_t total = 0;
-    if (!(q->woff = malloc(sizeof(int64_t) * (size_t)(t->neng + 1)))) return ZS_ERR_NOMEM;
-    for (int pid = 0; pid < t->neng; pid++) q->woff[pid] = total, total += t->info[t->tidx[pid]].numel;
-    q->pw = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
-    q->gw = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
-    if (!q->pw || !q->gw) {
-      snprintf(err, n, "out of host memory for the fp32 views of %lld bf16 parameters", (long long)total);
+  if (t->bf16) { /* the unit views: this rank's largest unit (wte not with emb16) */
+    int64_t most = 1;
+    q->emb16 = t->tp == 1;
+    for (int uid = 0; uid < q->nunits; uid++) {
+      const int u = q->unit_tab[uid];
+      int64_t k = 0;
+      for (int i = u < 0 ? 0 : gpt_unit_first_param(&t->mc, u); u >= 0 && i < gpt_unit_first_param(&t->mc, u + 1); i++)
+        k += q->emb16 && i == 0 ? 0 : t->info[i].numel;
+      most = k > most ? k : most;
+    }
+    q->pw = malloc((size_t)most * sizeof(float));
+    q->gw = malloc((size_t)most * sizeof(float));
+    if (!q->pw || !q->gw || (q->emb16 && is_first(t) && gpt_embed_rows_init(&q->erows, &t->mc, Nr))) {
+      snprintf(err, n, "out of host memory for the fp32 views of a unit (2 x %lld floats)", (long long)most);
       return ZS_ERR_NOMEM;
     }
   }
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
-  for (int i = 0; i < q->nslots; i++)
-    if (gpt_tp_acts_alloc(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t) | (is_last(t) ? 0 : GPT_TP_ACTS_NO_HEAD))) {
+  for (int i = 0; i < q->nslots; i++) /* the slots after the first share its scratch (one call at a time) */
+    if (gpt_tp_acts_alloc_slot(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t) | (is_last(t) ? 0 : GPT_TP_ACTS_NO_HEAD),
+                               i ? &q->slots[0].a : NULL)) {
       snprintf(err, n, "out of host memory for %d activation slots", q->nslots);
       return ZS_ERR_NOMEM;
     }
@@ -289,9 +304,10 @@ void trainer_pp_free(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!q) return;
   zs_pp_destroy(q->rt);
-  for (int i = 0; q->slots && i < q->nslots; i++) gpt_tp_acts_free(&q->slots[i].a);
+  for (int i = q->nslots - 1; q->slots && i >= 0; i--) gpt_tp_acts_free(&q->slots[i].a); /* slot 0 last */
   free(q->slots), free(q->slot_of), free(q->unit_tab), free(q->tied), free(q->loff);
-  free(q->pw), free(q->gw), free(q->woff), free(q->hw), free(q->hg);
+  free(q->pw), free(q->gw), free(q->hw), free(q->hg);
+  if (q->emb16) gpt_embed_rows_free(&q->erows);
   free(q);
   t->pps = NULL;
 }
@@ -315,41 +331,53 @@ const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps-
  * units
  * ========================================================================== */
 
-/* bf16: every parameter widened into its fp32 view, and (backward) every
- * gradient computed into a zeroed fp32 view, added into the bf16 slots once
- * the step's micro-batches are done (narrow_all): the sum over the micro-batches
- * is rounded once, where trainer_round.c rounds each micro-batch's into the slot. */
-static zs_status_t bind_bf16(trainer_t *t, int backward) {
+/* bf16: gpt.h unit u's parameters widened into the unit view (wte not with
+ * emb16: t->w.embed.wte stays NULL), and with grad its gradients bound to the
+ * zeroed gradient view; the other units' views are not valid until their own
+ * use_unit. fp32: gather_all bound the slots, nothing to do. */
+static zs_status_t use_unit(trainer_t *t, int u, int grad) {
   struct trainer_pp *q = t->pps;
-  for (int pid = 0; pid < t->neng; pid++) {
-    const int i = t->tidx[pid];
+  if (!t->bf16) return ZS_OK;
+  int64_t off = 0;
+  for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+    t->pv[i] = t->gv[i] = NULL;
+    if (q->emb16 && i == 0) continue;
     const int64_t n = t->info[i].numel;
-    float *p = q->pw + q->woff[pid], *g = backward ? q->gw + q->woff[pid] : NULL;
-    TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
-    if (g) memset(g, 0, (size_t)n * sizeof(float));
-    t->pv[i] = p, t->gv[i] = g;
+    TRY(trainer_bf16_widen(t, q->pw + off, t->pslot[i], n));
+    t->pv[i] = q->pw + off;
+    t->gv[i] = grad ? q->gw + off : NULL;
+    off += n;
   }
+  if (grad) memset(q->gw, 0, (size_t)off * sizeof(float));
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
   return ZS_OK;
 }
 
-/* bf16: the fp32 gradients added into the bf16 slots (nearest even). */
-static zs_status_t narrow_all(trainer_t *t) {
-  struct trainer_pp *q = t->pps;
-  for (int pid = 0; pid < t->neng; pid++) {
-    const int i = t->tidx[pid];
-    TRY(trainer_bf16_add(t, t->gslot[i], q->gw + q->woff[pid], t->info[i].numel));
-  }
+/* bf16, after unit u's backward of a micro-batch: its gradients (with sp the
+ * replicated ones summed over tp first) added into the bf16 slots, nearest
+ * even. fp32: the slots were the gradients. */
+static zs_status_t round_unit(trainer_t *t, int u) {
+  if (!t->bf16) return ZS_OK;
+  const int i0 = gpt_unit_first_param(&t->mc, u);
+  TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + i0));
+  for (int i = i0; i < gpt_unit_first_param(&t->mc, u + 1); i++)
+    if (t->gv[i]) TRY(trainer_bf16_add(t, t->gslot[i], t->gv[i], t->info[i].numel));
   return ZS_OK;
 }
 
-/* Every unit of this rank gathered (backward: with gradient slots), then the
- * views bound (unit 0's after both of its engine units). */
+static void forget_all(trainer_t *t);
+
+/* Every unit of this rank gathered (backward: with gradient slots); fp32: the
+ * views bound to the slots (unit 0's after both of its engine units), bf16:
+ * bound by use_unit where each is used. */
 static zs_status_t gather_all(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_gather(t->zs, uid));
-  if (t->bf16) return bind_bf16(t, backward);
+  if (t->bf16) {
+    forget_all(t);
+    return ZS_OK;
+  }
   for (int uid = 0; uid < q->nunits; uid++) {
     const int u = q->unit_tab[uid];
     if (u < 0) continue;
@@ -387,6 +415,24 @@ static zs_status_t head_refresh(trainer_t *t) {
   return ZS_OK;
 }
 
+/* The embedding of N rows of tokens into x (m: the split, a: its activations). */
+static zs_status_t embed_forward(trainer_t *t, const gpt_tp_t *m, const int *tokens, gpt_tp_acts_t *a, float *x) {
+  TRY(use_unit(t, 0, 0));
+  if (!t->pps->emb16) return gpt_tp_embed_forward(m, &t->w.embed, tokens, a, x);
+  gpt_embed_forward_b16(&t->mc, t->pslot[0], t->w.embed.wpe, tokens, (int)(a->N / a->T), a->T, x);
+  return ZS_OK;
+}
+
+/* Its backward from dx, into the gradients (emb16: wte's straight into its slot). */
+static zs_status_t embed_backward(trainer_t *t, const int *tokens, gpt_tp_acts_t *a, const float *dx) {
+  struct trainer_pp *q = t->pps;
+  TRY(use_unit(t, 0, 1));
+  if (!q->emb16) TRY(gpt_tp_embed_backward(&t->tpm, &t->g.embed, tokens, a, dx));
+  else if (gpt_embed_backward_b16(&t->mc, t->g.embed.wpe, t->gslot[0], tokens, (int)(a->N / a->T), a->T, dx, &q->erows))
+    return ZS_ERR_INTERNAL; /* its workspace holds a micro-batch */
+  return round_unit(t, 0);
+}
+
 /* ============================================================================
  * the runtime's callbacks: one model stage of one micro-batch
  * ========================================================================== */
@@ -414,13 +460,14 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
   const int ms = chunk * q->p + t->pp_rank, T = t->o->seq, l0 = q->loff[ms], nl = q->loff[ms + 1] - l0;
   const int64_t NC = a->Nr * t->mc.channels, tok0 = (int64_t)mb * t->micro * T;
   zs_status_t st = ZS_OK;
-  if (ms == 0) st = gpt_tp_embed_forward(&t->tpm, &t->w.embed, t->tin + tok0, a, a->resid);
+  if (ms == 0) st = embed_forward(t, &t->tpm, t->tin + tok0, a, a->resid);
   else memcpy(a->resid, input, (size_t)NC * sizeof(float));
   for (int j = 0; st == ZS_OK && j < nl; j++)
-    st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l0 + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
+    if ((st = use_unit(t, 1 + l0 + j, 0)) == ZS_OK)
+      st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l0 + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
   if (st == ZS_OK && ms == q->S - 1) {
     double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's gradient */
-    st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
+    if ((st = use_unit(t, t->L + 1, 0)) == ZS_OK) st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
                        head_g(t));
@@ -441,15 +488,22 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
   const int ms = chunk * q->p + t->pp_rank, T = t->o->seq, l0 = q->loff[ms], nl = q->loff[ms + 1] - l0;
   const int64_t NC = a->Nr * t->mc.channels;
   zs_status_t st = ZS_OK;
-  if (ms == q->S - 1) st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + nl * NC, a, a->dres);
-  else memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
+  if (ms == q->S - 1) {
+    if ((st = use_unit(t, t->L + 1, 1)) == ZS_OK)
+      st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + nl * NC, a, a->dres);
+    if (st == ZS_OK) st = round_unit(t, t->L + 1);
+  } else {
+    memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
+  }
   for (int j = nl - 1; st == ZS_OK && j >= 0; j--) {
     const int l = l0 + j;
-    st = gpt_tp_block_backward_kept(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC,
-                                    a->resid + (j + 1) * NC, a->dres);
+    if ((st = use_unit(t, 1 + l, 1)) == ZS_OK)
+      st = gpt_tp_block_backward_kept(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC,
+                                      a->resid + (j + 1) * NC, a->dres);
+    if (st == ZS_OK) st = round_unit(t, 1 + l);
   }
   if (st == ZS_OK && ms == 0)
-    st = gpt_tp_embed_backward(&t->tpm, &t->g.embed, t->tin + (int64_t)mb * t->micro * T, a, a->dres);
+    st = embed_backward(t, t->tin + (int64_t)mb * t->micro * T, a, a->dres);
   else if (st == ZS_OK)
     memcpy(grad_input, a->dres, (size_t)NC * sizeof(float));
   q->slots[k].used = 0;
@@ -487,14 +541,18 @@ zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n,
   return ZS_OK;
 }
 
-zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
+zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer) {
   for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) {
     const size_t c = trainer_pp_tied_tmp(n - k0);
-    float *gk = g + k0;
     if (first) TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
-    else TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+    else TRY(zs_comm_send(ppc, g + k0, c, ZS_FP32, peer, NULL));
     TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
     if (!first) continue;
+    if (g16) {
+      gpt_bf16_add(g16 + k0, tmp, (int64_t)c);
+      continue;
+    }
+    float *gk = g + k0;
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
   }
@@ -505,8 +563,10 @@ zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, float *tmp, size_t n, 
 static zs_status_t tied_sum(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!is_first(t) && !is_last(t)) return ZS_OK;
-  return trainer_pp_tied_add(q->ppc, is_first(t) ? t->g.embed.wte : head_g(t), q->tied, (size_t)t->info[0].numel,
-                             is_first(t), is_first(t) ? q->p - 1 : 0);
+  /* stage 0's wte gradient: its fp32 slot, or (bf16) its bf16 slot, each micro-batch's already in */
+  float *g = !is_first(t) ? head_g(t) : t->bf16 ? NULL : (float *)t->gslot[0];
+  uint16_t *g16 = is_first(t) && t->bf16 ? t->gslot[0] : NULL;
+  return trainer_pp_tied_add(q->ppc, g, g16, q->tied, (size_t)t->info[0].numel, is_first(t), is_first(t) ? q->p - 1 : 0);
 }
 
 /* The validation windows through the model stages in order: stage s's owner
@@ -526,16 +586,23 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
       TRY(zs_comm_recv(q->ppc, t->vresid, n, ZS_FP32, (s - 1) % q->p, NULL));
       TRY(zs_stream_synchronize(dev, NULL));
     }
-    for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
-      const int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
-      float *x = t->vresid + (int64_t)c0 * T * C;
-      const int64_t r0 = (int64_t)c0 * T;
-      if (gpt_tp_acts_set_batch(va, &t->tpv, nb)) return ZS_ERR_INVALID;
-      if (s == 0) TRY(gpt_tp_embed_forward(&t->tpv, &t->w.embed, t->vin + r0, va, x));
-      for (int l = q->loff[s]; l < q->loff[s + 1]; l++) TRY(gpt_tp_block_forward(&t->tpv, 0, &t->w.blk[l], va, x, x));
-      if (s == q->S - 1) {
-        TRY(gpt_tp_lnf_forward(&t->tpv, &t->w.lnf, x, va));
-        TRY(gpt_tp_head(&t->tpv, head_w(t), va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
+    /* unit by unit, each over every chunk of windows (bf16: one widening a unit) */
+    const int u0 = s == 0 ? 0 : 1 + q->loff[s], u1 = s == q->S - 1 ? t->L + 1 : q->loff[s + 1];
+    for (int u = u0; u <= u1; u++) {
+      TRY(use_unit(t, u, 0));
+      for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
+        const int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
+        float *x = t->vresid + (int64_t)c0 * T * C;
+        const int64_t r0 = (int64_t)c0 * T;
+        if (gpt_tp_acts_set_batch(va, &t->tpv, nb)) return ZS_ERR_INVALID;
+        if (u == 0) {
+          TRY(embed_forward(t, &t->tpv, t->vin + r0, va, x));
+        } else if (u <= t->L) {
+          TRY(gpt_tp_block_forward(&t->tpv, 0, &t->w.blk[u - 1], va, x, x));
+        } else {
+          TRY(gpt_tp_lnf_forward(&t->tpv, &t->w.lnf, x, va));
+          TRY(gpt_tp_head(&t->tpv, head_w(t), va->lnf_full, t->vtg + r0, va, 0.0f, vsum, NULL));
+        }
       }
     }
     if (s < q->S - 1) TRY(zs_comm_send(q->ppc, t->vresid, n, ZS_FP32, (s + 1) % q->p, NULL));
@@ -561,11 +628,10 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
   const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
   TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
   TRY(tied_sum(t));
-  for (int uid = 0; uid < q->nunits; uid++) {
+  for (int uid = 0; !t->bf16 && uid < q->nunits; uid++) { /* bf16: round_unit summed them */
     const int u = q->unit_tab[uid];
     if (u >= 0) TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
   }
-  if (t->bf16) TRY(narrow_all(t));
   forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_reduce(t->zs, uid));
   *loss = is_last(t) ? q->loss_sum : 0.0;
