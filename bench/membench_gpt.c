@@ -7,7 +7,9 @@
  *   forward:  embed, blocks 1..L, lnf, then embed again for the tied LM head
  *             (its backward runs there, into a private d wte)
  *   backward: lnf, blocks L..1, embed (adds the head's d wte)
- * so at stage 3 the embedding is gathered three times per round. trainer.c
+ * so at stage 3 the embedding is gathered twice per round, in forward (its
+ * parameters ZS_PARAM_BACKWARD_UNREAD, as trainer.c declares them: the
+ * backward gives its gradient slots only). trainer.c
  * keeps that schedule private (static run_round), hence this restatement; a
  * per-step hook in gpt_train_run would let the benchmark drive the trainer itself.
  * Tokens are synthetic: memory and traffic do not depend on their values.
@@ -110,6 +112,7 @@ int mb_gpt_model(const mb_opts_t *o, mb_model_t *m, char *err, size_t errlen) {
     q->shape[1] = p.ndim > 1 ? p.shape[1] : 0;
     q->numel = p.numel;
     q->flags = (p.no_decay ? ZS_PARAM_NO_DECAY : ZS_PARAM_DEFAULT) | tpflag;
+    if (p.unit == 0) q->flags |= ZS_PARAM_BACKWARD_UNREAD; /* as trainer.c: the embedding's backward reads none */
     m->numel += p.numel;
   }
   if (o->tp > 1) { /* replicated + split/tp, the vocabulary's V rows as ceil(V/tp) */
@@ -260,10 +263,11 @@ static zs_status_t unit_gather(mb_gpt_t *g, zs_engine_t *zs, int u, int backward
       g->gv[i] = backward ? g->gslot[i] : NULL;
       continue;
     }
-    float *p = g->pscratch + g->uoff[i];
+    float *p = g->pslot[i] ? g->pscratch + g->uoff[i] : NULL; /* NULL: not gathered for a backward */
     const uint16_t *src = g->pslot[i];
+    const int64_t m = p ? n : 0;
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; k++) p[k] = zs_float_from_bf16(src[k]);
+    for (int64_t k = 0; k < m; k++) p[k] = zs_float_from_bf16(src[k]);
     g->pv[i] = p;
     g->gv[i] = NULL;
     if (backward) {

@@ -45,6 +45,10 @@ typedef struct {
   void *dW0, *db0, *dWh, *dbh, *dW[TM_MAXB], *db[TM_MAXB], *dg[TM_MAXB];
   /* activations of the current micro-batch */
   float h[TM_MAXB + 1][TM_MAXS][TM_D], u[TM_MAXB + 1][TM_MAXS][TM_D], dy[TM_MAXS][TM_DOUT];
+  /* set before tm_declare: the embedding's parameters (which its backward
+   * does not read) declared ZS_PARAM_BACKWARD_UNREAD; embed_null: whether
+   * their slots were NULL at its backward's zs_gather, the last round */
+  int grads_only0, embed_null;
 } tm_model_t;
 
 static inline float tm_ld(const void *p, int64_t i, zs_dtype_t dt) {
@@ -66,16 +70,19 @@ static inline zs_status_t tm_add_param(zs_engine_t *zs, tm_model_t *m, int u, co
 /* Parameter ids: embed W 0, b 1; block l: W 2+3l, b 3+3l, g 4+3l; head W, b last. */
 static inline zs_status_t tm_declare(zs_engine_t *zs, tm_model_t *m, int nblk, zs_dtype_t dt) {
   zs_device_t *mirror = m->mirror; /* set by the caller before declaring, or NULL */
+  const int grads_only0 = m->grads_only0;
   memset(m, 0, sizeof *m);
   m->mirror = mirror;
+  m->grads_only0 = grads_only0;
+  const unsigned e = grads_only0 ? ZS_PARAM_BACKWARD_UNREAD : 0u;
   m->nblk = nblk;
   m->dt = dt;
   int u;
   zs_status_t st;
   char name[64];
   if ((st = zs_unit_add(zs, "embed", &u))) return st;
-  if ((st = tm_add_param(zs, m, u, "embed.W", TM_DIN, TM_D, 0))) return st;
-  if ((st = tm_add_param(zs, m, u, "embed.b", TM_D, 0, ZS_PARAM_NO_DECAY))) return st;
+  if ((st = tm_add_param(zs, m, u, "embed.W", TM_DIN, TM_D, e))) return st;
+  if ((st = tm_add_param(zs, m, u, "embed.b", TM_D, 0, ZS_PARAM_NO_DECAY | e))) return st;
   for (int l = 0; l < nblk; l++) {
     snprintf(name, sizeof name, "blk.%d", l);
     if ((st = zs_unit_add(zs, name, &u))) return st;
@@ -128,7 +135,9 @@ static inline zs_status_t tm_pull(tm_model_t *m, int p0, int p1, int grads) {
   if (!m->mirror) return ZS_OK;
   size_t es = zs_dtype_size(m->dt);
   for (int p = p0; p < p1; p++) {
-    zs_status_t st = zs_memcpy_async(m->mirror, m->hp[p], m->pslot[p], (size_t)m->numel[p] * es, ZS_COPY_D2H, NULL);
+    zs_status_t st = m->pslot[p] ? zs_memcpy_async(m->mirror, m->hp[p], m->pslot[p], (size_t)m->numel[p] * es,
+                                                   ZS_COPY_D2H, NULL)
+                                 : ZS_OK; /* not gathered (ZS_PARAM_BACKWARD_UNREAD) */
     if (!st && grads) st = zs_memcpy_async(m->mirror, m->hg[p], m->gslot[p], (size_t)m->numel[p] * es, ZS_COPY_D2H, NULL);
     if (st) return st;
   }
@@ -307,6 +316,7 @@ static inline zs_status_t tm_round(zs_engine_t *zs, tm_model_t *m, const float x
     if ((st = tm_reduce(zs, m, 1 + l))) return st;
   }
   if ((st = tm_gather(zs, m, 0, 1))) return st;
+  m->embed_null = !m->pslot[0] && !m->pslot[1];
   for (int j = 0; j < TM_D; j++) {
     float sb = 0;
     float da[TM_MAXS];

@@ -56,8 +56,9 @@
  *             accumulation round, stage 1 the last), all_gather of the updated
  *             parameters in zs_step (param dtype)
  *   stage 3   all_gather in forward and again in backward (the example GPT
- *             gathers its embedding a third time, for the tied LM head), a
- *             reduce_scatter per round
+ *             gathers its embedding twice in forward, the second time for
+ *             the tied LM head, and not in backward, which reads none of its
+ *             parameters: ZS_PARAM_BACKWARD_UNREAD), a reduce_scatter per round
  *   stages 1-3 the gradient norm's all_reduce of one fp32
  *   hybrid    the above inside the shard group (n = Ns), plus an all_reduce of
  *             each gradient shard (psi/Ns) across the Nr = N/Ns replicas: once
@@ -282,12 +283,13 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         break;
       case 3: {
         int fwd = o->m.gpt && u == 0 ? 2 : 1; /* the tied LM head gathers the embedding again */
+        int bwd = o->m.gpt && u == 0 ? 0 : 1; /* its backward reads no parameters (ZS_PARAM_BACKWARD_UNREAD) */
         /* qwZ: each shard packed, int8 codes and a scale a block (kernels/wquant.h) */
         int64_t g = x->qw ? (int64_t)x->shard * (int64_t)zs_wq_bytes((size_t)S, (size_t)o->qw_block) : P * pb;
         pl_sched_add(s, PL_FORWARD, PL_ALL_GATHER, PL_SHARD, g, fwd * A);
         /* hpZ: backward gathers the secondary copies among K ranks (exact) */
-        if (x->hpz > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_HPZ, P * pb, A);
-        else pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
+        if (bwd && x->hpz > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_HPZ, P * pb, A);
+        else if (bwd) pl_sched_add(s, PL_BACKWARD, PL_ALL_GATHER, PL_SHARD, g, A);
         if (x->qg) qg_reduce(s, o, x->shard, S, A);
         else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
         break;
@@ -314,7 +316,7 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
  * 2-3: one a round) writing them and, after a step's first, reading them back
  * to add to. With the parameter shards on disk each gather reads its unit's
  * shard, twice a round at stage 3 (forward and backward; the example GPT's
- * embedding a third time, as traffic() gathers it). */
+ * embedding twice in forward and not in backward, as traffic() gathers it). */
 static void disk(const pl_opts_t *o, pl_option_t *x) {
   x->disk_read = x->disk_write = x->disk_s = 0;
   if (!uses_tier(x)) return;
@@ -327,7 +329,7 @@ static void disk(const pl_opts_t *o, pl_option_t *x) {
     const int64_t chunk = o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT;
     for (int u = 0; u < o->m.nunits; u++) {
       const int64_t S = pl_unit_padded(&o->m, u, x->shard) / x->shard;
-      const int gathers = (o->m.gpt && u == 0 ? 3 : 2) * o->accum;
+      const int gathers = 2 * o->accum;
       x->disk_read += (double)gathers * (double)pl_disk_param_read(S, pb, chunk);
     }
   }

@@ -55,6 +55,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       int replicated = 0;
       if (t->tp > 1) gpt_tp_param_info(&t->tpm, i, &unused, &replicated);
       if (replicated) flags |= ZS_PARAM_MP_REPLICATED; /* counted once in the norm */
+      if (u == 0) flags |= ZS_PARAM_BACKWARD_UNREAD;   /* the embedding's backward: dx's rows, no parameter */
       st = zs_param_add(t->zs, uid, p->name, p->ndim, p->shape, flags, &t->pslot[i], &t->gslot[i], &pid);
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;

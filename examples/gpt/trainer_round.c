@@ -17,14 +17,17 @@
  *                        private fp32 buffer dwte_head [V,C]  release(0)
  *   backward: gather(L+1) LayerNorm backward (d lnf_out -> d residual)  reduce(L+1)
  *             gather(l)  block backward     (l = L..1)           reduce(l)
- *             gather(0)  embedding backward into the wte/wpe gradient slots,
- *                        plus dwte_head added into the wte slot   reduce(0)
+ *             gather(0)  embedding backward into the wte/wpe gradient slots
+ *                        (stage 3: no parameters), plus dwte_head added into
+ *                        the wte slot                           reduce(0)
  *
  * The head's backward runs in forward because that is where wte is gathered
  * with the logits at hand; keeping dwte_head until unit 0's backward costs V*C
  * floats but no third gather of unit 0 and no [N,V] logits kept alive. At stage 3
- * unit 0 is thus gathered three times per round (twice in forward, once in
- * backward); stages 0-2 keep it resident, so the extra gather is free.
+ * unit 0 is thus gathered twice per round, in forward: its backward reads none
+ * of its parameters (ZS_PARAM_BACKWARD_UNREAD), so the engine gives its
+ * gradient slots without them (until 2026-12-06 a third gather, 79 MiB of
+ * all-gather and of buffer at GPT-2 124M bf16); stages 0-2 keep it resident.
  *
  * Gradients: the engine zeroes the gradient buffers and averages over ranks and
  * micro-batches; a round adds the gradient of its micro-batch's MEAN token loss.
@@ -157,6 +160,10 @@ zs_status_t trainer_bf16_add(trainer_t *t, uint16_t *dst, const float *src, int6
   return t->m->bf16_add(t, dst, src, n);
 }
 
+/* Unit u gathered and its views bound. In a backward at stage 3 the
+ * embedding's parameter slots are NULL (ZS_PARAM_BACKWARD_UNREAD, trainer.c:
+ * its backward reads none of them, so the engine does not gather them, 79 MiB
+ * of all-gather and of buffer at GPT-2 124M bf16): no parameter views then. */
 static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
   TRY(zs_gather(t->zs, u));
   const int a = gpt_unit_first_param(&t->mc, u), b = gpt_unit_first_param(&t->mc, u + 1);
@@ -171,8 +178,8 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
       t->gv[i] = backward ? t->gslot[i] : NULL;
       continue;
     }
-    float *p = t->pscratch + t->uoff[i];
-    TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
+    float *p = t->pslot[i] ? t->pscratch + t->uoff[i] : NULL;
+    if (p) TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
     t->pv[i] = p;
     t->gv[i] = NULL;
     if (backward && !(t->wteg_head && i == 0)) { /* wte's gradient is made in dwte_head */
@@ -315,7 +322,7 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
                                    a->dres));
     TRY(tp_reduce(t, 1 + l));
   }
-  TRY(unit_gather(t, 0, 1));
+  TRY(unit_gather(t, 0, 1)); /* stage 3: its gradients only (unit_gather) */
   if (t->wteg_head) { /* the rows added to the head's part where it is (trainer_impl.h) */
     gpt_embed_w_t dw = {.wte = t->dwte_head, .wpe = t->g.embed.wpe};
     TRY(gpt_tp_embed_backward(m, &dw, t->tin, a, a->dres));
@@ -378,7 +385,7 @@ zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double
     TRY(m->block_backward(t, l, a->resid + l * NC, a->resid + (l + 1) * NC, a->dres, B));
     TRY(unit_reduce(t, 1 + l));
   }
-  TRY(unit_gather(t, 0, 1));
+  TRY(unit_gather(t, 0, 1)); /* stage 3: its gradients only (unit_gather) */
   TRY(m->embed_backward(t, a->dres));
   TRY(unit_reduce(t, 0));
   if (m->round_end) TRY(m->round_end(t, 1, val, loss, vsum));

@@ -170,7 +170,8 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
   if (ndim < 1 || ndim > ZS_MAX_DIMS || !shape)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has ndim %d: use 1..%d with a shape array",
                    name, ndim, ZS_MAX_DIMS);
-  if (flags & ~(ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN | ZS_PARAM_MP_REPLICATED | ZS_PARAM_TIED_COPY))
+  if (flags & ~(ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN | ZS_PARAM_MP_REPLICATED | ZS_PARAM_TIED_COPY |
+                ZS_PARAM_BACKWARD_UNREAD))
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has unknown flags 0x%x", name, flags);
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {

@@ -84,6 +84,7 @@ typedef struct {
    * (pshard NULL); cfg.offload_param for non-persistent units (tier.h) */
   int param_where;
   int frozen;                   /* every parameter ZS_PARAM_FROZEN: parameters only */
+  int bwd_unread;               /* every parameter ZS_PARAM_BACKWARD_UNREAD: not gathered for a backward */
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */

@@ -189,9 +189,9 @@ static zs_status_t prefetch(zs_engine_t *zs) {
   return ZS_OK;
 }
 
-static void record_order(zs_engine_t *zs, int unit) {
+static void record_order(zs_engine_t *zs, int unit, int predict) {
   int ph = zs->phase;
-  if (zs->rec_len[ph] < 4 * zs->nunits) zs->rec[ph][zs->rec_len[ph]++] = unit;
+  if (predict && zs->rec_len[ph] < 4 * zs->nunits) zs->rec[ph][zs->rec_len[ph]++] = unit;
   const int *ord = zs->order[ph];
   for (int j = zs->pos; j < zs->order_len[ph]; j++)
     if (ord[j] == unit) {
@@ -282,24 +282,34 @@ zs_status_t zs_backward_begin(zs_engine_t *zs) {
   return prefetch(zs);
 }
 
+/* In a backward a unit of ZS_PARAM_BACKWARD_UNREAD parameters (grads_only)
+ * whose parameters are not gathered already is not gathered (its parameter
+ * slots stay NULL), nor recorded in the order that the next step prefetches
+ * by. */
 static zs_status_t gather(zs_engine_t *zs, int unit) {
-  ZS_CHECK(check_unit(zs, unit, "zs_gather"));
+  const char *fn = "zs_gather";
+  ZS_CHECK(check_unit(zs, unit, fn));
   zs_unit_t *u = &zs->units[unit];
   if (zs->phase == ZS_PH_IDLE)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d) outside a phase: call zs_forward_begin or zs_backward_begin",
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s(%d) outside a phase: call zs_forward_begin or zs_backward_begin", fn,
                    unit);
+  const int grads_only = zs->phase == ZS_PH_BACKWARD && u->bwd_unread;
   if (u->st == ZS_U_HELD)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d): unit '%s' is already gathered: %s it first", unit, u->name,
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s(%d): unit '%s' is already gathered: %s it first", fn, unit, u->name,
                    zs->phase == ZS_PH_FORWARD ? "zs_release" : "zs_reduce");
   int backward = zs->phase == ZS_PH_BACKWARD;
   if (backward && u->reduced_round == zs->round)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_gather(%d): unit '%s' was already reduced in this backward", unit,
-                   u->name);
-  record_order(zs, unit);
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s(%d): unit '%s' was already reduced in this backward", fn, unit, u->name);
   ZS_CHECK(zs__eng_free_released(zs));
+  /* the parameters are skipped where they would be gathered now (not where a
+   * prefetch or a kept forward copy already holds them) */
+  const int skip = grads_only && gathers_on_demand(zs, u) && u->st == ZS_U_IDLE;
+  record_order(zs, unit, !grads_only); /* not predicted: the next step does not prefetch it */
   if (backward) ZS_CHECK(zs__eng_free_grads(zs, 1));
 
-  if (gathers_on_demand(zs, u)) {
+  if (skip) {
+    set_param_slots(zs, u, NULL);
+  } else if (gathers_on_demand(zs, u)) {
     if (u->st == ZS_U_IDLE) ZS_CHECK(zs__eng_issue_gather(zs, unit));
     if (u->st != ZS_U_KEPT)
       ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, zs->compute, u->ev_gathered), "waiting for a gather");

@@ -20,6 +20,8 @@ static void layout(zs_engine_t *zs) {
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
     u->frozen = zs__eng_unit_frozen(zs, u);
+    u->bwd_unread = u->nparams > 0;
+    for (int k = 0; k < u->nparams; k++) u->bwd_unread &= !!(zs->params[u->first_param + k].flags & ZS_PARAM_BACKWARD_UNREAD);
     zs__eng_unit_extent(zs, u, zs->nshard, 1, &u->numel, &u->padded, &u->persistent);
     u->shard = u->padded / zs->nshard;
     u->opt_off = zs->cfg.stage == 0 ? 0 : (int64_t)zs->shard_rank * u->shard;
@@ -368,8 +370,14 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
     zs->order[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));
     zs->rec[ph] = malloc((size_t)zs->nunits * 4 * sizeof(int));
     if (!zs->order[ph] || !zs->rec[ph]) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory");
-    for (int i = 0; i < zs->nunits; i++) zs->order[ph][i] = ph == ZS_PH_FORWARD ? i : zs->nunits - 1 - i;
-    zs->order_len[ph] = zs->nunits;
+    /* the first step's guess: declaration order, reversed in backward, there
+     * without the units a backward does not gather (ZS_PARAM_BACKWARD_UNREAD) */
+    int n = 0;
+    for (int i = 0; i < zs->nunits; i++) {
+      const int u = ph == ZS_PH_FORWARD ? i : zs->nunits - 1 - i;
+      if (ph == ZS_PH_FORWARD || !zs->units[u].bwd_unread) zs->order[ph][n++] = u;
+    }
+    zs->order_len[ph] = n;
   }
   if (init) ZS_CHECK(init_values(zs, init, user));
   return zs__eng_sync_compute(zs);
