@@ -165,6 +165,19 @@ void gpt_weights_bind(const gpt_config_t *c, float *const *t, gpt_weights_t *w) 
   w->lnf.b = t[f + 1];
 }
 
+int gpt_param_is_matrix(const gpt_config_t *c, int index) {
+  const int k = (index - 2) % GPT_BLOCK_NPARAMS;
+  return index >= 2 && index < 2 + GPT_BLOCK_NPARAMS * c->layers && (k == 2 || k == 4 || k == 8 || k == 10);
+}
+
+void gpt_weights_bind16(const gpt_config_t *c, const void *const *t16, gpt_weights_t *w) {
+  for (int l = 0; l < c->layers; l++) {
+    const void *const *b = t16 + 2 + GPT_BLOCK_NPARAMS * l;
+    gpt_block_w_t *k = &w->blk[l];
+    k->qkv_w16 = b[2], k->proj_w16 = b[4], k->fc_w16 = b[8], k->mproj_w16 = b[10];
+  }
+}
+
 /* ============================================================================
  * activations
  * ========================================================================== */
@@ -406,10 +419,10 @@ void gpt_attn_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_a
   const int64_t N = (int64_t)B * T;
   /* attention branch: mid = x + proj(attn(ln1(x))) */
   op_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C);
-  op_matmul_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C, 0);
+  op_matmul_forward_w(a->qkv, a->ln1, w->qkv_w, w->qkv_w16, w->qkv_b, N, C, 3 * C, 0);
   op_attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
   memcpy(a->mid, x_in, (size_t)N * C * sizeof(float)); /* last read of x_in */
-  op_matmul_forward(a->mid, a->atty, w->proj_w, w->proj_b, N, C, C, 1);
+  op_matmul_forward_w(a->mid, a->atty, w->proj_w, w->proj_w16, w->proj_b, N, C, C, 1);
 }
 
 void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_acts_t *a,
@@ -419,10 +432,10 @@ void gpt_block_forward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_
   gpt_attn_forward(c, w, a, x_in, B, T);
   /* MLP branch: out = mid + proj(gelu(fc(ln2(mid)))) */
   op_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->ln2_w, w->ln2_b, N, C);
-  op_matmul_forward(a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C, 0);
+  op_matmul_forward_w(a->fc, a->ln2, w->fc_w, w->fc_w16, w->fc_b, N, C, 4 * C, 0);
   op_gelu_forward(a->gelu, a->fc, N * 4 * C);
   memcpy(x_out, a->mid, (size_t)N * C * sizeof(float));
-  op_matmul_forward(x_out, a->gelu, w->mproj_w, w->mproj_b, N, 4 * C, C, 1);
+  op_matmul_forward_w(x_out, a->gelu, w->mproj_w, w->mproj_w16, w->mproj_b, N, 4 * C, C, 1);
 }
 
 void gpt_block_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_w_t *dw,
@@ -431,9 +444,9 @@ void gpt_block_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block
   const int C = c->channels;
   const int64_t N = (int64_t)B * T;
   /* MLP branch; dres (d out) also flows straight through to d mid */
-  op_matmul_backward(s->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, N, 4 * C, C, 0);
+  op_matmul_backward_w(s->d4, dw->mproj_w, dw->mproj_b, dres, a->gelu, w->mproj_w, w->mproj_w16, N, 4 * C, C, 0);
   op_gelu_backward(s->d4, a->fc, s->d4, N * 4 * C);
-  op_matmul_backward(s->dln, dw->fc_w, dw->fc_b, s->d4, a->ln2, w->fc_w, N, C, 4 * C, 0);
+  op_matmul_backward_w(s->dln, dw->fc_w, dw->fc_b, s->d4, a->ln2, w->fc_w, w->fc_w16, N, C, 4 * C, 0);
   op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, s->dln, a->mid, w->ln2_w, a->ln2_mean,
                         a->ln2_rstd, N, C); /* dres is now d mid */
   gpt_attn_backward(c, w, dw, a, s, x_in, dres, B, T);
@@ -453,9 +466,9 @@ void gpt_attn_backward(const gpt_config_t *c, const gpt_block_w_t *w, gpt_block_
   const int C = c->channels;
   const int64_t N = (int64_t)B * T;
   /* attention branch; d mid flows straight through to d x */
-  op_matmul_backward(s->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, N, C, C, 0);
+  op_matmul_backward_w(s->datty, dw->proj_w, dw->proj_b, dres, a->atty, w->proj_w, w->proj_w16, N, C, C, 0);
   op_attention_backward(s->dqkv, s->dtmp, s->datty, a->qkv, a->att, B, T, C, c->heads);
-  op_matmul_backward(s->dln, dw->qkv_w, dw->qkv_b, s->dqkv, a->ln1, w->qkv_w, N, C, 3 * C, 0);
+  op_matmul_backward_w(s->dln, dw->qkv_w, dw->qkv_b, s->dqkv, a->ln1, w->qkv_w, w->qkv_w16, N, C, 3 * C, 0);
   op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, s->dln, x_in, w->ln1_w, a->ln1_mean,
                         a->ln1_rstd, N, C); /* dres is now d x_in */
 }

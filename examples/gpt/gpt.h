@@ -85,6 +85,10 @@ typedef struct {
 typedef struct { /* fields in table order */
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *mproj_w, *mproj_b;
+  /* the four matrices as bf16 bits where a bf16 run keeps them (set by
+   * gpt_weights_bind16), multiplied in place by gpt_gemm_b16 (the same bits as
+   * on them widened), their fp32 fields then unread; NULL: the fp32 fields */
+  const uint16_t *qkv_w16, *proj_w16, *fc_w16, *mproj_w16;
 } gpt_block_w_t;
 
 typedef struct {
@@ -99,6 +103,12 @@ typedef struct {
 
 /* Fills the views from one pointer per table entry (NULL entries stay NULL). */
 void gpt_weights_bind(const gpt_config_t *cfg, float *const *tensors, gpt_weights_t *out);
+/* After gpt_weights_bind: each block matrix whose entry of t16 (bf16 bits, by
+ * table entry) is not NULL is read from there (gpt_block_w_t). */
+void gpt_weights_bind16(const gpt_config_t *cfg, const void *const *t16, gpt_weights_t *w);
+/* 1 for the table entries that are a block's matrices (qkv_w, proj_w, fc_w,
+ * mproj_w), which gpt_weights_bind16 binds. */
+int gpt_param_is_matrix(const gpt_config_t *cfg, int index);
 
 /* ---- activations ------------------------------------------------------------- */
 

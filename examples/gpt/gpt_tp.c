@@ -349,9 +349,9 @@ zs_status_t gpt_tp_attn_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *w
   /* attention: mid = x + g(proj(attn(f(ln1(x))))) + proj.b */
   op_layernorm_forward(k->ln1, k->ln1_mean, k->ln1_rstd, x_in, w->ln1_w, w->ln1_b, Nr, C);
   TRY(f_fwd(m, a, k->ln1, k->ln1_full));
-  op_matmul_forward(k->qkv, k->ln1_full, w->qkv_w, w->qkv_b, N, C, 3 * Cl, 0);
+  op_matmul_forward_w(k->qkv, k->ln1_full, w->qkv_w, w->qkv_w16, w->qkv_b, N, C, 3 * Cl, 0);
   op_attention_forward(k->atty, k->att, k->qkv, a->B, a->T, Cl, m->NHl);
-  op_matmul_forward(a->part, k->atty, w->proj_w, NULL, N, Cl, C, 0);
+  op_matmul_forward_w(a->part, k->atty, w->proj_w, w->proj_w16, NULL, N, Cl, C, 0);
   TRY(g_fwd(m, a, a->part, &sum));
   add_bias_resid(k->mid, x_in, sum, w->proj_b, Nr, C);
   return ZS_OK;
@@ -367,9 +367,9 @@ zs_status_t gpt_tp_block_forward(const gpt_tp_t *m, int l, const gpt_block_w_t *
   /* MLP: out = mid + g(proj(gelu(fc(f(ln2(mid)))))) + proj.b */
   op_layernorm_forward(k->ln2, k->ln2_mean, k->ln2_rstd, k->mid, w->ln2_w, w->ln2_b, Nr, C);
   TRY(f_fwd(m, a, k->ln2, k->ln2_full));
-  op_matmul_forward(k->fc, k->ln2_full, w->fc_w, w->fc_b, N, C, 4 * Cl, 0);
+  op_matmul_forward_w(k->fc, k->ln2_full, w->fc_w, w->fc_w16, w->fc_b, N, C, 4 * Cl, 0);
   op_gelu_forward(k->gelu, k->fc, N * 4 * Cl);
-  op_matmul_forward(a->part, k->gelu, w->mproj_w, NULL, N, 4 * Cl, C, 0);
+  op_matmul_forward_w(a->part, k->gelu, w->mproj_w, w->mproj_w16, NULL, N, 4 * Cl, C, 0);
   TRY(g_fwd(m, a, a->part, &sum));
   add_bias_resid(x_out, k->mid, sum, w->mproj_b, Nr, C);
   return ZS_OK;
@@ -386,10 +386,10 @@ zs_status_t gpt_tp_attn_backward(const gpt_tp_t *m, int l, const gpt_block_w_t *
   /* attention; d mid flows straight through to d x */
   colsum_add(dw->proj_b, dres, Nr, C);
   TRY(g_bwd(m, a, dres, &D));
-  op_matmul_backward(a->datty, dw->proj_w, NULL, D, k->atty, w->proj_w, N, Cl, C, 0);
+  op_matmul_backward_w(a->datty, dw->proj_w, NULL, D, k->atty, w->proj_w, w->proj_w16, N, Cl, C, 0);
   op_attention_backward(a->dqkv, a->dtmp, a->datty, k->qkv, k->att, a->B, a->T, Cl, m->NHl);
   if (m->sp) TRY(f_fwd(m, a, k->ln1, k->ln1_full)); /* gathered again */
-  op_matmul_backward(a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, k->ln1_full, w->qkv_w, N, C, 3 * Cl, 0);
+  op_matmul_backward_w(a->dln, dw->qkv_w, dw->qkv_b, a->dqkv, k->ln1_full, w->qkv_w, w->qkv_w16, N, C, 3 * Cl, 0);
   TRY(f_bwd(m, a, a->dln, &dl));
   op_layernorm_backward(dres, dw->ln1_w, dw->ln1_b, dl, x_in, w->ln1_w, k->ln1_mean, k->ln1_rstd, Nr, C);
   return ZS_OK;
@@ -406,10 +406,10 @@ zs_status_t gpt_tp_block_backward(const gpt_tp_t *m, int l, const gpt_block_w_t 
   /* MLP; dres (d out) also flows straight through to d mid */
   colsum_add(dw->mproj_b, dres, Nr, C);
   TRY(g_bwd(m, a, dres, &D));
-  op_matmul_backward(a->d4, dw->mproj_w, NULL, D, k->gelu, w->mproj_w, N, 4 * Cl, C, 0);
+  op_matmul_backward_w(a->d4, dw->mproj_w, NULL, D, k->gelu, w->mproj_w, w->mproj_w16, N, 4 * Cl, C, 0);
   op_gelu_backward(a->d4, k->fc, a->d4, N * 4 * Cl);
   if (m->sp) TRY(f_fwd(m, a, k->ln2, k->ln2_full)); /* gathered again */
-  op_matmul_backward(a->dln, dw->fc_w, dw->fc_b, a->d4, k->ln2_full, w->fc_w, N, C, 4 * Cl, 0);
+  op_matmul_backward_w(a->dln, dw->fc_w, dw->fc_b, a->d4, k->ln2_full, w->fc_w, w->fc_w16, N, C, 4 * Cl, 0);
   TRY(f_bwd(m, a, a->dln, &dl));
   op_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, dl, k->mid, w->ln2_w, k->ln2_mean, k->ln2_rstd, Nr, C);
   return gpt_tp_attn_backward(m, l, w, dw, a, x_in, dres);

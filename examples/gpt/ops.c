@@ -126,17 +126,30 @@ GPT_CLONES static void col_sums(float *db, const float *dout, int64_t N, int M, 
   for (int c = 0; c < w; c++) db[c0 + c] += s[c];
 }
 
-void op_matmul_forward(float *out, const float *x, const float *W, const float *b, int64_t N, int K,
-                       int M, int accumulate) {
-  gpt_gemm(0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M);
+void op_matmul_forward_w(float *out, const float *x, const float *W, const uint16_t *W16, const float *b, int64_t N,
+                         int K, int M, int accumulate) {
+  if (W16) gpt_gemm_b16(0, 0, (int)N, M, K, 1.0f, x, K, W16, M, accumulate ? 1.0f : 0.0f, out, M);
+  else gpt_gemm(0, 0, (int)N, M, K, 1.0f, x, K, W, M, accumulate ? 1.0f : 0.0f, out, M);
   if (!b) return;
 #pragma omp parallel for schedule(static)
   for (int64_t n0 = 0; n0 < N; n0 += ROWS) add_bias_rows(out, b, n0, n0 + ROWS < N ? n0 + ROWS : N, M);
 }
 
+void op_matmul_forward(float *out, const float *x, const float *W, const float *b, int64_t N, int K,
+                       int M, int accumulate) {
+  op_matmul_forward_w(out, x, W, NULL, b, N, K, M, accumulate);
+}
+
 void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, const float *x,
                         const float *W, int64_t N, int K, int M, int dx_accumulate) {
-  if (dx)
+  op_matmul_backward_w(dx, dW, db, dout, x, W, NULL, N, K, M, dx_accumulate);
+}
+
+void op_matmul_backward_w(float *dx, float *dW, float *db, const float *dout, const float *x, const float *W,
+                          const uint16_t *W16, int64_t N, int K, int M, int dx_accumulate) {
+  if (dx && W16)
+    gpt_gemm_b16(0, 1, (int)N, K, M, 1.0f, dout, M, W16, M, dx_accumulate ? 1.0f : 0.0f, dx, K);
+  else if (dx)
     gpt_gemm(0, 1, (int)N, K, M, 1.0f, dout, M, W, M, dx_accumulate ? 1.0f : 0.0f, dx, K);
   gpt_gemm(1, 0, K, M, (int)N, 1.0f, x, K, dout, M, 1.0f, dW, M);
   if (!db) return;

@@ -25,6 +25,13 @@ void op_matmul_forward(float *out, const float *x, const float *W, const float *
 void op_matmul_backward(float *dx, float *dW, float *db, const float *dout, const float *x,
                         const float *W, int64_t N, int K, int M, int dx_accumulate);
 
+/* The same with W as bf16 bits where W16 is not NULL (gpt_gemm_b16: the same
+ * bits as on W widened; W is not read then). */
+void op_matmul_forward_w(float *out, const float *x, const float *W, const uint16_t *W16, const float *b, int64_t N,
+                         int K, int M, int accumulate);
+void op_matmul_backward_w(float *dx, float *dW, float *db, const float *dout, const float *x, const float *W,
+                          const uint16_t *W16, int64_t N, int K, int M, int dx_accumulate);
+
 /* The tied LM head: logits [N,V] = x [N,C] E^T with E [V,C]. */
 void op_tied_forward(float *logits, const float *x, const float *E, int64_t N, int C, int V);
 /* dx = (overwritten) dlogits E; dE += dlogits^T x. */

@@ -60,7 +60,7 @@ static zs_status_t declare(trainer_t *t, gpt_result_t *res) {
       if (st != ZS_OK) return trainer_fail(res, st, "zs_param_add", zs_engine_last_error(t->zs));
       t->tidx[pid] = i;
       if (!(t->wteg_head && i == 0)) t->goff[i] = goff, goff += p->numel; /* a gradient view */
-      if (t->wte16 && i == 0) continue; /* no parameter view */
+      if ((t->wte16 && i == 0) || (t->w16 && gpt_param_is_matrix(&t->mc, i))) continue; /* no parameter view */
       t->uoff[i] = off;
       off += p->numel;
     }
@@ -105,6 +105,7 @@ static void trainer_free(trainer_t *t) {
   t->tph = NULL, t->mesh = NULL;
   gpt_data_free(&t->data);
   free(t->info), free(t->tidx), free(t->pslot), free(t->gslot), free(t->pv), free(t->gv), free(t->uoff), free(t->goff);
+  free(t->p16);
   free(t->pscratch), free(t->gscratch), free(t->dwte_head);
   gpt_embed_rows_free(&t->erows);
   free(t->tin), free(t->ttg), free(t->vin), free(t->vtg), free(t->vresid);
@@ -228,6 +229,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   TRY(tp_check(t, res));
   t->wte16 = t->bf16 && !t->split && !t->cuda && !o->bf16_wte_view; /* trainer_impl.h */
   t->wteg_head = t->bf16 && t->pp == 1 && !t->cuda && !o->bf16_wte_view; /* dense (wte16) or --tp */
+  t->w16 = t->bf16 && !t->cuda && !o->bf16_wte_view; /* the block matrices multiplied where they are kept */
   if (o->batch % t->dp)
     return trainer_fail(res, ZS_ERR_INVALID, "batch",
                 t->split ? "--batch must be a multiple of the data-parallel ranks (ranks / (--tp x --pp); each takes "
@@ -264,9 +266,10 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   t->gslot = calloc((size_t)t->np, sizeof(void *));
   t->pv = calloc((size_t)t->np, sizeof(float *));
   t->gv = calloc((size_t)t->np, sizeof(float *));
+  t->p16 = calloc((size_t)t->np, sizeof(void *));
   t->uoff = calloc((size_t)t->np, sizeof(int64_t));
   t->goff = calloc((size_t)t->np, sizeof(int64_t));
-  if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->uoff || !t->goff)
+  if (!t->info || !t->tidx || !t->pslot || !t->gslot || !t->pv || !t->gv || !t->p16 || !t->uoff || !t->goff)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   int64_t max_unit = 0, max_grad = 0; /* the views' floats: parameters, gradients */
   for (int u = 0; u < t->nunits; u++) {
@@ -275,7 +278,7 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
       if (t->split) gpt_tp_param_info(&t->tpm, i, &t->info[i], NULL); /* this rank's part */
       else
         gpt_param_info(&t->mc, i, &t->info[i]);
-      if (!(t->wte16 && i == 0)) n += t->info[i].numel;
+      if (!(t->wte16 && i == 0) && !(t->w16 && gpt_param_is_matrix(&t->mc, i))) n += t->info[i].numel;
       if (!(t->wteg_head && i == 0)) ng += t->info[i].numel;
     }
     if (n > max_unit) max_unit = n;

@@ -121,6 +121,13 @@ struct trainer {
    * reads an fp32 table) but adds gpt_tp_embed_backward's rows to the head's
    * part where it is */
   int wteg_head;
+  /* w16: a bf16 run on the CPU multiplies by its blocks' matrices where the
+   * engine keeps them (gpt_weights_bind16, gpt_gemm_b16: the same bits as on
+   * their fp32 views, without widening them at every use nor oneDNN rounding
+   * the views back): p16 holds their slots while gathered, pv NULL there, and
+   * the parameter views are the rest of a unit (LayerNorms, biases) */
+  int w16;
+  const void **p16;
 
   float *dwte_head;    /* [V,C] the head's part of d wte, forward -> backward */
   gpt_acts_t acts;     /* one training micro-batch */

@@ -268,20 +268,24 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "out of host memory for the head's copy of wte (2 x %zu floats)", nw);
     return ZS_ERR_NOMEM;
   }
-  if (t->bf16) { /* the unit views: this rank's largest unit (wte not with emb16) */
-    int64_t most = 1;
+  if (t->bf16) { /* the unit views: this rank's largest unit (wte not with emb16; parameters: not the matrices, w16) */
+    int64_t most_p = 1, most_g = 1;
     q->emb16 = t->tp == 1;
     for (int uid = 0; uid < q->nunits; uid++) {
       const int u = q->unit_tab[uid];
-      int64_t k = 0;
-      for (int i = u < 0 ? 0 : gpt_unit_first_param(&t->mc, u); u >= 0 && i < gpt_unit_first_param(&t->mc, u + 1); i++)
-        k += q->emb16 && i == 0 ? 0 : t->info[i].numel;
-      most = k > most ? k : most;
+      int64_t kp = 0, kg = 0;
+      for (int i = u < 0 ? 0 : gpt_unit_first_param(&t->mc, u); u >= 0 && i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+        if (q->emb16 && i == 0) continue;
+        kg += t->info[i].numel;
+        kp += t->w16 && gpt_param_is_matrix(&t->mc, i) ? 0 : t->info[i].numel;
+      }
+      most_p = kp > most_p ? kp : most_p, most_g = kg > most_g ? kg : most_g;
     }
-    q->pw = malloc((size_t)most * sizeof(float));
-    q->gw = malloc((size_t)most * sizeof(float));
+    q->pw = malloc((size_t)most_p * sizeof(float));
+    q->gw = malloc((size_t)most_g * sizeof(float));
     if (!q->pw || !q->gw || (q->emb16 && is_first(t) && gpt_embed_rows_init(&q->erows, &t->mc, Nr))) {
-      snprintf(err, n, "out of host memory for the fp32 views of a unit (2 x %lld floats)", (long long)most);
+      snprintf(err, n, "out of host memory for the fp32 views of a unit (%lld + %lld floats)", (long long)most_p,
+               (long long)most_g);
       return ZS_ERR_NOMEM;
     }
   }
@@ -339,17 +343,23 @@ static zs_status_t use_unit(trainer_t *t, int u, int grad) {
   struct trainer_pp *q = t->pps;
   if (!t->bf16) return ZS_OK;
   int64_t off = 0;
+  int64_t goff = 0;
   for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-    t->pv[i] = t->gv[i] = NULL;
+    t->pv[i] = t->gv[i] = NULL, t->p16[i] = NULL;
     if (q->emb16 && i == 0) continue;
     const int64_t n = t->info[i].numel;
-    TRY(trainer_bf16_widen(t, q->pw + off, t->pslot[i], n));
-    t->pv[i] = q->pw + off;
-    t->gv[i] = grad ? q->gw + off : NULL;
-    off += n;
+    if (t->w16 && gpt_param_is_matrix(&t->mc, i)) { /* multiplied where it is (trainer_impl.h) */
+      t->p16[i] = t->pslot[i];
+    } else {
+      TRY(trainer_bf16_widen(t, q->pw + off, t->pslot[i], n));
+      t->pv[i] = q->pw + off;
+      off += n;
+    }
+    if (grad) t->gv[i] = q->gw + goff, goff += n;
   }
-  if (grad) memset(q->gw, 0, (size_t)off * sizeof(float));
+  if (grad) memset(q->gw, 0, (size_t)goff * sizeof(float));
   gpt_weights_bind(&t->mc, t->pv, &t->w);
+  if (t->w16) gpt_weights_bind16(&t->mc, t->p16, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
   return ZS_OK;
 }

@@ -149,6 +149,7 @@ const trainer_model_i trainer_model_cpu = {
 
 static void bind(trainer_t *t) {
   gpt_weights_bind(&t->mc, t->pv, &t->w);
+  if (t->w16) gpt_weights_bind16(&t->mc, t->p16, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
 }
 
@@ -178,7 +179,9 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
       t->gv[i] = backward ? t->gslot[i] : NULL;
       continue;
     }
-    float *p = t->pslot[i] ? t->pscratch + t->uoff[i] : NULL;
+    const int in_place = t->w16 && gpt_param_is_matrix(&t->mc, i); /* read where it is (trainer_impl.h) */
+    t->p16[i] = in_place ? t->pslot[i] : NULL;
+    float *p = t->pslot[i] && !in_place ? t->pscratch + t->uoff[i] : NULL;
     if (p) TRY(trainer_bf16_widen(t, p, t->pslot[i], n));
     t->pv[i] = p;
     t->gv[i] = NULL;
@@ -193,7 +196,7 @@ static zs_status_t unit_gather(trainer_t *t, int u, int backward) {
 
 static void unit_forget(trainer_t *t, int u) {
   for (int i = gpt_unit_first_param(&t->mc, u); i < gpt_unit_first_param(&t->mc, u + 1); i++)
-    t->pv[i] = t->gv[i] = NULL;
+    t->pv[i] = t->gv[i] = NULL, t->p16[i] = NULL;
   bind(t);
 }
 
