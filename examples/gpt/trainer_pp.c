@@ -52,7 +52,9 @@
  * GPT-2 124M pp 2). Without --tp the embedding reads wte's bits where the
  * engine keeps them (gpt_embed_forward_b16) and adds its rows' sums into its
  * bf16 gradient (gpt_embed_backward_b16); with --tp its unit view holds the
- * slice (the tensor-parallel embedding reads an fp32 table).
+ * slice (the tensor-parallel embedding reads an fp32 table). The blocks'
+ * matrices are not widened: the products read their bits where the engine
+ * keeps them (t->w16, trainer_impl.h), so the parameter view holds the rest.
  *
  * Activations. Each (micro-batch, chunk) in flight needs its own activations:
  * a pool of slots, as many as the schedule keeps in flight on this rank
