@@ -1,0 +1,50 @@
+/* trainer_pp_shared.c: what both pipeline trainers (trainer_pp.c and
+ * trainer_moe_pp.c) call around the pipeline runtime: the run itself, with the
+ * pp comm aborted on failure, and the tied wte gradient's exchange between the
+ * first and the last stage (trainer_impl.h). */
+#include "bf16_bits.h" // defines: gpt_bf16_add
+#include "trainer_impl.h"
+
+zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n) {
+  zs_status_t st = zs_pp_run(rt, cb);
+  if (st == ZS_OK) return ZS_OK;
+  if (!err[0]) snprintf(err, n, "the pipeline: %s", zs_pp_last_error(rt));
+  zs_comm_abort(ppc); /* peers may wait for this rank's transfers */
+  return st;
+}
+
+zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
+  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) { /* piece by piece: tmp stays small */
+    const size_t c = trainer_pp_tied_tmp(n - k0);
+    float *gk = g + k0;
+    if (first) {
+      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+    } else {
+      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
+    }
+    TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL)); /* gk sent and tmp filled before the sum */
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
+  }
+  return ZS_OK;
+}
+
+zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer) {
+  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) {
+    const size_t c = trainer_pp_tied_tmp(n - k0);
+    if (first) TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+    else TRY(zs_comm_send(ppc, g + k0, c, ZS_FP32, peer, NULL));
+    TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
+    if (!first) continue;
+    if (g16) {
+      gpt_bf16_add(g16 + k0, tmp, (int64_t)c);
+      continue;
+    }
+    float *gk = g + k0;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
+  }
+  return ZS_OK;
+}
