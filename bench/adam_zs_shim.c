@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "memory/memory.h"
 #include "optim/optim.h"
 
 struct zsb {
@@ -21,12 +22,15 @@ zsb_t *zsb_create(size_t n, int state, int block, int threads) {
   if (!b) return NULL;
   size_t esz = zs__state_elem_bytes((zs_state_dtype_t)state), nb = (n + (size_t)block - 1) / (size_t)block;
   b->n = n, b->state = state, b->block = block;
-  b->w = malloc(n * 4), b->g = malloc(n * 4), b->m = calloc(n, esz), b->v = calloc(n, esz);
-  b->ms = calloc(nb, 4), b->vs = calloc(nb, 4);
+  /* the library's host allocator, as the engine's buffers on the cpu device
+   * (huge pages from 2 MiB: src/memory/host.c) */
+  b->w = zs__host_malloc(n * 4), b->g = zs__host_malloc(n * 4), b->m = zs__host_malloc(n * esz),
+  b->v = zs__host_malloc(n * esz), b->ms = zs__host_malloc(nb * 4), b->vs = zs__host_malloc(nb * 4);
   if (!b->w || !b->g || !b->m || !b->v || !b->ms || !b->vs) {
     zsb_destroy(b);
     return NULL;
   }
+  memset(b->m, 0, n * esz), memset(b->v, 0, n * esz), memset(b->ms, 0, nb * 4), memset(b->vs, 0, nb * 4);
   for (size_t i = 0; i < n; i++) {
     float x = (float)((i * 2654435761u) % 1000u) * 1e-3f;
     b->w[i] = x + 0.5f, b->g[i] = 0.1f * x - 0.05f;
@@ -57,5 +61,8 @@ const char *zsb_simd(void) { return zs__simd_name(zs__optim_simd()); }
 
 void zsb_destroy(zsb_t *b) {
   if (!b) return;
-  free(b->w), free(b->g), free(b->m), free(b->v), free(b->ms), free(b->vs), free(b);
+  size_t esz = zs__state_elem_bytes((zs_state_dtype_t)b->state), nb = (b->n + (size_t)b->block - 1) / (size_t)b->block;
+  zs__host_free(b->w, b->n * 4), zs__host_free(b->g, b->n * 4), zs__host_free(b->m, b->n * esz);
+  zs__host_free(b->v, b->n * esz), zs__host_free(b->ms, nb * 4), zs__host_free(b->vs, nb * 4);
+  free(b);
 }

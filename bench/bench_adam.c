@@ -40,6 +40,7 @@
 
 #include "common/common.h"
 #include "common/half.h"
+#include "memory/memory.h"
 #include "optim/optim.h"
 #include "optim/optim_cpu.h"
 #ifdef ZS_HAVE_CUDA
@@ -292,8 +293,10 @@ __attribute__((optimize("no-tree-vectorize"))) static void naive_adamw(const buf
 
 /* ---- cpu ----------------------------------------------------------------------- */
 
+/* The library's host allocator, as the engine's buffers on the cpu device (2 MiB
+ * and more: huge pages, src/memory/host.c), for the step and the roofline. */
 static void *alloc64(size_t bytes) {
-  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void *p = zs__host_malloc(bytes);
   if (!p) {
     fprintf(stderr, "zs-bench-adam: out of memory for %zu bytes\n", bytes);
     exit(1);
@@ -420,7 +423,9 @@ static int bench_cpu(const opts_t *o) {
       printf("  ratio to roofline %.3f\n", ratio);
     }
   }
-  free(b.w), free(b.m), free(b.v), free(b.g), free(b.p), free(b.ms), free(b.vs);
+  zs__host_free(b.w, n * 4), zs__host_free(b.m, n * esz), zs__host_free(b.v, n * esz);
+  zs__host_free(b.g, n * zs_dtype_size(o->gdt)), zs__host_free(b.p, n * 2);
+  zs__host_free(b.ms, nb * 4), zs__host_free(b.vs, nb * 4);
   return 0;
 }
 

@@ -1,9 +1,12 @@
 /* The pinned arena (src/memory/pinned.c): sizes, alignment, membership, reuse,
- * threads, fault injection. */
+ * threads, fault injection. The host allocator's huge pages (src/memory/host.c;
+ * run again with ZS_HOST_HUGEPAGES=0, tests/device.cmake). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "harness.h"
@@ -179,7 +182,54 @@ static void test_pinned_fault(void) {
   zs__pinned_free(p, 200u << 20);
 }
 
+/* Whether the mapping that holds p has the VM_HUGEPAGE flag ("hg" in
+ * /proc/self/smaps' VmFlags), i.e. was given MADV_HUGEPAGE: 1, 0, or -1 when
+ * smaps cannot be read. */
+static int vma_hugepage(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  int in = 0, r = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      if (in) break;
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    } else if (in && !strncmp(line, "VmFlags:", 8)) {
+      r = strstr(line, " hg") != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  return r;
+}
+
+/* Buffers of 2 MiB and more: 2 MiB aligned and advised for huge pages, unless
+ * ZS_HOST_HUGEPAGES=0; smaller ones neither. The sanitizer builds (system
+ * allocator) do the same. */
+static void test_host_hugepages(void) {
+  const char *e = getenv("ZS_HOST_HUGEPAGES");
+  const int on = !(e && !strcmp(e, "0"));
+  const size_t big = (6u << 20) + 100, small = 100000;
+  char *s = zs__host_malloc(small), *b = zs__host_malloc(big);
+  assert_true(s && b);
+  memset(b, 1, big), memset(s, 2, small);
+  if (on) expect_int_eq((long long)((uintptr_t)b % (2u << 20)), 0);
+  expect_int_eq((long long)((uintptr_t)s % 64), 0);
+  int thp = 0; /* the kernel has transparent huge pages at all */
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f) thp = 1, fclose(f);
+  if (thp) {
+    expect_int_eq(vma_hugepage(b), on);
+    expect_int_eq(vma_hugepage(s), 0);
+  }
+  expect_true(b[big - 1] == 1 && s[small - 1] == 2);
+  zs__host_free(b, big);
+  zs__host_free(s, small);
+}
+
 int main(void) {
+  zs_test_run(test_host_hugepages);
   zs_test_run(test_pinned_sizes);
   zs_test_run(test_pinned_contains);
   zs_test_run(test_pinned_reuse);

@@ -9,6 +9,11 @@
  * half b & 1 of the scratch), then pass 2 of block b - 1: pass 2 never waits on
  * the horizontal max and the reciprocals of the block just stepped. */
 
+/* prefetch distances in elements (below) */
+#define Q8_PF_W 64
+#define Q8_PF_G 352
+#define Q8_PF_Q 896
+
 ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, const int pdt, float lr, float wd,
                        float *w, uint8_t *qm, uint8_t *qv, float *ms, float *vs, const void *g, void *p, size_t B,
                        size_t nb, float *tm, float *ts) {
@@ -22,15 +27,18 @@ ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, co
       vi am = vi_zero(), as = vi_zero();
       const char *gb = (const char *)g + o * gsz;
       for (size_t i = 0; i < B; i += 32) {
-        /* software prefetch ahead on the four read streams, as step_loop does
-         * (on AVX-512, 1301 -> 1548 Mparam/s on 2 threads of a Xeon, the
-         * one-block loop before this one; other distances gave nothing) */
-        __builtin_prefetch(w + o + i + ZS_PREFETCH, 1, 3);
-        __builtin_prefetch(w + o + i + ZS_PREFETCH + 16, 1, 3);
-        __builtin_prefetch(gb + (i + ZS_PREFETCH) * gsz, 0, 3);
-        if (gsz == 4) __builtin_prefetch(gb + (i + ZS_PREFETCH + 16) * gsz, 0, 3);
-        __builtin_prefetch(qm + o + i + 2 * ZS_PREFETCH, 1, 3);
-        __builtin_prefetch(qv + o + i + 2 * ZS_PREFETCH, 1, 3);
+        /* software prefetch ahead on the four read streams, each at its own
+         * distance: g, m and v are read here, w one block later (pass 2), so
+         * its prefetch runs a short way ahead of pass 1. At 32M elements on
+         * 2 threads of the AMX Xeon, 0.80-0.83 of the roofline with all at
+         * ZS_PREFETCH (256; m and v 512) -> 0.89-0.91 with these (0.83-0.84 on AVX2); longer
+         * distances, or into L2 only, were slower (0.70-0.78). */
+        __builtin_prefetch(w + o + i + Q8_PF_W, 1, 3);
+        __builtin_prefetch(w + o + i + Q8_PF_W + 16, 1, 3);
+        __builtin_prefetch(gb + (i + Q8_PF_G) * gsz, 0, 3);
+        if (gsz == 4) __builtin_prefetch(gb + (i + Q8_PF_G + 16) * gsz, 0, 3);
+        __builtin_prefetch(qm + o + i + Q8_PF_Q, 1, 3);
+        __builtin_prefetch(qv + o + i + Q8_PF_Q, 1, 3);
         q8_pass1(&c, adamw, gdt, sm, ss, &am, &as, w + o, qm + o, qv + o, gb, tm + t1, ts + t1, i);
       }
       if (b > 0)
