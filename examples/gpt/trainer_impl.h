@@ -209,20 +209,22 @@ const gpt_tp_acts_t *trainer_pp_head_acts(const trainer_t *t);
  * of the last stage, else NULL. */
 zs_status_t trainer_pp_head_copy(trainer_t *t, const float **hw);
 const char *trainer_pp_last_error(const trainer_t *t);
-/* The tied wte's gradients of the first and the last stage, trainer_moe_pp.c's
- * (it trains both copies): the first stage (first 1) and the last swap g (n
- * floats) over ppc with peer and add the other's, so both hold the same sum
- * (a + b = b + a, bit for bit). The floats go over in pieces of
- * TRAINER_PP_TIED_CHUNK, through tmp of that many (or n, if fewer): a scratch
- * of wte's size (147 MiB at GPT-2's vocabulary) stayed in each end's RSS. */
+/* The tied wte's gradient, both pipeline trainers' (the engine trains stage
+ * 0's wte only): the last stage sends its g (n floats, the head's part) over
+ * ppc to peer, and the first adds it into its g, the embedding's (g0 + gh), or
+ * with g16 != NULL into those bf16 values (rounding each sum to nearest even).
+ * The floats go over in pieces of TRAINER_PP_TIED_CHUNK, through tmp of that
+ * many (or n, if fewer): a scratch of wte's size (147 MiB at GPT-2's
+ * vocabulary) stayed in the first stage's RSS. */
 #define TRAINER_PP_TIED_CHUNK ((size_t)1 << 20)
-zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer);
-/* trainer_pp.c's (the engine trains stage 0's wte only): the last stage sends
- * its g, the head's part, in the same pieces, and the first adds it into its g,
- * the embedding's (g0 + gh, as the swap's first end), or with g16 != NULL into
- * those bf16 values (rounding each sum to nearest even). */
 zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer);
-/* The floats of trainer_pp_tied_swap's and _add's tmp for a gradient of n. */
+/* Stage 0's wte (n values: bf16 bits or fp32, its gathered slot, first = 1)
+ * sent to the last stage (pp rank last_rank, last = 1), whose head reads it
+ * as fp32 hw (bf16: received into scratch, n floats, and widened); the other
+ * stages pass. Both pipeline trainers, at every step's start. */
+zs_status_t trainer_pp_head_refresh(zs_comm_t *ppc, int first, int last, int last_rank, const void *wte, float *hw,
+                                    float *scratch, size_t n, int bf16);
+/* The floats of trainer_pp_tied_add's tmp for a gradient of n. */
 static inline size_t trainer_pp_tied_tmp(size_t n) { return n < TRAINER_PP_TIED_CHUNK ? n : TRAINER_PP_TIED_CHUNK; }
 /* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and
  * ppc is aborted (peers may wait for this rank's transfers). */

@@ -7,9 +7,11 @@
  * Stage s's ranks declare its units only: in the dense engine (over the stage's
  * data ranks, pp its model-parallel group) the embedding on stage 0 (wte alone,
  * wpe a unit of its own, as trainer_pp.c does), the dense halves of its
- * blocks, and on the last stage the final LayerNorm and the head's tied copy
- * of wte ("head.wte", ZS_PARAM_TIED_COPY: out of the norm, its gradient
- * swapped with stage 0's after every step so both take the same update); in
+ * blocks, and on the last stage the final LayerNorm. wte is trained once, on
+ * stage 0 (as trainer_pp.c does): the last stage's head reads a copy outside
+ * the engine (fp32, q->hw), refreshed from stage 0's wte at every step's start,
+ * and makes its gradient in its own buffer (q->hg), sent to stage 0 after the
+ * schedule and added to the embedding's (trainer_pp_tied_add); in
  * the experts' engine (over the stage's edp ranks holding the same experts)
  * this ep rank's experts of its blocks, model-parallel over "pp,ep", so the
  * group norm counts every parameter once. zs_step_group steps both.
@@ -39,16 +41,16 @@
  * micro-batches and rounded into the bf16 slots once). Not with --pp yet
  * (refused): --tp, --virtual, --pp-layers, --accum (docs/moe.md). --export
  * (trainer_moe_whole.c) takes each tensor from the stage holding it;
- * --init-from gives each stage its own tensors, the last stage's head copy
- * wte's.
+ * --init-from gives each stage its own tensors.
  * Checkpoints: both engines save one part per stage (dense) and per stage and
- * ep rank (experts); the head's copy declares itself wte's
- * (zs_checkpoint_set_split) and the layout words name pp, so the library's
- * any-layout loader reads a pp checkpoint at pp 1 (any ep). */
+ * ep rank (experts), and the layout words name pp, so the library's any-layout
+ * loader reads a pp checkpoint at pp 1 (any ep). A checkpoint from before wte
+ * was trained once holds the last stage's "head.wte" too, a copy of wte
+ * (zs_checkpoint_set_split): it loads, read by name. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer_impl.h"     // defines: trainer_pp_tied_swap, trainer_pp_run
+#include "trainer_impl.h"     // defines: trainer_pp_head_refresh, trainer_pp_tied_add, trainer_pp_run
 #include "trainer_moe_impl.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/pipeline.h"
@@ -68,11 +70,8 @@ struct moe_pp {
   zs_pp_t *rt;
   moe_slot_t *slots;
   int nslots, *slot_of;
-  void *head_p, *head_g;   /* the head's wte copy (last stage) */
-  float *hw, *hg;          /* its fp32 views: the slots, or (bf16) hws / hgs */
-  float *hws, *hgs;
-  int head_pid;
-  float *tied;             /* the other copy's wte gradient, a piece at a time */
+  float *hw, *hg;          /* last stage: the head's copy of wte and its gradient, fp32 */
+  float *tied;             /* stage 0: the head's wte gradient, a piece at a time */
   double loss_sum;
   char err[256];
 };
@@ -184,7 +183,6 @@ zs_status_t trainer_moe_pp_declare(moet_t *t) {
   if (!t->dmap || !t->xmap || !t->dpid || !t->xpid) return ZS_ERR_NOMEM;
   for (int i = 0; i <= t->nd; i++) t->dpid[i] = -1;
   for (int i = 0; i <= t->nx; i++) t->xpid[i] = -1;
-  q->head_pid = -1;
   if (first(t)) {
     TRY(declare_run(t, t->dz, "embed", t->dinfo, 0, 1, t->dp, t->dg, t->dmap, t->dpid));
     TRY(declare_run(t, t->dz, "embed.wpe", t->dinfo, 1, 2, t->dp, t->dg, t->dmap, t->dpid));
@@ -197,17 +195,8 @@ zs_status_t trainer_moe_pp_declare(moet_t *t) {
     TRY(declare_run(t, t->xz, name, t->xinfo, l * per, (l + 1) * per, t->xp, t->xg, t->xmap, t->xpid));
   }
   if (!last(t)) return ZS_OK;
-  TRY(declare_run(t, t->dz, "lnf", t->dinfo, gpt_moe_dense_unit_first(&t->mm, t->L + 1), t->nd, t->dp, t->dg,
-                  t->dmap, t->dpid));
-  const gpt_param_info_t *w = &t->dinfo[0];
-  int uid;
-  TRY(zs_unit_add(t->dz, "head", &uid));
-  TRY(zs_param_add(t->dz, uid, "head.wte", w->ndim, w->shape, ZS_PARAM_TIED_COPY, &q->head_p, &q->head_g,
-                   &q->head_pid));
-  t->dmap[q->head_pid] = 0; /* initialised as wte */
-  zs_split_t s = {.whole = w->name, .whole_ndim = w->ndim}; /* a copy of wte, whole: loads from it */
-  for (int d = 0; d < w->ndim; d++) s.whole_shape[d] = w->shape[d];
-  return zs_checkpoint_set_split(t->dz, q->head_pid, &s);
+  return declare_run(t, t->dz, "lnf", t->dinfo, gpt_moe_dense_unit_first(&t->mm, t->L + 1), t->nd, t->dp, t->dg,
+                     t->dmap, t->dpid);
 }
 
 /* ============================================================================
@@ -242,8 +231,8 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   t->ttg = malloc((size_t)t->per_rank * T * sizeof(int));
   if ((first(t) || last(t)) && !(q->tied = malloc(trainer_pp_tied_tmp((size_t)t->dinfo[0].numel) * sizeof(float))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
-  if (last(t) && t->bf16 && (!(q->hws = malloc((size_t)t->dinfo[0].numel * sizeof(float))) ||
-                             !(q->hgs = malloc((size_t)t->dinfo[0].numel * sizeof(float)))))
+  if (last(t) && (!(q->hw = malloc((size_t)t->dinfo[0].numel * sizeof(float))) ||
+                  !(q->hg = malloc((size_t)t->dinfo[0].numel * sizeof(float)))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   for (int k = 0; k < q->nslots; k++) {
@@ -270,7 +259,7 @@ void trainer_moe_pp_free(moet_t *t) {
     gpt_tp_acts_free(&q->slots[k].a);
     gpt_moe_acts_free(&q->slots[k].ma);
   }
-  free(q->slots), free(q->slot_of), free(q->tied), free(q->hws), free(q->hgs);
+  free(q->slots), free(q->slot_of), free(q->tied), free(q->hw), free(q->hg);
   free(q);
   t->pps = NULL;
 }
@@ -284,8 +273,6 @@ void trainer_moe_pp_free(moet_t *t) {
  * every gradient made in fp32 over the step's micro-batches and rounded into
  * its slot once, at narrow_all, as trainer_pp.c does). */
 static zs_status_t gather_all(moet_t *t, int backward) {
-  struct moe_pp *q = t->pps;
-  static const int64_t zero = 0;
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_gather(t->dz, u));
   for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_gather(t->xz, u));
   for (int i = 0; i < t->nd; i++)
@@ -294,26 +281,29 @@ static zs_status_t gather_all(moet_t *t, int backward) {
   for (int i = 0; i < t->nx; i++)
     if (t->xpid[i] >= 0)
       trainer_moe_view(t, i, i + 1, t->xp, t->xg, t->xpv, t->xgv, t->xps, t->xgs, t->xoff, t->xinfo, backward);
-  if (last(t))
-    trainer_moe_view(t, 0, 1, &q->head_p, &q->head_g, &q->hw, &q->hg, q->hws, q->hgs, &zero, t->dinfo, backward);
   trainer_moe_bind(t);
   return ZS_OK;
 }
 
+/* Stage 0's wte (gathered: its slot, bf16 bits or fp32) into the last stage's
+ * copy, over the pp comm (trainer_pp.c's head_refresh); the other stages pass. */
+static zs_status_t head_refresh(moet_t *t) {
+  struct moe_pp *q = t->pps;
+  return trainer_pp_head_refresh(q->ppc, first(t), last(t), q->p - 1, t->dp[0], q->hw, q->hg,
+                                 (size_t)t->dinfo[0].numel, t->bf16);
+}
+
 /* bf16: the step's fp32 gradients added into the bf16 slots. */
 static void narrow_all(moet_t *t) {
-  struct moe_pp *q = t->pps;
   for (int i = 0; i < t->nd; i++)
     if (t->dpid[i] >= 0) trainer_moe_grads_into_slots(t, i, i + 1, t->dg, t->dgv, t->dinfo);
   for (int i = 0; i < t->nx; i++)
     if (t->xpid[i] >= 0) trainer_moe_grads_into_slots(t, i, i + 1, t->xg, t->xgv, t->xinfo);
-  if (last(t)) trainer_moe_grads_into_slots(t, 0, 1, &q->head_g, &q->hg, t->dinfo);
 }
 
 static void forget_all(moet_t *t) {
   for (int i = 0; i < t->nd; i++) t->dpv[i] = t->dgv[i] = NULL;
   for (int i = 0; i < t->nx; i++) t->xpv[i] = t->xgv[i] = NULL;
-  t->pps->hw = t->pps->hg = NULL;
   trainer_moe_bind(t);
 }
 
@@ -366,7 +356,7 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
     if (st == ZS_OK) st = note(t, s, j);
   }
   if (st == ZS_OK && last(t)) {
-    double sum = 0; /* the head's backward too: d lnf into a->dlnf, d wte into the copy's slot */
+    double sum = 0; /* the head's backward too: d lnf into a->dlnf, d wte into q->hg */
     st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + q->nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, q->hw, a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)N * (float)q->m), &sum, q->hg);
@@ -408,13 +398,13 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
  * a step, validation, the whole model
  * ========================================================================== */
 
-/* Stage 0 and the last stage swap their wte gradients and add the other's
- * (trainer_pp.c's tied_sum): both hold the sum, bit for bit. */
+/* The head's wte gradient added into the embedding's on stage 0 (its fp32
+ * view: in bf16 narrow_all rounds the sum into the slot afterwards). */
 static zs_status_t tied_sum(moet_t *t) {
   struct moe_pp *q = t->pps;
   if (!first(t) && !last(t)) return ZS_OK;
-  return trainer_pp_tied_swap(q->ppc, first(t) ? t->g.embed.wte : q->hg, q->tied, (size_t)t->dinfo[0].numel,
-                              first(t), first(t) ? q->p - 1 : 0);
+  return trainer_pp_tied_add(q->ppc, first(t) ? t->g.embed.wte : q->hg, NULL, q->tied, (size_t)t->dinfo[0].numel,
+                             first(t), first(t) ? q->p - 1 : 0);
 }
 
 zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss) {
@@ -428,6 +418,8 @@ zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss) {
   TRY(zs_backward_begin(t->dz));
   TRY(zs_backward_begin(t->xz));
   TRY(gather_all(t, 1));
+  TRY(head_refresh(t));
+  if (last(t)) memset(q->hg, 0, (size_t)t->dinfo[0].numel * sizeof(float));
   q->loss_sum = 0;
   const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
   TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
@@ -479,6 +471,7 @@ zs_status_t trainer_moe_pp_val_pass(moet_t *t, double *vsum) {
   TRY(zs_forward_begin(t->dz));
   TRY(zs_forward_begin(t->xz));
   TRY(gather_all(t, 0));
+  TRY(head_refresh(t));
   TRY(chain(t, vsum));
   forget_all(t);
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_release(t->dz, u));

@@ -169,18 +169,15 @@ zs_status_t trainer_moe_export(moet_t *t, const char *path, gpt_result_t *res) {
 
 /* The dense engine: the experts' tensors are the other engine's; any other
  * name is its own (or, known to neither, unexpected). With --pp another
- * stage's tensors are skipped, and the last stage's tied copy "head.wte"
- * loads wte. */
+ * stage's tensors are skipped (wte too on the last stage: its head's copy is
+ * stage 0's, sent at every step). */
 static int dense_name(void *user, const char *file_name, char *param_name, size_t cap) {
   const moet_t *t = user;
   int l, e, j;
+  (void)param_name, (void)cap;
   if (gpt_moe_expert_parse(&t->mm, file_name, &l, &e, &j)) return ZS_IMPORT_SKIP;
-  for (int i = 0; t->dpid && i < t->nd; i++) {
-    if (strcmp(t->dinfo[i].name, file_name) || t->dpid[i] >= 0) continue;
-    if (i > 0 || t->pp_rank != t->pp - 1) return ZS_IMPORT_SKIP;
-    snprintf(param_name, cap, "head.wte");
-    return ZS_IMPORT_LOAD;
-  }
+  for (int i = 0; t->dpid && i < t->nd; i++)
+    if (!strcmp(t->dinfo[i].name, file_name) && t->dpid[i] < 0) return ZS_IMPORT_SKIP;
   return ZS_IMPORT_UNKNOWN;
 }
 

@@ -416,14 +416,8 @@ static float *head_g(trainer_t *t) { return t->pps->hg; }
  * copy, over the pp comm, on both; the other ranks pass. */
 static zs_status_t head_refresh(trainer_t *t) {
   struct trainer_pp *q = t->pps;
-  const size_t n = (size_t)t->info[0].numel;
-  const zs_dtype_t dt = t->bf16 ? ZS_BF16 : ZS_FP32;
-  if (is_first(t)) TRY(zs_comm_send(q->ppc, t->pslot[0], n, dt, q->p - 1, NULL));
-  else if (is_last(t)) TRY(zs_comm_recv(q->ppc, t->bf16 ? (void *)q->hg : (void *)q->hw, n, dt, 0, NULL));
-  else return ZS_OK;
-  TRY(zs_stream_synchronize(zs_comm_device(q->ppc), NULL));
-  if (is_last(t) && t->bf16) TRY(trainer_bf16_widen(t, q->hw, (const uint16_t *)q->hg, (int64_t)n)); /* hg held the bits */
-  return ZS_OK;
+  return trainer_pp_head_refresh(q->ppc, is_first(t), is_last(t), q->p - 1, t->pslot[0], q->hw, q->hg,
+                                 (size_t)t->info[0].numel, t->bf16);
 }
 
 /* The embedding of N rows of tokens into x (m: the split, a: its activations). */

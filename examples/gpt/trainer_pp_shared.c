@@ -1,8 +1,8 @@
 /* trainer_pp_shared.c: what both pipeline trainers (trainer_pp.c and
  * trainer_moe_pp.c) call around the pipeline runtime: the run itself, with the
- * pp comm aborted on failure, and the tied wte gradient's exchange between the
- * first and the last stage (trainer_impl.h). */
-#include "bf16_bits.h" // defines: gpt_bf16_add
+ * pp comm aborted on failure, stage 0's wte sent to the last stage's head
+ * copy, and the head's wte gradient sent back and added (trainer_impl.h). */
+#include "bf16_bits.h" // defines: gpt_bf16_add, gpt_bf16_widen
 #include "trainer_impl.h"
 
 zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *ppc, char *err, size_t n) {
@@ -11,24 +11,6 @@ zs_status_t trainer_pp_run(zs_pp_t *rt, const zs_pp_callbacks_t *cb, zs_comm_t *
   if (!err[0]) snprintf(err, n, "the pipeline: %s", zs_pp_last_error(rt));
   zs_comm_abort(ppc); /* peers may wait for this rank's transfers */
   return st;
-}
-
-zs_status_t trainer_pp_tied_swap(zs_comm_t *ppc, float *g, float *tmp, size_t n, int first, int peer) {
-  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) { /* piece by piece: tmp stays small */
-    const size_t c = trainer_pp_tied_tmp(n - k0);
-    float *gk = g + k0;
-    if (first) {
-      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
-      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
-    } else {
-      TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
-      TRY(zs_comm_send(ppc, gk, c, ZS_FP32, peer, NULL));
-    }
-    TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL)); /* gk sent and tmp filled before the sum */
-#pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
-  }
-  return ZS_OK;
 }
 
 zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer) {
@@ -46,5 +28,16 @@ zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < c; k++) gk[k] += tmp[k];
   }
+  return ZS_OK;
+}
+
+zs_status_t trainer_pp_head_refresh(zs_comm_t *ppc, int first, int last, int last_rank, const void *wte, float *hw,
+                                    float *scratch, size_t n, int bf16) {
+  const zs_dtype_t dt = bf16 ? ZS_BF16 : ZS_FP32;
+  if (first) TRY(zs_comm_send(ppc, wte, n, dt, last_rank, NULL));
+  else if (last) TRY(zs_comm_recv(ppc, bf16 ? (void *)scratch : (void *)hw, n, dt, 0, NULL));
+  else return ZS_OK;
+  TRY(zs_stream_synchronize(zs_comm_device(ppc), NULL));
+  if (last && bf16) gpt_bf16_widen(hw, (const uint16_t *)scratch, (int64_t)n); /* scratch held the bits */
   return ZS_OK;
 }
