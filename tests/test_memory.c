@@ -206,7 +206,7 @@ static int vma_hugepage(const void *p) {
 
 /* Buffers of 2 MiB and more: 2 MiB aligned and advised for huge pages, unless
  * ZS_HOST_HUGEPAGES=0; smaller ones neither. The sanitizer builds (system
- * allocator) do the same. */
+ * allocator) do the same. The pinned arena's regions are advised too. */
 static void test_host_hugepages(void) {
   const char *e = getenv("ZS_HOST_HUGEPAGES");
   const int on = !(e && !strcmp(e, "0"));
@@ -226,6 +226,12 @@ static void test_host_hugepages(void) {
   expect_true(b[big - 1] == 1 && s[small - 1] == 2);
   zs__host_free(b, big);
   zs__host_free(s, small);
+  /* the pinned arena's regions too (its first region holds this buffer) */
+  void *pb = NULL;
+  assert_ok(zs__pinned_alloc(big, &pb, NULL));
+  memset(pb, 3, big);
+  if (thp) expect_int_eq(vma_hugepage(pb), on);
+  zs__pinned_free(pb, big);
 }
 
 int main(void) {

@@ -37,7 +37,6 @@
 
 #define ZS_HOST_ALIGN 64
 #define ZS_BIG_ALLOC ((size_t)1 << 20)
-#define ZS_HUGE_PAGE ((size_t)2 << 20)
 
 static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
 static int huge_on;
@@ -45,14 +44,13 @@ static void huge_init(void) {
   const char *e = getenv("ZS_HOST_HUGEPAGES");
   huge_on = !(e && e[0] == '0' && !e[1]);
 }
-/* Whether a buffer of this size gets huge pages (and their alignment). */
-static int huge_for(size_t bytes) {
+int zs__host_huge_for(size_t bytes) {
   if (bytes < ZS_HUGE_PAGE) return 0;
   pthread_once(&huge_once, huge_init);
   return huge_on;
 }
 /* Errors are ignored: without THP support the buffer keeps small pages. */
-static void huge_advise(void *p, size_t bytes) {
+void zs__host_huge_advise(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
   const size_t page = 4096;
   madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);
@@ -78,7 +76,7 @@ static void big_init(void) {
 
 /* The same flags for the allocation and its free. */
 static int flags_for(size_t bytes) {
-  int f = MALLOCX_ALIGN(huge_for(bytes) ? ZS_HUGE_PAGE : ZS_HOST_ALIGN);
+  int f = MALLOCX_ALIGN(zs__host_huge_for(bytes) ? ZS_HUGE_PAGE : ZS_HOST_ALIGN);
   if (bytes < ZS_BIG_ALLOC) return f;
   pthread_once(&big_once, big_init);
   return big_ok ? f | MALLOCX_ARENA(big_arena) | MALLOCX_TCACHE_NONE : f;
@@ -88,13 +86,13 @@ static int flags_for(size_t bytes) {
 void *zs__host_malloc(size_t bytes) {
   if (bytes == 0 || zs__fault_hit(ZS_FAULT_HOST_ALLOC)) return NULL;
 #ifdef ZS_SYSTEM_MALLOC
-  const size_t align = huge_for(bytes) ? ZS_HUGE_PAGE : ZS_HOST_ALIGN;
+  const size_t align = zs__host_huge_for(bytes) ? ZS_HUGE_PAGE : ZS_HOST_ALIGN;
   size_t rounded = (bytes + align - 1) / align * align;
   void *p = aligned_alloc(align, rounded);
 #else
   void *p = mallocx(bytes, flags_for(bytes));
 #endif
-  if (p && huge_for(bytes)) huge_advise(p, bytes);
+  if (p && zs__host_huge_for(bytes)) zs__host_huge_advise(p, bytes);
   return p;
 }
 

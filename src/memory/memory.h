@@ -44,6 +44,13 @@ void *zs__host_malloc(size_t bytes);
 /* Returns the pages our big-buffer arena keeps for reuse to the kernel. */
 void zs__host_trim(void);
 void zs__host_free(void *p, size_t bytes);
+/* Transparent huge pages for big buffers (host.c's comment): whether a buffer
+ * of this size gets them (2 MiB or more, unless ZS_HOST_HUGEPAGES=0), and the
+ * advice on a page-aligned range (errors ignored). The pinned arena's regions
+ * take them too. */
+#define ZS_HUGE_PAGE ((size_t)2 << 20)
+int zs__host_huge_for(size_t bytes);
+void zs__host_huge_advise(void *p, size_t bytes);
 
 /* ---- room ------------------------------------------------------------------ */
 

@@ -149,6 +149,10 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
     return NULL;
   }
   if (alignment < P.page) alignment = P.page;
+  /* a region of 2 MiB or more on huge pages (memory.h): 2 MiB aligned, advised
+   * before its first touch and before it is locked */
+  const int huge = zs__host_huge_for(size);
+  if (huge && alignment < ZS_HUGE_PAGE) alignment = ZS_HUGE_PAGE;
   if (size == 0 || size > SIZE_MAX - alignment) return NULL;
   /* Over-map, then trim to the requested alignment. */
   size_t len = size + alignment - P.page;
@@ -160,6 +164,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
   char *a = (char *)(((uintptr_t)m + alignment - 1) & ~(uintptr_t)(alignment - 1));
   if (a > m) munmap(m, (size_t)(a - m));
   if (m + len > a + size) munmap(a + size, (size_t)(m + len - (a + size)));
+  if (huge) zs__host_huge_advise(a, size);
 
   int locked = 0;
   pthread_rwlock_rdlock(&P.lock);
