@@ -42,6 +42,9 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     # a rank's memory beside the model state: cuBLAS opened on first use, not at start; the
     # pipeline's tied-wte swap through a scratch of one piece, not one of wte's size
     zs_add_test(NAME test_gpt_mem SOURCES test_gpt_mem.c LIBS zs_gpt_trainer RANKS 2 TIMEOUT 60)
+    # --comm nccl on the cpu device: refused, saying why, before any comm is made
+    zs_add_test_run(NAME test_gpt_comm_nccl_cpu COMMAND $<TARGET_FILE:zs-train-gpt> --comm nccl --steps 1
+                    TIMEOUT 30 PROPERTIES PASS_REGULAR_EXPRESSION "--comm nccl needs --device cuda")
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.
     # The --export file read back by Python's safetensors (skips without it).

@@ -8,8 +8,18 @@ endif()
 #   test_gpt_tp_parity  zs-train-gpt's loop (gpt_train_run) with --tp / --sequence-parallel and ZeRO on
 #                the data-parallel ranks (stages 0-3, accumulation, clipping, hybrid) against the
 #                single-rank run: losses, norms, validation, every final parameter to 1e-5
+#   test_gpt_tp_parity_gpu  the same model at --device cuda (trainer_cuda_tp.c), over NCCL with a GPU
+#                per rank, or the MPI comm on the cuda device where ranks share one (one GPU runs
+#                it too), against that single-rank CPU run: losses and validation to 1e-4, norms to 1e-3,
+#                final parameters, bf16 against the CPU's bf16 (the file says why); skips (77)
+#                without a GPU on some rank or in a build without CUDA and NCCL
 if(TARGET zs_gpt_trainer AND TARGET zs_tp AND ZS_HAVE_MPI)
   zs_add_test(NAME test_gpt_tp_parity SOURCES test_gpt_tp_parity.c LIBS zs_gpt_trainer RANKS 2 4 TIMEOUT 300)
+  zs_add_test_run(TARGET test_gpt_tp_parity NAME_SUFFIX _gpu RANKS 2 4 LABELS gpu mpi TIMEOUT 300
+                  ENV ZS_TEST_DEVICE=cuda)
+  if(ZS_HAVE_NCCL)
+    target_include_directories(test_gpt_tp_parity PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+  endif()
 endif()
 # docs/tensor-parallel.md's excerpts are gpt_tp.c's marked regions, verbatim
 foreach(region tp-boundaries tp-block)

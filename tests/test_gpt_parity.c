@@ -353,6 +353,16 @@ static void test_matmul(void) {
   char err[256];
   expect_int_eq(gpt_opts_parse(&o, 3, argv, err, sizeof err), 0);
   expect_int_eq(o.matmul, GPT_MATMUL_TF32);
+  /* --comm: mpi (ranks may share a GPU), nccl (given: refused on the cpu device
+   * by zs-train-gpt, test_gpt_comm_nccl_cpu), nothing else */
+  char *mpi[] = {"zs-train-gpt", "--comm", "mpi"}, *nccl[] = {"zs-train-gpt", "--comm", "nccl"},
+       *bad[] = {"zs-train-gpt", "--comm", "gloo"};
+  expect_int_eq(gpt_opts_parse(&o, 3, mpi, err, sizeof err), 0);
+  expect_true(o.comm_mpi && !o.comm_nccl);
+  expect_int_eq(gpt_opts_parse(&o, 3, nccl, err, sizeof err), 0);
+  expect_true(!o.comm_mpi && o.comm_nccl);
+  expect_true(gpt_opts_parse(&o, 3, bad, err, sizeof err) != 0);
+  expect_str_contains(err, "--comm");
 }
 
 /* Collective failures are reported the same on every rank, without a hang. */

@@ -11,7 +11,23 @@
  * parallelism at stage 3 with accumulation and at stage 2 with hybrid sharding.
  * At 2 ranks also a checkpoint resume and --export. Model: 2
  * layers, 32 channels, 4 heads, seq 16, vocabulary 259 (slices of 130/129 rows
- * at tp 2 and 65 at tp 4, one padding row). Also the refusals a user meets. */
+ * at tp 2 and 65 at tp 4, one padding row). Also the refusals a user meets.
+ *
+ * With ZS_TEST_DEVICE=cuda (the _gpu runs): the same model at --device cuda
+ * (trainer_cuda_tp.c, gpt_tp_cuda.c), a GPU per rank over NCCL, against the
+ * same CPU single-rank reference: at 2 ranks tp 2 (stage 0), tp 2 sp (stage 1,
+ * accum 2) and tp 2 sp (stage 3, --recompute block), all with the T x T
+ * attention (head size 8), and tp 2 sp (stage 3) with the fused attention
+ * (head size 16, against its own CPU reference); at 4 ranks tp 4 (stage 3)
+ * and dp 2 x tp 2 sp (stage 2, accum 2). Every step's loss and the final
+ * validation loss within 1e-4 relative, the gradient norms within 1e-3, every
+ * final parameter within test_gpt_gpu's reasoning scaled the same way (below);
+ * the --recompute run against the plain GPU run of its layout within 1e-5 (the
+ * same kernels); bf16 at tp 2 sp stage 3 against the CPU's bf16 run of that
+ * layout within 1e-2 (loss) and 5e-2 (norm), as test_gpt_gpu holds the dense
+ * bf16 path; and --pp on cuda still refused. Where two ranks share a GPU the
+ * world is the MPI comm on the cuda device (NCCL needs one per rank). Skips
+ * (77) without a GPU on some rank, or in a build without CUDA or NCCL. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +41,13 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
+#if defined(ZS_GPT_CUDA) && defined(ZS_HAVE_NCCL)
+#include <cuda_runtime.h>
+
+#include "zeroshard/mpi.h"  // defines: zs_mpi_local_gpu
+#include "zeroshard/nccl.h" // defines: zs_comm_create_nccl_mpi
+#define TP_GPU 1
+#endif
 
 enum { STEPS = GPT_PARITY_STEPS };
 
@@ -155,9 +178,230 @@ static void test_refusals(void) {
   }
 }
 
+/* ============================================================================
+ * the GPU runs (ZS_TEST_DEVICE=cuda)
+ * ========================================================================== */
+
+static int gpu_asked(void) {
+  const char *d = getenv("ZS_TEST_DEVICE");
+  return d && !strcmp(d, "cuda");
+}
+
+#ifdef TP_GPU
+static zs_device_t *g_gdev; /* this rank's GPU, and the NCCL world over them */
+static zs_comm_t *g_gworld;
+
+/* Collective over g_world: the GPU zs-train-gpt would give this rank
+ * (zs_mpi_local_gpu, as train_device.c asks), every rank's GPU told apart by
+ * its UUID. 1 when this rank's GPU and the world over them are open: NCCL, or
+ * where two ranks share a GPU (NCCL refuses that) the MPI comm on the cuda
+ * device (zs-train-gpt's --comm mpi: host staging), so one GPU runs the test
+ * too; 0 with the reason in why (the same on every rank) when some rank has
+ * no GPU; -1 when opening failed. */
+static int gpu_open(char *why, size_t n) {
+  int gpu = -1;
+  unsigned char mine[17] = {0}, *all = calloc((size_t)g_size, sizeof mine);
+  if (!all) return -1;
+  /* every rank calls it (collective), those without a GPU too */
+  if (zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu) != ZS_OK) gpu = -1;
+  struct cudaDeviceProp p;
+  if (gpu >= 0 && cudaGetDeviceProperties(&p, gpu) == cudaSuccess) mine[0] = 1, memcpy(mine + 1, p.uuid.bytes, 16);
+  if (zs_comm_all_gather(g_world, mine, all, sizeof mine, ZS_UINT8, NULL) != ZS_OK) {
+    free(all);
+    return -1;
+  }
+  int ok = 1, shared = 0;
+  for (int r = 0; r < g_size && ok; r++) {
+    if (!all[r * 17]) snprintf(why, n, "ZS_TEST_DEVICE=cuda but rank %d sees no GPU", r), ok = 0;
+    for (int q = 0; q < r && ok; q++) shared |= !memcmp(all + q * 17 + 1, all + r * 17 + 1, 16);
+  }
+  free(all);
+  if (!ok) return 0;
+  if (shared && g_rank == 0) printf("ranks share a GPU: the MPI comm on the cuda device (--comm mpi), not NCCL\n");
+  if (zs_device_create_cuda(&g_gdev, gpu) != ZS_OK ||
+      (shared ? zs_comm_create_mpi(&g_gworld, g_gdev, MPI_COMM_WORLD)
+              : zs_comm_create_nccl_mpi(&g_gworld, g_gdev, MPI_COMM_WORLD)) != ZS_OK) {
+    fprintf(stderr, "[rank %d] cannot open GPU %d and the %s world: %s\n", g_rank, gpu, shared ? "MPI" : "NCCL",
+            zs_last_error());
+    return -1;
+  }
+  return 1;
+}
+
+/* A GPU run r (of o) against the CPU single-rank reference. Why these
+ * tolerances: the GPU sums in other orders than the CPU (cuBLAS tiles, warp
+ * trees), so each result differs by float roundings; test_gpt_gpu holds the
+ * dense CUDA trainer to the CPU's at 1e-4 (losses, validation) and 1e-3
+ * (norms) with that reasoning, and the tensor-parallel split adds only the CPU
+ * tp test's own rounding (held to 1e-5 above). The final parameters: the CPU
+ * test's bound with its two rounding terms ten times wider (1e-4 of the
+ * tensor's largest value, 1e-2 lr, plus twice the element's noise and the
+ * chaotic elements' 1e-2 lr). A wrong slice, a missing sum over tp or a lost
+ * gradient moves losses by 5e-4 or more (the bf16 pipeline without the
+ * LayerNorms' tp sum: 5.2e-4) and parameters by O(lr) for whole tensors. */
+static void gpu_compare(const gpt_ref_t *ref, const gpt_config_t *cfg, const gpt_opts_t *o, const gpt_result_t *r,
+                        const char *what) {
+  gpt_ref_compare_tol(ref, cfg, o, r, "tp parity gpu", what, g_rank, g_size,
+                      (gpt_parity_tol_t){.loss = 1e-4, .norm = 1e-3, .val = 1e-4, .prel = 1e-4, .plr = 1e-2});
+}
+
+/* Two GPU runs of one layout with the same kernels (the engine's work or the
+ * recomputation differs): every loss, norm and the validation within 1e-5. */
+static void gpu_same(const gpt_result_t *a, const gpt_result_t *b, const char *what) {
+  for (int i = 0; i < STEPS; i++) {
+    if (!(fabs((double)a->losses[i] - b->losses[i]) <= 1e-5 * fabs((double)b->losses[i])))
+      ZS_T_REPORT("%s: step %d loss %.9g vs %.9g", what, i, (double)a->losses[i], (double)b->losses[i]);
+    if (!(fabs((double)a->grad_norms[i] - b->grad_norms[i]) <= 1e-5 * b->grad_norms[i]))
+      ZS_T_REPORT("%s: step %d grad norm %.9g vs %.9g", what, i, (double)a->grad_norms[i], (double)b->grad_norms[i]);
+  }
+  expect_near(a->val_loss, b->val_loss, 1e-5, 0);
+}
+
+static void test_gpu_layouts(void) {
+  struct {
+    int world, tp, sp, stage, accum, recompute;
+    const char *what;
+  } v[] = {
+      {2, 2, 0, 0, 1, 0, "cuda tp 2, stage 0"},
+      {2, 2, 1, 1, 2, 0, "cuda tp 2 sp, stage 1, accum 2"},
+      {2, 2, 1, 3, 1, 0, "cuda tp 2 sp, stage 3"},
+      {2, 2, 1, 3, 1, GPT_RECOMPUTE_BLOCK, "cuda tp 2 sp, stage 3, --recompute"},
+      {4, 4, 0, 3, 1, 0, "cuda tp 4, stage 3"},
+      {4, 2, 1, 2, 2, 0, "cuda dp 2 x tp 2 sp, stage 2, accum 2"},
+  };
+  gpt_result_t plain = {0};
+  int have_plain = 0, ran = 0;
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    if (v[i].world != g_size) continue;
+    gpt_opts_t o;
+    tiny(&o);
+    o.device_cuda = 1;
+    o.tp = v[i].tp, o.sequence_parallel = v[i].sp, o.stage = v[i].stage, o.accum = v[i].accum;
+    o.recompute = v[i].recompute;
+    gpt_result_t r;
+    zs_status_t st = gpt_train_run(&o, g_gdev, g_gworld, &r);
+    ran++;
+    if (st != ZS_OK) {
+      ZS_T_REPORT("%s: run failed: %s", v[i].what, r.err);
+      gpt_result_free(&r);
+      continue;
+    }
+    gpu_compare(&g_ref, &k_cfg, &o, &r, v[i].what);
+    expect_str_contains(r.attention, "T x T"); /* head size 8: the fused kernel is not built for it */
+    if (v[i].recompute && have_plain) gpu_same(&r, &plain, "cuda --recompute vs without");
+    if (!v[i].recompute && v[i].sp && v[i].stage == 3) { /* the --recompute run's twin */
+      gpt_result_free(&plain);
+      plain = r, have_plain = 1;
+      continue;
+    }
+    gpt_result_free(&r);
+  }
+  if (have_plain) gpt_result_free(&plain);
+  if (!ran) zs_test_skip("no GPU layout for this world size (2 or 4 ranks)");
+}
+
+/* The fused attention (head size 16: 2 heads of 32 channels, one a tp rank)
+ * at tp 2 sp, stage 3, against its own CPU single-rank reference. */
+static void test_gpu_fused_attention(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2)");
+  const gpt_config_t cfg = {.vocab = 259, .seq = 16, .channels = 32, .heads = 2, .layers = 2};
+  gpt_opts_t o;
+  gpt_parity_opts(&o, &cfg);
+  gpt_ref_t ref = {0};
+  gpt_ref_run(g_world, &o, &cfg, &ref);
+  o.device_cuda = 1;
+  o.tp = 2, o.sequence_parallel = 1, o.stage = 3;
+  gpt_result_t r;
+  zs_status_t st = gpt_train_run(&o, g_gdev, g_gworld, &r);
+  if (st != ZS_OK) ZS_T_REPORT("cuda tp 2 sp fused attention: run failed: %s", r.err);
+  else {
+    gpu_compare(&ref, &cfg, &o, &r, "cuda tp 2 sp, stage 3, fused attention");
+    expect_str_contains(r.attention, "fused causal kernel");
+  }
+  gpt_result_free(&r);
+  gpt_ref_free(&ref);
+}
+
+/* bf16 parameters and gradients at tp 2 sp, stage 3: the GPU's run against
+ * the CPU's of the same layout, exact products on both (--matmul fp32): a
+ * bf16 rounding may flip by one ulp (4e-3 relative) where the fp32 values
+ * differ in their last bits, hence 1e-2 as test_gpt_gpu allows the dense
+ * path's bf16. */
+static void test_gpu_bf16(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2)");
+  gpt_opts_t o;
+  tiny(&o);
+  o.tp = 2, o.sequence_parallel = 1, o.stage = 3;
+  o.dtype = o.reduce_dtype = ZS_BF16;
+  o.matmul = GPT_MATMUL_FP32;
+  o.collect_params = 0;
+  gpt_result_t rc, rg;
+  zs_status_t sc = gpt_train_run(&o, g_dev, g_world, &rc);
+  if (sc != ZS_OK) ZS_T_REPORT("cpu bf16 tp 2 sp failed: %s", rc.err);
+  o.device_cuda = 1;
+  zs_status_t sg = gpt_train_run(&o, g_gdev, g_gworld, &rg);
+  if (sg != ZS_OK) ZS_T_REPORT("cuda bf16 tp 2 sp failed: %s", rg.err);
+  for (int i = 0; sc == ZS_OK && sg == ZS_OK && i < STEPS; i++) {
+    if (!(fabs((double)rg.losses[i] - rc.losses[i]) <= 1e-2 * fabs((double)rc.losses[i])))
+      ZS_T_REPORT("bf16: step %d loss %.9g vs the CPU's %.9g", i, (double)rg.losses[i], (double)rc.losses[i]);
+    if (!(fabs((double)rg.grad_norms[i] - rc.grad_norms[i]) <= 5e-2 * rc.grad_norms[i]))
+      ZS_T_REPORT("bf16: step %d grad norm %.9g vs the CPU's %.9g", i, (double)rg.grad_norms[i],
+                  (double)rc.grad_norms[i]);
+  }
+  if (sc == ZS_OK && sg == ZS_OK) {
+    expect_near(rg.val_loss, rc.val_loss, 1e-2, 0);
+    expect_true(rg.losses[STEPS - 1] < rg.losses[0] - 0.1f); /* it learns */
+  }
+  gpt_result_free(&rc);
+  gpt_result_free(&rg);
+}
+
+/* --pp on the cuda device: still refused, saying so, on every rank. */
+static void test_gpu_refusals(void) {
+  gpt_opts_t o;
+  gpt_result_t r;
+  tiny(&o);
+  o.device_cuda = 1;
+  o.pp = 2, o.microbatches = 2, o.steps = 1;
+  expect_status(gpt_train_run(&o, g_gdev, g_gworld, &r), ZS_ERR_UNSUPPORTED);
+  expect_str_contains(r.err, "pipeline-parallel");
+  gpt_result_free(&r);
+}
+#endif /* TP_GPU */
+
+/* The _gpu runs: the reference on the CPU, then the GPU's (or a skip saying why). */
+static int gpu_main(const char *only) {
+#ifdef TP_GPU
+  char why[200] = "";
+  const int open = gpu_open(why, sizeof why);
+  if (open <= 0) {
+    if (open == 0 && g_rank == 0) printf("skipped: %s\n", why);
+    gpt_world_close();
+    return open == 0 ? ZS_SKIP_CODE : 1;
+  }
+#define RUN_GPU(f) \
+  if (!*only || strstr(#f, only)) zs_test_run(f)
+  RUN_GPU(test_reference);
+  RUN_GPU(test_gpu_layouts);
+  RUN_GPU(test_gpu_fused_attention);
+  RUN_GPU(test_gpu_bf16);
+  RUN_GPU(test_gpu_refusals);
+  gpt_ref_free(&g_ref);
+  zs_comm_destroy(g_gworld);
+  zs_device_destroy(g_gdev);
+  return gpt_world_close();
+#else
+  (void)only;
+  if (g_rank == 0) printf("skipped: ZS_TEST_DEVICE=cuda but this build has no CUDA model path or no NCCL\n");
+  gpt_world_close();
+  return ZS_SKIP_CODE;
+#endif
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : ""; /* a part of a test's name: run those only */
   gpt_world_open();
+  if (gpu_asked()) return gpu_main(only);
 #define RUN(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN(test_reference);

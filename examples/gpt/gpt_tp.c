@@ -143,40 +143,48 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
 }
 
 int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, const gpt_tp_acts_t *share) {
+  const size_t n = gpt_tp_acts_layout(a, m, B, T, train, 0, share, NULL);
+  if (!n) return -1;
+  float *mem = calloc(n, sizeof(float));
+  if (!mem) {
+    memset(a, 0, sizeof *a);
+    return -1;
+  }
+  gpt_tp_acts_layout(a, m, B, T, train, 0, share, mem);
+  return 0;
+}
+
+size_t gpt_tp_acts_layout(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int att_cols,
+                          const gpt_tp_acts_t *share, float *mem) {
   memset(a, 0, sizeof *a);
   const int head = !(train & GPT_TP_ACTS_NO_HEAD);
   train &= ~GPT_TP_ACTS_NO_HEAD;
   const int64_t N = (int64_t)B * T, C = m->c.channels, Cl = m->Cl, NHl = m->NHl;
-  if (m->sp && N % m->size) return -1;
+  if (m->sp && N % m->size) return 0;
   a->B = a->Bmax = B, a->T = T, a->train = train, a->N = N;
   a->L = train ? m->c.layers : 1;
   a->nblk = gpt_acts_per_layer(train) ? a->L : 1;
   a->Nr = m->sp ? N / m->size : N;
   const int64_t Nr = a->Nr, V = m->vp.rows;
   a->head_rows = head ? gpt_head_rows(V, N) : 0;
-  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = Nr, .C = C, .Cl = Cl, .NHl = NHl};
+  const gpt_act_dims_t d = {.B = B, .T = T, .N = N, .Nr = Nr, .C = C, .Cl = Cl, .NHl = NHl, .Ta = att_cols};
   const int gelu_shared = train == GPT_ACTS_RECOMPUTE_GELU;
-  for (int pass = 0; pass < 2; pass++) { /* count, then carve */
-    gpt_carve_t carve = {.mem = a->mem}, *cv = &carve;
-    gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
-    if (share && !gpt_acts_per_layer(train)) a->blk[0] = share->blk[0]; /* one block's, refilled per layer */
-    else GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblk, d, gelu_shared); /* with tp, the GELU output is this rank's slice */
-    gpt_carve(cv, &a->lnf, Nr * C);
-    gpt_carve(cv, &a->lnf_mean, Nr);
-    gpt_carve(cv, &a->lnf_rstd, Nr);
-    if (train) gpt_carve(cv, &a->dlnf, Nr * C); /* the head's gradient, from its forward to the backward */
-    if (m->sp) gpt_carve(cv, &a->lnf_full, N * C);
-    if (share) { /* used within one call: another slot's */
-      a->xg = share->xg, a->part = share->part;
-      a->logits = share->logits, a->row_loss = share->row_loss, a->head_rows = share->head_rows;
-      a->dfull = share->dfull, a->dres = share->dres, a->d4 = share->d4, a->dln = share->dln;
-      a->datty = share->datty, a->dqkv = share->dqkv, a->dtmp = share->dtmp;
-      if (!pass) {
-        a->mem = calloc(carve.off ? carve.off : 1, sizeof(float));
-        if (!a->mem) return -1;
-      }
-      continue;
-    }
+  gpt_carve_t carve = {.mem = mem}, *cv = &carve;
+  a->mem = mem;
+  gpt_carve(cv, &a->resid, (a->L + 1) * Nr * C);
+  if (share && !gpt_acts_per_layer(train)) a->blk[0] = share->blk[0]; /* one block's, refilled per layer */
+  else GPT_ACTS_CARVE_BLOCKS(a->blk, a->nblk, d, gelu_shared); /* with tp, the GELU output is this rank's slice */
+  gpt_carve(cv, &a->lnf, Nr * C);
+  gpt_carve(cv, &a->lnf_mean, Nr);
+  gpt_carve(cv, &a->lnf_rstd, Nr);
+  if (train) gpt_carve(cv, &a->dlnf, Nr * C); /* the head's gradient, from its forward to the backward */
+  if (m->sp) gpt_carve(cv, &a->lnf_full, N * C);
+  if (share) { /* used within one call: another slot's */
+    a->xg = share->xg, a->part = share->part;
+    a->logits = share->logits, a->row_loss = share->row_loss, a->head_rows = share->head_rows;
+    a->dfull = share->dfull, a->dres = share->dres, a->d4 = share->d4, a->dln = share->dln;
+    a->datty = share->datty, a->dqkv = share->dqkv, a->dtmp = share->dtmp;
+  } else {
     if (m->sp) gpt_carve(cv, &a->xg, N * C);
     gpt_carve(cv, &a->part, N * C);
     if (head) gpt_carve(cv, &a->logits, (int64_t)a->head_rows * V);
@@ -190,10 +198,6 @@ int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
       gpt_carve(cv, &a->dqkv, N * 3 * Cl);
       gpt_carve(cv, &a->dtmp, (int64_t)B * NHl * T);
     }
-    if (!pass) {
-      a->mem = calloc(carve.off ? carve.off : 1, sizeof(float));
-      if (!a->mem) return -1;
-    }
   }
   /* what one layer keeps from forward to backward: its tensors and its input, a residual */
   a->shared_floats = gelu_shared ? GPT_ACT_GELU_FLOATS(d) : 0;
@@ -206,7 +210,7 @@ int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
     else a->blk[l].ln1_full = a->blk[l].ln2_full = a->xg;
   }
   if (!m->sp) a->lnf_full = a->lnf;
-  return 0;
+  return carve.off ? carve.off : 1;
 }
 
 void gpt_tp_acts_borrow_head(gpt_tp_acts_t *a, const gpt_tp_t *m, const gpt_tp_acts_t *from) {
@@ -274,6 +278,21 @@ static zs_status_t g_bwd(const gpt_tp_t *m, gpt_tp_acts_t *a, const float *d, co
   return ZS_OK;
 }
 /* --- tp-boundaries ends --- */
+
+/* The boundaries for gpt_tp_cuda.c: zs_tp calls on the handle's NULL stream,
+ * the same on either device (gpt_tp.h). */
+zs_status_t gpt_tp_f_forward(const gpt_tp_t *m, const gpt_tp_acts_t *a, const float *in, float *full) {
+  return f_fwd(m, a, in, full);
+}
+zs_status_t gpt_tp_f_backward(const gpt_tp_t *m, const gpt_tp_acts_t *a, float *partial, float **out) {
+  return f_bwd(m, a, partial, out);
+}
+zs_status_t gpt_tp_g_forward(const gpt_tp_t *m, const gpt_tp_acts_t *a, float *partial, float **out) {
+  return g_fwd(m, a, partial, out);
+}
+zs_status_t gpt_tp_g_backward(const gpt_tp_t *m, gpt_tp_acts_t *a, const float *d, const float **full) {
+  return g_bwd(m, a, d, full);
+}
 
 /* out[r] = x[r] + p[r] + b, over rows */
 static void add_bias_resid(float *out, const float *x, const float *p, const float *b, int64_t rows, int C) {

@@ -25,7 +25,9 @@
  * what Megatron does for its sequence-parallel parameters).
  *
  * Every call runs on the host (cpu device), synchronously: the tp calls use the
- * caller's stream (NULL). */
+ * caller's stream (NULL). gpt_tp_cuda.h holds the same units on a CUDA device
+ * (the split, the activations' layout and gpt_tp_sum_replicated_grads are
+ * shared). */
 #ifndef ZS_EXAMPLES_GPT_TP_H
 #define ZS_EXAMPLES_GPT_TP_H
 
@@ -110,6 +112,13 @@ int gpt_tp_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int tra
  * are refilled per layer, GPT_ACTS_RECOMPUTE); the scratch of a call is
  * share's. */
 int gpt_tp_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, const gpt_tp_acts_t *share);
+/* gpt_tp_acts_alloc_slot's layout without the allocation (gpt_tp_cuda.c lays
+ * the same fields out in device memory): with mem NULL it only counts, with mem
+ * it points every field into it (a->mem = mem). att_cols: att's floats a row,
+ * 0 for T (the probabilities; 1: a fused attention's log-sum-exp). Returns the
+ * floats mem must hold, or 0 if (sp) B*T rows do not split over tp. */
+size_t gpt_tp_acts_layout(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int att_cols,
+                          const gpt_tp_acts_t *share, float *mem);
 /* Layer l's block tensors in a (blk[0] where one is kept). */
 static inline gpt_tp_block_acts_t *gpt_tp_acts_block(gpt_tp_acts_t *a, int l) { return &a->blk[a->nblk > 1 ? l : 0]; }
 /* Runs the next calls on B <= the allocated sequences (a shorter last chunk of
@@ -163,6 +172,17 @@ zs_status_t gpt_tp_head(const gpt_tp_t *m, const float *wte, const float *xfull,
 /* Final LayerNorm backward from a->dlnf: dres = (overwritten) d x, dlnf_w += . */
 zs_status_t gpt_tp_lnf_backward(const gpt_tp_t *m, const gpt_lnf_w_t *lnf, gpt_lnf_w_t *dlnf_w, const float *x,
                                 gpt_tp_acts_t *a, float *dres);
+/* The regions' boundaries (gpt_tp.c's f and g, plain or sequence-parallel;
+ * docs/tensor-parallel.md), for a device's twin of these units (gpt_tp_cuda.c):
+ * zs_tp calls on the handle's NULL stream, so the buffers may be device memory.
+ * f forward: in [Nr,C] -> full [N,C] (gathered with sp, else full aliases in);
+ * f backward: partial [N,C] summed over tp -> *out [Nr,C] (inside partial);
+ * g forward: partial [N,C] summed -> *out [Nr,C] (inside partial);
+ * g backward: d [Nr,C] -> *full [N,C] (a->dfull with sp, else d). */
+zs_status_t gpt_tp_f_forward(const gpt_tp_t *m, const gpt_tp_acts_t *a, const float *in, float *full);
+zs_status_t gpt_tp_f_backward(const gpt_tp_t *m, const gpt_tp_acts_t *a, float *partial, float **out);
+zs_status_t gpt_tp_g_forward(const gpt_tp_t *m, const gpt_tp_acts_t *a, float *partial, float **out);
+zs_status_t gpt_tp_g_backward(const gpt_tp_t *m, gpt_tp_acts_t *a, const float *d, const float **full);
 /* sp: sums the replicated parameters' gradients of one unit (gpt.h's unit
  * numbering) over the tp ranks, in place. No-op without sp. */
 zs_status_t gpt_tp_sum_replicated_grads(const gpt_tp_t *m, int unit, float *const *grads);

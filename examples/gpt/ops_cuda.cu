@@ -776,6 +776,11 @@ extern "C" int opc_add(float *dst, const float *src, int64_t n, cudaStream_t s) 
   return launched();
 }
 
+extern "C" int opc_colsum_add(float *db, const float *d, int64_t N, int M, cudaStream_t s) {
+  if (N == 0 || M == 0) return 0;
+  return colsum(db, NULL, d, NULL, NULL, NULL, N, M, s);
+}
+
 extern "C" int opc_crossentropy(float *logits, double *loss, const int *targets, int64_t N, int V, float grad_scale,
                                 int want_grad, cudaStream_t s) {
   if (N == 0) return 0;

@@ -153,6 +153,21 @@ int opc_add(float *dst, const float *src, int64_t n, cudaStream_t s);
 int opc_crossentropy(float *logits, double *loss, const int *targets, int64_t N, int V, float grad_scale,
                      int want_grad, cudaStream_t s);
 
+/* ---- the tensor-parallel GPT's pieces (gpt_tp_cuda.c; ops_tp_cuda.cu but the column sums) ---- */
+/* A sequence-parallel rank holds token rows row0 .. row0 + rows - 1 of the B*T
+ * (row0 0 and rows B*T without it); a row's position is (row0 + r) % T. */
+
+/* x[r] += wpe[(row0 + r) % T] for the rows rows (gpt_tp_embed_forward's loop). */
+int opc_pos_add_rows(float *x, const float *wpe, int64_t row0, int64_t rows, int T, int C, cudaStream_t s);
+/* dwpe[t] += dx[r] for each row r with (row0 + r) % T == t, r ascending: the
+ * same adds in the same order as gpt_tp_embed_backward's loop (the same bits). */
+int opc_pos_backward_rows(float *dwpe, const float *dx, int64_t row0, int64_t rows, int T, int C, cudaStream_t s);
+/* out[r, c] = x[r, c] + (p[r, c] + b[c]) (gpt_tp.c's add_bias_resid); out may be x. */
+int opc_bias_resid(float *out, const float *x, const float *p, const float *b, int64_t rows, int C, cudaStream_t s);
+/* db[c] += the sum over the N rows of d[., c] (gpt_tp.c's colsum_add; the
+ * order of opc_matmul_backward's bias sums, not ops.c's: float rounding). */
+int opc_colsum_add(float *db, const float *d, int64_t N, int M, cudaStream_t s);
+
 /* ---- bf16 parameters and gradients ----------------------------------------------------------- */
 
 /* dst[i] = (float) src[i] for bf16 src (exact). */

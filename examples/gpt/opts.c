@@ -119,7 +119,7 @@ void gpt_opts_usage(FILE *f) {
           "                    of t+1, which then uses one-step-stale parameters)\n"
           "  --tp N (1: tensor parallelism over groups of N neighbouring ranks, Megatron-style:\n"
           "          heads and MLP split, vocab-parallel embedding/head and cross-entropy; the engine\n"
-          "          shards over the world / N data-parallel ranks; cpu device)\n"
+          "          shards over the world / N data-parallel ranks; cpu, and cuda with a GPU per rank)\n"
           "  --sequence-parallel (with --tp: LayerNorms and residuals split along the tokens)\n"
           "  --recompute [block|gelu] (activation recomputation, the same values; every dense layout, cpu and\n"
           "              cuda, and --ps-servers; not with --moe-experts). block (the default): a block keeps only\n"
@@ -134,7 +134,8 @@ void gpt_opts_usage(FILE *f) {
           "  --pp-layers a,b,... (an uneven split: the layers of each model stage in order, one count per\n"
           "                  stage (N x V of them), each 1 or more, summing to --layers; default --layers / (N x V))\n"
           "  --trace FILE (a Chrome-trace/Perfetto timeline: FILE.rank<r>, zs-trace merges them)\n"
-          "  --device cpu|cuda (cpu)\n"
+          "  --device cpu|cuda (cpu)  --comm nccl|mpi (cuda: nccl, a GPU per rank; mpi: MPI through host\n"
+          "                  staging, ranks may share a GPU; cpu: mpi only)\n"
           "  --moe-experts E (0: every block's MLP a mixture of E expert MLPs, top-k routed; cpu device;\n"
           "                  fp32 or bf16, --shard-group N a multiple of --ep, --export and --init-from of the\n"
           "                  whole model at any --ep; --tp N splits attention and the head, each tp rank\n"
@@ -165,7 +166,7 @@ void gpt_opts_usage(FILE *f) {
 static const char *const k_valued[] = {
     "--layers", "--channels", "--heads", "--vocab", "--seq", "--steps", "--batch", "--accum",
     "--stage", "--prefetch", "--shard-group", "--tp", "--val-every", "--val-seqs", "--seed", "--lr", "--weight-decay",
-    "--clip", "--dtype", "--reduce-dtype", "--device", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
+    "--clip", "--dtype", "--reduce-dtype", "--device", "--comm", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
     "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
@@ -401,6 +402,11 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     else if (!strcmp(name, "--device")) {
       if (!strcmp(val, "cpu")) o->device_cuda = 0;
       else if (!strcmp(val, "cuda")) o->device_cuda = 1;
+      else bad = 1;
+    }
+    else if (!strcmp(name, "--comm")) {
+      if (!strcmp(val, "mpi")) o->comm_mpi = 1;
+      else if (!strcmp(val, "nccl")) o->comm_mpi = 0, o->comm_nccl = 1;
       else bad = 1;
     }
     else if (!strcmp(name, "--data")) { o->data = val; }

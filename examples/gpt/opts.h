@@ -72,6 +72,9 @@ typedef struct {
   int bf16_wte_view;    /* tests, no flag: a dense bf16 run on the CPU widens wte into an fp32 view as it
                            does every other parameter, instead of using its bits where they are */
   int device_cuda;
+  int comm_nccl;        /* --comm nccl was given (refused on the cpu device) */
+  int comm_mpi;         /* --comm mpi: the MPI comm on a cuda device too (host staging; ranks may share a
+                           GPU), instead of NCCL */
   /* pipeline parallelism (trainer_pp.c): pp stages of world / pp ranks each */
   int pp;               /* pipeline stages (1: none) */
   int pp_kind;          /* zs_pp_kind_t: --schedule gpipe|1f1b|interleaved (1f1b) */

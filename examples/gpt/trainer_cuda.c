@@ -13,31 +13,12 @@
  * token losses stay on the device until the round's end, when one copy (which
  * waits for the round's compute) brings them back to be summed on the host.
  * Host-side all-gathers (losses, peaks) stage through device memory, because a
- * NCCL comm takes device buffers only. */
+ * NCCL comm takes device buffers only. With --tp the buffers past the common
+ * setup and the whole round are trainer_cuda_tp.c's (gpt_tp_cuda.c's units). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_cuda.h" // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
-#include "trainer_impl.h"
-
-struct trainer_cuda {
-  cublasHandle_t blas;
-  int lt;                        /* opc_lt_init succeeded (released in cuda_free) */
-  gpt_cuda_acts_t cacts, cvacts; /* one training micro-batch; validation chunks */
-  int *vin_d, *vtg_d;            /* the validation windows, uploaded once */
-  double *vloss_d;               /* [v_count, T] validation token losses of the current round */
-  void *stage;                   /* device staging of host-side all-gathers */
-  size_t stage_bytes;
-};
-
-/* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
-static zs_status_t cu_check(trainer_t *t, int rc, const char *what) {
-  if (!rc) return ZS_OK;
-  snprintf(t->cuerr, sizeof t->cuerr, "%s on the GPU: %s", what, opc_strerror(rc));
-  return ZS_ERR_DEVICE;
-}
-
-static int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
+#include "trainer_cuda.h" // defines: struct trainer_cuda, cu_check, dalloc, trainer_cuda_tp_*
 
 /* ============================================================================
  * buffers
@@ -75,7 +56,12 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
     if (!rc) rc = dalloc(&t->gscratch, (size_t)max_unit * sizeof(float));
+    if (rc) {
+      snprintf(msg, sizeof msg, "out of memory for the bf16 scratch (%s)", opc_strerror(rc));
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
+    }
   }
+  if (t->tp > 1) return trainer_cuda_tp_buffers(t, res); /* the tensor-parallel model's (trainer_cuda_tp.c) */
   if (!rc) rc = dalloc(&t->dwte_head, (size_t)o->vocab * C * sizeof(float));
   if (!rc) rc = gpt_cuda_acts_alloc(&cu->cacts, &t->mc, t->micro, T, trainer_acts_mode(t));
   /* the micro-batch's tokens and targets: pinned, so their upload each round is
@@ -94,17 +80,25 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
     if (!rc) rc = dalloc(&cu->vtg_d, nv * sizeof(int));
     if (!rc) rc = dalloc(&cu->vloss_d, nv * sizeof(double));
     if (!rc) rc = gpt_cuda_acts_alloc(&cu->cvacts, &t->mc, t->v_chunk, T, 0);
-    t->vin = malloc(nv * sizeof(int));
-    t->vtg = malloc(nv * sizeof(int));
-    if (rc || !t->vin || !t->vtg) {
-      snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
-      return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
-    }
-    gpt_data_val_batch(&t->data, t->v_first, t->v_count, T, t->vin, t->vtg);
-    rc = (int)cudaMemcpy(cu->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (!rc) rc = (int)cudaMemcpy(cu->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
-    if (rc) return trainer_fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
+    return trainer_cuda_val_windows(t, rc, res);
   }
+  return ZS_OK;
+}
+
+zs_status_t trainer_cuda_val_windows(trainer_t *t, int rc, gpt_result_t *res) {
+  struct trainer_cuda *cu = t->cu;
+  const size_t nv = (size_t)t->v_count * t->o->seq;
+  char msg[256];
+  t->vin = malloc(nv * sizeof(int));
+  t->vtg = malloc(nv * sizeof(int));
+  if (rc || !t->vin || !t->vtg) {
+    snprintf(msg, sizeof msg, "out of memory for validation (%s)", rc ? opc_strerror(rc) : "host");
+    return trainer_fail(res, ZS_ERR_NOMEM, "setup", msg);
+  }
+  gpt_data_val_batch(&t->data, t->v_first, t->v_count, t->o->seq, t->vin, t->vtg);
+  rc = (int)cudaMemcpy(cu->vin_d, t->vin, nv * sizeof(int), cudaMemcpyHostToDevice);
+  if (!rc) rc = (int)cudaMemcpy(cu->vtg_d, t->vtg, nv * sizeof(int), cudaMemcpyHostToDevice);
+  if (rc) return trainer_fail(res, ZS_ERR_DEVICE, "setup: uploading the validation windows", opc_strerror(rc));
   return ZS_OK;
 }
 
@@ -112,6 +106,7 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
  * pointers to them are cleared, so the host's free skips them. */
 static void cuda_free(trainer_t *t) {
   struct trainer_cuda *cu = t->cu;
+  trainer_cuda_tp_free(t);
   cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
   t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
   cudaFreeHost(t->tin), cudaFreeHost(t->ttg); /* pinned (cuda_buffers) */
@@ -257,6 +252,7 @@ static const trainer_model_i cuda_model = {
     .bf16_widen = cuda_bf16_widen,
     .bf16_add = cuda_bf16_add,
     .all_gather = cuda_all_gather,
+    .tp_round = trainer_cuda_tp_round,
 };
 
 const trainer_model_i *trainer_model_cuda(void) { return &cuda_model; }

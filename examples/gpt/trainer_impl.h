@@ -26,13 +26,15 @@ typedef struct trainer trainer_t;
 /* ============================================================================
  * where the compute runs
  *
- * Every unit's compute of the dense trainer (tp and pp aside: those are
- * gpt_tp.c's, on the CPU) goes through t->m: trainer_model_cpu (gpt.c, in
- * trainer_round.c) or trainer_model_cuda() (model_cuda.c, in trainer_cuda.c;
- * NULL in a build without CUDA). Tokens are named by batch, not by address
- * (the GPU keeps its own copies): val 0 the training micro-batch t->tin / ttg,
- * val 1 the validation windows t->vin / vtg, from row r0. NULL members are
- * optional; the comment says what stands in for them.
+ * Every unit's compute of the dense trainer (pp aside: gpt_tp.c's, on the
+ * CPU) goes through t->m: trainer_model_cpu (gpt.c, in trainer_round.c) or
+ * trainer_model_cuda() (model_cuda.c, in trainer_cuda.c; NULL in a build
+ * without CUDA). A --tp round is trainer_round.c's (gpt_tp.c) on the CPU and
+ * t->m->tp_round on a GPU (gpt_tp_cuda.c, in trainer_cuda_tp.c). Tokens are
+ * named by batch, not by address (the GPU keeps its own copies): val 0 the
+ * training micro-batch t->tin / ttg, val 1 the validation windows t->vin /
+ * vtg, from row r0. NULL members are optional; the comment says what stands in
+ * for them.
  * ========================================================================== */
 
 typedef struct trainer_model_i {
@@ -65,6 +67,9 @@ typedef struct trainer_model_i {
   zs_status_t (*bf16_add)(trainer_t *t, uint16_t *dst, const float *src, int64_t n);
   /* an all-gather of host memory (NULL: zs_comm_all_gather on t->comm) */
   zs_status_t (*all_gather)(trainer_t *t, const void *send, void *recv, size_t count, zs_dtype_t dt);
+  /* --tp: the whole round, trainer_round's contract, through the trainer_unit_*
+   * calls below (NULL: trainer_round.c's tp round, gpt_tp.c on the CPU) */
+  zs_status_t (*tp_round)(trainer_t *t, int train, int val, double *loss, double *vsum);
 } trainer_model_i;
 
 extern const trainer_model_i trainer_model_cpu;
@@ -140,7 +145,7 @@ struct trainer {
   int *vin, *vtg;
   double val_time;
 
-  /* tensor parallelism (--tp > 1, cpu): ranks r with the same r / tp form one
+  /* tensor parallelism (--tp > 1): ranks r with the same r / tp form one
    * data-parallel replica of the model, split over their tp group (r % tp);
    * the engine shards each rank's part over the dp = world / tp ranks holding it */
   int tp, dp, dp_rank;
@@ -162,7 +167,8 @@ struct trainer {
   gpt_tp_acts_t tacts, tvacts; /* one training micro-batch; validation chunks */
 
   /* the CUDA path (trainer_cuda.c): pscratch, gscratch, dwte_head and vresid
-   * are then device buffers, and the activations its own */
+   * are then device buffers, and the activations its own (with --tp tacts and
+   * tvacts, laid out in device memory: trainer_cuda_tp.c) */
   int cuda;
   char cuerr[256];     /* why the last CUDA call failed ("" when none did) */
   struct trainer_cuda *cu;
@@ -172,6 +178,22 @@ struct trainer {
  * val: runs this rank's validation windows (sum of token losses into *vsum).
  * Forward only (ended by zs_forward_end) when train is 0. */
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+/* trainer_round.c's unit steps, for a round of another device's (tp_round):
+ * the engine's gather (backward: the gradient views too), release and reduce
+ * of unit u, with t->w / t->g bound to the fp32 views (bf16: widened into the
+ * scratch, gradients added back into the slots at the reduce). */
+zs_status_t trainer_unit_gather(trainer_t *t, int u, int backward);
+zs_status_t trainer_unit_release(trainer_t *t, int u);
+zs_status_t trainer_unit_reduce(trainer_t *t, int u);
+/* --sequence-parallel: whether this round sums the replicated parameters'
+ * partial gradients over tp before a unit's reduce (gpt_tp_sum_replicated_grads).
+ * Once per contribution: fp32 slots at stages 0-1 accumulate the step's rounds
+ * (the engine zeroes them per step), so they are summed after the last round;
+ * bf16 scratch and stage 2-3 slots hold one round (zeroed per round), summed each. */
+static inline int trainer_tp_sum_due(const trainer_t *t) {
+  const int accumulates = !t->bf16 && t->o->stage <= 1;
+  return !accumulates || t->last_round;
+}
 /* The training activations' GPT_ACTS_ mode (gpt.h) for --recompute's level. */
 static inline int trainer_acts_mode(const trainer_t *t) { return trainer_acts_mode_of(t->o); }
 

@@ -46,7 +46,9 @@
  *
  * The compute goes through t->m (trainer_impl.h): gpt.c's units below, or on a
  * cuda device model_cuda.c's (trainer_cuda.c, which says how its buffers,
- * stream and tokens work). */
+ * stream and tokens work). With --tp the round below runs gpt_tp.c's units;
+ * on a cuda device t->m->tp_round runs the same schedule with gpt_tp_cuda.c's
+ * (trainer_cuda_tp.c, through trainer_unit_gather / _release / _reduce). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +216,11 @@ static zs_status_t unit_reduce(trainer_t *t, int u) {
   return zs_reduce(t->zs, u);
 }
 
+/* The three for another device's round (trainer_impl.h). */
+zs_status_t trainer_unit_gather(trainer_t *t, int u, int backward) { return unit_gather(t, u, backward); }
+zs_status_t trainer_unit_release(trainer_t *t, int u) { return unit_release(t, u); }
+zs_status_t trainer_unit_reduce(trainer_t *t, int u) { return unit_reduce(t, u); }
+
 /* ============================================================================
  * one round: forward (training micro-batch and/or validation), then backward
  * ========================================================================== */
@@ -272,12 +279,9 @@ static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) 
 }
 
 /* The sum over tp of the replicated parameters' partial gradients (sp), once
- * per contribution: fp32 slots at stages 0-1 accumulate the step's rounds (the
- * engine zeroes them per step), so they are summed after the last round; bf16
- * scratch and stage 2-3 slots hold one round (zeroed per round), summed each. */
+ * per contribution (trainer_tp_sum_due, trainer_impl.h), then the reduce. */
 static zs_status_t tp_reduce(trainer_t *t, int u) {
-  const int accumulates = !t->bf16 && t->o->stage <= 1;
-  if (!accumulates || t->last_round)
+  if (trainer_tp_sum_due(t))
     TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
   return unit_reduce(t, u);
 }
@@ -339,7 +343,8 @@ static zs_status_t tp_round(trainer_t *t, int train, int val, double *loss, doub
 }
 
 zs_status_t trainer_round(trainer_t *t, int train, int val, double *loss, double *vsum) {
-  if (t->tp > 1) return tp_round(t, train, val, loss, vsum);
+  if (t->tp > 1) /* gpt_tp.c's round below, or the device's */
+    return t->m->tp_round ? t->m->tp_round(t, train, val, loss, vsum) : tp_round(t, train, val, loss, vsum);
   const gpt_config_t *c = &t->mc;
   const trainer_model_i *m = t->m;
   gpt_acts_t *a = m->acts(t, 0);

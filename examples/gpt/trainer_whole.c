@@ -12,6 +12,30 @@
 #include "init_from.h"
 #include "trainer_impl.h"
 
+/* A collective on host buffers over c (an all-gather of n elements of dt, or
+ * with op >= 0 an all-reduce): a cuda device's comm (NCCL) takes device
+ * buffers only, so there the bytes go through device memory allocated for the
+ * call (between steps: --export, the final parameters of a --tp run on a GPU),
+ * and the result is on the host at return, as on the cpu device. */
+static zs_status_t host_coll(zs_comm_t *c, const void *send, void *recv, size_t n, zs_dtype_t dt, int op) {
+  zs_device_t *dev = zs_comm_device(c);
+  const size_t in = n * zs_dtype_size(dt), out = op >= 0 ? in : in * (size_t)zs_comm_size(c);
+  if (zs_device_kind(dev) != ZS_DEVICE_CUDA)
+    return op >= 0 ? zs_comm_all_reduce(c, send, recv, n, dt, (zs_redop_t)op, NULL)
+                   : zs_comm_all_gather(c, send, recv, n, dt, NULL);
+  void *d = NULL;
+  TRY(zs_device_alloc(dev, in + out, ZS_MEM_COMM, &d));
+  char *dsend = (char *)d + out;
+  zs_status_t st = zs_memcpy_async(dev, dsend, send, in, ZS_COPY_H2D, NULL);
+  if (st == ZS_OK)
+    st = op >= 0 ? zs_comm_all_reduce(c, dsend, d, n, dt, (zs_redop_t)op, NULL)
+                 : zs_comm_all_gather(c, dsend, d, n, dt, NULL);
+  if (st == ZS_OK) st = zs_memcpy_async(dev, recv, d, out, ZS_COPY_D2H, NULL);
+  if (st == ZS_OK) st = zs_stream_synchronize(dev, NULL);
+  zs_device_free(dev, d, in + out, ZS_MEM_COMM);
+  return st;
+}
+
 /* Table entry i's whole fp32 values into out from this rank's part (n values,
  * its numel here): with --tp the parts of the tp group are all-gathered and
  * placed where gpt_tp_full_index says. all: scratch of tp parts. */
@@ -21,7 +45,7 @@ static zs_status_t whole_of_part(trainer_t *t, int i, const float *part, float *
     if (out != part) memcpy(out, part, (size_t)n * sizeof(float));
     return ZS_OK;
   }
-  TRY(zs_comm_all_gather(zs_tp_comm(t->tph), part, all, (size_t)n, ZS_FP32, NULL));
+  TRY(host_coll(zs_tp_comm(t->tph), part, all, (size_t)n, ZS_FP32, -1));
   for (int r = 0; r < t->tp; r++) {
     gpt_tp_t pr;
     char err[128];
@@ -191,7 +215,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
   }
   free(one), free(mine), free(all), free(pid_of);
   int64_t code = st, worst = 0;
-  zs_status_t c = zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL);
+  zs_status_t c = host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX);
   if (c != ZS_OK) return c;
   if (worst != ZS_OK && !err[0])
     snprintf(err, n, "--export to %s failed on %s (%s)", path, st != ZS_OK ? "this rank" : "another rank",

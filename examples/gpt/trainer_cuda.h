@@ -1,0 +1,51 @@
+/* trainer_cuda.h: the CUDA path's state, shared by trainer_cuda.c (the dense
+ * model, the trainer_model_i table) and trainer_cuda_tp.c (--tp: the
+ * tensor-parallel model's buffers and round). Built with the CUDA toolkit only. */
+#ifndef ZS_EXAMPLES_GPT_TRAINER_CUDA_H
+#define ZS_EXAMPLES_GPT_TRAINER_CUDA_H
+
+#include <stdio.h>
+
+#include "gpt_tp_cuda.h" // defines: gpt_tp_cuda_* (the tp units on the GPU)
+#include "model_cuda.h"  // defines: gpt_cuda_* (the units on the GPU), opc_* (its layers)
+#include "trainer_impl.h"
+
+struct trainer_cuda {
+  cublasHandle_t blas;
+  int lt;                        /* opc_lt_init succeeded (released in cuda_free) */
+  gpt_cuda_acts_t cacts, cvacts; /* one training micro-batch; validation chunks (not with --tp) */
+  int *vin_d, *vtg_d;            /* the validation windows, uploaded once */
+  double *vloss_d;               /* [v_count, T] validation token losses of the current round */
+  void *stage;                   /* device staging of host-side all-gathers */
+  size_t stage_bytes;
+  /* --tp (trainer_cuda_tp.c): the activations are t->tacts / t->tvacts, laid
+   * out in device memory (gpt_tp_cuda_acts_alloc) */
+  gpt_tp_cuda_t tg;              /* the tp units' context: cuBLAS, the attention, its scratch */
+  int *tin_d, *ttg_d;            /* [micro, T] the micro-batch, uploaded each round */
+  float *tloss_d, *tvloss_d;     /* [micro, T] / [v_count, T] token losses (zs_tp_cross_entropy's) */
+  float *tloss_h;                /* host copy of either, for the round's sums */
+};
+
+/* rc: 0, or an ops_cuda error code (kept in t->cuerr for the run's message). */
+static inline zs_status_t cu_check(trainer_t *t, int rc, const char *what) {
+  if (!rc) return ZS_OK;
+  snprintf(t->cuerr, sizeof t->cuerr, "%s on the GPU: %s", what, opc_strerror(rc));
+  return ZS_ERR_DEVICE;
+}
+
+static inline int dalloc(void *pp, size_t bytes) { return (int)cudaMalloc((void **)pp, bytes ? bytes : 1); }
+
+/* The validation windows on the host (t->vin, vtg) and uploaded into cu->vin_d,
+ * vtg_d (allocated by the caller, rc: its allocations' cudaError_t, 0 when
+ * all succeeded: a failure is reported here with the host's). */
+zs_status_t trainer_cuda_val_windows(trainer_t *t, int rc, gpt_result_t *res);
+
+/* trainer_cuda_tp.c. buffers: after cuda_buffers's common setup (cuBLAS, the
+ * math, the attention and epilogue picks, the bf16 scratch), everything a tp
+ * run needs on the device; free: what it made (cuda_free calls it first). */
+zs_status_t trainer_cuda_tp_buffers(trainer_t *t, gpt_result_t *res);
+void trainer_cuda_tp_free(trainer_t *t);
+/* trainer_model_i.tp_round: trainer_round.c's tp round on the GPU. */
+zs_status_t trainer_cuda_tp_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+
+#endif
