@@ -21,7 +21,19 @@
  * the parts refused by a run without --pp), --export (the unsplit run's file),
  * --trace FILE (per rank: the step
  * ranges, forwards and backwards, gathers, transfers), and the refusals a user
- * meets, --pp-layers's parsing among them. */
+ * meets, --pp-layers's parsing among them.
+ *
+ * With ZS_TEST_DEVICE=cuda (the _gpu runs): the same model at --device cuda
+ * (trainer_cuda_pp.c, gpt_tp_cuda.c's units), a GPU per rank over NCCL, or the
+ * MPI comm on the cuda device where ranks share one (gpt_gpu_world.h), against the same CPU single-rank reference with
+ * test_gpt_tp_parity's GPU tolerances (losses and validation 1e-4, norms 1e-3,
+ * parameters 1e-4 of the largest plus 1e-2 lr): at 2 ranks pp 2 1F1B (stage
+ * 1), GPipe with --recompute (stage 3) and interleaved x 2 chunks (stage 0);
+ * at 4 ranks pp 4 1F1B (stage 2), dp 2 x pp 2 GPipe (stage 3) and tp 2 (sp) x
+ * pp 2 1F1B (stage 1); the head's copy of wte equal to stage 0's bit for bit in
+ * each; bf16 pp 2 1F1B against the CPU's bf16 run of that layout within 1e-2
+ * (loss) and 5e-2 (norm). Skips (77) without a GPU on some rank, or in a build
+ * without CUDA or NCCL. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +49,7 @@
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
 #include "zeroshard/pipeline.h"
+#include "gpt_gpu_world.h" // defines: GPT_GPU, gpt_gpu_asked, gpt_gpu_open, g_gdev, g_gworld
 
 enum { STEPS = GPT_PARITY_STEPS, M = 4 };
 
@@ -480,9 +493,89 @@ static void test_pp_layers_flag(void) {
   free(usage);
 }
 
+/* ============================================================================
+ * the GPU runs (ZS_TEST_DEVICE=cuda)
+ * ========================================================================== */
+
+#ifdef GPT_GPU
+
+/* test_gpt_tp_parity's gpu_compare tolerances (its comment says why). */
+static void gpu_compare(const gpt_ref_t *ref, const gpt_opts_t *o, const gpt_result_t *r, const char *what) {
+  gpt_ref_compare_tol(ref, &k_cfg, o, r, "pp parity gpu", what, g_rank, g_size,
+                      (gpt_parity_tol_t){.loss = 1e-4, .norm = 1e-3, .val = 1e-4, .prel = 1e-4, .plr = 1e-2});
+}
+
+static void test_gpu_layouts(void) {
+  static const struct {
+    int world, pp, tp, stage, kind, m, v, recompute;
+    const char *what;
+  } v[] = {
+      {2, 2, 1, 1, ZS_PP_1F1B, 4, 1, 0, "cuda pp 2 1f1b, stage 1"},
+      {2, 2, 1, 3, ZS_PP_GPIPE, 4, 1, GPT_RECOMPUTE_BLOCK, "cuda pp 2 gpipe, stage 3, --recompute"},
+      {2, 2, 1, 0, ZS_PP_INTERLEAVED, 4, 2, 0, "cuda pp 2 interleaved x 2 chunks, stage 0"},
+      {4, 4, 1, 2, ZS_PP_1F1B, 4, 1, 0, "cuda pp 4 1f1b, stage 2"},
+      {4, 2, 1, 3, ZS_PP_GPIPE, 2, 1, 0, "cuda dp 2 x pp 2 gpipe, stage 3"},
+      {4, 2, 2, 1, ZS_PP_1F1B, 4, 1, 0, "cuda tp 2 sp x pp 2 1f1b, stage 1"},
+  };
+  int ran = 0;
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    if (v[i].world != g_size) continue;
+    gpt_opts_t o;
+    gpt_result_t r;
+    tiny(&o);
+    o.device_cuda = 1;
+    o.pp = v[i].pp, o.tp = v[i].tp, o.sequence_parallel = v[i].tp > 1, o.stage = v[i].stage;
+    o.pp_kind = v[i].kind, o.microbatches = v[i].m, o.virtual_stages = v[i].v, o.recompute = v[i].recompute;
+    zs_status_t st = gpt_train_run(&o, g_gdev, g_gworld, &r);
+    ran++;
+    if (st != ZS_OK) ZS_T_REPORT("%s: run failed: %s", v[i].what, r.err);
+    else gpu_compare(&g_ref, &o, &r, v[i].what);
+    if (st == ZS_OK && r.tied_wte_diff != 0)
+      ZS_T_REPORT("%s: the head's copy of wte differs from stage 0's by up to %.3g", v[i].what, r.tied_wte_diff);
+    gpt_result_free(&r);
+  }
+  if (!ran) zs_test_skip("no GPU layout for this world size (2 or 4 ranks)");
+}
+
+/* bf16 at pp 2 1F1B, stage 1: the GPU's run against the CPU's of the same
+ * layout, exact products on both (--matmul fp32), within test_gpt_tp_parity's
+ * bf16 bounds (a rounding may flip by one ulp where the fp32 values differ in
+ * their last bits). */
+static void test_gpu_bf16(void) {
+  if (g_size != 2) zs_test_skip("run at 2 ranks (pp 2)");
+  gpt_opts_t o;
+  tiny(&o);
+  o.pp = 2, o.pp_kind = ZS_PP_1F1B, o.microbatches = M, o.stage = 1;
+  o.dtype = o.reduce_dtype = ZS_BF16;
+  o.matmul = GPT_MATMUL_FP32;
+  gpt_result_t rg;
+  gpt_gpu_bf16_run(&o, "pp 2", &rg);
+  if (rg.tied_wte_diff != 0) ZS_T_REPORT("cuda bf16: the head's copy of wte differs by %.3g", rg.tied_wte_diff);
+  gpt_result_free(&rg);
+}
+#endif /* GPT_GPU */
+
+/* The _gpu runs: the reference on the CPU, then the GPU's (or a skip saying why). */
+static int gpu_main(const char *only) {
+  const int rc = gpt_gpu_begin();
+  if (rc >= 0) return rc;
+#ifdef GPT_GPU
+#define RUN_GPU(f) \
+  if (!*only || strstr(#f, only)) zs_test_run(f)
+  RUN_GPU(test_reference);
+  RUN_GPU(test_gpu_layouts);
+  RUN_GPU(test_gpu_bf16);
+  gpt_ref_free(&g_ref);
+#else
+  (void)only;
+#endif
+  return gpt_gpu_end();
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : ""; /* a part of a test's name: run those only */
   gpt_world_open();
+  if (gpt_gpu_asked()) return gpu_main(only);
 #define RUN(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN(test_reference);

@@ -25,9 +25,10 @@
  * the --recompute run against the plain GPU run of its layout within 1e-5 (the
  * same kernels); bf16 at tp 2 sp stage 3 against the CPU's bf16 run of that
  * layout within 1e-2 (loss) and 5e-2 (norm), as test_gpt_gpu holds the dense
- * bf16 path; and --pp on cuda still refused. Where two ranks share a GPU the
- * world is the MPI comm on the cuda device (NCCL needs one per rank). Skips
- * (77) without a GPU on some rank, or in a build without CUDA or NCCL. */
+ * bf16 path (--pp on cuda: test_gpt_pp_parity's _gpu runs). Where two ranks
+ * share a GPU the world is the MPI comm on the cuda device (NCCL needs one per
+ * rank). Skips (77) without a GPU on some rank, or in a build without CUDA or
+ * NCCL. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,13 +42,7 @@
 #include "trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
-#if defined(ZS_GPT_CUDA) && defined(ZS_HAVE_NCCL)
-#include <cuda_runtime.h>
-
-#include "zeroshard/mpi.h"  // defines: zs_mpi_local_gpu
-#include "zeroshard/nccl.h" // defines: zs_comm_create_nccl_mpi
-#define TP_GPU 1
-#endif
+#include "gpt_gpu_world.h" // defines: GPT_GPU, gpt_gpu_asked, gpt_gpu_open, g_gdev, g_gworld
 
 enum { STEPS = GPT_PARITY_STEPS };
 
@@ -182,51 +177,7 @@ static void test_refusals(void) {
  * the GPU runs (ZS_TEST_DEVICE=cuda)
  * ========================================================================== */
 
-static int gpu_asked(void) {
-  const char *d = getenv("ZS_TEST_DEVICE");
-  return d && !strcmp(d, "cuda");
-}
-
-#ifdef TP_GPU
-static zs_device_t *g_gdev; /* this rank's GPU, and the NCCL world over them */
-static zs_comm_t *g_gworld;
-
-/* Collective over g_world: the GPU zs-train-gpt would give this rank
- * (zs_mpi_local_gpu, as train_device.c asks), every rank's GPU told apart by
- * its UUID. 1 when this rank's GPU and the world over them are open: NCCL, or
- * where two ranks share a GPU (NCCL refuses that) the MPI comm on the cuda
- * device (zs-train-gpt's --comm mpi: host staging), so one GPU runs the test
- * too; 0 with the reason in why (the same on every rank) when some rank has
- * no GPU; -1 when opening failed. */
-static int gpu_open(char *why, size_t n) {
-  int gpu = -1;
-  unsigned char mine[17] = {0}, *all = calloc((size_t)g_size, sizeof mine);
-  if (!all) return -1;
-  /* every rank calls it (collective), those without a GPU too */
-  if (zs_mpi_local_gpu(MPI_COMM_WORLD, &gpu) != ZS_OK) gpu = -1;
-  struct cudaDeviceProp p;
-  if (gpu >= 0 && cudaGetDeviceProperties(&p, gpu) == cudaSuccess) mine[0] = 1, memcpy(mine + 1, p.uuid.bytes, 16);
-  if (zs_comm_all_gather(g_world, mine, all, sizeof mine, ZS_UINT8, NULL) != ZS_OK) {
-    free(all);
-    return -1;
-  }
-  int ok = 1, shared = 0;
-  for (int r = 0; r < g_size && ok; r++) {
-    if (!all[r * 17]) snprintf(why, n, "ZS_TEST_DEVICE=cuda but rank %d sees no GPU", r), ok = 0;
-    for (int q = 0; q < r && ok; q++) shared |= !memcmp(all + q * 17 + 1, all + r * 17 + 1, 16);
-  }
-  free(all);
-  if (!ok) return 0;
-  if (shared && g_rank == 0) printf("ranks share a GPU: the MPI comm on the cuda device (--comm mpi), not NCCL\n");
-  if (zs_device_create_cuda(&g_gdev, gpu) != ZS_OK ||
-      (shared ? zs_comm_create_mpi(&g_gworld, g_gdev, MPI_COMM_WORLD)
-              : zs_comm_create_nccl_mpi(&g_gworld, g_gdev, MPI_COMM_WORLD)) != ZS_OK) {
-    fprintf(stderr, "[rank %d] cannot open GPU %d and the %s world: %s\n", g_rank, gpu, shared ? "MPI" : "NCCL",
-            zs_last_error());
-    return -1;
-  }
-  return 1;
-}
+#ifdef GPT_GPU
 
 /* A GPU run r (of o) against the CPU single-rank reference. Why these
  * tolerances: the GPU sums in other orders than the CPU (cuBLAS tiles, warp
@@ -335,73 +286,32 @@ static void test_gpu_bf16(void) {
   o.dtype = o.reduce_dtype = ZS_BF16;
   o.matmul = GPT_MATMUL_FP32;
   o.collect_params = 0;
-  gpt_result_t rc, rg;
-  zs_status_t sc = gpt_train_run(&o, g_dev, g_world, &rc);
-  if (sc != ZS_OK) ZS_T_REPORT("cpu bf16 tp 2 sp failed: %s", rc.err);
-  o.device_cuda = 1;
-  zs_status_t sg = gpt_train_run(&o, g_gdev, g_gworld, &rg);
-  if (sg != ZS_OK) ZS_T_REPORT("cuda bf16 tp 2 sp failed: %s", rg.err);
-  for (int i = 0; sc == ZS_OK && sg == ZS_OK && i < STEPS; i++) {
-    if (!(fabs((double)rg.losses[i] - rc.losses[i]) <= 1e-2 * fabs((double)rc.losses[i])))
-      ZS_T_REPORT("bf16: step %d loss %.9g vs the CPU's %.9g", i, (double)rg.losses[i], (double)rc.losses[i]);
-    if (!(fabs((double)rg.grad_norms[i] - rc.grad_norms[i]) <= 5e-2 * rc.grad_norms[i]))
-      ZS_T_REPORT("bf16: step %d grad norm %.9g vs the CPU's %.9g", i, (double)rg.grad_norms[i],
-                  (double)rc.grad_norms[i]);
-  }
-  if (sc == ZS_OK && sg == ZS_OK) {
-    expect_near(rg.val_loss, rc.val_loss, 1e-2, 0);
-    expect_true(rg.losses[STEPS - 1] < rg.losses[0] - 0.1f); /* it learns */
-  }
-  gpt_result_free(&rc);
-  gpt_result_free(&rg);
+  gpt_gpu_bf16_run(&o, "tp 2 sp", NULL);
 }
-
-/* --pp on the cuda device: still refused, saying so, on every rank. */
-static void test_gpu_refusals(void) {
-  gpt_opts_t o;
-  gpt_result_t r;
-  tiny(&o);
-  o.device_cuda = 1;
-  o.pp = 2, o.microbatches = 2, o.steps = 1;
-  expect_status(gpt_train_run(&o, g_gdev, g_gworld, &r), ZS_ERR_UNSUPPORTED);
-  expect_str_contains(r.err, "pipeline-parallel");
-  gpt_result_free(&r);
-}
-#endif /* TP_GPU */
+#endif /* GPT_GPU */
 
 /* The _gpu runs: the reference on the CPU, then the GPU's (or a skip saying why). */
 static int gpu_main(const char *only) {
-#ifdef TP_GPU
-  char why[200] = "";
-  const int open = gpu_open(why, sizeof why);
-  if (open <= 0) {
-    if (open == 0 && g_rank == 0) printf("skipped: %s\n", why);
-    gpt_world_close();
-    return open == 0 ? ZS_SKIP_CODE : 1;
-  }
+  const int rc = gpt_gpu_begin();
+  if (rc >= 0) return rc;
+#ifdef GPT_GPU
 #define RUN_GPU(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN_GPU(test_reference);
   RUN_GPU(test_gpu_layouts);
   RUN_GPU(test_gpu_fused_attention);
   RUN_GPU(test_gpu_bf16);
-  RUN_GPU(test_gpu_refusals);
   gpt_ref_free(&g_ref);
-  zs_comm_destroy(g_gworld);
-  zs_device_destroy(g_gdev);
-  return gpt_world_close();
 #else
   (void)only;
-  if (g_rank == 0) printf("skipped: ZS_TEST_DEVICE=cuda but this build has no CUDA model path or no NCCL\n");
-  gpt_world_close();
-  return ZS_SKIP_CODE;
 #endif
+  return gpt_gpu_end();
 }
 
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : ""; /* a part of a test's name: run those only */
   gpt_world_open();
-  if (gpu_asked()) return gpu_main(only);
+  if (gpt_gpu_asked()) return gpu_main(only);
 #define RUN(f) \
   if (!*only || strstr(#f, only)) zs_test_run(f)
   RUN(test_reference);

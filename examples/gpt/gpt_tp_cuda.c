@@ -32,9 +32,10 @@ static zs_status_t need_tp(gpt_tp_cuda_t *g, const gpt_tp_t *m) {
  * activations
  * ========================================================================== */
 
-int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn) {
+int gpt_tp_cuda_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn,
+                                const gpt_tp_acts_t *share) {
   const int att_cols = attn == OPC_ATTN_FUSED ? 1 : 0; /* a log-sum-exp a row, or the T probabilities */
-  const size_t n = gpt_tp_acts_layout(a, m, B, T, train, att_cols, NULL, NULL);
+  const size_t n = gpt_tp_acts_layout(a, m, B, T, train, att_cols, share, NULL);
   if (!n) return -1;
   float *mem = NULL;
   int rc = (int)cudaMalloc((void **)&mem, n * sizeof(float));
@@ -44,8 +45,12 @@ int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
     memset(a, 0, sizeof *a);
     return rc;
   }
-  gpt_tp_acts_layout(a, m, B, T, train, att_cols, NULL, mem);
+  gpt_tp_acts_layout(a, m, B, T, train, att_cols, share, mem);
   return 0;
+}
+
+int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn) {
+  return gpt_tp_cuda_acts_alloc_slot(a, m, B, T, train, attn, NULL);
 }
 
 void gpt_tp_cuda_acts_free(gpt_tp_acts_t *a) {

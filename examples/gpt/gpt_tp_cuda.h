@@ -49,6 +49,10 @@ typedef struct {
  * allocated), or -1 when (sp) B*T rows do not split over tp. Free with
  * gpt_tp_cuda_acts_free (cudaFree; not gpt_tp_acts_free). */
 int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn);
+/* ... with share (gpt_tp_acts_alloc_slot's): the scratch used within one call
+ * is share's (a pipeline's slots after the first). */
+int gpt_tp_cuda_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn,
+                                const gpt_tp_acts_t *share);
 void gpt_tp_cuda_acts_free(gpt_tp_acts_t *a);
 
 /* The units: gpt_tp.h's, on the device (x / dres [Nr, C], tokens and targets

@@ -133,9 +133,6 @@ static zs_status_t tp_check(trainer_t *t, gpt_result_t *res) {
   if (t->pp == 1 && o->pp_layers_n)
     return trainer_fail(res, ZS_ERR_INVALID, "--pp-layers", "it shapes a pipeline's stages: add --pp 2 or more");
   if (t->tp == 1 && t->pp == 1) return ZS_OK;
-  if (t->cuda && t->pp > 1) /* --tp alone runs there (trainer_cuda_tp.c) */
-    return trainer_fail(res, ZS_ERR_UNSUPPORTED, flag,
-                "the trainer's CUDA model path has no pipeline-parallel split yet; run it on the cpu device");
   if (t->world % (t->tp * t->pp)) {
     snprintf(msg, sizeof msg, "--tp %d x --pp %d does not divide the %d ranks", t->tp, t->pp, t->world);
     return trainer_fail(res, ZS_ERR_INVALID, flag, msg);

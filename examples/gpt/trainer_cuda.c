@@ -14,7 +14,8 @@
  * waits for the round's compute) brings them back to be summed on the host.
  * Host-side all-gathers (losses, peaks) stage through device memory, because a
  * NCCL comm takes device buffers only. With --tp the buffers past the common
- * setup and the whole round are trainer_cuda_tp.c's (gpt_tp_cuda.c's units). */
+ * setup and the whole round are trainer_cuda_tp.c's (gpt_tp_cuda.c's units),
+ * with --pp the buffers and the step trainer_cuda_pp.c's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,7 @@ static zs_status_t cuda_buffers(trainer_t *t, int64_t max_unit, gpt_result_t *re
   cu->lt = opc_lt_init() == 0;
   opc_epilogue_counts_reset();
   if (opc_epilogue_pick(C, msg, sizeof msg) < 0) return trainer_fail(res, ZS_ERR_INVALID, "setup", msg);
+  if (t->pp > 1) return trainer_cuda_pp_buffers(t, res); /* the pipeline's, views its own (trainer_cuda_pp.c) */
   int rc = 0;
   if (t->bf16) {
     rc = dalloc(&t->pscratch, (size_t)max_unit * sizeof(float));
@@ -106,6 +108,7 @@ zs_status_t trainer_cuda_val_windows(trainer_t *t, int rc, gpt_result_t *res) {
  * pointers to them are cleared, so the host's free skips them. */
 static void cuda_free(trainer_t *t) {
   struct trainer_cuda *cu = t->cu;
+  trainer_cuda_pp_free(t);
   trainer_cuda_tp_free(t);
   cudaFree(t->pscratch), cudaFree(t->gscratch), cudaFree(t->dwte_head), cudaFree(t->vresid);
   t->pscratch = t->gscratch = t->dwte_head = t->vresid = NULL;
@@ -253,6 +256,9 @@ static const trainer_model_i cuda_model = {
     .bf16_add = cuda_bf16_add,
     .all_gather = cuda_all_gather,
     .tp_round = trainer_cuda_tp_round,
+    .pp_step = trainer_cuda_pp_step,
+    .pp_validate = trainer_cuda_pp_validate,
+    .pp_head_copy = trainer_cuda_pp_head_copy,
 };
 
 const trainer_model_i *trainer_model_cuda(void) { return &cuda_model; }

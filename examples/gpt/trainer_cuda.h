@@ -1,6 +1,7 @@
 /* trainer_cuda.h: the CUDA path's state, shared by trainer_cuda.c (the dense
- * model, the trainer_model_i table) and trainer_cuda_tp.c (--tp: the
- * tensor-parallel model's buffers and round). Built with the CUDA toolkit only. */
+ * model, the trainer_model_i table), trainer_cuda_tp.c (--tp: the
+ * tensor-parallel model's buffers and round) and trainer_cuda_pp.c (--pp: the
+ * pipeline's). Built with the CUDA toolkit only. */
 #ifndef ZS_EXAMPLES_GPT_TRAINER_CUDA_H
 #define ZS_EXAMPLES_GPT_TRAINER_CUDA_H
 
@@ -47,5 +48,16 @@ zs_status_t trainer_cuda_tp_buffers(trainer_t *t, gpt_result_t *res);
 void trainer_cuda_tp_free(trainer_t *t);
 /* trainer_model_i.tp_round: trainer_round.c's tp round on the GPU. */
 zs_status_t trainer_cuda_tp_round(trainer_t *t, int train, int val, double *loss, double *vsum);
+
+/* trainer_cuda_pp.c (--pp, with or without --tp). buffers: after cuda_buffers's
+ * common setup, the pipeline's runtime and every buffer it needs on the device;
+ * free: what it made (cuda_free calls it first; trainer_pp_free frees the host's
+ * rest); step / validate / head_copy: trainer_model_i's pp_* (trainer_pp.c's
+ * contracts, gpt_tp_cuda.c's units). */
+zs_status_t trainer_cuda_pp_buffers(trainer_t *t, gpt_result_t *res);
+void trainer_cuda_pp_free(trainer_t *t);
+zs_status_t trainer_cuda_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum);
+zs_status_t trainer_cuda_pp_validate(trainer_t *t, double *vsum);
+zs_status_t trainer_cuda_pp_head_copy(trainer_t *t, const float **hw);
 
 #endif

@@ -30,7 +30,8 @@ typedef struct trainer trainer_t;
  * CPU) goes through t->m: trainer_model_cpu (gpt.c, in trainer_round.c) or
  * trainer_model_cuda() (model_cuda.c, in trainer_cuda.c; NULL in a build
  * without CUDA). A --tp round is trainer_round.c's (gpt_tp.c) on the CPU and
- * t->m->tp_round on a GPU (gpt_tp_cuda.c, in trainer_cuda_tp.c). Tokens are
+ * t->m->tp_round on a GPU (gpt_tp_cuda.c, in trainer_cuda_tp.c); a --pp step
+ * trainer_pp.c's on the CPU and t->m->pp_step on a GPU (trainer_cuda_pp.c). Tokens are
  * named by batch, not by address (the GPU keeps its own copies): val 0 the
  * training micro-batch t->tin / ttg, val 1 the validation windows t->vin /
  * vtg, from row r0. NULL members are optional; the comment says what stands in
@@ -70,6 +71,11 @@ typedef struct trainer_model_i {
   /* --tp: the whole round, trainer_round's contract, through the trainer_unit_*
    * calls below (NULL: trainer_round.c's tp round, gpt_tp.c on the CPU) */
   zs_status_t (*tp_round)(trainer_t *t, int train, int val, double *loss, double *vsum);
+  /* --pp: trainer_pp_step, trainer_pp_validate and trainer_pp_head_copy's
+   * contracts on this device (NULL: trainer_pp.c's, gpt_tp.c on the CPU) */
+  zs_status_t (*pp_step)(trainer_t *t, int64_t step, int val, double *loss, double *vsum);
+  zs_status_t (*pp_validate)(trainer_t *t, double *vsum);
+  zs_status_t (*pp_head_copy)(trainer_t *t, const float **hw);
 } trainer_model_i;
 
 extern const trainer_model_i trainer_model_cpu;

@@ -64,45 +64,16 @@
  * of this rank's model stages, so with --pp-layers each rank's pool follows its
  * own stages. With --recompute a slot keeps its stage's residuals and one
  * block's tensors, which the backward fills again block by block; with
- * --recompute gelu every block's tensors but one GELU output for the slot. */
+ * --recompute gelu every block's tensors but one GELU output for the slot.
+ *
+ * The cuda device. Options, declaration, the runtime and the unit views are
+ * this file's (trainer_pp_impl.h); the buffers and the step are
+ * trainer_cuda_pp.c's (t->m->pp_step, pp_validate, pp_head_copy): the same
+ * step with gpt_tp_cuda.c's units on device memory. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer_impl.h"
-#include "zeroshard/pipeline.h"
-
-typedef struct {
-  int used;
-  gpt_tp_acts_t a;
-} pp_slot_t;
-
-enum { UNIT_WPE = -2 };
-
-struct trainer_pp {
-  zs_pp_kind_t kind;
-  int p, m, v, S;     /* stages, micro-batches, chunks, model stages */
-  int *loff;          /* [S + 1]: model stage s's layers are loff[s] .. loff[s + 1] - 1 */
-  int lmax;           /* the most layers of one of this rank's model stages (an activation slot's) */
-  zs_comm_t *ppc;
-  zs_pp_t *rt;
-  int nunits;         /* engine units on this rank */
-  int *unit_tab;      /* engine unit -> gpt.h unit; UNIT_WPE for the embedding's second part
-                         (wpe: unit 0's binding covers it) */
-  pp_slot_t *slots;
-  int nslots, in_use, peak_in_use;
-  int *slot_of;       /* [m * v]: the slot of (mb, chunk) in flight */
-  int64_t slot_bytes; /* activation bytes one slot keeps from forward to backward */
-  float *tied;        /* stage 0: the head's wte gradient, a piece at a time */
-  float *hw, *hg;     /* stage S - 1: the head's copy of wte (this rank's slice) and its gradient, fp32 */
-  float *pw, *gw;     /* bf16: fp32 views of one unit's parameters and gradients */
-  int emb16;          /* bf16 without --tp: wte read and its gradient added where the engine keeps them */
-  gpt_embed_rows_t erows; /* emb16, stage 0: gpt_embed_backward_b16's workspace */
-  double loss_sum;    /* this step's micro-batch mean losses (last stage) */
-  char err[256];
-};
-
-static int is_first(const trainer_t *t) { return t->pp_rank == 0; }             /* holds model stage 0 */
-static int is_last(const trainer_t *t) { return t->pp_rank == t->pps->p - 1; } /* holds model stage S - 1 */
+#include "trainer_pp_impl.h" // defines: struct trainer_pp, is_first, is_last
 
 /* ============================================================================
  * options and declaration
@@ -228,7 +199,7 @@ zs_status_t trainer_pp_declare(trainer_t *t, char *err, size_t n) {
  * setup
  * ========================================================================== */
 
-zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
+zs_status_t trainer_pp_runtime(trainer_t *t, char *err, size_t n) {
   struct trainer_pp *q = t->pps;
   const int T = t->o->seq, C = t->mc.channels;
   zs_status_t st;
@@ -241,7 +212,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
   pc.schedule.kind = q->kind, pc.schedule.stages = q->p, pc.schedule.microbatches = q->m, pc.schedule.chunks = q->v;
   pc.act_count = (size_t)(Nr * C);
   pc.dtype = ZS_FP32;
-  pc.host_compute = 1;
+  pc.host_compute = !t->cuda; /* a cuda device: the callbacks queue on the legacy default stream (stream NULL) */
   if ((st = zs_pp_create(&q->rt, &pc, q->ppc)) != ZS_OK) {
     snprintf(err, n, "zs_pp_create: %s", zs_last_error());
     return st;
@@ -257,10 +228,33 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     snprintf(err, n, "simulating the schedule: %s", zs_last_error());
     return st;
   }
-  gpt_tp_t stage = t->tpm; /* the split, with this rank's largest model stage's layers */
-  stage.c.layers = q->lmax;
   q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
   q->slot_of = malloc(sizeof(int) * (size_t)q->m * q->v);
+  return q->slots && q->slot_of ? ZS_OK : ZS_ERR_NOMEM;
+}
+
+void trainer_pp_view_floats(const trainer_t *t, int64_t *most_p, int64_t *most_g) {
+  const struct trainer_pp *q = t->pps;
+  *most_p = 1, *most_g = 1;
+  for (int uid = 0; uid < q->nunits; uid++) {
+    const int u = q->unit_tab[uid];
+    int64_t kp = 0, kg = 0;
+    for (int i = u < 0 ? 0 : gpt_unit_first_param(&t->mc, u); u >= 0 && i < gpt_unit_first_param(&t->mc, u + 1); i++) {
+      if (q->emb16 && i == 0) continue;
+      kg += t->info[i].numel;
+      kp += t->w16 && gpt_param_is_matrix(&t->mc, i) ? 0 : t->info[i].numel;
+    }
+    *most_p = kp > *most_p ? kp : *most_p, *most_g = kg > *most_g ? kg : *most_g;
+  }
+}
+
+zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
+  struct trainer_pp *q = t->pps;
+  const int T = t->o->seq, C = t->mc.channels;
+  const int64_t Nr = (int64_t)t->micro * T / (t->tpm.sp ? t->tp : 1);
+  TRY(trainer_pp_runtime(t, err, n));
+  gpt_tp_t stage = t->tpm; /* the split, with this rank's largest model stage's layers */
+  stage.c.layers = q->lmax;
   t->tin = malloc(sizeof(int) * (size_t)t->per_rank * T);
   t->ttg = malloc(sizeof(int) * (size_t)t->per_rank * T);
   const size_t nw = (size_t)t->info[0].numel; /* wte on this rank: its vocabulary slice */
@@ -270,18 +264,9 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
     return ZS_ERR_NOMEM;
   }
   if (t->bf16) { /* the unit views: this rank's largest unit (wte not with emb16; parameters: not the matrices, w16) */
-    int64_t most_p = 1, most_g = 1;
+    int64_t most_p, most_g;
     q->emb16 = t->tp == 1;
-    for (int uid = 0; uid < q->nunits; uid++) {
-      const int u = q->unit_tab[uid];
-      int64_t kp = 0, kg = 0;
-      for (int i = u < 0 ? 0 : gpt_unit_first_param(&t->mc, u); u >= 0 && i < gpt_unit_first_param(&t->mc, u + 1); i++) {
-        if (q->emb16 && i == 0) continue;
-        kg += t->info[i].numel;
-        kp += t->w16 && gpt_param_is_matrix(&t->mc, i) ? 0 : t->info[i].numel;
-      }
-      most_p = kp > most_p ? kp : most_p, most_g = kg > most_g ? kg : most_g;
-    }
+    trainer_pp_view_floats(t, &most_p, &most_g);
     q->pw = malloc((size_t)most_p * sizeof(float));
     q->gw = malloc((size_t)most_g * sizeof(float));
     if (!q->pw || !q->gw || (q->emb16 && is_first(t) && gpt_embed_rows_init(&q->erows, &t->mc, Nr))) {
@@ -290,7 +275,7 @@ zs_status_t trainer_pp_setup(trainer_t *t, char *err, size_t n) {
       return ZS_ERR_NOMEM;
     }
   }
-  if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return ZS_ERR_NOMEM;
+  if (!t->tin || !t->ttg) return ZS_ERR_NOMEM;
   for (int i = 0; i < q->nslots; i++) /* the slots after the first share its scratch (one call at a time) */
     if (gpt_tp_acts_alloc_slot(&q->slots[i].a, &stage, t->micro, T, trainer_acts_mode(t) | (is_last(t) ? 0 : GPT_TP_ACTS_NO_HEAD),
                                i ? &q->slots[0].a : NULL)) {
@@ -340,7 +325,7 @@ const char *trainer_pp_last_error(const trainer_t *t) { return t->pps && t->pps-
  * emb16: t->w.embed.wte stays NULL), and with grad its gradients bound to the
  * zeroed gradient view; the other units' views are not valid until their own
  * use_unit. fp32: gather_all bound the slots, nothing to do. */
-static zs_status_t use_unit(trainer_t *t, int u, int grad) {
+zs_status_t trainer_pp_use_unit(trainer_t *t, int u, int grad) {
   struct trainer_pp *q = t->pps;
   if (!t->bf16) return ZS_OK;
   int64_t off = 0;
@@ -358,7 +343,7 @@ static zs_status_t use_unit(trainer_t *t, int u, int grad) {
     }
     if (grad) t->gv[i] = q->gw + goff, goff += n;
   }
-  if (grad) memset(q->gw, 0, (size_t)goff * sizeof(float));
+  if (grad) TRY(t->m->zero(t, q->gw, goff)); /* memset on the CPU */
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   if (t->w16) gpt_weights_bind16(&t->mc, t->p16, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
@@ -368,7 +353,7 @@ static zs_status_t use_unit(trainer_t *t, int u, int grad) {
 /* bf16, after unit u's backward of a micro-batch: its gradients (with sp the
  * replicated ones summed over tp first) added into the bf16 slots, nearest
  * even. fp32: the slots were the gradients. */
-static zs_status_t round_unit(trainer_t *t, int u) {
+zs_status_t trainer_pp_round_unit(trainer_t *t, int u) {
   if (!t->bf16) return ZS_OK;
   const int i0 = gpt_unit_first_param(&t->mc, u);
   TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + i0));
@@ -377,16 +362,14 @@ static zs_status_t round_unit(trainer_t *t, int u) {
   return ZS_OK;
 }
 
-static void forget_all(trainer_t *t);
-
 /* Every unit of this rank gathered (backward: with gradient slots); fp32: the
  * views bound to the slots (unit 0's after both of its engine units), bf16:
  * bound by use_unit where each is used. */
-static zs_status_t gather_all(trainer_t *t, int backward) {
+zs_status_t trainer_pp_gather_all(trainer_t *t, int backward) {
   struct trainer_pp *q = t->pps;
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_gather(t->zs, uid));
   if (t->bf16) {
-    forget_all(t);
+    trainer_pp_forget_all(t);
     return ZS_OK;
   }
   for (int uid = 0; uid < q->nunits; uid++) {
@@ -402,7 +385,7 @@ static zs_status_t gather_all(trainer_t *t, int backward) {
   return ZS_OK;
 }
 
-static void forget_all(trainer_t *t) {
+void trainer_pp_forget_all(trainer_t *t) {
   for (int i = 0; i < t->np; i++) t->pv[i] = t->gv[i] = NULL;
   gpt_weights_bind(&t->mc, t->pv, &t->w);
   gpt_weights_bind(&t->mc, t->gv, &t->g);
@@ -422,7 +405,7 @@ static zs_status_t head_refresh(trainer_t *t) {
 
 /* The embedding of N rows of tokens into x (m: the split, a: its activations). */
 static zs_status_t embed_forward(trainer_t *t, const gpt_tp_t *m, const int *tokens, gpt_tp_acts_t *a, float *x) {
-  TRY(use_unit(t, 0, 0));
+  TRY(trainer_pp_use_unit(t, 0, 0));
   if (!t->pps->emb16) return gpt_tp_embed_forward(m, &t->w.embed, tokens, a, x);
   gpt_embed_forward_b16(&t->mc, t->pslot[0], t->w.embed.wpe, tokens, (int)(a->N / a->T), a->T, x);
   return ZS_OK;
@@ -431,11 +414,11 @@ static zs_status_t embed_forward(trainer_t *t, const gpt_tp_t *m, const int *tok
 /* Its backward from dx, into the gradients (emb16: wte's straight into its slot). */
 static zs_status_t embed_backward(trainer_t *t, const int *tokens, gpt_tp_acts_t *a, const float *dx) {
   struct trainer_pp *q = t->pps;
-  TRY(use_unit(t, 0, 1));
+  TRY(trainer_pp_use_unit(t, 0, 1));
   if (!q->emb16) TRY(gpt_tp_embed_backward(&t->tpm, &t->g.embed, tokens, a, dx));
   else if (gpt_embed_backward_b16(&t->mc, t->g.embed.wpe, t->gslot[0], tokens, (int)(a->N / a->T), a->T, dx, &q->erows))
     return ZS_ERR_INTERNAL; /* its workspace holds a micro-batch */
-  return round_unit(t, 0);
+  return trainer_pp_round_unit(t, 0);
 }
 
 /* ============================================================================
@@ -452,15 +435,8 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
   (void)s;
   trainer_t *t = user;
   struct trainer_pp *q = t->pps;
-  int k = 0;
-  while (k < q->nslots && q->slots[k].used) k++;
-  if (k == q->nslots) { /* the schedule keeps at most nslots in flight */
-    snprintf(q->err, sizeof q->err, "micro-batch %d, chunk %d: all %d activation slots in use", mb, chunk, q->nslots);
-    return ZS_ERR_INTERNAL;
-  }
-  q->slots[k].used = 1;
-  q->slot_of[mb * q->v + chunk] = k;
-  if (++q->in_use > q->peak_in_use) q->peak_in_use = q->in_use;
+  const int k = trainer_pp_slot_take(t, mb, chunk);
+  if (k < 0) return ZS_ERR_INTERNAL;
   gpt_tp_acts_t *a = &q->slots[k].a;
   const int ms = chunk * q->p + t->pp_rank, T = t->o->seq, l0 = q->loff[ms], nl = q->loff[ms + 1] - l0;
   const int64_t NC = a->Nr * t->mc.channels, tok0 = (int64_t)mb * t->micro * T;
@@ -468,11 +444,12 @@ static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void
   if (ms == 0) st = embed_forward(t, &t->tpm, t->tin + tok0, a, a->resid);
   else memcpy(a->resid, input, (size_t)NC * sizeof(float));
   for (int j = 0; st == ZS_OK && j < nl; j++)
-    if ((st = use_unit(t, 1 + l0 + j, 0)) == ZS_OK)
+    if ((st = trainer_pp_use_unit(t, 1 + l0 + j, 0)) == ZS_OK)
       st = gpt_tp_block_forward(&t->tpm, j, &t->w.blk[l0 + j], a, a->resid + j * NC, a->resid + (j + 1) * NC);
   if (st == ZS_OK && ms == q->S - 1) {
     double sum = 0; /* the head's backward too: d lnf output into a->dlnf, d wte into the copy's gradient */
-    if ((st = use_unit(t, t->L + 1, 0)) == ZS_OK) st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
+    if ((st = trainer_pp_use_unit(t, t->L + 1, 0)) == ZS_OK)
+      st = gpt_tp_lnf_forward(&t->tpm, &t->w.lnf, a->resid + nl * NC, a);
     if (st == ZS_OK)
       st = gpt_tp_head(&t->tpm, head_w(t), a->lnf_full, t->ttg + tok0, a, 1.0f / ((float)a->N * (float)q->m), &sum,
                        head_g(t));
@@ -494,18 +471,18 @@ static zs_status_t bwd_cb(void *user, int mb, int chunk, const void *input, cons
   const int64_t NC = a->Nr * t->mc.channels;
   zs_status_t st = ZS_OK;
   if (ms == q->S - 1) {
-    if ((st = use_unit(t, t->L + 1, 1)) == ZS_OK)
+    if ((st = trainer_pp_use_unit(t, t->L + 1, 1)) == ZS_OK)
       st = gpt_tp_lnf_backward(&t->tpm, &t->w.lnf, &t->g.lnf, a->resid + nl * NC, a, a->dres);
-    if (st == ZS_OK) st = round_unit(t, t->L + 1);
+    if (st == ZS_OK) st = trainer_pp_round_unit(t, t->L + 1);
   } else {
     memcpy(a->dres, grad_output, (size_t)NC * sizeof(float));
   }
   for (int j = nl - 1; st == ZS_OK && j >= 0; j--) {
     const int l = l0 + j;
-    if ((st = use_unit(t, 1 + l, 1)) == ZS_OK)
+    if ((st = trainer_pp_use_unit(t, 1 + l, 1)) == ZS_OK)
       st = gpt_tp_block_backward_kept(&t->tpm, j, &t->w.blk[l], &t->g.blk[l], a, a->resid + j * NC,
                                       a->resid + (j + 1) * NC, a->dres);
-    if (st == ZS_OK) st = round_unit(t, 1 + l);
+    if (st == ZS_OK) st = trainer_pp_round_unit(t, 1 + l);
   }
   if (st == ZS_OK && ms == 0)
     st = embed_backward(t, t->tin + (int64_t)mb * t->micro * T, a, a->dres);
@@ -550,7 +527,7 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
     /* unit by unit, each over every chunk of windows (bf16: one widening a unit) */
     const int u0 = s == 0 ? 0 : 1 + q->loff[s], u1 = s == q->S - 1 ? t->L + 1 : q->loff[s + 1];
     for (int u = u0; u <= u1; u++) {
-      TRY(use_unit(t, u, 0));
+      TRY(trainer_pp_use_unit(t, u, 0));
       for (int c0 = 0; c0 < t->v_count; c0 += t->v_chunk) {
         const int nb = t->v_count - c0 < t->v_chunk ? t->v_count - c0 : t->v_chunk;
         float *x = t->vresid + (int64_t)c0 * T * C;
@@ -575,13 +552,14 @@ static zs_status_t val_chain(trainer_t *t, double *vsum) {
 
 zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum) {
   struct trainer_pp *q = t->pps;
+  if (t->m->pp_step) return t->m->pp_step(t, step, val, loss, vsum); /* the device's (trainer_cuda_pp.c) */
   const int T = t->o->seq;
   for (int mb = 0; mb < q->m; mb++) /* this rank's share, as --accum M cuts it */
     gpt_data_train_batch(&t->data, t->o->seed, step, t->dp_rank * t->per_rank + mb * t->micro, t->micro, T,
                          t->tin + (int64_t)mb * t->micro * T, t->ttg + (int64_t)mb * t->micro * T);
   TRY(zs_forward_begin(t->zs));
   TRY(zs_backward_begin(t->zs));
-  TRY(gather_all(t, 1));
+  TRY(trainer_pp_gather_all(t, 1));
   TRY(head_refresh(t));
   if (is_last(t)) memset(q->hg, 0, (size_t)t->info[0].numel * sizeof(float));
   if (val && t->v_count > 0) TRY(val_chain(t, vsum));
@@ -593,7 +571,7 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
     const int u = q->unit_tab[uid];
     if (u >= 0) TRY(gpt_tp_sum_replicated_grads(&t->tpm, u, t->gv + gpt_unit_first_param(&t->mc, u)));
   }
-  forget_all(t);
+  trainer_pp_forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_reduce(t->zs, uid));
   *loss = is_last(t) ? q->loss_sum : 0.0;
   return ZS_OK;
@@ -601,11 +579,12 @@ zs_status_t trainer_pp_step(trainer_t *t, int64_t step, int val, double *loss, d
 
 zs_status_t trainer_pp_head_copy(trainer_t *t, const float **hw) {
   struct trainer_pp *q = t->pps;
+  if (t->m->pp_head_copy) return t->m->pp_head_copy(t, hw);
   *hw = NULL;
   TRY(zs_forward_begin(t->zs));
-  TRY(gather_all(t, 0));
+  TRY(trainer_pp_gather_all(t, 0));
   TRY(head_refresh(t));
-  forget_all(t);
+  trainer_pp_forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));
   TRY(zs_forward_end(t->zs));
   if (is_last(t)) *hw = q->hw;
@@ -614,11 +593,12 @@ zs_status_t trainer_pp_head_copy(trainer_t *t, const float **hw) {
 
 zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
   struct trainer_pp *q = t->pps;
+  if (t->m->pp_validate) return t->m->pp_validate(t, vsum);
   TRY(zs_forward_begin(t->zs));
-  TRY(gather_all(t, 0));
+  TRY(trainer_pp_gather_all(t, 0));
   TRY(head_refresh(t));
   TRY(val_chain(t, vsum));
-  forget_all(t);
+  trainer_pp_forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));
   return zs_forward_end(t->zs);
 }

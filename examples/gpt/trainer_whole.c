@@ -15,7 +15,7 @@
 /* A collective on host buffers over c (an all-gather of n elements of dt, or
  * with op >= 0 an all-reduce): a cuda device's comm (NCCL) takes device
  * buffers only, so there the bytes go through device memory allocated for the
- * call (between steps: --export, the final parameters of a --tp run on a GPU),
+ * call (between steps: --export, the final parameters of a --tp or --pp run on a GPU),
  * and the result is on the host at return, as on the cpu device. */
 static zs_status_t host_coll(zs_comm_t *c, const void *send, void *recv, size_t n, zs_dtype_t dt, int op) {
   zs_device_t *dev = zs_comm_device(c);
@@ -91,9 +91,9 @@ static zs_status_t tied_diff(trainer_t *t, const float *p, float *all, double *d
   }
   free(h);
   int64_t code = st, worst = 0;
-  TRY(zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL));
+  TRY(host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX));
   if (worst != ZS_OK) return (zs_status_t)worst;
-  TRY(zs_comm_all_reduce(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX, NULL));
+  TRY(host_coll(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX));
   TRY(zs_stream_synchronize(zs_comm_device(t->comm), NULL));
   *diff = most;
   return ZS_OK;
@@ -115,7 +115,7 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied) {
     st = whole_param(t, pid, p + off[t->tidx[pid]], mine, all);
   /* --pp: each entry lives on one stage, zeros elsewhere: the sum is exact */
   if (st == ZS_OK && trainer_pp_comm(t))
-    if ((st = zs_comm_all_reduce(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
+    if ((st = host_coll(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM)) == ZS_OK)
       st = zs_stream_synchronize(zs_comm_device(trainer_pp_comm(t)), NULL);
   if (st == ZS_OK && trainer_pp_comm(t)) st = tied_diff(t, p, all, tied); /* wte is entry 0: p[0 .. n) */
   free(mine), free(all), free(off);
@@ -199,7 +199,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     if (s == ZS_OK && pid_of[i] >= 0) s = whole_param(t, pid_of[i], one, mine, all);
     else if (s == ZS_OK) memset(one, 0, (size_t)w.numel * sizeof(float));
     /* --pp: one stage holds it, the others add zeros (exact) */
-    if (s == ZS_OK && ppc && (s = zs_comm_all_reduce(ppc, one, one, (size_t)w.numel, ZS_FP32, ZS_SUM, NULL)) == ZS_OK)
+    if (s == ZS_OK && ppc && (s = host_coll(ppc, one, one, (size_t)w.numel, ZS_FP32, ZS_SUM)) == ZS_OK)
       s = zs_stream_synchronize(zs_comm_device(ppc), NULL);
     if (s != ZS_OK) {
       st = s;
