@@ -168,6 +168,11 @@ int opc_bias_resid(float *out, const float *x, const float *p, const float *b, i
  * order of opc_matmul_backward's bias sums, not ops.c's: float rounding). */
 int opc_colsum_add(float *db, const float *d, int64_t N, int M, cudaStream_t s);
 
+/* ---- the mixture-of-experts GPT's pieces (gpt_moe_cuda.c; ops_tp_cuda.cu) ------------------ */
+
+/* x[i] *= s (gpt_moe.c's scale loop: the same bits). */
+int opc_scale(float *x, float s, int64_t n, cudaStream_t stream);
+
 /* ---- bf16 parameters and gradients ----------------------------------------------------------- */
 
 /* dst[i] = (float) src[i] for bf16 src (exact). */

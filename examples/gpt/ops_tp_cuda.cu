@@ -1,5 +1,6 @@
-// examples/gpt/ops_tp_cuda.cu: the few layers the tensor-parallel GPT needs on
-// a CUDA device beyond ops_cuda.cu's (ops_cuda.h, "tensor-parallel pieces").
+// examples/gpt/ops_tp_cuda.cu: the few layers the tensor-parallel GPT (and the
+// mixture of experts: opc_scale) needs on a CUDA device beyond ops_cuda.cu's
+// (ops_cuda.h, "tensor-parallel pieces", "mixture-of-experts pieces").
 //
 // Plain C reference: examples/gpt/gpt_tp.c's loops, named beside each kernel.
 // With sequence parallelism a rank keeps the token rows row0 .. row0 + rows - 1
@@ -56,7 +57,20 @@ __global__ void bias_resid_kernel(float *out, const float *x, const float *p, co
     out[i] = x[i] + (p[i] + b[i % C]);
 }
 
+// x[i] *= s (gpt_moe.c's scale loop for the expert rows' gradients: the same
+// float product, the same bits)
+__global__ void scale_kernel(float *x, float s, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
 } // namespace
+
+extern "C" int opc_scale(float *x, float s, int64_t n, cudaStream_t stream) {
+  if (n == 0) return 0;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+  return launched();
+}
 
 extern "C" int opc_pos_add_rows(float *x, const float *wpe, int64_t row0, int64_t rows, int T, int C, cudaStream_t s) {
   if (rows * C == 0) return 0;
