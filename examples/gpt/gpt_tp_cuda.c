@@ -86,8 +86,8 @@ zs_status_t gpt_tp_cuda_embed_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, gpt_
 }
 
 /* The attention half: mid = x + g(proj(attn(f(ln1(x))))) + proj.b */
-static zs_status_t attn_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_tp_acts_t *a,
-                                const float *x_in) {
+zs_status_t gpt_tp_cuda_attn_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,
+                                     gpt_tp_acts_t *a, const float *x_in) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
   gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
@@ -110,7 +110,7 @@ zs_status_t gpt_tp_cuda_block_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l
   const int64_t N = a->N, Nr = a->Nr;
   gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
   float *sum;
-  TRY(attn_forward(g, m, l, w, a, x_in));
+  TRY(gpt_tp_cuda_attn_forward(g, m, l, w, a, x_in));
   /* MLP: out = mid + g(proj(gelu(fc(f(ln2(mid)))))) + proj.b; fc and its GELU
    * in one cuBLASLt product where allowed (ops_cuda.h), as model_cuda.c */
   TRY(opc(g, opc_layernorm_forward(k->ln2, k->ln2_mean, k->ln2_rstd, k->mid, w->ln2_w, w->ln2_b, Nr, C, S0), "ln2"));
@@ -123,8 +123,8 @@ zs_status_t gpt_tp_cuda_block_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l
 }
 
 /* The attention half's backward: d mid in dres, d x_in out (it flows straight through too). */
-static zs_status_t attn_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w, gpt_block_w_t *dw,
-                                 gpt_tp_acts_t *a, const float *x_in, float *dres) {
+zs_status_t gpt_tp_cuda_attn_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,
+                                      gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in, float *dres) {
   const int C = m->c.channels, Cl = m->Cl;
   const int64_t N = a->N, Nr = a->Nr;
   gpt_tp_block_acts_t *k = gpt_tp_acts_block(a, l);
@@ -171,7 +171,7 @@ zs_status_t gpt_tp_cuda_block_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int 
   TRY(gpt_tp_f_backward(m, a, a->dln, &dl));
   TRY(opc(g, opc_layernorm_backward(dres, dw->ln2_w, dw->ln2_b, dl, k->mid, w->ln2_w, k->ln2_mean, k->ln2_rstd, Nr, C,
                                     S0), "ln2 backward"));
-  return attn_backward(g, m, l, w, dw, a, x_in, dres);
+  return gpt_tp_cuda_attn_backward(g, m, l, w, dw, a, x_in, dres);
 }
 
 zs_status_t gpt_tp_cuda_block_backward_kept(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,

@@ -72,6 +72,14 @@ zs_status_t gpt_tp_cuda_block_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int 
 zs_status_t gpt_tp_cuda_block_backward_kept(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,
                                             gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in, float *x_out,
                                             float *dres);
+/* gpt_tp_attn_forward / backward's twins: the attention half of block l alone
+ * (a->blk[l].mid = x_in + attn(ln1(x_in))), for a block whose MLP is another
+ * layer (gpt_moe_cuda.h's); the backward takes d mid in dres and leaves d x_in
+ * there. OPC_ATTN_MATMUL's backward needs g->datt. */
+zs_status_t gpt_tp_cuda_attn_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,
+                                     gpt_tp_acts_t *a, const float *x_in);
+zs_status_t gpt_tp_cuda_attn_backward(gpt_tp_cuda_t *g, const gpt_tp_t *m, int l, const gpt_block_w_t *w,
+                                      gpt_block_w_t *dw, gpt_tp_acts_t *a, const float *x_in, float *dres);
 zs_status_t gpt_tp_cuda_lnf_forward(gpt_tp_cuda_t *g, const gpt_tp_t *m, const gpt_lnf_w_t *lnf, const float *x,
                                     gpt_tp_acts_t *a);
 /* gpt_tp_head, but instead of adding the token losses to a sum it writes each

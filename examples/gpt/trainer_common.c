@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "zeroshard/checkpoint.h" // defines: ZS_CKPT_LAYOUT_MAX
+#include "zeroshard/device.h"     // defines: zs_device_alloc, zs_memcpy_async (trainer_host_coll)
 #include "zeroshard/pipeline.h"
 #include "zeroshard/trace.h"
 
@@ -305,4 +306,25 @@ int gpt_threads_auto(int ranks_here) {
 #endif
   openblas_set_num_threads(n);
   return n;
+}
+
+zs_status_t trainer_host_coll(zs_comm_t *c, const void *send, void *recv, size_t n, zs_dtype_t dt, int op) {
+  zs_device_t *dev = zs_comm_device(c);
+  const size_t in = n * zs_dtype_size(dt), out = op == -1 ? in * (size_t)zs_comm_size(c) : in;
+  if (zs_device_kind(dev) != ZS_DEVICE_CUDA)
+    return op >= 0 ? zs_comm_all_reduce(c, send, recv, n, dt, (zs_redop_t)op, NULL)
+           : op == -1 ? zs_comm_all_gather(c, send, recv, n, dt, NULL)
+                      : zs_comm_broadcast(c, send, recv, n, dt, -2 - op, NULL);
+  void *d = NULL;
+  TRY(zs_device_alloc(dev, in + out, ZS_MEM_COMM, &d));
+  char *dsend = (char *)d + out;
+  zs_status_t st = zs_memcpy_async(dev, dsend, send, in, ZS_COPY_H2D, NULL);
+  if (st == ZS_OK)
+    st = op >= 0 ? zs_comm_all_reduce(c, dsend, d, n, dt, (zs_redop_t)op, NULL)
+         : op == -1 ? zs_comm_all_gather(c, dsend, d, n, dt, NULL)
+                    : zs_comm_broadcast(c, dsend, d, n, dt, -2 - op, NULL);
+  if (st == ZS_OK) st = zs_memcpy_async(dev, recv, d, out, ZS_COPY_D2H, NULL);
+  if (st == ZS_OK) st = zs_stream_synchronize(dev, NULL);
+  zs_device_free(dev, d, in + out, ZS_MEM_COMM);
+  return st;
 }

@@ -95,4 +95,11 @@ zs_status_t trainer_result_peaks(gpt_result_t *res, zs_comm_t *comm, const int64
  * initial model), also the run's last (res->val_loss). */
 void trainer_result_add_val(gpt_result_t *res, int step, double loss);
 
+/* A collective on host buffers over c (op >= 0: an all-reduce; -1: an
+ * all-gather; -2 - root: a broadcast from root, in place in recv), through
+ * device memory allocated for the call where c is a cuda device's comm (NCCL
+ * takes device buffers only); the plain call otherwise. The result is on the
+ * host at return. Between steps only (--export, the final parameters, checks). */
+zs_status_t trainer_host_coll(zs_comm_t *c, const void *send, void *recv, size_t n, zs_dtype_t dt, int op);
+
 #endif

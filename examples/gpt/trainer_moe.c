@@ -47,7 +47,9 @@
  * --shard-group N then counts data ranks (world / tp).
  * --pp N (trainer_moe_pp.c): the mesh pp x edp x ep, each stage its layers'
  * units in both engines, every in-flight micro-batch its own routers.
- * Limits: cpu device; --ps-servers and --sequence-parallel are refused. */
+ * --device cuda (trainer_moe_cuda.c): the plain round on the GPU (no --tp, no
+ * --pp: refused there so far).
+ * Limits: --ps-servers and --sequence-parallel are refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -69,8 +71,12 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   char msg[256];
   if (o->moe_experts < 1)
     return trainer_fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
-  if (zs_device_kind(t->dev) != ZS_DEVICE_CPU || o->device_cuda)
-    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu device only");
+  if (t->cuda && (t->tp > 1 || t->pp > 1)) /* trainer_moe_cuda.c runs the plain round only */
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, t->pp > 1 ? "--pp" : "--tp", "--moe-experts on the cuda device runs "
+                "without --tp and --pp so far: drop them, or run this layout on --device cpu");
+  if ((zs_device_kind(t->dev) != ZS_DEVICE_CPU && !t->cuda) || (o->device_cuda && !t->cuda))
+    return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu "
+                "device or (--device cuda) on a cuda device");
   if (o->ps_servers > 0)
     return trainer_fail(res, ZS_ERR_INVALID, "--moe-experts", "--moe-experts does not combine with --ps-servers "
                 "yet: experts are split over --ep, attention over --tp, layers over --pp, the rest is data parallel");
@@ -160,12 +166,15 @@ static zs_status_t flat_engines(moet_t *t, gpt_result_t *res) {
   const char *names[] = {"edp", "ep", "tp"};
   const int sizes[] = {t->edp, t->ep, t->tp};
   zs_comm_t *dcomm = t->comm, *tpc = NULL; /* the dense engine's: the world, or (tp) the data ranks */
-  if ((st = zs_mesh_create(&t->mesh, t->comm, t->tp > 1 ? 3 : 2, names, sizes)) != ZS_OK)
+  /* a cuda device: a tp place of 1 too, for the 1-rank tp handle gpt_tp_cuda.c's
+   * units take (as the dense trainer's mesh has) */
+  if ((st = zs_mesh_create(&t->mesh, t->comm, t->tp > 1 || t->cuda ? 3 : 2, names, sizes)) != ZS_OK)
     return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
   if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK ||
       (st = zs_mesh_comm(t->mesh, t->tp > 1 ? "edp,tp" : "edp", &t->edp_comm)) != ZS_OK ||
       (t->tp > 1 && ((st = zs_mesh_comm(t->mesh, "edp,ep", &dcomm)) != ZS_OK ||
-                     (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK)))
+                     (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK)) ||
+      (t->tp == 1 && t->cuda && (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK))
     return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
   gpt_config_t gc;
   TRY(trainer_moe_plan(t, res, &gc));
@@ -183,7 +192,7 @@ static zs_status_t flat_engines(moet_t *t, gpt_result_t *res) {
       (st = zs_engine_create(&t->xz, &xcfg, t->dev, t->edp_comm)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_create", zs_last_error());
   if ((st = zs_engine_set_model_parallel(t->xz, t->ep_comm)) != ZS_OK ||
-      (tpc && (st = zs_engine_set_model_parallel(t->dz, tpc)) != ZS_OK))
+      (t->tp > 1 && (st = zs_engine_set_model_parallel(t->dz, tpc)) != ZS_OK))
     return trainer_fail(res, st, "zs_engine_set_model_parallel", zs_last_error());
   char layout[64]; /* the experts' parts: a resume at another --ep is refused naming both */
   trainer_layout(o, layout, sizeof layout);
@@ -224,7 +233,7 @@ static zs_status_t views(moet_t *t, gpt_result_t *res) {
   if (!t->dpv || !t->dgv || !t->xpv || !t->xgv || !t->doff || !t->xoff)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   const int64_t dmax = unit_offsets(t->dinfo, t->nd, t->dpid, t->doff), xmax = unit_offsets(t->xinfo, t->nx, t->xpid, t->xoff);
-  if (!t->bf16) return ZS_OK;
+  if (!t->bf16 || t->cuda) return ZS_OK; /* cuda: device scratch (trainer_moe_cuda_setup) */
   t->dps = malloc((size_t)(dmax + 1) * sizeof(float)), t->dgs = malloc((size_t)(dmax + 1) * sizeof(float));
   t->xps = malloc((size_t)(xmax + 1) * sizeof(float)), t->xgs = malloc((size_t)(xmax + 1) * sizeof(float));
   if (!t->dps || !t->dgs || !t->xps || !t->xgs)
@@ -240,6 +249,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
   t->tp = o->tp > 1 ? o->tp : 1;
   t->dworld = t->world / t->tp, t->drank = t->rank / t->tp; /* tp innermost */
   t->bf16 = o->dtype == ZS_BF16;
+  t->cuda = o->device_cuda && zs_device_kind(t->dev) == ZS_DEVICE_CUDA;
   t->pp = o->pp > 1 ? o->pp : 1, t->nmb = o->accum;
   if (t->pp > 1) TRY(trainer_moe_pp_check(t, res)); /* data ranks world / pp, micro-batches --microbatches */
   TRY(check_opts(t, res));
@@ -301,27 +311,33 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_engine_set_schedule", zs_last_error());
   /* data and buffers */
   TRY(trainer_data_load(&t->data, o, res));
-  t->dwte_head = malloc((size_t)(o->vocab > t->tpm.vp.rows ? o->vocab : t->tpm.vp.rows) * o->channels * sizeof(float));
+  const int64_t vrows = o->vocab > t->tpm.vp.rows ? o->vocab : t->tpm.vp.rows;
+  if (!t->cuda) t->dwte_head = malloc((size_t)vrows * o->channels * sizeof(float)); /* cuda: trainer_moe_cuda_setup's */
   if (t->pp > 1) TRY(trainer_moe_pp_setup(t, res)); /* its slots, and the step's tokens in tin / ttg */
-  else t->tin = malloc((size_t)t->micro * o->seq * sizeof(int)), t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
-  if (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
+  else if (!t->cuda) /* cuda: pinned (trainer_moe_cuda_setup) */
+    t->tin = malloc((size_t)t->micro * o->seq * sizeof(int)), t->ttg = malloc((size_t)t->micro * o->seq * sizeof(int));
+  if (!t->cuda && (!t->dwte_head || !t->tin || !t->ttg || gpt_acts_alloc(&t->acts, &t->mm.mc, t->micro, o->seq, 1) ||
       gpt_moe_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, o->seq) ||
       (t->tp > 1 && gpt_tp_acts_alloc(&t->tacts, &t->tpm, t->micro, o->seq, 1)) ||
-      ((t->tp > 1 || t->pp > 1) && gpt_tp_acts_alloc(&t->tvacts, &t->tpm, t->micro, o->seq, 0)))
+      ((t->tp > 1 || t->pp > 1) && gpt_tp_acts_alloc(&t->tvacts, &t->tpm, t->micro, o->seq, 0))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for activations");
   trainer_val_split(&t->data, o, t->drank, t->dworld, &t->v_total, &t->v_first, &t->v_count);
   t->v_chunks = ((t->v_total + t->dworld - 1) / t->dworld + t->micro - 1) / t->micro;
   if (t->v_count > 0) {
-    t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
+    if (!t->cuda) t->vresid = malloc((size_t)t->v_count * o->seq * o->channels * sizeof(float));
     t->vin = malloc((size_t)t->v_count * o->seq * sizeof(int));
     t->vtg = malloc((size_t)t->v_count * o->seq * sizeof(int));
-    if (!t->vresid || !t->vin || !t->vtg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
+    if ((!t->cuda && !t->vresid) || !t->vin || !t->vtg)
+      return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for validation");
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, o->seq, t->vin, t->vtg);
   }
+  if (t->cuda) TRY(trainer_moe_cuda_setup(t, res)); /* activations, tokens, scratch, validation on the GPU */
   return ZS_OK;
 }
 
 static void teardown(moet_t *t) {
+  if (t->cuda) trainer_moe_cuda_free(t); /* its device buffers first (NULLs left for the frees below) */
+  if (t->stage) zs_device_free(t->dev, t->stage, t->stage_bytes, ZS_MEM_COMM);
   zs_engine_destroy(t->dz);
   zs_engine_destroy(t->xz);
   trainer_moe_pp_free(t);
@@ -350,7 +366,7 @@ static void teardown(moet_t *t) {
 static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
   char path[4096];
   int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
-  zs_status_t st = zs_comm_all_reduce(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX, NULL);
+  zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
   if (st == ZS_OK && bad) st = ZS_ERR_IO;
   if (st != ZS_OK) return trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
   snprintf(path, sizeof path, "%s/dense", dir);
@@ -365,12 +381,17 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
 /* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
 static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
   double mine = 0, sum = 0;
-  zs_status_t st = t->pp > 1 ? trainer_moe_pp_val_pass(t, &mine) : trainer_moe_val_pass(t, &mine);
+  zs_status_t st = t->pp > 1 ? trainer_moe_pp_val_pass(t, &mine)
+                   : t->cuda  ? trainer_moe_cuda_val_pass(t, &mine)
+                              : trainer_moe_val_pass(t, &mine);
   if (st != ZS_OK) {
-    const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
+    const char *why = trainer_moe_cuda_error(t)[0]          ? trainer_moe_cuda_error(t)
+                      : zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz)
+                                                       : zs_last_error();
     return trainer_fail(res, st, "validation", why);
   }
-  if ((st = trainer_sum_over_ranks(t->comm, t->tp, &mine, &sum, 1, NULL, NULL)) != ZS_OK) /* a tp group's once */
+  trainer_gather_fn gather = t->cuda ? trainer_moe_host_gather : NULL; /* NCCL: through device memory */
+  if ((st = trainer_sum_over_ranks(t->comm, t->tp, &mine, &sum, 1, gather, t)) != ZS_OK) /* a tp group's once */
     return trainer_fail(res, st, "validation all-gather", zs_comm_last_error(t->comm));
   trainer_result_add_val(res, step, sum / ((double)t->v_total * t->o->seq));
   return ZS_OK;
@@ -401,8 +422,12 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
       double loss = 0;
       gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->drank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
-      if ((st = t->tp > 1 ? trainer_moe_tp_round(t, &loss) : trainer_moe_round(t, &loss)) != ZS_OK) {
-        const char *why = zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz) : zs_last_error();
+      if ((st = t->tp > 1 ? trainer_moe_tp_round(t, &loss)
+                : t->cuda   ? trainer_moe_cuda_round(t, &loss)
+                            : trainer_moe_round(t, &loss)) != ZS_OK) {
+        const char *why = trainer_moe_cuda_error(t)[0]          ? trainer_moe_cuda_error(t)
+                          : zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz)
+                                                           : zs_last_error();
         zs_trace_end();
         return trainer_fail(res, st, "forward/backward", why);
       }
@@ -419,7 +444,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     const double dt = trainer_now_s() - t0;
     train_time += dt;
     mine[1] = t->aux_sum;
-    if ((st = trainer_sum_over_ranks(t->comm, t->tp, mine, sum, 2, NULL, NULL)) != ZS_OK)
+    if ((st = trainer_sum_over_ranks(t->comm, t->tp, mine, sum, 2, t->cuda ? trainer_moe_host_gather : NULL, t)) !=
+        ZS_OK)
       return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
     trainer_result_add_step(res, step, sum[0] / ((double)t->dworld * t->nmb), &rep);
     mi->aux[step] = (float)(sum[1] / ((double)t->dworld * t->nmb * t->L));
@@ -448,13 +474,13 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
 static zs_status_t finish(moet_t *t, gpt_result_t *res) {
   const int LE = t->L * t->mm.experts;
   gpt_moe_info_t *mi = &res->moe;
-  zs_status_t st = zs_comm_all_reduce(t->comm, t->routed, mi->routed, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
-  if (st == ZS_OK) st = zs_comm_all_reduce(t->comm, t->kept, mi->kept, (size_t)LE, ZS_INT64, ZS_SUM, NULL);
+  zs_status_t st = trainer_host_coll(t->comm, t->routed, mi->routed, (size_t)LE, ZS_INT64, ZS_SUM);
+  if (st == ZS_OK) st = trainer_host_coll(t->comm, t->kept, mi->kept, (size_t)LE, ZS_INT64, ZS_SUM);
   for (int i = 0; st == ZS_OK && i < LE; i++) mi->routed[i] /= t->tp, mi->kept[i] /= t->tp; /* tp groups route alike */
   zs_memory_stats_t ms;
   zs_memory_stats(t->dz, &ms);
   const int64_t peaks[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE], (int64_t)ms.peak_total[ZS_DOMAIN_HOST]};
-  if (st == ZS_OK) st = trainer_result_peaks(res, t->comm, peaks, NULL, NULL);
+  if (st == ZS_OK) st = trainer_result_peaks(res, t->comm, peaks, t->cuda ? trainer_moe_host_gather : NULL, t);
   if (st != ZS_OK) return trainer_fail(res, st, "the routing's totals", zs_last_error());
   if (t->rank == 0 && !t->o->quiet) {
     for (int l = 0; l < t->L; l++) {

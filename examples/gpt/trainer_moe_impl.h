@@ -1,7 +1,8 @@
 /* trainer_moe_impl.h: the mixture-of-experts trainer's state, shared by
  * trainer_moe.c (setup, the steps, the results), trainer_moe_round.c (one
- * round and the validation pass over both engines) and trainer_moe_whole.c
- * (the whole model: the tests' final parameters, --export, --init-from). */
+ * round and the validation pass over both engines), trainer_moe_whole.c
+ * (the whole model: the tests' final parameters, --export, --init-from) and
+ * trainer_moe_cuda.c (the round and the validation pass on a cuda device). */
 #ifndef ZS_EXAMPLES_GPT_TRAINER_MOE_IMPL_H
 #define ZS_EXAMPLES_GPT_TRAINER_MOE_IMPL_H
 
@@ -70,6 +71,14 @@ typedef struct {
   int pp, pp_rank, nmb; /* nmb: micro-batches a step (--accum, or --microbatches with --pp) */
   int *dmap, *xmap, *dpid, *xpid;
   struct moe_pp *pps;
+  /* --device cuda (trainer_moe_cuda.c; no --tp, no --pp): a 1-rank tp handle
+   * (tph) so gpt_tp_cuda.c's units run the dense parts; acts unused, tacts /
+   * tvacts, macts, dwte_head, the bf16 scratch and vresid in device memory, tin
+   * / ttg pinned; cu: the rest of the GPU's state. NULL on the cpu device. */
+  int cuda;
+  struct moe_cuda *cu;
+  void *stage;                   /* trainer_moe_host_gather's device staging (freed at teardown) */
+  size_t stage_bytes;
 } moet_t;
 
 /* trainer_moe_round.c. One training round on the micro-batch in t->tin / ttg
@@ -135,6 +144,29 @@ void trainer_moe_bind(moet_t *t);
 void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
                       float *gs, const int64_t *off, const gpt_param_info_t *info, int backward);
 void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv, const gpt_param_info_t *info);
+
+/* trainer_moe_cuda.c (trainer_nocuda.c without the CUDA model path: refusals).
+ * setup: after the engines' setup and the validation windows on the host,
+ * everything the rounds need on the GPU (failures into res); free: what it
+ * made (NULLs left). round / val_pass: trainer_moe_round / val_pass on the GPU
+ * (the losses and aux losses read once a call). view / grads_into_slots:
+ * trainer_moe_view's and trainer_moe_grads_into_slots's bf16 work on device
+ * pointers (stream order; a launch failure is kept and returned by the round). */
+zs_status_t trainer_moe_cuda_setup(moet_t *t, gpt_result_t *res);
+void trainer_moe_cuda_free(moet_t *t);
+zs_status_t trainer_moe_cuda_round(moet_t *t, double *loss);
+zs_status_t trainer_moe_cuda_val_pass(moet_t *t, double *vsum);
+void trainer_moe_cuda_view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
+                           float *gs, const int64_t *off, const gpt_param_info_t *info, int backward);
+void trainer_moe_cuda_grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv,
+                                       const gpt_param_info_t *info);
+/* The GPU run's last error text ("" where none, or on the cpu device). */
+const char *trainer_moe_cuda_error(const moet_t *t);
+
+/* trainer_gather_fn over the world (user: the moet_t): on a cuda device
+ * through t->stage, device memory kept from the first call on (grown where a
+ * call needs more), so the steps' loss gathers allocate nothing. */
+zs_status_t trainer_moe_host_gather(void *user, const void *send, void *recv, size_t n, zs_dtype_t dt);
 
 /* trainer_moe_whole.c. res->final_params: the whole model on every rank (the
  * dense table, then per layer every expert's four tensors in global expert

@@ -41,6 +41,10 @@ void trainer_moe_bind(moet_t *t) {
  * bf16 the parameters widened into ps and the gradients zeroed in gs. */
 void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, float **pv, float **gv, float *ps,
                  float *gs, const int64_t *off, const gpt_param_info_t *info, int backward) {
+  if (t->cuda) { /* device pointers: the widening and zeroing queued on the GPU */
+    trainer_moe_cuda_view(t, a, b, slot, gslot, pv, gv, ps, gs, off, info, backward);
+    return;
+  }
   for (int i = a; i < b; i++) {
     if (!t->bf16) {
       pv[i] = slot[i], gv[i] = backward ? gslot[i] : NULL;
@@ -58,6 +62,10 @@ void trainer_moe_view(const moet_t *t, int a, int b, void **slot, void **gslot, 
 /* bf16: the fp32 gradients of entries [a, b) added (rounded to nearest even)
  * into the bf16 slots, as zs_reduce is about to take them. */
 void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, float **gv, const gpt_param_info_t *info) {
+  if (t->cuda) {
+    trainer_moe_cuda_grads_into_slots(t, a, b, gslot, gv, info);
+    return;
+  }
   for (int i = a; t->bf16 && i < b; i++) {
     const int64_t n = info[i].numel;
     uint16_t *dst = gslot[i];

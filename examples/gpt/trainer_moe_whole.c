@@ -10,7 +10,10 @@
  * zs_export_safetensors's format; the file is the same at every ep. Back in,
  * zs_import_safetensors runs once per engine with a name map that gives each
  * engine its own tensors (the experts' engine only this ep rank's experts) and
- * skips the other's, so a tensor neither engine knows is still refused. */
+ * skips the other's, so a tensor neither engine knows is still refused.
+ * On a cuda device the host-side collectives (the experts' broadcast, the
+ * outcome's all-reduce, trainer_moe.c's totals) stage through device memory
+ * (trainer_host_coll), as a NCCL comm takes device buffers only. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,24 @@
 
 #include "trainer_moe_impl.h"
 #include "zeroshard/checkpoint.h"
+
+zs_status_t trainer_moe_host_gather(void *user, const void *send, void *recv, size_t n, zs_dtype_t dt) {
+  moet_t *t = user;
+  zs_device_t *dev = t->dev; /* the world's (teardown frees the staging there) */
+  const size_t in = n * zs_dtype_size(dt), need = in * (size_t)(zs_comm_size(t->comm) + 1);
+  if (zs_device_kind(dev) != ZS_DEVICE_CUDA) return zs_comm_all_gather(t->comm, send, recv, n, dt, NULL);
+  if (need > t->stage_bytes) { /* the first step's sizes: no allocation after */
+    if (t->stage) zs_device_free(dev, t->stage, t->stage_bytes, ZS_MEM_COMM);
+    t->stage = NULL, t->stage_bytes = 0;
+    TRY(zs_device_alloc(dev, need, ZS_MEM_COMM, &t->stage));
+    t->stage_bytes = need;
+  }
+  char *dsend = (char *)t->stage + need - in;
+  TRY(zs_memcpy_async(dev, dsend, send, in, ZS_COPY_H2D, NULL));
+  TRY(zs_comm_all_gather(t->comm, dsend, t->stage, n, dt, NULL));
+  TRY(zs_memcpy_async(dev, recv, t->stage, need - in, ZS_COPY_D2H, NULL));
+  return zs_stream_synchronize(dev, NULL);
+}
 
 /* ============================================================================
  * whole tensors
@@ -35,7 +56,7 @@ static zs_status_t whole_tensor(moet_t *t, int k, float *out) {
   const int q = e / t->mm.El; /* the ep rank holding expert e */
   if (q == t->mm.ep_rank) TRY(zs_param_get(t->xz, gpt_moe_expert_index(&t->mm, l, e, j), out));
   if (t->ep == 1) return ZS_OK;
-  TRY(zs_comm_broadcast(t->ep_comm, out, out, (size_t)p.numel, ZS_FP32, q, NULL));
+  TRY(trainer_host_coll(t->ep_comm, out, out, (size_t)p.numel, ZS_FP32, -2 - q)); /* host memory on a GPU too */
   return zs_stream_synchronize(t->dev, NULL);
 }
 
@@ -155,7 +176,7 @@ zs_status_t trainer_moe_export(moet_t *t, const char *path, gpt_result_t *res) {
   }
   free(one);
   int64_t code = st, worst = 0;
-  zs_status_t c = zs_comm_all_reduce(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX, NULL);
+  zs_status_t c = trainer_host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX);
   if (c != ZS_OK) return trainer_fail(res, c, "--export", zs_comm_last_error(t->comm));
   if (worst != ZS_OK && !res->err[0])
     snprintf(res->err, sizeof res->err, "--export to %s failed on %s (%s)", path,

@@ -12,30 +12,6 @@
 #include "init_from.h"
 #include "trainer_impl.h"
 
-/* A collective on host buffers over c (an all-gather of n elements of dt, or
- * with op >= 0 an all-reduce): a cuda device's comm (NCCL) takes device
- * buffers only, so there the bytes go through device memory allocated for the
- * call (between steps: --export, the final parameters of a --tp or --pp run on a GPU),
- * and the result is on the host at return, as on the cpu device. */
-static zs_status_t host_coll(zs_comm_t *c, const void *send, void *recv, size_t n, zs_dtype_t dt, int op) {
-  zs_device_t *dev = zs_comm_device(c);
-  const size_t in = n * zs_dtype_size(dt), out = op >= 0 ? in : in * (size_t)zs_comm_size(c);
-  if (zs_device_kind(dev) != ZS_DEVICE_CUDA)
-    return op >= 0 ? zs_comm_all_reduce(c, send, recv, n, dt, (zs_redop_t)op, NULL)
-                   : zs_comm_all_gather(c, send, recv, n, dt, NULL);
-  void *d = NULL;
-  TRY(zs_device_alloc(dev, in + out, ZS_MEM_COMM, &d));
-  char *dsend = (char *)d + out;
-  zs_status_t st = zs_memcpy_async(dev, dsend, send, in, ZS_COPY_H2D, NULL);
-  if (st == ZS_OK)
-    st = op >= 0 ? zs_comm_all_reduce(c, dsend, d, n, dt, (zs_redop_t)op, NULL)
-                 : zs_comm_all_gather(c, dsend, d, n, dt, NULL);
-  if (st == ZS_OK) st = zs_memcpy_async(dev, recv, d, out, ZS_COPY_D2H, NULL);
-  if (st == ZS_OK) st = zs_stream_synchronize(dev, NULL);
-  zs_device_free(dev, d, in + out, ZS_MEM_COMM);
-  return st;
-}
-
 /* Table entry i's whole fp32 values into out from this rank's part (n values,
  * its numel here): with --tp the parts of the tp group are all-gathered and
  * placed where gpt_tp_full_index says. all: scratch of tp parts. */
@@ -45,7 +21,7 @@ static zs_status_t whole_of_part(trainer_t *t, int i, const float *part, float *
     if (out != part) memcpy(out, part, (size_t)n * sizeof(float));
     return ZS_OK;
   }
-  TRY(host_coll(zs_tp_comm(t->tph), part, all, (size_t)n, ZS_FP32, -1));
+  TRY(trainer_host_coll(zs_tp_comm(t->tph), part, all, (size_t)n, ZS_FP32, -1));
   for (int r = 0; r < t->tp; r++) {
     gpt_tp_t pr;
     char err[128];
@@ -91,9 +67,9 @@ static zs_status_t tied_diff(trainer_t *t, const float *p, float *all, double *d
   }
   free(h);
   int64_t code = st, worst = 0;
-  TRY(host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX));
+  TRY(trainer_host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX));
   if (worst != ZS_OK) return (zs_status_t)worst;
-  TRY(host_coll(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX));
+  TRY(trainer_host_coll(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX));
   TRY(zs_stream_synchronize(zs_comm_device(t->comm), NULL));
   *diff = most;
   return ZS_OK;
@@ -115,7 +91,7 @@ zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied) {
     st = whole_param(t, pid, p + off[t->tidx[pid]], mine, all);
   /* --pp: each entry lives on one stage, zeros elsewhere: the sum is exact */
   if (st == ZS_OK && trainer_pp_comm(t))
-    if ((st = host_coll(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM)) == ZS_OK)
+    if ((st = trainer_host_coll(trainer_pp_comm(t), p, p, (size_t)total, ZS_FP32, ZS_SUM)) == ZS_OK)
       st = zs_stream_synchronize(zs_comm_device(trainer_pp_comm(t)), NULL);
   if (st == ZS_OK && trainer_pp_comm(t)) st = tied_diff(t, p, all, tied); /* wte is entry 0: p[0 .. n) */
   free(mine), free(all), free(off);
@@ -199,7 +175,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
     if (s == ZS_OK && pid_of[i] >= 0) s = whole_param(t, pid_of[i], one, mine, all);
     else if (s == ZS_OK) memset(one, 0, (size_t)w.numel * sizeof(float));
     /* --pp: one stage holds it, the others add zeros (exact) */
-    if (s == ZS_OK && ppc && (s = host_coll(ppc, one, one, (size_t)w.numel, ZS_FP32, ZS_SUM)) == ZS_OK)
+    if (s == ZS_OK && ppc && (s = trainer_host_coll(ppc, one, one, (size_t)w.numel, ZS_FP32, ZS_SUM)) == ZS_OK)
       s = zs_stream_synchronize(zs_comm_device(ppc), NULL);
     if (s != ZS_OK) {
       st = s;
@@ -215,7 +191,7 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
   }
   free(one), free(mine), free(all), free(pid_of);
   int64_t code = st, worst = 0;
-  zs_status_t c = host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX);
+  zs_status_t c = trainer_host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX);
   if (c != ZS_OK) return c;
   if (worst != ZS_OK && !err[0])
     snprintf(err, n, "--export to %s failed on %s (%s)", path, st != ZS_OK ? "this rank" : "another rank",
