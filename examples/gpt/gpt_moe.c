@@ -170,40 +170,49 @@ int64_t gpt_moe_param_count(const gpt_moe_t *m) {
  * activations
  * ========================================================================== */
 
-int gpt_moe_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *const *moe, int B, int T) {
-  memset(a, 0, sizeof *a);
-  const size_t N = (size_t)B * T, C = (size_t)m->mc.channels, E = (size_t)m->experts, L = (size_t)m->mc.layers;
+int64_t gpt_moe_rows_max(const gpt_moe_t *m, zs_moe_t *const *moe) {
   size_t R = 0;
-  for (size_t l = 0; l < L; l++) {
+  for (int l = 0; l < m->mc.layers; l++) {
     size_t r = zs_moe_expert_rows_max(moe[l]);
     if (r > R) R = r;
   }
-  a->rows_max = (int64_t)R;
-  for (int pass = 0; pass < 2; pass++) {
-    size_t off = 0;
-#define CARVE(ptr, n)                                  \
-  do {                                                 \
-    if (pass) (ptr) = (void *)(a->mem + off);          \
-    off += ((size_t)(n) + 15) & ~(size_t)15;           \
+  return (int64_t)R;
+}
+
+size_t gpt_moe_acts_layout(gpt_moe_acts_t *a, const gpt_moe_t *m, size_t N, size_t R, int rows, float *base) {
+  const size_t C = (size_t)m->mc.channels, E = (size_t)m->experts, L = (size_t)m->mc.layers;
+  size_t off = 0;
+#define CARVE(ptr, n)                              \
+  do {                                             \
+    if (base) (ptr) = (void *)(base + off);        \
+    off += ((size_t)(n) + 15) & ~(size_t)15;       \
   } while (0)
-    for (size_t l = 0; l < L; l++) {
-      CARVE(a->logits[l], N * E);
-      CARVE(a->xin[l], R * C);
-      CARVE(a->fc[l], R * 4 * C);
-      CARVE(a->gelu[l], R * 4 * C);
-      CARVE(a->rows[l], 2 * (size_t)m->El); /* int64 */
-    }
-    CARVE(a->aux, L);
-    CARVE(a->xout, R * C);
-    CARVE(a->y, N * C);
-    CARVE(a->dxout, R * C);
-    CARVE(a->d4, R * 4 * C);
-    CARVE(a->dxin, R * C);
-    CARVE(a->dln2, N * C);
-    CARVE(a->dlogits, N * E);
-#undef CARVE
-    if (!pass && !(a->mem = calloc(off, sizeof(float)))) return -1;
+  for (size_t l = 0; l < L; l++) {
+    CARVE(a->logits[l], N * E);
+    CARVE(a->xin[l], R * C);
+    CARVE(a->fc[l], R * 4 * C);
+    CARVE(a->gelu[l], R * 4 * C);
+    if (rows) CARVE(a->rows[l], 2 * (size_t)m->El); /* int64 */
   }
+  CARVE(a->aux, L);
+  CARVE(a->xout, R * C);
+  CARVE(a->y, N * C);
+  CARVE(a->dxout, R * C);
+  CARVE(a->d4, R * 4 * C);
+  CARVE(a->dxin, R * C);
+  CARVE(a->dln2, N * C);
+  CARVE(a->dlogits, N * E);
+#undef CARVE
+  return off;
+}
+
+int gpt_moe_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *const *moe, int B, int T) {
+  memset(a, 0, sizeof *a);
+  const size_t N = (size_t)B * T;
+  a->rows_max = gpt_moe_rows_max(m, moe);
+  const size_t n = gpt_moe_acts_layout(a, m, N, (size_t)a->rows_max, 1, NULL);
+  if (!(a->mem = calloc(n ? n : 1, sizeof(float)))) return -1;
+  gpt_moe_acts_layout(a, m, N, (size_t)a->rows_max, 1, a->mem);
   return 0;
 }
 

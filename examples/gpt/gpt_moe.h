@@ -99,6 +99,13 @@ typedef struct {
 
 /* moe: one handle per block (its rows_max sizes the rows). 0 or -1. */
 int gpt_moe_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *const *moe, int B, int T);
+/* The layout gpt_moe_acts_alloc carves (gpt_moe_cuda.c lays it out in device
+ * memory): N tokens, R expert rows a layer; rows 0 leaves the blocks' rows out
+ * (kept elsewhere); base NULL only counts, else every field points into base.
+ * Returns the floats base must hold. gpt_moe_rows_max: the largest expert rows
+ * of the layers' handles. */
+size_t gpt_moe_acts_layout(gpt_moe_acts_t *a, const gpt_moe_t *m, size_t N, size_t R, int rows, float *base);
+int64_t gpt_moe_rows_max(const gpt_moe_t *m, zs_moe_t *const *moe);
 void gpt_moe_acts_free(gpt_moe_acts_t *a);
 
 /* The block's MoE half on N token rows (B x T, or none: a rank without

@@ -30,46 +30,14 @@ static zs_status_t moe(gpt_tp_cuda_t *g, const zs_moe_t *h, zs_status_t st, cons
  * activations
  * ========================================================================== */
 
-/* gpt_moe_acts_alloc's carving (the same order and alignment) with the rows
- * left out: base NULL measures, else points the device buffers into it. */
-static size_t carve(gpt_moe_acts_t *a, const gpt_moe_t *m, size_t N, size_t R, float *base) {
-  const size_t C = (size_t)m->mc.channels, E = (size_t)m->experts, L = (size_t)m->mc.layers;
-  size_t off = 0;
-#define CARVE(ptr, n)                              \
-  do {                                             \
-    if (base) (ptr) = base + off;                  \
-    off += ((size_t)(n) + 15) & ~(size_t)15;       \
-  } while (0)
-  for (size_t l = 0; l < L; l++) {
-    CARVE(a->logits[l], N * E);
-    CARVE(a->xin[l], R * C);
-    CARVE(a->fc[l], R * 4 * C);
-    CARVE(a->gelu[l], R * 4 * C);
-  }
-  CARVE(a->aux, L);
-  CARVE(a->xout, R * C);
-  CARVE(a->y, N * C);
-  CARVE(a->dxout, R * C);
-  CARVE(a->d4, R * 4 * C);
-  CARVE(a->dxin, R * C);
-  CARVE(a->dln2, N * C);
-  CARVE(a->dlogits, N * E);
-#undef CARVE
-  return off;
-}
-
 int gpt_moe_cuda_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *const *moe, int B, int T) {
   memset(a, 0, sizeof *a);
   const size_t N = (size_t)B * T, L = (size_t)m->mc.layers, El = (size_t)m->El;
-  size_t R = 0;
-  for (size_t l = 0; l < L; l++) {
-    size_t r = zs_moe_expert_rows_max(moe[l]);
-    if (r > R) R = r;
-  }
+  const size_t R = (size_t)gpt_moe_rows_max(m, moe);
   a->rows_max = (int64_t)R;
   int64_t *rows = calloc(L * El + 1, sizeof(int64_t)); /* host: zs_moe_dispatch writes them there */
   if (!rows) return -1;
-  const size_t n = carve(a, m, N, R, NULL);
+  const size_t n = gpt_moe_acts_layout(a, m, N, R, 0, NULL);
   float *mem = NULL;
   int rc = (int)cudaMalloc((void **)&mem, (n ? n : 1) * sizeof(float));
   if (!rc) rc = (int)cudaMemset(mem, 0, (n ? n : 1) * sizeof(float));
@@ -79,7 +47,7 @@ int gpt_moe_cuda_acts_alloc(gpt_moe_acts_t *a, const gpt_moe_t *m, zs_moe_t *con
     return rc;
   }
   a->mem = mem;
-  carve(a, m, N, R, mem);
+  gpt_moe_acts_layout(a, m, N, R, 0, mem);
   for (size_t l = 0; l < L; l++) a->rows[l] = rows + l * El;
   return 0;
 }
