@@ -5,7 +5,7 @@
  *     code (m signed E4M3, sqrt(v) unsigned E4M4 that never flushes a positive v
  *     to zero); the error bounds the header states;
  *   - exact ties (r halfway between two codes, every such pair of both codes)
- *     go to the even code on every path, through the codec and the step;
+ *     go to the larger code on every path, through the codec and the step;
  *   - the int8 step, block by block: masters, scales and codes against the
  *     float64 update of the decoded states (a wrong block boundary, an unsigned
  *     m or a stale scale fails here);
@@ -245,9 +245,9 @@ static void test_int8_step(void) {
 
 /* The code the header's rule gives r, from the definition in float64: the
  * nearest code among the codes allowed (code 1 and up for a positive v); r
- * exactly halfway between two codes takes the even one (zs_q8_mag rounds to
- * nearest even), but halfway between 0 and code 1 (m) takes code 1 ("under
- * half of the smallest code goes to 0"). *tie says whether r was halfway. */
+ * exactly halfway between two codes takes the larger (zs_q8_mag rounds a tie
+ * up; halfway between 0 and code 1 (m) too: "under half of the smallest code
+ * goes to 0"). *tie says whether r was halfway. */
 static int ref_code(double r, int M, int keep_nonzero, int *tie) {
   int c = keep_nonzero && r > 0 ? 1 : 0;
   *tie = 0;
@@ -257,7 +257,7 @@ static int ref_code(double r, int M, int keep_nonzero, int *tie) {
       c = k, *tie = 0;
     } else if (dk == dc) { /* c and k are neighbours with r between them */
       *tie = 1;
-      if (c == 0 || !(k & 1)) c = k;
+      c = k;
     }
   }
   return c;
@@ -278,7 +278,7 @@ static int ties_make(tie_t *T) {
     for (int k = which; k < 15 << M; k++) {
       double t = (ref_val(k, M) + ref_val(k + 1, M)) / 2;
       int tie;
-      int want = k == 0 ? 1 : k + (k & 1); /* the stated rule: to even, 0|1 to 1 */
+      int want = k + 1; /* the stated rule: a tie up */
       if ((double)(float)t != t || (double)((float)t * (float)t) != t * t)
         ZS_T_REPORT("%s tie %d|%d: %.17g is not exact in fp32", which ? "v" : "m", k, k + 1, t);
       if (ref_code(t, M, which, &tie) != want || !tie)
@@ -361,7 +361,7 @@ static void test_ties(void) {
                     P.ms[b], P.vs[b], wa[b]);
     for (size_t i = 0; i < n; i++)
       if ((P.m[i] != wm[i] || P.v[i] != wv[i]) && bad++ < 4)
-        ZS_T_REPORT("ties, path %s: [%zu] g %.9g, r %.9g: codes m 0x%02x v %u, round-to-nearest-even gives 0x%02x %u",
+        ZS_T_REPORT("ties, path %s: [%zu] g %.9g, r %.9g: codes m 0x%02x v %u, round to nearest (a tie up) gives 0x%02x %u",
                     zs__simd_name((zs_simd_t)path), i, g[i], fabs(g[i]) / 2 / wa[i / (size_t)B], P.m[i], P.v[i],
                     wm[i], wv[i]);
     expect_int_eq(bad, 0);

@@ -255,13 +255,11 @@ static inline void w_to_f(__m256i W, vf *a, vf *b) {
   *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), W));
   *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), W));
 }
-/* zs_q8_mag's rounding of r's bits (nearest even), less the bias: the code as a
+/* zs_q8_mag's rounding of r's bits (nearest, a tie up), less the bias: the code as a
  * signed dword before the clamps (r below 2^-15 gives c <= 0). */
 static inline __m256i d_round(__m256i b, const int M) {
   const int sh = 23 - M;
-  __m256i t = _mm256_add_epi32(_mm256_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23))),
-                               _mm256_and_si256(_mm256_srli_epi32(b, sh), i_set1(1)));
-  return _mm256_srai_epi32(t, sh);
+  return _mm256_srai_epi32(_mm256_add_epi32(b, i_set1((1u << (sh - 1)) - (112u << 23))), sh);
 }
 /* 32 codes in words (p01: elements 0-3 8-11 | 4-7 12-15, p23 the same + 16, as
  * VPACKSSDW leaves them) to 32 bytes in element order */

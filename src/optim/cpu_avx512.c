@@ -152,8 +152,7 @@ static inline __m512 v_q8_val(__m512i c, const int M) {
 static inline __m512i v_q8_mag(__m512 r, const int M, const int keep_nonzero) {
   const int sh = 23 - M;
   __m512i b = _mm512_castps_si512(r);
-  __m512i t = _mm512_add_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u)),
-                               _mm512_and_si512(_mm512_srli_epi32(b, sh), i_set1(1)));
+  __m512i t = _mm512_add_epi32(b, i_set1(1u << (sh - 1))); /* nearest, a tie up */
   __m512i c = _mm512_min_epi32(_mm512_sub_epi32(_mm512_srli_epi32(t, sh), i_set1((127u - 15u) << M)),
                                i_set1(15u << M));
   const float lo = zs_k_f_bits((127u - 15u) << 23 | 1u << sh);
@@ -289,13 +288,11 @@ static inline __m512i w_dec_m(__m512i c) {
 static inline __m512i w_dec_v(__m512i c) {
   return _mm512_maskz_add_epi16(_mm512_test_epi16_mask(c, c), _mm512_slli_epi16(c, 3), w_set1(0x3800));
 }
-/* zs_q8_mag's rounding of r's bits (nearest even), less the bias: the code as a
+/* zs_q8_mag's rounding of r's bits (nearest, a tie up), less the bias: the code as a
  * signed dword before the clamps (r below 2^-15 gives c <= 0) */
 static inline __m512i d_round(__m512i b, const int M) {
   const int sh = 23 - M;
-  __m512i t = _mm512_add_epi32(b, i_set1((1u << (sh - 1)) - 1u - (112u << 23)));
-  t = _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(b, i_set1(1u << sh)), t, i_set1(1)); /* kept lsb odd: + 1 */
-  return _mm512_srai_epi32(t, sh);
+  return _mm512_srai_epi32(_mm512_add_epi32(b, i_set1((1u << (sh - 1)) - (112u << 23))), sh);
 }
 
 /* Pass 1 on the 32 elements at i: decode m and v with the old scales sm, ss;
