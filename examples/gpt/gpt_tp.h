@@ -97,6 +97,8 @@ typedef struct {
   int64_t layer_floats, shared_floats;
   int head_rows;
   float *mem;
+  float *head_mem; /* cuda: logits and row_loss in an allocation of their own
+                      (gpt_tp_cuda_acts_alloc, head chunks from free memory), else NULL */
 } gpt_tp_acts_t;
 
 /* train: GPT_ACTS_EVAL, _TRAIN, _RECOMPUTE or _RECOMPUTE_GELU, as gpt_acts_alloc,

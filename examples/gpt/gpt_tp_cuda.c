@@ -35,17 +35,27 @@ static zs_status_t need_tp(gpt_tp_cuda_t *g, const gpt_tp_t *m) {
 int gpt_tp_cuda_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn,
                                 const gpt_tp_acts_t *share) {
   const int att_cols = attn == OPC_ATTN_FUSED ? 1 : 0; /* a log-sum-exp a row, or the T probabilities */
-  const size_t n = gpt_tp_acts_layout(a, m, B, T, train, att_cols, share, NULL);
+  /* the head's chunk from the free memory (gpt_cuda_head_rows, as the dense
+   * model's): its own allocation, the layout then carving none; a slot with
+   * share runs in share's */
+  const int64_t V = m->vp.rows, N = (int64_t)B * T;
+  const int64_t rows = share || (train & GPT_TP_ACTS_NO_HEAD) ? 0 : gpt_cuda_head_rows(V, N);
+  const int mode = train | (rows ? GPT_TP_ACTS_NO_HEAD : 0);
+  const size_t n = gpt_tp_acts_layout(a, m, B, T, mode, att_cols, share, NULL);
   if (!n) return -1;
-  float *mem = NULL;
+  float *mem = NULL, *head = NULL;
   int rc = (int)cudaMalloc((void **)&mem, n * sizeof(float));
   if (!rc) rc = (int)cudaMemset(mem, 0, n * sizeof(float));
+  if (!rc && rows) rc = (int)cudaMalloc((void **)&head, (size_t)rows * (size_t)(V + 1) * sizeof(float));
+  if (!rc && rows) rc = (int)cudaMemset(head, 0, (size_t)rows * (size_t)(V + 1) * sizeof(float));
   if (rc) {
     cudaFree(mem);
+    cudaFree(head);
     memset(a, 0, sizeof *a);
     return rc;
   }
-  gpt_tp_acts_layout(a, m, B, T, train, att_cols, share, mem);
+  gpt_tp_acts_layout(a, m, B, T, mode, att_cols, share, mem);
+  if (rows) a->head_mem = a->logits = head, a->row_loss = head + rows * V, a->head_rows = (int)rows;
   return 0;
 }
 
@@ -55,6 +65,7 @@ int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
 
 void gpt_tp_cuda_acts_free(gpt_tp_acts_t *a) {
   cudaFree(a->mem);
+  cudaFree(a->head_mem);
   memset(a, 0, sizeof *a);
 }
 

@@ -21,14 +21,7 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   const int fused = ca->attn == OPC_ATTN_FUSED;
   /* the head's chunk from the free memory, as said in model_cuda.h: its own
    * allocation when more rows than gpt_head_rows's, and then none in the layout */
-  size_t free_b = 0, total_b = 0, rows = 0, row = (size_t)c->vocab * sizeof(float);
-  if (c->vocab > 0 && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-    size_t budget = free_b / 8;
-    if (budget > ((size_t)2 << 30)) budget = (size_t)2 << 30;
-    rows = budget / row;
-    if (rows > N) rows = N;
-    if (rows <= (size_t)gpt_head_rows(c->vocab, (int64_t)N)) rows = 0;
-  }
+  const size_t rows = (size_t)gpt_cuda_head_rows(c->vocab, (int64_t)N), row = (size_t)c->vocab * sizeof(float);
   /* gpt_acts_alloc's layout, in one device allocation (att one float a row when fused) */
   const int mode = train | (rows ? GPT_ACTS_NO_LOGITS : 0);
   const size_t n = gpt_acts_layout_att(a, c, B, T, mode, fused ? 1 : T, NULL);
@@ -52,6 +45,16 @@ int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *c, int B, int T
   }
   if (rc) gpt_cuda_acts_free(ca);
   return rc;
+}
+
+int64_t gpt_cuda_head_rows(int64_t cols, int64_t N) {
+  size_t free_b = 0, total_b = 0;
+  if (cols < 1 || N < 1 || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  size_t budget = free_b / 8;
+  if (budget > ((size_t)2 << 30)) budget = (size_t)2 << 30;
+  int64_t rows = (int64_t)(budget / ((size_t)cols * sizeof(float)));
+  if (rows > N) rows = N;
+  return rows > gpt_head_rows(cols, N) ? rows : 0;
 }
 
 void gpt_cuda_acts_free(gpt_cuda_acts_t *ca) {

@@ -47,6 +47,11 @@ typedef struct {
  * GPT-2's head then runs as one GEMM, not in chunks of 256 rows. */
 int gpt_cuda_acts_alloc(gpt_cuda_acts_t *ca, const gpt_config_t *cfg, int B, int T, int train);
 void gpt_cuda_acts_free(gpt_cuda_acts_t *ca);
+/* That rule: the rows of a head chunk of cols logits a row (of N rows in all)
+ * that an eighth of the free device memory holds (at most 2 GiB, at most N);
+ * 0 when that is not more than gpt_head_rows(cols, N) or the device cannot
+ * say. gpt_tp_cuda_acts_alloc sizes the vocab-parallel head the same way. */
+int64_t gpt_cuda_head_rows(int64_t cols, int64_t N);
 
 int gpt_cuda_embed_forward(cublasHandle_t h, cudaStream_t s, const gpt_config_t *cfg, const gpt_embed_w_t *w,
                            const int *tokens, int B, int T, float *x);
