@@ -39,9 +39,13 @@
  * 1e-4 relative, the norms within 1e-3, the final parameters (collected
  * through device memory) within 1e-3 of the largest, tokens per expert equal;
  * bf16 at ep 2 (losses 1e-2, norms 5e-2); a GPU --export read back by
- * --init-from on both devices gives the same first loss (1e-4); --tp and --pp
- * refused on cuda. Model: 2 layers, 32 channels, 4 heads, seq 16, vocabulary 259,
- * 4 experts, top-2. */
+ * --init-from on both devices gives the same first loss (1e-4); --pp with --tp
+ * refused on cuda as on the cpu; gpt_moe_gpu_pp.h: --pp 2 on cuda (1f1b and
+ * gpipe, ep and edp inside a stage, bf16) against the cpu device's run, the
+ * head's copy of wte equal to stage 0's on both devices; gpt_moe_gpu_tp.h: --tp on cuda (tp 2 at 2 ranks; ep 2 x tp 2,
+ * edp 2 x tp 2, tp 4 at 4 ranks; bf16) against the cpu device's run of the
+ * same layout, and a tp export read back at tp. Model: 2 layers, 32
+ * channels, 4 heads, seq 16, vocabulary 259, 4 experts, top-2. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -256,6 +260,8 @@ static void run_compare(const gpt_opts_t *o, const char *what) {
   expect_int_eq(r.moe.shard_groups[1], o->shard_group ? o->shard_group / o->ep * tp : g_size / o->ep / pp);
   double pworst = r.final_params ? compare_params(g_ref.params, r.final_params, what, o->lr) : 1;
   expect_true(r.final_params != NULL);
+  if (o->pp > 1 && r.tied_wte_diff != 0) /* trainer_moe_pp_tied_diff */
+    ZS_T_REPORT("%s: the head's copy of wte differs from stage 0's by up to %.3g", what, r.tied_wte_diff);
   check_traffic(&r, o->ep, pp > 1 ? k_cfg.layers / pp * pp : k_cfg.layers * o->accum, what); /* --microbatches pp */
   if (g_rank == 0)
     fprintf(stderr, "moe parity %-40s world %d: worst loss rel %.2g, parameters %.2g\n", what, g_size, worst, pworst);
@@ -563,15 +569,23 @@ static void test_gpu_export_init_from(void) {
 }
 
 static void test_gpu_refusals(void) {
-  if (g_size != 2) zs_test_skip("run at 2 ranks (tp 2)");
+  if (g_size != 2) zs_test_skip("run at 2 ranks (pp 2, tp 2)");
   gpt_opts_t o;
   gpt_result_t r;
   tiny(&o);
-  o.device_cuda = 1, o.tp = g_size; /* the plain round only, so far */
-  expect_status(gpt_train_run(&o, g_gdev, g_gworld, &r), ZS_ERR_UNSUPPORTED);
-  expect_str_contains(r.err, "--tp");
-  gpt_result_free(&r);
+  /* --tp and --pp each run (test_gpu_tp_layouts, test_gpu_pp_layouts); together they
+   * are refused on cuda as on the cpu device (trainer_moe_pp_check), naming --tp */
+  o.pp = g_size, o.tp = g_size;
+  for (int cuda = 0; cuda < 2; cuda++) {
+    o.device_cuda = cuda;
+    expect_status(gpt_train_run(&o, cuda ? g_gdev : g_dev, cuda ? g_gworld : g_world, &r), ZS_ERR_UNSUPPORTED);
+    expect_str_contains(r.err, "--tp");
+    gpt_result_free(&r);
+  }
 }
+
+#include "gpt_moe_gpu_tp.h" // defines: test_gpu_tp_layouts, test_gpu_tp_export_init_from
+#include "gpt_moe_gpu_pp.h" // defines: test_gpu_pp_layouts, test_gpu_pp_tied
 #endif
 
 /* The _gpu run: a skip saying why, or the layouts on both devices. */
@@ -583,6 +597,10 @@ static int gpu_main(void) {
   zs_test_run(test_gpu_layouts);
   zs_test_run(test_gpu_export_init_from);
   zs_test_run(test_gpu_refusals);
+  zs_test_run(test_gpu_tp_layouts);
+  zs_test_run(test_gpu_tp_export_init_from);
+  zs_test_run(test_gpu_pp_layouts);
+  zs_test_run(test_gpu_pp_tied);
 #endif
   return gpt_gpu_end();
 }

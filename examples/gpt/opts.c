@@ -137,7 +137,7 @@ void gpt_opts_usage(FILE *f) {
           "  --device cpu|cuda (cpu)  --comm nccl|mpi (cuda: nccl, a GPU per rank; mpi: MPI through host\n"
           "                  staging, ranks may share a GPU; cpu: mpi only)\n"
           "  --moe-experts E (0: every block's MLP a mixture of E expert MLPs, top-k routed; cpu device,\n"
-          "                  or cuda without --tp and --pp;\n"
+          "                  or cuda (with --tp or --pp too; a GPU per rank, or --comm mpi);\n"
           "                  fp32 or bf16, --shard-group N a multiple of --ep, --export and --init-from of the\n"
           "                  whole model at any --ep; --tp N splits attention and the head, each tp rank\n"
           "                  computing the experts of its ep group whole; --pp N cuts the layers into N\n"

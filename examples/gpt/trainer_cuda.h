@@ -59,5 +59,25 @@ void trainer_cuda_pp_free(trainer_t *t);
 zs_status_t trainer_cuda_pp_step(trainer_t *t, int64_t step, int val, double *loss, double *vsum);
 zs_status_t trainer_cuda_pp_validate(trainer_t *t, double *vsum);
 zs_status_t trainer_cuda_pp_head_copy(trainer_t *t, const float **hw);
+/* trainer_pp_head_refresh and trainer_pp_tied_add on device buffers, queued in
+ * stream order on the legacy default stream (no host wait), for both pipeline
+ * trainers on the GPU (trainer_cuda_pp.c, trainer_moe_cuda_pp.c). head_refresh:
+ * stage 0 (first) sends its wte slot (n bf16 bits or fp32), the last stage
+ * receives it into hw (bf16: into hb, n halves, then widened into hw).
+ * tied_add: the last stage sends g (n floats) in pieces of
+ * TRAINER_PP_TIED_CHUNK; stage 0 (first) receives each piece into tmp and adds
+ * it into g (opc_add) or, with g16, into those bf16 values (opc_bf16_add_f32)
+ * before the next lands. A kernel's failure: ZS_ERR_DEVICE with its code in
+ * *rc (0 otherwise). */
+zs_status_t trainer_pp_head_refresh_dev(zs_comm_t *ppc, int first, int last, int last_rank, const void *wte, float *hw,
+                                        uint16_t *hb, size_t n, int bf16, int *rc);
+zs_status_t trainer_pp_tied_add_dev(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer,
+                                    int *rc);
+/* Both GPU pipelines' step tokens: ntok ids and targets on the device (tin_d,
+ * ttg_d: cudaFree), their pinned host twins the data loader fills (tin, ttg:
+ * cudaFreeHost; uploaded as one asynchronous DMA each a step) and the event
+ * the upload records (up_ev: a cudaEvent_t, cudaEventDestroy). 0, or the
+ * first cudaError_t (what was made stays, for the caller's free). */
+int trainer_pp_tokens_alloc(size_t ntok, int **tin_d, int **ttg_d, int **tin, int **ttg, void **up_ev);
 
 #endif

@@ -76,12 +76,7 @@ zs_status_t trainer_cuda_pp_buffers(trainer_t *t, gpt_result_t *res) {
     rc = dalloc(&q->pw, (size_t)most_p * sizeof(float));
     if (!rc) rc = dalloc(&q->gw, (size_t)most_g * sizeof(float));
   }
-  if (!rc) rc = dalloc(&q->tin_d, ntok * sizeof(int));
-  if (!rc) rc = dalloc(&q->ttg_d, ntok * sizeof(int));
-  /* pinned, so their upload each step is an asynchronous DMA (trainer_cuda.c) */
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, ntok * sizeof(int));
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, ntok * sizeof(int));
-  if (!rc) rc = (int)cudaEventCreateWithFlags((cudaEvent_t *)&q->up_ev, cudaEventDisableTiming);
+  if (!rc) rc = trainer_pp_tokens_alloc(ntok, &q->tin_d, &q->ttg_d, &t->tin, &t->ttg, &q->up_ev);
   if (rc) {
     snprintf(msg, sizeof msg, "out of memory for the pipeline's %d activation slots and buffers (%s)", q->nslots,
              rc < 0 ? "the tokens do not split over tp" : opc_strerror(rc));
@@ -104,6 +99,16 @@ zs_status_t trainer_cuda_pp_buffers(trainer_t *t, gpt_result_t *res) {
   return trainer_cuda_val_windows(t, rc, res);
 }
 
+int trainer_pp_tokens_alloc(size_t ntok, int **tin_d, int **ttg_d, int **tin, int **ttg, void **up_ev) {
+  int rc = dalloc(tin_d, ntok * sizeof(int));
+  if (!rc) rc = dalloc(ttg_d, ntok * sizeof(int));
+  /* pinned, so their upload each step is an asynchronous DMA (trainer_cuda.c) */
+  if (!rc) rc = (int)cudaMallocHost((void **)tin, ntok * sizeof(int));
+  if (!rc) rc = (int)cudaMallocHost((void **)ttg, ntok * sizeof(int));
+  if (!rc) rc = (int)cudaEventCreateWithFlags((cudaEvent_t *)up_ev, cudaEventDisableTiming);
+  return rc;
+}
+
 void trainer_cuda_pp_free(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   if (!q) return;
@@ -121,39 +126,54 @@ void trainer_cuda_pp_free(trainer_t *t) {
  * the tied wte, on the device
  * ========================================================================== */
 
-/* trainer_pp_head_refresh on device buffers: stage 0's wte slot (bf16 bits or
- * fp32) into the last stage's hw (bf16: received into hb and widened there),
- * queued in stream order. */
-static zs_status_t head_refresh(trainer_t *t) {
-  struct trainer_pp *q = t->pps;
-  const size_t n = (size_t)t->info[0].numel;
-  const zs_dtype_t dt = t->bf16 ? ZS_BF16 : ZS_FP32;
-  if (is_first(t)) return zs_comm_send(q->ppc, t->pslot[0], n, dt, q->p - 1, NULL);
-  if (!is_last(t)) return ZS_OK;
-  TRY(zs_comm_recv(q->ppc, t->bf16 ? (void *)q->hb : (void *)q->hw, n, dt, 0, NULL));
-  return t->bf16 ? cu_check(t, opc_bf16_to_f32(q->hw, q->hb, (int64_t)n, S0), "widening the head's wte") : ZS_OK;
+zs_status_t trainer_pp_head_refresh_dev(zs_comm_t *ppc, int first, int last, int last_rank, const void *wte, float *hw,
+                                        uint16_t *hb, size_t n, int bf16, int *rc) {
+  const zs_dtype_t dt = bf16 ? ZS_BF16 : ZS_FP32;
+  *rc = 0;
+  if (first) return zs_comm_send(ppc, wte, n, dt, last_rank, NULL);
+  if (!last) return ZS_OK;
+  TRY(zs_comm_recv(ppc, bf16 ? (void *)hb : (void *)hw, n, dt, 0, NULL));
+  return bf16 && (*rc = opc_bf16_to_f32(hw, hb, (int64_t)n, S0)) ? ZS_ERR_DEVICE : ZS_OK;
 }
 
-/* trainer_pp_tied_add on device buffers: the head's gradient sent in pieces
- * of TRAINER_PP_TIED_CHUNK, each added on stage 0 into wte's gradient slot
- * (fp32, or bf16 to nearest even) before the next piece lands in q->tied
- * (stream order: no host wait). */
+zs_status_t trainer_pp_tied_add_dev(zs_comm_t *ppc, float *g, uint16_t *g16, float *tmp, size_t n, int first, int peer,
+                                    int *rc) {
+  *rc = 0;
+  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) {
+    const size_t c = trainer_pp_tied_tmp(n - k0);
+    if (!first) {
+      TRY(zs_comm_send(ppc, g + k0, c, ZS_FP32, peer, NULL));
+      continue;
+    }
+    TRY(zs_comm_recv(ppc, tmp, c, ZS_FP32, peer, NULL));
+    *rc = g16 ? opc_bf16_add_f32(g16 + k0, tmp, (int64_t)c, S0) : opc_add(g + k0, tmp, (int64_t)c, S0);
+    if (*rc) return ZS_ERR_DEVICE;
+  }
+  return ZS_OK;
+}
+
+/* Stage 0's wte slot (bf16 bits or fp32) into the last stage's hw (bf16:
+ * received into hb and widened there), queued in stream order. */
+static zs_status_t head_refresh(trainer_t *t) {
+  struct trainer_pp *q = t->pps;
+  int rc;
+  const zs_status_t st = trainer_pp_head_refresh_dev(q->ppc, is_first(t), is_last(t), q->p - 1, t->pslot[0], q->hw,
+                                                     q->hb, (size_t)t->info[0].numel, t->bf16, &rc);
+  return rc ? cu_check(t, rc, "widening the head's wte") : st;
+}
+
+/* The head's gradient added on stage 0 into wte's gradient slot (fp32, or
+ * bf16 to nearest even), a piece at a time through q->tied. */
 static zs_status_t tied_add(trainer_t *t) {
   struct trainer_pp *q = t->pps;
   const size_t n = (size_t)t->info[0].numel;
   if (!is_first(t) && !is_last(t)) return ZS_OK;
-  for (size_t k0 = 0; k0 < n; k0 += TRAINER_PP_TIED_CHUNK) {
-    const size_t c = trainer_pp_tied_tmp(n - k0);
-    if (!is_first(t)) {
-      TRY(zs_comm_send(q->ppc, q->hg + k0, c, ZS_FP32, 0, NULL));
-      continue;
-    }
-    TRY(zs_comm_recv(q->ppc, q->tied, c, ZS_FP32, q->p - 1, NULL));
-    const int rc = t->bf16 ? opc_bf16_add_f32((uint16_t *)t->gslot[0] + k0, q->tied, (int64_t)c, S0)
-                           : opc_add((float *)t->gslot[0] + k0, q->tied, (int64_t)c, S0);
-    TRY(cu_check(t, rc, "adding the head's wte gradient"));
-  }
-  return ZS_OK;
+  int rc;
+  const zs_status_t st =
+      is_first(t) ? trainer_pp_tied_add_dev(q->ppc, t->bf16 ? NULL : (float *)t->gslot[0],
+                                            t->bf16 ? (uint16_t *)t->gslot[0] : NULL, q->tied, n, 1, q->p - 1, &rc)
+                  : trainer_pp_tied_add_dev(q->ppc, q->hg, NULL, NULL, n, 0, 0, &rc);
+  return rc ? cu_check(t, rc, "adding the head's wte gradient") : st;
 }
 
 /* ============================================================================
@@ -288,19 +308,8 @@ static zs_status_t read_losses(trainer_t *t, int train, int val, double *loss, d
     const int64_t from = train ? 0 : ntok, to = val ? ntok + nv : ntok;
     TRY(cu_check(t, (int)cudaMemcpy(q->loss_h + from, q->loss_d + from, (size_t)(to - from) * sizeof(float),
                                     cudaMemcpyDeviceToHost), "reading the step's losses"));
-    double sum = 0;
-    for (int mb = 0; train && mb < q->m; mb++) {
-      double s = 0;
-      for (int64_t i = mb * N; i < (mb + 1) * N; i++) s += q->loss_h[i];
-      sum += s / (double)N;
-    }
-    if (train) *loss = sum;
-    for (int c0 = 0; val && c0 < t->v_count; c0 += t->v_chunk) {
-      const int64_t end = ntok + (int64_t)(t->v_count - c0 < t->v_chunk ? t->v_count : c0 + t->v_chunk) * T;
-      double s = 0;
-      for (int64_t i = ntok + (int64_t)c0 * T; i < end; i++) s += q->loss_h[i];
-      *vsum += s;
-    }
+    if (train) *loss = trainer_pp_mb_loss(q->loss_h, q->m, N);
+    if (val) trainer_pp_val_add(vsum, q->loss_h + ntok, t->v_count, t->v_chunk, T);
   }
   return zs_tp_status(t->tph, NULL);
 }

@@ -252,6 +252,21 @@ zs_status_t trainer_pp_tied_add(zs_comm_t *ppc, float *g, uint16_t *g16, float *
  * stages pass. Both pipeline trainers, at every step's start. */
 zs_status_t trainer_pp_head_refresh(zs_comm_t *ppc, int first, int last, int last_rank, const void *wte, float *hw,
                                     float *scratch, size_t n, int bf16);
+/* The GPU pipelines' token losses, read back to the host once a step
+ * (trainer_cuda_pp.c, trainer_moe_cuda_pp.c). mb_loss: the sum over m
+ * micro-batches of each one's mean over its N tokens (loss [m x N]; each sum
+ * in double, token order: the CPU's loss_sum). val_add: count windows of T
+ * tokens, in chunks of `chunk` windows, each chunk's sum added into *vsum in
+ * turn (gpt_tp_head's adds on the CPU). */
+double trainer_pp_mb_loss(const float *loss, int m, int64_t N);
+/* --pp, both trainers' final check: st (this rank's outcome so far) agreed
+ * over world first (the worst returned), then the largest |h[e] - w[e]| over
+ * world into *diff: h the last stage's copy of wte (n floats; NULL on ranks
+ * without it), w the whole wte (fp32; in bf16 the master, compared as the
+ * slot's rounding of it). Collective. */
+zs_status_t trainer_pp_tied_check(zs_comm_t *world, zs_status_t st, const float *h, const float *w, int64_t n, int bf16,
+                                  double *diff);
+void trainer_pp_val_add(double *vsum, const float *loss, int count, int chunk, int T);
 /* The floats of trainer_pp_tied_add's tmp for a gradient of n. */
 static inline size_t trainer_pp_tied_tmp(size_t n) { return n < TRAINER_PP_TIED_CHUNK ? n : TRAINER_PP_TIED_CHUNK; }
 /* zs_pp_run with cb, and on failure err (if empty) says the runtime's error and

@@ -47,8 +47,9 @@
  * --shard-group N then counts data ranks (world / tp).
  * --pp N (trainer_moe_pp.c): the mesh pp x edp x ep, each stage its layers'
  * units in both engines, every in-flight micro-batch its own routers.
- * --device cuda (trainer_moe_cuda.c): the plain round on the GPU (no --tp, no
- * --pp: refused there so far).
+ * --device cuda (trainer_moe_cuda.c): the round on the GPU, with or without
+ * --tp; with --pp (no --tp) trainer_moe_pp.c's step with trainer_moe_cuda_pp.c's
+ * callbacks and device buffers.
  * Limits: --ps-servers and --sequence-parallel are refused. */
 #include <errno.h>
 #include <math.h>
@@ -57,6 +58,7 @@
 #include <sys/stat.h>
 
 #include "trainer_moe_impl.h"
+#include "trainer_moe_pp_impl.h" // defines: trainer_moe_cuda_pp_setup
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/trace.h"
 
@@ -71,9 +73,6 @@ static zs_status_t check_opts(moet_t *t, gpt_result_t *res) {
   char msg[256];
   if (o->moe_experts < 1)
     return trainer_fail(res, ZS_ERR_INVALID, "--ep", "--ep splits the experts of a mixture of experts: add --moe-experts E");
-  if (t->cuda && (t->tp > 1 || t->pp > 1)) /* trainer_moe_cuda.c runs the plain round only */
-    return trainer_fail(res, ZS_ERR_UNSUPPORTED, t->pp > 1 ? "--pp" : "--tp", "--moe-experts on the cuda device runs "
-                "without --tp and --pp so far: drop them, or run this layout on --device cpu");
   if ((zs_device_kind(t->dev) != ZS_DEVICE_CPU && !t->cuda) || (o->device_cuda && !t->cuda))
     return trainer_fail(res, ZS_ERR_UNSUPPORTED, "--moe-experts", "the mixture-of-experts model runs on the cpu "
                 "device or (--device cuda) on a cuda device");
@@ -332,6 +331,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     gpt_data_val_batch(&t->data, t->v_first, t->v_count, o->seq, t->vin, t->vtg);
   }
   if (t->cuda) TRY(trainer_moe_cuda_setup(t, res)); /* activations, tokens, scratch, validation on the GPU */
+  if (t->cuda && t->pp > 1) TRY(trainer_moe_cuda_pp_setup(t, res)); /* the pipeline's slots, tokens, head */
   return ZS_OK;
 }
 
@@ -422,8 +422,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
       double loss = 0;
       gpt_data_train_batch(&t->data, o->seed, (int)(t->step0 + step), t->drank * t->per_rank + m * t->micro, t->micro,
                            T, t->tin, t->ttg);
-      if ((st = t->tp > 1 ? trainer_moe_tp_round(t, &loss)
-                : t->cuda   ? trainer_moe_cuda_round(t, &loss)
+      if ((st = t->cuda     ? trainer_moe_cuda_round(t, &loss) /* any tp: gpt_tp_cuda.c's units over tph */
+                : t->tp > 1 ? trainer_moe_tp_round(t, &loss)
                             : trainer_moe_round(t, &loss)) != ZS_OK) {
         const char *why = trainer_moe_cuda_error(t)[0]          ? trainer_moe_cuda_error(t)
                           : zs_engine_last_error(t->dz)[0] ? zs_engine_last_error(t->dz)

@@ -1,15 +1,23 @@
-/* trainer_moe_cuda.c: the mixture-of-experts trainer's plain round (no --tp,
- * no --pp) on a cuda device (--device cuda --moe-experts E [--ep N]).
+/* trainer_moe_cuda.c: the mixture-of-experts trainer's round (no --pp) on a
+ * cuda device (--device cuda --moe-experts E [--ep N] [--tp N]); with --pp
+ * its context (cuBLAS, the bf16 scratch, the validation's buffers) serves
+ * trainer_moe_cuda_pp.c's pipeline (trainer_moe_cuda.h).
  *
  * The round is trainer_moe_round.c's schedule (trainer_moe.c's header), unit
  * for unit through the same trainer_moe_gather2 / release2 / reduce2, with the
  * compute on the GPU: the embedding, the attention halves, the final LayerNorm
- * and the tied head are gpt_tp_cuda.c's units over a tp group of 1 (the
- * 1-rank tp handle trainer_moe.c makes on a cuda device, as the dense
- * trainer's mesh does), the MoE halves gpt_moe_cuda.c's. What the dense CUDA
- * path does about memory and streams holds here too (trainer_cuda.c):
- * the activations, dwte_head, the bf16 scratch, the validation residual and
- * its windows are device buffers allocated at setup; the engines' slots are
+ * and the tied head are gpt_tp_cuda.c's units over the tp handle (at tp 1 the
+ * 1-rank handle trainer_moe.c makes on a cuda device, as the dense trainer's
+ * mesh does), the MoE halves gpt_moe_cuda.c's. With --tp N it is
+ * trainer_moe_tp_round's twin line for line (trainer_moe_tp.c: the same split,
+ * the vocab-parallel head, the MoE half whole on every tp rank, the token
+ * losses the same on every tp rank); the zs_tp calls' collectives run on the
+ * tp comm in the same stream order as the zs_moe all-to-alls on the ep comm,
+ * the same on every rank.
+ * What the dense CUDA path does about memory and streams holds here too
+ * (trainer_cuda.c): the activations, dwte_head, the bf16 scratch, the
+ * validation residual and its windows are device buffers allocated at setup;
+ * the engines' slots are
  * device memory, seen in bf16 through fp32 scratch (opc_bf16_to_f32 at the
  * gather, opc_bf16_add_f32 before the reduce); everything runs on the legacy
  * default stream (the zs_tp and zs_moe calls' NULL stream); the tokens go up
@@ -27,6 +35,7 @@
 
 #include "gpt_moe_cuda.h" // defines: gpt_moe_cuda_* (the MoE half on the GPU), gpt_tp_cuda_* (the dense units)
 #include "opts.h"         // defines: gpt_matmul_cuda
+#include "trainer_moe_cuda.h" // defines: trainer_moe_cuda_units, ... (what trainer_moe_cuda_pp.c borrows)
 #include "trainer_moe_impl.h"
 
 #define S0 ((cudaStream_t)0) /* the legacy default stream: the engines' compute stream */
@@ -96,18 +105,20 @@ zs_status_t trainer_moe_cuda_setup(moet_t *t, gpt_result_t *res) {
   opc_epilogue_counts_reset();
   if (opc_epilogue_pick(C, msg, sizeof msg) < 0) return trainer_fail(res, ZS_ERR_INVALID, "setup", msg);
   /* the head's part of d wte; the micro-batch's activations (attention through
-   * gpt_tp.h's layout, the MoE halves gpt_moe.h's); tokens and losses */
-  int rc = dalloc(&t->dwte_head, (size_t)t->tpm.vp.rows * C * sizeof(float));
-  if (!rc) rc = gpt_tp_cuda_acts_alloc(&t->tacts, &t->tpm, t->micro, T, GPT_ACTS_TRAIN, cu->g.attn);
+   * gpt_tp.h's layout, the MoE halves gpt_moe.h's); tokens and losses (--pp:
+   * trainer_moe_cuda_pp_setup's slots, tokens and losses instead) */
+  const int plain = t->pp == 1;
+  int rc = plain ? dalloc(&t->dwte_head, (size_t)t->tpm.vp.rows * C * sizeof(float)) : 0;
+  if (!rc && plain) rc = gpt_tp_cuda_acts_alloc(&t->tacts, &t->tpm, t->micro, T, GPT_ACTS_TRAIN, cu->g.attn);
   if (!rc && cu->g.attn == OPC_ATTN_MATMUL) /* the T x T attention's backward scratch */
     rc = dalloc(&cu->g.datt, nt * t->tpm.NHl * T * sizeof(float));
   if (!rc) rc = gpt_moe_cuda_acts_alloc(&t->macts, &t->mm, t->moe, t->micro, T);
-  if (!rc) rc = dalloc(&cu->tin_d, nt * sizeof(int));
-  if (!rc) rc = dalloc(&cu->ttg_d, nt * sizeof(int));
-  if (!rc) rc = dalloc(&cu->loss_d, nt * sizeof(float));
+  if (!rc && plain) rc = dalloc(&cu->tin_d, nt * sizeof(int));
+  if (!rc && plain) rc = dalloc(&cu->ttg_d, nt * sizeof(int));
+  if (!rc && plain) rc = dalloc(&cu->loss_d, nt * sizeof(float));
   /* pinned, so their upload each round is an asynchronous DMA (trainer_cuda.c) */
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->tin, nt * sizeof(int));
-  if (!rc) rc = (int)cudaMallocHost((void **)&t->ttg, nt * sizeof(int));
+  if (!rc && plain) rc = (int)cudaMallocHost((void **)&t->tin, nt * sizeof(int));
+  if (!rc && plain) rc = (int)cudaMallocHost((void **)&t->ttg, nt * sizeof(int));
   if (!rc && t->bf16) { /* one dense and one expert unit seen at a time (trainer_moe_impl.h) */
     const size_t dmax = (size_t)unit_most(t->dinfo, t->doff, t->nd), xmax = (size_t)unit_most(t->xinfo, t->xoff, t->nx);
     rc = dalloc(&t->dps, dmax * sizeof(float));
@@ -351,3 +362,21 @@ zs_status_t trainer_moe_cuda_val_pass(moet_t *t, double *vsum) {
   t->val_time += trainer_now_s() - t0;
   return explain(t, zs_tp_status(t->tph, NULL), "validation tokens");
 }
+
+/* ============================================================================
+ * for the pipeline (trainer_moe_cuda_pp.c)
+ * ========================================================================== */
+
+gpt_tp_cuda_t *trainer_moe_cuda_units(moet_t *t) { return &t->cu->g; }
+
+void trainer_moe_cuda_windows(moet_t *t, const int **vin, const int **vtg, float **vloss) {
+  *vin = t->cu->vin_d, *vtg = t->cu->vtg_d, *vloss = t->cu->vloss_d;
+}
+
+void trainer_moe_cuda_reset(moet_t *t) { t->cu->g.err[0] = 0, t->cu->err[0] = 0, t->cu->vst = ZS_OK; }
+
+zs_status_t trainer_moe_cuda_views_status(const moet_t *t) { return t->cu->vst; }
+
+zs_status_t trainer_moe_cuda_explain(moet_t *t, zs_status_t st, const char *what) { return explain(t, st, what); }
+
+zs_status_t trainer_moe_cuda_rc(moet_t *t, int rc, const char *what) { return cu_rc(t, rc, what); }

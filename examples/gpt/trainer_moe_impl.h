@@ -71,10 +71,12 @@ typedef struct {
   int pp, pp_rank, nmb; /* nmb: micro-batches a step (--accum, or --microbatches with --pp) */
   int *dmap, *xmap, *dpid, *xpid;
   struct moe_pp *pps;
-  /* --device cuda (trainer_moe_cuda.c; no --tp, no --pp): a 1-rank tp handle
-   * (tph) so gpt_tp_cuda.c's units run the dense parts; acts unused, tacts /
-   * tvacts, macts, dwte_head, the bf16 scratch and vresid in device memory, tin
-   * / ttg pinned; cu: the rest of the GPU's state. NULL on the cpu device. */
+  /* --device cuda (trainer_moe_cuda.c; no --pp): the tp handle (tph; at tp 1
+   * a 1-rank one) so gpt_tp_cuda.c's units run the dense parts; acts unused,
+   * tacts / tvacts, macts, dwte_head, the bf16 scratch and vresid in device
+   * memory, tin / ttg pinned; cu: the rest of the GPU's state. NULL on the
+   * cpu device. With --pp (trainer_moe_cuda_pp.c) tacts and dwte_head stay
+   * unused, the pipeline's slots and tokens in pps. */
   int cuda;
   struct moe_cuda *cu;
   void *stage;                   /* trainer_moe_host_gather's device staging (freed at teardown) */
@@ -148,7 +150,8 @@ void trainer_moe_grads_into_slots(const moet_t *t, int a, int b, void **gslot, f
 /* trainer_moe_cuda.c (trainer_nocuda.c without the CUDA model path: refusals).
  * setup: after the engines' setup and the validation windows on the host,
  * everything the rounds need on the GPU (failures into res); free: what it
- * made (NULLs left). round / val_pass: trainer_moe_round / val_pass on the GPU
+ * made (NULLs left). round / val_pass: trainer_moe_round (with --tp
+ * trainer_moe_tp_round) / val_pass on the GPU
  * (the losses and aux losses read once a call). view / grads_into_slots:
  * trainer_moe_view's and trainer_moe_grads_into_slots's bf16 work on device
  * pointers (stream order; a launch failure is kept and returned by the round). */

@@ -42,6 +42,11 @@
  * (refused): --tp, --virtual, --pp-layers, --accum (docs/moe.md). --export
  * (trainer_moe_whole.c) takes each tensor from the stage holding it;
  * --init-from gives each stage its own tensors.
+ * --device cuda (trainer_moe_cuda_pp.c): this file's step and validation
+ * pass, with the callbacks, the head's copy and its gradient, the tied add, the
+ * validation chain and the losses' read-back on the GPU (the runtime made with
+ * host_compute off); the mesh gets a tp place of 1 for the 1-rank tp handle
+ * gpt_tp_cuda.c's units take.
  * Checkpoints: both engines save one part per stage (dense) and per stage and
  * ep rank (experts), and the layout words name pp, so the library's any-layout
  * loader reads a pp checkpoint at pp 1 (any ep). A checkpoint from before wte
@@ -51,33 +56,11 @@
 #include <string.h>
 
 #include "trainer_impl.h"     // defines: trainer_pp_head_refresh, trainer_pp_tied_add, trainer_pp_run
-#include "trainer_moe_impl.h"
+#include "trainer_moe_pp_impl.h" // defines: struct moe_pp, moe_slot_t, trainer_moe_cuda_pp_*
 #include "zeroshard/checkpoint.h"
-#include "zeroshard/pipeline.h"
 
-typedef struct {
-  int used;
-  gpt_tp_acts_t a;               /* the stage's layers (index j = l - l0) */
-  gpt_moe_acts_t ma;
-  zs_moe_t *moe[GPT_MAX_LAYERS]; /* [nl]: this slot's routers */
-} moe_slot_t;
-
-struct moe_pp {
-  zs_pp_kind_t kind;
-  int p, m, l0, nl;        /* stages, micro-batches; this stage's layers l0 .. l0 + nl - 1 */
-  gpt_moe_t stage;         /* the model with nl layers (activations indexed by j) */
-  zs_comm_t *ppc;
-  zs_pp_t *rt;
-  moe_slot_t *slots;
-  int nslots, *slot_of;
-  float *hw, *hg;          /* last stage: the head's copy of wte and its gradient, fp32 */
-  float *tied;             /* stage 0: the head's wte gradient, a piece at a time */
-  double loss_sum;
-  char err[256];
-};
-
-static int first(const moet_t *t) { return t->pp_rank == 0; }
-static int last(const moet_t *t) { return t->pp_rank == t->pp - 1; }
+static int first(const moet_t *t) { return moe_pp_first(t); }
+static int last(const moet_t *t) { return moe_pp_last(t); }
 
 /* ============================================================================
  * options, mesh, declaration
@@ -121,20 +104,24 @@ zs_status_t trainer_moe_pp_engines(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   struct moe_pp *q = t->pps;
   zs_status_t st;
-  const char *names[] = {"pp", "edp", "ep"};
-  const int sizes[] = {t->pp, t->edp, t->ep};
-  zs_comm_t *dcomm = NULL, *xmp = NULL;
-  if ((st = zs_mesh_create(&t->mesh, t->comm, 3, names, sizes)) != ZS_OK)
+  const char *names[] = {"pp", "edp", "ep", "tp"};
+  const int sizes[] = {t->pp, t->edp, t->ep, 1};
+  zs_comm_t *dcomm = NULL, *xmp = NULL, *tpc = NULL;
+  /* a cuda device: a tp place of 1 too, for the 1-rank tp handle gpt_tp_cuda.c's units take (trainer_moe.c's
+   * flat mesh does the same) */
+  if ((st = zs_mesh_create(&t->mesh, t->comm, t->cuda ? 4 : 3, names, sizes)) != ZS_OK)
     return trainer_fail(res, st, "zs_mesh_create", zs_last_error());
   if ((st = zs_mesh_comm(t->mesh, "ep", &t->ep_comm)) != ZS_OK ||
       (st = zs_mesh_comm(t->mesh, "edp", &t->edp_comm)) != ZS_OK ||
       (st = zs_mesh_comm(t->mesh, "edp,ep", &dcomm)) != ZS_OK || (st = zs_mesh_comm(t->mesh, "pp", &q->ppc)) != ZS_OK ||
-      (st = zs_mesh_comm(t->mesh, "pp,ep", &xmp)) != ZS_OK)
+      (st = zs_mesh_comm(t->mesh, "pp,ep", &xmp)) != ZS_OK ||
+      (t->cuda && (st = zs_mesh_comm(t->mesh, "tp", &tpc)) != ZS_OK))
     return trainer_fail(res, st, "zs_mesh_comm", zs_mesh_last_error(t->mesh));
   gpt_config_t gc;
   TRY(trainer_moe_plan(t, res, &gc));
   char err[256];
-  if (gpt_tp_init(&t->tpm, &gc, NULL, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
+  if (tpc && (st = zs_tp_create(&t->tph, tpc)) != ZS_OK) return trainer_fail(res, st, "zs_tp_create", zs_last_error());
+  if (gpt_tp_init(&t->tpm, &gc, t->tph, 0, err, sizeof err)) return trainer_fail(res, ZS_ERR_INVALID, "model", err);
   q->stage = t->mm;
   q->stage.mc.layers = q->nl;
   zs_config_t cfg, xcfg;
@@ -212,7 +199,7 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   pc.schedule.kind = q->kind, pc.schedule.stages = q->p, pc.schedule.microbatches = q->m, pc.schedule.chunks = 1;
   pc.act_count = (size_t)t->micro * T * C;
   pc.dtype = ZS_FP32;
-  pc.host_compute = 1;
+  pc.host_compute = !t->cuda; /* a cuda device: the callbacks queue on the legacy default stream (stream NULL) */
   if ((st = zs_pp_create(&q->rt, &pc, q->ppc)) != ZS_OK) return trainer_fail(res, st, "zs_pp_create", zs_last_error());
   zs_pp_sim_t sim;
   zs_pp_rank_stats_t *rs = calloc((size_t)q->p, sizeof *rs);
@@ -227,6 +214,12 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   trainer_moe_router_config(t, &mc);
   q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
   q->slot_of = malloc(sizeof(int) * (size_t)q->m);
+  if (!q->slots || !q->slot_of) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  for (int k = 0; k < q->nslots; k++)
+    for (int j = 0; j < q->nl; j++)
+      if ((st = zs_moe_create(&q->slots[k].moe[j], &mc, t->dev, t->ep_comm)) != ZS_OK)
+        return trainer_fail(res, st, "zs_moe_create", zs_last_error());
+  if (t->cuda) return ZS_OK; /* the buffers: trainer_moe_cuda_pp_setup, once trainer_moe_cuda_setup has run */
   t->tin = malloc((size_t)t->per_rank * T * sizeof(int));
   t->ttg = malloc((size_t)t->per_rank * T * sizeof(int));
   if ((first(t) || last(t)) && !(q->tied = malloc(trainer_pp_tied_tmp((size_t)t->dinfo[0].numel) * sizeof(float))))
@@ -234,25 +227,25 @@ zs_status_t trainer_moe_pp_setup(moet_t *t, gpt_result_t *res) {
   if (last(t) && (!(q->hw = malloc((size_t)t->dinfo[0].numel * sizeof(float))) ||
                   !(q->hg = malloc((size_t)t->dinfo[0].numel * sizeof(float)))))
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
-  if (!q->slots || !q->slot_of || !t->tin || !t->ttg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
-  for (int k = 0; k < q->nslots; k++) {
-    for (int j = 0; j < q->nl; j++)
-      if ((st = zs_moe_create(&q->slots[k].moe[j], &mc, t->dev, t->ep_comm)) != ZS_OK)
-        return trainer_fail(res, st, "zs_moe_create", zs_last_error());
+  if (!t->tin || !t->ttg) return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
+  for (int k = 0; k < q->nslots; k++)
     if (gpt_tp_acts_alloc(&q->slots[k].a, &stage, t->micro, T, 1) ||
         gpt_moe_acts_alloc(&q->slots[k].ma, &q->stage, q->slots[k].moe, t->micro, T))
       return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory for the activation slots");
-  }
   return ZS_OK;
 }
 
-const char *trainer_moe_pp_last_error(const moet_t *t) { return t->pps && t->pps->err[0] ? t->pps->err : NULL; }
+const char *trainer_moe_pp_last_error(const moet_t *t) {
+  if (t->cuda && trainer_moe_cuda_error(t)[0]) return trainer_moe_cuda_error(t); /* a callback's unit, a kernel */
+  return t->pps && t->pps->err[0] ? t->pps->err : NULL;
+}
 
 void trainer_moe_pp_free(moet_t *t) {
   struct moe_pp *q = t->pps;
   free(t->dmap), free(t->xmap), free(t->dpid), free(t->xpid);
   t->dmap = t->xmap = t->dpid = t->xpid = NULL;
   if (!q) return;
+  if (t->cuda) trainer_moe_cuda_pp_free(t); /* its device buffers (NULLs and zeroed slots left for the frees below) */
   zs_pp_destroy(q->rt);
   for (int k = 0; q->slots && k < q->nslots; k++) {
     for (int j = 0; j < q->nl; j++) zs_moe_destroy(q->slots[k].moe[j]);
@@ -317,30 +310,41 @@ static zs_status_t pp_fail(moet_t *t, zs_status_t st, const char *what, int mb) 
   return st;
 }
 
-/* A layer's routing in a slot, added to the step's and the run's figures
- * (trainer_moe_note_routing's, with the slot's handle). */
-static zs_status_t note(moet_t *t, moe_slot_t *s, int j) {
+/* trainer_moe_note_routing's, with a slot's handle (the aux loss apart). */
+zs_status_t trainer_moe_pp_note(moet_t *t, zs_moe_t *h, int l) {
   zs_moe_report_t r;
-  TRY(zs_moe_report(s->moe[j], &r, t->tmp_r, t->tmp_k));
-  const int E = t->mm.experts, l = t->pps->l0 + j;
+  TRY(zs_moe_report(h, &r, t->tmp_r, t->tmp_k));
+  const int E = t->mm.experts;
   t->route_sent += r.bytes_sent, t->route_recv += r.bytes_recv;
   for (int e = 0; e < E; e++) t->routed[l * E + e] += t->tmp_r[e], t->kept[l * E + e] += t->tmp_k[e];
+  return ZS_OK;
+}
+
+/* A layer's routing in a slot, added to the step's and the run's figures. */
+static zs_status_t note(moet_t *t, moe_slot_t *s, int j) {
+  TRY(trainer_moe_pp_note(t, s->moe[j], t->pps->l0 + j));
   t->aux_sum += s->ma.aux[j];
   return ZS_OK;
+}
+
+moe_slot_t *trainer_moe_pp_slot_take(moet_t *t, int mb) {
+  struct moe_pp *q = t->pps;
+  int k = 0;
+  while (k < q->nslots && q->slots[k].used) k++;
+  if (k == q->nslots) {
+    snprintf(q->err, sizeof q->err, "micro-batch %d: all %d activation slots in use", mb, q->nslots);
+    return NULL;
+  }
+  q->slots[k].used = 1, q->slot_of[mb] = k;
+  return &q->slots[k];
 }
 
 static zs_status_t fwd_cb(void *user, int mb, int chunk, const void *input, void *output, zs_stream_t *stream) {
   (void)chunk, (void)stream;
   moet_t *t = user;
   struct moe_pp *q = t->pps;
-  int k = 0;
-  while (k < q->nslots && q->slots[k].used) k++;
-  if (k == q->nslots) {
-    snprintf(q->err, sizeof q->err, "micro-batch %d: all %d activation slots in use", mb, q->nslots);
-    return ZS_ERR_INTERNAL;
-  }
-  moe_slot_t *s = &q->slots[k];
-  s->used = 1, q->slot_of[mb] = k;
+  moe_slot_t *s = trainer_moe_pp_slot_take(t, mb);
+  if (!s) return ZS_ERR_INTERNAL;
   gpt_tp_acts_t *a = &s->a;
   const int64_t N = a->N, NC = N * t->o->channels, tok0 = (int64_t)mb * t->micro * t->o->seq;
   zs_status_t st = ZS_OK;
@@ -407,27 +411,37 @@ static zs_status_t tied_sum(moet_t *t) {
                              first(t), first(t) ? q->p - 1 : 0);
 }
 
+/* One step on either device: on a cuda device the same calls queued in stream
+ * order, with trainer_moe_cuda_pp.c's callbacks, device head copy and tied add,
+ * and the losses read back once at the end (*loss, t->aux_sum). */
 zs_status_t trainer_moe_pp_step(moet_t *t, int64_t step, double *loss) {
   struct moe_pp *q = t->pps;
   const int T = t->o->seq;
+  if (t->cuda) TRY(trainer_moe_cuda_pp_begin(t));
   for (int mb = 0; mb < q->m; mb++) /* this data rank's share, as --accum K cuts it */
     gpt_data_train_batch(&t->data, t->o->seed, (int)step, t->drank * t->per_rank + mb * t->micro, t->micro, T,
                          t->tin + (int64_t)mb * t->micro * T, t->ttg + (int64_t)mb * t->micro * T);
+  if (t->cuda) TRY(trainer_moe_cuda_pp_upload(t));
   TRY(zs_forward_begin(t->dz));
   TRY(zs_forward_begin(t->xz));
   TRY(zs_backward_begin(t->dz));
   TRY(zs_backward_begin(t->xz));
   TRY(gather_all(t, 1));
-  TRY(head_refresh(t));
-  if (last(t)) memset(q->hg, 0, (size_t)t->dinfo[0].numel * sizeof(float));
+  if (t->cuda) {
+    TRY(trainer_moe_cuda_pp_head(t, 1));
+  } else {
+    TRY(head_refresh(t));
+    if (last(t)) memset(q->hg, 0, (size_t)t->dinfo[0].numel * sizeof(float));
+  }
   q->loss_sum = 0;
-  const zs_pp_callbacks_t cb = {fwd_cb, bwd_cb, t};
+  const zs_pp_callbacks_t cb = t->cuda ? trainer_moe_cuda_pp_callbacks(t) : (zs_pp_callbacks_t){fwd_cb, bwd_cb, t};
   TRY(trainer_pp_run(q->rt, &cb, q->ppc, q->err, sizeof q->err));
-  TRY(tied_sum(t));
+  TRY(t->cuda ? trainer_moe_cuda_pp_tied_add(t) : tied_sum(t));
   narrow_all(t);
   forget_all(t);
   for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_reduce(t->xz, u));
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_reduce(t->dz, u));
+  if (t->cuda) return trainer_moe_cuda_pp_read(t, loss);
   *loss = last(t) ? q->loss_sum : 0.0;
   return ZS_OK;
 }
@@ -465,21 +479,43 @@ static zs_status_t chain(moet_t *t, double *vsum) {
   return zs_stream_synchronize(t->dev, NULL);
 }
 
-zs_status_t trainer_moe_pp_val_pass(moet_t *t, double *vsum) {
-  const double t0 = trainer_now_s();
-  *vsum = 0;
+/* Every unit gathered, the head's copy refreshed, and with vsum the
+ * validation chain (cuda: queued, its losses read back); then released. */
+static zs_status_t forward_pass(moet_t *t, double *vsum) {
   TRY(zs_forward_begin(t->dz));
   TRY(zs_forward_begin(t->xz));
   TRY(gather_all(t, 0));
-  TRY(head_refresh(t));
-  TRY(chain(t, vsum));
+  TRY(t->cuda ? trainer_moe_cuda_pp_head(t, 0) : head_refresh(t));
+  if (vsum) TRY(t->cuda ? trainer_moe_cuda_pp_chain(t, vsum) : chain(t, vsum));
   forget_all(t);
   for (int u = 0; u < zs_engine_unit_count(t->dz); u++) TRY(zs_release(t->dz, u));
   for (int u = 0; u < zs_engine_unit_count(t->xz); u++) TRY(zs_release(t->xz, u));
   TRY(zs_forward_end(t->dz));
-  TRY(zs_forward_end(t->xz));
+  return zs_forward_end(t->xz);
+}
+
+zs_status_t trainer_moe_pp_val_pass(moet_t *t, double *vsum) {
+  const double t0 = trainer_now_s();
+  *vsum = 0;
+  TRY(forward_pass(t, vsum));
   t->val_time += trainer_now_s() - t0;
   return ZS_OK;
+}
+
+zs_status_t trainer_moe_pp_tied_diff(moet_t *t, const float *wte, double *diff) {
+  struct moe_pp *q = t->pps;
+  const int64_t n = t->dinfo[0].numel;
+  float *h = last(t) ? malloc((size_t)n * sizeof(float)) : NULL;
+  zs_status_t st = last(t) && !h ? ZS_ERR_NOMEM : forward_pass(t, NULL);
+  if (st == ZS_OK && h && t->cuda) { /* the copy in device memory */
+    st = zs_memcpy_async(t->dev, h, q->hw, (size_t)n * sizeof(float), ZS_COPY_D2H, NULL);
+    if (st == ZS_OK) st = zs_stream_synchronize(t->dev, NULL);
+  } else if (st == ZS_OK && h) {
+    memcpy(h, q->hw, (size_t)n * sizeof(float));
+  }
+  st = trainer_pp_tied_check(t->comm, st, h, wte, n, t->bf16, diff);
+  free(h);
+  return st;
 }
 
 /* The pp rank holding dense entry i / layer l. */
@@ -491,7 +527,8 @@ static int dense_stage(const moet_t *t, int i) {
 
 /* Whole-model entry k into out on every rank: its holder's engine (zs_param_get
  * over its group), then an expert's over ep from the ep rank holding it, then
- * over pp from the stage holding it. Collective (trainer_moe_whole.c's source). */
+ * over pp from the stage holding it (through device memory on a cuda device:
+ * trainer_host_coll). Collective (trainer_moe_whole.c's source). */
 zs_status_t trainer_moe_pp_whole(moet_t *t, int k, float *out) {
   struct moe_pp *q = t->pps;
   gpt_param_info_t p;
@@ -502,8 +539,8 @@ zs_status_t trainer_moe_pp_whole(moet_t *t, int k, float *out) {
   if (s == t->pp_rank && d < 0) {
     const int owner = e / t->mm.El;
     if (owner == t->mm.ep_rank) TRY(zs_param_get(t->xz, t->xpid[gpt_moe_expert_index(&t->mm, l, e, j)], out));
-    if (t->ep > 1) TRY(zs_comm_broadcast(t->ep_comm, out, out, (size_t)p.numel, ZS_FP32, owner, NULL));
+    if (t->ep > 1) TRY(trainer_host_coll(t->ep_comm, out, out, (size_t)p.numel, ZS_FP32, -2 - owner));
   }
-  TRY(zs_comm_broadcast(q->ppc, out, out, (size_t)p.numel, ZS_FP32, s, NULL));
+  TRY(trainer_host_coll(q->ppc, out, out, (size_t)p.numel, ZS_FP32, -2 - s)); /* host memory on a GPU too */
   return zs_stream_synchronize(t->dev, NULL);
 }

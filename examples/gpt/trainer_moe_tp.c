@@ -18,7 +18,10 @@
  * norm counts each expert once without a flag. Checkpoints: the dense
  * parameters declare their tp splits (gpt_tp_split, under their whole names),
  * so the library's any-layout loader reads a tp checkpoint at any tp, ep or
- * edp; the experts' engine saves as at tp 1 (one part per ep rank). */
+ * edp; the experts' engine saves as at tp 1 (one part per ep rank).
+ * On a cuda device the setup and the split here are the same; the round and
+ * the validation pass are trainer_moe_cuda.c's (its units take this split),
+ * and trainer_moe_tp_whole joins the parts through device memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +71,8 @@ zs_status_t trainer_moe_tp_whole(moet_t *t, int i, float *out) {
   const int g = gpt_moe_dense_gpt_index(&t->mm, i);
   float *mine = malloc((size_t)n * sizeof(float)), *all = malloc((size_t)n * t->tp * sizeof(float));
   zs_status_t st = mine && all ? zs_param_get(t->dz, i, mine) : ZS_ERR_NOMEM;
-  if (st == ZS_OK) st = zs_comm_all_gather(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, NULL);
+  if (st == ZS_OK) /* host memory on a GPU too (staged through the device: NCCL takes device buffers only) */
+    st = trainer_host_coll(zs_tp_comm(t->tph), mine, all, (size_t)n, ZS_FP32, -1);
   if (st == ZS_OK) st = zs_stream_synchronize(t->dev, NULL);
   for (int r = 0; st == ZS_OK && r < t->tp; r++) { /* each tp rank's part where its plan puts it */
     gpt_tp_t pr;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "trainer_moe_impl.h"
+#include "trainer_moe_pp_impl.h" // defines: trainer_moe_pp_tied_diff
 #include "zeroshard/checkpoint.h"
 
 zs_status_t trainer_moe_host_gather(void *user, const void *send, void *recv, size_t n, zs_dtype_t dt) {
@@ -96,6 +97,8 @@ zs_status_t trainer_moe_collect(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "collecting the final parameters", zs_last_error());
   }
   res->final_params = out;
+  if (t->pp > 1 && (st = trainer_moe_pp_tied_diff(t, out, &res->tied_wte_diff)) != ZS_OK) /* wte: out[0 .. n) */
+    return trainer_fail(res, st, "checking the head's copy of wte", zs_last_error());
   return ZS_OK;
 }
 

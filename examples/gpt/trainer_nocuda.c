@@ -51,3 +51,43 @@ const char *trainer_moe_cuda_error(const moet_t *t) {
   (void)t;
   return "";
 }
+
+/* The mixture-of-experts pipeline on the GPU (trainer_moe_cuda_pp.c): setup is
+ * never reached (trainer_moe_cuda_setup refused first), the rest neither. */
+#include "trainer_moe_pp_impl.h"
+
+zs_status_t trainer_moe_cuda_pp_setup(moet_t *t, gpt_result_t *res) { return trainer_moe_cuda_setup(t, res); }
+
+void trainer_moe_cuda_pp_free(moet_t *t) { (void)t; }
+
+zs_status_t trainer_moe_cuda_pp_begin(moet_t *t) {
+  (void)t;
+  return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status_t trainer_moe_cuda_pp_upload(moet_t *t) {
+  (void)t;
+  return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status_t trainer_moe_cuda_pp_head(moet_t *t, int zero_grad) {
+  (void)t, (void)zero_grad;
+  return ZS_ERR_UNSUPPORTED;
+}
+
+zs_pp_callbacks_t trainer_moe_cuda_pp_callbacks(moet_t *t) { return (zs_pp_callbacks_t){NULL, NULL, t}; }
+
+zs_status_t trainer_moe_cuda_pp_tied_add(moet_t *t) {
+  (void)t;
+  return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status_t trainer_moe_cuda_pp_read(moet_t *t, double *loss) {
+  (void)t, (void)loss;
+  return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status_t trainer_moe_cuda_pp_chain(moet_t *t, double *vsum) {
+  (void)t, (void)vsum;
+  return ZS_ERR_UNSUPPORTED;
+}

@@ -2,13 +2,11 @@
  * layout: for the tests (gpt_result_t.final_params) and for --export of a
  * tensor-parallel run, which writes the file a run without --tp writes. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "bf16_bits.h"
 #include "init_from.h"
 #include "trainer_impl.h"
 
@@ -59,20 +57,10 @@ static zs_status_t tied_diff(trainer_t *t, const float *p, float *all, double *d
   const float *hw = NULL;
   zs_status_t st = trainer_pp_head_copy(t, &hw);
   float *h = st == ZS_OK && hw ? malloc((size_t)n * sizeof(float)) : NULL;
-  float d = 0, most = 0;
   if (st == ZS_OK && hw) st = h ? whole_of_part(t, 0, hw, h, all) : ZS_ERR_NOMEM;
-  for (int64_t e = 0; st == ZS_OK && h && e < n; e++) { /* bf16: the copy holds the slot's bits, p the master */
-    const float w = t->bf16 ? gpt_bf16_value((uint16_t)gpt_bf16_bits(p[e])) : p[e];
-    d = fabsf(h[e] - w) > d ? fabsf(h[e] - w) : d;
-  }
+  st = trainer_pp_tied_check(t->comm, st, h, p, n, t->bf16, diff);
   free(h);
-  int64_t code = st, worst = 0;
-  TRY(trainer_host_coll(t->comm, &code, &worst, 1, ZS_INT64, ZS_MAX));
-  if (worst != ZS_OK) return (zs_status_t)worst;
-  TRY(trainer_host_coll(t->comm, &d, &most, 1, ZS_FP32, ZS_MAX));
-  TRY(zs_stream_synchronize(zs_comm_device(t->comm), NULL));
-  *diff = most;
-  return ZS_OK;
+  return st;
 }
 
 zs_status_t trainer_collect_params(trainer_t *t, float **params, double *tied) {
