@@ -6,7 +6,7 @@
  * parameters 1e-3, tokens per expert equal; bf16 1e-2 / 5e-2), and on both
  * devices the last stage's copy of wte equal to stage 0's wte (the slot's
  * bits in bf16) after the run.
- * Included by that file once, inside its GPT_GPU part after gpu_compare (its
+ * Included once by gpt_moe_gpu.h (its GPT_GPU part), after gpu_compare (its
  * fixture: g_dev, g_world, g_gdev, g_gworld, tiny, gpu_compare): the cases
  * ride in the _gpu launches (_np2, _np4), and the harness keeps its counts per
  * translation unit, so this is not a source of its own. */

@@ -4,7 +4,7 @@
  * same layout (gpu_compare: losses, validation and aux 1e-4, norms and the
  * final parameters 1e-3, tokens per expert equal; bf16 1e-2 / 5e-2), and a
  * GPU --export at tp 2 read back at tp 2 by both devices.
- * Included by that file once, inside its GPT_GPU part after gpu_compare (its
+ * Included once by gpt_moe_gpu.h (its GPT_GPU part), after gpu_compare (its
  * fixture: g_gdev, g_gworld, tiny, gpu_compare, shared_tmpdir): the cases
  * ride in the _gpu launches, and the harness keeps its counts per translation
  * unit, so this is not a source of its own. */
