@@ -63,6 +63,12 @@ int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
   return gpt_tp_cuda_acts_alloc_slot(a, m, B, T, train, attn, NULL);
 }
 
+void gpt_tp_cuda_acts_borrow_head(gpt_tp_acts_t *a, const gpt_tp_t *m, const gpt_tp_acts_t *from) {
+  gpt_tp_acts_borrow_head(a, m, from);
+  const int64_t most = (int64_t)a->Bmax * a->T; /* from's chunk from free memory: as many of its rows as a has */
+  if (from->head_mem) a->head_rows = (int)(from->head_rows < most ? from->head_rows : most);
+}
+
 void gpt_tp_cuda_acts_free(gpt_tp_acts_t *a) {
   cudaFree(a->mem);
   cudaFree(a->head_mem);

@@ -54,6 +54,9 @@ int gpt_tp_cuda_acts_alloc(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, in
 int gpt_tp_cuda_acts_alloc_slot(gpt_tp_acts_t *a, const gpt_tp_t *m, int B, int T, int train, int attn,
                                 const gpt_tp_acts_t *share);
 void gpt_tp_cuda_acts_free(gpt_tp_acts_t *a);
+/* gpt_tp_acts_borrow_head, keeping as many of from's rows as a's batch has
+ * where from's chunk came from free memory (head_mem) */
+void gpt_tp_cuda_acts_borrow_head(gpt_tp_acts_t *a, const gpt_tp_t *m, const gpt_tp_acts_t *from);
 
 /* The units: gpt_tp.h's, on the device (x / dres [Nr, C], tokens and targets
  * [N] int32 ids in device memory). */

@@ -65,7 +65,7 @@ zs_status_t trainer_cuda_tp_buffers(trainer_t *t, gpt_result_t *res) {
    * layout (tpv), their head in the training logits, the residual [v_count, T, C] */
   t->v_chunk = t->v_count < t->micro ? t->v_count : t->micro;
   rc = gpt_tp_cuda_acts_alloc(&t->tvacts, &t->tpv, t->v_chunk, T, GPT_TP_ACTS_NO_HEAD, cu->tg.attn);
-  if (!rc) gpt_tp_acts_borrow_head(&t->tvacts, &t->tpv, &t->tacts);
+  if (!rc) gpt_tp_cuda_acts_borrow_head(&t->tvacts, &t->tpv, &t->tacts);
   if (!rc) rc = dalloc(&t->vresid, nv * C * sizeof(float));
   if (!rc) rc = dalloc(&cu->vin_d, nv * sizeof(int));
   if (!rc) rc = dalloc(&cu->vtg_d, nv * sizeof(int));
