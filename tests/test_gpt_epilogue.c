@@ -1,6 +1,6 @@
 /* test_gpt_epilogue: the rule deciding whether the GPT's CUDA path fuses the
  * MLP's bias + GELU into cuBLASLt epilogues (examples/gpt/gelu_epilogue.h),
- * on the CPU: ops_cuda.cu decides every fc forward and mproj dX product with
+ * on the CPU: ops_cuda_lt.cu decides every fc forward and mproj dX product with
  * it, so a wrong answer here would either hand cuBLASLt an aux matrix it
  * rejects (a refused run) or leave the fused path unused where it is allowed.
  *

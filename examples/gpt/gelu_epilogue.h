@@ -1,6 +1,6 @@
 /* gelu_epilogue.h: when the CUDA path may fuse the MLP's bias + GELU into the
  * fc GEMM (cuBLASLt's GELU_AUX_BIAS epilogue) and the GELU's gradient into the
- * mproj backward's dX GEMM (DGELU), in plain C: ops_cuda.cu decides with these
+ * mproj backward's dX GEMM (DGELU), in plain C: ops_cuda_lt.cu decides with these
  * functions before every such product, the trainer names the pick in its
  * header, and tests/test_gpt_epilogue.c checks the rule on the CPU.
  *

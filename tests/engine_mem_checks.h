@@ -1,0 +1,226 @@
+/* engine_mem_checks.h: test_engine_mem's checks of what goes wrong: misuse
+ * of the call sequence and cross-rank mismatches reported as errors (no
+ * hang), fp16 loss scaling, and pinned-memory faults under offload (a warning,
+ * or a clean failure when strict). Included by test_engine_mem.c once after
+ * its fixture (dev, world, rank, nranks, NU / NBLK, tiny_model.h's model):
+ * the cases ride in the same launches, and the harness keeps its counts per
+ * translation unit, so this is not a source of its own. */
+#ifndef ZS_TESTS_ENGINE_MEM_CHECKS_H
+#define ZS_TESTS_ENGINE_MEM_CHECKS_H
+
+/* ---- misuse ------------------------------------------------------------------- */
+
+static void test_misuse(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_NONE); /* the errors below are expected */
+  zs_config_t c = ZS_CONFIG_INIT;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  c.stage = 7;
+  expect_status(zs_engine_create(&zs, &c, dev, world), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "stage");
+  c.stage = 3;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "before zs_engine_setup");
+  expect_status(zs_engine_setup(zs, NULL, NULL), ZS_ERR_STATE); /* nothing declared */
+  int u;
+  expect_status(zs_param_add(zs, 0, "w", 1, (int64_t[]){4}, 0, NULL, NULL, NULL), ZS_ERR_STATE);
+  expect_ok(zs_unit_add(zs, "only", &u));
+  expect_status(zs_param_add(zs, u, "bad", 1, (int64_t[]){0}, 0, NULL, NULL, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), "'bad'");
+  void *w = NULL, *gw = NULL;
+  expect_ok(zs_param_add(zs, u, "w", 2, (int64_t[]){3, 5}, 0, &w, &gw, NULL));
+  expect_ok(zs_engine_setup(zs, NULL, NULL));
+  expect_status(zs_unit_add(zs, "late", &u), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "after zs_engine_setup");
+  expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "before backward");
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE); /* outside a phase */
+  expect_status(zs_forward_end(zs), ZS_ERR_STATE);
+  /* an evaluation pass: forward only, everything released afterwards */
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, 0));
+  expect_status(zs_forward_end(zs), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "still gathered");
+  expect_ok(zs_release(zs, 0));
+  expect_ok(zs_forward_end(zs));
+  zs_memory_stats_t ms;
+  zs_device_memory_stats(dev, &ms);
+  expect_u64_eq(ms.current[ZS_DOMAIN_DEVICE][ZS_MEM_GATHER], 0);
+  expect_status(zs_backward_begin(zs), ZS_ERR_STATE);
+  expect_ok(zs_forward_begin(zs));
+  expect_status(zs_gather(zs, 99), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "unit 99 is not declared");
+  expect_status(zs_release(zs, 0), ZS_ERR_STATE);
+  expect_true(w == NULL); /* stage 3: no slot outside gather */
+  expect_ok(zs_gather(zs, 0));
+  expect_true(w != NULL);
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "already gathered");
+  expect_status(zs_backward_begin(zs), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "still gathered");
+  expect_status(zs_reduce(zs, 0), ZS_ERR_STATE);
+  expect_ok(zs_release(zs, 0));
+  expect_true(w == NULL);
+  expect_ok(zs_backward_begin(zs));
+  expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "was reduced");
+  expect_ok(zs_gather(zs, 0));
+  expect_true(gw != NULL);
+  expect_ok(zs_reduce(zs, 0));
+  expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+  expect_str_contains(zs_engine_last_error(zs), "already reduced");
+  expect_status(zs_forward_begin(zs), ZS_ERR_STATE); /* rounds done: step first */
+  expect_str_contains(zs_engine_last_error(zs), "zs_step first");
+  expect_ok(zs_step(zs, NULL));
+  zs_engine_destroy(zs);
+  free(m);
+  zs_log_set_level(saved);
+}
+
+/* Ranks that declare differently get ZS_ERR_MISMATCH on every rank, naming the
+ * first differing parameter; no hang. */
+static void test_mismatch(void) {
+  if (nranks < 2) zs_test_skip("needs 2 or more ranks");
+  for (int kind = 0; kind < 3; kind++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 3;
+    if (kind == 2 && rank == 1) c.stage = 2;
+    zs_engine_t *zs;
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    int u;
+    expect_ok(zs_unit_add(zs, "a", &u));
+    expect_ok(zs_param_add(zs, u, "a.w", 1, (int64_t[]){10}, 0, NULL, NULL, NULL));
+    expect_ok(zs_unit_add(zs, "b", &u));
+    int64_t n = (kind == 0 && rank == nranks - 1) ? 12 : 11;
+    expect_ok(zs_param_add(zs, u, "b.w", 2, (int64_t[]){n, 3}, 0, NULL, NULL, NULL));
+    if (kind == 1 && rank == 0) expect_ok(zs_param_add(zs, u, "b.extra", 1, (int64_t[]){2}, 0, NULL, NULL, NULL));
+    expect_status(zs_engine_setup(zs, NULL, NULL), ZS_ERR_MISMATCH);
+    const char *msg = zs_engine_last_error(zs);
+    if (kind == 0) {
+      expect_str_contains(msg, "'b.w'");
+      expect_str_contains(msg, "shape [12,3]");
+      expect_str_contains(msg, "shape [11,3]");
+    } else if (kind == 1) {
+      expect_str_contains(msg, "options differ"); /* the parameter count is an option-level fact */
+    } else {
+      expect_str_contains(msg, "stage 2");
+    }
+    zs_engine_destroy(zs);
+  }
+}
+
+/* ---- fp16 loss scaling ---------------------------------------------------------- */
+
+/* Writes the trainer's gradient (device memory on a GPU). */
+static zs_status_t put(void *dst, const void *src, size_t bytes) {
+  zs_status_t st = zs_memcpy_async(dev, dst, src, bytes, ZS_COPY_H2D, NULL);
+  return st ? st : zs_stream_synchronize(dev, NULL);
+}
+
+static void test_loss_scaling(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 2;
+  c.param_dtype = c.reduce_dtype = ZS_FP16;
+  c.initial_scale = 1024.0f;
+  c.scale_window = 2;
+  c.hysteresis = 1;
+  c.min_scale = 256.0f;
+  zs_engine_t *zs;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  int u;
+  void *w, *g;
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  /* grads 0.01 x scale everywhere, plus an inf at element 7 on the last rank in
+   * steps 3-4; window 2 doubles the scale after two good steps, hysteresis 1
+   * halves it at each overflow */
+  const float want[] = {1024, 1024, 2048, 2048, 1024, 512, 512};
+  const int inject[] = {0, 0, 0, 1, 1, 0, 0};
+  for (int s = 0; s < 7; s++) {
+    expect_near(zs_loss_scale(zs), want[s], 0, 0);
+    expect_ok(zs_forward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    expect_ok(zs_release(zs, u));
+    expect_ok(zs_backward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    uint16_t hg[100];
+    for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(0.01f * zs_loss_scale(zs));
+    if (inject[s] && rank == nranks - 1) hg[7] = 0x7c00;
+    expect_ok(put(g, hg, sizeof hg));
+    expect_ok(zs_reduce(zs, u));
+    zs_step_report_t rep;
+    zs_status_t st = zs_step(zs, &rep);
+    expect_int_eq(st, ZS_OK);
+    expect_int_eq(rep.skipped, inject[s]);
+    if (!inject[s]) expect_near(rep.grad_norm, 0.01 * sqrt(100.0), 2e-3, 0); /* unscaled, averaged */
+  }
+  /* at the minimum scale an overflow is an error, not a silent loop */
+  zs_engine_destroy(zs);
+  c.initial_scale = c.min_scale = 256.0f;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  expect_ok(zs_release(zs, u));
+  expect_ok(zs_backward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  uint16_t nan16[100] = {0};
+  nan16[3] = 0x7e00; /* NaN on every rank */
+  expect_ok(put(g, nan16, sizeof nan16));
+  expect_ok(zs_reduce(zs, u));
+  expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
+  expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
+  zs_engine_destroy(zs);
+}
+
+/* Pinning fails: the offloaded state falls back to pageable memory with a
+ * warning and training goes on, or setup fails cleanly when strict. */
+static void test_offload_pinned_faults(void) {
+  for (int strict = 0; strict <= 1; strict++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 3;
+    c.offload_optimizer = ZS_OFFLOAD_CPU;
+    c.offload_strict = strict;
+    zs_engine_t *zs;
+    tm_model_t *m = calloc(1, sizeof *m);
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+    zs__fault_arm(ZS_FAULT_PINNED, 2, 1000); /* every pinning after the first two fails */
+    zs_status_t st = zs_engine_setup(zs, tm_init, zs);
+    zs__fault_arm(ZS_FAULT_PINNED, 0, 0);
+    if (strict) {
+      expect_int_eq(st, ZS_ERR_NOMEM);
+      expect_str_contains(zs_engine_last_error(zs), "pinned");
+    } else {
+      expect_int_eq(st, ZS_OK);
+      for (int step = 0; step < 2 && st == ZS_OK; step++) {
+        expect_ok(zs_forward_begin(zs));
+        for (int u = 0; u < NU; u++) {
+          expect_ok(zs_gather(zs, u));
+          expect_ok(zs_release(zs, u));
+        }
+        expect_ok(zs_backward_begin(zs));
+        for (int u = NU - 1; u >= 0; u--) {
+          expect_ok(zs_gather(zs, u));
+          expect_ok(zs_reduce(zs, u));
+        }
+        expect_ok(zs_step(zs, NULL));
+      }
+    }
+    zs_engine_destroy(zs);
+    free(m);
+    zs_memory_stats_t s;
+    zs_device_memory_stats(dev, &s);
+    /* a staged mpi comm (cuda device, ZS_MPI_STAGING) frees the staging of its
+     * last calls at its next call or destroy: comm bytes may remain until then */
+    expect_u64_eq(s.current_total[ZS_DOMAIN_HOST] - (staged_comm() ? s.current[ZS_DOMAIN_HOST][ZS_MEM_COMM] : 0), 0);
+    expect_u64_eq(s.current_total[ZS_DOMAIN_DEVICE], 0);
+  }
+}
+
+#endif /* ZS_TESTS_ENGINE_MEM_CHECKS_H */
