@@ -2,7 +2,7 @@
  * of the call sequence and cross-rank mismatches reported as errors (no
  * hang), fp16 loss scaling, and pinned-memory faults under offload (a warning,
  * or a clean failure when strict). Included by test_engine_mem.c once after
- * its fixture (dev, world, rank, nranks, NU / NBLK, tiny_model.h's model):
+ * its fixture (dev, world, rank, nranks, NU / NBLK, tiny_model.h's model, bare_step):
  * the cases ride in the same launches, and the harness keeps its counts per
  * translation unit, so this is not a source of its own. */
 #ifndef ZS_TESTS_ENGINE_MEM_CHECKS_H
@@ -198,19 +198,7 @@ static void test_offload_pinned_faults(void) {
       expect_str_contains(zs_engine_last_error(zs), "pinned");
     } else {
       expect_int_eq(st, ZS_OK);
-      for (int step = 0; step < 2 && st == ZS_OK; step++) {
-        expect_ok(zs_forward_begin(zs));
-        for (int u = 0; u < NU; u++) {
-          expect_ok(zs_gather(zs, u));
-          expect_ok(zs_release(zs, u));
-        }
-        expect_ok(zs_backward_begin(zs));
-        for (int u = NU - 1; u >= 0; u--) {
-          expect_ok(zs_gather(zs, u));
-          expect_ok(zs_reduce(zs, u));
-        }
-        expect_ok(zs_step(zs, NULL));
-      }
+      for (int step = 0; step < 2; step++) bare_step(zs, 1);
     }
     zs_engine_destroy(zs);
     free(m);
