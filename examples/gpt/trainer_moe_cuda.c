@@ -319,7 +319,7 @@ zs_status_t trainer_moe_cuda_val_pass(moet_t *t, double *vsum) {
     const int unit = u == L + 2 ? 0 : u;
     TRY(trainer_moe_gather2(t, unit, 0));
     for (int c = 0; c < t->v_chunks; c++) {
-      const int c0 = c * t->micro, nb = c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
+      const int c0 = c * t->micro, nb = trainer_moe_val_rows(t, c);
       float *x = t->vresid ? t->vresid + (int64_t)c0 * T * C : NULL;
       const int64_t r0 = (int64_t)c0 * T, N = (int64_t)nb * T;
       if (nb && gpt_tp_acts_set_batch(va, m, nb)) { /* setup sized it: this file's bug */

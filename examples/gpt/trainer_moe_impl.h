@@ -182,4 +182,11 @@ zs_status_t trainer_moe_export(moet_t *t, const char *path, gpt_result_t *res);
  * its own ranges of the dense tensors and of its experts). Collective. */
 zs_status_t trainer_moe_init_from(moet_t *t, const char *path, gpt_result_t *res);
 
+/* The windows in validation chunk c of this rank (micro at most; 0 past its
+ * windows: the chunk is still routed, empty, so the all-to-alls pair). */
+static inline int trainer_moe_val_rows(const moet_t *t, int c) {
+  const int c0 = c * t->micro;
+  return c0 >= t->v_count ? 0 : t->v_count - c0 < t->micro ? t->v_count - c0 : t->micro;
+}
+
 #endif
