@@ -323,7 +323,7 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
       st_f32(w + e, x);
       if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);
       /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most 120, sign if m' < 0 */
-      vf r = v_mul(_mm256_and_ps(mm, nosign), inv);
+      vf r = _mm256_and_ps(v_mul(mm, inv), nosign); /* |m' * inv|: an inf m' gives NaN, x86's with its sign bit set */
       cm[j] = d_round(_mm256_castps_si256(r), 3);
       om[j] = _mm256_castps_si256(_mm256_cmp_ps(r, half_lo, _CMP_GE_OQ));
       sg[j] = _mm256_castps_si256(_mm256_cmp_ps(mm, _mm256_setzero_ps(), _CMP_LT_OQ));

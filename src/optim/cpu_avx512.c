@@ -337,7 +337,7 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
     if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);
     /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most
      * 120, sign if m' < 0 */
-    vf r = v_mul(_mm512_abs_ps(mm), inv);
+    vf r = _mm512_abs_ps(v_mul(mm, inv)); /* |m' * inv|: an inf m' gives NaN, x86's with its sign bit set */
     __m512i k = _mm512_min_epi32(d_round(_mm512_castps_si512(r), 3), i_set1(120));
     k = _mm512_max_epi32(k, _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(r, half_lo, _CMP_GE_OQ), i_set1(1)));
     cm[j] = _mm512_mask_or_epi32(k, _mm512_cmp_ps_mask(mm, _mm512_setzero_ps(), _CMP_LT_OQ), k, i_set1(0x80));
