@@ -229,9 +229,13 @@ __attribute__((noinline)) static void v16_adam_bf16(const zs_k_hyper_t *h, float
  * of the bits (1046); the weight update moved from pass 1 into pass 2, so no
  * pass carries both sqrt(v') and the divide in one dependency chain (1146); one
  * call for all the blocks of a range, pass 1 of block b before pass 2 of block
- * b - 1 (1180); pass 2 in halves of 16, fewer registers spilled (1187). Tried
- * and dropped: passes 1 and 2 of neighbouring blocks fused into one loop (1041:
- * spills), prefetch distances 128-1024 (no change at 2 threads). */
+ * b - 1 (1180); pass 2 in halves of 16, fewer registers spilled (1187); on the
+ * AMX Xeon's AVX2 path (one thread, 256K elements), pass 2's finite-block shape
+ * (below: no clamps, the codes' rounding in words on r's high halves; 1505 ->
+ * 1590). Tried and dropped: passes 1 and 2 of neighbouring blocks fused into
+ * one loop (1041: spills), prefetch distances 128-1024 (no change at 2
+ * threads), m's sign from r's bits alone (-0 made +0 by a sign rule instead of
+ * m' + 0: 0.5%). */
 
 /* 32 codes in the order that two rounds of in-lane unpacks (bytes to words,
  * words to dwords) put back in element order: dwords 0 2 4 6 | 1 3 5 7. */
@@ -305,10 +309,26 @@ ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf s
   }
 }
 
+/* The high 16 bits of 16 dwords (a: elements 0-7, b: 8-15) as words, in the
+ * order VPACKSSDW leaves them (a0-3 b0-3 | a4-7 b4-7): two in-lane byte
+ * shuffles and an or, none of them on the two ports the arithmetic needs. */
+static inline __m256i hi16(__m256i a, __m256i b) {
+  const __m256i ka = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11,
+                                      14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i kb = _mm256_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1,
+                                      -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15);
+  return _mm256_or_si256(_mm256_shuffle_epi8(a, ka), _mm256_shuffle_epi8(b, kb));
+}
+
 /* Pass 2 on the 32 elements at i, with the block's new scales' reciprocals:
- * the weight update (step_body's, from m' and sqrt(v')) and the codes. */
-ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf invs, float *w, uint8_t *qm,
-                    uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
+ * the weight update (step_body's, from m' and sqrt(v')) and the codes.
+ * finite: the block's absmax of m' and of sqrt(v') are finite (pass 1's), so
+ * every m' and sqrt(v') is, and r = |x| / absmax is at most 1 + 2^-23 (which
+ * rounds to the top code): the codes need no clamp, and their rounding runs in
+ * 16-bit words on the high halves of r's bits (the rounding constant's low
+ * half is 0, so (bits + K) >> sh is (hi + K_hi) >> (sh - 16) exactly). */
+ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, const int finite, vf inv, vf invs, float *w,
+                    uint8_t *qm, uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
   const vf nosign = _mm256_castsi256_ps(i_set1(0x7fffffffu)), one = v_set1(1.0f);
   const vf half_lo = v_set1(0.5f * zs_k_f_bits((127u - 15u) << 23 | 1u << 20)); /* m: half the smallest code */
   __m256i pm[2], pv[2];
@@ -322,6 +342,12 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
       x = v_sub(x, u);
       st_f32(w + e, x);
       if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);
+      if (finite) {
+        /* r with m's sign (m' + 0 turns -0 into +0: -0 is not below 0) */
+        cm[j] = _mm256_castps_si256(v_mul(v_add(mm, _mm256_setzero_ps()), inv));
+        bv[j] = _mm256_castps_si256(v_mul(sq, invs));
+        continue;
+      }
       /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most 120, sign if m' < 0 */
       vf r = _mm256_and_ps(v_mul(mm, inv), nosign); /* |m' * inv|: an inf m' gives NaN, x86's with its sign bit set */
       cm[j] = d_round(_mm256_castps_si256(r), 3);
@@ -333,13 +359,27 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
       bv[j] = _mm256_castps_si256(_mm256_min_ps(v_mul(sq, invs), one));
       cv[j] = d_round(bv[j], 4);
     }
+    __m256i nz = _mm256_min_epu16(_mm256_packs_epi32(bv[0], bv[1]), _mm256_set1_epi16(1)); /* r > 0 */
+    if (finite) {
+      /* m: the high words of r's bits (sign | magnitude); code (mag - bias) >> 4,
+       * at least 1 from half the smallest code up (0x3790: the high word of
+       * half_lo, whose low word is 0), the sign in bit 7 */
+      __m256i hs = hi16(cm[0], cm[1]), mag = _mm256_and_si256(hs, _mm256_set1_epi16(0x7fff));
+      __m256i c16 = _mm256_srai_epi16(_mm256_add_epi16(mag, _mm256_set1_epi16(-0x37f8)), 4);
+      __m256i o16 = _mm256_and_si256(_mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x378f)), _mm256_set1_epi16(1));
+      __m256i s16 = _mm256_and_si256(_mm256_cmpgt_epi16(_mm256_setzero_si256(), hs), _mm256_set1_epi16(0x80));
+      pm[k] = _mm256_or_si256(_mm256_max_epi16(c16, o16), s16);
+      /* v: the same with 4 mantissa bits */
+      __m256i v16 = _mm256_srai_epi16(_mm256_add_epi16(hi16(bv[0], bv[1]), _mm256_set1_epi16(-0x37fc)), 3);
+      pv[k] = _mm256_max_epi16(v16, nz);
+      continue;
+    }
     /* in words; VPACKSSDW saturates, so a very negative c stays negative */
     __m256i c16 = _mm256_min_epi16(_mm256_packs_epi32(cm[0], cm[1]), _mm256_set1_epi16(120));
     __m256i o16 = _mm256_abs_epi16(_mm256_packs_epi32(om[0], om[1]));
     __m256i s16 = _mm256_and_si256(_mm256_packs_epi32(sg[0], sg[1]), _mm256_set1_epi16(0x80));
     pm[k] = _mm256_or_si256(_mm256_max_epi16(c16, o16), s16);
     __m256i v16 = _mm256_packs_epi32(cv[0], cv[1]);
-    __m256i nz = _mm256_min_epu16(_mm256_packs_epi32(bv[0], bv[1]), _mm256_set1_epi16(1));
     pv[k] = _mm256_max_epi16(v16, nz); /* a code below 0 (r < 2^-15) becomes 0 in VPACKUSWB */
   }
   st_c32(qm + i, pm[0], pm[1]);

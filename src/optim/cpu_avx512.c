@@ -321,9 +321,12 @@ ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf s
 }
 
 /* Pass 2 on the 32 elements at i, with the block's new scales' reciprocals:
- * the weight update (step_body's, from m' and sqrt(v')) and the codes. */
-ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf invs, float *w, uint8_t *qm,
-                    uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
+ * the weight update (step_body's, from m' and sqrt(v')) and the codes.
+ * finite: the block's absmax of m' and of sqrt(v') are finite, so r is at
+ * most 1 + 2^-23, which rounds to the top code: the clamps are left out (as
+ * on AVX2). */
+ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, const int finite, vf inv, vf invs, float *w,
+                    uint8_t *qm, uint8_t *qv, void *p, const float *tm, const float *ts, size_t i) {
   const vf one = v_set1(1.0f);
   const vf half_lo = v_set1(0.5f * zs_k_f_bits((127u - 15u) << 23 | 1u << 20)); /* m: half the smallest code */
   __m512i cm[2], cv[2];
@@ -338,13 +341,15 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, vf inv, vf 
     /* zs_q8_enc_m: r = |m'| / absmax; code max(round, r >= half_lo), at most
      * 120, sign if m' < 0 */
     vf r = _mm512_abs_ps(v_mul(mm, inv)); /* |m' * inv|: an inf m' gives NaN, x86's with its sign bit set */
-    __m512i k = _mm512_min_epi32(d_round(_mm512_castps_si512(r), 3), i_set1(120));
+    __m512i k = d_round(_mm512_castps_si512(r), 3);
+    if (!finite) k = _mm512_min_epi32(k, i_set1(120));
     k = _mm512_max_epi32(k, _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(r, half_lo, _CMP_GE_OQ), i_set1(1)));
     cm[j] = _mm512_mask_or_epi32(k, _mm512_cmp_ps_mask(mm, _mm512_setzero_ps(), _CMP_LT_OQ), k, i_set1(0x80));
     /* zs_q8_enc_v: r = sqrt(v') / absmax_s, clamped to 1 first (a NaN too: the
      * top code, as zs_q8_mag gives it); r is +0 or positive: code 1 at least
      * where r > 0, 0 where r = 0 */
-    __m512i bv = _mm512_castps_si512(_mm512_min_ps(v_mul(sq, invs), one));
+    vf rv = v_mul(sq, invs);
+    __m512i bv = _mm512_castps_si512(finite ? rv : _mm512_min_ps(rv, one));
     __m512i kv = d_round(bv, 4);
     cv[j] = _mm512_mask_max_epi32(kv, _mm512_test_epi32_mask(bv, bv), kv, i_set1(1));
   }
