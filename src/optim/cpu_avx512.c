@@ -20,6 +20,7 @@ static inline vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
 static inline vf v_sqrt(vf a) { return _mm512_sqrt_ps(a); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline __m512i i_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
 
 static inline vf ld_f32(const float *p) { return _mm512_loadu_ps(p); }
@@ -223,12 +224,11 @@ ZS_AI void adam_bf16_loop(const zs_k_hyper_t *h, const int adamw, const int gdt,
     __builtin_prefetch(qv + i + 2 * ZS_PREFETCH, 1, 3);
     vf x = ld_f32(w + i);
     vf gg = v_mul(ld_any(g, gdt, i), gm);
-    if (!adamw) gg = v_add(gg, v_mul(vwd, x));
-    vf mm = v_add(v_mul(b1, ld_bf16(qm + i)), v_mul(a1, gg));
-    vf vv = v_add(v_mul(b2, ld_bf16(qv + i)), v_mul(a2, v_mul(gg, gg)));
-    vf d = v_add(v_mul(v_sqrt(vv), rbc2), eps);
-    vf u = v_mul(vlr, v_div(mm, d));
-    if (adamw) u = v_add(u, v_mul(vwd, x));
+    if (!adamw) gg = v_fma(vwd, x, gg);
+    vf mm = v_fma(b1, ld_bf16(qm + i), v_mul(a1, gg));
+    vf vv = v_fma(b2, ld_bf16(qv + i), v_mul(a2, v_mul(gg, gg)));
+    vf q = v_div(mm, v_fma(v_sqrt(vv), rbc2, eps));
+    vf u = adamw ? v_fma(vlr, q, v_mul(vwd, x)) : v_mul(vlr, q);
     x = v_sub(x, u);
     st_f32(w + i, x);
     if (has_p) st_any(p, pdt, i, x);
@@ -309,9 +309,9 @@ ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf s
     const size_t e = i + 16 * (size_t)j;
     vf sj = v_mul(s[j], ss); /* zs_q8_dec_v: (val * absmax_s)^2 */
     vf gg = v_mul(ld_any(g, gdt, e), c->gm);
-    if (!adamw) gg = v_add(gg, v_mul(c->wd, ld_f32(w + e)));
-    vf mm = v_add(v_mul(c->b1, v_mul(m[j], sm)), v_mul(c->a1, gg));
-    vf vv = v_add(v_mul(c->b2, v_mul(sj, sj)), v_mul(c->a2, v_mul(gg, gg)));
+    if (!adamw) gg = v_fma(c->wd, ld_f32(w + e), gg);
+    vf mm = v_fma(c->b1, v_mul(m[j], sm), v_mul(c->a1, gg));
+    vf vv = v_fma(c->b2, v_mul(sj, sj), v_mul(c->a2, v_mul(gg, gg)));
     vf sq = v_sqrt(vv);
     st_f32(tm + e, mm);
     st_f32(ts + e, sq);
@@ -333,8 +333,8 @@ ZS_AI void q8_pass2(const adam_c *c, const int adamw, const int pdt, const int f
   for (int j = 0; j < 2; j++) {
     const size_t e = i + 16 * (size_t)j;
     vf mm = ld_f32(tm + e), sq = ld_f32(ts + e), x = ld_f32(w + e);
-    vf u = v_mul(c->lr, v_div(mm, v_add(v_mul(sq, c->rbc2), c->eps)));
-    if (adamw) u = v_add(u, v_mul(c->wd, x));
+    vf q = v_div(mm, v_fma(sq, c->rbc2, c->eps));
+    vf u = adamw ? v_fma(c->lr, q, v_mul(c->wd, x)) : v_mul(c->lr, q);
     x = v_sub(x, u);
     st_f32(w + e, x);
     if (pdt == ZS_BF16 || pdt == ZS_FP16) st_any(p, pdt, e, x);

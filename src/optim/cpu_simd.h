@@ -5,7 +5,7 @@
  * The includer defines:
  *   VW                      lanes per vector (8 or 16)
  *   vf                      vector of VW floats
- *   v_set1 v_add v_sub v_mul v_div v_sqrt
+ *   v_set1 v_add v_sub v_mul v_div v_sqrt v_fma (a * b + c, rounded once)
  *   ld_f32 ld_bf16 ld_f16   VW elements -> vf (exact; fp16 NaN payloads as half.h)
  *   st_f32 st_bf16 st_f16   vf -> VW elements (nearest even, bit-exact with half.h)
  *   sumsq_acc(acc, x, dt)   adds the squares of 16 elements at x into the 16-lane state
@@ -54,12 +54,12 @@ ZS_AI void step_body(const vconsts *c, const int kind, const int gdt, const int 
   vf x = ld_f32(w + i);
   vf gg = v_mul(ld_any(g, gdt, i), c->gm);
   if (kind == ZS_K_ADAMW || kind == ZS_K_ADAM) {
-    if (kind == ZS_K_ADAM) gg = v_add(gg, v_mul(c->wd, x));
-    vf mm = v_add(v_mul(c->b1, ld_f32(m + i)), v_mul(c->a1, gg));
-    vf vv = v_add(v_mul(c->b2, ld_f32(v + i)), v_mul(c->a2, v_mul(gg, gg)));
-    vf d = v_add(v_mul(v_sqrt(vv), c->rbc2), c->eps);
-    vf u = v_mul(c->lr, v_div(mm, d));
-    if (kind == ZS_K_ADAMW) u = v_add(u, v_mul(c->wd, x));
+    if (kind == ZS_K_ADAM) gg = v_fma(c->wd, x, gg);
+    vf mm = v_fma(c->b1, ld_f32(m + i), v_mul(c->a1, gg));
+    vf vv = v_fma(c->b2, ld_f32(v + i), v_mul(c->a2, v_mul(gg, gg)));
+    vf d = v_fma(v_sqrt(vv), c->rbc2, c->eps);
+    vf q = v_div(mm, d);
+    vf u = kind == ZS_K_ADAMW ? v_fma(c->lr, q, v_mul(c->wd, x)) : v_mul(c->lr, q);
     x = v_sub(x, u);
     st_f32(m + i, mm);
     st_f32(v + i, vv);
