@@ -82,6 +82,18 @@
  * time on the GPU. A second communicator would let them, but NCCL warns that two
  * communicators' kernels may block each other (CUDA gives no forward-progress
  * guarantee between streams), so we keep one.
+ *
+ * Several comms, one GPU (a rank's engine shard comm beside its replica, tp, ep
+ * and pipeline comms, or two engines): NCCL orders each communicator's own
+ * operations, not different communicators' ones, and two of their kernels
+ * running at once can block each other ("Using multiple NCCL communicators
+ * concurrently" in NCCL's guide; NCCL 2.26+ has NCCL_LAUNCH_ORDER_IMPLICIT for
+ * this). So the backend orders every NCCL call of the process on a device, of
+ * any comm, in the order the host issued them ("one order per device" below):
+ * a call on another stream than the device's previous call first waits, on its
+ * stream, for that call's end. The callers issue in one order on every rank
+ * (the engine from one thread; the trainers' tp, ep and pipeline calls at the
+ * same points of the step), so every rank's GPU runs them in that order.
  */
 #include "comm/nccl_impl.h"
 
@@ -216,6 +228,70 @@ void zs__nccl_device_leave(int ordinal, int prev) {
   if (prev >= 0 && prev != ordinal) cudaSetDevice(prev);
 }
 
+/* ---- one order per device ---------------------------------------------------------- */
+
+/* The last NCCL call issued on a device (any comm of this process): its stream,
+ * and an event recorded after it. `comms` counts the comms on the device; the
+ * event goes with the last. Comms on device ordinals past ORDER_DEVICES go
+ * unordered (logged when made). */
+enum { ORDER_DEVICES = 64 };
+typedef struct {
+  pthread_mutex_t mu;
+  cudaEvent_t ev;    /* NULL until the device's first call */
+  cudaStream_t last; /* the stream of the call ev follows */
+  int comms;
+} dev_order_t;
+static dev_order_t g_order[ORDER_DEVICES];
+static pthread_once_t g_order_once = PTHREAD_ONCE_INIT;
+static void order_init(void) {
+  for (int i = 0; i < ORDER_DEVICES; i++) pthread_mutex_init(&g_order[i].mu, NULL);
+}
+static dev_order_t *order_of(int ordinal) {
+  pthread_once(&g_order_once, order_init);
+  return ordinal >= 0 && ordinal < ORDER_DEVICES ? &g_order[ordinal] : NULL;
+}
+void zs__nccl_order_hold(int ordinal) {
+  dev_order_t *o = order_of(ordinal);
+  if (!o) {
+    ZS_LOG_W("nccl comm on CUDA device %d: its calls are not ordered with other comms' on that device (only "
+             "devices 0-%d are)", ordinal, ORDER_DEVICES - 1);
+    return;
+  }
+  pthread_mutex_lock(&o->mu);
+  o->comms++;
+  pthread_mutex_unlock(&o->mu);
+}
+/* The comm's device entered by the caller. */
+void zs__nccl_order_drop(int ordinal) {
+  dev_order_t *o = order_of(ordinal);
+  if (!o) return;
+  pthread_mutex_lock(&o->mu);
+  if (--o->comms == 0 && o->ev) {
+    cudaEventDestroy(o->ev); /* a wait already queued on it still holds */
+    o->ev = NULL, o->last = NULL;
+  }
+  pthread_mutex_unlock(&o->mu);
+}
+/* Before a call on cs (o->mu held, the device entered): wait for the device's
+ * previous call when it was on another stream. */
+static zs_status_t order_wait(nccl_ctx_t *ctx, dev_order_t *o, cudaStream_t cs) {
+  cudaError_t e = cudaSuccess;
+  if (!o->ev && (e = cudaEventCreateWithFlags(&o->ev, cudaEventDisableTiming)) != cudaSuccess) {
+    o->ev = NULL;
+    return zs__nccl_cuda_fail(ctx, e, "cudaEventCreateWithFlags (the device's NCCL order)");
+  }
+  if (o->last != cs && (e = cudaStreamWaitEvent(cs, o->ev, 0)) != cudaSuccess)
+    return zs__nccl_cuda_fail(ctx, e, "cudaStreamWaitEvent (the device's NCCL order)");
+  return ZS_OK;
+}
+/* After the call was issued on cs. */
+static zs_status_t order_mark(nccl_ctx_t *ctx, dev_order_t *o, cudaStream_t cs) {
+  cudaError_t e = cudaEventRecord(o->ev, cs);
+  if (e != cudaSuccess) return zs__nccl_cuda_fail(ctx, e, "cudaEventRecord (the device's NCCL order)");
+  o->last = cs;
+  return ZS_OK;
+}
+
 /* ---- the calls ---------------------------------------------------------------------- */
 
 /* The end of an enqueue on a non-blocking comm (header, point 2): ncclInProgress
@@ -237,6 +313,11 @@ zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, d
                      ctx->rank, ctx->size, what, ctx->limit);
   }
 }
+
+/* Inside a group a call normally returns ncclSuccess (ncclGroupEnd does the
+ * work), but on a non-blocking comm ncclInProgress is no failure either: go on
+ * posting the group's calls (stopping would leave the peers' halves unmatched). */
+#define GROUP_OK(res) ((res) == ncclSuccess || (res) == ncclInProgress)
 
 /* all_to_all_v: the block to itself a device copy, the others one group of
  * ncclSend/ncclRecv, zero-sized ones left out (the peer's matching call has
@@ -264,14 +345,14 @@ static zs_status_t issue_all_to_all_v(nccl_ctx_t *ctx, const zs__coll_args_t *a,
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return zs__nccl_fail(ctx, res, "ncclGroupStart");
   off[0] = off[1] = 0;
-  for (int p = 0; p < N && res == ncclSuccess; p++) {
+  for (int p = 0; p < N && GROUP_OK(res); p++) {
     int64_t sn = v->counts[0][p], rn = v->counts[1][p];
     int64_t sd = zs__a2av_displ(v, 0, p, off[0]), rd = zs__a2av_displ(v, 1, p, off[1]);
     off[0] += sn;
     off[1] += rn;
     if (p == me) continue;
     if (sn) res = ncclSend(s + (size_t)sd * es, (size_t)sn, t, p, ctx->nc, cs);
-    if (res == ncclSuccess && rn) res = ncclRecv(r + (size_t)rd * es, (size_t)rn, t, p, ctx->nc, cs);
+    if (GROUP_OK(res) && rn) res = ncclRecv(r + (size_t)rd * es, (size_t)rn, t, p, ctx->nc, cs);
   }
   zs_status_t st =
       zs__nccl_settle(ctx, ncclGroupEnd(), "ncclGroupEnd (all_to_all_v: grouped ncclSend/ncclRecv)", deadline);
@@ -315,7 +396,7 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
       ncclResult_t res = ncclGroupStart();
       if (res != ncclSuccess) return zs__nccl_fail(ctx, res, "ncclGroupStart");
       res = ncclSend(s, n, t, a->root, ctx->nc, cs);
-      if (res == ncclSuccess) res = ncclRecv(r, a->recv_count, t, a->source, ctx->nc, cs);
+      if (GROUP_OK(res)) res = ncclRecv(r, a->recv_count, t, a->source, ctx->nc, cs);
       zs_status_t st = zs__nccl_settle(ctx, ncclGroupEnd(), "ncclGroupEnd (sendrecv)", deadline);
       if (res != ncclSuccess && res != ncclInProgress && st == ZS_OK)
         return zs__nccl_fail(ctx, res, "ncclSend/ncclRecv");
@@ -351,7 +432,7 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
    * may return ncclInProgress), and must be called even after a failed call */
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return zs__nccl_fail(ctx, res, "ncclGroupStart");
-  for (int p = 0; p < N && res == ncclSuccess; p++) {
+  for (int p = 0; p < N && GROUP_OK(res); p++) {
     if (p == me) continue;
     switch (a->kind) {
       case ZS_COLL_GATHER:
@@ -364,7 +445,7 @@ static zs_status_t issue(nccl_ctx_t *ctx, const zs__coll_args_t *a, cudaStream_t
         break;
       default: /* all_to_all */
         res = ncclSend(s + (size_t)p * part, n, t, p, ctx->nc, cs);
-        if (res == ncclSuccess) res = ncclRecv(r + (size_t)p * part, n, t, p, ctx->nc, cs);
+        if (GROUP_OK(res)) res = ncclRecv(r + (size_t)p * part, n, t, p, ctx->nc, cs);
         break;
     }
   }
@@ -390,15 +471,22 @@ zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s) 
   w->kind = a->kind;
   if (timed) w->a = *a, w->a.v = NULL; /* v: valid during this call only */
   pthread_mutex_lock(&ctx->mu);
+  dev_order_t *o = order_of(ctx->ordinal); /* after mu: the only order of the two locks */
+  if (o) pthread_mutex_lock(&o->mu);
   cudaError_t e;
   if (atomic_load(&ctx->aborted)) {
     st = zs__nccl_broken_status(ctx, what);
+  } else if (o && (st = order_wait(ctx, o, cs)) != ZS_OK) {
+    /* the start event follows the wait: time spent behind another comm's call is not this one's */
   } else if ((e = cudaEventRecord(w->start, cs)) != cudaSuccess) {
     st = zs__nccl_cuda_fail(ctx, e, "cudaEventRecord");
   } else if ((st = issue(ctx, a, cs, zs__nccl_deadline_after(ctx->limit))) == ZS_OK &&
              (e = cudaEventRecord(w->end, cs)) != cudaSuccess) {
     st = zs__nccl_cuda_fail(ctx, e, "cudaEventRecord");
+  } else if (st == ZS_OK && o) {
+    st = order_mark(ctx, o, cs);
   }
+  if (o) pthread_mutex_unlock(&o->mu);
   char told[ZS_ERRBUF] = "";
   if (st != ZS_OK && !atomic_load(&ctx->aborted)) {
     /* a failed or timed-out enqueue leaves the ranks out of step and the NCCL

@@ -69,6 +69,7 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__fam
       ctx->fm.rank = ctx->rank;
       ctx->fm.size = ctx->size;
       zs__family_join(fam, &ctx->fm, id, fam_rank);
+      zs__nccl_order_hold(ctx->ordinal);
       return ZS_OK;
     }
     st = ZS_FAIL(NULL, st, "nccl comm: %s", zs_last_error());
@@ -150,6 +151,7 @@ static void nccl_destroy(void *vctx) {
       ncclCommAbort(ctx->nc);
     }
   }
+  zs__nccl_order_drop(ctx->ordinal);
   zs__nccl_device_leave(ctx->ordinal, prev);
   pthread_mutex_destroy(&ctx->bmu);
   pthread_mutex_destroy(&ctx->mu);

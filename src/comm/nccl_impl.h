@@ -88,6 +88,10 @@ void zs__nccl_do_abort(nccl_ctx_t *ctx);
 int zs__nccl_device_enter(int ordinal);
 void zs__nccl_device_leave(int ordinal, int prev);
 zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, double deadline);
+/* One order per device (nccl.c): a comm on `ordinal` counted in when made,
+ * out when destroyed (its device entered). */
+void zs__nccl_order_hold(int ordinal);
+void zs__nccl_order_drop(int ordinal);
 /* The backend's one NCCL check (the family: common/common.h): return unless the
  * enqueue `call` settles to ncclSuccess by `deadline` (zs__nccl_settle: the
  * error, timeout or abort in the comm's message, naming `what`). Caller holds mu. */
