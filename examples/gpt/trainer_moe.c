@@ -232,6 +232,7 @@ static zs_status_t views(moet_t *t, gpt_result_t *res) {
   if (!t->dpv || !t->dgv || !t->xpv || !t->xgv || !t->doff || !t->xoff)
     return trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   const int64_t dmax = unit_offsets(t->dinfo, t->nd, t->dpid, t->doff), xmax = unit_offsets(t->xinfo, t->nx, t->xpid, t->xoff);
+  t->dmax = dmax, t->xmax = xmax;
   if (!t->bf16 || t->cuda) return ZS_OK; /* cuda: device scratch (trainer_moe_cuda_setup) */
   t->dps = malloc((size_t)(dmax + 1) * sizeof(float)), t->dgs = malloc((size_t)(dmax + 1) * sizeof(float));
   t->xps = malloc((size_t)(xmax + 1) * sizeof(float)), t->xgs = malloc((size_t)(xmax + 1) * sizeof(float));

@@ -75,13 +75,6 @@ const char *trainer_moe_cuda_error(const moet_t *t) { return t->cu ? t->cu->err 
  * buffers
  * ========================================================================== */
 
-/* The bf16 scratch a unit needs: the largest unit's entries end to end. */
-static int64_t unit_most(const gpt_param_info_t *info, const int64_t *off, int n) {
-  int64_t most = 1;
-  for (int i = 0; i < n; i++) most = off[i] + info[i].numel > most ? off[i] + info[i].numel : most;
-  return most;
-}
-
 zs_status_t trainer_moe_cuda_setup(moet_t *t, gpt_result_t *res) {
   const gpt_opts_t *o = t->o;
   const int T = o->seq, C = o->channels;
@@ -120,7 +113,8 @@ zs_status_t trainer_moe_cuda_setup(moet_t *t, gpt_result_t *res) {
   if (!rc && plain) rc = (int)cudaMallocHost((void **)&t->tin, nt * sizeof(int));
   if (!rc && plain) rc = (int)cudaMallocHost((void **)&t->ttg, nt * sizeof(int));
   if (!rc && t->bf16) { /* one dense and one expert unit seen at a time (trainer_moe_impl.h) */
-    const size_t dmax = (size_t)unit_most(t->dinfo, t->doff, t->nd), xmax = (size_t)unit_most(t->xinfo, t->xoff, t->nx);
+    /* views' sizes (trainer_moe.c): with --pp this stage's units only, as on the cpu device */
+    const size_t dmax = (size_t)t->dmax + 1, xmax = (size_t)t->xmax + 1;
     rc = dalloc(&t->dps, dmax * sizeof(float));
     if (!rc) rc = dalloc(&t->dgs, dmax * sizeof(float));
     if (!rc) rc = dalloc(&t->xps, xmax * sizeof(float));

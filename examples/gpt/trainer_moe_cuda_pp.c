@@ -25,7 +25,13 @@
  * (gpt_moe_cuda.h), and one read-back at the step's end: every stage's aux
  * losses (a device float per layer, copied out of the slot after its
  * micro-batch's forward, before a later one takes the slot) and on the last
- * stage the token losses.
+ * stage the token losses. That is with --comm nccl; with --comm mpi every
+ * zs_comm call on stream NULL (the all-to-alls, the head refresh, the tied
+ * add's pieces) also waits on the host for its operation (mpi_queue.c), the
+ * same results later. With nccl, the backend's one order per device (nccl.c)
+ * runs the pipeline's transfers and the stage's all-to-alls in issue order:
+ * an all-to-all waits for the transfer issued before it, no overlap between
+ * them.
  *
  * trainer_moe_cuda.c lends its context (trainer_moe_cuda.h): cuBLAS, the
  * attention pick and its scratch, the bf16 scratch the stage's views are

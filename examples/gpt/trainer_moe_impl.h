@@ -70,6 +70,7 @@ typedef struct {
    * table entry, NULL without pp); pps: the pipeline's state. pp 1: NULL. */
   int pp, pp_rank, nmb; /* nmb: micro-batches a step (--accum, or --microbatches with --pp) */
   int *dmap, *xmap, *dpid, *xpid;
+  int64_t dmax, xmax; /* bf16: the scratch a unit needs (--pp: this stage's units), elements */
   struct moe_pp *pps;
   /* --device cuda (trainer_moe_cuda.c; no --pp): the tp handle (tph; at tp 1
    * a 1-rank one) so gpt_tp_cuda.c's units run the dense parts; acts unused,

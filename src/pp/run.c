@@ -140,6 +140,32 @@ out:
   return st;
 }
 
+/* Every rank exchanges one element with both ring neighbours, each way, and
+ * waits for it. NCCL connects a pair of ranks on their first send/recv in each
+ * direction, inside the call (a host wait on a non-blocking comm, NCCL 2.22+).
+ * The lists fuse some first receives with a send (GPipe: the last send_act with
+ * the first recv_grad), and a callback that waits on the host (MoE's dispatch)
+ * would then hold back the peer that the connection waits for: both ranks stuck
+ * until the timeout. Connected here, where every rank waits at the same call,
+ * the step's transfers find their connections made. (On the mpi backend the
+ * same two messages, for one code path.) */
+static zs_status_t connect_neighbours(zs_pp_t *pp) {
+  const int n = zs_comm_size(pp->comm), me = pp->rank, next = (me + 1) % n, prev = (me + n - 1) % n;
+  if (n < 2) return ZS_OK;
+  float *b = NULL;
+  zs_status_t st = zs_device_alloc(pp->dev, 4 * sizeof(float), ZS_MEM_OTHER, (void **)&b);
+  if (st == ZS_OK) st = zs_memset_async(pp->dev, b, 0, 4 * sizeof(float), pp->ts);
+  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b, 1, next, b + 1, 1, prev, ZS_FP32, pp->ts);
+  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b + 2, 1, prev, b + 3, 1, next, ZS_FP32, pp->ts);
+  zs_status_t sync = b ? zs_stream_synchronize(pp->dev, pp->ts) : ZS_OK;
+  if (st == ZS_OK) st = sync;
+  if (st != ZS_OK)
+    st = ZS_FAIL(pp->err, st, "zs_pp_create: connecting to the neighbouring stages (ranks %d and %d) failed: %s", prev,
+                 next, zs_comm_last_error(pp->comm));
+  if (b) zs_device_free(pp->dev, b, 4 * sizeof(float), ZS_MEM_OTHER);
+  return st;
+}
+
 zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp_comm) {
   const char *fn = "zs_pp_create";
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
@@ -161,6 +187,7 @@ zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp
   char msg[ZS_ERRBUF];
   snprintf(msg, sizeof msg, "%s", zs_last_error());
   zs_status_t st = agree(pp, mine, hash);
+  if (st == ZS_OK) st = connect_neighbours(pp);
   if (st != ZS_OK) {
     if (st == mine) zs__fail_quiet(NULL, st, "%s", msg); /* this rank's message, as the last error again */
     zs_pp_destroy(pp);
