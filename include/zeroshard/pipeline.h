@@ -254,9 +254,10 @@ typedef struct zs_pp zs_pp_t;
  * of act_count elements in device memory (counted as ZS_MEM_OTHER), each with an
  * event. Nothing is allocated by zs_pp_run afterwards.
  * Collective over pp_comm (one all-gather of each rank's status and a hash of
- * its config, blocking; then one element sent to and received from each
- * neighbouring stage, both ways, and waited for, so that NCCL connects those
- * pairs here and not inside a step): every rank leaves with the same answer. Errors on every
+ * its config, blocking; then one activation sent to and received from each
+ * neighbouring stage, both ways, through a temporary device buffer of two
+ * activations, and waited for, so that NCCL connects those pairs here and not
+ * inside a step): every rank leaves with the same answer. Errors on every
  * rank: the schedule's ZS_ERR_INVALID (same message everywhere when every rank
  * passed the same bad config), ZS_ERR_INVALID for act_count 0, a bad dtype or
  * version, stages != the comm's size; ZS_ERR_MISMATCH when ranks passed

@@ -140,8 +140,9 @@ out:
   return st;
 }
 
-/* Every rank exchanges one element with both ring neighbours, each way, and
- * waits for it. NCCL connects a pair of ranks on their first send/recv in each
+/* Every rank exchanges one activation (act_count elements of the pipeline's
+ * dtype: the step's transfers' size, so NCCL picks the same protocol and
+ * channels) with both ring neighbours, each way, and waits for it. NCCL connects a pair of ranks on their first send/recv in each
  * direction, inside the call (a host wait on a non-blocking comm, NCCL 2.22+).
  * The lists fuse some first receives with a send (GPipe: the last send_act with
  * the first recv_grad), and a callback that waits on the host (MoE's dispatch)
@@ -152,17 +153,18 @@ out:
 static zs_status_t connect_neighbours(zs_pp_t *pp) {
   const int n = zs_comm_size(pp->comm), me = pp->rank, next = (me + 1) % n, prev = (me + n - 1) % n;
   if (n < 2) return ZS_OK;
-  float *b = NULL;
-  zs_status_t st = zs_device_alloc(pp->dev, 4 * sizeof(float), ZS_MEM_OTHER, (void **)&b);
-  if (st == ZS_OK) st = zs_memset_async(pp->dev, b, 0, 4 * sizeof(float), pp->ts);
-  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b, 1, next, b + 1, 1, prev, ZS_FP32, pp->ts);
-  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b + 2, 1, prev, b + 3, 1, next, ZS_FP32, pp->ts);
+  const size_t n_el = pp->cfg.act_count;
+  char *b = NULL; /* the send half, then the receive half */
+  zs_status_t st = zs_device_alloc(pp->dev, 2 * pp->bytes, ZS_MEM_OTHER, (void **)&b);
+  if (st == ZS_OK) st = zs_memset_async(pp->dev, b, 0, pp->bytes, pp->ts);
+  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b, n_el, next, b + pp->bytes, n_el, prev, pp->cfg.dtype, pp->ts);
+  if (st == ZS_OK) st = zs_comm_sendrecv(pp->comm, b, n_el, prev, b + pp->bytes, n_el, next, pp->cfg.dtype, pp->ts);
   zs_status_t sync = b ? zs_stream_synchronize(pp->dev, pp->ts) : ZS_OK;
   if (st == ZS_OK) st = sync;
   if (st != ZS_OK)
     st = ZS_FAIL(pp->err, st, "zs_pp_create: connecting to the neighbouring stages (ranks %d and %d) failed: %s", prev,
                  next, zs_comm_last_error(pp->comm));
-  if (b) zs_device_free(pp->dev, b, 4 * sizeof(float), ZS_MEM_OTHER);
+  if (b) zs_device_free(pp->dev, b, 2 * pp->bytes, ZS_MEM_OTHER);
   return st;
 }
 
