@@ -9,7 +9,8 @@ endif()
 #   test_pp_run       each rank a stage of a toy model (pp_toy.h), every kind at several m, callbacks on the host
 #                     or on a stream: received tensors, loss and every stage's gradients equal a float64
 #                     single-process reference, the pp comm's bytes equal the schedule's, no allocation in a
-#                     step; a 2x2 mesh; bad configs give the same error on every rank. _staged_np3: the
+#                     step; a 2x2 mesh; zs_pp_create's connecting exchange (two sendrecvs of an activation,
+#                     its buffer freed); bad configs give the same error on every rank. _staged_np3: the
 #                     same through the mpi comm's device-buffer staging, host functions on one shared
 #                     thread as CUDA runs them
 if(TARGET zs_pp AND ZS_HAVE_MPI)

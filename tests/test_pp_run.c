@@ -173,6 +173,39 @@ static zs_status_t ok_bwd(void *u, int mb, int c, const void *in, const void *go
   return ZS_OK;
 }
 
+/* zs_pp_create's connecting exchange (NCCL connects a pair on its first
+ * send/recv, inside the call): one activation to and from each ring
+ * neighbour, both ways, two sendrecv calls; its temporary buffer freed, the
+ * pool all that stays. */
+static void test_connect(void) {
+  const int n = zs_comm_size(world);
+  zs_pp_config_t c = ZS_PP_CONFIG_INIT;
+  c.schedule.stages = n, c.schedule.microbatches = 2 * n, c.act_count = PT_ACT;
+  zs_memory_stats_t m0, m1;
+  zs_device_memory_stats(dev, &m0);
+  zs_comm_stats_reset(world);
+  zs_pp_t *pp = NULL;
+  assert_ok(zs_pp_create(&pp, &c, world));
+  zs_comm_stats_t cs;
+  zs_comm_stats(world, &cs);
+  const uint64_t act = (uint64_t)PT_ACT * sizeof(float), want = n > 1 ? 2 : 0;
+  expect_u64_eq(cs.calls[ZS_COLL_SENDRECV], want);
+  expect_u64_eq(cs.bytes_sent[ZS_COLL_SENDRECV], want * act);
+  expect_u64_eq(cs.bytes_recv[ZS_COLL_SENDRECV], want * act);
+  expect_u64_eq(cs.calls[ZS_COLL_SEND] + cs.calls[ZS_COLL_RECV], 0);
+  zs_pp_sim_t sim;
+  zs_pp_rank_stats_t *rs = calloc((size_t)n, sizeof *rs);
+  assert_true(rs != NULL);
+  assert_ok(zs_pp_schedule_simulate(zs_pp_get_schedule(pp), 1, 2, 0, &sim, rs));
+  zs_device_memory_stats(dev, &m1);
+  expect_u64_eq(m1.current[ZS_DOMAIN_DEVICE][ZS_MEM_OTHER] - m0.current[ZS_DOMAIN_DEVICE][ZS_MEM_OTHER],
+                (uint64_t)rs[zs_comm_rank(world)].peak_buffers * act);
+  free(rs);
+  zs_pp_destroy(pp);
+  zs_device_memory_stats(dev, &m1);
+  expect_u64_eq(m1.current[ZS_DOMAIN_DEVICE][ZS_MEM_OTHER], m0.current[ZS_DOMAIN_DEVICE][ZS_MEM_OTHER]);
+}
+
 static void test_callback_failure(void) {
   if (zs_comm_size(world) != 1) zs_test_skip("one rank (with peers they would wait for its transfers)");
   zs_pp_config_t c = ZS_PP_CONFIG_INIT;
@@ -195,6 +228,7 @@ int main(void) {
   zs_test_run(test_bad_config);
   zs_test_run(test_parity);
   zs_test_run(test_mesh);
+  zs_test_run(test_connect);
   zs_test_run(test_callback_failure);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
