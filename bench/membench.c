@@ -45,6 +45,9 @@
  *                           theory and formula; membench_links.c), nodes of
  *                           --ranks-per-node R consecutive ranks or MPI's
  *   step_s                  mean step time after the first step, max over ranks
+ *   step_min_s              each rank's fastest step after the first, max over
+ *                           ranks (where the CPUs are shared, the step that
+ *                           sharing slowed least)
  * --units N1,N2,...: one parameter of Ni elements per unit, no compute (gather /
  * release, gather / reduce only); --compute-ms X emulates X ms of accelerator
  * compute per round as a sleep split between forward and backward (the host is
@@ -235,6 +238,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < mb_world; k++) {
       const mb_rank_t *b = &x->ranks[k];
       x->step_s = b->step_s > x->step_s ? b->step_s : x->step_s;
+      x->step_min_s = b->step_min_s > x->step_min_s ? b->step_min_s : x->step_min_s;
       x->allocs_per_step = fmax(x->allocs_per_step, (double)b->backend_allocs / steps);
       x->frees_per_step = fmax(x->frees_per_step, (double)b->backend_frees / steps);
       x->syncs_per_step = fmax(x->syncs_per_step, (double)b->device_syncs / steps);

@@ -122,6 +122,7 @@ typedef struct {
   int64_t comm_group[MB_G_COUNT];        /* sent on each of the engine's comm groups (MB_G_*) */
   int64_t comm_calls;
   double step_s;                         /* mean over the steps after the first */
+  double step_min_s;                     /* the fastest of the steps after the first */
   /* the runtime's view (cudaMemGetInfo) of device memory used after the steps,
    * minus before engine creation; -1 where there is none (cpu device). GPU-wide:
    * ranks sharing a GPU see each other's allocations. */
@@ -143,6 +144,7 @@ typedef struct {
   int nvme;                      /* offload: the optimizer state in the NVMe tier (else host memory) */
   int param;                     /* stage 3: where the parameter shards live (zs_offload_t) */
   double step_s;                 /* max over ranks */
+  double step_min_s;             /* max over ranks of each rank's fastest measured step */
   double comm_bytes_per_step;    /* rank 0's bytes sent per step */
   /* per step after the first, the most over ranks (0 in steady state) */
   double allocs_per_step, frees_per_step, syncs_per_step, waits_per_step;

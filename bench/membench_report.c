@@ -11,7 +11,7 @@
  *    "nvme_dir", "nvme_chunk" (--nvme),
  *    "results": [{"stage", "offload" (the optimizer state in host memory or on disk),
  *                 "offload_optimizer", "offload_param" ("none", "cpu", "nvme"),
- *                 "delayed", "step_s", "comm_bytes_per_step",
+ *                 "delayed", "step_s", "step_min_s", "comm_bytes_per_step",
  *                 "shard_group", "comm_inter_bytes_per_step", "comm_inter_theory_bytes"
  *                 (hybrid: sent across shard groups, measured and in theory),
  *                 "backend_allocs_per_step", "backend_frees_per_step",
@@ -362,9 +362,9 @@ void mb_report_json(const mb_report_t *rep, FILE *f) {
     const mb_result_t *x = &rep->res[r];
     const mb_rank_t *a = &x->ranks[0];
     double steps = mb_measured_steps(o);
-    fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
+    fprintf(f, "%s\n  {\"stage\": %d, \"offload\": %s, \"delayed\": %s, \"step_s\": %.9g, \"step_min_s\": %.9g, \"comm_bytes_per_step\": %.17g, ",
             r ? "," : "", x->stage, x->offload ? "true" : "false", x->delayed ? "true" : "false", x->step_s,
-            x->comm_bytes_per_step);
+            x->step_min_s, x->comm_bytes_per_step);
     fprintf(f, "\"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", ",
             where_name(!x->offload ? ZS_OFFLOAD_NONE : x->nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU), where_name(x->param));
     fprintf(f, "\"shard_group\": %d, \"padded_shard_params\": %lld, \"comm_inter_bytes_per_step\": %.17g, "

@@ -133,7 +133,7 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
   }
   ECHECK(st, "zs_engine_setup");
 
-  double tsum = 0;
+  double tsum = 0, tmin = 0;
   zs_memory_stats_t c0, c1;
   zs_device_memory_stats(mb_dev, &c0);
   zs_engine_comm_stats_reset(zs);
@@ -143,7 +143,10 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
     ECHECK(g ? mb_gpt_round(g, zs, s) : plain_round(zs, m->nunits, o->compute_ms), "forward/backward");
     ECHECK(zs_step(zs, NULL), "zs_step");
     double dt = now_s() - t0;
-    if (s > 0 || o->steps == 1) tsum += dt;
+    if (s > 0 || o->steps == 1) {
+      tsum += dt;
+      if (tmin == 0 || dt < tmin) tmin = dt;
+    }
     if (s == 0 && o->steps > 1) { /* see mb_measured_steps */
       zs_engine_comm_stats_reset(zs);
       if (tpc) zs_comm_stats_reset(tpc);
@@ -156,6 +159,7 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
   me->device_syncs = (int64_t)(c1.device_syncs - c0.device_syncs);
   me->host_waits = (int64_t)(c1.host_waits - c0.host_waits);
   me->step_s = tsum / mb_measured_steps(o);
+  me->step_min_s = tmin;
   me->runtime_used = -1;
   if (have_rt) {
     /* what the engine holds now, as CUDA sees it (after the streams drained) */
