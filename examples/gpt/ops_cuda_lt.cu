@@ -79,7 +79,8 @@ int epi_decide(int64_t ld_out, int64_t lda, int64_t ldb, const void *const *ptrs
 // length lda, B's ldb, C's ldc; bias (GELU_AUX_BIAS: length N, the output's
 // columns) and aux (the GELU input, [M,N] with row length ldc) as the epilogue
 // needs them. Returns 0, a cuBLAS code, or OPC_EPI_ERR_REFUSED when the
-// heuristic has no algorithm (reason in g_epi_reason).
+// heuristic has no algorithm or cuBLASLt answers NOT_SUPPORTED (reason in
+// g_epi_reason): auto mode then takes the separate passes.
 int rm_lt_gemm(cublasLtEpilogue_t epi, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                int ldb, float *C, int ldc, const float *bias, void *aux, cudaStream_t s) {
   cublasLtMatmulDesc_t op = NULL;
@@ -111,15 +112,29 @@ int rm_lt_gemm(cublasLtEpilogue_t epi, int ta, int tb, int M, int N, int K, cons
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4 && !rc; i++) rc = lt_status(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &align, sizeof align));
-  if (!rc) rc = lt_status(cublasLtMatmulAlgoGetHeuristic(g_lt.h, op, la, lb, lc, lc, pref, 1, &heur, &found));
+  if (!rc) {
+    // no algorithm comes back either as 0 results or as NOT_SUPPORTED from the
+    // search itself (cuBLASLt does both): each one a refusal, not a failure
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt.h, op, la, lb, lc, lc, pref, 1, &heur, &found);
+    if (hs == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+    else rc = lt_status(hs);
+  }
   if (!rc && (found < 1 || heur.state != CUBLAS_STATUS_SUCCESS)) {
     snprintf(g_epi_reason, sizeof g_epi_reason,
              "cuBLASLt has no algorithm for epilogue %d at [%d x %d x %d] in math %d", (int)epi, M, N, K, opc_get_math());
     rc = OPC_EPI_ERR_REFUSED;
   }
-  if (!rc)
-    rc = lt_status(cublasLtMatmul(g_lt.h, op, &one, B, la, A, lb, &zero, C, lc, C, lc, &heur.algo, g_lt.ws,
-                                  g_lt.ws_bytes, s));
+  if (!rc) {
+    const cublasStatus_t ms = cublasLtMatmul(g_lt.h, op, &one, B, la, A, lb, &zero, C, lc, C, lc, &heur.algo, g_lt.ws,
+                                             g_lt.ws_bytes, s);
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED) { // checked before any launch: nothing written
+      snprintf(g_epi_reason, sizeof g_epi_reason, "cuBLASLt refused epilogue %d's algorithm at [%d x %d x %d] in math %d",
+               (int)epi, M, N, K, opc_get_math());
+      rc = OPC_EPI_ERR_REFUSED;
+    } else {
+      rc = lt_status(ms);
+    }
+  }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (lc) cublasLtMatrixLayoutDestroy(lc);
   if (lb) cublasLtMatrixLayoutDestroy(lb);
