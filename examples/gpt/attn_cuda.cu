@@ -37,11 +37,22 @@ extern "C" int opc_attention_pick(int hs, char *why, size_t n) {
     }
   }
   if (mode == OPC_ATTN_MATMUL) return OPC_ATTN_MATMUL;
-  if (attn_head_supported(hs)) return OPC_ATTN_FUSED;
+  // the current GPU's shared memory a block may opt into: head size 128's
+  // backward takes 162 KiB, more than sm_86/sm_89 give (99 KiB); H100 228, A100 163
+  int dev = 0, optin = 0;
+  const size_t need = attn_smem_most(hs);
+  const int fits = cudaGetDevice(&dev) != cudaSuccess ||
+                   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+                   need <= (size_t)optin; // unknown: the launch says
+  (void)cudaGetLastError();
+  if (attn_head_supported(hs) && fits) return OPC_ATTN_FUSED;
   if (mode == OPC_ATTN_AUTO) return OPC_ATTN_MATMUL;
-  if (why)
+  if (why && !attn_head_supported(hs))
     snprintf(why, n, "fused attention: head size %d (channels / heads) is not one it is built for (16, 32, 64, 128): "
              "pick another --heads, or ZS_GPT_ATTN=matmul for the T x T path", hs);
+  else if (why)
+    snprintf(why, n, "fused attention: head size %d's kernels take %zu bytes of shared memory a block, this GPU "
+             "gives %d: pick more --heads, or ZS_GPT_ATTN=matmul for the T x T path", hs, need, optin);
   return -1;
 }
 

@@ -296,9 +296,24 @@ template <int HS> constexpr size_t q_smem() { return sizeof(float) * (4 * tile_f
 // Above 48 KiB a kernel must ask for its dynamic shared memory. The setting
 // belongs to the current device's context, so it is made at every launch (a
 // cheap driver call) rather than once per process.
+// A refusal is returned, and taken off the thread's last error, so that the
+// next launch's check does not report it again against another kernel.
 template <typename K> int allow_smem(K kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return 0;
-  return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (rc != cudaSuccess) (void)cudaGetLastError();
+  return (int)rc;
+}
+
+// The most dynamic shared memory one of head size hs's kernels takes (0: none built).
+inline size_t attn_smem_most(int hs) {
+  switch (hs) {
+    case 16: return kv_smem<16>();
+    case 32: return kv_smem<32>();
+    case 64: return kv_smem<64>();
+    case 128: return kv_smem<128>();
+  }
+  return 0;
 }
 
 template <int HS>

@@ -81,7 +81,7 @@ inline int rm_gemm_batched(cublasHandle_t h, int ta, int tb, int M, int N, int K
 // threads: thread (x, y) sums rows y, y+32, ... of column x, then thread (x, 0)
 // adds the 32 partials in order. With x (LayerNorm): colsum 0 of g * xhat and
 // colsum 1 of g; without: colsum 0 of a (a bias gradient).
-__global__ void colsum_kernel(float *out0, float *out1, const float *a, const float *x, const float *mean,
+__global__ void __launch_bounds__(1024) colsum_kernel(float *out0, float *out1, const float *a, const float *x, const float *mean,
                               const float *rstd, int64_t N, int M) {
   __shared__ float p0[32][33], p1[32][33];
   const int o = blockIdx.x * 32 + threadIdx.x;
