@@ -298,7 +298,8 @@ static inline __m512i d_round(__m512i b, const int M) {
 /* Pass 1 on the 32 elements at i: decode m and v with the old scales sm, ss;
  * m' and sqrt(v') to the scratch tm, ts; the running absmax of m' and of
  * sqrt(v') in am, as (integer maxima of the bits, as on AVX2: the same as float
- * maxima for values >= 0; a NaN, which steps skip, wins). */
+ * maxima for values >= 0; a NaN wins, and adam_q8_run then takes the block's
+ * maxima again without it). */
 ZS_AI void q8_pass1(const adam_c *c, const int adamw, const int gdt, vf sm, vf ss, __m512i *am, __m512i *as,
                     const float *w, const uint8_t *qm, const uint8_t *qv, const void *g, float *tm, float *ts,
                     size_t i) {

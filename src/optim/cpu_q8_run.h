@@ -58,10 +58,21 @@ ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, co
       if (b > 0)
         q8_pass2_block(&c, adamw, pdt, finite, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL,
                        tm + t2, ts + t2, B);
-      const float a = vi_hmax_f(am), sa = vi_hmax_f(as);
+      float a = vi_hmax_f(am), sa = vi_hmax_f(as);
+      finite = a <= FLT_MAX && sa <= FLT_MAX; /* false for inf and NaN: pass 2's clamped shape */
+      if (!finite) {
+        /* an inf or NaN among them (rare): pass 1's integer maxima let a NaN
+         * win; the block's scales are the maxima without it, as the scalar and
+         * CUDA paths take them (x > a ? x : a), from the block's scratch */
+        a = 0.0f, sa = 0.0f;
+        for (size_t i = 0; i < B; i++) {
+          const float x = tm[t1 + i] < 0.0f ? -tm[t1 + i] : tm[t1 + i], y = ts[t1 + i];
+          a = x > a ? x : a;
+          sa = y > sa ? y : sa;
+        }
+      }
       ms[b] = a, vs[b] = sa;
       inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
-      finite = a <= FLT_MAX && sa <= FLT_MAX; /* false for inf and NaN */
     } else {
       q8_pass2_block(&c, adamw, pdt, finite, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL,
                      tm + t2, ts + t2, B);
