@@ -209,7 +209,10 @@ extern "C" int zs_k_moe_route(const float *logits, int T, int E, int k, int norm
                               int32_t *topi, float *topw, int32_t *row, int64_t *counts, float *aux, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   cudaError_t e = cudaMemsetAsync(counts, 0, sizeof(int64_t) * 3 * (size_t)E, s);
-  if (e != cudaSuccess) return (int)e;
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* returned here, not again by the next launch's check */
+    return (int)e;
+  }
   if (T > 0) {
     k_softmax_topk<<<blocks(T, 128), 128, 0, s>>>(logits, T, E, k, normalize, probs, topi, topw);
     k_positions<<<E, MOE_THREADS, 0, s>>>(topi, T, k, cap, row, counts, E);

@@ -174,7 +174,10 @@ extern "C" int zs_k_tp_check_ids(const int32_t *ids, size_t n, int64_t vocab, in
   cudaStream_t st = (cudaStream_t)stream;
   cudaError_t e = cudaMemsetAsync(rec + 4, 0, sizeof(int32_t), st);
   if (e == cudaSuccess) e = cudaMemsetAsync(rec + 5, 0xff, sizeof(int32_t), st); /* no bad row yet */
-  if (e != cudaSuccess) return (int)e;
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* returned here, not again by the next launch's check */
+    return (int)e;
+  }
   if (!n) return 0;
   check_ids_kernel<<<blocks_for(n), TP_THREADS, 0, st>>>(ids, n, vocab, rec);
   record_first_kernel<<<1, 1, 0, st>>>(ids, call, rec);
