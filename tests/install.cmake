@@ -1,7 +1,10 @@
 # Installs this build into a scratch prefix and builds tests/consumer against it
-# with find_package(zeroshard), then with pkg-config; runs both.
+# with find_package(zeroshard), then with pkg-config; runs both. Then the same
+# for tests/consumer_cxx, a project of C++ alone: find_package, and the headers
+# under -std=c++17 -pedantic-errors on pkg-config's flags.
 zs_add_test_run(NAME install_consumer
                 COMMAND ${CMAKE_COMMAND} -DBUILD=${CMAKE_BINARY_DIR} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/consumer
+                        -DSRC_CXX=${CMAKE_CURRENT_SOURCE_DIR}/consumer_cxx -DCXX=${CMAKE_CXX_COMPILER}
                         -DWORK=${CMAKE_BINARY_DIR}/consumer-test -DCC=${CMAKE_C_COMPILER} -DSAN=${ZS_SANITIZE}
                         -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/install_consumer.cmake
                 TIMEOUT 300)

@@ -3,6 +3,8 @@
  * A versioned struct with an initializer: start from ZS_CONFIG_INIT (or
  * zs_config_from_env / zs_config_from_json, which start from it too) and change
  * fields. zs_engine_create checks every field and names the first bad one.
+ * ZS_CONFIG_INIT is a designated initializer in C and C++20; in C++ before 20,
+ * which has none, it is zs_config_defaults(), the same value.
  */
 #ifndef ZEROSHARD_CONFIG_H
 #define ZEROSHARD_CONFIG_H
@@ -215,6 +217,15 @@ typedef struct {
     .nvme_param_buffers = 0, .aio_block_size = 0, .aio_queue_depth = 0,                     \
     .replica_overlap = ZS_OVERLAP_AUTO                                                      \
   }
+
+/* ZS_CONFIG_INIT's value, from a function: for languages and compilers that
+ * take no designated initializers (C++ before C++20, bindings). */
+zs_config_t zs_config_defaults(void);
+
+#if defined(__cplusplus) && __cplusplus < 202002L
+#undef ZS_CONFIG_INIT
+#define ZS_CONFIG_INIT zs_config_defaults()
+#endif
 
 #ifdef __cplusplus
 }

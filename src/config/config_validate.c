@@ -7,6 +7,11 @@
 
 #include "config/config_impl.h"
 
+zs_config_t zs_config_defaults(void) {
+  const zs_config_t c = ZS_CONFIG_INIT;
+  return c;
+}
+
 /* ---- validation -------------------------------------------------------------- */
 
 /* "[prefix]config.<field> is <value>[ (from <origin>)]: <allowed>" */
