@@ -106,6 +106,8 @@ static void test_mismatch(void) {
       expect_str_contains(msg, "options differ"); /* the parameter count is an option-level fact */
     } else {
       expect_str_contains(msg, "stage 2");
+      expect_str_contains(msg, "optimizer adamw"); /* names, not enum numbers */
+      expect_str_contains(msg, "offload none");
     }
     zs_engine_destroy(zs);
   }

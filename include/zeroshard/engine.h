@@ -324,7 +324,10 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
  * comm's reduction scratch) at their most. */
 typedef struct {
   int world;
-  uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category */
+  uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category; the engine's own
+                                             scalars and bookkeeping (4 bytes, the comm
+                                             category's few hundred: design.md 3.9) are
+                                             in device_peak_bound, not here */
   uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned staging */
   uint64_t device_model_state, host_model_state;
   uint64_t device_peak_bound;

@@ -30,7 +30,7 @@ static void settings_read(void) {
     else if (!strcasecmp(v, "warn")) s.log_level = ZS_LOG_WARN;
     else if (!strcasecmp(v, "info")) s.log_level = ZS_LOG_INFO;
     else if (!strcasecmp(v, "debug")) s.log_level = ZS_LOG_DEBUG;
-    else fprintf(stderr, "zeroshard WARN ZS_LOG='%s' is not error|warn|info|debug; using warn\n", v);
+    else fprintf(stderr, "zeroshard WARN ZS_LOG='%s' is not none|error|warn|info|debug; using warn\n", v);
   }
   if ((v = getenv("ZS_COMM_TIMEOUT_S")) && *v) {
     char *end;

@@ -238,17 +238,24 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
 
 #define ZS_DESC 224
 
+static const char *optim_name(zs_optim_kind_t k) {
+  return k == ZS_ADAMW ? "adamw" : k == ZS_ADAM ? "adam" : k == ZS_SGD ? "sgd" : "unknown";
+}
+static const char *offload_name(zs_offload_t o) {
+  return o == ZS_OFFLOAD_NONE ? "none" : o == ZS_OFFLOAD_CPU ? "cpu" : o == ZS_OFFLOAD_NVME ? "nvme" : "unknown";
+}
+
 /* Entry 0 describes the world-visible options, entry i+1 parameter i. */
 static void describe(const zs_engine_t *zs, int i, char *buf) {
   memset(buf, 0, ZS_DESC);
   if (i == 0) {
     const zs_config_t *c = &zs->cfg;
     snprintf(buf, ZS_DESC,
-             "stage %d, param %s, reduce %s, grad_accum %d, optimizer %d, reshard_after_forward %d, "
-             "persist_threshold %zu, offload %d, shard_group %d, %d units, %d parameters",
+             "stage %d, param %s, reduce %s, grad_accum %d, optimizer %s, reshard_after_forward %d, "
+             "persist_threshold %zu, offload %s, shard_group %d, %d units, %d parameters",
              c->stage, zs_dtype_name(c->param_dtype), zs_dtype_name(c->reduce_dtype), c->grad_accum,
-             (int)c->optim.kind, c->reshard_after_forward, c->persist_threshold, (int)c->offload_optimizer,
-             c->shard_group, zs->nunits, zs->nparams);
+             optim_name(c->optim.kind), c->reshard_after_forward, c->persist_threshold,
+             offload_name(c->offload_optimizer), c->shard_group, zs->nunits, zs->nparams);
     return;
   }
   if (i - 1 >= zs->nparams) {
