@@ -30,7 +30,8 @@
  *   and stage means still 0.2857. With rank 1's B0 before its F0 no timeline
  *   runs that order: no replay is printed.
  * With gnuplot here, zs-trace plot draws this trace (whole, and step 2 alone
- * with --step 2; --step 3, a step it lacks, is refused) and an engine-only one. */
+ * with --step 2; --step 3, a step it lacks, is refused) and an engine-only one.
+ * A trace whose last event is cut short merges without it, into valid JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +278,50 @@ static void test_plot(void) {
   expect_int_ne(run_tool(args, out, sizeof out), 0);
 }
 
+/* A rank that stopped while writing leaves its last event cut short: merge
+ * leaves it out (a warning on stderr) and still writes valid JSON, the whole
+ * events all there; a file of cut events alone has no events (exit 1). */
+static void test_truncated(void) {
+  char cut[700], merged[700], args[2200], out[4096];
+  snprintf(cut, sizeof cut, "%s/cut.rank0", dir);
+  snprintf(merged, sizeof merged, "%s/cut_merged.json", dir);
+  FILE *f = fopen(cut, "w");
+  assert_true(f != NULL);
+  int first = 1;
+  fprintf(f, "{\"traceEvents\":[\n");
+  ev(f, &first, "gather \\\"a}\\\"", "engine", 0, 10, 0, 2); /* a '}' and escaped quotes inside a string */
+  ev(f, &first, "update step 1", "engine", 20, 10, 0, 3);
+  fprintf(f, ",\n{\"name\":\"reduce lnf\",\"cat\":\"engine\",\"ph\":\"X\",\"ts\":1000040,\"args\":{}");
+  fclose(f);
+  remove(merged);
+  snprintf(args, sizeof args, "merge '%s' '%s'", merged, cut);
+  expect_int_eq(run_tool(args, out, sizeof out), 0);
+  expect_true(strstr(out, "2 events") != NULL);
+  FILE *m = fopen(merged, "r");
+  assert_true(m != NULL);
+  char line[512], last[512] = "";
+  int events = 0, whole = 1;
+  while (fgets(line, sizeof line, m)) {
+    if (!strncmp(line, "{\"name\":", 8) || !strncmp(line, ",{\"name\":", 9)) {
+      events++;
+      size_t n = strlen(line);
+      while (n && (line[n - 1] == '\n' || line[n - 1] == ',')) line[--n] = '\0';
+      whole = whole && n && line[n - 1] == '}';
+    }
+    snprintf(last, sizeof last, "%s", line);
+  }
+  fclose(m);
+  expect_int_eq(events, 2);
+  expect_true(whole);
+  expect_true(strstr(last, "\"displayTimeUnit\":\"ms\"}") != NULL);
+  /* nothing whole: no events */
+  f = fopen(cut, "w");
+  assert_true(f != NULL);
+  fprintf(f, "{\"traceEvents\":[\n{\"name\":\"reduce lnf\",\"cat\":\"eng");
+  fclose(f);
+  expect_int_eq(run_tool(args, out, sizeof out), 1);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_trace_bubble ZS_TRACE_TOOL DIR\n");
@@ -291,5 +336,6 @@ int main(int argc, char **argv) {
   zs_test_run(test_replay);
   zs_test_run(test_whole);
   zs_test_run(test_plot);
+  zs_test_run(test_truncated);
   return zs_test_finish();
 }

@@ -89,6 +89,27 @@ static void field_str(const char *l, const char *key, char *out, size_t n) {
   out[k] = '\0';
 }
 
+/* Whether l is one whole JSON object: '{' ... its matching '}' at the end
+ * (strings and their escapes skipped). A rank that stopped while writing (a
+ * crash, a kill) leaves its last line cut short. */
+static int whole_object(const char *l) {
+  int depth = 0, in_str = 0;
+  if (*l != '{') return 0;
+  for (const char *p = l; *p; p++) {
+    if (in_str) {
+      if (*p == '\\' && p[1]) p++;
+      else if (*p == '"') in_str = 0;
+    } else if (*p == '"') {
+      in_str = 1;
+    } else if (*p == '{' || *p == '[') {
+      depth++;
+    } else if (*p == '}' || *p == ']') {
+      if (--depth == 0) return p[1] == '\0';
+    }
+  }
+  return 0;
+}
+
 static int read_file(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -98,12 +119,16 @@ static int read_file(const char *path) {
   char *line = NULL;
   size_t len = 0;
   ssize_t got;
-  int events = 0;
+  int events = 0, cut = 0;
   while ((got = getline(&line, &len, f)) > 0) {
     char *l = line;
     if (*l == ',') l++;
     if (strncmp(l, "{\"name\":", 8) != 0) continue;
     while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == ',')) line[--got] = '\0';
+    if (!whole_object(l)) { /* cut short: left out, so that merge still writes valid JSON */
+      cut++;
+      continue;
+    }
     if (nev == cap) {
       cap = cap ? 2 * cap : 1024;
       evs = realloc(evs, cap * sizeof *evs);
@@ -126,6 +151,9 @@ static int read_file(const char *path) {
   }
   free(line);
   fclose(f);
+  if (cut)
+    fprintf(stderr, "zs-trace: warning: %s: %d event(s) cut short (the rank stopped while writing?) left out; "
+            "%d whole ones read\n", path, cut, events);
   if (!events) fprintf(stderr, "zs-trace: %s has no events (not a zeroshard trace?)\n", path);
   return events > 0;
 }
@@ -508,6 +536,9 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2], -1) : 1;
   fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble [--skip K] FILE...\n"
-                  "       zs-trace plot [--step N] OUT.png FILE...\n");
+                  "       zs-trace plot [--step N] OUT.png FILE...\n"
+                  "bubble needs a pipeline's compute events (the pipeline runtime records them; a trainer\n"
+                  "without --pp has only the engine's). Events a rank left cut short are left out, with a\n"
+                  "warning. Exit: 0 done, 1 a file unreadable or without the events asked for, 2 bad usage\n");
   return 2;
 }
