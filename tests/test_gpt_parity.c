@@ -363,6 +363,18 @@ static void test_matmul(void) {
   expect_true(!o.comm_mpi && o.comm_nccl);
   expect_true(gpt_opts_parse(&o, 3, bad, err, sizeof err) != 0);
   expect_str_contains(err, "--comm");
+  /* --save and --export: their directory exists before the steps, or the run is refused then */
+  gpt_opts_t p;
+  gpt_opts_default(&p);
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), 0); /* neither given */
+  p.save = "/nonexistent-zs/run/ckpt";
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
+  expect_str_contains(err, "the directory /nonexistent-zs/run does not exist");
+  p.save = "ckpt_here", p.export_path = "/nonexistent-zs/x.safetensors";
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
+  expect_str_contains(err, "--export");
+  p.export_path = "/tmp/x.safetensors";
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), 0);
 }
 
 /* Collective failures are reported the same on every rank, without a hang. */

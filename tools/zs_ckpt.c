@@ -28,7 +28,9 @@
 static int usage(void) {
   fprintf(stderr, "usage: zs-ckpt verify DIR\n       zs-ckpt export DIR OUT.safetensors\n"
                   "       zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-bytes N]\n"
-                  "       zs-ckpt convert DIR OUTDIR\n");
+                  "       zs-ckpt convert DIR OUTDIR\n"
+                  "verify reads every block; export needs only the master weights' blocks.\n"
+                  "Exit: 0 ok, 1 the checkpoint or the file system failed (the status and why), 2 bad usage\n");
   return 2;
 }
 

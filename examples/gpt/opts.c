@@ -2,8 +2,11 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void gpt_opts_default(gpt_opts_t *o) {
   memset(o, 0, sizeof *o);
@@ -153,14 +156,18 @@ void gpt_opts_usage(FILE *f) {
           "                 the slowest; default no bound)\n"
           "checkpoints:\n"
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
-          "  --save DIR (at the end)  --save-every N (also every N steps)\n"
+          "  --save DIR (at the end; DIR's directory must exist)  --save-every N (also every N steps,\n"
+          "                 into the same DIR: each save replaces the one before)\n"
           "  --export FILE.safetensors (the final fp32 weights, for Python tools)\n"
           "  --init-from FILE|DIR (start from pretrained weights: a Hugging Face GPT-2 model.safetensors or\n"
           "                        sharded directory, or an --export file; --load wins over it)\n"
           "data and output:\n"
           "  --data FILE (train on a file's bytes instead)  --val-every N (0: start and end)\n"
-          "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (no per-step lines)\n"
-          "B must be a multiple of the data-parallel ranks (ranks / tp), and B / those a multiple of A.\n");
+          "  --val-seqs N (32)  --json (one JSON document on stdout)  --quiet (nothing but errors and,\n"
+          "                 with --json, the JSON)\n"
+          "B must be a multiple of the data-parallel ranks (ranks / tp), and B / those a multiple of A.\n"
+          "Exit: 0 done, 1 the run failed (every rank says why), 2 bad flags or a layout the build or\n"
+          "the world cannot run.\n");
 }
 
 /* Flags that take a value. */
@@ -269,6 +276,32 @@ static int parse_dtype(const char *s, zs_dtype_t *out) {
   if (!strcmp(s, "fp32")) *out = ZS_FP32;
   else if (!strcmp(s, "bf16")) *out = ZS_BF16;
   else return -1;
+  return 0;
+}
+
+/* --save DIR and --export FILE are written after the steps (--save also every
+ * --save-every steps): the directory that holds them must exist and take
+ * writes now, not be found missing once the run is spent. 0 ok (or no path). */
+static int parent_dir_ok(const char *flag, const char *path, char *err, size_t n) {
+  if (!path) return 0;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  struct stat st;
+  if (!*path || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, n, "%s '%s': the directory %s does not exist (checked before the steps; it is not created)",
+             flag, path, dir);
+    return -1;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    snprintf(err, n, "%s '%s': the directory %s does not take writes", flag, path, dir);
+    return -1;
+  }
   return 0;
 }
 
@@ -450,4 +483,8 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
   }
   if (!o->reduce_dtype_set) o->reduce_dtype = o->dtype;
   return 0;
+}
+
+int gpt_opts_check_paths(const gpt_opts_t *o, char *err, size_t n) {
+  return parent_dir_ok("--save", o->save, err, n) || parent_dir_ok("--export", o->export_path, err, n) ? -1 : 0;
 }

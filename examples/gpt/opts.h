@@ -106,6 +106,9 @@ typedef struct {
 /* The defaults: the small config that learns on a laptop CPU in a few minutes
  * (2 layers, 64 channels, 4 heads, seq 64, batch 16, 300 steps, fp32, stage 0). */
 void gpt_opts_default(gpt_opts_t *o);
+/* The directories --save and --export write into exist and take writes (they
+ * are written after the steps): 0, or -1 with the message in err. */
+int gpt_opts_check_paths(const gpt_opts_t *o, char *err, size_t n);
 /* The engine's config the options ask for: stage, dtypes, accumulation, clip,
  * AdamW (GPT-2's betas 0.9 / 0.95, eps 1e-8, --lr, --weight-decay), prefetch,
  * shard group, offload, delayed update. */

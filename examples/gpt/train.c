@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     gpt_opts_usage(stdout);
     return 0;
   }
+  if (rc == 0) rc = gpt_opts_check_paths(&o, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "zs-train-gpt: %s\n", err);
     return 2;

@@ -497,6 +497,9 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
           zs_dtype_name(o->reduce_dtype), (long long)res->params, o->layers,
           o->channels, o->heads, o->vocab, o->seq, (long long)t->data.n, t->data.nfiles, (long long)t->data.n_train,
           (long long)(t->data.n - t->data.n_train), o->batch, t->dp, t->rounds, t->micro, t->v_total);
+  if (o->shard_group && o->shard_group < t->dp)
+    fprintf(stderr, "  sharding: hybrid, shard groups of %d data-parallel rank(s), %d replica(s)\n", o->shard_group,
+            t->dp / o->shard_group);
   fprintf(stderr, "  matmul: %s\n", t->cuda ? gpt_matmul_cuda_describe(gpt_matmul_cuda(t->o)) : gpt_gemm_describe());
   fprintf(stderr, "  attention: %s\n", trainer_attention(o, t->cuda));
   if (t->cuda) fprintf(stderr, "  mlp epilogue: %s\n", trainer_epilogue(o, t->cuda));

@@ -191,7 +191,8 @@ static void json_num(FILE *f, double v) {
 }
 
 void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
-  fprintf(f, "{\"world\": %d, \"stage\": %d, \"params\": %lld, ", r->world, r->stage, (long long)r->params);
+  fprintf(f, "{\"world\": %d, \"stage\": %d, \"shard_group\": %d, \"params\": %lld, ", r->world, r->stage,
+          o->shard_group, (long long)r->params);
   fprintf(f, "\"dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"accum\": %d, \"offload\": %s, \"delayed_update\": %s, ",
           zs_dtype_name(o->dtype), zs_dtype_name(o->reduce_dtype), o->accum, o->offload ? "true" : "false",
           o->delayed_update ? "true" : "false");
