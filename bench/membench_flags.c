@@ -206,8 +206,8 @@ mb_opts_t mb_parse(int argc, char **argv) {
   if (o.ranks_per_node && mb_world % o.ranks_per_node)
     mb_die_all(2, "%s", "--ranks-per-node must divide the ranks (nodes of consecutive ranks)");
   if (o.tp > 1 && mb_world % o.tp) mb_die_all(2, "%s", "--tp must divide the ranks (tp groups are neighbouring ranks)");
-  if (o.tp > 1 && o.shard_group && (mb_world / o.tp) % o.shard_group)
-    mb_die_all(2, "%s", "--shard-group must divide the data-parallel ranks (ranks / --tp)");
+  if (o.shard_group && (o.shard_group > mb_world / o.tp || (mb_world / o.tp) % o.shard_group))
+    mb_die_all(2, "%s", "--shard-group must divide the data-parallel ranks (ranks / --tp) and be at most them");
   o.tp_rank = mb_rank % o.tp;
   return o;
 }

@@ -49,4 +49,10 @@ if(TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_membench_case(units_nvme_frozen_np2 2 --units 40000,3000,517 --frozen 1 --stages 1,2,3 --offload-param
                    --optim-state int8 --steps 2 --nvme ${CMAKE_CURRENT_BINARY_DIR}/membench_nvme_frozen_np2)
   zs_membench_case(units_param_cpu_np2 2 --units 1000,3000,517 --stages 3 --offload-param --steps 2)
+  # a shard group that does not divide the ranks is a bad flag: exit 2 (the help's), not 1 (a failed run)
+  zs_add_test_run(NAME test_membench_bad_shard_group
+                  COMMAND sh -c "\"$0\" -n 4 \"$1\" --units 1000 --shard-group 3 >/dev/null 2>&1
+test $? = 2"
+                          ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
+                  LABELS mpi TIMEOUT 60 ENV ${ZS_MPIEXEC_ENV})
 endif()

@@ -312,7 +312,15 @@ static void test_tier(void) {
     snprintf(cmd, sizeof cmd, "%s %s %s", plan, m, bad[i]);
     free(run(cmd, &code));
     if (code != 2) ZS_T_REPORT("zs-plan %s: exit %d, want 2 (stderr: %s)", bad[i], code, g_err);
+    /* one line that says what is wrong, not the whole usage */
+    if (strstr(g_err, "usage:")) ZS_T_REPORT("zs-plan %s: the usage instead of one line (stderr: %s)", bad[i], g_err);
   }
+  snprintf(cmd, sizeof cmd, "%s %s --world 4 --bogus 1", plan, UNITS4);
+  free(run(cmd, &code));
+  expect_str_contains(g_err, "unknown flag '--bogus'");
+  snprintf(cmd, sizeof cmd, "%s %s", plan, UNITS4);
+  free(run(cmd, &code));
+  expect_str_contains(g_err, "give --world N");
 }
 
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU

@@ -155,8 +155,8 @@ int64_t pl_unit_padded(const pl_model_t *m, int u, int n) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: zs-plan (--model gpt [model flags] | --units N1,N2,...) --world N --ranks-per-node K\n"
-          "               --device-mem GiB --intra-gbps X --inter-gbps Y [flags]\n"
+          "usage: zs-plan (--model gpt [model flags] | --units N1,N2,...) --world N [--ranks-per-node K]\n"
+          "               [--device-mem GiB] [--intra-gbps X] [--inter-gbps Y] [flags]\n"
           "Per-rank memory (zs_engine_estimate) and predicted communication time per step of each\n"
           "option (stage 0-3, flat or hybrid, offload or not); marks what fits, picks the fastest.\n"
           "model:\n"
@@ -289,9 +289,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 8; continue; }
     if (!v) {
       if (i + 1 >= argc) {
-        usage(stderr);
-        char msg[120];
-        snprintf(msg, sizeof msg, "%s needs a value (or is unknown)", a);
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s needs a value (or is unknown; zs-plan --help lists the flags)", a);
         pl_die(2, msg);
       }
       v = argv[++i];
@@ -359,9 +358,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
       else if (!strcmp(v, "sgd")) o.optim = ZS_SGD;
       else pl_die(2, "--optim: adamw, adam or sgd");
     } else {
-      usage(stderr);
-      char msg[120];
-      snprintf(msg, sizeof msg, "unknown flag '%s'", a);
+      char msg[160];
+      snprintf(msg, sizeof msg, "unknown flag '%s' (zs-plan --help lists the flags)", a);
       pl_die(2, msg);
     }
   }
@@ -374,8 +372,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!(given & 8)) o.net.alpha_intra = 2e-6;
     if (!(given & 16)) o.net.frame = 1.0;
   }
-  if (gpt == !!units) usage(stderr), pl_die(2, "give --model gpt or --units N1,N2,... (one of them)");
-  if (o.world < 1) usage(stderr), pl_die(2, "give --world N (the ranks)");
+  if (gpt == !!units) pl_die(2, "give --model gpt or --units N1,N2,... (one of them; zs-plan --help lists the flags)");
+  if (o.world < 1) pl_die(2, "give --world N (the ranks; zs-plan --help lists the flags)");
   if (o.world % o.per_node)
     pl_die(2, "--ranks-per-node must divide --world (every node holds the same number of ranks)");
   if (o.sp && o.tp < 2) pl_die(2, "--sequence-parallel splits the tokens over a tensor-parallel group: add --tp 2 or more");
