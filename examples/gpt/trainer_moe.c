@@ -453,8 +453,8 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
       TRY(save(t, res, o->save));
     if (t->rank == 0 && !o->quiet) {
-      fprintf(stderr, "step %5d/%d | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s",
-              step + 1, o->steps, res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
+      fprintf(stderr, "step %5lld/%lld | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s",
+              (long long)(t->step0 + step + 1), (long long)(t->step0 + o->steps), res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
               (double)o->batch * T / dt, (double)(mi->a2a_sent[step] + mi->a2a_recv[step]) / 1024.0,
               rep.skipped ? " | skipped" : "");
       if (val) fprintf(stderr, " | val loss %.6f (before this step)", res->val_loss);
