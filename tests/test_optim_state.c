@@ -404,6 +404,12 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
      * NaN; the NaN elements take the clamped shape's codes */
     if (sd == ZS_STATE_INT8 && t == steps)
       for (size_t i = 23; i < P->n; i += 10007) P->g[i] = zs_k_f_bits(i % 2 ? 0x7fc00000u : 0xffc00000u);
+    /* ... and in the ragged last block (the tile path's maxima, 16 lanes): a large
+     * gradient, then a NaN in the same lane 16 elements on, then the lane's others */
+    if (sd == ZS_STATE_INT8 && t == steps) {
+      const size_t lb = P->n / (size_t)block * (size_t)block;
+      if (lb + 40 < P->n) P->g[lb + 4] = 1e35f, P->g[lb + 20] = zs_k_f_bits(0x7fc00000u); /* above the 1e30s */
+    }
     if (sd == ZS_STATE_BF16 && t == 2)
       for (size_t i = 11; i < P->n; i += 4999) P->g[i] = i % 2 ? 1e30f : -1e30f;
     if (sd == ZS_STATE_BF16 && t == 3)

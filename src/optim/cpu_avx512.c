@@ -130,14 +130,17 @@ static inline void v16_enc_bf16(uint16_t *d, const float *t, uint32_t salt, uint
   }
   _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(out));
 }
+/* The maxima as cpu_tile.h's scalar loops take them, x > a ? x : a: VMAXPS
+ * gives its second operand unless the first is greater, so the new value goes
+ * first and a NaN (or -0 against +0) leaves the lane as it was. */
 static inline float v16_absmax(const float *t, size_t n) {
   __m512 a = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(t + i)));
+  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(t + i)), a);
   return _mm512_reduce_max_ps(a);
 }
 static inline float v16_max(const float *t, size_t n) {
   __m512 a = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(a, _mm512_loadu_ps(t + i));
+  for (size_t i = 0; i < n; i += 16) a = _mm512_max_ps(_mm512_loadu_ps(t + i), a);
   return _mm512_reduce_max_ps(a);
 }
 /* zs_q8_val of 16 magnitude codes (M mantissa bits): the code's exponent and
