@@ -375,6 +375,11 @@ static void test_matmul(void) {
   expect_str_contains(err, "--export");
   p.export_path = "/tmp/x.safetensors";
   expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), 0);
+  p.save = "/tmp"; /* a DIR made already is checked itself (the save writes inside it) */
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), 0);
+  p.save = "";
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
+  expect_str_contains(err, "give a path");
 }
 
 /* Collective failures are reported the same on every rank, without a hang. */

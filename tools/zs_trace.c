@@ -124,7 +124,7 @@ static int read_file(const char *path) {
     char *l = line;
     if (*l == ',') l++;
     if (strncmp(l, "{\"name\":", 8) != 0) continue;
-    while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == ',')) line[--got] = '\0';
+    while (got > 0 && strchr("\n\r\t ,", line[got - 1])) line[--got] = '\0'; /* CRLF copies too */
     if (!whole_object(l)) { /* cut short: left out, so that merge still writes valid JSON */
       cut++;
       continue;

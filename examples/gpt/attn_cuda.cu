@@ -41,10 +41,10 @@ extern "C" int opc_attention_pick(int hs, char *why, size_t n) {
   // backward takes 162 KiB, more than sm_86/sm_89 give (99 KiB); H100 228, A100 163
   int dev = 0, optin = 0;
   const size_t need = attn_smem_most(hs);
-  const int fits = cudaGetDevice(&dev) != cudaSuccess ||
-                   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-                   need <= (size_t)optin; // unknown: the launch says
-  (void)cudaGetLastError();
+  const int known = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess;
+  if (!known) (void)cudaGetLastError(); // these queries' own error only: a caller's pending one stays
+  const int fits = !known || need <= (size_t)optin; // unknown: the launch says
   if (attn_head_supported(hs) && fits) return OPC_ATTN_FUSED;
   if (mode == OPC_ATTN_AUTO) return OPC_ATTN_MATMUL;
   if (why && !attn_head_supported(hs))

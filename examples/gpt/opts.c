@@ -284,6 +284,13 @@ static int parse_dtype(const char *s, zs_dtype_t *out) {
  * writes now, not be found missing once the run is spent. 0 ok (or no path). */
 static int parent_dir_ok(const char *flag, const char *path, char *err, size_t n) {
   if (!path) return 0;
+  struct stat st;
+  if (*path && !strcmp(flag, "--save") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* DIR made already: the save writes inside it, not beside it */
+    if (access(path, W_OK | X_OK) == 0) return 0;
+    snprintf(err, n, "%s '%s': the directory does not take writes", flag, path);
+    return -1;
+  }
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   size_t len = strlen(dir);
@@ -292,8 +299,11 @@ static int parent_dir_ok(const char *flag, const char *path, char *err, size_t n
   if (!slash) snprintf(dir, sizeof dir, ".");
   else if (slash == dir) dir[1] = '\0';
   else *slash = '\0';
-  struct stat st;
-  if (!*path || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (!*path) {
+    snprintf(err, n, "%s: give a path", flag);
+    return -1;
+  }
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     snprintf(err, n, "%s '%s': the directory %s does not exist (checked before the steps; it is not created)",
              flag, path, dir);
     return -1;
