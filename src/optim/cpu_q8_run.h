@@ -2,6 +2,7 @@
  * (cpu_avx2.c, cpu_avx512.c), included at the end of a path file after it
  * defines: vf and vi (its float and integer vectors), v_set1, vi_zero() and
  * vi_hmax_f(a) (the largest of its lanes, non-negative float bits, as a float),
+ * and after cpu_tile.h (tile_absmax, tile_max),
  * adam_c and adam_consts, and q8_pass1 / q8_pass2 on 32 elements. It defines
  * cpu_tile.h's entry v16_adam_q8_run.
  *
@@ -62,14 +63,11 @@ ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, co
       finite = a <= FLT_MAX && sa <= FLT_MAX; /* false for inf and NaN: pass 2's clamped shape */
       if (!finite) {
         /* an inf or NaN among them (rare): pass 1's integer maxima let a NaN
-         * win; the block's scales are the maxima without it, as the scalar and
-         * CUDA paths take them (x > a ? x : a), from the block's scratch */
-        a = 0.0f, sa = 0.0f;
-        for (size_t i = 0; i < B; i++) {
-          const float x = tm[t1 + i] < 0.0f ? -tm[t1 + i] : tm[t1 + i], y = ts[t1 + i];
-          a = x > a ? x : a;
-          sa = y > sa ? y : sa;
-        }
+         * win; the block's scales are the maxima without it, taken again from
+         * the block's scratch by cpu_tile.h's loops (x > a ? x : a, as the
+         * scalar and CUDA paths) */
+        a = tile_absmax(tm + t1, B);
+        sa = tile_max(ts + t1, B);
       }
       ms[b] = a, vs[b] = sa;
       inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
