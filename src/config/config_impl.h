@@ -83,6 +83,10 @@ int zs__config_word_offload(const char *s, zs_offload_t *out);
 /* The word of a schedule kind ("cosine") and of a warmup type ("log"). */
 const char *zs__config_sched_name(zs_sched_kind_t k);
 const char *zs__config_warmup_name(zs_warmup_type_t w);
+/* The word of an optimizer kind ("adamw") and of an offload target ("nvme");
+ * "invalid" for a value outside the enum. */
+const char *zs__config_optim_name(zs_optim_kind_t k);
+const char *zs__config_offload_name(zs_offload_t f);
 
 /* strtod in the C locale, whatever the process's locale. */
 double zs__config_strtod(const char *s, char **end);

@@ -50,8 +50,11 @@ static value_str_t float_value(double x) {
   return v;
 }
 #define IS_FLAG(x) ((x) == 0 || (x) == 1)
-static const char *offload_name(zs_offload_t f) {
+const char *zs__config_offload_name(zs_offload_t f) {
   return f == ZS_OFFLOAD_NONE ? "none" : f == ZS_OFFLOAD_CPU ? "cpu" : f == ZS_OFFLOAD_NVME ? "nvme" : "invalid";
+}
+const char *zs__config_optim_name(zs_optim_kind_t k) {
+  return k == ZS_ADAMW ? "adamw" : k == ZS_ADAM ? "adam" : k == ZS_SGD ? "sgd" : "invalid";
 }
 
 static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
@@ -166,13 +169,13 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
                "use ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU or ZS_OFFLOAD_NVME");
   if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3) {
     char v[48];
-    snprintf(v, sizeof v, "%s at stage %d", offload_name(c->offload_param), c->stage);
+    snprintf(v, sizeof v, "%s at stage %d", zs__config_offload_name(c->offload_param), c->stage);
     return bad(prefix, o, "offload_param", v,
                "parameter offload needs stage 3: below it every rank holds every parameter");
   }
   if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE) {
     char v[64];
-    snprintf(v, sizeof v, "%s without offload_optimizer", offload_name(c->offload_param));
+    snprintf(v, sizeof v, "%s without offload_optimizer", zs__config_offload_name(c->offload_param));
     return bad(prefix, o, "offload_param", v,
                "the updated parameters are made on the host by the offloaded optimizer: set offload_optimizer to "
                "cpu or nvme");
@@ -207,7 +210,7 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (c->delayed_param_update && (c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param != ZS_OFFLOAD_NONE)) {
     char v[64];
     if (c->offload_optimizer == ZS_OFFLOAD_NVME) snprintf(v, sizeof v, "1 with offload_optimizer nvme");
-    else snprintf(v, sizeof v, "1 with offload_param %s", offload_name(c->offload_param));
+    else snprintf(v, sizeof v, "1 with offload_param %s", zs__config_offload_name(c->offload_param));
     return bad(prefix, o, "delayed_param_update", v,
                "the delayed update is not built for the NVMe tier or parameter offload: set delayed_param_update to 0");
   }
@@ -303,8 +306,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
     return buf;
   }
   const zs_optim_config_t *p = &cfg->optim;
-  static const char *const kinds[] = {"adamw", "adam", "sgd"};
-  const char *kind = ((int)p->kind >= 0 && p->kind <= ZS_SGD) ? kinds[p->kind] : "invalid-optim";
+  const char *kind = (int)p->kind >= 0 && p->kind <= ZS_SGD ? zs__config_optim_name(p->kind) : "invalid-optim";
   put(buf, n, &at, "stage %d, param %s, reduce %s, %s lr %g", cfg->stage, zs_dtype_name(cfg->param_dtype),
       zs_dtype_name(cfg->reduce_dtype), kind, (double)p->lr);
   if (p->kind == ZS_SGD)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config_impl.h" /* defines: zs__config_optim_name, zs__config_offload_name */
 #include "zero/engine_impl.h"
 
 /* ============================================================================
@@ -238,13 +239,6 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
 
 #define ZS_DESC 224
 
-static const char *optim_name(zs_optim_kind_t k) {
-  return k == ZS_ADAMW ? "adamw" : k == ZS_ADAM ? "adam" : k == ZS_SGD ? "sgd" : "unknown";
-}
-static const char *offload_name(zs_offload_t o) {
-  return o == ZS_OFFLOAD_NONE ? "none" : o == ZS_OFFLOAD_CPU ? "cpu" : o == ZS_OFFLOAD_NVME ? "nvme" : "unknown";
-}
-
 /* Entry 0 describes the world-visible options, entry i+1 parameter i. */
 static void describe(const zs_engine_t *zs, int i, char *buf) {
   memset(buf, 0, ZS_DESC);
@@ -254,8 +248,8 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
              "stage %d, param %s, reduce %s, grad_accum %d, optimizer %s, reshard_after_forward %d, "
              "persist_threshold %zu, offload %s, shard_group %d, %d units, %d parameters",
              c->stage, zs_dtype_name(c->param_dtype), zs_dtype_name(c->reduce_dtype), c->grad_accum,
-             optim_name(c->optim.kind), c->reshard_after_forward, c->persist_threshold,
-             offload_name(c->offload_optimizer), c->shard_group, zs->nunits, zs->nparams);
+             zs__config_optim_name(c->optim.kind), c->reshard_after_forward, c->persist_threshold,
+             zs__config_offload_name(c->offload_optimizer), c->shard_group, zs->nunits, zs->nparams);
     return;
   }
   if (i - 1 >= zs->nparams) {
