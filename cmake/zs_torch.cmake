@@ -7,6 +7,14 @@
 #                 the torch package folder of a Python installation; default: the
 #                 `torch` package of python3, located without importing it
 #
+# Installed beside zeroshard's CMake package too: find_package(zeroshard
+# COMPONENTS torch) includes it (zeroshardTorch.cmake) with two more inputs,
+#   ZS_TORCH_DEFAULT_DIR     the folder the adapter was built against (taken
+#                            when ZS_TORCH_DIR is not set, before python3's)
+#   ZS_TORCH_EXPECT_VERSION  that libtorch's version: another major.minor is
+#                            refused, as the adapter's C++ ABI follows libtorch's
+# and sets ZS_TORCH_VERSION, and zs_torch_why where it finds none.
+#
 # Why not find_package(Torch): PyPI's torch wheel is a CUDA build, and its
 # TorchConfig.cmake enables CUDA, looks for cuDNN and links libtorch.so, which
 # pulls in libtorch_cuda.so and about 3 GB of nvidia-* wheels at run time. The
@@ -23,6 +31,9 @@ if(ZS_TORCH STREQUAL "OFF")
 endif()
 
 set(zs_torch_root "${ZS_TORCH_DIR}")
+if(NOT zs_torch_root)
+  set(zs_torch_root "${ZS_TORCH_DEFAULT_DIR}")
+endif()
 if(NOT zs_torch_root)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   if(Python3_Interpreter_FOUND)
@@ -44,6 +55,19 @@ else()
   find_library(ZS_TORCH_C10_LIB c10 PATHS "${zs_torch_root}/lib" NO_DEFAULT_PATH)
   if(NOT ZS_TORCH_CPU_LIB OR NOT ZS_TORCH_C10_LIB)
     set(zs_torch_why "${zs_torch_root}/lib lacks libtorch_cpu or libc10")
+  endif()
+  # the version: torch/headeronly/version.h (2.9 and later), else the C++ API's
+  set(ZS_TORCH_VERSION "")
+  foreach(h headeronly/version.h csrc/api/include/torch/version.h)
+    if(NOT ZS_TORCH_VERSION AND EXISTS "${zs_torch_root}/include/torch/${h}")
+      file(STRINGS "${zs_torch_root}/include/torch/${h}" zs_torch_vl REGEX "#define TORCH_VERSION_(MAJOR|MINOR|PATCH) ")
+      string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3" ZS_TORCH_VERSION "${zs_torch_vl}")
+    endif()
+  endforeach()
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" zs_torch_mm "${ZS_TORCH_VERSION}")
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" zs_torch_want "${ZS_TORCH_EXPECT_VERSION}")
+  if(NOT zs_torch_why AND zs_torch_want AND NOT zs_torch_mm STREQUAL zs_torch_want)
+    set(zs_torch_why "${zs_torch_root} is libtorch ${ZS_TORCH_VERSION}, but zeroshard's adapter was built against ${ZS_TORCH_EXPECT_VERSION} (${ZS_TORCH_DEFAULT_DIR}): set ZS_TORCH_DIR to a libtorch ${zs_torch_want}, or build zeroshard against this one")
   endif()
 endif()
 if(zs_torch_why)
@@ -70,6 +94,14 @@ if(zs_torch_cfg MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
   set(zs_torch_defs _GLIBCXX_USE_CXX11_ABI=0)
 endif()
 
+# once per CMake run (a project may find zeroshard's torch component from
+# several directories; the target is global)
+if(TARGET zs_torch_imported)
+  set(ZS_TORCH_ROOT "${zs_torch_root}")
+  set(ZS_TORCH_LIBDIR "${zs_torch_root}/lib")
+  set(ZS_HAVE_TORCH ON)
+  return()
+endif()
 add_library(zs_torch_imported INTERFACE IMPORTED GLOBAL)
 target_include_directories(zs_torch_imported SYSTEM INTERFACE "${zs_torch_root}/include"
                                                                "${zs_torch_root}/include/torch/csrc/api/include")
@@ -86,4 +118,4 @@ add_library(zs::torch ALIAS zs_torch_imported)
 set(ZS_TORCH_ROOT "${zs_torch_root}")
 set(ZS_TORCH_LIBDIR "${zs_torch_root}/lib")
 set(ZS_HAVE_TORCH ON)
-message(STATUS "libtorch adapter: torch_cpu + c10 from ${zs_torch_root} (${zs_torch_std})")
+message(STATUS "libtorch adapter: torch_cpu + c10 ${ZS_TORCH_VERSION} from ${zs_torch_root} (${zs_torch_std})")

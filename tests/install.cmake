@@ -1,10 +1,18 @@
 # Installs this build into a scratch prefix and builds tests/consumer against it
 # with find_package(zeroshard), then with pkg-config; runs both. Then the same
 # for tests/consumer_cxx, a project of C++ alone: find_package, and the headers
-# under -std=c++17 -pedantic-errors on pkg-config's flags.
+# under -std=c++17 -pedantic-errors on pkg-config's flags. Where the libtorch
+# adapter was built (and not under the sanitizers: libtorch is not
+# instrumented, and the plain pass covers the package), tests/consumer_torch
+# too: find_package(zeroshard COMPONENTS torch), trained against plain libtorch.
+set(zs_consumer_torch "")
+if(TARGET zeroshard_torch AND ZS_HAVE_MPI AND NOT ZS_SANITIZE)
+  set(zs_consumer_torch ${CMAKE_CURRENT_SOURCE_DIR}/consumer_torch)
+endif()
 zs_add_test_run(NAME install_consumer
                 COMMAND ${CMAKE_COMMAND} -DBUILD=${CMAKE_BINARY_DIR} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/consumer
                         -DSRC_CXX=${CMAKE_CURRENT_SOURCE_DIR}/consumer_cxx -DCXX=${CMAKE_CXX_COMPILER}
+                        -DSRC_TORCH=${zs_consumer_torch}
                         -DWORK=${CMAKE_BINARY_DIR}/consumer-test -DCC=${CMAKE_C_COMPILER} -DSAN=${ZS_SANITIZE}
                         -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/install_consumer.cmake
                 TIMEOUT 300)
