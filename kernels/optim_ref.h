@@ -57,6 +57,7 @@ typedef enum {
   ZS_K_SGD,           /* plain SGD (momentum 0), L2 */
   ZS_K_SGD_MOM,       /* heavy-ball momentum */
   ZS_K_SGD_NESTEROV,  /* Nesterov momentum */
+  ZS_K_LION,          /* Lion: sign update, one state, decoupled decay */
   ZS_K_KIND_COUNT
 } zs_k_kind_t;
 
@@ -65,8 +66,8 @@ typedef struct {
   int kind;     /* zs_k_kind_t */
   int first;    /* SGD with momentum at step 1: the buffer starts as g (PyTorch) */
   float gm;     /* gradient multiplier: averaging, unscale and clip in one factor */
-  float b1, a1; /* Adam: beta1 and 1 - beta1; SGD: b1 = momentum */
-  float b2, a2; /* Adam: beta2 and 1 - beta2 */
+  float b1, a1; /* Adam, Lion: beta1 and 1 - beta1; SGD: b1 = momentum */
+  float b2, a2; /* Adam, Lion: beta2 and 1 - beta2 */
   float rbc2;   /* Adam: 1 / sqrt(1 - beta2^t) */
   float eps;    /* Adam */
 } zs_k_hyper_t;
@@ -108,6 +109,27 @@ ZS_HD void zs_ref_sgd(const zs_k_hyper_t *h, int kind, float lr, float wd, float
   *w = ZS_SUB(x, ZS_MUL(lr, d));
 }
 
+/* Lion on one element (kind ZS_K_LION): lr = lr * lr_scale, wd = lr * wd * wd_scale
+ * (decoupled, as AdamW's). The update's direction is the sign of an
+ * interpolation, and the state moves with beta2 afterwards:
+ *   c = b1 m + (a1 g); w' = w - (lr sign(c) + wd w); m' = b2 m + (a2 g)
+ * sign(0) = 0, and a NaN c (which steps with non-finite gradients skip) gives 0
+ * on every path. Fused: both interpolations and lr s + (wd w) (lr s is exact). */
+ZS_HD float zs_ref_sign(float c) { return c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : 0.0f; }
+ZS_HD void zs_ref_lion(const zs_k_hyper_t *h, float lr, float wd, float g, float *w, float *m) {
+  float x = *w, mm = *m;
+  g = ZS_MUL(g, h->gm);
+  float c = ZS_FMA(h->b1, mm, ZS_MUL(h->a1, g));
+  *w = ZS_SUB(x, ZS_FMA(lr, zs_ref_sign(c), ZS_MUL(wd, x)));
+  *m = ZS_FMA(h->b2, mm, ZS_MUL(h->a2, g));
+}
+
+/* The one-state kinds (SGD's and Lion) on one element; m may be NULL for plain SGD. */
+ZS_HD void zs_ref_one_state(const zs_k_hyper_t *h, int kind, float lr, float wd, float g, float *w, float *m) {
+  if (kind == ZS_K_LION) zs_ref_lion(h, lr, wd, g, w, m);
+  else zs_ref_sgd(h, kind, lr, wd, g, w, m);
+}
+
 /* fp32 <-> bf16 / fp16: src/common/half.h, the one definition (host and device). */
 #define zs_ref_f32_to_bf16 zs_f32_to_bf16
 #define zs_ref_bf16_to_f32 zs_bf16_to_f32
@@ -133,7 +155,7 @@ ZS_HD void zs_ref_step(const zs_k_hyper_t *h, float lr, float wd, int gdt, int p
                        float *m, float *v, const void *grad, void *param, size_t i) {
   float g = zs_ref_load(grad, gdt, i);
   if (h->kind <= ZS_K_ADAM) zs_ref_adam(h, h->kind == ZS_K_ADAMW, lr, wd, g, w + i, m + i, v + i);
-  else zs_ref_sgd(h, h->kind, lr, wd, g, w + i, m ? m + i : NULL);
+  else zs_ref_one_state(h, h->kind, lr, wd, g, w + i, m ? m + i : NULL);
   if (param) zs_ref_store(param, pdt, i, w[i]);
 }
 

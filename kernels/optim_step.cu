@@ -1,5 +1,5 @@
 // kernels/optim_step.cu: the fused optimizer step (AdamW, Adam, SGD with or
-// without momentum / Nesterov) over many shard segments in one launch.
+// without momentum / Nesterov, Lion) over many shard segments in one launch.
 //
 // What it does, per element: reads master, grad (fp32/bf16/fp16), m, v once;
 // computes the update in fp32; writes master, m, v and, for segments with a
@@ -45,7 +45,7 @@
 
 namespace {
 
-enum { FAM_ADAMW = 0, FAM_ADAM = 1, FAM_SGD = 2 }; // SGD variants differ at run time
+enum { FAM_ADAMW = 0, FAM_ADAM = 1, FAM_SGD = 2 }; // one state (SGD's variants, Lion): kind at run time
 enum { P_NONE = -1 };
 
 // A segment of the fp32 kernel: zs_k_seg_t without the compact-state fields.
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(ZS_K_THREADS) step_kernel(const __grid_constan
 #pragma unroll
   for (int j = 0; j < 8; j++) {
     if (FAM != FAM_SGD) zs_ref_adam(h, FAM == FAM_ADAMW, S.lr, S.wd, g[j], &w[j], &m[j], &v[j]);
-    else zs_ref_sgd(h, h->kind, S.lr, S.wd, g[j], &w[j], &m[j]);
+    else zs_ref_one_state(h, h->kind, S.lr, S.wd, g[j], &w[j], &m[j]);
   }
 
   // 4. write back with 16-byte stores; the param copy is rounded from the new master
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(ZS_KQ_THREADS_MAX) step_q_kernel(const __grid_
   for (int j = 0; j < 8; j++) {
     if (j >= cnt) continue;
     if (FAM != FAM_SGD) zs_ref_adam(h, FAM == FAM_ADAMW, S.lr, S.wd, g[j], &w[j], &m[j], &v[j]);
-    else zs_ref_sgd(h, h->kind, S.lr, S.wd, g[j], &w[j], &m[j]);
+    else zs_ref_one_state(h, h->kind, S.lr, S.wd, g[j], &w[j], &m[j]);
   }
 
   // 4. int8: the new block scales. Q = B / 8 threads (a power of two, 8..512,

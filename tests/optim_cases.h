@@ -343,6 +343,44 @@ static void test_nonfinite_grad_step(void) {
   assert_ok(zs__optim_force_simd(paths[npaths - 1]));
 }
 
+/* Lion's direction is the sign of b1 m + (1-b1) g, not of m, g or the new m
+ * (b2 m + (1-b2) g): elements where these disagree, where the interpolation is
+ * exactly 0 (only the decay moves w), and a NaN gradient (direction 0, every
+ * path). Every path, every element, against values worked out by hand in
+ * double; the same 7 elements repeat 5 times (n = 35: whole vectors and a
+ * tail on AVX2 and AVX-512). */
+static void test_lion_sign(void) {
+  /* elements 0, 1, 4: the sign of m and of b2 m + (1-b2) g differ from the direction; 3: g's does */
+  static const float M[7] = {-1.0f, 1.0f, 0, 15.0f, 0.5f, -2.0f, 0.25f};
+  static const float G[7] = {15.0f, -15.0f, 0, -1.0f, -5.0f, 0.0f, NAN};
+  static const float S[7] = {1, -1, 0, 1, -1, -1, 0}; /* the signs of 0.9 m + 0.1 g */
+  const float lr = 0.125f, wd = 0.5f, w0 = 2.0f;   /* powers of two: the expected w is exact */
+  for (int pi = 0; pi < npaths; pi++) {
+    assert_ok(zs__optim_force_simd(paths[pi]));
+    float w[35], m[35], g[35];
+    for (int i = 0; i < 35; i++) w[i] = w0, m[i] = M[i % 7], g[i] = G[i % 7];
+    zs_optim_hyper_t h;
+    memset(&h, 0, sizeof h);
+    h.cfg = (zs_optim_config_t){.kind = ZS_LION, .lr = lr, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f,
+                                .weight_decay = wd};
+    h.step = 3, h.grad_mult = 1.0f, h.grad_dtype = ZS_FP32, h.param_dtype = ZS_BF16;
+    zs_optim_seg_t seg = {w, m, NULL, g, NULL, 35, 1.0f, 1.0f, NULL, NULL, 0};
+    expect_ok(zs__optim_step_cpu(&h, &seg, 1));
+    for (int i = 0; i < 35; i++) {
+      /* w - lr (s + wd w) = 2 - 0.125 (s + 1): exact in fp32 */
+      float want = w0 - lr * (S[i % 7] + wd * w0);
+      double mw = 0.99 * (double)M[i % 7] + 0.01 * (double)G[i % 7];
+      if (w[i] != want)
+        ZS_T_REPORT("lion %s element %d (m %g, g %g): w %a, want %a (direction %g)", zs__simd_name(paths[pi]), i,
+                    (double)M[i % 7], (double)G[i % 7], (double)w[i], (double)want, (double)S[i % 7]);
+      if (i % 7 != 6 && !(fabs((double)m[i] - mw) <= 1e-6 * (fabs(mw) + 1e-30)))
+        ZS_T_REPORT("lion %s element %d: m' %.9g, want %.9g", zs__simd_name(paths[pi]), i, (double)m[i], mw);
+      if (i % 7 == 6 && !isnan(m[i])) ZS_T_REPORT("lion %s element %d: a NaN gradient gave m' %g", zs__simd_name(paths[pi]), i, (double)m[i]);
+    }
+  }
+  assert_ok(zs__optim_force_simd(paths[npaths - 1]));
+}
+
 static void test_invalid(void) {
   prob_t P;
   prob_init(&P, 8, 1);

@@ -331,7 +331,7 @@ static void m_dtype(cJSON *m) { set_str(m, "param_dtype", "fp77"); }
 static void m_dtype_int(cJSON *m) { set_str(m, "param_dtype", "int32"); }
 static void m_state_unknown(cJSON *m) { cJSON_AddItemToArray(item(m, "state"), cJSON_CreateString("q")); }
 static void m_state_no_v(cJSON *m) { cJSON_DeleteItemFromArray(item(m, "state"), 2); }
-static void m_optimizer(cJSON *m) { set_str(m, "optimizer", "lion"); }
+static void m_optimizer(cJSON *m) { set_str(m, "optimizer", "lamb"); }
 static void m_loss_scale(cJSON *m) { set_num(m, "loss_scale", 1e39); }
 static void m_step_negative(cJSON *m) { set_num(m, "step", -1); }
 static void m_good_steps(cJSON *m) { set_num(m, "good_steps", 1e12); }

@@ -62,7 +62,7 @@ static void test_invalid_fields(void) {
   BAD(c.reduce_dtype = ZS_UINT8, "config.reduce_dtype is uint8: use fp32 or bf16");
   BAD((c.param_dtype = ZS_BF16, c.reduce_dtype = ZS_FP16),
       "config.reduce_dtype is fp16 with param_dtype bf16: use fp32 or bf16 (fp16 reduction");
-  BAD(c.optim.kind = (zs_optim_kind_t)3, "config.optim.kind is 3");
+  BAD(c.optim.kind = (zs_optim_kind_t)4, "config.optim.kind is 4");
   BAD(c.optim.lr = 0.0f, "config.optim.lr is 0: use a finite learning rate > 0");
   BAD(c.optim.lr = -1e-3f, "config.optim.lr is -0.001");
   BAD(c.optim.lr = INFINITY, "config.optim.lr is inf");

@@ -101,12 +101,12 @@ static void test_json_errors(void) {
   JSON_BAD("{\"reshard_after_forward\": 2}", ZS_ERR_INVALID, "reshard_after_forward is 2: expected true or false");
   JSON_BAD("{\"param_dtype\": \"fp8\"}", ZS_ERR_INVALID, "param_dtype is \"fp8\": expected fp32, bf16 or fp16");
   JSON_BAD("{\"param_dtype\": 1}", ZS_ERR_INVALID, "param_dtype is 1: expected fp32, bf16 or fp16");
-  JSON_BAD("{\"optim\": {\"kind\": \"lion\"}}", ZS_ERR_INVALID, "optim.kind is \"lion\": expected adamw, adam or sgd");
+  JSON_BAD("{\"optim\": {\"kind\": \"lamb\"}}", ZS_ERR_INVALID, "optim.kind is \"lamb\": expected adamw, adam, sgd or lion");
   JSON_BAD("{\"optimizer\": {\"params\": {\"betas\": [0.9]}}}", ZS_ERR_INVALID,
            "optimizer.params.betas is [0.9]: expected [beta1, beta2]");
   JSON_BAD("{\"optimizer\": {\"params\": {\"betas\": [0.9, \"x\"]}}}", ZS_ERR_INVALID, "optimizer.params.betas[1] is \"x\": expected a finite number");
   JSON_BAD("{\"optimizer\": {\"type\": \"Lamb\"}}", ZS_ERR_INVALID,
-           "optimizer.type is \"Lamb\": zeroshard supports \"AdamW\", \"Adam\" and \"SGD\"");
+           "optimizer.type is \"Lamb\": zeroshard supports \"AdamW\", \"Adam\", \"SGD\" and \"Lion\"");
   JSON_BAD("{\"optimizer\": {\"type\": \"adam\", \"params\": {\"amsgrad\": true}}}", ZS_ERR_INVALID,
            "optimizer.params.amsgrad is true: AMSGrad is not supported");
   /* NVMe without a path, a device that is not one, parameter offload alone

@@ -38,8 +38,17 @@ static void test_json(void) {
               ZS_ERR_INVALID);
   expect_true(strstr(zs_last_error(), "optim.state_block") != NULL);
   expect_true(zs_config_from_json(&c, "{\"optim\": {\"state_block\": 8192}}") == ZS_ERR_INVALID);
-  expect_true(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lion8bit\"}}") == ZS_ERR_INVALID);
-  expect_true(strstr(zs_last_error(), "AdamW8bit") != NULL);
+  expect_true(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lamb8bit\"}}") == ZS_ERR_INVALID);
+  expect_true(strstr(zs_last_error(), "AdamW8bit") != NULL && strstr(zs_last_error(), "Lion8bit") != NULL);
+  /* Lion under DeepSpeed's and bitsandbytes' names, and ours */
+  expect_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lion\", \"params\": {\"betas\": [0.9, 0.99]}}}"));
+  expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_FP32 && c.optim.beta2 == 0.99f);
+  expect_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lion8bit\"}}"));
+  expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_INT8);
+  expect_ok(zs_config_from_json(&c, "{\"optim\": {\"kind\": \"lion\", \"state_dtype\": \"bf16\"}}"));
+  expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_BF16);
+  char d[512];
+  expect_true(strstr(zs_config_describe(&c, d, sizeof d), "lion lr 0.001 betas 0.9/0.999 states bf16") != NULL);
 }
 
 static void test_env(void) {

@@ -84,13 +84,16 @@ static const cfg_t cfgs[] = {
     {"sgd momentum grad bf16 copy fp16", ZS_SGD, 0.9f, 0, ZS_BF16, ZS_FP16, 1e-3f, 0.01f, 0},
     {"sgd nesterov grad fp16 copy bf16", ZS_SGD, 0.9f, 1, ZS_FP16, ZS_BF16, 1e-3f, 0.01f, 0},
     {"sgd nesterov grad fp32 no copy", ZS_SGD, 0.5f, 1, ZS_FP32, ZS_FP32, 1e-2f, 0.0f, 0},
+    {"lion grad fp32 copy bf16", ZS_LION, 0, 0, ZS_FP32, ZS_BF16, 1e-4f, 0.1f, 0},
+    {"lion grad bf16 copy fp16", ZS_LION, 0, 0, ZS_BF16, ZS_FP16, 3e-4f, 0.0f, 0},
+    {"lion grad fp16 no copy", ZS_LION, 0, 0, ZS_FP16, ZS_FP32, 2e-4f, 1.0f, 0},
 };
 #define NCFG (sizeof cfgs / sizeof *cfgs)
 
 static zs_optim_hyper_t hyper_of(const cfg_t *c, int64_t step) {
   zs_optim_hyper_t h;
   memset(&h, 0, sizeof h);
-  h.cfg = (zs_optim_config_t){.kind = c->kind, .lr = c->lr, .beta1 = 0.9f, .beta2 = 0.999f,
+  h.cfg = (zs_optim_config_t){.kind = c->kind, .lr = c->lr, .beta1 = 0.9f, .beta2 = c->kind == ZS_LION ? 0.99f : 0.999f,
                               .eps = c->eps ? c->eps : 1e-8f, .weight_decay = c->wd, .momentum = c->momentum,
                               .nesterov = c->nesterov};
   h.step = step;
@@ -101,7 +104,8 @@ static zs_optim_hyper_t hyper_of(const cfg_t *c, int64_t step) {
 }
 
 /* The textbook update in double (Loshchilov & Hutter for AdamW, Kingma & Ba for
- * Adam with L2, PyTorch's SGD with the buffer initialized to g). */
+ * Adam with L2, PyTorch's SGD with the buffer initialized to g, Chen et al.'s
+ * Lion: w -= lr (sign(b1 m + (1-b1) g) + wd w), then m = b2 m + (1-b2) g). */
 static void ref_update(const zs_optim_hyper_t *h, double lr_scale, double wd_scale, double *w,
                        double *m, double *v, double graw) {
   const zs_optim_config_t *c = &h->cfg;
@@ -119,6 +123,12 @@ static void ref_update(const zs_optim_hyper_t *h, double lr_scale, double wd_sca
     return;
   }
   double b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+  if (c->kind == ZS_LION) {
+    double u = b1 * *m + (1.0 - b1) * g;
+    *w -= lr * ((u > 0 ? 1.0 : u < 0 ? -1.0 : 0.0) + wd * *w);
+    *m = b2 * *m + (1.0 - b2) * g;
+    return;
+  }
   if (c->kind == ZS_ADAM) g += wd * *w;
   *m = b1 * *m + (1.0 - b1) * g;
   *v = b2 * *v + (1.0 - b2) * g * g;
@@ -178,7 +188,7 @@ static void prob_grad(prob_t *P, zs_dtype_t gdt, uint64_t seed) {
 }
 
 static zs_optim_seg_t prob_seg(prob_t *P, const cfg_t *c, float lr_scale, float wd_scale) {
-  int mom = c->kind != ZS_SGD || c->momentum != 0.0f, var = c->kind != ZS_SGD;
+  int mom = c->kind != ZS_SGD || c->momentum != 0.0f, var = c->kind == ZS_ADAMW || c->kind == ZS_ADAM;
   return (zs_optim_seg_t){P->w, mom ? P->m : NULL, var ? P->v : NULL, P->g,
                           c->pdt == ZS_FP32 ? NULL : P->p, P->n, lr_scale, wd_scale, NULL, NULL, 0};
 }
@@ -214,7 +224,7 @@ static void check_against_ref(const prob_t *P, const cfg_t *c, const char *path,
                               int with_copy) {
   double rw = max_rel(P->w, P->rw, P->n);
   double rm = c->kind != ZS_SGD || c->momentum != 0.0f ? max_rel(P->m, P->rm, P->n) : 0.0;
-  double rv = c->kind != ZS_SGD ? max_rel(P->v, P->rv, P->n) : 0.0;
+  double rv = c->kind == ZS_ADAMW || c->kind == ZS_ADAM ? max_rel(P->v, P->rv, P->n) : 0.0;
   double worst = rw > rm ? rw : rm;
   worst = worst > rv ? worst : rv;
   if (worst > worst_rel_seen) worst_rel_seen = worst;
@@ -256,6 +266,7 @@ int main(void) {
   zs_test_run(test_sumsq);
   zs_test_run(test_nonfinite);
   zs_test_run(test_nonfinite_grad_step);
+  zs_test_run(test_lion_sign);
   zs_test_run(test_cast_scale_accumulate);
 #ifdef ZS_TEST_DISPATCH
   zs_test_run(test_dispatch_cpu);

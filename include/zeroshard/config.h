@@ -21,9 +21,15 @@ extern "C" {
 
 #define ZS_CONFIG_VERSION 1
 
-typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD } zs_optim_kind_t;
+/* ZS_LION: Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+ * Algorithms"): w -= lr (sign(beta1 m + (1-beta1) g) + wd w), then
+ * m = beta2 m + (1-beta2) g; one state (m), decoupled decay, no eps and no bias
+ * correction. Its paper's betas are (0.9, 0.99) and its lr 3-10x below AdamW's;
+ * zs_optim_config_t's defaults are Adam's, so set them. */
+typedef enum { ZS_ADAMW = 0, ZS_ADAM, ZS_SGD, ZS_LION } zs_optim_kind_t;
 
-/* How the optimizer keeps its moments (Adam's m and v, SGD's momentum buffer);
+/* How the optimizer keeps its moments (Adam's m and v, SGD's momentum buffer,
+ * Lion's m);
  * the master weights stay fp32 and the arithmetic is fp32 in every case.
  *   ZS_STATE_FP32  4 bytes per state element (the exact optimizer)
  *   ZS_STATE_BF16  2 bytes, rounded stochastically (deterministic per element)
@@ -91,10 +97,10 @@ typedef struct {
 } zs_schedule_t;
 
 typedef struct {
-  zs_optim_kind_t kind; /* AdamW (decoupled decay), Adam (L2 folded into grad), SGD */
+  zs_optim_kind_t kind; /* AdamW (decoupled decay), Adam (L2 folded into grad), SGD, Lion */
   float lr;
-  float beta1, beta2, eps; /* Adam */
-  float weight_decay;      /* AdamW: decoupled; Adam and SGD: L2 added to the gradient */
+  float beta1, beta2, eps; /* Adam; Lion: beta1, beta2 (eps unused) */
+  float weight_decay;      /* AdamW, Lion: decoupled; Adam and SGD: L2 added to the gradient */
   float momentum;          /* SGD; 0 = plain SGD */
   int nesterov;            /* SGD */
   zs_state_dtype_t state_dtype; /* fp32 (0), bf16, int8 */

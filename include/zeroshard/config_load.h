@@ -65,7 +65,7 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
 /* Fills *cfg from ZS_CONFIG_INIT plus these environment variables, then
  * validates. A variable that is unset or empty keeps the default.
  *   ZS_STAGE             0..3                ZS_PARAM_DTYPE   fp32|bf16|fp16
- *   ZS_REDUCE_DTYPE      fp32|bf16|fp16      ZS_OPTIM         adamw|adam|sgd
+ *   ZS_REDUCE_DTYPE      fp32|bf16|fp16      ZS_OPTIM         adamw|adam|sgd|lion
  *   ZS_LR ZS_BETA1 ZS_BETA2 ZS_EPS ZS_WEIGHT_DECAY ZS_MOMENTUM ZS_GRAD_CLIP
  *                        numbers (strtod syntax, e.g. 3e-4)
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
@@ -97,7 +97,7 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *
  * Our own keys, named as the struct fields: "version", "stage", "param_dtype"
  * and "reduce_dtype" ("fp32"|"bf16"|"fp16"), "optim": {"kind":
- * "adamw"|"adam"|"sgd", "lr", "beta1", "beta2", "eps", "weight_decay",
+ * "adamw"|"adam"|"sgd"|"lion", "lr", "beta1", "beta2", "eps", "weight_decay",
  * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
  * "offload_optimizer" ("none"|"cpu"|"nvme"), "offload_strict", "delayed_param_update",
@@ -166,7 +166,7 @@ zs_status_t zs_config_from_env(zs_config_t *cfg);
  *       dynamic); initial_scale_power p -> initial_scale = 2^p (0..63);
  *       loss_scale_window -> scale_window; hysteresis; min_loss_scale -> min_scale
  *       (bf16 and fp16 both enabled is an error)
- *   optimizer.type "AdamW"|"Adam"|"SGD" (any case). DeepSpeed runs "Adam" as
+ *   optimizer.type "AdamW"|"Adam"|"SGD"|"Lion" (any case). DeepSpeed runs "Adam" as
  *       AdamW (decoupled weight decay) unless params.adam_w_mode is false, so
  *       "Adam" -> ZS_ADAMW, and "Adam" with adam_w_mode false -> ZS_ADAM
  *       (L2 decay folded into the gradient). "AdamW" is always ZS_ADAMW.

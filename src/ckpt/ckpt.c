@@ -213,12 +213,11 @@ int zs__ck_unit_keeps(const zs_engine_t *zs, const zs_unit_t *u, int kind) {
 }
 
 /* The kinds the engine's optimizer keeps (as unit_alloc makes them): the
- * master always, m for Adam or SGD with momentum, v for Adam. Frozen units
+ * master always, m for Adam, Lion or SGD with momentum, v for Adam. Frozen units
  * write the master only. */
 int zs__ck_kind_present(const zs_engine_t *zs, int kind) {
-  int adam = zs->cfg.optim.kind != ZS_SGD;
-  return zs->nunits > 0 && (kind == K_MASTER || (kind == K_M && (adam || zs->cfg.optim.momentum > 0)) ||
-                            (kind == K_V && adam));
+  return zs->nunits > 0 && (kind == K_MASTER || (kind == K_M && zs__optim_has_m(&zs->cfg.optim)) ||
+                            (kind == K_V && zs__optim_has_v(&zs->cfg.optim)));
 }
 
 /* ---- block encodings ------------------------------------------------------------- */
@@ -275,4 +274,6 @@ void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank) {
   snprintf(buf, n, "%016" PRIx64 ".rank%05d.zsr", id, rank);
 }
 
-const char *zs__ck_optim_name(zs_optim_kind_t k) { return k == ZS_SGD ? "sgd" : k == ZS_ADAM ? "adam" : "adamw"; }
+const char *zs__ck_optim_name(zs_optim_kind_t k) {
+  return k == ZS_SGD ? "sgd" : k == ZS_ADAM ? "adam" : k == ZS_LION ? "lion" : "adamw";
+}

@@ -47,6 +47,10 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
                      "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
                      "engine's %s needs",
                      zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
+  if (strcmp(m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind))) /* e.g. AdamW's m as Lion's */
+    ZS_LOG_W("zs_checkpoint_load: the checkpoint's optimizer is %s, this engine's %s: its master weights%s are "
+             "loaded, and what this optimizer keeps besides starts from the saved state of the same name",
+             m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind), zs__ck_kind_present(zs, K_M) ? " and m" : "");
   const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
   int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
   if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */

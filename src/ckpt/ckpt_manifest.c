@@ -45,7 +45,7 @@ static int is_param_dtype(const char *s) {
 }
 
 static int optim_of(const char *s) {
-  for (int k = ZS_ADAMW; k <= ZS_SGD; k++)
+  for (int k = ZS_ADAMW; k <= ZS_LION; k++)
     if (!strcmp(s, zs__ck_optim_name((zs_optim_kind_t)k))) return k;
   return -1;
 }
@@ -149,7 +149,7 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: param_dtype is not fp32, bf16 or fp16", fn, path);
   snprintf(m->param_dtype, sizeof m->param_dtype, "%s", dt->valuestring);
   int optim = str_ok(opt, sizeof m->optimizer) ? optim_of(opt->valuestring) : -1;
-  if (optim < 0) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: optimizer is not adamw, adam or sgd", fn, path);
+  if (optim < 0) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: optimizer is not adamw, adam, sgd or lion", fn, path);
   snprintf(m->optimizer, sizeof m->optimizer, "%s", opt->valuestring);
   const cJSON *sdt = get(j, "state_dtype"), *sblk = get(j, "state_block"); /* optional: older manifests are fp32 */
   snprintf(m->state_dtype, sizeof m->state_dtype, "fp32");
@@ -167,7 +167,7 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: state_dtype int8 without a state_block", fn, path);
 
   /* the optimizer state: known kinds, each once, the master always, m and v for
-   * Adam, never v for SGD */
+   * Adam, m alone for Lion, never v for SGD */
   const cJSON *state = get(j, "state"), *e;
   if (!cJSON_IsArray(state)) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no state list", fn, path);
   cJSON_ArrayForEach(e, state) {
@@ -179,7 +179,7 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
     m->has[k] = 1;
   }
   if (!m->has[K_MASTER]) ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s lists no master weights", fn, path);
-  if (optim == ZS_SGD ? m->has[K_V] : !m->has[K_M] || !m->has[K_V])
+  if (optim == ZS_SGD ? m->has[K_V] : optim == ZS_LION ? !m->has[K_M] || m->has[K_V] : !m->has[K_M] || !m->has[K_V])
     ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s: the state list does not fit the optimizer %s", fn, path,
                  m->optimizer);
 

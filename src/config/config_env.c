@@ -22,7 +22,7 @@ const char *const zs__config_kind_expect[] = {
     [K_SIZE] = "a whole number >= 0",
     [K_BOOL] = "true or false (or 1/0, on/off, yes/no)",
     [K_DTYPE] = "fp32, bf16 or fp16",
-    [K_OPTIM] = "adamw, adam or sgd",
+    [K_OPTIM] = "adamw, adam, sgd or lion",
     [K_OFFLOAD] = "none, cpu or nvme",
     [K_STEPS] = "a whole number of steps >= 0",
     [K_SCHED] = "constant, cosine, linear, warmup, warmup_decay or warmup_cosine",
@@ -73,6 +73,7 @@ static int word_optim(const char *s, zs_optim_kind_t *out) {
   if (!strcasecmp(s, "adamw")) *out = ZS_ADAMW;
   else if (!strcasecmp(s, "adam")) *out = ZS_ADAM;
   else if (!strcasecmp(s, "sgd")) *out = ZS_SGD;
+  else if (!strcasecmp(s, "lion")) *out = ZS_LION;
   else return 0;
   return 1;
 }

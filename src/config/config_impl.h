@@ -58,7 +58,7 @@ typedef enum {
   K_SIZE,     /* size_t */
   K_BOOL,     /* int 0|1 */
   K_DTYPE,    /* zs_dtype_t from "fp32"|"bf16"|"fp16" */
-  K_OPTIM,    /* zs_optim_kind_t from "adamw"|"adam"|"sgd" */
+  K_OPTIM,    /* zs_optim_kind_t from "adamw"|"adam"|"sgd"|"lion" */
   K_OFFLOAD,  /* zs_offload_t from "none"|"cpu"|"nvme" */
   K_STEPS,    /* int64_t step count from a whole number 0..2^53 */
   K_SCHED,    /* zs_sched_kind_t from "constant"|"cosine"|"linear"|"warmup"|... */

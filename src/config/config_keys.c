@@ -249,14 +249,16 @@ static zs_status_t fn_fp16(ctx_t *x, const cJSON *item, const char *path) {
 
 /* ---- JSON: DeepSpeed's optimizer ---------------------------------------------- */
 
-/* DeepSpeed's names, and bitsandbytes' / Hugging Face's for 8-bit states
- * ("AdamW8bit", "adamw_8bit", "adamw_bnb_8bit"): the same Adam with int8 m and v
- * (optim.state_dtype; an explicit optim.state_dtype still wins). */
+/* DeepSpeed's names ("Lion" included), and bitsandbytes' / Hugging Face's for
+ * 8-bit states ("AdamW8bit", "adamw_8bit", "adamw_bnb_8bit", "Lion8bit",
+ * "lion_8bit"): the same optimizer with int8 states (optim.state_dtype; an
+ * explicit optim.state_dtype still wins). */
 static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
   static const struct { const char *name; int type, q8; } names[] = {
       {"adam", 0, 0},        {"adamw", 1, 0},      {"sgd", 2, 0},          {"adam8bit", 0, 1},
       {"adamw8bit", 1, 1},   {"adam_8bit", 0, 1},  {"adamw_8bit", 1, 1},   {"adamw_bnb_8bit", 1, 1},
-      {"sgd8bit", 2, 1},     {"sgd_8bit", 2, 1},
+      {"sgd8bit", 2, 1},     {"sgd_8bit", 2, 1},     {"lion", 3, 0},         {"lion8bit", 3, 1},
+      {"lion_8bit", 3, 1},   {"lion_32bit", 3, 0},
   };
   for (size_t i = 0; cJSON_IsString(item) && i < sizeof names / sizeof *names; i++)
     if (!strcasecmp(item->valuestring, names[i].name)) {
@@ -268,8 +270,8 @@ static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
       }
       return ZS_OK;
     }
-  return zs__config_wrong(x, item, path, "zeroshard supports \"AdamW\", \"Adam\" and \"SGD\", and with 8-bit "
-                          "states \"AdamW8bit\", \"Adam8bit\" and \"SGD8bit\"");
+  return zs__config_wrong(x, item, path, "zeroshard supports \"AdamW\", \"Adam\", \"SGD\" and \"Lion\", and "
+                          "with 8-bit states \"AdamW8bit\", \"Adam8bit\", \"SGD8bit\" and \"Lion8bit\"");
 }
 
 static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
@@ -338,6 +340,7 @@ static zs_status_t fn_optimizer(ctx_t *x, const cJSON *item, const char *path) {
   if (x->ds_type == 0) x->cfg.optim.kind = x->adam_w_mode == 0 ? ZS_ADAM : ZS_ADAMW;
   else if (x->ds_type == 1) x->cfg.optim.kind = ZS_ADAMW;
   else if (x->ds_type == 2) x->cfg.optim.kind = ZS_SGD;
+  else if (x->ds_type == 3) x->cfg.optim.kind = ZS_LION;
   return ZS_OK;
 }
 

@@ -54,7 +54,7 @@ const char *zs__config_offload_name(zs_offload_t f) {
   return f == ZS_OFFLOAD_NONE ? "none" : f == ZS_OFFLOAD_CPU ? "cpu" : f == ZS_OFFLOAD_NVME ? "nvme" : "invalid";
 }
 const char *zs__config_optim_name(zs_optim_kind_t k) {
-  return k == ZS_ADAMW ? "adamw" : k == ZS_ADAM ? "adam" : k == ZS_SGD ? "sgd" : "invalid";
+  return k == ZS_ADAMW ? "adamw" : k == ZS_ADAM ? "adam" : k == ZS_SGD ? "sgd" : k == ZS_LION ? "lion" : "invalid";
 }
 
 static int dtype_is_float(zs_dtype_t d) { return d == ZS_FP32 || d == ZS_BF16 || d == ZS_FP16; }
@@ -120,8 +120,8 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
                "use fp32 or bf16 (fp16 reduction is allowed only with fp16 parameters)");
   }
   const zs_optim_config_t *p = &c->optim;
-  if (p->kind != ZS_ADAMW && p->kind != ZS_ADAM && p->kind != ZS_SGD)
-    return bad(prefix, o, "optim.kind", int_value(p->kind).s, "use ZS_ADAMW, ZS_ADAM or ZS_SGD");
+  if (p->kind != ZS_ADAMW && p->kind != ZS_ADAM && p->kind != ZS_SGD && p->kind != ZS_LION)
+    return bad(prefix, o, "optim.kind", int_value(p->kind).s, "use ZS_ADAMW, ZS_ADAM, ZS_SGD or ZS_LION");
   if (!(isfinite(p->lr) && p->lr > 0))
     return bad(prefix, o, "optim.lr", float_value(p->lr).s, "use a finite learning rate > 0");
   if (!(p->beta1 >= 0 && p->beta1 < 1))
@@ -306,11 +306,13 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
     return buf;
   }
   const zs_optim_config_t *p = &cfg->optim;
-  const char *kind = (int)p->kind >= 0 && p->kind <= ZS_SGD ? zs__config_optim_name(p->kind) : "invalid-optim";
+  const char *kind = (int)p->kind >= 0 && p->kind <= ZS_LION ? zs__config_optim_name(p->kind) : "invalid-optim";
   put(buf, n, &at, "stage %d, param %s, reduce %s, %s lr %g", cfg->stage, zs_dtype_name(cfg->param_dtype),
       zs_dtype_name(cfg->reduce_dtype), kind, (double)p->lr);
   if (p->kind == ZS_SGD)
     put(buf, n, &at, " momentum %g%s", (double)p->momentum, p->nesterov ? " nesterov" : "");
+  else if (p->kind == ZS_LION)
+    put(buf, n, &at, " betas %g/%g", (double)p->beta1, (double)p->beta2);
   else
     put(buf, n, &at, " betas %g/%g eps %g", (double)p->beta1, (double)p->beta2, (double)p->eps);
   if (p->state_dtype == ZS_STATE_INT8)

@@ -36,8 +36,8 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer step: hyper=%p segs=%p nseg=%d: need hyper, "
                    "and segs when nseg > 0", (const void *)h, (const void *)segs, nseg);
   const zs_optim_config_t *c = &h->cfg;
-  if (c->kind != ZS_ADAMW && c->kind != ZS_ADAM && c->kind != ZS_SGD)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer kind %d is not ZS_ADAMW, ZS_ADAM or ZS_SGD",
+  if (c->kind != ZS_ADAMW && c->kind != ZS_ADAM && c->kind != ZS_SGD && c->kind != ZS_LION)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer kind %d is not ZS_ADAMW, ZS_ADAM, ZS_SGD or ZS_LION",
                    (int)c->kind);
   if (h->step < 1)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer step %lld: steps count from 1",
@@ -47,8 +47,9 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
                    zs_dtype_name(h->grad_dtype));
   if (c->kind != ZS_SGD && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f &&
                              c->beta2 < 1.0f && c->eps >= 0.0f))
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "Adam betas (%g, %g) and eps %g: betas must be in [0, 1) "
-                   "and eps >= 0", (double)c->beta1, (double)c->beta2, (double)c->eps);
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s betas (%g, %g) and eps %g: betas must be in [0, 1) "
+                   "and eps >= 0", c->kind == ZS_LION ? "Lion" : "Adam", (double)c->beta1, (double)c->beta2,
+                   (double)c->eps);
   if ((unsigned)c->state_dtype > ZS_STATE_INT8)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer state dtype %d is not ZS_STATE_FP32, _BF16 or _INT8",
                    (int)c->state_dtype);
@@ -56,7 +57,7 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
   if (c->state_dtype == ZS_STATE_INT8 && blk < 0)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer state block %d: int8 states take a power of two from %d to %d "
                    "(0: %d)", c->state_block, ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX, ZS_STATE_BLOCK_DEFAULT);
-  int need_mv = c->kind != ZS_SGD, need_m = need_mv || c->momentum != 0.0f;
+  int need_mv = zs__optim_has_v(c), need_m = zs__optim_has_m(c);
   for (int i = 0; i < nseg; i++) {
     const zs_optim_seg_t *s = &segs[i];
     if (s->n == 0) continue;
@@ -94,11 +95,15 @@ void zs__optim_fold(const zs_optim_hyper_t *h, zs_k_hyper_t *k) {
     k->first = h->step == 1;
     return;
   }
-  k->kind = c->kind == ZS_ADAMW ? ZS_K_ADAMW : ZS_K_ADAM;
   k->b1 = c->beta1;
   k->a1 = (float)(1.0 - (double)c->beta1);
   k->b2 = c->beta2;
   k->a2 = (float)(1.0 - (double)c->beta2);
+  if (c->kind == ZS_LION) {
+    k->kind = ZS_K_LION;
+    return;
+  }
+  k->kind = c->kind == ZS_ADAMW ? ZS_K_ADAMW : ZS_K_ADAM;
   k->rbc2 = (float)(1.0 / sqrt(1.0 - pow((double)c->beta2, (double)h->step)));
   k->eps = c->eps;
 }
@@ -107,9 +112,9 @@ void zs__optim_seg_lrwd(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg, fl
   const zs_optim_config_t *c = &h->cfg;
   double lr0 = (double)c->lr * (double)seg->lr_scale;
   double wd0 = (double)c->weight_decay * (double)seg->wd_scale;
-  if (c->kind == ZS_SGD) {
+  if (c->kind == ZS_SGD || c->kind == ZS_LION) { /* no bias correction; Lion's decay is decoupled */
     *lr = (float)lr0;
-    *wd = (float)wd0;
+    *wd = (float)(c->kind == ZS_LION ? lr0 * wd0 : wd0);
     return;
   }
   double bc1 = 1.0 - pow((double)c->beta1, (double)h->step);
@@ -152,6 +157,7 @@ static void scalar_step(const zs_k_hyper_t *h, float lr, float wd, int gdt, int 
     case ZS_K_ADAM: ZS_SC_G(ZS_K_ADAM);
     case ZS_K_SGD: ZS_SC_G(ZS_K_SGD);
     case ZS_K_SGD_MOM: ZS_SC_G(ZS_K_SGD_MOM);
+    case ZS_K_LION: ZS_SC_G(ZS_K_LION);
     default: ZS_SC_G(ZS_K_SGD_NESTEROV);
   }
 #undef ZS_SC_P

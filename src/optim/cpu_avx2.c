@@ -17,6 +17,11 @@ static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 static inline vf v_div(vf a, vf b) { return _mm256_div_ps(a, b); }
 static inline vf v_sqrt(vf a) { return _mm256_sqrt_ps(a); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf v_sign(vf a) { /* ordered compares: a NaN gives 0, as zs_ref_sign */
+  const vf z = _mm256_setzero_ps();
+  return _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(a, z, _CMP_GT_OQ), _mm256_set1_ps(1.0f)),
+                      _mm256_and_ps(_mm256_cmp_ps(a, z, _CMP_LT_OQ), _mm256_set1_ps(-1.0f)));
+}
 static inline __m256i i_set1(uint32_t x) { return _mm256_set1_epi32((int)x); }
 
 static inline vf ld_f32(const float *p) { return _mm256_loadu_ps(p); }

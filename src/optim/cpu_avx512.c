@@ -21,6 +21,11 @@ static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
 static inline vf v_sqrt(vf a) { return _mm512_sqrt_ps(a); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf v_sign(vf a) { /* ordered compares: a NaN gives 0, as zs_ref_sign */
+  const vf z = _mm512_setzero_ps();
+  vf neg = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, z, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
+  return _mm512_mask_mov_ps(neg, _mm512_cmp_ps_mask(a, z, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+}
 static inline __m512i i_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
 
 static inline vf ld_f32(const float *p) { return _mm512_loadu_ps(p); }

@@ -6,6 +6,7 @@
  *   VW                      lanes per vector (8 or 16)
  *   vf                      vector of VW floats
  *   v_set1 v_add v_sub v_mul v_div v_sqrt v_fma (a * b + c, rounded once)
+ *   v_sign                  1, -1 or 0 (also for NaN), as zs_ref_sign
  *   ld_f32 ld_bf16 ld_f16   VW elements -> vf (exact; fp16 NaN payloads as half.h)
  *   st_f32 st_bf16 st_f16   vf -> VW elements (nearest even, bit-exact with half.h)
  *   sumsq_acc(acc, x, dt)   adds the squares of 16 elements at x into the 16-lane state
@@ -48,7 +49,7 @@ typedef struct {
   int first;
 } vconsts;
 
-/* One vector of elements at i: zs_ref_adam / zs_ref_sgd, operation for operation. */
+/* One vector of elements at i: zs_ref_adam / zs_ref_sgd / zs_ref_lion, operation for operation. */
 ZS_AI void step_body(const vconsts *c, const int kind, const int gdt, const int pdt, float *w,
                      float *m, float *v, const void *g, void *p, size_t i) {
   vf x = ld_f32(w + i);
@@ -63,6 +64,11 @@ ZS_AI void step_body(const vconsts *c, const int kind, const int gdt, const int 
     x = v_sub(x, u);
     st_f32(m + i, mm);
     st_f32(v + i, vv);
+  } else if (kind == ZS_K_LION) {
+    vf mm = ld_f32(m + i);
+    vf s = v_sign(v_fma(c->b1, mm, v_mul(c->a1, gg)));
+    x = v_sub(x, v_fma(c->lr, s, v_mul(c->wd, x)));
+    st_f32(m + i, v_fma(c->b2, mm, v_mul(c->a2, gg)));
   } else {
     gg = v_add(gg, v_mul(c->wd, x));
     vf d = gg;
@@ -154,6 +160,7 @@ static void path_step(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pd
     case ZS_K_ADAM: ZS_STEP_G(ZS_K_ADAM);
     case ZS_K_SGD: ZS_STEP_G(ZS_K_SGD);
     case ZS_K_SGD_MOM: ZS_STEP_G(ZS_K_SGD_MOM);
+    case ZS_K_LION: ZS_STEP_G(ZS_K_LION);
     default: ZS_STEP_G(ZS_K_SGD_NESTEROV);
   }
 }

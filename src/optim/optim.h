@@ -53,6 +53,12 @@ typedef struct {
   zs_dtype_t param_dtype;/* dtype of seg.param (bf16 or fp16; ignored when param is NULL) */
 } zs_optim_hyper_t;
 
+/* Which states the optimizer keeps per element: m (Adam, AdamW, Lion; SGD with
+ * momentum) and v (Adam, AdamW). The engine, the checkpoints and the parameter
+ * server allocate, count and save these. */
+static inline int zs__optim_has_m(const zs_optim_config_t *o) { return o->kind != ZS_SGD || o->momentum != 0.0f; }
+static inline int zs__optim_has_v(const zs_optim_config_t *o) { return o->kind == ZS_ADAMW || o->kind == ZS_ADAM; }
+
 /* The int8 block size of c (state_block, 0 meaning ZS_STATE_BLOCK_DEFAULT), or -1
  * when it is not a power of two in [ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX]. */
 int zs__optim_state_block(const zs_optim_config_t *c);

@@ -63,7 +63,7 @@ static zs_status_t check_config(const zs_ps_config_t *c, int size, char *err) {
   if (!(c->grad_clip >= 0.0f) || !isfinite(c->grad_clip))
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: grad_clip %g must be finite and >= 0 (0: no clipping)", fn,
                    (double)c->grad_clip);
-  if (c->optim.kind != ZS_ADAMW && c->optim.kind != ZS_ADAM && c->optim.kind != ZS_SGD)
+  if (c->optim.kind != ZS_ADAMW && c->optim.kind != ZS_ADAM && c->optim.kind != ZS_SGD && c->optim.kind != ZS_LION)
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: optim.kind %d is unknown", fn, (int)c->optim.kind);
   if (c->optim.state_dtype != ZS_STATE_FP32)
     return ZS_FAIL(err, ZS_ERR_UNSUPPORTED, "%s: optim.state_dtype %s: the parameter servers keep fp32 optimizer "
@@ -213,10 +213,10 @@ static zs_status_t build(zs_ps_t *ps, const float *init) {
   const size_t n = (size_t)(ps->n = ps->scount[ps->index]);
   ps->off = ps->soff[ps->index];
   ps->st.shard_offset = ps->off, ps->st.shard_count = ps->n;
-  int adam = c->optim.kind != ZS_SGD, mom = c->optim.kind == ZS_SGD && c->optim.momentum != 0.0f;
+  const int has_m = zs__optim_has_m(&c->optim), has_v = zs__optim_has_v(&c->optim);
   ps->master = malloc(n * sizeof(float));
-  ps->m = adam || mom ? zalloc(n, sizeof(float)) : NULL;
-  ps->v = adam ? zalloc(n, sizeof(float)) : NULL;
+  ps->m = has_m ? zalloc(n, sizeof(float)) : NULL;
+  ps->v = has_v ? zalloc(n, sizeof(float)) : NULL;
   ps->gbuf = calloc((size_t)W, sizeof *ps->gbuf);
   ps->snap = calloc((size_t)W, sizeof *ps->snap);
   ps->stream = calloc((size_t)W, sizeof *ps->stream);
@@ -226,7 +226,7 @@ static zs_status_t build(zs_ps_t *ps, const float *init) {
   ps->held = calloc((size_t)W, sizeof *ps->held);
   ps->posted = calloc((size_t)W, sizeof *ps->posted);
   if (c->mode == ZS_PS_SYNC) ps->acc = malloc(n * sizeof(float));
-  if (!ps->master || (adam && (!ps->m || !ps->v)) || (mom && !ps->m) || !ps->gbuf || !ps->snap || !ps->stream ||
+  if (!ps->master || (has_m && !ps->m) || (has_v && !ps->v) || !ps->gbuf || !ps->snap || !ps->stream ||
       !ps->ev || !ps->pushed || !ps->vsent || !ps->held || !ps->posted || (c->mode == ZS_PS_SYNC && !ps->acc) ||
       build_segs(ps) != ZS_OK)
     return ZS_FAIL(ps->err, ZS_ERR_NOMEM, "%s: out of host memory for a shard of %zu parameters", fn, n);

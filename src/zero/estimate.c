@@ -94,7 +94,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   memset(out, 0, sizeof *out);
   out->world = world;
   uint64_t pb = zs->pb, rb = zs->rb;
-  int off = zs->offload, adam = c->optim.kind != ZS_SGD;
+  int off = zs->offload, has_m = zs__optim_has_m(&c->optim), has_v = zs__optim_has_v(&c->optim);
   uint64_t *opt = off ? out->host : out->device;
   /* the largest units (maxP, maxS) and the largest trainable ones (maxPt,
    * maxSt: only they have gradients), the largest gathered units */
@@ -137,8 +137,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     if (!opt_nvme) { /* else master, m, v are on disk */
       /* master: fp32 params are their own, on the device or (offload_param cpu) in host memory */
       if (pb != 4 || (off && pw != ZS_OFFLOAD_CPU)) opt[ZS_MEM_OPTIMIZER] += on * 4;
-      if (adam || c->optim.momentum > 0) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
-      if (adam) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
+      if (has_m) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
+      if (has_v) opt[ZS_MEM_OPTIMIZER] += zs__eng_state_bytes(c, on);
     }
     if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
     else if (!off) out->device[ZS_MEM_GRADS] += S * rb;

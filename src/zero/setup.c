@@ -71,13 +71,13 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
     ZS_CHECK(own(zs, u, on * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->master));
     u->master_owned = 1;
   }
-  int adam = c->optim.kind != ZS_SGD, q8 = c->optim.state_dtype == ZS_STATE_INT8;
+  int q8 = c->optim.state_dtype == ZS_STATE_INT8;
   size_t sb = on * zs__state_elem_bytes(c->optim.state_dtype), nb = q8 ? on / (size_t)zs__optim_state_block(&c->optim) : 0;
-  if (adam || c->optim.momentum > 0) {
+  if (zs__optim_has_m(&c->optim)) {
     ZS_CHECK(own(zs, u, sb, ZS_MEM_OPTIMIZER, off, &u->m));
     if (q8) ZS_CHECK(own(zs, u, nb * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->ms));
   }
-  if (adam) {
+  if (zs__optim_has_v(&c->optim)) {
     ZS_CHECK(own(zs, u, sb, ZS_MEM_OPTIMIZER, off, &u->v));
     if (q8) ZS_CHECK(own(zs, u, nb * 4, ZS_MEM_OPTIMIZER, off, (void **)&u->vs));
   }

@@ -23,8 +23,7 @@ typedef struct {
 } field_t;
 
 static int moment_kept(const zs_engine_t *zs, const zs_unit_t *u, int which) {
-  int adam = zs->cfg.optim.kind != ZS_SGD;
-  return !u->frozen && (which == 1 ? adam || zs->cfg.optim.momentum > 0 : adam);
+  return !u->frozen && (which == 1 ? zs__optim_has_m(&zs->cfg.optim) : zs__optim_has_v(&zs->cfg.optim));
 }
 
 /* Moment `which` (1: m, 2: v) of u, or its int8 scales when `scales`. */

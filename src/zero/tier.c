@@ -22,7 +22,7 @@ int zs__tier_nbuf(const zs_config_t *c) { return c->nvme_buffers ? c->nvme_buffe
 
 size_t zs__tier_record(const zs_config_t *c, int64_t n, int opt, int param, int trainable, uint64_t field[ZS_TF_COUNT],
                        uint64_t cat[ZS_MEM_CATEGORY_COUNT]) {
-  const int adam = c->optim.kind != ZS_SGD, mom = adam || c->optim.momentum > 0;
+  const int adam = zs__optim_has_v(&c->optim), mom = zs__optim_has_m(&c->optim);
   const int q8 = c->optim.state_dtype == ZS_STATE_INT8;
   const uint64_t esz = zs__state_elem_bytes(c->optim.state_dtype), pb = zs_dtype_size(c->param_dtype);
   const uint64_t nb = q8 ? (uint64_t)n / (uint64_t)zs__optim_state_block(&c->optim) : 0;
