@@ -80,13 +80,23 @@ static void test_misuse(void) {
 }
 
 /* Ranks that declare differently get ZS_ERR_MISMATCH on every rank, naming the
- * first differing parameter; no hang. */
+ * first differing parameter; no hang. So do ranks whose optimizer, clipping,
+ * schedule, state dtype or quantization differ (kinds 3-8): each rank would
+ * otherwise update its replica or shard at its own rate, every call ZS_OK. */
 static void test_mismatch(void) {
   if (nranks < 2) zs_test_skip("needs 2 or more ranks");
-  for (int kind = 0; kind < 3; kind++) {
+  static const char *const want[] = {NULL, NULL, NULL, "lr 0.002", "grad_clip 0.5", "betas 0.5/",
+                                     "states bf16", "schedule 1 warmup 2", "quantized_weights 1"};
+  for (int kind = 0; kind < 9; kind++) {
     zs_config_t c = ZS_CONFIG_INIT;
     c.stage = 3;
     if (kind == 2 && rank == 1) c.stage = 2;
+    if (rank == 1 && kind == 3) c.optim.lr = 2e-3f;
+    if (rank == 1 && kind == 4) c.grad_clip = 0.5f;
+    if (rank == 1 && kind == 5) c.optim.beta1 = 0.5f;
+    if (rank == 1 && kind == 6) c.optim.state_dtype = ZS_STATE_BF16;
+    if (rank == 1 && kind == 7) c.schedule = (zs_schedule_t){.kind = ZS_SCHED_COSINE, .warmup_steps = 2, .total_steps = 10};
+    if (rank == 1 && kind == 8) c.quantized_weights = 1;
     zs_engine_t *zs;
     assert_ok(zs_engine_create(&zs, &c, dev, world));
     int u;
@@ -104,6 +114,9 @@ static void test_mismatch(void) {
       expect_str_contains(msg, "shape [11,3]");
     } else if (kind == 1) {
       expect_str_contains(msg, "options differ"); /* the parameter count is an option-level fact */
+    } else if (kind >= 3) {
+      expect_str_contains(msg, "options differ");
+      expect_str_contains(msg, want[kind]);
     } else {
       expect_str_contains(msg, "stage 2");
       expect_str_contains(msg, "optimizer adamw"); /* names, not enum numbers */

@@ -239,9 +239,46 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
 
 #define ZS_DESC 224
 
-/* Entry 0 describes the world-visible options, entry i+1 parameter i. */
+/* Entries 0..ZS_NOPT-1 describe the options every rank must share (the
+ * structure; the optimizer's numbers; the schedule and loss scaling; the
+ * communication choices), entry ZS_NOPT + i parameter i. A rank with another
+ * lr, beta, clip or schedule would otherwise update its replica or shard at
+ * another rate, with every call answering ZS_OK. Per-node choices (nvme_path,
+ * chunk and buffer sizes, offload_strict) may differ. Numbers are printed with
+ * %.9g: two floats print the same only if they are the same. */
+#define ZS_NOPT 4
 static void describe(const zs_engine_t *zs, int i, char *buf) {
   memset(buf, 0, ZS_DESC);
+  const zs_config_t *c = &zs->cfg;
+  const zs_optim_config_t *o = &c->optim;
+  const zs_schedule_t *s = &c->schedule;
+  if (i == 1) {
+    snprintf(buf, ZS_DESC,
+             "lr %.9g, betas %.9g/%.9g, eps %.9g, weight_decay %.9g, momentum %.9g, nesterov %d, states %s "
+             "block %d, grad_clip %.9g",
+             (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
+             (double)o->momentum, o->nesterov, zs_state_dtype_name(o->state_dtype), zs__optim_state_block(o),
+             (double)c->grad_clip);
+    return;
+  }
+  if (i == 2) {
+    snprintf(buf, ZS_DESC,
+             "schedule %d warmup %lld (%d) total %lld min_lr %.9g ratios %.9g/%.9g, loss_scale %.9g initial "
+             "%.9g window %d hysteresis %d min %.9g",
+             (int)s->kind, (long long)s->warmup_steps, (int)s->warmup_type, (long long)s->total_steps,
+             (double)s->min_lr, (double)s->warmup_min_ratio, (double)s->cos_min_ratio, (double)c->loss_scale,
+             (double)c->initial_scale, c->scale_window, c->hysteresis, (double)c->min_scale);
+    return;
+  }
+  if (i == 3) {
+    snprintf(buf, ZS_DESC,
+             "prefetch %d, delayed_param_update %d, offload_param %s, quantized_weights %d block %d, "
+             "hpz_partition_size %d, quantized_gradients %d group %d, replica_overlap %d",
+             c->prefetch, c->delayed_param_update, zs__config_offload_name(c->offload_param), c->quantized_weights,
+             c->quantized_weights_block, c->hpz_partition_size, c->quantized_gradients,
+             c->quantized_gradients_group, (int)c->replica_overlap);
+    return;
+  }
   if (i == 0) {
     const zs_config_t *c = &zs->cfg;
     snprintf(buf, ZS_DESC,
@@ -252,11 +289,11 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
              zs__config_offload_name(c->offload_optimizer), c->shard_group, zs->nunits, zs->nparams);
     return;
   }
-  if (i - 1 >= zs->nparams) {
+  if (i - ZS_NOPT >= zs->nparams) {
     snprintf(buf, ZS_DESC, "no parameter");
     return;
   }
-  const zs_param_t *p = &zs->params[i - 1];
+  const zs_param_t *p = &zs->params[i - ZS_NOPT];
   int n = snprintf(buf, ZS_DESC, "'%s' in unit %d '%s', shape [", p->name, p->unit, zs->units[p->unit].name);
   for (int d = 0; d < p->ndim && n < ZS_DESC - 24; d++)
     n += snprintf(buf + n, (size_t)(ZS_DESC - n), d ? ",%lld" : "%lld", (long long)p->shape[d]);
@@ -335,7 +372,7 @@ zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
   char d[ZS_DESC];
   v[0] = zs->nparams;
   ZS_CHECK(zs__eng_xall_reduce(zs, v, 1, ZS_MAX));
-  size_t n = (size_t)v[0] + 1, first = n;
+  size_t n = (size_t)v[0] + ZS_NOPT, first = n;
   int64_t hfirst = 0, hmin = 0;
   for (size_t c0 = 0; c0 < n && first == n; c0 += ZS_CHUNK) {
     size_t k = n - c0 < ZS_CHUNK ? n - c0 : ZS_CHUNK;
@@ -362,7 +399,7 @@ zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
   ZS_CHECK(zs__eng_xbroadcast(zs, da, ZS_DESC, ra));
   ZS_CHECK(zs__eng_xbroadcast(zs, db, ZS_DESC, rb));
   da[ZS_DESC - 1] = db[ZS_DESC - 1] = 0;
-  if (first == 0)
+  if (first < ZS_NOPT)
     return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                    "engine options differ across ranks: rank %d has {%s} but rank %d has {%s}: every rank "
                    "must use the same configuration and declare the same units and parameters",
@@ -370,5 +407,5 @@ zs_status_t zs__eng_check_declarations(zs_engine_t *zs) {
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "parameter %zu is %s on rank %d but %s on rank %d: every rank must declare the same "
                  "parameters in the same order",
-                 first - 1, da, ra, db, rb);
+                 first - ZS_NOPT, da, ra, db, rb);
 }
