@@ -2,7 +2,8 @@
 # world sizes / stages / offload / dtypes, damaged and mismatched checkpoints,
 # the safetensors export; test_ckpt_checks: edited manifests and rank files whose
 # fields fail their checks, through the load, verify and the zs-ckpt tool; 1-4
-# cpu ranks.
+# cpu ranks. test_ckpt_saves: saves meeting in one directory (mixed parts,
+# another layout's leftovers, a rank saving elsewhere); 2 ranks.
 if(TARGET zs_ckpt)
   set(zs_ckpt_tool_env "")
   if(TARGET zs-ckpt)
@@ -11,7 +12,8 @@ if(TARGET zs_ckpt)
   zs_add_test(NAME test_ckpt SOURCES test_ckpt.c LIBS zeroshard_static PkgConfig::CJSON RANKS 1 2 3 4 TIMEOUT 300)
   zs_add_test(NAME test_ckpt_checks SOURCES test_ckpt_checks.c LIBS zeroshard_static PkgConfig::CJSON
               PkgConfig::ZLIB RANKS 1 2 3 4 TIMEOUT 120 ENV ${zs_ckpt_tool_env})
-  foreach(t test_ckpt test_ckpt_checks)
+  zs_add_test(NAME test_ckpt_saves SOURCES test_ckpt_saves.c LIBS zeroshard_static PkgConfig::CJSON RANKS 2 TIMEOUT 120)
+  foreach(t test_ckpt test_ckpt_checks test_ckpt_saves)
     if(ZS_HAVE_NCCL)
       target_include_directories(${t} PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
     endif()

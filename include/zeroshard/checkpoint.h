@@ -18,9 +18,16 @@
  *                            and records the manifest's checksum
  * Every file is written under a temporary name, fsynced and renamed; the manifest
  * goes last, so a directory whose manifest exists holds a complete checkpoint,
- * and a save that fails midway leaves the previous one loadable. After a
- * successful save, rank files of earlier saves in the directory are removed.
- * The ranks must see the same directory (one machine, or a shared file system).
+ * and a save that fails midway leaves the previous one loadable (and removes
+ * the files it wrote, so a full disk does not stay full). After a successful
+ * save, rank files of earlier saves in the directory are removed, and so is an
+ * earlier save of another layout there (model-parallel parts dir/mp<k>, or the
+ * single part in dir), which a run in that layout would otherwise load as the
+ * latest. The ranks must see the same directory (one machine, or a shared file
+ * system): rank 0 finds every rank's file in place before it writes the
+ * manifest, else the save is ZS_ERR_IO on every rank and the previous one stays.
+ * Model-parallel parts of different saves (a part copied from another) are
+ * ZS_ERR_CORRUPT, in a load in their own layout and in zs_checkpoint_verify.
  *
  * The manifest is not to be edited: any change to it, even of white space, makes
  * the checkpoint ZS_ERR_CORRUPT (it fails its own checksum, or, with that

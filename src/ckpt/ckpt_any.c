@@ -19,20 +19,21 @@ static int holder_cmp(const void *a, const void *b) {
   return c ? c : x->part != y->part ? x->part - y->part : x->t - y->t;
 }
 
-/* The parts agree: one save's step, loss-scale state, optimizer and state. */
+/* The parts agree: one save (its id), its step, loss-scale state, optimizer and state. */
 static zs_status_t same_save(const ck_source_t *s, int i, char *err, const char *fn) {
   const manifest_t *a = &s->part[0].m, *b = &s->part[i].m;
-  int same = a->step == b->step && a->good_steps == b->good_steps && a->hysteresis_left == b->hysteresis_left &&
+  int same = a->id == b->id && a->step == b->step && a->good_steps == b->good_steps && a->hysteresis_left == b->hysteresis_left &&
              a->loss_scale == b->loss_scale && !strcmp(a->optimizer, b->optimizer) &&
              !strcmp(a->state_dtype, b->state_dtype) && a->state_block == b->state_block &&
              b->mp_size == s->nparts && b->mp_rank == i;
   for (int k = 0; k < K_COUNT; k++) same = same && a->has[k] == b->has[k];
   if (!same)
     return ZS_FAIL(err, ZS_ERR_CORRUPT,
-                   "%s: %s is not part %d of %d of the save in %s (it says part %d of %d, step %lld against %lld, "
-                   "optimizer %s/%s against %s/%s): parts of different saves",
-                   fn, s->part[i].dir, i, s->nparts, s->part[0].dir, b->mp_rank, b->mp_size, (long long)b->step,
-                   (long long)a->step, b->optimizer, b->state_dtype, a->optimizer, a->state_dtype);
+                   "%s: %s is not part %d of %d of the save in %s (it says part %d of %d of save %016llx, step %lld, "
+                   "optimizer %s/%s, against save %016llx, step %lld, %s/%s): parts of different saves",
+                   fn, s->part[i].dir, i, s->nparts, s->part[0].dir, b->mp_rank, b->mp_size, (unsigned long long)b->id,
+                   (long long)b->step, b->optimizer, b->state_dtype, (unsigned long long)a->id, (long long)a->step,
+                   a->optimizer, a->state_dtype);
   return ZS_OK;
 }
 

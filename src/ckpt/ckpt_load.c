@@ -247,6 +247,25 @@ static zs_status_t apply(zs_engine_t *zs, const staging_t *s) {
   return ZS_OK;
 }
 
+/* In a model-parallel layout each rank reads its own part: all parts must be of
+ * one save (their manifests' ids: a save's parts share its id). A part copied
+ * from another save would otherwise load, and the ranks go on from different
+ * steps. Collective over the mesh whatever st is. */
+static zs_status_t same_save_parts(zs_engine_t *zs, zs_status_t st, const char *dir, const manifest_t *m) {
+  int64_t v[2] = {INT64_MIN + 1, INT64_MIN + 1}; /* a rank that failed already adds nothing */
+  if (st == ZS_OK) v[0] = (int64_t)m->id, v[1] = -(int64_t)m->id;
+  zs_status_t e = zs__ck_max_i64(zs, v, 2);
+  if (st != ZS_OK) return st;
+  if (e != ZS_OK) return ZS_FAIL(zs->err, e, "zs_checkpoint_load: comparing the parts' saves failed: %s", zs_last_error());
+  if (v[0] != -v[1])
+    return ZS_FAIL(zs->err, ZS_ERR_CORRUPT,
+                   "zs_checkpoint_load: the model-parallel parts are of different saves (ids %016llx to %016llx; this "
+                   "part, %s, is %016llx at step %lld): a part was copied from or left by another save",
+                   (unsigned long long)-v[1], (unsigned long long)v[0], dir, (unsigned long long)m->id,
+                   (long long)m->step);
+  return ZS_OK;
+}
+
 static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
 
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
@@ -288,6 +307,7 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
     if (st == ZS_OK) st = read_any(zs, top, &src, &s);
   } else {
     if (st == ZS_OK) st = check_manifest(zs, top, &m);
+    if (mp > 1) st = same_save_parts(zs, st, dir, &m);
     if (st == ZS_OK) st = read_all(zs, dir, &m, &s);
   }
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: reading the checkpoint");

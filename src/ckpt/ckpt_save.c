@@ -304,6 +304,73 @@ static void remove_stale(const char *dir, uint64_t id) {
   closedir(d);
 }
 
+/* Before the manifest names them (rank 0 of a part): every rank file of this
+ * save is in dir with the size the layout gives. A rank that wrote into another
+ * directory (node-local disks mounted at one path, another path on one rank)
+ * would otherwise leave a manifest naming files that are not there, and the
+ * previous save removed. */
+static zs_status_t check_rank_files(zs_engine_t *zs, const char *dir, uint64_t id) {
+  for (int r = 0; r < zs->world; r++) {
+    char name[64], path[CK_PATH];
+    zs__ck_rank_file_name(name, sizeof name, id, r);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int64_t bytes, nblocks;
+    rank_file_layout(zs, r, &bytes, &nblocks);
+    struct stat sb;
+    int there = stat(path, &sb) == 0;
+    if (!there || (int64_t)sb.st_size != bytes)
+      return ZS_FAIL(zs->err, ZS_ERR_IO,
+                     "zs_checkpoint_save: rank %d's file %s %s after every rank wrote its own: the ranks must see "
+                     "the same directory (one shared file system, the same path); the previous checkpoint there is "
+                     "kept",
+                     r, path, there ? "has another size" : "is not there");
+  }
+  return ZS_OK;
+}
+
+/* A checkpoint part's files in dir (manifest first, so that what is left never
+ * reads as a checkpoint), then dir itself if that leaves it empty. */
+static void clear_part(const char *dir) {
+  char path[CK_PATH + 32];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  if (unlink(path) != 0 && errno != ENOENT) ZS_LOG_W("checkpoint: could not remove %s: %s", path, strerror(errno));
+  remove_stale(dir, UINT64_MAX); /* every rank file: no save has this id */
+  snprintf(path, sizeof path, "%s/manifest.json.tmp", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* After a save in one layout (mp parts: mp_size > 1; else one part in top),
+ * the checkpoint another layout left in top: the single part's files, or mp<k>
+ * part directories (all of them, or those past this save's parts). A run in
+ * that layout would otherwise load it as if it were the latest save. */
+static void remove_other_layout(const char *top, int mp_size) {
+  DIR *d = opendir(top);
+  if (!d) return;
+  int removed = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *s = e->d_name;
+    if (s[0] != 'm' || s[1] != 'p' || !s[2] || strspn(s + 2, "0123456789") != strlen(s + 2)) continue;
+    if (mp_size > 1 && atoi(s + 2) < mp_size && strlen(s + 2) < 8) continue; /* this save's part */
+    char path[CK_PATH];
+    snprintf(path, sizeof path, "%s/%s", top, s);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) clear_part(path), removed++;
+  }
+  closedir(d);
+  if (mp_size > 1) {
+    char path[CK_PATH + 32];
+    snprintf(path, sizeof path, "%s/manifest.json", top);
+    if (access(path, F_OK) == 0) {
+      if (unlink(path) != 0) ZS_LOG_W("checkpoint: could not remove %s: %s", path, strerror(errno));
+      remove_stale(top, UINT64_MAX);
+      removed++;
+    }
+  }
+  if (removed) ZS_LOG_I("checkpoint: removed the older save of another layout from %s", top);
+}
+
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
 
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
@@ -341,6 +408,7 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
   /* the manifest first (rank 0), so that every rank file records its checksum */
   char *text = NULL;
   uint32_t mcrc = 0;
+  int wrote = 0; /* this rank's file of this save is in dir */
   st = zs->rank == 0 ? make_manifest(zs, (uint64_t)id, &text, &mcrc) : ZS_OK;
   st = zs__ck_agree(zs, st, "zs_checkpoint_save: making the manifest");
   if (st == ZS_OK) {
@@ -349,18 +417,34 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
     if (st != ZS_OK)
       st = ZS_FAIL(zs->err, st, "zs_checkpoint_save: sharing the manifest's checksum failed: %s", zs_last_error());
     else
-      st = write_rank_file(zs, dir, (uint64_t)id, (uint32_t)v);
+      wrote = (st = write_rank_file(zs, dir, (uint64_t)id, (uint32_t)v)) == ZS_OK;
     st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the rank files");
   }
+  /* 1: this part's manifest names the new files; 2: nothing does (every rank
+   * removes its own: a failed save leaves no bytes behind, so a full disk does
+   * not stay full); 0: unknown (the outcome could not be exchanged): kept */
+  int64_t outcome = st == ZS_OK ? 0 : 2;
   if (st == ZS_OK) {
     if (zs->rank == 0) {
-      st = write_manifest(zs, dir, text);
+      st = check_rank_files(zs, dir, (uint64_t)id);
+      if (st == ZS_OK) st = write_manifest(zs, dir, text);
       if (st == ZS_OK) remove_stale(dir, (uint64_t)id); /* before anyone returns */
+      outcome = st == ZS_OK ? 1 : 2;
     }
+    if (zs__ck_max_i64_in(zs, &outcome, 1, 0) != ZS_OK) outcome = 0;
     st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the manifest");
   }
   free(text);
+  if (outcome == 2 && wrote) {
+    char name[64], path[CK_PATH];
+    zs__ck_rank_file_name(name, sizeof name, (uint64_t)id, zs->rank);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+  }
   ZS_CHECK(st);
+  /* the other layout's older save, once every part of this one is in place */
+  if (zs->rank == 0 && (!zs__ck_mp_size(zs) || zs->mp_rank == 0)) remove_other_layout(top, zs__ck_mp_size(zs));
+  ZS_CHECK(zs__ck_agree(zs, ZS_OK, "zs_checkpoint_save: removing the older save of another layout"));
   ZS_LOG_I("checkpoint of step %lld saved to %s (%d rank files)", (long long)zs->step, dir, zs->world);
   return ZS_OK;
 }

@@ -1,0 +1,113 @@
+/* Checkpoints whose saves meet each other in one directory (2 ranks through
+ * mpiexec; new-user trials found each of these):
+ *   - parts of two saves of a model-parallel layout (a part copied from another
+ *     save, the same step) are refused, in the layout's own load and in verify;
+ *   - a save in one layout removes the older save another layout left in the
+ *     same directory (model-parallel parts, or the single part), which a run in
+ *     that layout would otherwise load as the latest;
+ *   - a rank that saves into another directory than rank 0 sees (node-local
+ *     disks, another path) fails the save on every rank, keeps the previous
+ *     checkpoint loadable, and leaves none of the failed save's files. */
+#include "ckpt_world.h"
+
+static int exists(const char *dir, const char *name) {
+  char p[800];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+/* tp=2: rank r is model-parallel part r (data-parallel alone). Two saves at the
+ * same step (ids differ); part 1 of the second moved into the first. */
+static void test_mixed_parts(void) {
+  if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
+  char a_dir[320], b_dir[320], from[400], to[400];
+  path_of(a_dir, sizeof a_dir, "mixed-a");
+  path_of(b_dir, sizeof b_dir, "mixed-b");
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run_mp(&a, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(steps(&a, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, a_dir));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, b_dir)); /* one step on: its step differs */
+  assert_ok(zs_checkpoint_save(a.zs, a_dir)); /* a_dir: the same step as b_dir, another id */
+  barrier();
+  snprintf(from, sizeof from, "%s/mp1", b_dir);
+  snprintf(to, sizeof to, "%s/mp1", a_dir);
+  if (rank == 0) {
+    remove_tree(to);
+    expect_true(rename(from, to) == 0);
+  }
+  barrier();
+  assert_ok(open_run_mp(&b, self, world, "tp=2 pp=1", &c, NBLK));
+  expect_load_fails(&b, a_dir, ZS_ERR_CORRUPT, "parts are of different saves");
+  if (rank == 0) {
+    expect_status(zs_checkpoint_verify(a_dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "parts of different saves");
+  }
+  close_run(&a);
+  close_run(&b);
+}
+
+/* tp=2 parts, then the single part of 2 data-parallel ranks, then parts again. */
+static void test_other_layout_removed(void) {
+  if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
+  char dir[320], part[400];
+  path_of(dir, sizeof dir, "layouts");
+  snprintf(part, sizeof part, "%s/mp1", dir);
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t mp, dp;
+  assert_ok(open_run_mp(&mp, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_run(&dp, world, &c, NBLK));
+  assert_ok(steps(&mp, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(mp.zs, dir));
+  expect_true(exists(dir, "mp0/manifest.json") && exists(dir, "mp1/manifest.json"));
+  assert_ok(steps(&dp, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(dp.zs, dir));
+  expect_true(exists(dir, "manifest.json"));
+  expect_true(!exists(dir, "mp0") && !exists(dir, "mp1")); /* the parts' directories are gone, empty */
+  expect_int_eq(count_files(dir, ".zsr"), nranks);
+  assert_ok(steps(&mp, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(mp.zs, dir));
+  expect_true(!exists(dir, "manifest.json") && count_files(dir, ".zsr") == 0);
+  expect_int_eq(count_files(part, ".zsr"), 1);
+  expect_ok(zs_checkpoint_load(mp.zs, dir));
+  expect_int_eq(zs_engine_step_count(mp.zs), 2);
+  close_run(&mp);
+  close_run(&dp);
+}
+
+/* Rank 1 names another (existing) directory: rank 0 cannot see its file. */
+static void test_rank_elsewhere(void) {
+  if (nranks < 2) zs_test_skip("needs 2 or more ranks");
+  char dir[320], other[320];
+  path_of(dir, sizeof dir, "shared");
+  path_of(other, sizeof other, "elsewhere");
+  if (rank == 1) expect_true(mkdir(other, 0777) == 0);
+  zs_config_t c = cfg(2, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run(&a, world, &c, NBLK));
+  assert_ok(steps(&a, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  barrier();
+  zs_status_t st = zs_checkpoint_save(a.zs, rank == 1 ? other : dir);
+  expect_int_eq(st, ZS_ERR_IO);
+  expect_str_contains(zs_last_error(), "the same directory");
+  barrier();
+  expect_int_eq(count_files(dir, ".zsr"), nranks); /* the previous save's, no more */
+  if (rank == 1) expect_int_eq(count_files(other, ".zsr"), 0);
+  assert_ok(open_run(&b, world, &c, NBLK));
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  expect_int_eq(zs_engine_step_count(b.zs), 2);
+  close_run(&a);
+  close_run(&b);
+}
+
+int main(void) {
+  ckpt_world_open();
+  zs_test_run(test_mixed_parts);
+  zs_test_run(test_other_layout_removed);
+  zs_test_run(test_rank_elsewhere);
+  return ckpt_world_close();
+}
