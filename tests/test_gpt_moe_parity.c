@@ -403,6 +403,25 @@ static void test_resume(void) {
   o.ep = 1; /* the experts were saved in two parts: read by whole tensors (issue 29; test_gpt_layouts) */
   expect_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
+  /* a dense checkpoint of another save beside these experts: refused on every
+   * rank (they loaded, and the two engines went on from different steps) */
+  char other[128];
+  shared_tmpdir(other, "/tmp/zs-gpt-moe-ckpt2-XXXXXX");
+  o.load = NULL, o.save = other, o.steps = 3, o.ep = 2;
+  assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
+  gpt_result_free(&r);
+  zs_comm_barrier(g_world, NULL);
+  if (g_rank == 0) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/dense' && mv '%s/dense' '%s/dense'", dir, other, dir);
+    expect_int_eq(system(cmd), 0);
+  }
+  zs_comm_barrier(g_world, NULL);
+  o.save = NULL, o.load = dir, o.steps = STEPS / 2;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
+  expect_str_contains(r.err, "parts of different saves");
+  gpt_result_free(&r);
+  shared_rmdir(other);
   shared_rmdir(dir);
 }
 

@@ -302,6 +302,15 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     snprintf(path, sizeof path, "%s/experts", o->load);
     if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
       return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
+    /* the two engines step as one model: a dense and an expert checkpoint of
+     * different saves would go on from different steps (each rank sees the same
+     * loaded counts, so every rank fails here alike) */
+    if (zs_engine_step_count(t->dz) != zs_engine_step_count(t->xz)) {
+      char why[4300];
+      snprintf(why, sizeof why, "%s/dense is at step %lld but %s/experts at step %lld: parts of different saves",
+               o->load, (long long)zs_engine_step_count(t->dz), o->load, (long long)zs_engine_step_count(t->xz));
+      return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+    }
   }
   if (o->init_from && !o->load) TRY(trainer_moe_init_from(t, o->init_from, res)); /* --load wins */
   t->step0 = zs_engine_step_count(t->dz);
