@@ -4,6 +4,8 @@
 #   test_comm_revoke   a rank that fails tells the others: zs_comm_revoke ends the recv, all_reduce and
 #                      split comms' waits of every other rank within 5 s (ZS_COMM_TIMEOUT_S=120) with
 #                      ZS_ERR_PEER naming it and its reason; one rank's timeout tells the comm's others
+#   test_mpi_finalize  MPI_Finalize before zs_comm_destroy (the program's MPI, or zeroshard's): the
+#                      destroy makes no MPI call, warns, and every rank exits 0
 #   test_comm_gpu      the same checks over NCCL on cuda devices (skips without a GPU per rank)
 #   test_mpi_gpu       zs_mpi_local_gpu: arguments, no GPU here; with GPUs (label gpu) the ordinals
 #   test_comm_nccl     NCCL cannot hang: init, enqueue, stuck kernels, split, abort and destroy
@@ -17,6 +19,9 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 4 TIMEOUT 60)
   zs_add_test(NAME test_comm_revoke SOURCES test_comm_revoke.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 3 4 TIMEOUT 60)
+  zs_add_test(NAME test_mpi_finalize SOURCES test_mpi_finalize.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 TIMEOUT 60)
+  zs_add_test_run(TARGET test_mpi_finalize NAME_SUFFIX _world RANKS 2 ARGS world TIMEOUT 60)
   zs_add_test(NAME test_comm_gpu SOURCES test_comm_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm
               RANKS 1 2 LABELS gpu TIMEOUT 120)
   zs_add_test(NAME test_mpi_gpu SOURCES test_mpi_gpu.c test_comm_lsan.c LAYERS zs_common zs_memory zs_device zs_comm

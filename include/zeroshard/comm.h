@@ -145,7 +145,11 @@
  * it (or call MPI_Abort), or it may wait forever for the lost rank. Every MPI
  * error on a zeroshard comm returns (MPI_ERRORS_RETURN) as a zs_status_t; making
  * a comm (MPI_Comm_idup) is also bounded by ZS_COMM_TIMEOUT_S, so a rank that
- * never arrives is ZS_ERR_TIMEOUT there too.
+ * never arrives is ZS_ERR_TIMEOUT there too. MPI_Init itself (which
+ * zs_comm_create_mpi_world calls when MPI is not initialised yet) is not: Open
+ * MPI's start-up waits for every rank of the job, however late. Destroy comms
+ * before MPI_Finalize; one destroyed after it makes no MPI call (MPI forbids
+ * them, and Open MPI would abort the job), warns, and frees only its memory.
  *
  * Tracing: every comm counts calls and the bytes each rank sends and receives per
  * collective kind, in the terms of the standard algorithms (N ranks, B = bytes of

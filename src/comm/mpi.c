@@ -243,25 +243,36 @@ static void mpi_destroy(void *vctx) {
    * outlives those still queued (cpu: counted; cuda: freeing syncs the device) */
   zs__flag_destroy(ctx->dev, ctx->flag);
 
+  /* After MPI_Finalize (the program finalized before destroying this comm) no
+   * MPI call may be made: Open MPI aborts the job at MPI_Op_free. The
+   * communicator, ops and types went with MPI itself; only our memory is freed. */
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin)
+    ZS_LOG_W("mpi comm (rank %d) destroyed after MPI_Finalize: destroy comms before finalizing MPI (its MPI "
+             "objects were not freed; MPI forbids calls after MPI_Finalize)",
+             ctx->rank);
   /* Orphaned requests: free what completed since; keep the rest's memory and
    * the communicator alive, since MPI may still use them. */
   int outstanding = 0;
   for (orphan_t *o = ctx->orphans, *next; o; o = next) {
     next = o->next;
-    int flag = 0;
-    if (MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag)
+    int flag = fin;
+    if (fin || (MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag))
       zs__mpi_scratch_free(ctx, o->scratch, o->scratch_bytes);
     else
       outstanding++;
     free(o);
   }
-  ctx_free_mpi_objects(ctx);
-  if (outstanding)
-    ZS_LOG_W("mpi comm (rank %d) destroyed with %d abandoned MPI request(s) still outstanding: "
-             "their communicator and buffers stay allocated",
-             ctx->rank, outstanding);
-  else
-    MPI_Comm_free(&ctx->mc);
+  if (!fin) {
+    ctx_free_mpi_objects(ctx);
+    if (outstanding)
+      ZS_LOG_W("mpi comm (rank %d) destroyed with %d abandoned MPI request(s) still outstanding: "
+               "their communicator and buffers stay allocated",
+               ctx->rank, outstanding);
+    else
+      MPI_Comm_free(&ctx->mc);
+  }
   free(ctx->node);
   free(ctx);
 
