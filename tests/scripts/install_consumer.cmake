@@ -33,6 +33,18 @@ run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK}/consumer_pc)
 if(NOT last_out MATCHES "consumer ok")
   message(FATAL_ERROR "pkg-config consumer: ${last_out}")
 endif()
+# the static library by pkg-config --static: libzeroshard.a, and every library
+# its objects call (OpenMP's runtime; with CUDA, cudart, NCCL and libstdc++)
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} pkg-config --static --cflags --libs zeroshard)
+string(STRIP "${last_out}" sflags)
+file(GLOB static_lib ${prefix}/lib*/libzeroshard.a)
+string(REPLACE "-lzeroshard" "${static_lib}" sflags "${sflags}")
+separate_arguments(sflags UNIX_COMMAND "${sflags}")
+run(${CC} ${san_flags} ${SRC}/main.c -o ${WORK}/consumer_pc_static ${sflags})
+run(${WORK}/consumer_pc_static)
+if(NOT last_out MATCHES "consumer ok")
+  message(FATAL_ERROR "pkg-config --static consumer: ${last_out}")
+endif()
 # C++ alone: find_package in a project whose only language is CXX, and the
 # headers as C++17 with pedantic errors (pkg-config's -I: not system headers)
 run(${CMAKE_COMMAND} -S ${SRC_CXX} -B ${WORK}/build_cxx -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
