@@ -112,7 +112,9 @@ typedef struct {
   int version; /* ZS_CONFIG_VERSION */
   int stage;   /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */
   zs_dtype_t param_dtype;  /* fp32, bf16, fp16: what the trainer computes with */
-  zs_dtype_t reduce_dtype; /* fp32 or bf16: the dtype gradients are reduced in */
+  zs_dtype_t reduce_dtype; /* fp32 or bf16: the dtype gradients are reduced in (at
+                              stages 0-1 the sum is then stored in param_dtype,
+                              whole; stages 2-3 keep it in reduce_dtype, sharded) */
   zs_optim_config_t optim;
   int grad_accum;     /* forward/backward rounds per zs_step (>= 1) */
   float grad_clip;    /* clip by global L2 norm; 0 = off */
