@@ -131,7 +131,11 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
 typedef struct zs_mesh zs_mesh_t;
 zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_mesh_t *mesh);
 /* Waits for queued work, frees everything the engine allocated and sets every
- * pointer slot to NULL. NULL is a no-op. */
+ * pointer slot to NULL. NULL is a no-op. In the middle of a step (after
+ * zs_forward_begin, or between accumulation rounds) the other ranks may be
+ * waiting in its collectives: they wait until ZS_COMM_TIMEOUT_S unless this
+ * rank calls zs_comm_revoke first (which tells them at once, and ends the comm);
+ * destroy warns then, and does not revoke the caller's comm itself. */
 void zs_engine_destroy(zs_engine_t *zs);
 const char *zs_engine_last_error(const zs_engine_t *zs);
 /* Compute stream the trainer works on (default NULL: the caller's). */

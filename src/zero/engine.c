@@ -172,6 +172,15 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
 
 void zs_engine_destroy(zs_engine_t *zs) {
   if (!zs) return;
+  /* The other ranks may be in this step's collectives, waiting for this one:
+   * only zs_comm_revoke (or their timeout) ends that. Revoking here would end
+   * the caller's comm for every later use, which is the caller's decision. */
+  if (zs->setup_done && (zs->phase != ZS_PH_IDLE || zs->round > 0))
+    ZS_LOG_W("zs_engine_destroy (rank %d) in the middle of a step (%s, round %d): the other ranks wait in its "
+             "collectives until ZS_COMM_TIMEOUT_S; a rank that gives up calls zs_comm_revoke first, which tells "
+             "them at once",
+             zs->rank, zs->phase == ZS_PH_FORWARD ? "forward" : zs->phase == ZS_PH_BACKWARD ? "backward" : "between rounds",
+             zs->round);
   zs__eng_release_setup(zs);
   zs__eng_free(zs, (void **)&zs->xdev, (size_t)zs->xcount * 8, ZS_MEM_COMM);
   zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);
