@@ -50,8 +50,9 @@ static void test_misuse(void) {
   expect_u64_eq(ms.current[ZS_DOMAIN_DEVICE][ZS_MEM_GATHER], 0);
   expect_status(zs_backward_begin(zs), ZS_ERR_STATE);
   expect_ok(zs_forward_begin(zs));
-  expect_status(zs_gather(zs, 99), ZS_ERR_STATE);
+  expect_status(zs_gather(zs, 99), ZS_ERR_INVALID); /* an id out of range: a bad argument, as zs_param_get's */
   expect_str_contains(zs_engine_last_error(zs), "unit 99 is not declared");
+  expect_status(zs_release(zs, -1), ZS_ERR_INVALID);
   expect_status(zs_release(zs, 0), ZS_ERR_STATE);
   expect_true(w == NULL); /* stage 3: no slot outside gather */
   expect_ok(zs_gather(zs, 0));

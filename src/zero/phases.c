@@ -43,7 +43,7 @@ static zs_status_t check_unit(zs_engine_t *zs, int unit, const char *what) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", what);
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", what);
   if (unit < 0 || unit >= zs->nunits)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s: unit %d is not declared (the engine has %d units)", what, unit,
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: unit %d is not declared (the engine has %d units)", what, unit,
                    zs->nunits);
   return ZS_OK;
 }
