@@ -230,8 +230,18 @@ static void test_damage(void) {
   char dsgd[320];
   path_of(dsgd, sizeof dsgd, "sgd");
   assert_ok(zs_checkpoint_save(sgd.zs, dsgd)); /* master only */
-  expect_load_fails(&b, dsgd, ZS_ERR_MISMATCH, "no optimizer state 'm'");
+  expect_load_fails(&b, dsgd, ZS_ERR_MISMATCH, "saved with the sgd optimizer, and this engine's is adamw");
   expect_ok(zs_checkpoint_load(sgd.zs, dir)); /* the other way: extra state is not needed */
+  close_run(&sgd);
+  /* an engine whose own state would be taken from another optimizer's (AdamW's
+   * m as SGD's momentum, or as Lion's m): refused, naming the way out */
+  cs.optim.momentum = 0.9f;
+  assert_ok(open_run(&sgd, world, &cs, NBLK));
+  expect_load_fails(&sgd, dir, ZS_ERR_MISMATCH, "saved with the adamw optimizer, and this engine's is sgd");
+  close_run(&sgd);
+  cs.optim.kind = ZS_LION;
+  assert_ok(open_run(&sgd, world, &cs, NBLK));
+  expect_load_fails(&sgd, dir, ZS_ERR_MISMATCH, "zs_import_safetensors");
   close_run(&sgd);
 
   /* saving where it cannot go, and calls out of order */

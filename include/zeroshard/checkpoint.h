@@ -50,7 +50,9 @@
  * All three calls are collective over the engine's comm and allowed between
  * steps only (ZS_ERR_STATE otherwise); a delayed parameter update is landed first.
  * Errors: ZS_ERR_IO (file system), ZS_ERR_CORRUPT (a file fails its checks),
- * ZS_ERR_MISMATCH (tensors or optimizer state differ from the engine's),
+ * ZS_ERR_MISMATCH (tensors or optimizer state differ from the engine's; a
+ * checkpoint of another optimizer loads only into an engine that keeps no
+ * state besides the master, plain SGD: its m or v would mean something else),
  * ZS_ERR_UNSUPPORTED (another format version), with a message naming the file,
  * block or tensor; on every rank (a rank whose own part went well reports which
  * rank failed). */

@@ -35,22 +35,33 @@ static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const
   return buf;
 }
 
+/* A checkpoint of another optimizer: its master weights load into an engine
+ * that keeps nothing else (plain SGD); an engine that keeps m or v would take
+ * another optimizer's state of that name (Adam's m is an average of gradients,
+ * SGD's momentum a sum, Lion's m moves with beta2), so that is ZS_ERR_MISMATCH,
+ * naming the way to start from the weights alone. */
+static zs_status_t optim_fits(zs_engine_t *zs, const char *top, const manifest_t *m) {
+  const char *mine = zs__ck_optim_name(zs->cfg.optim.kind);
+  if (!strcmp(m->optimizer, mine) || !(zs__ck_kind_present(zs, K_M) || zs__ck_kind_present(zs, K_V))) return ZS_OK;
+  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "zs_checkpoint_load: %s was saved with the %s optimizer, and this engine's is %s, whose state means "
+                 "something else: load it into a %s engine, or start from its weights alone (zs_checkpoint_to_safetensors "
+                 "or zs-ckpt export, then zs_import_safetensors)",
+                 top, m->optimizer, mine, m->optimizer);
+}
+
 /* The manifest against the engine's layout, declaration and optimizer state:
  * another model or layout is ZS_ERR_MISMATCH (the manifest itself has passed
  * its checks). Layout words recorded on both sides must be the same. */
 static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manifest_t *m) {
-  (void)top; /* another layout went to read_any */
   char hint[2 * ZS_CKPT_LAYOUT_MAX + 256];
+  ZS_CHECK(optim_fits(zs, top, m));
   for (int k = K_M; k < K_COUNT; k++)
     if (zs__ck_kind_present(zs, k) && !m->has[k])
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
                      "engine's %s needs",
                      zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
-  if (strcmp(m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind))) /* e.g. AdamW's m as Lion's */
-    ZS_LOG_W("zs_checkpoint_load: the checkpoint's optimizer is %s, this engine's %s: its master weights%s are "
-             "loaded, and what this optimizer keeps besides starts from the saved state of the same name",
-             m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind), zs__ck_kind_present(zs, K_M) ? " and m" : "");
   const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
   int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
   if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */
@@ -200,7 +211,8 @@ static zs_status_t all_held(zs_engine_t *zs, const ck_source_t *src) {
 /* This rank's owned ranges of every parameter from a checkpoint of another
  * layout (src open on every rank). */
 static zs_status_t read_any(zs_engine_t *zs, const char *top, ck_source_t *src, staging_t *s) {
-  zs_status_t st = staging_alloc(zs, s);
+  zs_status_t st = optim_fits(zs, top, &src->part[0].m);
+  if (st == ZS_OK) st = staging_alloc(zs, s);
   for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
     const zs_param_t *p = &zs->params[i];
     const zs_unit_t *u = &zs->units[p->unit];
