@@ -112,15 +112,22 @@ static const cfg_t cfgs[] = {
     {ZS_ADAMW, 0, 0, ZS_FP16, ZS_FP32}, {ZS_ADAM, 0, 0, ZS_FP32, ZS_FP16},
     {ZS_ADAM, 0, 0, ZS_BF16, ZS_BF16},  {ZS_SGD, 0, 0, ZS_FP32, ZS_BF16},
     {ZS_SGD, 0.9f, 0, ZS_BF16, ZS_FP16}, {ZS_SGD, 0.9f, 1, ZS_FP16, ZS_BF16},
+    {ZS_LION, 0, 0, ZS_FP32, ZS_BF16},  {ZS_LION, 0, 0, ZS_BF16, ZS_FP16},
+    {ZS_LION, 0, 0, ZS_FP16, ZS_FP32},
 };
 #define NCFG (sizeof cfgs / sizeof *cfgs)
+
+/* The states a configuration keeps, written out here (not optim.h's helpers):
+ * m for all but plain SGD, v for Adam and AdamW only (Lion keeps m alone). */
+static int cfg_has_m(const cfg_t *c) { return c->kind != ZS_SGD || c->momentum != 0; }
+static int cfg_has_v(const cfg_t *c) { return c->kind == ZS_ADAMW || c->kind == ZS_ADAM; }
 
 static zs_optim_hyper_t hyper_of(const cfg_t *c, int64_t t) {
   zs_optim_hyper_t h;
   memset(&h, 0, sizeof h);
-  h.cfg = (zs_optim_config_t){.kind = c->kind, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
-                              .eps = 1e-8f, .weight_decay = 0.05f, .momentum = c->momentum,
-                              .nesterov = c->nesterov};
+  h.cfg = (zs_optim_config_t){.kind = c->kind, .lr = 1e-3f, .beta1 = 0.9f,
+                              .beta2 = c->kind == ZS_LION ? 0.99f : 0.999f, .eps = 1e-8f,
+                              .weight_decay = 0.05f, .momentum = c->momentum, .nesterov = c->nesterov};
   h.step = t;
   h.grad_mult = 0.5f;
   h.grad_dtype = c->gdt;
@@ -169,7 +176,7 @@ static void seg_grad(seg_t *S, zs_dtype_t gdt, uint64_t seed) {
   h2d(S->dg, S->g, S->n * zs_dtype_size(gdt));
 }
 static zs_optim_seg_t seg_host(seg_t *S, const cfg_t *c, float lrs, float wds) {
-  int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
+  int mom = cfg_has_m(c), var = cfg_has_v(c);
   return (zs_optim_seg_t){S->w, mom ? S->m : NULL, var ? S->v : NULL, S->g,
                           c->pdt == ZS_FP32 ? NULL : S->p, S->n, lrs, wds, NULL, NULL, 0};
 }
@@ -187,11 +194,11 @@ static void seg_compare(seg_t *S, const cfg_t *c, const char *what) {
   const char *bad = NULL;
   d2h(t, S->dw, n * 4);
   if (first_diff(t, S->w, n * 4, 4, &at)) bad = "master";
-  if (!bad && (c->kind != ZS_SGD || c->momentum != 0)) {
+  if (!bad && cfg_has_m(c)) {
     d2h(t, S->dm, n * 4);
     if (first_diff(t, S->m, n * 4, 4, &at)) bad = "m";
   }
-  if (!bad && c->kind != ZS_SGD) {
+  if (!bad && cfg_has_v(c)) {
     d2h(t, S->dv, n * 4);
     if (first_diff(t, S->v, n * 4, 4, &at)) bad = "v";
   }
@@ -316,7 +323,7 @@ static void qs_grad(qs_t *S, zs_dtype_t gdt, uint64_t seed) {
 }
 /* The segment as the optimizer takes it: host (dev 0) or device pointers. */
 static zs_optim_seg_t qs_seg(const qs_t *S, const cfg_t *c, int dev, int copy, float lrs, float wds) {
-  int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
+  int mom = cfg_has_m(c), var = cfg_has_v(c);
   return (zs_optim_seg_t){dev ? S->dw : S->w, !mom ? NULL : dev ? S->dm : S->m, !var ? NULL : dev ? S->dv : S->v,
                           dev ? S->dg : S->g, !copy || c->pdt == ZS_FP32 ? NULL : dev ? S->dp : S->p, S->n, lrs, wds,
                           !mom ? NULL : dev ? S->dms : S->ms, !var ? NULL : dev ? S->dvs : S->vs, S->key};
@@ -325,7 +332,7 @@ static void qs_compare(qs_t *S, const cfg_t *c, const char *what) {
   size_t n = S->n, at = 0;
   char *t = xmalloc(n * 4 + 4);
   const char *bad = NULL;
-  int mom = c->kind != ZS_SGD || c->momentum != 0, var = c->kind != ZS_SGD;
+  int mom = cfg_has_m(c), var = cfg_has_v(c);
   d2h(t, S->dw, n * 4);
   if (first_diff(t, S->w, n * 4, 4, &at)) bad = "master";
   if (!bad && mom && (d2h(t, S->dm, n * S->esz), first_diff(t, S->m, n * S->esz, S->esz, &at))) bad = "m";
@@ -343,6 +350,7 @@ static void qs_compare(qs_t *S, const cfg_t *c, const char *what) {
 static const cfg_t qcfgs[] = {
     {ZS_ADAMW, 0, 0, ZS_FP32, ZS_BF16}, {ZS_ADAMW, 0, 0, ZS_FP16, ZS_FP16}, {ZS_ADAM, 0, 0, ZS_BF16, ZS_FP32},
     {ZS_SGD, 0.9f, 0, ZS_FP32, ZS_BF16}, {ZS_SGD, 0.9f, 1, ZS_BF16, ZS_FP32}, {ZS_SGD, 0, 0, ZS_FP32, ZS_BF16},
+    {ZS_LION, 0, 0, ZS_FP32, ZS_BF16},   {ZS_LION, 0, 0, ZS_FP16, ZS_FP32},
 };
 static const struct { int sdt, blk; } qstates[] = {
     {ZS_STATE_BF16, 0}, {ZS_STATE_INT8, 64}, {ZS_STATE_INT8, 256}, {ZS_STATE_INT8, 1024}, {ZS_STATE_INT8, 4096},

@@ -12,7 +12,11 @@
  *   - bf16 states: stochastic rounding is unbiased (v decays as beta2^t, which
  *     round-to-nearest cannot do) and deterministic;
  *   - every SIMD path and thread count gives the scalar path's bits, and a
- *     segment split at a block boundary (another layout) gives the same bits. */
+ *     segment split at a block boundary (another layout) gives the same bits;
+ *   - Lion, the one-state optimizer with compact states (m alone, no v): the
+ *     int8 step block by block and the bf16 step against float64 on every
+ *     path (the direction's sign exact), m's stochastic rounding unbiased, and
+ *     the paths, threads and layouts above; v and its scales never written. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -141,48 +145,66 @@ static int prob_same(const prob_t *A, const prob_t *B) {
          !memcmp(A->v16, B->v16, A->n * 2) && !memcmp(A->p, B->p, A->n * 2);
 }
 
-static zs_optim_hyper_t hyper(zs_state_dtype_t sd, int block, int64_t step) {
+/* AdamW, or Lion (kind ZS_LION) with its paper's betas (0.9, 0.99) and an lr
+ * 10x below AdamW's; decoupled decay 0.1 for both. */
+static zs_optim_hyper_t hyper_k(zs_optim_kind_t kind, zs_state_dtype_t sd, int block, int64_t step) {
   zs_optim_hyper_t h = {.step = step, .grad_mult = 0.5f, .grad_dtype = ZS_FP32, .param_dtype = ZS_BF16};
   h.cfg = (zs_optim_config_t){.kind = ZS_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.1f, .state_dtype = sd, .state_block = block};
+  if (kind == ZS_LION) h.cfg.kind = ZS_LION, h.cfg.lr = 1e-3f, h.cfg.beta2 = 0.99f;
   return h;
 }
+static zs_optim_hyper_t hyper(zs_state_dtype_t sd, int block, int64_t step) { return hyper_k(ZS_ADAMW, sd, block, step); }
+static const char *kind_name(zs_optim_kind_t kind) { return kind == ZS_LION ? "Lion" : "AdamW"; }
 /* Segment [a, b) of P (a on a block boundary), as parameter 3's elements
- * key_base + a..b. */
+ * key_base + a..b; with_v 0 (Lion): m alone, no v and no v scales. */
 static uint64_t key_base;
-static zs_optim_seg_t seg_of(prob_t *P, zs_state_dtype_t sd, size_t a, size_t b, int block) {
+static zs_optim_seg_t seg_of(prob_t *P, zs_state_dtype_t sd, size_t a, size_t b, int block, int with_v) {
   zs_optim_seg_t s = {.master = P->w + a, .grad = P->g + a, .param = P->p + a, .n = b - a, .lr_scale = 1,
                       .wd_scale = 1, .key = ZS_K_KEY(3, key_base + a)};
   if (sd == ZS_STATE_BF16) {
-    s.m = P->m16 + a, s.v = P->v16 + a;
+    s.m = P->m16 + a, s.v = with_v ? P->v16 + a : NULL;
   } else {
-    s.m = P->m + a, s.v = P->v + a;
-    s.m_scale = P->ms + a / (size_t)block, s.v_scale = P->vs + a / (size_t)block;
+    s.m = P->m + a, s.v = with_v ? P->v + a : NULL;
+    s.m_scale = P->ms + a / (size_t)block, s.v_scale = with_v ? P->vs + a / (size_t)block : NULL;
   }
   return s;
 }
+/* Lion's direction in float64: the sign of b1 m + (1-b1) g */
+static double ref_sign(double c) { return c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0; }
 
 /* One step of prob P (states in P) checked against float64 from the same
- * starting state; then P holds the library's result. */
-static int step_vs_ref(prob_t *P, int block, int64_t t) {
+ * starting state; then P holds the library's result. AdamW (m and v), or Lion
+ * (m alone: w' = w - lr (sign(b1 m + (1-b1) g) + wd w), m' = b2 m + (1-b2) g;
+ * the v codes and scales must stay as they were, zero). */
+static int step_vs_ref(prob_t *P, zs_optim_kind_t kind, int block, int64_t t) {
   const size_t n = P->n, B = (size_t)block;
-  zs_optim_hyper_t h = hyper(ZS_STATE_INT8, block, t);
+  const int lion = kind == ZS_LION;
+  zs_optim_hyper_t h = hyper_k(kind, ZS_STATE_INT8, block, t);
   const zs_optim_config_t *c = &h.cfg;
   double *wr = xcalloc(n, 8), *mr = xcalloc(n, 8), *vr = xcalloc(n, 8), *me = xcalloc(n, 8);
+  double *dr = xcalloc(n, 8), *de = xcalloc(n, 8); /* Lion: the direction's argument and its fp32 error */
   double bc1 = 1 - pow(c->beta1, (double)t), bc2 = 1 - pow(c->beta2, (double)t);
   for (size_t i = 0; i < n; i++) {
     size_t b = i / B;
     double m = ref_val(P->m[i] & 0x7f, 3) * P->ms[b] * ((P->m[i] & 0x80) ? -1 : 1);
     double s = ref_val(P->v[i], 4) * P->vs[b], v = s * s;
-    double g = (double)P->g[i] * h.grad_mult;
+    double g = (double)P->g[i] * h.grad_mult, w = P->w[i];
+    if (lion) {
+      dr[i] = c->beta1 * m + (1 - c->beta1) * g;
+      de[i] = 4e-7 * (fabs(c->beta1 * m) + fabs((1 - c->beta1) * g));
+      me[i] = 4e-7 * (fabs(c->beta2 * m) + fabs((1 - c->beta2) * g));
+      wr[i] = w - c->lr * (ref_sign(dr[i]) + c->weight_decay * w);
+      mr[i] = c->beta2 * m + (1 - c->beta2) * g;
+      continue;
+    }
     me[i] = 4e-7 * (fabs(c->beta1 * m) + fabs((1 - c->beta1) * g)); /* the fp32 sum's error: m' may cancel */
     m = c->beta1 * m + (1 - c->beta1) * g;
     v = c->beta2 * v + (1 - c->beta2) * g * g;
-    double w = P->w[i];
     wr[i] = w - c->lr * ((m / bc1) / (sqrt(v / bc2) + c->eps) + c->weight_decay * w);
     mr[i] = m, vr[i] = v;
   }
-  zs_optim_seg_t s = seg_of(P, ZS_STATE_INT8, 0, n, block);
+  zs_optim_seg_t s = seg_of(P, ZS_STATE_INT8, 0, n, block, !lion);
   expect_ok(zs__optim_step_cpu(&h, &s, 1));
   int bad = 0;
   for (size_t b = 0; b * B < n; b++) {
@@ -191,52 +213,131 @@ static int step_vs_ref(prob_t *P, int block, int64_t t) {
     for (size_t i = b * B; i < e1; i++) am = fmax(am, fabs(mr[i])), av = fmax(av, vr[i]), ame = fmax(ame, me[i]);
     double as = sqrt(av);
     if (fabs(P->ms[b] - am) > 1e-5 * am + ame || fabs(P->vs[b] - as) > 1e-5 * as) {
-      if (!bad++) ZS_T_REPORT("step %lld block %zu: scales %.9g %.9g, float64 %.9g %.9g", (long long)t, b,
-                              P->ms[b], P->vs[b], am, as);
+      if (!bad++) ZS_T_REPORT("%s step %lld block %zu: scales %.9g %.9g, float64 %.9g %.9g", kind_name(kind),
+                              (long long)t, b, P->ms[b], P->vs[b], am, as);
     }
     for (size_t i = b * B; i < e1; i++) {
       /* the library decodes in fp32 and updates in fp32: 1e-6 of w and of the step size */
       double tol = 1e-6 * fabs(wr[i]) + 1e-5 * c->lr;
-      if (fabs(P->w[i] - wr[i]) > tol && !bad++)
-        ZS_T_REPORT("step %lld: w[%zu] %.9g, float64 %.9g", (long long)t, i, P->w[i], wr[i]);
+      int ok = fabs(P->w[i] - wr[i]) <= tol;
+      /* Lion: where fp32 may round b1 m + (1-b1) g across 0, any of the three directions */
+      for (int d = -1; lion && !ok && fabs(dr[i]) <= de[i] && d <= 1; d++)
+        ok = fabs(P->w[i] - (wr[i] + c->lr * (ref_sign(dr[i]) - d))) <= tol;
+      if (!ok && !bad++)
+        ZS_T_REPORT("%s step %lld: w[%zu] %.9g, float64 %.9g", kind_name(kind), (long long)t, i, P->w[i], wr[i]);
       if ((!ref_nearest_s(fabs(mr[i]) / am, P->m[i] & 0x7f, 3, 0, (me[i] + ame) / am) ||
            ((P->m[i] & 0x7f) && ((P->m[i] & 0x80) != 0) != (mr[i] < 0))) &&
           !bad++)
-        ZS_T_REPORT("step %lld: m[%zu] code 0x%02x for %.9g / %.9g", (long long)t, i, P->m[i], mr[i], am);
-      if (!ref_nearest(sqrt(vr[i]) / as, P->v[i], 4, vr[i] > 0 ? 1 : 0) && !bad++)
-        ZS_T_REPORT("step %lld: v[%zu] code %u for sqrt %.9g / %.9g", (long long)t, i, P->v[i], sqrt(vr[i]), as);
+        ZS_T_REPORT("%s step %lld: m[%zu] code 0x%02x for %.9g / %.9g", kind_name(kind), (long long)t, i, P->m[i],
+                    mr[i], am);
+      if ((lion ? P->v[i] != 0 : !ref_nearest(sqrt(vr[i]) / as, P->v[i], 4, vr[i] > 0 ? 1 : 0)) && !bad++)
+        ZS_T_REPORT("%s step %lld: v[%zu] code %u for sqrt %.9g / %.9g", kind_name(kind), (long long)t, i, P->v[i],
+                    sqrt(vr[i]), as);
       if (P->p[i] != zs_f32_to_bf16(P->w[i]) && !bad++) ZS_T_REPORT("param copy [%zu] is not the master's", i);
     }
   }
-  free(wr), free(mr), free(vr), free(me);
+  free(wr), free(mr), free(vr), free(me), free(dr), free(de);
   return bad;
 }
 
 /* The default path, then every other path this CPU has (each path's own kernels
- * against float64, not only against the scalar path's bits). */
+ * against float64, not only against the scalar path's bits); AdamW, then Lion
+ * (m alone). */
 static void test_int8_step(void) {
   static const int blocks[] = {64, 256, 2048};
   static const size_t lens[] = {1, 63, 64, 1000, 20001};
+  static const zs_optim_kind_t kinds[] = {ZS_ADAMW, ZS_LION};
   const zs_simd_t def = zs__optim_simd();
   for (int path = -1; path < 3; path++) {
     if (path == (int)def || (path >= 0 && zs__optim_force_simd((zs_simd_t)path) != ZS_OK)) continue;
-    for (size_t bi = 0; bi < 3; bi++)
+    for (size_t kb = 0; kb < 2 * 3; kb++) { /* kind x block */
+      const zs_optim_kind_t kind = kinds[kb / 3];
+      const int block = blocks[kb % 3];
       for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         prob_t P;
-        prob_make(&P, lens[li], blocks[bi]);
+        prob_make(&P, lens[li], block);
         int bad = 0;
         for (int64_t t = 1; t <= 6 && !bad; t++) {
           for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
           /* some gradients 2^-40 of the rest: sqrt(v') under the smallest code
            * (a positive v keeps code 1), m' under half of it (code 0) */
           for (size_t i = 3; i < P.n; i += 41) P.g[i] = (float)ldexp(P.g[i], -40);
-          bad = step_vs_ref(&P, blocks[bi], t);
+          bad = step_vs_ref(&P, kind, block, t);
         }
         if (bad)
-          ZS_T_REPORT("int8 step, path %s: block %d length %zu", zs__simd_name(zs__optim_simd()), blocks[bi],
-                      lens[li]);
+          ZS_T_REPORT("int8 %s step, path %s: block %d length %zu", kind_name(kind), zs__simd_name(zs__optim_simd()),
+                      block, lens[li]);
         prob_free(&P);
       }
+    }
+  }
+  zs__optim_force_simd(def);
+}
+
+/* ---- Lion with bf16 m against float64 ------------------------------------------ */
+
+/* One Lion step of P with bf16 m (decoding is exact: the float64 reference
+ * starts from the same m), then P holds the library's result: w' within fp32
+ * rounding, with the direction's sign exact wherever float64 puts b1 m +
+ * (1-b1) g clear of fp32's error; m' one of the two bf16 values around the
+ * float64 m' (stochastic rounding: less than one bf16 step away, on the same
+ * side of 0); v untouched. */
+static int lion_bf16_vs_ref(prob_t *P, int64_t t) {
+  const size_t n = P->n;
+  zs_optim_hyper_t h = hyper_k(ZS_LION, ZS_STATE_BF16, 0, t);
+  const zs_optim_config_t *c = &h.cfg;
+  double *wr = xcalloc(n, 8), *mr = xcalloc(n, 8), *me = xcalloc(n, 8), *dr = xcalloc(n, 8), *de = xcalloc(n, 8);
+  for (size_t i = 0; i < n; i++) {
+    double m = zs_bf16_to_f32(P->m16[i]), g = (double)P->g[i] * h.grad_mult, w = P->w[i];
+    dr[i] = c->beta1 * m + (1 - c->beta1) * g;
+    de[i] = 4e-7 * (fabs(c->beta1 * m) + fabs((1 - c->beta1) * g));
+    me[i] = 4e-7 * (fabs(c->beta2 * m) + fabs((1 - c->beta2) * g));
+    wr[i] = w - c->lr * (ref_sign(dr[i]) + c->weight_decay * w);
+    mr[i] = c->beta2 * m + (1 - c->beta2) * g;
+  }
+  zs_optim_seg_t s = seg_of(P, ZS_STATE_BF16, 0, n, 0, 0);
+  expect_ok(zs__optim_step_cpu(&h, &s, 1));
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    double tol = 1e-6 * fabs(wr[i]) + 1e-5 * c->lr;
+    int ok = fabs(P->w[i] - wr[i]) <= tol;
+    for (int d = -1; !ok && fabs(dr[i]) <= de[i] && d <= 1; d++)
+      ok = fabs(P->w[i] - (wr[i] + c->lr * (ref_sign(dr[i]) - d))) <= tol;
+    if (!ok && !bad++)
+      ZS_T_REPORT("Lion bf16 step %lld: w[%zu] %.9g, float64 %.9g (direction %g)", (long long)t, i, P->w[i], wr[i],
+                  ref_sign(dr[i]));
+    /* one bf16 step at |m'| + its fp32 error: 2^(e - 8) for a value in [2^(e-1), 2^e) */
+    int e;
+    frexp(fabs(mr[i]) + me[i], &e);
+    double got = zs_bf16_to_f32(P->m16[i]), step = ldexp(1, e - 8);
+    if ((fabs(got - mr[i]) >= step + me[i] || (got != 0 && fabs(mr[i]) > me[i] && (got < 0) != (mr[i] < 0))) &&
+        !bad++)
+      ZS_T_REPORT("Lion bf16 step %lld: m[%zu] %.9g, float64 %.9g (a bf16 step %.3g)", (long long)t, i, got, mr[i],
+                  step);
+    if (P->v16[i] != 0 && !bad++) ZS_T_REPORT("Lion bf16 step %lld: v[%zu] written (0x%04x)", (long long)t, i, P->v16[i]);
+    if (P->p[i] != zs_f32_to_bf16(P->w[i]) && !bad++) ZS_T_REPORT("param copy [%zu] is not the master's", i);
+  }
+  free(wr), free(mr), free(me), free(dr), free(de);
+  return bad;
+}
+
+/* Every path (the whole groups of 16 and the tails), 6 steps from m = 0. */
+static void test_lion_bf16_step(void) {
+  static const size_t lens[] = {1, 15, 16, 257, 20001};
+  const zs_simd_t def = zs__optim_simd();
+  for (int path = 0; path < 3; path++) {
+    if (zs__optim_force_simd((zs_simd_t)path) != ZS_OK) continue;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+      prob_t P;
+      prob_make(&P, lens[li], 64);
+      int bad = 0;
+      for (int64_t t = 1; t <= 6 && !bad; t++) {
+        for (size_t i = 0; i < P.n; i++) P.g[i] = grand();
+        bad = lion_bf16_vs_ref(&P, t);
+      }
+      if (bad) ZS_T_REPORT("bf16 Lion step, path %s: length %zu", zs__simd_name((zs_simd_t)path), lens[li]);
+      prob_free(&P);
+    }
   }
   zs__optim_force_simd(def);
 }
@@ -352,7 +453,7 @@ static void test_ties(void) {
     h.grad_mult = 1.0f, h.cfg.beta1 = 0.5f, h.cfg.beta2 = 0.75f;
     memset(P.m, 0, n), memset(P.v, 0, n), memset(P.ms, 0, P.nb * 4), memset(P.vs, 0, P.nb * 4);
     memcpy(P.g, g, n * 4);
-    zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, n, B);
+    zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, n, B, 1);
     expect_ok(zs__optim_step_cpu(&h, &s, 1));
     bad = 0;
     for (size_t b = 0; b < P.nb; b++)
@@ -373,9 +474,10 @@ static void test_ties(void) {
 
 /* ---- paths, threads, layouts ------------------------------------------------------ */
 
-/* Runs `steps` steps on P with the segments [cuts[k], cuts[k+1]) (the same
- * gradients each time). */
-static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *cuts, int ncut, int steps) {
+/* Runs `steps` steps of `kind` on P with the segments [cuts[k], cuts[k+1])
+ * (the same gradients each time). */
+static void run_split(prob_t *P, zs_optim_kind_t kind, zs_state_dtype_t sd, int block, const size_t *cuts, int ncut,
+                      int steps) {
   for (int t = 1; t <= steps; t++) {
     uint64_t save = rng;
     rng = 1234567 + (uint64_t)t;
@@ -415,15 +517,16 @@ static void run_split(prob_t *P, zs_state_dtype_t sd, int block, const size_t *c
     if (sd == ZS_STATE_BF16 && t == 3)
       for (size_t i = 17; i < P->n; i += 9973) P->g[i] = zs_k_f_bits(0x7fc0ffffu);
     rng = save;
-    zs_optim_hyper_t h = hyper(sd, block, t);
+    zs_optim_hyper_t h = hyper_k(kind, sd, block, t);
     if (sd == ZS_STATE_INT8 && t == steps) h.grad_mult = 4.0f;
     zs_optim_seg_t segs[8];
-    for (int k = 0; k + 1 < ncut; k++) segs[k] = seg_of(P, sd, cuts[k], cuts[k + 1], block);
+    for (int k = 0; k + 1 < ncut; k++) segs[k] = seg_of(P, sd, cuts[k], cuts[k + 1], block, kind != ZS_LION);
     expect_ok(zs__optim_step_cpu(&h, segs, ncut - 1));
   }
 }
 
-static void test_paths_threads_layouts(void) {
+/* AdamW (m and v) or Lion (m alone; v and its scales stay as they were). */
+static void paths_threads_layouts(zs_optim_kind_t kind) {
   /* 3 threads of at least 32768 elements each; n is not a multiple of 16, so the
    * last block (int8) and the last elements (bf16) take the paths' tail code */
   const size_t n = 100003;
@@ -439,19 +542,21 @@ static void test_paths_threads_layouts(void) {
     prob_copy(&ref, &init);
     zs__optim_force_simd(ZS_SIMD_SCALAR);
     zs__optim_set_threads(1);
-    run_split(&ref, (zs_state_dtype_t)sd, block, whole, 2, 4);
+    run_split(&ref, kind, (zs_state_dtype_t)sd, block, whole, 2, 4);
     expect_true(!prob_same(&ref, &init)); /* it stepped */
+    if (kind == ZS_LION)
+      expect_true(!memcmp(ref.v, init.v, n) && !memcmp(ref.v16, init.v16, n * 2) && !memcmp(ref.vs, init.vs, ref.nb * 4));
     for (int path = 0; path < 3; path++) {
       if (zs__optim_force_simd((zs_simd_t)path) != ZS_OK) continue;
       for (int th = 1; th <= 3; th += 2) {
         zs__optim_set_threads(th);
         for (int lay = 0; lay < 2; lay++) {
           prob_copy(&P, &init);
-          run_split(&P, (zs_state_dtype_t)sd, block, lay ? split : whole, lay ? 5 : 2, 4);
+          run_split(&P, kind, (zs_state_dtype_t)sd, block, lay ? split : whole, lay ? 5 : 2, 4);
           memcpy(P.g, ref.g, n * 4);
           if (!prob_same(&P, &ref))
-            ZS_T_REPORT("%s states: path %s, %d threads, %s, keys from %llu: not the scalar path's bits",
-                        zs_state_dtype_name((zs_state_dtype_t)sd), zs__simd_name((zs_simd_t)path), th,
+            ZS_T_REPORT("%s, %s states: path %s, %d threads, %s, keys from %llu: not the scalar path's bits",
+                        kind_name(kind), zs_state_dtype_name((zs_state_dtype_t)sd), zs__simd_name((zs_simd_t)path), th,
                         lay ? "split segments" : "one segment", (unsigned long long)key_base);
         }
       }
@@ -469,6 +574,8 @@ static void test_paths_threads_layouts(void) {
     }
   (void)best;
 }
+static void test_paths_threads_layouts(void) { paths_threads_layouts(ZS_ADAMW); }
+static void test_lion_paths_threads_layouts(void) { paths_threads_layouts(ZS_LION); }
 
 /* ---- bf16: unbiased and deterministic ----------------------------------------- */
 
@@ -497,13 +604,39 @@ static void test_bf16_unbiased(void) {
   free(w), free(g), free(m), free(v), free(v2);
 }
 
+/* Lion's m (no v) decays as beta2^t with g = 0, twice from the same start: the
+ * same bits. beta2 = 0.999 here, where round to nearest would keep m at 1.0. */
+static void test_lion_bf16_unbiased(void) {
+  const size_t n = 4096;
+  const int steps = 1000;
+  float *w = xcalloc(n, 4), *w2 = xcalloc(n, 4), *g = xcalloc(n, 4);
+  uint16_t *m = xcalloc(n, 2), *m2 = xcalloc(n, 2);
+  for (size_t i = 0; i < n; i++) m[i] = m2[i] = zs_f32_to_bf16(1.0f);
+  for (int t = 1; t <= steps; t++) {
+    zs_optim_hyper_t h = hyper_k(ZS_LION, ZS_STATE_BF16, 0, t);
+    h.cfg.beta2 = 0.999f, h.cfg.weight_decay = 0;
+    zs_optim_seg_t s = {.master = w, .m = m, .grad = g, .n = n, .lr_scale = 1, .wd_scale = 1, .key = ZS_K_KEY(7, 0)};
+    expect_ok(zs__optim_step_cpu(&h, &s, 1));
+    s.master = w2, s.m = m2;
+    expect_ok(zs__optim_step_cpu(&h, &s, 1));
+  }
+  double mean = 0, want = pow(0.999, steps);
+  for (size_t i = 0; i < n; i++) mean += zs_bf16_to_f32(m[i]);
+  mean /= (double)n;
+  if (fabs(mean - want) > 0.01 * want) ZS_T_REPORT("Lion bf16 m after %d decays: mean %.6f, expected %.6f", steps, mean, want);
+  expect_int_eq(memcmp(m, m2, n * 2), 0);
+  /* m stayed positive, so every step moved w by -lr: 1000 steps of 1e-3 */
+  expect_true(fabs(w[0] + 1.0) < 1e-4 && !memcmp(w, w2, n * 4));
+  free(w), free(w2), free(g), free(m), free(m2);
+}
+
 /* ---- argument checks ------------------------------------------------------------ */
 
 static void test_checks(void) {
   prob_t P;
   prob_make(&P, 100, 64);
   zs_optim_hyper_t h = hyper(ZS_STATE_INT8, 100, 1); /* not a power of two */
-  zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, 100, 64);
+  zs_optim_seg_t s = seg_of(&P, ZS_STATE_INT8, 0, 100, 64, 1);
   expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
   h.cfg.state_block = 64;
   s.v_scale = NULL;
@@ -511,15 +644,27 @@ static void test_checks(void) {
   h.cfg.state_dtype = (zs_state_dtype_t)9;
   expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
   expect_true(!strcmp(zs_state_dtype_name(ZS_STATE_INT8), "int8"));
+  /* Lion: m and its scales alone (no v, no v scales), and m's scales are needed */
+  h = hyper_k(ZS_LION, ZS_STATE_INT8, 64, 1);
+  s = seg_of(&P, ZS_STATE_INT8, 0, 100, 64, 0);
+  expect_ok(zs__optim_step_cpu(&h, &s, 1));
+  s.m_scale = NULL;
+  expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
+  s = seg_of(&P, ZS_STATE_INT8, 0, 100, 64, 0);
+  s.m = NULL;
+  expect_true(zs__optim_step_cpu(&h, &s, 1) == ZS_ERR_INVALID);
   prob_free(&P);
 }
 
 int main(void) {
   zs_test_run(test_codes);
   zs_test_run(test_int8_step);
+  zs_test_run(test_lion_bf16_step);
   zs_test_run(test_ties);
   zs_test_run(test_paths_threads_layouts);
+  zs_test_run(test_lion_paths_threads_layouts);
   zs_test_run(test_bf16_unbiased);
+  zs_test_run(test_lion_bf16_unbiased);
   zs_test_run(test_checks);
   return zs_test_finish();
 }

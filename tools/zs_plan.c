@@ -5,7 +5,7 @@
  *
  *   zs-plan (--model gpt [--layers L --channels C --heads H --vocab V --seq T] | --units N1,N2,...)
  *       --world N --ranks-per-node K --device-mem GiB --intra-gbps X --inter-gbps Y
- *       [--shard-group NS] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--optim adamw|adam|sgd]
+ *       [--shard-group NS] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--optim adamw|adam|sgd|lion]
  *       [--optim-state fp32|bf16|int8] [--optim-block B]
  *       [--grad-accum A] [--prefetch P] [--host-mem GiB] [--reserve-gib R] [--latency-us A]
  *       [--intra-latency-us A] [--frame-overhead F] [--compute-s T1] [--json]

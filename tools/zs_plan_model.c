@@ -180,7 +180,8 @@ static void usage(FILE *f) {
           "                       K ranks, a node: ZeRO++'s hpZ; K divides --world)\n"
           "  --quantized-grads[=8|4] (also stages 2-3, offload or not, with the gradients' reduce-scatter as\n"
           "                       int8 (or int4) all-to-alls inside the node and across: ZeRO++'s qgZ)\n"
-          "  --optim adamw|adam|sgd (adamw)  --grad-accum A (1)  --prefetch P (1)\n"
+          "  --optim adamw|adam|sgd|lion (adamw; their states: m and v, none (sgd: no momentum), m (lion))\n"
+          "  --grad-accum A (1)  --prefetch P (1)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
           "  --sequence-parallel (with --tp)  --batch B (1: sequences per data-parallel rank per round, tp traffic)\n"
@@ -356,7 +357,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
       if (!strcmp(v, "adamw")) o.optim = ZS_ADAMW;
       else if (!strcmp(v, "adam")) o.optim = ZS_ADAM;
       else if (!strcmp(v, "sgd")) o.optim = ZS_SGD;
-      else pl_die(2, "--optim: adamw, adam or sgd");
+      else if (!strcmp(v, "lion")) o.optim = ZS_LION;
+      else pl_die(2, "--optim: adamw, adam, sgd or lion");
     } else {
       char msg[160];
       snprintf(msg, sizeof msg, "unknown flag '%s' (zs-plan --help lists the flags)", a);

@@ -47,10 +47,11 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->reduce_dtype = o->reduce_dtype;
   cfg->grad_accum = o->accum;
   cfg->grad_clip = o->clip;
-  cfg->optim.kind = ZS_ADAMW;
+  cfg->optim.kind = o->optim;
   cfg->optim.lr = o->lr;
+  /* AdamW: GPT-2's betas; Lion: its paper's (Chen et al. 2023), eps unused */
   cfg->optim.beta1 = 0.9f;
-  cfg->optim.beta2 = 0.95f;
+  cfg->optim.beta2 = o->optim == ZS_LION ? 0.99f : 0.95f;
   cfg->optim.eps = 1e-8f;
   cfg->optim.weight_decay = o->weight_decay;
   cfg->optim.state_dtype = o->optim_state;
@@ -87,6 +88,10 @@ void gpt_opts_usage(FILE *f) {
           "training:\n"
           "  --steps S (300) --batch B (16: global sequences per step) --accum A (1: micro-batches per rank)\n"
           "  --lr X (1e-3)   --weight-decay X (0) --clip X (1.0, 0 = off)  --seed N (1337)\n"
+          "  --optim adamw|lion (adamw: GPT-2's betas 0.9 / 0.95, eps 1e-8; lion: the sign of an\n"
+          "                interpolation of m and the gradient, one state (m), betas 0.9 / 0.99 (its\n"
+          "                paper); --lr is its step, so give it 3-10x below AdamW's, and --weight-decay\n"
+          "                3-10x above (the decay is lr x wd for both))\n"
           "  --lr-schedule constant|cosine|linear (cosine: llm.c's GPT-2 schedule, linear warmup to\n"
           "                --lr then cosine decay to --min-lr)  --warmup N (5%% of the schedule)\n"
           "  --min-lr X (0)  --lr-steps N (the schedule's length: the step the run ends at, i.e.\n"
@@ -99,8 +104,8 @@ void gpt_opts_usage(FILE *f) {
           "                  oneDNN where the CPU has avx512_bf16 or AMX, else emulated with sgemm, on a\n"
           "                  GPU cuBLAS's tensor cores; tf32: the GPU's tensor cores in TF32, cuda only)\n"
           "  --offload (optimizer state on the host, stages 1-3)  --prefetch K (engine default)\n"
-          "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v in fp32, bf16 (stochastic rounding)\n"
-          "                  or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
+          "  --optim-state fp32|bf16|int8 (fp32: AdamW's m and v (Lion's m) in fp32, bf16 (stochastic\n"
+          "                  rounding) or int8 blocks with a scale each)  --optim-block B (int8: 256; 64..4096)\n"
           "  --shard-group N (hybrid sharding, stages 1-3: shard over groups of N ranks, e.g. the\n"
           "                   ranks of a node, and replicate across them; 0 = all ranks)\n"
           "  --replica-overlap auto|on|off (with --shard-group, stages 2-3: the replica all-reduce of each\n"
@@ -177,7 +182,7 @@ static const char *const k_valued[] = {
     "--clip", "--dtype", "--reduce-dtype", "--device", "--comm", "--data", "--load", "--save", "--save-every", "--export", "--init-from",
     "--lr-schedule", "--warmup", "--min-lr", "--lr-steps", "--ps-servers", "--ps-mode", "--ps-staleness",
     "--pp", "--schedule", "--microbatches", "--virtual", "--pp-layers", "--trace",
-    "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim-state", "--optim-block",
+    "--moe-experts", "--moe-topk", "--ep", "--capacity-factor", "--moe-aux", "--optim", "--optim-state", "--optim-block",
     "--nvme", "--nvme-chunk",
     "--matmul", "--quantized-weights-block", "--hpz", "--quantized-grads", "--quantized-grads-group",
     "--replica-overlap",
@@ -454,6 +459,11 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
       else bad = 1;
     }
     else if (!strcmp(name, "--data")) { o->data = val; }
+    else if (!strcmp(name, "--optim")) {
+      if (!strcmp(val, "adamw")) o->optim = ZS_ADAMW;
+      else if (!strcmp(val, "lion")) o->optim = ZS_LION;
+      else bad = 1;
+    }
     else if (!strcmp(name, "--optim-state")) {
       if (!strcmp(val, "fp32")) o->optim_state = ZS_STATE_FP32;
       else if (!strcmp(val, "bf16")) o->optim_state = ZS_STATE_BF16;

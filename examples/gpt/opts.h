@@ -41,6 +41,7 @@ typedef struct {
   zs_dtype_t dtype, reduce_dtype;
   int reduce_dtype_set; /* --reduce-dtype given */
   int offload;
+  zs_optim_kind_t optim;        /* --optim adamw|lion (ZS_ADAMW: 0, the default) */
   zs_state_dtype_t optim_state; /* --optim-state fp32|bf16|int8 */
   int optim_block;              /* --optim-block B (int8; 0: the engine's default) */
   int delayed_update;   /* --delayed-update (with --offload) */
@@ -110,7 +111,8 @@ void gpt_opts_default(gpt_opts_t *o);
  * are written after the steps): 0, or -1 with the message in err. */
 int gpt_opts_check_paths(const gpt_opts_t *o, char *err, size_t n);
 /* The engine's config the options ask for: stage, dtypes, accumulation, clip,
- * AdamW (GPT-2's betas 0.9 / 0.95, eps 1e-8, --lr, --weight-decay), prefetch,
+ * AdamW (GPT-2's betas 0.9 / 0.95, eps 1e-8, --lr, --weight-decay) or with
+ * --optim lion Lion (betas 0.9 / 0.99, --lr, --weight-decay), prefetch,
  * shard group, offload, delayed update. */
 void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg);
 /* 0: parsed; 1: --help was asked; -1: bad command line (message in err). */

@@ -508,11 +508,14 @@ static void print_header(const trainer_t *t, const gpt_result_t *res) {
     fprintf(stderr, "  activations: recompute %s (%s)\n", gpt_recompute_name(o->recompute),
             o->recompute == GPT_RECOMPUTE_GELU ? "every tensor kept but the GELU output; backward computes it again"
                                                : "a block keeps its input; backward runs its forward again");
-  if (o->optim_state != ZS_STATE_FP32)
-    fprintf(stderr, "  optimizer: AdamW, master fp32, m and v %s%s\n", zs_state_dtype_name(o->optim_state),
-            o->optim_state == ZS_STATE_INT8 ? " blocks (one scale per block)" : " (stochastic rounding)");
+  if (o->optim_state != ZS_STATE_FP32 || o->optim == ZS_LION)
+    fprintf(stderr, "  optimizer: %s, master fp32, %s %s%s\n", o->optim == ZS_LION ? "Lion" : "AdamW",
+            o->optim == ZS_LION ? "m" : "m and v", zs_state_dtype_name(o->optim_state),
+            o->optim_state == ZS_STATE_INT8   ? " blocks (one scale per block)"
+            : o->optim_state == ZS_STATE_BF16 ? " (stochastic rounding)"
+                                              : "");
   if (o->offload || o->offload_param || o->nvme) /* where the state lives (ZeRO-Offload, ZeRO-Infinity) */
-    fprintf(stderr, "  offload: optimizer state (master, m, v) %s; parameter shards %s\n",
+    fprintf(stderr, "  offload: optimizer state (master, m%s) %s; parameter shards %s\n", o->optim == ZS_LION ? "" : ", v",
             o->nvme ? "on nvme" : "in host memory", o->offload_param ? (o->nvme ? "on nvme" : "in host memory")
                                                                           : "on the device");
   if (o->nvme) fprintf(stderr, "  nvme: %s (a file per rank, direct I/O through io_uring)\n", o->nvme);

@@ -121,8 +121,9 @@ static zs_status_t setup(pst_t *t, gpt_result_t *res, zs_device_t *dev, zs_comm_
   c.servers = t->S, c.mode = o->ps_async ? ZS_PS_ASYNC : ZS_PS_SYNC;
   c.staleness = o->ps_async ? (o->ps_staleness >= 0 ? o->ps_staleness : o->steps) : (o->ps_staleness > 0 ? o->ps_staleness : 0);
   c.steps = o->steps, c.count = t->n;
-  c.optim = (zs_optim_config_t){.kind = ZS_ADAMW, .lr = o->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                .weight_decay = o->weight_decay};
+  zs_config_t ec; /* the engine's optimizer for these options (AdamW or --optim lion), fp32 states */
+  gpt_opts_engine_config(o, &ec);
+  c.optim = ec.optim;
   c.grad_clip = o->clip, c.no_decay = nd, c.n_no_decay = nnd, c.lr_fn = lr_at, c.lr_user = t;
   st = zs_ps_create(&t->ps, &c, comm, t->p);
   free(nd);
