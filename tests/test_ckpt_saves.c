@@ -7,7 +7,9 @@
  *     that layout would otherwise load as the latest;
  *   - a rank that saves into another directory than rank 0 sees (node-local
  *     disks, another path) fails the save on every rank, keeps the previous
- *     checkpoint loadable, and leaves none of the failed save's files. */
+ *     checkpoint loadable, and leaves none of the failed save's files;
+ *   - a directory without a checkpoint whose subdirectories hold some (the
+ *     example MoE trainer's dense/ and experts/) says which. */
 #include "ckpt_world.h"
 
 static int exists(const char *dir, const char *name) {
@@ -104,10 +106,27 @@ static void test_rank_elsewhere(void) {
   close_run(&b);
 }
 
+static void test_held_below(void) {
+  char top[320], inner[400];
+  path_of(top, sizeof top, "holder");
+  snprintf(inner, sizeof inner, "%s/experts", top);
+  if (rank == 0) expect_true(mkdir(top, 0777) == 0);
+  barrier();
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t a;
+  assert_ok(open_run(&a, world, &c, NBLK));
+  assert_ok(zs_checkpoint_save(a.zs, inner));
+  expect_status(zs_checkpoint_verify(top, NULL), ZS_ERR_IO);
+  expect_str_contains(zs_last_error(), "it holds checkpoints in its subdirectories experts: name one of them");
+  expect_ok(zs_checkpoint_verify(inner, NULL));
+  close_run(&a);
+}
+
 int main(void) {
   ckpt_world_open();
   zs_test_run(test_mixed_parts);
   zs_test_run(test_other_layout_removed);
   zs_test_run(test_rank_elsewhere);
+  zs_test_run(test_held_below);
   return ckpt_world_close();
 }

@@ -3,6 +3,7 @@
  * each whole tensor, and reads of any range of a whole tensor through one
  * cached block. Shared by the load into another layout (ckpt_load.c) and the
  * offline conversions (ckpt_convert.c); no engine, no MPI. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,29 @@ static zs_status_t open_part(ck_part_t *p, const char *dir, char *err, const cha
   return zs__ck_read_files(dir, &p->m, &sink, err, fn); /* every block where it is, each kind tiling its tensor */
 }
 
+void zs__ck_held_below(const char *top, char *out, size_t n) {
+  out[0] = 0;
+  DIR *d = opendir(top);
+  if (!d) return;
+  size_t at = 0;
+  int found = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && at + 64 < n) {
+    if (e->d_name[0] == '.') continue;
+    char probe[CK_PATH + 300];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/%s/manifest.json", top, e->d_name);
+    int here = stat(probe, &sb) == 0;
+    snprintf(probe, sizeof probe, "%s/%s/mp0/manifest.json", top, e->d_name);
+    if (!here && stat(probe, &sb) != 0) continue;
+    int w = snprintf(out + at, n - at, "%s%s", found++ ? ", " : "; it holds checkpoints in its subdirectories ",
+                     e->d_name);
+    if (w > 0) at += (size_t)w < n - at ? (size_t)w : n - at - 1;
+  }
+  closedir(d);
+  if (found && at + 20 < n) snprintf(out + at, n - at, ": name one of them");
+}
+
 zs_status_t zs__ck_source_open(const char *top, ck_source_t *s, char *err, const char *fn) {
   memset(s, 0, sizeof *s);
   s->err = err, s->fn = fn;
@@ -59,10 +83,13 @@ zs_status_t zs__ck_source_open(const char *top, ck_source_t *s, char *err, const
     s->nparts = 1;
   } else {
     snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top);
-    if (stat(probe, &sb) != 0)
+    if (stat(probe, &sb) != 0) {
+      char below[512];
+      zs__ck_held_below(top, below, sizeof below);
       return ZS_FAIL(err, ZS_ERR_IO,
-                     "%s: cannot open %s/manifest.json: no checkpoint there (nor a model-parallel part %s/mp0)", fn, top,
-                     top);
+                     "%s: cannot open %s/manifest.json: no checkpoint there (nor a model-parallel part %s/mp0)%s", fn,
+                     top, top, below);
+    }
     snprintf(probe, sizeof probe, "%s/mp0", top);
     manifest_t m0;
     ZS_CHECK(zs__ck_parse_manifest(probe, &m0, err, fn));

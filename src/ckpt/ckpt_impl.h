@@ -125,6 +125,11 @@ uint32_t zs__ck_kind_enc(const zs_engine_t *zs, int k);
 void zs__ck_decode(uint32_t enc, int k, int blk, const void *raw, int64_t count, float *out);
 zs_status_t zs__ck_commit_file(char *err_buf, FILE *f, const char *tmp, const char *final);
 void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank);
+/* Subdirectories of top that hold checkpoints (a trainer that keeps one per
+ * engine, as the example MoE trainer's dense/ and experts/): "; it holds
+ * checkpoints in its subdirectories a, b: name one of them" into out (n
+ * bytes), or "" when none. */
+void zs__ck_held_below(const char *top, char *out, size_t n);
 const char *zs__ck_optim_name(zs_optim_kind_t k);
 /* json (a printed JSON object) closed by its checksum member: a new string
  * (free with free()), or NULL without memory; *crc the checksum. */

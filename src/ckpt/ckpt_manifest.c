@@ -303,8 +303,13 @@ zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, con
   char path[CK_PATH];
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   FILE *f = fopen(path, "rb");
-  if (!f)
-    return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s (no complete checkpoint there)", fn, path, strerror(errno));
+  if (!f) {
+    int e = errno;
+    char below[512];
+    zs__ck_held_below(dir, below, sizeof below);
+    return ZS_FAIL(err, ZS_ERR_IO, "%s: cannot open %s: %s (no complete checkpoint there%s)", fn, path, strerror(e),
+                   below);
+  }
   char *text = NULL;
   long n = -1;
   if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
