@@ -243,6 +243,11 @@ static void test_damage(void) {
   assert_ok(open_run(&sgd, world, &cs, NBLK));
   expect_load_fails(&sgd, dir, ZS_ERR_MISMATCH, "zs_import_safetensors");
   close_run(&sgd);
+  cs = c; /* Adam keeps AdamW's m and v: it loads */
+  cs.optim.kind = ZS_ADAM;
+  assert_ok(open_run(&sgd, world, &cs, NBLK));
+  expect_ok(zs_checkpoint_load(sgd.zs, dir));
+  close_run(&sgd);
 
   /* saving where it cannot go, and calls out of order */
   char bad[400];

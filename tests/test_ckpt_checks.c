@@ -337,6 +337,7 @@ static void m_step_negative(cJSON *m) { set_num(m, "step", -1); }
 static void m_good_steps(cJSON *m) { set_num(m, "good_steps", 1e12); }
 static void m_stage(cJSON *m) { set_num(m, "stage", 7); }
 static void m_id(cJSON *m) { set_str(m, "id", "0x00000000000001"); }
+static void m_id_top(cJSON *m) { set_str(m, "id", "8000000000000000"); }
 static void m_version_new(cJSON *m) { set_num(m, "version", 3); }
 static void m_version_old(cJSON *m) { set_num(m, "version", 1); }
 /* the optional "layout" (zs_checkpoint_set_layout): checked when there */
@@ -394,6 +395,7 @@ static const forgery_t forgeries[] = {
     {"good_steps past int", m_good_steps, NULL, NULL, 0, ZS_ERR_CORRUPT, "good_steps"},
     {"stage 7", m_stage, NULL, NULL, 0, ZS_ERR_CORRUPT, "stage"},
     {"an id that is not hex", m_id, NULL, NULL, 0, ZS_ERR_CORRUPT, "id"},
+    {"an id of 2^63 or more", m_id_top, NULL, NULL, 0, ZS_ERR_CORRUPT, "below 2^63"},
     {"a newer format version", m_version_new, NULL, NULL, 0, ZS_ERR_UNSUPPORTED, "newer"},
     {"format version 1", m_version_old, NULL, NULL, 1, ZS_ERR_UNSUPPORTED, "version 1"},
     {"a layout that is not a string", m_layout_num, NULL, NULL, 0, ZS_ERR_CORRUPT, "layout is not a string"},

@@ -4,7 +4,10 @@
  *     save, the same step) are refused, in the layout's own load and in verify;
  *   - a save in one layout removes the older save another layout left in the
  *     same directory (model-parallel parts, or the single part), which a run in
- *     that layout would otherwise load as the latest;
+ *     that layout would otherwise load as the latest, and nothing else (a
+ *     directory mp16 that is no part stays);
+ *   - a model-parallel save that fails in one part (its manifest cannot be
+ *     written) leaves every part's previous save, which loads;
  *   - a rank that saves into another directory than rank 0 sees (node-local
  *     disks, another path) fails the save on every rank, keeps the previous
  *     checkpoint loadable, and leaves none of the failed save's files;
@@ -64,10 +67,19 @@ static void test_other_layout_removed(void) {
   assert_ok(steps(&mp, 1, NULL, NULL));
   assert_ok(zs_checkpoint_save(mp.zs, dir));
   expect_true(exists(dir, "mp0/manifest.json") && exists(dir, "mp1/manifest.json"));
+  char other[400], notes[480];
+  snprintf(other, sizeof other, "%s/mp16", dir);
+  snprintf(notes, sizeof notes, "%s/manifest.json", other); /* another program's */
+  if (rank == 0) {
+    expect_true(mkdir(other, 0777) == 0);
+    FILE *f = fopen(notes, "w");
+    if (f) fputs("{\"runs\": 16}\n", f), fclose(f);
+  }
   assert_ok(steps(&dp, 2, NULL, NULL));
   assert_ok(zs_checkpoint_save(dp.zs, dir));
   expect_true(exists(dir, "manifest.json"));
   expect_true(!exists(dir, "mp0") && !exists(dir, "mp1")); /* the parts' directories are gone, empty */
+  expect_true(access(notes, F_OK) == 0);
   expect_int_eq(count_files(dir, ".zsr"), nranks);
   assert_ok(steps(&mp, 1, NULL, NULL));
   assert_ok(zs_checkpoint_save(mp.zs, dir));
@@ -77,6 +89,35 @@ static void test_other_layout_removed(void) {
   expect_int_eq(zs_engine_step_count(mp.zs), 2);
   close_run(&mp);
   close_run(&dp);
+}
+
+/* tp=2: part 1 cannot write its manifest (a directory stands at its temporary
+ * name); part 0 could. Neither may put its manifest in place. */
+static void test_part_fails(void) {
+  if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
+  char dir[320], block[400];
+  path_of(dir, sizeof dir, "part-fails");
+  snprintf(block, sizeof block, "%s/mp1/manifest.json.tmp", dir);
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run_mp(&a, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  if (rank == 1) expect_true(mkdir(block, 0777) == 0);
+  barrier();
+  expect_int_eq(zs_checkpoint_save(a.zs, dir), ZS_ERR_IO);
+  barrier();
+  if (rank == 1) expect_true(rmdir(block) == 0);
+  char part[400];
+  snprintf(part, sizeof part, "%s/mp%d", dir, rank);
+  expect_int_eq(count_files(part, ".zsr"), 1); /* the previous save's; the failed one's are gone */
+  barrier();
+  assert_ok(open_run_mp(&b, self, world, "tp=2 pp=1", &c, NBLK));
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  expect_int_eq(zs_engine_step_count(b.zs), 1);
+  close_run(&a);
+  close_run(&b);
 }
 
 /* Rank 1 names another (existing) directory: rank 0 cannot see its file. */
@@ -127,6 +168,7 @@ int main(void) {
   zs_test_run(test_mixed_parts);
   zs_test_run(test_other_layout_removed);
   zs_test_run(test_rank_elsewhere);
+  zs_test_run(test_part_fails);
   zs_test_run(test_held_below);
   return ckpt_world_close();
 }

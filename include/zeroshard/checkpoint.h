@@ -167,7 +167,7 @@ typedef struct {
   int ntensors;
   int64_t params;     /* elements over all tensors */
   int64_t bytes;      /* rank files' bytes */
-  char optimizer[16]; /* "adamw", "adam", "sgd" */
+  char optimizer[16]; /* "adamw", "adam", "sgd", "lion" */
 } zs_checkpoint_info_t;
 /* Everything a load checks, for every rank at once: the manifest (its checksum
  * and every field), every rank file's header against it, every block's header

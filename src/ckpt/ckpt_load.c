@@ -36,13 +36,17 @@ static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const
 }
 
 /* A checkpoint of another optimizer: its master weights load into an engine
- * that keeps nothing else (plain SGD); an engine that keeps m or v would take
+ * that keeps nothing else (plain SGD), and Adam's into AdamW's and back (the
+ * same moments); an engine that keeps other m or v would take
  * another optimizer's state of that name (Adam's m is an average of gradients,
  * SGD's momentum a sum, Lion's m moves with beta2), so that is ZS_ERR_MISMATCH,
  * naming the way to start from the weights alone. */
 static zs_status_t optim_fits(zs_engine_t *zs, const char *top, const manifest_t *m) {
   const char *mine = zs__ck_optim_name(zs->cfg.optim.kind);
-  if (!strcmp(m->optimizer, mine) || !(zs__ck_kind_present(zs, K_M) || zs__ck_kind_present(zs, K_V))) return ZS_OK;
+  /* Adam and AdamW keep the same m and v (they differ in how the decay enters) */
+  const int adams = !strncmp(m->optimizer, "adam", 4) && !strncmp(mine, "adam", 4);
+  if (adams || !strcmp(m->optimizer, mine) || !(zs__ck_kind_present(zs, K_M) || zs__ck_kind_present(zs, K_V)))
+    return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "zs_checkpoint_load: %s was saved with the %s optimizer, and this engine's is %s, whose state means "
                  "something else: load it into a %s engine, or start from its weights alone (zs_checkpoint_to_safetensors "
@@ -281,9 +285,11 @@ static zs_status_t same_save_parts(zs_engine_t *zs, zs_status_t st, const char *
 static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
 
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
-  ZS_CHECK(zs__ck_check_call(zs, top, "zs_checkpoint_load"));
-  char *dir = zs__ck_dir(zs, top); /* top, or top/mp<rank> for a model-parallel part */
-  zs_status_t st = dir ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
+  /* as zs_checkpoint_save: a bad path on one rank fails every rank */
+  zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_load");
+  if (!zs || st == ZS_ERR_STATE) return st;
+  char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
+  if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);
   free(dir);

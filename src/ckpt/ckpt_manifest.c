@@ -108,8 +108,10 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
 
   /* the run */
   const cJSON *id = get(j, "id"), *world = get(j, "world"), *stage = get(j, "stage");
-  if (!str_ok(id, 17) || strlen(id->valuestring) != 16 || strspn(id->valuestring, "0123456789abcdef") != 16)
-    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid id (16 lowercase hex digits)", fn, path);
+  if (!str_ok(id, 17) || strlen(id->valuestring) != 16 || strspn(id->valuestring, "0123456789abcdef") != 16 ||
+      id->valuestring[0] > '7') /* saves make ids below 2^63 (the parts' comparison negates them) */
+    ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid id (16 lowercase hex digits, below 2^63)", fn,
+                 path);
   m->id = strtoull(id->valuestring, NULL, 16);
   if (!num_ok(world, 1, CK_MAX_WORLD))
     ZS_FAIL_GOTO(st, done, err, ZS_ERR_CORRUPT, "%s: %s has no valid world size (1..%d)", fn, path, CK_MAX_WORLD);

@@ -29,8 +29,9 @@ static int saved_range(const zs_engine_t *zs, int r, const zs_param_t *p, int64_
 static zs_status_t fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd < 0) return ZS_ERR_IO;
-  int rc = fsync(fd);
+  int rc = fsync(fd), err = errno;
   close(fd);
+  errno = err; /* fsync's, for the caller's message */
   return rc == 0 ? ZS_OK : ZS_ERR_IO;
 }
 
@@ -265,24 +266,30 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
   return ZS_OK;
 }
 
-static zs_status_t write_manifest(zs_engine_t *zs, const char *dir, const char *text) {
-  char final[CK_PATH], tmp[CK_PATH + 8];
-  snprintf(final, sizeof final, "%s/manifest.json", dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", final);
-  zs_status_t st;
+/* The manifest under its temporary name, written and fsynced (not yet in place). */
+static zs_status_t write_manifest_tmp(zs_engine_t *zs, const char *tmp, const char *text) {
   FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  } else if (fputs(text, f) == EOF) {
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
-    fclose(f);
+  if (!f) return ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  int bad = fputs(text, f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0;
+  int err = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+  if (!bad) return ZS_OK;
+  unlink(tmp);
+  return ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(err));
+}
+
+/* Renames it into place. Once renamed the save is made: a failing fsync of the
+ * directory after it only warns (the rank files it names must then stay). */
+static zs_status_t put_manifest(zs_engine_t *zs, const char *tmp, const char *final, const char *dir) {
+  if (rename(tmp, final) != 0) {
+    int err = errno;
     unlink(tmp);
-  } else {
-    st = zs__ck_commit_file(zs->err, f, tmp, final);
+    return ZS_FAIL(zs->err, ZS_ERR_IO, "renaming %s to %s failed: %s", tmp, final, strerror(err));
   }
-  if (st == ZS_OK && fsync_dir(dir) != ZS_OK)
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "syncing directory %s failed: %s", dir, strerror(errno));
-  return st;
+  if (fsync_dir(dir) != ZS_OK)
+    ZS_LOG_W("checkpoint: syncing directory %s after its manifest failed: %s (the save is in place; a crash now "
+             "could lose it)", dir, strerror(errno));
+  return ZS_OK;
 }
 
 /* Rank files of other saves (not `id`) left in dir: removed once the new
@@ -328,6 +335,31 @@ static zs_status_t check_rank_files(zs_engine_t *zs, const char *dir, uint64_t i
   return ZS_OK;
 }
 
+/* Whether dir/manifest.json is a zeroshard checkpoint's, with its
+ * model-parallel size and rank (1 and 0 for a single part) and step. */
+static int manifest_part(const char *dir, int *mp_size, int *mp_rank, long long *step) {
+  char path[CK_PATH + 32];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  char *text = malloc(1 << 20);
+  size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+  fclose(f);
+  if (!text) return 0;
+  text[n] = 0;
+  cJSON *j = cJSON_Parse(text);
+  free(text);
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+  const cJSON *sz = cJSON_GetObjectItemCaseSensitive(j, "mp_size"), *rk = cJSON_GetObjectItemCaseSensitive(j, "mp_rank");
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+  int ok = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, CK_FORMAT);
+  *mp_size = cJSON_IsNumber(sz) ? (int)sz->valuedouble : 1;
+  *mp_rank = cJSON_IsNumber(rk) ? (int)rk->valuedouble : 0;
+  *step = cJSON_IsNumber(st) ? (long long)st->valuedouble : -1;
+  cJSON_Delete(j);
+  return ok;
+}
+
 /* A checkpoint part's files in dir (manifest first, so that what is left never
  * reads as a checkpoint), then dir itself if that leaves it empty. */
 static void clear_part(const char *dir) {
@@ -343,40 +375,48 @@ static void clear_part(const char *dir) {
 /* After a save in one layout (mp parts: mp_size > 1; else one part in top),
  * the checkpoint another layout left in top: the single part's files, or mp<k>
  * part directories (all of them, or those past this save's parts). A run in
- * that layout would otherwise load it as if it were the latest save. */
+ * that layout would otherwise load it as if it were the latest save. Only what
+ * its manifest shows to be such a part goes (a directory mp16 of something
+ * else stays). */
 static void remove_other_layout(const char *top, int mp_size) {
   DIR *d = opendir(top);
   if (!d) return;
-  int removed = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     const char *s = e->d_name;
-    if (s[0] != 'm' || s[1] != 'p' || !s[2] || strspn(s + 2, "0123456789") != strlen(s + 2)) continue;
-    if (mp_size > 1 && atoi(s + 2) < mp_size && strlen(s + 2) < 8) continue; /* this save's part */
+    if (s[0] != 'm' || s[1] != 'p' || !s[2] || strlen(s + 2) > 6 || strspn(s + 2, "0123456789") != strlen(s + 2))
+      continue;
+    int k = atoi(s + 2), size, rank;
+    long long step;
+    if (mp_size > 1 && k < mp_size) continue; /* this save's part */
     char path[CK_PATH];
     snprintf(path, sizeof path, "%s/%s", top, s);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) clear_part(path), removed++;
+    if (!manifest_part(path, &size, &rank, &step) || size < 2 || rank != k) continue;
+    clear_part(path);
+    ZS_LOG_W("checkpoint: removed %s, model-parallel part %d of %d of an older save (step %lld) in another layout",
+             path, rank, size, step);
   }
   closedir(d);
-  if (mp_size > 1) {
+  int size, rank;
+  long long step;
+  if (mp_size > 1 && manifest_part(top, &size, &rank, &step) && size == 1) {
     char path[CK_PATH + 32];
     snprintf(path, sizeof path, "%s/manifest.json", top);
-    if (access(path, F_OK) == 0) {
-      if (unlink(path) != 0) ZS_LOG_W("checkpoint: could not remove %s: %s", path, strerror(errno));
-      remove_stale(top, UINT64_MAX);
-      removed++;
-    }
+    if (unlink(path) != 0) ZS_LOG_W("checkpoint: could not remove %s: %s", path, strerror(errno));
+    remove_stale(top, UINT64_MAX);
+    ZS_LOG_W("checkpoint: removed the older save (step %lld) of another layout, one part, from %s", step, top);
   }
-  if (removed) ZS_LOG_I("checkpoint: removed the older save of another layout from %s", top);
 }
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
 
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
-  ZS_CHECK(zs__ck_check_call(zs, top, "zs_checkpoint_save"));
-  char *dir = zs__ck_dir(zs, top); /* top, or top/mp<rank> for a model-parallel part */
-  zs_status_t st = dir ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
+  /* a bad path on one rank is an error on every rank (agreed); an engine not
+   * set up or in a step returns at once: no collective may run then */
+  zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_save");
+  if (!zs || st == ZS_ERR_STATE) return st;
+  char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
+  if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_save: naming the directory");
   if (st == ZS_OK) st = zs_checkpoint_save_in(zs, top, dir);
   free(dir);
@@ -384,8 +424,9 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
 }
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir) {
-  ZS_CHECK(zs_flush(zs));
-  ZS_CHECK(zs__ck_drain(zs));
+  zs_status_t st = zs_flush(zs);
+  if (st == ZS_OK) st = zs__ck_drain(zs);
+  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: finishing pending work"));
   /* an id for this save's files, from rank 0's clock */
   int64_t id = 0;
   if (zs->rank == 0) {
@@ -393,7 +434,7 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
     clock_gettime(CLOCK_REALTIME, &ts);
     id = ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) & INT64_MAX;
   }
-  zs_status_t st = zs__ck_max_i64(zs, &id, 1);
+  st = zs__ck_max_i64(zs, &id, 1);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_save: agreeing on an id failed: %s", zs_last_error());
   st = ZS_OK;
   if (zs->rank == 0 && strcmp(dir, top) && mkdir(top, 0777) != 0 && errno != EEXIST)
@@ -420,31 +461,44 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
       wrote = (st = write_rank_file(zs, dir, (uint64_t)id, (uint32_t)v)) == ZS_OK;
     st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the rank files");
   }
-  /* 1: this part's manifest names the new files; 2: nothing does (every rank
-   * removes its own: a failed save leaves no bytes behind, so a full disk does
-   * not stay full); 0: unknown (the outcome could not be exchanged): kept */
-  int64_t outcome = st == ZS_OK ? 0 : 2;
+  /* The manifests in two rounds over the whole mesh, so that a failure in any
+   * part leaves every part's previous save: rank 0 of each part finds every
+   * rank file of its part in place and writes manifest.json.tmp; once all
+   * agree, each renames its own into place. A failure before the renames
+   * (agreed: no manifest names the new files) removes them, every rank its own,
+   * so a full disk does not stay full; a failure of the exchange itself (the
+   * comm) keeps them, as a rank may have gone on to rename. */
+  char mfinal[CK_PATH], mtmp[CK_PATH + 8];
+  snprintf(mfinal, sizeof mfinal, "%s/manifest.json", dir);
+  snprintf(mtmp, sizeof mtmp, "%s.tmp", mfinal);
+  int named = 0; /* a manifest may name the new files */
   if (st == ZS_OK) {
     if (zs->rank == 0) {
       st = check_rank_files(zs, dir, (uint64_t)id);
-      if (st == ZS_OK) st = write_manifest(zs, dir, text);
-      if (st == ZS_OK) remove_stale(dir, (uint64_t)id); /* before anyone returns */
-      outcome = st == ZS_OK ? 1 : 2;
+      if (st == ZS_OK) st = write_manifest_tmp(zs, mtmp, text);
     }
-    if (zs__ck_max_i64_in(zs, &outcome, 1, 0) != ZS_OK) outcome = 0;
     st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the manifest");
+    named = st == ZS_ERR_COMM || st == ZS_ERR_TIMEOUT || st == ZS_ERR_PEER;
+    if (st != ZS_OK && zs->rank == 0) unlink(mtmp);
+    if (st == ZS_OK) {
+      named = 1;
+      if (zs->rank == 0) st = put_manifest(zs, mtmp, mfinal, dir);
+      st = zs__ck_agree(zs, st, "zs_checkpoint_save: putting the manifest in place");
+    }
   }
   free(text);
-  if (outcome == 2 && wrote) {
+  if (!named && wrote) {
     char name[64], path[CK_PATH];
     zs__ck_rank_file_name(name, sizeof name, (uint64_t)id, zs->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
   }
   ZS_CHECK(st);
-  /* the other layout's older save, once every part of this one is in place */
+  /* older saves (their rank files; the other layout's save), once every part
+   * of this one is in place, and before anyone returns */
+  if (zs->rank == 0) remove_stale(dir, (uint64_t)id);
   if (zs->rank == 0 && (!zs__ck_mp_size(zs) || zs->mp_rank == 0)) remove_other_layout(top, zs__ck_mp_size(zs));
-  ZS_CHECK(zs__ck_agree(zs, ZS_OK, "zs_checkpoint_save: removing the older save of another layout"));
+  ZS_CHECK(zs__ck_agree(zs, ZS_OK, "zs_checkpoint_save: removing older saves"));
   ZS_LOG_I("checkpoint of step %lld saved to %s (%d rank files)", (long long)zs->step, dir, zs->world);
   return ZS_OK;
 }
