@@ -15,6 +15,18 @@
  *     example MoE trainer's dense/ and experts/) says which. */
 #include "ckpt_world.h"
 
+/* Stage 1, tp=2: rank r is model-parallel part r (data-parallel alone). */
+static zs_status_t open_tp2(run_t *r) {
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  return open_run_mp(r, self, world, "tp=2 pp=1", &c, NBLK);
+}
+
+/* dir: base/name, and sub: dir/leaf. */
+static void paths(char *dir, size_t n, char *sub, size_t m, const char *name, const char *leaf) {
+  path_of(dir, n, name);
+  snprintf(sub, m, "%s/%s", dir, leaf);
+}
+
 static int exists(const char *dir, const char *name) {
   char p[800];
   snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -28,9 +40,8 @@ static void test_mixed_parts(void) {
   char a_dir[320], b_dir[320], from[400], to[400];
   path_of(a_dir, sizeof a_dir, "mixed-a");
   path_of(b_dir, sizeof b_dir, "mixed-b");
-  zs_config_t c = cfg(1, ZS_FP32, 0);
   run_t a, b;
-  assert_ok(open_run_mp(&a, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_tp2(&a));
   assert_ok(steps(&a, 2, NULL, NULL));
   assert_ok(zs_checkpoint_save(a.zs, a_dir));
   assert_ok(steps(&a, 1, NULL, NULL));
@@ -44,7 +55,7 @@ static void test_mixed_parts(void) {
     expect_true(rename(from, to) == 0);
   }
   barrier();
-  assert_ok(open_run_mp(&b, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_tp2(&b));
   expect_load_fails(&b, a_dir, ZS_ERR_CORRUPT, "parts are of different saves");
   if (rank == 0) {
     expect_status(zs_checkpoint_verify(a_dir, NULL), ZS_ERR_CORRUPT);
@@ -58,11 +69,10 @@ static void test_mixed_parts(void) {
 static void test_other_layout_removed(void) {
   if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
   char dir[320], part[400];
-  path_of(dir, sizeof dir, "layouts");
-  snprintf(part, sizeof part, "%s/mp1", dir);
+  paths(dir, sizeof dir, part, sizeof part, "layouts", "mp1");
   zs_config_t c = cfg(1, ZS_FP32, 0);
   run_t mp, dp;
-  assert_ok(open_run_mp(&mp, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_tp2(&mp));
   assert_ok(open_run(&dp, world, &c, NBLK));
   assert_ok(steps(&mp, 1, NULL, NULL));
   assert_ok(zs_checkpoint_save(mp.zs, dir));
@@ -96,11 +106,9 @@ static void test_other_layout_removed(void) {
 static void test_part_fails(void) {
   if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
   char dir[320], block[400];
-  path_of(dir, sizeof dir, "part-fails");
-  snprintf(block, sizeof block, "%s/mp1/manifest.json.tmp", dir);
-  zs_config_t c = cfg(1, ZS_FP32, 0);
+  paths(dir, sizeof dir, block, sizeof block, "part-fails", "mp1/manifest.json.tmp");
   run_t a, b;
-  assert_ok(open_run_mp(&a, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_tp2(&a));
   assert_ok(steps(&a, 1, NULL, NULL));
   assert_ok(zs_checkpoint_save(a.zs, dir));
   assert_ok(steps(&a, 1, NULL, NULL));
@@ -113,7 +121,7 @@ static void test_part_fails(void) {
   snprintf(part, sizeof part, "%s/mp%d", dir, rank);
   expect_int_eq(count_files(part, ".zsr"), 1); /* the previous save's; the failed one's are gone */
   barrier();
-  assert_ok(open_run_mp(&b, self, world, "tp=2 pp=1", &c, NBLK));
+  assert_ok(open_tp2(&b));
   expect_ok(zs_checkpoint_load(b.zs, dir));
   expect_int_eq(zs_engine_step_count(b.zs), 1);
   close_run(&a);
