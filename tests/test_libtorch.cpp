@@ -5,7 +5,10 @@
  * connections, a unit unused in a step) trains like plain libtorch + AdamW,
  * checkpoints resume and the safetensors export carries the module's own
  * parameter names, bf16 parameters, and misuse reported as zs_torch::Error
- * with a status and a message. */
+ * with a status and a message; what a libtorch trainer does after wrapping
+ * (module->to(), requires_grad_, a second wrapper, tied weights, ranks seeded
+ * differently, BatchNorm buffers, reading weights after a delayed update's
+ * flush) is an error or is made consistent, never silently wrong. */
 #include <zeroshard/torch.hpp>
 #include <zeroshard/zeroshard.h>
 
@@ -407,6 +410,73 @@ static void test_errors(void) {
   expect_throws(stray.backward(), ZS_ERR_STATE, "compute the unit inside its UnitGuard");
 }
 
+/* t on this rank equals rank 0's t (collective) */
+static bool same_as_rank0(const torch::Tensor &t) {
+  torch::Tensor c = t.detach().to(torch::kFloat).contiguous().clone();
+  if (zs_comm_broadcast(world, c.data_ptr(), c.data_ptr(), (size_t)c.numel(), ZS_FP32, 0, NULL) != ZS_OK) return false;
+  return torch::equal(c, t.detach().to(torch::kFloat));
+}
+
+static void test_after_wrap(void) {
+  auto x = torch::randn({4, 8});
+  assert_ok(zs_comm_broadcast(world, x.data_ptr(), x.data_ptr(), 32, ZS_FP32, 0, NULL));
+  /* tied weights: refused (two names for one buffer) */
+  auto tied = std::make_shared<torch::nn::Module>();
+  auto w = torch::randn({4, 4}).requires_grad_();
+  tied->register_parameter("a", w);
+  tied->register_parameter("b", w);
+  expect_throws(zs_torch::Sharded(tied, config(0), dev, world), ZS_ERR_UNSUPPORTED, "tied weights");
+  {
+    /* a second wrapper over a wrapped module */
+    auto model = mlp();
+    zs_torch::ShardedSequential f(model, config(0), dev, world);
+    expect_throws(zs_torch::ShardedSequential(model, config(0), dev, world), ZS_ERR_STATE, "already wrapped");
+  }
+  for (int stage : {0, 3}) {
+    auto model = mlp();
+    zs_torch::ShardedSequential f(model, config(stage), dev, world);
+    model->to(torch::kDouble); /* after wrapping: its tensors would no longer be the engine's */
+    expect_throws(f.forward(x), ZS_ERR_STATE, "changed its dtype");
+  }
+  {
+    auto model = mlp();
+    zs_torch::ShardedSequential f(model, config(1), dev, world);
+    model->named_parameters()["2.weight"].requires_grad_(false); /* the engine would still step it */
+    expect_throws(f.forward(x), ZS_ERR_STATE, "requires_grad false now");
+  }
+  {
+    /* ranks seeded differently, BatchNorm statistics of each rank's own data:
+     * rank 0's values everywhere at construction, its buffers after each step */
+    torch::manual_seed(11 + rank);
+    torch::nn::Sequential bn(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8), torch::nn::Linear(8, 4));
+    torch::Tensor w0 = bn->named_parameters()["0.weight"].detach().clone();
+    assert_ok(zs_comm_broadcast(world, w0.data_ptr(), w0.data_ptr(), (size_t)w0.numel(), ZS_FP32, 0, NULL));
+    zs_torch::ShardedSequential f(bn, config(1), dev, world);
+    expect_true(torch::equal(f.state_dict()[0].second, w0)); /* rank 0's, not a mix of the ranks' shards */
+    auto mine = torch::randn({6, 8}) + rank;
+    f.forward(mine).square().mean().backward();
+    f.step();
+    expect_true(same_as_rank0(bn->named_buffers()["1.running_mean"]));
+    expect_true(same_as_rank0(bn->named_parameters()["0.weight"]));
+  }
+  {
+    /* the delayed update: the module's weights are current after flush(),
+     * whatever came before it (state_dict() first used to leave them a step old) */
+    auto model = mlp();
+    zs_config_t c = config(1);
+    c.offload_optimizer = ZS_OFFLOAD_CPU;
+    c.delayed_param_update = 1;
+    zs_torch::ShardedSequential f(model, c, dev, world);
+    for (int s = 0; s < 3; s++) {
+      f.forward(x).square().mean().backward();
+      f.step();
+    }
+    auto sd = f.state_dict();
+    f.flush();
+    expect_true(torch::equal(model->named_parameters()["0.weight"], sd[0].second));
+  }
+}
+
 /* an exception out of a test is that test's failure (its message printed) */
 static void (*current_test)(void);
 static void guarded(void) {
@@ -434,6 +504,7 @@ int main(void) {
   run_test(test_delayed_update);
   run_test(test_own_engine);
   run_test(test_errors);
+  run_test(test_after_wrap);
   zs_comm_destroy(world);
   zs_device_destroy(dev);
   return zs_test_finish();

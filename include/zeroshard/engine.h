@@ -289,6 +289,21 @@ float zs_engine_lr(const zs_engine_t *zs);
  * Pure: no engine, no state. NAN for a NULL or unknown schedule, or step < 0. */
 double zs_schedule_lr(const zs_schedule_t *schedule, double lr, int64_t step);
 
+/* The comm the engine shards and reduces over: the one given to
+ * zs_engine_create, or the mesh's data-parallel group (zs_engine_create_mesh).
+ * Owned by the caller (or the mesh); NULL for NULL. What a trainer uses for its
+ * own data-parallel collectives (e.g. a loss average, or broadcasting its
+ * initial values from rank 0 before zs_engine_setup). */
+zs_comm_t *zs_engine_comm(const zs_engine_t *zs);
+/* The device the engine was made on (the caller's); NULL for NULL. */
+zs_device_t *zs_engine_device(const zs_engine_t *zs);
+/* Blocks until everything the engine queued on its streams and the compute
+ * stream is done: resident parameters (stages 0-2, persistent units) then hold
+ * the last zs_step's or zs_flush's values for the host to read directly,
+ * without zs_gather (what the libtorch adapter does before handing its module
+ * back). Between steps; a host wait, so not where the GPU should run ahead. */
+zs_status_t zs_engine_synchronize(zs_engine_t *zs);
+
 /* Optimizer steps taken (restored by zs_checkpoint_load); -1 for NULL. Skipped
  * steps (inf/NaN gradients) do not count. */
 int64_t zs_engine_step_count(const zs_engine_t *zs);

@@ -196,15 +196,7 @@ zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn)
   return ZS_OK;
 }
 
-zs_status_t zs__ck_drain(zs_engine_t *zs) {
-  zs_stream_t *s[] = {zs->rs_stream, zs->rep_stream, zs->ag_stream, zs->copy_stream, zs->compute};
-  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
-    if (!s[i] && s[i] != zs->compute) continue; /* no copy stream without offload, no replica stream flat */
-    zs_status_t st = zs_stream_synchronize(zs->dev, s[i]);
-    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "waiting for the engine's streams failed: %s", zs_last_error());
-  }
-  return ZS_OK;
-}
+zs_status_t zs__ck_drain(zs_engine_t *zs) { return zs_engine_synchronize(zs); }
 
 /* Whether a unit keeps state of kind k (a frozen unit keeps none: its master
  * values are its parameters, zs__eng_read_params). */

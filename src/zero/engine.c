@@ -239,6 +239,19 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
 
 float zs_loss_scale(const zs_engine_t *zs) { return zs ? zs->loss_scale : 1.0f; }
 int64_t zs_engine_step_count(const zs_engine_t *zs) { return zs ? zs->step : -1; }
+zs_comm_t *zs_engine_comm(const zs_engine_t *zs) { return zs ? zs->comm : NULL; }
+
+zs_status_t zs_engine_synchronize(zs_engine_t *zs) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_synchronize: engine is NULL");
+  zs_stream_t *s[] = {zs->rs_stream, zs->rep_stream, zs->ag_stream, zs->copy_stream, zs->compute};
+  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+    if (!s[i] && s[i] != zs->compute) continue; /* no copy stream without offload, no replica stream flat */
+    zs_status_t st = zs_stream_synchronize(zs->dev, s[i]);
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "waiting for the engine's streams failed: %s", zs_last_error());
+  }
+  return ZS_OK;
+}
+zs_device_t *zs_engine_device(const zs_engine_t *zs) { return zs ? zs->dev : NULL; }
 /* deprecated name (engine.h) */
 int64_t zs_engine_step(const zs_engine_t *zs) { return zs_engine_step_count(zs); }
 int zs_engine_rank(const zs_engine_t *zs) { return zs ? zs->rank : -1; }

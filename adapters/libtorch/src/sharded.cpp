@@ -4,7 +4,10 @@
  * step and the checkpoint calls; autograd.cpp has the backward machinery. */
 #include "zeroshard/torch.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -44,6 +47,11 @@ static torch::Dtype torch_dtype(zs_dtype_t dt) {
   }
 }
 
+/* Modules wrapped now: a second Sharded over one module would rebind the same
+ * tensors to another engine's buffers. */
+static std::mutex g_wrapped_mu;
+static std::set<const torch::nn::Module *> g_wrapped;
+
 /* Setup asks for the ranges this rank stores: copied from the module's values. */
 static int init_from_module(void *user, int param, int64_t off, int64_t n, float *dst) {
   auto *src = static_cast<std::vector<torch::Tensor> *>(user);
@@ -69,6 +77,7 @@ Sharded::Sharded(std::shared_ptr<torch::nn::Module> module, const zs_config_t &c
   try {
     declare_and_setup_(std::move(opts));
   } catch (...) {
+    unregister_();
     zs_engine_destroy(zs_);
     zs_ = nullptr;
     throw;
@@ -83,6 +92,7 @@ Sharded::Sharded(std::shared_ptr<torch::nn::Module> module, zs_engine_t *engine,
     if (!module_) fail_(ZS_ERR_INVALID, "zs_torch::Sharded: the module is null");
     declare_and_setup_(std::move(opts));
   } catch (...) {
+    unregister_();
     zs_engine_destroy(zs_); /* while the slots it writes still exist */
     zs_ = nullptr;
     throw;
@@ -102,6 +112,13 @@ static std::vector<UnitSpec> default_units(const torch::nn::Module &m) {
 
 void Sharded::declare_and_setup_(Options opts) {
   torch::nn::Module &m = *module_;
+  {
+    std::lock_guard<std::mutex> lk(g_wrapped_mu);
+    if (!g_wrapped.insert(&m).second)
+      fail_(ZS_ERR_STATE, "zs_torch::Sharded: this module is already wrapped by another zs_torch::Sharded (its "
+                          "parameters are that engine's buffers): destroy that one first, or wrap another module");
+    registered_ = true;
+  }
   std::vector<UnitSpec> specs = opts.units.empty() ? default_units(m) : opts.units;
   if (specs.empty()) fail_(ZS_ERR_INVALID, "zs_torch::Sharded: the module has no parameters");
 
@@ -148,8 +165,14 @@ void Sharded::declare_and_setup_(Options opts) {
 
   /* group the parameters by unit, each unit's in named_parameters() order */
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> by_unit(specs.size());
+  std::map<const c10::TensorImpl *, std::string> seen; /* tied weights: one tensor, two names */
   for (const auto &np : m.named_parameters(true)) {
     const torch::Tensor &t = np.value();
+    auto tied = seen.emplace(t.unsafeGetTensorImpl(), np.key());
+    if (!tied.second)
+      fail_(ZS_ERR_UNSUPPORTED, "zs_torch::Sharded: parameters '" + tied.first->second + "' and '" + np.key() +
+                                    "' are one tensor (tied weights): the adapter declares every parameter on its "
+                                    "own and cannot bind two names to one buffer; untie them before wrapping");
     if (!t.device().is_cpu())
       fail_(ZS_ERR_UNSUPPORTED, "zs_torch::Sharded: parameter '" + np.key() + "' is on " + t.device().str() +
                                     ": the adapter shards CPU modules");
@@ -199,6 +222,18 @@ void Sharded::declare_and_setup_(Options opts) {
     units_.push_back(std::move(unit));
   }
 
+  /* rank 0's values on every rank, as DistributedDataParallel does: a rank
+   * that forgot the seed would otherwise start its replica (stage 0) or its
+   * shards (1-3) from its own values; its buffers (e.g. BatchNorm's) too */
+  zs_comm_t *comm = zs_engine_comm(zs_);
+  for (size_t i = 0; i < init_src.size(); i++)
+    for (int64_t o = 0; o < init_src[i].numel(); o += INT32_MAX / 4) {
+      size_t n = (size_t)std::min<int64_t>(INT32_MAX / 4, init_src[i].numel() - o);
+      float *q = init_src[i].data_ptr<float>() + o;
+      check_(zs_comm_broadcast(comm, q, q, n, ZS_FP32, 0, nullptr), "zs_torch::Sharded: broadcasting '" +
+                                                                       params_[i]->name + "' from rank 0");
+    }
+  sync_buffers_("zs_torch::Sharded");
   check_(zs_engine_setup(zs_, init_from_module, &init_src), "zs_engine_setup");
   init_src.clear();
 
@@ -225,7 +260,15 @@ void Sharded::declare_and_setup_(Options opts) {
   }
 }
 
+void Sharded::unregister_() {
+  if (!registered_) return;
+  std::lock_guard<std::mutex> lk(g_wrapped_mu);
+  g_wrapped.erase(module_.get());
+  registered_ = false;
+}
+
 Sharded::~Sharded() {
+  unregister_();
   torch::NoGradGuard ng;
   for (auto &pp : params_) {
     Param &p = *pp;
@@ -263,6 +306,61 @@ void Sharded::bind_data_(Unit &unit) {
   }
 }
 
+/* After calls that update resident units (zs_step, a delayed update landed by
+ * zs_flush, a load): the engine writes them on its streams, asynchronously to
+ * this thread (as CUDA's do), so wait for them before libtorch or the trainer
+ * reads the module's tensors, and bind them again (a resident slot never
+ * moves; this keeps the module's tensors the engine's views). */
+void Sharded::rebind_resident_() {
+  check_(zs_engine_synchronize(zs_), "zs_torch: waiting for the engine's update");
+  torch::NoGradGuard ng;
+  for (auto &up : units_)
+    if (up->resident) bind_data_(*up);
+}
+
+/* What a trainer may have changed in the module after wrapping that would
+ * make it compute with other tensors than the engine's, or step parameters it
+ * froze: an error instead (the engine reads both once, at construction). */
+void Sharded::check_params_(const Unit &unit) const {
+  for (int id : unit.params) {
+    const Param &p = *params_[(size_t)id];
+    const char *how = nullptr;
+    if (p.tensor.requires_grad() != p.trainable)
+      how = p.trainable ? "has requires_grad false now (it was true when wrapped)"
+                        : "has requires_grad true now (it was frozen when wrapped)";
+    else if (p.tensor.scalar_type() != p.dtype)
+      how = "changed its dtype (module->to()?)";
+    else if (unit.resident && p.tensor.data_ptr() != p.pslot)
+      how = "is no longer a view of the engine's buffer (replaced or moved?)";
+    if (how)
+      fail_(ZS_ERR_STATE, "zs_torch: parameter '" + p.name + "' " + how +
+                              " after wrapping: the engine reads parameters, their dtype and requires_grad once, at "
+                              "construction; make such changes before constructing zs_torch::Sharded");
+  }
+}
+
+/* Rank 0's buffers (BatchNorm's running statistics, ...) on every rank, as
+ * DistributedDataParallel's broadcast_buffers: at construction and after each
+ * step. They are the module's own, not the engine's: not reduced, not in
+ * checkpoints. */
+void Sharded::sync_buffers_(const std::string &when) {
+  zs_comm_t *comm = zs_engine_comm(zs_);
+  if (!comm || zs_comm_size(comm) < 2) return;
+  torch::NoGradGuard ng;
+  for (auto &nb : module_->named_buffers(true)) {
+    torch::Tensor &b = nb.value();
+    if (!b.defined() || b.numel() == 0) continue;
+    torch::Tensor t = b.is_contiguous() ? b : b.contiguous();
+    auto *q = static_cast<uint8_t *>(t.data_ptr());
+    for (size_t o = 0, n = t.nbytes(); o < n; o += (size_t)INT32_MAX) {
+      size_t k = std::min(n - o, (size_t)INT32_MAX);
+      check_(zs_comm_broadcast(comm, q + o, q + o, k, ZS_UINT8, 0, nullptr),
+             when + ": broadcasting buffer '" + nb.key() + "' from rank 0");
+    }
+    if (!b.is_contiguous()) b.copy_(t);
+  }
+}
+
 void Sharded::unbind_data_(Unit &unit) {
   for (int id : unit.params) {
     Param &p = *params_[(size_t)id];
@@ -296,6 +394,7 @@ void Sharded::begin_forward_unit_(int u) {
     phase_ = Phase::Forward;
     for (auto &w : units_) w->gathered_bwd = w->reduced = false, w->pending = 0;
   }
+  check_params_(unit);
   check_(zs_gather(zs_, unit.id), "zs_gather(unit '" + unit.name + "') for forward");
   torch::NoGradGuard ng;
   if (!unit.resident) bind_data_(unit);
@@ -353,14 +452,20 @@ zs_step_report_t Sharded::step() {
   check_deferred_();
   if (phase_ == Phase::Forward)
     fail_(ZS_ERR_STATE, "zs_torch: step() after a forward without backward: call loss.backward() first");
+  for (const auto &u : units_) check_params_(*u);
   zs_step_report_t rep;
   check_(zs_step(zs_, &rep), "zs_step");
   phase_ = Phase::Idle;
   for (auto &u : units_) u->gathered_bwd = u->reduced = false, u->pending = 0;
+  rebind_resident_();
+  sync_buffers_("zs_torch: step()");
   return rep;
 }
 
-void Sharded::flush() { check_(zs_flush(zs_), "zs_flush"); }
+void Sharded::flush() {
+  check_(zs_flush(zs_), "zs_flush");
+  rebind_resident_();
+}
 
 std::vector<std::pair<std::string, torch::Tensor>> Sharded::state_dict() {
   check_deferred_();
@@ -371,11 +476,15 @@ std::vector<std::pair<std::string, torch::Tensor>> Sharded::state_dict() {
     check_(zs_param_get(zs_, (int)i, t.data_ptr<float>()), "zs_param_get('" + p.name + "')");
     out.emplace_back(p.name, t);
   }
+  rebind_resident_();
   return out;
 }
 
 void Sharded::save(const std::string &dir) { check_(zs_checkpoint_save(zs_, dir.c_str()), "zs_checkpoint_save"); }
-void Sharded::load(const std::string &dir) { check_(zs_checkpoint_load(zs_, dir.c_str()), "zs_checkpoint_load"); }
+void Sharded::load(const std::string &dir) {
+  check_(zs_checkpoint_load(zs_, dir.c_str()), "zs_checkpoint_load");
+  rebind_resident_();
+}
 void Sharded::export_safetensors(const std::string &path) {
   check_(zs_export_safetensors(zs_, path.c_str()), "zs_export_safetensors");
 }
@@ -386,12 +495,24 @@ zs_memory_stats_t Sharded::memory_stats() const {
   return s;
 }
 
-const void *Sharded::param_address(int p) const { return params_.at((size_t)p)->pslot; }
-const void *Sharded::grad_address(int p) const { return params_.at((size_t)p)->gslot; }
+/* Ids out of range are zs_torch::Error (ZS_ERR_INVALID), as gather's. */
+const Sharded::Param &Sharded::param_at_(int p, const char *fn) const {
+  if (p < 0 || p >= num_params())
+    fail_(ZS_ERR_INVALID, std::string("zs_torch: ") + fn + "(" + std::to_string(p) + "): the model has " +
+                              std::to_string(num_params()) + " parameters");
+  return *params_[(size_t)p];
+}
+const void *Sharded::param_address(int p) const { return param_at_(p, "param_address").pslot; }
+const void *Sharded::grad_address(int p) const { return param_at_(p, "grad_address").gslot; }
 UnitGuard Sharded::gather(const std::string &unit_name) { return gather(unit(unit_name)); }
 
-const std::string &Sharded::unit_name(int u) const { return units_.at((size_t)u)->name; }
-const std::string &Sharded::param_name(int p) const { return params_.at((size_t)p)->name; }
+const std::string &Sharded::unit_name(int u) const {
+  if (u < 0 || u >= num_units())
+    fail_(ZS_ERR_INVALID, "zs_torch: unit_name(" + std::to_string(u) + "): the model has " +
+                              std::to_string(num_units()) + " units");
+  return units_[(size_t)u]->name;
+}
+const std::string &Sharded::param_name(int p) const { return param_at_(p, "param_name").name; }
 
 int Sharded::unit(const std::string &name) const {
   for (size_t u = 0; u < units_.size(); u++)

@@ -50,6 +50,13 @@
  * Devices: CPU tensors on the cpu device (zs_device_create_cpu). A module whose
  * parameters live elsewhere is ZS_ERR_UNSUPPORTED.
  *
+ * What construction fixes: rank 0's parameter values and buffers are taken on
+ * every rank (buffers again after each step(); they are not checkpointed); the
+ * parameters, their dtype and requires_grad are read once (changing them after
+ * wrapping is ZS_ERR_STATE at the next forward or step()); tied weights are
+ * ZS_ERR_UNSUPPORTED and a module wrapped twice ZS_ERR_STATE. docs/libtorch.md
+ * ("What the adapter expects of a trainer") has the rest.
+ *
  * Threads: the engine is driven from one thread; on CPU tensors libtorch runs
  * backward on the thread that calls backward(), so its hooks call the engine
  * from that thread too.
@@ -201,6 +208,11 @@ class Sharded {
   void bind_grads_(Unit &unit);
   void reduce_(int u);
   void check_deferred_();
+  void check_params_(const Unit &unit) const;
+  const Param &param_at_(int p, const char *fn) const;
+  void unregister_();
+  void rebind_resident_();
+  void sync_buffers_(const std::string &when);
 
   std::shared_ptr<torch::nn::Module> module_;
   zs_engine_t *zs_ = nullptr;
@@ -210,6 +222,7 @@ class Sharded {
   std::vector<std::unique_ptr<Unit>> units_;
   Phase phase_ = Phase::Idle;
   bool callback_queued_ = false;
+  bool registered_ = false; /* the module is in the wrapped-modules registry */
   zs_status_t deferred_st_ = ZS_OK; /* a failure in a destructor, reported by the next call */
   std::string deferred_msg_;
 
