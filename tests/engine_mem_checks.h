@@ -127,6 +127,37 @@ static void test_mismatch(void) {
   }
 }
 
+/* Initial values that differ by rank: refused on every rank where ranks keep the
+ * same ranges (stage 0; hybrid replicas), taken where each rank keeps its own
+ * (flat stage 3): a rank seeded differently would train a replica apart. */
+static int init_by_rank(void *user, int param, int64_t off, int64_t n, float *dst) {
+  (void)user, (void)param;
+  for (int64_t i = 0; i < n; i++) dst[i] = 0.01f * (float)(off + i) + (float)rank;
+  return 0;
+}
+static void test_init_alike(void) {
+  if (nranks < 2) zs_test_skip("needs 2 or more ranks");
+  for (int kind = 0; kind < 3; kind++) {
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = kind == 0 ? 0 : 3;
+    if (kind == 2) c.shard_group = 1; /* every rank a shard group of one: all replicas */
+    zs_engine_t *zs;
+    assert_ok(zs_engine_create(&zs, &c, dev, world));
+    int u;
+    assert_ok(zs_unit_add(zs, "u", &u));
+    assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){300}, 0, NULL, NULL, NULL));
+    zs_status_t st = zs_engine_setup(zs, init_by_rank, NULL);
+    if (kind == 1) {
+      expect_ok(st);
+    } else {
+      expect_status(st, ZS_ERR_MISMATCH);
+      expect_true(strstr(zs_engine_last_error(zs), "initialise every rank alike") ||
+                  strstr(zs_engine_last_error(zs), "failed on rank"));
+    }
+    zs_engine_destroy(zs);
+  }
+}
+
 /* ---- fp16 loss scaling ---------------------------------------------------------- */
 
 /* Writes the trainer's gradient (device memory on a GPU). */

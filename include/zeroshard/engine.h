@@ -173,7 +173,11 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
  * allocation, the init callback, which at stage 3 runs on each rank's own
  * ranges) fails setup on every rank with the lowest failing rank's status and
  * message ("zs_engine_setup failed on rank R: ..."); a failed setup frees what
- * it made, and the engine can be set up again. Before allocating anything, each
+ * it made, and the engine can be set up again. Ranks that keep the same ranges
+ * (every rank at stage 0; the replicas of a shard with hybrid sharding) must be
+ * given the same values: otherwise ZS_ERR_MISMATCH on every rank (a rank seeded
+ * differently would train its replica apart; a hash of the values each rank
+ * stored, compared across them). Before allocating anything, each
  * rank compares what it will take from the host (zs_engine_estimate: host-domain
  * state and staging, plus the device's peak where the device's memory is the
  * host's, the cpu device) with what the kernel will give it before refusing or

@@ -180,6 +180,7 @@ struct zs_engine {
   int round;       /* backward rounds begun since the last step */
   int64_t step;
   int64_t forwards; /* zs_forward_begin calls: which forward filled an hpZ copy */
+  uint64_t init_hash; /* the initial values this rank stored, hashed in order (setup.c) */
   float loss_scale;
   int good_steps, hysteresis_left;
 

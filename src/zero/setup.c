@@ -277,10 +277,18 @@ int zs__eng_stored_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a,
 
 #define ZS_STAGING (1 << 20)
 
+/* h over n floats' bits, word by word (FNV-1a's constants, 4-byte words) */
+static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
+  const uint32_t *w = (const uint32_t *)x;
+  for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ull;
+  return h;
+}
+
 static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
   float *buf = malloc((size_t)ZS_STAGING * sizeof(float));
   if (!buf) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory for init staging");
   zs_status_t st = ZS_OK;
+  zs->init_hash = 0xcbf29ce484222325ull;
   for (int i = 0; i < zs->nparams && st == ZS_OK; i++) {
     zs_param_t *p = &zs->params[i];
     int64_t a, b;
@@ -292,11 +300,35 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
                      (long long)o, (long long)(o + n));
         break;
       }
+      zs->init_hash = hash_floats(zs->init_hash, buf, (size_t)n);
       st = zs__eng_write_values(zs, p, o, n, buf);
     }
   }
   free(buf);
   return st;
+}
+
+/* Ranks that store the same ranges (every rank at stage 0; the replica group's
+ * ranks with hybrid sharding) must have been given the same initial values: a
+ * trainer that seeds each rank differently would otherwise train replicas that
+ * never meet again (the reductions average their gradients, not their values).
+ * Collective over the engine's comm: every rank learns the outcome. */
+static zs_status_t check_replicas_alike(zs_engine_t *zs) {
+  zs_comm_t *rc = zs->cfg.stage == 0 ? zs->comm : zs->nshard < zs->world ? zs->rep_comm : NULL;
+  zs_status_t st = ZS_OK;
+  if (rc && zs_comm_size(rc) > 1) {
+    int64_t v[3] = {(int64_t)(zs->init_hash >> 1), -(int64_t)(zs->init_hash >> 1), 0};
+    st = zs__eng_xall_reduce_on(zs, rc, v, 2, ZS_MIN);
+    if (st == ZS_OK && v[0] != -v[1])
+      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                   "zs_engine_setup: the init callback gave the ranks that keep the same %s different values (this "
+                   "rank, %d, and at least one other): initialise every rank alike (the same seed), or set the "
+                   "values with zs_param_set or a checkpoint after setup",
+                   zs->cfg.stage == 0 ? "replica (stage 0: every rank holds every parameter)"
+                                      : "shards (hybrid sharding: one replica per shard group)",
+                   zs->rank);
+  }
+  return zs__eng_agree(zs, st, "zs_engine_setup: comparing the replicas' initial values");
 }
 
 /* The gradient norm's plan (grad_sumsq): the segments in the norm, at the
@@ -456,6 +488,7 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
    * collectives the others never join. */
   zs_status_t st = setup_local(zs, init, user);
   st = zs__eng_agree(zs, st, "zs_engine_setup");
+  if (st == ZS_OK && init) st = check_replicas_alike(zs);
   if (st != ZS_OK) {
     zs__eng_release_setup(zs); /* ready to be set up again */
     return st;
