@@ -266,6 +266,3 @@ void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank) {
   snprintf(buf, n, "%016" PRIx64 ".rank%05d.zsr", id, rank);
 }
 
-const char *zs__ck_optim_name(zs_optim_kind_t k) {
-  return k == ZS_SGD ? "sgd" : k == ZS_ADAM ? "adam" : k == ZS_LION ? "lion" : "adamw";
-}

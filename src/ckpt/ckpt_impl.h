@@ -47,6 +47,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "config/config_impl.h" /* defines: zs__config_optim_name (the manifest's optimizer names) */
 #include "zero/engine_impl.h"
 #include "zeroshard/checkpoint.h"
 
@@ -130,7 +131,6 @@ void zs__ck_rank_file_name(char *buf, size_t n, uint64_t id, int rank);
  * checkpoints in its subdirectories a, b: name one of them" into out (n
  * bytes), or "" when none. */
 void zs__ck_held_below(const char *top, char *out, size_t n);
-const char *zs__ck_optim_name(zs_optim_kind_t k);
 /* json (a printed JSON object) closed by its checksum member: a new string
  * (free with free()), or NULL without memory; *crc the checksum. */
 char *zs__ck_manifest_seal(const char *json, uint32_t *crc);

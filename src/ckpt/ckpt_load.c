@@ -42,7 +42,7 @@ static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const
  * SGD's momentum a sum, Lion's m moves with beta2), so that is ZS_ERR_MISMATCH,
  * naming the way to start from the weights alone. */
 static zs_status_t optim_fits(zs_engine_t *zs, const char *top, const manifest_t *m) {
-  const char *mine = zs__ck_optim_name(zs->cfg.optim.kind);
+  const char *mine = zs__config_optim_name(zs->cfg.optim.kind);
   /* Adam and AdamW keep the same m and v (they differ in how the decay enters) */
   const int adams = !strncmp(m->optimizer, "adam", 4) && !strncmp(mine, "adam", 4);
   if (adams || !strcmp(m->optimizer, mine) || !(zs__ck_kind_present(zs, K_M) || zs__ck_kind_present(zs, K_V)))
@@ -65,7 +65,7 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
                      "engine's %s needs",
-                     zs__ck_kind_names[k], m->optimizer, zs__ck_optim_name(zs->cfg.optim.kind));
+                     zs__ck_kind_names[k], m->optimizer, zs__config_optim_name(zs->cfg.optim.kind));
   const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
   int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
   if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */

@@ -46,7 +46,7 @@ static int is_param_dtype(const char *s) {
 
 static int optim_of(const char *s) {
   for (int k = ZS_ADAMW; k <= ZS_LION; k++)
-    if (!strcmp(s, zs__ck_optim_name((zs_optim_kind_t)k))) return k;
+    if (!strcmp(s, zs__config_optim_name((zs_optim_kind_t)k))) return k;
   return -1;
 }
 

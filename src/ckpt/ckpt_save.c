@@ -206,7 +206,7 @@ static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, 
   cJSON_AddNumberToObject(m, "good_steps", zs->good_steps);
   cJSON_AddNumberToObject(m, "hysteresis_left", zs->hysteresis_left);
   cJSON_AddStringToObject(m, "param_dtype", zs_dtype_name(zs->cfg.param_dtype));
-  cJSON_AddStringToObject(m, "optimizer", zs__ck_optim_name(zs->cfg.optim.kind));
+  cJSON_AddStringToObject(m, "optimizer", zs__config_optim_name(zs->cfg.optim.kind));
   /* what the optimizer kept m and v in, and the rank files hold them in */
   cJSON_AddStringToObject(m, "state_dtype", zs_state_dtype_name(zs->cfg.optim.state_dtype));
   if (zs->cfg.optim.state_dtype == ZS_STATE_INT8)

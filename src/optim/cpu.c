@@ -36,7 +36,7 @@ zs_status_t zs__optim_check(const zs_optim_hyper_t *h, const zs_optim_seg_t *seg
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer step: hyper=%p segs=%p nseg=%d: need hyper, "
                    "and segs when nseg > 0", (const void *)h, (const void *)segs, nseg);
   const zs_optim_config_t *c = &h->cfg;
-  if (c->kind != ZS_ADAMW && c->kind != ZS_ADAM && c->kind != ZS_SGD && c->kind != ZS_LION)
+  if (!zs__optim_kind_known(c->kind))
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "optimizer kind %d is not ZS_ADAMW, ZS_ADAM, ZS_SGD or ZS_LION",
                    (int)c->kind);
   if (h->step < 1)

@@ -58,6 +58,8 @@ typedef struct {
  * server allocate, count and save these. */
 static inline int zs__optim_has_m(const zs_optim_config_t *o) { return o->kind != ZS_SGD || o->momentum != 0.0f; }
 static inline int zs__optim_has_v(const zs_optim_config_t *o) { return o->kind == ZS_ADAMW || o->kind == ZS_ADAM; }
+/* 1 for a kind this optimizer runs (ZS_ADAMW, ZS_ADAM, ZS_SGD, ZS_LION). */
+static inline int zs__optim_kind_known(zs_optim_kind_t k) { return k == ZS_ADAMW || k == ZS_ADAM || k == ZS_SGD || k == ZS_LION; }
 
 /* The int8 block size of c (state_block, 0 meaning ZS_STATE_BLOCK_DEFAULT), or -1
  * when it is not a power of two in [ZS_K_QBLOCK_MIN, ZS_K_QBLOCK_MAX]. */

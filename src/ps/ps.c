@@ -63,7 +63,7 @@ static zs_status_t check_config(const zs_ps_config_t *c, int size, char *err) {
   if (!(c->grad_clip >= 0.0f) || !isfinite(c->grad_clip))
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: grad_clip %g must be finite and >= 0 (0: no clipping)", fn,
                    (double)c->grad_clip);
-  if (c->optim.kind != ZS_ADAMW && c->optim.kind != ZS_ADAM && c->optim.kind != ZS_SGD && c->optim.kind != ZS_LION)
+  if (!zs__optim_kind_known(c->optim.kind))
     return ZS_FAIL(err, ZS_ERR_INVALID, "%s: optim.kind %d is unknown", fn, (int)c->optim.kind);
   if (c->optim.state_dtype != ZS_STATE_FP32)
     return ZS_FAIL(err, ZS_ERR_UNSUPPORTED, "%s: optim.state_dtype %s: the parameter servers keep fp32 optimizer "
