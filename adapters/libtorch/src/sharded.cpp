@@ -225,14 +225,8 @@ void Sharded::declare_and_setup_(Options opts) {
   /* rank 0's values on every rank, as DistributedDataParallel does: a rank
    * that forgot the seed would otherwise start its replica (stage 0) or its
    * shards (1-3) from its own values; its buffers (e.g. BatchNorm's) too */
-  zs_comm_t *comm = zs_engine_comm(zs_);
   for (size_t i = 0; i < init_src.size(); i++)
-    for (int64_t o = 0; o < init_src[i].numel(); o += INT32_MAX / 4) {
-      size_t n = (size_t)std::min<int64_t>(INT32_MAX / 4, init_src[i].numel() - o);
-      float *q = init_src[i].data_ptr<float>() + o;
-      check_(zs_comm_broadcast(comm, q, q, n, ZS_FP32, 0, nullptr), "zs_torch::Sharded: broadcasting '" +
-                                                                       params_[i]->name + "' from rank 0");
-    }
+    from_rank0_(init_src[i], "zs_torch::Sharded: broadcasting '" + params_[i]->name + "' from rank 0");
   sync_buffers_("zs_torch::Sharded");
   check_(zs_engine_setup(zs_, init_from_module, &init_src), "zs_engine_setup");
   init_src.clear();
@@ -351,13 +345,19 @@ void Sharded::sync_buffers_(const std::string &when) {
     torch::Tensor &b = nb.value();
     if (!b.defined() || b.numel() == 0) continue;
     torch::Tensor t = b.is_contiguous() ? b : b.contiguous();
-    auto *q = static_cast<uint8_t *>(t.data_ptr());
-    for (size_t o = 0, n = t.nbytes(); o < n; o += (size_t)INT32_MAX) {
-      size_t k = std::min(n - o, (size_t)INT32_MAX);
-      check_(zs_comm_broadcast(comm, q + o, q + o, k, ZS_UINT8, 0, nullptr),
-             when + ": broadcasting buffer '" + nb.key() + "' from rank 0");
-    }
+    from_rank0_(t, when + ": broadcasting buffer '" + nb.key() + "' from rank 0");
     if (!b.is_contiguous()) b.copy_(t);
+  }
+}
+
+/* A contiguous CPU tensor's bytes from rank 0 of the engine's comm, in pieces
+ * of at most INT32_MAX bytes (MPI's counts are int). */
+void Sharded::from_rank0_(const torch::Tensor &t, const std::string &what) {
+  zs_comm_t *comm = zs_engine_comm(zs_);
+  auto *q = static_cast<uint8_t *>(t.data_ptr());
+  for (size_t o = 0, n = t.nbytes(); o < n; o += (size_t)INT32_MAX) {
+    size_t k = std::min(n - o, (size_t)INT32_MAX);
+    check_(zs_comm_broadcast(comm, q + o, q + o, k, ZS_UINT8, 0, nullptr), what);
   }
 }
 

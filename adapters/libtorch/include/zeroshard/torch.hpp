@@ -213,6 +213,7 @@ class Sharded {
   void unregister_();
   void rebind_resident_();
   void sync_buffers_(const std::string &when);
+  void from_rank0_(const torch::Tensor &t, const std::string &what);
 
   std::shared_ptr<torch::nn::Module> module_;
   zs_engine_t *zs_ = nullptr;
