@@ -196,7 +196,6 @@ zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn)
   return ZS_OK;
 }
 
-zs_status_t zs__ck_drain(zs_engine_t *zs) { return zs_engine_synchronize(zs); }
 
 /* Whether a unit keeps state of kind k (a frozen unit keeps none: its master
  * values are its parameters, zs__eng_read_params). */

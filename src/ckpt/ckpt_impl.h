@@ -111,7 +111,6 @@ int zs__ck_layout_ok(const char *s);
 /* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
-zs_status_t zs__ck_drain(zs_engine_t *zs);
 /* Whether the unit keeps state of a kind. The master is fp32 (zs__eng_master_get
  * / _set read and write it wherever it lives); m and v are in the state dtype
  * (zs__eng_state_get / _set / _raw). */

@@ -300,7 +300,7 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
   /* a running delayed update finishes first (it writes the master); it is
    * dropped only once the load is certain */
   zs_status_t st = zs__eng_dpu_join(zs);
-  if (st == ZS_OK) st = zs__ck_drain(zs);
+  if (st == ZS_OK) st = zs_engine_synchronize(zs);
   ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_load: finishing pending work"));
   manifest_t m;
   staging_t s = {0};

@@ -425,7 +425,7 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir) {
   zs_status_t st = zs_flush(zs);
-  if (st == ZS_OK) st = zs__ck_drain(zs);
+  if (st == ZS_OK) st = zs_engine_synchronize(zs);
   ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: finishing pending work"));
   /* an id for this save's files, from rank 0's clock */
   int64_t id = 0;

@@ -280,7 +280,6 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
     return;
   }
   if (i == 0) {
-    const zs_config_t *c = &zs->cfg;
     snprintf(buf, ZS_DESC,
              "stage %d, param %s, reduce %s, grad_accum %d, optimizer %s, reshard_after_forward %d, "
              "persist_threshold %zu, offload %s, shard_group %d, %d units, %d parameters",
