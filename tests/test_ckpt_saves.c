@@ -12,7 +12,8 @@
  *     disks, another path) fails the save on every rank, keeps the previous
  *     checkpoint loadable, and leaves none of the failed save's files;
  *   - a directory without a checkpoint whose subdirectories hold some (the
- *     example MoE trainer's dense/ and experts/) says which. */
+ *     example MoE trainer's dense/ and experts/) says which;
+ *   - the attributes a save records are the loaded engine's to read. */
 #include "ckpt_world.h"
 
 /* Stage 1, tp=2: rank r is model-parallel part r (data-parallel alone). */
@@ -171,6 +172,37 @@ static void test_held_below(void) {
   close_run(&a);
 }
 
+/* zs_checkpoint_set_attr's keys in the save, zs_checkpoint_loaded_attr's after
+ * a load (a trainer pairs several engines' saves by one): a replaced value is
+ * the newest, a removed key is gone, nothing before a load; and bad keys. */
+static void test_attrs(void) {
+  char dir[320];
+  path_of(dir, sizeof dir, "attrs");
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run(&a, world, &c, NBLK));
+  expect_ok(zs_checkpoint_set_attr(a.zs, "pair", "first"));
+  expect_ok(zs_checkpoint_set_attr(a.zs, "pair", "7f3a")); /* replaces */
+  expect_ok(zs_checkpoint_set_attr(a.zs, "gone", "x"));
+  expect_ok(zs_checkpoint_set_attr(a.zs, "gone", NULL)); /* removes */
+  expect_status(zs_checkpoint_set_attr(a.zs, "q\"uote", "v"), ZS_ERR_INVALID);
+  expect_status(zs_checkpoint_set_attr(a.zs, "", "v"), ZS_ERR_INVALID);
+  expect_status(zs_checkpoint_set_attr(a.zs, "k", "0123456789012345678901234567890123456789012345678901234567890123"),
+                ZS_ERR_INVALID); /* 64 bytes */
+  expect_true(zs_checkpoint_loaded_attr(a.zs, "pair") == NULL); /* nothing loaded */
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  assert_ok(open_run(&b, world, &c, NBLK));
+  expect_ok(zs_checkpoint_set_attr(b.zs, "pair", "mine")); /* its own, for its next save */
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  const char *v = zs_checkpoint_loaded_attr(b.zs, "pair");
+  expect_true(v && !strcmp(v, "7f3a"));
+  expect_true(zs_checkpoint_loaded_attr(b.zs, "gone") == NULL);
+  expect_true(zs_checkpoint_loaded_attr(b.zs, NULL) == NULL && zs_checkpoint_loaded_attr(NULL, "pair") == NULL);
+  close_run(&a);
+  close_run(&b);
+}
+
 int main(void) {
   ckpt_world_open();
   zs_test_run(test_mixed_parts);
@@ -178,5 +210,6 @@ int main(void) {
   zs_test_run(test_rank_elsewhere);
   zs_test_run(test_part_fails);
   zs_test_run(test_held_below);
+  zs_test_run(test_attrs);
   return ckpt_world_close();
 }

@@ -403,11 +403,12 @@ static void test_resume(void) {
   o.ep = 1; /* the experts were saved in two parts: read by whole tensors (issue 29; test_gpt_layouts) */
   expect_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
-  /* a dense checkpoint of another save beside these experts: refused on every
-   * rank (they loaded, and the two engines went on from different steps) */
+  /* a dense checkpoint of another run's save at the same step beside these
+   * experts: refused on every rank (they loaded, and the two engines went on
+   * from different runs' values) */
   char other[128];
   shared_tmpdir(other, "/tmp/zs-gpt-moe-ckpt2-XXXXXX");
-  o.load = NULL, o.save = other, o.steps = 3, o.ep = 2;
+  o.load = NULL, o.save = other, o.steps = STEPS / 2, o.ep = 2, o.seed = 78;
   assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
   zs_comm_barrier(g_world, NULL);

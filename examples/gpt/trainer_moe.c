@@ -56,6 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "trainer_moe_impl.h"
 #include "trainer_moe_pp_impl.h" // defines: trainer_moe_cuda_pp_setup
@@ -303,8 +305,18 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
       return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
     /* the two engines step as one model: a dense and an expert checkpoint of
-     * different saves would go on from different steps (each rank sees the same
-     * loaded counts, so every rank fails here alike) */
+     * different saves would go on from different steps, or from two runs' same
+     * step. save() records one value ("moe_save") in both; checkpoints without
+     * it are paired by step. Each rank sees the same loaded values, so every
+     * rank fails here alike. */
+    const char *dsave = zs_checkpoint_loaded_attr(t->dz, "moe_save"),
+               *xsave = zs_checkpoint_loaded_attr(t->xz, "moe_save");
+    if ((dsave || xsave) && (!dsave || !xsave || strcmp(dsave, xsave))) {
+      char why[8400];
+      snprintf(why, sizeof why, "%s/dense (save %s) and %s/experts (save %s) are parts of different saves", o->load,
+               dsave ? dsave : "unrecorded", o->load, xsave ? xsave : "unrecorded");
+      return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+    }
     if (zs_engine_step_count(t->dz) != zs_engine_step_count(t->xz)) {
       char why[4300];
       snprintf(why, sizeof why, "%s/dense is at step %lld but %s/experts at step %lld: parts of different saves",
@@ -379,6 +391,19 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
   zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
   if (st == ZS_OK && bad) st = ZS_ERR_IO;
   if (st != ZS_OK) return trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
+  /* one value for this save in both engines' manifests, rank 0's (load pairs
+   * them): its clock and process id, never 0 */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t tag = t->rank ? 0 : (((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) ^ ((int64_t)getpid() << 40)) & INT64_MAX;
+  if (t->rank == 0 && tag == 0) tag = 1;
+  if ((st = trainer_host_coll(t->comm, &tag, &tag, 1, ZS_INT64, ZS_MAX)) != ZS_OK)
+    return trainer_fail(res, st, "--save", "agreeing on the save's tag");
+  char tagstr[24];
+  snprintf(tagstr, sizeof tagstr, "%llx", (unsigned long long)tag);
+  if ((st = zs_checkpoint_set_attr(t->dz, "moe_save", tagstr)) != ZS_OK ||
+      (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK)
+    return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
   snprintf(path, sizeof path, "%s/dense", dir);
   if ((st = zs_checkpoint_save(t->dz, path)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_save (dense)", zs_engine_last_error(t->dz));

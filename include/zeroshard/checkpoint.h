@@ -152,6 +152,13 @@ zs_status_t zs_checkpoint_set_split(zs_engine_t *zs, int param, const zs_split_t
  * key given again replaces its value, a NULL value removes it. Local. */
 #define ZS_CKPT_ATTRS 16
 zs_status_t zs_checkpoint_set_attr(zs_engine_t *zs, const char *key, const char *value);
+/* The value the manifest of the checkpoint zs_checkpoint_load last loaded into
+ * this engine recorded for `key`, or NULL (no such key, or nothing loaded yet).
+ * For a trainer that steps several engines as one model: it records the same
+ * value in each engine's save (zs_checkpoint_set_attr) and compares the loaded
+ * ones, so that parts of different saves are not trained on together. Local;
+ * the string lives until the next load or zs_engine_destroy. */
+const char *zs_checkpoint_loaded_attr(const zs_engine_t *zs, const char *key);
 
 /* Writes every parameter's full fp32 master values to `path` in the safetensors
  * format (tensor names as declared, "__metadata__" with the step), from rank 0.

@@ -340,6 +340,8 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
       if (zs->cfg.param_dtype != ZS_FP16) zs->loss_scale = 1.0f; /* scaling is an fp16 matter */
       else if (zs->cfg.loss_scale > 0) zs->loss_scale = zs->cfg.loss_scale; /* a static scale wins */
       zs->dpu_unapplied = 0; /* overwritten by the loaded state */
+      zs->ck_loaded_nattr = hm->nattr; /* zs_checkpoint_loaded_attr */
+      memcpy(zs->ck_loaded_attr, hm->attr, (size_t)hm->nattr * sizeof hm->attr[0]);
       zs_status_t e = zs_event_record(zs->dev, zs->ev_step, zs->compute);
       st = e == ZS_OK ? zs__eng_regather(zs, 1) : ZS_FAIL(zs->err, e, "recording the step event failed");
     }

@@ -165,6 +165,15 @@ zs_status_t zs_checkpoint_set_attr(zs_engine_t *zs, const char *key, const char 
   return ZS_OK;
 }
 
+_Static_assert(sizeof ((zs_engine_t *)0)->ck_loaded_attr == sizeof ((manifest_t *)0)->attr,
+               "the engine's loaded attrs hold a manifest's");
+const char *zs_checkpoint_loaded_attr(const zs_engine_t *zs, const char *key) {
+  if (!zs || !key) return NULL;
+  for (int i = 0; i < zs->ck_loaded_nattr; i++)
+    if (!strcmp(zs->ck_loaded_attr[i][0], key)) return zs->ck_loaded_attr[i][1];
+  return NULL;
+}
+
 /* ---- the manifest's record ---------------------------------------------------------- */
 
 static cJSON *dims_json(const int64_t *d, int n) {

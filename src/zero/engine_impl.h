@@ -232,6 +232,8 @@ struct zs_engine {
   struct zs_ck_split *ck_split; /* ck_split_n entries (grown to nparams by zs_checkpoint_set_split), or NULL */
   int ck_split_n;
   char ck_attr[16][2][64]; /* zs_checkpoint_set_attr: key, value ("" key: free; ZS_CKPT_ATTRS) */
+  char ck_loaded_attr[16][2][64]; /* the last loaded manifest's attrs (zs_checkpoint_loaded_attr) */
+  int ck_loaded_nattr;
   char err[ZS_ERRBUF];
 };
 
