@@ -204,7 +204,10 @@ typedef struct {
  * ranges, so a failure on one rank is the normal case). */
 static int init_failing(void *user, int param, int64_t offset, int64_t count, float *dst) {
   init_ctx_t *c = user;
-  if (rank == c->fail_rank && ++c->calls == 1) return -1;
+  if (rank == c->fail_rank && ++c->calls == 1) {
+    zs_set_last_error("cannot read the weights of parameter %d", param); /* the trainer's reason */
+    return -1;
+  }
   return tm_init(c->zs, param, offset, count, dst);
 }
 
@@ -229,6 +232,7 @@ static void test_setup_fails_on_one_rank(void) {
     snprintf(want, sizeof want, "on rank %d", nranks > 1);
     expect_str_contains(zs_engine_last_error(zs), want);
     expect_str_contains(zs_engine_last_error(zs), "init callback failed for parameter '");
+    expect_str_contains(zs_engine_last_error(zs), "): cannot read the weights of parameter ");
     /* nothing of the failed setup stays allocated or counted */
     expect_u64_eq(mem_total(), declared);
     expect_status(zs_gather(zs, 0), ZS_ERR_STATE);

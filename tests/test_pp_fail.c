@@ -51,7 +51,8 @@ static zs_status_t fwd(void *u, int mb, int c, const void *in, void *out, zs_str
   (void)c, (void)in, (void)s;
   if (C->fail_here && C->which == ZS_PP_FORWARD && mb == 3) {
     C->t_fail = fail_later();
-    return zs__fail_quiet(NULL, ZS_ERR_IO, "%s", reason);
+    zs_set_last_error("%s", reason); /* the trainer's reason, in every rank's message */
+    return ZS_ERR_IO;
   }
   if (out && C->host) ((float *)out)[0] = 1.0f;
   return ZS_OK;
@@ -62,7 +63,8 @@ static zs_status_t bwd(void *u, int mb, int c, const void *in, const void *gout,
   (void)c, (void)in, (void)gout, (void)s;
   if (C->fail_here && C->which == ZS_PP_BACKWARD && mb == 3) {
     C->t_fail = fail_later();
-    return zs__fail_quiet(NULL, ZS_ERR_IO, "%s", reason);
+    zs_set_last_error("%s", reason); /* the trainer's reason, in every rank's message */
+    return ZS_ERR_IO;
   }
   if (gin && C->host) ((float *)gin)[0] = 1.0f;
   return ZS_OK;

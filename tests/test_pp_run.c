@@ -213,12 +213,14 @@ static void test_callback_failure(void) {
   zs_pp_t *pp = NULL;
   assert_ok(zs_pp_create(&pp, &c, world));
   zs_pp_callbacks_t cb = {failing_fwd, ok_bwd, NULL};
+  zs_set_last_error("an older message %d", 7); /* not the callback's */
+  expect_str_contains(zs_last_error(), "an older message 7");
   expect_status(zs_pp_run(pp, &cb), ZS_ERR_NOMEM);
   expect_str_contains(zs_pp_last_error(pp), "forward callback failed on F of micro-batch 1 chunk 0");
   expect_str_contains(zs_pp_last_error(pp), "the callback set no message");
   expect_status(zs_pp_run(pp, &cb), ZS_ERR_STATE);
   expect_str_contains(zs_last_error(), "an earlier step failed with ZS_ERR_NOMEM");
-  zs_pp_destroy(pp);
+  zs_pp_destroy(pp); /* (a callback's own reason: test_pp_fail) */
 }
 
 int main(void) {

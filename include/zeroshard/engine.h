@@ -97,7 +97,8 @@ typedef struct zs_engine zs_engine_t;
 /* Fills count fp32 values of parameter `param` (id from zs_param_add) starting at
  * element `offset` of the parameter (row-major). Called only for the ranges this
  * rank stores, so no rank ever materialises the whole model at stage 3. Return
- * non-zero to fail setup. */
+ * non-zero to fail setup (zs_set_last_error first puts the reason in setup's
+ * message). */
 typedef int (*zs_init_fn)(void *user, int param, int64_t offset, int64_t count, float *dst);
 
 typedef struct {

@@ -227,7 +227,9 @@ zs_status_t zs_pp_schedule_simulate(const zs_pp_schedule_t *s, int64_t fwd_time,
  * it must have finished with them when it returns. Without it the callback
  * queues its work on `stream` (what a CUDA trainer does): the buffers are ready
  * in that stream's order, and the work it queued must be done with them in
- * that order too. */
+ * that order too. A callback reads and writes act_count elements of each buffer
+ * (nothing checks a write past them: it lands in the next buffer). One that
+ * fails returns its status, its reason given by zs_set_last_error. */
 typedef struct {
   zs_status_t (*forward_cb)(void *user, int mb, int chunk, const void *input, void *output, zs_stream_t *stream);
   zs_status_t (*backward_cb)(void *user, int mb, int chunk, const void *input, const void *grad_output,
@@ -239,7 +241,9 @@ typedef struct {
 typedef struct {
   int version; /* ZS_PP_CONFIG_VERSION */
   zs_pp_schedule_config_t schedule; /* stages must equal the pp comm's size */
-  size_t act_count;  /* elements of an activation (and of its gradient) at each stage boundary */
+  size_t act_count;  /* elements of an activation (and of its gradient) at each stage boundary: one
+                      * size for every boundary (where they differ, the largest, each stage using
+                      * the front of the buffer) */
   zs_dtype_t dtype;  /* their element type */
   zs_stream_t *stream; /* the compute stream the callbacks use (NULL: the caller's) */
   int host_compute;  /* 1: the callbacks compute on the calling thread (a CPU trainer) */

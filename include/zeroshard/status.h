@@ -48,6 +48,16 @@ const char *zs_status_name(zs_status_t st);
 /* Detailed message of the most recent failure on the calling thread, or "". The
  * pointer stays valid until the next zeroshard call on this thread. */
 const char *zs_last_error(void);
+/* Sets the calling thread's message (printf-style, truncated at 511 bytes),
+ * for a trainer's callback that fails: zs_pp_run and zs_engine_setup's init
+ * callback end their own message with it ("... the forward callback failed on
+ * F of micro-batch 3 chunk 0 (stage 1) with ZS_ERR_IO: <yours>"); both clear
+ * it before each call, so an older message is never taken for the callback's. */
+void zs_set_last_error(const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,14 @@ zs_status_t zs__fail(char *handle_buf, zs_status_t st, const char *file, int lin
   return st;
 }
 
+void zs_set_last_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (fmt) set_error(NULL, fmt, ap);
+  else last_error[0] = 0;
+  va_end(ap);
+}
+
 zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -295,9 +295,12 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
     if (!zs__eng_stored_range(zs, p, &a, &b)) continue;
     for (int64_t o = a; o < b && st == ZS_OK; o += ZS_STAGING) {
       int64_t n = b - o < ZS_STAGING ? b - o : ZS_STAGING;
+      zs__fail_quiet(NULL, ZS_OK, "%s", ""); /* so that a failure's message is the callback's own */
       if (init(user, i, o, n, buf) != 0) {
-        st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "init callback failed for parameter '%s' range [%lld, %lld)", p->name,
-                     (long long)o, (long long)(o + n));
+        char why[ZS_ERRBUF];
+        snprintf(why, sizeof why, "%s", zs_last_error()[0] ? zs_last_error() : "(the callback set no message)");
+        st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "init callback failed for parameter '%s' range [%lld, %lld): %s",
+                     p->name, (long long)o, (long long)(o + n), why);
         break;
       }
       zs->init_hash = hash_floats(zs->init_hash, buf, (size_t)n);
