@@ -123,6 +123,15 @@ static void test_refused(void) {
     expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
     expect_str_contains(zs_last_error(), "quantized_weights_block");
   }
+  /* DeepSpeed's frozen-weight quantization: known, and not done */
+  expect_status(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, "
+                                        "\"zero_quantized_nontrainable_weights\": true}}"),
+                ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "zeroshard does not quantize frozen weights");
+  expect_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, "
+                                    "\"zero_quantized_nontrainable_weights\": false}}"));
+  c = (zs_config_t)ZS_CONFIG_INIT;
+  c.stage = 3, c.quantized_weights = 1;
   c.quantized_weights_block = 32;
   expect_ok(zs_config_validate(&c));
   c.quantized_weights_block = 4096;

@@ -380,6 +380,32 @@ static void test_training(void) {
   free(me), free(mq), free(mq2);
 }
 
+/* A qgZ group or a qwZ block with its feature off is a warning on rank 0 (a
+ * config file's settings with the feature turned off by the environment). */
+static char warned[1024];
+static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  size_t n = strlen(warned);
+  if (level == ZS_LOG_WARN && n + strlen(msg) + 2 < sizeof warned) snprintf(warned + n, sizeof warned - n, "%s\n", msg);
+}
+static void test_orphan_settings(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 2, c.quantized_gradients_group = 2, c.quantized_weights_block = 64;
+  zs_engine_t *zs = NULL;
+  warned[0] = 0;
+  zs_log_set_callback(capture, NULL);
+  zs_status_t st = zs_engine_create(&zs, &c, dev, world);
+  zs_log_set_callback(NULL, NULL);
+  expect_ok(st);
+  if (rank == 0) {
+    expect_str_contains(warned, "quantized_gradients_group 2 has no effect: quantized_gradients is off");
+    expect_str_contains(warned, "quantized_weights_block 64 has no effect: quantized_weights is off");
+  } else {
+    expect_true(warned[0] == 0);
+  }
+  zs_engine_destroy(zs);
+}
+
 int main(void) {
   setenv("OMP_NUM_THREADS", "1", 1);
   open_world_or_exit(&dev, &world, &rank, &nranks);
@@ -389,6 +415,7 @@ int main(void) {
   zs_test_run(test_codec);
   zs_test_run(test_bound);
   zs_test_run(test_training);
+  zs_test_run(test_orphan_settings);
   zs_comm_destroy(world);
   zs_device_destroy(dev);
   return zs_test_finish();

@@ -76,7 +76,7 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_NVME_CHUNK ZS_AIO_BLOCK_SIZE  whole numbers (elements, bytes)
  *   ZS_NVME_BUFFERS ZS_NVME_PARAM_BUFFERS ZS_AIO_QUEUE_DEPTH  integers
  *   ZS_OPTIM_STATE       fp32|bf16|int8      ZS_OPTIM_STATE_BLOCK  elements
- *   ZS_QUANTIZED_GRADIENTS 0|8               ZS_QUANTIZED_GRADIENTS_GROUP  ranks
+ *   ZS_QUANTIZED_GRADIENTS 0|8|4 (bits)      ZS_QUANTIZED_GRADIENTS_GROUP  ranks
  *   ZS_SHARD_GROUP       ranks per shard group (0 = all)
  *   ZS_QUANTIZED_WEIGHTS 1|0 (flag words as above)   ZS_QUANTIZED_WEIGHTS_BLOCK  elements
  *   ZS_HPZ_PARTITION_SIZE  ranks (a node) holding backward's gathers

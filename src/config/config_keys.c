@@ -171,6 +171,13 @@ static zs_status_t fn_quantized_gradients(ctx_t *x, const cJSON *item, const cha
   return ZS_OK;
 }
 
+static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why);
+static zs_status_t fn_quantized_nontrainable(ctx_t *x, const cJSON *item, const char *path) {
+  return must_flag(x, item, path, 0,
+                   "zeroshard does not quantize frozen weights (they stay in param_dtype): use false, or "
+                   "quantized_weights for the gathers of trainable ones");
+}
+
 static const spec_t zero_keys[] = {
     FIELD("stage", K_INT, stage, 1),
     FIELD("reduce_bucket_size", K_SIZE, reduce_bucket_size, 1),
@@ -179,6 +186,7 @@ static const spec_t zero_keys[] = {
     FIELD("zero_quantized_weights", K_BOOL, quantized_weights, 1),
     FIELD("zero_hpz_partition_size", K_INT, hpz_partition_size, 1),
     FN("zero_quantized_gradients", fn_quantized_gradients, 1),
+    FN("zero_quantized_nontrainable_weights", fn_quantized_nontrainable, 1),
     ACCEPT("mics_hierarchical_params_gather", "gathers stay inside the shard group already"),
     FN("stage3_prefetch_bucket_size", fn_prefetch_bucket, 1),
     FN("stage3_max_live_parameters", fn_max_live, 1),

@@ -43,6 +43,14 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
                    "zs_engine_create: replica_overlap on over %s comms: their kernels of two communicators could "
                    "hold each other up, so the engine keeps them in order (use auto or off)",
                    zs_comm_backend(comm));
+  /* settings of a feature left off: a config file's, with the feature turned
+   * off elsewhere (ZS_QUANTIZED_GRADIENTS=0), is a normal case, so a warning */
+  if (zs_comm_rank(comm) == 0 && !cfg->quantized_gradients && cfg->quantized_gradients_group)
+    ZS_LOG_W("zs_engine_create: quantized_gradients_group %d has no effect: quantized_gradients is off",
+             cfg->quantized_gradients_group);
+  if (zs_comm_rank(comm) == 0 && !cfg->quantized_weights && cfg->quantized_weights_block)
+    ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights is off",
+             cfg->quantized_weights_block);
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
   zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */
