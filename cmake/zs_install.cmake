@@ -11,10 +11,10 @@ install(TARGETS zeroshard zeroshard_static EXPORT zeroshardTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT zeroshardTargets NAMESPACE zeroshard:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zeroshardConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/zeroshardConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
-write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmake
+  ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
-install(FILES ${CMAKE_BINARY_DIR}/zeroshardConfig.cmake ${CMAKE_BINARY_DIR}/zeroshardConfigVersion.cmake
+install(FILES ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake ${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
 
 set(ZS_PC_REQUIRES "libcjson zlib")
@@ -49,5 +49,5 @@ if(ZS_HAVE_URING) # src/aio (the NVMe tier)
 endif()
 # relocatable: the prefix is found from the .pc file's own folder
 file(RELATIVE_PATH ZS_PC_UP "/x/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/x")
-configure_file(${PROJECT_SOURCE_DIR}/cmake/zeroshard.pc.in ${CMAKE_BINARY_DIR}/zeroshard.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/zeroshard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/zeroshard.pc.in ${PROJECT_BINARY_DIR}/zeroshard.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/zeroshard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

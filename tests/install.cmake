@@ -5,14 +5,31 @@
 # adapter was built (and not under the sanitizers: libtorch is not
 # instrumented, and the plain pass covers the package), tests/consumer_torch
 # too: find_package(zeroshard COMPONENTS torch), trained against plain libtorch.
+if(NOT ZS_INSTALL) # -DZS_INSTALL=OFF: nothing to install
+  return()
+endif()
 set(zs_consumer_torch "")
 if(TARGET zeroshard_torch AND ZS_HAVE_MPI AND NOT ZS_SANITIZE)
   set(zs_consumer_torch ${CMAKE_CURRENT_SOURCE_DIR}/consumer_torch)
 endif()
 zs_add_test_run(NAME install_consumer
-                COMMAND ${CMAKE_COMMAND} -DBUILD=${CMAKE_BINARY_DIR} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/consumer
+                COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/consumer
                         -DSRC_CXX=${CMAKE_CURRENT_SOURCE_DIR}/consumer_cxx -DCXX=${CMAKE_CXX_COMPILER}
                         -DSRC_TORCH=${zs_consumer_torch}
-                        -DWORK=${CMAKE_BINARY_DIR}/consumer-test -DCC=${CMAKE_C_COMPILER} -DSAN=${ZS_SANITIZE}
+                        -DWORK=${PROJECT_BINARY_DIR}/consumer-test -DCC=${CMAKE_C_COMPILER} -DSAN=${ZS_SANITIZE}
                         -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/install_consumer.cmake
                 TIMEOUT 300)
+# A parent project that vendors the source (add_subdirectory): configured (the
+# checks are its CMakeLists'), and with ZS_TEST_FULL's label built and run too.
+if(NOT ZS_SANITIZE)
+  zs_add_test_run(NAME vendored_consumer
+                  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DWORK=${PROJECT_BINARY_DIR}/vendored-test
+                          -DCC=${CMAKE_C_COMPILER} -DCXX=${CMAKE_CXX_COMPILER}
+                          -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/vendored_consumer.cmake
+                  TIMEOUT 300)
+  zs_add_test_run(NAME vendored_consumer_build LABELS full
+                  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DWORK=${PROJECT_BINARY_DIR}/vendored-build
+                          -DCC=${CMAKE_C_COMPILER} -DCXX=${CMAKE_CXX_COMPILER} -DFULL=1
+                          -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/vendored_consumer.cmake
+                  TIMEOUT 900)
+endif()

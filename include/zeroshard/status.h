@@ -35,9 +35,9 @@ extern "C" {
                  "detailed message names that rank and its reason; destroy the comm")
 
 typedef enum {
-#define ZS__STATUS_ENUM(name, msg) name,
-  ZS_STATUS_LIST(ZS__STATUS_ENUM)
-#undef ZS__STATUS_ENUM
+#define ZS_STATUS_ENUM_(name, msg) name,
+  ZS_STATUS_LIST(ZS_STATUS_ENUM_)
+#undef ZS_STATUS_ENUM_
   ZS_STATUS_COUNT
 } zs_status_t;
 

@@ -1,12 +1,6 @@
 file(REMOVE_RECURSE ${WORK})
 set(prefix ${WORK}/prefix)
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-  set(last_out "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_step.cmake)
 run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
 # a sanitizer build's library needs the sanitizer runtime in its consumers too
 set(san_flags "")
