@@ -8,6 +8,11 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # what a trainer touches: slots (persistent units), declarations refused,
   # setup failing on some ranks, the clipping rule, layout figures
   zs_add_test(NAME test_engine_api SOURCES test_engine_api.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120)
+  # handles destroyed in any order (device and comm before the engine, the mesh
+  # before what was made from it): the last user frees them
+  if(TARGET zs_pp AND TARGET zs_tp AND TARGET zs_mesh)
+    zs_add_test(NAME test_teardown SOURCES test_teardown.c test_comm_lsan.c LIBS zeroshard_static RANKS 2 TIMEOUT 60)
+  endif()
   # a model larger than the host memory this process may use: ZS_ERR_NOMEM at
   # setup, before allocating, naming the limit (MemAvailable, RLIMIT_AS, and a
   # memory cgroup of 512 MiB that tests/scripts/room_cgroup.sh makes and removes)

@@ -218,7 +218,10 @@ zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev);
  * A negative color joins no comm (*out = NULL). Collective over the parent, in
  * order with the calls already queued on it; completes before returning. */
 zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out);
-/* Waits for queued work, then frees the comm. */
+/* Waits for queued work, then frees the comm. While handles that use it
+ * (engines, meshes, pipeline runtimes, tp and MoE handles, parameter servers)
+ * are alive it only drops the caller's reference, with a warning: the last of
+ * them frees it when it is destroyed. */
 void zs_comm_destroy(zs_comm_t *comm);
 /* The ranks of comm that share this rank's node (its memory, its GPUs): this
  * rank's place among them (*local_rank, in rank order), how many they are

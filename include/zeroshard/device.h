@@ -49,7 +49,10 @@ zs_status_t zs_device_create_cuda(zs_device_t **out, int ordinal);
 /* Number of usable CUDA devices; 0 without a GPU or in a build without CUDA. */
 int zs_device_cuda_count(void);
 /* Waits for all streams to drain, then frees the handle. Memory still allocated
- * is reported as a leak (warn) and stays counted. */
+ * is reported as a leak (warn) and stays counted. While handles made with it
+ * (comms, engines, pipeline runtimes, tp and MoE handles, parameter servers)
+ * are alive it only drops the caller's reference, with a warning: the last of
+ * them frees it when it is destroyed. */
 void zs_device_destroy(zs_device_t *dev);
 zs_device_kind_t zs_device_kind(const zs_device_t *dev);
 const char *zs_device_name(const zs_device_t *dev);

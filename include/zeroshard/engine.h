@@ -111,8 +111,10 @@ typedef struct {
                         would have used, which the next attempt uses again) */
 } zs_step_report_t;
 
-/* The engine keeps pointers to dev and comm (the caller keeps ownership; both
- * must outlive the engine). comm's device must be dev. cfg is copied. */
+/* The engine keeps dev and comm until zs_engine_destroy: the caller keeps
+ * ownership, and destroying either first only drops the caller's reference
+ * (with a warning); the engine's destroy frees them then. comm's device must
+ * be dev. cfg is copied. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
 /* An engine over a process mesh (zeroshard/mesh.h), by the dimensions' roles:
@@ -124,7 +126,8 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
  * joins the gradient norm and names checkpoints' parts
  * (zs_engine_set_model_parallel), and ZS_PARAM_MP_REPLICATED follows the
  * ZS_MESH_TP dimension. Collective over the mesh's world (the mesh makes the
- * groups' comms the first time). The mesh must outlive the engine.
+ * groups' comms the first time). The engine keeps the mesh's comms it uses
+ * (the mesh may be destroyed first).
  * A pipeline trainer runs one engine round per pipeline step around zs_pp_run,
  * each rank declaring its own stages' parameters: the contract is in
  * zeroshard/pipeline.h ("With the engine"); tensor parallelism's replicated
@@ -143,7 +146,7 @@ const char *zs_engine_last_error(const zs_engine_t *zs);
 zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
 /* The model-parallel group this rank belongs to (tensor or pipeline parallel:
  * ranks holding different parts of one model; the engine's comm is then its
- * data-parallel group). Before setup; the comm must outlive the engine. The
+ * data-parallel group). Before setup; the engine keeps the comm. The
  * gradient norm, hence clipping and the inf/NaN skip, then covers the whole
  * model: the sums of squares are added over it, parameters flagged
  * ZS_PARAM_MP_REPLICATED counted on its rank 0 only, ZS_PARAM_TIED_COPY not at

@@ -9,6 +9,7 @@
 
 #include "comm/comm_impl.h"
 #include "common/half.h"
+#include "device/device_impl.h"
 #include "trace/trace_impl.h"
 
 /* ---- handle ---------------------------------------------------------------- */
@@ -23,18 +24,40 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
   c->rank = rank;
   c->size = size;
   pthread_mutex_init(&c->stats_mu, NULL);
+  atomic_init(&c->users, 1); /* the caller's */
+  zs__device_hold(dev);
   zs__trace_set_rank(rank); /* the first comm's (the world's) names the trace file */
   *out = c;
   return ZS_OK;
 }
 
-void zs_comm_destroy(zs_comm_t *comm) {
-  if (!comm) return;
+static void comm_free(zs_comm_t *comm) {
   comm->iface.destroy(comm->ctx); /* its queued calls have run: their events are recorded */
   if (zs__trace_on()) zs_trace_flush();
   pthread_mutex_destroy(&comm->stats_mu);
+  zs_device_t *dev = comm->dev;
   free(comm->node);
   free(comm);
+  zs__device_release(dev);
+}
+
+void zs__comm_hold(zs_comm_t *comm) {
+  if (comm) atomic_fetch_add_explicit(&comm->users, 1, memory_order_relaxed);
+}
+
+void zs__comm_release(zs_comm_t *comm) {
+  if (comm && atomic_fetch_sub_explicit(&comm->users, 1, memory_order_acq_rel) == 1) comm_free(comm);
+}
+
+void zs_comm_destroy(zs_comm_t *comm) {
+  if (!comm) return;
+  int left = atomic_fetch_sub_explicit(&comm->users, 1, memory_order_acq_rel) - 1;
+  if (left == 0)
+    comm_free(comm);
+  else
+    ZS_LOG_W("zs_comm_destroy: %d handle(s) (engines, meshes, pipeline runtimes, ...) still use this %s comm (rank %d "
+             "of %d): it is freed when the last of them is destroyed (destroy them first)",
+             left, comm->iface.name, comm->rank, comm->size);
 }
 
 int zs_comm_rank(const zs_comm_t *comm) { return comm ? comm->rank : -1; }

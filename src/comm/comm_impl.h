@@ -9,6 +9,7 @@
 #define ZS_COMM_COMM_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common/common.h"
 #include "zeroshard/comm.h"
@@ -95,7 +96,16 @@ struct zs_comm {
   zs_comm_stats_t stats;
   char err[ZS_ERRBUF]; /* last error of a call on this comm (zs_comm_last_error) */
   zs__node_layout_t *node; /* NULL until the first zs__comm_node_layout */
+  atomic_int users; /* the caller's reference (until zs_comm_destroy) + zs__comm_hold's */
 };
+
+/* A handle that keeps the comm (an engine, a mesh, a pipeline runtime, ...)
+ * holds it from its create to its destroy, as with the device
+ * (zs__device_hold): zs_comm_destroy called first only drops the caller's
+ * reference, with a warning; the last release frees it. A comm holds its
+ * device. NULL-safe. */
+void zs__comm_hold(zs_comm_t *comm);
+void zs__comm_release(zs_comm_t *comm);
 
 /* Used by the backends' create functions: fills the common part and sets the
  * log's rank prefix. On failure the caller still owns ctx. */

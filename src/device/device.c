@@ -30,6 +30,7 @@ zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *c
   dev->ordinal = ordinal;
   zs__acct_init(&dev->acct);
   pthread_mutex_init(&dev->handles_mu, NULL);
+  atomic_init(&dev->users, 1); /* the caller's */
   *out = dev;
   return ZS_OK;
 }
@@ -111,8 +112,29 @@ static int bk_remove(const zs_device_t *dev, const void *ptr) {
   return n;
 }
 
+static void device_free(zs_device_t *dev);
+
+void zs__device_hold(zs_device_t *dev) {
+  if (dev) atomic_fetch_add_explicit(&dev->users, 1, memory_order_relaxed);
+}
+
+void zs__device_release(zs_device_t *dev) {
+  if (dev && atomic_fetch_sub_explicit(&dev->users, 1, memory_order_acq_rel) == 1) device_free(dev);
+}
+
 void zs_device_destroy(zs_device_t *dev) {
   if (!dev) return;
+  int left = atomic_fetch_sub_explicit(&dev->users, 1, memory_order_acq_rel) - 1;
+  if (left == 0) {
+    device_free(dev);
+  } else {
+    ZS_LOG_W("zs_device_destroy: %d handle(s) (comms, engines, pipeline runtimes, ...) still use this %s device: it "
+             "is freed when the last of them is destroyed (destroy them first: engines, then comms, then the device)",
+             left, dev->iface.name);
+  }
+}
+
+static void device_free(zs_device_t *dev) {
   zs__pool_destroy(dev, dev->pool); /* waits for the cached blocks' last uses */
   dev->pool = NULL;
   /* streams left behind are drained (their work runs) before anything goes */

@@ -107,9 +107,18 @@ struct zs_device {
   zs_mem_acct_t acct;
   pthread_mutex_t handles_mu; /* guards the two lists */
   atomic_int host_waits;      /* host threads blocked in a synchronize (zs__device_host_waiting) */
+  atomic_int users;           /* the caller's reference (until zs_device_destroy) + zs__device_hold's */
   zs__handle_t *streams, *events;
   char err[ZS_ERRBUF];
 };
+
+/* A handle that keeps the device (a comm, an engine, a pipeline runtime, ...)
+ * holds it from its create to its destroy, so that zs_device_destroy called
+ * first (a C++ program's members destroyed in declaration order) only drops the
+ * caller's reference, with a warning, and the last release frees the device.
+ * NULL-safe. */
+void zs__device_hold(zs_device_t *dev);
+void zs__device_release(zs_device_t *dev);
 
 /* How many host threads are blocked in zs_event_synchronize, zs_stream_synchronize
  * or a blocking comm call on this device now: while some are, the computes they

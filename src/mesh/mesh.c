@@ -356,6 +356,7 @@ zs_status_t zs__mesh_new(zs_mesh_t **out, zs_comm_t *world, int ndims, const cha
     return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_mesh_create: out of host memory for a mesh of %d ranks", n);
   }
   m->world = world;
+  zs__comm_hold(world); /* until zs_mesh_destroy */
   m->ndims = ndims;
   m->nranks = n;
   size_t k = 0;
@@ -417,7 +418,9 @@ void zs_mesh_destroy(zs_mesh_t *m) {
   for (int i = m->nmade - 1; i >= 0; i--) zs_comm_destroy(m->comms[m->made[i]]);
   free(m->world_of);
   free(m->index_of);
+  zs_comm_t *world = m->world;
   free(m);
+  zs__comm_release(world);
 }
 
 /* ---- sub-comms ---------------------------------------------------------------------- */

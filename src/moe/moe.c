@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_impl.h"
 #include "device/device_impl.h"
 #include "moe/moe_impl.h"
 
@@ -30,7 +31,9 @@ static void moe_free(zs_moe_t *m) {
   if (m->ev) zs_event_destroy(dev, m->ev);
   free(m->a2[0]);
   free(m->rows_expert);
+  zs_comm_t *ep = m->ep;
   free(m);
+  zs__comm_release(ep), zs__device_release(dev);
 }
 
 void zs_moe_destroy(zs_moe_t *m) { moe_free(m); }
@@ -123,6 +126,7 @@ zs_status_t zs_moe_create(zs_moe_t **out, const zs_moe_config_t *cfg, zs_device_
   m->cfg = *cfg;
   m->dev = dev;
   m->ep = ep;
+  zs__comm_hold(ep), zs__device_hold(dev); /* until zs_moe_destroy */
   m->be = be;
   m->E = cfg->num_experts, m->k = cfg->top_k, m->d = cfg->hidden;
   m->nranks = nranks, m->rank = rank, m->El = m->E / nranks;

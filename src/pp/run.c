@@ -177,6 +177,7 @@ zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp
   if (!pp) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   pp->comm = pp_comm;
   pp->dev = zs_comm_device(pp_comm);
+  zs__comm_hold(pp->comm), zs__device_hold(pp->dev); /* until zs_pp_destroy */
   pp->rank = zs_comm_rank(pp_comm);
   zs_status_t mine = check_config(cfg, pp_comm, fn, pp->err);
   uint64_t hash = 0;
@@ -212,7 +213,10 @@ void zs_pp_destroy(zs_pp_t *pp) {
   free(pp->ev);
   free(pp->slots);
   zs_pp_schedule_destroy(pp->sched);
+  zs_comm_t *comm = pp->comm;
+  zs_device_t *dev = pp->dev;
   free(pp);
+  zs__comm_release(comm), zs__device_release(dev);
 }
 
 /* ---- a step ------------------------------------------------------------------------ */

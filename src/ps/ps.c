@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "device/device_impl.h"
 #include "ps/ps_impl.h"
 
 const char *zs_ps_mode_name(zs_ps_mode_t mode) {
@@ -250,6 +251,7 @@ zs_status_t zs_ps_create(zs_ps_t **out, const zs_ps_config_t *cfg, zs_comm_t *co
   zs_ps_t *ps = calloc(1, sizeof *ps);
   if (!ps) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   ps->comm = comm, ps->dev = zs_comm_device(comm);
+  zs__comm_hold(comm), zs__device_hold(ps->dev); /* until zs_ps_destroy */
   ps->rank = zs_comm_rank(comm), ps->size = zs_comm_size(comm);
   zs_status_t mine = check_config(cfg, ps->size, ps->err);
   uint64_t hash = 0;
@@ -328,7 +330,10 @@ void zs_ps_destroy(zs_ps_t *ps) {
   free(ps->master), free(ps->m), free(ps->v), free(ps->acc), free(ps->segs), free(ps->osegs), free(ps->snseg), free(ps->segsq);
   free(ps->pushed), free(ps->vsent), free(ps->held), free(ps->posted), free(ps->soff), free(ps->scount);
   free(ps->ranges);
+  zs_comm_t *comm = ps->comm;
+  zs_device_t *dev = ps->dev;
   free(ps);
+  zs__comm_release(comm), zs__device_release(dev);
 }
 
 /* ============================================================================

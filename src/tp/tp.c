@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_impl.h"
 #include "device/device_impl.h"
 #include "tp/tp_impl.h"
 
@@ -29,6 +30,7 @@ zs_status_t zs_tp_create(zs_tp_t **out, zs_comm_t *comm) {
   if (!tp) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_tp_create: out of memory");
   tp->comm = comm;
   tp->dev = dev;
+  zs__comm_hold(comm), zs__device_hold(dev); /* until zs_tp_destroy */
   tp->rank = zs_comm_rank(comm);
   tp->size = zs_comm_size(comm);
   tp->be = be;
@@ -46,7 +48,10 @@ fail:
 void zs_tp_destroy(zs_tp_t *tp) {
   if (!tp) return;
   if (tp->rec) zs_device_free(tp->dev, tp->rec, TP_REC_INTS * sizeof(int32_t), ZS_MEM_OTHER);
+  zs_comm_t *comm = tp->comm;
+  zs_device_t *dev = tp->dev;
   free(tp);
+  zs__comm_release(comm), zs__device_release(dev);
 }
 
 int zs_tp_rank(const zs_tp_t *tp) { return tp ? tp->rank : -1; }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_impl.h"
+#include "device/device_impl.h"
 #include "memory/memory.h"
 #include "zero/engine_impl.h"
 #include "zeroshard/config_load.h"
@@ -82,6 +84,9 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   zs->loss_scale = 1.0f;
   if (cfg->param_dtype == ZS_FP16) zs->loss_scale = cfg->loss_scale > 0 ? cfg->loss_scale : cfg->initial_scale;
   zs->hysteresis_left = cfg->hysteresis;
+  /* held until zs_engine_destroy, whatever order the caller destroys them in */
+  zs__device_hold(dev);
+  zs__comm_hold(comm);
   zs_status_t st = ZS_OK;
   ZS_CHECK_GOTO(zs_stream_create(dev, &zs->ag_stream), st, fail);
   ZS_CHECK_GOTO(zs_stream_create(dev, &zs->rs_stream), st, fail);
@@ -162,8 +167,10 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
     zs->shard_comm = shard;
     zs->rep_comm = rep;
     zs->groups_borrowed = 1;
+    zs__comm_hold(shard), zs__comm_hold(rep); /* the mesh's */
   }
   zs->tp_comm = tp;
+  zs__comm_hold(tp);
   zs_status_t st = mp ? zs_engine_set_model_parallel(zs, mp) : ZS_OK;
   if (st != ZS_OK) {
     zs_engine_destroy(zs);
@@ -207,7 +214,10 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (!zs->groups_borrowed) {
     if (zs->shard_comm != zs->comm) zs_comm_destroy(zs->shard_comm);
     zs_comm_destroy(zs->rep_comm);
+  } else {
+    zs__comm_release(zs->shard_comm), zs__comm_release(zs->rep_comm);
   }
+  zs__comm_release(zs->tp_comm), zs__comm_release(zs->mp_comm);
   zs_comm_destroy(zs->hpz_comm);
   zs_comm_destroy(zs->qg_intra);
   zs_comm_destroy(zs->qg_inter);
@@ -216,7 +226,11 @@ void zs_engine_destroy(zs_engine_t *zs) {
   free(zs->ck_split);
   zs__eng_decl_free(zs);
   zs_device_cache_trim(zs->dev); /* the step's transient buffers go back to the backend */
+  zs_device_t *dev = zs->dev;
+  zs_comm_t *comm = zs->comm;
   free(zs);
+  zs__comm_release(comm); /* the caller's may have gone: the last use frees them */
+  zs__device_release(dev);
   zs__host_trim(); /* and their pages (cpu device) to the kernel */
 }
 
@@ -228,6 +242,8 @@ zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp) {
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_set_model_parallel after zs_engine_setup: set it before");
   if (mp && zs_comm_device(mp) != zs->dev)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_engine_set_model_parallel: the comm is on another device handle");
+  zs__comm_hold(mp); /* until zs_engine_destroy, or another call here */
+  zs__comm_release(zs->mp_comm);
   zs->mp_comm = mp;
   zs->mp_rank = zs->repl_rank = mp ? zs_comm_rank(mp) : 0;
   return ZS_OK;

@@ -1,0 +1,128 @@
+/* Handles destroyed in any order (2 ranks through mpiexec; a new-user trial's
+ * C++ wrapper destroyed the comm and the device before the engine, by member
+ * order, and zs_engine_destroy then crashed in the freed device): the device,
+ * the comm and the mesh stay alive while an engine, a pipeline runtime, a
+ * tensor-parallel handle or a mesh uses them, each early destroy warns, and the
+ * last user frees them (the sanitized build's LeakSanitizer sees that nothing
+ * stays). The engine trains a step after its comm and device were "destroyed".
+ * The comm `keep` finalizes MPI at the end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu, zs_t_world_skip_unless
+#include "tiny_model.h"
+#include "zeroshard/log.h"
+#include "zeroshard/mesh.h"
+#include "zeroshard/pipeline.h"
+#include "zeroshard/tp.h"
+
+static zs_device_t *kdev;
+static zs_comm_t *keep;
+static int rank, size;
+
+static char warned[4096];
+static int nwarn;
+static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level != ZS_LOG_WARN) return;
+  nwarn++;
+  size_t n = strlen(warned);
+  if (n + strlen(msg) + 2 < sizeof warned) snprintf(warned + n, sizeof warned - n, "%s\n", msg);
+}
+static void capture_start(void) {
+  warned[0] = 0, nwarn = 0;
+  zs_log_set_callback(capture, NULL);
+}
+static void capture_stop(void) { zs_log_set_callback(NULL, NULL); }
+
+#define NS 8
+static float X[NS][TM_DIN], T[NS][TM_DOUT];
+
+/* device, comm, engine at stage 3; destroyed device first, then comm, then
+ * the engine, which steps once more in between */
+static void test_engine_last(void) {
+  zs_device_t *dev = NULL;
+  zs_comm_t *comm = NULL;
+  zs_engine_t *zs = NULL;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_true(m != NULL);
+  assert_ok(zs_device_create_cpu(&dev));
+  assert_ok(zs_comm_create_mpi_world(&comm, dev));
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  assert_ok(tm_open(&c, dev, comm, 2, &zs, m));
+  double loss0 = 0, loss1 = 0;
+  zs_step_report_t rep;
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss0));
+  expect_ok(zs_step(zs, &rep));
+  capture_start();
+  zs_device_destroy(dev);
+  zs_comm_destroy(comm);
+  capture_stop();
+  expect_int_eq(nwarn, 2);
+  expect_str_contains(warned, "zs_device_destroy: 2 handle(s)"); /* the comm and the engine */
+  expect_str_contains(warned, "zs_comm_destroy: 1 handle(s)");
+  expect_str_contains(warned, "it is freed when the last of them is destroyed");
+  /* the engine goes on: its comm and device are alive */
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss1));
+  expect_ok(zs_step(zs, &rep));
+  expect_true(loss1 < loss0);
+  capture_start();
+  zs_engine_destroy(zs); /* frees the comm, then the device */
+  capture_stop();
+  expect_int_eq(nwarn, 0);
+  tm_free(m);
+  free(m);
+}
+
+/* a mesh (pp 2 x tp 1 x dp) and what is made from it: an engine on its dp
+ * comm, a pipeline runtime on its pp comm, a tp handle; the world comm, the
+ * mesh and the device destroyed first */
+static void test_mesh_users_last(void) {
+  zs_device_t *dev = NULL;
+  zs_comm_t *world = NULL, *ppc = NULL, *tpc = NULL;
+  zs_mesh_t *mesh = NULL;
+  assert_ok(zs_device_create_cpu(&dev));
+  assert_ok(zs_comm_create_mpi_world(&world, dev));
+  assert_ok(zs_mesh_create_default(&mesh, world, 2, 1));
+  assert_ok(zs_mesh_comm(mesh, "pp", &ppc));
+  assert_ok(zs_mesh_comm(mesh, "tp", &tpc));
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  zs_engine_t *zs = NULL;
+  assert_ok(zs_engine_create_mesh(&zs, &c, dev, mesh));
+  zs_pp_config_t pc = ZS_PP_CONFIG_INIT;
+  pc.schedule.stages = size, pc.schedule.microbatches = 2, pc.act_count = 16, pc.host_compute = 1;
+  zs_pp_t *pp = NULL;
+  assert_ok(zs_pp_create(&pp, &pc, ppc));
+  zs_tp_t *tp = NULL;
+  assert_ok(zs_tp_create(&tp, tpc));
+  capture_start();
+  zs_mesh_destroy(mesh); /* its comms: the engine's dp, the runtime's pp, tp's */
+  zs_comm_destroy(world);
+  zs_device_destroy(dev);
+  capture_stop();
+  expect_str_contains(warned, "zs_comm_destroy: ");
+  expect_str_contains(warned, "zs_device_destroy: ");
+  expect_int_eq(zs_pp_rank(pp), rank);
+  expect_int_eq(zs_tp_size(tp), 1);
+  zs_tp_destroy(tp);
+  zs_pp_destroy(pp);
+  capture_start();
+  zs_engine_destroy(zs);
+  capture_stop();
+  expect_int_eq(nwarn, 0);
+}
+
+int main(void) {
+  zs_t_world_open_cpu(&kdev, &keep, &rank, &size);
+  zs_t_world_skip_unless(size == 2, kdev, keep, "runs on 2 ranks");
+  tm_data(NS, X, T);
+  zs_test_run(test_engine_last);
+  zs_test_run(test_mesh_users_last);
+  int rc = zs_test_finish();
+  zs_comm_destroy(keep); /* the last comm: finalizes MPI */
+  zs_device_destroy(kdev);
+  return rc;
+}
