@@ -5,8 +5,13 @@
  * tensor-parallel handle or a mesh uses them, each early destroy warns, and the
  * last user frees them (the sanitized build's LeakSanitizer sees that nothing
  * stays). The engine trains a step after its comm and device were "destroyed".
+ * And a second thread's call on an engine while a call runs (the trial's two
+ * threads stepping one engine raced on its state, some calls ZS_OK) is
+ * ZS_ERR_STATE naming the rule, and the first call finishes as if alone.
  * The comm `keep` finalizes MPI at the end. */
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "harness.h"
@@ -115,12 +120,63 @@ static void test_mesh_users_last(void) {
   expect_int_eq(nwarn, 0);
 }
 
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+typedef struct {
+  zs_engine_t *zs;
+  zs_status_t st;
+  zs_step_report_t rep;
+} stepper_t;
+static void *stepper(void *arg) {
+  stepper_t *s = arg;
+  s->st = zs_step(s->zs, &s->rep);
+  return NULL;
+}
+
+/* rank 0's zs_step waits in the norm's all-reduce for rank 1, which comes 600
+ * ms late; rank 0's other thread calls into the engine meanwhile */
+static void test_two_threads(void) {
+  zs_engine_t *zs = NULL;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_true(m != NULL);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3, c.grad_clip = 1.0f; /* the clip decision needs the norm on the host */
+  assert_ok(tm_open(&c, kdev, keep, 2, &zs, m));
+  double loss = 0;
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
+  stepper_t s = {zs, ZS_OK, {0}};
+  if (rank == 1) sleep_ms(600);
+  pthread_t th;
+  assert_true(pthread_create(&th, NULL, stepper, &s) == 0);
+  if (rank == 0) {
+    sleep_ms(150);
+    expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+    expect_str_contains(zs_last_error(), "zs_gather: another thread is in a call on this engine");
+    expect_status(zs_forward_begin(zs), ZS_ERR_STATE);
+    expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
+    expect_str_contains(zs_last_error(), "zs_step: another thread");
+  }
+  pthread_join(th, NULL);
+  expect_ok(s.st);
+  expect_true(s.rep.grad_norm > 0);
+  /* handed over between calls: this thread goes on */
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(zs_step(zs, &s.rep));
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+}
+
 int main(void) {
   zs_t_world_open_cpu(&kdev, &keep, &rank, &size);
   zs_t_world_skip_unless(size == 2, kdev, keep, "runs on 2 ranks");
   tm_data(NS, X, T);
   zs_test_run(test_engine_last);
   zs_test_run(test_mesh_users_last);
+  zs_test_run(test_two_threads);
   int rc = zs_test_finish();
   zs_comm_destroy(keep); /* the last comm: finalizes MPI */
   zs_device_destroy(kdev);

@@ -37,7 +37,11 @@
  * at the next zs_gather / zs_backward_begin / zs_step (after the compute stream
  * is done with it). Stage 2-3 full gradient buffers likewise after their reduction.
  *
- * Thread rules: one engine is driven from one thread.
+ * Thread rules: one engine is driven from one thread at a time (it may be
+ * handed to another between calls). A step call (zs_forward_begin/_end,
+ * zs_backward_begin, zs_gather, zs_release, zs_reduce, zs_step, zs_step_group)
+ * made while another thread's runs on the same engine is ZS_ERR_STATE, the
+ * message in that thread's zs_last_error(), and changes nothing.
  */
 #ifndef ZEROSHARD_ENGINE_H
 #define ZEROSHARD_ENGINE_H

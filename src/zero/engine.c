@@ -234,6 +234,15 @@ void zs_engine_destroy(zs_engine_t *zs) {
   zs__host_trim(); /* and their pages (cpu device) to the kernel */
 }
 
+zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn) {
+  if (!atomic_flag_test_and_set_explicit(&zs->busy, memory_order_acquire)) return ZS_OK;
+  /* the thread's message only: the engine's buffer is the other call's */
+  return ZS_FAIL(NULL, ZS_ERR_STATE,
+                 "%s: another thread is in a call on this engine: an engine is driven from one thread at a time "
+                 "(hand it over between calls)",
+                 fn);
+}
+
 const char *zs_engine_last_error(const zs_engine_t *zs) { return zs ? zs->err : zs_last_error(); }
 
 zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp) {

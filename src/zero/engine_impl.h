@@ -27,6 +27,8 @@
 #ifndef ZS_ZERO_ENGINE_IMPL_H
 #define ZS_ZERO_ENGINE_IMPL_H
 
+#include <stdatomic.h>
+
 #include "common/common.h"
 #include "device/work.h"
 #include "offload/offload.h"
@@ -174,6 +176,7 @@ struct zs_engine {
   zs_index_set_t unit_names, param_names, slots; /* duplicate checks (declare.c) */
   int64_t extent_total; /* elements declared, each parameter aligned to ZS_ALIGN */
   int setup_done;
+  atomic_flag busy; /* a step call is running (zs__eng_enter): a second thread's is refused */
 
   int phase;       /* ZS_PH_* */
   int phase_before_forward; /* restored by zs_forward_end */
@@ -270,6 +273,14 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
     ZS_ENG_CHECK(zs, zs__eng_comm_mark(zs, comm, s), "ordering the engine's communicators");  \
   } while (0)
 /* order.c */
+/* The step's calls (forward/backward begin and end, gather, release, reduce,
+ * step) run one at a time: an engine is driven from one thread at a time
+ * (design.md 6.2), and a second thread's call while one runs is ZS_ERR_STATE
+ * instead of a race on the engine's state. enter fails with the message; leave
+ * after every entered call. */
+zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
+static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+
 zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 /* qgrad.c: the quantized reduce-scatter of src (P elements of dt) into *out,

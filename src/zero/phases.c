@@ -227,8 +227,7 @@ static int all_reduced(const zs_engine_t *zs) {
   return 1;
 }
 
-zs_status_t zs_forward_begin(zs_engine_t *zs) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_forward_begin: engine is NULL");
+static zs_status_t forward_begin(zs_engine_t *zs) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin before zs_engine_setup");
   if (zs->phase == ZS_PH_FORWARD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin twice: run zs_backward_begin and the backward first");
@@ -253,8 +252,7 @@ zs_status_t zs_forward_begin(zs_engine_t *zs) {
   return prefetch(zs);
 }
 
-zs_status_t zs_forward_end(zs_engine_t *zs) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_forward_end: engine is NULL");
+static zs_status_t forward_end(zs_engine_t *zs) {
   if (zs->phase != ZS_PH_FORWARD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_end without zs_forward_begin");
   ZS_CHECK(check_no_held(zs, "zs_forward_end"));
@@ -266,8 +264,7 @@ zs_status_t zs_forward_end(zs_engine_t *zs) {
   return ZS_OK;
 }
 
-zs_status_t zs_backward_begin(zs_engine_t *zs) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_backward_begin: engine is NULL");
+static zs_status_t backward_begin(zs_engine_t *zs) {
   if (zs->phase != ZS_PH_FORWARD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_backward_begin without zs_forward_begin: run the forward first");
   ZS_CHECK(check_no_held(zs, "zs_backward_begin"));
@@ -544,14 +541,27 @@ static zs_status_t traced(zs_engine_t *zs, int unit, const char *verb, int with_
   return st;
 }
 
-zs_status_t zs_gather(zs_engine_t *zs, int unit) {
-  return zs__trace_on() ? traced(zs, unit, "gather", 1, gather) : gather(zs, unit);
+/* One call at a time (zs__eng_enter): a phase call, or a unit's. */
+static zs_status_t phase_call(zs_engine_t *zs, const char *fn, zs_status_t (*f)(zs_engine_t *)) {
+  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", fn);
+  ZS_CHECK(zs__eng_enter(zs, fn));
+  zs_status_t st = f(zs);
+  zs__eng_leave(zs);
+  return st;
 }
 
-zs_status_t zs_release(zs_engine_t *zs, int unit) {
-  return zs__trace_on() ? traced(zs, unit, "release", 0, release) : release(zs, unit);
+static zs_status_t unit_call(zs_engine_t *zs, int unit, const char *fn, const char *verb, int with_bytes,
+                             zs_status_t (*f)(zs_engine_t *, int)) {
+  if (!zs) return f(zs, unit); /* its error */
+  ZS_CHECK(zs__eng_enter(zs, fn));
+  zs_status_t st = zs__trace_on() ? traced(zs, unit, verb, with_bytes, f) : f(zs, unit);
+  zs__eng_leave(zs);
+  return st;
 }
 
-zs_status_t zs_reduce(zs_engine_t *zs, int unit) {
-  return zs__trace_on() ? traced(zs, unit, "reduce", 1, reduce) : reduce(zs, unit);
-}
+zs_status_t zs_forward_begin(zs_engine_t *zs) { return phase_call(zs, "zs_forward_begin", forward_begin); }
+zs_status_t zs_forward_end(zs_engine_t *zs) { return phase_call(zs, "zs_forward_end", forward_end); }
+zs_status_t zs_backward_begin(zs_engine_t *zs) { return phase_call(zs, "zs_backward_begin", backward_begin); }
+zs_status_t zs_gather(zs_engine_t *zs, int unit) { return unit_call(zs, unit, "zs_gather", "gather", 1, gather); }
+zs_status_t zs_release(zs_engine_t *zs, int unit) { return unit_call(zs, unit, "zs_release", "release", 0, release); }
+zs_status_t zs_reduce(zs_engine_t *zs, int unit) { return unit_call(zs, unit, "zs_reduce", "reduce", 1, reduce); }

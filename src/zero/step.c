@@ -366,8 +366,19 @@ static zs_status_t group_check(zs_engine_t *const *e, int n) {
   return ZS_OK;
 }
 
+static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep);
+
 zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
   ZS_CHECK(group_check(engines, n));
+  int in = 0; /* one call at a time on each engine (zs__eng_enter) */
+  zs_status_t st = ZS_OK;
+  while (in < n && (st = zs__eng_enter(engines[in], n > 1 ? "zs_step_group" : "zs_step")) == ZS_OK) in++;
+  if (st == ZS_OK) st = step_group(engines, n, rep);
+  while (in > 0) zs__eng_leave(engines[--in]);
+  return st;
+}
+
+static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
   for (int i = 0; i < n; i++) ZS_CHECK(step_prepare(engines[i]));
   /* the norm of the whole model: each engine's share in double, averaged by
    * its own base; one engine keeps zs_step's arithmetic exactly */
