@@ -146,7 +146,15 @@ static void test_bad_config(void) {
     /* rank 1 alone passes another act_count: a mismatch everywhere */
     b = c;
     if (rank == 1) b.act_count = PT_ACT + 1;
-    create_expect(&b, ZS_ERR_MISMATCH, "pp rank 1's config differs");
+    char want[128];
+    snprintf(want, sizeof want, "pp rank 1's config differs from rank 0's: act_count %d against %d", PT_ACT + 1,
+             PT_ACT);
+    create_expect(&b, ZS_ERR_MISMATCH, want);
+    b = c;
+    if (rank == 1) b.schedule.microbatches = c.schedule.microbatches + 1;
+    snprintf(want, sizeof want, "schedule.microbatches %d against %d", c.schedule.microbatches + 1,
+             c.schedule.microbatches);
+    create_expect(&b, ZS_ERR_MISMATCH, want);
   }
   /* local checks, no communication */
   zs_pp_t *pp = NULL;

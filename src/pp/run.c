@@ -53,16 +53,17 @@ static void keep_pool(zs_pp_t *pp) {
 
 /* ---- making one ------------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
-static uint64_t config_hash(const zs_pp_config_t *c) {
-  int64_t f[] = {c->version, c->schedule.version, c->schedule.kind, c->schedule.stages, c->schedule.microbatches,
-                 c->schedule.chunks, c->schedule.fwd_cost, c->schedule.bwd_cost, (int64_t)c->act_count, c->dtype};
-  return fnv(1469598103934665603ull, f, sizeof f) & INT64_MAX;
+/* What every stage must pass alike, compared field by field (a mismatch names
+ * the field and both values). */
+#define PP_NF 10
+static const char *const pp_field[PP_NF] = {"version", "schedule.version", "schedule.kind", "schedule.stages",
+                                            "schedule.microbatches", "schedule.chunks", "schedule.fwd_cost",
+                                            "schedule.bwd_cost", "act_count", "dtype"};
+static void config_fields(const zs_pp_config_t *c, int64_t f[PP_NF]) {
+  const int64_t v[PP_NF] = {c->version, c->schedule.version, c->schedule.kind, c->schedule.stages,
+                            c->schedule.microbatches, c->schedule.chunks, c->schedule.fwd_cost, c->schedule.bwd_cost,
+                            (int64_t)c->act_count, c->dtype};
+  memcpy(f, v, sizeof v);
 }
 
 static zs_status_t check_config(const zs_pp_config_t *c, zs_comm_t *comm, const char *fn, char *err) {
@@ -105,14 +106,17 @@ static zs_status_t build(zs_pp_t *pp) {
   return ZS_OK;
 }
 
-/* One all-gather of (status, hash): every rank leaves with the same answer. */
-static zs_status_t agree(zs_pp_t *pp, zs_status_t mine, uint64_t hash) {
+/* One all-gather of (status, the config's fields): every rank leaves with the
+ * same answer. */
+static zs_status_t agree(zs_pp_t *pp, zs_status_t mine, const int64_t fields[PP_NF]) {
   const char *fn = "zs_pp_create";
+  const int w = 1 + PP_NF;
   int n = zs_comm_size(pp->comm), me = zs_comm_rank(pp->comm);
-  int64_t *all = calloc((size_t)n * 2, sizeof *all);
+  int64_t *all = calloc((size_t)n * w, sizeof *all);
   if (!all) return ZS_FAIL(pp->err, ZS_ERR_NOMEM, "%s: out of host memory to compare %d ranks' configs", fn, n);
-  all[2 * me] = mine, all[2 * me + 1] = (int64_t)hash;
-  zs_status_t st = zs__comm_host_coll(pp->comm, ZS_COLL_ALL_GATHER, all, 2, ZS_INT64, ZS_SUM);
+  all[w * me] = mine;
+  memcpy(all + w * me + 1, fields, PP_NF * sizeof *all);
+  zs_status_t st = zs__comm_host_coll(pp->comm, ZS_COLL_ALL_GATHER, all, (size_t)w, ZS_INT64, ZS_SUM);
   if (st != ZS_OK) {
     st = ZS_FAIL(pp->err, st, "%s: comparing the ranks' configs failed: %s", fn, zs_comm_last_error(pp->comm));
     goto out;
@@ -122,19 +126,21 @@ static zs_status_t agree(zs_pp_t *pp, zs_status_t mine, uint64_t hash) {
     goto out;
   }
   for (int r = 0; r < n; r++)
-    if (all[2 * r] != ZS_OK) {
-      int64_t s = all[2 * r];
+    if (all[w * r] != ZS_OK) {
+      int64_t s = all[w * r];
       st = s > 0 && s < ZS_STATUS_COUNT ? (zs_status_t)s : ZS_ERR_INTERNAL;
       st = ZS_FAIL(pp->err, st, "%s: pp rank %d failed with %s (its log says why), so no rank made the pipeline",
                    fn, r, zs_status_name(st));
       goto out;
     }
   for (int r = 1; r < n; r++)
-    if (all[2 * r + 1] != all[1]) {
-      st = ZS_FAIL(pp->err, ZS_ERR_MISMATCH, "%s: pp rank %d's config differs from rank 0's: every stage must "
-                   "pass the same schedule, act_count and dtype", fn, r);
-      goto out;
-    }
+    for (int f = 0; f < PP_NF; f++)
+      if (all[w * r + 1 + f] != all[1 + f]) {
+        st = ZS_FAIL(pp->err, ZS_ERR_MISMATCH, "%s: pp rank %d's config differs from rank 0's: %s %lld against %lld "
+                     "(every stage must pass the same schedule, act_count and dtype)", fn, r, pp_field[f],
+                     (long long)all[w * r + 1 + f], (long long)all[1 + f]);
+        goto out;
+      }
 out:
   free(all);
   return st;
@@ -180,16 +186,16 @@ zs_status_t zs_pp_create(zs_pp_t **out, const zs_pp_config_t *cfg, zs_comm_t *pp
   zs__comm_hold(pp->comm), zs__device_hold(pp->dev); /* until zs_pp_destroy */
   pp->rank = zs_comm_rank(pp_comm);
   zs_status_t mine = check_config(cfg, pp_comm, fn, pp->err);
-  uint64_t hash = 0;
+  int64_t fields[PP_NF] = {0};
   if (mine == ZS_OK) {
     pp->cfg = *cfg;
-    hash = config_hash(cfg);
+    config_fields(cfg, fields);
     mine = build(pp);
     if (mine != ZS_OK) snprintf(pp->err, sizeof pp->err, "%s", zs_last_error());
   }
   char msg[ZS_ERRBUF];
   snprintf(msg, sizeof msg, "%s", zs_last_error());
-  zs_status_t st = agree(pp, mine, hash);
+  zs_status_t st = agree(pp, mine, fields);
   if (st == ZS_OK) st = connect_neighbours(pp);
   if (st != ZS_OK) {
     if (st == mine) zs__fail_quiet(NULL, st, "%s", msg); /* this rank's message, as the last error again */
