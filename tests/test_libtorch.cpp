@@ -477,6 +477,51 @@ static void test_after_wrap(void) {
   }
 }
 
+/* BatchNorm's running statistics in checkpoints: a model of other values and
+ * statistics loads them with the engine's state and evaluates as the saved
+ * one; an extra buffer is refused on every rank and changes no buffer; a
+ * checkpoint without the file leaves the buffers (a warning) */
+static void test_buffers_checkpoint(void) {
+  const std::string dir = "libtorch_bn_ckpt_np" + std::to_string(nranks);
+  auto make = [] { return torch::nn::Sequential(torch::nn::Linear(8, 8), torch::nn::BatchNorm1d(8), torch::nn::Linear(8, 4)); };
+  torch::manual_seed(5);
+  auto bn = make();
+  zs_torch::ShardedSequential a(bn, config(3), dev, world);
+  auto x = torch::randn({6, 8}) + rank; /* each rank's own statistics: rank 0's win after a step */
+  for (int s = 0; s < 2; s++) {
+    a.forward(x).square().mean().backward();
+    a.step();
+  }
+  a.save(dir);
+  std::map<std::string, torch::Tensor> want;
+  for (auto &nb : bn->named_buffers()) want[nb.key()] = nb.value().clone();
+  expect_true(want.size() == 3 && want["1.num_batches_tracked"].item<int64_t>() == 2);
+  torch::manual_seed(6);
+  auto bn2 = make();
+  zs_torch::ShardedSequential b(bn2, config(1), dev, world);
+  b.load(dir);
+  for (auto &nb : bn2->named_buffers()) expect_true(torch::equal(nb.value(), want[nb.key()]));
+  {
+    torch::NoGradGuard ng;
+    bn->eval(), bn2->eval();
+    expect_true(torch::allclose(a.forward(x), b.forward(x), 1e-6, 1e-7));
+  }
+  /* a buffer the checkpoint lacks */
+  auto bn3 = make();
+  bn3.ptr()->register_buffer("extra", torch::zeros({3}));
+  zs_torch::ShardedSequential c3(bn3, config(1), dev, world);
+  expect_throws(c3.load(dir), ZS_ERR_MISMATCH, "holds no buffer 'extra'");
+  expect_true(torch::equal(bn3->named_buffers()["1.running_mean"], torch::zeros({8})));
+  /* no file (a checkpoint of an older adapter): the buffers stay */
+  zs_comm_barrier(world, NULL);
+  if (rank == 0) expect_int_eq(std::remove((dir + "/buffers.step2.pt").c_str()), 0);
+  zs_comm_barrier(world, NULL);
+  auto bn4 = make();
+  zs_torch::ShardedSequential d(bn4, config(1), dev, world);
+  d.load(dir);
+  expect_true(torch::equal(bn4->named_buffers()["1.running_var"], torch::ones({8})));
+}
+
 /* an exception out of a test is that test's failure (its message printed) */
 static void (*current_test)(void);
 static void guarded(void) {
@@ -505,6 +550,7 @@ int main(void) {
   run_test(test_own_engine);
   run_test(test_errors);
   run_test(test_after_wrap);
+  run_test(test_buffers_checkpoint);
   zs_comm_destroy(world);
   zs_device_destroy(dev);
   return zs_test_finish();

@@ -28,6 +28,10 @@ typedef zs_log_fn zs_log_cb;
 void zs_log_set_callback(zs_log_fn cb, void *user);
 void zs_log_set_level(zs_log_level_t level);
 zs_log_level_t zs_log_get_level(void);
+/* Sends msg through the sink at `level` (dropped below the level), with
+ * `file` and `line` as given (NULL file: ""): for adapters and trainers whose
+ * messages belong beside the library's (the libtorch adapter's warnings). */
+void zs_log_message(zs_log_level_t level, const char *file, int line, const char *msg);
 
 #ifdef __cplusplus
 }

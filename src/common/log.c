@@ -21,6 +21,10 @@ zs_log_level_t zs_log_get_level(void) {
 }
 void zs__log_set_rank(int rank) { atomic_store(&log_rank, rank); }
 
+void zs_log_message(zs_log_level_t level, const char *file, int line, const char *msg) {
+  zs__log(level, file ? file : "", line, "%s", msg ? msg : "");
+}
+
 void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, ...) {
   if (level == ZS_LOG_NONE || level > zs_log_get_level()) return;
   char msg[1024];

@@ -334,9 +334,9 @@ void Sharded::check_params_(const Unit &unit) const {
 }
 
 /* Rank 0's buffers (BatchNorm's running statistics, ...) on every rank, as
- * DistributedDataParallel's broadcast_buffers: at construction and after each
- * step. They are the module's own, not the engine's: not reduced, not in
- * checkpoints. */
+ * DistributedDataParallel's broadcast_buffers: at construction, after each
+ * step and after a load. They are the module's own, not the engine's: not
+ * reduced; checkpoints hold rank 0's beside the engine's files (checkpoint.cpp). */
 void Sharded::sync_buffers_(const std::string &when) {
   zs_comm_t *comm = zs_engine_comm(zs_);
   if (!comm || zs_comm_size(comm) < 2) return;
@@ -480,14 +480,6 @@ std::vector<std::pair<std::string, torch::Tensor>> Sharded::state_dict() {
   return out;
 }
 
-void Sharded::save(const std::string &dir) { check_(zs_checkpoint_save(zs_, dir.c_str()), "zs_checkpoint_save"); }
-void Sharded::load(const std::string &dir) {
-  check_(zs_checkpoint_load(zs_, dir.c_str()), "zs_checkpoint_load");
-  rebind_resident_();
-}
-void Sharded::export_safetensors(const std::string &path) {
-  check_(zs_export_safetensors(zs_, path.c_str()), "zs_export_safetensors");
-}
 
 zs_memory_stats_t Sharded::memory_stats() const {
   zs_memory_stats_t s;

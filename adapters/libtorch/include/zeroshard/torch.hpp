@@ -182,7 +182,14 @@ class Sharded {
    * fp32 master (collective at stages 1-3). */
   std::vector<std::pair<std::string, torch::Tensor>> state_dict();
   /* zs_checkpoint_save / _load and zs_export_safetensors (collective; tensor
-   * names are the module's parameter names). */
+   * names are the module's parameter names). A module with buffers (BatchNorm's
+   * running statistics) has them saved too, rank 0's, as dir/buffers.step<N>.pt
+   * (a torch::serialize archive by named_buffers() name, N the step), written
+   * before the engine's files; load() reads the file of the step it loaded and
+   * gives every rank its values (a buffer missing from it, or of another shape
+   * or dtype, is ZS_ERR_MISMATCH on every rank and changes no buffer; a
+   * checkpoint without the file, of an older adapter, leaves the buffers as
+   * they are, with a warning). */
   void save(const std::string &dir);
   void load(const std::string &dir);
   void export_safetensors(const std::string &path);
@@ -213,6 +220,7 @@ class Sharded {
   void unregister_();
   void rebind_resident_();
   void sync_buffers_(const std::string &when);
+  void rank0_outcome_(zs_status_t st, const std::string &why, const std::string &what);
   void from_rank0_(const torch::Tensor &t, const std::string &what);
 
   std::shared_ptr<torch::nn::Module> module_;
