@@ -318,9 +318,11 @@ static void test_json_hf_auto(void) {
   assert_ok(st);
   init.stage = 2;
   EXPECT_CFG_EQ(&c, &init);
-  expect_int_eq(logs.warn, 0);
+  expect_int_eq(logs.warn, 1); /* one, naming them (a trial: silent at the default level) */
   expect_str_contains(logs.text, "optimizer.params.lr is \"auto\"");
   expect_str_contains(logs.text, "gradient_clipping is \"auto\"");
+  expect_str_contains(logs.text, "key(s) \"auto\" (");
+  expect_str_contains(logs.text, "Hugging Face's Trainer fills them from its arguments; zeroshard keeps its own values");
 }
 
 /* ---- JSON: our keys, precedence ---------------------------------------------- */
@@ -406,6 +408,37 @@ static void test_describe(void) {
 
 /* Hybrid sharding: ours, DeepSpeed's MiCS key, the environment; refused when
  * negative or at stage 0. */
+/* A file and the environment together (a trial's ZS_STAGE beside a
+ * ds_config.json was ignored): the variables set win, the rest is the file's;
+ * a bad variable or combination leaves *cfg as it was. */
+static void test_apply_env(void) {
+  env_clear();
+  zs_config_t c, file;
+  assert_ok(zs_config_from_json(&file, "{\"zero_optimization\": {\"stage\": 2}, \"gradient_clipping\": 1.0, "
+                                       "\"gradient_accumulation_steps\": 2, "
+                                       "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}"));
+  c = file;
+  assert_ok(zs_config_apply_env(&c)); /* nothing set: the file's */
+  EXPECT_CFG_EQ(&c, &file);
+  setenv("ZS_STAGE", "3", 1);
+  setenv("ZS_LR", "0.5", 1);
+  assert_ok(zs_config_apply_env(&c));
+  zs_config_t want = file;
+  want.stage = 3, want.optim.lr = 0.5f;
+  EXPECT_CFG_EQ(&c, &want);
+  expect_true(c.grad_clip == 1.0f && c.grad_accum == 2); /* kept */
+  zs_log_set_level(ZS_LOG_NONE);
+  zs_config_t before = c;
+  setenv("ZS_STAGE", "0", 1); /* with the file's offload: a bad combination */
+  setenv("ZS_OFFLOAD", "cpu", 1);
+  expect_status(zs_config_apply_env(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "ZS_");
+  EXPECT_CFG_EQ(&c, &before);
+  expect_status(zs_config_apply_env(NULL), ZS_ERR_INVALID);
+  zs_log_set_level(ZS_LOG_WARN);
+  env_clear();
+}
+
 static void test_shard_group(void) {
   zs_log_level_t saved = zs_log_get_level();
   zs_log_set_level(ZS_LOG_NONE);
@@ -452,5 +485,6 @@ int main(int argc, char **argv) {
   zs_test_run(test_json_errors);
   zs_test_run(test_describe);
   zs_test_run(test_shard_group);
+  zs_test_run(test_apply_env);
   return zs_test_finish();
 }

@@ -159,7 +159,7 @@ static void test_corpus(void) {
   w.min_scale = 1.0f;
   w.initial_scale = 2048.0f;
   expect_loads("megatron_ds_gpt_fp16.json", &w);
-  expect_str_contains(zs_config_unknown_keys(), "prescale_gradients");
+  expect_true(strstr(zs_config_unknown_keys(), "prescale_gradients") == NULL); /* known: averaging either way */
   /* booleans written as strings */
   w = init();
   w.stage = 2;
@@ -276,10 +276,62 @@ static void test_schedule_keys(void) {
   zs_log_set_level(ZS_LOG_WARN);
 }
 
+/* What a DeepSpeed user's trial found loaded silently otherwise: the batch
+ * sizes' accumulation, the deprecated cpu_offload keys, apex AMP,
+ * consecutive_hysteresis, a static loss scale without fp16 in the summary,
+ * min_lr beside warmup_cosine. */
+static void test_ds_derived(void) {
+  zs_config_t c;
+  char buf[512];
+  capture_start(ZS_LOG_WARN);
+  assert_ok(zs_config_from_json(&c, "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4}"));
+  capture_stop();
+  expect_int_eq(c.grad_accum, 1);
+  expect_int_eq(logs.warn, 1);
+  expect_str_contains(logs.text, "train_batch_size 16 and train_micro_batch_size_per_gpu 4 without "
+                                 "gradient_accumulation_steps");
+  capture_start(ZS_LOG_WARN); /* consistent, or the same sizes: nothing to say */
+  assert_ok(zs_config_from_json(&c, "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4, "
+                                    "\"gradient_accumulation_steps\": 2}"));
+  assert_ok(zs_config_from_json(&c, "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 8}"));
+  assert_ok(zs_config_from_json(&c, "{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4}"));
+  capture_stop();
+  expect_int_eq(logs.warn, 1); /* the "auto" one */
+  zs_log_set_level(ZS_LOG_NONE);
+  expect_status(zs_config_from_json(&c, "{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, "
+                                        "\"gradient_accumulation_steps\": 3}"),
+                ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "train_batch_size 32 is not train_micro_batch_size_per_gpu 4 x "
+                                       "gradient_accumulation_steps 3 x a whole number of ranks");
+  /* cpu_offload: offload_optimizer cpu, unless offload_optimizer says otherwise */
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}"));
+  expect_int_eq(c.offload_optimizer, ZS_OFFLOAD_CPU);
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, "
+                                    "\"cpu_offload_params\": true}}"));
+  expect_int_eq(c.offload_param, ZS_OFFLOAD_CPU);
+  assert_ok(zs_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                                    "{\"device\": \"none\"}, \"cpu_offload\": true}}"));
+  expect_int_eq(c.offload_optimizer, ZS_OFFLOAD_NONE);
+  expect_status(zs_config_from_json(&c, "{\"amp\": {\"enabled\": true}}"), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "NVIDIA apex AMP is not supported");
+  expect_ok(zs_config_from_json(&c, "{\"amp\": {\"enabled\": false}}"));
+  expect_status(zs_config_from_json(&c, "{\"fp16\": {\"enabled\": true, \"consecutive_hysteresis\": true}}"),
+                ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "consecutive_hysteresis");
+  expect_ok(zs_config_from_json(&c, "{\"fp16\": {\"enabled\": true, \"consecutive_hysteresis\": false}}"));
+  assert_ok(zs_config_from_json(&c, "{\"fp16\": {\"enabled\": false, \"loss_scale\": 128}}"));
+  expect_true(strstr(zs_config_describe(&c, buf, sizeof buf), "loss scale") == NULL);
+  c = (zs_config_t)ZS_CONFIG_INIT;
+  c.schedule.kind = ZS_SCHED_WARMUP_COSINE, c.schedule.total_steps = 10, c.schedule.min_lr = 1e-5f;
+  expect_status(zs_config_validate(&c), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "warmup_cosine does not read min_lr");
+  zs_log_set_level(ZS_LOG_WARN);
+}
+
 static void test_schedule_env(void) {
   static const char *const vars[] = {"ZS_LR", "ZS_LR_SCHEDULE", "ZS_WARMUP_STEPS", "ZS_TOTAL_STEPS", "ZS_MIN_LR",
-                                     "ZS_WARMUP_TYPE"};
-  for (size_t i = 0; i < 6; i++) unsetenv(vars[i]);
+                                     "ZS_WARMUP_TYPE", "ZS_WARMUP_MIN_RATIO", "ZS_COS_MIN_RATIO"};
+  for (size_t i = 0; i < 8; i++) unsetenv(vars[i]);
   zs_config_t c;
   setenv("ZS_LR", "6e-4", 1);
   setenv("ZS_LR_SCHEDULE", "Linear", 1);
@@ -305,13 +357,24 @@ static void test_schedule_env(void) {
   setenv("ZS_LR_SCHEDULE", "cosine_with_restarts", 1);
   expect_status(zs_config_from_env(&c), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "ZS_LR_SCHEDULE is 'cosine_with_restarts'");
+  /* warmup_cosine's ratios; min_lr is not one of its numbers */
+  setenv("ZS_LR_SCHEDULE", "warmup_cosine", 1);
+  setenv("ZS_TOTAL_STEPS", "100", 1);
+  setenv("ZS_WARMUP_MIN_RATIO", "0.1", 1);
+  setenv("ZS_COS_MIN_RATIO", "1e-4", 1);
+  expect_status(zs_config_from_env(&c), ZS_ERR_INVALID); /* ZS_MIN_LR 6e-5 from above */
+  expect_str_contains(zs_last_error(), "(from ZS_MIN_LR)");
+  unsetenv("ZS_MIN_LR");
+  assert_ok(zs_config_from_env(&c));
+  expect_true(c.schedule.warmup_min_ratio == 0.1f && c.schedule.cos_min_ratio == 1e-4f);
   zs_log_set_level(ZS_LOG_WARN);
-  for (size_t i = 0; i < 6; i++) unsetenv(vars[i]);
+  for (size_t i = 0; i < 8; i++) unsetenv(vars[i]);
 }
 
 int main(void) {
   zs_test_run(test_corpus);
   zs_test_run(test_schedule_keys);
   zs_test_run(test_schedule_env);
+  zs_test_run(test_ds_derived);
   return zs_test_finish();
 }

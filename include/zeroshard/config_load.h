@@ -34,7 +34,7 @@ extern "C" {
  * ZS_OK if all are good). What is checked, in this order:
  *   version == ZS_CONFIG_VERSION; stage 0..3; param_dtype fp32|bf16|fp16;
  *   reduce_dtype fp32|bf16 (fp16 only when param_dtype is fp16); optim.kind one
- *   of ZS_ADAMW, ZS_ADAM, ZS_SGD; optim.lr > 0 and finite; 0 <= beta1, beta2 < 1;
+ *   of ZS_ADAMW, ZS_ADAM, ZS_SGD, ZS_LION; optim.lr > 0 and finite; 0 <= beta1, beta2 < 1;
  *   eps > 0; weight_decay >= 0; 0 <= momentum < 1; nesterov 0|1 (SGD: needs
  *   momentum > 0); grad_accum >= 1; grad_clip >= 0; prefetch 0..16; the 0|1
  *   flags; offload_optimizer none|cpu|nvme and only at stage >= 1;
@@ -51,12 +51,13 @@ extern "C" {
  *   ignores them, as DeepSpeed reads its fp16 section only when it is enabled);
  *   schedule: kind one of ZS_SCHED_*; COSINE and LINEAR warm up linearly; warmup_steps
  *   0..2^53; total_steps > warmup_steps (DeepSpeed kinds: > max(2, warmup_steps))
- *   except for WARMUP; 0 <= min_lr <= optim.lr; WARMUP_COSINE: ratios in [0, 1];
+ *   except for WARMUP; 0 <= min_lr <= optim.lr; WARMUP_COSINE: ratios in [0, 1]
+ *   and min_lr 0 (its floor is cos_min_ratio x lr);
  *   quantized_weights 0|1 and only at stage 3; quantized_weights_block 0 or a
  *   power of two 32..4096; hpz_partition_size >= 0, above 1 only at stage 3
- *   and without shard_group; quantized_gradients 0|4|8, at stages 2-3, without
- *   offload_optimizer (quantized_weights and hpz_partition_size
- *   do combine with offload_param); replica_overlap one of ZS_OVERLAP_*
+ *   and without shard_group; quantized_gradients 0|4|8, at stages 2-3
+ *   (quantized_weights, hpz_partition_size and quantized_gradients combine
+ *   with offload_optimizer and offload_param); replica_overlap one of ZS_OVERLAP_*
  *   (zs_engine_create refuses ON at stage 1, without replicas or on NCCL
  *   comms). All floats must be finite.
  * Does not depend on ranks or devices: zs_engine_create checks those. */
@@ -84,6 +85,10 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  *   ZS_LR_SCHEDULE       constant|cosine|linear|warmup|warmup_decay|warmup_cosine
  *   ZS_WARMUP_STEPS ZS_TOTAL_STEPS  whole numbers of steps   ZS_MIN_LR  number
  *   ZS_WARMUP_TYPE       linear|log (the DeepSpeed kinds)
+ *   ZS_WARMUP_MIN_RATIO ZS_COS_MIN_RATIO  numbers (warmup_cosine; from the
+ *                        environment its defaults are the struct's, a linear
+ *                        warmup and 0, where a DeepSpeed file's WarmupCosineLR
+ *                        takes DeepSpeed's, log and 1e-4)
  * Names are case-insensitive for the word values. Numbers are read in the C
  * locale (a decimal point, whatever setlocale says). A value that does not parse
  * is ZS_ERR_INVALID naming the variable and the value (control bytes shown as
@@ -91,6 +96,14 @@ zs_status_t zs_config_validate(const zs_config_t *cfg);
  * (as for JSON below); a value that parses but is not allowed fails validation,
  * whose message names the variable. */
 zs_status_t zs_config_from_env(zs_config_t *cfg);
+/* The same variables over *cfg as it stands (a config file's, or the
+ * program's), then validates: the environment wins over the file for what it
+ * sets, the rest is kept. On failure *cfg is unchanged. A file and the
+ * environment together:
+ *   zs_config_from_json_file(&cfg, path) == ZS_OK && zs_config_apply_env(&cfg) == ZS_OK
+ * (zs_config_from_env alone starts from ZS_CONFIG_INIT, and the loaders below
+ * read the file alone). */
+zs_status_t zs_config_apply_env(zs_config_t *cfg);
 
 /* Fills *cfg from ZS_CONFIG_INIT plus a JSON object (NUL-terminated UTF-8),
  * then validates. Two vocabularies are accepted in one document:

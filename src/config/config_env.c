@@ -188,6 +188,8 @@ static const struct {
     {"ZS_TOTAL_STEPS", K_STEPS, offsetof(zs_config_t, schedule.total_steps), "schedule.total_steps"},
     {"ZS_MIN_LR", K_FLOAT, offsetof(zs_config_t, schedule.min_lr), "schedule.min_lr"},
     {"ZS_WARMUP_TYPE", K_WARMUP, offsetof(zs_config_t, schedule.warmup_type), "schedule.warmup_type"},
+    {"ZS_WARMUP_MIN_RATIO", K_FLOAT, offsetof(zs_config_t, schedule.warmup_min_ratio), "schedule.warmup_min_ratio"},
+    {"ZS_COS_MIN_RATIO", K_FLOAT, offsetof(zs_config_t, schedule.cos_min_ratio), "schedule.cos_min_ratio"},
 };
 
 int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
@@ -256,9 +258,10 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
   }
 }
 
-zs_status_t zs_config_from_env(zs_config_t *cfg) {
-  if (!cfg) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_from_env: cfg is NULL");
-  zs_config_t c = ZS_CONFIG_INIT;
+/* The set variables over c0 (ZS_CONFIG_INIT, or a file's config), validated;
+ * *cfg is written only on success. */
+static zs_status_t env_over(zs_config_t *cfg, const zs_config_t *c0) {
+  zs_config_t c = *c0;
   origins_t org = {0};
   for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
     const char *v = getenv(env_keys[i].var);
@@ -290,5 +293,16 @@ zs_status_t zs_config_from_env(zs_config_t *cfg) {
   ZS_CHECK(zs__config_validate(&c, &org, ""));
   *cfg = c;
   return ZS_OK;
+}
+
+zs_status_t zs_config_from_env(zs_config_t *cfg) {
+  if (!cfg) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_from_env: cfg is NULL");
+  const zs_config_t init = ZS_CONFIG_INIT;
+  return env_over(cfg, &init);
+}
+
+zs_status_t zs_config_apply_env(zs_config_t *cfg) {
+  if (!cfg) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_apply_env: cfg is NULL");
+  return env_over(cfg, cfg);
 }
 

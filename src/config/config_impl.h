@@ -139,9 +139,15 @@ typedef struct {
   const cJSON *ds_sched;     /* the "scheduler" section, applied after the other DeepSpeed keys */
   char ds_sched_path[64];
   int unknown; /* unknown keys met; the first few are logged one by one */
+  int autos;                  /* "auto" values kept at zeroshard's (one warning names them) */
+  char auto_keys[240];
+  double ds_batch, ds_micro;  /* train_batch_size, train_micro_batch_size_per_gpu; 0 unset */
 } ctx_t;
 
 typedef zs_status_t (*key_fn)(ctx_t *x, const cJSON *item, const char *path);
+/* After every key: DeepSpeed's batch sizes against gradient_accumulation_steps
+ * (config_keys.c). */
+zs_status_t zs__config_batch_finish(ctx_t *x);
 
 typedef struct {
   const char *key;

@@ -132,6 +132,10 @@ zs_status_t zs__config_get(ctx_t *x, const cJSON *item, const char *path, kind_t
 int zs__config_skip_auto(ctx_t *x, const cJSON *item, const char *path) {
   if (!is_auto(item)) return 0;
   ZS_LOG_I("%s%s is \"auto\" (a Hugging Face placeholder): keeping zeroshard's value", x->src, path);
+  size_t n = strlen(x->auto_keys);
+  if (n + strlen(path) + 3 < sizeof x->auto_keys) snprintf(x->auto_keys + n, sizeof x->auto_keys - n, "%s%s",
+                                                            n ? ", " : "", path);
+  x->autos++;
   return 1;
 }
 
@@ -261,6 +265,11 @@ static zs_status_t from_json(zs_config_t *cfg, const char *text, size_t len, con
   }
   ZS_CHECK_GOTO(zs__config_apply_object(x, root, NULL, root_keys, nroot, PASS_OURS), st, exit);
   ZS_CHECK_GOTO(zs__config_sched_finish(x), st, exit);
+  ZS_CHECK_GOTO(zs__config_batch_finish(x), st, exit);
+  if (x->autos) /* HF's Trainer fills them from its arguments; nothing does here */
+    ZS_LOG_W("%s%d key(s) \"auto\" (%s%s): Hugging Face's Trainer fills them from its arguments; zeroshard keeps "
+             "its own values for them (zs_config_describe shows them): give numbers",
+             x->src, x->autos, x->auto_keys, strlen(x->auto_keys) + 8 >= sizeof x->auto_keys ? ", ..." : "");
   if (x->unknown > UNKNOWN_LOG_MAX)
     ZS_LOG_W("%s%d unknown config keys in all, the first %d logged: zs_config_unknown_keys() lists "
              "them (up to 2 KiB)", x->src, x->unknown, UNKNOWN_LOG_MAX);

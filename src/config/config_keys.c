@@ -172,6 +172,26 @@ static zs_status_t fn_quantized_gradients(ctx_t *x, const cJSON *item, const cha
 }
 
 static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why);
+
+/* DeepSpeed's deprecated cpu_offload / cpu_offload_params (before
+ * offload_optimizer / offload_param): true is their cpu device, unless the
+ * newer key says otherwise (it wins, as in DeepSpeed). */
+static zs_status_t legacy_offload(ctx_t *x, const cJSON *item, const char *path, zs_offload_t *out, const char *field) {
+  int on = 0;
+  ZS_CHECK(zs__config_get_flag(x, item, path, &on));
+  if (!on || origin_get(&x->org, field)) return ZS_OK;
+  *out = ZS_OFFLOAD_CPU;
+  origin_set(&x->org, field, path);
+  ZS_LOG_I("%s%s (deprecated in DeepSpeed): %s cpu", x->src, path, field);
+  return ZS_OK;
+}
+static zs_status_t fn_cpu_offload(ctx_t *x, const cJSON *item, const char *path) {
+  return legacy_offload(x, item, path, &x->cfg.offload_optimizer, "offload_optimizer");
+}
+static zs_status_t fn_cpu_offload_params(ctx_t *x, const cJSON *item, const char *path) {
+  return legacy_offload(x, item, path, &x->cfg.offload_param, "offload_param");
+}
+
 static zs_status_t fn_quantized_nontrainable(ctx_t *x, const cJSON *item, const char *path) {
   return must_flag(x, item, path, 0,
                    "zeroshard does not quantize frozen weights (they stay in param_dtype): use false, or "
@@ -192,6 +212,9 @@ static const spec_t zero_keys[] = {
     FN("stage3_max_live_parameters", fn_max_live, 1),
     FN("offload_optimizer", fn_offload_optimizer, 1),
     FN("offload_param", fn_offload_param, 1),
+    FN("cpu_offload", fn_cpu_offload, 1),
+    FN("cpu_offload_params", fn_cpu_offload_params, 1),
+    ACCEPT("cpu_offload_use_pin_memory", "offloaded state is pinned"),
     ACCEPT("overlap_comm", "the engine always overlaps reductions and prefetched gathers with compute"),
     ACCEPT("contiguous_gradients", "each unit's gradients are one flat buffer already"),
     ACCEPT("allgather_bucket_size", "units are the all-gather buckets"),
@@ -235,6 +258,26 @@ static zs_status_t fn_scale_power(ctx_t *x, const cJSON *item, const char *path)
 
 static const spec_t bf16_keys[] = {FN("enabled", fn_bf16_enabled, 1)};
 
+static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why);
+static zs_status_t fn_consecutive_hysteresis(ctx_t *x, const cJSON *item, const char *path) {
+  return must_flag(x, item, path, 0,
+                   "zeroshard's hysteresis is DeepSpeed's default (overflows need not be consecutive): use false");
+}
+/* NVIDIA apex's AMP: off is nothing; on is refused */
+static zs_status_t fn_amp(ctx_t *x, const cJSON *item, const char *path) {
+  ZS_CHECK(zs__config_need_object(x, item, path));
+  const cJSON *en = cJSON_GetObjectItemCaseSensitive(item, "enabled");
+  int on = 0;
+  if (en) {
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.enabled", path);
+    ZS_CHECK(zs__config_get_flag(x, en, sub, &on));
+  }
+  if (on)
+    return zs__config_wrong(x, item, path, "NVIDIA apex AMP is not supported: use the bf16 or fp16 section");
+  return ZS_OK;
+}
+
 static const spec_t fp16_keys[] = {
     FN("enabled", fn_fp16_enabled, 1),
     FIELD("loss_scale", K_FLOAT, loss_scale, 1),
@@ -243,6 +286,7 @@ static const spec_t fp16_keys[] = {
     FIELD("hysteresis", K_INT, hysteresis, 1),
     {"min_loss_scale", K_FLOAT, OFF(min_scale), "min_scale", NULL, 1, NULL},
     ACCEPT("auto_cast", "the trainer owns casting"),
+    FN("consecutive_hysteresis", fn_consecutive_hysteresis, 1),
 };
 
 static zs_status_t fn_bf16(ctx_t *x, const cJSON *item, const char *path) {
@@ -376,6 +420,43 @@ static zs_status_t fn_our_optim(ctx_t *x, const cJSON *item, const char *path) {
 
 #define TRAINER(key) ACCEPT(key, "the trainer owns batching, logging and monitoring")
 
+/* DeepSpeed's batch sizes: the trainer owns batching, but with
+ * gradient_accumulation_steps absent DeepSpeed derives it from them (train_batch_size
+ * / (micro x ranks)), which zeroshard cannot (no ranks here): said at the end
+ * (zs__config_batch_finish), as are sizes DeepSpeed would refuse. */
+static zs_status_t ds_batch(ctx_t *x, const cJSON *item, const char *path, double *out) {
+  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  double num = 0;
+  int word = 0;
+  ZS_CHECK(zs__config_get(x, item, path, K_INT, "a whole number of samples", &num, &word));
+  if (num < 1) return zs__config_wrong(x, item, path, "expected at least 1 sample");
+  *out = num;
+  return ZS_OK;
+}
+static zs_status_t fn_train_batch(ctx_t *x, const cJSON *item, const char *path) {
+  return ds_batch(x, item, path, &x->ds_batch);
+}
+static zs_status_t fn_micro_batch(ctx_t *x, const cJSON *item, const char *path) {
+  return ds_batch(x, item, path, &x->ds_micro);
+}
+
+zs_status_t zs__config_batch_finish(ctx_t *x) {
+  const double T = x->ds_batch, M = x->ds_micro, G = x->cfg.grad_accum;
+  if (T <= 0 || M <= 0) return ZS_OK;
+  const int gas_given = origin_get(&x->org, "grad_accum") != NULL;
+  if (gas_given && fmod(T, M * G) != 0)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "%strain_batch_size %.0f is not train_micro_batch_size_per_gpu %.0f x gradient_accumulation_steps "
+                   "%.0f x a whole number of ranks (DeepSpeed refuses it too)",
+                   x->src, T, M, G);
+  if (!gas_given && T != M)
+    ZS_LOG_W("%strain_batch_size %.0f and train_micro_batch_size_per_gpu %.0f without gradient_accumulation_steps: "
+             "DeepSpeed derives the accumulation (%.0f / (%.0f x ranks)); zeroshard takes it from "
+             "gradient_accumulation_steps alone, so grad_accum is %d: set it",
+             x->src, T, M, T, M, x->cfg.grad_accum);
+  return ZS_OK;
+}
+
 const spec_t zs__config_root_keys[] = {
     /* ours (applied second) */
     FIELD("version", K_INT, version, 0),
@@ -423,8 +504,13 @@ const spec_t zs__config_root_keys[] = {
     FN("optimizer", fn_optimizer, 1),
     FN("scheduler", zs__config_fn_scheduler, 1),
     FN("aio", fn_aio, 1),
-    TRAINER("train_batch_size"),
-    TRAINER("train_micro_batch_size_per_gpu"),
+    FN("train_batch_size", fn_train_batch, 1),
+    FN("train_micro_batch_size_per_gpu", fn_micro_batch, 1),
+    ACCEPT("activation_checkpointing", "the trainer owns recomputation (the example GPT's --recompute)"),
+    ACCEPT("prescale_gradients", "the reductions average the gradients whatever the order of the division"),
+    ACCEPT("gradient_predivide_factor", "the reductions average the gradients whatever the order of the division"),
+    ACCEPT("data_types", "gradients accumulate in fp32 where the parameters are 16-bit (config.h)"),
+    FN("amp", fn_amp, 1),
     TRAINER("steps_per_print"),
     TRAINER("wall_clock_breakdown"),
     TRAINER("memory_breakdown"),

@@ -92,6 +92,9 @@ static zs_status_t schedule_validate(const zs_config_t *c, const origins_t *o, c
     return bad(prefix, o, "schedule.min_lr", v, "use 0 <= min_lr <= optim.lr (the peak)");
   }
   if (s->kind == ZS_SCHED_WARMUP_COSINE) {
+    if (s->min_lr != 0)
+      return bad(prefix, o, "schedule.min_lr", float_value(s->min_lr).s,
+                 "warmup_cosine does not read min_lr: its floor is cos_min_ratio x optim.lr (set cos_min_ratio)");
     if (!(s->warmup_min_ratio >= 0 && s->warmup_min_ratio <= 1))
       return bad(prefix, o, "schedule.warmup_min_ratio", float_value(s->warmup_min_ratio).s,
                  "use 0 <= warmup_min_ratio <= 1 (of optim.lr)");
@@ -356,7 +359,7 @@ const char *zs_config_describe(const zs_config_t *cfg, char *buf, size_t n) {
     put(buf, n, &at, ", schedule warmup_cosine (%s) warmup %lld total %lld ratios %g/%g",
         zs__config_warmup_name(s->warmup_type), (long long)s->warmup_steps, (long long)s->total_steps,
         (double)s->warmup_min_ratio, (double)s->cos_min_ratio);
-  if (cfg->loss_scale > 0)
+  if (cfg->loss_scale > 0 && cfg->param_dtype == ZS_FP16) /* scaling is an fp16 matter (the engine's rule) */
     put(buf, n, &at, ", loss scale static %g", (double)cfg->loss_scale);
   else if (cfg->param_dtype == ZS_FP16)
     put(buf, n, &at, ", loss scale dynamic from %g (window %d, hysteresis %d, min %g)",
