@@ -380,6 +380,10 @@ static void test_matmul(void) {
   p.save = "";
   expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
   expect_str_contains(err, "give a path");
+  /* --export naming a directory failed only after the steps (a trial lost its run) */
+  p.save = NULL, p.export_path = "/tmp";
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
+  expect_str_contains(err, "--export '/tmp' is a directory: give the file to write");
 }
 
 /* Collective failures are reported the same on every rank, without a hang. */

@@ -328,6 +328,14 @@ static void test_mismatch(void) {
   expect_ok(zs_import_safetensors(r.zs, p, &o));
   expect_int_eq(count_not_file(&r, NULL, -1), 0);
   o.allow_unexpected = 0;
+  /* an extra tensor and a missing one: both said at once (a trial met them one by one) */
+  free(t[n - 2].data);
+  t[n - 2] = t[n - 1], t[n - 1] = (imp_tensor_t){0}; /* head.b gone, extra.x in its place */
+  n--;
+  path_of(p, sizeof p, "both.safetensors");
+  share(p, rank == 0 ? imp_write(p, t, n) : 0);
+  expect_import_fails(&r, p, NULL, ZS_ERR_MISMATCH, "fills no parameter of this engine: 'extra.x'");
+  expect_import_fails(&r, p, NULL, ZS_ERR_MISMATCH, "; and 1 parameter has no tensor: 'head.b'");
   imp_free(t, n);
   /* a non-float dtype for a parameter */
   n = tiny_tensors(t, "F16");

@@ -15,7 +15,9 @@
  *
  * Exit: 0 ok, 1 the checkpoint or the file system failed (the status name and
  * the message say which file, block or tensor: ZS_ERR_CORRUPT, ZS_ERR_UNSUPPORTED
- * for another format version, ZS_ERR_IO), 2 bad usage. */
+ * for another format version, ZS_ERR_IO, ZS_ERR_MISMATCH), 2 bad usage, or
+ * arguments the library refuses (ZS_ERR_INVALID: --n-head 3 for 64 channels, an
+ * output directory that holds a checkpoint). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +32,15 @@ static int usage(void) {
                   "       zs-ckpt export --hf OUTDIR DIR [--n-head H] [--max-shard-bytes N]\n"
                   "       zs-ckpt convert DIR OUTDIR\n"
                   "verify reads every block; export needs only the master weights' blocks.\n"
-                  "Exit: 0 ok, 1 the checkpoint or the file system failed (the status and why), 2 bad usage\n");
+                  "Exit: 0 ok, 1 the checkpoint or the file system failed (the status and why), 2 bad usage\n"
+                  "or arguments refused (ZS_ERR_INVALID)\n");
   return 2;
 }
 
 static int done(zs_status_t st, const char *what, const char *from) {
   if (st != ZS_OK) {
     fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
-    return 1;
+    return st == ZS_ERR_INVALID ? 2 : 1;
   }
   printf("%s: written from %s\n", what, from);
   return 0;

@@ -25,8 +25,12 @@
  * ========================================================================== */
 
 zs_status_t trainer_fail(gpt_result_t *res, zs_status_t st, const char *what, const char *detail) {
-  snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, detail && *detail ? detail : zs_status_string(st),
-           zs_status_name(st));
+  const char *d = detail && *detail ? detail : zs_status_string(st);
+  size_t w = strlen(what);
+  if (!strncmp(d, what, w) && d[w] == ':') /* the library's message names the call already */
+    snprintf(res->err, sizeof res->err, "%s (%s)", d, zs_status_name(st));
+  else
+    snprintf(res->err, sizeof res->err, "%s: %s (%s)", what, d, zs_status_name(st));
   return st;
 }
 

@@ -206,7 +206,14 @@ zs_status_t zs_checkpoint_convert(const char *src, const char *dst);
  * n_head > 0 here), and model.safetensors, or, above max_shard_bytes (0: 2 GiB)
  * of tensors, model-0000i-of-0000n.safetensors with model.safetensors.index.json.
  * `transformers`' from_pretrained(dir) loads it. One tensor at a time. dir is
- * created if missing; its files are written under temporary names and renamed. */
+ * created if missing (and removed again if the export fails); its files are
+ * written under temporary names and renamed. An earlier export in dir is
+ * replaced whole: its config.json and index go before the new files are
+ * written, its weight files this one does not write after (as transformers'
+ * save_pretrained). A dir that holds a checkpoint is ZS_ERR_INVALID; n_head > 0
+ * other than the manifest's is ZS_ERR_MISMATCH. config.json's bos and eos
+ * tokens are GPT-2's end of text (50256), or the last token of a smaller
+ * vocabulary. */
 zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n_head, int64_t max_shard_bytes);
 
 /* ---- starting from pretrained weights --------------------------------------------

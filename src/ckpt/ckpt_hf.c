@@ -2,6 +2,7 @@
  * of examples/gpt's model (zs_checkpoint_export_hf_gpt2): config.json and the
  * weights, in one safetensors file or in shards with an index, whole tensor by
  * whole tensor through ck_source_t. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,42 @@ static zs_status_t write_text(const char *dir, const char *name, const char *tex
     return ZS_FAIL(NULL, ZS_ERR_IO, "%s: writing %s failed", fn, tmp);
   }
   return zs__ck_commit_file(NULL, f, tmp, path);
+}
+
+/* An HF folder's weight files: model.safetensors, model-i-of-n.safetensors. */
+static int weight_file(const char *name) {
+  unsigned a, b;
+  char tail[16] = {0};
+  return !strcmp(name, "model.safetensors") ||
+         (sscanf(name, "model-%5u-of-%5u.%15s", &a, &b, tail) == 3 && !strcmp(tail, "safetensors"));
+}
+
+/* Before writing into dir: the files that make it a complete export of another
+ * (its config.json, then its index) go first, so that a failure halfway leaves
+ * no folder that loads an older model; after: the other export's weight files
+ * that this one did not write (transformers' save_pretrained does the same).
+ * keep: this export's weight file names (NULL: none written yet). */
+static void remove_other_export(const char *dir, char *const *keep, int nkeep, int before) {
+  char path[CK_PATH + 300];
+  if (before) {
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    unlink(path);
+    return;
+  }
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int mine = 0;
+    for (int k = 0; k < nkeep && !mine; k++) mine = !strcmp(keep[k], e->d_name);
+    if (!mine && weight_file(e->d_name)) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  }
+  closedir(d);
 }
 
 /* The GPT-2 sizes from the tensors: wte [V, C], wpe [T, C], layers h.0 .. h.L-1. */
@@ -69,6 +106,9 @@ static char *config_json(int64_t V, int64_t T, int64_t C, int L, int H) {
   cJSON_AddBoolToObject(c, "scale_attn_weights", 1);
   cJSON_AddBoolToObject(c, "tie_word_embeddings", 1); /* lm_head is wte */
   cJSON_AddBoolToObject(c, "use_cache", 1);
+  /* GPT-2's <|endoftext|> (50256) where the vocabulary has it, else its last token */
+  cJSON_AddNumberToObject(c, "bos_token_id", (double)(V > 50256 ? 50256 : V - 1));
+  cJSON_AddNumberToObject(c, "eos_token_id", (double)(V > 50256 ? 50256 : V - 1));
   cJSON_AddStringToObject(c, "torch_dtype", "float32");
   char *text = cJSON_Print(c);
   cJSON_Delete(c);
@@ -92,6 +132,9 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
   const char *model = attr(m0, "model"), *nh = attr(m0, "n_head");
   if (st == ZS_OK && model && strcmp(model, "gpt2"))
     st = ZS_FAIL(NULL, ZS_ERR_MISMATCH, "%s: %s holds a '%s' model, not GPT-2", fn, src, model);
+  if (st == ZS_OK && n_head > 0 && nh && atoi(nh) != n_head)
+    st = ZS_FAIL(NULL, ZS_ERR_MISMATCH, "%s: n_head %d given, but %s records n_head %s: give that (or 0)", fn, n_head,
+                 src, nh);
   if (st == ZS_OK && !n_head && nh) n_head = atoi(nh);
   if (st == ZS_OK && n_head <= 0)
     st = ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: %s does not record n_head (attr \"n_head\"): give the number of heads", fn,
@@ -108,8 +151,14 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
     else if (!(names[i] = strdup(hf)))
       st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   }
-  if (st == ZS_OK && mkdir(dir, 0755) != 0 && errno != EEXIST)
+  char probe[CK_PATH + 32];
+  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+  if (st == ZS_OK && access(probe, F_OK) == 0)
+    st = ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: %s holds a checkpoint: export into another directory", fn, dir);
+  int made = st == ZS_OK && mkdir(dir, 0755) == 0; /* removed again if this export fails */
+  if (st == ZS_OK && !made && errno != EEXIST)
     st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot create %s: %s", fn, dir, strerror(errno));
+  if (st == ZS_OK && !made) remove_other_export(dir, NULL, 0, 1);
   /* shards: tensors in order, a new one when the next would pass the size */
   int nshards = 0, *first = st == ZS_OK ? calloc((size_t)s.nwhole + 2, sizeof *first) : NULL;
   int64_t total = 0, in = 0;
@@ -126,10 +175,16 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(index, "metadata"), "total_size", (double)total);
     map = cJSON_AddObjectToObject(index, "weight_map");
   }
+  char **files = st == ZS_OK ? calloc((size_t)nshards + 1, sizeof *files) : NULL;
+  if (st == ZS_OK && !files) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   for (int k = 0; st == ZS_OK && k < nshards; k++) {
     char file[64], path[CK_PATH + 64];
     if (nshards == 1) snprintf(file, sizeof file, "model.safetensors");
     else snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+    if (!(files[k] = strdup(file))) {
+      st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+      break;
+    }
     snprintf(path, sizeof path, "%s/%s", dir, file);
     st = zs__ck_write_wholes(&s, w, first[k], first[k + 1], (const char *const *)names, 1, buf, path, fn);
     for (int i = first[k]; map && i < first[k + 1]; i++) cJSON_AddStringToObject(map, names[i], file);
@@ -140,6 +195,14 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
   char *ctext = st == ZS_OK ? config_json(V, T, C, L, n_head) : NULL;
   if (st == ZS_OK && !ctext) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   if (st == ZS_OK) st = write_text(dir, "config.json", ctext, fn); /* last: a folder with it is complete */
+  if (st == ZS_OK) remove_other_export(dir, files, nshards, 0);
+  if (st != ZS_OK && made) { /* a directory this export made: nothing of it stays */
+    remove_other_export(dir, NULL, 0, 1);
+    remove_other_export(dir, NULL, 0, 0);
+    rmdir(dir);
+  }
+  for (int k = 0; files && k < nshards; k++) free(files[k]);
+  free(files);
   cJSON_free(itext);
   cJSON_free(ctext);
   cJSON_Delete(index);

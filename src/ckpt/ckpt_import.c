@@ -198,22 +198,25 @@ static zs_status_t match(zs_engine_t *zs, const zs_import_opts_t *o, import_t *i
                      zs__ck_shape_str(s0, sizeof s0, x->ndim, x->shape), zs->params[p].name, y->name, y->dtype,
                      zs__ck_shape_str(s1, sizeof s1, y->ndim, y->shape));
     }
+  /* tensors without a parameter and parameters without a tensor, both said at once */
+  char miss[200] = "";
+  int nmiss = 0;
+  for (int p = 0; st == ZS_OK && !o->allow_missing && p < zs->nparams; p++)
+    if (im->src[p] < 0) list_add(miss, sizeof miss, nmiss++, zs->params[p].name);
+  char also[260] = "";
+  if (nmiss)
+    snprintf(also, sizeof also, "; and %d parameter%s no tensor: %s", nmiss, nmiss > 1 ? "s have" : " has", miss);
   if (st == ZS_OK && nunexp && !o->allow_unexpected)
     st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "%s: %d tensor%s in %s fill%s no parameter of this engine: %s; map them (renames, name_fn) or set "
-                 "allow_unexpected to skip them",
-                 k_fn, nunexp, nunexp > 1 ? "s" : "", s->index ? path : unexp_file, nunexp > 1 ? "" : "s", unexp);
-  if (st == ZS_OK && !o->allow_missing) {
-    char miss[200] = "";
-    int nmiss = 0;
-    for (int p = 0; p < zs->nparams; p++)
-      if (im->src[p] < 0) list_add(miss, sizeof miss, nmiss++, zs->params[p].name);
-    if (nmiss)
-      st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                   "%s: %d parameter%s no tensor in %s: %s; map them (renames, name_fn) or set allow_missing to keep "
-                   "their values",
-                   k_fn, nmiss, nmiss > 1 ? "s have" : " has", path, miss);
-  }
+                 "allow_unexpected to skip them%s",
+                 k_fn, nunexp, nunexp > 1 ? "s" : "", s->index ? path : unexp_file, nunexp > 1 ? "" : "s", unexp,
+                 also);
+  else if (st == ZS_OK && nmiss)
+    st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "%s: %d parameter%s no tensor in %s: %s; map them (renames, name_fn) or set allow_missing to keep "
+                 "their values",
+                 k_fn, nmiss, nmiss > 1 ? "s have" : " has", path, miss);
   free(sorted);
   return st;
 }

@@ -446,7 +446,9 @@ zs_status_t zs__st_open(const char *path, st_set_t *set, char *err, const char *
   /* a name twice (in one header, or in two shards) */
   for (int i = 1; st == ZS_OK && i < set->ntensors; i++) {
     const st_tensor_t *a = &set->t[set->by_name[i - 1]], *b = &set->t[set->by_name[i]];
-    if (!strcmp(a->name, b->name))
+    if (!strcmp(a->name, b->name) && a->file == b->file)
+      st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: tensor '%s' is named twice in %s", fn, a->name, set->path[a->file]);
+    else if (!strcmp(a->name, b->name))
       st = ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: tensor '%s' is named twice (in %s and %s)", fn, a->name,
                    set->path[a->file], set->path[b->file]);
   }
