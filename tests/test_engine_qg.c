@@ -399,10 +399,20 @@ static void test_orphan_settings(void) {
   expect_ok(st);
   if (rank == 0) {
     expect_str_contains(warned, "quantized_gradients_group 2 has no effect: quantized_gradients is off");
-    expect_str_contains(warned, "quantized_weights_block 64 has no effect: quantized_weights is off");
+    expect_str_contains(warned, "quantized_weights_block 64 has no effect: quantized_weights and quantized_gradients "
+                                "are off");
   } else {
     expect_true(warned[0] == 0);
   }
+  zs_engine_destroy(zs);
+  /* with qgZ on, the block is its codes' block: no warning */
+  c.quantized_gradients = 8, c.quantized_gradients_group = 0;
+  warned[0] = 0;
+  zs_log_set_callback(capture, NULL);
+  st = zs_engine_create(&zs, &c, dev, world);
+  zs_log_set_callback(NULL, NULL);
+  expect_ok(st);
+  expect_true(strstr(warned, "has no effect") == NULL);
   zs_engine_destroy(zs);
 }
 

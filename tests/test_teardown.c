@@ -136,28 +136,39 @@ static void *stepper(void *arg) {
   return NULL;
 }
 
-/* rank 0's zs_step waits in the norm's all-reduce for rank 1, which comes 600
- * ms late; rank 0's other thread calls into the engine meanwhile */
+/* rank 0's zs_step waits in the norm's all-reduce for rank 1, which steps only
+ * once rank 0's other thread has called into the engine meanwhile (a barrier on
+ * `keep`, another comm than the engine's) */
 static void test_two_threads(void) {
   zs_engine_t *zs = NULL;
+  zs_comm_t *ec = NULL;
   tm_model_t *m = calloc(1, sizeof *m);
   assert_true(m != NULL);
+  assert_ok(zs_comm_split(keep, 0, rank, &ec));
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = 3, c.grad_clip = 1.0f; /* the clip decision needs the norm on the host */
-  assert_ok(tm_open(&c, kdev, keep, 2, &zs, m));
+  assert_ok(tm_open(&c, kdev, ec, 2, &zs, m));
   double loss = 0;
   expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
   stepper_t s = {zs, ZS_OK, {0}};
-  if (rank == 1) sleep_ms(600);
   pthread_t th;
+  if (rank == 1) expect_ok(zs_comm_barrier(keep, NULL)); /* rank 0 has seen its stepper inside zs_step */
   assert_true(pthread_create(&th, NULL, stepper, &s) == 0);
   if (rank == 0) {
-    sleep_ms(150);
-    expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
+    /* the stepper is inside zs_step once a call says so: until then a gather
+     * after the backward is refused by the phase, changing nothing (20 s at most) */
+    zs_status_t st = ZS_OK;
+    for (int i = 0; i < 2000; i++) {
+      st = zs_gather(zs, 0);
+      if (st == ZS_ERR_STATE && strstr(zs_last_error(), "another thread")) break;
+      sleep_ms(10);
+    }
+    expect_status(st, ZS_ERR_STATE);
     expect_str_contains(zs_last_error(), "zs_gather: another thread is in a call on this engine");
     expect_status(zs_forward_begin(zs), ZS_ERR_STATE);
     expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
     expect_str_contains(zs_last_error(), "zs_step: another thread");
+    expect_ok(zs_comm_barrier(keep, NULL)); /* now rank 1 steps, and rank 0's stepper returns */
   }
   pthread_join(th, NULL);
   expect_ok(s.st);
@@ -166,6 +177,7 @@ static void test_two_threads(void) {
   expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
   expect_ok(zs_step(zs, &s.rep));
   zs_engine_destroy(zs);
+  zs_comm_destroy(ec);
   tm_free(m);
   free(m);
 }

@@ -327,6 +327,9 @@ int64_t zs_engine_step(const zs_engine_t *zs);
 float zs_loss_scale(const zs_engine_t *zs);
 int zs_engine_rank(const zs_engine_t *zs);
 int zs_engine_world(const zs_engine_t *zs);
+/* The model-parallel group's size (zs_engine_set_model_parallel, or the
+ * mesh's), 1 without one; *rank (may be NULL) this rank's place in it. */
+int zs_engine_mp_size(const zs_engine_t *zs, int *rank);
 int zs_engine_unit_count(const zs_engine_t *zs);
 int zs_engine_param_count(const zs_engine_t *zs);
 int64_t zs_param_numel(const zs_engine_t *zs, int param);

@@ -41,32 +41,44 @@ static int weight_file(const char *name) {
          (sscanf(name, "model-%5u-of-%5u.%15s", &a, &b, tail) == 3 && !strcmp(tail, "safetensors"));
 }
 
-/* Before writing into dir: the files that make it a complete export of another
- * (its config.json, then its index) go first, so that a failure halfway leaves
- * no folder that loads an older model; after: the other export's weight files
- * that this one did not write (transformers' save_pretrained does the same).
- * keep: this export's weight file names (NULL: none written yet). */
-static void remove_other_export(const char *dir, char *const *keep, int nkeep, int before) {
+/* The files of dir that are an export's weights and not among keep[0..nkeep)
+ * (an earlier export's, which transformers' save_pretrained removes too), or,
+ * with all set, every file of dir, and dir itself (the staging folder). */
+static void remove_files(const char *dir, char *const *keep, int nkeep, int all) {
   char path[CK_PATH + 300];
-  if (before) {
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    unlink(path);
-    return;
-  }
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d))) {
     int mine = 0;
     for (int k = 0; k < nkeep && !mine; k++) mine = !strcmp(keep[k], e->d_name);
-    if (!mine && weight_file(e->d_name)) {
+    if (!mine && (all ? strcmp(e->d_name, ".") && strcmp(e->d_name, "..") : weight_file(e->d_name))) {
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       unlink(path);
     }
   }
   closedir(d);
+  if (all) rmdir(dir);
+}
+
+/* The staged export (stage/ holds files[0..n), the index if any, config.json)
+ * into dir: the old export's config.json and index go first (no moment where
+ * they describe the new weights), then the weights, the index, and config.json
+ * last (a folder with it is complete), then the old export's other weight
+ * files. Renames within one file system: nothing is copied. */
+static zs_status_t publish(const char *stage, const char *dir, char *const *files, int n, int index, const char *fn) {
+  char a[CK_PATH + 300], b[CK_PATH + 300];
+  static const char *const meta[2] = {"model.safetensors.index.json", "config.json"};
+  for (int i = 0; i < 2; i++) snprintf(b, sizeof b, "%s/%s", dir, meta[i]), unlink(b);
+  for (int k = 0; k < n + 2; k++) {
+    const char *f = k < n ? files[k] : meta[k - n];
+    if (k == n && !index) continue;
+    snprintf(a, sizeof a, "%s/%s", stage, f);
+    snprintf(b, sizeof b, "%s/%s", dir, f);
+    if (rename(a, b) != 0) return ZS_FAIL(NULL, ZS_ERR_IO, "%s: renaming %s to %s failed: %s", fn, a, b, strerror(errno));
+  }
+  remove_files(dir, files, n, 0);
+  return ZS_OK;
 }
 
 /* The GPT-2 sizes from the tensors: wte [V, C], wpe [T, C], layers h.0 .. h.L-1. */
@@ -158,7 +170,13 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
   int made = st == ZS_OK && mkdir(dir, 0755) == 0; /* removed again if this export fails */
   if (st == ZS_OK && !made && errno != EEXIST)
     st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot create %s: %s", fn, dir, strerror(errno));
-  if (st == ZS_OK && !made) remove_other_export(dir, NULL, 0, 1);
+  /* everything is written into dir/.zs-export first: a failure (a damaged
+   * block, a full disk) leaves an earlier export in dir as it was */
+  char stage[CK_PATH + 32];
+  snprintf(stage, sizeof stage, "%s/.zs-export", dir);
+  if (st == ZS_OK) remove_files(stage, NULL, 0, 1); /* a crashed export's */
+  int staged = st == ZS_OK && mkdir(stage, 0755) == 0;
+  if (st == ZS_OK && !staged) st = ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot create %s: %s", fn, stage, strerror(errno));
   /* shards: tensors in order, a new one when the next would pass the size */
   int nshards = 0, *first = st == ZS_OK ? calloc((size_t)s.nwhole + 2, sizeof *first) : NULL;
   int64_t total = 0, in = 0;
@@ -178,29 +196,26 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
   char **files = st == ZS_OK ? calloc((size_t)nshards + 1, sizeof *files) : NULL;
   if (st == ZS_OK && !files) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   for (int k = 0; st == ZS_OK && k < nshards; k++) {
-    char file[64], path[CK_PATH + 64];
+    char file[64], path[CK_PATH + 128];
     if (nshards == 1) snprintf(file, sizeof file, "model.safetensors");
     else snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, nshards);
     if (!(files[k] = strdup(file))) {
       st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
       break;
     }
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(path, sizeof path, "%s/%s", stage, file);
     st = zs__ck_write_wholes(&s, w, first[k], first[k + 1], (const char *const *)names, 1, buf, path, fn);
     for (int i = first[k]; map && i < first[k + 1]; i++) cJSON_AddStringToObject(map, names[i], file);
   }
   char *itext = st == ZS_OK && index ? cJSON_Print(index) : NULL;
   if (st == ZS_OK && index && !itext) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
-  if (st == ZS_OK && itext) st = write_text(dir, "model.safetensors.index.json", itext, fn);
+  if (st == ZS_OK && itext) st = write_text(stage, "model.safetensors.index.json", itext, fn);
   char *ctext = st == ZS_OK ? config_json(V, T, C, L, n_head) : NULL;
   if (st == ZS_OK && !ctext) st = ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
-  if (st == ZS_OK) st = write_text(dir, "config.json", ctext, fn); /* last: a folder with it is complete */
-  if (st == ZS_OK) remove_other_export(dir, files, nshards, 0);
-  if (st != ZS_OK && made) { /* a directory this export made: nothing of it stays */
-    remove_other_export(dir, NULL, 0, 1);
-    remove_other_export(dir, NULL, 0, 0);
-    rmdir(dir);
-  }
+  if (st == ZS_OK) st = write_text(stage, "config.json", ctext, fn);
+  if (st == ZS_OK) st = publish(stage, dir, files, nshards, itext != NULL, fn);
+  if (staged) remove_files(stage, NULL, 0, 1); /* what a failure left in it, and the folder */
+  if (st != ZS_OK && made) rmdir(dir); /* a directory this export made: nothing of it stays */
   for (int k = 0; files && k < nshards; k++) free(files[k]);
   free(files);
   cJSON_free(itext);

@@ -31,6 +31,15 @@ zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs
   return ZS_OK;
 }
 
+void zs__comm_unwrap(zs_comm_t *comm) {
+  if (!comm) return;
+  pthread_mutex_destroy(&comm->stats_mu);
+  zs_device_t *dev = comm->dev;
+  free(comm->node);
+  free(comm);
+  zs__device_release(dev);
+}
+
 static void comm_free(zs_comm_t *comm) {
   comm->iface.destroy(comm->ctx); /* its queued calls have run: their events are recorded */
   if (zs__trace_on()) zs_trace_flush();
@@ -51,13 +60,16 @@ void zs__comm_release(zs_comm_t *comm) {
 
 void zs_comm_destroy(zs_comm_t *comm) {
   if (!comm) return;
+  const char *name = comm->iface.name; /* read before: another thread may free comm after the decrement */
+  const int rank = comm->rank, size = comm->size;
   int left = atomic_fetch_sub_explicit(&comm->users, 1, memory_order_acq_rel) - 1;
   if (left == 0)
     comm_free(comm);
   else
     ZS_LOG_W("zs_comm_destroy: %d handle(s) (engines, meshes, pipeline runtimes, ...) still use this %s comm (rank %d "
-             "of %d): it is freed when the last of them is destroyed (destroy them first)",
-             left, comm->iface.name, comm->rank, comm->size);
+             "of %d): it is freed when the last of them is destroyed (destroy them first; MPI is finalized with the "
+             "last comm, so a program that never destroys an engine keeps MPI open)",
+             left, name, rank, size);
 }
 
 int zs_comm_rank(const zs_comm_t *comm) { return comm ? comm->rank : -1; }

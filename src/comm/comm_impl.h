@@ -111,6 +111,9 @@ void zs__comm_release(zs_comm_t *comm);
  * log's rank prefix. On failure the caller still owns ctx. */
 zs_status_t zs__comm_wrap(zs_comm_t **out, const zs_comm_i *iface, void *ctx, zs_device_t *dev,
                           int rank, int size);
+/* Undoes zs__comm_wrap when the backend's create fails after it (frees the
+ * handle, releases the device; the backend frees ctx). */
+void zs__comm_unwrap(zs_comm_t *comm);
 /* A backend runs call `a` on a comm of `size` ranks: zs__comm_trace_begin
  * right before (it opens the NVTX range, returns the start), zs__comm_trace_end
  * right after, with the call's status (the event is recorded only for ZS_OK).

@@ -193,8 +193,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   ctx->comm = *out;
   if ((st = zs__worker_start(&ctx->wk, &zs__mpi_progress_ops, ctx)) != ZS_OK) {
     st = ZS_FAIL(NULL, st, "mpi comm: %s", zs_last_error());
-    pthread_mutex_destroy(&(*out)->stats_mu);
-    free(*out);
+    zs__comm_unwrap(*out);
     *out = NULL;
     goto fail_sync;
   }

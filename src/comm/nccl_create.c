@@ -73,8 +73,7 @@ static zs_status_t ctx_create(zs_device_t *dev, ncclComm_t nc, int owns, zs__fam
       return ZS_OK;
     }
     st = ZS_FAIL(NULL, st, "nccl comm: %s", zs_last_error());
-    pthread_mutex_destroy(&(*out)->stats_mu);
-    free(*out);
+    zs__comm_unwrap(*out);
     *out = NULL;
   }
   pthread_mutex_destroy(&ctx->bmu);

@@ -174,12 +174,12 @@ static zs_status_t fn_quantized_gradients(ctx_t *x, const cJSON *item, const cha
 static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why);
 
 /* DeepSpeed's deprecated cpu_offload / cpu_offload_params (before
- * offload_optimizer / offload_param): true is their cpu device, unless the
- * newer key says otherwise (it wins, as in DeepSpeed). */
+ * offload_optimizer / offload_param): true is their cpu device. Beside the
+ * newer key it is refused, as DeepSpeed refuses it (fn_zero). */
 static zs_status_t legacy_offload(ctx_t *x, const cJSON *item, const char *path, zs_offload_t *out, const char *field) {
   int on = 0;
   ZS_CHECK(zs__config_get_flag(x, item, path, &on));
-  if (!on || origin_get(&x->org, field)) return ZS_OK;
+  if (!on) return ZS_OK;
   *out = ZS_OFFLOAD_CPU;
   origin_set(&x->org, field, path);
   ZS_LOG_I("%s%s (deprecated in DeepSpeed): %s cpu", x->src, path, field);
@@ -232,6 +232,12 @@ static const spec_t zero_keys[] = {
 
 static zs_status_t fn_zero(ctx_t *x, const cJSON *item, const char *path) {
   ZS_CHECK(zs__config_need_object(x, item, path));
+  static const char *const pairs[2][2] = {{"cpu_offload", "offload_optimizer"}, {"cpu_offload_params", "offload_param"}};
+  for (int i = 0; i < 2; i++)
+    if (cJSON_GetObjectItemCaseSensitive(item, pairs[i][0]) && cJSON_GetObjectItemCaseSensitive(item, pairs[i][1]))
+      return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                     "%s%s.%s is the deprecated form of %s.%s: give one of them (DeepSpeed refuses both together)",
+                     x->src, path, pairs[i][0], path, pairs[i][1]);
   return APPLY(x, item, path, zero_keys);
 }
 
@@ -258,7 +264,6 @@ static zs_status_t fn_scale_power(ctx_t *x, const cJSON *item, const char *path)
 
 static const spec_t bf16_keys[] = {FN("enabled", fn_bf16_enabled, 1)};
 
-static zs_status_t must_flag(ctx_t *x, const cJSON *item, const char *path, int want, const char *why);
 static zs_status_t fn_consecutive_hysteresis(ctx_t *x, const cJSON *item, const char *path) {
   return must_flag(x, item, path, 0,
                    "zeroshard's hysteresis is DeepSpeed's default (overflows need not be consecutive): use false");
@@ -425,7 +430,8 @@ static zs_status_t fn_our_optim(ctx_t *x, const cJSON *item, const char *path) {
  * / (micro x ranks)), which zeroshard cannot (no ranks here): said at the end
  * (zs__config_batch_finish), as are sizes DeepSpeed would refuse. */
 static zs_status_t ds_batch(ctx_t *x, const cJSON *item, const char *path, double *out) {
-  if (zs__config_skip_auto(x, item, path)) return ZS_OK;
+  /* "auto": no value of zeroshard's stands for it (not in the "auto" warning) */
+  if (cJSON_IsString(item) && !strcasecmp(item->valuestring, "auto")) return ZS_OK;
   double num = 0;
   int word = 0;
   ZS_CHECK(zs__config_get(x, item, path, K_INT, "a whole number of samples", &num, &word));

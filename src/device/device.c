@@ -124,13 +124,14 @@ void zs__device_release(zs_device_t *dev) {
 
 void zs_device_destroy(zs_device_t *dev) {
   if (!dev) return;
+  const char *name = dev->iface.name; /* static text: readable after another thread frees dev */
   int left = atomic_fetch_sub_explicit(&dev->users, 1, memory_order_acq_rel) - 1;
   if (left == 0) {
     device_free(dev);
   } else {
     ZS_LOG_W("zs_device_destroy: %d handle(s) (comms, engines, pipeline runtimes, ...) still use this %s device: it "
              "is freed when the last of them is destroyed (destroy them first: engines, then comms, then the device)",
-             left, dev->iface.name);
+             left, name);
   }
 }
 

@@ -50,9 +50,9 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   if (zs_comm_rank(comm) == 0 && !cfg->quantized_gradients && cfg->quantized_gradients_group)
     ZS_LOG_W("zs_engine_create: quantized_gradients_group %d has no effect: quantized_gradients is off",
              cfg->quantized_gradients_group);
-  if (zs_comm_rank(comm) == 0 && !cfg->quantized_weights && cfg->quantized_weights_block)
-    ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights is off",
-             cfg->quantized_weights_block);
+  if (zs_comm_rank(comm) == 0 && !cfg->quantized_weights && !cfg->quantized_gradients && cfg->quantized_weights_block)
+    ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights and quantized_gradients "
+             "are off", cfg->quantized_weights_block);
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
   zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */
@@ -289,6 +289,10 @@ zs_device_t *zs_engine_device(const zs_engine_t *zs) { return zs ? zs->dev : NUL
 int64_t zs_engine_step(const zs_engine_t *zs) { return zs_engine_step_count(zs); }
 int zs_engine_rank(const zs_engine_t *zs) { return zs ? zs->rank : -1; }
 int zs_engine_world(const zs_engine_t *zs) { return zs ? zs->world : 0; }
+int zs_engine_mp_size(const zs_engine_t *zs, int *rank) {
+  if (rank) *rank = zs && zs->mp_comm ? zs_comm_rank(zs->mp_comm) : 0;
+  return zs && zs->mp_comm ? zs_comm_size(zs->mp_comm) : zs ? 1 : 0;
+}
 int zs_engine_unit_count(const zs_engine_t *zs) { return zs ? zs->nunits : 0; }
 int zs_engine_param_count(const zs_engine_t *zs) { return zs ? zs->nparams : 0; }
 int64_t zs_param_numel(const zs_engine_t *zs, int param) {

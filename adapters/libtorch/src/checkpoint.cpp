@@ -20,22 +20,30 @@ namespace zs_torch {
 
 namespace {
 
-std::string buffers_file(const std::string &dir, int64_t step) {
-  return dir + "/buffers.step" + std::to_string(step) + ".pt";
+/* dir/buffers.step<N>.pt, or with model-parallel parts (a mesh's engine: each
+ * part's module has its own buffers) dir/buffers.step<N>.mp<k>of<M>.pt, read
+ * back only in the same layout. */
+std::string buffers_file(const std::string &dir, int64_t step, zs_engine_t *zs) {
+  int k = 0, M = zs_engine_mp_size(zs, &k);
+  std::string part = M > 1 ? ".mp" + std::to_string(k) + "of" + std::to_string(M) : "";
+  return dir + "/buffers.step" + std::to_string(step) + part + ".pt";
 }
 
 /* dir/buffers.step<k>.pt for every k but `step`: an earlier save's (the
  * engine removes its own earlier files likewise once a save is in place). */
-void remove_other_steps(const std::string &dir, int64_t step) {
+void remove_other_steps(const std::string &dir, const std::string &keep) {
   DIR *d = opendir(dir.c_str());
   if (!d) return;
-  const std::string keep = "buffers.step" + std::to_string(step) + ".pt";
   std::vector<std::string> gone;
+  const std::string mine = keep.substr(keep.rfind('/') + 1);
+  const std::string part = mine.substr(mine.find('.', std::strlen("buffers.step"))); /* ".pt" or ".mp<k>of<M>.pt" */
   while (struct dirent *e = readdir(d)) {
     long long k = 0;
-    char tail[8] = {0};
-    if (std::sscanf(e->d_name, "buffers.step%lld.%3s", &k, tail) == 2 && !std::strcmp(tail, "pt") && keep != e->d_name)
-      gone.push_back(dir + "/" + e->d_name);
+    int used = 0;
+    const std::string name = e->d_name;
+    if (std::sscanf(e->d_name, "buffers.step%lld%n", &k, &used) == 1 && name.substr((size_t)used) == part &&
+        name != mine)
+      gone.push_back(dir + "/" + name); /* this part's file of another step */
   }
   closedir(d);
   for (const auto &p : gone) std::remove(p.c_str());
@@ -73,7 +81,7 @@ void Sharded::save(const std::string &dir) {
     zs_status_t st = ZS_OK;
     std::string why;
     if (rank0) {
-      const std::string path = buffers_file(dir, step), tmp = path + ".tmp";
+      const std::string path = buffers_file(dir, step, zs_), tmp = path + ".tmp";
       try {
         if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
           throw std::runtime_error("cannot create " + dir + ": " + std::strerror(errno));
@@ -91,7 +99,7 @@ void Sharded::save(const std::string &dir) {
     rank0_outcome_(st, why, "zs_torch: save(): writing the module's buffers");
   }
   check_(zs_checkpoint_save(zs_, dir.c_str()), "zs_checkpoint_save");
-  if (rank0) remove_other_steps(dir, named.is_empty() ? -1 : step);
+  if (rank0 && !named.is_empty()) remove_other_steps(dir, buffers_file(dir, step, zs_));
 }
 
 void Sharded::load(const std::string &dir) {
@@ -102,7 +110,7 @@ void Sharded::load(const std::string &dir) {
   if (named.is_empty()) return;
   zs_comm_t *comm = zs_engine_comm(zs_);
   const bool rank0 = !comm || zs_comm_rank(comm) == 0;
-  const std::string path = buffers_file(dir, zs_engine_step_count(zs_));
+  const std::string path = buffers_file(dir, zs_engine_step_count(zs_), zs_);
   zs_status_t st = ZS_OK;
   std::string why;
   struct stat sb;
@@ -133,22 +141,23 @@ void Sharded::load(const std::string &dir) {
         }
         got.push_back(t);
       }
-    } catch (const std::exception &e) {
-      st = ZS_ERR_CORRUPT, why = path + ": " + e.what();
-    }
-    if (st == ZS_OK) {
-      torch::NoGradGuard ng;
-      size_t i = 0;
-      for (auto &nb : named) {
-        if (got[i].defined()) nb.value().copy_(got[i]);
-        i++;
+      if (st == ZS_OK) { /* all checked: now written */
+        torch::NoGradGuard ng;
+        size_t i = 0;
+        for (auto &nb : named) {
+          if (got[i].defined()) nb.value().copy_(got[i]);
+          i++;
+        }
       }
+    } catch (const std::exception &e) { /* this rank's failure is every rank's (rank0_outcome_) */
+      st = ZS_ERR_CORRUPT, why = path + ": " + e.what();
     }
   }
   rank0_outcome_(st, why, "zs_torch: load(): reading the module's buffers");
   if (rank0 && !there) {
     const std::string msg = "zs_torch: load(): " + dir + " has no " + path.substr(dir.size() + 1) +
-                            " (a checkpoint of an older adapter): the module's buffers keep their values";
+                            " (a checkpoint of an older adapter, or of another model-parallel layout, whose parts' "
+                            "buffers load only in it): the module's buffers keep their values";
     zs_log_message(ZS_LOG_WARN, __FILE__, __LINE__, msg.c_str());
   }
   sync_buffers_("zs_torch: load()");

@@ -184,7 +184,9 @@ class Sharded {
   /* zs_checkpoint_save / _load and zs_export_safetensors (collective; tensor
    * names are the module's parameter names). A module with buffers (BatchNorm's
    * running statistics) has them saved too, rank 0's, as dir/buffers.step<N>.pt
-   * (a torch::serialize archive by named_buffers() name, N the step), written
+   * (a torch::serialize archive by named_buffers() name, N the step; with
+   * model-parallel parts, each part's rank 0 its own, buffers.step<N>.mp<k>of<M>.pt,
+   * read back in the same layout only), written
    * before the engine's files; load() reads the file of the step it loaded and
    * gives every rank its values (a buffer missing from it, or of another shape
    * or dtype, is ZS_ERR_MISMATCH on every rank and changes no buffer; a
