@@ -221,7 +221,8 @@ zs_status_t zs_comm_split(zs_comm_t *comm, int color, int key, zs_comm_t **out);
 /* Waits for queued work, then frees the comm. While handles that use it
  * (engines, meshes, pipeline runtimes, tp and MoE handles, parameter servers)
  * are alive it only drops the caller's reference, with a warning: the last of
- * them frees it when it is destroyed. */
+ * them frees it when it is destroyed (so MPI, which zeroshard finalizes with
+ * its last comm, stays open while a handle that was never destroyed holds one). */
 void zs_comm_destroy(zs_comm_t *comm);
 /* The ranks of comm that share this rank's node (its memory, its GPUs): this
  * rank's place among them (*local_rank, in rank order), how many they are
