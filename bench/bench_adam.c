@@ -2,7 +2,12 @@
  *
  *   zs-bench-adam [--n N] [--dtype fp32|bf16] [--grad-dtype fp32|bf16|fp16]
  *                 [--state fp32|bf16|int8] [--block B] [--threads T] [--iters I]
- *                 [--simd scalar|avx2|avx512] [--device cpu|cuda] [--json]
+ *                 [--simd scalar|avx2|avx512] [--device cpu|cuda] [--optim adamw|lion] [--json]
+ *
+ * --optim lion (cpu): the Lion step instead, one state (m): bytes per
+ * parameter 8 + 2 x m's + the gradient's (+ 2 for a bf16 copy; + 8 / B for
+ * int8 scales). The roofline stays the AdamW streaming loop's bandwidth (it
+ * moves one stream more than Lion does), so the ratio compares bandwidths.
  *
  * cpu: times zs__optim_step_cpu (AdamW, one segment of N elements) and, in the
  * same run and interleaved with it (so both see the same neighbours on a shared
@@ -56,12 +61,13 @@ typedef struct {
   zs_state_dtype_t sdt; /* m and v */
   int block;            /* int8 */
   const char *simd;
+  int lion;             /* --optim lion: one state (m), sign update (cpu only) */
 } opts_t;
 
 static void usage(void) {
   fprintf(stderr, "usage: zs-bench-adam [--n N] [--dtype fp32|bf16] [--grad-dtype fp32|bf16|fp16]\n"
                   "                     [--state fp32|bf16|int8] [--block B] [--threads T] [--iters I]\n"
-                  "                     [--simd scalar|avx2|avx512]\n"
+                  "                     [--simd scalar|avx2|avx512] [--optim adamw|lion]\n"
                   "                     [--device cpu|cuda] [--json]\n");
 }
 
@@ -74,13 +80,15 @@ static int parse_dtype(const char *s, zs_dtype_t *out) {
 }
 
 static double bytes_per_param(const opts_t *o) {
-  double esz = (double)zs__state_elem_bytes(o->sdt);
-  return 8.0 + 4.0 * esz + (o->sdt == ZS_STATE_INT8 ? 16.0 / o->block : 0.0) + (double)zs_dtype_size(o->gdt) +
-         (o->pdt != ZS_FP32 ? 2.0 : 0.0);
+  double esz = (double)zs__state_elem_bytes(o->sdt), states = o->lion ? 1.0 : 2.0; /* Lion: m alone */
+  return 8.0 + 2.0 * states * esz + (o->sdt == ZS_STATE_INT8 ? 8.0 * states / o->block : 0.0) +
+         (double)zs_dtype_size(o->gdt) + (o->pdt != ZS_FP32 ? 2.0 : 0.0);
 }
 
 static const zs_optim_config_t adamw = {.kind = ZS_ADAMW, .lr = 1e-3f, .beta1 = 0.9f,
                                         .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+static const zs_optim_config_t lion = {.kind = ZS_LION, .lr = 1e-4f, .beta1 = 0.9f,
+                                       .beta2 = 0.99f, .weight_decay = 0.01f};
 
 /* ---- the same traffic as a plain streaming loop ------------------------------ */
 
@@ -361,7 +369,7 @@ static int bench_cpu(const opts_t *o) {
   }
   init_bufs(&b, o->gdt, o->threads);
 
-  zs_optim_hyper_t h = {.cfg = adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
+  zs_optim_hyper_t h = {.cfg = o->lion ? lion : adamw, .step = 1, .grad_mult = 1.0f, .grad_dtype = o->gdt,
                         .param_dtype = o->pdt};
   h.cfg.state_dtype = o->sdt, h.cfg.state_block = o->block;
   zs_optim_seg_t seg = {b.w, b.m, b.v, b.g, b.p, n, 1.0f, 1.0f, b.ms, b.vs, 0};
@@ -390,7 +398,8 @@ static int bench_cpu(const opts_t *o) {
   }
   /* the plain loop is slow: a few iterations are enough for its best */
   double best_scalar = 1e30;
-  for (int it = 0; it < (o->iters < 3 ? o->iters : 3) && esz == 4; it++) {
+  const int plain = esz == 4 && !o->lion; /* the plain loop is AdamW's */
+  for (int it = 0; it < (o->iters < 3 ? o->iters : 3) && plain; it++) {
     double t0 = zs__now();
     naive_adamw(&b, o->gdt, 2 + it);
     double t = zs__now() - t0;
@@ -398,24 +407,28 @@ static int bench_cpu(const opts_t *o) {
   }
 
   double bpp = bytes_per_param(o);
+  opts_t as_adamw = *o; /* the streaming loop moves AdamW's bytes, whatever the step */
+  as_adamw.lion = 0;
   double pps = (double)n / best_step, gbs = pps * bpp / 1e9;
-  double roof = (double)n * bpp / best_roof / 1e9, ratio = gbs / roof;
+  double roof = (double)n * bytes_per_param(&as_adamw) / best_roof / 1e9, ratio = gbs / roof;
   double scalar_pps = (double)n / best_scalar;
   if (o->json) {
     printf("{\"n\": %zu, \"dtype\": \"%s\", \"grad_dtype\": \"%s\", \"state\": \"%s\", \"block\": %d, "
-           "\"threads\": %d, \"simd\": \"%s\", \"params_per_s\": %.6g, \"bytes_per_param\": %.4g, "
-           "\"gb_per_s\": %.4g, \"roofline_gb_per_s\": %.4g, \"ratio_to_roofline\": %.4f, ",
+           "\"threads\": %d, \"simd\": \"%s\", \"optim\": \"%s\", \"params_per_s\": %.6g, "
+           "\"bytes_per_param\": %.4g, \"gb_per_s\": %.4g, \"roofline_gb_per_s\": %.4g, \"ratio_to_roofline\": %.4f, ",
            n, o->pdt == ZS_BF16 ? "bf16" : "fp32", zs_dtype_name(o->gdt), zs_state_dtype_name(o->sdt),
-           o->sdt == ZS_STATE_INT8 ? o->block : 0, o->threads, zs__simd_name(simd), pps, bpp, gbs, roof, ratio);
-    if (esz == 4) printf("\"scalar_params_per_s\": %.6g}\n", scalar_pps);
+           o->sdt == ZS_STATE_INT8 ? o->block : 0, o->threads, zs__simd_name(simd), o->lion ? "lion" : "adamw", pps,
+           bpp, gbs, roof, ratio);
+    if (plain) printf("\"scalar_params_per_s\": %.6g}\n", scalar_pps);
     else printf("\"scalar_params_per_s\": null}\n");
   } else {
-    printf("AdamW step, n=%zu, param copy %s, grad %s, m/v %s, %d threads, %s path, %.4g bytes/param\n", n,
-           o->pdt == ZS_BF16 ? "bf16" : "none", zs_dtype_name(o->gdt), zs_state_dtype_name(o->sdt), o->threads,
-           zs__simd_name(simd), bpp);
+    printf("%s step, n=%zu, param copy %s, grad %s, %s %s, %d threads, %s path, %.4g bytes/param\n",
+           o->lion ? "Lion" : "AdamW", n, o->pdt == ZS_BF16 ? "bf16" : "none", zs_dtype_name(o->gdt),
+           o->lion ? "m" : "m/v", zs_state_dtype_name(o->sdt),
+           o->threads, zs__simd_name(simd), bpp);
     printf("  %-28s %10.1f Mparam/s %8.2f GB/s  (best of %d)\n", "fused step", pps / 1e6, gbs, o->iters);
     printf("  %-28s %10.1f Mparam/s %8.2f GB/s\n", "roofline (streaming loop)", n / best_roof / 1e6, roof);
-    if (esz == 4) {
+    if (plain) {
       printf("  %-28s %10.1f Mparam/s %8.2f GB/s\n", "plain scalar loop, 1 thread", scalar_pps / 1e6,
              scalar_pps * bpp / 1e9);
       printf("  ratio to roofline %.3f, speedup over the plain loop %.1fx\n", ratio, pps / scalar_pps);
@@ -562,6 +575,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--block") && atoi(val) >= 64 && atoi(val) <= 4096 && !(atoi(val) & (atoi(val) - 1)))
       o.block = atoi(val);
     else if (!strcmp(a, "--device") && (!strcmp(val, "cpu") || !strcmp(val, "cuda"))) o.cuda = !strcmp(val, "cuda");
+    else if (!strcmp(a, "--optim") && (!strcmp(val, "adamw") || !strcmp(val, "lion"))) o.lion = !strcmp(val, "lion");
     else {
       usage();
       return 2;
@@ -572,6 +586,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (o.threads <= 0) o.threads = zs__optim_threads();
+  if (o.cuda && o.lion) {
+    fprintf(stderr, "zs-bench-adam: --optim lion is timed on the cpu device only\n");
+    return 2;
+  }
   if (o.cuda) {
 #ifdef ZS_HAVE_CUDA
     return bench_cuda(&o);
