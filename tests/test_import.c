@@ -345,6 +345,15 @@ static void test_mismatch(void) {
   expect_import_fails(&r, p, NULL, ZS_ERR_MISMATCH, "tensor 'embed.b' in");
   expect_import_fails(&r, p, NULL, ZS_ERR_MISMATCH, "is I32, which cannot fill parameter 'embed.b'");
   imp_free(t, n);
+  /* a NaN in bf16 weights (a trial's file imported silently, to train NaN from step 1) */
+  n = tiny_tensors(t, "BF16");
+  imp_fill(&t[1]);
+  ((uint16_t *)t[1].data)[3] = 0x7fc0;
+  path_of(p, sizeof p, "nan.safetensors");
+  share(p, rank == 0 ? imp_write(p, t, n) : 0);
+  expect_import_fails(&r, p, NULL, ZS_ERR_CORRUPT, "tensor 'embed.b' (BF16) in");
+  expect_import_fails(&r, p, NULL, ZS_ERR_CORRUPT, "holds nan at element 3 of parameter 'embed.b': weights must be finite");
+  imp_free(t, n);
   /* a renames table: other names, one tensor skipped by a NULL parameter; and
    * two tensors for one parameter */
   n = tiny_tensors(t, "F64");

@@ -265,7 +265,9 @@ zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n
  *                    the shards' headers; a tensor named twice; a NUL character
  *                    (the escape \u0000 or a raw 0 byte) anywhere in a header's or
  *                    an index's JSON: in a tensor name, a dtype, a shard file,
- *                    __metadata__ (the message names the string and the byte)
+ *                    __metadata__ (the message names the string and the byte);
+ *                    a NaN or inf among the values a rank reads (an F64 value
+ *                    past float's range too), named with its tensor and element
  *   ZS_ERR_MISMATCH  a shape that differs from the parameter's, a non-float dtype
  *                    for a parameter, parameters with no tensor (unless
  *                    allow_missing), tensors for no parameter (unless

@@ -3,6 +3,7 @@
  * matched to the engine's parameters, each rank reads the element ranges whose
  * fp32 master it owns into one staging buffer (its shard), and only when every
  * rank has everything are the values written through the engine's own path. */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +298,15 @@ static zs_status_t read_owned(zs_engine_t *zs, const zs_import_opts_t *o, import
     int64_t a, b;
     if (im->src[p] < 0 || !zs__ck_owned_range(zs, &zs->params[p], &a, &b)) continue;
     st = read_range(zs, o, im, p, im->src[p], a, b - a, im->stage + im->off[p], block);
+    /* a NaN or inf (or an F64 value past float's range) would train to NaN from the first step */
+    for (int64_t i = 0; st == ZS_OK && i < b - a; i++)
+      if (!isfinite(im->stage[im->off[p] + i])) {
+        const st_tensor_t *x = &im->set.t[im->src[p]];
+        st = ZS_FAIL(zs->err, ZS_ERR_CORRUPT, "%s: tensor '%s' (%s) in %s holds %g at element %lld of parameter "
+                     "'%s'%s: weights must be finite", k_fn, x->name, x->dtype, im->set.path[x->file],
+                     (double)im->stage[im->off[p] + i], (long long)(a + i), zs->params[p].name,
+                     x->kind == ST_F64 ? " (an F64 value past float's range reads as inf)" : "");
+      }
     if (st == ZS_OK && im->tied[p] >= 0) st = check_tied(zs, o, im, p, a, b - a, im->stage + im->off[p], tbuf, block);
   }
   free(tbuf);
