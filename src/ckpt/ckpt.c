@@ -132,7 +132,7 @@ zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what) {
 }
 
 int zs__ck_mp_size(const zs_engine_t *zs) {
-  int n = zs->mp_comm ? zs_comm_size(zs->mp_comm) : 1;
+  int n = zs_engine_mp_size(zs, NULL);
   return n > 1 ? n : 0;
 }
 
