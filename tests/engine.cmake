@@ -13,6 +13,9 @@ if(TARGET zs_zero AND TARGET zs_comm)
   if(TARGET zs_pp AND TARGET zs_tp AND TARGET zs_mesh)
     zs_add_test(NAME test_teardown SOURCES test_teardown.c test_comm_lsan.c LIBS zeroshard_static RANKS 2 TIMEOUT 60)
   endif()
+  # one rank's bad input or failure: the others hear of it at once, with the
+  # right status (a new-user trial's bad values)
+  zs_add_test(NAME test_engine_peers SOURCES test_engine_peers.c test_comm_lsan.c LIBS zeroshard_static RANKS 2 TIMEOUT 60)
   # a model larger than the host memory this process may use: ZS_ERR_NOMEM at
   # setup, before allocating, naming the limit (MemAvailable, RLIMIT_AS, and a
   # memory cgroup of 512 MiB that tests/scripts/room_cgroup.sh makes and removes)

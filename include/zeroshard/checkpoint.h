@@ -93,7 +93,9 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *dir);
  * ranges) and names both layouts in its refusals. A checkpoint without words
  * is taken as another layout when its model-parallel size or place differ.
  * Local (not collective): call it on every
- * rank with the same words, between zs_engine_create and the save or load.
+ * rank with the same words, between zs_engine_create and the save or load
+ * (zs_checkpoint_save refuses data-parallel ranks whose words or attributes
+ * differ with ZS_ERR_MISMATCH on every rank, saving nothing).
  * ZS_ERR_INVALID for a NULL engine or words too long or not printable. */
 #define ZS_CKPT_LAYOUT_MAX 128
 zs_status_t zs_checkpoint_set_layout(zs_engine_t *zs, const char *layout);
@@ -149,7 +151,9 @@ zs_status_t zs_checkpoint_set_split(zs_engine_t *zs, int param, const zs_split_t
 /* Records a key and a value (printable ASCII, key under 32 bytes, value under
  * 64) in the manifest's "attrs", for tools reading the checkpoint offline:
  * zs_checkpoint_export_hf_gpt2 reads "n_head". At most ZS_CKPT_ATTRS keys; a
- * key given again replaces its value, a NULL value removes it. Local. */
+ * key given again replaces its value, a NULL value removes it. Local; the
+ * same keys and values on every data-parallel rank (zs_checkpoint_save
+ * compares them, as the layout's words). */
 #define ZS_CKPT_ATTRS 16
 zs_status_t zs_checkpoint_set_attr(zs_engine_t *zs, const char *key, const char *value);
 /* The value the manifest of the checkpoint zs_checkpoint_load last loaded into

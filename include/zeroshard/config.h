@@ -153,7 +153,9 @@ typedef struct {
    * rank keeps a secondary copy of 1/hpz_partition_size of every gathered
    * unit's parameters, filled by forward's gather, so that backward's gathers
    * run among the hpz_partition_size consecutive ranks (a node) only. 0 or 1:
-   * off; else it must divide the world size (zs_engine_create). Memory: P pb /
+   * off; else a divisor of the world size below it, checked by
+   * zs_engine_setup against the engine's world (create accepts any value, so
+   * that zs_engine_estimate can plan a larger world: zs-plan). Memory: P pb /
    * hpz_partition_size more per non-persistent unit (category params). */
   int hpz_partition_size;
   /* ZeRO++'s qgZ (DeepSpeed's zero_quantized_gradients), stages 2-3: a

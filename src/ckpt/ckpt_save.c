@@ -410,6 +410,36 @@ static void remove_other_layout(const char *top, int mp_size) {
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
 
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* The layout's words and the attributes are set locally (checkpoint.h), and
+ * the manifest records rank 0's: ranks given different ones are refused, not
+ * saved with rank 0's silently. Among the data-parallel ranks (each
+ * model-parallel part writes its own manifest); the attributes in any order. */
+static zs_status_t same_words(zs_engine_t *zs) {
+  uint64_t h = fnv1a(zs->ck_layout);
+  int nattr = 0;
+  for (int k = 0; k < ZS_CKPT_ATTRS; k++)
+    if (zs->ck_attr[k][0][0]) {
+      nattr++;
+      h += fnv1a(zs->ck_attr[k][0]) * 31u + fnv1a(zs->ck_attr[k][1]); /* a sum: the order set does not count */
+    }
+  int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)}; /* the largest and (negated) the smallest */
+  zs_status_t st = zs__ck_max_i64_in(zs, v, 2, 0);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "zs_checkpoint_save: comparing the layout and attributes failed: %s", zs_last_error());
+  if (v[0] == -v[1]) return ZS_OK;
+  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "zs_checkpoint_save: the data-parallel ranks were given different layout words or attributes (rank "
+                 "%d: layout '%s', %d attribute%s): give zs_checkpoint_set_layout and zs_checkpoint_set_attr the "
+                 "same values on every rank; nothing was saved",
+                 zs->rank, zs->ck_layout, nattr, nattr == 1 ? "" : "s");
+}
+
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
   /* a bad path on one rank is an error on every rank (agreed); an engine not
    * set up or in a step returns at once: no collective may run then */
@@ -418,6 +448,7 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
   char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_save: naming the directory");
+  if (st == ZS_OK) st = same_words(zs);
   if (st == ZS_OK) st = zs_checkpoint_save_in(zs, top, dir);
   free(dir);
   return st;

@@ -117,6 +117,14 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word);
  * and text there; `src` ("" or "<path>: ") starts the message. */
 zs_status_t zs__config_check_syntax(const char *text, size_t len, const char *src);
 
+/* The length of the well-formed UTF-8 character at p (RFC 3629: no overlong
+ * forms, surrogates or code points past U+10FFFF) of 2 to 4 bytes, or 0; p[0]
+ * is a byte of 0x80 or above, end the end of the text. */
+int zs__utf8_len(const unsigned char *p, const unsigned char *end);
+/* The offset of the first byte of s that does not start a well-formed UTF-8
+ * character, or (size_t)-1 when s is UTF-8 throughout. */
+size_t zs__utf8_bad(const char *s);
+
 /* Copies s[0..len) into buf (n bytes, NUL-terminated) for a message: bytes
  * outside printable ASCII as \xNN, '\' as "\\", stopping before what would not
  * fit. Returns how many bytes of s it copied. Messages never carry raw control

@@ -73,7 +73,7 @@ static int hex4(const char *p, const char *end, unsigned *out) {
 
 /* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no
  * surrogates, nothing past U+10FFFF), or 0. */
-static int utf8_len(const unsigned char *p, const unsigned char *end) {
+int zs__utf8_len(const unsigned char *p, const unsigned char *end) {
   unsigned char c = p[0];
   int n;
   unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
@@ -112,7 +112,7 @@ static int scan_string(scan_t *s, int is_key) {
     if (is_key && c == 0x7F)
       return fail(s, s->p, "control character in a key", "config keys are plain names: remove it");
     if (c >= 0x80) {
-      int n = utf8_len((const unsigned char *)s->p, (const unsigned char *)s->end);
+      int n = zs__utf8_len((const unsigned char *)s->p, (const unsigned char *)s->end);
       if (!n)
         return fail(s, s->p, "invalid UTF-8",
                     "byte 0x%02X does not start a well-formed UTF-8 character (cut short, overlong, a "
@@ -320,4 +320,14 @@ size_t zs__config_printable(char *buf, size_t n, const char *s, size_t len) {
   }
   if (n > 0) buf[k] = '\0';
   return i;
+}
+
+size_t zs__utf8_bad(const char *s) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+  for (const unsigned char *q = p; q < end;) {
+    int n = *q < 0x80 ? 1 : zs__utf8_len(q, end);
+    if (!n) return (size_t)(q - p);
+    q += n;
+  }
+  return (size_t)-1;
 }

@@ -108,6 +108,17 @@ static zs_status_t check_name(zs_engine_t *zs, const char *fn, const char *what,
                    "%s: the %s name '%.40s...' is longer than %d bytes (ZS_NAME_MAX - 1): names are kept "
                    "whole so that distinct names never collide; shorten it",
                    fn, what, name, ZS_NAME_MAX - 1);
+  /* names go into manifest.json and safetensors headers, which readers take
+   * as UTF-8 only (Python's json and safetensors refuse anything else) */
+  size_t bad = zs__utf8_bad(name);
+  if (bad != (size_t)-1) {
+    char shown[4 * ZS_NAME_MAX];
+    zs__config_printable(shown, sizeof shown, name, len);
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "%s: the %s name '%s' is not UTF-8 (byte %zu, 0x%02X, does not start a well-formed character): "
+                   "checkpoints and exports record names as UTF-8",
+                   fn, what, shown, bad, (unsigned)(unsigned char)name[bad]);
+  }
   return ZS_OK;
 }
 

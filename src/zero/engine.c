@@ -5,6 +5,7 @@
  * in phases.c, the optimizer step in step.c, parameter values in
  * param_access.c, buffers in alloc.c, the small collectives and the agreement
  * in agree.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,22 +20,20 @@
  * create / destroy
  * ========================================================================== */
 
-zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
-                             zs_comm_t *comm) {
-  if (!out || !cfg || !dev || !comm)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create: out, cfg, dev and comm must not be NULL");
-  *out = NULL;
+/* The local checks of create: ZS_OK, or the status with its message set. */
+static zs_status_t create_checks(const zs_config_t *cfg, zs_device_t *dev, zs_comm_t *comm) {
   ZS_CHECK(zs_config_validate(cfg));
   if (zs_comm_device(comm) != dev)
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: the comm was created on another device handle: pass the "
                    "device the comm uses");
-  if (cfg->replica_overlap == ZS_OVERLAP_ON && (cfg->shard_group == 0 || cfg->shard_group >= zs_comm_size(comm)))
+  const int world = zs_comm_size(comm);
+  if (cfg->replica_overlap == ZS_OVERLAP_ON && (cfg->shard_group == 0 || cfg->shard_group >= world))
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: replica_overlap on without hybrid sharding (shard_group %d of %d ranks): only "
                    "the replicas of a shard group smaller than the world all-reduce gradient shards (set such a "
                    "shard_group, or replica_overlap auto)",
-                   cfg->shard_group, zs_comm_size(comm));
+                   cfg->shard_group, world);
   if (cfg->replica_overlap == ZS_OVERLAP_ON && cfg->stage == 1)
     return ZS_FAIL(NULL, ZS_ERR_INVALID,
                    "zs_engine_create: replica_overlap on at stage 1: its reduced shard lies in the full gradient "
@@ -45,6 +44,29 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
                    "zs_engine_create: replica_overlap on over %s comms: their kernels of two communicators could "
                    "hold each other up, so the engine keeps them in order (use auto or off)",
                    zs_comm_backend(comm));
+  if (cfg->shard_group > 0 && world % cfg->shard_group != 0)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID,
+                   "zs_engine_create: shard_group %d does not divide the %d ranks: use a divisor (the ranks per "
+                   "node, typically), or 0 to shard over every rank",
+                   cfg->shard_group, world);
+  return ZS_OK;
+}
+
+/* Collective over comm: the local checks, then every rank's verdict on them
+ * (a config one rank refused is every rank's error at once: the others would
+ * go on to setup and wait in its first collective until ZS_COMM_TIMEOUT_S).
+ * A rank whose config was refused still makes a bare engine (the defaults,
+ * over the comm's own device) for the agreement's scratch, then frees it. */
+zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
+                             zs_comm_t *comm) {
+  if (!out || !cfg || !dev || !comm)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create: out, cfg, dev and comm must not be NULL");
+  *out = NULL;
+  const zs_status_t vst = create_checks(cfg, dev, comm);
+  char vmsg[ZS_ERRBUF];
+  snprintf(vmsg, sizeof vmsg, "%s", vst != ZS_OK ? zs_last_error() : "");
+  const zs_config_t defaults = zs_config_defaults();
+  if (vst != ZS_OK) cfg = &defaults, dev = zs_comm_device(comm);
   /* settings of a feature left off: a config file's, with the feature turned
    * off elsewhere (ZS_QUANTIZED_GRADIENTS=0), is a normal case, so a warning */
   if (zs_comm_rank(comm) == 0 && !cfg->quantized_gradients && cfg->quantized_gradients_group)
@@ -63,16 +85,9 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   zs->comm = comm;
   zs->rank = zs_comm_rank(comm);
   zs->world = zs_comm_size(comm);
-  zs->nshard = cfg->shard_group > 0 ? cfg->shard_group : zs->world;
-  if (zs->world % zs->nshard != 0) {
-    free(zs);
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "zs_engine_create: shard_group %d does not divide the %d ranks: use a divisor (the ranks per "
-                   "node, typically), or 0 to shard over every rank",
-                   cfg->shard_group, zs_comm_size(comm));
-  }
+  zs->nshard = cfg->shard_group > 0 ? cfg->shard_group : zs->world; /* a divisor (create_checks) */
   /* hpZ's partition is checked against the world at setup (zs_engine_estimate
-   * may plan any world size on an engine over fewer ranks) */
+   * may plan any world size on an engine over fewer ranks: zs-plan does) */
   zs->nhpz = cfg->hpz_partition_size > 1 ? cfg->hpz_partition_size : 1;
   zs->hpz_rank = zs->rank % zs->nhpz;
   zs->shard_comm = comm;
@@ -109,10 +124,15 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   zs->xcount = (int)(zs__eng_scratch_bytes(zs->world) / 8);
   ZS_CHECK_GOTO(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev), st, fail);
   ZS_CHECK_GOTO(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost), st, fail);
+  if (vst != ZS_OK) zs__fail_quiet(NULL, vst, "%s", vmsg); /* the agreement sends this rank's own reason */
+  ZS_CHECK_GOTO(zs__eng_agree(zs, vst, "zs_engine_create"), st, fail);
   *out = zs;
   return ZS_OK;
-fail:
+fail:;
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "%s", zs_last_error());
   zs_engine_destroy(zs);
+  zs__fail_quiet(NULL, st, "%s", msg); /* destroy's own calls may have replaced it */
   return st;
 }
 
@@ -241,6 +261,21 @@ zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn) {
                  "%s: another thread is in a call on this engine: an engine is driven from one thread at a time "
                  "(hand it over between calls)",
                  fn);
+}
+
+zs_status_t zs__eng_state_or_comm(zs_engine_t *zs, zs_status_t st, const char *fn) {
+  if (st != ZS_ERR_STATE || !zs) return st;
+  zs_comm_t *const comms[] = {zs->comm,    zs->shard_comm, zs->rep_comm, zs->hpz_comm,
+                              zs->qg_intra, zs->qg_inter,  zs->mp_comm,  zs->tp_comm};
+  for (size_t i = 0; i < sizeof comms / sizeof *comms; i++) {
+    zs_status_t cst = comms[i] ? zs_comm_async_error(comms[i]) : ZS_OK;
+    if (cst == ZS_OK) continue;
+    char state[ZS_ERRBUF];
+    snprintf(state, sizeof state, "%s", zs->err);
+    return ZS_FAIL(zs->err, cst, "%s: a comm of the engine failed earlier: %s (the call's own refusal, which follows "
+                   "from it: %s)", fn, zs_comm_last_error(comms[i]), state);
+  }
+  return st;
 }
 
 const char *zs_engine_last_error(const zs_engine_t *zs) { return zs ? zs->err : zs_last_error(); }

@@ -280,6 +280,12 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+/* st, or, when st is ZS_ERR_STATE and a comm of the engine has failed, that
+ * comm's status and message: a call refused for the state an earlier failed
+ * call left behind reports the failure (comm.h: every later call fails with
+ * ZS_ERR_PEER), not a call-order error the caller did not make. The comms are
+ * asked only on this error path. fn: the public call. */
+zs_status_t zs__eng_state_or_comm(zs_engine_t *zs, zs_status_t st, const char *fn);
 
 zs_status_t zs__eng_comm_order(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);
 zs_status_t zs__eng_comm_mark(zs_engine_t *zs, zs_comm_t *comm, zs_stream_t *s);

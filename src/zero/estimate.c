@@ -219,7 +219,10 @@ zs_status_t zs__eng_check_room(zs_engine_t *zs) {
   zs_mem_estimate_t e;
   ZS_CHECK(zs_engine_estimate(zs, zs->nshard, &e));
   size_t dfree, dtotal;
+  char keep[ZS_ERRBUF]; /* a probe: its "no memory of its own" is no failure of the caller's */
+  snprintf(keep, sizeof keep, "%s", zs_last_error());
   int device_is_host = zs_device_mem_info(zs->dev, &dfree, &dtotal) == ZS_ERR_UNSUPPORTED;
+  zs_set_last_error("%s", keep);
   uint64_t state = e.host_model_state + (device_is_host ? e.device_model_state : 0);
   uint64_t need = e.host_model_state + e.host[ZS_MEM_COMM] + (device_is_host ? e.device_peak_bound : 0);
   zs_host_room_t r;

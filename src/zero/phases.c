@@ -545,7 +545,7 @@ static zs_status_t traced(zs_engine_t *zs, int unit, const char *verb, int with_
 static zs_status_t phase_call(zs_engine_t *zs, const char *fn, zs_status_t (*f)(zs_engine_t *)) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", fn);
   ZS_CHECK(zs__eng_enter(zs, fn));
-  zs_status_t st = f(zs);
+  zs_status_t st = zs__eng_state_or_comm(zs, f(zs), fn);
   zs__eng_leave(zs);
   return st;
 }
@@ -555,6 +555,7 @@ static zs_status_t unit_call(zs_engine_t *zs, int unit, const char *fn, const ch
   if (!zs) return f(zs, unit); /* its error */
   ZS_CHECK(zs__eng_enter(zs, fn));
   zs_status_t st = zs__trace_on() ? traced(zs, unit, verb, with_bytes, f) : f(zs, unit);
+  st = zs__eng_state_or_comm(zs, st, fn);
   zs__eng_leave(zs);
   return st;
 }

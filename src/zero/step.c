@@ -285,7 +285,16 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
       }
       zs->good_steps = 0;
     } else {
-      ZS_LOG_W("step skipped on rank %d: the gradients hold inf or NaN (norm %g)", zs->rank, norm);
+      /* one line per skipped step, from the first rank: the norm (and so the
+       * verdict) is every rank's; which rank's gradients were not finite is
+       * not known after the sum. A finite gradient whose sum of squares passes
+       * fp32's range (the norm's total is fp32, design.md 7.1) is inf too. */
+      if (zs->rank == 0 && zs->mp_rank == 0)
+        ZS_LOG_W("step %lld skipped: %s (norm %g); the step count and learning rate stay", (long long)zs->step + 1,
+                 isnan(norm) ? "the gradients hold NaN"
+                             : "the gradients hold inf, or their sum of squares passes fp32's range (a norm above "
+                               "1.8e19: scale the loss down)",
+                 norm);
     }
   } else {
     /* torch.nn.utils.clip_grad_norm_'s rule (optim.h): the gradients are
@@ -374,6 +383,7 @@ zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *
   zs_status_t st = ZS_OK;
   while (in < n && (st = zs__eng_enter(engines[in], n > 1 ? "zs_step_group" : "zs_step")) == ZS_OK) in++;
   if (st == ZS_OK) st = step_group(engines, n, rep);
+  for (int i = 0; st == ZS_ERR_STATE && i < in; i++) st = zs__eng_state_or_comm(engines[i], st, n > 1 ? "zs_step_group" : "zs_step");
   while (in > 0) zs__eng_leave(engines[--in]);
   return st;
 }

@@ -1,0 +1,246 @@
+/* What one rank's bad input or failure does to the others (2 ranks through
+ * mpiexec), from a new-user trial that fed the API bad values:
+ *   test_create_one_bad   a config only rank 1 gets wrong (stage 9): create
+ *                         is that error on both ranks at once, naming rank 1
+ *                         (rank 0 used to go on to setup and wait 300 s in
+ *                         its all-reduce); the comm then serves a good create
+ *   test_after_peer       after rank 1 revokes the comm mid-forward, rank 0's
+ *                         release, reduce and step are ZS_ERR_PEER naming the
+ *                         failure (they were ZS_ERR_STATE "call zs_reduce
+ *                         for every unit": a call-order bug that was not one)
+ *   test_names_utf8       unit and parameter names that are not UTF-8 are
+ *                         refused (they were written into manifest.json and
+ *                         safetensors headers that no reader accepts)
+ *   test_last_error_clean after setup, a save and an export that succeed, the
+ *                         thread's last error is empty (an internal probe's
+ *                         "the cpu device has no memory of its own" stayed)
+ *   test_ckpt_words       layout words or attributes given to one rank only:
+ *                         the save is ZS_ERR_MISMATCH on both, nothing saved
+ *                         (it saved rank 0's words, silently)
+ *   test_skip_once        a NaN in rank 1's gradients: the skipped step is one
+ *                         warning, rank 0's, naming the step (it was one per
+ *                         rank, each naming itself)
+ * The comm `keep` finalizes MPI at the end. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "harness_world.h" // defines: zs_t_world_open_cpu, zs_t_world_skip_unless
+#include "gpt_tmpdir.h"
+#include "tiny_model.h"
+#include "zeroshard/checkpoint.h"
+#include "zeroshard/log.h"
+
+static zs_device_t *kdev;
+static zs_comm_t *keep;
+static int rank, size;
+
+#define NS 8
+static float X[NS][TM_DIN], T[NS][TM_DOUT];
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The tiny model in an engine of that stage over keep, set up (NULL and a
+ * reported failure if not); close with close_tiny. */
+static tm_model_t *open_tiny(int stage, zs_engine_t **zs) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = stage;
+  *zs = NULL;
+  tm_model_t *m = calloc(1, sizeof *m);
+  if (m && tm_open(&c, kdev, keep, 1, zs, m) == ZS_OK) return m;
+  ZS_T_REPORT("open_tiny(stage %d) failed: %s", stage, zs_last_error());
+  zs_engine_destroy(*zs);
+  free(m);
+  return NULL;
+}
+static void close_tiny(zs_engine_t *zs, tm_model_t *m) {
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+}
+
+static void test_create_one_bad(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = rank == 1 ? 9 : 3;
+  zs_engine_t *zs = NULL;
+  double t0 = now_s();
+  zs_status_t st = zs_engine_create(&zs, &c, kdev, keep);
+  double dt = now_s() - t0;
+  expect_status(st, ZS_ERR_INVALID);
+  expect_true(zs == NULL);
+  expect_str_contains(zs_last_error(), "config.stage is 9");
+  expect_str_contains(zs_last_error(), "rank 1");
+  expect_true(dt < 10.0);
+  if (zs) zs_engine_destroy(zs); /* the old code's: local */
+  /* nothing broken: a good create on both */
+  c.stage = 3;
+  expect_ok(zs_engine_create(&zs, &c, kdev, keep));
+  zs_engine_destroy(zs);
+  expect_ok(zs_comm_barrier(keep, NULL));
+}
+
+static void test_after_peer(void) {
+  zs_comm_t *w = NULL;
+  assert_ok(zs_comm_create_mpi_world(&w, kdev)); /* a family of its own: the revoke breaks it alone */
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_true(m != NULL);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  zs_engine_t *zs = NULL;
+  double loss;
+  expect_ok(tm_open(&c, kdev, w, 2, &zs, m));
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(zs_step(zs, NULL));
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(tm_gather(zs, m, 0, 0));
+  expect_ok(zs_release(zs, 0));
+  if (rank == 1) expect_ok(zs_comm_revoke(w, ZS_ERR_IO, "rank 1's data loader failed"));
+  expect_ok(zs_comm_barrier(keep, NULL));
+  if (rank == 0) {
+    /* the notice is read before each operation; wait for it here (bounded) */
+    for (int i = 0; i < 500 && zs_comm_async_error(w) == ZS_OK; i++) usleep(10000);
+    expect_status(zs_gather(zs, 1), ZS_ERR_PEER);
+    expect_status(zs_release(zs, 2), ZS_ERR_PEER); /* never gathered: the failure is why */
+    expect_str_contains(zs_last_error(), "rank 1's data loader failed");
+    expect_status(zs_backward_begin(zs), ZS_ERR_PEER);
+    expect_status(zs_reduce(zs, 2), ZS_ERR_PEER);
+    expect_str_contains(zs_last_error(), "zs_reduce");
+    expect_status(zs_step(zs, NULL), ZS_ERR_PEER);
+    expect_str_contains(zs_last_error(), "rank 1's data loader failed");
+    /* a real misuse on a healthy engine is still ZS_ERR_STATE (below) */
+  }
+  zs_engine_destroy(zs);
+  zs_comm_destroy(w);
+  tm_free(m);
+  /* the same misuse on a healthy comm: ZS_ERR_STATE, as before */
+  expect_ok(tm_open(&c, kdev, keep, 2, &zs, m));
+  expect_status(zs_release(zs, 1), ZS_ERR_STATE);
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+  expect_ok(zs_comm_barrier(keep, NULL));
+}
+
+static void test_names_utf8(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  zs_engine_t *zs = NULL;
+  assert_ok(zs_engine_create(&zs, &c, kdev, keep));
+  int u = -1;
+  expect_status(zs_unit_add(zs, "unit\xc3\x28", &u), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "UTF-8");
+  expect_status(zs_unit_add(zs, "over\xe0\x80\xaflong", &u), ZS_ERR_INVALID); /* an overlong '/' */
+  expect_status(zs_unit_add(zs, "cut\xe2\x82", &u), ZS_ERR_INVALID);          /* a sequence cut short */
+  expect_int_eq(zs_engine_unit_count(zs), 0);
+  expect_ok(zs_unit_add(zs, "blk.\xc3\xbc.\xe2\x82\xac", &u)); /* "blk.ü.€": UTF-8 is fine */
+  void *p = NULL, *g = NULL;
+  expect_status(zs_param_add(zs, u, "bad\xff\xfename", 1, (int64_t[]){4}, 0, &p, &g, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "UTF-8");
+  expect_int_eq(zs_engine_param_count(zs), 0);
+  void *p2 = NULL, *g2 = NULL;
+  expect_ok(zs_param_add(zs, u, "w\xc3\xbc", 1, (int64_t[]){4}, 0, &p2, &g2, NULL));
+  expect_int_eq(zs_engine_param_count(zs), 1);
+  zs_engine_destroy(zs);
+}
+
+static void test_last_error_clean(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  zs_engine_t *zs = NULL;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_true(m != NULL);
+  assert_ok(zs_engine_create(&zs, &c, kdev, keep));
+  assert_ok(tm_declare(zs, m, 1, c.param_dtype));
+  zs_set_last_error("%s", "");
+  expect_ok(zs_engine_setup(zs, NULL, NULL)); /* zeros: no callback (before which setup clears the message) */
+  expect_true(zs_last_error()[0] == 0 || !fprintf(stderr, "last error: %s\n", zs_last_error()));
+  char dir[128], path[200];
+  gpt_tmpdir(keep, "/tmp/zs_peers_XXXXXX", dir);
+  double loss;
+  expect_ok(tm_round(zs, m, X, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(zs_step(zs, NULL));
+  expect_ok(zs_checkpoint_save(zs, dir));
+  expect_true(zs_last_error()[0] == 0 || !fprintf(stderr, "last error: %s\n", zs_last_error()));
+  snprintf(path, sizeof path, "%s/x.safetensors", dir);
+  expect_ok(zs_export_safetensors(zs, path));
+  expect_true(zs_last_error()[0] == 0 || !fprintf(stderr, "last error: %s\n", zs_last_error()));
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+  gpt_tmpdir_remove(keep, dir);
+}
+
+static void test_ckpt_words(void) {
+  zs_engine_t *zs;
+  tm_model_t *m = open_tiny(1, &zs);
+  if (!m) return;
+  char dir[128], path[200];
+  gpt_tmpdir(keep, "/tmp/zs_peers_XXXXXX", dir);
+  snprintf(path, sizeof path, "%s/ck", dir);
+  expect_ok(zs_checkpoint_set_layout(zs, rank == 0 ? "tp=1" : "tp=2"));
+  expect_status(zs_checkpoint_save(zs, path), ZS_ERR_MISMATCH);
+  expect_str_contains(zs_last_error(), "different layout words or attributes");
+  zs_checkpoint_info_t info;
+  if (rank == 0) expect_true(zs_checkpoint_verify(path, &info) != ZS_OK);
+  expect_ok(zs_checkpoint_set_layout(zs, "tp=1"));
+  /* attributes: the same set in another order is the same; one more on rank 1 is not */
+  expect_ok(zs_checkpoint_set_attr(zs, rank == 0 ? "a" : "b", "1"));
+  expect_ok(zs_checkpoint_set_attr(zs, rank == 0 ? "b" : "a", "1"));
+  if (rank == 1) expect_ok(zs_checkpoint_set_attr(zs, "k", "v"));
+  expect_status(zs_checkpoint_save(zs, path), ZS_ERR_MISMATCH);
+  if (rank == 1) expect_ok(zs_checkpoint_set_attr(zs, "k", NULL));
+  expect_ok(zs_checkpoint_save(zs, path));
+  if (rank == 0) expect_ok(zs_checkpoint_verify(path, &info));
+  close_tiny(zs, m);
+  gpt_tmpdir_remove(keep, dir);
+}
+
+static int nwarn;
+static char warned[512];
+static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level != ZS_LOG_WARN) return;
+  if (!nwarn++) snprintf(warned, sizeof warned, "%s", msg);
+}
+
+static void test_skip_once(void) {
+  zs_engine_t *zs;
+  tm_model_t *m = open_tiny(2, &zs);
+  if (!m) return;
+  static float Xn[NS][TM_DIN];
+  memcpy(Xn, X, sizeof Xn);
+  if (rank == 1) Xn[NS - 1][0] = 0.0f / 0.0f; /* rank 1's last sample */
+  double loss;
+  zs_step_report_t rep;
+  nwarn = 0, warned[0] = 0;
+  zs_log_set_callback(capture, NULL);
+  expect_ok(tm_round(zs, m, Xn, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(zs_step(zs, &rep));
+  zs_log_set_callback(NULL, NULL);
+  expect_int_eq(rep.skipped, 1);
+  expect_int_eq(rep.step, 0);
+  expect_int_eq(nwarn, rank == 0 ? 1 : 0);
+  if (rank == 0) expect_str_contains(warned, "step 1 skipped: the gradients hold NaN");
+  close_tiny(zs, m);
+}
+
+int main(void) {
+  zs_t_world_open_cpu(&kdev, &keep, &rank, &size);
+  zs_t_world_skip_unless(size == 2, kdev, keep, "runs on 2 ranks");
+  tm_data(NS, X, T);
+  zs_test_run(test_create_one_bad);
+  zs_test_run(test_after_peer);
+  zs_test_run(test_names_utf8);
+  zs_test_run(test_last_error_clean);
+  zs_test_run(test_ckpt_words);
+  zs_test_run(test_skip_once);
+  int rc = zs_test_finish();
+  zs_comm_destroy(keep); /* the last comm: finalizes MPI */
+  zs_device_destroy(kdev);
+  return rc;
+}
