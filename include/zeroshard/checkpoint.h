@@ -52,7 +52,9 @@
  * Errors: ZS_ERR_IO (file system), ZS_ERR_CORRUPT (a file fails its checks),
  * ZS_ERR_MISMATCH (tensors or optimizer state differ from the engine's; a
  * checkpoint of another optimizer loads only into an engine that keeps no
- * state besides the master, plain SGD: its m or v would mean something else),
+ * state besides the master, plain SGD: its m or v would mean something else;
+ * Adam and AdamW load into each other, with a warning: the same m and v, but
+ * with weight decay Adam's hold its L2 term),
  * ZS_ERR_UNSUPPORTED (another format version), with a message naming the file,
  * block or tensor; on every rank (a rank whose own part went well reports which
  * rank failed). */

@@ -111,14 +111,16 @@ zs_status_t zs_config_apply_env(zs_config_t *cfg);
  * Our own keys, named as the struct fields: "version", "stage", "param_dtype"
  * and "reduce_dtype" ("fp32"|"bf16"|"fp16"), "optim": {"kind":
  * "adamw"|"adam"|"sgd"|"lion", "lr", "beta1", "beta2", "eps", "weight_decay",
- * "momentum", "nesterov"}, "grad_accum", "grad_clip", "prefetch",
+ * "momentum", "nesterov", "state_dtype" ("fp32"|"bf16"|"int8"), "state_block"}, "grad_accum", "grad_clip", "prefetch",
  * "reshard_after_forward", "persist_threshold", "reduce_bucket_size",
  * "offload_optimizer" ("none"|"cpu"|"nvme"), "offload_strict", "delayed_param_update",
  * "offload_param" ("none"|"cpu"|"nvme"), "nvme_path" (a string of 1..255
  * bytes), "nvme_chunk", "nvme_buffers", "nvme_param_buffers", "aio_block_size",
  * "aio_queue_depth", "replica_overlap" ("auto"|"on"|"off", or true/false),
  * "loss_scale", "initial_scale", "scale_window", "hysteresis", "min_scale",
- * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size", "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
+ * "shard_group", "quantized_weights", "quantized_weights_block", "hpz_partition_size",
+ * "quantized_gradients" (0, 8 or 4 bits), "quantized_gradients_group",
+ * "schedule": {"kind": "constant"|"cosine"|"linear"|"warmup"|
  * "warmup_decay"|"warmup_cosine", "warmup_steps", "total_steps", "min_lr",
  * "warmup_type": "linear"|"log", "warmup_min_ratio", "cos_min_ratio"}.
  * Flags take true/false or 0/1. Our keys are applied after the DeepSpeed keys,

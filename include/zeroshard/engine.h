@@ -118,7 +118,10 @@ typedef struct {
 /* The engine keeps dev and comm until zs_engine_destroy: the caller keeps
  * ownership, and destroying either first only drops the caller's reference
  * (with a warning); the engine's destroy frees them then. comm's device must
- * be dev. cfg is copied. */
+ * be dev. cfg is copied. Collective over comm (every rank calls it): a config
+ * any rank refuses (zs_config_validate, or one that does not fit the comm) is
+ * that error on every rank, naming the refusing rank, and no rank gets an
+ * engine. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
 /* An engine over a process mesh (zeroshard/mesh.h), by the dimensions' roles:
@@ -154,12 +157,13 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
  * gradient norm, hence clipping and the inf/NaN skip, then covers the whole
  * model: the sums of squares are added over it, parameters flagged
  * ZS_PARAM_MP_REPLICATED counted on its rank 0 only, ZS_PARAM_TIED_COPY not at
- * all. */
+ * all. NULL: no model-parallel group (the default; it drops one set before). */
 zs_status_t zs_engine_set_model_parallel(zs_engine_t *zs, zs_comm_t *mp);
 
 /* Declaration (before setup). Names are copied; a name longer than ZS_NAME_MAX-1
- * bytes, or one already used (unit names among units, parameter names across the
- * whole model), is ZS_ERR_INVALID. A refused declaration leaves nothing behind. */
+ * bytes, not UTF-8 (checkpoints and exports record names as UTF-8), or one
+ * already used (unit names among units, parameter names across the whole
+ * model), is ZS_ERR_INVALID. A refused declaration leaves nothing behind. */
 zs_status_t zs_unit_add(zs_engine_t *zs, const char *name, int *unit_out);
 /* Adds a parameter to `unit`, which must be the last unit declared (ZS_ERR_STATE
  * otherwise): declare each unit's parameters right after the unit; a unit's flat
@@ -206,6 +210,19 @@ zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
  * stage 0. */
 zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out);
 
+/* The step's calls, in order (README "The step"): zs_forward_begin; per unit
+ * zs_gather (its parameters are in their slots once it returns, on the
+ * compute stream's order) and zs_release (the slots may be freed: stage 3's
+ * non-persistent units); zs_backward_begin; per unit in reverse zs_gather,
+ * the gradients added into the gradient slots, then zs_reduce (which starts
+ * the unit's reduction and releases it); then zs_step (or another
+ * accumulation round from zs_forward_begin). Each returns ZS_OK, or
+ * ZS_ERR_STATE naming the rule a call out of order breaks (changing nothing),
+ * ZS_ERR_INVALID for a unit id out of range or a NULL engine, or a comm's
+ * failure (ZS_ERR_PEER, ZS_ERR_TIMEOUT, ZS_ERR_COMM: after one, every later
+ * call reports it, and the engine can only be destroyed). Gathers and reduces
+ * are collective over the engine's comms; one engine is driven by one thread
+ * at a time (a second thread's call is ZS_ERR_STATE). */
 zs_status_t zs_forward_begin(zs_engine_t *zs);
 zs_status_t zs_gather(zs_engine_t *zs, int unit);
 zs_status_t zs_release(zs_engine_t *zs, int unit);
@@ -329,11 +346,16 @@ int64_t zs_engine_step_count(const zs_engine_t *zs);
 int64_t zs_engine_step(const zs_engine_t *zs);
 /* Multiply the loss by this before backward (1 unless fp16 loss scaling). */
 float zs_loss_scale(const zs_engine_t *zs);
+/* This rank in the engine's (data-parallel) comm and its size; -1 and 0 for
+ * a NULL engine. */
 int zs_engine_rank(const zs_engine_t *zs);
 int zs_engine_world(const zs_engine_t *zs);
 /* The model-parallel group's size (zs_engine_set_model_parallel, or the
  * mesh's), 1 without one; *rank (may be NULL) this rank's place in it. */
 int zs_engine_mp_size(const zs_engine_t *zs, int *rank);
+/* Units and parameters declared so far (0 for a NULL engine); a parameter's
+ * element count (0) and name (NULL: a NULL engine or an id out of range; else
+ * the engine's copy, valid until zs_engine_destroy). */
 int zs_engine_unit_count(const zs_engine_t *zs);
 int zs_engine_param_count(const zs_engine_t *zs);
 int64_t zs_param_numel(const zs_engine_t *zs, int param);

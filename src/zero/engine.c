@@ -72,6 +72,9 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   if (zs_comm_rank(comm) == 0 && !cfg->quantized_gradients && cfg->quantized_gradients_group)
     ZS_LOG_W("zs_engine_create: quantized_gradients_group %d has no effect: quantized_gradients is off",
              cfg->quantized_gradients_group);
+  if (zs_comm_rank(comm) == 0 && cfg->optim.state_dtype != ZS_STATE_INT8 && cfg->optim.state_block)
+    ZS_LOG_W("zs_engine_create: optim.state_block %d has no effect: the optimizer states are %s (blocks are int8's)",
+             cfg->optim.state_block, zs_state_dtype_name(cfg->optim.state_dtype));
   if (zs_comm_rank(comm) == 0 && !cfg->quantized_weights && !cfg->quantized_gradients && cfg->quantized_weights_block)
     ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights and quantized_gradients "
              "are off", cfg->quantized_weights_block);
