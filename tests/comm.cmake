@@ -31,3 +31,24 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test_run(TARGET test_comm_nccl NAME_SUFFIX _shared_gpu RANKS 2 LABELS gpu TIMEOUT 150
                   ENV ZS_TEST_NCCL_SHARE_GPU=1)
 endif()
+#   test_mpi_cxx_headers  zeroshard/mpi.h compiles alone in C++ with -Wall -Wextra -Werror: it keeps out MPI's
+#                      C++ bindings (OMPI_SKIP_MPICXX, MPICH_SKIP_MPICXX); test_nccl_cxx_headers: nccl.h the same
+if(ZS_HAVE_MPI)
+  set(zs_cxx_hdr_flags "")
+  foreach(d ${MPI_C_INCLUDE_DIRS})
+    list(APPEND zs_cxx_hdr_flags -I${d})
+  endforeach()
+  set(zs_cxx_hdr_cmd ${CMAKE_CXX_COMPILER} -std=c++17 -Wall -Wextra -Werror -fsyntax-only
+                     -I${PROJECT_SOURCE_DIR}/include ${zs_cxx_hdr_flags})
+  zs_add_test_run(NAME test_mpi_cxx_headers
+                  COMMAND ${zs_cxx_hdr_cmd} ${CMAKE_CURRENT_SOURCE_DIR}/test_mpi_cxx_headers.cpp TIMEOUT 60)
+  if(ZS_HAVE_NCCL)
+    set(zs_cxx_hdr_nccl -DZS_T_NCCL -I${NCCL_INCLUDE_DIR})
+    foreach(d ${CUDAToolkit_INCLUDE_DIRS})
+      list(APPEND zs_cxx_hdr_nccl -I${d})
+    endforeach()
+    zs_add_test_run(NAME test_nccl_cxx_headers
+                    COMMAND ${zs_cxx_hdr_cmd} ${zs_cxx_hdr_nccl} ${CMAKE_CURRENT_SOURCE_DIR}/test_mpi_cxx_headers.cpp
+                    TIMEOUT 60)
+  endif()
+endif()

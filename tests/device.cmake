@@ -11,3 +11,6 @@ zs_add_test(NAME test_device_gpu SOURCES test_device_gpu.c LAYERS zs_common zs_m
 zs_add_test(NAME test_sumsq_plan SOURCES test_sumsq_plan.c LAYERS zs_common zs_memory zs_device)
 # The same kernel on a GPU: one launch = zs__sumsq per segment bit for bit (gpu label, 77 elsewhere).
 zs_add_test(NAME test_sumsq_gpu SOURCES test_sumsq_gpu.c LAYERS zs_common zs_memory zs_device LABELS gpu)
+# Sizes the device layer refuses or corrects (copies and sets past PTRDIFF_MAX, frees naming the wrong
+# size), and the cpu device's on/off variables.
+zs_add_test(NAME test_device_sizes SOURCES test_device_sizes.c LAYERS zs_common zs_memory zs_device)

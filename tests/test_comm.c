@@ -290,6 +290,36 @@ static void test_staging_used(void) {
   expect_u64_eq(m1.current[ZS_DOMAIN_HOST][ZS_MEM_COMM], g_host_comm_before);
 }
 
+/* ZS_MPI_STAGING takes the library's on/off words: "off", "false" and "no"
+ * leave a cpu device's comm unstaged (no pinned host bytes of category comm
+ * while a call runs), as "0" does; "yes" stages. */
+static void test_staging_words(void) {
+  static const struct {
+    const char *v;
+    int staged;
+  } cases[] = {{"off", 0}, {"false", 0}, {"no", 0}, {"0", 0}, {"yes", 1}};
+  const size_t n = 1000;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    zs_comm_t *c = NULL;
+    setenv("ZS_MPI_STAGING", cases[i].v, 1);
+    zs_status_t st = zs_comm_create_mpi_world(&c, E.dev);
+    unsetenv("ZS_MPI_STAGING");
+    assert_ok(st);
+    zs_memory_stats_t m0, m1;
+    zs_device_memory_reset_peaks(E.dev);
+    zs_device_memory_stats(E.dev, &m0);
+    float *d = tc_dalloc(n * 4);
+    memset(d, 0, n * 4);
+    expect_ok(zs_comm_all_reduce(c, d, d, n, ZS_FP32, ZS_SUM, NULL));
+    tc_dfree(d, n * 4);
+    zs_device_memory_stats(E.dev, &m1);
+    int staged = m1.peak[ZS_DOMAIN_HOST][ZS_MEM_COMM] >= m0.current[ZS_DOMAIN_HOST][ZS_MEM_COMM] + n * 4;
+    if (staged != cases[i].staged)
+      ZS_T_REPORT("ZS_MPI_STAGING=%s: the comm is %sstaged", cases[i].v, staged ? "" : "not ");
+    zs_comm_destroy(c);
+  }
+}
+
 int main(void) {
   zs_device_t *dev = NULL;
   zs_comm_t *comm = NULL, *ring = NULL;
@@ -306,6 +336,7 @@ int main(void) {
   zs_test_run(test_abort);
   zs_test_run(test_split_thread_fault);
   zs_test_run(test_ring_default);
+  zs_test_run(test_staging_words);
 
   /* every check again with every reduce_scatter, all_reduce and all_gather on the ring */
   setenv("ZS_MPI_RING_MIN_BYTES", "0", 1);

@@ -287,6 +287,7 @@ static void stuck_case(const char *name, int warm) {
         expect_int_eq(st, ZS_ERR_TIMEOUT);
         expect_true(dt >= T2 - 0.1 && dt < T2 + SLACK);
         expect_str_contains(zs_comm_last_error(c), "did not complete within ZS_COMM_TIMEOUT_S=8");
+        expect_str_contains(zs_comm_last_error(c), "a rank died (exited or was killed)");
         /* the abort ended the kernel: the stream moves on */
         double t1 = zs__now();
         expect_ok(zs_stream_synchronize(dev, s));

@@ -68,3 +68,8 @@ if(TARGET zs-trace)
   zs_add_test_run(TARGET test_trace_bubble ARGS $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_bubble_out
                   TIMEOUT 60)
 endif()
+#   test_trace_env    ZS_TRACE naming a folder that does not exist (or a name too long) is an error in the log
+#                     when the trace layer first reads it (the first comm), and tracing stays off: no
+#                     ZS_ERR_IO at exit; a good ZS_TRACE traces
+zs_add_test(NAME test_trace_env SOURCES test_trace_env.c LAYERS zs_common zs_trace
+            ARGS ${CMAKE_CURRENT_BINARY_DIR}/trace_env_out)

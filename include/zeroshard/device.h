@@ -17,7 +17,16 @@
  * Thread rules: a device handle may be used from several threads; a stream must
  * be fed from one thread at a time. Memory is counted by the device's accountant
  * (zeroshard/memory.h) under the category given; frees must name the same size
- * and category.
+ * and category. Device memory (zs_device_free, zs_device_free_async) on the cpu
+ * device, which keeps each block's size in front of it, is checked: a free
+ * naming another size is an error in the log naming both, and the true size is
+ * taken off the accountant (and a cached block is cached under it). The cuda
+ * device cannot tell: cudaMalloc keeps no size the runtime reads back, and a
+ * table of every block would put a lock and a lookup into each
+ * zs_device_free_async, which a step calls for every unit it gathers; there a
+ * wrong size skews the accountant (destroy then reports a leak). Host memory
+ * (zs_device_host_free) is not checked either: jemalloc's size classes can
+ * tell a wrong class, not a wrong size within one.
  */
 #ifndef ZEROSHARD_DEVICE_H
 #define ZEROSHARD_DEVICE_H
@@ -101,6 +110,9 @@ zs_status_t zs_stream_create(zs_device_t *dev, zs_stream_t **out);
 void zs_stream_destroy(zs_device_t *dev, zs_stream_t *s);
 zs_status_t zs_stream_synchronize(zs_device_t *dev, zs_stream_t *s);
 
+/* 0 bytes: nothing, ZS_OK. More than PTRDIFF_MAX bytes (no buffer holds them:
+ * a count gone negative, SIZE_MAX) is ZS_ERR_INVALID naming the function and
+ * the count, before anything is queued, on every device. */
 zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t bytes,
                             zs_copy_kind_t kind, zs_stream_t *s);
 zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes,

@@ -2,8 +2,16 @@
  *
  * The library never prints to stdout. Messages at or above the level go to the
  * callback, by default a line on stderr ("zeroshard[rank] LEVEL file:line msg").
- * The initial level comes from ZS_LOG=error|warn|info|debug (default warn). The
- * callback may be called from the library's worker threads; it must be thread-safe.
+ * The rank is zs_log_rank()'s: the world rank of the first MPI comm the process
+ * made; before one exists, the launcher's (OMPI_COMM_WORLD_RANK, PMI_RANK,
+ * PMIX_RANK, SLURM_PROCID, or torchrun's RANK, the first set of these, read
+ * with the other settings); without either the line has no "[rank]".
+ * The initial level comes from ZS_LOG=none|error|warn|info|debug (default warn;
+ * empty keeps it). The library's own ZS_* settings are read once, at its first
+ * use; what is wrong in them (a value that does not parse, an unknown ZS_*
+ * variable) is logged then as warnings through this sink (so ZS_LOG=none or a
+ * callback set before that first use governs them too). The callback may be
+ * called from the library's worker threads; it must be thread-safe.
  */
 #ifndef ZEROSHARD_LOG_H
 #define ZEROSHARD_LOG_H
@@ -26,8 +34,13 @@ typedef zs_log_fn zs_log_cb;
 /* Replace the sink (NULL restores stderr). Not synchronised with messages in flight:
  * set it before creating devices, comms or engines. */
 void zs_log_set_callback(zs_log_fn cb, void *user);
+/* Overrides ZS_LOG. A value outside ZS_LOG_NONE..ZS_LOG_DEBUG is clamped to
+ * the nearer end, with a warning naming it. */
 void zs_log_set_level(zs_log_level_t level);
 zs_log_level_t zs_log_get_level(void);
+/* The rank the default sink prints (see above), -1 if none is known: for a
+ * callback that wants to prefix its lines the same way. Thread-safe. */
+int zs_log_rank(void);
 /* Sends msg through the sink at `level` (dropped below the level), with
  * `file` and `line` as given (NULL file: ""): for adapters and trainers whose
  * messages belong beside the library's (the libtorch adapter's warnings). */

@@ -2,6 +2,16 @@
 #ifndef ZEROSHARD_MPI_H
 #define ZEROSHARD_MPI_H
 
+/* MPI's C++ bindings (MPI::, deprecated since MPI-2.2, gone in MPI-3) are of no
+ * use here, and Open MPI's draw -Wcast-function-type from g++ -Wextra in every
+ * C++ file that includes this header. A program that wants them includes
+ * <mpi.h> itself, first. */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "zeroshard/comm.h"

@@ -37,10 +37,10 @@
 #ifndef ZEROSHARD_NCCL_H
 #define ZEROSHARD_NCCL_H
 
-#include <mpi.h>
 #include <nccl.h>
 
 #include "zeroshard/comm.h"
+#include "zeroshard/mpi.h" /* defines: <mpi.h>'s MPI_Comm, without MPI's C++ bindings (it says why) */
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,14 @@
  * and Perfetto), and NVTX ranges on CUDA builds.
  *
  * ZS_TRACE=FILE (read once, with the other ZS_* settings) or zs_trace_start(FILE)
- * turns tracing on for the process. Events are kept in memory, per process (a
+ * turns tracing on for the process. FILE is checked as zs_trace_start checks
+ * it, when the trace layer first reads ZS_TRACE: at the first comm the process
+ * makes (or a traced call before it), so before any training. A FILE whose
+ * directory does not exist or cannot be written, or too long a name, is then
+ * an error in the log ("ZS_TRACE: cannot write trace files in 'DIR' ...;
+ * tracing is off") and tracing stays off, as zs_trace_start refuses such a
+ * FILE: the run is not left to find out at exit, from zs_trace_flush's
+ * ZS_ERR_IO, that its trace is lost. Events are kept in memory, per process (a
  * growable buffer under a mutex), and written as {"traceEvents":[...]} to
  * FILE.rank<r> by zs_trace_flush, by zs_comm_destroy and at process exit; r is
  * the rank of the first comm the process made (its world rank; recorded whether

@@ -77,8 +77,8 @@ zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what) {
     if (flag) return ZS_OK;
     if (limit > 0 && zs__now() - t0 > limit)
       return ZS_FAIL(NULL, ZS_ERR_TIMEOUT,
-                     "%s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank is stuck, gone, or never "
-                     "reached this call",
+                     "%s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank died (exited or was killed), "
+                     "is stuck, or never reached this call",
                      what, limit);
     struct timespec ts = {0, pause};
     nanosleep(&ts, NULL);
@@ -512,8 +512,7 @@ static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mp
     free(in);
     MPI_Comm_free(&node);
   }
-  const char *sv = getenv("ZS_MPI_STAGING");
-  int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || (sv && *sv && strcmp(sv, "0"));
+  int staged = zs_device_kind(dev) != ZS_DEVICE_CPU || zs__env_flag("ZS_MPI_STAGING", 0);
   int spin[3];
   poll_modes(fn, spin);
   zs__family_t *fam = NULL;

@@ -83,7 +83,7 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
   if (p->limit > 0 && p->t - p->t0 > p->limit)
     return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
                    "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
-                   "a rank is stuck or the ranks issued different collectives",
+                   "a rank died (exited or was killed), is stuck, or the ranks issued different collectives",
                    ctx->rank, ctx->size, what, p->limit);
   if (p->t - p->t0 < p->spin_s || (ctx->spin_idle && zs__device_host_waiting(ctx->dev))) {
     sched_yield();

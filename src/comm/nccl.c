@@ -308,8 +308,8 @@ zs_status_t zs__nccl_settle(nccl_ctx_t *ctx, ncclResult_t r, const char *what, d
     default:
       return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
                      "nccl comm (rank %d of %d): %s was still in progress after ZS_COMM_TIMEOUT_S=%g s (NCCL was "
-                     "still working with its peers, e.g. connecting: a rank is stuck, gone, or issued a different "
-                     "call); the NCCL comm was aborted",
+                     "still working with its peers, e.g. connecting: a rank died (exited or was killed), is stuck, "
+                     "or issued a different call); the NCCL comm was aborted",
                      ctx->rank, ctx->size, what, ctx->limit);
   }
 }

@@ -152,7 +152,8 @@ static int watch_run(void *vctx, zs__job_t *job) {
     } else if (w->started && limit > 0 && zs__now() - w->t0 > limit) {
       snprintf(msg, sizeof msg,
                "nccl comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: a rank "
-               "is stuck or the ranks issued different collectives; the NCCL comm was aborted",
+               "died (exited or was killed), is stuck, or the ranks issued different collectives; the NCCL comm "
+               "was aborted",
                ctx->rank, ctx->size, zs_coll_name(w->kind), limit);
       st = ZS_ERR_TIMEOUT;
     }

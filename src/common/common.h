@@ -80,7 +80,8 @@ zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ..
 
 void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, ...)
     ZS_PRINTF(4, 5);
-/* Rank shown in the default sink's prefix (-1: none). Set by comm creation. */
+/* Rank shown in the default sink's prefix (-1: none; then the launcher's, the
+ * settings' launcher_rank, if any). Set by comm creation. */
 void zs__log_set_rank(int rank);
 #define ZS_LOG_E(...) zs__log(ZS_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 #define ZS_LOG_W(...) zs__log(ZS_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
@@ -89,20 +90,53 @@ void zs__log_set_rank(int rank);
 
 /* ---- settings (ZS_* environment variables, read once) ---------------------- */
 
+/* The most ZS_THREADS takes: past any machine's cores per rank, and a value
+ * beyond it is a typo ("99999") rather than a wish. */
+#define ZS_THREADS_MAX 4096
+
 typedef struct {
   zs_log_level_t log_level; /* ZS_LOG: error|warn|info|debug (default warn) */
   double comm_timeout_s;    /* ZS_COMM_TIMEOUT_S: 0 = wait forever (default 300) */
-  int threads;              /* ZS_THREADS: CPU optimizer threads, 0 = decide (src/optim) */
+  int threads;              /* ZS_THREADS: CPU optimizer threads 1..ZS_THREADS_MAX, 0 = decide (src/optim) */
   int omp_threads;          /* OMP_NUM_THREADS (its first value), 0 = unset: the same role */
   char simd[16];            /* ZS_SIMD: force a CPU path: scalar|avx2|avx512 ("" = best) */
   char trace[512];          /* ZS_TRACE: trace file prefix ("" = off; zeroshard/trace.h) */
   int nvtx;                 /* ZS_NVTX=1: NVTX ranges on CUDA builds without ZS_TRACE (zeroshard/trace.h) */
   int mem_check;            /* ZS_MEM_CHECK=0: setup skips its host-memory room check (default 1) */
+  int launcher_rank;        /* the job's rank from the launcher's variables, -1 if none (zs_log_rank) */
 } zs_settings_t;
 
+/* The settings, read at the first call. What is wrong in them (a value that
+ * does not parse, an unknown ZS_* variable) is logged as a warning once they
+ * are in place, by the first call that finds them so (the log's level comes
+ * from them: they are not read under the log). */
 const zs_settings_t *zs__settings(void);
-/* Re-reads the environment (tests only). */
+/* Re-reads the environment and logs its warnings again (tests only). */
 void zs__settings_reload(void);
+
+/* ---- environment variables (src/common/env.c) ------------------------------- */
+
+/* The words of every on/off variable, as config_load.h takes them for flags. */
+#define ZS_ENV_FLAG_WORDS "1|0|true|false|on|off|yes|no"
+/* The on/off variable `name` with value v (may be NULL): the words above,
+ * case-insensitive, blanks around them ignored. Unset or empty: def, silently.
+ * Any other value: def, and why (n bytes) says so, naming the variable, the
+ * value, the words and the value used; else why is "". */
+int zs__env_flag_parse(const char *name, const char *v, int def, char *why, size_t n);
+/* zs__env_flag_parse on getenv(name), its complaint logged as a warning. Not
+ * for settings.c's reader (see zs__settings). */
+int zs__env_flag(const char *name, int def);
+/* A whole number lo..hi (digits only) from v; unset or empty: def silently;
+ * else def, and why names the variable, the value, the range and def_text
+ * (what def means: "the automatic count"). */
+int zs__env_count_parse(const char *name, const char *v, int lo, int hi, int def, const char *def_text, char *why,
+                        size_t n);
+/* 1 if `name` starts with ZS_ and is neither read by the library nor one of
+ * the repository's own (ZS_TEST_* and the others env.c lists); why then says
+ * so, with "did you mean ZS_X?" where a known name is close. */
+int zs__env_unknown(const char *name, char *why, size_t n);
+/* v as a message shows it: 64 bytes at most ("..." after), control bytes as \xNN. */
+void zs__env_shown(char *out, size_t n, const char *v);
 
 /* ---- ranks on this node ------------------------------------------------------ */
 
@@ -154,7 +188,9 @@ typedef enum {
 } zs_fault_t;
 
 /* After `skip` more calls succeed, the next `count` calls of kind `f` fail.
- * Also armed from the environment: ZS_FAULT_HOST_ALLOC=skip:count, etc. */
+ * Also armed from the environment: ZS_FAULT_HOST_ALLOC=skip:count, etc.,
+ * the names of zs__fault_env (indexed by zs_fault_t). */
+extern const char *const zs__fault_env[ZS_FAULT_COUNT];
 void zs__fault_arm(zs_fault_t f, int skip, int count);
 /* 1 if this call must fail. Thread-safe. */
 int zs__fault_hit(zs_fault_t f);

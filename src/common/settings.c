@@ -1,7 +1,9 @@
 /* Settings from ZS_* environment variables (read once), ranks on this node,
  * fault injection, clock. */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,54 +19,126 @@ static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
 static atomic_int fault_skip[ZS_FAULT_COUNT];
 static atomic_int fault_count[ZS_FAULT_COUNT];
-static const char *const fault_env[ZS_FAULT_COUNT] = {"ZS_FAULT_HOST_ALLOC", "ZS_FAULT_DEVICE_ALLOC",
-                                                      "ZS_FAULT_PINNED", "ZS_FAULT_THREAD",
-                                                      "ZS_FAULT_AIO_READ", "ZS_FAULT_AIO_WRITE"};
+
+static int launcher_rank(void);
+
+/* What settings_read finds wrong waits here until the settings are in place:
+ * it runs under settings_once, and the log it would write to takes its level
+ * (and the launcher's rank) from these settings, which would wait on
+ * settings_once again. zs__settings logs them once, through the sink. */
+enum { PENDING_MAX = 24 };
+static struct {
+  int line;
+  char msg[480];
+} pending[PENDING_MAX];
+static int npending, pending_more;
+static atomic_int pending_ready;
+
+static void note(int line, const char *fmt, ...) ZS_PRINTF(2, 3);
+static void note(int line, const char *fmt, ...) {
+  if (npending == PENDING_MAX) {
+    pending_more++;
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pending[npending].msg, sizeof pending[npending].msg, fmt, ap);
+  va_end(ap);
+  pending[npending++].line = line;
+}
+
+/* Called with the settings in place; the exchange makes one caller log them
+ * (and the log's own zs__settings call, from within, finds nothing). */
+static void pending_log(void) {
+  if (!atomic_exchange(&pending_ready, 0)) return;
+  for (int i = 0; i < npending; i++) zs__log(ZS_LOG_WARN, __FILE__, pending[i].line, "%s", pending[i].msg);
+  if (pending_more)
+    zs__log(ZS_LOG_WARN, __FILE__, __LINE__, "... and %d more warnings about ZS_* variables", pending_more);
+  npending = pending_more = 0;
+}
+
+/* Each ZS_* variable of the environment that nobody reads (a typo, or a name
+ * another tool uses), once per process: set, it would otherwise be ignored in
+ * silence. */
+static void unknown_vars(void) {
+  extern char **environ;
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "ZS_", 3)) continue;
+    char name[128], why[400];
+    size_t len = strcspn(*e, "=");
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, *e, len);
+    name[len] = '\0';
+    if (zs__env_unknown(name, why, sizeof why)) note(__LINE__, "%s", why);
+  }
+}
 
 static void settings_read(void) {
   zs_settings_t s = {.log_level = ZS_LOG_WARN, .comm_timeout_s = 300.0, .threads = 0, .mem_check = 1};
+  char why[400], shown[4 * 64 + 8];
   const char *v = getenv("ZS_LOG");
-  if (v) {
+  if (v && *v) { /* empty: the default, as an empty config variable keeps its default */
     if (!strcasecmp(v, "none")) s.log_level = ZS_LOG_NONE;
     else if (!strcasecmp(v, "error")) s.log_level = ZS_LOG_ERROR;
     else if (!strcasecmp(v, "warn")) s.log_level = ZS_LOG_WARN;
     else if (!strcasecmp(v, "info")) s.log_level = ZS_LOG_INFO;
     else if (!strcasecmp(v, "debug")) s.log_level = ZS_LOG_DEBUG;
-    else fprintf(stderr, "zeroshard WARN ZS_LOG='%s' is not none|error|warn|info|debug; using warn\n", v);
+    else {
+      zs__env_shown(shown, sizeof shown, v);
+      note(__LINE__, "ZS_LOG='%s' is not none|error|warn|info|debug; using warn", shown);
+    }
   }
   if ((v = getenv("ZS_COMM_TIMEOUT_S")) && *v) {
     char *end;
     double t = strtod(v, &end);
-    if (*end == '\0' && t >= 0) s.comm_timeout_s = t;
-    else fprintf(stderr, "zeroshard WARN ZS_COMM_TIMEOUT_S='%s' is not a number of seconds\n", v);
+    if (*end == '\0' && end != v && isfinite(t) && t >= 0) {
+      s.comm_timeout_s = t;
+    } else {
+      zs__env_shown(shown, sizeof shown, v);
+      note(__LINE__, "ZS_COMM_TIMEOUT_S='%s' is not a number of seconds (such as 300 or 2.5; 0 waits forever); "
+           "using %g", shown, s.comm_timeout_s);
+    }
   }
-  if ((v = getenv("ZS_THREADS")) && *v) s.threads = atoi(v) > 0 ? atoi(v) : 0;
+  s.threads = zs__env_count_parse("ZS_THREADS", getenv("ZS_THREADS"), 1, ZS_THREADS_MAX, 0,
+                                  "the automatic count (OMP_NUM_THREADS, else the rank's CPUs)", why, sizeof why);
+  if (why[0]) note(__LINE__, "%s", why);
   /* OpenMP's own list form "4,2" gives the outer level first */
   if ((v = getenv("OMP_NUM_THREADS")) && *v) {
     char *end;
     long t = strtol(v, &end, 10);
     if (t > 0 && t <= 1 << 20 && (*end == '\0' || *end == ',')) s.omp_threads = (int)t;
-    else fprintf(stderr, "zeroshard WARN OMP_NUM_THREADS='%s' is not a thread count; ignored\n", v);
+    else {
+      zs__env_shown(shown, sizeof shown, v);
+      note(__LINE__, "OMP_NUM_THREADS='%s' is not a thread count; ignored (the rank's CPUs decide)", shown);
+    }
   }
   if ((v = getenv("ZS_SIMD")) && *v) snprintf(s.simd, sizeof s.simd, "%s", v);
   if ((v = getenv("ZS_TRACE")) && *v) snprintf(s.trace, sizeof s.trace, "%s", v);
-  if ((v = getenv("ZS_NVTX")) && *v) s.nvtx = strcmp(v, "0") != 0;
-  if ((v = getenv("ZS_MEM_CHECK")) && *v) s.mem_check = strcmp(v, "0") != 0 && strcasecmp(v, "off") != 0;
+  s.nvtx = zs__env_flag_parse("ZS_NVTX", getenv("ZS_NVTX"), 0, why, sizeof why);
+  if (why[0]) note(__LINE__, "%s", why);
+  s.mem_check = zs__env_flag_parse("ZS_MEM_CHECK", getenv("ZS_MEM_CHECK"), 1, why, sizeof why);
+  if (why[0]) note(__LINE__, "%s", why);
+  s.launcher_rank = launcher_rank();
+  unknown_vars();
   settings = s;
   for (int f = 0; f < ZS_FAULT_COUNT; f++) {
     int skip = 0, count = 0;
-    if ((v = getenv(fault_env[f])) && sscanf(v, "%d:%d", &skip, &count) == 2) zs__fault_arm(f, skip, count);
+    if ((v = getenv(zs__fault_env[f])) && sscanf(v, "%d:%d", &skip, &count) == 2) zs__fault_arm(f, skip, count);
   }
+  atomic_store(&pending_ready, npending + pending_more > 0);
 }
 
 const zs_settings_t *zs__settings(void) {
   pthread_once(&settings_once, settings_read);
+  if (atomic_load_explicit(&pending_ready, memory_order_relaxed)) pending_log();
   return &settings;
 }
 
 void zs__settings_reload(void) {
   pthread_once(&settings_once, settings_read);
+  pending_log(); /* the first read's, before they are overwritten */
   settings_read();
+  pending_log();
 }
 
 /* ---- ranks on this node ----------------------------------------------------- */
@@ -129,6 +203,17 @@ static zs_node_ranks_t node_env_vars(void) {
   }
   if (n < 1) return (zs_node_ranks_t){0, 1, "default"};
   return (zs_node_ranks_t){k < n ? k : 0, n, src};
+}
+
+/* The job's rank as the launcher gives it, for the log before a comm exists:
+ * Open MPI, MPICH/Hydra (PMI), PMIx launchers, Slurm's srun, torchrun. */
+static int launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    int r = env_int(vars[i], 0);
+    if (r >= 0) return r;
+  }
+  return -1;
 }
 
 static void node_env_scan(void) {

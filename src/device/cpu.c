@@ -63,6 +63,12 @@ static void cpu_free(void *vctx, void *ptr) {
   zs__host_free(p, *(size_t *)p);
 }
 
+/* The header has it: zs_device_free checks the size its caller names. */
+static size_t cpu_alloc_size(void *vctx, const void *ptr) {
+  (void)vctx;
+  return *(const size_t *)((const char *)ptr - CPU_HDR) - CPU_HDR;
+}
+
 /* ---- events ------------------------------------------------------------------ */
 
 static void event_unref(zs_event_t *ev) {
@@ -467,6 +473,7 @@ static const zs_device_i cpu_iface = {
     .null_stream_is_host = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .alloc_size = cpu_alloc_size,
     .host_alloc_pinned = NULL, /* the pinned arena */
     .host_free_pinned = NULL,
     .stream_create = cpu_stream_create,
@@ -499,9 +506,8 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
   *out = NULL;
   cpu_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: out of memory");
-  const char *v = getenv("ZS_CPU_SHARED_HOST_THREAD");
-  ctx->shared = v && *v && strcmp(v, "0");
-  v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
+  ctx->shared = zs__env_flag("ZS_CPU_SHARED_HOST_THREAD", 0);
+  const char *v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
   ctx->limit_s = v && *v && atof(v) > 0 ? atof(v) : 60.0;
   if (ctx->shared) {
     zs_status_t st = zs__worker_start(&ctx->host, &zs__cpu_host_ops, ctx);
@@ -510,8 +516,7 @@ zs_status_t zs_device_create_cpu(zs_device_t **out) {
       return ZS_FAIL(NULL, st, "zs_device_create_cpu: %s", zs_last_error());
     }
   }
-  v = getenv("ZS_CPU_ASYNC_NULL_STREAM");
-  int async_null = v && *v && strcmp(v, "0");
+  int async_null = zs__env_flag("ZS_CPU_ASYNC_NULL_STREAM", 0);
   zs_device_i iface = cpu_iface;
   iface.null_stream_is_host = !async_null; /* else a wait on it is a wait on a stream */
   zs_status_t st = zs__device_wrap(out, &iface, ctx, ZS_DEVICE_CPU, 0);

@@ -357,6 +357,7 @@ static const zs_device_i cuda_iface = {
     .name = "cuda",
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .alloc_size = NULL, /* cudaMalloc keeps no size we can read back: zeroshard/device.h */
     .host_alloc_pinned = NULL, /* the pinned arena */
     .host_free_pinned = NULL,
     .stream_create = cuda_stream_create,

@@ -2,6 +2,7 @@
  * with its pageable fallback, pageable-copy counting; everything else is passed
  * to the backend (cpu.c, cuda.c) through dev->iface. */
 #include <stddef.h>
+#include <stdint.h> /* defines: PTRDIFF_MAX */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,12 +217,24 @@ zs_status_t zs_device_alloc(zs_device_t *dev, size_t bytes, zs_mem_category_t ca
   return ZS_OK;
 }
 
+size_t zs__device_free_size(zs_device_t *dev, const char *fn, const void *ptr, size_t bytes, zs_mem_category_t cat) {
+  size_t real = dev->iface.alloc_size ? dev->iface.alloc_size(dev->ctx, ptr) : bytes;
+  if (real == bytes) return bytes;
+  /* taken at its word, the accountant would keep the difference as in use for
+   * good (and destroy would report a leak that is not there) */
+  ZS_LOG_E("%s: %p holds %zu bytes of %s but the free names %zu: a free must name the size it was allocated "
+           "with (zeroshard/device.h); %zu bytes are taken off the accountant",
+           fn, ptr, real, zs_mem_category_name(cat), bytes, real);
+  return real;
+}
+
 void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t cat) {
   if (!dev || !ptr) return;
   if (!cat_ok(cat)) {
     ZS_LOG_E("zs_device_free: category %d is not a zs_mem_category_t; %p not freed", (int)cat, ptr);
     return;
   }
+  bytes = zs__device_free_size(dev, "zs_device_free", ptr, bytes, cat);
   dev->iface.free(dev->ctx, ptr);
   zs__acct_count(&dev->acct, ZS_ACCT_BACKEND_FREE);
   zs__acct_count(&dev->acct, ZS_ACCT_DEVICE_SYNC); /* cudaFree waits for the whole device */
@@ -346,6 +359,10 @@ zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t
     return ZS_FAIL(dev->err, ZS_ERR_INVALID,
                    "zs_memcpy_async: copy kind %d is not a zs_copy_kind_t", (int)kind);
   if (bytes == 0) return ZS_OK;
+  if (bytes > (size_t)PTRDIFF_MAX) /* no buffer is that large: a count gone negative */
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_memcpy_async: %zu bytes is more than any buffer holds (at most PTRDIFF_MAX, %td): "
+                   "a size computed from a negative or overflowed count?", bytes, PTRDIFF_MAX);
   if (!dst || !src)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_memcpy_async: %s is NULL for a copy of %zu bytes",
                    !dst ? "dst" : "src", bytes);
@@ -358,6 +375,10 @@ zs_status_t zs_memcpy_async(zs_device_t *dev, void *dst, const void *src, size_t
 zs_status_t zs_memset_async(zs_device_t *dev, void *dst, int value, size_t bytes, zs_stream_t *s) {
   ZS_CHECK_HANDLE(dev, "zs_memset_async");
   if (bytes == 0) return ZS_OK;
+  if (bytes > (size_t)PTRDIFF_MAX)
+    return ZS_FAIL(dev->err, ZS_ERR_INVALID,
+                   "zs_memset_async: %zu bytes is more than any buffer holds (at most PTRDIFF_MAX, %td): "
+                   "a size computed from a negative or overflowed count?", bytes, PTRDIFF_MAX);
   if (!dst)
     return ZS_FAIL(dev->err, ZS_ERR_INVALID, "zs_memset_async: dst is NULL for %zu bytes", bytes);
   return dev->iface.memset_async(dev->ctx, dst, value, bytes, s);

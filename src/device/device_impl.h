@@ -30,6 +30,9 @@ typedef struct {
   int null_stream_is_host; /* the NULL stream is the caller's thread (cpu): waits on it block the host */
   zs_status_t (*alloc)(void *ctx, size_t bytes, void **out);
   void (*free)(void *ctx, void *ptr);
+  /* the bytes alloc gave ptr, where the backend keeps them at no cost (cpu:
+   * its header); NULL: unknown (cuda), frees are then taken at their word */
+  size_t (*alloc_size)(void *ctx, const void *ptr);
   /* pinned host memory; may be NULL: device.c then uses the pinned arena */
   zs_status_t (*host_alloc_pinned)(void *ctx, size_t bytes, void **out, int *pinned);
   void (*host_free_pinned)(void *ctx, void *ptr, size_t bytes);
@@ -169,6 +172,10 @@ void *zs__stream_native(zs_device_t *dev, zs_stream_t *s);
 zs_status_t zs__device_host_reserve(zs_device_t *dev, size_t bytes);
 /* The accountant of the device (for layers that allocate through other means). */
 zs_mem_acct_t *zs__device_acct(zs_device_t *dev);
+/* The size a free of ptr must take off the accountant: `bytes` as named, or,
+ * where the backend knows the block's size (alloc_size) and it differs, that
+ * size, with an error naming both (fn: the public function). */
+size_t zs__device_free_size(zs_device_t *dev, const char *fn, const void *ptr, size_t bytes, zs_mem_category_t cat);
 /* Spare events for reuse (event_pool.c): the mpi backend's `ready` events and
  * the offload converter's copy events, where a user may lag several events
  * behind, so they are not reused in a fixed rotation. get takes a spare or

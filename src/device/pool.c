@@ -131,6 +131,9 @@ void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_cate
     ZS_LOG_E("zs_device_free_async: category %d is not a zs_mem_category_t; %p not freed", (int)cat, ptr);
     return;
   }
+  /* cached under the size it really has: under another, a request of that
+   * size would get a block too small */
+  bytes = zs__device_free_size(dev, "zs_device_free_async", ptr, bytes, cat);
   zs__pool_t *p = dev->pool;
   zs_event_t *ev = event_get(dev, p);
   if (ev && zs_event_record(dev, ev, s) != ZS_OK) {

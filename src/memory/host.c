@@ -20,7 +20,7 @@
  * floats. On 2 cores of the AMX Xeon at 32M elements, zs-bench-adam's AdamW
  * step ran 1790 -> 1920 Mparam/s with fp32 states, 2330 -> 2750 bf16, 2720
  * -> 3100 int8 (bench/bench_adam.c allocates here too). ZS_HOST_HUGEPAGES=0
- * turns it off. No buffer grows: the advice covers the buffer's own pages, and
+ * (or off, false, no) turns it off. No buffer grows: the advice covers the buffer's own pages, and
  * a huge page needs a whole aligned 2 MiB inside them, so a partial last one
  * keeps small pages. */
 #include <pthread.h>
@@ -40,10 +40,7 @@
 
 static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
 static int huge_on;
-static void huge_init(void) {
-  const char *e = getenv("ZS_HOST_HUGEPAGES");
-  huge_on = !(e && e[0] == '0' && !e[1]);
-}
+static void huge_init(void) { huge_on = zs__env_flag("ZS_HOST_HUGEPAGES", 1); }
 int zs__host_huge_for(size_t bytes) {
   if (bytes < ZS_HUGE_PAGE) return 0;
   pthread_once(&huge_once, huge_init);

@@ -53,11 +53,36 @@ static void hook_exit_locked(void) {
   exit_hooked = 1;
 }
 
+/* Whether trace files FILE.rank<r> can be written: ZS_OK, or ZS_ERR_INVALID
+ * (too long) or ZS_ERR_IO (the folder is missing or not writable) with why.
+ * Checked when tracing is asked for, not at exit when nobody can act on it. */
+static zs_status_t file_check(const char *file, char *why, size_t n) {
+  if (strlen(file) + 16 > sizeof prefix) { /* room for ".rank<r>.tmp" */
+    snprintf(why, n, "the file name is %zu bytes long, at most %zu are supported", strlen(file), sizeof prefix - 16);
+    return ZS_ERR_INVALID;
+  }
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", file);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  if (access(dir, W_OK | X_OK) != 0) {
+    snprintf(why, n, "cannot write trace files in '%s' (for %s.rank<r>): create the directory or choose another file",
+             dir, file);
+    return ZS_ERR_IO;
+  }
+  return ZS_OK;
+}
+
 int zs__trace_init(void) {
+  const zs_settings_t *s = zs__settings(); /* before mu: it may log its own warnings */
+  char why[1200] = "";
   pthread_mutex_lock(&mu);
   if (atomic_load(&zs__trace_state) < 0) {
-    const zs_settings_t *s = zs__settings();
     int json = s->trace[0] != '\0';
+    /* as zs_trace_start refuses such a file: tracing stays off, and says so now */
+    if (json && file_check(s->trace, why, sizeof why) != ZS_OK) json = 0;
     if (json) {
       snprintf(prefix, sizeof prefix, "%s", s->trace);
       hook_exit_locked();
@@ -66,6 +91,7 @@ int zs__trace_init(void) {
     atomic_store(&zs__trace_state, (json ? ZS__TRACE_JSON : 0) | (nvtx ? ZS__TRACE_NVTX : 0));
   }
   pthread_mutex_unlock(&mu);
+  if (why[0]) ZS_LOG_E("ZS_TRACE: %s; tracing is off", why);
   return atomic_load(&zs__trace_state);
 }
 
@@ -73,19 +99,9 @@ int zs_trace_enabled(void) { return (zs__trace_on() & ZS__TRACE_JSON) != 0; }
 
 zs_status_t zs_trace_start(const char *file) {
   if (!file || !*file) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_trace_start: the file name is NULL or empty");
-  if (strlen(file) + 16 > sizeof prefix) /* room for ".rank<r>.tmp" */
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_trace_start: the file name is %zu bytes long, at most %zu are supported",
-                   strlen(file), sizeof prefix - 16);
-  /* the directory must take the file now, not at exit when nobody can act on it */
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s", file);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  if (access(dir, W_OK | X_OK) != 0)
-    return ZS_FAIL(NULL, ZS_ERR_IO, "zs_trace_start: cannot write trace files in '%s' (for %s.rank<r>): create the "
-                   "directory or choose another file", dir, file);
+  char why[1200];
+  zs_status_t st = file_check(file, why, sizeof why);
+  if (st != ZS_OK) return ZS_FAIL(NULL, st, "zs_trace_start: %s", why);
   zs__trace_on(); /* ZS_TRACE and ZS_NVTX read first: a later read must not undo this call */
   pthread_mutex_lock(&mu);
   snprintf(prefix, sizeof prefix, "%s", file);
@@ -102,6 +118,7 @@ int64_t zs_trace_now_us(void) {
 }
 
 void zs__trace_set_rank(int r) {
+  zs__trace_on(); /* the first comm reads ZS_TRACE: a bad one is reported before any training */
   pthread_mutex_lock(&mu);
   if (rank < 0 && r >= 0) rank = r;
   pthread_mutex_unlock(&mu);
