@@ -17,6 +17,11 @@
  *   test_ckpt_words       layout words or attributes given to one rank only:
  *                         the save is ZS_ERR_MISMATCH on both, nothing saved
  *                         (it saved rank 0's words, silently)
+ *   test_group_split      zs_step_group over an engine of the world and one
+ *                         of each rank alone (a second model per rank): the
+ *                         ranks' norms differ, so it is ZS_ERR_MISMATCH on
+ *                         both, nothing updated (each rank clipped with its
+ *                         own norm and the replicas drifted apart)
  *   test_skip_once        a NaN in rank 1's gradients: the skipped step is one
  *                         warning, rank 0's, naming the step (it was one per
  *                         rank, each naming itself)
@@ -200,6 +205,49 @@ static void test_ckpt_words(void) {
   gpt_tmpdir_remove(keep, dir);
 }
 
+static void test_group_split(void) {
+  zs_comm_t *self = NULL;
+  assert_ok(zs_comm_split(keep, rank, 0, &self));
+  tm_model_t *ma = calloc(1, sizeof *ma), *mb = calloc(1, sizeof *mb);
+  assert_true(ma && mb);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 2;
+  c.grad_clip = 0.05f;
+  zs_engine_t *a = NULL, *b = NULL;
+  assert_ok(tm_open(&c, kdev, keep, 1, &a, ma));
+  assert_ok(tm_open(&c, kdev, self, 1, &b, mb));
+  double loss;
+  int64_t n = zs_param_numel(a, 0);
+  float *before = malloc((size_t)n * sizeof *before), *after = malloc((size_t)n * sizeof *after);
+  assert_true(before && after);
+  expect_ok(zs_param_get(a, 0, before));
+  expect_ok(tm_round(a, ma, X, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(tm_round(b, mb, X, T, rank * (NS / size), NS / size, &loss)); /* each rank's own samples */
+  zs_engine_t *g[2] = {a, b};
+  expect_status(zs_step_group(g, 2, NULL), ZS_ERR_MISMATCH);
+  expect_str_contains(zs_last_error(), "computed different group norms");
+  expect_ok(zs_param_get(a, 0, after));
+  expect_true(memcmp(before, after, (size_t)n * sizeof *before) == 0);
+  free(before), free(after);
+  zs_engine_destroy(b);
+  zs_engine_destroy(a);
+  zs_comm_destroy(self);
+  tm_free(ma), tm_free(mb);
+  free(ma), free(mb);
+  /* both over the world (one model in two engines): the group steps */
+  zs_engine_t *x, *y;
+  tm_model_t *mx = open_tiny(2, &x), *my = open_tiny(2, &y);
+  if (!mx || !my) return;
+  expect_ok(tm_round(x, mx, X, T, rank * (NS / size), NS / size, &loss));
+  expect_ok(tm_round(y, my, X, T, rank * (NS / size), NS / size, &loss));
+  zs_engine_t *h[2] = {x, y};
+  zs_step_report_t rep;
+  expect_ok(zs_step_group(h, 2, &rep));
+  expect_int_eq(rep.step, 1);
+  close_tiny(y, my);
+  close_tiny(x, mx);
+}
+
 static int nwarn;
 static char warned[512];
 static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
@@ -238,6 +286,7 @@ int main(void) {
   zs_test_run(test_names_utf8);
   zs_test_run(test_last_error_clean);
   zs_test_run(test_ckpt_words);
+  zs_test_run(test_group_split);
   zs_test_run(test_skip_once);
   int rc = zs_test_finish();
   zs_comm_destroy(keep); /* the last comm: finalizes MPI */

@@ -41,7 +41,12 @@
  * handed to another between calls). A step call (zs_forward_begin/_end,
  * zs_backward_begin, zs_gather, zs_release, zs_reduce, zs_step, zs_step_group)
  * made while another thread's runs on the same engine is ZS_ERR_STATE, the
- * message in that thread's zs_last_error(), and changes nothing.
+ * message in that thread's zs_last_error(), and changes nothing. Two engines
+ * stepped from two threads at once need comms of their own (zs_comm_split
+ * gives each one): engines sharing a comm would issue its collectives in
+ * whatever order the threads reach them, which the ranks need not share (a
+ * trial saw MPI_ERR_IN_STATUS); one after the other from one thread, they may
+ * share it.
  */
 #ifndef ZEROSHARD_ENGINE_H
 #define ZEROSHARD_ENGINE_H
@@ -269,7 +274,12 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
  * engines); the message is in zs_last_error and, where there is one, in
  * engines[0]'s last error. Errors of one engine's phases are zs_step's, in that
  * engine's last error; ZS_ERR_OVERFLOW (fp16 at the minimum scale) is returned
- * after every engine has stepped. */
+ * after every engine has stepped. The group is one model: each engine's comm
+ * must span ranks that step the same group, so that every rank computes the
+ * same norm (checked over each engine's comm before anything is updated:
+ * ZS_ERR_MISMATCH). Two separate models (a distillation's teacher and
+ * student, an actor and a critic) are stepped each with zs_step: a group
+ * would clip one by the other's norm. */
 zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep);
 /* Delayed parameter update (config delayed_param_update, with offload): zs_step
  * starts the CPU optimizer of step t in the background and returns; forward and
@@ -367,7 +377,9 @@ const char *zs_param_name(const zs_engine_t *zs, int param);
 zs_status_t zs_unit_layout(const zs_engine_t *zs, int unit, int64_t *numel, int64_t *padded,
                            int64_t *shard);
 
-/* The device accountant's figures (bytes by domain and category). */
+/* The device accountant's figures (bytes by domain and category): the
+ * device's, whatever engines share it; an engine's own figures are those of a
+ * device (and comm) of its own. */
 zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 
 /* What the declared model will hold per rank at `world` ranks (any world size:

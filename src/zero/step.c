@@ -388,6 +388,33 @@ zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *
   return st;
 }
 
+/* The group's norm is one model's only if every rank of each engine's comm
+ * added up the same engines' parts: engines over comms that split the ranks
+ * otherwise (another model per rank, say) give each rank its own norm and
+ * clip, and replicas that drift apart. Compared bit for bit over each
+ * engine's comm before anything is updated. */
+static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm) {
+  int64_t bits;
+  memcpy(&bits, &norm, sizeof bits);
+  for (int i = 0; i < n; i++) {
+    if (e[i]->world == 1) continue;
+    int64_t v[2] = {bits, ~bits}; /* the largest, and (complemented) the smallest */
+    ZS_CHECK(zs__eng_xall_reduce(e[i], v, 2, ZS_MAX));
+    if (v[0] == ~v[1]) continue;
+    double lo, hi;
+    int64_t b = ~v[1];
+    memcpy(&lo, &b, sizeof lo);
+    memcpy(&hi, &v[0], sizeof hi);
+    return ZS_FAIL(e[i]->err, ZS_ERR_MISMATCH,
+                   "zs_step_group: the ranks of engines[%d]'s comm computed different group norms (this rank %.9g; "
+                   "among them %.9g and %.9g): the group's engines must hold parts of one model, each engine's comm "
+                   "spanning ranks that step the same group (a second model, as in distillation, is stepped alone "
+                   "with zs_step); nothing was updated",
+                   i, norm, lo, hi);
+  }
+  return ZS_OK;
+}
+
 static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
   for (int i = 0; i < n; i++) ZS_CHECK(step_prepare(engines[i]));
   /* the norm of the whole model: each engine's share in double, averaged by
@@ -403,6 +430,7 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
     sq += part * part;
   }
   if (n > 1) norm = sqrt(sq);
+  if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm));
   zs_status_t result = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_status_t st = step_update(engines[i], norm, finite, i == 0 ? rep : NULL);
