@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h" /* zs__env_flag_parse */
 #include "harness.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/device.h"
@@ -20,8 +21,10 @@
 /* The world comm moves device buffers through pinned host staging (an mpi comm on
  * a cuda device, or ZS_MPI_STAGING=1 on a cpu device). */
 static inline int staged_comm(void) {
-  const char *s = getenv("ZS_MPI_STAGING"), *c = getenv("ZS_TEST_COMM"), *d = getenv("ZS_TEST_DEVICE");
-  return (s && *s && strcmp(s, "0")) || (d && !strcmp(d, "cuda") && c && !strcmp(c, "mpi"));
+  const char *c = getenv("ZS_TEST_COMM"), *d = getenv("ZS_TEST_DEVICE");
+  char why[400]; /* the library's own reading of the word (zs__env_flag_parse) */
+  return zs__env_flag_parse("ZS_MPI_STAGING", getenv("ZS_MPI_STAGING"), 0, why, sizeof why) ||
+         (d && !strcmp(d, "cuda") && c && !strcmp(c, "mpi"));
 }
 
 /* Host code may not read what the device's NULL stream writes until it has
@@ -29,8 +32,9 @@ static inline int staged_comm(void) {
  * asynchronous (ZS_CPU_ASYNC_NULL_STREAM=1, as CUDA's). Test trainers then
  * compute on host mirrors they copy to and from, as on a GPU. */
 static inline int device_async(zs_device_t *dev) {
-  const char *a = getenv("ZS_CPU_ASYNC_NULL_STREAM");
-  return zs_device_kind(dev) == ZS_DEVICE_CUDA || (a && *a && strcmp(a, "0"));
+  char why[400];
+  return zs_device_kind(dev) == ZS_DEVICE_CUDA ||
+         zs__env_flag_parse("ZS_CPU_ASYNC_NULL_STREAM", getenv("ZS_CPU_ASYNC_NULL_STREAM"), 0, why, sizeof why);
 }
 
 static int open_world(zs_device_t **dev, zs_comm_t **world) {

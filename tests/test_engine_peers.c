@@ -4,6 +4,11 @@
  *                         is that error on both ranks at once, naming rank 1
  *                         (rank 0 used to go on to setup and wait 300 s in
  *                         its all-reduce); the comm then serves a good create
+ *   test_create_fault     rank 1 runs out of memory for create's agreement
+ *                         scratch: it revokes the comm, and rank 0 hears
+ *                         ZS_ERR_PEER at once (it waited ZS_COMM_TIMEOUT_S)
+ *   test_mesh_one_bad     zs_engine_create_mesh with a shard_group only rank
+ *                         1's mesh refuses: that error on both ranks at once
  *   test_after_peer       after rank 1 revokes the comm mid-forward, rank 0's
  *                         release, reduce and step are ZS_ERR_PEER naming the
  *                         failure (they were ZS_ERR_STATE "call zs_reduce
@@ -22,6 +27,11 @@
  *                         ranks' norms differ, so it is ZS_ERR_MISMATCH on
  *                         both, nothing updated (each rank clipped with its
  *                         own norm and the replicas drifted apart)
+ *   test_one_folder       two engines of one process saving into one folder:
+ *                         the second is refused while the first lives (it
+ *                         replaced the first's checkpoint, and both loaded
+ *                         the second's on resume); an engine that loaded the
+ *                         folder may save into it
  *   test_skip_once        a NaN in rank 1's gradients: the skipped step is one
  *                         warning, rank 0's, naming the step (it was one per
  *                         rank, each naming itself)
@@ -36,7 +46,9 @@
 #include "gpt_tmpdir.h"
 #include "tiny_model.h"
 #include "zeroshard/checkpoint.h"
+#include "common/common.h" /* zs__fault_arm */
 #include "zeroshard/log.h"
+#include "zeroshard/mesh.h"
 
 static zs_device_t *kdev;
 static zs_comm_t *keep;
@@ -87,6 +99,45 @@ static void test_create_one_bad(void) {
   c.stage = 3;
   expect_ok(zs_engine_create(&zs, &c, kdev, keep));
   zs_engine_destroy(zs);
+  expect_ok(zs_comm_barrier(keep, NULL));
+}
+
+static void test_create_fault(void) {
+  zs_comm_t *w = NULL;
+  assert_ok(zs_comm_create_mpi_world(&w, kdev)); /* a family of its own: the revoke breaks it alone */
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  if (rank == 1) zs__fault_arm(ZS_FAULT_DEVICE_ALLOC, 0, 1);
+  zs_engine_t *zs = NULL;
+  double t0 = now_s();
+  zs_status_t st = zs_engine_create(&zs, &c, kdev, w);
+  double dt = now_s() - t0;
+  zs__fault_arm(ZS_FAULT_DEVICE_ALLOC, 0, 0);
+  expect_status(st, rank == 1 ? ZS_ERR_NOMEM : ZS_ERR_PEER);
+  expect_true(zs == NULL);
+  if (rank == 0) expect_str_contains(zs_last_error(), "failed before the ranks' agreement");
+  expect_true(dt < 10.0);
+  if (zs) zs_engine_destroy(zs);
+  zs_comm_destroy(w);
+  expect_ok(zs_comm_barrier(keep, NULL));
+}
+
+static void test_mesh_one_bad(void) {
+  zs_mesh_t *mesh = NULL;
+  const char *names[] = {"dp"};
+  int sizes[] = {2};
+  assert_ok(zs_mesh_create(&mesh, keep, 1, names, sizes));
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  c.shard_group = rank == 1 ? 1 : 0;
+  zs_engine_t *zs = NULL;
+  double t0 = now_s();
+  zs_status_t st = zs_engine_create_mesh(&zs, &c, kdev, mesh);
+  expect_status(st, ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "shard_group 1");
+  expect_true(now_s() - t0 < 10.0);
+  if (zs) zs_engine_destroy(zs);
+  zs_mesh_destroy(mesh);
   expect_ok(zs_comm_barrier(keep, NULL));
 }
 
@@ -150,6 +201,12 @@ static void test_names_utf8(void) {
   void *p2 = NULL, *g2 = NULL;
   expect_ok(zs_param_add(zs, u, "w\xc3\xbc", 1, (int64_t[]){4}, 0, &p2, &g2, NULL));
   expect_int_eq(zs_engine_param_count(zs), 1);
+  /* the whole tensor's name of a split goes into the manifest too */
+  zs_split_t sp = {.whole = "whole\xff"};
+  expect_status(zs_checkpoint_set_split(zs, 0, &sp), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "not UTF-8");
+  sp.whole = "whole.\xc3\xbc";
+  expect_ok(zs_checkpoint_set_split(zs, 0, &sp));
   zs_engine_destroy(zs);
 }
 
@@ -248,6 +305,36 @@ static void test_group_split(void) {
   close_tiny(x, mx);
 }
 
+static void test_one_folder(void) {
+  zs_engine_t *a, *b;
+  tm_model_t *ma = open_tiny(3, &a), *mb = open_tiny(1, &b);
+  if (!ma || !mb) return;
+  char dir[128], d1[200], d2[200];
+  gpt_tmpdir(keep, "/tmp/zs_peers_XXXXXX", dir);
+  snprintf(d1, sizeof d1, "%s/one", dir);
+  snprintf(d2, sizeof d2, "%s/two", dir);
+  zs_checkpoint_info_t info;
+  expect_ok(zs_checkpoint_save(a, d1));
+  expect_status(zs_checkpoint_save(b, d1), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "holds the checkpoint of another engine of this process");
+  if (rank == 0) expect_ok(zs_checkpoint_verify(d1, &info)); /* a's, whole */
+  expect_ok(zs_checkpoint_save(b, d2));
+  expect_ok(zs_checkpoint_save(a, d1)); /* its own folder again */
+  expect_ok(zs_checkpoint_load(b, d1)); /* b loads a's: then it may save there */
+  expect_ok(zs_checkpoint_save(b, d1));
+  close_tiny(a, ma);
+  expect_ok(zs_checkpoint_save(b, d2));
+  close_tiny(b, mb);
+  /* a new engine, the old ones gone: the folder is anybody's */
+  zs_engine_t *c;
+  tm_model_t *mc = open_tiny(2, &c);
+  if (mc) {
+    expect_ok(zs_checkpoint_save(c, d2));
+    close_tiny(c, mc);
+  }
+  gpt_tmpdir_remove(keep, dir);
+}
+
 static int nwarn;
 static char warned[512];
 static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
@@ -282,11 +369,14 @@ int main(void) {
   zs_t_world_skip_unless(size == 2, kdev, keep, "runs on 2 ranks");
   tm_data(NS, X, T);
   zs_test_run(test_create_one_bad);
+  zs_test_run(test_create_fault);
+  zs_test_run(test_mesh_one_bad);
   zs_test_run(test_after_peer);
   zs_test_run(test_names_utf8);
   zs_test_run(test_last_error_clean);
   zs_test_run(test_ckpt_words);
   zs_test_run(test_group_split);
+  zs_test_run(test_one_folder);
   zs_test_run(test_skip_once);
   int rc = zs_test_finish();
   zs_comm_destroy(keep); /* the last comm: finalizes MPI */

@@ -208,8 +208,8 @@ static int vma_hugepage(const void *p) {
  * ZS_HOST_HUGEPAGES=0; smaller ones neither. The sanitizer builds (system
  * allocator) do the same. The pinned arena's regions are advised too. */
 static void test_host_hugepages(void) {
-  const char *e = getenv("ZS_HOST_HUGEPAGES");
-  const int on = !(e && !strcmp(e, "0"));
+  char why[400];
+  const int on = zs__env_flag_parse("ZS_HOST_HUGEPAGES", getenv("ZS_HOST_HUGEPAGES"), 1, why, sizeof why);
   const size_t big = (6u << 20) + 100, small = 100000;
   char *s = zs__host_malloc(small), *b = zs__host_malloc(big);
   assert_true(s && b);

@@ -76,7 +76,11 @@ extern "C" {
  * the model is a whole checkpoint of its own in dir/mp<r> (r = the part's rank
  * in the model-parallel group), its manifest recording the group's size and r;
  * every save, load and their agreements then span the whole mesh (call them on
- * every rank of it). */
+ * every rank of it). One folder per engine: a save replaces the folder's
+ * earlier saves, so saving into a folder another live engine of this process
+ * saved into or loaded from (and this one did not) is ZS_ERR_INVALID, saving
+ * nothing (two models' engines in one folder left only the second's, which
+ * both then loaded). */
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
 /* Loads the checkpoint in `dir` into an engine that was set up with the same
  * parameters (names, shapes, order); restores the step count and loss scale.

@@ -126,7 +126,9 @@ typedef struct {
  * be dev. cfg is copied. Collective over comm (every rank calls it): a config
  * any rank refuses (zs_config_validate, or one that does not fit the comm) is
  * that error on every rank, naming the refusing rank, and no rank gets an
- * engine. */
+ * engine. A rank without memory for the engine itself revokes the comm
+ * (zs_comm_revoke) so that the others get ZS_ERR_PEER at once rather than
+ * wait in the agreement. */
 zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
                              zs_comm_t *comm);
 /* An engine over a process mesh (zeroshard/mesh.h), by the dimensions' roles:

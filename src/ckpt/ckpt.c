@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,11 @@ zs_status_t zs__ck_agree(zs_engine_t *zs, zs_status_t mine, const char *what) {
 int zs__ck_mp_size(const zs_engine_t *zs) {
   int n = zs_engine_mp_size(zs, NULL);
   return n > 1 ? n : 0;
+}
+
+void zs__ck_own(zs_engine_t *zs, const char *dir) {
+  char real[PATH_MAX];
+  if (realpath(dir, real)) snprintf(zs->ck_own, sizeof zs->ck_own, "%s", real);
 }
 
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir) {

@@ -110,6 +110,9 @@ const char *zs__ck_shape_str(char *buf, size_t n, int ndim, const int64_t *shape
 int zs__ck_layout_ok(const char *s);
 /* dir, or dir/mp<rank>: a string to free(), NULL without memory. */
 char *zs__ck_dir(const zs_engine_t *zs, const char *dir);
+/* Records the part's folder (zs__ck_dir's) as the one this engine last saved
+ * into or loaded from (ck_own: zs_checkpoint_save's folder check). */
+void zs__ck_own(zs_engine_t *zs, const char *dir);
 zs_status_t zs__ck_check_call(zs_engine_t *zs, const char *path, const char *fn);
 /* Whether the unit keeps state of a kind. The master is fp32 (zs__eng_master_get
  * / _set read and write it wherever it lives); m and v are in the state dtype

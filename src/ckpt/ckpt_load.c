@@ -45,7 +45,7 @@ static zs_status_t optim_fits(zs_engine_t *zs, const char *top, const manifest_t
   const char *mine = zs__config_optim_name(zs->cfg.optim.kind);
   /* Adam and AdamW keep the same m and v (they differ in how the decay enters) */
   const int adams = !strncmp(m->optimizer, "adam", 4) && !strncmp(mine, "adam", 4);
-  if (adams && strcmp(m->optimizer, mine) && zs->rank == 0 && zs->mp_rank == 0)
+  if (adams && strcmp(m->optimizer, mine) && zs->cfg.optim.weight_decay != 0.0f && zs->rank == 0 && zs->mp_rank == 0)
     ZS_LOG_W("zs_checkpoint_load: %s was saved with %s and loads into this %s engine: m and v are taken as they are, "
              "though with weight decay Adam's hold the decay's L2 term and AdamW's do not, so they settle again over "
              "the next ~1/(1-beta2) steps",
@@ -297,6 +297,7 @@ zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);
+  if (st == ZS_OK) zs__ck_own(zs, dir);
   free(dir);
   return st;
 }

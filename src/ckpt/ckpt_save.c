@@ -1,6 +1,7 @@
 /* Checkpoints: saving. Every rank writes its rank file, rank 0 the manifest last. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -410,6 +411,21 @@ static void remove_other_layout(const char *top, int mp_size) {
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
 
+/* A save replaces the folder's earlier saves: that must not be another
+ * engine's checkpoint. Two engines of one process that save into one folder
+ * (a teacher and a student, an actor and a critic) would leave only the
+ * second, and each would load it on resume: refused while the other engine
+ * lives, unless this one saved into or loaded from the folder itself. */
+static zs_status_t folder_free(zs_engine_t *zs, const char *dir) {
+  char real[PATH_MAX], other[160];
+  if (!realpath(dir, real)) return ZS_OK; /* not there yet: nobody's */
+  if (!zs__eng_folder_taken(zs, real, other, sizeof other)) return ZS_OK;
+  return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                 "zs_checkpoint_save: %s holds the checkpoint of another engine of this process (%s): a save replaces "
+                 "the folder's earlier saves, so that one would be lost; give each engine a folder of its own",
+                 dir, other);
+}
+
 static uint64_t fnv1a(const char *s) {
   uint64_t h = 1469598103934665603ull;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -449,7 +465,9 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_save: naming the directory");
   if (st == ZS_OK) st = same_words(zs);
+  if (st == ZS_OK) st = zs__ck_agree(zs, folder_free(zs, dir), "zs_checkpoint_save");
   if (st == ZS_OK) st = zs_checkpoint_save_in(zs, top, dir);
+  if (st == ZS_OK) zs__ck_own(zs, dir);
   free(dir);
   return st;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "config/config_impl.h" /* defines: zs__utf8_bad */
 
 /* ---- checking a split --------------------------------------------------------------- */
 
@@ -119,6 +120,10 @@ zs_status_t zs_checkpoint_set_split(zs_engine_t *zs, int param, const zs_split_t
   if (split->whole && strlen(split->whole) >= ZS_NAME_MAX)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s': the whole tensor's name is longer than %d bytes", fn, p->name,
                    ZS_NAME_MAX - 1);
+  if (split->whole && zs__utf8_bad(split->whole) != (size_t)-1)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID,
+                   "%s: '%s': the whole tensor's name is not UTF-8 (byte %zu): checkpoints record names as UTF-8", fn,
+                   p->name, zs__utf8_bad(split->whole));
   snprintf(s.whole, sizeof s.whole, "%s", split->whole ? split->whole : "");
   s.wndim = split->whole_ndim, s.vndim = split->ndim, s.dim = split->dim;
   if (s.vndim > 0 && s.wndim <= 0)

@@ -2,6 +2,7 @@
  * for counts, and the list of every ZS_* name the library or this repository
  * reads, against which an unknown one is reported (with the known name it is
  * closest to). settings.c reads the variables; this file only judges them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,19 @@ int zs__env_flag_parse(const char *name, const char *v, int def, char *why, size
 int zs__env_flag(const char *name, int def) {
   char why[400];
   int on = zs__env_flag_parse(name, getenv(name), def, why, sizeof why);
-  if (why[0]) ZS_LOG_W("%s", why);
+  /* read per comm or device: a bad value warns once a process (a mesh makes
+   * several comms), names compared by content */
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static char warned[8][48];
+  int first = 0;
+  if (why[0]) {
+    pthread_mutex_lock(&mu);
+    int k = 0;
+    while (k < 8 && warned[k][0] && strcmp(warned[k], name)) k++;
+    if (k < 8 && !warned[k][0]) snprintf(warned[k], sizeof warned[k], "%s", name), first = 1;
+    pthread_mutex_unlock(&mu);
+  }
+  if (first) ZS_LOG_W("%s", why);
   return on;
 }
 

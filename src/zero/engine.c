@@ -5,6 +5,7 @@
  * in phases.c, the optimizer step in step.c, parameter values in
  * param_access.c, buffers in alloc.c, the small collectives and the agreement
  * in agree.c. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,12 +58,50 @@ static zs_status_t create_checks(const zs_config_t *cfg, zs_device_t *dev, zs_co
  * go on to setup and wait in its first collective until ZS_COMM_TIMEOUT_S).
  * A rank whose config was refused still makes a bare engine (the defaults,
  * over the comm's own device) for the agreement's scratch, then frees it. */
-zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
-                             zs_comm_t *comm) {
-  if (!out || !cfg || !dev || !comm)
-    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create: out, cfg, dev and comm must not be NULL");
+/* The engine's streams and events (what the config asks for). */
+static zs_status_t create_streams(zs_engine_t *zs) {
+  zs_device_t *dev = zs->dev;
+  ZS_CHECK(zs_stream_create(dev, &zs->ag_stream));
+  ZS_CHECK(zs_stream_create(dev, &zs->rs_stream));
+  ZS_CHECK(zs_event_create(dev, &zs->ev_step));
+  ZS_CHECK(zs_event_create(dev, &zs->ev_order));
+  ZS_CHECK(zs_event_create(dev, &zs->ev_reduced_all));
+  if (zs->nshard < zs->world) {
+    ZS_CHECK(zs_stream_create(dev, &zs->rep_stream));
+    ZS_CHECK(zs_event_create(dev, &zs->ev_rep_all));
+  }
+  if (zs->offload) {
+    ZS_CHECK(zs_stream_create(dev, &zs->copy_stream));
+    ZS_CHECK(zs_event_create(dev, &zs->ev_copy_done));
+    ZS_CHECK(zs_event_create(dev, &zs->ev_slot[0]));
+    ZS_CHECK(zs_event_create(dev, &zs->ev_slot[1]));
+    ZS_CHECK(zs__offload_conv_create(&zs->conv, dev));
+  }
+  return ZS_OK;
+}
+
+/* A rank that cannot take part in create's agreement (no memory for the
+ * engine or its scratch) tells the others through the comm's family, which
+ * breaks it (zs_comm_revoke): they would wait in the agreement until
+ * ZS_COMM_TIMEOUT_S otherwise. */
+static zs_status_t create_give_up(zs_comm_t *comm, zs_status_t st) {
+  char msg[ZS_ERRBUF];
+  snprintf(msg, sizeof msg, "zs_engine_create failed before the ranks' agreement: %s", zs_last_error());
+  zs_comm_revoke(comm, st, msg);
+  return ZS_FAIL(NULL, st, "%s (the comm was revoked: the other ranks get ZS_ERR_PEER)", msg);
+}
+
+/* Collective over comm: the local checks (pre: a refusal of the caller's,
+ * zs_engine_create_mesh's, its message set), then every rank's verdict on
+ * them (a config one rank refused is every rank's error at once: the others
+ * would go on to setup and wait in its first collective until
+ * ZS_COMM_TIMEOUT_S). A rank whose config was refused still makes a bare
+ * engine (the defaults, over the comm's own device) for the agreement's
+ * scratch, then frees it; a failure to make the streams joins the verdict. */
+static zs_status_t engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev, zs_comm_t *comm,
+                                 zs_status_t pre) {
   *out = NULL;
-  const zs_status_t vst = create_checks(cfg, dev, comm);
+  const zs_status_t vst = pre != ZS_OK ? pre : create_checks(cfg, dev, comm);
   char vmsg[ZS_ERRBUF];
   snprintf(vmsg, sizeof vmsg, "%s", vst != ZS_OK ? zs_last_error() : "");
   const zs_config_t defaults = zs_config_defaults();
@@ -79,7 +118,7 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
     ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights and quantized_gradients "
              "are off", cfg->quantized_weights_block);
   zs_engine_t *zs = calloc(1, sizeof *zs);
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory");
+  if (!zs) return create_give_up(comm, ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory"));
   zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */
   zs->opt_nvme = cfg->offload_optimizer == ZS_OFFLOAD_NVME;  /* ... through the NVMe tier */
   zs->dpu = zs->offload && cfg->delayed_param_update; /* validated: needs offload cpu, no tier */
@@ -105,30 +144,20 @@ zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_devic
   /* held until zs_engine_destroy, whatever order the caller destroys them in */
   zs__device_hold(dev);
   zs__comm_hold(comm);
-  zs_status_t st = ZS_OK;
-  ZS_CHECK_GOTO(zs_stream_create(dev, &zs->ag_stream), st, fail);
-  ZS_CHECK_GOTO(zs_stream_create(dev, &zs->rs_stream), st, fail);
-  ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_step), st, fail);
-  ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_order), st, fail);
-  ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_reduced_all), st, fail);
-  if (zs->nshard < zs->world) {
-    ZS_CHECK_GOTO(zs_stream_create(dev, &zs->rep_stream), st, fail);
-    ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_rep_all), st, fail);
-  }
-  if (zs->offload) {
-    ZS_CHECK_GOTO(zs_stream_create(dev, &zs->copy_stream), st, fail);
-    ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_copy_done), st, fail);
-    ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[0]), st, fail);
-    ZS_CHECK_GOTO(zs_event_create(dev, &zs->ev_slot[1]), st, fail);
-    ZS_CHECK_GOTO(zs__offload_conv_create(&zs->conv, dev), st, fail);
-  }
-  /* scratch for the small collectives of setup and checkpoints, made here
-   * (local) so that no collective path allocates */
+  /* scratch for the small collectives of setup and checkpoints (and the
+   * agreement below), made here (local) so that no collective path allocates */
+  zs_status_t st;
   zs->xcount = (int)(zs__eng_scratch_bytes(zs->world) / 8);
-  ZS_CHECK_GOTO(zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev), st, fail);
-  ZS_CHECK_GOTO(zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost), st, fail);
+  if ((st = zs__eng_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xdev)) != ZS_OK ||
+      (st = zs__eng_host_alloc(zs, (size_t)zs->xcount * 8, ZS_MEM_COMM, (void **)&zs->xhost)) != ZS_OK) {
+    st = create_give_up(comm, st);
+    goto fail;
+  }
+  zs_status_t lst = vst;
   if (vst != ZS_OK) zs__fail_quiet(NULL, vst, "%s", vmsg); /* the agreement sends this rank's own reason */
-  ZS_CHECK_GOTO(zs__eng_agree(zs, vst, "zs_engine_create"), st, fail);
+  else lst = create_streams(zs);
+  ZS_CHECK_GOTO(zs__eng_agree(zs, lst, "zs_engine_create"), st, fail);
+  zs__eng_live_add(zs);
   *out = zs;
   return ZS_OK;
 fail:;
@@ -137,6 +166,13 @@ fail:;
   zs_engine_destroy(zs);
   zs__fail_quiet(NULL, st, "%s", msg); /* destroy's own calls may have replaced it */
   return st;
+}
+
+zs_status_t zs_engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_device_t *dev,
+                             zs_comm_t *comm) {
+  if (!out || !cfg || !dev || !comm)
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_create: out, cfg, dev and comm must not be NULL");
+  return engine_create(out, cfg, dev, comm, ZS_OK);
 }
 
 /* The comm of the mesh's dimension of a role (by its name, whatever it is). */
@@ -155,10 +191,13 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
   *out = NULL;
   /* the groups, made in one fixed order on every rank (the first calls are collective) */
   /* every rule follows the dimensions' roles (mesh.h), never their names */
-  int hybrid = role_size(mesh, ZS_MESH_DP_SHARD) > 0 && role_size(mesh, ZS_MESH_DP_REPLICATE) > 1 && cfg->stage > 0;
+  /* the comms fetched depend on the mesh alone (the same calls on every
+   * rank); the config's refusals below join create's agreement */
+  const int split = role_size(mesh, ZS_MESH_DP_SHARD) > 0 && role_size(mesh, ZS_MESH_DP_REPLICATE) > 1;
+  const int hybrid = split && cfg->stage > 0;
   zs_comm_t *dp = NULL, *shard = NULL, *rep = NULL, *mp = NULL;
   ZS_CHECK(zs_mesh_comm(mesh, "dp", &dp));
-  if (hybrid) {
+  if (split) {
     ZS_CHECK(role_comm(mesh, ZS_MESH_DP_SHARD, &shard));
     ZS_CHECK(role_comm(mesh, ZS_MESH_DP_REPLICATE, &rep));
   }
@@ -166,26 +205,27 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
   zs_comm_t *tp = NULL;
   if (role_size(mesh, ZS_MESH_TP) > 1) ZS_CHECK(role_comm(mesh, ZS_MESH_TP, &tp));
   zs_config_t c = *cfg;
+  zs_status_t pre = ZS_OK;
   if (hybrid) {
     int ns = zs_comm_size(shard);
     if (c.shard_group != 0 && c.shard_group != ns)
-      return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                     "zs_engine_create_mesh: shard_group is %d but the mesh's dp_shard has %d ranks: set 0 to use "
-                     "the mesh's",
-                     c.shard_group, ns);
+      pre = ZS_FAIL(NULL, ZS_ERR_INVALID,
+                    "zs_engine_create_mesh: shard_group is %d but the mesh's dp_shard has %d ranks: set 0 to use "
+                    "the mesh's",
+                    c.shard_group, ns);
     c.shard_group = ns;
     /* the dp comm's ranks go replica by replica (row-major over dp_replicate,
      * dp_shard), as the engine's own split would lay them out */
-    if (zs_comm_rank(dp) != zs_comm_rank(rep) * ns + zs_comm_rank(shard))
-      return ZS_FAIL(NULL, ZS_ERR_INTERNAL, "zs_engine_create_mesh: the mesh's dp ranks are not replica-major");
+    if (pre == ZS_OK && zs_comm_rank(dp) != zs_comm_rank(rep) * ns + zs_comm_rank(shard))
+      pre = ZS_FAIL(NULL, ZS_ERR_INTERNAL, "zs_engine_create_mesh: the mesh's dp ranks are not replica-major");
   } else if (c.shard_group != 0 && c.shard_group != zs_comm_size(dp)) {
-    return ZS_FAIL(NULL, ZS_ERR_INVALID,
-                   "zs_engine_create_mesh: shard_group %d: this mesh has no dp_shard x dp_replicate split; give the "
-                   "mesh those dimensions (zs_mesh_create_default does)",
-                   c.shard_group);
+    pre = ZS_FAIL(NULL, ZS_ERR_INVALID,
+                  "zs_engine_create_mesh: shard_group %d: this mesh has no dp_shard x dp_replicate split; give the "
+                  "mesh those dimensions (zs_mesh_create_default does)",
+                  c.shard_group);
   }
   zs_engine_t *zs;
-  ZS_CHECK(zs_engine_create(&zs, &c, dev, dp));
+  ZS_CHECK(engine_create(&zs, &c, dev, dp, pre));
   if (hybrid) {
     zs->shard_comm = shard;
     zs->rep_comm = rep;
@@ -210,6 +250,7 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
 
 void zs_engine_destroy(zs_engine_t *zs) {
   if (!zs) return;
+  zs__eng_live_remove(zs);
   /* The other ranks may be in this step's collectives, waiting for this one:
    * only zs_comm_revoke (or their timeout) ends that. Revoking here would end
    * the caller's comm for every later use, which is the caller's decision. */
@@ -266,6 +307,49 @@ zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn) {
                  fn);
 }
 
+/* ---- the process's live engines ------------------------------------------- */
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static zs_engine_t **live;
+static int nlive, live_cap;
+
+void zs__eng_live_add(zs_engine_t *zs) {
+  pthread_mutex_lock(&live_mu);
+  if (nlive == live_cap) {
+    int cap = live_cap ? 2 * live_cap : 16;
+    zs_engine_t **p = realloc(live, (size_t)cap * sizeof *p);
+    if (p) live = p, live_cap = cap;
+  }
+  if (nlive < live_cap) live[nlive++] = zs; /* out of memory: this engine goes unchecked, nothing worse */
+  pthread_mutex_unlock(&live_mu);
+}
+
+void zs__eng_live_remove(zs_engine_t *zs) {
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < nlive; i++)
+    if (live[i] == zs) {
+      live[i] = live[--nlive];
+      break;
+    }
+  if (!nlive) free(live), live = NULL, live_cap = 0;
+  pthread_mutex_unlock(&live_mu);
+}
+
+int zs__eng_folder_taken(const zs_engine_t *zs, const char *dir, char *other, size_t n) {
+  if (!strcmp(zs->ck_own, dir)) return 0;
+  int taken = 0;
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < nlive && !taken; i++)
+    if (live[i] != zs && !strcmp(live[i]->ck_own, dir)) {
+      taken = 1;
+      snprintf(other, n, "the engine of %d parameter%s%s%s%s", live[i]->nparams, live[i]->nparams == 1 ? "" : "s",
+               live[i]->nparams ? ", '" : "", live[i]->nparams ? live[i]->params[0].name : "",
+               live[i]->nparams ? "' first" : "");
+    }
+  pthread_mutex_unlock(&live_mu);
+  return taken;
+}
+
 zs_status_t zs__eng_state_or_comm(zs_engine_t *zs, zs_status_t st, const char *fn) {
   if (st != ZS_ERR_STATE || !zs) return st;
   zs_comm_t *const comms[] = {zs->comm,    zs->shard_comm, zs->rep_comm, zs->hpz_comm,
@@ -273,8 +357,8 @@ zs_status_t zs__eng_state_or_comm(zs_engine_t *zs, zs_status_t st, const char *f
   for (size_t i = 0; i < sizeof comms / sizeof *comms; i++) {
     zs_status_t cst = comms[i] ? zs_comm_async_error(comms[i]) : ZS_OK;
     if (cst == ZS_OK) continue;
-    char state[ZS_ERRBUF];
-    snprintf(state, sizeof state, "%s", zs->err);
+    char state[ZS_ERRBUF]; /* the refusal's (the thread's: in a group it may be another engine's) */
+    snprintf(state, sizeof state, "%s", zs_last_error());
     return ZS_FAIL(zs->err, cst, "%s: a comm of the engine failed earlier: %s (the call's own refusal, which follows "
                    "from it: %s)", fn, zs_comm_last_error(comms[i]), state);
   }

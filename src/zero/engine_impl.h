@@ -236,6 +236,7 @@ struct zs_engine {
   int ck_split_n;
   char ck_attr[16][2][64]; /* zs_checkpoint_set_attr: key, value ("" key: free; ZS_CKPT_ATTRS) */
   char ck_loaded_attr[16][2][64]; /* the last loaded manifest's attrs (zs_checkpoint_loaded_attr) */
+  char ck_own[4096]; /* the folder (its realpath) this engine last saved into or loaded from; "" none */
   int ck_loaded_nattr;
   char err[ZS_ERRBUF];
 };
@@ -280,6 +281,14 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+/* The process's live engines (create adds, destroy removes), for the checks
+ * one engine makes against the others: whether another live engine last
+ * saved into or loaded from the folder `dir` (a realpath) and this one did
+ * not; if so, its description ("the engine of N parameters, 'name' first")
+ * into other (n bytes). */
+void zs__eng_live_add(zs_engine_t *zs);
+void zs__eng_live_remove(zs_engine_t *zs);
+int zs__eng_folder_taken(const zs_engine_t *zs, const char *dir, char *other, size_t n);
 /* st, or, when st is ZS_ERR_STATE and a comm of the engine has failed, that
  * comm's status and message: a call refused for the state an earlier failed
  * call left behind reports the failure (comm.h: every later call fails with
