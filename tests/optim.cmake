@@ -40,3 +40,4 @@ zs_add_test(NAME test_optim_clip SOURCES test_optim_clip.c LAYERS zs_common zs_m
 # Compact optimizer states (bf16, int8 blocks) against float64, across paths,
 # thread counts and segment splits.
 zs_add_test(NAME test_optim_state SOURCES test_optim_state.c LAYERS zs_common zs_memory zs_optim TIMEOUT 120)
+zs_add_test(NAME test_optim_state_paths SOURCES test_optim_state_paths.c LAYERS zs_common zs_memory zs_optim TIMEOUT 120)
