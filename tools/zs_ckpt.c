@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/ckpt_impl.h" /* defines: manifest_t, zs__ck_parse_manifest */
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/log.h"
 #include "zeroshard/status.h"
@@ -84,6 +85,15 @@ int main(int argc, char **argv) {
            argv[2], (long long)info.step, info.world, info.ntensors, (long long)info.params, info.optimizer,
            (long long)info.bytes);
     const int parts = mp_parts(argv[2]);
+    /* the optimizer states' encoding, from the (first part's) manifest, verified above */
+    char mdir[4096], err[ZS_ERRBUF];
+    manifest_t m;
+    snprintf(mdir, sizeof mdir, parts ? "%s/mp0" : "%s", argv[2]);
+    if (zs__ck_parse_manifest(mdir, &m, err, "zs-ckpt") == ZS_OK) {
+      printf(", states %s", m.state_dtype);
+      if (m.state_block) printf(" (blocks of %d)", m.state_block);
+      zs__ck_manifest_free(&m);
+    }
     if (parts) printf(" (in %d model-parallel parts: tensors and parameters as the parts hold them)", parts);
     printf("\n");
     return 0;
