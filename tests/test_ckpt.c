@@ -243,6 +243,11 @@ static void test_damage(void) {
   assert_ok(open_run(&sgd, world, &cs, NBLK));
   expect_load_fails(&sgd, dir, ZS_ERR_MISMATCH, "zs_import_safetensors");
   close_run(&sgd);
+  /* another model with another optimizer: named as another model (a trial's
+   * teacher/student message named only the optimizer) */
+  assert_ok(open_run(&sgd, world, &cs, NBLK + 1));
+  expect_load_fails(&sgd, dir, ZS_ERR_MISMATCH, "a checkpoint of another model");
+  close_run(&sgd);
   cs = c; /* Adam keeps AdamW's m and v: it loads */
   cs.optim.kind = ZS_ADAM;
   assert_ok(open_run(&sgd, world, &cs, NBLK));

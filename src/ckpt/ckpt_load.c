@@ -64,18 +64,6 @@ static zs_status_t optim_fits(zs_engine_t *zs, const char *top, const manifest_t
  * its checks). Layout words recorded on both sides must be the same. */
 static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manifest_t *m) {
   char hint[2 * ZS_CKPT_LAYOUT_MAX + 256];
-  ZS_CHECK(optim_fits(zs, top, m));
-  for (int k = K_M; k < K_COUNT; k++)
-    if (zs__ck_kind_present(zs, k) && !m->has[k])
-      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                     "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
-                     "engine's %s needs",
-                     zs__ck_kind_names[k], m->optimizer, zs__config_optim_name(zs->cfg.optim.kind));
-  const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
-  int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
-  if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */
-    ZS_LOG_I("zs_checkpoint_load: optimizer states saved as %s%s%.0d, loaded into %s%s%.0d: converted", m->state_dtype,
-             m->state_block ? " block " : "", m->state_block, sd, blk ? " block " : "", blk);
   int n = m->ntensors < zs->nparams ? m->ntensors : zs->nparams;
   for (int i = 0; i < n; i++) {
     const zs_param_t *p = &zs->params[i];
@@ -99,6 +87,20 @@ static zs_status_t check_manifest(zs_engine_t *zs, const char *top, const manife
     return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "zs_checkpoint_load: the checkpoint has %d tensors, this engine declares %d (first %s: '%s')%s",
                    m->ntensors, zs->nparams, m->ntensors > zs->nparams ? "extra" : "missing",
                    m->ntensors > zs->nparams ? m->tname[n] : zs->params[n].name, layout_hint(hint, sizeof hint, zs, m));
+  /* the optimizer after the tensors: another model's checkpoint is named as
+   * that, whatever its optimizer (a trial's message named only the optimizer) */
+  ZS_CHECK(optim_fits(zs, top, m));
+  for (int k = K_M; k < K_COUNT; k++)
+    if (zs__ck_kind_present(zs, k) && !m->has[k])
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "zs_checkpoint_load: the checkpoint has no optimizer state '%s' (saved with %s), which this "
+                     "engine's %s needs",
+                     zs__ck_kind_names[k], m->optimizer, zs__config_optim_name(zs->cfg.optim.kind));
+  const char *sd = zs_state_dtype_name(zs->cfg.optim.state_dtype);
+  int blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
+  if (strcmp(m->state_dtype, sd) || m->state_block != blk) /* read as fp32 values: any to any */
+    ZS_LOG_I("zs_checkpoint_load: optimizer states saved as %s%s%.0d, loaded into %s%s%.0d: converted", m->state_dtype,
+             m->state_block ? " block " : "", m->state_block, sd, blk ? " block " : "", blk);
   return ZS_OK;
 }
 
