@@ -45,6 +45,10 @@ int main(int argc, char **argv) {
     std::string a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "--json") { json = 1; continue; }
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: zs-bench-adam-torch [--n N] [--rounds R] [--iters I] [--threads T] [--block B] [--json]\n");
+      return 0;
+    }
     if (!v) { std::fprintf(stderr, "zs-bench-adam-torch: %s needs a value\n", a.c_str()); return 2; }
     i++;
     if (a == "--n") n = size_t(std::strtod(v, nullptr));
