@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "mesh/mesh_impl.h" /* defines: zs__mesh_fnv */
 
 /* Rank r's saved range of parameter p in element offsets: its nominal shard.
  * With hybrid sharding only the first replica (ranks 0..shard_group-1, whose
@@ -426,11 +427,7 @@ static zs_status_t folder_free(zs_engine_t *zs, const char *dir) {
                  dir, other);
 }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static uint64_t fnv1a(const char *s) { return zs__mesh_fnv(14695981039346656037ull, s, strlen(s)); }
 
 /* The layout's words and the attributes are set locally (checkpoint.h), and
  * the manifest records rank 0's: ranks given different ones are refused, not

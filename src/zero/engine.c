@@ -53,11 +53,6 @@ static zs_status_t create_checks(const zs_config_t *cfg, zs_device_t *dev, zs_co
   return ZS_OK;
 }
 
-/* Collective over comm: the local checks, then every rank's verdict on them
- * (a config one rank refused is every rank's error at once: the others would
- * go on to setup and wait in its first collective until ZS_COMM_TIMEOUT_S).
- * A rank whose config was refused still makes a bare engine (the defaults,
- * over the comm's own device) for the agreement's scratch, then frees it. */
 /* The engine's streams and events (what the config asks for). */
 static zs_status_t create_streams(zs_engine_t *zs) {
   zs_device_t *dev = zs->dev;
