@@ -204,7 +204,7 @@ static int vma_hugepage(const void *p) {
   return r;
 }
 
-/* Buffers of 2 MiB and more: 2 MiB aligned and advised for huge pages, unless
+/* Buffers of 2 MiB and more: in 2 MiB-aligned allocations advised for huge pages, unless
  * ZS_HOST_HUGEPAGES=0; smaller ones neither. The sanitizer builds (system
  * allocator) do the same. The pinned arena's regions are advised too. */
 static void test_host_hugepages(void) {
@@ -214,13 +214,13 @@ static void test_host_hugepages(void) {
   char *s = zs__host_malloc(small), *b = zs__host_malloc(big);
   assert_true(s && b);
   memset(b, 1, big), memset(s, 2, small);
-  if (on) expect_int_eq((long long)((uintptr_t)b % (2u << 20)), 0);
+  if (on) expect_int_eq((long long)((uintptr_t)b % (2u << 20) % (72u << 10)), 0); /* at a color (test_host_colors) */
   expect_int_eq((long long)((uintptr_t)s % 64), 0);
   int thp = 0; /* the kernel has transparent huge pages at all */
   FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
   if (f) thp = 1, fclose(f);
-  if (thp) {
-    expect_int_eq(vma_hugepage(b), on);
+  if (thp) { /* advised from the first huge page the buffer fills whole (before it: its color) */
+    expect_int_eq(vma_hugepage(b + (2u << 20) - (uintptr_t)b % (2u << 20)), on);
     expect_int_eq(vma_hugepage(s), 0);
   }
   expect_true(b[big - 1] == 1 && s[small - 1] == 2);
@@ -234,8 +234,44 @@ static void test_host_hugepages(void) {
   zs__pinned_free(pb, big);
 }
 
+/* Huge-page buffers start at colors (host.c): offsets into their first huge
+ * page, multiples of 72 KiB, that differ between consecutive buffers, so the
+ * optimizer's streams are not aligned alike; each buffer is whole (written end
+ * to end), frees at its size, and its memory is reused. Without huge pages
+ * there are no colors. */
+static void test_host_colors(void) {
+  char why[400];
+  const int on = zs__env_flag_parse("ZS_HOST_HUGEPAGES", getenv("ZS_HOST_HUGEPAGES"), 1, why, sizeof why);
+  enum { K = 7 };
+  const size_t big = (5u << 20) + 4096;
+  for (int round = 0; round < 3; round++) { /* freed and allocated again */
+    char *b[K];
+    size_t off[K];
+    for (int k = 0; k < K; k++) {
+      b[k] = zs__host_malloc(big + (size_t)k * 64);
+      assert_true(b[k] != NULL);
+      memset(b[k], k + 1, big + (size_t)k * 64);
+      off[k] = (uintptr_t)b[k] % (2u << 20);
+      expect_int_eq((long long)((uintptr_t)b[k] % 64), 0);
+      if (on) {
+        expect_int_eq((long long)(off[k] % (72u << 10)), 0);
+        expect_true(zs__host_color_for(4096) == 0); /* small buffers: none */
+      }
+    }
+    if (on)
+      for (int i = 0; i < K; i++)
+        for (int j = i + 1; j < K; j++) expect_true(off[i] != off[j]); /* seven in a row: all apart */
+    for (int k = 0; k < K; k++) {
+      expect_true(b[k][0] == k + 1 && b[k][big + (size_t)k * 64 - 1] == k + 1);
+      zs__host_free(b[k], big + (size_t)k * 64);
+    }
+  }
+  if (!on) expect_true(zs__host_color_for(big) == 0);
+}
+
 int main(void) {
   zs_test_run(test_host_hugepages);
+  zs_test_run(test_host_colors);
   zs_test_run(test_pinned_sizes);
   zs_test_run(test_pinned_contains);
   zs_test_run(test_pinned_reuse);

@@ -36,7 +36,8 @@ void zs__acct_reset_peaks(zs_mem_acct_t *a);
 
 /* ---- host memory (jemalloc) ------------------------------------------------ */
 
-/* 64-byte aligned host memory from jemalloc (mallocx); NULL on failure or when the
+/* 64-byte aligned host memory from jemalloc (mallocx), 2 MiB and more at a
+ * color inside a huge page (host.c); NULL on failure or when the
  * ZS_FAULT_HOST_ALLOC fault fires. bytes == 0 gives NULL. Not counted: callers
  * count through an accountant. In sanitizer builds (ZS_SYSTEM_MALLOC) it uses
  * aligned_alloc so AddressSanitizer sees every buffer. */
@@ -51,6 +52,10 @@ void zs__host_free(void *p, size_t bytes);
 #define ZS_HUGE_PAGE ((size_t)2 << 20)
 int zs__host_huge_for(size_t bytes);
 void zs__host_huge_advise(void *p, size_t bytes);
+/* The color the next huge-page buffer of this size starts at (host.c's
+ * comment: an offset into its first huge page that turns with each buffer, so
+ * the optimizer's streams do not meet the same DRAM banks); 0 below 2 MiB. */
+size_t zs__host_color_for(size_t bytes);
 
 /* ---- room ------------------------------------------------------------------ */
 
