@@ -60,7 +60,7 @@ static void tc_d2h(void *h, const void *d, size_t bytes) {
 
 /* ---- values ------------------------------------------------------------------------ */
 
-static int tc_is_float(zs_dtype_t dt) { return dt == ZS_FP32 || dt == ZS_BF16 || dt == ZS_FP16; }
+static int tc_is_float(zs_dtype_t dt) { return dt == ZS_FP32 || dt == ZS_BF16 || dt == ZS_FP16 || dt == ZS_FP64; }
 
 /* Element i of a dtype buffer as a double (exact for every dtype here). */
 static double tc_get(const void *buf, zs_dtype_t dt, size_t i) {
@@ -70,6 +70,7 @@ static double tc_get(const void *buf, zs_dtype_t dt, size_t i) {
     case ZS_FP16: return zs_f16_to_f32(((const uint16_t *)buf)[i]);
     case ZS_INT32: return ((const int32_t *)buf)[i];
     case ZS_INT64: return (double)((const int64_t *)buf)[i];
+    case ZS_FP64: return ((const double *)buf)[i];
     default: return ((const uint8_t *)buf)[i];
   }
 }
@@ -81,6 +82,7 @@ static void tc_put(void *buf, zs_dtype_t dt, size_t i, double v) {
     case ZS_FP16: ((uint16_t *)buf)[i] = zs_f32_to_f16((float)v); break;
     case ZS_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case ZS_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case ZS_FP64: ((double *)buf)[i] = v; break;
     default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
   }
 }
@@ -108,6 +110,8 @@ static double tc_gen(zs_dtype_t dt, zs_redop_t op, int r, size_t i) {
     case ZS_FP16: return (double)((r * 5 + ii * 3) % 17 - 8);
     case ZS_INT32: return (double)((r * 131 + ii * 17) % 1000 - 500);
     case ZS_INT64: return (double)((int64_t)(r + 1) * ((int64_t)1 << 33) + (ii * 7919) % 100000 - 50000);
+    case ZS_FP64: /* 2^30 (r + 1) plus quarter steps: exact in double, not in fp32 (a reduction in fp32 fails) */
+      return ldexp((double)(r + 1), 30) + (double)((r * 7 + ii * 3) % 19 - 9) + 0.25 * (double)((ii + r) % 4);
     default: return (double)((r * 13 + ii * 7) % 50);
   }
 }
@@ -141,7 +145,7 @@ static double tc_ref(zs_dtype_t dt, zs_redop_t op, int n, size_t i) {
     }
   }
   acc = tc_round(dt, acc);
-  if (op == ZS_AVG) acc = tc_round(dt, (double)((float)acc / (float)n));
+  if (op == ZS_AVG) acc = dt == ZS_FP64 ? acc / n : tc_round(dt, (double)((float)acc / (float)n));
   return acc;
 }
 
@@ -161,7 +165,7 @@ static void tc_compare(const char *what, const void *got, zs_dtype_t dt, const d
 
 static double tc_rtol(zs_dtype_t dt, zs_redop_t op) {
   if (op != ZS_AVG || !E.approx_avg || !tc_is_float(dt)) return 0;
-  return dt == ZS_FP32 ? 1e-6 : 1e-2;
+  return dt == ZS_FP64 ? 1e-14 : dt == ZS_FP32 ? 1e-6 : 1e-2;
 }
 
 /* A call the backend cannot do (ZS_ERR_UNSUPPORTED) is skipped: the check is the

@@ -22,6 +22,9 @@ static void test_status_strings(void) {
   expect_true(!strcmp(buf, "file x.bin"));
   expect_int_eq(zs_dtype_size(ZS_BF16), 2);
   expect_int_eq(zs_dtype_size(ZS_INT64), 8);
+  expect_int_eq(zs_dtype_size(ZS_FP64), 8);
+  expect_true(!strcmp(zs_dtype_name(ZS_FP64), "fp64"));
+  expect_true(!strcmp(zs_dtype_name(ZS_DTYPE_COUNT), "invalid"));
   expect_int_eq(zs_dtype_size((zs_dtype_t)42), 0);
 }
 

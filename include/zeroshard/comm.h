@@ -41,7 +41,8 @@
  *    its peer. dest and source may be the same rank but not this one. Its send
  *    matches the peer's recv or sendrecv, its receive the peer's send or
  *    sendrecv, in call order as for send/recv. send and recv must not overlap.
- * Dtypes: fp32, bf16, fp16, int32, int64, uint8. Ops: sum, avg, max, min, prod.
+ * Dtypes: fp32, bf16, fp16, int32, int64, uint8, fp64 (for sums of losses and
+ * metrics kept in double; no engine buffer takes it). Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
  * avg on integers truncates toward zero.
  *

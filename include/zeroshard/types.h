@@ -20,6 +20,7 @@ typedef enum {
   ZS_INT32 = 3,
   ZS_INT64 = 4,
   ZS_UINT8 = 5,
+  ZS_FP64 = 6, /* collectives only (sums of losses and metrics): no engine buffer takes it */
   ZS_DTYPE_COUNT
 } zs_dtype_t;
 

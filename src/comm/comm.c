@@ -548,6 +548,11 @@ void zs__divide(zs_dtype_t dt, void *x, size_t count, int n) {
       for (size_t i = 0; i < count; i++) p[i] = zs_f32_to_f16(zs_f16_to_f32(p[i]) / (float)n);
       break;
     }
+    case ZS_FP64: {
+      double *p = x;
+      for (size_t i = 0; i < count; i++) p[i] /= (double)n;
+      break;
+    }
     case ZS_INT32: {
       int32_t *p = x;
       for (size_t i = 0; i < count; i++) p[i] /= n;

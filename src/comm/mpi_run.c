@@ -29,6 +29,7 @@ MPI_Datatype zs__mpi_type(mpi_ctx_t *ctx, zs_dtype_t dt) {
     case ZS_FP16: return ctx->half_type[1];
     case ZS_INT32: return MPI_INT32_T;
     case ZS_INT64: return MPI_INT64_T;
+    case ZS_FP64: return MPI_DOUBLE;
     default: return MPI_UINT8_T;
   }
 }

@@ -106,6 +106,7 @@ static ncclDataType_t nccl_type(zs_dtype_t dt) {
     case ZS_FP16: return ncclFloat16;
     case ZS_INT32: return ncclInt32;
     case ZS_INT64: return ncclInt64;
+    case ZS_FP64: return ncclFloat64;
     default: return ncclUint8;
   }
 }

@@ -71,14 +71,14 @@ size_t zs_dtype_size(zs_dtype_t dt) {
   switch (dt) {
     case ZS_FP32: case ZS_INT32: return 4;
     case ZS_BF16: case ZS_FP16: return 2;
-    case ZS_INT64: return 8;
+    case ZS_INT64: case ZS_FP64: return 8;
     case ZS_UINT8: return 1;
     default: return 0;
   }
 }
 
 const char *zs_dtype_name(zs_dtype_t dt) {
-  static const char *const n[] = {"fp32", "bf16", "fp16", "int32", "int64", "uint8"};
+  static const char *const n[] = {"fp32", "bf16", "fp16", "int32", "int64", "uint8", "fp64"};
   return ((int)dt >= 0 && dt < ZS_DTYPE_COUNT) ? n[dt] : "invalid";
 }
 
