@@ -1,6 +1,7 @@
 if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine SOURCES test_engine.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
   zs_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 300)
+  zs_add_test(NAME test_engine_amp SOURCES test_engine_amp.c LIBS zeroshard_static RANKS 1 2 4 TIMEOUT 120)
   # hybrid sharding at 6 ranks: 2x3 and 3x2 (4 ranks, 2x2, run in the entries above)
   foreach(t test_engine test_engine_mem)
     zs_add_test_run(TARGET ${t} NAME_SUFFIX _hybrid RANKS 6 ARGS hybrid TIMEOUT 300 SKIP_RETURN_CODE NONE)

@@ -72,6 +72,8 @@ static void test_misuse(void) {
   expect_ok(zs_reduce(zs, 0));
   expect_status(zs_gather(zs, 0), ZS_ERR_STATE);
   expect_str_contains(zs_engine_last_error(zs), "already reduced");
+  expect_status(zs_reduce(zs, 0), ZS_ERR_STATE); /* a second reduce: not "gather it", which is refused */
+  expect_str_contains(zs_engine_last_error(zs), "zs_reduce(0): unit 'only' was already reduced in this backward");
   expect_status(zs_forward_begin(zs), ZS_ERR_STATE); /* rounds done: step first */
   expect_str_contains(zs_engine_last_error(zs), "zs_step first");
   expect_ok(zs_step(zs, NULL));
@@ -222,6 +224,68 @@ static void test_loss_scaling(void) {
   expect_ok(zs_reduce(zs, u));
   expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
   expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
+  zs_engine_destroy(zs);
+}
+
+/* DeepSpeed's hysteresis (DynamicLossScaler, consecutive_hysteresis false):
+ * with hysteresis 2 the first overflow only counts down and every later one
+ * halves the scale, until a window of good steps doubles it and refills the
+ * count (the old engine refilled it at every halving: 512 where 256 is due at
+ * step 4). Each skipped step is one warning, from rank 0, saying what the
+ * scale did. */
+static int ls_nwarn;
+static char ls_warned[1024];
+static void ls_capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level != ZS_LOG_WARN) return;
+  ls_nwarn++;
+  size_t n = strlen(ls_warned);
+  if (n + strlen(msg) + 2 < sizeof ls_warned) snprintf(ls_warned + n, sizeof ls_warned - n, "%s\n", msg);
+}
+
+static void test_loss_scaling_hysteresis(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 1;
+  c.param_dtype = c.reduce_dtype = ZS_FP16;
+  c.initial_scale = 1024.0f;
+  c.scale_window = 3;
+  c.hysteresis = 2;
+  c.min_scale = 1.0f;
+  zs_engine_t *zs;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  int u;
+  void *w, *g;
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  const float want[] = {1024, 1024, 512, 256, 128, 128, 128, 256, 256, 128};
+  const int inject[] = {1, 1, 1, 1, 0, 0, 0, 1, 1};
+  ls_nwarn = 0, ls_warned[0] = 0;
+  zs_log_set_callback(ls_capture, NULL);
+  for (int s = 0; s < 9; s++) {
+    expect_near(zs_loss_scale(zs), want[s], 0, 0);
+    expect_ok(zs_forward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    expect_ok(zs_release(zs, u));
+    expect_ok(zs_backward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    uint16_t hg[100];
+    for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(0.01f);
+    if (inject[s] && rank == 0) hg[7] = 0x7c00;
+    expect_ok(put(g, hg, sizeof hg));
+    expect_ok(zs_reduce(zs, u));
+    zs_step_report_t rep;
+    expect_ok(zs_step(zs, &rep));
+    expect_int_eq(rep.skipped, inject[s]);
+  }
+  zs_log_set_callback(NULL, NULL);
+  expect_near(zs_loss_scale(zs), want[9], 0, 0);
+  expect_int_eq(ls_nwarn, rank == 0 ? 6 : 0);
+  if (rank == 0) {
+    expect_str_contains(ls_warned, "step 1 skipped: fp16 gradients overflow at loss scale 1024; it stays");
+    expect_str_contains(ls_warned, "step 1 skipped: fp16 gradients overflow at loss scale 1024; it backs off to 512");
+    expect_str_contains(ls_warned, "step 4 skipped: fp16 gradients overflow at loss scale 256; it stays");
+  }
   zs_engine_destroy(zs);
 }
 

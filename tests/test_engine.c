@@ -238,7 +238,7 @@ static void test_reference_is_right(void) {
 static void test_offload_parity(void) {
   for (int stage = 1; stage <= 3; stage++)
     for (int accum = 1; accum <= 3; accum += 2)
-      for (int bf = 0; bf <= 1; bf++) {
+      for (int bf = 0; bf <= (stage == 1 ? 2 : 1); bf++) {
         zs_config_t c = base_config();
         c.stage = stage;
         c.grad_accum = accum;
@@ -247,8 +247,13 @@ static void test_offload_parity(void) {
           c.param_dtype = ZS_BF16;
           /* with offload the host accumulates rounds in fp32 where the device path
            * rounds a bf16 shard each round: identical only without accumulation at
-           * stages 2-3; at stage 1 both reduce once, in bf16 */
-          c.reduce_dtype = accum > 1 && stage >= 2 ? ZS_FP32 : ZS_BF16;
+           * stages 2-3; at stage 1 both reduce once, in bf16, or (bf 2) in fp32,
+           * where the device path stores the reduced gradient in bf16 and the
+           * host keeps it in fp32 (so: within 1e-3 after 10 clipped steps). With
+           * accumulation the bf16 reduce's source lies in the reduce-dtype
+           * staging, and so does the shard the host copy reads: freed after
+           * that copy (a race before: 1 run in 3 off by 4e-3) */
+          c.reduce_dtype = (accum > 1 && stage >= 2) || bf == 2 ? ZS_FP32 : ZS_BF16;
         }
         run_t plain, off;
         char what[96];
@@ -262,7 +267,7 @@ static void test_offload_parity(void) {
          * (kernels/reduce.cu), the offload path on the host in the CPU's chunk
          * order: both fixed and deterministic, equal to double rounding, so the
          * fp32 norm, hence the clip coefficient, may differ by an ulp */
-        double tol = zs_device_kind(dev) == ZS_DEVICE_CUDA ? 2e-6 : 0;
+        double tol = bf == 2 ? 1e-3 : zs_device_kind(dev) == ZS_DEVICE_CUDA ? 2e-6 : 0;
         if (st != ZS_OK) ZS_T_REPORT("%s: %s (%s)", what, zs_status_name(st), zs_last_error());
         else compare(what, &off, &plain, tol, tol * 0.1);
         /* every copy between host and device while training uses pinned memory */

@@ -412,7 +412,7 @@ static void test_traffic_hybrid(void) {
   if (!tried) zs_test_skip("hybrid sharding needs a world with a divisor between 1 and itself (4 or 6 ranks)");
 }
 
-#include "engine_mem_checks.h" // defines: test_misuse, test_mismatch, test_init_alike, test_loss_scaling, test_offload_pinned_faults
+#include "engine_mem_checks.h" // defines: test_misuse, test_mismatch, test_init_alike, test_loss_scaling, test_loss_scaling_hysteresis, test_offload_pinned_faults
 
 int main(int argc, char **argv) {
   open_world_or_exit(&dev, &world, &rank, &nranks);
@@ -431,6 +431,7 @@ int main(int argc, char **argv) {
     zs_test_run(test_mismatch);
     zs_test_run(test_init_alike);
     zs_test_run(test_loss_scaling);
+    zs_test_run(test_loss_scaling_hysteresis);
     zs_test_run(test_offload_pinned_faults);
   }
   int rc = zs_test_finish();

@@ -103,7 +103,9 @@ typedef struct {
   void *gfull;      /* full grads: persistent (0-1) or per round (2-3) */
   void *gshard;     /* stage 2-3: grad shard (reduce dtype) */
   void *gtemp;      /* reduce-dtype staging when it differs from the param dtype */
-  float *gacc;      /* stages 2-3, 16-bit reduce, grad_accum > 1: the rounds' fp32 sum (persistent) */
+  float *gacc;      /* grad_accum > 1, the rounds' fp32 sum (persistent): stages 2-3 with a 16-bit
+                       reduce, the reduced shard's (S); stages 0-1 with 16-bit params, the full
+                       gradient's before its reduction (P: zs__eng_full_accum) */
   float *hgrad;     /* offload: fp32 grad shard in pinned host memory (receiving this step's rounds) */
   float *hgrad2;    /* delayed update: the other grad shard, read by the running CPU step */
   void *hparam;     /* delayed update, 16-bit params: the CPU step's parameter copies (host) */
@@ -115,6 +117,7 @@ typedef struct {
   zs_ustate_t st;
   int grad_live, grad_pending; /* stage 2-3 full grads: allocated / awaiting free */
   int reduced_round;           /* round in which zs_reduce last ran */
+  int gacc_dirty;              /* stages 0-1: gacc holds this step's earlier rounds */
   /* gathered: the all-gather landed (compute waits); computed: the unit's
    * backward ran (the reduction waits); reduced: its shard is summed (the
    * offload copy waits). Release needs none: the buffers go back to the
@@ -247,6 +250,23 @@ struct zs_engine {
 static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
   return zs->cfg.stage >= 2 && !zs->offload && zs->rb != 4 && zs->cfg.grad_accum > 1;
 }
+/* Stages 0-1 with 16-bit parameters and grad_accum > 1: the trainer's
+ * gradient slot (16-bit, the full unit) would sum the rounds in 16 bits, one
+ * rounding a round (a trial: 6.5% off with bf16 over 16 rounds); each trainable
+ * unit keeps the rounds' sum in fp32 instead (gacc, P x 4 bytes of
+ * ZS_MEM_GRADS): each zs_reduce adds the slot into it and zeroes the slot, and
+ * the last reduces the fp32 sum (DeepSpeed's bf16 default, fp32 gradient
+ * accumulation). */
+static inline int zs__eng_full_accum(const zs_engine_t *zs) {
+  return zs->cfg.stage <= 1 && zs->pb != 4 && zs->cfg.grad_accum > 1;
+}
+/* Stages 0-1 with 16-bit parameters: the reduced gradient is stored back in
+ * the parameters' dtype, so the collectives average (ZS_AVG) instead of
+ * summing: a sum of finite fp16 gradients could pass 65504 on 2 ranks where
+ * one rank's, and stages 2-3's fp32 shard, do not (a trial: every step
+ * skipped at stage 0, none at stage 2). The optimizer's multiplier then leaves
+ * the world out (step.c's grad_base). */
+static inline int zs__eng_grad_avg(const zs_engine_t *zs) { return zs->cfg.stage <= 1 && zs->pb != 4; }
 /* The config puts something in the NVMe tier (src/zero/tier.h). */
 static inline int zs__eng_has_tier(const zs_config_t *c) {
   return c->offload_optimizer == ZS_OFFLOAD_NVME || (c->stage == 3 && c->offload_param == ZS_OFFLOAD_NVME);

@@ -143,6 +143,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     if (c->stage <= 1) out->device[ZS_MEM_GRADS] += P * pb;
     else if (!off) out->device[ZS_MEM_GRADS] += S * rb;
     if (zs__eng_fp32_accum(zs)) out->device[ZS_MEM_GRADS] += S * 4;
+    if (zs__eng_full_accum(zs)) out->device[ZS_MEM_GRADS] += P * 4;
     if (off && !opt_nvme) out->host[ZS_MEM_GRADS] += on * 4; /* with the tier: on disk */
     if (zs->dpu) {
       out->host[ZS_MEM_GRADS] += on * 4;
@@ -187,7 +188,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
   }
   if (c->stage >= 2) t += 2 * maxPt * pb;
-  if (rb != pb) t += 2 * maxPt * rb;
+  if (rb != (zs__eng_full_accum(zs) ? 4 : pb)) t += 2 * maxPt * rb; /* the reduce source's dtype differs */
   if (c->stage >= 2 && off) t += 2 * maxSt * rb;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
   /* qgZ: one reduction's packed shards (two of N), node sums (G shards) and

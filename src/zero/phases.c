@@ -162,7 +162,12 @@ zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest) {
     if (zs->cfg.stage >= 2) zs__eng_free_on(zs, &u->gfull, (size_t)u->padded * zs->pb, ZS_MEM_GRADS, zs->rs_stream);
     if (zs->cfg.stage >= 2 && zs->offload)
       zs__eng_free_on(zs, &u->gshard, (size_t)u->shard * zs->rb, ZS_MEM_GRADS, zs->copy_stream);
-    zs__eng_free_on(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM, zs->rs_stream);
+    /* stage 1 with offload: the reduced shard the copy to the host reads lies
+     * in gtemp (reduce's `red`), so it goes after that copy; freed on the
+     * reduce stream, a later allocation there could take it while the copy
+     * stream had not read it yet (a 16-bit reduce source at stage 1 and offload) */
+    zs__eng_free_on(zs, &u->gtemp, (size_t)u->padded * zs->rb, ZS_MEM_COMM,
+                    zs->offload && zs->cfg.stage == 1 ? zs->copy_stream : zs->rs_stream);
     u->grad_pending = 0;
   }
   return ZS_OK;
@@ -317,6 +322,8 @@ static zs_status_t gather(zs_engine_t *zs, int unit) {
   }
   u->st = ZS_U_HELD;
 
+  if (backward && zs->cfg.stage <= 1 && u->gacc_dirty) /* the slot zeroed after the last round's sum (reduce) */
+    ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, zs->compute, u->ev_reduced), "waiting for the gradient sum");
   if (backward && zs->cfg.stage >= 2 && !u->frozen) { /* a frozen unit has no gradients */
     size_t bytes = (size_t)u->padded * zs->pb;
     ZS_CHECK(zs__eng_alloc_on(zs, bytes, ZS_MEM_GRADS, zs->compute, &u->gfull));
@@ -375,6 +382,9 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
   zs_unit_t *u = &zs->units[unit];
   if (zs->phase != ZS_PH_BACKWARD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d) outside backward: call zs_backward_begin first", unit);
+  if (u->st != ZS_U_HELD && u->reduced_round == zs->round) /* a second zs_reduce: gathering it again is refused too */
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d): unit '%s' was already reduced in this backward", unit,
+                   u->name);
   if (u->st != ZS_U_HELD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d): unit '%s' is not gathered in this backward: zs_gather it",
                    unit, u->name);
@@ -390,21 +400,40 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
     ZS_ENG_CHECK(zs, zs_stream_wait_event(zs->dev, rs, u->ev_computed), "ordering the reduction");
   }
 
+  if (!u->frozen && c->stage <= 1 && u->gacc) {
+    /* zs__eng_full_accum: the round's 16-bit slot into the fp32 sum (the first
+     * round of a step overwrites it); the slot zeroed for the next round,
+     * whose writes wait for this (gather) */
+    const size_t bytes = P * zs->pb;
+    zs_status_t st = u->gacc_dirty ? zs__accumulate(zs->dev, rs, u->gacc, u->gfull, c->param_dtype, P)
+                                   : zs__cast(zs->dev, rs, u->gacc, ZS_FP32, u->gfull, c->param_dtype, P);
+    ZS_ENG_CHECK(zs, st, "accumulating gradients in fp32");
+    u->gacc_dirty = 1;
+    if (!last) {
+      ZS_ENG_CHECK(zs, zs_memset_async(zs->dev, u->gfull, 0, bytes, rs), "zeroing gradients");
+      ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, rs), "recording the accumulation event");
+    }
+  }
+
   if (!u->frozen && (c->stage >= 2 || last)) {
-    /* reduce in reduce dtype: stage through gtemp when it differs from the grads' */
+    /* reduce in reduce dtype: stage through gtemp when it differs from the
+     * source's (the grads', or at stages 0-1 their fp32 sum over the rounds);
+     * stages 0-1 with 16-bit params average (zs__eng_grad_avg) */
     void *src = u->gfull;
     zs_dtype_t dt = c->param_dtype;
     size_t eb = zs->pb;
-    if (c->reduce_dtype != c->param_dtype) {
+    const zs_redop_t op = zs__eng_grad_avg(zs) ? ZS_AVG : ZS_SUM;
+    if (c->stage <= 1 && u->gacc) src = u->gacc, dt = ZS_FP32, eb = 4;
+    if (c->reduce_dtype != dt) {
       ZS_CHECK(zs__eng_alloc_on(zs, P * zs->rb, ZS_MEM_COMM, rs, &u->gtemp));
-      ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gtemp, c->reduce_dtype, u->gfull, c->param_dtype, P), "casting gradients");
+      ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gtemp, c->reduce_dtype, src, dt, P), "casting gradients");
       src = u->gtemp;
       dt = c->reduce_dtype;
       eb = zs->rb;
     }
     char *block = (char *)src + off * eb;
     if (c->stage == 0) {
-      ZS_ENG_COLL(zs, zs->comm, rs, zs_comm_all_reduce(zs->comm, src, src, P, dt, ZS_SUM, rs), "gradient all-reduce");
+      ZS_ENG_COLL(zs, zs->comm, rs, zs_comm_all_reduce(zs->comm, src, src, P, dt, op, rs), "gradient all-reduce");
       if (src != u->gfull)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gfull, c->param_dtype, src, dt, P), "casting gradients back");
     } else if (zs->offload) {
@@ -412,7 +441,7 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       const void *red = block;
       if (c->stage == 1) {
         ZS_ENG_COLL(zs, zs->shard_comm, rs,
-                    zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+                    zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, op, rs), "gradient reduce-scatter");
       } else {
         ZS_CHECK(zs__eng_alloc_on(zs, S * zs->rb, ZS_MEM_GRADS, rs, &u->gshard));
         if (zs->nqg) {
@@ -439,7 +468,7 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       zs_stream_t *on = rs;
       if (zs->rep_comm && c->stage >= 2) ZS_CHECK(rep_all_reduce(zs, u, (void *)red, S, dt, &on));
       else if (zs->rep_comm)
-        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, ZS_SUM, rs),
+        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, red, (void *)red, S, dt, op, rs),
                     "gradient all-reduce across replicas");
       ZS_ENG_CHECK(zs, zs_event_record(zs->dev, u->ev_reduced, on), "recording the reduction event");
       zs_offload_grad_task_t task = {.dst = u->hgrad, .staging = zs->hstage_grad, .dtype = dt, .n = S,
@@ -456,9 +485,9 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
                 "copying a gradient shard to the host");
     } else if (c->stage == 1) {
       ZS_ENG_COLL(zs, zs->shard_comm, rs,
-                  zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, ZS_SUM, rs), "gradient reduce-scatter");
+                  zs_comm_reduce_scatter(zs->shard_comm, src, block, S, dt, op, rs), "gradient reduce-scatter");
       if (zs->rep_comm) /* hybrid: only psi/Ns elements cross the shard groups */
-        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, block, block, S, dt, ZS_SUM, rs),
+        ZS_ENG_COLL(zs, zs->rep_comm, rs, zs_comm_all_reduce(zs->rep_comm, block, block, S, dt, op, rs),
                   "gradient all-reduce across replicas");
       if (src != u->gfull)
         ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, (char *)u->gfull + off * zs->pb, c->param_dtype, block, dt, S),
@@ -506,6 +535,7 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
       ZS_CHECK(rep_all_reduce(zs, u, u->gshard, S, c->reduce_dtype, &on));
     }
     u->grad_pending = c->stage >= 2 || u->gtemp != NULL || zs->offload;
+    if (c->stage <= 1) u->gacc_dirty = 0; /* the next step's first round overwrites the sum */
   }
   u->reduced_round = zs->round;
   zs->last_reduced = unit;

@@ -61,6 +61,7 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   if (u->frozen) return ZS_OK; /* no master, no optimizer state, no gradients */
   if (zs->opt_nvme) { /* master, m, v and the fp32 gradient shard are in the NVMe tier (tier.h) */
     if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
+    if (zs__eng_full_accum(zs)) ZS_CHECK(own(zs, u, P * 4, ZS_MEM_GRADS, 0, (void **)&u->gacc));
     return ZS_OK;
   }
   /* master: fp32 params are their own master copy, unless it lives on the host
@@ -84,6 +85,7 @@ static zs_status_t unit_alloc(zs_engine_t *zs, zs_unit_t *u) {
   if (c->stage <= 1) ZS_CHECK(own(zs, u, P * pb, ZS_MEM_GRADS, 0, &u->gfull));
   else if (!off) ZS_CHECK(own(zs, u, S * zs->rb, ZS_MEM_GRADS, 0, &u->gshard));
   if (zs__eng_fp32_accum(zs)) ZS_CHECK(own(zs, u, S * 4, ZS_MEM_GRADS, 0, (void **)&u->gacc));
+  if (zs__eng_full_accum(zs)) ZS_CHECK(own(zs, u, P * 4, ZS_MEM_GRADS, 0, (void **)&u->gacc));
   if (off) ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad));
   if (zs->dpu) {
     ZS_CHECK(own(zs, u, on * 4, ZS_MEM_GRADS, 1, (void **)&u->hgrad2));

@@ -250,9 +250,11 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
 }
 
 /* What turns this engine's summed, scaled gradients into the average: its
- * world's ranks, the accumulation rounds and the loss scale. */
+ * world's ranks (unless the collectives averaged: zs__eng_grad_avg), the
+ * accumulation rounds and the loss scale. */
 static double grad_base(const zs_engine_t *zs) {
-  return 1.0 / ((double)zs->world * (double)zs->cfg.grad_accum * (double)zs->loss_scale);
+  const double ranks = zs__eng_grad_avg(zs) ? 1.0 : (double)zs->world;
+  return 1.0 / (ranks * (double)zs->cfg.grad_accum * (double)zs->loss_scale);
 }
 
 /* The update with the whole model's gradient norm (before clipping) and
@@ -278,10 +280,22 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
                          "gradients overflow at the minimum fp16 loss scale %g (step %lld): the scale cannot back "
                          "off further; lower the learning rate, check the data, or train in bf16",
                          (double)zs->loss_scale, (long long)zs->step);
-      } else if (--zs->hysteresis_left <= 0) {
-        zs->loss_scale = fmaxf(zs->loss_scale * 0.5f, c->min_scale);
-        zs->hysteresis_left = c->hysteresis;
-        ZS_LOG_I("fp16 overflow: loss scale backs off to %g", (double)zs->loss_scale);
+      } else {
+        /* DeepSpeed's hysteresis (DynamicLossScaler, consecutive_hysteresis
+         * false): the first hysteresis - 1 overflows only count down; from
+         * then on every overflow halves the scale until it grows again, which
+         * refills the count (below) */
+        const float was = zs->loss_scale;
+        if (zs->hysteresis_left > 1) zs->hysteresis_left--;
+        else zs->loss_scale = fmaxf(zs->loss_scale * 0.5f, c->min_scale);
+        if (zs->rank == 0 && zs->mp_rank == 0) {
+          if (zs->loss_scale < was)
+            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it backs off to %g",
+                     (long long)zs->step + 1, (double)was, (double)zs->loss_scale);
+          else
+            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it stays (hysteresis: the "
+                     "next overflow halves it)", (long long)zs->step + 1, (double)was);
+        }
       }
       zs->good_steps = 0;
     } else {
