@@ -330,7 +330,10 @@ zs_status_t zs_engine_set_schedule(zs_engine_t *zs, const zs_schedule_t *schedul
  * zs_engine_step_count); NAN for NULL. */
 float zs_engine_lr(const zs_engine_t *zs);
 /* The schedule's rate after `step` optimizer steps with peak rate `lr`, in
- * double (the engine rounds it to float), by the formulas in zeroshard/config.h.
+ * double (the engine rounds it to float, and passes the config's float
+ * optim.lr widened: (float)zs_schedule_lr(&s, (double)cfg.optim.lr, step) is
+ * zs_engine_lr's value to the bit; a peak of 0.01 as a double can give a
+ * float an ulp away), by the formulas in zeroshard/config.h.
  * Pure: no engine, no state. NAN for a NULL or unknown schedule, or step < 0. */
 double zs_schedule_lr(const zs_schedule_t *schedule, double lr, int64_t step);
 
