@@ -7,6 +7,9 @@
 #                           the tier's file and its disk bytes a step)
 #   test_plan_zeropp(_membench)  the same two for ZeRO++'s options (--quantized-weights,
 #                           --hpz, --quantized-grads); the helpers: plan_check.h
+#   test_plan_config        --config FILE: a DeepSpeed ds_config.json and our own keys give
+#                           the equivalent flags' figures; unknown keys shown, bad files
+#                           exit 2, flags win over the file
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
 #                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 Mbit/s (500 too by hand)
 #                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
@@ -28,6 +31,8 @@ if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
   zs_add_test_run(TARGET test_plan_zeropp NAME_SUFFIX _membench
                   ARGS $<TARGET_FILE:zs-plan> --membench ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-membench>
                   LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
+  # --config FILE: DeepSpeed's and our JSON configs against the equivalent flags
+  zs_add_test(NAME test_plan_config SOURCES test_plan_config.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 90)
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
     # A timing check: alone. Not in sanitizer builds: instrumented compute overlaps
     # the communication the time check measures, its bytes and memory are the plain

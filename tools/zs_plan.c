@@ -5,8 +5,9 @@
  *
  *   zs-plan (--model gpt [--layers L --channels C --heads H --vocab V --seq T] | --units N1,N2,...)
  *       --world N --ranks-per-node K --device-mem GiB --intra-gbps X --inter-gbps Y
- *       [--shard-group NS] [--dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--optim adamw|adam|sgd|lion]
- *       [--optim-state fp32|bf16|int8] [--optim-block B]
+ *       [--config FILE (a zeroshard JSON config or a DeepSpeed ds_config.json: "your config", below)]
+ *       [--shard-group NS] [--dtype fp32|bf16|fp16] [--reduce-dtype fp32|bf16|fp16] [--optim adamw|adam|sgd|lion]
+ *       [--momentum M] [--optim-state fp32|bf16|int8] [--optim-block B] [--persist-threshold N]
  *       [--grad-accum A] [--prefetch P] [--host-mem GiB] [--reserve-gib R] [--latency-us A]
  *       [--intra-latency-us A] [--frame-overhead F] [--compute-s T1] [--json]
  *       [--tp N [--sequence-parallel] [--batch B]]
@@ -156,8 +157,44 @@
  * --intra-gbps + ring rounds x --intra-latency-us, added to comm_s (no overlap).
  * "tp" in the JSON gives the figures, with the activation bytes a layer keeps.
  *
- * Exit: 0 an option fits (JSON "best" is it), 3 none fits ("best": null),
- * 2 bad flags, 77 --model gpt in a build without the example GPT, 1 failure.
+ * A config file (--config FILE, zs_plan_config.c): a zeroshard JSON config or
+ * a DeepSpeed ds_config.json, read by the library's loader
+ * (zs_config_from_json_file, zeroshard/config_load.h's mapping). The engine
+ * settings it fixes are the plan's, for every option: param and reduce dtypes
+ * (bf16/fp16 sections, communication_data_type), the optimizer (its kind, SGD's
+ * momentum, its state dtype and block), grad_accum
+ * (gradient_accumulation_steps), prefetch, persist_threshold
+ * (stage3_param_persistence_threshold), the shard group, ZeRO++'s weight block,
+ * hpZ partition and gradient bits and group, the tier's chunk and buffer
+ * counts, the delayed update (the options that can take it). Its stage, shard
+ * group (flat or hybrid), offload_optimizer and offload_param devices and
+ * ZeRO++ techniques are one option, "your config": the listed option with those
+ * settings, or one more row after them (its figures computed as every row's);
+ * shown before the table, marked '>' in it, and after it compared with the
+ * fastest that fits (fits or why not, step time, device peak). A flag given on
+ * the command line wins over the file for what it sets (--dtype, --reduce-dtype,
+ * --optim, --momentum, --optim-state, --optim-block, --grad-accum, --prefetch,
+ * --persist-threshold, --shard-group, --quantized-weights=B, --hpz,
+ * --quantized-grads, --nvme-chunk; listed as overrides); no flag sets the stage
+ * or the offload, and a technique's flag sets its parameter, the file whether
+ * your config uses it (the flag still lists its options). The loader's messages
+ * (unknown keys at any depth, keys accepted but not used, "auto" values) are
+ * caught from the log sink and printed on stderr, the unknown keys in the table
+ * too, all in the JSON's "config"; a file that cannot be read, parsed or
+ * validated exits 2 with the loader's message, which names the file. What the
+ * file sets that the model leaves out is a note: reshard_after_forward 0,
+ * replica_overlap on/off, the delayed update's overlap, offload_optimizer cpu
+ * with offload_param nvme (no option of zs-plan's, unchecked). Stage 3's
+ * persistent units (at most persist_threshold elements) are modelled: no
+ * gathers in forward and backward, an all-gather of the unit after the update
+ * (the engine's regather), a reduce-scatter a round; the full copy in
+ * model_state; their parameters never on disk. The engine's comm counters gave
+ * the same bytes at 4 ranks (flat and hybrid, one and two rounds), by hand.
+ *
+ * Exit: 0 an option fits (JSON "best" is it; with --config whether yours fits
+ * is "config"."fits"), 3 none fits ("best": null), 2 bad flags or a config file
+ * that does not load, 77 --model gpt in a build without the example GPT, 1
+ * failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,20 +209,6 @@
 #include "kernels/wquant.h"
 #include "zs_plan.h"
 
-typedef struct {
-  int stage, shard, offload; /* offload: the optimizer state off the device (host memory or disk) */
-  zs_offload_t opt, param;   /* where the optimizer state is; stage 3: the parameter shards (ZeRO-Infinity) */
-  int qw;  /* stage 3: quantized_weights */
-  int hpz; /* stage 3, flat: hpz_partition_size */
-  int qg;  /* stages 2-3, flat: quantized_gradients in groups of the node */
-  zs_mem_estimate_t est;
-  pl_result_t net;
-  double step_s, speedup;
-  double tp_s;                          /* the tp comm's time per step (0 without --tp) */
-  double disk_read, disk_write, disk_s; /* the NVMe tier's bytes a rank reads and writes a step, their time */
-  int fits, tier_fit;                   /* tier_fit: fits, with the NVMe tier */
-  char why[96];
-} pl_option_t;
 
 /* The option keeps state in the NVMe tier. */
 static int uses_tier(const pl_option_t *x) { return x->opt == ZS_OFFLOAD_NVME || x->param == ZS_OFFLOAD_NVME; }
@@ -203,12 +226,18 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.param_dtype = o->dtype;
   cfg.reduce_dtype = o->reduce_dtype;
   cfg.optim.kind = o->optim;
+  cfg.optim.momentum = o->momentum;
   cfg.optim.state_dtype = o->optim_state;
   cfg.optim.state_block = o->optim_block;
   cfg.grad_accum = o->accum;
   cfg.prefetch = o->prefetch;
+  cfg.persist_threshold = o->persist;
   cfg.offload_optimizer = x->opt;
   cfg.offload_param = x->param;
+  /* a config file's delayed update, where the engine takes it: its host copies */
+  cfg.delayed_param_update = o->dpu && x->opt == ZS_OFFLOAD_CPU && x->param == ZS_OFFLOAD_NONE;
+  cfg.nvme_buffers = o->nvme_buffers;
+  cfg.nvme_param_buffers = o->nvme_param_buffers;
   if (uses_tier(x)) { /* the estimate needs a path, never touched: nothing is set up */
     snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "%s", "zs-plan");
     cfg.nvme_chunk = (size_t)o->nvme_chunk;
@@ -242,11 +271,21 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
  * ========================================================================== */
 
 /* qgZ's group at a shard group of Ns ranks, as the engine picks it (setup.c):
- * the ranks per node, or the whole shard group where it sits inside a node; 0
- * where neither divides */
-static int qg_group(const pl_opts_t *o, int Ns) {
-  int K = o->per_node > Ns && o->per_node % Ns == 0 ? Ns : o->per_node;
+ * a config file's quantized_gradients_group, else the ranks per node, or the
+ * whole shard group where it sits inside a node; 0 where that does not divide */
+int pl_qg_group(const pl_opts_t *o, int Ns) {
+  int K = o->qg_group > 0 ? o->qg_group : o->per_node > Ns && o->per_node % Ns == 0 ? Ns : o->per_node;
   return Ns % K == 0 ? K : 0;
+}
+
+/* Stage 3 keeps unit u gathered (persist_threshold compares its elements, as
+ * the engine's zs__eng_unit_extent): no gathers in forward and backward, an
+ * all-gather after the step (step.c's regather), its parameters on the device. */
+static int persistent(const pl_opts_t *o, const pl_option_t *x, int u) {
+  if (x->stage != 3 || o->persist == 0) return 0;
+  int64_t n = 0;
+  for (int i = o->m.unit_first[u]; i < o->m.unit_first[u + 1]; i++) n += o->m.params[i].numel;
+  return (uint64_t)n <= (uint64_t)o->persist;
 }
 
 /* qgZ (src/zero/qgrad.c): the reduce-scatter of a unit of S a shard as an
@@ -255,7 +294,7 @@ static int qg_group(const pl_opts_t *o, int Ns) {
  * shard group; a packed shard: a scale a block and o->qg bits an element
  * (kernels/wquant.h) */
 static void qg_reduce(pl_sched_t *s, const pl_opts_t *o, int Ns, int64_t S, int times) {
-  const int K = qg_group(o, Ns), G = Ns / K;
+  const int K = pl_qg_group(o, Ns), G = Ns / K;
   const size_t B = o->qw_block ? (size_t)o->qw_block : ZS_WQ_BLOCK_DEFAULT;
   const int64_t Q = (int64_t)(o->qg == 4 ? zs_wq4_bytes((size_t)S, B) : zs_wq_bytes((size_t)S, B));
   if (K > 1) pl_sched_add(s, PL_BACKWARD, PL_ALL_TO_ALL, PL_QG_NODE, G * Q, times);
@@ -266,7 +305,7 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
   pl_net_t net = o->net;
   net.shard = x->shard;
   net.hpz = x->hpz;
-  net.qg = x->qg ? qg_group(o, x->shard) : 0;
+  net.qg = x->qg ? pl_qg_group(o, x->shard) : 0;
   pl_sched_t *s = pl_sched_create(&net);
   if (!s) pl_die(1, "out of host memory for the link model");
   const int64_t pb = (int64_t)zs_dtype_size(o->dtype), rb = (int64_t)zs_dtype_size(o->reduce_dtype);
@@ -282,6 +321,12 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
         pl_sched_add(s, PL_STEP, PL_ALL_GATHER, PL_SHARD, P * pb, 1);
         break;
       case 3: {
+        if (persistent(o, x, u)) { /* gathered for good: reduced each round, gathered after the update */
+          if (x->qg) qg_reduce(s, o, x->shard, S, A);
+          else pl_sched_add(s, PL_BACKWARD, PL_REDUCE_SCATTER, PL_SHARD, P * rb, A);
+          pl_sched_add(s, PL_STEP, PL_ALL_GATHER, PL_SHARD, P * pb, 1);
+          break;
+        }
         int fwd = o->m.gpt && u == 0 ? 2 : 1; /* the tied LM head gathers the embedding again */
         int bwd = o->m.gpt && u == 0 ? 0 : 1; /* its backward reads no parameters (ZS_PARAM_BACKWARD_UNREAD) */
         /* qwZ: each shard packed, int8 codes and a scale a block (kernels/wquant.h) */
@@ -328,6 +373,7 @@ static void disk(const pl_opts_t *o, pl_option_t *x) {
     const int64_t pb = (int64_t)zs_dtype_size(o->dtype);
     const int64_t chunk = o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT;
     for (int u = 0; u < o->m.nunits; u++) {
+      if (persistent(o, x, u)) continue; /* its parameters stay on the device */
       const int64_t S = pl_unit_padded(&o->m, u, x->shard) / x->shard;
       const int gathers = 2 * o->accum;
       x->disk_read += (double)gathers * (double)pl_disk_param_read(S, pb, chunk);
@@ -391,136 +437,6 @@ static int better(const pl_option_t *a, const pl_option_t *b) {
   return a->est.device_peak_bound < b->est.device_peak_bound;
 }
 
-static const char *dtype_name(zs_dtype_t d) { return d == ZS_BF16 ? "bf16" : "fp32"; }
-
-static const char *where_name(zs_offload_t w) {
-  return w == ZS_OFFLOAD_NVME ? "nvme" : w == ZS_OFFLOAD_CPU ? "cpu" : "none";
-}
-
-/* the table's offload column: no, yes (the optimizer state in host memory),
- * nvme (on disk); ",cpu" or ",nvme" after it where stage 3's parameter shards are */
-static void offload_name(const pl_option_t *x, char *buf, size_t n) {
-  const char *o = x->opt == ZS_OFFLOAD_NONE ? "no" : x->opt == ZS_OFFLOAD_CPU ? "yes" : "nvme";
-  if (x->param != ZS_OFFLOAD_NONE) snprintf(buf, n, "%s,%s", o, where_name(x->param));
-  else snprintf(buf, n, "%s", o);
-}
-
-static void layout_name(const pl_opts_t *o, const pl_option_t *x, char *buf, size_t n) {
-  char hz[16] = "";
-  if (x->hpz > 1) snprintf(hz, sizeof hz, " hpz%d", x->hpz);
-  if (x->shard < o->world)
-    snprintf(buf, n, "hybrid %d%s%s", x->shard, x->qw ? " qw" : "", !x->qg ? "" : o->qg == 4 ? " qg4" : " qg");
-  else snprintf(buf, n, "flat%s%s%s", x->qw ? " qw" : "", hz, !x->qg ? "" : o->qg == 4 ? " qg4" : " qg");
-}
-
-/* ============================================================================
- * output
- * ========================================================================== */
-
-static void print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int best, FILE *f) {
-  fprintf(f, "# zs-plan: %s, %lld params, %s params / %s reduce; %d ranks, %d per node (%d nodes)\n", o->m.desc,
-          (long long)o->m.numel, dtype_name(o->dtype), dtype_name(o->reduce_dtype), o->world * o->tp,
-          o->per_node * o->tp, o->world / o->per_node);
-  if (o->tp > 1)
-    fprintf(f, "# tp %d%s: %d data-parallel ranks (%d per node); per rank %lld params of %lld (%lld replicated + "
-               "%lld split / %d); tp comm %lld bytes/step (batch %d), activations %lld bytes/layer\n",
-            o->tp, o->sp ? " with sequence parallelism" : "", o->world, o->per_node, (long long)o->m.numel,
-            (long long)(o->tp_replicated + o->tp_split), (long long)o->tp_replicated, (long long)o->tp_split, o->tp,
-            (long long)o->tp_bytes, o->batch, (long long)o->tp_act_bytes);
-  fprintf(f, "# links (%s): inter %g Gbit/s (x%.4f frames, %g us/round), intra %g Gbit/s (%g us/round); device %.2f GiB%s\n",
-          o->net.nccl ? "nccl rings" : "mpi comm", o->net.inter_Bps * o->tp * 8 / 1e9, o->net.frame, o->net.alpha_inter * 1e6, o->net.intra_Bps * 8 / 1e9,
-          o->net.alpha_intra * 1e6, o->device_mem / GIB, o->device_mem > 0 ? "" : " (no limit)");
-  fprintf(f, "# disk (the NVMe tier), a rank's: read %g MB/s, write %g MB/s, room ", o->disk_read_Bps / 1e6,
-          o->disk_write_Bps / 1e6);
-  if (o->nvme_bytes >= 0) fprintf(f, "%.3f GiB\n", o->nvme_bytes / GIB);
-  else fprintf(f, "no limit\n");
-  fprintf(f, "# bytes per rank; comm/step = bytes a rank sends; inter = the busiest node link, one way; offload = where\n"
-             "# the optimizer state is (yes: host memory, nvme: disk), after a comma stage 3's parameter shards;\n"
-             "# nvme_state = the tier's file, disk_s = its reads and writes a step\n");
-  fprintf(f, "  stage layout     offload    model_state   host_state   nvme_state  device_peak    comm/step   inter/step    "
-             "comm_s    disk_s%s  fits\n",
-          o->compute_s > 0 ? "    step_s  speedup" : "");
-  for (int i = 0; i < nx; i++) {
-    char lay[32], off[24];
-    layout_name(o, &x[i], lay, sizeof lay);
-    offload_name(&x[i], off, sizeof off);
-    fprintf(f, "%s %d     %-10s %-9s %12llu %12llu %12llu %12llu %12lld %12.0f %9.4f %9.4f", i == best ? "*" : " ",
-            x[i].stage, lay, off, (unsigned long long)x[i].est.device_model_state,
-            (unsigned long long)x[i].est.host_model_state, (unsigned long long)x[i].est.nvme_model_state,
-            (unsigned long long)x[i].est.device_peak_bound, (long long)x[i].net.comm_bytes, x[i].net.inter_link_bytes,
-            x[i].net.comm_s, x[i].disk_s);
-    if (o->compute_s > 0) fprintf(f, " %9.4f %8.3f", x[i].step_s, x[i].speedup);
-    fprintf(f, "  %s%s%s\n", x[i].tier_fit ? "yes, with the tier" : x[i].fits ? "yes" : "no", x[i].fits ? "" : ": ",
-            x[i].why);
-  }
-  if (best >= 0) fprintf(f, "* the fastest that fits\n");
-  else fprintf(f, "nothing fits\n");
-}
-
-static void json_option(const pl_opts_t *o, const pl_option_t *x, FILE *f) {
-  const pl_result_t *r = &x->net;
-  fprintf(f, "{\"stage\": %d, \"shard_group\": %d, \"hybrid\": %s, \"offload\": %s, \"quantized_weights\": %s, "
-             "\"hpz_partition_size\": %d, \"quantized_gradients\": %s, ",
-          x->stage, x->shard, x->shard < o->world ? "true" : "false", x->offload ? "true" : "false",
-          x->qw ? "true" : "false", x->hpz, x->qg ? "true" : "false");
-  fprintf(f, "\"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", ", where_name(x->opt), where_name(x->param));
-  fprintf(f, "\"model_state_bytes\": %llu, \"host_state_bytes\": %llu, \"nvme_state_bytes\": %llu, "
-             "\"device_peak_bytes\": %llu, ",
-          (unsigned long long)x->est.device_model_state, (unsigned long long)x->est.host_model_state,
-          (unsigned long long)x->est.nvme_model_state, (unsigned long long)x->est.device_peak_bound);
-  fprintf(f, "\"disk_read_bytes_per_step\": %.0f, \"disk_write_bytes_per_step\": %.0f, \"disk_s\": %.9g, ",
-          x->disk_read, x->disk_write, x->disk_s);
-  fprintf(f, "\"comm_bytes_per_step\": %lld, \"replica_bytes_per_step\": %lld, ", (long long)r->comm_bytes,
-          (long long)r->replica_bytes);
-  fprintf(f, "\"inter_link_bytes_per_step\": %.0f, \"inter_link_wire_bytes_per_step\": %.0f, "
-             "\"intra_bytes_per_step\": %.0f, ",
-          r->inter_link_bytes, r->inter_link_bytes * o->net.frame, r->intra_bytes);
-  fprintf(f, "\"comm_s_per_step\": %.6g, \"inter_s\": %.6g, \"intra_s\": %.6g, \"latency_s\": %.6g, ", r->comm_s,
-          r->inter_s, r->intra_s, r->latency_s);
-  fprintf(f, "\"phase_s\": {\"forward\": %.6g, \"backward\": %.6g, \"step\": %.6g}, ", r->phase_s[PL_FORWARD],
-          r->phase_s[PL_BACKWARD], r->phase_s[PL_STEP]);
-  fprintf(f, "\"rounds_inter\": %d, \"rounds_intra\": %d, ", r->rounds_inter, r->rounds_intra);
-  fprintf(f, "\"step_s\": %.6g, ", x->step_s);
-  if (o->compute_s > 0) fprintf(f, "\"speedup\": %.6g, ", x->speedup);
-  if (o->tp > 1) fprintf(f, "\"tp_s\": %.6g, ", x->tp_s);
-  fprintf(f, "\"fits\": %s, \"fits_with_tier\": %s, \"why\": \"%s\"}", x->fits ? "true" : "false",
-          x->tier_fit ? "true" : "false", x->why);
-}
-
-static void print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int best, FILE *f) {
-  fprintf(f, "{\"model\": \"%s\", \"params\": %lld, \"units\": %d, \"world\": %d, \"ranks_per_node\": %d, "
-             "\"nodes\": %d, ",
-          o->m.desc, (long long)o->m.numel, o->m.nunits, o->world * o->tp, o->per_node * o->tp, o->world / o->per_node);
-  fprintf(f, "\"tp\": {\"size\": %d, \"sequence_parallel\": %s, \"dp_world\": %d, \"dp_per_node\": %d, \"batch\": %d, "
-             "\"replicated_params\": %lld, \"split_params\": %lld, \"params_per_rank\": %lld, "
-             "\"comm_bytes_per_step\": %lld, \"act_bytes_per_layer\": %lld}, ",
-          o->tp, o->sp ? "true" : "false", o->world, o->per_node, o->batch, (long long)o->tp_replicated,
-          (long long)o->tp_split, (long long)o->m.numel, (long long)o->tp_bytes, (long long)o->tp_act_bytes);
-  fprintf(f, "\"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"grad_accum\": %d, ", dtype_name(o->dtype),
-          dtype_name(o->reduce_dtype), o->accum);
-  fprintf(f, "\"device_mem_bytes\": %.0f, \"host_mem_bytes\": %.0f, \"reserve_bytes\": %.0f, ", o->device_mem,
-          o->host_mem, o->reserve);
-  fprintf(f, "\"backend\": \"%s\", ", o->net.nccl ? "nccl" : "mpi");
-  if (o->nvme_bytes >= 0) fprintf(f, "\"nvme_bytes\": %.0f, ", o->nvme_bytes);
-  else fprintf(f, "\"nvme_bytes\": null, ");
-  fprintf(f, "\"disk_bw_read_mbps\": %.6g, \"disk_bw_write_mbps\": %.6g, \"nvme_chunk\": %lld, ", o->disk_read_Bps / 1e6,
-          o->disk_write_Bps / 1e6, (long long)(o->nvme_chunk ? o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));
-  fprintf(f, "\"inter_gbps\": %.6g, \"intra_gbps\": %.6g, \"latency_us\": %.6g, \"intra_latency_us\": %.6g, "
-             "\"frame_overhead\": %.6g, \"ring_min_bytes\": %llu, ",
-          o->net.inter_Bps * o->tp * 8 / 1e9, o->net.intra_Bps * 8 / 1e9, o->net.alpha_inter * 1e6, o->net.alpha_intra * 1e6,
-          o->net.frame, (unsigned long long)o->net.ring_min);
-  if (o->compute_s > 0) fprintf(f, "\"compute_s\": %.6g, ", o->compute_s);
-  fprintf(f, "\"options\": [");
-  for (int i = 0; i < nx; i++) {
-    fprintf(f, "%s\n  ", i ? "," : "");
-    json_option(o, &x[i], f);
-  }
-  fprintf(f, "],\n \"best_index\": %d, \"best\": ", best);
-  if (best >= 0) json_option(o, &x[best], f);
-  else fprintf(f, "null");
-  fprintf(f, "}\n");
-}
-
 /* ============================================================================
  * main
  * ========================================================================== */
@@ -553,7 +469,7 @@ int main(int argc, char **argv) {
   for (int off = 0; o.qg && off <= 1; off++) { /* qgZ: stages 2-3, flat and hybrid, offload or not */
     x[nx++] = (pl_option_t){.stage = 2, .shard = o.world, .offload = off, .qg = 1};
     x[nx++] = (pl_option_t){.stage = 3, .shard = o.world, .offload = off, .qg = 1};
-    for (int stage = 2; hybrid && qg_group(&o, o.shard_group) && stage <= 3; stage++)
+    for (int stage = 2; hybrid && pl_qg_group(&o, o.shard_group) && stage <= 3; stage++)
       x[nx++] = (pl_option_t){.stage = stage, .shard = o.shard_group, .offload = off, .qg = 1};
   }
   if (o.qg && o.qw_block && o.hpz > 1) /* flat stage 3 with the other two */
@@ -570,10 +486,24 @@ int main(int argc, char **argv) {
       x[nx++] = (pl_option_t){.stage = 3, .shard = sh, .opt = ZS_OFFLOAD_NVME, .param = ZS_OFFLOAD_CPU};
       x[nx++] = (pl_option_t){.stage = 3, .shard = sh, .opt = ZS_OFFLOAD_NVME, .param = ZS_OFFLOAD_NVME};
     }
-  int best = -1;
   for (int i = 0; i < nx; i++) {
     if (x[i].offload && x[i].opt == ZS_OFFLOAD_NONE) x[i].opt = ZS_OFFLOAD_CPU; /* the options above: host memory */
     x[i].offload = x[i].opt != ZS_OFFLOAD_NONE;
+  }
+  /* --config: your config is the option listed with its settings, or one more after them */
+  int mine = -1;
+  if (o.config) {
+    const pl_config_t *c = o.config;
+    pl_option_t y = {.stage = c->stage, .shard = c->shard, .offload = c->opt != ZS_OFFLOAD_NONE, .opt = c->opt,
+                     .param = c->param, .qw = c->qw, .hpz = c->hpz ? o.hpz : 0, .qg = c->qg};
+    for (int i = 0; i < nx && mine < 0; i++)
+      if (x[i].stage == y.stage && x[i].shard == y.shard && x[i].opt == y.opt && x[i].param == y.param &&
+          x[i].qw == y.qw && x[i].hpz == y.hpz && x[i].qg == y.qg)
+        mine = i;
+    if (mine < 0) x[mine = nx++] = y;
+  }
+  int best = -1;
+  for (int i = 0; i < nx; i++) {
     estimate(&o, &x[i]);
     traffic(&o, &x[i]);
     disk(&o, &x[i]);
@@ -581,12 +511,13 @@ int main(int argc, char **argv) {
     if (x[i].fits && (best < 0 || better(&x[i], &x[best]))) best = i;
   }
   if (me == 0) {
-    print_table(&o, x, nx, best, o.json ? stderr : stdout);
-    if (o.json) print_json(&o, x, nx, best, stdout);
+    pl_print_table(&o, x, nx, best, mine, o.json ? stderr : stdout);
+    if (o.json) pl_print_json(&o, x, nx, best, mine, stdout);
     fflush(stdout);
   }
   zs_comm_destroy(comm);
   zs_device_destroy(dev);
   pl_model_free(&o.m);
+  free(o.config);
   return best >= 0 ? 0 : 3;
 }

@@ -1,14 +1,19 @@
-/* zs_plan.h: what zs-plan's three parts share (zs_plan_model.c: flags and the
- * model's declaration; zs_plan.c: memory from the engine, the options and
- * their output; zs_plan_net.c: the traffic of one step on the links and its
- * time, and the NVMe tier's disk time). zs_plan.c's header comment states the
- * model; this one only the interface. */
+/* zs_plan.h: what zs-plan's five parts share (zs_plan_model.c: flags and the
+ * model's declaration; zs_plan_config.c: --config FILE, a config file read by
+ * the library's loader under the flags; zs_plan.c: memory from the engine and
+ * the options; zs_plan_report.c: their table and JSON; zs_plan_net.c: the
+ * traffic of one step on the links and its time, and the NVMe tier's disk
+ * time). zs_plan.c's header
+ * comment states the model; this one only the interface. */
 #ifndef ZS_TOOLS_PLAN_H
 #define ZS_TOOLS_PLAN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "zeroshard/config.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/log.h"
 #include "zeroshard/types.h"
 
 typedef enum { PL_ALL_REDUCE = 0, PL_REDUCE_SCATTER, PL_ALL_GATHER, PL_ALL_TO_ALL } pl_coll_t;
@@ -90,6 +95,38 @@ typedef struct {
   int align;               /* elements a parameter starts at a multiple of (PL_ALIGN, or the int8 block) */
 } pl_model_t;
 
+/* --config FILE: what the file fixes (the library's loader read it) and the
+ * option it runs, "your config". The engine's settings the file gives go into
+ * pl_opts_t's fields below, except where a flag was given (PL_GIVEN_*); the
+ * option (stage, shard group, where the optimizer state and the parameters
+ * are, ZeRO++'s techniques on or off) is the file's alone. */
+#define PL_CONFIG_MSGS 64
+#define PL_CONFIG_NOTES 12
+typedef struct {
+  const char *path;
+  zs_config_t file;            /* as the loader returned it */
+  zs_config_t cfg;             /* with the flags over it: what "your config" describes */
+  int stage, shard, qw, hpz, qg; /* your config's option (shard: ranks a shard group; the world when flat) */
+  zs_offload_t opt, param;
+  char describe[512];          /* zs_config_describe(&cfg) */
+  char unknown[2048];          /* zs_config_unknown_keys() after the load */
+  int nmsg, msg_dropped;       /* the loader's messages (warnings, info, debug: unknown keys, keys accepted
+                                  but not used, "auto" values), in order */
+  zs_log_level_t msg_level[PL_CONFIG_MSGS];
+  char msg[PL_CONFIG_MSGS][400];
+  int nover, nnote;
+  char over[PL_CONFIG_NOTES][160]; /* "grad_accum 1 (--grad-accum; the file: 4)": a flag over the file */
+  char note[PL_CONFIG_NOTES][240]; /* a setting of the file zs-plan does not model, or models unchecked */
+} pl_config_t;
+
+/* Which engine flags were given on the command line (they win over --config). */
+enum {
+  PL_GIVEN_DTYPE = 1u << 0, PL_GIVEN_REDUCE = 1u << 1, PL_GIVEN_OPTIM = 1u << 2, PL_GIVEN_STATE = 1u << 3,
+  PL_GIVEN_BLOCK = 1u << 4, PL_GIVEN_ACCUM = 1u << 5, PL_GIVEN_PREFETCH = 1u << 6, PL_GIVEN_SHARD = 1u << 7,
+  PL_GIVEN_QW = 1u << 8, PL_GIVEN_HPZ = 1u << 9, PL_GIVEN_QG = 1u << 10, PL_GIVEN_CHUNK = 1u << 11,
+  PL_GIVEN_PERSIST = 1u << 12, PL_GIVEN_MOMENTUM = 1u << 13
+};
+
 typedef struct {
   pl_model_t m;
   int world, per_node, shard_group;
@@ -115,6 +152,14 @@ typedef struct {
    * rank's disk rates (bytes/s), and the tier's chunk (elements; 0: the engine's) */
   double nvme_bytes, disk_read_Bps, disk_write_Bps;
   int64_t nvme_chunk;
+  /* engine settings only a config file sets, or flags added for it: SGD's momentum (--momentum; its
+   * buffer), stage 3's persistent units (--persist-threshold: at most this many elements stay
+   * gathered), the tier's buffer counts, the delayed update (options with the optimizer state in
+   * host memory), qgZ's group (0: the engine's pick, the node) */
+  float momentum;
+  size_t persist;
+  int nvme_buffers, nvme_param_buffers, dpu, qg_group;
+  pl_config_t *config; /* --config (malloc'd), or NULL */
 } pl_opts_t;
 
 
@@ -128,6 +173,28 @@ void pl_model_free(pl_model_t *m);
 int64_t pl_unit_padded(const pl_model_t *m, int u, int n);
 
 /* ============================================================================
+ * zs_plan_config.c: --config FILE
+ * ========================================================================== */
+
+/* Reads the file with zs_config_from_json_file (our keys or DeepSpeed's),
+ * prints the loader's messages on stderr (and keeps them in o->config), and
+ * sets o's engine settings from it where the flags in `given` (PL_GIVEN_*)
+ * were not given. A file that cannot be read, parsed or validated dies with
+ * code 2 and the loader's message, which names the file. Before the layout is
+ * known (--tp): pl_config_layout follows. */
+void pl_config_load(pl_opts_t *o, const char *path, unsigned given);
+/* After the data-parallel layout is known: the file's shard group (unless
+ * --shard-group was given), your config's option, the checks the engine would
+ * make of it against --world (dies with code 2), what is not modelled, and
+ * the description. */
+void pl_config_layout(pl_opts_t *o, unsigned given);
+/* qgZ's group at a shard group of Ns ranks, as the engine picks it (setup.c):
+ * quantized_gradients_group where a config file sets it, else the ranks per
+ * node, or the whole shard group where it sits inside a node; 0 where that
+ * does not divide Ns (zs_plan.c) */
+int pl_qg_group(const pl_opts_t *o, int Ns);
+
+/* ============================================================================
  * zs_plan_net.c: the NVMe tier's disk time
  * ========================================================================== */
 
@@ -136,5 +203,32 @@ int64_t pl_unit_padded(const pl_model_t *m, int u, int n);
 int64_t pl_disk_param_read(int64_t S, int64_t pb, int64_t chunk);
 /* Seconds a rank's disk takes for a step's reads and writes (their rates). */
 double pl_disk_time(const pl_opts_t *o, double read_bytes, double write_bytes);
+
+/* ============================================================================
+ * zs_plan_report.c: the output
+ * ========================================================================== */
+
+/* One option of the table: its layout, the engine's estimate, the links'
+ * time, the disk's, and the verdict. */
+typedef struct {
+  int stage, shard, offload; /* offload: the optimizer state off the device (host memory or disk) */
+  zs_offload_t opt, param;   /* where the optimizer state is; stage 3: the parameter shards (ZeRO-Infinity) */
+  int qw;  /* stage 3: quantized_weights */
+  int hpz; /* stage 3, flat: hpz_partition_size */
+  int qg;  /* stages 2-3, flat: quantized_gradients in groups of the node */
+  zs_mem_estimate_t est;
+  pl_result_t net;
+  double step_s, speedup;
+  double tp_s;                          /* the tp comm's time per step (0 without --tp) */
+  double disk_read, disk_write, disk_s; /* the NVMe tier's bytes a rank reads and writes a step, their time */
+  int fits, tier_fit;                   /* tier_fit: fits, with the NVMe tier */
+  char why[96];
+} pl_option_t;
+
+/* The table of the nx options (x; best: the fastest that fits, mine: the
+ * --config option, -1 for none), the config's block and the verdict line. */
+void pl_print_table(const pl_opts_t *o, const pl_option_t *x, int nx, int best, int mine, FILE *f);
+/* The same as one JSON document. */
+void pl_print_json(const pl_opts_t *o, const pl_option_t *x, int nx, int best, int mine, FILE *f);
 
 #endif

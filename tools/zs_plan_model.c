@@ -159,6 +159,20 @@ static void usage(FILE *f) {
           "               [--device-mem GiB] [--intra-gbps X] [--inter-gbps Y] [flags]\n"
           "Per-rank memory (zs_engine_estimate) and predicted communication time per step of each\n"
           "option (stage 0-3, flat or hybrid, offload or not); marks what fits, picks the fastest.\n"
+          "config file:\n"
+          "  --config FILE      a zeroshard JSON config or a DeepSpeed ds_config.json, read by the library's\n"
+          "                     loader (zeroshard/config_load.h): its engine settings (dtypes, optimizer and\n"
+          "                     its states, grad accumulation, prefetch, persist threshold, shard group,\n"
+          "                     ZeRO++'s blocks, the tier's chunk) are planned for every option, and its\n"
+          "                     stage, layout, offload and ZeRO++ techniques are one option, \"your config\",\n"
+          "                     shown first, marked '>' in the table and compared with the fastest that fits.\n"
+          "                     A flag given here wins over the file for what it sets (--dtype, --reduce-dtype,\n"
+          "                     --optim, --momentum, --optim-state, --optim-block, --grad-accum, --prefetch,\n"
+          "                     --persist-threshold, --shard-group, --quantized-weights=B, --hpz, --quantized-grads,\n"
+          "                     --nvme-chunk); the stage, the offload and whether it is hybrid or uses ZeRO++'s\n"
+          "                     techniques are the file's alone. The loader's messages (unknown keys, keys\n"
+          "                     accepted but not used) go to stderr; a file that does not load exits 2 with\n"
+          "                     the loader's message, which names the file\n"
           "model:\n"
           "  --model gpt        the example trainer's GPT: --layers L --channels C --heads H --vocab V\n"
           "                     --seq T (zs-train-gpt's flags and defaults)\n"
@@ -174,14 +188,17 @@ static void usage(FILE *f) {
           "  rings, and defaults of 3200 Gbit/s per node (8 x 400G RDMA NICs), 3600 Gbit/s NVLink per\n"
           "  rank, frames 1, 10 us and 2 us per round; flags given win)\n"
           "engine:\n"
-          "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16 (fp32)  --reduce-dtype (= --dtype)\n"
+          "  --shard-group NS (hybrid's group: K)  --dtype fp32|bf16|fp16 (fp32)  --reduce-dtype (= --dtype;\n"
+          "                       with --config the file's; fp16 only with --dtype fp16)\n"
           "  --quantized-weights[=B] (also list stage 3 with int8 weights in its gathers, B elements a scale:\n"
           "                       256; ZeRO++'s qwZ)  --hpz K (also flat stage 3 with backward's gathers among\n"
           "                       K ranks, a node: ZeRO++'s hpZ; K divides --world)\n"
           "  --quantized-grads[=8|4] (also stages 2-3, offload or not, with the gradients' reduce-scatter as\n"
           "                       int8 (or int4) all-to-alls inside the node and across: ZeRO++'s qgZ)\n"
           "  --optim adamw|adam|sgd|lion (adamw; their states: m and v, none (sgd: no momentum), m (lion))\n"
-          "  --grad-accum A (1)  --prefetch P (1)\n"
+          "  --momentum M (sgd: 0; above 0 a momentum buffer)  --grad-accum A (1)  --prefetch P (1)\n"
+          "  --persist-threshold N (0: stage 3 keeps a unit of at most N elements gathered, DeepSpeed's\n"
+          "                       stage3_param_persistence_threshold)\n"
           "  --optim-state fp32|bf16|int8 (fp32: the optimizer's m and v)  --optim-block B (int8: 256)\n"
           "  --tp N (--model gpt: tensor parallel over N ranks of a node; ZeRO over --world / N)\n"
           "  --sequence-parallel (with --tp)  --batch B (1: sequences per data-parallel rank per round, tp traffic)\n"
@@ -194,7 +211,8 @@ static void usage(FILE *f) {
           "output:\n"
           "  --compute-s T1 (compute per step of the global batch on one rank: adds step_s, speedup)\n"
           "  --json (one JSON document on stdout)\n"
-          "Exit: 0 an option fits, 3 none fits, 2 bad flags, 77 no example GPT in this build, 1 failure.\n");
+          "Exit: 0 an option fits, 3 none fits, 2 bad flags or a --config file that does not load, 77 no\n"
+          "example GPT in this build, 1 failure.\n");
 }
 
 static double num(const char *flag, const char *v, double lo, double hi) {
@@ -221,8 +239,9 @@ static int inum(const char *flag, const char *v, int lo, int hi) {
 static zs_dtype_t dtype_of(const char *flag, const char *v) {
   if (!strcmp(v, "fp32")) return ZS_FP32;
   if (!strcmp(v, "bf16")) return ZS_BF16;
+  if (!strcmp(v, "fp16")) return ZS_FP16;
   char msg[160];
-  snprintf(msg, sizeof msg, "%s '%s': fp32 or bf16", flag, v);
+  snprintf(msg, sizeof msg, "%s '%s': fp32, bf16 or fp16", flag, v);
   pl_die(2, msg);
   return ZS_FP32;
 }
@@ -272,9 +291,10 @@ pl_opts_t pl_parse(int argc, char **argv) {
   o.net.inter_Bps = 10e9 / 8, o.net.intra_Bps = 100e9 / 8, o.net.frame = 1514.0 / 1448.0;
   o.net.alpha_inter = 50e-6, o.net.alpha_intra = 10e-6, o.net.ring_min = ring_min_env();
   o.nvme_bytes = -1, o.disk_read_Bps = 3000e6, o.disk_write_Bps = 1500e6;
-  const char *units = NULL;
-  int gpt = 0, reduce_set = 0, nccl = 0;
+  const char *units = NULL, *config = NULL;
+  int gpt = 0, nccl = 0;
   unsigned given = 0; /* which of the link flags were given: 1 inter, 2 intra, 4 latency, 8 intra latency, 16 frame */
+  unsigned eng = 0;   /* which engine flags were given (PL_GIVEN_*: they win over --config) */
   for (int i = 1; i < argc; i++) {
     char name[64];
     const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
@@ -286,8 +306,8 @@ pl_opts_t pl_parse(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
     if (!strcmp(a, "--json")) { o.json = 1; continue; }
     if (!strcmp(a, "--sequence-parallel")) { o.sp = 1; continue; }
-    if (!strcmp(a, "--quantized-weights") && !v) { o.qw_block = ZS_WQ_BLOCK_DEFAULT; continue; }
-    if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 8; continue; }
+    if (!strcmp(a, "--quantized-weights") && !v) { o.qw_block = ZS_WQ_BLOCK_DEFAULT, eng |= PL_GIVEN_QW; continue; }
+    if (!strcmp(a, "--quantized-grads") && !v) { o.qg = 8, eng |= PL_GIVEN_QG; continue; }
     if (!v) {
       if (i + 1 >= argc) {
         char msg[160];
@@ -300,6 +320,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
       if (strcmp(v, "gpt")) pl_die(2, "--model: the only model is gpt (or give --units)");
       gpt = 1;
     } else if (!strcmp(a, "--units")) units = v;
+    else if (!strcmp(a, "--config")) config = v;
     else if (!strcmp(a, "--layers")) o.layers = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--channels")) o.channels = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--heads")) o.heads = inum(a, v, 1, 1 << 20);
@@ -309,14 +330,14 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--tp")) o.tp = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--batch")) o.batch = inum(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--ranks-per-node")) o.per_node = inum(a, v, 1, 1 << 20);
-    else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20);
-    else if (!strcmp(a, "--hpz")) o.hpz = inum(a, v, 2, 1 << 20);
+    else if (!strcmp(a, "--shard-group")) o.shard_group = inum(a, v, 1, 1 << 20), eng |= PL_GIVEN_SHARD;
+    else if (!strcmp(a, "--hpz")) o.hpz = inum(a, v, 2, 1 << 20), eng |= PL_GIVEN_HPZ;
     else if (!strcmp(a, "--quantized-grads")) {
-      o.qg = inum(a, v, 4, 8);
+      o.qg = inum(a, v, 4, 8), eng |= PL_GIVEN_QG;
       if (o.qg != 4 && o.qg != 8) pl_die(2, "--quantized-grads: 8 (int8 codes) or 4 (int4 codes, two a byte)");
     }
     else if (!strcmp(a, "--quantized-weights")) {
-      o.qw_block = inum(a, v, 32, 4096);
+      o.qw_block = inum(a, v, 32, 4096), eng |= PL_GIVEN_QW;
       if (o.qw_block & (o.qw_block - 1)) pl_die(2, "--quantized-weights: a block of a power of two, 32..4096");
     }
     else if (!strcmp(a, "--device-mem")) o.device_mem = num(a, v, 0, 1e9) * GIB;
@@ -337,20 +358,29 @@ pl_opts_t pl_parse(int argc, char **argv) {
     else if (!strcmp(a, "--disk-bw-read")) o.disk_read_Bps = num(a, v, 1e-3, 1e9) * 1e6;
     else if (!strcmp(a, "--disk-bw-write")) o.disk_write_Bps = num(a, v, 1e-3, 1e9) * 1e6;
     else if (!strcmp(a, "--nvme-chunk")) {
-      o.nvme_chunk = inum(a, v, 4096, 1 << 30);
+      o.nvme_chunk = inum(a, v, 4096, 1 << 30), eng |= PL_GIVEN_CHUNK;
       if (o.nvme_chunk % 4096) pl_die(2, "--nvme-chunk: a multiple of 4096 elements");
     }
-    else if (!strcmp(a, "--grad-accum")) o.accum = inum(a, v, 1, 1 << 20);
-    else if (!strcmp(a, "--prefetch")) o.prefetch = inum(a, v, 0, 1 << 20);
-    else if (!strcmp(a, "--dtype")) o.dtype = dtype_of(a, v);
-    else if (!strcmp(a, "--reduce-dtype")) o.reduce_dtype = dtype_of(a, v), reduce_set = 1;
+    else if (!strcmp(a, "--grad-accum")) o.accum = inum(a, v, 1, 1 << 20), eng |= PL_GIVEN_ACCUM;
+    else if (!strcmp(a, "--prefetch")) o.prefetch = inum(a, v, 0, 1 << 20), eng |= PL_GIVEN_PREFETCH;
+    else if (!strcmp(a, "--dtype")) o.dtype = dtype_of(a, v), eng |= PL_GIVEN_DTYPE;
+    else if (!strcmp(a, "--reduce-dtype")) o.reduce_dtype = dtype_of(a, v), eng |= PL_GIVEN_REDUCE;
+    else if (!strcmp(a, "--momentum")) {
+      o.momentum = (float)num(a, v, 0, 1), eng |= PL_GIVEN_MOMENTUM;
+      if (o.momentum >= 1) pl_die(2, "--momentum: from 0 up to, not including, 1");
+    } else if (!strcmp(a, "--persist-threshold")) {
+      double x = num(a, v, 0, 9007199254740992.0);
+      if (x != floor(x)) pl_die(2, "--persist-threshold: a whole number of elements");
+      o.persist = (size_t)x, eng |= PL_GIVEN_PERSIST;
+    }
     else if (!strcmp(a, "--optim-state")) {
       if (!strcmp(v, "fp32")) o.optim_state = ZS_STATE_FP32;
       else if (!strcmp(v, "bf16")) o.optim_state = ZS_STATE_BF16;
       else if (!strcmp(v, "int8")) o.optim_state = ZS_STATE_INT8;
       else pl_die(2, "--optim-state: fp32, bf16 or int8");
+      eng |= PL_GIVEN_STATE;
     } else if (!strcmp(a, "--optim-block")) {
-      o.optim_block = inum(a, v, 64, 4096);
+      o.optim_block = inum(a, v, 64, 4096), eng |= PL_GIVEN_BLOCK;
       if (o.optim_block & (o.optim_block - 1)) pl_die(2, "--optim-block: a power of two from 64 to 4096");
     }
     else if (!strcmp(a, "--optim")) {
@@ -359,13 +389,20 @@ pl_opts_t pl_parse(int argc, char **argv) {
       else if (!strcmp(v, "sgd")) o.optim = ZS_SGD;
       else if (!strcmp(v, "lion")) o.optim = ZS_LION;
       else pl_die(2, "--optim: adamw, adam, sgd or lion");
+      eng |= PL_GIVEN_OPTIM;
     } else {
       char msg[160];
       snprintf(msg, sizeof msg, "unknown flag '%s' (zs-plan --help lists the flags)", a);
       pl_die(2, msg);
     }
   }
-  if (!reduce_set) o.reduce_dtype = o.dtype;
+  if (config) pl_config_load(&o, config, eng); /* the file's settings, under the flags given */
+  else if (!(eng & PL_GIVEN_REDUCE)) o.reduce_dtype = o.dtype;
+  if (o.reduce_dtype == ZS_FP16 && o.dtype != ZS_FP16)
+    pl_die(2, o.config && !(eng & PL_GIVEN_REDUCE)
+                  ? "--dtype over --config's fp16: its reduce dtype is fp16 (communication_data_type), which needs fp16 "
+                    "parameters: give --reduce-dtype fp32 or bf16 too"
+                  : "--reduce-dtype fp16 needs fp16 parameters (--dtype fp16)");
   if (nccl) { /* an NVLink node of 8 GPUs, each with its own 400G RDMA NIC; what was given stays */
     o.net.nccl = 1;
     if (!(given & 1)) o.net.inter_Bps = 3200e9 / 8;
@@ -394,6 +431,7 @@ pl_opts_t pl_parse(int argc, char **argv) {
       pl_die(2, "--shard-group counts ranks: with --tp give a multiple of it (tp x the data-parallel ranks per group)");
     o.shard_group /= o.tp;
   }
+  if (o.config) pl_config_layout(&o, eng); /* the file's shard group, your config's option */
   o.hybrid = o.shard_group > 0 || o.per_node > 1; /* a group of 1 only when asked for */
   if (!o.shard_group) o.shard_group = o.per_node;
   o.hybrid = o.hybrid && o.shard_group < o.world;
