@@ -262,7 +262,7 @@ int mb_gpt_create_tp(mb_gpt_t **out, const mb_opts_t *o, const mb_model_t *m, vo
                      zs_comm_t *tpc, int rank, char *err, size_t errlen);
 /* --tp: floats one layer keeps from forward to backward (gpt_tp_acts_t.layer_floats),
  * its formula, and the tp comm's theoretical bytes per step (a rank sends; grad_clip
- * adds the engine's norm all-reduce of one fp32 over the tp group). 0 without tp. */
+ * adds the engine's norm all-reduce of one fp64 over the tp group). 0 without tp. */
 int64_t mb_gpt_layer_floats(const mb_gpt_t *g);
 int64_t mb_gpt_layer_floats_formula(const mb_opts_t *o);
 int64_t mb_gpt_tp_comm_theory(const mb_gpt_t *g, const mb_model_t *m, int norm);

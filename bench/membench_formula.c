@@ -138,7 +138,7 @@ void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
  * parameters; 3 gathers the parameters in forward and again in backward and
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
- * all-reduce of one fp32 (returned apart in *norm). */
+ * all-reduce of one fp64, its double total (returned apart in *norm). */
 void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb,
                            int hpz, int qgk, size_t qgb, int64_t g[MB_G_COUNT]) {
   const int64_t N = n;
@@ -178,7 +178,7 @@ int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_
   int64_t g[MB_G_COUNT], t = 0;
   mb_comm_theory_groups(o, m, stage, pb, rb, n, qwb, hpz, qgk, qgb, g);
   for (int k = 0; k < MB_G_COUNT; k++) t += g[k];
-  *norm = stage >= 1 && n > 1 ? 2 * (int64_t)(n - 1) * 4 / n : 0;
+  *norm = stage >= 1 && n > 1 ? 2 * (int64_t)(n - 1) * 8 / n : 0;
   return t;
 }
 

@@ -60,16 +60,16 @@ int zs_k_optim_step_q(const zs_k_hyper_t *h, int gdt, int pdt, int sdt, int bloc
  * once; calls sharing it must be on one stream). */
 int zs_k_sumsq(const void *x, int dt, size_t n, float *acc, void *scratch, void *stream);
 size_t zs_k_sumsq_scratch_bytes(void);
-/* The same for many segments in one launch (kernels/sumsq_plan.h): *acc += the
- * sum of segment 0, then of segment 1, ..., each rounded to fp32 as zs_k_sumsq
- * rounds it, so the result is a zs_k_sumsq call per segment in order, bit for
- * bit; each segment's double sum is left at mem + p->sums_off. mem: p->bytes of
+/* The same for many segments in one launch (kernels/sumsq_plan.h), into a
+ * double total: *acc += the double sum of segment 0, then of segment 1, ...,
+ * in double (each segment's sum is zs_k_sumsq's before its fp32 rounding, and
+ * is left at mem + p->sums_off). mem: p->bytes of
  * device memory, set up once by zs_k_sumsq_segs_init (which uploads the host
  * table segs, zeroes the rest and waits for `stream`: no launch is pending when
  * it returns). Calls sharing mem must be on one stream (they reuse its
  * counters). */
 int zs_k_sumsq_segs_init(const zs_k_sumsq_plan_t *p, const zs_k_sumsq_seg_t *segs, void *mem, void *stream);
-int zs_k_sumsq_segs(const zs_k_sumsq_plan_t *p, void *mem, float *acc, void *stream);
+int zs_k_sumsq_segs(const zs_k_sumsq_plan_t *p, void *mem, double *acc, void *stream);
 /* *flag = 1 if any element is inf or NaN; *flag is left as it was otherwise. */
 int zs_k_nonfinite(const void *x, int dt, size_t n, int *flag, void *stream);
 /* dst = src converted, nearest even (dtypes may be equal: a copy). */

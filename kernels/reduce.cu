@@ -100,12 +100,12 @@ __device__ double fold_partials(double *sh, const double *part, unsigned nb) {
 // Block blockIdx.x is block b of segment k (its first + b). Steps 1-2 are
 // sumsq_partial's for a grid of the segment's blocks; 3 is sumsq_final's tree,
 // run by the segment's last block to finish (which one that is varies, what it
-// computes does not); 4: the last segment to finish adds the sums into *acc in
-// segment order, each rounded to fp32 as sumsq_final rounds it. Every block
+// computes does not); 4: the last segment to finish adds the sums into the
+// double total *acc in segment order. Every block
 // counts in done[k], every segment in *all; the last ones set them back to 0.
 __global__ void __launch_bounds__(R_THREADS)
     sumsq_segs_kernel(const zs_k_sumsq_seg_t *segs, int nseg, int nlive, double *part, double *sums,
-                      unsigned *done, unsigned *all, float *acc) {
+                      unsigned *done, unsigned *all, double *acc) {
   __shared__ double sh[R_MAXBLOCKS];
   __shared__ bool last;
   const int k = zs_k_sumsq_seg_of(segs, nseg, blockIdx.x);
@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(R_THREADS)
   }
   __syncthreads();
   if (!last || threadIdx.x != 0) return;
-  float r = *acc;
-  for (int j = 0; j < nseg; j++) r = (float)((double)r + __ldcg(sums + j)); // empty segments: + 0, exact
+  double r = *acc;
+  for (int j = 0; j < nseg; j++) r += __ldcg(sums + j); // empty segments: + 0, exact
   *acc = r;
   *all = 0;
 }
@@ -198,7 +198,7 @@ extern "C" int zs_k_sumsq_segs_init(const zs_k_sumsq_plan_t *p, const zs_k_sumsq
   return (int)e;
 }
 
-extern "C" int zs_k_sumsq_segs(const zs_k_sumsq_plan_t *p, void *mem, float *acc, void *stream) {
+extern "C" int zs_k_sumsq_segs(const zs_k_sumsq_plan_t *p, void *mem, double *acc, void *stream) {
   if (!p || !mem || !acc) return (int)cudaErrorInvalidValue;
   if (p->nlive == 0) return 0;
   char *m = (char *)mem;

@@ -284,7 +284,7 @@ static void test_tier_files_removed(void) {
  *   act/layer = 4 (4 Nr C + 4 Nr + 12 N C/tp + B NH/tp T^2), Nr = N (N/tp with sp);
  *   tp comm/step = 2(t-1)/t x 4NC x (4L+2) plain, (t-1)/t x 4NC x (10L+4) + the
  *   replicated gradients' all-reduce with sp; + the cross-entropy's 3 floats a
- *   token and the norm's one, all-reduced. */
+ *   token and the norm's one fp64, all-reduced. */
 static void test_tp(void) {
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(doc, "tp");
   if (!tp) return;
@@ -299,7 +299,7 @@ static void test_tp(void) {
   const long long Nr = sp ? N / t : N, act = 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / t + B * (H / t) * T * T);
   long long X = 4 * N * C, comm = sp ? (t - 1) * X / t * (10 * L + 4) + 2 * (t - 1) * 4 * rep / t
                                      : 2 * (t - 1) * X / t * (4 * L + 2);
-  comm += 2 * (t - 1) * (12 * N + 4) / t;
+  comm += 2 * (t - 1) * (12 * N + 8) / t; /* the norm: one fp64 */
   const cJSON *r;
   cJSON_ArrayForEach(r, item(doc, "results")) {
     const cJSON *x;

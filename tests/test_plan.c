@@ -108,20 +108,20 @@ static void test_formulas(void) {
   expect_int_eq(num(f3o, "model_state_bytes"), 4 * P / 4); /* the parameter shard */
   expect_int_eq(num(f3o, "host_state_bytes"), 16 * P / 4); /* master (none of its own), m, v, grad shard */
   expect_int_eq(num(f3, "host_state_bytes"), 0);
-  /* traffic per rank: 2psi(N-1)/N at stage 0; 3psi(N-1)/N + the norm's 2(N-1)/N x 4 bytes at stage 3;
+  /* traffic per rank: 2psi(N-1)/N at stage 0; 3psi(N-1)/N + the norm's 2(N-1)/N x 8 bytes at stage 3;
    * hybrid 3psi(Ns-1)/Ns + 2 (psi/Ns)(Nr-1)/Nr + the norm over the shard group */
   expect_int_eq(num(s0, "comm_bytes_per_step"), 2 * psi * 3 / 4);
-  expect_int_eq(num(f1, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 6);
-  expect_int_eq(num(f3, "comm_bytes_per_step"), 3 * psi * 3 / 4 + 6);
-  expect_int_eq(num(h3, "comm_bytes_per_step"), 3 * psi / 2 + 2 * (psi / 2) / 2 + 4);
+  expect_int_eq(num(f1, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 12);
+  expect_int_eq(num(f3, "comm_bytes_per_step"), 3 * psi * 3 / 4 + 12);
+  expect_int_eq(num(h3, "comm_bytes_per_step"), 3 * psi / 2 + 2 * (psi / 2) / 2 + 8);
   expect_int_eq(num(h3, "replica_bytes_per_step"), psi / 2);
   expect_int_eq(num(f3, "replica_bytes_per_step"), 0);
   /* what crosses a host link each way at 2 x 2: the ring's one rank share at stage 0; stage 3's
    * two ring all-gathers 3 blocks of psi/4 each (Open MPI's linear one would put 4), its ring
-   * reduce-scatter 3psi/4, the norm's binomial tree 4 bytes; hybrid: both ranks' replica
+   * reduce-scatter 3psi/4, the norm's binomial tree 8 bytes; hybrid: both ranks' replica
    * all-reduce of psi/2 */
   expect_int_eq(num(s0, "inter_link_bytes_per_step"), 2 * psi * 3 / 4);
-  expect_int_eq(num(f3, "inter_link_bytes_per_step"), 3 * (psi * 3 / 4) + 4);
+  expect_int_eq(num(f3, "inter_link_bytes_per_step"), 3 * (psi * 3 / 4) + 8);
   expect_int_eq(num(h3, "inter_link_bytes_per_step"), psi);
   /* time: the link dominates at 1 Gbit/s: wire bytes x 8 / 1e9 plus a little */
   double wire = num(h3, "inter_link_wire_bytes_per_step");
@@ -326,8 +326,8 @@ static void test_tier(void) {
 /* --backend nccl: NCCL's rings for every collective, its defaults (an 8-GPU
  * NVLink node with 8 x 400G NICs) unless a flag is given. 2 nodes x 8: flat
  * stage 3's two gathers and reduce-scatter put 15psi/16 each on a node link,
- * the norm's ring all-reduce of 4 bytes 7 bytes a rank (mpi: its binomial tree,
- * 4 bytes); NVLink carries the other 14 edges of the ring. */
+ * the norm's ring all-reduce of 8 bytes 15 bytes a rank (mpi: its binomial tree,
+ * 8 bytes); NVLink carries the other 14 edges of the ring. */
 static void test_nccl(void) {
   int code;
   cJSON *n = plan_json(UNITS4 " --world 16 --ranks-per-node 8 --backend nccl", &code);
@@ -346,8 +346,8 @@ static void test_nccl(void) {
   const int64_t psi = 4 * 4194304; /* the 4 units' fp32 bytes, 64 x 16 aligned already */
   const cJSON *nf3 = option(n, 3, 16, 0), *mf3 = option(m, 3, 16, 0), *ns0 = option(n, 0, 16, 0);
   assert_true(nf3 && mf3 && ns0);
-  expect_int_eq(num(nf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 7);
-  expect_int_eq(num(mf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 4);
+  expect_int_eq(num(nf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 15);
+  expect_int_eq(num(mf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 8);
   expect_int_eq(num(ns0, "inter_link_bytes_per_step"), 2 * psi * 15 / 16);
   /* one all-reduce per unit (4), each the ring's 2 x 15 rounds at 10 us, after one another, and
    * the bytes over a node link at 3200 Gbit/s: 4 x 2 x 15 x 10 us + 2psi x 15/16 / 400 GB/s */
@@ -415,7 +415,7 @@ static void test_tp(void) {
     expect_int_eq(num(tp, "params_per_rank"), rep + num(tp, "split_params") / 2);
     expect_int_eq(num(d, "params"), num(tp, "params_per_rank"));
     long long comm = sp ? (10 * L + 4) * 2 * N * C + 4 * rep : (4 * L + 2) * 4 * N * C;
-    expect_int_eq(num(tp, "comm_bytes_per_step"), comm + 12 * N + 4);
+    expect_int_eq(num(tp, "comm_bytes_per_step"), comm + 12 * N + 8); /* + the norm's fp64 */
     const long long Nr = sp ? N / 2 : N;
     expect_int_eq(num(tp, "act_bytes_per_layer"), 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / 2 + B * 2 * T * T));
     /* stage 0 holds 16 bytes per parameter of the part (with padding); the

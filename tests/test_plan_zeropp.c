@@ -66,7 +66,7 @@ static void test_quantized_weights(void) {
 /* --hpz 4 at 2 nodes of 4 (flat stage 3, backward's gathers inside the node):
  * per unit of P = 1M fp32 two gathers become one over the 8 ranks and one over
  * the 4 of a node, (K-1)/K P 4 bytes, so the comm bytes are forward's gather
- * and the reduce-scatter at 7/8 P 4 each plus 3/4 P 4, with the norm's 7; the
+ * and the reduce-scatter at 7/8 P 4 each plus 3/4 P 4, with the norm's 14; the
  * busiest node link carries only forward's gather and the reduce-scatter; the
  * device state gains P 4 / 4 a unit. With --quantized-weights too, the
  * combined option is listed. */
@@ -83,9 +83,9 @@ static void test_hpz(void) {
   const cJSON *hq = option(d, 3, 8, 0);
   g_qw = g_hpz = 0;
   assert_true(flat && h && hq);
-  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 7);
-  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 4);
-  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 4);
+  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 14);
+  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 8);
+  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 8);
   expect_int_eq(num(h, "model_state_bytes") - num(flat, "model_state_bytes"), 4 * P / 4);
   expect_true(num(hq, "inter_link_bytes_per_step") < num(h, "inter_link_bytes_per_step"));
   cJSON_Delete(d);
@@ -157,11 +157,11 @@ static void test_membench_qg(void) {
  *   offload: inside the node qgZ's first all-to-all, (K-1) G sum Q, and at
  *   stage 3 hpZ's backward gathers, (K-1)/K sum P 4; across, the world comm's
  *   regather (stage 2: 3/4 sum P 4) or forward's int8 gathers (stage 3: 3 sum
- *   Q) with the norm's 6, and qgZ's cross all-to-all, (G-1) sum Q;
+ *   Q) with the norm's 12, and qgZ's cross all-to-all, (G-1) sum Q;
  *   int4 codes: Q = 4 S/256 + S/2;
  *   hybrid (shard groups of 2 = a node), stages 1-3 with offload: the shard
  *   group's traffic inside (stages 1-2: 1/2 sum P 4 twice, stage 3 three
- *   times, and the norm's 4), the replica all-reduce across, 2 (1/2) sum S' 4
+ *   times, and the norm's 8), the replica all-reduce across, 2 (1/2) sum S' 4
  *   (S' = P/2);
  *   the same hybrid run on one node (MPI's: 4 ranks here) has nothing across.
  * Every result: intra + inter = the comm bytes, each measured = its theory. */
@@ -205,7 +205,7 @@ static void test_membench_links(void) {
       fprintf(stderr, "  int%d stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", bits, stage,
               flag(r, "offload"), intra, inter);
       expect_int_eq(intra, 1 * 2 * Q + (stage == 3 ? P * 4 / 2 : 0));
-      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 6 + 1 * Q);
+      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 12 + 1 * Q);
       n++;
     }
     expect_int_eq(n, 4);
@@ -223,7 +223,7 @@ static void test_membench_links(void) {
       double intra, inter;
       links_of(r, &intra, &inter);
       expect_int_eq(num(r, "ranks_per_node"), rpn);
-      int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 4, replica = 2 * (P / 2) * 4 / 2;
+      int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 8, replica = 2 * (P / 2) * 4 / 2;
       fprintf(stderr, "  hybrid, %d a node, stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", rpn, stage,
               flag(r, "offload"), intra, inter);
       expect_int_eq(intra, rpn == 2 ? shard : shard + replica);

@@ -3,11 +3,13 @@
  * zs__sumsq_plan_*). Skips (77) where no GPU is visible or CUDA is not built.
  *
  * 300 segments of fp32, bf16 and fp16 (empty ones, 1..9 elements, odd lengths,
- * misaligned starts, one past 1024 blocks, GPT-2-like sizes): one plan run gives
- * zs__sumsq per segment in order bit for bit (the promise in work.h), from a
- * nonzero start, again on the next run (the counters went back to 0) and on
- * another stream; a segment holding an inf gives inf, a NaN NaN; then both ways
- * are timed (reported, not judged: one launch against 600). */
+ * misaligned starts, one past 1024 blocks, GPT-2-like sizes): one plan run adds
+ * the segments' double sums into the double total (the promise in work.h):
+ * within 1e-12 relative of the host's zs__sumsq_cpu total from a nonzero
+ * start, the same bits again on the next run (the counters went back to 0) and
+ * on another stream; a segment holding an inf gives inf, a NaN NaN; then the
+ * plan and zs__sumsq per segment are timed (reported, not judged: one launch
+ * against 600). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include "device/work.h"
 #include "harness.h"
 #include "kernels/optim_ref.h"
+#include "optim/optim.h" /* zs__sumsq_cpu */
 #include "zeroshard/device.h"
 
 enum { NS = 300 };
@@ -62,17 +65,37 @@ static int make_segments(void) {
   return ok;
 }
 
-/* *out = start + the plan's sum (plan) or zs__sumsq per segment (loop), on s */
-static int run(zs__sumsq_plan_t *p, void *scratch, zs_stream_t *s, float *acc_dev, float start, float *out) {
-  if (zs_memcpy_async(dev, acc_dev, &start, sizeof start, ZS_COPY_H2D, s) != ZS_OK) return 0;
-  if (p) {
-    if (zs__sumsq_plan_run(p, s, acc_dev) != ZS_OK) return 0;
-  } else {
-    for (int k = 0; k < NS; k++)
-      if (zs__sumsq(dev, s, segs[k].x, segs[k].dt, segs[k].n, acc_dev, scratch) != ZS_OK) return 0;
-  }
-  return zs_memcpy_async(dev, out, acc_dev, sizeof *out, ZS_COPY_D2H, s) == ZS_OK &&
+/* *out = start + the plan's double total, on s */
+static int run(zs__sumsq_plan_t *p, zs_stream_t *s, double *acc_dev, double start, double *out) {
+  return zs_memcpy_async(dev, acc_dev, &start, sizeof start, ZS_COPY_H2D, s) == ZS_OK &&
+         zs__sumsq_plan_run(p, s, acc_dev) == ZS_OK &&
+         zs_memcpy_async(dev, out, acc_dev, sizeof *out, ZS_COPY_D2H, s) == ZS_OK &&
          zs_stream_synchronize(dev, s) == ZS_OK;
+}
+/* zs__sumsq per segment into an fp32 total (the two-launch path), timed only */
+static int run_loop(void *scratch, float *acc_dev, float *out) {
+  const float zero = 0.0f;
+  if (zs_memcpy_async(dev, acc_dev, &zero, sizeof zero, ZS_COPY_H2D, NULL) != ZS_OK) return 0;
+  for (int k = 0; k < NS; k++)
+    if (zs__sumsq(dev, NULL, segs[k].x, segs[k].dt, segs[k].n, acc_dev, scratch) != ZS_OK) return 0;
+  return zs_memcpy_async(dev, out, acc_dev, sizeof *out, ZS_COPY_D2H, NULL) == ZS_OK &&
+         zs_stream_synchronize(dev, NULL) == ZS_OK;
+}
+/* the host's total of the segments' double sums (zs__sumsq_cpu on copies) */
+static double host_total(void) {
+  double t = 0;
+  for (int k = 0; k < NS; k++) {
+    size_t bytes = segs[k].n * (segs[k].dt == ZS_FP32 ? 4 : 2);
+    void *h = malloc(bytes + 1);
+    if (!h || (bytes && (zs_memcpy_async(dev, h, segs[k].x, bytes, ZS_COPY_D2H, NULL) != ZS_OK ||
+                         zs_stream_synchronize(dev, NULL) != ZS_OK))) {
+      free(h);
+      return NAN;
+    }
+    t += zs__sumsq_cpu(h, segs[k].dt, segs[k].n);
+    free(h);
+  }
+  return t;
 }
 
 static double now(void) {
@@ -93,30 +116,31 @@ static void test_plan(void) {
   assert_ok(zs_device_alloc(dev, 256, ZS_MEM_OTHER, &accv));
   assert_ok(zs_stream_create(dev, &s2));
   assert_ok(zs__sumsq_plan_create(dev, segs, NS, mem, &p));
-  float *acc = accv, one = 0, loop = 0;
-  const float starts[] = {0.0f, 3.25f, 0.0f};
+  double *acc = accv, one = 0, first = 0, want = host_total();
+  float *accf = accv, loop = 0;
+  const double starts[] = {0.0, 3.25, 0.0};
   for (int i = 0; i < 3; i++) {
     zs_stream_t *s = i == 2 ? s2 : NULL;
-    assert_true(run(p, NULL, s, acc, starts[i], &one));
-    assert_true(run(NULL, scratch, s, acc, starts[i], &loop));
-    if (memcmp(&one, &loop, sizeof one))
-      ZS_T_REPORT("run %d: one launch %.9g, per segment %.9g: not the same bits", i, one, loop);
-    expect_true(one > starts[i] && isfinite(one));
+    assert_true(run(p, s, acc, starts[i], &one));
+    if (!(fabs(one - (starts[i] + want)) <= 1e-12 * (starts[i] + want)))
+      ZS_T_REPORT("run %d: one launch %.17g, the host's total %.17g", i, one, starts[i] + want);
+    if (i == 0) first = one;
+    if (i == 2 && memcmp(&one, &first, sizeof one)) ZS_T_REPORT("run 2 on another stream: %.17g, run 0 %.17g", one, first);
   }
   /* inf and NaN travel through */
   const float inf = INFINITY, nan = NAN;
   assert_ok(zs_memcpy_async(dev, (char *)segs[12].x, &inf, 4, ZS_COPY_H2D, NULL));
   assert_true(segs[12].dt == ZS_FP32);
-  assert_true(run(p, NULL, NULL, acc, 0.0f, &one));
+  assert_true(run(p, NULL, acc, 0.0, &one));
   expect_true(isinf(one));
   assert_ok(zs_memcpy_async(dev, (char *)segs[12].x, &nan, 4, ZS_COPY_H2D, NULL));
-  assert_true(run(p, NULL, NULL, acc, 0.0f, &one));
+  assert_true(run(p, NULL, acc, 0.0, &one));
   expect_true(isnan(one));
   /* the time of each way, a step's worth of segments (reported) */
   double t0 = now();
-  for (int i = 0; i < 20; i++) run(p, NULL, NULL, acc, 0.0f, &one);
+  for (int i = 0; i < 20; i++) run(p, NULL, acc, 0.0, &one);
   double t1 = now();
-  for (int i = 0; i < 20; i++) run(NULL, scratch, NULL, acc, 0.0f, &loop);
+  for (int i = 0; i < 20; i++) run_loop(scratch, accf, &loop);
   double t2 = now();
   fprintf(stderr, "%d segments: one launch %.1f us, %d launches %.1f us (each with a copy and a wait)\n", NS,
           (t1 - t0) / 20 * 1e6, 2 * NS, (t2 - t1) / 20 * 1e6);

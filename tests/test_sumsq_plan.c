@@ -11,13 +11,13 @@
  *     no segments and a grid past 2^31 - 1 blocks are refused.
  * (2) the arithmetic: a C transcription of both GPU paths on fp32, bf16 and fp16
  *     segments (lengths 0, 1, 7, 8, 9, 2047, 2048 * 256 + 3, past 1024 blocks):
- *     the one-launch path (partials, the 1024-leaf fold by 256 threads level by
- *     level, the fp32 total in segment order) equals the two-kernel path (the
- *     1024-thread tree) bit for bit, and both are within 1e-12 relative of
- *     zs__sumsq_cpu per segment (the double sums differ only in order).
- * (3) the device layer on the cpu device (the fallback: zs__sumsq per segment):
- *     zs__sumsq_plan_run equals zs__sumsq segment by segment bit for bit, on the
- *     NULL stream and a stream, twice in a row; 0 bytes needed; a NULL segment
+ *     the one-launch path's segment sums (partials, the 1024-leaf fold by 256
+ *     threads level by level) equal the two-kernel path's (the 1024-thread
+ *     tree) bit for bit, within 1e-12 relative of zs__sumsq_cpu per segment
+ *     (the double sums differ only in order), and so does their double total.
+ * (3) the device layer on the cpu device (its plan: one task): zs__sumsq_plan_run
+ *     adds zs__sumsq_cpu's double sums into the double total in order, bit for
+ *     bit, on the NULL stream and a stream, twice in a row; 0 bytes needed; a NULL segment
  *     with elements, an int32 segment and no segments are refused, each naming
  *     what is wrong. */
 #include <math.h>
@@ -139,12 +139,13 @@ static double partial(const void *x, int dt, size_t n, unsigned b, unsigned nb) 
   return tree(sh, TH);
 }
 
-/* the two-kernel path: sumsq_final's 1024-thread tree */
-static float two_kernels(const void *x, int dt, size_t n, float acc) {
+/* the two-kernel path's segment sum: sumsq_final's 1024-thread tree (before
+ * it rounds into its fp32 accumulator) */
+static double two_kernels(const void *x, int dt, size_t n) {
   double sh[MB];
   unsigned nb = zs_k_sumsq_blocks(n);
   for (unsigned i = 0; i < MB; i++) sh[i] = i < nb ? partial(x, dt, n, i, nb) : 0.0;
-  return (float)((double)acc + tree(sh, MB));
+  return tree(sh, MB);
 }
 
 /* fold_partials: 256 threads, thread t taking i = t, t + 256, ... below w */
@@ -184,17 +185,17 @@ static void test_arithmetic(void) {
     const zs_k_sumsq_seg_t *g = &s[zs_k_sumsq_seg_of(s, NS, b)];
     part[b] = partial(g->x, g->dt, g->n, b - g->first, g->blocks);
   }
-  float one = 0.5f, two = 0.5f, ref = 0.5f;
+  double one = 0.5, ref = 0.5; /* the double total, as sumsq_segs_kernel adds it */
   for (int k = 0; k < NS; k++) {
     if (ns[k]) sums[k] = fold_256(part + s[k].first, s[k].blocks);
-    one = (float)((double)one + sums[k]);
-    if (ns[k]) two = two_kernels(xs[k], dts[k], ns[k], two);
+    one += sums[k];
+    double two = ns[k] ? two_kernels(xs[k], dts[k], ns[k]) : 0.0;
+    expect_true(memcmp(&two, &sums[k], sizeof two) == 0); /* each segment: the two paths' bits */
     double cpu = zs__sumsq_cpu(xs[k], dts[k], ns[k]);
-    ref = (float)((double)ref + cpu);
+    ref += cpu;
     expect_true(fabs(sums[k] - cpu) <= 1e-12 * cpu);
   }
-  expect_true(memcmp(&one, &two, sizeof one) == 0);
-  expect_true(fabsf(one - ref) <= 2e-7f * ref);
+  expect_true(fabs(one - ref) <= 1e-12 * ref);
   free(part);
   for (int k = 0; k < NS; k++) free(xs[k]);
 }
@@ -219,11 +220,11 @@ static void test_cpu_device(void) {
   zs__sumsq_plan_t *p = NULL;
   assert_ok(zs__sumsq_plan_create(dev, segs, NS, NULL, &p));
   for (int round = 0; round < 2; round++) {
-    float got = 0.25f, got_s = 0.25f, want = 0.25f;
+    double got = 0.25, got_s = 0.25, want = 0.25; /* the double total of the segments' double sums */
     expect_ok(zs__sumsq_plan_run(p, NULL, &got));
     expect_ok(zs__sumsq_plan_run(p, st, &got_s));
     expect_ok(zs_stream_synchronize(dev, st));
-    for (int k = 0; k < NS; k++) expect_ok(zs__sumsq(dev, NULL, segs[k].x, segs[k].dt, segs[k].n, &want, NULL));
+    for (int k = 0; k < NS; k++) want += zs__sumsq_cpu(segs[k].x, segs[k].dt, segs[k].n);
     expect_true(memcmp(&got, &want, sizeof got) == 0);
     expect_true(memcmp(&got_s, &want, sizeof got) == 0);
   }

@@ -116,7 +116,8 @@ typedef struct {
   char msg[PL_CONFIG_MSGS][400];
   int nover, nnote;
   char over[PL_CONFIG_NOTES][160]; /* "grad_accum 1 (--grad-accum; the file: 4)": a flag over the file */
-  char note[PL_CONFIG_NOTES][240]; /* a setting of the file zs-plan does not model, or models unchecked */
+  char note[PL_CONFIG_NOTES][640]; /* a setting of the file zs-plan does not model, or models unchecked */
+  char *text;                      /* while loading: the file without its scheduler (zs_plan_config.c) */
 } pl_config_t;
 
 /* Which engine flags were given on the command line (they win over --config). */

@@ -8,6 +8,7 @@
  * sets. The loader's messages (unknown keys, keys accepted but not used,
  * "auto" values) are caught from the log sink while it runs and shown: a key
  * zs-plan does not use is never dropped silently. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,31 @@ static void note(pl_config_t *c, const char *text) {
   if (c->nnote < PL_CONFIG_NOTES) snprintf(c->note[c->nnote++], sizeof c->note[0], "%s", text);
 }
 
+/* The file's text without its top-level "scheduler" (DeepSpeed's) or
+ * "schedule" (ours) into c->text; 0 when it has neither or does not parse
+ * (the loader's first message then stands). */
+static int without_scheduler(pl_config_t *c, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  char *buf = malloc((size_t)16 << 20);
+  size_t n = buf ? fread(buf, 1, ((size_t)16 << 20) - 1, f) : 0;
+  fclose(f);
+  if (!buf) return 0;
+  buf[n] = 0;
+  cJSON *j = cJSON_Parse(buf);
+  free(buf);
+  if (!j || !cJSON_IsObject(j) ||
+      (!cJSON_HasObjectItem(j, "scheduler") && !cJSON_HasObjectItem(j, "schedule"))) {
+    cJSON_Delete(j);
+    return 0;
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(j, "scheduler");
+  cJSON_DeleteItemFromObjectCaseSensitive(j, "schedule");
+  c->text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  return c->text != NULL;
+}
+
 void pl_config_load(pl_opts_t *o, const char *path, unsigned given) {
   pl_config_t *c = calloc(1, sizeof *c);
   if (!c) pl_die(1, "out of host memory for --config");
@@ -77,10 +103,28 @@ void pl_config_load(pl_opts_t *o, const char *path, unsigned given) {
   zs_log_set_callback(catch_msg, c);
   zs_log_set_level(ZS_LOG_DEBUG);
   zs_status_t st = zs_config_from_json_file(&c->file, path);
+  char refused[600] = "";
+  if (st != ZS_OK && without_scheduler(c, path)) {
+    /* the engine refuses the file for its schedule alone (an "auto" warmup, a
+     * OneCycle): zs-plan plans memory and traffic, which no schedule changes,
+     * so it plans the rest and says why an engine would not take the file */
+    snprintf(refused, sizeof refused, "%s", zs_last_error());
+    c->nmsg = 0;
+    st = zs_config_from_json(&c->file, c->text);
+  }
+  free(c->text);
+  c->text = NULL;
   zs_log_set_level(level);
   zs_log_set_callback(NULL, NULL);
   snprintf(c->unknown, sizeof c->unknown, "%s", zs_config_unknown_keys());
   print_msgs(c);
+  if (st == ZS_OK && refused[0]) {
+    char n[sizeof c->note[0]];
+    snprintf(n, sizeof n, "the file's scheduler is left out of the plan (it changes no memory or traffic), but "
+             "an engine refuses the file as it is: %s", refused);
+    note(c, n);
+    fprintf(stderr, "zs-plan: warning: %s\n", n);
+  }
   if (st != ZS_OK) {
     char msg[1400];
     const char *err = zs_last_error();

@@ -131,7 +131,7 @@ static void tp_traffic(pl_opts_t *o) {
     const int64_t n = N - r0 < rows ? N - r0 : rows;
     round += AR(4 * n) + AR(8 * n), ar += 2;
   }
-  o->tp_bytes = round * o->accum + AR(4); /* + the engine's norm over tp, once per step */
+  o->tp_bytes = round * o->accum + AR(8); /* + the engine's norm over tp (its double total), once per step */
   o->tp_calls_ar = ar * o->accum + 1, o->tp_calls_half = half * o->accum;
 #undef AR
 #undef HALF

@@ -114,7 +114,7 @@ typedef struct {
   int64_t step;      /* optimizer steps taken (skipped steps not counted) */
   float grad_norm;   /* global L2 norm of the averaged, unscaled gradient (before clipping) */
   float clip_coef;   /* factor applied by clipping: min(1, clip / (norm + 1e-6)); 1 without clipping */
-  int skipped;       /* 1 if the step was skipped for non-finite gradients (or a norm past fp32's range) */
+  int skipped;       /* 1 if the step was skipped for non-finite gradients */
   float loss_scale;  /* the scale to multiply the next loss by (1 unless fp16) */
   float lr;          /* the learning rate of this step (a skipped step: the one it
                         would have used, which the next attempt uses again) */
@@ -244,10 +244,10 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * in fp32, torch.nn.utils.clip_grad_norm_'s rule), skips on
  * non-finite gradients (fp16 loss scaling: backs off; ZS_ERR_OVERFLOW when the
  * scale is already at min_scale), updates every shard and regathers parameters
- * (stages 1-2). rep may be NULL. Non-finite means a non-finite norm: the sum of
- * squares is totalled in fp32, so finite gradients whose norm passes about
- * 1.8e19 (summed over ranks and accumulation rounds, before their averaging
- * and any loss unscaling) are skipped as inf too; rank 0 logs one warning per
+ * (stages 1-2). rep may be NULL. Non-finite means a non-finite norm, whose
+ * sum of squares is totalled in double (per segment, over segments, over
+ * ranks), so finite gradients give a finite norm and every stage the same
+ * norm to the fp32 bit but for a rounding tie; rank 0 logs one warning per
  * skipped step. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
 /* One step of a model whose parameters live in several engines, e.g. a

@@ -433,6 +433,43 @@ static void elem_do(const zs_elem_op_t *t) {
   }
 }
 
+/* The gradient norm's segments (work.h's zs__sumsq_plan_*): each run one task
+ * that adds the segments' double sums into the double total, in order. */
+typedef struct {
+  int nseg;
+  zs__sumsq_seg_t segs[];
+} sumsq_plan_t;
+typedef struct {
+  const sumsq_plan_t *p;
+  double *acc;
+} sumsq_run_t;
+
+static zs_status_t cpu_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl) {
+  (void)mem;
+  cpu_ctx_t *ctx = vctx;
+  sumsq_plan_t *p = malloc(sizeof *p + (size_t)nseg * sizeof *segs);
+  if (!p) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "zs__sumsq_plan_create: out of memory for %d segments", nseg);
+  p->nseg = nseg;
+  memcpy(p->segs, segs, (size_t)nseg * sizeof *segs);
+  *impl = p;
+  return ZS_OK;
+}
+static void sumsq_plan_do(void *arg) {
+  const sumsq_run_t *r = arg;
+  double a = *r->acc;
+  for (int k = 0; k < r->p->nseg; k++) a += zs__sumsq_cpu(r->p->segs[k].x, r->p->segs[k].dt, r->p->segs[k].n);
+  *r->acc = a;
+}
+static zs_status_t cpu_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, double *acc) {
+  cpu_ctx_t *ctx = vctx;
+  sumsq_run_t r = {impl, acc};
+  return zs__device_enqueue_work_copy(ctx->dev, s, sumsq_plan_do, &r, sizeof r, ctx->dev->err, "zs__sumsq_plan_run");
+}
+static void cpu_sumsq_plan_fini(void *vctx, void *impl) {
+  (void)vctx;
+  free(impl);
+}
+
 static zs_status_t elem_run(void *p) {
   elem_do(p);
   free(p);
@@ -491,6 +528,9 @@ static const zs_device_i cpu_iface = {
     .optim_step = cpu_optim_step,
     .elementwise = cpu_elementwise,
     .sumsq_scratch_bytes = 0,
+    .sumsq_plan_init = cpu_sumsq_plan_init,
+    .sumsq_plan_run = cpu_sumsq_plan_run,
+    .sumsq_plan_fini = cpu_sumsq_plan_fini,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

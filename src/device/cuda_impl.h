@@ -56,7 +56,7 @@ zs_status_t zs__cuda_optim_step(void *ctx, zs_stream_t *s, const zs_optim_hyper_
 zs_status_t zs__cuda_elementwise(void *ctx, zs_stream_t *s, const zs_elem_op_t *op);
 size_t zs__cuda_sumsq_plan_bytes(const zs__sumsq_seg_t *segs, int nseg);
 zs_status_t zs__cuda_sumsq_plan_init(void *ctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl);
-zs_status_t zs__cuda_sumsq_plan_run(void *ctx, void *impl, zs_stream_t *s, float *acc);
+zs_status_t zs__cuda_sumsq_plan_run(void *ctx, void *impl, zs_stream_t *s, double *acc);
 void zs__cuda_sumsq_plan_fini(void *ctx, void *impl);
 
 #endif

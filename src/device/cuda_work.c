@@ -117,7 +117,7 @@ zs_status_t zs__cuda_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, in
   return ZS_OK;
 }
 
-zs_status_t zs__cuda_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, float *acc) {
+zs_status_t zs__cuda_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, double *acc) {
   cuda_ctx_t *ctx = vctx;
   ZS_CHECK(zs__cuda_make_current(ctx));
   sumsq_plan_t *p = impl;

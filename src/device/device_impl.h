@@ -74,7 +74,7 @@ typedef struct {
    * makes *impl; run: queues the sum on s; fini: frees impl. */
   size_t (*sumsq_plan_bytes)(const zs__sumsq_seg_t *segs, int nseg);
   zs_status_t (*sumsq_plan_init)(void *ctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl);
-  zs_status_t (*sumsq_plan_run)(void *ctx, void *impl, zs_stream_t *s, float *acc);
+  zs_status_t (*sumsq_plan_run)(void *ctx, void *impl, zs_stream_t *s, double *acc);
   void (*sumsq_plan_fini)(void *ctx, void *impl);
 
   zs_status_t (*event_create)(void *ctx, zs_event_t **out);

@@ -108,13 +108,12 @@ zs_status_t zs__sumsq_plan_create(zs_device_t *dev, const zs__sumsq_seg_t *segs,
   return ZS_OK;
 }
 
-zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, float *acc) {
+zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, double *acc) {
   if (!p) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs__sumsq_plan_run: plan is NULL");
   if (!acc) return ZS_FAIL(p->dev->err, ZS_ERR_INVALID, "zs__sumsq_plan_run: acc is NULL");
-  if (p->impl) return p->dev->iface.sumsq_plan_run(p->dev->ctx, p->impl, s, acc);
-  for (int k = 0; k < p->nseg; k++)
-    ZS_CHECK(zs__sumsq(p->dev, s, p->segs[k].x, p->segs[k].dt, p->segs[k].n, acc, p->mem));
-  return ZS_OK;
+  if (!p->impl) /* every backend has one (cpu.c, cuda_work.c) */
+    return ZS_FAIL(p->dev->err, ZS_ERR_UNSUPPORTED, "zs__sumsq_plan_run: the %s device has no plan", p->dev->iface.name);
+  return p->dev->iface.sumsq_plan_run(p->dev->ctx, p->impl, s, acc);
 }
 
 void zs__sumsq_plan_destroy(zs__sumsq_plan_t *p) {

@@ -24,11 +24,14 @@ size_t zs__sumsq_scratch_bytes(const zs_device_t *dev);
 
 /* The sum of squares over many segments, planned once and run once a step (the
  * engine's gradient norm: on cuda one kernel launch for all segments, where
- * zs__sumsq per segment makes two each). run: *acc += the sum of segment 0, then
- * of segment 1, ..., each a double sum rounded into the fp32 total, which is
- * what zs__sumsq per segment in order gives, bit for bit, on every backend
- * (cpu: it is that loop). The segments' addresses and lengths are fixed at
- * create (the plan keeps them; on cuda a device table).
+ * zs__sumsq per segment makes two each). run: *acc (a double, device memory)
+ * += the double sum of segment 0, then of segment 1, ..., in double: a total
+ * whose rounding hardly depends on how the gradients are cut into segments
+ * (stage 0's whole parameters, stages 1-3's shards), where an fp32 total
+ * rounded at every segment gave each stage its own norm, an ulp apart, which
+ * clipping and Adam then amplified. Each segment's sum is zs__sumsq's before
+ * its fp32 rounding. The segments' addresses and lengths are fixed at create
+ * (the plan keeps them; on cuda a device table).
  *
  * mem: zs__sumsq_plan_bytes(dev, segs, nseg) bytes of device memory (NULL where
  * that is 0), the caller's, made before create and freed after destroy; create
@@ -43,7 +46,7 @@ typedef struct zs__sumsq_plan zs__sumsq_plan_t;
 size_t zs__sumsq_plan_bytes(const zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg);
 zs_status_t zs__sumsq_plan_create(zs_device_t *dev, const zs__sumsq_seg_t *segs, int nseg, void *mem,
                                   zs__sumsq_plan_t **out);
-zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, float *acc);
+zs_status_t zs__sumsq_plan_run(zs__sumsq_plan_t *p, zs_stream_t *s, double *acc);
 void zs__sumsq_plan_destroy(zs__sumsq_plan_t *p);
 /* *flag (int, device memory) = 1 if any element is inf or NaN; left as it was
  * otherwise, so one flag can collect several calls. */

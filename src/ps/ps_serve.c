@@ -84,9 +84,11 @@ static zs_status_t finish(zs_ps_t *ps) {
 
 /* The norm of the averaged gradient over the whole model, in the engine's
  * arithmetic (src/zero/step.c): each segment's sum of squares in double, the
- * segments added in fp32 in vector order. Every server's segment sums are
- * all-gathered, and each server replays that sum; a segment cut by a shard edge
- * is first put back together in double, so any S gives the engine's bits. */
+ * segments added into a double total in vector order. Every server's segment
+ * sums are all-gathered, and each server replays that sum; a segment cut by a
+ * shard edge is first put back together in double, so any S gives the
+ * engine's total but for the last bits of a double, below the fp32 norm's
+ * rounding. */
 static zs_status_t global_norm(zs_ps_t *ps, double *norm) {
   const int M = ps->maxseg;
   double *mine = ps->segsq + (size_t)ps->index * M;
@@ -94,8 +96,7 @@ static zs_status_t global_norm(zs_ps_t *ps, double *norm) {
   zs_status_t st = zs_comm_all_gather(ps->group, mine, ps->segsq, sizeof(double) * (size_t)M, ZS_UINT8, NULL);
   if (st != ZS_OK) return zs__ps_fail(ps, st, "zs_ps_serve: server %d: the norm's all-gather over the servers "
                                       "failed: %s", ps->index, zs_comm_last_error(ps->group));
-  float acc = 0.0f;
-  double pending = 0;
+  double acc = 0.0, pending = 0;
   int have = 0;
   for (int s = 0; s < ps->S; s++)
     for (int k = 0; k < ps->snseg[s]; k++) {
@@ -104,11 +105,11 @@ static zs_status_t global_norm(zs_ps_t *ps, double *norm) {
         pending += v; /* the rest of a segment the previous server began */
         continue;
       }
-      if (have) acc = (float)((double)acc + pending);
+      if (have) acc += pending;
       pending = v, have = 1;
     }
-  if (have) acc = (float)((double)acc + pending);
-  *norm = sqrt((double)acc) * (1.0 / (double)ps->W);
+  if (have) acc += pending;
+  *norm = sqrt(acc) * (1.0 / (double)ps->W);
   return ZS_OK;
 }
 

@@ -194,7 +194,7 @@ struct zs_engine {
   int *order[3], order_len[3], *rec[3], rec_len[3], pos;
   int last_reduced;     /* unit whose reduction was queued last */
   zs_event_t *ev_reduced_all;
-  float *hscalar;       /* pinned host scalar for the norm */
+  double *hscalar;      /* pinned host scalar for the norm (its double total) */
 
   /* offload: the optimizer steps on the host (offload_optimizer cpu or nvme) */
   int offload;
@@ -220,7 +220,7 @@ struct zs_engine {
 
   size_t pb, rb;        /* bytes per param / reduce element */
   zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
-  float *scalar;        /* device: one fp32 for the norm */
+  double *scalar;       /* device: the norm's double total */
   /* the norm's sum of squares over the segments in it, planned once (work.h:
    * one launch on cuda); NULL with offload (the host sums) or no such segment */
   zs__sumsq_plan_t *norm_plan;

@@ -202,7 +202,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     t += (uint64_t)world * zs_wq_bytes((size_t)(gathered[0] / (uint64_t)world), zs__eng_wq_block(c));
   uint64_t norm_plan;
   ZS_CHECK(norm_plan_bound(zs, world, &norm_plan));
-  t += 4 + zs__eng_scratch_bytes(world) + norm_plan;
+  t += 8 + zs__eng_scratch_bytes(world) + norm_plan; /* the norm's double total */
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }

@@ -38,22 +38,26 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
 }
 
 /* Global sum of squares of the (summed, still scaled) gradients this rank owns.
- * Per segment a double sum rounded into an fp32 total, in segment order, on the
- * device or (offload) on the host the same way, so both give the same bits. */
+ * Per segment a double sum added into a double total, in segment order, on the
+ * device or (offload) on the host the same way, so both give the same bits;
+ * the ranks' totals add up in double (ZS_FP64). In double the total hardly
+ * depends on how the stage cuts the gradients into segments and ranks: an
+ * fp32 total gave stages 1-3 a norm an ulp from stage 0's, which clipping
+ * turned into different updates (a trial: 4.8e-3 apart after 20 AdamW steps). */
 static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
   zs_status_t st;
   if (zs->offload) {
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int i = 0; i < zs->nsegs; i++) /* gradients on disk: the conversion thread summed them, the same way */
       if (zs->seg_in_norm[i])
-        acc = (float)((double)acc + (zs->seg_sumsq ? zs->seg_sumsq[i] : zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n)));
+        acc += zs->seg_sumsq ? zs->seg_sumsq[i] : zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n);
     *zs->hscalar = acc;
-    if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(float), ZS_COPY_H2D, zs->compute)) != ZS_OK)
+    if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(double), ZS_COPY_H2D, zs->compute)) != ZS_OK)
       goto fail;
   } else {
     /* the segments in the norm, planned at setup (norm_plan_setup): on cuda one
      * launch, the bits of zs__sumsq per segment in order */
-    if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(float), zs->compute)) != ZS_OK ||
+    if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(double), zs->compute)) != ZS_OK ||
         (zs->norm_plan && (st = zs__sumsq_plan_run(zs->norm_plan, zs->compute, zs->scalar)) != ZS_OK))
       goto fail;
   }
@@ -62,16 +66,16 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
    * model's */
   if (zs->cfg.stage >= 1 && zs->nshard > 1 &&
       ((st = zs__eng_comm_order(zs, zs->shard_comm, zs->compute)) != ZS_OK ||
-       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
        (st = zs__eng_comm_mark(zs, zs->shard_comm, zs->compute)) != ZS_OK))
     goto fail;
   /* the other parts of the model (tensor/pipeline parallel ranks) */
   if (zs->mp_comm && zs_comm_size(zs->mp_comm) > 1 &&
       ((st = zs__eng_comm_order(zs, zs->mp_comm, zs->compute)) != ZS_OK ||
-       (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP32, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
        (st = zs__eng_comm_mark(zs, zs->mp_comm, zs->compute)) != ZS_OK))
     goto fail;
-  if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(float), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
+  if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(double), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
     goto fail;
   *out = *zs->hscalar;
@@ -301,14 +305,11 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
     } else {
       /* one line per skipped step, from the first rank: the norm (and so the
        * verdict) is every rank's; which rank's gradients were not finite is
-       * not known after the sum. A finite gradient whose sum of squares passes
-       * fp32's range (the norm's total is fp32, design.md 7.1) is inf too. */
+       * not known after the sum (a double total: finite gradients give a
+       * finite norm, design.md 7.1) */
       if (zs->rank == 0 && zs->mp_rank == 0)
         ZS_LOG_W("step %lld skipped: %s (norm %g); the step count and learning rate stay", (long long)zs->step + 1,
-                 isnan(norm) ? "the gradients hold NaN"
-                             : "the gradients hold inf, or their sum of squares passes fp32's range (a norm above "
-                               "1.8e19: scale the loss down)",
-                 norm);
+                 isnan(norm) ? "the gradients hold NaN" : "the gradients hold inf", norm);
     }
   } else {
     /* torch.nn.utils.clip_grad_norm_'s rule (optim.h): the gradients are
