@@ -1,6 +1,6 @@
 /* zs-bench-comm: collective bandwidth through zs_comm, reported like nccl-tests.
  *
- *   mpiexec -n 4 zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8]
+ *   mpiexec -n 4 zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8|fp64]
  *       [--min-bytes 1K] [--max-bytes 16M] [--factor 2|4] [--iters 20] [--warmup 5]
  *       [--colls all_reduce,all_gather,...] [--algo auto|mpi|ring[,...]] [--rounds 1]
  *       [--null-stream] [--json]
@@ -86,7 +86,7 @@ static size_t parse_size(const char *s) {
 static void usage(void) {
   if (rank == 0)
     fprintf(stderr,
-            "usage: zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8]\n"
+            "usage: zs-bench-comm [--backend mpi|nccl] [--dtype fp32|bf16|fp16|int32|int64|uint8|fp64]\n"
             "       [--min-bytes 1K] [--max-bytes 16M] [--factor 2|4] [--iters 20] [--warmup 5]\n"
             "       [--colls all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all]\n"
             "       [--algo auto|mpi|ring[,...]] [--rounds 1] [--null-stream] [--json]\n");
@@ -165,6 +165,7 @@ static void put(void *b, zs_dtype_t dt, size_t i, double v) {
     case ZS_FP16: ((uint16_t *)b)[i] = zs_f32_to_f16((float)v); break;
     case ZS_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
     case ZS_INT64: ((int64_t *)b)[i] = (int64_t)v; break;
+    case ZS_FP64: ((double *)b)[i] = v; break;
     default: ((uint8_t *)b)[i] = (uint8_t)v; break;
   }
 }
@@ -175,6 +176,7 @@ static double get(const void *b, zs_dtype_t dt, size_t i) {
     case ZS_FP16: return zs_f16_to_f32(((const uint16_t *)b)[i]);
     case ZS_INT32: return ((const int32_t *)b)[i];
     case ZS_INT64: return (double)((const int64_t *)b)[i];
+    case ZS_FP64: return ((const double *)b)[i];
     default: return ((const uint8_t *)b)[i];
   }
 }

@@ -1,10 +1,12 @@
 /* 16-bit parameters at stages 0-1, as a trainer coming from AMP or DeepSpeed
  * expects them (a mixed-precision trial's findings), against stage 2 and a
  * reference computed here; 1-4 ranks:
- *   test_fp16_sum_overflow  fp16 gradients of 40000 on every rank with an fp32
- *                           reduce: the average (40000) is finite, so no stage
- *                           skips the step (stages 0-1 stored the SUM in fp16,
- *                           inf on 2 ranks, and skipped it)
+ *   test_fp16_sum_overflow  fp16 gradients of 40000 on every rank (or 5000 in
+ *                           each of 16 rounds), fp32 or fp16 reduce: the
+ *                           average is finite, so no stage skips the step
+ *                           (stages 0-1 stored the SUM in fp16, inf on 2
+ *                           ranks, and skipped it; an fp16 reduce summed in
+ *                           fp16 at every stage)
  *   test_bf16_accum         bf16 over 16 accumulation rounds: the rounds add up
  *                           in fp32 at every stage, so the gradient used is the
  *                           exact sum rounded to bf16 once (the slot summed
@@ -87,16 +89,27 @@ static zs_config_t sgd(int stage, zs_dtype_t pdt, int rounds) {
 
 static float g40000(int r) { return (void)r, 40000.0f; }
 
+static float g5000(int r) { return (void)r, 5000.0f; }
+
+/* fp32 and fp16 reduce dtypes, one round of 40000 a rank and 16 rounds of
+ * 5000 (a sum of 80000 over the rounds: the review's case) */
 static void test_fp16_sum_overflow(void) {
-  for (int stage = 0; stage <= 2; stage++) {
-    zs_config_t c = sgd(stage, ZS_FP16, 1);
-    float master[N];
-    zs_step_report_t rep;
-    assert_ok(one_step(&c, 1, g40000, master, &rep));
-    if (rep.skipped) ZS_T_REPORT("stage %d, %d ranks: the step was skipped (grad norm %g)", stage, nranks, rep.grad_norm);
-    expect_near(rep.grad_norm, 40000.0 * sqrt((double)N), 1e-6, 0);
-    for (int i = 0; i < N; i++) expect_near(master[i], -40000.0, 0, 0);
-  }
+  for (int rdt = 0; rdt < 2; rdt++)
+    for (int acc = 0; acc < 2; acc++)
+      for (int stage = 0; stage <= 3; stage++) {
+        const int rounds = acc ? 16 : 1;
+        zs_config_t c = sgd(stage, ZS_FP16, rounds);
+        c.reduce_dtype = rdt ? ZS_FP16 : ZS_FP32;
+        float master[N];
+        zs_step_report_t rep;
+        assert_ok(one_step(&c, rounds, acc ? g5000 : g40000, master, &rep));
+        const double g = acc ? 5000.0 : 40000.0;
+        if (rep.skipped)
+          ZS_T_REPORT("stage %d, %d ranks, %s reduce, %d rounds: the step was skipped (grad norm %g)", stage, nranks,
+                      rdt ? "fp16" : "fp32", rounds, rep.grad_norm);
+        expect_near(rep.grad_norm, g * sqrt((double)N), 1e-6, 0);
+        for (int i = 0; i < N; i++) expect_near(master[i], -g, 1e-6, 0);
+      }
 }
 
 static float gacc(int r) { return r == 0 ? 1.0f : 0.002f; }

@@ -131,7 +131,8 @@ typedef struct {
   float loss_scale;
   float initial_scale; /* dynamic: starting scale (2^16) */
   int scale_window;    /* dynamic: good steps before doubling (1000) */
-  int hysteresis;      /* dynamic: overflows tolerated before backing off (2) */
+  int hysteresis;      /* dynamic: overflows tolerated before backing off (2); from then on every
+                          overflow halves the scale until it grows again (DeepSpeed's rule) */
   float min_scale;     /* dynamic: at this scale an overflow is ZS_ERR_OVERFLOW (1) */
   /* Hybrid sharding (FSDP's HYBRID_SHARD, DeepSpeed's MiCS): stages 1-3 shard
    * over groups of this many consecutive ranks and replicate across the groups

@@ -21,11 +21,18 @@
  * zs_step on the engine's streams: zs_gather(u) orders the compute stream after
  * that update, so read a unit's parameters between zs_gather and zs_release.
  * Gradient slots are valid between zs_gather and zs_reduce in backward (stage 0-1:
- * always). Gradient buffers are zeroed by the engine at the start of each step
- * (stages 0-1) or each round (2-3); the trainer ADDS its gradients into them.
+ * always, but see the next sentence). Gradient buffers are zeroed by the engine
+ * at the start of each step (stages 0-1) or each round (2-3); the trainer ADDS
+ * its gradients into them. With 16-bit parameters, grad_accum > 1 and stage
+ * 0-1, each zs_reduce adds the slot into an fp32 sum and zeroes it, so the slot
+ * holds the current round only, and is the trainer's between zs_gather and
+ * zs_reduce (the zeroing runs on the engine's stream until the next zs_gather).
  * Gradients are reduced with a sum and averaged (divided by ranks x grad_accum)
- * inside the optimizer step: each round's gradient should be the mean over that
- * rank's micro-batch.
+ * inside the optimizer step (where a sum could pass fp16's range, fp16
+ * parameters at stages 0-1 or an fp16 reduce dtype, each rank's gradient is
+ * divided first and the average summed): each round's gradient should be the
+ * mean over that rank's micro-batch. After zs_step a stage 0-1 slot holds the
+ * reduced gradient in the optimizer's scaling, not this rank's own.
  *
  * Streams: engine work runs on its own streams (all-gather, reduce) ordered by
  * events against the compute stream (NULL: the caller's; see zs_engine_set_stream).

@@ -260,13 +260,19 @@ static inline int zs__eng_fp32_accum(const zs_engine_t *zs) {
 static inline int zs__eng_full_accum(const zs_engine_t *zs) {
   return zs->cfg.stage <= 1 && zs->pb != 4 && zs->cfg.grad_accum > 1;
 }
-/* Stages 0-1 with 16-bit parameters: the reduced gradient is stored back in
- * the parameters' dtype, so the collectives average (ZS_AVG) instead of
- * summing: a sum of finite fp16 gradients could pass 65504 on 2 ranks where
- * one rank's, and stages 2-3's fp32 shard, do not (a trial: every step
- * skipped at stage 0, none at stage 2). The optimizer's multiplier then leaves
- * the world out (step.c's grad_base). */
-static inline int zs__eng_grad_avg(const zs_engine_t *zs) { return zs->cfg.stage <= 1 && zs->pb != 4; }
+/* Where the reduced gradient is kept in fp16 (stages 0-1 with fp16
+ * parameters store it back in their dtype; any stage with an fp16 reduce
+ * dtype reduces in it), the reduction averages over the ranks and the rounds
+ * (the source scaled by 1 / (ranks x rounds), then summed: phases.c, NCCL's
+ * ncclAvg way) instead of summing: a sum of finite fp16 gradients could pass
+ * 65504 on 2 ranks, or over 16 rounds, where one rank's round and stages 2-3's
+ * fp32 shard do not (a trial: every step skipped at stage 0, none at stage 2).
+ * The optimizer's multiplier then leaves ranks and rounds out (step.c's
+ * grad_base). bf16 has fp32's range: its sums stay sums, as fp32's, rounded
+ * as before. */
+static inline int zs__eng_grad_avg(const zs_engine_t *zs) {
+  return (zs->cfg.stage <= 1 && zs->cfg.param_dtype == ZS_FP16) || zs->cfg.reduce_dtype == ZS_FP16;
+}
 /* The config puts something in the NVMe tier (src/zero/tier.h). */
 static inline int zs__eng_has_tier(const zs_config_t *c) {
   return c->offload_optimizer == ZS_OFFLOAD_NVME || (c->stage == 3 && c->offload_param == ZS_OFFLOAD_NVME);

@@ -417,16 +417,25 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
 
   if (!u->frozen && (c->stage >= 2 || last)) {
     /* reduce in reduce dtype: stage through gtemp when it differs from the
-     * source's (the grads', or at stages 0-1 their fp32 sum over the rounds);
-     * stages 0-1 with 16-bit params average (zs__eng_grad_avg) */
+     * source's (the grads', or at stages 0-1 their fp32 sum over the rounds).
+     * Stages 0-1 with 16-bit params (zs__eng_grad_avg) scale the source by
+     * 1 / (ranks x rounds) first, at its widest (fp32 when the source or the
+     * reduce dtype is), and sum: the average, NCCL's ncclAvg way, so no sum
+     * of finite fp16 values overflows in the collective or in the slot */
     void *src = u->gfull;
     zs_dtype_t dt = c->param_dtype;
     size_t eb = zs->pb;
-    const zs_redop_t op = zs__eng_grad_avg(zs) ? ZS_AVG : ZS_SUM;
+    const int avg = zs__eng_grad_avg(zs);
+    const float f = (float)(1.0 / ((double)zs->world * (double)c->grad_accum));
+    const zs_redop_t op = ZS_SUM;
     if (c->stage <= 1 && u->gacc) src = u->gacc, dt = ZS_FP32, eb = 4;
+    if (avg && (dt == ZS_FP32 || c->reduce_dtype == dt))
+      ZS_ENG_CHECK(zs, zs__scale(zs->dev, rs, src, dt, P, f), "averaging gradients");
     if (c->reduce_dtype != dt) {
       ZS_CHECK(zs__eng_alloc_on(zs, P * zs->rb, ZS_MEM_COMM, rs, &u->gtemp));
       ZS_ENG_CHECK(zs, zs__cast(zs->dev, rs, u->gtemp, c->reduce_dtype, src, dt, P), "casting gradients");
+      if (avg && dt != ZS_FP32) /* a 16-bit source cast to the reduce dtype: scaled there (fp32 when it is) */
+        ZS_ENG_CHECK(zs, zs__scale(zs->dev, rs, u->gtemp, c->reduce_dtype, P, f), "averaging gradients");
       src = u->gtemp;
       dt = c->reduce_dtype;
       eb = zs->rb;

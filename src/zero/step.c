@@ -254,11 +254,11 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
 }
 
 /* What turns this engine's summed, scaled gradients into the average: its
- * world's ranks (unless the collectives averaged: zs__eng_grad_avg), the
- * accumulation rounds and the loss scale. */
+ * world's ranks and accumulation rounds (unless the reduction averaged them
+ * already: zs__eng_grad_avg) and the loss scale. */
 static double grad_base(const zs_engine_t *zs) {
-  const double ranks = zs__eng_grad_avg(zs) ? 1.0 : (double)zs->world;
-  return 1.0 / (ranks * (double)zs->cfg.grad_accum * (double)zs->loss_scale);
+  const double sum_of = zs__eng_grad_avg(zs) ? 1.0 : (double)zs->world * (double)zs->cfg.grad_accum;
+  return 1.0 / (sum_of * (double)zs->loss_scale);
 }
 
 /* The update with the whole model's gradient norm (before clipping) and
@@ -296,9 +296,12 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
           if (zs->loss_scale < was)
             ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it backs off to %g",
                      (long long)zs->step + 1, (double)was, (double)zs->loss_scale);
-          else
+          else if (zs->hysteresis_left == 1)
             ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it stays (hysteresis: the "
                      "next overflow halves it)", (long long)zs->step + 1, (double)was);
+          else
+            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it stays (hysteresis: %d more "
+                     "overflows before it halves)", (long long)zs->step + 1, (double)was, zs->hysteresis_left - 1);
         }
       }
       zs->good_steps = 0;
