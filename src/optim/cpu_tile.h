@@ -125,6 +125,27 @@ static void tile_enc_v8(uint8_t *restrict q, const float *restrict t, size_t n, 
 /* ---- Lion fused (the SIMD paths) -------------------------------------------------- */
 
 #ifdef ZS_OPTIM_CPU_SIMD_BODY
+#define ZS_LION_P(F, G)                 \
+  switch (p ? pdt : -1) {               \
+    case ZS_BF16: F(G, ZS_BF16); break; \
+    case ZS_FP16: F(G, ZS_FP16); break; \
+    default: F(G, -1); break;           \
+  }
+#define ZS_LION_DISPATCH(F)                \
+  switch (gdt) {                           \
+    case ZS_BF16: ZS_LION_P(F, ZS_BF16); break; \
+    case ZS_FP16: ZS_LION_P(F, ZS_FP16); break; \
+    default: ZS_LION_P(F, ZS_FP32); break;      \
+  }
+#ifdef TILE_LION
+/* A path may define TILE_LION and these two itself (after cpu_simd.h; the
+ * same arguments, the same bits as the pass below), e.g. with bf16 m' rounded
+ * in registers and int8 m decoded in them (cpu_avx2.c): */
+static void lion_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
+                      const void *g, void *p, size_t n, uint32_t salt, uint32_t lo);
+static void lion_q8(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm, float *ms,
+                    const void *g, void *p, size_t B, size_t nb, float *t);
+#else
 /* Lion keeps m alone, and its weight update needs no new scale, so one pass
  * does the decode, step_body's Lion (the same operations, so the same bits)
  * and m' into the scratch t; the encode (and for int8 the block's absmax)
@@ -148,18 +169,6 @@ ZS_AI void lion_tile(const zs_k_hyper_t *h, const int sdt, const int gdt, const 
     st_f32(t + i, v_fma(c.b2, mm, v_mul(c.a2, gg)));
   }
 }
-#define ZS_LION_P(F, G)                 \
-  switch (p ? pdt : -1) {               \
-    case ZS_BF16: F(G, ZS_BF16); break; \
-    case ZS_FP16: F(G, ZS_FP16); break; \
-    default: F(G, -1); break;           \
-  }
-#define ZS_LION_DISPATCH(F)                \
-  switch (gdt) {                           \
-    case ZS_BF16: ZS_LION_P(F, ZS_BF16); break; \
-    case ZS_FP16: ZS_LION_P(F, ZS_FP16); break; \
-    default: ZS_LION_P(F, ZS_FP32); break;      \
-  }
 /* bf16 m: n elements (a multiple of 16) from key's low word lo, in tiles */
 static void lion_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint16_t *qm,
                       const void *g, void *p, size_t n, uint32_t salt, uint32_t lo) {
@@ -175,16 +184,24 @@ static void lion_bf16(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pd
     tile_enc_bf16(qm + i, t, len, salt, lo + (uint32_t)i);
   }
 }
-/* int8 m: one block of n elements (a multiple of 16); its scale *ms read, then replaced */
+/* int8 m: nb blocks of B elements (a multiple of 16) each; their scales ms[]
+ * read, then replaced; t: B floats of scratch (a path may use 2 B) */
 static void lion_q8(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt, float *w, uint8_t *qm, float *ms,
-                    const void *g, void *p, size_t n, float *t) {
-#define ZS_LQ(G, P) lion_tile(h, ZS_K_STATE_INT8, G, P, lr, wd, w, qm, *ms, g, p, n, t)
-  ZS_LION_DISPATCH(ZS_LQ);
+                    const void *g, void *p, size_t B, size_t nb, float *t) {
+  const size_t gsz = dt_bytes(gdt);
+  for (size_t b = 0; b < nb; b++) {
+    const size_t o = b * B;
+    const void *gb = (const char *)g + o * gsz;
+    void *pb = p ? (char *)p + o * 2 : NULL;
+#define ZS_LQ(G, P) lion_tile(h, ZS_K_STATE_INT8, G, P, lr, wd, w + o, qm + o, ms[b], gb, pb, B, t)
+    ZS_LION_DISPATCH(ZS_LQ);
 #undef ZS_LQ
-  const float a = tile_absmax(t, n);
-  *ms = a;
-  tile_enc_m8(qm, t, n, zs_q8_inv(a));
+    const float a = tile_absmax(t, B);
+    ms[b] = a;
+    tile_enc_m8(qm + o, t, B, zs_q8_inv(a));
+  }
 }
+#endif /* TILE_LION */
 #endif
 
 /* ---- the step --------------------------------------------------------------------- */
@@ -194,8 +211,8 @@ static void lion_q8(const zs_k_hyper_t *h, float lr, float wd, int gdt, int pdt,
  * starting on a block boundary. */
 static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, float wd, int gdt, int pdt,
                         float *w, const void *g, void *p, size_t n) {
-#ifdef TILE_FUSED
-  float tm[2 * ZS_K_QBLOCK_MAX], tv[2 * ZS_K_QBLOCK_MAX]; /* v16_adam_q8_run: two blocks */
+#if defined(TILE_FUSED) || defined(TILE_LION)
+  float tm[2 * ZS_K_QBLOCK_MAX], tv[2 * ZS_K_QBLOCK_MAX]; /* v16_adam_q8_run, lion_q8: two blocks */
 #else
   float tm[ZS_K_QBLOCK_MAX], tv[ZS_K_QBLOCK_MAX];
 #endif
@@ -239,9 +256,12 @@ static void tile_step_q(const zs_k_hyper_t *h, const zs_optim_q_t *q, float lr, 
 #endif
 #ifdef ZS_OPTIM_CPU_SIMD_BODY
     if (h->kind == ZS_K_LION && q->sdt == ZS_K_STATE_INT8 && len % 16 == 0) {
+      /* one call for every whole block left (or the short last one), as Adam's */
+      const size_t nb = len == tile ? (n - i) / tile : 1;
       lion_q8(h, lr, wd, gdt, pdt, w + i, (uint8_t *)q->m + i, &q->ms[b], (const char *)g + i * gsz,
-              p ? (char *)p + i * psz : NULL, len, tm);
-      i += len;
+              p ? (char *)p + i * psz : NULL, len, nb, tm);
+      i += nb * len;
+      b += nb - 1;
       continue;
     }
     if (h->kind == ZS_K_LION && q->sdt == ZS_K_STATE_BF16) { /* the whole run to the key's next 2^32 boundary */
