@@ -68,6 +68,16 @@ if(TARGET zs-trace)
   zs_add_test_run(TARGET test_trace_bubble ARGS $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_bubble_out
                   TIMEOUT 60)
 endif()
+#   test_trace_summary_np2  zs-trace summary on the traces of a real 2-rank stage-3 run (the tiny model, steps
+#                     marked "step N"), checked against the files' own events read with cJSON: per row, kind and
+#                     rank the count, total, mean and share and their medians, the step time and "step (self)",
+#                     --skip 1, --json, the table, a merged file, a trace without steps; no files or a file
+#                     that is not a zeroshard trace: exit 2
+if(TARGET zs-trace AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
+  zs_add_test(NAME test_trace_summary SOURCES test_trace_summary.c LIBS zeroshard_static RANKS 2 TIMEOUT 60
+              ARGS $<TARGET_FILE:zs-trace> ${CMAKE_CURRENT_BINARY_DIR}/trace_summary_out)
+  add_dependencies(test_trace_summary zs-trace)
+endif()
 #   test_trace_env    ZS_TRACE naming a folder that does not exist (or a name too long) is an error in the log
 #                     when the trace layer first reads it (the first comm), and tracing stays off: no
 #                     ZS_ERR_IO at exit; a good ZS_TRACE traces

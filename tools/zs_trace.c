@@ -50,6 +50,14 @@
  *   zs-trace plot --step N OUT.png FILE...   the same, of step N alone: from the
  *                                   first rank's "step N" range start to the
  *                                   last one's end, the events that overlap it
+ *   zs-trace summary [--skip K] [--json] FILE...   where the time goes: per
+ *                                   row (tid), event kind (cat + the name less
+ *                                   its unit and numbering) and rank, count,
+ *                                   total, mean and share of the traced wall
+ *                                   time, the median over the ranks, and the
+ *                                   mean step; inside the "step N" ranges (the
+ *                                   first K left out) where they are marked.
+ *                                   The rules: tools/zs_trace_summary.c
  *
  * FILE: a rank's file or a merged one. It reads the files zeroshard writes,
  * one event a line, not any JSON. */
@@ -58,16 +66,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  char name[64], cat[16], ph[4];
-  int64_t ts, dur;
-  int pid, tid;
-  int mb, stage; /* a compute's args; -1 if absent */
-  char *line; /* as read, for merge */
-} ev_t;
+#include "zs_trace.h" /* defines: ev_t, evs, nev, read_file, step_of, summary_main */
 
-static ev_t *evs;
-static size_t nev, cap;
+ev_t *evs;
+size_t nev;
+static size_t cap;
 
 static int field_i64(const char *l, const char *key, int64_t *out) {
   const char *p = strstr(l, key);
@@ -110,7 +113,7 @@ static int whole_object(const char *l) {
   return 0;
 }
 
-static int read_file(const char *path) {
+int read_file(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "zs-trace: cannot read %s\n", path);
@@ -154,7 +157,11 @@ static int read_file(const char *path) {
   if (cut)
     fprintf(stderr, "zs-trace: warning: %s: %d event(s) cut short (the rank stopped while writing?) left out; "
             "%d whole ones read\n", path, cut, events);
-  if (!events) fprintf(stderr, "zs-trace: %s has no events (not a zeroshard trace?)\n", path);
+  if (!events && !cut)
+    fprintf(stderr, "zs-trace: %s is not a zeroshard trace: no event lines (ZS_TRACE's FILE.rank<r> holds one "
+            "{\"name\":...} event a line)\n", path);
+  else if (!events)
+    fprintf(stderr, "zs-trace: %s has no whole events\n", path);
   return events > 0;
 }
 
@@ -182,7 +189,7 @@ static int is_compute(const ev_t *e) { return !strcmp(e->cat, "compute"); }
 static int is_engine(const ev_t *e) { return !strcmp(e->cat, "engine"); }
 
 /* "step N" with N an integer: a step range the trainer marked. */
-static int step_of(const ev_t *e, long *n) {
+int step_of(const ev_t *e, long *n) {
   if (strcmp(e->cat, "user") || strncmp(e->name, "step ", 5)) return 0;
   char *end;
   *n = strtol(e->name + 5, &end, 10);
@@ -535,10 +542,13 @@ int main(int argc, char **argv) {
     return read_all(argc - 5, argv + 5) ? plot(argv[4], n) : 1;
   }
   if (!strcmp(cmd, "plot") && argc >= 4) return read_all(argc - 3, argv + 3) ? plot(argv[2], -1) : 1;
+  if (!strcmp(cmd, "summary")) return summary_main(argc - 2, argv + 2);
   fprintf(stderr, "usage: zs-trace merge OUT FILE...\n       zs-trace bubble [--skip K] FILE...\n"
                   "       zs-trace plot [--step N] OUT.png FILE...\n"
+                  "       zs-trace summary [--skip K] [--json] FILE...\n"
                   "bubble needs a pipeline's compute events (the pipeline runtime records them; a trainer\n"
-                  "without --pp has only the engine's). Events a rank left cut short are left out, with a\n"
-                  "warning. Exit: 0 done, 1 a file unreadable or without the events asked for, 2 bad usage\n");
+                  "without --pp has only the engine's); summary takes any run's. Events a rank left cut short\n"
+                  "are left out, with a warning. Exit: 0 done, 1 a file unreadable or without the events asked\n"
+                  "for, 2 bad usage (summary: also a file that cannot be read or is not a zeroshard trace)\n");
   return 2;
 }

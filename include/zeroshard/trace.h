@@ -82,7 +82,9 @@
  * tools/zs_trace.c reads these files: `zs-trace merge OUT FILE.rank*` (one
  * file, for all ranks), `zs-trace bubble FILE...` (the measured pipeline
  * bubble, per "step N" range when the trainer marks them), `zs-trace plot
- * OUT.png FILE...` (a per-rank timeline, gnuplot).
+ * OUT.png FILE...` (a per-rank timeline, gnuplot), `zs-trace summary FILE...`
+ * (where a step's time goes: per row, event kind and rank, count, total, mean
+ * and share; docs/pipeline.md).
  *
  * Thread rules: every function may be called from any thread. */
 #ifndef ZEROSHARD_TRACE_H
