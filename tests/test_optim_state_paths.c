@@ -117,13 +117,13 @@ static void paths_threads_layouts(zs_optim_kind_t kind) {
 static void test_paths_threads_layouts(void) { paths_threads_layouts(ZS_ADAMW); }
 static void test_lion_paths_threads_layouts(void) { paths_threads_layouts(ZS_LION); }
 
-/* Lion, int8 m: a block whose m' are all below 2^-128 (m 0, gradients near
+/* Lion and AdamW, int8 m: a block whose m' are all below 2^-128 (m 0, gradients near
  * 2^-140: subnormal m'), so 1 / absmax overflows to inf and r = |m'| * inf is
  * inf (NaN for m' = 0); the scalar codes clamp those to the top code (0 for
  * m' = +-0 reads r = NaN: also the top code). A SIMD path's encode without the
  * clamps (the finite-block shape) gives other codes; every path, every
  * gradient dtype, with and without a copy, against the scalar path's bits. */
-static void test_lion_q8_tiny_block(void) {
+static void test_q8_tiny_block(void) {
   const size_t n = 3 * 256 + 48; /* three whole blocks and a ragged one */
   const int block = 256;
   prob_t init, ref, P;
@@ -135,25 +135,26 @@ static void test_lion_q8_tiny_block(void) {
     if (i == 301) f = -0.0f;
     init.g[i] = f;
   }
+  for (int kind = 0; kind < 2; kind++)
   for (int path = 1; path < 3; path++) {
     if (zs__optim_force_simd((zs_simd_t)path) != ZS_OK) continue;
     for (int copy = 0; copy < 2; copy++) {
-      zs_optim_hyper_t h = hyper_k(ZS_LION, ZS_STATE_INT8, block, 1);
+      zs_optim_hyper_t h = hyper_k(kind ? ZS_ADAMW : ZS_LION, ZS_STATE_INT8, block, 1);
       if (!copy) h.param_dtype = ZS_FP32;
       prob_copy(&ref, &init), prob_copy(&P, &init);
-      zs_optim_seg_t s = seg_of(&ref, ZS_STATE_INT8, 0, n, block, 0);
+      zs_optim_seg_t s = seg_of(&ref, ZS_STATE_INT8, 0, n, block, kind);
       if (!copy) s.param = NULL;
       zs__optim_force_simd(ZS_SIMD_SCALAR);
       expect_ok(zs__optim_step_cpu(&h, &s, 1));
       /* the case holds: block 1's scale is subnormal with an infinite reciprocal */
       expect_true(ref.ms[1] > 0.0f && !(zs_q8_inv(ref.ms[1]) <= 3.4e38f));
-      s = seg_of(&P, ZS_STATE_INT8, 0, n, block, 0);
+      s = seg_of(&P, ZS_STATE_INT8, 0, n, block, kind);
       if (!copy) s.param = NULL;
       zs__optim_force_simd((zs_simd_t)path);
       expect_ok(zs__optim_step_cpu(&h, &s, 1));
       if (!prob_same(&P, &ref))
-        ZS_T_REPORT("Lion, int8 m, a block of subnormal m': path %s%s: not the scalar path's bits",
-                    zs__simd_name((zs_simd_t)path), copy ? ", bf16 copy" : "");
+        ZS_T_REPORT("%s, int8 m, a block of subnormal m': path %s%s: not the scalar path's bits",
+                    kind ? "AdamW" : "Lion", zs__simd_name((zs_simd_t)path), copy ? ", bf16 copy" : "");
     }
   }
   zs__optim_force_simd(ZS_SIMD_SCALAR);
@@ -216,7 +217,7 @@ static void test_lion_bf16_unbiased(void) {
 int main(void) {
   zs_test_run(test_paths_threads_layouts);
   zs_test_run(test_lion_paths_threads_layouts);
-  zs_test_run(test_lion_q8_tiny_block);
+  zs_test_run(test_q8_tiny_block);
   zs_test_run(test_bf16_unbiased);
   zs_test_run(test_lion_bf16_unbiased);
   return zs_test_finish();

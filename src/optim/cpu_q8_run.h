@@ -70,7 +70,11 @@ ZS_AI void adam_q8_run(const zs_k_hyper_t *h, const int adamw, const int gdt, co
         sa = tile_max(ts + t1, B);
       }
       ms[b] = a, vs[b] = sa;
-      inv = v_set1(zs_q8_inv(a)), invs = v_set1(zs_q8_inv(sa));
+      const float ia = zs_q8_inv(a), isa = zs_q8_inv(sa);
+      inv = v_set1(ia), invs = v_set1(isa);
+      /* a scale below 2^-128 has an infinite reciprocal, r = |m'| x inf: the
+       * clamped shape too, as the scalar codes clamp it (test_q8_tiny_block) */
+      finite = finite && ia <= FLT_MAX && isa <= FLT_MAX;
     } else {
       q8_pass2_block(&c, adamw, pdt, finite, inv, invs, w + o2, qm + o2, qv + o2, p ? (char *)p + o2 * psz : NULL,
                      tm + t2, ts + t2, B);
