@@ -282,6 +282,28 @@ static void test_loss_scaling_hysteresis(void) {
     expect_str_contains(ls_warned, "step 4 skipped: fp16 gradients overflow at loss scale 256; it stays");
   }
   zs_engine_destroy(zs);
+  /* at min_scale an overflow the hysteresis absorbs is skipped and counted
+   * down (DeepSpeed's order); the next, which would halve, is the error */
+  c.initial_scale = c.min_scale = 256.0f;
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  expect_int_eq(ls_step(zs, u, &g, 0.01f, 0).skipped, 1);
+  expect_near(zs_loss_scale(zs), 256, 0, 0);
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  expect_ok(zs_release(zs, u));
+  expect_ok(zs_backward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  uint16_t hg[100];
+  for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(0.01f);
+  hg[7] = 0x7c00;
+  expect_ok(put(g, hg, sizeof hg));
+  expect_ok(zs_reduce(zs, u));
+  expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
+  expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
+  zs_engine_destroy(zs);
 }
 
 /* Pinning fails: the offloaded state falls back to pageable memory with a

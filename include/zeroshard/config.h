@@ -133,7 +133,7 @@ typedef struct {
   int scale_window;    /* dynamic: good steps before doubling (1000) */
   int hysteresis;      /* dynamic: overflows tolerated before backing off (2); from then on every
                           overflow halves the scale until it grows again (DeepSpeed's rule) */
-  float min_scale;     /* dynamic: at this scale an overflow is ZS_ERR_OVERFLOW (1) */
+  float min_scale;     /* dynamic: at this scale an overflow that would halve it is ZS_ERR_OVERFLOW (1) */
   /* Hybrid sharding (FSDP's HYBRID_SHARD, DeepSpeed's MiCS): stages 1-3 shard
    * over groups of this many consecutive ranks and replicate across the groups
    * (a gradient shard is all-reduced across replicas; gathers stay inside the

@@ -250,7 +250,8 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * grad_clip > 0 the gradients are multiplied by min(1, grad_clip / (norm + 1e-6))
  * in fp32, torch.nn.utils.clip_grad_norm_'s rule), skips on
  * non-finite gradients (fp16 loss scaling: backs off; ZS_ERR_OVERFLOW when the
- * scale is already at min_scale), updates every shard and regathers parameters
+ * scale is already at min_scale and the overflow would halve it), updates every
+ * shard and regathers parameters
  * (stages 1-2). rep may be NULL. Non-finite means a non-finite norm, whose
  * sum of squares is totalled in double (per segment, over segments, over
  * ranks), so finite gradients give a finite norm and every stage the same

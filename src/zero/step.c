@@ -279,7 +279,9 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
 
   if (!finite) {
     if (dynamic) {
-      if (zs->loss_scale <= c->min_scale) {
+      /* an overflow that would halve the scale below min_scale is the error;
+       * one the hysteresis absorbs only counts down, as DeepSpeed's */
+      if (zs->loss_scale <= c->min_scale && zs->hysteresis_left <= 1) {
         result = ZS_FAIL(zs->err, ZS_ERR_OVERFLOW,
                          "gradients overflow at the minimum fp16 loss scale %g (step %lld): the scale cannot back "
                          "off further; lower the learning rate, check the data, or train in bf16",
