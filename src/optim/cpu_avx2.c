@@ -152,12 +152,17 @@ static inline void v16_dec_bf16(float *t, const uint16_t *s) {
   st_f32(t, ld_bf16(s));
   st_f32(t + 8, ld_bf16(s + 8));
 }
+/* The element keys lo .. lo + 7 times 0x9e3779b1 (zs_sr_bits' first product;
+ * a loop advances it by 8 x 0x9e3779b1, wrapping as the product does) */
+static inline __m256i sr_key8(uint32_t lo) {
+  return _mm256_mullo_epi32(_mm256_add_epi32(i_set1(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                            i_set1(0x9e3779b1u));
+}
 /* zs_sr_bf16 of 8 floats (x's bits b) with the key's low words lo .. lo + 7:
  * (b + 16 random bits) >> 16; inf and NaN (rare: behind a branch) as the
  * scalar code takes them (nearest; NaN quieted) */
 static inline __m256i sr_bf16_8(__m256i b, uint32_t salt, uint32_t lo) {
-  __m256i k = _mm256_mullo_epi32(_mm256_add_epi32(i_set1(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                 i_set1(0x9e3779b1u));
+  __m256i k = sr_key8(lo);
   __m256i out = _mm256_srli_epi32(_mm256_add_epi32(b, v_sr_bits(k, salt)), 16);
   __m256i e = i_set1(0x7f800000u);
   __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(b, e), e);
@@ -309,9 +314,7 @@ ZS_AI void adam_bf16_loop(const zs_k_hyper_t *h, const int adamw, const int gdt,
   const adam_c c = adam_consts(h, lr, wd);
   const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
   const __m256i step8 = i_set1(8u * 0x9e3779b1u);
-  /* the element index times 0x9e3779b1, advanced by addition (it wraps as the product does) */
-  __m256i k = _mm256_mullo_epi32(_mm256_add_epi32(i_set1(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                 i_set1(0x9e3779b1u));
+  __m256i k = sr_key8(lo); /* advanced by addition below */
   for (size_t i = 0; i < n; i += 16) {
     /* software prefetch ahead on the four read streams, as step_loop does */
     __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);

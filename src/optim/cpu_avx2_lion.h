@@ -40,8 +40,7 @@ ZS_AI void lion_bf16_loop(const zs_k_hyper_t *h, const int gdt, const int pdt, f
   const lion_c c = lion_consts(h, lr, wd);
   const size_t gsz = gdt == ZS_FP32 ? 4 : 2;
   const __m256i step8 = i_set1(8u * 0x9e3779b1u);
-  __m256i k = _mm256_mullo_epi32(_mm256_add_epi32(i_set1(lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                 i_set1(0x9e3779b1u));
+  __m256i k = sr_key8(lo);
   for (size_t i = 0; i < n; i += 16) {
     __builtin_prefetch(w + i + ZS_PREFETCH, 1, 3);
     __builtin_prefetch((const char *)g + (i + ZS_PREFETCH) * gsz, 0, 3);
