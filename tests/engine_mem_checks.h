@@ -168,20 +168,37 @@ static zs_status_t put(void *dst, const void *src, size_t bytes) {
   return st ? st : zs_stream_synchronize(dev, NULL);
 }
 
-/* One step of a one-unit fp16 engine whose gradient (slot *g, which the
- * gather fills) is `x` everywhere, with an inf at element 7 on rank
- * `inf_rank` (-1: none); the step's report. */
-static zs_step_report_t ls_step(zs_engine_t *zs, int u, void **g, float x, int inf_rank) {
+/* A one-unit fp16 engine of 100 elements under config c; its unit and the
+ * gradient slot (which a gather fills) in *u, *g. */
+static zs_engine_t *ls_open(const zs_config_t *c, int *u, void **g) {
+  zs_engine_t *zs = NULL;
+  void *w;
+  expect_ok(zs_engine_create(&zs, c, dev, world));
+  if (!zs) return NULL;
+  expect_ok(zs_unit_add(zs, "u", u));
+  expect_ok(zs_param_add(zs, *u, "w", 1, (int64_t[]){100}, 0, &w, g, NULL));
+  expect_ok(zs_engine_setup(zs, tm_init, zs));
+  return zs;
+}
+
+/* One round of that engine up to zs_reduce, its gradient hg (100 fp16). */
+static void ls_round(zs_engine_t *zs, int u, void **g, const uint16_t *hg) {
   expect_ok(zs_forward_begin(zs));
   expect_ok(zs_gather(zs, u));
   expect_ok(zs_release(zs, u));
   expect_ok(zs_backward_begin(zs));
   expect_ok(zs_gather(zs, u));
+  expect_ok(put(*g, hg, 100 * sizeof *hg));
+  expect_ok(zs_reduce(zs, u));
+}
+
+/* One step whose gradient is `x` everywhere, with an inf at element 7 on rank
+ * `inf_rank` (-1: none); the step's report. */
+static zs_step_report_t ls_step(zs_engine_t *zs, int u, void **g, float x, int inf_rank) {
   uint16_t hg[100];
   for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(x);
   if (rank == inf_rank) hg[7] = 0x7c00;
-  expect_ok(put(*g, hg, sizeof hg));
-  expect_ok(zs_reduce(zs, u));
+  ls_round(zs, u, g, hg);
   zs_step_report_t rep = {0};
   expect_ok(zs_step(zs, &rep));
   return rep;
@@ -195,13 +212,10 @@ static void test_loss_scaling(void) {
   c.scale_window = 2;
   c.hysteresis = 1;
   c.min_scale = 256.0f;
-  zs_engine_t *zs;
-  assert_ok(zs_engine_create(&zs, &c, dev, world));
   int u;
-  void *w, *g;
-  assert_ok(zs_unit_add(zs, "u", &u));
-  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
-  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  void *g;
+  zs_engine_t *zs = ls_open(&c, &u, &g);
+  assert_true(zs != NULL);
   /* grads 0.01 x scale everywhere, plus an inf at element 7 on the last rank in
    * steps 3-4; window 2 doubles the scale after two good steps, hysteresis 1
    * halves it at each overflow */
@@ -216,19 +230,11 @@ static void test_loss_scaling(void) {
   /* at the minimum scale an overflow is an error, not a silent loop */
   zs_engine_destroy(zs);
   c.initial_scale = c.min_scale = 256.0f;
-  assert_ok(zs_engine_create(&zs, &c, dev, world));
-  assert_ok(zs_unit_add(zs, "u", &u));
-  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
-  assert_ok(zs_engine_setup(zs, tm_init, zs));
-  expect_ok(zs_forward_begin(zs));
-  expect_ok(zs_gather(zs, u));
-  expect_ok(zs_release(zs, u));
-  expect_ok(zs_backward_begin(zs));
-  expect_ok(zs_gather(zs, u));
+  zs = ls_open(&c, &u, &g);
+  assert_true(zs != NULL);
   uint16_t nan16[100] = {0};
   nan16[3] = 0x7e00; /* NaN on every rank */
-  expect_ok(put(g, nan16, sizeof nan16));
-  expect_ok(zs_reduce(zs, u));
+  ls_round(zs, u, &g, nan16);
   expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
   expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
   zs_engine_destroy(zs);
@@ -258,13 +264,10 @@ static void test_loss_scaling_hysteresis(void) {
   c.scale_window = 3;
   c.hysteresis = 2;
   c.min_scale = 1.0f;
-  zs_engine_t *zs;
-  assert_ok(zs_engine_create(&zs, &c, dev, world));
   int u;
-  void *w, *g;
-  assert_ok(zs_unit_add(zs, "u", &u));
-  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
-  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  void *g;
+  zs_engine_t *zs = ls_open(&c, &u, &g);
+  assert_true(zs != NULL);
   const float want[] = {1024, 1024, 512, 256, 128, 128, 128, 256, 256, 128};
   const int inject[] = {1, 1, 1, 1, 0, 0, 0, 1, 1};
   ls_nwarn = 0, ls_warned[0] = 0;
@@ -285,22 +288,14 @@ static void test_loss_scaling_hysteresis(void) {
   /* at min_scale an overflow the hysteresis absorbs is skipped and counted
    * down (DeepSpeed's order); the next, which would halve, is the error */
   c.initial_scale = c.min_scale = 256.0f;
-  assert_ok(zs_engine_create(&zs, &c, dev, world));
-  assert_ok(zs_unit_add(zs, "u", &u));
-  assert_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){100}, 0, &w, &g, NULL));
-  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  zs = ls_open(&c, &u, &g);
+  assert_true(zs != NULL);
   expect_int_eq(ls_step(zs, u, &g, 0.01f, 0).skipped, 1);
   expect_near(zs_loss_scale(zs), 256, 0, 0);
-  expect_ok(zs_forward_begin(zs));
-  expect_ok(zs_gather(zs, u));
-  expect_ok(zs_release(zs, u));
-  expect_ok(zs_backward_begin(zs));
-  expect_ok(zs_gather(zs, u));
   uint16_t hg[100];
   for (int i = 0; i < 100; i++) hg[i] = zs_f32_to_f16(0.01f);
-  hg[7] = 0x7c00;
-  expect_ok(put(g, hg, sizeof hg));
-  expect_ok(zs_reduce(zs, u));
+  hg[7] = 0x7c00; /* every rank */
+  ls_round(zs, u, &g, hg);
   expect_status(zs_step(zs, NULL), ZS_ERR_OVERFLOW);
   expect_str_contains(zs_engine_last_error(zs), "minimum fp16 loss scale");
   zs_engine_destroy(zs);
