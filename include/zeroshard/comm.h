@@ -44,7 +44,11 @@
  * Dtypes: fp32, bf16, fp16, int32, int64, uint8, fp64 (for sums of losses and
  * metrics kept in double; no engine buffer takes it). Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
- * avg on integers truncates toward zero.
+ * avg on integers truncates toward zero. fp16 avg scales each rank's values by
+ * 1 / size (rounded to fp16) and then sums them, as NCCL's ncclAvg does, so the
+ * average of finite values stays finite where their sum would pass fp16's
+ * 65504; the mpi backend's other types sum and then divide (NCCL scales every
+ * float type first), so averages may differ between backends in the last bits.
  *
  * Algorithms (mpi backend): reduce_scatter and all_reduce whose whole buffer
  * (reduce_scatter: size*recvcount elements; all_reduce: count) holds at least

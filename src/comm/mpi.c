@@ -258,7 +258,10 @@ static void mpi_destroy(void *vctx) {
     next = o->next;
     int flag = fin;
     if (fin || (MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag))
+    {
       zs__mpi_scratch_free(ctx, o->scratch, o->scratch_bytes);
+      zs__mpi_scratch_free(ctx, o->src, o->src_bytes);
+    }
     else
       outstanding++;
     free(o);

@@ -53,6 +53,8 @@ typedef struct orphan {
   struct orphan *next;
   void *scratch;
   size_t scratch_bytes;
+  void *src;        /* the op's scaled source (ctx->op_src), if it had one */
+  size_t src_bytes;
   int nreq;
   MPI_Request req[]; /* nreq */
 } orphan_t;
@@ -88,6 +90,10 @@ struct mpi_ctx {
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
+  /* the running op's own copy of its source (fp16 avg: scaled by 1 / size),
+   * progress thread only: an orphan of the op takes it, else the op frees it */
+  void *op_src;
+  size_t op_src_bytes;
   zs__fam_member_t fm; /* the comm's place in its family (the error channel) */
   int staged;        /* device buffers go through pinned host staging */
   pthread_mutex_t stage_mu;

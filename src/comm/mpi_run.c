@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "comm/mpi_impl.h"
+#include "common/half.h"
 #include "trace/trace_impl.h"
 
 /* ---- MPI datatypes and ops ------------------------------------------------------- */
@@ -102,11 +103,15 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
 void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch,
                        size_t scratch_bytes) {
   orphan_t *o = calloc(1, sizeof *o + sizeof(MPI_Request) * (size_t)nreq);
-  if (!o) return; /* the scratch leaks: MPI may still write it */
+  void *src = ctx->op_src;
+  ctx->op_src = NULL; /* MPI may still read it: the orphan's now (or leaked below) */
+  if (!o) return;     /* the scratch leaks: MPI may still write it */
   memcpy(o->req, req, sizeof(MPI_Request) * (size_t)nreq);
   o->nreq = nreq;
   o->scratch = scratch;
   o->scratch_bytes = scratch_bytes;
+  o->src = src;
+  o->src_bytes = ctx->op_src_bytes;
   o->next = ctx->orphans;
   ctx->orphans = o;
 }
@@ -201,6 +206,35 @@ static zs_status_t run_sendrecv(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
                            NULL, 0);
 }
 
+static zs_status_t run_on_ranks(mpi_ctx_t *ctx, const zs__coll_args_t *a);
+
+/* fp16 avg: each rank's values scaled by 1 / size (in fp32, rounded once to
+ * fp16) into a copy, then summed, as NCCL's ncclAvg forms it, so an average of
+ * finite values stays finite where their sum would pass fp16's 65504. The copy
+ * is the op's source, out of place (the caller's buffer is left as it was, and
+ * an in-place reduce_scatter's other blocks too). bf16 (fp32's range) and the
+ * wider types sum and then divide (finish_avg). */
+static zs_status_t run_avg_fp16(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
+  size_t n = a->count * (a->kind == ZS_COLL_REDUCE_SCATTER ? (size_t)ctx->size : 1), bytes = n * 2;
+  uint16_t *s = zs__mpi_scratch_alloc(ctx, bytes);
+  if (!s)
+    return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "mpi comm: no host memory for %zu bytes of fp16 avg scratch",
+                   bytes);
+  const uint16_t *src = a->send;
+  const float k = 1.0f / (float)ctx->size;
+  for (size_t i = 0; i < n; i++) s[i] = zs_f32_to_f16(zs_f16_to_f32(src[i]) * k);
+  zs__coll_args_t b = *a;
+  b.send = s;
+  b.in_place = 0;
+  b.op = ZS_SUM;
+  ctx->op_src = s;
+  ctx->op_src_bytes = bytes;
+  zs_status_t st = run_on_ranks(ctx, &b);
+  zs__mpi_scratch_free(ctx, ctx->op_src, bytes); /* NULL where an orphan took it */
+  ctx->op_src = NULL;
+  return st;
+}
+
 static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int *a2av) {
   if (a2av) return run_all_to_all_v(ctx, a, a2av);
   if (a->kind == ZS_COLL_SENDRECV) return run_sendrecv(ctx, a);
@@ -212,6 +246,13 @@ static zs_status_t run_coll(mpi_ctx_t *ctx, const zs__coll_args_t *a, const int 
     if (!a->in_place && sb && rb) memcpy(a->recv, a->send, sb < rb ? sb : rb);
     return ZS_OK;
   }
+  int reduces = a->kind == ZS_COLL_ALL_REDUCE || a->kind == ZS_COLL_REDUCE_SCATTER || a->kind == ZS_COLL_REDUCE;
+  if (reduces && a->op == ZS_AVG && a->dtype == ZS_FP16 && a->count) return run_avg_fp16(ctx, a);
+  return run_on_ranks(ctx, a);
+}
+
+/* Every collective but all_to_all_v and sendrecv, on two ranks or more. */
+static zs_status_t run_on_ranks(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
   zs_status_t rst;
   if (zs__mpi_ring(ctx, a, busy_estimate(ctx, a, NULL), &rst)) {
     if (rst == ZS_OK) finish_avg(ctx, a);
