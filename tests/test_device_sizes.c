@@ -4,7 +4,8 @@
  * a stream; a free naming the wrong size (zs_device_free, zs_device_free_async)
  * is an error naming both sizes, and the accountant takes off the true size.
  * Then the cpu device's on/off variables (ZS_CPU_ASYNC_NULL_STREAM,
- * ZS_CPU_SHARED_HOST_THREAD) take the library's on/off words. */
+ * ZS_CPU_SHARED_HOST_THREAD) take the library's on/off words, and
+ * ZS_CPU_HOST_FN_LIMIT_S a positive number of seconds or a warning. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,11 +162,45 @@ static void test_cpu_flags(void) {
   }
 }
 
+/* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0; anything else keeps 60 and says so
+ * (it was read with atof: "abc" kept 60 and "5s" gave 5, both in silence). The
+ * shared host thread's info line gives the limit in use. */
+static void host_fn_limit_case(const char *value, const char *want_limit, int want_warn) {
+  setenv("ZS_CPU_SHARED_HOST_THREAD", "1", 1);
+  setenv("ZS_CPU_HOST_FN_LIMIT_S", value, 1);
+  zs_device_t *dev = NULL;
+  grab_start(ZS_LOG_INFO);
+  zs_status_t st = zs_device_create_cpu(&dev);
+  grab_stop();
+  unsetenv("ZS_CPU_SHARED_HOST_THREAD");
+  unsetenv("ZS_CPU_HOST_FN_LIMIT_S");
+  expect_ok(st);
+  if (dev) zs_device_destroy(dev);
+  if (!got_msg("one shared host thread", want_limit))
+    ZS_T_REPORT("ZS_CPU_HOST_FN_LIMIT_S=%s: no info line with '%s'", value, want_limit);
+  const char *w = got_msg("ZS_CPU_HOST_FN_LIMIT_S=", "using 60");
+  if (!!w != want_warn) ZS_T_REPORT("ZS_CPU_HOST_FN_LIMIT_S=%s: %s", value, w ? w : "no warning");
+  if (w) expect_str_contains(w, value);
+}
+
+static void test_host_fn_limit(void) {
+  host_fn_limit_case("2.5", "for 2.5 s", 0);
+  host_fn_limit_case(" 7 ", "for 7 s", 0);
+  host_fn_limit_case("", "for 60 s", 0);
+  host_fn_limit_case("abc", "for 60 s", 1);
+  host_fn_limit_case("5s", "for 60 s", 1);
+  host_fn_limit_case("0", "for 60 s", 1);
+  host_fn_limit_case("-3", "for 60 s", 1);
+  host_fn_limit_case("inf", "for 60 s", 1);
+}
+
 int main(void) {
   unsetenv("ZS_CPU_ASYNC_NULL_STREAM");
+  unsetenv("ZS_CPU_HOST_FN_LIMIT_S");
   unsetenv("ZS_CPU_SHARED_HOST_THREAD");
   zs_test_run(test_free_wrong_size);
   zs_test_run(test_cpu_flags);
+  zs_test_run(test_host_fn_limit);
   zs_test_run(test_copy_too_large); /* last: before the fix it crashed */
   return zs_test_finish();
 }

@@ -64,13 +64,16 @@ extern "C" {
 zs_status_t zs_config_validate(const zs_config_t *cfg);
 
 /* Fills *cfg from ZS_CONFIG_INIT plus these environment variables, then
- * validates. A variable that is unset or empty keeps the default.
+ * validates. A variable that is unset or empty keeps the default. Like every
+ * loader here, the first call reads the library's settings, which names each
+ * ZS_* variable of the environment that zeroshard does not read (a warning
+ * through the log, once a process).
  *   ZS_STAGE             0..3                ZS_PARAM_DTYPE   fp32|bf16|fp16
  *   ZS_REDUCE_DTYPE      fp32|bf16|fp16      ZS_OPTIM         adamw|adam|sgd|lion
  *   ZS_LR ZS_BETA1 ZS_BETA2 ZS_EPS ZS_WEIGHT_DECAY ZS_MOMENTUM ZS_GRAD_CLIP
  *                        numbers (strtod syntax, e.g. 3e-4)
  *   ZS_GRAD_ACCUM ZS_PREFETCH  integers      ZS_PERSIST_THRESHOLD  elements (>= 0)
- *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE   1|0|true|false|on|off|yes|no
+ *   ZS_RESHARD_AFTER_FORWARD ZS_DELAYED_PARAM_UPDATE ZS_NESTEROV  1|0|true|false|on|off|yes|no
  *   ZS_OFFLOAD ZS_OFFLOAD_PARAM  none|cpu|nvme   ZS_LOSS_SCALE    number, 0 = dynamic
  *   ZS_NVME_PATH         the tier's directory, kept as given (more than 255
  *                        bytes is an error naming the variable)

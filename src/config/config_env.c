@@ -156,6 +156,7 @@ static const struct {
     {"ZS_EPS", K_FLOAT, offsetof(zs_config_t, optim.eps), "optim.eps"},
     {"ZS_WEIGHT_DECAY", K_FLOAT, offsetof(zs_config_t, optim.weight_decay), "optim.weight_decay"},
     {"ZS_MOMENTUM", K_FLOAT, offsetof(zs_config_t, optim.momentum), "optim.momentum"},
+    {"ZS_NESTEROV", K_BOOL, offsetof(zs_config_t, optim.nesterov), "optim.nesterov"},
     {"ZS_OPTIM_STATE", K_SDTYPE, offsetof(zs_config_t, optim.state_dtype), "optim.state_dtype"},
     {"ZS_OPTIM_STATE_BLOCK", K_INT, offsetof(zs_config_t, optim.state_block), "optim.state_block"},
     {"ZS_GRAD_ACCUM", K_INT, offsetof(zs_config_t, grad_accum), "grad_accum"},
@@ -261,6 +262,7 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
 /* The set variables over c0 (ZS_CONFIG_INIT, or a file's config), validated;
  * *cfg is written only on success. */
 static zs_status_t env_over(zs_config_t *cfg, const zs_config_t *c0) {
+  (void)zs__settings(); /* a program that only loads its config hears of a mistyped ZS_* name too */
   zs_config_t c = *c0;
   origins_t org = {0};
   for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {

@@ -222,6 +222,7 @@ zs_status_t zs__config_get_flag(ctx_t *x, const cJSON *item, const char *path, i
 /* Parses `text` (len bytes, then a NUL) into *cfg; `src` names the source in
  * messages. */
 static zs_status_t from_json(zs_config_t *cfg, const char *text, size_t len, const char *src) {
+  (void)zs__settings(); /* a mistyped ZS_* name is named even where nothing else is made */
   unknown_reset();
   if (!cfg || !text)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_config_from_json: %s is NULL", cfg ? "json_text" : "cfg");

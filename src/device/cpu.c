@@ -34,6 +34,7 @@
  * mutex guards its pending markers. No thread holds two of them at once, so there is no lock
  * order to get wrong. (device.c keeps the lists of live handles.)
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,14 +542,32 @@ static const zs_device_i cpu_iface = {
     .destroy = cpu_destroy,
 };
 
+/* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0 (blanks around allowed); anything
+ * else keeps 60 and says so. */
+static double host_fn_limit(void) {
+  const double def = 60.0;
+  const char *v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
+  if (!v) return def;
+  while (*v == ' ' || *v == '\t') v++;
+  if (!*v) return def;
+  char *end;
+  double t = strtod(v, &end);
+  while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+  if (end != v && *end == '\0' && isfinite(t) && t > 0) return t;
+  char shown[4 * 64 + 8];
+  zs__env_shown(shown, sizeof shown, v);
+  ZS_LOG_W("ZS_CPU_HOST_FN_LIMIT_S='%s' is not a number of seconds above 0 (such as 60 or 2.5); using %g", shown,
+           def);
+  return def;
+}
+
 zs_status_t zs_device_create_cpu(zs_device_t **out) {
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_device_create_cpu: out is NULL");
   *out = NULL;
   cpu_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_device_create_cpu: out of memory");
   ctx->shared = zs__env_flag("ZS_CPU_SHARED_HOST_THREAD", 0);
-  const char *v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
-  ctx->limit_s = v && *v && atof(v) > 0 ? atof(v) : 60.0;
+  ctx->limit_s = host_fn_limit();
   if (ctx->shared) {
     zs_status_t st = zs__worker_start(&ctx->host, &zs__cpu_host_ops, ctx);
     if (st != ZS_OK) {
