@@ -10,6 +10,8 @@
 #   test_plan_config        --config FILE: a DeepSpeed ds_config.json and our own keys give
 #                           the equivalent flags' figures; unknown keys shown, bad files
 #                           exit 2, flags win over the file
+#   docs_plan_outputs       every zs-plan command docs/planning.md shows, run as written, prints
+#                           the lines the page gives for it (tests/scripts/check_doc_outputs.py)
 #   test_plan_cluster       its predicted comm time per step against zs-membench's step time
 #                           on scripts/cluster-sim's 2 hosts x 2 ranks at 200 Mbit/s (500 too by hand)
 #                           (stage 0, flat stage 3, hybrid stage 3: within 20%), the host links'
@@ -33,6 +35,12 @@ if(TARGET zs-plan AND TARGET zs_zero AND TARGET zs_comm AND ZS_HAVE_MPI)
                   LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
   # --config FILE: DeepSpeed's and our JSON configs against the equivalent flags
   zs_add_test(NAME test_plan_config SOURCES test_plan_config.c ARGS $<TARGET_FILE:zs-plan> TIMEOUT 90)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND NOT ZS_SANITIZE)
+    zs_add_test_run(NAME docs_plan_outputs
+                    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/check_doc_outputs.py
+                            ${PROJECT_SOURCE_DIR} $<TARGET_FILE:zs-plan> TIMEOUT 60)
+  endif()
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
     # A timing check: alone. Not in sanitizer builds: instrumented compute overlaps
     # the communication the time check measures, its bytes and memory are the plain
