@@ -220,6 +220,60 @@ static void test_memory_formulas(void) {
         for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) memory_case(stage, d ? ZS_BF16 : ZS_FP32, k, off, 0);
 }
 
+/* Stage 3 with reshard_after_forward off: every unit gathered in forward stays
+ * gathered until its backward, so the step's device peak holds all of them at
+ * once; the estimate's bound counted only the prefetch window (a trial saw the
+ * peak 13-30% above it). The bound must hold, and the peak must really have
+ * held every unit (the case tests what it means to). */
+static void bound_reshard_off_case(zs_dtype_t dt, int k, int off) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  c.param_dtype = c.reduce_dtype = dt;
+  c.prefetch = k;
+  c.reshard_after_forward = 0;
+  c.offload_optimizer = off ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NONE;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, dt));
+  formula_layout(nranks);
+  zs_mem_estimate_t est;
+  assert_ok(zs_engine_estimate(zs, nranks, &est));
+  zs_device_memory_reset_peaks(dev);
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  zs_memory_stats_t ps;
+  uint64_t kept = 0;
+  for (int step = 0; step < 2; step++) {
+    expect_ok(zs_forward_begin(zs));
+    for (int u = 0; u < NU; u++) {
+      expect_ok(zs_gather(zs, u));
+      expect_ok(zs_release(zs, u));
+    }
+    zs_device_memory_stats(dev, &ps);
+    kept = ps.current[ZS_DOMAIN_DEVICE][ZS_MEM_GATHER];
+    expect_ok(zs_backward_begin(zs));
+    for (int u = NU - 1; u >= 0; u--) {
+      expect_ok(zs_gather(zs, u));
+      expect_ok(zs_reduce(zs, u));
+    }
+    expect_ok(zs_step(zs, NULL));
+  }
+  expect_u64_eq(kept, gathered(0, NU - 1, zs_dtype_size(dt))); /* every unit held after forward */
+  zs_device_memory_stats(dev, &ps);
+  if (ps.peak_total[ZS_DOMAIN_DEVICE] > est.device_peak_bound)
+    ZS_T_REPORT("reshard_after_forward 0, %s, prefetch %d, offload %d: device peak %llu above the estimate's bound %llu",
+                zs_dtype_name(dt), k, off, (unsigned long long)ps.peak_total[ZS_DOMAIN_DEVICE],
+                (unsigned long long)est.device_peak_bound);
+  zs_engine_destroy(zs);
+  free(m);
+}
+
+static void test_bound_reshard_off(void) {
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k <= 2; k++)
+      for (int off = 0; off <= 1; off++) bound_reshard_off_case(d ? ZS_BF16 : ZS_FP32, k, off);
+}
+
 /* hybrid: every divisor of the world as the shard group */
 static void test_memory_hybrid(void) {
   int tried = 0;
@@ -423,6 +477,7 @@ int main(int argc, char **argv) {
     zs_test_run(test_traffic_hybrid);
   } else {
     zs_test_run(test_memory_formulas);
+    zs_test_run(test_bound_reshard_off);
     zs_test_run(test_memory_hybrid);
     zs_test_run(test_steady_state);
     zs_test_run(test_traffic);

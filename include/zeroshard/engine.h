@@ -404,7 +404,8 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
  * domain. device_peak_bound bounds the device bytes during a step when the
  * trainer holds one unit at a time (each further unit held adds its gathered
  * size): the model state plus the transient buffers (gathered units within the
- * prefetch window,
+ * prefetch window; with reshard_after_forward off every unit, since each stays
+ * gathered from its forward to its backward;
  * full gradient buffers, reduce-dtype and accumulation scratch, the mpi
  * comm's reduction scratch) at their most. */
 typedef struct {

@@ -98,7 +98,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   uint64_t *opt = off ? out->host : out->device;
   /* the largest units (maxP, maxS) and the largest trainable ones (maxPt,
    * maxSt: only they have gradients), the largest gathered units */
-  uint64_t maxP = 0, maxS = 0, maxPt = 0, maxSt = 0, gathered[3] = {0};
+  uint64_t maxP = 0, maxS = 0, maxPt = 0, maxSt = 0, gathered[3] = {0}, gathered_all = 0;
   /* the NVMe tier (tier.h): its chunk buffers, the gathers' read buffers, and
    * the largest shard whose 16-bit parameters the CPU step stages for the device */
   uint64_t tier_buf = 0, tier_pbuf = 0, maxStage = 0;
@@ -121,7 +121,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     else if (c->stage == 3 && zs->nhpz > 1) out->device[ZS_MEM_PARAMS] += P / (uint64_t)zs->nhpz * pb; /* hpZ */
     maxP = P > maxP ? P : maxP;
     maxS = S > maxS ? S : maxS;
-    if (c->stage == 3 && !persistent) { /* keep the three largest */
+    if (c->stage == 3 && !persistent) { /* keep the three largest, and the sum */
+      gathered_all += P;
       uint64_t x = P;
       for (int j = 0; j < 3; j++)
         if (x > gathered[j]) {
@@ -178,12 +179,15 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   }
   out->device_model_state += out->device[ZS_MEM_GATHER];
   /* transients at their most: gathered units (the held one plus the prefetch
-   * window), two units' full gradients (the one computing, the one reducing),
-   * their reduce-dtype copies, reduced shards awaiting the copy to the host,
-   * and the engine's scalars */
+   * window; without reshard_after_forward every unit, kept from its forward to
+   * its backward), two units' full gradients (the one computing, the one
+   * reducing), their reduce-dtype copies, reduced shards awaiting the copy to
+   * the host, and the engine's scalars */
   uint64_t t = 0;
   int window = c->prefetch + 1 < 3 ? c->prefetch + 1 : 3;
-  if (c->stage == 3) {
+  if (c->stage == 3 && !c->reshard_after_forward) {
+    t += gathered_all * pb;
+  } else if (c->stage == 3) {
     for (int j = 0; j < window; j++) t += gathered[j] * pb;
     for (int j = window; j < c->prefetch + 1; j++) t += gathered[0] * pb;
   }
