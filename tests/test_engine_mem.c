@@ -135,8 +135,11 @@ static void memory_case(int stage, zs_dtype_t dt, int k, int off, int ns) {
     expect_u64_eq(est.device_model_state, f.params + f.grads + f.optim);
   }
   formula_layout(N);
-  zs_mem_estimate_t est;
+  zs_mem_estimate_t est, own;
   assert_ok(zs_engine_estimate(zs, N, &est));
+  /* world 0: the engine's own layout, its shard group's size when hybrid */
+  expect_ok(zs_engine_estimate(zs, 0, &own));
+  expect_true(!memcmp(&own, &est, sizeof est));
   zs_device_memory_reset_peaks(dev);
   assert_ok(zs_engine_setup(zs, tm_init, zs));
   for (int u = 0; u < NU; u++) {

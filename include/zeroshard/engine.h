@@ -114,7 +114,8 @@ typedef struct zs_engine zs_engine_t;
  * element `offset` of the parameter (row-major). Called only for the ranges this
  * rank stores, so no rank ever materialises the whole model at stage 3. Return
  * non-zero to fail setup (zs_set_last_error first puts the reason in setup's
- * message). */
+ * message): a zs_status_t is then setup's status on every rank (ZS_ERR_IO for
+ * a weights file that cannot be read), any other value ZS_ERR_INVALID. */
 typedef int (*zs_init_fn)(void *user, int param, int64_t offset, int64_t count, float *dst);
 
 typedef struct {
@@ -398,7 +399,8 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 /* What the declared model will hold per rank at `world` ranks (any world size:
  * a what-if), from the declaration and config alone; callable before setup.
  * With hybrid sharding pass the shard group's size: a rank holds what it would
- * hold in a flat layout of that many ranks.
+ * hold in a flat layout of that many ranks. world 0: this engine's own layout
+ * (its shard group's size, the world's when flat).
  * model state = params + grads + optimizer (+ stage-3 persistent units, category
  * gather) between steps, exactly what the accountant will show per category and
  * domain. device_peak_bound bounds the device bytes during a step when the

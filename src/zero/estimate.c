@@ -89,7 +89,10 @@ static zs_status_t norm_plan_bound(const zs_engine_t *zs, int world, uint64_t *o
 
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out) {
   if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_estimate: engine and out must not be NULL");
-  if (world < 1) return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_estimate: world %d must be >= 1", world);
+  if (world == 0) world = zs->nshard; /* this engine's own: its shard group (the world when flat) */
+  if (world < 1)
+    return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID,
+                   "zs_engine_estimate: world %d must be >= 1, or 0 for this engine's own shard group", world);
   const zs_config_t *c = &zs->cfg;
   memset(out, 0, sizeof *out);
   out->world = world;

@@ -235,7 +235,8 @@ static int all_reduced(const zs_engine_t *zs) {
 static zs_status_t forward_begin(zs_engine_t *zs) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin before zs_engine_setup");
   if (zs->phase == ZS_PH_FORWARD)
-    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin twice: run zs_backward_begin and the backward first");
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_begin twice: run zs_backward_begin and the backward first, "
+                     "or end a forward-only pass (evaluation) with zs_forward_end");
   if (zs->phase == ZS_PH_BACKWARD) {
     ZS_CHECK(check_no_held(zs, "zs_forward_begin"));
     if (!all_reduced(zs))

@@ -298,10 +298,13 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
     for (int64_t o = a; o < b && st == ZS_OK; o += ZS_STAGING) {
       int64_t n = b - o < ZS_STAGING ? b - o : ZS_STAGING;
       zs__fail_quiet(NULL, ZS_OK, "%s", ""); /* so that a failure's message is the callback's own */
-      if (init(user, i, o, n, buf) != 0) {
+      const int rc = init(user, i, o, n, buf);
+      if (rc != 0) {
         char why[ZS_ERRBUF];
         snprintf(why, sizeof why, "%s", zs_last_error()[0] ? zs_last_error() : "(the callback set no message)");
-        st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "init callback failed for parameter '%s' range [%lld, %lld): %s",
+        /* a zs_status_t returned is setup's status (ZS_ERR_IO for a file it could not read) */
+        const zs_status_t cst = rc > 0 && rc < ZS_STATUS_COUNT ? (zs_status_t)rc : ZS_ERR_INVALID;
+        st = ZS_FAIL(zs->err, cst, "init callback failed for parameter '%s' range [%lld, %lld): %s",
                      p->name, (long long)o, (long long)(o + n), why);
         break;
       }
