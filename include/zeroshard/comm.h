@@ -44,11 +44,16 @@
  * Dtypes: fp32, bf16, fp16, int32, int64, uint8, fp64 (for sums of losses and
  * metrics kept in double; no engine buffer takes it). Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
- * avg on integers truncates toward zero. fp16 avg scales each rank's values by
- * 1 / size (rounded to fp16) and then sums them, as NCCL's ncclAvg does, so the
- * average of finite values stays finite where their sum would pass fp16's
- * 65504; the mpi backend's other types sum and then divide (NCCL scales every
- * float type first), so averages may differ between backends in the last bits.
+ * avg on integers truncates toward zero. fp16 avg on the mpi backend is
+ * computed in fp32 (the values widened, summed in fp32, divided and rounded
+ * once), so the average of finite values stays finite where their sum would
+ * pass fp16's 65504; it moves fp32's bytes, and holds fp32 copies of its input
+ * and result while it runs (host memory, counted as comm memory). Its other
+ * float types sum in their own type and then divide. NCCL's ncclAvg scales
+ * each rank's values by 1 / size (the factor in the buffer's type) before it
+ * sums them, which loses low bits where values cancel and flushes the smallest
+ * (2^-24 on every rank averages to 0 in fp16): averages differ between the
+ * backends beyond the last bit there.
  *
  * Algorithms (mpi backend): reduce_scatter and all_reduce whose whole buffer
  * (reduce_scatter: size*recvcount elements; all_reduce: count) holds at least

@@ -90,8 +90,8 @@ struct mpi_ctx {
   atomic_int broken; /* 0, or the status that broke the comm */
   char broken_msg[ZS_ERRBUF];
   orphan_t *orphans; /* progress thread only, then destroy */
-  /* the running op's own copy of its source (fp16 avg: scaled by 1 / size),
-   * progress thread only: an orphan of the op takes it, else the op frees it */
+  /* the running op's own copies of its buffers (fp16 avg: in fp32), progress
+   * thread only: an orphan of the op takes them, else the op frees them */
   void *op_src;
   size_t op_src_bytes;
   zs__fam_member_t fm; /* the comm's place in its family (the error channel) */
@@ -155,7 +155,7 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what);
  * orphan list (progress thread only). */
 void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch, size_t scratch_bytes);
 /* Polls req until it completes, the comm is aborted, or the timeout passes. On
- * timeout or abort the request is handed to the orphan list. */
+ * timeout, abort or a failed test the request is handed to the orphan list. */
 zs_status_t zs__mpi_wait_req(mpi_ctx_t *ctx, MPI_Request *req, const char *what, double busy_s, int spin,
                              void *scratch, size_t scratch_bytes);
 /* The same for nreq requests (MPI_Testall). */

@@ -117,7 +117,8 @@ void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *
 }
 
 /* Polls the nreq requests until all complete, the comm is aborted, or the
- * timeout passes. On timeout or abort they are handed to the orphan list. */
+ * timeout passes. On timeout, abort or a failed test they are handed to the
+ * orphan list. */
 zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const char *what, double busy_s, int spin,
                              void *scratch, size_t scratch_bytes) {
   poller_t p;
@@ -126,7 +127,10 @@ zs_status_t zs__mpi_wait_reqs(mpi_ctx_t *ctx, MPI_Request *req, int nreq, const 
     int flag = 0, burst = zs__mpi_poller_burst(&p);
     for (int b = 0; b < burst && !flag; b++) {
       int rc = MPI_Testall(nreq, req, &flag, MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS) return zs__mpi_fail(ctx, rc, what);
+      if (rc != MPI_SUCCESS) { /* MPI may still use the buffers: orphaned, as the ring's */
+        zs__mpi_orphan_add(ctx, req, nreq, scratch, scratch_bytes);
+        return zs__mpi_fail(ctx, rc, what);
+      }
     }
     if (flag) return ZS_OK;
     zs_status_t st = zs__mpi_poller_idle(ctx, &p, what);
@@ -208,28 +212,40 @@ static zs_status_t run_sendrecv(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
 
 static zs_status_t run_on_ranks(mpi_ctx_t *ctx, const zs__coll_args_t *a);
 
-/* fp16 avg: each rank's values scaled by 1 / size (in fp32, rounded once to
- * fp16) into a copy, then summed, as NCCL's ncclAvg forms it, so an average of
- * finite values stays finite where their sum would pass fp16's 65504. The copy
- * is the op's source, out of place (the caller's buffer is left as it was, and
- * an in-place reduce_scatter's other blocks too). bf16 (fp32's range) and the
- * wider types sum and then divide (finish_avg). */
+/* fp16 avg in fp32: each rank's values widened into an fp32 copy, summed in
+ * fp32 into a second one, divided there and rounded once to fp16 where the
+ * result lands. A sum of finite fp16 values passed 65504 on 2 ranks (inf, where
+ * the average is finite); pre-scaling each value by 1 / size instead (NCCL's
+ * way) loses its low bits where values cancel and flushes the smallest to 0.
+ * Twice fp16's bytes travel, for the user's own fp16 averages only (the engine
+ * reduces its gradients with sums). The copies (source, then result) are one
+ * allocation, out of place: the caller's buffers, and an in-place
+ * reduce_scatter's other blocks, stay as they were. bf16 (fp32's range) and
+ * the wider types sum and then divide (finish_avg). */
 static zs_status_t run_avg_fp16(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
-  size_t n = a->count * (a->kind == ZS_COLL_REDUCE_SCATTER ? (size_t)ctx->size : 1), bytes = n * 2;
-  uint16_t *s = zs__mpi_scratch_alloc(ctx, bytes);
-  if (!s)
+  const int rs = a->kind == ZS_COLL_REDUCE_SCATTER;
+  const size_t n = a->count * (rs ? (size_t)ctx->size : 1), bytes = (n + a->count) * sizeof(float);
+  float *w = zs__mpi_scratch_alloc(ctx, bytes);
+  if (!w)
     return ZS_FAIL(ctx->comm->err, ZS_ERR_NOMEM, "mpi comm: no host memory for %zu bytes of fp16 avg scratch",
                    bytes);
   const uint16_t *src = a->send;
-  const float k = 1.0f / (float)ctx->size;
-  for (size_t i = 0; i < n; i++) s[i] = zs_f32_to_f16(zs_f16_to_f32(src[i]) * k);
+  for (size_t i = 0; i < n; i++) w[i] = zs_f16_to_f32(src[i]);
+  float *sum = w + n;
   zs__coll_args_t b = *a;
-  b.send = s;
+  b.send = w;
+  b.recv = sum;
+  b.dtype = ZS_FP32;
   b.in_place = 0;
   b.op = ZS_SUM;
-  ctx->op_src = s;
+  ctx->op_src = w;
   ctx->op_src_bytes = bytes;
   zs_status_t st = run_on_ranks(ctx, &b);
+  const int landed = a->kind != ZS_COLL_REDUCE || a->root == ctx->rank;
+  if (st == ZS_OK && landed) {
+    uint16_t *out = a->recv;
+    for (size_t i = 0; i < a->count; i++) out[i] = zs_f32_to_f16(sum[i] / (float)ctx->size);
+  }
   zs__mpi_scratch_free(ctx, ctx->op_src, bytes); /* NULL where an orphan took it */
   ctx->op_src = NULL;
   return st;
