@@ -296,14 +296,15 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
         else zs->loss_scale = fmaxf(zs->loss_scale * 0.5f, c->min_scale);
         if (zs->rank == 0 && zs->mp_rank == 0) {
           if (zs->loss_scale < was)
-            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it backs off to %g",
-                     (long long)zs->step + 1, (double)was, (double)zs->loss_scale);
+            ZS_LOG_W("step skipped (%lld taken so far): fp16 gradients overflow at loss scale %g; it backs off to %g",
+                     (long long)zs->step, (double)was, (double)zs->loss_scale);
           else if (zs->hysteresis_left == 1)
-            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it stays (hysteresis: the "
-                     "next overflow halves it)", (long long)zs->step + 1, (double)was);
+            ZS_LOG_W("step skipped (%lld taken so far): fp16 gradients overflow at loss scale %g; it stays "
+                     "(hysteresis: the next overflow halves it)", (long long)zs->step, (double)was);
           else
-            ZS_LOG_W("step %lld skipped: fp16 gradients overflow at loss scale %g; it stays (hysteresis: %d more "
-                     "overflows before it halves)", (long long)zs->step + 1, (double)was, zs->hysteresis_left - 1);
+            ZS_LOG_W("step skipped (%lld taken so far): fp16 gradients overflow at loss scale %g; it stays "
+                     "(hysteresis: %d more overflows before it halves)",
+                     (long long)zs->step, (double)was, zs->hysteresis_left - 1);
         }
       }
       zs->good_steps = 0;
@@ -313,8 +314,8 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
        * not known after the sum (a double total: finite gradients give a
        * finite norm, design.md 7.1) */
       if (zs->rank == 0 && zs->mp_rank == 0)
-        ZS_LOG_W("step %lld skipped: %s (norm %g); the step count and learning rate stay", (long long)zs->step + 1,
-                 isnan(norm) ? "the gradients hold NaN" : "the gradients hold inf", norm);
+        ZS_LOG_W("step skipped (%lld taken so far): %s (norm %g); the step count and learning rate stay",
+                 (long long)zs->step, isnan(norm) ? "the gradients hold NaN" : "the gradients hold inf", norm);
     }
   } else {
     /* torch.nn.utils.clip_grad_norm_'s rule (optim.h): the gradients are
