@@ -8,6 +8,9 @@
  *                        rank and rank in the comm), its status and reason;
  *                        later calls fail at once, on any stream, and so do
  *                        F's own ("revoked by this rank"); destroy is prompt
+ *   test_revoke_left     F leaves (zs_comm_revoke with ZS_OK, out of data) while
+ *                        the others wait in an all_reduce: ZS_ERR_PEER within
+ *                        5 s, the message saying F left and why
  *   test_revoke_split    F revokes a world comm while the ranks wait in comms
  *                        split from it: in F's sub-comm (an all_reduce it never
  *                        joins) and in a sub-comm without F (receives nobody
@@ -107,7 +110,7 @@ static void test_revoke_waiters(void) {
     expect_ok(zs_stream_synchronize(dev, s)); /* nothing was queued on it */
     zs_stream_destroy(dev, s);
   }
-  expect_status(zs_comm_revoke(w, ZS_OK, "not a failure"), ZS_ERR_INVALID);
+  expect_status(zs_comm_revoke(w, ZS_STATUS_COUNT, "not a status"), ZS_ERR_INVALID);
   t_rev = revoke_time(t_rev);
   fprintf(stderr, "test_revoke_waiters: rank %d of %d (%s) returned after %.3f s, %.1f ms after rank %d's revoke\n",
           rank, size, rank == F ? "revoking" : rank == 0 ? "recv" : "all_reduce", t_ret - t0, (t_ret - t_rev) * 1e3,
@@ -115,6 +118,31 @@ static void test_revoke_waiters(void) {
   double t2 = zs__now();
   zs_comm_destroy(w);
   expect_true(zs__now() - t2 < 5.0);
+}
+
+/* A rank that leaves without a failure (out of data) says so with ZS_OK: the
+ * others, waiting in an all_reduce it never joins, return within 5 s with
+ * ZS_ERR_PEER, the message saying it left and why (before, only a failure
+ * status could be sent: "failed with ZS_ERR_IO" for a rank that was done). */
+static void test_revoke_left(void) {
+  zs_comm_t *w = NULL;
+  assert_ok(zs_comm_create_mpi_world(&w, dev));
+  static const char reason[] = "out of data after 7 steps";
+  char where[48];
+  snprintf(where, sizeof where, " (rank %d of this comm)", F);
+  line_up();
+  double t0 = zs__now();
+  if (rank == F) {
+    sleep_s(0.3);
+    expect_ok(zs_comm_revoke(w, ZS_OK, reason));
+    expect_status(zs_comm_barrier(w, NULL), ZS_ERR_COMM);
+    expect_str_contains(zs_last_error(), "revoked by this rank (zs_comm_revoke, ZS_OK: it left)");
+  } else {
+    zs_status_t st = zs_comm_all_reduce(w, rbuf[1], rbuf[2], 1024, ZS_FP32, ZS_SUM, NULL);
+    expect_told(st, ZS_ERR_PEER, zs_last_error(), where, "left and told every rank", reason);
+    expect_true(zs__now() - t0 < 5.0);
+  }
+  zs_comm_destroy(w);
 }
 
 static void test_revoke_split(void) {
@@ -220,6 +248,7 @@ int main(void) {
   F = size - 1;
   zs_t_world_skip_unless(size >= 2, dev, keep, "needs at least 2 ranks");
   zs_test_run(test_revoke_waiters);
+  zs_test_run(test_revoke_left);
   zs_test_run(test_revoke_split);
   zs_test_run(test_timeout_tells);
   int rc = zs_test_finish();

@@ -258,20 +258,22 @@ zs_status_t zs_comm_async_error(zs_comm_t *comm);
  * broken so later calls fail fast). The comm can only be destroyed afterwards.
  * Local: the other ranks are not told (zs_comm_revoke tells them). */
 zs_status_t zs_comm_abort(zs_comm_t *comm);
-/* This rank has failed with `why` (a failure status, not ZS_OK) for the reason
- * `msg` (copied; NULL or "" for none; up to about 470 bytes travel): breaks
+/* This rank has failed with `why` for the reason `msg` (copied; NULL or "" for
+ * none; up to about 470 bytes travel), or, with why = ZS_OK, leaves without a
+ * failure (out of data, done early) while the others may still call: breaks
  * every comm of comm's family on this rank, as zs_comm_abort breaks one (later
  * calls fail at once with ZS_ERR_COMM, "revoked by this rank"), and tells every
  * other rank of the family (see "When a rank fails" above): their comms of the
  * family break with ZS_ERR_PEER (ZS_ERR_TIMEOUT when why is ZS_ERR_TIMEOUT: the
  * comm timed out as a whole) and the message "world rank W (rank R of this
- * comm) failed with <why> and told every rank: <msg>". Non-blocking: the
+ * comm) failed with <why> and told every rank: <msg>" ("... left and told
+ * every rank: <msg>" for ZS_OK). Non-blocking: the
  * notices are posted (small messages that complete without their receiver)
  * and the call returns; any thread, also while others wait in operations of
  * the family. A rank tells its family once: a later revoke, or one after
  * another rank's notice reached this one, only breaks the comms here. After
  * it, destroy every comm of the family. ZS_OK; ZS_ERR_INVALID for a NULL comm
- * or a why that is not a failure (nothing done); ZS_ERR_COMM when a notice
+ * or a why that is not a zs_status_t (nothing done); ZS_ERR_COMM when a notice
  * could not be posted (the comms here are broken all the same);
  * ZS_ERR_UNSUPPORTED for a comm without a channel (nccl comms not made from
  * MPI), which is then aborted here only. */

@@ -44,7 +44,8 @@
  * A rank that calls zs_step after fewer rounds gets ZS_ERR_STATE and the others
  * wait in their collectives: run the missing rounds (empty) and call zs_step
  * again. A rank that stops for good while the others go on calls
- * zs_comm_revoke before destroying its comms: the others' next operation fails
+ * zs_comm_revoke(comm, ZS_OK, "out of data") before destroying its comms
+ * (ZS_OK: it leaves without a failure): the others' next operation fails
  * at once with ZS_ERR_PEER naming it and the reason, where it would otherwise
  * wait for ZS_COMM_TIMEOUT_S (300 s by default) and report a timeout. (A trial
  * measured each: the scaled gradients within 1.7e-7 of float64's true mean at

@@ -90,8 +90,8 @@ zs_status_t zs_comm_abort(zs_comm_t *comm) {
 
 zs_status_t zs_comm_revoke(zs_comm_t *comm, zs_status_t why, const char *msg) {
   if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_revoke: comm is NULL");
-  if (why <= ZS_OK || why >= ZS_STATUS_COUNT)
-    return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_revoke: why = %d is not a failure status", (int)why);
+  if (why < ZS_OK || why >= ZS_STATUS_COUNT) /* ZS_OK: this rank leaves without a failure (comm.h) */
+    return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_revoke: why = %d is not a zs_status_t", (int)why);
   if (!msg || !*msg) msg = "(no message)";
   if (comm->iface.revoke) return comm->iface.revoke(comm->ctx, why, msg);
   comm->iface.abort(comm->ctx);

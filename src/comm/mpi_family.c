@@ -263,8 +263,10 @@ static void notice_text(const zs__fam_member_t *m, const notice_t *n, char *out,
   char who[96];
   if (r >= 0) snprintf(who, sizeof who, "world rank %d (rank %d of this comm)", n->world_rank, r);
   else snprintf(who, sizeof who, "world rank %d%s", n->world_rank, m->fam_rank ? " (not in this comm)" : "");
-  int k = snprintf(out, len, "%s failed with %s and told %s: ", who, zs_status_name((zs_status_t)n->status),
-                   n->scope == SCOPE_COMM ? "this comm" : "every rank");
+  const char *scope = n->scope == SCOPE_COMM ? "this comm" : "every rank";
+  int k = n->status == ZS_OK ? snprintf(out, len, "%s left and told %s: ", who, scope) /* a revoke with ZS_OK */
+                             : snprintf(out, len, "%s failed with %s and told %s: ", who,
+                                        zs_status_name((zs_status_t)n->status), scope);
   if (k < 0 || (size_t)k >= len) return;
   size_t ml = strnlen(n->msg, sizeof n->msg); /* the reason, cut to what fits */
   if (ml > len - (size_t)k - 1) ml = len - (size_t)k - 1;
@@ -274,7 +276,7 @@ static void notice_text(const zs__fam_member_t *m, const notice_t *n, char *out,
 
 /* Hands notice n to the members it concerns. Caller holds mu. */
 static void dispatch(zs__family_t *f, const notice_t *n) {
-  if (n->magic != NOTICE_MAGIC || n->status <= ZS_OK || n->status >= ZS_STATUS_COUNT) {
+  if (n->magic != NOTICE_MAGIC || n->status < ZS_OK || n->status >= ZS_STATUS_COUNT) {
     ZS_LOG_W("comm family: dropped a malformed failure notice");
     return;
   }
@@ -358,8 +360,8 @@ void zs__family_tell(zs__fam_member_t *m, zs_status_t st, const char *msg) {
 
 zs_status_t zs__family_revoke(zs__fam_member_t *m, zs_status_t why, const char *msg, char *err) {
   char text[ZS_ERRBUF];
-  snprintf(text, sizeof text, "revoked by this rank (zs_comm_revoke, %s): %s", zs_status_name(why),
-           msg && *msg ? msg : "(no message)");
+  snprintf(text, sizeof text, "revoked by this rank (zs_comm_revoke, %s%s): %s", zs_status_name(why),
+           why == ZS_OK ? ": it left" : "", msg && *msg ? msg : "(no message)");
   zs__family_t *f = m->fam;
   if (!f) {
     m->on_notice(m->ctx, ZS_ERR_COMM, text);
