@@ -12,7 +12,9 @@
  *   test_after_peer       after rank 1 revokes the comm mid-forward, rank 0's
  *                         release, reduce and step are ZS_ERR_PEER naming the
  *                         failure (they were ZS_ERR_STATE "call zs_reduce
- *                         for every unit": a call-order bug that was not one)
+ *                         for every unit": a call-order bug that was not one);
+ *                         destroying it then gives no "call zs_comm_revoke
+ *                         first" advice (the others were told)
  *   test_names_utf8       unit and parameter names that are not UTF-8 are
  *                         refused (they were written into manifest.json and
  *                         safetensors headers that no reader accepts)
@@ -141,6 +143,12 @@ static void test_mesh_one_bad(void) {
   expect_ok(zs_comm_barrier(keep, NULL));
 }
 
+static int mid_warns; /* zs_engine_destroy's "in the middle of a step" warnings */
+static void count_mid(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)level, (void)file, (void)line, (void)user;
+  if (strstr(msg, "in the middle of a step")) mid_warns++;
+}
+
 static void test_after_peer(void) {
   zs_comm_t *w = NULL;
   assert_ok(zs_comm_create_mpi_world(&w, kdev)); /* a family of its own: the revoke breaks it alone */
@@ -171,7 +179,13 @@ static void test_after_peer(void) {
     expect_str_contains(zs_last_error(), "rank 1's data loader failed");
     /* a real misuse on a healthy engine is still ZS_ERR_STATE (below) */
   }
+  /* destroyed mid-step on a comm the revoke broke: no advice to revoke (the
+   * others were told; it said "call zs_comm_revoke first" on both ranks) */
+  mid_warns = 0;
+  zs_log_set_callback(count_mid, NULL);
   zs_engine_destroy(zs);
+  zs_log_set_callback(NULL, NULL);
+  expect_int_eq(mid_warns, 0);
   zs_comm_destroy(w);
   tm_free(m);
   /* the same misuse on a healthy comm: ZS_ERR_STATE, as before */
