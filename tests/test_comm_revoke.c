@@ -11,6 +11,9 @@
  *   test_revoke_left     F leaves (zs_comm_revoke with ZS_OK, out of data) while
  *                        the others wait in an all_reduce: ZS_ERR_PEER within
  *                        5 s, the message saying F left and why
+ *   test_mismatch_hint   all-gathers whose counts differ between ranks: rank
+ *                        0's truncated receive is ZS_ERR_COMM with a hint that
+ *                        the ranks' calls may not match
  *   test_revoke_split    F revokes a world comm while the ranks wait in comms
  *                        split from it: in F's sub-comm (an all_reduce it never
  *                        joins) and in a sub-comm without F (receives nobody
@@ -145,6 +148,23 @@ static void test_revoke_left(void) {
   zs_comm_destroy(w);
 }
 
+/* Ranks whose calls do not match (rank 0 all-gathers 4 elements a rank, the
+ * others 8): rank 0's receive truncates, and its error says what that most
+ * often means (it was MPI's "error code in status" alone). */
+static void test_mismatch_hint(void) {
+  zs_comm_t *w = NULL;
+  assert_ok(zs_comm_create_mpi_world(&w, dev));
+  line_up();
+  static float s[8]; /* rbuf[3] receives: MPI may still write it after the failure */
+  zs_status_t st = zs_comm_all_gather(w, s, rbuf[3], rank == 0 ? 4 : 8, ZS_FP32, NULL);
+  if (rank == 0) {
+    expect_int_eq(st, ZS_ERR_COMM);
+    expect_str_contains(zs_last_error(), "the ranks' calls may not match");
+    expect_str_contains(zs_last_error(), "every zs_gather of a step");
+  }
+  zs_comm_destroy(w);
+}
+
 static void test_revoke_split(void) {
   zs_comm_t *w = NULL, *sub = NULL;
   assert_ok(zs_comm_create_mpi_world(&w, dev));
@@ -249,6 +269,7 @@ int main(void) {
   zs_t_world_skip_unless(size >= 2, dev, keep, "needs at least 2 ranks");
   zs_test_run(test_revoke_waiters);
   zs_test_run(test_revoke_left);
+  zs_test_run(test_mismatch_hint);
   zs_test_run(test_revoke_split);
   zs_test_run(test_timeout_tells);
   int rc = zs_test_finish();

@@ -49,10 +49,18 @@ MPI_Op zs__mpi_op(mpi_ctx_t *ctx, zs_dtype_t dt, zs_redop_t op) {
 
 zs_status_t zs__mpi_fail(mpi_ctx_t *ctx, int rc, const char *what) {
   char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
+  int len = 0, cls = 0;
   if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
-  return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "mpi comm (rank %d of %d): %s failed: %s", ctx->rank,
-                 ctx->size, what, msg);
+  MPI_Error_class(rc, &cls);
+  /* a message longer than its receive: the ranks' calls did not match (an
+   * error in a request's status is most often that too) */
+  const char *hint = cls == MPI_ERR_TRUNCATE || cls == MPI_ERR_IN_STATUS
+                         ? " (the ranks' calls may not match: every rank must issue the same collectives with the "
+                           "same counts in the same order; with the engine, every zs_gather of a step, also on a "
+                           "rank without data)"
+                         : "";
+  return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "mpi comm (rank %d of %d): %s failed: %s%s", ctx->rank, ctx->size,
+                 what, msg, hint);
 }
 
 static void sleep_ns(long ns) {

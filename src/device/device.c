@@ -150,10 +150,13 @@ static void device_free(zs_device_t *dev) {
   for (int d = 0; d < ZS_DOMAIN_COUNT; d++)
     for (int c = 0; c < ZS_MEM_CATEGORY_COUNT; c++)
       if (s.current[d][c])
-        ZS_LOG_W("%s device destroyed with %llu bytes of %s memory (%s) still allocated: leak",
+        ZS_LOG_W("%s device destroyed with %llu bytes of %s memory (%s) still allocated: %s",
                  dev->iface.name, (unsigned long long)s.current[d][c],
                  zs_mem_domain_name((zs_mem_domain_t)d),
-                 zs_mem_category_name((zs_mem_category_t)c));
+                 zs_mem_category_name((zs_mem_category_t)c),
+                 c == ZS_MEM_COMM ? "a leak, or the buffers of collectives a timeout or failure abandoned, which "
+                                    "are kept on purpose (a late peer may still write them)"
+                                  : "leak");
   bk_remove(dev, NULL);
   zs__acct_destroy(&dev->acct);
   pthread_mutex_destroy(&dev->handles_mu);
