@@ -15,6 +15,8 @@
  *                         for every unit": a call-order bug that was not one);
  *                         destroying it then gives no "call zs_comm_revoke
  *                         first" advice (the others were told)
+ *   test_abort_still_warns  after a local zs_comm_abort (nobody told) the
+ *                         advice is still given
  *   test_names_utf8       unit and parameter names that are not UTF-8 are
  *                         refused (they were written into manifest.json and
  *                         safetensors headers that no reader accepts)
@@ -192,6 +194,32 @@ static void test_after_peer(void) {
   expect_ok(tm_open(&c, kdev, keep, 2, &zs, m));
   expect_status(zs_release(zs, 1), ZS_ERR_STATE);
   zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+  expect_ok(zs_comm_barrier(keep, NULL));
+}
+
+/* A local zs_comm_abort tells nobody: destroying the engine mid-step after it
+ * still advises revoking (the others would wait). */
+static void test_abort_still_warns(void) {
+  zs_comm_t *w = NULL;
+  assert_ok(zs_comm_create_mpi_world(&w, kdev));
+  tm_model_t *m = calloc(1, sizeof *m);
+  assert_true(m != NULL);
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  zs_engine_t *zs = NULL;
+  expect_ok(tm_open(&c, kdev, w, 2, &zs, m));
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(tm_gather(zs, m, 0, 0));
+  expect_ok(zs_release(zs, 0));
+  expect_ok(zs_comm_abort(w)); /* on both: a prefetch in flight would wait for the other */
+  mid_warns = 0;
+  zs_log_set_callback(count_mid, NULL);
+  zs_engine_destroy(zs);
+  zs_log_set_callback(NULL, NULL);
+  expect_int_eq(mid_warns, 1);
+  zs_comm_destroy(w);
   tm_free(m);
   free(m);
   expect_ok(zs_comm_barrier(keep, NULL));
@@ -386,6 +414,7 @@ int main(void) {
   zs_test_run(test_create_fault);
   zs_test_run(test_mesh_one_bad);
   zs_test_run(test_after_peer);
+  zs_test_run(test_abort_still_warns);
   zs_test_run(test_names_utf8);
   zs_test_run(test_last_error_clean);
   zs_test_run(test_ckpt_words);

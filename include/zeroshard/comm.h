@@ -45,8 +45,8 @@
  * metrics kept in double; no engine buffer takes it). Ops: sum, avg, max, min, prod.
  * bf16/fp16 reductions accumulate each step in fp32 and round to nearest even.
  * avg on integers truncates toward zero. fp16 avg on the mpi backend is
- * computed in fp32 (the values widened, summed in fp32, divided and rounded
- * once), so the average of finite values stays finite where their sum would
+ * computed in fp32 (the values widened, summed and divided in fp32, the
+ * result rounded to fp16), so the average of finite values stays finite where their sum would
  * pass fp16's 65504; it moves fp32's bytes, and holds fp32 copies of its input
  * and result while it runs (host memory, counted as comm memory). Its other
  * float types sum in their own type and then divide. NCCL's ncclAvg scales

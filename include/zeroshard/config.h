@@ -118,7 +118,8 @@ typedef struct {
   zs_optim_config_t optim;
   int grad_accum;     /* forward/backward rounds per zs_step (>= 1) */
   float grad_clip;    /* clip by global L2 norm; 0 = off */
-  int prefetch;       /* units gathered ahead (stage 3); at most prefetch+1 live */
+  int prefetch;       /* units gathered ahead (stage 3); at most prefetch+1 live
+                         (with reshard_after_forward 0, every unit from its forward on) */
   int reshard_after_forward; /* stage 3: free gathered units at zs_release (1) or keep
                                 them until backward reduces them (0, 2psi traffic) */
   size_t persist_threshold;  /* stage 3: units with at most this many elements stay

@@ -35,17 +35,22 @@
  * reduced gradient in the optimizer's scaling, not this rank's own.
  *
  * Uneven data (a last batch that does not split evenly, a rank with no samples
- * left). The average is over ranks x rounds, not samples: for the mean over the
- * n samples that exist in a step, scale each sample's gradient by
- * ranks x grad_accum / n (n over every rank and round; one all-reduce of the
- * counts gives it) instead of taking the micro-batch mean. A rank or round with
+ * left). The average is over ranks x rounds, not samples (ranks: the
+ * data-parallel ranks, zs_engine_world): for the mean over the n samples that
+ * exist in a step, scale each sample's gradient by ranks x grad_accum / n (n
+ * over every data-parallel rank and round: all-reduce the counts over the
+ * engine's comm, not a world that holds tensor or pipeline ranks too) instead
+ * of taking the micro-batch mean (with fp16 gradients, a small n makes that
+ * factor large: mind the loss scale). A rank or round with
  * no samples still runs the whole sequence, every zs_gather of forward and
  * backward included (at stage 3 the gathers are collectives), adding nothing.
  * A rank that calls zs_step after fewer rounds gets ZS_ERR_STATE and the others
  * wait in their collectives: run the missing rounds (empty) and call zs_step
- * again. A rank that stops for good while the others go on calls
+ * again. A rank that stops for good while the others would still call
  * zs_comm_revoke(comm, ZS_OK, "out of data") before destroying its comms
- * (ZS_OK: it leaves without a failure): the others' next operation fails
+ * (ZS_OK: it leaves without a failure; the comms' family is then over on
+ * every rank, and an NCCL comm not made from MPI cannot tell the others): the
+ * others' next operation fails
  * at once with ZS_ERR_PEER naming it and the reason, where it would otherwise
  * wait for ZS_COMM_TIMEOUT_S (300 s by default) and report a timeout. (A trial
  * measured each: the scaled gradients within 1.7e-7 of float64's true mean at
@@ -57,7 +62,8 @@
  *
  * Memory is bounded and does not depend on timing: at stage 3 the engine holds
  * at most `prefetch` units the trainer has not asked for yet, plus the units the
- * trainer holds (gathered and not released). A released unit's buffer is freed
+ * trainer holds (gathered and not released); with reshard_after_forward off,
+ * also every unit gathered in this forward, until its backward. A released unit's buffer is freed
  * at the next zs_gather / zs_backward_begin / zs_step (after the compute stream
  * is done with it). Stage 2-3 full gradient buffers likewise after their reduction.
  *
@@ -132,7 +138,8 @@ typedef struct zs_engine zs_engine_t;
  * rank stores, so no rank ever materialises the whole model at stage 3. Return
  * non-zero to fail setup (zs_set_last_error first puts the reason in setup's
  * message): a zs_status_t is then setup's status on every rank (ZS_ERR_IO for
- * a weights file that cannot be read), any other value ZS_ERR_INVALID. */
+ * a weights file that cannot be read), any other value (-1, say) ZS_ERR_INVALID. Do not
+ * return an errno: ENOENT's 2 would read as ZS_ERR_STATE. */
 typedef int (*zs_init_fn)(void *user, int param, int64_t offset, int64_t count, float *dst);
 
 typedef struct {
@@ -430,7 +437,7 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 typedef struct {
   int world;
   uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category; the engine's own
-                                             scalars and bookkeeping (4 bytes, the comm
+                                             scalars and bookkeeping (8 bytes, the comm
                                              category's few hundred: design.md 3.9) are
                                              in device_peak_bound, not here */
   uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned staging */

@@ -88,9 +88,13 @@ zs_status_t zs_comm_abort(zs_comm_t *comm) {
   return comm->iface.abort(comm->ctx);
 }
 
+int zs__comm_peers_told(zs_comm_t *comm) {
+  return comm && comm->iface.peers_told ? comm->iface.peers_told(comm->ctx) : 0;
+}
+
 zs_status_t zs_comm_revoke(zs_comm_t *comm, zs_status_t why, const char *msg) {
   if (!comm) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_comm_revoke: comm is NULL");
-  if (why < ZS_OK || why >= ZS_STATUS_COUNT) /* ZS_OK: this rank leaves without a failure (comm.h) */
+  if ((int)why < 0 || why >= ZS_STATUS_COUNT) /* ZS_OK: this rank leaves without a failure (comm.h) */
     return ZS_FAIL(comm->err, ZS_ERR_INVALID, "zs_comm_revoke: why = %d is not a zs_status_t", (int)why);
   if (!msg || !*msg) msg = "(no message)";
   if (comm->iface.revoke) return comm->iface.revoke(comm->ctx, why, msg);

@@ -70,6 +70,10 @@ typedef struct {
    * tells the other ranks (why: not ZS_OK, msg: not NULL). NULL: comm.c aborts
    * this comm alone and returns ZS_ERR_UNSUPPORTED. */
   zs_status_t (*revoke)(void *ctx, zs_status_t why, const char *msg);
+  /* Optional: whether every rank has been told of a failure or a departure
+   * (this rank revoked, or another's revoke reached it); no MPI call (it may
+   * run after MPI_Finalize). NULL: never. */
+  int (*peers_told)(void *ctx);
   /* Waits for queued work, frees everything the context holds. */
   void (*destroy)(void *ctx);
   /* Optional: *leader = the lowest rank of this comm on the calling rank's node
@@ -105,6 +109,8 @@ struct zs_comm {
  * reference, with a warning; the last release frees it. A comm holds its
  * device. NULL-safe. */
 void zs__comm_hold(zs_comm_t *comm);
+/* iface.peers_told, 0 where the backend has none */
+int zs__comm_peers_told(zs_comm_t *comm);
 void zs__comm_release(zs_comm_t *comm);
 
 /* Used by the backends' create functions: fills the common part and sets the

@@ -370,6 +370,7 @@ static const zs_comm_i mpi_iface = {
     .async_error = zs__mpi_async_error,
     .abort = zs__mpi_abort,
     .revoke = zs__mpi_revoke,
+    .peers_told = zs__mpi_peers_told,
     .destroy = mpi_destroy,
     .node_leader = mpi_node_leader,
 };

@@ -358,6 +358,15 @@ void zs__family_tell(zs__fam_member_t *m, zs_status_t st, const char *msg) {
   pthread_mutex_unlock(&f->mu);
 }
 
+int zs__family_told(zs__fam_member_t *m) {
+  zs__family_t *f = m->fam;
+  if (!f) return 0;
+  pthread_mutex_lock(&f->mu);
+  int r = f->told || f->heard;
+  pthread_mutex_unlock(&f->mu);
+  return r;
+}
+
 zs_status_t zs__family_revoke(zs__fam_member_t *m, zs_status_t why, const char *msg, char *err) {
   char text[ZS_ERRBUF];
   snprintf(text, sizeof text, "revoked by this rank (zs_comm_revoke, %s%s): %s", zs_status_name(why),

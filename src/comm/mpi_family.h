@@ -95,5 +95,8 @@ void zs__family_tell(zs__fam_member_t *m, zs_status_t st, const char *msg);
  * ZS_ERR_COMM when a notice could not be posted; ZS_ERR_UNSUPPORTED when m has
  * no family (its comm alone is broken). The message goes into err (may be NULL). */
 zs_status_t zs__family_revoke(zs__fam_member_t *m, zs_status_t why, const char *msg, char *err);
+/* Whether every rank of m's family has been told of a failure or a departure:
+ * this rank revoked, or another rank's revoke reached it. No MPI call. */
+int zs__family_told(zs__fam_member_t *m);
 
 #endif

@@ -195,5 +195,6 @@ zs_status_t zs__mpi_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
 zs_status_t zs__mpi_async_error(void *vctx);
 zs_status_t zs__mpi_abort(void *vctx);
 zs_status_t zs__mpi_revoke(void *vctx, zs_status_t why, const char *msg);
+int zs__mpi_peers_told(void *vctx);
 
 #endif

@@ -313,3 +313,8 @@ zs_status_t zs__mpi_revoke(void *vctx, zs_status_t why, const char *msg) {
   mpi_ctx_t *ctx = vctx;
   return zs__family_revoke(&ctx->fm, why, msg, ctx->comm->err);
 }
+
+int zs__mpi_peers_told(void *vctx) {
+  mpi_ctx_t *ctx = vctx;
+  return zs__family_told(&ctx->fm);
+}

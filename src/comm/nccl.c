@@ -542,3 +542,8 @@ zs_status_t zs__nccl_revoke(void *vctx, zs_status_t why, const char *msg) {
   nccl_ctx_t *ctx = vctx;
   return zs__family_revoke(&ctx->fm, why, msg, ctx->comm->err);
 }
+
+int zs__nccl_peers_told(void *vctx) {
+  nccl_ctx_t *ctx = vctx;
+  return zs__family_told(&ctx->fm);
+}

@@ -222,6 +222,7 @@ static const zs_comm_i nccl_iface = {
     .async_error = zs__nccl_async_error,
     .abort = zs__nccl_abort,
     .revoke = zs__nccl_revoke,
+    .peers_told = zs__nccl_peers_told,
     .destroy = nccl_destroy,
 };
 

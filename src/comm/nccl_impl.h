@@ -103,6 +103,7 @@ zs_status_t zs__nccl_coll(void *vctx, const zs__coll_args_t *a, zs_stream_t *s);
 zs_status_t zs__nccl_async_error(void *vctx);
 zs_status_t zs__nccl_abort(void *vctx);
 zs_status_t zs__nccl_revoke(void *vctx, zs_status_t why, const char *msg);
+int zs__nccl_peers_told(void *vctx);
 /* zs__fam_member_t.on_notice: breaks and aborts the comm (the family's mutex held). */
 void zs__nccl_on_notice(void *vctx, zs_status_t st, const char *msg);
 

@@ -249,9 +249,9 @@ void zs_engine_destroy(zs_engine_t *zs) {
   /* The other ranks may be in this step's collectives, waiting for this one:
    * only zs_comm_revoke (or their timeout) ends that. Revoking here would end
    * the caller's comm for every later use, which is the caller's decision. */
-  /* (not where the comm is already broken: a revoke or a failure told the
-   * others, or this rank learnt of theirs) */
-  if (zs->setup_done && (zs->phase != ZS_PH_IDLE || zs->round > 0) && zs_comm_async_error(zs->comm) == ZS_OK)
+  /* (not where the others were told: this rank revoked, or another's revoke
+   * reached it; a local abort tells nobody) */
+  if (zs->setup_done && (zs->phase != ZS_PH_IDLE || zs->round > 0) && !zs__comm_peers_told(zs->comm))
     ZS_LOG_W("zs_engine_destroy (rank %d) in the middle of a step (%s, round %d): the other ranks wait in its "
              "collectives until ZS_COMM_TIMEOUT_S; a rank that gives up calls zs_comm_revoke first, which tells "
              "them at once",

@@ -65,7 +65,7 @@ def main():
         # as the page's reader runs it: none of the caller's ZS_* settings (zs-plan
         # reads ZS_MPI_RING_MIN_BYTES, say)
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZS_")}
-        r = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=50, env=env)
+        r = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=25, env=env)
         got = set(l.rstrip() for l in (r.stdout + "\n" + r.stderr).split("\n"))
         missing = [w for w in want if not skipped(w) and w not in got]
         checked = sum(1 for w in want if not skipped(w))
