@@ -221,7 +221,7 @@ static zs_status_t run_sendrecv(mpi_ctx_t *ctx, const zs__coll_args_t *a) {
 static zs_status_t run_on_ranks(mpi_ctx_t *ctx, const zs__coll_args_t *a);
 
 /* fp16 avg in fp32: each rank's values widened into an fp32 copy, summed in
- * fp32 into a second one, divided there and rounded once to fp16 where the
+ * fp32 into a second one, divided there and rounded to fp16 where the
  * result lands. A sum of finite fp16 values passed 65504 on 2 ranks (inf, where
  * the average is finite); pre-scaling each value by 1 / size instead (NCCL's
  * way) loses its low bits where values cancel and flushes the smallest to 0.
