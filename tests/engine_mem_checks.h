@@ -170,13 +170,13 @@ static zs_status_t put(void *dst, const void *src, size_t bytes) {
 
 /* A one-unit fp16 engine of 100 elements under config c; its unit and the
  * gradient slot (which a gather fills) in *u, *g. */
+static void *ls_w; /* the parameter slot: the engine writes it until destroy, so not a local of ls_open */
 static zs_engine_t *ls_open(const zs_config_t *c, int *u, void **g) {
   zs_engine_t *zs = NULL;
-  void *w;
   expect_ok(zs_engine_create(&zs, c, dev, world));
   if (!zs) return NULL;
   expect_ok(zs_unit_add(zs, "u", u));
-  expect_ok(zs_param_add(zs, *u, "w", 1, (int64_t[]){100}, 0, &w, g, NULL));
+  expect_ok(zs_param_add(zs, *u, "w", 1, (int64_t[]){100}, 0, &ls_w, g, NULL));
   expect_ok(zs_engine_setup(zs, tm_init, zs));
   return zs;
 }

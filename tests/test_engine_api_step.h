@@ -19,11 +19,11 @@ static zs_status_t one_param_engine(zs_engine_t **zs, float lr, float clip, void
   c.grad_clip = clip;
   c.optim.kind = ZS_SGD;
   c.optim.lr = lr;
-  void *w = NULL;
   int u;
   zs_status_t st;
   if ((st = zs_engine_create(zs, &c, dev, world)) != ZS_OK) return st;
-  if ((st = zs_unit_add(*zs, "u", &u)) != ZS_OK || (st = zs_param_add(*zs, u, "w", 1, (int64_t[]){2}, 0, &w, g, NULL)) != ZS_OK ||
+  /* no parameter slot: a local's address would be written after this returns */
+  if ((st = zs_unit_add(*zs, "u", &u)) != ZS_OK || (st = zs_param_add(*zs, u, "w", 1, (int64_t[]){2}, 0, NULL, g, NULL)) != ZS_OK ||
       (st = zs_engine_setup(*zs, NULL, NULL)) != ZS_OK) {
     zs_engine_destroy(*zs);
     *zs = NULL;
