@@ -3,7 +3,8 @@
  * after its last use without the host waiting; a block whose last use has
  * completed is preferred; sizes match exactly; the accountant counts blocks in
  * use, cache_bytes the rest; backend allocations, frees and host waits are
- * counted; trim gives everything back. */
+ * counted; trim gives everything back; a block an abandoned collective may
+ * still write is kept, never reused, until its range is lifted. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -207,10 +208,83 @@ static void test_bad_args(void) {
   zs_log_set_level(saved);
 }
 
+/* Memory an abandoned collective may still write (quarantine.c): a block a
+ * range overlaps is kept when freed (at once, on a stream, host memory), or
+ * taken out of the cache when the range comes after its free; it is never
+ * handed out again; its bytes count as comm memory; lifting the range frees it
+ * (a block under two ranges, when the second goes). */
+static void test_quarantine(void) {
+  zs_device_t *dev;
+  zs_stream_t *s;
+  assert_ok(zs_device_create_cpu(&dev));
+  assert_ok(zs_stream_create(dev, &s));
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_ERROR); /* one warning per kept block */
+  void *a, *b, *c, *h, *b2, *c2;
+  assert_ok(zs_device_alloc(dev, 4096, ZS_MEM_GATHER, &a));
+  assert_ok(zs_device_alloc_async(dev, 8192, ZS_MEM_GRADS, s, &b));
+  assert_ok(zs_device_alloc_async(dev, 2048, ZS_MEM_GRADS, s, &c));
+  assert_ok(zs_device_host_alloc(dev, 1024, ZS_MEM_OPTIMIZER, ZS_HOST_PINNED, &h));
+  zs_device_free_async(dev, c, 2048, ZS_MEM_GRADS, s); /* cached before its range comes */
+  zs_memory_stats_t s0 = stats(dev);
+  expect_u64_eq(s0.cache_bytes, 2048);
+  zs__device_quarantine(dev, (char *)a + 100, 8); /* a range inside a block covers the block */
+  zs__device_quarantine(dev, b, 8192);
+  zs__device_quarantine(dev, b, 8192); /* two ops' ranges */
+  zs__device_quarantine(dev, c, 2048);
+  zs__device_quarantine(dev, h, 1024);
+  zs_memory_stats_t s1 = stats(dev);
+  expect_u64_eq(s1.cache_bytes, 0);
+  expect_u64_eq(s1.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 2048);
+  zs_device_free(dev, a, 4096, ZS_MEM_GATHER);
+  zs_device_free_async(dev, b, 8192, ZS_MEM_GRADS, s);
+  zs_device_host_free(dev, h, 1024, ZS_MEM_OPTIMIZER);
+  s1 = stats(dev);
+  expect_u64_eq(s1.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 4096 + 8192 + 2048);
+  expect_u64_eq(s1.current[ZS_DOMAIN_DEVICE][ZS_MEM_GATHER], 0);
+  expect_u64_eq(s1.current[ZS_DOMAIN_DEVICE][ZS_MEM_GRADS], 0);
+  expect_u64_eq(s1.current[ZS_DOMAIN_HOST][ZS_MEM_COMM], 1024);
+  expect_u64_eq(s1.current[ZS_DOMAIN_HOST][ZS_MEM_OPTIMIZER], 0);
+  expect_u64_eq(s1.cache_bytes, 0);
+  expect_u64_eq(s1.backend_frees, s0.backend_frees);
+  /* not handed out again: the same sizes come from the backend */
+  assert_ok(zs_device_alloc_async(dev, 8192, ZS_MEM_GRADS, s, &b2));
+  assert_ok(zs_device_alloc_async(dev, 2048, ZS_MEM_GRADS, s, &c2));
+  expect_true(b2 != b && c2 != c);
+  expect_u64_eq(stats(dev).backend_allocs - s1.backend_allocs, 2);
+  zs_device_free_async(dev, b2, 8192, ZS_MEM_GRADS, s); /* no range: cached as ever */
+  zs_device_free_async(dev, c2, 2048, ZS_MEM_GRADS, s);
+  expect_u64_eq(stats(dev).cache_bytes, 8192 + 2048);
+  /* lifting: a goes with its range, b only with its second */
+  zs__device_unquarantine(dev, (char *)a + 100, 8);
+  zs__device_unquarantine(dev, b, 8192);
+  zs_memory_stats_t s2 = stats(dev);
+  expect_u64_eq(s2.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 8192 + 2048);
+  expect_u64_eq(s2.backend_frees - s1.backend_frees, 1);
+  zs__device_unquarantine(dev, b, 8192);
+  zs__device_unquarantine(dev, c, 2048);
+  zs__device_unquarantine(dev, h, 1024);
+  zs__device_unquarantine(dev, h, 1024); /* not there: nothing */
+  s2 = stats(dev);
+  expect_u64_eq(s2.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 0);
+  expect_u64_eq(s2.current[ZS_DOMAIN_HOST][ZS_MEM_COMM], 0);
+  expect_u64_eq(s2.backend_frees - s1.backend_frees, 3);
+  /* a range never lifted: its block outlives the device, still reachable */
+  void *d;
+  assert_ok(zs_device_alloc(dev, 512, ZS_MEM_OTHER, &d));
+  zs__device_quarantine(dev, d, 512);
+  zs_device_free(dev, d, 512, ZS_MEM_OTHER);
+  expect_u64_eq(stats(dev).current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 512);
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+  zs_log_set_level(saved);
+}
+
 int main(void) {
   zs_test_run(test_reuse_is_ordered);
   zs_test_run(test_sizes_and_counts);
   zs_test_run(test_prefers_finished);
   zs_test_run(test_bad_args);
+  zs_test_run(test_quarantine);
   return zs_test_finish();
 }

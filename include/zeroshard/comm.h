@@ -109,9 +109,16 @@
  * becomes the comm's asynchronous error and, on the mpi backend, the stream's
  * sticky error (CUDA streams cannot carry it: on nccl, zs_comm_async_error and
  * the next call report it). Every later call on the comm fails at once; after
- * it, zs_comm_abort and destroy the comm. An operation ended by a timeout or an
- * abort may still write its receive buffer if the other ranks reach it later
- * (MPI cannot cancel a collective), so keep its buffers allocated.
+ * it, zs_comm_abort and destroy the comm. An operation ended by a timeout, an
+ * abort or a peer's failure may still write its receive buffer (and read its
+ * send buffer) if the other ranks reach it later: MPI cannot cancel a
+ * collective. The mpi backend quarantines such an operation's buffers on the
+ * comm's device: memory of that device (zs_device_alloc, _alloc_async,
+ * _host_alloc) freed while quarantined is kept instead, with a warning, its
+ * bytes counted as ZS_MEM_COMM, and really freed when zs_comm_destroy finds
+ * the operation complete (else never). So an engine or a pipeline runtime
+ * destroyed after the failure frees nothing a late peer could still reach.
+ * Memory of your own (malloc, a framework's allocator) you must keep yourself.
  *
  * When a rank fails, the others hear of it (families). A comm made by
  * zs_comm_create_mpi_world, zs_comm_create_mpi or zs_comm_create_nccl_mpi and

@@ -261,6 +261,7 @@ static void mpi_destroy(void *vctx) {
     {
       zs__mpi_scratch_free(ctx, o->scratch, o->scratch_bytes);
       zs__mpi_scratch_free(ctx, o->src, o->src_bytes);
+      for (int k = 0; k < 2; k++) zs__device_unquarantine(ctx->dev, o->q[k], o->qbytes[k]);
     }
     else
       outstanding++;

@@ -55,6 +55,8 @@ typedef struct orphan {
   size_t scratch_bytes;
   void *src;        /* the op's scaled source (ctx->op_src), if it had one */
   size_t src_bytes;
+  void *q[2];       /* the op's send and receive buffers, quarantined on the device until the requests complete */
+  size_t qbytes[2];
   int nreq;
   MPI_Request req[]; /* nreq */
 } orphan_t;
@@ -94,6 +96,7 @@ struct mpi_ctx {
    * thread only: an orphan of the op takes them, else the op frees them */
   void *op_src;
   size_t op_src_bytes;
+  const struct mpi_op *op_cur; /* the collective running now (progress thread only; NULL: none) */
   zs__fam_member_t fm; /* the comm's place in its family (the error channel) */
   int staged;        /* device buffers go through pinned host staging */
   pthread_mutex_t stage_mu;

@@ -106,14 +106,44 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
   return ZS_OK;
 }
 
+/* The bytes of its send and receive buffers the running op may touch. */
+static void op_extents(const mpi_ctx_t *ctx, const mpi_op_t *op, size_t b[2]) {
+  if (!op->a2av) {
+    zs__coll_bytes(&op->a, ctx->rank, ctx->size, &b[0], &b[1]);
+    return;
+  }
+  const int N = ctx->size, *a = op->a2av;
+  const size_t es = zs_dtype_size(op->a.dtype);
+  b[0] = b[1] = 0;
+  for (int k = 0; k < 2; k++) /* counts and displacements: send at 0 and N, receive at 2N and 3N */
+    for (int p = 0; p < N; p++) {
+      const int c = a[2 * k * N + p], d = a[(2 * k + 1) * N + p];
+      if (c && (size_t)(c + d) * es > b[k]) b[k] = (size_t)(c + d) * es;
+    }
+}
+
 /* Hands the requests of a failed op, and the scratch they may use, to the
- * orphan list (progress thread only). */
+ * orphan list (progress thread only). The op's own buffers are quarantined on
+ * the device (zs__device_quarantine): whoever frees them while the requests
+ * may still complete gets them kept instead, until destroy sees them done. */
 void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *scratch,
                        size_t scratch_bytes) {
   orphan_t *o = calloc(1, sizeof *o + sizeof(MPI_Request) * (size_t)nreq);
+  void *q[2] = {NULL, NULL};
+  size_t qb[2] = {0, 0};
+  if (ctx->op_cur) {
+    op_extents(ctx, ctx->op_cur, qb);
+    q[0] = (void *)ctx->op_cur->a.send;
+    q[1] = ctx->op_cur->a.recv;
+    for (int k = 0; k < 2; k++)
+      if (q[k] && qb[k]) zs__device_quarantine(ctx->dev, q[k], qb[k]);
+      else q[k] = NULL, qb[k] = 0;
+  }
   void *src = ctx->op_src;
   ctx->op_src = NULL; /* MPI may still read it: the orphan's now (or leaked below) */
-  if (!o) return;     /* the scratch leaks: MPI may still write it */
+  if (!o) return;     /* the scratch leaks and the ranges stay: MPI may still write them */
+  memcpy(o->q, q, sizeof q);
+  memcpy(o->qbytes, qb, sizeof qb);
   memcpy(o->req, req, sizeof(MPI_Request) * (size_t)nreq);
   o->nreq = nreq;
   o->scratch = scratch;
@@ -435,7 +465,9 @@ static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
     return st;
   }
   int64_t t0 = op->type == OP_COLL && zs__trace_on() ? zs__comm_trace_begin(&op->a) : 0;
+  ctx->op_cur = op->type == OP_COLL ? op : NULL;
   zs_status_t st = op->type == OP_SPLIT ? run_split(ctx, op) : run_coll(ctx, &op->a, op->a2av);
+  ctx->op_cur = NULL;
   if (t0) zs__comm_trace_end(&op->a, ctx->size, t0, st);
   if (st != ZS_OK) zs__mpi_break(ctx, st, zs_last_error());
   return st;

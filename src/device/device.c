@@ -31,6 +31,8 @@ zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *c
   dev->ordinal = ordinal;
   zs__acct_init(&dev->acct);
   pthread_mutex_init(&dev->handles_mu, NULL);
+  pthread_mutex_init(&dev->q_mu, NULL);
+  atomic_init(&dev->q_any, 0);
   atomic_init(&dev->users, 1); /* the caller's */
   *out = dev;
   return ZS_OK;
@@ -145,6 +147,7 @@ static void device_free(zs_device_t *dev) {
     ZS_LOG_W("%s device destroyed with %d stream(s) and %d event(s) not destroyed: freed them", dev->iface.name,
              nstreams, nevents);
   dev->iface.destroy(dev->ctx);
+  zs__device_quarantine_destroy(dev);
   zs_memory_stats_t s;
   zs__acct_get(&dev->acct, &s);
   for (int d = 0; d < ZS_DOMAIN_COUNT; d++)
@@ -238,6 +241,10 @@ void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t
     return;
   }
   bytes = zs__device_free_size(dev, "zs_device_free", ptr, bytes, cat);
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat)) {
+    zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_DEVICE, zs_mem_category_name(cat));
+    return;
+  }
   dev->iface.free(dev->ctx, ptr);
   zs__acct_count(&dev->acct, ZS_ACCT_BACKEND_FREE);
   zs__acct_count(&dev->acct, ZS_ACCT_DEVICE_SYNC); /* cudaFree waits for the whole device */
@@ -311,13 +318,21 @@ void zs_device_host_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_categ
              ptr);
     return;
   }
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_HOST, cat)) {
+    zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_HOST, zs_mem_category_name(cat));
+    return;
+  }
+  zs__device_host_release(dev, ptr, bytes);
+  zs__acct_sub(&dev->acct, ZS_DOMAIN_HOST, cat, bytes);
+}
+
+void zs__device_host_release(zs_device_t *dev, void *ptr, size_t bytes) {
   if (zs__pinned_contains(ptr))
     zs__pinned_free(ptr, bytes);
   else if (dev->iface.host_free_pinned && bk_remove(dev, ptr))
     dev->iface.host_free_pinned(dev->ctx, ptr, bytes);
   else
     zs__host_free(ptr, bytes);
-  zs__acct_sub(&dev->acct, ZS_DOMAIN_HOST, cat, bytes);
 }
 
 /* On cpu nothing is staged, but the answer is kept to the same meaning as on

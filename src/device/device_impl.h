@@ -100,6 +100,13 @@ typedef struct {
 typedef struct zs__pool zs__pool_t; /* pool.c: the stream-ordered cache */
 zs_status_t zs__pool_create(zs__pool_t **out);
 void zs__pool_destroy(zs_device_t *dev, zs__pool_t *p);
+/* Takes the cached blocks a quarantined range overlaps out of the cache (kept). */
+void zs__pool_quarantine(zs_device_t *dev, zs__pool_t *p);
+
+typedef struct {
+  uintptr_t lo, hi; /* [lo, hi) */
+} zs__qrange_t;
+typedef struct zs__kept zs__kept_t; /* quarantine.c */
 
 struct zs_device {
   zs_device_i iface;
@@ -112,6 +119,13 @@ struct zs_device {
   atomic_int host_waits;      /* host threads blocked in a synchronize (zs__device_host_waiting) */
   atomic_int users;           /* the caller's reference (until zs_device_destroy) + zs__device_hold's */
   zs__handle_t *streams, *events;
+  /* quarantine.c: ranges an abandoned collective may still touch, and the
+   * blocks freed while one covered them */
+  pthread_mutex_t q_mu; /* guards the four below; taken inside the pool's lock, never around it */
+  zs__qrange_t *q_ranges;
+  int q_n, q_cap;
+  zs__kept_t *q_kept;
+  atomic_int q_any; /* q_n, read without the lock (0: no free has anything to check) */
   char err[ZS_ERRBUF];
 };
 
@@ -196,6 +210,32 @@ zs_event_t *zs__event_pool_get(zs__event_pool_t *p);
 void zs__event_pool_put(zs__event_pool_t *p, zs_event_t *ev);
 /* Destroys the spare events. */
 void zs__event_pool_destroy(zs__event_pool_t *p);
+/* ---- quarantine (quarantine.c) ----------------------------------------------
+ * Memory an abandoned collective may still touch is never freed or reused: a
+ * comm whose op ended with its requests still posted (MPI cannot cancel them)
+ * quarantines the op's buffer ranges; a block of this device freed while a
+ * range overlaps it is kept (its bytes counted as ZS_MEM_COMM, with a
+ * warning) until the comm lifts the range, having seen the requests complete
+ * (or to the end of the process). Any thread. */
+void zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes);
+/* Lifts one range that quarantine added with these same values, and frees the
+ * kept blocks no remaining range overlaps. */
+void zs__device_unquarantine(zs_device_t *dev, const void *ptr, size_t bytes);
+/* The free paths: 1 (and the block kept, its bytes moved from cat to
+ * ZS_MEM_COMM) when a range overlaps [ptr, ptr + bytes); else 0 and the caller
+ * frees it. The _cached form is for a block in the stream-ordered cache
+ * (counted as cache bytes); the pool calls it under its lock. */
+int zs__device_keep_if_covered(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_domain_t domain,
+                               zs_mem_category_t cat);
+int zs__device_keep_cached_if_covered(zs_device_t *dev, void *ptr, size_t bytes);
+/* The warning for blocks kept (was: their category, or "cached for reuse"):
+ * the callers log it after releasing their locks (a log callback may call the
+ * device). */
+void zs__device_kept_warn(const zs_device_t *dev, size_t bytes, int blocks, zs_mem_domain_t domain, const char *was);
+/* At the device's end: blocks still kept stay allocated, reachable to exit. */
+void zs__device_quarantine_destroy(zs_device_t *dev);
+/* zs_device_host_free's release of the memory, without the accountant. */
+void zs__device_host_release(zs_device_t *dev, void *ptr, size_t bytes);
 /* Used by the backends' create functions: fills the common part. */
 zs_status_t zs__device_wrap(zs_device_t **out, const zs_device_i *iface, void *ctx,
                             zs_device_kind_t kind, int ordinal);

@@ -141,8 +141,16 @@ void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_cate
     ev = NULL;
   }
   if (!ev) zs_stream_synchronize(dev, s); /* no event to order the reuse by: wait here (rare) */
-  zs__acct_sub(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
   pthread_mutex_lock(&p->mu);
+  /* under the pool's lock: a quarantine that comes after this check finds the
+   * block in the cache (zs__pool_quarantine) */
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat)) {
+    event_put_locked(dev, p, ev);
+    pthread_mutex_unlock(&p->mu);
+    zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_DEVICE, zs_mem_category_name(cat));
+    return;
+  }
+  zs__acct_sub(&dev->acct, ZS_DOMAIN_DEVICE, cat, bytes);
   if (p->nblocks == p->cap) {
     int cap = p->cap ? 2 * p->cap : 32;
     pool_block_t *n = realloc(p->blocks, (size_t)cap * sizeof *n);
@@ -160,6 +168,25 @@ void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_cate
   p->blocks[p->nblocks++] = (pool_block_t){ptr, bytes, ev};
   pthread_mutex_unlock(&p->mu);
   zs__acct_cache(&dev->acct, (int64_t)bytes);
+}
+
+void zs__pool_quarantine(zs_device_t *dev, zs__pool_t *p) {
+  size_t bytes = 0;
+  int n = 0;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nblocks;) {
+    pool_block_t b = p->blocks[i];
+    if (!zs__device_keep_cached_if_covered(dev, b.ptr, b.bytes)) {
+      i++;
+      continue;
+    }
+    event_put_locked(dev, p, b.ev); /* its last use may still run: the block is never reused */
+    memmove(&p->blocks[i], &p->blocks[i + 1], (size_t)(p->nblocks - i - 1) * sizeof *p->blocks);
+    p->nblocks--;
+    bytes += b.bytes, n++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (n) zs__device_kept_warn(dev, bytes, n, ZS_DOMAIN_DEVICE, "cached for reuse");
 }
 
 void zs_device_cache_trim(zs_device_t *dev) {
