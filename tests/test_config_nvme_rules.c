@@ -88,9 +88,11 @@ static void test_rules(void) {
   expect_ok(zs_config_validate(&c));
   c = tier();
   memset(c.nvme_path, 'a', sizeof c.nvme_path); /* no NUL */
-  refused(&c, "config.nvme_path is longer than 255 bytes: use a directory path of at most 255 bytes");
+  refused(&c, "config.nvme_path is not NUL-terminated within its 256 bytes: use a directory path of at most 255 "
+              "bytes");
+  refused(&c, "(from Fortran: trim(path)//c_null_char");
   c.offload_optimizer = c.offload_param = ZS_OFFLOAD_NONE; /* a C string whatever the devices */
-  refused(&c, "config.nvme_path is longer than 255 bytes");
+  refused(&c, "config.nvme_path is not NUL-terminated");
   c.nvme_path[255] = 0; /* 255 bytes: fits */
   expect_ok(zs_config_validate(&c));
   c = tier();

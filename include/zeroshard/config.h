@@ -233,6 +233,10 @@ typedef struct {
 /* ZS_CONFIG_INIT's value, from a function: for languages and compilers that
  * take no designated initializers (C++ before C++20, bindings). */
 zs_config_t zs_config_defaults(void);
+/* sizeof(zs_config_t), for a language that holds the struct as opaque bytes
+ * (8-byte aligned) rather than mirroring its fields, and fills it with
+ * zs_config_from_json (zeroshard/config_load.h): docs/fortran.md. */
+size_t zs_config_size(void);
 
 #if defined(__cplusplus) && __cplusplus < 202002L
 #undef ZS_CONFIG_INIT

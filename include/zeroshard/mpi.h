@@ -39,6 +39,14 @@ zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_c
  * those without a GPU too. Does not initialise MPI (ZS_ERR_STATE before MPI_Init). */
 zs_status_t zs_mpi_local_gpu(MPI_Comm comm, int *ordinal);
 
+/* The same two on a Fortran communicator handle, for a Fortran program (through
+ * bind(C): pass it by value as integer(c_int)): the INTEGER of `use mpi`, or
+ * the %MPI_VAL of a type(MPI_Comm) of `use mpi_f08`; converted with
+ * MPI_Comm_f2c. The C MPI_Comm is a pointer in Open MPI and an int in MPICH,
+ * so a Fortran program cannot pass one portably; docs/fortran.md. */
+zs_status_t zs_comm_create_mpi_f(zs_comm_t **out, zs_device_t *dev, MPI_Fint fortran_comm);
+zs_status_t zs_mpi_local_gpu_f(MPI_Fint fortran_comm, int *ordinal);
+
 #ifdef __cplusplus
 }
 #endif

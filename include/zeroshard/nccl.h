@@ -52,6 +52,8 @@ extern "C" {
  * rank has not arrived within ZS_COMM_TIMEOUT_S (then MPI may still complete the
  * broadcast later: keep mpi_comm for the rest of the program). */
 zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
+/* The same on a Fortran communicator handle (see zs_comm_create_mpi_f). */
+zs_status_t zs_comm_create_nccl_mpi_f(zs_comm_t **out, zs_device_t *dev, MPI_Fint fortran_comm);
 /* Makes rank `rank` of an `nranks`-rank NCCL comm from a unique id the caller
  * made (ncclGetUniqueId on one rank) and distributed (a launcher's store, a
  * file, MPI): for programs that bootstrap without MPI. Every rank calls it with

@@ -58,6 +58,9 @@ void zs_set_last_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+/* The same with the message as it is (no format: '%' stays '%'), for
+ * languages that cannot call a variadic function (Fortran's bind(C)). */
+void zs_set_last_error_str(const char *msg);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "comm/mpi_f2c.h"
 #include "comm/mpi_impl.h"
 #include "zeroshard/mpi.h"
 
@@ -587,8 +588,7 @@ zs_status_t zs_comm_create_mpi_world(zs_comm_t **out, zs_device_t *dev) {
   return st;
 }
 
-zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm) {
-  static const char fn[] = "zs_comm_create_mpi";
+static zs_status_t create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
   *out = NULL;
   ZS_CHECK(check_device(dev, fn));
@@ -601,8 +601,17 @@ zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_c
   if (provided < MPI_THREAD_MULTIPLE)
     return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED,
                    "%s: MPI was initialized without MPI_THREAD_MULTIPLE (level %d): the mpi backend "
-                   "runs MPI on its own thread",
+                   "runs MPI on its own thread; initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
+                   "(Fortran: call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)) instead of MPI_Init",
                    fn, provided);
   if (mpi_comm == MPI_COMM_NULL) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: mpi_comm is MPI_COMM_NULL", fn);
   return dup_and_create(out, dev, mpi_comm, fn);
+}
+
+zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm) {
+  return create_mpi(out, dev, mpi_comm, "zs_comm_create_mpi");
+}
+
+zs_status_t zs_comm_create_mpi_f(zs_comm_t **out, zs_device_t *dev, MPI_Fint fortran_comm) {
+  return create_mpi(out, dev, zs__mpi_comm_f2c(fortran_comm), "zs_comm_create_mpi_f");
 }

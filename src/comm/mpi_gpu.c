@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "comm/mpi_f2c.h"
 #include "common/common.h"
 #include "zeroshard/device.h"
 #include "zeroshard/mpi.h"
@@ -38,8 +39,15 @@ static zs_status_t mpi_fail(const char *fn, const char *call, int rc) {
   return ZS_FAIL(NULL, ZS_ERR_COMM, "%s: %s failed: %s", fn, call, msg);
 }
 
-zs_status_t zs_mpi_local_gpu(MPI_Comm comm, int *ordinal) {
-  static const char fn[] = "zs_mpi_local_gpu";
+static zs_status_t local_gpu(MPI_Comm comm, int *ordinal, const char *fn);
+
+zs_status_t zs_mpi_local_gpu(MPI_Comm comm, int *ordinal) { return local_gpu(comm, ordinal, "zs_mpi_local_gpu"); }
+
+zs_status_t zs_mpi_local_gpu_f(MPI_Fint fortran_comm, int *ordinal) {
+  return local_gpu(zs__mpi_comm_f2c(fortran_comm), ordinal, "zs_mpi_local_gpu_f");
+}
+
+static zs_status_t local_gpu(MPI_Comm comm, int *ordinal, const char *fn) {
   if (!ordinal) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: ordinal is NULL", fn);
   *ordinal = -1;
   int init = 0, fin = 0;

@@ -1,5 +1,6 @@
 /* The nccl backend's comms: made (from MPI, a unique id, or the caller's
  * ncclComm_t), split and destroyed (nccl.c's header comment, items 1 and 4). */
+#include "comm/mpi_f2c.h"
 #include "comm/nccl_impl.h"
 
 static const zs_comm_i nccl_iface;
@@ -273,8 +274,17 @@ static zs_status_t init_rank(const char *fn, zs_device_t *dev, ncclUniqueId id, 
   return st;
 }
 
+static zs_status_t create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn);
+
 zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm) {
-  static const char fn[] = "zs_comm_create_nccl_mpi";
+  return create_nccl_mpi(out, dev, mpi_comm, "zs_comm_create_nccl_mpi");
+}
+
+zs_status_t zs_comm_create_nccl_mpi_f(zs_comm_t **out, zs_device_t *dev, MPI_Fint fortran_comm) {
+  return create_nccl_mpi(out, dev, zs__mpi_comm_f2c(fortran_comm), "zs_comm_create_nccl_mpi_f");
+}
+
+static zs_status_t create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
   if (!out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: out is NULL", fn);
   *out = NULL;
   ZS_CHECK(check_device(dev, fn));

@@ -57,6 +57,11 @@ void zs_set_last_error(const char *fmt, ...) {
   va_end(ap);
 }
 
+void zs_set_last_error_str(const char *msg) {
+  if (msg) zs_set_last_error("%s", msg);
+  else zs_set_last_error(NULL);
+}
+
 zs_status_t zs__fail_quiet(char *handle_buf, zs_status_t st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -12,6 +12,8 @@ zs_config_t zs_config_defaults(void) {
   return c;
 }
 
+size_t zs_config_size(void) { return sizeof(zs_config_t); }
+
 /* ---- validation -------------------------------------------------------------- */
 
 /* "[prefix]config.<field> is <value>[ (from <origin>)]: <allowed>" */
@@ -184,8 +186,9 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
                "cpu or nvme");
   }
   if (!memchr(c->nvme_path, 0, sizeof c->nvme_path))
-    return bad(prefix, o, "nvme_path", "longer than 255 bytes",
-               "use a directory path of at most 255 bytes (or a symbolic link to the directory)");
+    return bad(prefix, o, "nvme_path", "not NUL-terminated within its 256 bytes",
+               "use a directory path of at most 255 bytes (or a symbolic link to the directory), ended by a NUL "
+               "(from Fortran: trim(path)//c_null_char; a blank-padded CHARACTER assigned whole has none)");
   if ((c->offload_optimizer == ZS_OFFLOAD_NVME || c->offload_param == ZS_OFFLOAD_NVME) && !c->nvme_path[0]) {
     char v[96];
     snprintf(v, sizeof v, "empty with %s%s%s", c->offload_optimizer == ZS_OFFLOAD_NVME ? "offload_optimizer nvme" : "",

@@ -119,6 +119,15 @@ static zs_status_t check_name(zs_engine_t *zs, const char *fn, const char *what,
                    "checkpoints and exports record names as UTF-8",
                    fn, what, shown, bad, (unsigned)(unsigned char)name[bad]);
   }
+  /* legal, but almost always a blank-padded Fortran CHARACTER: a checkpoint
+   * would carry the blanks, and a program that trims its names would not find
+   * them there */
+  if (name[len - 1] == ' ' && !zs->warned_blank_name && zs->rank == 0) {
+    zs->warned_blank_name = 1;
+    ZS_LOG_W("%s: the %s name '%s' ends in blanks, kept as given (checkpoints record them too); from Fortran pass "
+             "trim(name)//c_null_char (said once per engine)",
+             fn, what, name);
+  }
   return ZS_OK;
 }
 

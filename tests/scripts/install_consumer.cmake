@@ -56,6 +56,17 @@ run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK}/consumer_cxx_p
 if(NOT last_out MATCHES "consumer ok")
   message(FATAL_ERROR "consumer_cxx (pkg-config, c++17): ${last_out}")
 endif()
+set(fortran_done "")
+if(FC) # Fortran alone: find_package in a project whose only language is Fortran
+  run(${CMAKE_COMMAND} -S ${SRC_FORTRAN} -B ${WORK}/build_fortran -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_Fortran_COMPILER=${FC})
+  run(${CMAKE_COMMAND} --build ${WORK}/build_fortran)
+  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK}/build_fortran/consumer_fortran)
+  if(NOT last_out MATCHES "consumer ok")
+    message(FATAL_ERROR "consumer_fortran: ${last_out}")
+  endif()
+  set(fortran_done "; Fortran alone: find_package, bind(C)")
+endif()
 set(torch_done "")
 if(SRC_TORCH) # the libtorch adapter: find_package(zeroshard COMPONENTS torch)
   run(${CMAKE_COMMAND} -S ${SRC_TORCH} -B ${WORK}/build_torch -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
@@ -67,4 +78,4 @@ if(SRC_TORCH) # the libtorch adapter: find_package(zeroshard COMPONENTS torch)
   endif()
   set(torch_done "; libtorch adapter: find_package(zeroshard COMPONENTS torch)")
 endif()
-message("consumer ok: find_package (shared, static) and pkg-config; C++17 alone: find_package and pkg-config${torch_done}")
+message("consumer ok: find_package (shared, static) and pkg-config; C++17 alone: find_package and pkg-config${fortran_done}${torch_done}")
