@@ -2,7 +2,11 @@
  * carries the rank the launcher gives (Open MPI, PMI, PMIx, Slurm, torchrun's
  * RANK, in that order), a comm's rank wins over it, zs_log_rank() says which
  * one a callback's message belongs to; zs_log_set_level clamps a level out of
- * range, with a warning. */
+ * range, with a warning; replacing the callback while other threads log gives
+ * every message to one sink with its own user pointer, and no thread is in the
+ * old callback once the replacement returns. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +130,68 @@ static void test_level_range(void) {
   zs_log_set_callback(NULL, NULL);
 }
 
+/* Two sinks, each checking the user pointer it gets is its own; the loggers
+ * run until `stop`. */
+typedef struct {
+  atomic_long calls, wrong;
+  atomic_int inside; /* threads in this callback now */
+} sink_state_t;
+static sink_state_t sink_a, sink_b;
+static atomic_int stop_logging;
+
+static void sink_check(sink_state_t *mine, void *user) {
+  atomic_fetch_add(&mine->inside, 1);
+  atomic_fetch_add(&mine->calls, 1);
+  if (user != mine) atomic_fetch_add(&mine->wrong, 1);
+  atomic_fetch_sub(&mine->inside, 1);
+}
+static void cb_a(zs_log_level_t l, const char *f, int n, const char *m, void *user) {
+  (void)l, (void)f, (void)n, (void)m;
+  sink_check(&sink_a, user);
+}
+static void cb_b(zs_log_level_t l, const char *f, int n, const char *m, void *user) {
+  (void)l, (void)f, (void)n, (void)m;
+  sink_check(&sink_b, user);
+}
+static void *logger(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_logging)) zs_log_message(ZS_LOG_WARN, "logger.c", 1, "x");
+  return NULL;
+}
+
+/* The sink's callback and user pointer were two plain stores: a message
+ * between them reached one callback with the other's pointer (a trial counted
+ * hundreds of thousands in a second). */
+static void test_callback_swap(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_WARN);
+  pthread_t t[2];
+  atomic_store(&stop_logging, 0);
+  zs_log_set_callback(cb_a, &sink_a);
+  for (int i = 0; i < 2; i++) assert_true(pthread_create(&t[i], NULL, logger, NULL) == 0);
+  long stale = 0;
+  /* at least 4000 swaps, and until both sinks took messages (bounded) */
+  for (long k = 0; k < 4000 || ((atomic_load(&sink_a.calls) < 100 || atomic_load(&sink_b.calls) < 100) && k < 4000000);
+       k++) {
+    int to_b = k % 2 == 0;
+    zs_log_set_callback(to_b ? cb_b : cb_a, to_b ? (void *)&sink_b : (void *)&sink_a);
+    /* returned: nobody is in the replaced callback */
+    stale += atomic_load(to_b ? &sink_a.inside : &sink_b.inside);
+  }
+  atomic_store(&stop_logging, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  zs_log_set_callback(NULL, NULL);
+  zs_log_set_level(saved);
+  expect_true(atomic_load(&sink_a.calls) > 0 && atomic_load(&sink_b.calls) > 0);
+  expect_int_eq((int)atomic_load(&sink_a.wrong), 0);
+  expect_int_eq((int)atomic_load(&sink_b.wrong), 0);
+  expect_int_eq((int)stale, 0);
+}
+
 int main(void) {
   zs_test_run(test_launcher_rank);
   zs_test_run(test_callback_rank);
   zs_test_run(test_level_range);
+  zs_test_run(test_callback_swap);
   return zs_test_finish();
 }

@@ -17,8 +17,8 @@
  *    optimizer that kept the old rate fails it);
  *  - a 10 + 10 step resume through a checkpoint equals the 20-step run bit for
  *    bit with a schedule active;
- *  - the setters' rules: ZS_ERR_STATE inside a step and while a schedule owns
- *    the rate, ZS_ERR_INVALID for bad values, ZS_ERR_MISMATCH on every rank when
+ *  - the setters' rules: ZS_ERR_STATE inside a step (on one rank only too,
+ *    with no collective) and while a schedule owns the rate, ZS_ERR_INVALID for bad values, ZS_ERR_MISMATCH on every rank when
  *    ranks disagree, the engine usable after each. */
 #include <math.h>
 
@@ -497,6 +497,23 @@ static void test_state(void) {
   zs_step_report_t rep;
   assert_ok(zs_step(zs, &rep));
   expect_true(rep.lr == 1e-3f); /* the refused calls changed nothing */
+  /* inside a step on one rank only, while the others go on with the step's
+   * collectives: refused at once with none of its own (their agreement's
+   * all-reduce met the others' gathers and broke the comm); the step after it
+   * runs on every rank. zs_param_set likewise. */
+  assert_ok(zs_forward_begin(zs));
+  if (rank == N - 1) {
+    expect_status(zs_engine_set_lr(zs, 2e-3f, ZS_HYPER_KEEP), ZS_ERR_STATE);
+    expect_status(zs_engine_set_schedule(zs, &sc), ZS_ERR_STATE);
+    float one = 0;
+    expect_status(zs_param_set(zs, 0, &one), ZS_ERR_STATE);
+    expect_str_contains(zs_last_error(), "during a step");
+  }
+  assert_ok(zs_forward_end(zs));
+  assert_ok(tm_round(zs, &r.m, X, T, rank * 2 * per, per, &l));
+  assert_ok(tm_round(zs, &r.m, X, T, rank * 2 * per + per, per, &l));
+  assert_ok(zs_step(zs, &rep));
+  expect_true(rep.lr == 1e-3f);
   /* bad values */
   expect_status(zs_engine_set_lr(zs, -1e-3f, ZS_HYPER_KEEP), ZS_ERR_INVALID);
   expect_status(zs_engine_set_lr(zs, NAN, ZS_HYPER_KEEP), ZS_ERR_INVALID);
@@ -534,7 +551,7 @@ static void test_state(void) {
   assert_ok(tm_round(zs, &r.m, X, T, rank * 2 * per + per, per, &l));
   assert_ok(zs_step(zs, &rep));
   expect_true(rep.lr == 5e-4f);
-  expect_int_eq(rep.step, 2);
+  expect_int_eq(rep.step, 3);
   expect_true(isnan(zs_engine_lr(NULL)));
   close_run(&r);
 }

@@ -31,8 +31,14 @@ typedef void (*zs_log_fn)(zs_log_level_t level, const char *file, int line, cons
  * written against it still compile. */
 typedef zs_log_fn zs_log_cb;
 
-/* Replace the sink (NULL restores stderr). Not synchronised with messages in flight:
- * set it before creating devices, comms or engines. */
+/* Replace the sink (NULL restores stderr); any thread, any time. A message
+ * reaches one sink whole (the callback with its own user pointer), and once
+ * this returns no thread is still inside the old callback, so its owner may
+ * go (it waits for calls in flight). Called from inside a callback it takes
+ * effect at once, but other threads may still be in the old one. The callback
+ * may be called from the library's threads (the MPI progress thread, stream
+ * workers), several at once: it must be thread-safe, and it must not wait for
+ * a thread that is calling zs_log_set_callback. */
 void zs_log_set_callback(zs_log_fn cb, void *user);
 /* Overrides ZS_LOG. A value outside ZS_LOG_NONE..ZS_LOG_DEBUG is clamped to
  * the nearer end, with a warning naming it. */

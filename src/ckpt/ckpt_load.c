@@ -291,7 +291,14 @@ static zs_status_t same_save_parts(zs_engine_t *zs, zs_status_t st, const char *
 
 static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
 
+static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_load", checkpoint_load(zs, top));
+}
+
+static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   /* as zs_checkpoint_save: a bad path on one rank fails every rank */
   zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_load");
   if (!zs || st == ZS_ERR_STATE) return st;

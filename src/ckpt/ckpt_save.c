@@ -453,7 +453,14 @@ static zs_status_t same_words(zs_engine_t *zs) {
                  zs->rank, zs->ck_layout, nattr, nattr == 1 ? "" : "s");
 }
 
+static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save", checkpoint_save(zs, top));
+}
+
+static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) {
   /* a bad path on one rank is an error on every rank (agreed); an engine not
    * set up or in a step returns at once: no collective may run then */
   zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_save");

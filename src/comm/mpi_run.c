@@ -57,7 +57,7 @@ zs_status_t zs__mpi_fail(mpi_ctx_t *ctx, int rc, const char *what) {
   const char *hint = cls == MPI_ERR_TRUNCATE || cls == MPI_ERR_IN_STATUS
                          ? " (the ranks' calls may not match: every rank must issue the same collectives with the "
                            "same counts in the same order; with the engine, every zs_gather of a step, also on a "
-                           "rank without data)"
+                           "rank without data; and no second thread's collective on the same comm meanwhile)"
                          : "";
   return ZS_FAIL(ctx->comm->err, ZS_ERR_COMM, "mpi comm (rank %d of %d): %s failed: %s%s", ctx->rank, ctx->size,
                  what, msg, hint);

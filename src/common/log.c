@@ -1,18 +1,70 @@
-/* Logging: level filter, settable sink, default sink on stderr. */
+/* Logging: level filter, settable sink, default sink on stderr.
+ *
+ * The sink (callback and user pointer, one allocation, swapped as one pointer)
+ * is read under a read lock for the whole call of the callback, and replaced
+ * under the write lock: a callback never gets another's user pointer, and once
+ * zs_log_set_callback returns no thread is still in the old callback, so its
+ * owner may go. The lock prefers writers (a tight logging loop on other threads
+ * cannot starve a replacement), so a thread already inside a callback does not
+ * take it again: its own nested messages, and a replacement made from inside
+ * a callback (which takes effect at once; the old sink is freed by the next
+ * replacement from outside), read the pointer as it is. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 
-static zs_log_fn sink_cb;
-static void *sink_user;
+typedef struct sink {
+  zs_log_fn cb;
+  void *user;
+  struct sink *next; /* on the retired list */
+} sink_t;
+
+#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
+static pthread_rwlock_t sink_rw = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+#else
+static pthread_rwlock_t sink_rw = PTHREAD_RWLOCK_INITIALIZER;
+#endif
+static _Atomic(sink_t *) sink;      /* NULL: stderr */
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static sink_t *retired;             /* replaced from inside a callback: freed by the next replacement */
+static _Thread_local int in_sink;   /* this thread is inside the callback (holds the read lock) */
 static atomic_int level_override = -1; /* -1: take ZS_LOG */
 static atomic_int log_rank = -1;
 
 void zs_log_set_callback(zs_log_fn cb, void *user) {
-  sink_cb = cb;
-  sink_user = user;
+  sink_t *n = NULL;
+  if (cb && !(n = malloc(sizeof *n))) {
+    fprintf(stderr, "zeroshard ERROR log.c: zs_log_set_callback: out of memory: the sink is unchanged\n");
+    return;
+  }
+  if (n) *n = (sink_t){cb, user, NULL};
+  if (in_sink) {
+    sink_t *old = atomic_exchange(&sink, n);
+    if (old) {
+      pthread_mutex_lock(&retired_mu);
+      old->next = retired;
+      retired = old;
+      pthread_mutex_unlock(&retired_mu);
+    }
+    return;
+  }
+  pthread_rwlock_wrlock(&sink_rw);
+  sink_t *old = atomic_exchange(&sink, n);
+  pthread_mutex_lock(&retired_mu);
+  sink_t *r = retired;
+  retired = NULL;
+  pthread_mutex_unlock(&retired_mu);
+  pthread_rwlock_unlock(&sink_rw);
+  free(old);
+  while (r) {
+    sink_t *next = r->next;
+    free(r);
+    r = next;
+  }
 }
 void zs_log_set_level(zs_log_level_t level) {
   int l = (int)level;
@@ -49,9 +101,17 @@ void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, 
   va_end(ap);
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
-  if (sink_cb) {
-    sink_cb(level, base, line, msg, sink_user);
-    return;
+  if (atomic_load(&sink)) {
+    const int nested = in_sink;
+    if (!nested) pthread_rwlock_rdlock(&sink_rw);
+    sink_t *k = atomic_load(&sink);
+    if (k) {
+      in_sink++;
+      k->cb(level, base, line, msg, k->user);
+      in_sink--;
+    }
+    if (!nested) pthread_rwlock_unlock(&sink_rw);
+    if (k) return;
   }
   static const char *const names[] = {"", "ERROR", "WARN", "INFO", "DEBUG"};
   int r = zs_log_rank();

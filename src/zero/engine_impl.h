@@ -308,6 +308,16 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+/* The body of a public call that runs `expr` as one call on the engine
+ * (refused while another thread's runs): returns its status. */
+#define ZS__ENG_ONE_CALL(zs, fn, expr)                                          \
+  do {                                                                          \
+    if (!(zs)) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", fn);  \
+    ZS_CHECK(zs__eng_enter(zs, fn));                                            \
+    const zs_status_t one_call_st_ = (expr);                                    \
+    zs__eng_leave(zs);                                                          \
+    return one_call_st_;                                                        \
+  } while (0)
 /* The process's live engines (create adds, destroy removes), for the checks
  * one engine makes against the others: whether another live engine last
  * saved into or loaded from the folder `dir` (a realpath) and this one did

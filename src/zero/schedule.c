@@ -100,12 +100,26 @@ static zs_status_t between_steps(zs_engine_t *zs, const char *what) {
                  "zs_forward_begin", what);
 }
 
+static zs_status_t set_lr(zs_engine_t *zs, float lr, float weight_decay);
+static zs_status_t set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls.
+ * Inside a step they return at once, with no collective: the other ranks are
+ * in the step's collectives, and may not be making this call at all. */
 zs_status_t zs_engine_set_lr(zs_engine_t *zs, float lr, float weight_decay) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_set_lr: engine is NULL");
+  ZS__ENG_ONE_CALL(zs, "zs_engine_set_lr", set_lr(zs, lr, weight_decay));
+}
+
+zs_status_t zs_engine_set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule) {
+  ZS__ENG_ONE_CALL(zs, "zs_engine_set_schedule", set_schedule(zs, schedule));
+}
+
+static zs_status_t set_lr(zs_engine_t *zs, float lr, float weight_decay) {
   const char *what = "zs_engine_set_lr";
   const int keep_lr = lr == ZS_HYPER_KEEP, keep_wd = weight_decay == ZS_HYPER_KEEP;
-  zs_status_t st = between_steps(zs, what);
-  if (st == ZS_OK && !keep_lr && !(isfinite(lr) && lr >= 0))
+  ZS_CHECK(between_steps(zs, what));
+  zs_status_t st = ZS_OK;
+  if (!keep_lr && !(isfinite(lr) && lr >= 0))
     st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: lr %g: use a finite rate >= 0, or ZS_HYPER_KEEP", what, (double)lr);
   if (st == ZS_OK && !keep_wd && !(isfinite(weight_decay) && weight_decay >= 0))
     st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: weight_decay %g: use a finite value >= 0, or ZS_HYPER_KEEP", what,
@@ -124,12 +138,12 @@ zs_status_t zs_engine_set_lr(zs_engine_t *zs, float lr, float weight_decay) {
   return ZS_OK;
 }
 
-zs_status_t zs_engine_set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_set_schedule: engine is NULL");
+static zs_status_t set_schedule(zs_engine_t *zs, const zs_schedule_t *schedule) {
   const char *what = "zs_engine_set_schedule";
-  zs_status_t st = between_steps(zs, what);
+  ZS_CHECK(between_steps(zs, what));
+  zs_status_t st = ZS_OK;
   zs_config_t c = zs->cfg;
-  if (st == ZS_OK && !schedule) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: schedule is NULL", what);
+  if (!schedule) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: schedule is NULL", what);
   if (st == ZS_OK) {
     c.schedule = *schedule;
     if ((st = zs__config_validate(&c, NULL, "zs_engine_set_schedule: ")) != ZS_OK)
