@@ -280,11 +280,103 @@ static void test_quarantine(void) {
   zs_log_set_level(saved);
 }
 
+typedef struct {
+  zs_device_t *dev;
+  void *ptr;
+  size_t bytes;
+  atomic_int done;
+} lift_t;
+static void *trim_thread(void *p) {
+  lift_t *l = p;
+  zs_device_cache_trim(l->dev);
+  atomic_store(&l->done, 1);
+  return NULL;
+}
+static void *unquarantine_thread(void *p) {
+  lift_t *l = p;
+  zs__device_unquarantine(l->dev, l->ptr, l->bytes);
+  atomic_store(&l->done, 1);
+  return NULL;
+}
+typedef struct {
+  int *buf;
+  int n;
+} fill_t;
+static zs_status_t fill_task(void *p) {
+  fill_t *f = p;
+  for (int i = 0; i < f->n; i++) f->buf[i] = i;
+  return ZS_OK;
+}
+
+/* The races around a block's last use on a stream (a review's findings):
+ * zs_device_cache_trim takes the cache and waits for each block's last use,
+ * and a range that comes meanwhile (the use was a collective that failed)
+ * keeps the block (trim freed it); a kept block whose stream work is still
+ * queued is freed only after that work, when its range is lifted (the cpu
+ * device frees at once: the queued task wrote freed memory). */
+static void test_quarantine_races(void) {
+  zs_device_t *dev;
+  zs_stream_t *s;
+  assert_ok(zs_device_create_cpu(&dev));
+  assert_ok(zs_stream_create(dev, &s));
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_ERROR);
+  enum { NI = 1024 };
+  /* trim waiting on a held stream when the range comes */
+  gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  void *x;
+  assert_ok(zs_device_alloc_async(dev, NI * sizeof(int), ZS_MEM_OTHER, s, &x));
+  expect_ok(zs__device_enqueue(dev, s, gate_task, &g));
+  zs_device_free_async(dev, x, NI * sizeof(int), ZS_MEM_OTHER, s);
+  zs_memory_stats_t s0 = stats(dev);
+  lift_t t = {dev, x, NI * sizeof(int), 0};
+  pthread_t th;
+  assert_true(pthread_create(&th, NULL, trim_thread, &t) == 0);
+  sleep_us(50000); /* trim holds the cache's blocks and waits for the gate */
+  expect_int_eq(atomic_load(&t.done), 0);
+  zs__device_quarantine(dev, x, NI * sizeof(int)); /* the cache is empty by now */
+  pthread_t opener;
+  assert_true(pthread_create(&opener, NULL, open_later, &g) == 0);
+  pthread_join(opener, NULL);
+  pthread_join(th, NULL);
+  expect_int_eq(atomic_load(&t.done), 1);
+  zs_memory_stats_t s1 = stats(dev);
+  expect_u64_eq(s1.backend_frees, s0.backend_frees); /* kept, not freed */
+  expect_u64_eq(s1.current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], NI * sizeof(int));
+  expect_u64_eq(s1.cache_bytes, 0);
+  zs__device_unquarantine(dev, x, NI * sizeof(int));
+  expect_u64_eq(stats(dev).backend_frees, s0.backend_frees + 1);
+  /* a kept block's queued work runs before the block is freed */
+  gate_t g2 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  int *y;
+  assert_ok(zs_device_alloc_async(dev, NI * sizeof(int), ZS_MEM_OTHER, s, (void **)&y));
+  zs__device_quarantine(dev, y, NI * sizeof(int));
+  expect_ok(zs__device_enqueue(dev, s, gate_task, &g2));
+  fill_t f = {y, NI};
+  expect_ok(zs__device_enqueue(dev, s, fill_task, &f)); /* writes y once the gate opens */
+  zs_device_free_async(dev, y, NI * sizeof(int), ZS_MEM_OTHER, s); /* kept, with its last use's event */
+  lift_t u = {dev, y, NI * sizeof(int), 0};
+  assert_true(pthread_create(&th, NULL, unquarantine_thread, &u) == 0);
+  sleep_us(50000);
+  expect_int_eq(atomic_load(&u.done), 0); /* waits for the stream's work on y */
+  pthread_t op;
+  assert_true(pthread_create(&op, NULL, open_later, &g2) == 0);
+  pthread_join(op, NULL);
+  pthread_join(th, NULL);
+  expect_int_eq(atomic_load(&u.done), 1);
+  expect_u64_eq(stats(dev).current[ZS_DOMAIN_DEVICE][ZS_MEM_COMM], 0);
+  expect_ok(zs_stream_synchronize(dev, s));
+  zs_stream_destroy(dev, s);
+  zs_device_destroy(dev);
+  zs_log_set_level(saved);
+}
+
 int main(void) {
   zs_test_run(test_reuse_is_ordered);
   zs_test_run(test_sizes_and_counts);
   zs_test_run(test_prefers_finished);
   zs_test_run(test_bad_args);
   zs_test_run(test_quarantine);
+  zs_test_run(test_quarantine_races);
   return zs_test_finish();
 }

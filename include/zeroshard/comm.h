@@ -118,6 +118,9 @@
  * bytes counted as ZS_MEM_COMM, and really freed when zs_comm_destroy finds
  * the operation complete (else never). So an engine or a pipeline runtime
  * destroyed after the failure frees nothing a late peer could still reach.
+ * (A block freed with zs_device_free_async while its collective was still
+ * queued may be taken from the cache by another allocation before the
+ * failure is known; that owner's data may then be overwritten.)
  * Memory of your own (malloc, a framework's allocator) you must keep yourself.
  *
  * When a rank fails, the others hear of it (families). A comm made by

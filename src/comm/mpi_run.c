@@ -135,9 +135,8 @@ void zs__mpi_orphan_add(mpi_ctx_t *ctx, const MPI_Request *req, int nreq, void *
     op_extents(ctx, ctx->op_cur, qb);
     q[0] = (void *)ctx->op_cur->a.send;
     q[1] = ctx->op_cur->a.recv;
-    for (int k = 0; k < 2; k++)
-      if (q[k] && qb[k]) zs__device_quarantine(ctx->dev, q[k], qb[k]);
-      else q[k] = NULL, qb[k] = 0;
+    for (int k = 0; k < 2; k++) /* a range not added is not lifted at destroy (it could lift another's) */
+      if (!q[k] || !qb[k] || !zs__device_quarantine(ctx->dev, q[k], qb[k])) q[k] = NULL, qb[k] = 0;
   }
   void *src = ctx->op_src;
   ctx->op_src = NULL; /* MPI may still read it: the orphan's now (or leaked below) */

@@ -141,13 +141,13 @@ void zs_device_destroy(zs_device_t *dev) {
 static void device_free(zs_device_t *dev) {
   zs__pool_destroy(dev, dev->pool); /* waits for the cached blocks' last uses */
   dev->pool = NULL;
+  zs__device_quarantine_destroy(dev); /* kept blocks stay; their events go before the handles are counted */
   /* streams left behind are drained (their work runs) before anything goes */
   int nstreams = handles_drain(dev, &dev->streams, 1), nevents = handles_drain(dev, &dev->events, 0);
   if (nstreams || nevents)
     ZS_LOG_W("%s device destroyed with %d stream(s) and %d event(s) not destroyed: freed them", dev->iface.name,
              nstreams, nevents);
   dev->iface.destroy(dev->ctx);
-  zs__device_quarantine_destroy(dev);
   zs_memory_stats_t s;
   zs__acct_get(&dev->acct, &s);
   for (int d = 0; d < ZS_DOMAIN_COUNT; d++)
@@ -241,7 +241,7 @@ void zs_device_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_category_t
     return;
   }
   bytes = zs__device_free_size(dev, "zs_device_free", ptr, bytes, cat);
-  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat)) {
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat, NULL)) {
     zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_DEVICE, zs_mem_category_name(cat));
     return;
   }
@@ -318,7 +318,7 @@ void zs_device_host_free(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_categ
              ptr);
     return;
   }
-  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_HOST, cat)) {
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_HOST, cat, NULL)) {
     zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_HOST, zs_mem_category_name(cat));
     return;
   }

@@ -217,17 +217,19 @@ void zs__event_pool_destroy(zs__event_pool_t *p);
  * range overlaps it is kept (its bytes counted as ZS_MEM_COMM, with a
  * warning) until the comm lifts the range, having seen the requests complete
  * (or to the end of the process). Any thread. */
-void zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes);
+int zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes); /* 0: not added (no memory) */
 /* Lifts one range that quarantine added with these same values, and frees the
  * kept blocks no remaining range overlaps. */
 void zs__device_unquarantine(zs_device_t *dev, const void *ptr, size_t bytes);
 /* The free paths: 1 (and the block kept, its bytes moved from cat to
  * ZS_MEM_COMM) when a range overlaps [ptr, ptr + bytes); else 0 and the caller
  * frees it. The _cached form is for a block in the stream-ordered cache
- * (counted as cache bytes); the pool calls it under its lock. */
+ * (counted as cache bytes); the pool calls it under its lock. ev (may be NULL):
+ * recorded after the block's last use on a stream; kept with it (its owner's
+ * from then on), synchronised and destroyed before the block is freed. */
 int zs__device_keep_if_covered(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_domain_t domain,
-                               zs_mem_category_t cat);
-int zs__device_keep_cached_if_covered(zs_device_t *dev, void *ptr, size_t bytes);
+                               zs_mem_category_t cat, zs_event_t *ev);
+int zs__device_keep_cached_if_covered(zs_device_t *dev, void *ptr, size_t bytes, zs_event_t *ev);
 /* The warning for blocks kept (was: their category, or "cached for reuse"):
  * the callers log it after releasing their locks (a log callback may call the
  * device). */

@@ -92,9 +92,18 @@ zs_status_t zs_device_alloc_async(zs_device_t *dev, size_t bytes, zs_mem_categor
   zs__pool_t *p = dev->pool;
   pool_block_t b = {0};
   int found = -1, done = 0;
+  size_t kept_bytes = 0;
+  int nkept = 0;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < p->nblocks; i++) {
     if (p->blocks[i].bytes != bytes) continue;
+    /* a block an abandoned collective may still write is never handed out */
+    if (zs__device_keep_cached_if_covered(dev, p->blocks[i].ptr, bytes, p->blocks[i].ev)) {
+      memmove(&p->blocks[i], &p->blocks[i + 1], (size_t)(p->nblocks - i - 1) * sizeof *p->blocks);
+      p->nblocks--, i--;
+      kept_bytes += bytes, nkept++;
+      continue;
+    }
     int d = 1;
     if (p->blocks[i].ev && zs_event_query(dev, p->blocks[i].ev, &d) != ZS_OK) d = 0;
     if (found < 0 || d) found = i, done = d;
@@ -106,12 +115,15 @@ zs_status_t zs_device_alloc_async(zs_device_t *dev, size_t bytes, zs_mem_categor
     p->nblocks--;
   }
   pthread_mutex_unlock(&p->mu);
+  if (nkept) zs__device_kept_warn(dev, kept_bytes, nkept, ZS_DOMAIN_DEVICE, "cached for reuse");
   if (found < 0) return zs_device_alloc(dev, bytes, cat, out); /* counted as a backend allocation */
   zs_status_t st = ZS_OK;
   if (b.ev && !done) st = zs_stream_wait_event(dev, s, b.ev);
   pthread_mutex_lock(&p->mu);
   if (st == ZS_OK) {
     event_put_locked(dev, p, b.ev);
+  } else if (zs__device_keep_cached_if_covered(dev, b.ptr, b.bytes, b.ev)) {
+    /* its range came meanwhile: kept, not cached again */
   } else if (p->nblocks < p->cap) { /* keep the block cached; report */
     p->blocks[p->nblocks++] = b;
   }
@@ -144,8 +156,7 @@ void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_cate
   pthread_mutex_lock(&p->mu);
   /* under the pool's lock: a quarantine that comes after this check finds the
    * block in the cache (zs__pool_quarantine) */
-  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat)) {
-    event_put_locked(dev, p, ev);
+  if (zs__device_keep_if_covered(dev, ptr, bytes, ZS_DOMAIN_DEVICE, cat, ev)) { /* ev: its last use */
     pthread_mutex_unlock(&p->mu);
     zs__device_kept_warn(dev, bytes, 1, ZS_DOMAIN_DEVICE, zs_mem_category_name(cat));
     return;
@@ -166,8 +177,8 @@ void zs_device_free_async(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_cate
     p->cap = cap;
   }
   p->blocks[p->nblocks++] = (pool_block_t){ptr, bytes, ev};
+  zs__acct_cache(&dev->acct, (int64_t)bytes); /* before a quarantine's scan can take it out again */
   pthread_mutex_unlock(&p->mu);
-  zs__acct_cache(&dev->acct, (int64_t)bytes);
 }
 
 void zs__pool_quarantine(zs_device_t *dev, zs__pool_t *p) {
@@ -176,11 +187,10 @@ void zs__pool_quarantine(zs_device_t *dev, zs__pool_t *p) {
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < p->nblocks;) {
     pool_block_t b = p->blocks[i];
-    if (!zs__device_keep_cached_if_covered(dev, b.ptr, b.bytes)) {
+    if (!zs__device_keep_cached_if_covered(dev, b.ptr, b.bytes, b.ev)) { /* b.ev: its last use, kept with it */
       i++;
       continue;
     }
-    event_put_locked(dev, p, b.ev); /* its last use may still run: the block is never reused */
     memmove(&p->blocks[i], &p->blocks[i + 1], (size_t)(p->nblocks - i - 1) * sizeof *p->blocks);
     p->nblocks--;
     bytes += b.bytes, n++;
@@ -202,16 +212,25 @@ void zs_device_cache_trim(zs_device_t *dev) {
   p->events = NULL;
   p->nevents = p->evcap = 0;
   pthread_mutex_unlock(&p->mu);
+  size_t kept_bytes = 0;
+  int nkept = 0;
   for (int i = 0; i < n; i++) {
     if (blocks[i].ev) {
       zs_event_synchronize(dev, blocks[i].ev);
       zs_event_destroy(dev, blocks[i].ev);
+    }
+    /* that last use may have been a collective that failed while this waited:
+     * its range came after the blocks left the cache */
+    if (zs__device_keep_cached_if_covered(dev, blocks[i].ptr, blocks[i].bytes, NULL)) {
+      kept_bytes += blocks[i].bytes, nkept++;
+      continue;
     }
     dev->iface.free(dev->ctx, blocks[i].ptr);
     zs__acct_count(&dev->acct, ZS_ACCT_BACKEND_FREE);
     zs__acct_count(&dev->acct, ZS_ACCT_DEVICE_SYNC);
     zs__acct_cache(&dev->acct, -(int64_t)blocks[i].bytes);
   }
+  if (nkept) zs__device_kept_warn(dev, kept_bytes, nkept, ZS_DOMAIN_DEVICE, "cached for reuse");
   for (int i = 0; i < nev; i++) zs_event_destroy(dev, evs[i]);
   free(blocks);
   free(evs);

@@ -29,6 +29,7 @@ struct zs__kept {
   void *ptr;
   size_t bytes;
   zs_mem_domain_t domain; /* DEVICE: the backend's free; HOST: zs__device_host_release */
+  zs_event_t *ev;         /* recorded after its last use on a stream (NULL: none pending) */
 };
 
 /* Blocks of destroyed devices that a range still covered: reachable to the end. */
@@ -42,8 +43,8 @@ static int covered_locked(const zs_device_t *dev, const void *ptr, size_t bytes)
   return 0;
 }
 
-void zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
-  if (!dev || !ptr || !bytes) return;
+int zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
+  if (!dev || !ptr || !bytes) return 0;
   pthread_mutex_lock(&dev->q_mu);
   if (dev->q_n == dev->q_cap) {
     int cap = dev->q_cap ? 2 * dev->q_cap : 8;
@@ -52,7 +53,7 @@ void zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
       pthread_mutex_unlock(&dev->q_mu);
       ZS_LOG_E("device: out of memory for a quarantined range: %zu bytes at %p may be freed while an abandoned "
                "collective still writes them", bytes, ptr);
-      return;
+      return 0;
     }
     dev->q_ranges = n;
     dev->q_cap = cap;
@@ -63,15 +64,16 @@ void zs__device_quarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
   /* after the range is in: a free that caches a block takes the pool's lock
    * and checks the ranges under it, so this scan or that check sees it */
   zs__pool_quarantine(dev, dev->pool);
+  return 1;
 }
 
 /* Caller holds q_mu. */
-static void keep_locked(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_domain_t domain) {
+static void keep_locked(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_domain_t domain, zs_event_t *ev) {
   zs__kept_t *k = malloc(sizeof *k);
   if (k) {
-    *k = (zs__kept_t){dev->q_kept, ptr, bytes, domain};
+    *k = (zs__kept_t){dev->q_kept, ptr, bytes, domain, ev};
     dev->q_kept = k;
-  } /* else leaked: never freed, which is the point */
+  } /* else leaked, the block and its event: never freed, which is the point */
   zs__acct_add(&dev->acct, domain, ZS_MEM_COMM, bytes);
 }
 
@@ -82,25 +84,25 @@ void zs__device_kept_warn(const zs_device_t *dev, size_t bytes, int blocks, zs_m
 }
 
 int zs__device_keep_if_covered(zs_device_t *dev, void *ptr, size_t bytes, zs_mem_domain_t domain,
-                               zs_mem_category_t cat) {
+                               zs_mem_category_t cat, zs_event_t *ev) {
   if (!atomic_load(&dev->q_any)) return 0;
   pthread_mutex_lock(&dev->q_mu);
   int c = covered_locked(dev, ptr, bytes);
   if (c) {
     zs__acct_sub(&dev->acct, domain, cat, bytes);
-    keep_locked(dev, ptr, bytes, domain);
+    keep_locked(dev, ptr, bytes, domain, ev);
   }
   pthread_mutex_unlock(&dev->q_mu);
   return c;
 }
 
-int zs__device_keep_cached_if_covered(zs_device_t *dev, void *ptr, size_t bytes) {
+int zs__device_keep_cached_if_covered(zs_device_t *dev, void *ptr, size_t bytes, zs_event_t *ev) {
   if (!atomic_load(&dev->q_any)) return 0;
   pthread_mutex_lock(&dev->q_mu);
   int c = covered_locked(dev, ptr, bytes);
   if (c) {
     zs__acct_cache(&dev->acct, -(int64_t)bytes);
-    keep_locked(dev, ptr, bytes, ZS_DOMAIN_DEVICE);
+    keep_locked(dev, ptr, bytes, ZS_DOMAIN_DEVICE, ev);
   }
   pthread_mutex_unlock(&dev->q_mu);
   return c;
@@ -129,6 +131,10 @@ void zs__device_unquarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
   pthread_mutex_unlock(&dev->q_mu);
   for (zs__kept_t *k = free_list, *n; k; k = n) {
     n = k->next;
+    if (k->ev) { /* work queued on a stream before the free may still use it (the cpu device frees at once) */
+      zs_event_synchronize(dev, k->ev);
+      zs_event_destroy(dev, k->ev);
+    }
     if (k->domain == ZS_DOMAIN_HOST) {
       zs__device_host_release(dev, k->ptr, k->bytes);
     } else {
@@ -143,6 +149,10 @@ void zs__device_unquarantine(zs_device_t *dev, const void *ptr, size_t bytes) {
 void zs__device_quarantine_destroy(zs_device_t *dev) {
   pthread_mutex_lock(&dev->q_mu);
   zs__kept_t *k = dev->q_kept;
+  for (zs__kept_t *e = k; e; e = e->next) { /* the events go with the device; the blocks stay */
+    if (e->ev) zs_event_destroy(dev, e->ev);
+    e->ev = NULL;
+  }
   dev->q_kept = NULL;
   free(dev->q_ranges);
   dev->q_ranges = NULL;
