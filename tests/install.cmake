@@ -13,13 +13,15 @@ set(zs_consumer_torch "")
 if(TARGET zeroshard_torch AND ZS_HAVE_MPI AND NOT ZS_SANITIZE)
   set(zs_consumer_torch ${CMAKE_CURRENT_SOURCE_DIR}/consumer_torch)
 endif()
-# tests/consumer_fortran where a Fortran compiler is there (not under the
-# sanitizers: Open MPI's Fortran layer is not instrumented; the plain pass
+# tests/consumer_fortran where gfortran and MPI's Fortran wrapper are there
+# (the mpi module is compiler-specific: Debian's is gfortran's; not under the
+# sanitizers: Open MPI's Fortran layer is not instrumented, and the plain pass
 # covers the package)
 set(zs_fc "")
 if(ZS_HAVE_MPI AND NOT ZS_SANITIZE)
-  find_program(ZS_TEST_FC NAMES gfortran flang-new flang ifx)
-  if(ZS_TEST_FC)
+  find_program(ZS_TEST_FC NAMES gfortran)
+  find_program(ZS_TEST_MPIF90 NAMES mpif90 mpifort)
+  if(ZS_TEST_FC AND ZS_TEST_MPIF90)
     set(zs_fc ${ZS_TEST_FC})
   endif()
 endif()

@@ -188,10 +188,37 @@ static void test_callback_swap(void) {
   expect_int_eq((int)stale, 0);
 }
 
+/* From inside a callback: a nested message reaches the sink again, and a
+ * replacement takes effect at once without waiting for the callback it is
+ * called from (it would wait for itself). */
+static int reenter_calls;
+static void cb_reenter(zs_log_level_t l, const char *f, int n, const char *m, void *user) {
+  (void)l, (void)f, (void)n, (void)user;
+  reenter_calls++;
+  if (!strcmp(m, "outer")) {
+    zs_log_message(ZS_LOG_WARN, "t.c", 1, "nested");
+    zs_log_set_callback(cb_a, &sink_a);
+  }
+}
+static void test_callback_reentry(void) {
+  zs_log_level_t saved = zs_log_get_level();
+  zs_log_set_level(ZS_LOG_WARN);
+  long a0 = atomic_load(&sink_a.calls);
+  zs_log_set_callback(cb_reenter, NULL);
+  zs_log_message(ZS_LOG_WARN, "t.c", 1, "outer");
+  expect_int_eq(reenter_calls, 2); /* "outer" and "nested" */
+  zs_log_message(ZS_LOG_WARN, "t.c", 1, "after");
+  expect_int_eq(reenter_calls, 2);
+  expect_int_eq((int)(atomic_load(&sink_a.calls) - a0), 1);
+  zs_log_set_callback(NULL, NULL); /* frees the sink retired inside the callback (ASan: no leak) */
+  zs_log_set_level(saved);
+}
+
 int main(void) {
   zs_test_run(test_launcher_rank);
   zs_test_run(test_callback_rank);
   zs_test_run(test_level_range);
   zs_test_run(test_callback_swap);
+  zs_test_run(test_callback_reentry);
   return zs_test_finish();
 }

@@ -8,7 +8,7 @@
  * And a second thread's call on an engine while a call runs (the trial's two
  * threads stepping one engine raced on its state, some calls ZS_OK) is
  * ZS_ERR_STATE naming the rule, and the first call finishes as if alone; so
- * are its checkpoint, parameter and learning-rate calls (a trial's helper
+ * are its checkpoint, export, import, flush, parameter and learning-rate calls (a trial's helper
  * thread ran their collectives beside the step's and broke the comm), which
  * leave the engine's own message alone. The comm `keep` finalizes MPI at the end. */
 #include <pthread.h>
@@ -180,7 +180,7 @@ static void test_two_threads(void) {
     expect_status(zs_forward_begin(zs), ZS_ERR_STATE);
     expect_status(zs_step(zs, NULL), ZS_ERR_STATE);
     expect_str_contains(zs_last_error(), "zs_step: another thread");
-    /* the engine's other collective calls too: they ran their collectives
+    /* the engine's other collective calls too (nine): they ran their collectives
      * beside the step's (a trial's helper thread broke the comm each time),
      * and their refusal leaves the engine's own message alone */
     char before[512];
@@ -189,6 +189,8 @@ static void test_two_threads(void) {
     zs_schedule_t sc = {.kind = ZS_SCHED_CONSTANT};
     const zs_status_t got[] = {zs_checkpoint_save(zs, "/nonexistent/ck"), zs_checkpoint_load(zs, "/nonexistent/ck"),
                                zs_param_get(zs, 0, w), zs_param_set(zs, 0, w), zs_engine_set_lr(zs, 1e-3f, 0.0f),
+                               zs_flush(zs), zs_export_safetensors(zs, "/nonexistent/x.safetensors"),
+                               zs_import_safetensors(zs, "/nonexistent/x.safetensors", NULL),
                                zs_engine_set_schedule(zs, &sc)};
     for (size_t i = 0; i < sizeof got / sizeof *got; i++) expect_status(got[i], ZS_ERR_STATE);
     expect_str_contains(zs_last_error(), "zs_engine_set_schedule: another thread is in a call");

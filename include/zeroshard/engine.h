@@ -71,9 +71,10 @@
  * handed to another between calls). A step call (zs_forward_begin/_end,
  * zs_backward_begin, zs_gather, zs_release, zs_reduce, zs_step, zs_step_group)
  * or another collective call on it (zs_param_get/_set, zs_engine_set_lr/
- * _set_schedule, zs_checkpoint_save/_load) made while another thread's runs
- * on the same engine is ZS_ERR_STATE, the message in that thread's
- * zs_last_error() only, and changes nothing. That refusal is local: a helper
+ * _set_schedule, zs_checkpoint_save/_load, zs_export/import_safetensors,
+ * zs_flush) made while another thread's runs on the same engine is
+ * ZS_ERR_STATE, the message in that thread's zs_last_error() only, and
+ * changes nothing. That refusal is local: a helper
  * thread's collective call between the main thread's calls is not refused,
  * and it runs its collectives in whatever order the threads reach them on
  * each rank, which the ranks need not share; so checkpoint from the thread
@@ -81,7 +82,8 @@
  * collectives (a loss average, metrics) a comm of its own (zs_comm_split), not
  * zs_engine_comm's. Calls that only read this rank's state (zs_memory_stats,
  * zs_engine_estimate, zs_engine_step_count, zs_engine_lr, zs_comm_stats,
- * zs_comm_async_error) may come from any thread at any time. Two engines
+ * zs_comm_async_error) may come from any thread at any time after
+ * zs_engine_setup (not while another thread declares). Two engines
  * stepped from two threads at once need comms of their own likewise: engines
  * sharing a comm would issue its collectives in whatever order the threads
  * reach them (a trial saw MPI_ERR_IN_STATUS); one after the other from one

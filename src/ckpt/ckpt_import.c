@@ -318,7 +318,7 @@ static zs_status_t read_owned(zs_engine_t *zs, const zs_import_opts_t *o, import
  * path, a block at a time so its rounding buffer stays small) and regathers the
  * resident parameters. A delayed update lands first (zs_flush), as zs_param_set does. */
 static zs_status_t apply(zs_engine_t *zs, const import_t *im) {
-  zs_status_t st = zs_flush(zs);
+  zs_status_t st = zs__eng_flush(zs);
   if (st == ZS_OK && (st = zs_stream_synchronize(zs->dev, zs->ag_stream)) != ZS_OK)
     st = ZS_FAIL(zs->err, st, "%s: waiting for the all-gather stream: %s", k_fn, zs_last_error());
   ZS_CHECK(zs__ck_agree(zs, st, "zs_import_safetensors: finishing pending work"));
@@ -338,8 +338,14 @@ static zs_status_t apply(zs_engine_t *zs, const import_t *im) {
   return zs__ck_agree(zs, st, "zs_import_safetensors: gathering the parameters");
 }
 
+static zs_status_t import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
 zs_status_t zs_import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: engine is NULL", k_fn);
+  ZS__ENG_ONE_CALL(zs, k_fn, import_safetensors(zs, path, opts));
+}
+
+static zs_status_t import_safetensors(zs_engine_t *zs, const char *path, const zs_import_opts_t *opts) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", k_fn);
   zs_import_opts_t ov = ZS_IMPORT_OPTS_INIT;
   const zs_import_opts_t *o = &ov;

@@ -56,7 +56,14 @@ zs_status_t zs__ck_st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_
   return st;
 }
 
+static zs_status_t export_safetensors(zs_engine_t *zs, const char *path);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
+  ZS__ENG_ONE_CALL(zs, "zs_export_safetensors", export_safetensors(zs, path));
+}
+
+static zs_status_t export_safetensors(zs_engine_t *zs, const char *path) {
   static const char fn[] = "zs_export_safetensors";
   ZS_CHECK(zs__ck_check_call(zs, path, fn));
   if (zs__ck_mp_size(zs)) /* the same answer on every rank: nothing is written */
@@ -64,7 +71,7 @@ zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
                    "%s: this engine holds model-parallel part %d of %d, whose tensors are parts of the model's: "
                    "assemble whole tensors from every part (the trainer knows how each was split) and write those",
                    fn, zs->mp_rank, zs__ck_mp_size(zs));
-  ZS_CHECK(zs_flush(zs));
+  ZS_CHECK(zs__eng_flush(zs));
   zs_status_t st = ZS_OK;
   char tmp[CK_PATH + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -83,7 +90,7 @@ zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
   /* every rank joins each parameter's gather; rank 0 writes */
   zs_status_t wst = ZS_OK;
   for (int i = 0; i < zs->nparams; i++) {
-    ZS_CHECK_GOTO(zs_param_get(zs, i, buf), st, done);
+    ZS_CHECK_GOTO(zs__eng_param_get(zs, i, buf), st, done);
     if (zs->rank == 0 && wst == ZS_OK && fwrite(buf, 4, (size_t)zs->params[i].numel, f) != (size_t)zs->params[i].numel)
       wst = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
   }

@@ -477,7 +477,7 @@ static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) {
 }
 
 static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir) {
-  zs_status_t st = zs_flush(zs);
+  zs_status_t st = zs__eng_flush(zs);
   if (st == ZS_OK) st = zs_engine_synchronize(zs);
   ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: finishing pending work"));
   /* an id for this save's files, from rank 0's clock */

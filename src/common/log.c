@@ -1,15 +1,18 @@
 /* Logging: level filter, settable sink, default sink on stderr.
  *
  * The sink (callback and user pointer, one allocation, swapped as one pointer)
- * is read under a read lock for the whole call of the callback, and replaced
- * under the write lock: a callback never gets another's user pointer, and once
- * zs_log_set_callback returns no thread is still in the old callback, so its
- * owner may go. The lock prefers writers (a tight logging loop on other threads
- * cannot starve a replacement), so a thread already inside a callback does not
- * take it again: its own nested messages, and a replacement made from inside
- * a callback (which takes effect at once; the old sink is freed by the next
- * replacement from outside), read the pointer as it is. */
+ * is counted while a message is in its callback (refs), so a callback never
+ * gets another's user pointer, and zs_log_set_callback frees the old sink only
+ * once no thread is in it: when it returns, the old callback's owner may go.
+ * A message never waits: it counts itself in `entering` while it loads the
+ * pointer and takes its reference, and the replacement, after swapping the
+ * pointer, waits until `entering` has been 0 once (every message that could
+ * have loaded the old pointer has counted its reference by then) and then
+ * for the old sink's references to end. A replacement made from inside a
+ * callback (this thread holds a reference) takes effect at once and leaves the
+ * old sink to the next replacement from outside to free. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,20 +23,23 @@
 typedef struct sink {
   zs_log_fn cb;
   void *user;
+  atomic_int refs;   /* messages in the callback now */
   struct sink *next; /* on the retired list */
 } sink_t;
 
-#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
-static pthread_rwlock_t sink_rw = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
-#else
-static pthread_rwlock_t sink_rw = PTHREAD_RWLOCK_INITIALIZER;
-#endif
 static _Atomic(sink_t *) sink;      /* NULL: stderr */
+static atomic_int entering;         /* messages between loading `sink` and counting their reference */
 static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
 static sink_t *retired;             /* replaced from inside a callback: freed by the next replacement */
-static _Thread_local int in_sink;   /* this thread is inside the callback (holds the read lock) */
+static _Thread_local int in_sink;   /* this thread is inside a callback */
 static atomic_int level_override = -1; /* -1: take ZS_LOG */
 static atomic_int log_rank = -1;
+
+/* Returns once no message can still use s (it is no longer the sink). */
+static void sink_drain(sink_t *s) {
+  while (atomic_load(&entering)) sched_yield();
+  while (atomic_load(&s->refs)) sched_yield();
+}
 
 void zs_log_set_callback(zs_log_fn cb, void *user) {
   sink_t *n = NULL;
@@ -41,9 +47,12 @@ void zs_log_set_callback(zs_log_fn cb, void *user) {
     fprintf(stderr, "zeroshard ERROR log.c: zs_log_set_callback: out of memory: the sink is unchanged\n");
     return;
   }
-  if (n) *n = (sink_t){cb, user, NULL};
-  if (in_sink) {
-    sink_t *old = atomic_exchange(&sink, n);
+  if (n) {
+    n->cb = cb, n->user = user, n->next = NULL;
+    atomic_init(&n->refs, 0);
+  }
+  sink_t *old = atomic_exchange(&sink, n);
+  if (in_sink) { /* this thread may hold a reference to old: it cannot wait for it */
     if (old) {
       pthread_mutex_lock(&retired_mu);
       old->next = retired;
@@ -52,16 +61,17 @@ void zs_log_set_callback(zs_log_fn cb, void *user) {
     }
     return;
   }
-  pthread_rwlock_wrlock(&sink_rw);
-  sink_t *old = atomic_exchange(&sink, n);
   pthread_mutex_lock(&retired_mu);
   sink_t *r = retired;
   retired = NULL;
   pthread_mutex_unlock(&retired_mu);
-  pthread_rwlock_unlock(&sink_rw);
-  free(old);
+  if (old) {
+    sink_drain(old);
+    free(old);
+  }
   while (r) {
     sink_t *next = r->next;
+    sink_drain(r);
     free(r);
     r = next;
   }
@@ -102,16 +112,17 @@ void zs__log(zs_log_level_t level, const char *file, int line, const char *fmt, 
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
   if (atomic_load(&sink)) {
-    const int nested = in_sink;
-    if (!nested) pthread_rwlock_rdlock(&sink_rw);
+    atomic_fetch_add(&entering, 1);
     sink_t *k = atomic_load(&sink);
+    if (k) atomic_fetch_add(&k->refs, 1);
+    atomic_fetch_sub(&entering, 1);
     if (k) {
       in_sink++;
       k->cb(level, base, line, msg, k->user);
       in_sink--;
+      atomic_fetch_sub(&k->refs, 1);
+      return;
     }
-    if (!nested) pthread_rwlock_unlock(&sink_rw);
-    if (k) return;
   }
   static const char *const names[] = {"", "ERROR", "WARN", "INFO", "DEBUG"};
   int r = zs_log_rank();

@@ -308,6 +308,10 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+/* zs_flush and zs_param_get without taking the engine (for the calls that do:
+ * checkpoints, exports, imports, zs_param_set). */
+zs_status_t zs__eng_flush(zs_engine_t *zs);
+zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out);
 /* The body of a public call that runs `expr` as one call on the engine
  * (refused while another thread's runs): returns its status. */
 #define ZS__ENG_ONE_CALL(zs, fn, expr)                                          \

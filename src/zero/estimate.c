@@ -91,7 +91,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_estimate: engine and out must not be NULL");
   if (world == 0) world = zs->nshard; /* this engine's own: its shard group (the world when flat) */
   if (world < 1)
-    return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID,
+    return ZS_FAIL(NULL, ZS_ERR_INVALID, /* the thread's message only: any thread may call it */
                    "zs_engine_estimate: world %d must be >= 1, or 0 for this engine's own shard group", world);
   const zs_config_t *c = &zs->cfg;
   memset(out, 0, sizeof *out);

@@ -42,7 +42,6 @@ static zs_status_t check_param(const zs_engine_t *zs, int param, const char *wha
 /* Both calls are collective: a bad argument or a failed allocation on one rank
  * is agreed on (every rank gets it) before any collective that rank would miss. */
 static zs_status_t param_set(zs_engine_t *zs, int param, const float *full);
-static zs_status_t param_get(zs_engine_t *zs, int param, float *out);
 
 /* One call at a time on the engine (zs__eng_enter), as the step's calls. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
@@ -50,7 +49,7 @@ zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full) {
 }
 
 zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
-  ZS__ENG_ONE_CALL(zs, "zs_param_get", param_get(zs, param, out));
+  ZS__ENG_ONE_CALL(zs, "zs_param_get", zs__eng_param_get(zs, param, out));
 }
 
 static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
@@ -61,7 +60,7 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   zs_status_t st = check_param(zs, param, "zs_param_set");
   if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
   ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
-  ZS_CHECK(zs_flush(zs)); /* a delayed update lands first, then these values */
+  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
   /* a regather still in flight (after a step or that flush) would write the
    * old values over the new ones */
   st = zs_stream_synchronize(zs->dev, zs->ag_stream);
@@ -75,7 +74,7 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   return zs__eng_regather(zs, 0); /* the persistent units' gathered copies */
 }
 
-static zs_status_t param_get(zs_engine_t *zs, int param, float *out) {
+zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {
   zs_status_t st = check_param(zs, param, "zs_param_get");
   if (st == ZS_OK && !out) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
   if (st == ZS_OK) st = zs__eng_dpu_join(zs); /* the master is current once a delayed update is done */

@@ -153,8 +153,9 @@ static zs_status_t dpu_launch(zs_engine_t *zs, const zs_optim_hyper_t *h, int ap
   return ZS_OK;
 }
 
-zs_status_t zs_flush(zs_engine_t *zs) {
-  if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_flush: engine is NULL");
+zs_status_t zs_flush(zs_engine_t *zs) { ZS__ENG_ONE_CALL(zs, "zs_flush", zs__eng_flush(zs)); }
+
+zs_status_t zs__eng_flush(zs_engine_t *zs) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_flush before zs_engine_setup");
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE,
