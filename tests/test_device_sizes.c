@@ -162,8 +162,9 @@ static void test_cpu_flags(void) {
   }
 }
 
-/* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0; anything else keeps 60 and says so
- * (it was read with atof: "abc" kept 60 and "5s" gave 5, both in silence). The
+/* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0; anything else keeps 60 and says so,
+ * once a value, not at every device made (it was read with atof: "abc" kept
+ * 60 and "5s" gave 5, both in silence). The
  * shared host thread's info line gives the limit in use. */
 static void host_fn_limit_case(const char *value, const char *want_limit, int want_warn) {
   setenv("ZS_CPU_SHARED_HOST_THREAD", "1", 1);
@@ -192,6 +193,8 @@ static void test_host_fn_limit(void) {
   host_fn_limit_case("0", "for 60 s", 1);
   host_fn_limit_case("-3", "for 60 s", 1);
   host_fn_limit_case("inf", "for 60 s", 1);
+  host_fn_limit_case("inf", "for 60 s", 0); /* the same value at the next device: said once */
+  host_fn_limit_case("abc", "for 60 s", 1); /* another value: said again */
 }
 
 int main(void) {

@@ -543,7 +543,9 @@ static const zs_device_i cpu_iface = {
 };
 
 /* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0 (blanks around allowed); anything
- * else keeps 60 and says so. */
+ * else keeps 60 and says so, once for each value (not at every device made). */
+static pthread_mutex_t limit_warned_mu = PTHREAD_MUTEX_INITIALIZER;
+static char limit_warned[64];
 static double host_fn_limit(void) {
   const double def = 60.0;
   const char *v = getenv("ZS_CPU_HOST_FN_LIMIT_S");
@@ -554,6 +556,11 @@ static double host_fn_limit(void) {
   double t = strtod(v, &end);
   while (*end == ' ' || *end == '\t' || *end == '\n') end++;
   if (end != v && *end == '\0' && isfinite(t) && t > 0) return t;
+  pthread_mutex_lock(&limit_warned_mu);
+  const int again = !strncmp(limit_warned, v, sizeof limit_warned - 1) && strlen(v) < sizeof limit_warned;
+  snprintf(limit_warned, sizeof limit_warned, "%s", v);
+  pthread_mutex_unlock(&limit_warned_mu);
+  if (again) return def;
   char shown[4 * 64 + 8];
   zs__env_shown(shown, sizeof shown, v);
   ZS_LOG_W("ZS_CPU_HOST_FN_LIMIT_S='%s' is not a number of seconds above 0 (such as 60 or 2.5); using %g", shown,
