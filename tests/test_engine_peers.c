@@ -21,6 +21,9 @@
  *                         all-gather abandoned by an abort; rank 1's late
  *                         data lands in the gather buffer, which the device
  *                         keeps (it freed it: a heap-use-after-free)
+ *   test_poison_released  ZS_POISON_RELEASED: a pointer kept past zs_release
+ *                         reads NaN once its buffer went back (else the old
+ *                         values, silently)
  *   test_names_utf8       unit and parameter names that are not UTF-8 are
  *                         refused (they were written into manifest.json and
  *                         safetensors headers that no reader accepts)
@@ -44,6 +47,7 @@
  *                         warning, rank 0's, naming the step (it was one per
  *                         rank, each naming itself)
  * The comm `keep` finalizes MPI at the end. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -279,6 +283,44 @@ static void capture(zs_log_level_t level, const char *file, int line, const char
   if (!nwarn++) snprintf(warned, sizeof warned, "%s", msg);
 }
 
+/* ZS_POISON_RELEASED: a pointer kept past zs_release reads NaN once the
+ * buffer has gone back to the cache (a Fortran trial kept its forward pointer
+ * into backward at stage 3 and got wrong numbers silently); without it, the
+ * old values, plausible and wrong. */
+static void test_poison_released(void) {
+  for (int poison = 0; poison < 2; poison++) {
+    if (poison) setenv("ZS_POISON_RELEASED", "1", 1);
+    else unsetenv("ZS_POISON_RELEASED");
+    zs_config_t c = ZS_CONFIG_INIT;
+    c.stage = 3, c.prefetch = 0;
+    zs_engine_t *zs = NULL;
+    assert_ok(zs_engine_create(&zs, &c, kdev, keep));
+    int u = -1;
+    static void *w, *g;
+    expect_ok(zs_unit_add(zs, "u", &u));
+    expect_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){64}, 0, &w, &g, NULL));
+    expect_ok(zs_engine_setup(zs, NULL, NULL));
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = 1.5f;
+    expect_ok(zs_param_set(zs, 0, v));
+    expect_ok(zs_forward_begin(zs));
+    expect_ok(zs_gather(zs, u));
+    const float *kept = w;
+    expect_true(kept && kept[5] == 1.5f);
+    expect_ok(zs_release(zs, u));
+    expect_ok(zs_backward_begin(zs)); /* the released buffer goes back here */
+    expect_ok(zs_engine_synchronize(zs));
+    if (poison) expect_true(isnan(kept[5]) && isnan(kept[63]));
+    else expect_true(kept[5] == 1.5f);
+    expect_ok(zs_gather(zs, u));
+    memset(g, 0, 64 * sizeof(float)); /* cpu device: host memory */
+    expect_ok(zs_reduce(zs, u));
+    expect_ok(zs_step(zs, NULL));
+    zs_engine_destroy(zs);
+  }
+  unsetenv("ZS_POISON_RELEASED");
+}
+
 static void test_names_utf8(void) {
   zs_config_t c = ZS_CONFIG_INIT;
   zs_engine_t *zs = NULL;
@@ -473,6 +515,7 @@ int main(void) {
   zs_test_run(test_abort_still_warns);
   zs_test_run(test_abandoned_gather_kept);
   zs_test_run(test_names_utf8);
+  zs_test_run(test_poison_released);
   zs_test_run(test_last_error_clean);
   zs_test_run(test_ckpt_words);
   zs_test_run(test_group_split);

@@ -17,6 +17,10 @@
  * stage 3 it is valid between zs_gather and zs_release/zs_reduce, NULL otherwise,
  * except for persistent units (persist_threshold: units of at most that many
  * elements stay gathered), whose slots are valid from setup on as at stages 0-2.
+ * At stage 3 the address may differ at every gather (forward and backward of
+ * one step too): read the slot again after each zs_gather; a copy kept past
+ * zs_release reads another buffer, silently (ZS_POISON_RELEASED=1 fills
+ * released buffers with NaN to find such a copy).
  * A resident slot's address never changes, but its values are updated after each
  * zs_step on the engine's streams: zs_gather(u) orders the compute stream after
  * that update, so read a unit's parameters between zs_gather and zs_release.

@@ -100,6 +100,8 @@ static const char *const lib_names[] = {
     "ZS_CPU_SHARED_HOST_THREAD", "ZS_CPU_HOST_FN_LIMIT_S", "ZS_CPU_ASYNC_NULL_STREAM",
     /* src/comm/mpi.c */
     "ZS_MPI_RING_MIN_BYTES", "ZS_MPI_POLL", "ZS_MPI_STAGING",
+    /* src/zero/engine.c (a debugging switch) */
+    "ZS_POISON_RELEASED",
     /* src/config/config_env.c (zs_config_from_env, zs_config_apply_env) */
     "ZS_STAGE", "ZS_PARAM_DTYPE", "ZS_REDUCE_DTYPE", "ZS_OPTIM", "ZS_LR", "ZS_BETA1", "ZS_BETA2", "ZS_EPS",
     "ZS_WEIGHT_DECAY", "ZS_MOMENTUM", "ZS_NESTEROV", "ZS_OPTIM_STATE", "ZS_OPTIM_STATE_BLOCK", "ZS_GRAD_ACCUM", "ZS_GRAD_CLIP",

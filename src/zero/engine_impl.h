@@ -133,6 +133,7 @@ struct zs_engine {
   zs_comm_t *comm;
   int rank, world;
   int warned_blank_name; /* a declared name ended in blanks: said once (declare.c) */
+  int poison_released;   /* ZS_POISON_RELEASED: released gathered buffers filled with 0xFF bytes (NaN) */
   /* Hybrid sharding (cfg.shard_group): state is sharded over the shard group
    * (nshard consecutive ranks; this rank is shard_rank in it) and replicated
    * over the replica group (nrep ranks, one per shard group, same shard_rank).

@@ -131,9 +131,15 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
 
 /* The buffer goes back to the device's cache after its last use, queued on
  * `last` (the compute stream for a released unit, the all-gather stream for a
- * prefetch nobody used): no host wait, no free to the backend. */
+ * prefetch nobody used): no host wait, no free to the backend. With
+ * ZS_POISON_RELEASED it is filled with 0xFF bytes first (NaN in fp32, bf16 and
+ * fp16), so that a trainer reading through a pointer it kept past zs_release
+ * or zs_reduce sees NaN rather than plausible values. */
 static void drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last) {
-  zs__eng_free_on(zs, &u->full, (size_t)u->padded * zs->pb, ZS_MEM_GATHER, last);
+  const size_t bytes = (size_t)u->padded * zs->pb;
+  if (zs->poison_released && u->full && zs_memset_async(zs->dev, u->full, 0xFF, bytes, last) != ZS_OK)
+    ZS_LOG_W("ZS_POISON_RELEASED: filling unit '%s''s released buffer failed: %s", u->name, zs_last_error());
+  zs__eng_free_on(zs, &u->full, bytes, ZS_MEM_GATHER, last);
   u->st = ZS_U_IDLE;
 }
 
