@@ -313,7 +313,12 @@ static void test_poison_released(void) {
     if (poison) expect_true(isnan(kept[5]) && isnan(kept[63]));
     else expect_true(kept[5] == 1.5f);
     expect_ok(zs_gather(zs, u));
-    memset(g, 0, 64 * sizeof(float)); /* cpu device: host memory */
+    for (int i = 0; i < 64; i++) ((float *)g)[i] = 7.0f; /* cpu device: host memory */
+    /* and after the backward's gather and gradient: the block was not reused
+     * (the trial's stale pointer read the gradient buffer, poisoned or not) */
+    expect_ok(zs_engine_synchronize(zs));
+    if (poison) expect_true(isnan(kept[5]) && w != kept && g != kept);
+    else expect_true(!isnan(kept[5]));
     expect_ok(zs_reduce(zs, u));
     expect_ok(zs_step(zs, NULL));
     zs_engine_destroy(zs);

@@ -20,7 +20,7 @@
  * At stage 3 the address may differ at every gather (forward and backward of
  * one step too): read the slot again after each zs_gather; a copy kept past
  * zs_release reads another buffer, silently (ZS_POISON_RELEASED=1 fills
- * released buffers with NaN to find such a copy).
+ * released buffers with NaN and holds them for the pass, to find such a copy).
  * A resident slot's address never changes, but its values are updated after each
  * zs_step on the engine's streams: zs_gather(u) orders the compute stream after
  * that update, so read a unit's parameters between zs_gather and zs_release.

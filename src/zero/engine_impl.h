@@ -134,6 +134,8 @@ struct zs_engine {
   int rank, world;
   int warned_blank_name; /* a declared name ended in blanks: said once (declare.c) */
   int poison_released;   /* ZS_POISON_RELEASED: released gathered buffers filled with 0xFF bytes (NaN) */
+  struct zs__held *held; /* ... and held until the next zs_forward_begin (phases.c) */
+  int nheld, held_cap;
   /* Hybrid sharding (cfg.shard_group): state is sharded over the shard group
    * (nshard consecutive ranks; this rank is shard_rank in it) and replicated
    * over the replica group (nrep ranks, one per shard group, same shard_rank).
@@ -309,6 +311,9 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+/* ZS_POISON_RELEASED's held buffers back to the device's cache (on the compute
+ * stream; NULL: the streams are idle, at release). */
+void zs__eng_free_held(zs_engine_t *zs, zs_stream_t *s);
 /* zs_flush and zs_param_get without taking the engine (for the calls that do:
  * checkpoints, exports, imports, zs_param_set). */
 zs_status_t zs__eng_flush(zs_engine_t *zs);

@@ -8,6 +8,7 @@
  * waiting, so the bytes live at any call boundary do not depend on timing and a
  * step after the first takes nothing from the backend. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/wquant.h"
@@ -129,18 +130,43 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
   return ZS_OK;
 }
 
+/* ZS_POISON_RELEASED's buffers, filled and held (see drop_gathered). */
+struct zs__held {
+  void *p;
+  size_t bytes;
+};
+
 /* The buffer goes back to the device's cache after its last use, queued on
  * `last` (the compute stream for a released unit, the all-gather stream for a
  * prefetch nobody used): no host wait, no free to the backend. With
  * ZS_POISON_RELEASED it is filled with 0xFF bytes first (NaN in fp32, bf16 and
- * fp16), so that a trainer reading through a pointer it kept past zs_release
- * or zs_reduce sees NaN rather than plausible values. */
+ * fp16) and held until the next zs_forward_begin, so that no gather or
+ * gradient buffer of this pass reuses it: a trainer reading through a pointer
+ * it kept past zs_release or zs_reduce reads NaN rather than plausible values
+ * (a new-user trial's stale forward pointer read the unit's gradient buffer,
+ * which had taken over the block). */
 static void drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last) {
   const size_t bytes = (size_t)u->padded * zs->pb;
-  if (zs->poison_released && u->full && zs_memset_async(zs->dev, u->full, 0xFF, bytes, last) != ZS_OK)
-    ZS_LOG_W("ZS_POISON_RELEASED: filling unit '%s''s released buffer failed: %s", u->name, zs_last_error());
+  if (zs->poison_released && u->full) {
+    if (zs_memset_async(zs->dev, u->full, 0xFF, bytes, last) != ZS_OK)
+      ZS_LOG_W("ZS_POISON_RELEASED: filling unit '%s''s released buffer failed: %s", u->name, zs_last_error());
+    if (zs->nheld == zs->held_cap) {
+      int cap = zs->held_cap ? 2 * zs->held_cap : 16;
+      struct zs__held *n = realloc(zs->held, (size_t)cap * sizeof *n);
+      if (n) zs->held = n, zs->held_cap = cap;
+    }
+    if (zs->nheld < zs->held_cap) { /* else (no memory) it goes back at once */
+      zs->held[zs->nheld++] = (struct zs__held){u->full, bytes};
+      u->full = NULL;
+    }
+  }
   zs__eng_free_on(zs, &u->full, bytes, ZS_MEM_GATHER, last);
   u->st = ZS_U_IDLE;
+}
+
+void zs__eng_free_held(zs_engine_t *zs, zs_stream_t *s) {
+  for (int i = 0; i < zs->nheld; i++) zs__eng_free_on(zs, &zs->held[i].p, zs->held[i].bytes, ZS_MEM_GATHER, s);
+  zs->nheld = 0;
 }
 
 zs_status_t zs__eng_free_released(zs_engine_t *zs) {
@@ -253,6 +279,7 @@ static zs_status_t forward_begin(zs_engine_t *zs) {
                      "zs_forward_begin after %d rounds with grad_accum %d: call zs_step first", zs->round,
                      zs->cfg.grad_accum);
   }
+  zs__eng_free_held(zs, zs->compute); /* ZS_POISON_RELEASED: the last pass's */
   ZS_CHECK(zs__eng_free_released(zs));
   ZS_CHECK(zs__eng_free_grads(zs, 0));
   adopt_order(zs, ZS_PH_BACKWARD);

@@ -46,6 +46,10 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   if (zs->conv) zs__offload_conv_wait(zs->conv); /* it writes the host grad shards */
   zs_stream_synchronize(zs->dev, zs->compute);
   zs__tier_release(zs); /* its reader's copies first, then the file goes */
+  zs__eng_free_held(zs, NULL);
+  free(zs->held);
+  zs->held = NULL;
+  zs->held_cap = 0;
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
   zs__eng_free(zs, (void **)&zs->scalar, sizeof(double), ZS_MEM_COMM);
   zs__sumsq_plan_destroy(zs->norm_plan); /* compute is idle: its last run is done */

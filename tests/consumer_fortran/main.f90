@@ -41,7 +41,7 @@ module zs_f
       integer(c_int), value :: unit, ndim, flags
       character(kind=c_char) :: name(*)
       integer(c_int64_t) :: shape(*)
-      type(c_ptr) :: pslot, gslot
+      type(c_ptr), value :: pslot, gslot ! c_loc(slot), or c_null_ptr for none
       integer(c_int) :: pid
     end function
     integer(c_int) function zs_engine_setup(zs, init, user) bind(c)
@@ -141,7 +141,7 @@ program consumer_fortran
   integer :: provided, ierr, i, s
   type(c_ptr) :: dev = c_null_ptr, comm = c_null_ptr, zs = c_null_ptr
   ! the slots the engine writes until zs_engine_destroy: alive that long
-  type(c_ptr), save :: wslot = c_null_ptr, gslot = c_null_ptr
+  type(c_ptr), save, target :: wslot = c_null_ptr, gslot = c_null_ptr
   integer(c_int64_t), allocatable, target :: cfg(:) ! zs_config_t as opaque 8-byte-aligned bytes
   integer(c_int) :: unit, pid
   real(c_float), pointer :: w(:), g(:)
@@ -157,7 +157,7 @@ program consumer_fortran
              'zs_config_from_json')
   call check(zs_engine_create(zs, c_loc(cfg), dev, comm), 'zs_engine_create')
   call check(zs_unit_add(zs, 'layer' // c_null_char, unit), 'zs_unit_add')
-  call check(zs_param_add(zs, unit, trim(padded) // c_null_char, 1, [4_c_int64_t], 0, wslot, gslot, pid), &
+  call check(zs_param_add(zs, unit, trim(padded) // c_null_char, 1, [4_c_int64_t], 0, c_loc(wslot), c_loc(gslot), pid), &
              'zs_param_add')
   call check(zs_engine_setup(zs, c_null_funptr, c_null_ptr), 'zs_engine_setup')
   call check(zs_param_set(zs, pid, w0), 'zs_param_set')
