@@ -264,9 +264,14 @@ static void notice_text(const zs__fam_member_t *m, const notice_t *n, char *out,
   if (r >= 0) snprintf(who, sizeof who, "world rank %d (rank %d of this comm)", n->world_rank, r);
   else snprintf(who, sizeof who, "world rank %d%s", n->world_rank, m->fam_rank ? " (not in this comm)" : "");
   const char *scope = n->scope == SCOPE_COMM ? "this comm" : "every rank";
+  /* a timeout's notice comes from a rank that waited: another may be the one
+   * that did not arrive (this one, if it was late) */
   int k = n->status == ZS_OK ? snprintf(out, len, "%s left and told %s: ", who, scope) /* a revoke with ZS_OK */
-                             : snprintf(out, len, "%s failed with %s and told %s: ", who,
-                                        zs_status_name((zs_status_t)n->status), scope);
+          : n->status == ZS_ERR_TIMEOUT && n->scope == SCOPE_COMM
+              ? snprintf(out, len, "%s timed out waiting for the other ranks (ZS_ERR_TIMEOUT) and told %s: ", who,
+                         scope)
+              : snprintf(out, len, "%s failed with %s and told %s: ", who, zs_status_name((zs_status_t)n->status),
+                         scope);
   if (k < 0 || (size_t)k >= len) return;
   size_t ml = strnlen(n->msg, sizeof n->msg); /* the reason, cut to what fits */
   if (ml > len - (size_t)k - 1) ml = len - (size_t)k - 1;
@@ -284,6 +289,7 @@ static void dispatch(zs__family_t *f, const notice_t *n) {
   zs_status_t st = n->status == ZS_ERR_TIMEOUT ? ZS_ERR_TIMEOUT : ZS_ERR_PEER;
   for (zs__fam_member_t *m = f->members; m; m = m->next) {
     if (n->scope == SCOPE_COMM && m->id != n->id) continue;
+    if (n->scope == SCOPE_COMM) m->told = 1;
     char text[ZS_ERRBUF];
     notice_text(m, n, text, sizeof text);
     m->on_notice(m->ctx, st, text);
@@ -354,7 +360,7 @@ void zs__family_tell(zs__fam_member_t *m, zs_status_t st, const char *msg) {
   notice_t n;
   notice_fill(m, &n, SCOPE_COMM, st, msg);
   pthread_mutex_lock(&f->mu);
-  send_all(f, &n, NULL);
+  if (send_all(f, &n, NULL) == ZS_OK) m->told = 1;
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -362,7 +368,7 @@ int zs__family_told(zs__fam_member_t *m) {
   zs__family_t *f = m->fam;
   if (!f) return 0;
   pthread_mutex_lock(&f->mu);
-  int r = f->told || f->heard;
+  int r = f->told || f->heard || m->told;
   pthread_mutex_unlock(&f->mu);
   return r;
 }

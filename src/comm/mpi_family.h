@@ -48,6 +48,8 @@ typedef struct zs__fam_member {
   uint32_t nsplit;             /* splits made from this comm so far (the caller's thread) */
   int rank, size;              /* in the comm */
   int *fam_rank;               /* [size]: each rank's rank in the family's root; NULL: unknown (owned) */
+  int told;                    /* this comm's ranks were told of a failure: this rank told them (its op's
+                                  timeout or error), or another's notice for this comm came (the mutex) */
   /* Breaks the comm with st and msg (a notice, or this rank's revoke): any
    * thread, the family's mutex held. */
   void (*on_notice)(void *ctx, zs_status_t st, const char *msg);
@@ -95,8 +97,10 @@ void zs__family_tell(zs__fam_member_t *m, zs_status_t st, const char *msg);
  * ZS_ERR_COMM when a notice could not be posted; ZS_ERR_UNSUPPORTED when m has
  * no family (its comm alone is broken). The message goes into err (may be NULL). */
 zs_status_t zs__family_revoke(zs__fam_member_t *m, zs_status_t why, const char *msg, char *err);
-/* Whether every rank of m's family has been told of a failure or a departure:
- * this rank revoked, or another rank's revoke reached it. No MPI call. */
+/* Whether the ranks of m's comm have been told of a failure or a departure:
+ * this rank revoked, or another rank's revoke reached it (the whole family),
+ * or a failure of this comm's own was told to its ranks by this rank or
+ * reached it from another. No MPI call. */
 int zs__family_told(zs__fam_member_t *m);
 
 #endif
