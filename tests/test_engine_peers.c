@@ -24,6 +24,9 @@
  *   test_poison_released  ZS_POISON_RELEASED: a pointer kept past zs_release
  *                         reads NaN once its buffer went back (else the old
  *                         values, silently)
+ *   test_eval_kept_then_set  reshard_after_forward off: an evaluation pass,
+ *                         zs_param_set, and the next forward gathers the new
+ *                         values (it used the eval's kept buffer, old values)
  *   test_names_utf8       unit and parameter names that are not UTF-8 are
  *                         refused (they were written into manifest.json and
  *                         safetensors headers that no reader accepts)
@@ -283,6 +286,24 @@ static void capture(zs_log_level_t level, const char *file, int line, const char
   if (!nwarn++) snprintf(warned, sizeof warned, "%s", msg);
 }
 
+/* A stage-3 engine of one unit (id 0) holding one parameter "w" of 64 floats,
+ * all `value`, no prefetch; its slots in the static w1_slot, g1_slot. */
+static void *w1_slot, *g1_slot;
+static zs_engine_t *one_unit_engine(int reshard_after_forward, float value) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3, c.prefetch = 0, c.reshard_after_forward = reshard_after_forward;
+  zs_engine_t *zs = NULL;
+  if (zs_engine_create(&zs, &c, kdev, keep) != ZS_OK) return NULL;
+  int u = -1;
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = value;
+  expect_ok(zs_unit_add(zs, "u", &u));
+  expect_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){64}, 0, &w1_slot, &g1_slot, NULL));
+  expect_ok(zs_engine_setup(zs, NULL, NULL));
+  expect_ok(zs_param_set(zs, 0, v));
+  return zs;
+}
+
 /* ZS_POISON_RELEASED: a pointer kept past zs_release reads NaN once the
  * buffer has gone back to the cache (a Fortran trial kept its forward pointer
  * into backward at stage 3 and got wrong numbers silently); without it, the
@@ -291,21 +312,13 @@ static void test_poison_released(void) {
   for (int poison = 0; poison < 2; poison++) {
     if (poison) setenv("ZS_POISON_RELEASED", "1", 1);
     else unsetenv("ZS_POISON_RELEASED");
-    zs_config_t c = ZS_CONFIG_INIT;
-    c.stage = 3, c.prefetch = 0;
-    zs_engine_t *zs = NULL;
-    assert_ok(zs_engine_create(&zs, &c, kdev, keep));
-    int u = -1;
-    static void *w, *g;
-    expect_ok(zs_unit_add(zs, "u", &u));
-    expect_ok(zs_param_add(zs, u, "w", 1, (int64_t[]){64}, 0, &w, &g, NULL));
-    expect_ok(zs_engine_setup(zs, NULL, NULL));
-    float v[64];
-    for (int i = 0; i < 64; i++) v[i] = 1.5f;
-    expect_ok(zs_param_set(zs, 0, v));
+    zs_engine_t *zs = one_unit_engine(1, 1.5f);
+    assert_true(zs != NULL);
+    const int u = 0;
+    void *const *w = &w1_slot, *const *g = &g1_slot;
     expect_ok(zs_forward_begin(zs));
     expect_ok(zs_gather(zs, u));
-    const float *kept = w;
+    const float *kept = *w;
     expect_true(kept && kept[5] == 1.5f);
     expect_ok(zs_release(zs, u));
     expect_ok(zs_backward_begin(zs)); /* the released buffer goes back here */
@@ -313,17 +326,42 @@ static void test_poison_released(void) {
     if (poison) expect_true(isnan(kept[5]) && isnan(kept[63]));
     else expect_true(kept[5] == 1.5f);
     expect_ok(zs_gather(zs, u));
-    for (int i = 0; i < 64; i++) ((float *)g)[i] = 7.0f; /* cpu device: host memory */
+    for (int i = 0; i < 64; i++) ((float *)*g)[i] = 7.0f; /* cpu device: host memory */
     /* and after the backward's gather and gradient: the block was not reused
      * (the trial's stale pointer read the gradient buffer, poisoned or not) */
     expect_ok(zs_engine_synchronize(zs));
-    if (poison) expect_true(isnan(kept[5]) && w != kept && g != kept);
+    if (poison) expect_true(isnan(kept[5]) && *w != kept && *g != kept);
     else expect_true(!isnan(kept[5]));
     expect_ok(zs_reduce(zs, u));
     expect_ok(zs_step(zs, NULL));
     zs_engine_destroy(zs);
   }
   unsetenv("ZS_POISON_RELEASED");
+}
+
+/* An evaluation pass with reshard_after_forward off, then zs_param_set: the
+ * next forward gathers the new values (zs_forward_end left the units kept
+ * for a backward that never came, and the next gather used them as they
+ * were, with the old values, silently). */
+static void test_eval_kept_then_set(void) {
+  zs_engine_t *zs = one_unit_engine(0, 1.0f);
+  assert_true(zs != NULL);
+  const int u = 0;
+  void *const *w = &w1_slot;
+  float v[64];
+  expect_ok(zs_forward_begin(zs)); /* an evaluation pass */
+  expect_ok(zs_gather(zs, u));
+  expect_true(((const float *)*w)[3] == 1.0f);
+  expect_ok(zs_release(zs, u));
+  expect_ok(zs_forward_end(zs));
+  for (int i = 0; i < 64; i++) v[i] = 2.0f;
+  expect_ok(zs_param_set(zs, 0, v));
+  expect_ok(zs_forward_begin(zs));
+  expect_ok(zs_gather(zs, u));
+  expect_true(*w && ((const float *)*w)[3] == 2.0f && ((const float *)*w)[63] == 2.0f);
+  expect_ok(zs_release(zs, u));
+  expect_ok(zs_forward_end(zs));
+  zs_engine_destroy(zs);
 }
 
 static void test_names_utf8(void) {
@@ -521,6 +559,7 @@ int main(void) {
   zs_test_run(test_abandoned_gather_kept);
   zs_test_run(test_names_utf8);
   zs_test_run(test_poison_released);
+  zs_test_run(test_eval_kept_then_set);
   zs_test_run(test_last_error_clean);
   zs_test_run(test_ckpt_words);
   zs_test_run(test_group_split);

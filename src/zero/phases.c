@@ -295,6 +295,11 @@ static zs_status_t forward_end(zs_engine_t *zs) {
   if (zs->phase != ZS_PH_FORWARD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_forward_end without zs_forward_begin");
   ZS_CHECK(check_no_held(zs, "zs_forward_end"));
+  /* no backward follows: units kept for it (reshard_after_forward off) go too;
+   * kept, the next pass used them ungathered, with the values from before a
+   * zs_param_set or a checkpoint load in between */
+  for (int i = 0; i < zs->nunits; i++)
+    if (zs->units[i].st == ZS_U_KEPT) zs->units[i].st = ZS_U_RELEASED;
   ZS_CHECK(zs__eng_free_released(zs));
   ZS_CHECK(zs__eng_evict_prefetched(zs));
   /* an evaluation pass: the predicted order stays the training one */
