@@ -543,7 +543,8 @@ static const zs_device_i cpu_iface = {
 };
 
 /* ZS_CPU_HOST_FN_LIMIT_S: seconds above 0 (blanks around allowed); anything
- * else keeps 60 and says so, once for each value (not at every device made). */
+ * else keeps 60 and says so, not again at the next device made with the same
+ * value (the last one warned about is remembered). */
 static pthread_mutex_t limit_warned_mu = PTHREAD_MUTEX_INITIALIZER;
 static char limit_warned[64];
 static double host_fn_limit(void) {

@@ -384,6 +384,7 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
   if (!zs) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_set_stream: engine is NULL");
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_set_stream: change the compute stream between steps");
+  zs__eng_free_held(zs, 0); /* ZS_POISON_RELEASED's, ordered on the old stream while it lives */
   zs->compute = compute;
   return ZS_OK;
 }

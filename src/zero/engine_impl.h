@@ -311,9 +311,10 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
 static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
-/* ZS_POISON_RELEASED's held buffers back to the device's cache (on the compute
- * stream; NULL: the streams are idle, at release). */
-void zs__eng_free_held(zs_engine_t *zs, zs_stream_t *s);
+/* ZS_POISON_RELEASED's held buffers back to the device's cache, each on the
+ * stream of its fill and last use (idle: the streams are synchronised, at
+ * release). */
+void zs__eng_free_held(zs_engine_t *zs, int idle);
 /* zs_flush and zs_param_get without taking the engine (for the calls that do:
  * checkpoints, exports, imports, zs_param_set). */
 zs_status_t zs__eng_flush(zs_engine_t *zs);

@@ -134,6 +134,7 @@ zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int ui) {
 struct zs__held {
   void *p;
   size_t bytes;
+  zs_stream_t *last; /* its fill and last use were queued here: its free is too */
 };
 
 /* The buffer goes back to the device's cache after its last use, queued on
@@ -156,7 +157,7 @@ static void drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last) {
       if (n) zs->held = n, zs->held_cap = cap;
     }
     if (zs->nheld < zs->held_cap) { /* else (no memory) it goes back at once */
-      zs->held[zs->nheld++] = (struct zs__held){u->full, bytes};
+      zs->held[zs->nheld++] = (struct zs__held){u->full, bytes, last};
       u->full = NULL;
     }
   }
@@ -164,8 +165,9 @@ static void drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last) {
   u->st = ZS_U_IDLE;
 }
 
-void zs__eng_free_held(zs_engine_t *zs, zs_stream_t *s) {
-  for (int i = 0; i < zs->nheld; i++) zs__eng_free_on(zs, &zs->held[i].p, zs->held[i].bytes, ZS_MEM_GATHER, s);
+void zs__eng_free_held(zs_engine_t *zs, int idle) {
+  for (int i = 0; i < zs->nheld; i++)
+    zs__eng_free_on(zs, &zs->held[i].p, zs->held[i].bytes, ZS_MEM_GATHER, idle ? NULL : zs->held[i].last);
   zs->nheld = 0;
 }
 
@@ -279,7 +281,7 @@ static zs_status_t forward_begin(zs_engine_t *zs) {
                      "zs_forward_begin after %d rounds with grad_accum %d: call zs_step first", zs->round,
                      zs->cfg.grad_accum);
   }
-  zs__eng_free_held(zs, zs->compute); /* ZS_POISON_RELEASED: the last pass's */
+  zs__eng_free_held(zs, 0); /* ZS_POISON_RELEASED: the last pass's */
   ZS_CHECK(zs__eng_free_released(zs));
   ZS_CHECK(zs__eng_free_grads(zs, 0));
   adopt_order(zs, ZS_PH_BACKWARD);

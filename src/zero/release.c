@@ -46,7 +46,7 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   if (zs->conv) zs__offload_conv_wait(zs->conv); /* it writes the host grad shards */
   zs_stream_synchronize(zs->dev, zs->compute);
   zs__tier_release(zs); /* its reader's copies first, then the file goes */
-  zs__eng_free_held(zs, NULL);
+  zs__eng_free_held(zs, 1);
   free(zs->held);
   zs->held = NULL;
   zs->held_cap = 0;
