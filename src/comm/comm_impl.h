@@ -164,9 +164,10 @@ zs_status_t zs__comm_host_coll(zs_comm_t *c, zs_coll_kind_t kind, void *buf, siz
  * by a timeout may still be written when its peer sends late, and MPI cannot
  * cancel it (zeroshard/comm.h). A layer destroying its buffers after a transfer
  * failure hands them here instead of freeing them: `bufs` is its array of n
- * buffer pointers (host or device memory, allocated as it pleases); the array
- * and the buffers belong to the keep-list from then on, which never frees them
- * and keeps them reachable until exit. The caller forgets both (sets its
+ * buffer pointers (host or device memory, allocated as it pleases), or any
+ * block holding such pointers (the mpi comm's outstanding orphans, n their
+ * requests); the block and the buffers belong to the keep-list from then on,
+ * which never frees them and keeps them reachable until exit. The caller forgets both (sets its
  * pointer to NULL) and logs why. Without memory for the list entry they are
  * leaked, still not freed. NULL does nothing. Any thread. */
 void zs__comm_keep(void *bufs, int n);

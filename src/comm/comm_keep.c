@@ -3,7 +3,8 @@
  * A receive ended by a timeout may still be written when its peer sends late,
  * and a send may still be read: MPI cannot cancel either (zeroshard/comm.h). A
  * layer that owns such buffers (the pipeline runtime's pool, the parameter
- * server's receive buffers) hands them here when it is destroyed after a
+ * server's receive buffers, the mpi comm's orphans still outstanding at its
+ * destroy, with their scratch) hands them here when it is destroyed after a
  * failure. The list is never walked and never freed: it only keeps the blocks
  * reachable, so the memory stays valid for the late transfer and leak checkers
  * see it as live. */

@@ -263,10 +263,14 @@ static void mpi_destroy(void *vctx) {
       zs__mpi_scratch_free(ctx, o->scratch, o->scratch_bytes);
       zs__mpi_scratch_free(ctx, o->src, o->src_bytes);
       for (int k = 0; k < 2; k++) zs__device_unquarantine(ctx->dev, o->q[k], o->qbytes[k]);
-    }
-    else
+      free(o);
+    } else {
+      /* the orphan (its requests, and the scratch they may write) stays
+       * reachable on the keep-list: freed, its scratch was lost to a leak */
       outstanding++;
-    free(o);
+      o->next = NULL;
+      zs__comm_keep(o, o->nreq);
+    }
   }
   if (!fin) {
     ctx_free_mpi_objects(ctx);
