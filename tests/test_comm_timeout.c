@@ -16,7 +16,8 @@
  *
  * At the same time, on comm C, rank 0 queues a sendrecv with rank 1, which
  * never calls: both of its requests (a send waiting for a receive, an open
- * receive) are abandoned on the timeout. */
+ * receive) are abandoned on the timeout. And on comm D, whose all_reduce takes
+ * the ring, rank 0's timeout names the neighbour whose segment never came. */
 #include <stdlib.h>
 
 #include "common/common.h"
@@ -25,9 +26,10 @@
 #include "zeroshard/device.h"
 
 static zs_device_t *dev;
-static zs_comm_t *A, *B, *C;
+static zs_comm_t *A, *B, *C, *D; /* D: every all_reduce on the ring (ZS_MPI_RING_MIN_BYTES=0) */
 static float buf[1001];
 static float xbuf[2][1 << 16]; /* sendrecv's: 256 KB each way, past the eager limit */
+static float rbuf[4096];
 
 /* comm B is healthy on every rank */
 static void check_b(void) {
@@ -51,11 +53,20 @@ static void test_timeout(void) {
     double t0 = zs__now();
     expect_ok(zs_comm_all_reduce(A, buf, buf, 1001, ZS_FP32, ZS_SUM, s)); /* queued */
     expect_ok(zs_comm_sendrecv(C, xbuf[0], 1 << 16, 1, xbuf[1], 1 << 16, 1, ZS_FP32, s2));
+    zs_stream_t *s3 = NULL;
+    assert_ok(zs_stream_create(dev, &s3));
+    expect_ok(zs_comm_all_reduce(D, rbuf, rbuf, 4096, ZS_FP32, ZS_SUM, s3)); /* on the ring */
     check_b();
     expect_status(zs_stream_synchronize(dev, s), ZS_ERR_TIMEOUT);
     double dt = zs__now() - t0;
     expect_true(dt >= 1.9 && dt < 10.0);
     expect_status(zs_stream_synchronize(dev, s2), ZS_ERR_TIMEOUT);
+    /* the ring names the neighbour it waits for: rank 0 receives from the last rank */
+    expect_status(zs_stream_synchronize(dev, s3), ZS_ERR_TIMEOUT);
+    char want[96];
+    snprintf(want, sizeof want, "still waits for a segment from rank %d", zs_comm_size(D) - 1);
+    expect_str_contains(zs_comm_last_error(D), want);
+    zs_stream_destroy(dev, s3);
     expect_true(zs__now() - t0 < 10.0);
     expect_int_eq(zs_comm_async_error(C), ZS_ERR_TIMEOUT);
     expect_str_contains(zs_comm_last_error(C), "(sendrecv) did not complete");
@@ -83,12 +94,14 @@ int main(void) {
   setenv("ZS_COMM_TIMEOUT_S", "2", 1);
   zs__settings_reload();
   if (zs_device_create_cpu(&dev) != ZS_OK || zs_comm_create_mpi_world(&A, dev) != ZS_OK ||
-      zs_comm_create_mpi_world(&B, dev) != ZS_OK || zs_comm_create_mpi_world(&C, dev) != ZS_OK) {
+      zs_comm_create_mpi_world(&B, dev) != ZS_OK || zs_comm_create_mpi_world(&C, dev) != ZS_OK ||
+      (setenv("ZS_MPI_RING_MIN_BYTES", "0", 1), zs_comm_create_mpi_world(&D, dev)) != ZS_OK) {
     fprintf(stderr, "setup failed: %s\n", zs_last_error());
     return 1;
   }
   zs_t_rank = zs_comm_rank(A);
   if (zs_comm_size(A) < 2) {
+    zs_comm_destroy(D);
     zs_comm_destroy(C);
     zs_comm_destroy(A);
     zs_comm_destroy(B);
@@ -97,6 +110,7 @@ int main(void) {
   }
   zs_test_run(test_timeout);
   int rc = zs_test_finish();
+  zs_comm_destroy(D);
   zs_comm_destroy(C);
   zs_comm_destroy(A);
   zs_comm_destroy(B);

@@ -142,6 +142,10 @@ typedef struct {
   double t0, t, busy_s, spin_s, limit;
   long pause;
   unsigned it;
+  /* optional: what the op still waits for, added to its timeout's message
+   * (the ring names the neighbour whose segment has not come) */
+  void (*why)(void *arg, char *out, size_t n);
+  void *why_arg;
 } poller_t;
 
 void zs__mpi_poller_init(poller_t *p, double busy_s, int spin);

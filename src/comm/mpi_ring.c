@@ -240,6 +240,24 @@ static zs_status_t ring_step_done(ring_t *R, int j) {
   return ZS_OK;
 }
 
+/* For a timeout's message: which neighbour the ring still waits on (a rank
+ * receives its segments from the previous rank and sends to the next). */
+static void ring_why(void *arg, char *out, size_t n) {
+  const ring_t *R = arg;
+  int recv_open = 0, send_open = 0;
+  for (int j = 0; j < R->nlanes; j++) {
+    if (R->lane[j].seg >= R->nseg) continue;
+    recv_open |= R->req[2 * j] != MPI_REQUEST_NULL;
+    send_open |= R->req[2 * j + 1] != MPI_REQUEST_NULL;
+  }
+  const int prev = (R->r + R->N - 1) % R->N, next = (R->r + 1) % R->N;
+  if (recv_open)
+    snprintf(out, n, "on the ring, this rank still waits for a segment from rank %d (if that rank waits too, "
+             "the one that stopped is further back)", prev);
+  else if (send_open)
+    snprintf(out, n, "on the ring, rank %d has not taken this rank's segment", next);
+}
+
 /* Runs a planned ring op to the end, polling like zs__mpi_wait_req. */
 static zs_status_t ring_run(ring_t *R, const char *what, double busy_s) {
   mpi_ctx_t *ctx = R->ctx;
@@ -258,6 +276,7 @@ static zs_status_t ring_run(ring_t *R, const char *what, double busy_s) {
   }
   poller_t p;
   zs__mpi_poller_init(&p, busy_s, ctx->spin_coll);
+  p.why = ring_why, p.why_arg = R;
   while (active) {
     int moved = 0, burst = zs__mpi_poller_burst(&p);
     for (int b = 0; b < burst && !moved; b++) {

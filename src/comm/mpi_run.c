@@ -75,6 +75,8 @@ void zs__mpi_poller_init(poller_t *p, double busy_s, int spin) {
   p->spin_s = spin ? busy_s : 0;
   p->pause = 1000;
   p->it = 0;
+  p->why = NULL;
+  p->why_arg = NULL;
 }
 
 /* How many tests to make back to back before the next zs__mpi_poller_idle. */
@@ -90,11 +92,14 @@ zs_status_t zs__mpi_poller_idle(mpi_ctx_t *ctx, poller_t *p, const char *what) {
   if (atomic_load(&ctx->broken))
     return zs__fail_quiet(NULL, (zs_status_t)atomic_load(&ctx->broken),
                           "mpi comm (rank %d): %s abandoned: the comm was aborted", ctx->rank, what);
-  if (p->limit > 0 && p->t - p->t0 > p->limit)
+  if (p->limit > 0 && p->t - p->t0 > p->limit) {
+    char why[160] = "";
+    if (p->why) p->why(p->why_arg, why, sizeof why);
     return ZS_FAIL(ctx->comm->err, ZS_ERR_TIMEOUT,
-                   "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s: "
+                   "mpi comm (rank %d of %d): %s did not complete within ZS_COMM_TIMEOUT_S=%g s%s%s: "
                    "a rank died (exited or was killed), is stuck, or the ranks issued different collectives",
-                   ctx->rank, ctx->size, what, p->limit);
+                   ctx->rank, ctx->size, what, p->limit, *why ? "; " : "", why);
+  }
   if (p->t - p->t0 < p->spin_s || (ctx->spin_idle && zs__device_host_waiting(ctx->dev))) {
     sched_yield();
   } else {
