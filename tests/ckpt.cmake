@@ -3,7 +3,8 @@
 # the safetensors export; test_ckpt_checks: edited manifests and rank files whose
 # fields fail their checks, through the load, verify and the zs-ckpt tool; 1-4
 # cpu ranks. test_ckpt_saves: saves meeting in one directory (mixed parts,
-# another layout's leftovers, a rank saving elsewhere); 2 ranks.
+# another layout's leftovers, a rank saving elsewhere); 2 ranks. test_ckpt_async: saves written in
+# the background (zs_checkpoint_save_async / _wait), their failures; 1-3 ranks.
 if(TARGET zs_ckpt)
   set(zs_ckpt_tool_env "")
   if(TARGET zs-ckpt)
@@ -13,7 +14,9 @@ if(TARGET zs_ckpt)
   zs_add_test(NAME test_ckpt_checks SOURCES test_ckpt_checks.c LIBS zeroshard_static PkgConfig::CJSON
               PkgConfig::ZLIB RANKS 1 2 3 4 TIMEOUT 120 ENV ${zs_ckpt_tool_env})
   zs_add_test(NAME test_ckpt_saves SOURCES test_ckpt_saves.c LIBS zeroshard_static PkgConfig::CJSON RANKS 2 TIMEOUT 120)
-  foreach(t test_ckpt test_ckpt_checks test_ckpt_saves)
+  zs_add_test(NAME test_ckpt_async SOURCES test_ckpt_async.c LIBS zeroshard_static PkgConfig::CJSON RANKS 1 2 3
+              TIMEOUT 120)
+  foreach(t test_ckpt test_ckpt_checks test_ckpt_saves test_ckpt_async)
     if(ZS_HAVE_NCCL)
       target_include_directories(${t} PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
     endif()

@@ -82,6 +82,34 @@ extern "C" {
  * nothing (two models' engines in one folder left only the second's, which
  * both then loaded). */
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
+/* zs_checkpoint_save in the background, for saves that should not stop
+ * training. Collective and between steps, as zs_checkpoint_save, with its
+ * checks; it returns once every rank has copied its rank file (its shard of the
+ * master, m and v: the bytes zs_checkpoint_save writes) into host memory, and a
+ * thread of the library writes, fsyncs and renames that file while the
+ * trainer goes on. zs_checkpoint_wait then puts the manifest in place (last,
+ * as ever): until it returns ZS_OK the directory's previous checkpoint is the
+ * one that loads, and a crash or failure leaves that one. The copy takes host
+ * memory of the rank file's size (counted ZS_MEM_OTHER, freed once the file is
+ * written); a rank that cannot have it makes the call ZS_ERR_NOMEM on every
+ * rank, nothing saved (zs_checkpoint_save needs no such copy).
+ * A save still pending is finished first (as zs_checkpoint_wait) by
+ * zs_checkpoint_save, zs_checkpoint_save_async and zs_checkpoint_load; when it
+ * failed they return its error, naming it, and do nothing else.
+ * zs_engine_destroy with a save pending waits for its writing, then removes
+ * this rank's file of it, with a warning: call zs_checkpoint_wait before. */
+zs_status_t zs_checkpoint_save_async(zs_engine_t *zs, const char *dir);
+/* Collective, between steps (ZS_ERR_STATE otherwise): waits until every rank's
+ * file of the pending background save is written, then finishes it as
+ * zs_checkpoint_save does, returning its outcome (zs_checkpoint_save's errors:
+ * a write that failed on one rank is ZS_ERR_IO on every rank, naming the rank
+ * and the file, and its files are removed). ZS_OK when none is pending. */
+zs_status_t zs_checkpoint_wait(zs_engine_t *zs);
+/* 1 while this rank's file of a background save is still being written; 0
+ * once it is written (zs_checkpoint_wait then waits for the other ranks and
+ * the manifest only), when none is pending, and for NULL. Not collective; from
+ * the thread that drives the engine. */
+int zs_checkpoint_writing(const zs_engine_t *zs);
 /* Loads the checkpoint in `dir` into an engine that was set up with the same
  * parameters (names, shapes, order); restores the step count and loss scale.
  * A checkpoint of another model-parallel layout (or of none) loads when the

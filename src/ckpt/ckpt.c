@@ -18,21 +18,19 @@
 
 const char *const zs__ck_kind_names[K_COUNT] = {"master", "m", "v"};
 
-uint32_t zs__ck_crc(const void *p, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
+uint32_t zs__ck_crc_more(uint32_t c, const void *p, size_t n) {
+  uLong r = c;
   const Bytef *b = p;
   while (n) { /* zlib takes uInt lengths */
     uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-    c = crc32(c, b, k);
+    r = crc32(r, b, k);
     b += k;
     n -= k;
   }
-  return (uint32_t)c;
+  return (uint32_t)r;
 }
 
-uint32_t zs__ck_crc_more(uint32_t c, const void *p, size_t n) {
-  return (uint32_t)crc32((uLong)c, (const Bytef *)p, (uInt)n); /* n <= CK_CHUNK * 4 */
-}
+uint32_t zs__ck_crc(const void *p, size_t n) { return zs__ck_crc_more((uint32_t)crc32(0L, Z_NULL, 0), p, n); }
 
 /* ---- the manifest's checksum ------------------------------------------------------ */
 

@@ -140,6 +140,42 @@ char *zs__ck_manifest_seal(const char *json, uint32_t *crc);
  * records and *body the length of the text it covers. */
 int zs__ck_manifest_sealed(const char *text, size_t n, uint32_t *crc, size_t *body);
 
+/* ---- ckpt_save.c: a save's steps; ckpt_async.c runs them apart ---- */
+
+/* One save in the making. */
+typedef struct {
+  const char *fn; /* the public call, in messages */
+  uint64_t id;
+  uint32_t mcrc;  /* the manifest's checksum (every rank's copy) */
+  char *text;     /* the manifest (rank 0 of each part; NULL elsewhere) */
+  long long step; /* the step saved */
+} ck_save_t;
+
+/* The call's checks and agreements (path, layout words, the folder's owner),
+ * after finishing a background save still pending: *dir (to free()) is top
+ * or top/mp<rank>. ZS_ERR_STATE (not set up, in a step) returns at once,
+ * without a collective. */
+zs_status_t zs__ck_save_start(zs_engine_t *zs, const char *top, const char *fn, char **dir);
+/* Pending work finished, the id agreed, the directory made, the manifest made
+ * (s->text on rank 0) and its checksum shared. On failure s->text is freed. */
+zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s);
+/* This rank's file, whole, in host memory (*buf of *bytes, counted
+ * ZS_MEM_OTHER; free with zs_device_host_free), its blocks' CRCs not yet
+ * computed: zs__ck_seal_snapshot computes them (any thread; blk the int8
+ * state block, 0 without), ZS_ERR_INTERNAL with the message in err (n bytes)
+ * when the copy's blocks do not end where it ends. */
+zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, void **buf, int64_t *bytes);
+zs_status_t zs__ck_seal_snapshot(void *buf, int64_t bytes, int blk, char *err, size_t n);
+/* From `st`, this rank's outcome of writing its file (wrote: the file is in
+ * place): agreed, then the manifest put in place (or every new rank file
+ * removed), older saves removed, the folder recorded as this engine's. Frees
+ * s->text. */
+zs_status_t zs__ck_save_commit(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s, zs_status_t st,
+                               int wrote);
+/* Finishes a background save (zs_checkpoint_wait's work) if one is pending:
+ * ZS_OK when none; else its outcome, its message prefixed by fn. */
+zs_status_t zs__ck_async_finish(zs_engine_t *zs, const char *fn);
+
 /* ---- ckpt_split.c: how a tensor is split (zs_split_t, checked and resolved) ---- */
 
 /* A tensor's place in its whole tensor: vndim 0 is the whole tensor `whole`

@@ -302,6 +302,7 @@ static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   /* as zs_checkpoint_save: a bad path on one rank fails every rank */
   zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_load");
   if (!zs || st == ZS_ERR_STATE) return st;
+  ZS_CHECK(zs__ck_async_finish(zs, "zs_checkpoint_load")); /* a background save still pending: it may be this one */
   char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");

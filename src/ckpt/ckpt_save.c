@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "memory/memory.h"   /* defines: zs__host_room */
 #include "mesh/mesh_impl.h" /* defines: zs__mesh_fnv */
 
 /* Rank r's saved range of parameter p in element offsets: its nominal shard.
@@ -55,36 +56,68 @@ static void rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64
   }
 }
 
+/* Where a rank file's bytes go: the file itself (f), or a snapshot in host
+ * memory (mem, cap bytes) that zs_checkpoint_save_async's thread seals
+ * (zs__ck_seal_snapshot: the blocks' CRCs, off the caller's time) and writes. */
+typedef struct {
+  FILE *f;
+  unsigned char *mem;
+  int64_t pos, cap;
+} ck_out_t;
+
+static int out_write(ck_out_t *o, const void *p, size_t size, size_t n) {
+  if (o->f) return fwrite(p, size, n, o->f) == n;
+  int64_t b = (int64_t)(size * n);
+  if (b > o->cap - o->pos) return errno = ENOSPC, 0; /* the layout's size was wrong: not written past */
+  memcpy(o->mem + o->pos, p, (size_t)b);
+  o->pos += b;
+  return 1;
+}
+
+static int64_t out_tell(ck_out_t *o) { return o->f ? (int64_t)ftell(o->f) : o->pos; }
+
+/* Rewrites n bytes at `at` (a block header, once its CRCs are known). */
+static int out_patch(ck_out_t *o, int64_t at, const void *p, size_t n) {
+  if (!o->f) {
+    if (at < 0 || at + (int64_t)n > o->pos) return 0;
+    memcpy(o->mem + at, p, n);
+    return 1;
+  }
+  long end = ftell(o->f);
+  return end >= 0 && fseek(o->f, (long)at, SEEK_SET) == 0 && fwrite(p, n, 1, o->f) == 1 &&
+         fseek(o->f, end, SEEK_SET) == 0;
+}
+
 /* A block of kind k (m or v) of unit u, owned-range elements [lo, lo + n), as
  * the optimizer keeps it (encoding enc: bf16 values, or int8 scales then
- * codes), through the staging buffer (CK_CHUNK * 4 bytes) into f; *crc over
- * the bytes written. */
+ * codes), through the staging buffer (CK_CHUNK * 4 bytes) into o; *crc over
+ * the bytes written to a file (a snapshot's are sealed later). */
 static zs_status_t write_coded(zs_engine_t *zs, const zs_unit_t *u, int k, uint32_t enc, int64_t lo, int64_t n,
-                               void *stage, FILE *f, uint32_t *crc) {
+                               void *stage, ck_out_t *o, uint32_t *crc) {
   const int64_t blk = enc == CK_ENC_Q8 ? zs__optim_state_block(&zs->cfg.optim) : 1;
   if (enc == CK_ENC_Q8) /* the scales: CK_CHUNK of them (CK_CHUNK blocks) at a time */
-    for (int64_t o = 0; o < n; o += (int64_t)CK_CHUNK * blk) {
-      int64_t c = n - o < (int64_t)CK_CHUNK * blk ? n - o : (int64_t)CK_CHUNK * blk;
-      ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + o, (size_t)c, NULL, stage));
+    for (int64_t off = 0; off < n; off += (int64_t)CK_CHUNK * blk) {
+      int64_t c = n - off < (int64_t)CK_CHUNK * blk ? n - off : (int64_t)CK_CHUNK * blk;
+      ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + off, (size_t)c, NULL, stage));
       size_t nb = (size_t)((c + blk - 1) / blk) * 4;
-      *crc = zs__ck_crc_more(*crc, stage, nb);
-      if (fwrite(stage, 1, nb, f) != nb) return ZS_ERR_IO;
+      if (o->f) *crc = zs__ck_crc_more(*crc, stage, nb);
+      if (!out_write(o, stage, 1, nb)) return ZS_ERR_IO;
     }
   const int64_t esz = enc == CK_ENC_BF16 ? 2 : 1, per = (int64_t)CK_CHUNK * 4 / esz; /* a multiple of blk */
-  for (int64_t o = 0; o < n; o += per) {
-    int64_t c = n - o < per ? n - o : per;
-    ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + o, (size_t)c, stage, NULL));
-    *crc = zs__ck_crc_more(*crc, stage, (size_t)(c * esz));
-    if (fwrite(stage, (size_t)esz, (size_t)c, f) != (size_t)c) return ZS_ERR_IO;
+  for (int64_t off = 0; off < n; off += per) {
+    int64_t c = n - off < per ? n - off : per;
+    ZS_CHECK(zs__eng_state_raw(zs, u, k, lo + off, (size_t)c, stage, NULL));
+    if (o->f) *crc = zs__ck_crc_more(*crc, stage, (size_t)(c * esz));
+    if (!out_write(o, stage, (size_t)esz, (size_t)c)) return ZS_ERR_IO;
   }
   return ZS_OK;
 }
 
-static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc) {
-  char name[64], final[CK_PATH], tmp[CK_PATH + 8];
-  zs__ck_rank_file_name(name, sizeof name, id, zs->rank);
-  snprintf(final, sizeof final, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+/* This rank's file (header, then every block) into o; `name` (the file's
+ * name) in messages. ZS_ERR_IO with errno set when o refuses bytes; other
+ * failures with their message. */
+static zs_status_t fill_rank_file(zs_engine_t *zs, ck_out_t *o, const char *name, uint64_t id,
+                                  uint32_t manifest_crc) {
   int64_t bytes, nblocks;
   rank_file_layout(zs, zs->rank, &bytes, &nblocks);
   float *pinned = NULL; /* every value is staged here, from the device, host memory or the NVMe tier */
@@ -93,12 +126,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
     zs_status_t st = zs_device_host_alloc(zs->dev, CK_CHUNK * 4, ZS_MEM_OTHER, ZS_HOST_PINNED, (void **)&pinned);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "checkpoint staging: %s", zs_last_error());
   }
-  FILE *f = fopen(tmp, "wb");
   zs_status_t st = ZS_OK;
-  if (!f) {
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    goto done;
-  }
   ck_file_head_t fh;
   memset(&fh, 0, sizeof fh);
   memcpy(fh.magic, CK_FILE_MAGIC, 8);
@@ -110,7 +138,7 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   fh.manifest_crc = manifest_crc;
   fh.crc = zs__ck_crc(&fh, offsetof(ck_file_head_t, crc));
   int64_t written = 0, blocks = 0;
-  if (fwrite(&fh, sizeof fh, 1, f) != 1) goto io;
+  if (!out_write(o, &fh, sizeof fh, 1)) goto io;
   written += (int64_t)sizeof fh;
   for (int i = 0; i < zs->nparams; i++) {
     const zs_param_t *p = &zs->params[i];
@@ -123,57 +151,105 @@ static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
       const int64_t lo = p->flat_off + a - u->opt_off; /* owned-range index */
       ck_block_head_t bh = {.magic = CK_BLOCK_MAGIC, .tensor = (uint32_t)i, .kind = (uint32_t)k,
                             .offset = a, .count = b - a, .enc = enc};
-      long at = ftell(f);
-      if (at < 0 || fwrite(&bh, sizeof bh, 1, f) != 1) goto io; /* rewritten with the CRCs below */
+      int64_t at = out_tell(o);
+      if (at < 0 || !out_write(o, &bh, sizeof bh, 1)) goto io; /* rewritten with the CRCs below */
       uint32_t c = zs__ck_crc(NULL, 0);
       if (enc != CK_ENC_F32) { /* the CRC covers the encoding word first (the header's CRC stops before it) */
         c = zs__ck_crc_more(c, &bh.enc, 4);
-        st = write_coded(zs, u, k, enc, lo, b - a, pinned, f, &c);
+        st = write_coded(zs, u, k, enc, lo, b - a, pinned, o, &c);
         if (st == ZS_ERR_IO) goto io;
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' failed: %s", zs__ck_kind_names[k], p->name, zs_last_error());
           goto done;
         }
       }
-      for (int64_t o = 0; enc == CK_ENC_F32 && o < b - a; o += (int64_t)CK_CHUNK) {
-        size_t n = (size_t)(b - a - o < (int64_t)CK_CHUNK ? b - a - o : (int64_t)CK_CHUNK);
-        const float *view = pinned;
-        if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + o, (int64_t)n, pinned);
-        else if (k == K_MASTER) st = zs__eng_master_get(zs, u, lo + o, n, pinned);
-        else st = zs__eng_state_get(zs, u, k, lo + o, n, pinned);
+      for (int64_t off = 0; enc == CK_ENC_F32 && off < b - a; off += (int64_t)CK_CHUNK) {
+        size_t n = (size_t)(b - a - off < (int64_t)CK_CHUNK ? b - a - off : (int64_t)CK_CHUNK);
+        /* into the snapshot itself where it is aligned for floats (not after an odd bf16 block) */
+        float *dst = pinned;
+        if (!o->f && ((uintptr_t)(o->mem + o->pos) & 3) == 0) {
+          if ((int64_t)(n * 4) > o->cap - o->pos) {
+            errno = ENOSPC;
+            goto io;
+          }
+          dst = (float *)(void *)(o->mem + o->pos);
+        }
+        if (u->frozen) st = zs__eng_read_params(zs, u, p->flat_off + a + off, (int64_t)n, dst);
+        else if (k == K_MASTER) st = zs__eng_master_get(zs, u, lo + off, n, dst);
+        else st = zs__eng_state_get(zs, u, k, lo + off, n, dst);
         if (st != ZS_OK) {
           st = ZS_FAIL(zs->err, st, "reading %s of '%s' from the device failed: %s", zs__ck_kind_names[k], p->name,
                        zs_last_error());
           goto done;
         }
-        c = zs__ck_crc_more(c, view, n * 4);
-        if (fwrite(view, 4, n, f) != n) goto io;
+        if (o->f) c = zs__ck_crc_more(c, dst, n * 4);
+        if (dst != pinned) o->pos += (int64_t)(n * 4);
+        else if (!out_write(o, dst, 4, n)) goto io;
       }
-      bh.data_crc = c;
-      bh.head_crc = zs__ck_crc(&bh, offsetof(ck_block_head_t, head_crc));
-      long end = ftell(f);
-      if (end < 0 || fseek(f, at, SEEK_SET) != 0 || fwrite(&bh, sizeof bh, 1, f) != 1 || fseek(f, end, SEEK_SET) != 0)
-        goto io;
+      if (o->f) { /* a snapshot's CRCs are the writer's (zs__ck_seal_snapshot) */
+        bh.data_crc = c;
+        bh.head_crc = zs__ck_crc(&bh, offsetof(ck_block_head_t, head_crc));
+        if (!out_patch(o, at, &bh, sizeof bh)) goto io;
+      }
       written += (int64_t)sizeof bh + zs__ck_block_bytes(enc, b - a, blk);
       blocks++;
     }
   }
-  if (written != bytes || blocks != nblocks) { /* the manifest, made already, names bytes and nblocks */
+  if (written != bytes || blocks != nblocks) /* the manifest, made already, names bytes and nblocks */
     st = ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "checkpoint: rank file %s has %lld bytes in %lld blocks, not %lld in %lld",
-                 tmp, (long long)written, (long long)blocks, (long long)bytes, (long long)nblocks);
-    goto done;
-  }
-  st = zs__ck_commit_file(zs->err, f, tmp, final);
-  f = NULL;
+                 name, (long long)written, (long long)blocks, (long long)bytes, (long long)nblocks);
   goto done;
 io:
-  st = ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
+  st = ZS_FAIL(zs->err, ZS_ERR_IO, "writing %s failed: %s", name, strerror(errno));
 done:
-  if (f) {
-    fclose(f);
-    unlink(tmp);
+  zs_device_host_free(zs->dev, pinned, CK_CHUNK * 4, ZS_MEM_OTHER);
+  return st;
+}
+
+/* This rank's file of save `id`, written under a temporary name, fsynced and renamed. */
+static zs_status_t write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc) {
+  char name[64], final[CK_PATH], tmp[CK_PATH + 8];
+  zs__ck_rank_file_name(name, sizeof name, id, zs->rank);
+  snprintf(final, sizeof final, "%s/%s", dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+  ck_out_t o = {.f = fopen(tmp, "wb")};
+  if (!o.f) return ZS_FAIL(zs->err, ZS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  zs_status_t st = fill_rank_file(zs, &o, tmp, id, manifest_crc);
+  if (st == ZS_OK) return zs__ck_commit_file(zs->err, o.f, tmp, final);
+  fclose(o.f);
+  unlink(tmp);
+  return st;
+}
+
+zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, void **buf, int64_t *bytes) {
+  int64_t nblocks;
+  rank_file_layout(zs, zs->rank, bytes, &nblocks);
+  char name[64], path[CK_PATH];
+  zs__ck_rank_file_name(name, sizeof name, s->id, zs->rank);
+  snprintf(path, sizeof path, "%s/%s (its copy in host memory)", dir, name);
+  *buf = NULL;
+  zs_host_room_t room; /* what the kernel gives before it refuses or kills */
+  zs__host_room(&room);
+  if ((uint64_t)*bytes > room.bytes)
+    return ZS_FAIL(zs->err, ZS_ERR_NOMEM,
+                   "%s: this rank's %lld bytes of state do not fit in host memory for the copy (%s); nothing was "
+                   "saved: zs_checkpoint_save writes without a copy",
+                   s->fn, (long long)*bytes, room.what);
+  zs_status_t st = zs_device_host_alloc(zs->dev, (size_t)*bytes, ZS_MEM_OTHER, ZS_HOST_PAGEABLE, buf);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st,
+                   "%s: copying this rank's %lld bytes of state into host memory: %s; nothing was saved: "
+                   "zs_checkpoint_save writes without a copy",
+                   s->fn, (long long)*bytes, zs_last_error());
+  ck_out_t o = {.mem = *buf, .cap = *bytes};
+  st = fill_rank_file(zs, &o, path, s->id, s->mcrc);
+  if (st == ZS_OK && o.pos != *bytes)
+    st = ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "%s: %s holds %lld bytes, not %lld", s->fn, path, (long long)o.pos,
+                 (long long)*bytes);
+  if (st != ZS_OK) {
+    zs_device_host_free(zs->dev, *buf, (size_t)*bytes, ZS_MEM_OTHER);
+    *buf = NULL;
   }
-  if (pinned) zs_device_host_free(zs->dev, pinned, CK_CHUNK * 4, ZS_MEM_OTHER);
   return st;
 }
 
@@ -318,7 +394,7 @@ static void remove_stale(const char *dir, uint64_t id) {
  * directory (node-local disks mounted at one path, another path on one rank)
  * would otherwise leave a manifest naming files that are not there, and the
  * previous save removed. */
-static zs_status_t check_rank_files(zs_engine_t *zs, const char *dir, uint64_t id) {
+static zs_status_t check_rank_files(zs_engine_t *zs, const char *dir, uint64_t id, const char *fn) {
   for (int r = 0; r < zs->world; r++) {
     char name[64], path[CK_PATH];
     zs__ck_rank_file_name(name, sizeof name, id, r);
@@ -329,10 +405,9 @@ static zs_status_t check_rank_files(zs_engine_t *zs, const char *dir, uint64_t i
     int there = stat(path, &sb) == 0;
     if (!there || (int64_t)sb.st_size != bytes)
       return ZS_FAIL(zs->err, ZS_ERR_IO,
-                     "zs_checkpoint_save: rank %d's file %s %s after every rank wrote its own: the ranks must see "
-                     "the same directory (one shared file system, the same path); the previous checkpoint there is "
-                     "kept",
-                     r, path, there ? "has another size" : "is not there");
+                     "%s: rank %d's file %s %s after every rank wrote its own: the ranks must see the same "
+                     "directory (one shared file system, the same path); the previous checkpoint there is kept",
+                     fn, r, path, there ? "has another size" : "is not there");
   }
   return ZS_OK;
 }
@@ -410,21 +485,19 @@ static void remove_other_layout(const char *top, int mp_size) {
   }
 }
 
-static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir);
-
 /* A save replaces the folder's earlier saves: that must not be another
  * engine's checkpoint. Two engines of one process that save into one folder
  * (a teacher and a student, an actor and a critic) would leave only the
  * second, and each would load it on resume: refused while the other engine
  * lives, unless this one saved into or loaded from the folder itself. */
-static zs_status_t folder_free(zs_engine_t *zs, const char *dir) {
+static zs_status_t folder_free(zs_engine_t *zs, const char *dir, const char *fn) {
   char real[PATH_MAX], other[160];
   if (!realpath(dir, real)) return ZS_OK; /* not there yet: nobody's */
   if (!zs__eng_folder_taken(zs, real, other, sizeof other)) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_INVALID,
-                 "zs_checkpoint_save: %s holds the checkpoint of another engine of this process (%s): a save replaces "
-                 "the folder's earlier saves, so that one would be lost; give each engine a folder of its own",
-                 dir, other);
+                 "%s: %s holds the checkpoint of another engine of this process (%s): a save replaces the folder's "
+                 "earlier saves, so that one would be lost; give each engine a folder of its own",
+                 fn, dir, other);
 }
 
 static uint64_t fnv1a(const char *s) { return zs__mesh_fnv(14695981039346656037ull, s, strlen(s)); }
@@ -433,7 +506,7 @@ static uint64_t fnv1a(const char *s) { return zs__mesh_fnv(14695981039346656037u
  * the manifest records rank 0's: ranks given different ones are refused, not
  * saved with rank 0's silently. Among the data-parallel ranks (each
  * model-parallel part writes its own manifest); the attributes in any order. */
-static zs_status_t same_words(zs_engine_t *zs) {
+static zs_status_t same_words(zs_engine_t *zs, const char *fn) {
   uint64_t h = fnv1a(zs->ck_layout);
   int nattr = 0;
   for (int k = 0; k < ZS_CKPT_ATTRS; k++)
@@ -444,42 +517,69 @@ static zs_status_t same_words(zs_engine_t *zs) {
   int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)}; /* the largest and (negated) the smallest */
   zs_status_t st = zs__ck_max_i64_in(zs, v, 2, 0);
   if (st != ZS_OK)
-    return ZS_FAIL(zs->err, st, "zs_checkpoint_save: comparing the layout and attributes failed: %s", zs_last_error());
+    return ZS_FAIL(zs->err, st, "%s: comparing the layout and attributes failed: %s", fn, zs_last_error());
   if (v[0] == -v[1]) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "zs_checkpoint_save: the data-parallel ranks were given different layout words or attributes (rank "
-                 "%d: layout '%s', %d attribute%s): give zs_checkpoint_set_layout and zs_checkpoint_set_attr the "
-                 "same values on every rank; nothing was saved",
-                 zs->rank, zs->ck_layout, nattr, nattr == 1 ? "" : "s");
+                 "%s: the data-parallel ranks were given different layout words or attributes (rank %d: layout '%s', "
+                 "%d attribute%s): give zs_checkpoint_set_layout and zs_checkpoint_set_attr the same values on "
+                 "every rank; nothing was saved",
+                 fn, zs->rank, zs->ck_layout, nattr, nattr == 1 ? "" : "s");
 }
 
-static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top);
-
-/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
-zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
-  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save", checkpoint_save(zs, top));
+zs_status_t zs__ck_seal_snapshot(void *buf, int64_t bytes, int blk, char *err, size_t n) {
+  unsigned char *m = buf;
+  ck_file_head_t fh;
+  memcpy(&fh, m, sizeof fh);
+  int64_t pos = (int64_t)sizeof fh;
+  for (uint32_t i = 0; i < fh.nblocks; i++) {
+    ck_block_head_t bh;
+    if (bytes - pos < (int64_t)sizeof bh) break;
+    memcpy(&bh, m + pos, sizeof bh);
+    int64_t nb = zs__ck_block_bytes(bh.enc, bh.count, blk);
+    if (nb < 0 || nb > bytes - pos - (int64_t)sizeof bh) break;
+    uint32_t c = zs__ck_crc(NULL, 0);
+    if (bh.enc != CK_ENC_F32) c = zs__ck_crc_more(c, &bh.enc, 4); /* as fill_rank_file's */
+    bh.data_crc = zs__ck_crc_more(c, m + pos + sizeof bh, (size_t)nb);
+    bh.head_crc = zs__ck_crc(&bh, offsetof(ck_block_head_t, head_crc));
+    memcpy(m + pos, &bh, sizeof bh);
+    pos += (int64_t)sizeof bh + nb;
+  }
+  if (pos == bytes) return ZS_OK;
+  snprintf(err, n, "checkpoint: the copy of rank %u's file ends at byte %lld of its blocks, not %lld", fh.rank,
+           (long long)pos, (long long)bytes);
+  return ZS_ERR_INTERNAL;
 }
 
-static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) {
+/* ---- the steps of a save (zs_checkpoint_save_async runs them apart: ckpt_async.c) ---- */
+
+zs_status_t zs__ck_save_start(zs_engine_t *zs, const char *top, const char *fn, char **dir) {
   /* a bad path on one rank is an error on every rank (agreed); an engine not
    * set up or in a step returns at once: no collective may run then */
-  zs_status_t st = zs__ck_check_call(zs, top, "zs_checkpoint_save");
-  if (!zs || st == ZS_ERR_STATE) return st;
-  char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
-  if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_save: out of host memory");
-  st = zs__ck_agree(zs, st, "zs_checkpoint_save: naming the directory");
-  if (st == ZS_OK) st = same_words(zs);
-  if (st == ZS_OK) st = zs__ck_agree(zs, folder_free(zs, dir), "zs_checkpoint_save");
-  if (st == ZS_OK) st = zs_checkpoint_save_in(zs, top, dir);
-  if (st == ZS_OK) zs__ck_own(zs, dir);
-  free(dir);
+  *dir = NULL;
+  zs_status_t st = zs__ck_check_call(zs, top, fn);
+  if (st == ZS_ERR_STATE) return st;
+  ZS_CHECK(zs__ck_async_finish(zs, fn)); /* a background save still pending */
+  char *d = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
+  if (st == ZS_OK && !d) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  char what[96];
+  snprintf(what, sizeof what, "%s: naming the directory", fn);
+  st = zs__ck_agree(zs, st, what);
+  if (st == ZS_OK) st = same_words(zs, fn);
+  if (st == ZS_OK) st = zs__ck_agree(zs, folder_free(zs, d, fn), fn);
+  if (st == ZS_OK) *dir = d;
+  else free(d);
   return st;
 }
 
-static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const char *dir) {
+zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s) {
+  const char *fn = s->fn;
+  char what[128];
+  s->text = NULL;
+  s->step = zs->step;
   zs_status_t st = zs__eng_flush(zs);
   if (st == ZS_OK) st = zs_engine_synchronize(zs);
-  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: finishing pending work"));
+  snprintf(what, sizeof what, "%s: finishing pending work", fn);
+  ZS_CHECK(zs__ck_agree(zs, st, what));
   /* an id for this save's files, from rank 0's clock */
   int64_t id = 0;
   if (zs->rank == 0) {
@@ -488,32 +588,43 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
     id = ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) & INT64_MAX;
   }
   st = zs__ck_max_i64(zs, &id, 1);
-  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_checkpoint_save: agreeing on an id failed: %s", zs_last_error());
+  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: agreeing on an id failed: %s", fn, zs_last_error());
+  s->id = (uint64_t)id;
   st = ZS_OK;
   if (zs->rank == 0 && strcmp(dir, top) && mkdir(top, 0777) != 0 && errno != EEXIST)
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: cannot create directory %s: %s", top, strerror(errno));
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: cannot create directory %s: %s", fn, top, strerror(errno));
   if (st == ZS_OK && zs->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: cannot create directory %s: %s", dir, strerror(errno));
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: cannot create directory %s: %s", fn, dir, strerror(errno));
   struct stat sb;
   if (st == ZS_OK && zs->rank == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-    st = ZS_FAIL(zs->err, ZS_ERR_IO, "zs_checkpoint_save: %s exists and is not a directory", dir);
-  ZS_CHECK(zs__ck_agree(zs, st, "zs_checkpoint_save: creating the directory"));
+    st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: %s exists and is not a directory", fn, dir);
+  snprintf(what, sizeof what, "%s: creating the directory", fn);
+  ZS_CHECK(zs__ck_agree(zs, st, what));
 
   /* the manifest first (rank 0), so that every rank file records its checksum */
-  char *text = NULL;
   uint32_t mcrc = 0;
-  int wrote = 0; /* this rank's file of this save is in dir */
-  st = zs->rank == 0 ? make_manifest(zs, (uint64_t)id, &text, &mcrc) : ZS_OK;
-  st = zs__ck_agree(zs, st, "zs_checkpoint_save: making the manifest");
+  st = zs->rank == 0 ? make_manifest(zs, s->id, &s->text, &mcrc) : ZS_OK;
+  snprintf(what, sizeof what, "%s: making the manifest", fn);
+  st = zs__ck_agree(zs, st, what);
   if (st == ZS_OK) {
     int64_t v = mcrc; /* 0 on the other ranks; each model-parallel part has its own */
     st = zs__ck_max_i64_in(zs, &v, 1, 0);
-    if (st != ZS_OK)
-      st = ZS_FAIL(zs->err, st, "zs_checkpoint_save: sharing the manifest's checksum failed: %s", zs_last_error());
-    else
-      wrote = (st = write_rank_file(zs, dir, (uint64_t)id, (uint32_t)v)) == ZS_OK;
-    st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the rank files");
+    if (st != ZS_OK) st = ZS_FAIL(zs->err, st, "%s: sharing the manifest's checksum failed: %s", fn, zs_last_error());
+    s->mcrc = (uint32_t)v;
   }
+  if (st != ZS_OK) {
+    free(s->text);
+    s->text = NULL;
+  }
+  return st;
+}
+
+zs_status_t zs__ck_save_commit(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s, zs_status_t st,
+                               int wrote) {
+  const char *fn = s->fn;
+  char what[128];
+  snprintf(what, sizeof what, "%s: writing the rank files", fn);
+  st = zs__ck_agree(zs, st, what);
   /* The manifests in two rounds over the whole mesh, so that a failure in any
    * part leaves every part's previous save: rank 0 of each part finds every
    * rank file of its part in place and writes manifest.json.tmp; once all
@@ -527,31 +638,56 @@ static zs_status_t zs_checkpoint_save_in(zs_engine_t *zs, const char *top, const
   int named = 0; /* a manifest may name the new files */
   if (st == ZS_OK) {
     if (zs->rank == 0) {
-      st = check_rank_files(zs, dir, (uint64_t)id);
-      if (st == ZS_OK) st = write_manifest_tmp(zs, mtmp, text);
+      st = check_rank_files(zs, dir, s->id, fn);
+      if (st == ZS_OK) st = write_manifest_tmp(zs, mtmp, s->text);
     }
-    st = zs__ck_agree(zs, st, "zs_checkpoint_save: writing the manifest");
+    snprintf(what, sizeof what, "%s: writing the manifest", fn);
+    st = zs__ck_agree(zs, st, what);
     named = st == ZS_ERR_COMM || st == ZS_ERR_TIMEOUT || st == ZS_ERR_PEER;
     if (st != ZS_OK && zs->rank == 0) unlink(mtmp);
     if (st == ZS_OK) {
       named = 1;
       if (zs->rank == 0) st = put_manifest(zs, mtmp, mfinal, dir);
-      st = zs__ck_agree(zs, st, "zs_checkpoint_save: putting the manifest in place");
+      snprintf(what, sizeof what, "%s: putting the manifest in place", fn);
+      st = zs__ck_agree(zs, st, what);
     }
   }
-  free(text);
+  free(s->text);
+  s->text = NULL;
   if (!named && wrote) {
     char name[64], path[CK_PATH];
-    zs__ck_rank_file_name(name, sizeof name, (uint64_t)id, zs->rank);
+    zs__ck_rank_file_name(name, sizeof name, s->id, zs->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
   }
   ZS_CHECK(st);
   /* older saves (their rank files; the other layout's save), once every part
    * of this one is in place, and before anyone returns */
-  if (zs->rank == 0) remove_stale(dir, (uint64_t)id);
+  if (zs->rank == 0) remove_stale(dir, s->id);
   if (zs->rank == 0 && (!zs__ck_mp_size(zs) || zs->mp_rank == 0)) remove_other_layout(top, zs__ck_mp_size(zs));
-  ZS_CHECK(zs__ck_agree(zs, ZS_OK, "zs_checkpoint_save: removing older saves"));
-  ZS_LOG_I("checkpoint of step %lld saved to %s (%d rank files)", (long long)zs->step, dir, zs->world);
+  snprintf(what, sizeof what, "%s: removing older saves", fn);
+  ZS_CHECK(zs__ck_agree(zs, ZS_OK, what));
+  zs__ck_own(zs, dir);
+  ZS_LOG_I("checkpoint of step %lld saved to %s (%d rank files)", (long long)s->step, dir, zs->world);
   return ZS_OK;
+}
+
+static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top);
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
+zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save", checkpoint_save(zs, top));
+}
+
+static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) {
+  char *dir = NULL;
+  ZS_CHECK(zs__ck_save_start(zs, top, "zs_checkpoint_save", &dir));
+  ck_save_t s = {.fn = "zs_checkpoint_save"};
+  zs_status_t st = zs__ck_save_prepare(zs, top, dir, &s);
+  if (st == ZS_OK) {
+    st = write_rank_file(zs, dir, s.id, s.mcrc);
+    st = zs__ck_save_commit(zs, top, dir, &s, st, st == ZS_OK);
+  }
+  free(dir);
+  return st;
 }

@@ -245,6 +245,11 @@ struct zs_engine {
   char ck_loaded_attr[16][2][64]; /* the last loaded manifest's attrs (zs_checkpoint_loaded_attr) */
   char ck_own[4096]; /* the folder (its realpath) this engine last saved into or loaded from; "" none */
   int ck_loaded_nattr;
+  /* zs_checkpoint_save_async's save in the background (src/ckpt/ckpt_async.c),
+   * or NULL; zs_engine_destroy calls ck_async_drop when it is set: the writer
+   * joined, its unfinished save removed */
+  struct ck_async *ck_async;
+  void (*ck_async_drop)(zs_engine_t *zs);
   char err[ZS_ERRBUF];
 };
 

@@ -1,0 +1,196 @@
+/* Checkpoints in the background (zs_checkpoint_save_async, zs_checkpoint_wait).
+ *
+ * The save's steps are zs_checkpoint_save's (ckpt_save.c), run apart: the
+ * call agrees, makes the manifest and copies this rank's whole file into host
+ * memory (zs__ck_snapshot), then a thread of its own writes that copy under
+ * the temporary name, fsyncs it, frees the copy and renames the file into
+ * place, while the trainer goes on. zs_checkpoint_wait (or the next save or
+ * load) joins the thread and runs the rest collectively: the outcome agreed,
+ * the manifest put in place last, older saves removed. The thread touches
+ * nothing of the engine: only its own record below and the device's host
+ * allocator (which may be used from several threads, device.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "common/worker.h"
+
+typedef struct ck_async {
+  zs_device_t *dev;
+  zs__worker_t w; /* the writer's thread, one job */
+  zs__job_t job;
+  int started;    /* w runs (else the call wrote the file itself) */
+  char *top, *dir;
+  ck_save_t s;
+  void *buf; /* this rank's file, until written */
+  int64_t bytes;
+  int blk; /* the int8 state block (0: none), for the CRCs */
+  char final[CK_PATH], tmp[CK_PATH + 8];
+  atomic_int done; /* the writer has finished: st and err are its outcome */
+  zs_status_t st;
+  char err[ZS_ERRBUF];
+} ck_async_t;
+
+/* The writer: the copy's CRCs, then the copy into tmp, fsynced, renamed to
+ * final; the copy freed as soon as it is written. */
+static void writer(ck_async_t *a) {
+  a->st = zs__ck_seal_snapshot(a->buf, a->bytes, a->blk, a->err, sizeof a->err);
+  if (a->st != ZS_OK) {
+    zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
+    a->buf = NULL;
+    atomic_store_explicit(&a->done, 1, memory_order_release);
+    return;
+  }
+  const char *what = "creating";
+  int err = 0;
+  int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) err = errno;
+  else {
+    const unsigned char *p = a->buf;
+    for (int64_t left = a->bytes; left > 0 && !err;) {
+      ssize_t n = write(fd, p, (size_t)(left < ((int64_t)1 << 30) ? left : ((int64_t)1 << 30)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) err = n < 0 ? errno : ENOSPC, what = "writing";
+      else p += n, left -= n;
+    }
+    if (!err && fsync(fd) != 0) err = errno, what = "syncing";
+    if (close(fd) != 0 && !err) err = errno, what = "closing";
+  }
+  zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
+  a->buf = NULL;
+  if (!err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
+  if (err) {
+    if (fd >= 0) unlink(a->tmp);
+    snprintf(a->err, sizeof a->err, "%s %.400s failed: %s", what, a->tmp, strerror(err));
+    a->st = ZS_ERR_IO;
+  }
+  atomic_store_explicit(&a->done, 1, memory_order_release);
+}
+
+static int writer_run(void *ctx, zs__job_t *job) {
+  (void)job;
+  writer(ctx);
+  return ZS__JOB_DONE;
+}
+
+static const zs__worker_ops_t writer_ops = {.name = "the checkpoint writer", .run = writer_run};
+
+/* The writer finished, its thread gone. */
+static void async_join(ck_async_t *a) {
+  if (!a->started) return;
+  zs__worker_stop(&a->w); /* after its one job */
+  zs__worker_join(&a->w);
+  a->started = 0;
+}
+
+static void async_free(ck_async_t *a) {
+  if (a->buf) zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
+  free(a->s.text);
+  free(a->top);
+  free(a->dir);
+  free(a);
+}
+
+/* zs_engine_destroy's: a save never finished. Its file is removed (no
+ * manifest names it; the directory's previous checkpoint stays). */
+static void async_drop(zs_engine_t *zs) {
+  ck_async_t *a = zs->ck_async;
+  zs->ck_async = NULL;
+  zs->ck_async_drop = NULL;
+  async_join(a);
+  if (a->st == ZS_OK) unlink(a->final);
+  ZS_LOG_W("zs_engine_destroy (rank %d): the background checkpoint save of step %lld into %s was not finished with "
+           "zs_checkpoint_wait: this rank's file of it is removed, the previous checkpoint there is the one that "
+           "loads",
+           zs->rank, a->s.step, a->dir);
+  async_free(a);
+}
+
+zs_status_t zs__ck_async_finish(zs_engine_t *zs, const char *fn) {
+  ck_async_t *a = zs->ck_async;
+  if (!a) return ZS_OK;
+  zs->ck_async = NULL;
+  zs->ck_async_drop = NULL;
+  async_join(a);
+  if (a->st != ZS_OK) ZS_FAIL(zs->err, a->st, "%s", a->err); /* this rank's message, for the agreement */
+  zs_status_t st = zs__ck_save_commit(zs, a->top, a->dir, &a->s, a->st, a->st == ZS_OK);
+  if (st != ZS_OK && strcmp(fn, "zs_checkpoint_wait")) {
+    char why[ZS_ERRBUF];
+    snprintf(why, sizeof why, "%s", zs->err);
+    st = ZS_FAIL(zs->err, st,
+                 "%s: the background save of step %lld into %s, still pending, was finished first and failed "
+                 "(nothing else was done): %s",
+                 fn, a->s.step, a->top, why);
+  }
+  async_free(a);
+  return st;
+}
+
+static zs_status_t save_async(zs_engine_t *zs, const char *top) {
+  static const char fn[] = "zs_checkpoint_save_async";
+  char *dir = NULL, what[96];
+  ZS_CHECK(zs__ck_save_start(zs, top, fn, &dir));
+  ck_async_t *a = calloc(1, sizeof *a);
+  zs_status_t st = a && (a->top = strdup(top)) ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
+  st = zs__ck_agree(zs, st, fn);
+  if (st == ZS_OK) {
+    a->dev = zs->dev;
+    a->blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
+    a->dir = dir;
+    dir = NULL;
+    a->s.fn = fn;
+    st = zs__ck_save_prepare(zs, top, a->dir, &a->s);
+  }
+  if (st == ZS_OK) {
+    char name[64];
+    zs__ck_rank_file_name(name, sizeof name, a->s.id, zs->rank);
+    snprintf(a->final, sizeof a->final, "%s/%s", a->dir, name);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp", a->final);
+    st = zs__ck_snapshot(zs, a->dir, &a->s, &a->buf, &a->bytes);
+    snprintf(what, sizeof what, "%s: copying the state into host memory", fn);
+    st = zs__ck_agree(zs, st, what);
+  }
+  if (st != ZS_OK) {
+    free(dir);
+    if (a) async_free(a);
+    return st;
+  }
+  /* every rank has its copy: from here the save fails only in zs_checkpoint_wait */
+  if (zs__worker_start(&a->w, &writer_ops, a) == ZS_OK) {
+    a->started = 1;
+    zs__worker_push(&a->w, &a->job);
+  } else {
+    ZS_LOG_W("%s (rank %d): %s: this rank writes its file now, before returning", fn, zs->rank, zs_last_error());
+    writer(a);
+  }
+  zs->ck_async = a;
+  zs->ck_async_drop = async_drop;
+  return ZS_OK;
+}
+
+/* One call at a time on the engine (zs__eng_enter), as the step's calls. */
+zs_status_t zs_checkpoint_save_async(zs_engine_t *zs, const char *dir) {
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save_async", save_async(zs, dir));
+}
+
+static zs_status_t checkpoint_wait(zs_engine_t *zs) {
+  if (!zs->ck_async) return ZS_OK;
+  if (zs->phase != ZS_PH_IDLE)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE,
+                   "zs_checkpoint_wait during a step: call it between zs_step and the next zs_forward_begin");
+  return zs__ck_async_finish(zs, "zs_checkpoint_wait");
+}
+
+zs_status_t zs_checkpoint_wait(zs_engine_t *zs) {
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_wait", checkpoint_wait(zs));
+}
+
+int zs_checkpoint_writing(const zs_engine_t *zs) {
+  const ck_async_t *a = zs ? zs->ck_async : NULL;
+  return a && !atomic_load_explicit(&a->done, memory_order_acquire);
+}
