@@ -159,6 +159,14 @@ zs_status_t zs__ck_save_start(zs_engine_t *zs, const char *top, const char *fn, 
 /* Pending work finished, the id agreed, the directory made, the manifest made
  * (s->text on rank 0) and its checksum shared. On failure s->text is freed. */
 zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s);
+/* ---- ckpt_write.c: a rank file's bytes ---- */
+
+/* Rank r's file: its size and block count, which follow from the layout alone
+ * (so rank 0 can name them in the manifest before any file is written). */
+void zs__ck_rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64_t *blocks);
+/* This rank's file of save `id` in dir, written under a temporary name,
+ * fsynced and renamed. */
+zs_status_t zs__ck_write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc);
 /* This rank's file, whole, in host memory (*buf of *bytes, counted
  * ZS_MEM_OTHER; free with zs_device_host_free), its blocks' CRCs not yet
  * computed: zs__ck_seal_snapshot computes them (any thread; blk the int8
