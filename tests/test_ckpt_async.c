@@ -4,7 +4,8 @@
  *     goes on while it is written: loaded and run on, it matches the engine
  *     that saved it bit for bit, and the synchronous save of the same step;
  *     also with bf16 and int8 optimizer states (their blocks' CRCs are the
- *     writer's), the save verifying;
+ *     writer's), the save verifying, written with direct I/O and (int8,
+ *     ZS_CKPT_DIRECT=0) through the page cache;
  *   - until zs_checkpoint_wait the directory's previous checkpoint loads;
  *   - a write that fails on one rank (its file size limit) is ZS_ERR_IO on
  *     every rank from zs_checkpoint_wait, naming the rank and the file, leaves
@@ -112,6 +113,7 @@ static void test_snapshot_of_its_step(void) {
  * verifies, and an engine resumed from it runs on exactly as the saver. */
 static void test_compact_states(void) {
   for (int sd = ZS_STATE_BF16; sd <= ZS_STATE_INT8; sd++) {
+    if (sd == ZS_STATE_INT8) setenv("ZS_CKPT_DIRECT", "0", 1); /* and the writer through the page cache */
     char dir[320];
     path_of(dir, sizeof dir, sd == ZS_STATE_BF16 ? "bf16-states" : "int8-states");
     zs_config_t c = cfg(nranks > 1 ? 2 : 0, ZS_FP32, 0);
@@ -127,6 +129,7 @@ static void test_compact_states(void) {
     resumed_matches(&a, &c, dir, 2);
     close_run(&a);
   }
+  unsetenv("ZS_CKPT_DIRECT");
 }
 
 /* The last rank may write no more than 100 bytes to a file. */

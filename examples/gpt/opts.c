@@ -163,6 +163,8 @@ void gpt_opts_usage(FILE *f) {
           "  --load DIR (resume: state and step count; the data continues from that step)\n"
           "  --save DIR (at the end; DIR's directory must exist)  --save-every N (also every N steps,\n"
           "                 into the same DIR: each save replaces the one before)\n"
+          "  --save-async (the --save-every saves in the background: zs_checkpoint_save_async holds\n"
+          "                 the run only to copy the state; each is in place by the next save)\n"
           "  --export FILE.safetensors (the final fp32 weights, for Python tools)\n"
           "  --init-from FILE|DIR (start from pretrained weights: a Hugging Face GPT-2 model.safetensors or\n"
           "                        sharded directory, or an --export file; --load wins over it)\n"
@@ -359,6 +361,7 @@ int gpt_opts_parse(gpt_opts_t *o, int argc, char **argv, char *err, size_t n) {
     if (!strcmp(name, "--delayed-update")) { o->delayed_update = 1; continue; }
     if (!strcmp(name, "--offload-param")) { o->offload_param = 1; continue; }
     if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(name, "--save-async")) { o->save_async = 1; continue; }
     if (!strcmp(name, "--sequence-parallel")) { o->sequence_parallel = 1; continue; }
     if (!strcmp(name, "--quantized-weights")) { o->quantized_weights = 1; continue; }
     if (!is_valued(name)) {

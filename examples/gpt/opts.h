@@ -52,6 +52,7 @@ typedef struct {
   const char *load;     /* --load DIR: resume from a checkpoint */
   const char *save;     /* --save DIR: checkpoint at the end (and every save_every steps) */
   int save_every;
+  int save_async;       /* --save-async: the --save-every saves written in the background */
   const char *export_path; /* --export FILE.safetensors: the final weights */
   const char *init_from;   /* --init-from FILE|DIR: pretrained weights (safetensors, HF GPT-2 names) */
   int prefetch;         /* -1: the engine's default */

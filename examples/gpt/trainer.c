@@ -416,9 +416,14 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       return trainer_fail(res, st, "loss all-gather", round_error(t, zs_comm_last_error(t->comm)));
     trainer_result_add_step(res, step, sum[0] / ((double)t->dp * t->rounds), &rep);
     if (val) trainer_result_add_val(res, step, sum[1] / vtokens);
-    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps &&
-        (st = zs_checkpoint_save(t->zs, o->save)) != ZS_OK)
-      return trainer_fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t->zs));
+    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps) {
+      const double s0 = trainer_now_s();
+      st = o->save_async ? zs_checkpoint_save_async(t->zs, o->save) : zs_checkpoint_save(t->zs, o->save);
+      res->save_s += trainer_now_s() - s0;
+      if (st != ZS_OK)
+        return trainer_fail(res, st, o->save_async ? "zs_checkpoint_save_async" : "zs_checkpoint_save",
+                            zs_engine_last_error(t->zs));
+    }
     if (t->rank == 0 && !o->quiet) {
       zs_memory_stats_t ms;
       zs_memory_stats(t->zs, &ms);

@@ -44,6 +44,7 @@ typedef struct {
   double *val_losses;
   double val_loss;        /* the last validation loss (after all steps); NAN if none */
   double tokens_per_s;    /* training tokens over training time (validation excluded) */
+  double save_s;          /* seconds the --save-every saves held the run (rank 0; the final save not) */
   gpt_rank_mem_t *ranks;  /* world entries */
   float *final_params;    /* with o->collect_params: the final parameters, whole (unsplit), in
                              gpt.h's table order, on every rank (params floats) */

@@ -236,6 +236,8 @@ void gpt_result_json(const gpt_result_t *r, const gpt_opts_t *o, FILE *f) {
   }
   fprintf(f, "], \"skipped_steps\": %d, \"tokens_per_s\": ", r->skipped);
   json_num(f, r->tokens_per_s);
+  fprintf(f, ", \"save_s\": ");
+  json_num(f, r->save_s);
   fprintf(f, ",\n \"ranks\": [");
   for (int i = 0; i < r->world; i++)
     fprintf(f, "%s{\"rank\": %d, \"peak_device_bytes\": %lld, \"peak_host_bytes\": %lld, \"act_peak_bytes\": %lld, "

@@ -385,7 +385,7 @@ static void teardown(moet_t *t) {
 /* A checkpoint of both engines: dir/dense, and dir/experts (one mp<q> part per
  * ep rank when ep > 1: zs_checkpoint_save's model-parallel layout, so that a
  * checkpoint loads only at the ep that saved it). Collective. */
-static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
+static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir, int async) {
   char path[4096];
   int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
   zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
@@ -404,12 +404,15 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir) {
   if ((st = zs_checkpoint_set_attr(t->dz, "moe_save", tagstr)) != ZS_OK ||
       (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK)
     return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
+  zs_status_t (*fn)(zs_engine_t *, const char *) = async ? zs_checkpoint_save_async : zs_checkpoint_save;
   snprintf(path, sizeof path, "%s/dense", dir);
-  if ((st = zs_checkpoint_save(t->dz, path)) != ZS_OK)
-    return trainer_fail(res, st, "zs_checkpoint_save (dense)", zs_engine_last_error(t->dz));
+  if ((st = fn(t->dz, path)) != ZS_OK)
+    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (dense)" : "zs_checkpoint_save (dense)",
+                        zs_engine_last_error(t->dz));
   snprintf(path, sizeof path, "%s/experts", dir);
-  if ((st = zs_checkpoint_save(t->xz, path)) != ZS_OK)
-    return trainer_fail(res, st, "zs_checkpoint_save (experts)", zs_engine_last_error(t->xz));
+  if ((st = fn(t->xz, path)) != ZS_OK)
+    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (experts)" : "zs_checkpoint_save (experts)",
+                        zs_engine_last_error(t->xz));
   return ZS_OK;
 }
 
@@ -484,8 +487,12 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
       return trainer_fail(res, st, "loss all-gather", zs_comm_last_error(t->comm));
     trainer_result_add_step(res, step, sum[0] / ((double)t->dworld * t->nmb), &rep);
     mi->aux[step] = (float)(sum[1] / ((double)t->dworld * t->nmb * t->L));
-    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps)
-      TRY(save(t, res, o->save));
+    if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps) {
+      const double s0 = trainer_now_s();
+      st = save(t, res, o->save, o->save_async);
+      res->save_s += trainer_now_s() - s0;
+      TRY(st);
+    }
     if (t->rank == 0 && !o->quiet) {
       fprintf(stderr, "step %5lld/%lld | loss %.6f | aux %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | a2a %.1f KiB%s",
               (long long)(t->step0 + step + 1), (long long)(t->step0 + o->steps), res->losses[step], (double)mi->aux[step], (double)rep.lr, rep.grad_norm,
@@ -498,7 +505,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   /* the final parameters: a delayed update lands first */
   if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
     return trainer_fail(res, st, "zs_flush", zs_last_error());
-  if (o->save) TRY(save(t, res, o->save));
+  if (o->save) TRY(save(t, res, o->save, 0)); /* a background save still pending is finished first */
   if (o->export_path) TRY(trainer_moe_export(t, o->export_path, res));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
   trainer_result_rate(res, o, res->steps, train_time);

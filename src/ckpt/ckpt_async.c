@@ -27,43 +27,60 @@ typedef struct ck_async {
   int started;    /* w runs (else the call wrote the file itself) */
   char *top, *dir;
   ck_save_t s;
-  void *buf; /* this rank's file, until written */
-  int64_t bytes;
-  int blk; /* the int8 state block (0: none), for the CRCs */
+  ck_copy_t c; /* this rank's file, until written */
+  int blk;     /* the int8 state block (0: none), for the CRCs */
+  int direct;  /* the writer uses direct I/O (ZS_CKPT_DIRECT, on by default, and the file system's) */
   char final[CK_PATH], tmp[CK_PATH + 8];
   atomic_int done; /* the writer has finished: st and err are its outcome */
   zs_status_t st;
   char err[ZS_ERRBUF];
 } ck_async_t;
 
-/* The writer: the copy's CRCs, then the copy into tmp, fsynced, renamed to
- * final; the copy freed as soon as it is written. */
-static void writer(ck_async_t *a) {
-  a->st = zs__ck_seal_snapshot(a->buf, a->bytes, a->blk, a->err, sizeof a->err);
-  if (a->st != ZS_OK) {
-    zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
-    a->buf = NULL;
-    atomic_store_explicit(&a->done, 1, memory_order_release);
-    return;
+/* Writes bytes of buf (n, a multiple of CK_DIRECT_ALIGN when direct) to fd
+ * from offset 0; 0 or errno. */
+static int write_all(int fd, const unsigned char *buf, int64_t n) {
+  for (int64_t off = 0; off < n;) {
+    ssize_t k = pwrite(fd, buf + off, (size_t)(n - off < ((int64_t)64 << 20) ? n - off : ((int64_t)64 << 20)), off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k < 0 ? errno : ENOSPC;
+    off += k;
   }
+  return 0;
+}
+
+/* The writer: the copy's CRCs, then the copy into tmp, fsynced, renamed to
+ * final; the copy freed as soon as it is written. The file is written with
+ * direct I/O (O_DIRECT: the disk reads the copy itself, no second copy into
+ * the page cache, which here costs more CPU than the write: ext4 on the
+ * development VM, 746 MB, 1.4 s of system time buffered against 0.06 s direct),
+ * padded to CK_DIRECT_ALIGN and cut to its size; buffered with
+ * ZS_CKPT_DIRECT=0, or where the file system has no direct I/O or refuses it
+ * for this write. */
+static void writer(ck_async_t *a) {
+  a->st = zs__ck_seal_snapshot(a->c.buf, a->c.bytes, a->blk, a->err, sizeof a->err);
   const char *what = "creating";
-  int err = 0;
-  int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) err = errno;
-  else {
-    const unsigned char *p = a->buf;
-    for (int64_t left = a->bytes; left > 0 && !err;) {
-      ssize_t n = write(fd, p, (size_t)(left < ((int64_t)1 << 30) ? left : ((int64_t)1 << 30)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) err = n < 0 ? errno : ENOSPC, what = "writing";
-      else p += n, left -= n;
+  int err = 0, fd = -1;
+  if (a->st == ZS_OK) {
+    if (a->direct) fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0666);
+    if (!a->direct || (fd < 0 && errno == EINVAL))
+      a->direct = 0, fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) err = errno;
+  }
+  if (fd >= 0) {
+    what = "writing";
+    err = a->direct ? write_all(fd, a->c.buf, a->c.padded) : write_all(fd, a->c.buf, a->c.bytes);
+    if (err == EINVAL && a->direct) { /* opened, then refused: the same file, buffered */
+      int fl = fcntl(fd, F_GETFL);
+      a->direct = 0;
+      err = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0 ? errno : write_all(fd, a->c.buf, a->c.bytes);
     }
+    if (!err && a->direct && ftruncate(fd, (off_t)a->c.bytes) != 0) err = errno, what = "cutting to its size";
     if (!err && fsync(fd) != 0) err = errno, what = "syncing";
     if (close(fd) != 0 && !err) err = errno, what = "closing";
   }
-  zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
-  a->buf = NULL;
-  if (!err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
+  zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
+  memset(&a->c, 0, sizeof a->c);
+  if (a->st == ZS_OK && !err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
   if (err) {
     if (fd >= 0) unlink(a->tmp);
     snprintf(a->err, sizeof a->err, "%s %.400s failed: %s", what, a->tmp, strerror(err));
@@ -89,7 +106,7 @@ static void async_join(ck_async_t *a) {
 }
 
 static void async_free(ck_async_t *a) {
-  if (a->buf) zs_device_host_free(a->dev, a->buf, (size_t)a->bytes, ZS_MEM_OTHER);
+  if (a->c.mem) zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
   free(a->s.text);
   free(a->top);
   free(a->dir);
@@ -140,6 +157,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
   st = zs__ck_agree(zs, st, fn);
   if (st == ZS_OK) {
     a->dev = zs->dev;
+    a->direct = zs__env_flag("ZS_CKPT_DIRECT", 1);
     a->blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
     a->dir = dir;
     dir = NULL;
@@ -151,7 +169,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
     zs__ck_rank_file_name(name, sizeof name, a->s.id, zs->rank);
     snprintf(a->final, sizeof a->final, "%s/%s", a->dir, name);
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp", a->final);
-    st = zs__ck_snapshot(zs, a->dir, &a->s, &a->buf, &a->bytes);
+    st = zs__ck_snapshot(zs, a->dir, &a->s, &a->c);
     snprintf(what, sizeof what, "%s: copying the state into host memory", fn);
     st = zs__ck_agree(zs, st, what);
   }

@@ -167,12 +167,22 @@ void zs__ck_rank_file_layout(const zs_engine_t *zs, int r, int64_t *bytes, int64
 /* This rank's file of save `id` in dir, written under a temporary name,
  * fsynced and renamed. */
 zs_status_t zs__ck_write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id, uint32_t manifest_crc);
-/* This rank's file, whole, in host memory (*buf of *bytes, counted
- * ZS_MEM_OTHER; free with zs_device_host_free), its blocks' CRCs not yet
- * computed: zs__ck_seal_snapshot computes them (any thread; blk the int8
- * state block, 0 without), ZS_ERR_INTERNAL with the message in err (n bytes)
- * when the copy's blocks do not end where it ends. */
-zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, void **buf, int64_t *bytes);
+/* A rank file's copy in host memory: buf holds its bytes, at an address and
+ * padded (with zeros) to a length that are multiples of CK_DIRECT_ALIGN, so
+ * that it can be written with direct I/O; mem and mem_bytes are the
+ * allocation (counted ZS_MEM_OTHER; free with zs_device_host_free). */
+#define CK_DIRECT_ALIGN 4096
+typedef struct {
+  void *mem;
+  size_t mem_bytes;
+  unsigned char *buf;
+  int64_t bytes, padded;
+} ck_copy_t;
+/* This rank's file, whole, in a copy, its blocks' CRCs not yet computed:
+ * zs__ck_seal_snapshot computes them (any thread; blk the int8 state block, 0
+ * without), ZS_ERR_INTERNAL with the message in err (n bytes) when the copy's
+ * blocks do not end where it ends. */
+zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, ck_copy_t *c);
 zs_status_t zs__ck_seal_snapshot(void *buf, int64_t bytes, int blk, char *err, size_t n);
 /* From `st`, this rank's outcome of writing its file (wrote: the file is in
  * place): agreed, then the manifest put in place (or every new rank file

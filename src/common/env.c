@@ -102,6 +102,8 @@ static const char *const lib_names[] = {
     "ZS_MPI_RING_MIN_BYTES", "ZS_MPI_POLL", "ZS_MPI_STAGING",
     /* src/zero/engine.c (a debugging switch) */
     "ZS_POISON_RELEASED",
+    /* src/ckpt/ckpt_async.c */
+    "ZS_CKPT_DIRECT",
     /* src/config/config_env.c (zs_config_from_env, zs_config_apply_env) */
     "ZS_STAGE", "ZS_PARAM_DTYPE", "ZS_REDUCE_DTYPE", "ZS_OPTIM", "ZS_LR", "ZS_BETA1", "ZS_BETA2", "ZS_EPS",
     "ZS_WEIGHT_DECAY", "ZS_MOMENTUM", "ZS_NESTEROV", "ZS_OPTIM_STATE", "ZS_OPTIM_STATE_BLOCK", "ZS_GRAD_ACCUM", "ZS_GRAD_CLIP",
