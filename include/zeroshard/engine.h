@@ -203,7 +203,11 @@ zs_status_t zs_engine_create_mesh(zs_engine_t **out, const zs_config_t *cfg, zs_
  * destroy warns then, and does not revoke the caller's comm itself. */
 void zs_engine_destroy(zs_engine_t *zs);
 const char *zs_engine_last_error(const zs_engine_t *zs);
-/* Compute stream the trainer works on (default NULL: the caller's). */
+/* Compute stream the trainer works on (default NULL: the caller's). Between
+ * steps only (ZS_ERR_STATE in one). The new stream is ordered after the work
+ * the old one holds (the last zs_step's update and gradient zeroing run there)
+ * by an event, without a host wait; work the trainer queues on the old stream
+ * afterwards is its own to order. */
 zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute);
 /* The model-parallel group this rank belongs to (tensor or pipeline parallel:
  * ranks holding different parts of one model; the engine's comm is then its

@@ -60,6 +60,7 @@ static zs_status_t create_streams(zs_engine_t *zs) {
   ZS_CHECK(zs_stream_create(dev, &zs->rs_stream));
   ZS_CHECK(zs_event_create(dev, &zs->ev_step));
   ZS_CHECK(zs_event_create(dev, &zs->ev_order));
+  ZS_CHECK(zs_event_create(dev, &zs->ev_switch));
   ZS_CHECK(zs_event_create(dev, &zs->ev_reduced_all));
   if (zs->nshard < zs->world) {
     ZS_CHECK(zs_stream_create(dev, &zs->rep_stream));
@@ -271,6 +272,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
   if (zs->copy_stream) zs_stream_destroy(zs->dev, zs->copy_stream);
   if (zs->ev_step) zs_event_destroy(zs->dev, zs->ev_step);
   if (zs->ev_order) zs_event_destroy(zs->dev, zs->ev_order);
+  if (zs->ev_switch) zs_event_destroy(zs->dev, zs->ev_switch);
   if (zs->ev_reduced_all) zs_event_destroy(zs->dev, zs->ev_reduced_all);
   if (zs->ag_stream) zs_stream_destroy(zs->dev, zs->ag_stream);
   if (zs->rs_stream) zs_stream_destroy(zs->dev, zs->rs_stream);
@@ -386,6 +388,17 @@ zs_status_t zs_engine_set_stream(zs_engine_t *zs, zs_stream_t *compute) {
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_engine_set_stream: change the compute stream between steps");
   zs__eng_free_held(zs, 0); /* ZS_POISON_RELEASED's, ordered on the old stream while it lives */
+  /* The old stream may still hold the last step's update and gradient zeroing
+   * (zs_step queues them and returns): the new one starts after them, or a
+   * forward on it reads the parameters from before the update and the late
+   * zeroing wipes its gradients. No host wait. */
+  if (zs->ev_switch && compute != zs->compute) {
+    zs_status_t st = zs_event_record(zs->dev, zs->ev_switch, zs->compute);
+    if (st == ZS_OK) st = zs_stream_wait_event(zs->dev, compute, zs->ev_switch);
+    if (st != ZS_OK)
+      return ZS_FAIL(zs->err, st, "zs_engine_set_stream: ordering the new stream after the old one failed: %s",
+                     zs_last_error());
+  }
   zs->compute = compute;
   return ZS_OK;
 }

@@ -171,6 +171,7 @@ struct zs_engine {
   zs_stream_t *rep_stream;
   zs_event_t *ev_rep_all;
   zs_event_t *ev_step;
+  zs_event_t *ev_switch; /* zs_engine_set_stream: the old compute stream's end, which the new one waits for */
   /* order.c: the last collective issued on a communicator, and where */
   zs_event_t *ev_order;
   zs_comm_t *ord_comm;
