@@ -285,8 +285,9 @@ static void test_setup_alloc_fails_on_one_rank(void) {
 }
 
 /* zs_param_get / zs_param_set are collective: a bad argument on one rank is an
- * error on every rank (no rank left waiting in the all-gather), and destroy
- * leaves no slot pointing into freed memory. */
+ * error on every rank (no rank left waiting in the all-gather), values that
+ * differ between the ranks are refused on every rank, and destroy leaves no
+ * slot pointing into freed memory. */
 static void test_param_access_agrees(void) {
   zs_log_level_t saved = zs_log_get_level();
   zs_log_set_level(ZS_LOG_NONE);
@@ -310,8 +311,19 @@ static void test_param_access_agrees(void) {
   for (int i = 0; i < 64; i++) v[i] = 0.25f * (float)i;
   expect_status(zs_param_set(zs, hp, rank == bad ? NULL : v), ZS_ERR_INVALID);
   expect_str_contains(zs_engine_last_error(zs), want);
+  /* different values on one rank: ZS_ERR_MISMATCH on every rank, nothing set
+   * (before, each rank wrote its stored range from its own array, a parameter
+   * whose ranks disagreed) */
+  float got[64], before[64], other[64];
+  for (int i = 0; i < 64; i++) other[i] = v[i] + (rank == bad ? 1.0f : 0.0f);
+  expect_ok(zs_param_get(zs, hp, before));
+  if (nranks > 1) {
+    expect_status(zs_param_set(zs, hp, other), ZS_ERR_MISMATCH);
+    expect_str_contains(zs_engine_last_error(zs), "passed different values for 'head.W'");
+    expect_ok(zs_param_get(zs, hp, got));
+    expect_true(!memcmp(got, before, 39 * sizeof(float)));
+  }
   /* and it all still works */
-  float got[64];
   expect_ok(zs_param_set(zs, hp, v));
   expect_ok(zs_param_get(zs, hp, got));
   expect_true(!memcmp(got, v, 39 * sizeof(float)));

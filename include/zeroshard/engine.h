@@ -24,6 +24,12 @@
  * A resident slot's address never changes, but its values are updated after each
  * zs_step on the engine's streams: zs_gather(u) orders the compute stream after
  * that update, so read a unit's parameters between zs_gather and zs_release.
+ * Parameter slots are for reading: set values with zs_param_set (or a
+ * checkpoint, an import). A value written through a slot is not the
+ * parameter's: the fp32 master and the shards keep theirs, so a forward may
+ * read the written value while zs_param_get and the next zs_step work from the
+ * master, which undoes the write (a trial: 16-bit parameters at stages 0-2,
+ * persistent stage-3 units; only fp32 at stages 0-2 happened to keep it).
  * Gradient slots are valid between zs_gather and zs_reduce in backward (stage 0-1:
  * always, but see the next sentence). Gradient buffers are zeroed by the engine
  * at the start of each step (stages 0-1) or each round (2-3); the trainer ADDS
@@ -260,7 +266,9 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
 /* Collective (every rank, same parameter, same values): copies this rank's part
  * of the parameter's full fp32 data (numel values) into its storage; a delayed
  * update pending lands first (zs_flush), and a persistent stage-3 unit is
- * gathered again. A bad argument on any rank is that error on every rank. */
+ * gathered again. A bad argument on any rank is that error on every rank;
+ * values that differ between the data-parallel ranks (a hash of each rank's
+ * numel values, compared) are ZS_ERR_MISMATCH on every rank, nothing set. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
 /* Writes the parameter's full fp32 master values into out (numel). Collective at
  * stages 1-3 (it all-gathers the unit's master shards, counted in the comm

@@ -28,6 +28,7 @@
 #define ZS_ZERO_ENGINE_IMPL_H
 
 #include <stdatomic.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "device/work.h"
@@ -372,6 +373,17 @@ zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t o
 zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root);
 /* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
 zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
+/* h over n floats' bits, word by word (FNV-1a's constants, 4-byte words; the
+ * offset basis 0xcbf29ce484222325 to start): setup's and zs_param_set's
+ * comparison of the values the ranks were given. */
+static inline uint64_t zs__eng_hash_floats(uint64_t h, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, &x[i], 4);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  return h;
+}
 /* Collective: the ranks agree on a local outcome. ZS_OK when every rank passed
  * st == ZS_OK; otherwise every rank returns the lowest failing rank's status with
  * "<what> failed on rank R: <its message>". */

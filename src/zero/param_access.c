@@ -52,6 +52,28 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
   ZS__ENG_ONE_CALL(zs, "zs_param_get", zs__eng_param_get(zs, param, out));
 }
 
+/* Every data-parallel rank must pass the same values: each writes the range it
+ * stores from its own array, so different arrays would leave a parameter
+ * whose ranks disagree (stage 0: each rank's replica its own for good; stage
+ * 1: the forward reading one rank's values, zs_param_get another's). The
+ * values' hash compared over the engine's comm (setup compares its init
+ * callback's the same way); nothing is written on a mismatch. */
+static zs_status_t same_values(zs_engine_t *zs, int param, const float *full) {
+  if (zs->world < 2) return ZS_OK;
+  const zs_param_t *p = &zs->params[param];
+  const uint64_t h = zs__eng_hash_floats(0xcbf29ce484222325ull, full, (size_t)p->numel);
+  int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)};
+  zs_status_t st = zs__eng_xall_reduce_on(zs, zs->comm, v, 2, ZS_MIN);
+  if (st != ZS_OK)
+    return ZS_FAIL(zs->err, st, "zs_param_set: comparing the ranks' values of '%s' failed: %s", p->name,
+                   zs_last_error());
+  if (v[0] == -v[1]) return ZS_OK;
+  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                 "zs_param_set: the ranks passed different values for '%s' (this rank, %d, and at least one "
+                 "other): pass every data-parallel rank the same whole tensor; nothing was set",
+                 p->name, zs->rank);
+}
+
 static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   /* during a step the other ranks are in the step's collectives: refused at
    * once, with none of its own (the others may not be making this call) */
@@ -60,6 +82,7 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   zs_status_t st = check_param(zs, param, "zs_param_set");
   if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
   ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
+  ZS_CHECK(same_values(zs, param, full));
   ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
   /* a regather still in flight (after a step or that flush) would write the
    * old values over the new ones */

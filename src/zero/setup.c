@@ -279,13 +279,6 @@ int zs__eng_stored_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a,
 
 #define ZS_STAGING (1 << 20)
 
-/* h over n floats' bits, word by word (FNV-1a's constants, 4-byte words) */
-static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
-  const uint32_t *w = (const uint32_t *)x;
-  for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ull;
-  return h;
-}
-
 static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
   float *buf = malloc((size_t)ZS_STAGING * sizeof(float));
   if (!buf) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_engine_setup: out of host memory for init staging");
@@ -308,7 +301,7 @@ static zs_status_t init_values(zs_engine_t *zs, zs_init_fn init, void *user) {
                      p->name, (long long)o, (long long)(o + n), why);
         break;
       }
-      zs->init_hash = hash_floats(zs->init_hash, buf, (size_t)n);
+      zs->init_hash = zs__eng_hash_floats(zs->init_hash, buf, (size_t)n);
       st = zs__eng_write_values(zs, p, o, n, buf);
     }
   }
