@@ -98,7 +98,9 @@ typedef struct {
 
 typedef struct {
   zs_optim_kind_t kind; /* AdamW (decoupled decay), Adam (L2 folded into grad), SGD, Lion */
-  float lr;
+  float lr;                /* finite > 0: 0 is refused here, since a config zero-filled
+                              instead of ZS_CONFIG_INIT has it; zs_engine_set_lr takes 0
+                              (updates paused: weight decay too), as schedules reach it */
   float beta1, beta2, eps; /* Adam; Lion: beta1, beta2 (eps unused) */
   float weight_decay;      /* AdamW, Lion: decoupled; Adam and SGD: L2 added to the gradient */
   float momentum;          /* SGD; 0 = plain SGD */
@@ -128,7 +130,9 @@ typedef struct {
   zs_offload_t offload_optimizer; /* stages 1-3: master, m, v, grad shard on the host */
   int offload_strict;  /* offload: fail instead of using pageable memory when pinning fails */
   int delayed_param_update; /* offload: overlap step t with forward/backward of t+1 */
-  /* fp16 loss scaling: loss_scale > 0 is static; 0 = dynamic */
+  /* fp16 loss scaling (param_dtype fp16 only: fp32 and bf16 parameters take
+   * no scale, these fields are not read and zs_loss_scale() is 1):
+   * loss_scale > 0 is static; 0 = dynamic */
   float loss_scale;
   float initial_scale; /* dynamic: starting scale (2^16) */
   int scale_window;    /* dynamic: good steps before doubling (1000) */

@@ -41,8 +41,12 @@
  * inside the optimizer step (where a sum could pass fp16's range, fp16
  * parameters at stages 0-1 or an fp16 reduce dtype, each rank's gradient is
  * divided first and the average summed): each round's gradient should be the
- * mean over that rank's micro-batch. After zs_step a stage 0-1 slot holds the
- * reduced gradient in the optimizer's scaling, not this rank's own.
+ * mean over that rank's micro-batch. zs_step zeroes every gradient slot when it
+ * ends, ready for the next step: a slot read after zs_step holds zeros, not
+ * the gradient (the step report's grad_norm is the global norm). A parameter
+ * no trainer code adds into still takes a step, with a zero gradient: weight
+ * decay and momentum move it (torch.optim skips a parameter whose .grad is
+ * None); declare it ZS_PARAM_FROZEN to leave it as it is.
  *
  * Uneven data (a last batch that does not split evenly, a rank with no samples
  * left). The average is over ranks x rounds, not samples (ranks: the
@@ -125,7 +129,10 @@ typedef struct zs_engine zs_engine_t;
  * bf16): no gradient buffer, no reduction (zs_reduce moves nothing), no master,
  * m or v, no regather after a step; checkpoints hold its values once. Frozen
  * parameters inside a unit with trainable ones are skipped by the optimizer
- * and the norm but keep the unit's buffers: put them in units of their own. */
+ * and the norm but keep the unit's buffers: put them in units of their own.
+ * A unit all frozen keeps its values in the param dtype only (zs_param_get
+ * and checkpoints give them rounded to it, e.g. fp16), where a frozen
+ * parameter of a unit with trainable ones keeps an fp32 master. */
 #define ZS_PARAM_FROZEN 2u
 /* the same parameter on every rank of the tensor-parallel group (a LayerNorm
  * under tensor parallelism): its gradient counts once in the global norm, on
@@ -307,8 +314,10 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * (stages 1-2). rep may be NULL. Non-finite means a non-finite norm, whose
  * sum of squares is totalled in double (per segment, over segments, over
  * ranks), so finite gradients give a finite norm and every stage the same
- * norm to the fp32 bit but for a rounding tie; rank 0 logs one warning per
- * skipped step. */
+ * norm to the fp32 bit but for a rounding tie with grad_accum 1 (with more
+ * rounds, stages 0-1 add the rounds into the full gradient and 2-3 into the
+ * shard in another order: the norms may differ in the last fp32 bit); rank 0
+ * logs one warning per skipped step. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
 /* One step of a model whose parameters live in several engines, e.g. a
  * mixture of experts (DeepSpeed-MoE's layout): a dense engine over the whole

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "zeroshard/checkpoint.h"
+#include "zeroshard/config_load.h" /* the config from a JSON file or ZS_* variables, as C programs make it */
 #include "zeroshard/engine.h"
 
 namespace zs_torch {
