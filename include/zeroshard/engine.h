@@ -277,6 +277,20 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
  * values that differ between the data-parallel ranks (a hash of each rank's
  * numel values, compared) are ZS_ERR_MISMATCH on every rank, nothing set. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
+/* Parameter groups: the parameter's update uses the learning rate (optim.lr,
+ * zs_engine_set_lr's, or the schedule's) x lr_scale and optim.weight_decay x
+ * wd_scale: layer-wise rates, an embedding's own rate, muP's per-tensor rates,
+ * a group's own weight decay (ZS_PARAM_NO_DECAY makes it 0 whatever wd_scale).
+ * Both finite and >= 0 (ZS_ERR_INVALID); 1 and 1 until set. Before
+ * zs_engine_setup it is part of the declaration, which setup compares across
+ * the ranks (ZS_ERR_MISMATCH naming the parameter and both values); after it,
+ * collective between steps (ZS_ERR_STATE in a step): every data-parallel rank
+ * passes the same values (ZS_ERR_MISMATCH on every rank otherwise, nothing
+ * changed), which apply from the next zs_step (a delayed update pending lands
+ * first, with the old ones). The gradient norm and clipping do not see them.
+ * Not saved in checkpoints: set them again after zs_checkpoint_load, as the
+ * declaration itself. */
+zs_status_t zs_param_set_scales(zs_engine_t *zs, int param, float lr_scale, float wd_scale);
 /* Writes the parameter's full fp32 master values into out (numel). Collective at
  * stages 1-3 (it all-gathers the unit's master shards, counted in the comm
  * stats; a bad argument on any rank is that error on every rank); local at

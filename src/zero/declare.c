@@ -239,6 +239,7 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
   memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
   p->numel = numel;
   p->flags = flags;
+  p->lr_scale = p->wd_scale = 1.0f;
   p->pslot = param_slot;
   p->gslot = grad_slot;
   set_insert(&zs->param_names, hash_str(name), id);
@@ -316,7 +317,10 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
   int n = snprintf(buf, ZS_DESC, "'%s' in unit %d '%s', shape [", p->name, p->unit, zs->units[p->unit].name);
   for (int d = 0; d < p->ndim && n < ZS_DESC - 24; d++)
     n += snprintf(buf + n, (size_t)(ZS_DESC - n), d ? ",%lld" : "%lld", (long long)p->shape[d]);
-  snprintf(buf + n, (size_t)(ZS_DESC - n), "], flags %u", p->flags);
+  n += snprintf(buf + n, (size_t)(ZS_DESC - n), "], flags %u", p->flags);
+  if ((p->lr_scale != 1.0f || p->wd_scale != 1.0f) && n < ZS_DESC - 40) /* zs_param_set_scales */
+    snprintf(buf + n, (size_t)(ZS_DESC - n), ", lr x %.9g, weight decay x %.9g", (double)p->lr_scale,
+             (double)p->wd_scale);
 }
 
 zs_status_t zs__eng_sync_compute(zs_engine_t *zs) {

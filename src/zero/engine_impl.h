@@ -57,6 +57,7 @@ typedef struct {
   int64_t shape[ZS_MAX_DIMS];
   int64_t numel, flat_off;
   unsigned flags;
+  float lr_scale, wd_scale; /* zs_param_set_scales (1, 1 by default) */
   void **pslot, **gslot;
 } zs_param_t;
 

@@ -1,6 +1,7 @@
 /* Parameter access: a parameter's full fp32 values, written (zs_param_set) or
  * read (zs_param_get) wherever this rank keeps them (parameter storage, the
  * fp32 master on the device or the host, a frozen unit's parameters). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +96,54 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   if (!u->persistent) return st;
   ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
   return zs__eng_regather(zs, 0); /* the persistent units' gathered copies */
+}
+
+/* ---- per-parameter multipliers (parameter groups) ---- */
+
+static zs_status_t set_scales(zs_engine_t *zs, int param, float lr_scale, float wd_scale) {
+  static const char fn[] = "zs_param_set_scales";
+  zs_status_t st = param >= 0 && param < zs->nparams
+                       ? ZS_OK
+                       : ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: parameter %d is not declared (%d parameters)", fn,
+                                 param, zs->nparams);
+  if (st == ZS_OK && !(isfinite(lr_scale) && lr_scale >= 0 && isfinite(wd_scale) && wd_scale >= 0))
+    st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s': lr_scale %g and wd_scale %g must be finite and >= 0", fn,
+                 zs->params[param].name, (double)lr_scale, (double)wd_scale);
+  if (!zs->setup_done) { /* a declaration: setup compares it across the ranks */
+    if (st == ZS_OK) zs->params[param].lr_scale = lr_scale, zs->params[param].wd_scale = wd_scale;
+    return st;
+  }
+  if (zs->phase != ZS_PH_IDLE)
+    return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s during a step: set the multipliers between steps", fn);
+  ZS_CHECK(zs__eng_agree(zs, st, fn));
+  if (zs->world > 1) { /* the same values on every rank, or a replica or shard would move at its own rate */
+    float f[2] = {lr_scale, wd_scale};
+    const uint64_t h = zs__eng_hash_floats(0xcbf29ce484222325ull ^ (uint64_t)param, f, 2);
+    int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)};
+    st = zs__eng_xall_reduce_on(zs, zs->comm, v, 2, ZS_MIN);
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: comparing the ranks' values failed: %s", fn, zs_last_error());
+    if (v[0] != -v[1])
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "%s: the ranks passed different multipliers or parameters (this rank, %d: '%s', lr x %g, "
+                     "weight decay x %g): pass every data-parallel rank the same; nothing was changed",
+                     fn, zs->rank, zs->params[param].name, (double)lr_scale, (double)wd_scale);
+  }
+  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update runs on the segments: it finishes with the old values */
+  zs_param_t *p = &zs->params[param];
+  p->lr_scale = lr_scale;
+  p->wd_scale = wd_scale;
+  zs_optim_seg_t *sets[2] = {zs->segs, zs->segs2};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; sets[k] && i < zs->nsegs; i++)
+      if ((int)(sets[k][i].key >> 40) == param) {
+        sets[k][i].lr_scale = lr_scale;
+        sets[k][i].wd_scale = (p->flags & ZS_PARAM_NO_DECAY) ? 0.0f : wd_scale;
+      }
+  return ZS_OK;
+}
+
+zs_status_t zs_param_set_scales(zs_engine_t *zs, int param, float lr_scale, float wd_scale) {
+  ZS__ENG_ONE_CALL(zs, "zs_param_set_scales", set_scales(zs, param, lr_scale, wd_scale));
 }
 
 zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {

@@ -159,8 +159,8 @@ static zs_status_t build_segments(zs_engine_t *zs) {
     zs->nsegs++;
     s->n = (size_t)(b - a);
     s->key = ZS_K_KEY(i, a - p->flat_off);
-    s->lr_scale = 1.0f;
-    s->wd_scale = (p->flags & ZS_PARAM_NO_DECAY) ? 0.0f : 1.0f;
+    s->lr_scale = p->lr_scale;
+    s->wd_scale = (p->flags & ZS_PARAM_NO_DECAY) ? 0.0f : p->wd_scale;
   }
   for (int i = 0; i < zs->nunits; i++) {
     zs_unit_t *u = &zs->units[i];
