@@ -314,6 +314,35 @@ static void test_bf16(void) {
   expect_true(last < first); /* it trains */
 }
 
+/* ---- parameter groups (Options::scales) ------------------------------------------ */
+
+/* The first layer's weight at lr x 0 stays as it was; its bias, at lr x 2 and
+ * weight decay x 0, moves; so does the rest at the defaults. */
+static void test_scales(void) {
+  auto model = mlp();
+  auto w0 = model->named_parameters()["0.weight"].detach().clone();
+  auto v0 = model->named_parameters()["2.weight"].detach().clone();
+  zs_torch::Options o;
+  o.scales = [](const std::string &name, const torch::Tensor &) {
+    return name == "0.weight" ? std::make_pair(0.0f, 1.0f)
+           : name == "0.bias" ? std::make_pair(2.0f, 0.0f)
+                              : std::make_pair(1.0f, 1.0f);
+  };
+  zs_torch::ShardedSequential f(model, config(1), dev, world, o);
+  auto b0 = model->named_parameters()["0.bias"].detach().clone();
+  auto x = torch::randn({4, 8});
+  assert_ok(zs_comm_broadcast(world, x.data_ptr(), x.data_ptr(), 32, ZS_FP32, 0, NULL));
+  for (int s = 0; s < 3; s++) {
+    f.forward(x).square().mean().backward();
+    f.step();
+  }
+  auto sd = f.state_dict();
+  std::map<std::string, torch::Tensor> m(sd.begin(), sd.end());
+  expect_true(torch::equal(m["0.weight"], w0));
+  expect_true(!torch::equal(m["0.bias"], b0));
+  expect_true(!torch::equal(m["2.weight"], v0));
+}
+
 /* ---- offload with the delayed parameter update ---------------------------------- */
 
 static void test_delayed_update(void) {
@@ -546,6 +575,7 @@ int main(void) {
   run_test(test_hand_written);
   run_test(test_checkpoint_export);
   run_test(test_bf16);
+  run_test(test_scales);
   run_test(test_delayed_update);
   run_test(test_own_engine);
   run_test(test_errors);

@@ -214,6 +214,10 @@ void Sharded::declare_and_setup_(Options opts) {
              "zs_param_add('" + p->name + "')");
       if (id != (int)params_.size())
         fail_(ZS_ERR_INTERNAL, "zs_torch::Sharded: parameter ids are not consecutive");
+      if (opts.scales) {
+        const std::pair<float, float> sc = opts.scales(p->name, p->tensor);
+        check_(zs_param_set_scales(zs_, id, sc.first, sc.second), "zs_param_set_scales('" + p->name + "')");
+      }
       unit->params.push_back(id);
       unit->trainable += p->trainable;
       init_src.push_back(np.second.detach().to(torch::kFloat).contiguous());

@@ -104,6 +104,11 @@ struct Options {
   /* Parameters to declare ZS_PARAM_NO_DECAY (no weight decay), by name and
    * tensor; empty: none. no_decay_vectors() is the common choice. */
   std::function<bool(const std::string &, const torch::Tensor &)> no_decay;
+  /* Parameter groups, by name and tensor: {lr_scale, wd_scale} multiplying the
+   * learning rate and the weight decay of that parameter (zs_param_set_scales,
+   * declared before setup, so every rank must give the same); empty: {1, 1}
+   * for all. torch::optim's param groups with their own "lr" map to this. */
+  std::function<std::pair<float, float>(const std::string &, const torch::Tensor &)> scales;
 };
 
 /* Biases and normalization weights: every parameter of at most one dimension. */
