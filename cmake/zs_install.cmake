@@ -47,6 +47,9 @@ endif()
 if(ZS_HAVE_URING) # src/aio (the NVMe tier)
   string(APPEND ZS_PC_REQUIRES " liburing")
 endif()
+if(ZS_HAVE_ISAL) # src/ckpt's CRC-32s
+  string(APPEND ZS_PC_REQUIRES " libisal")
+endif()
 # relocatable: the prefix is found from the .pc file's own folder
 file(RELATIVE_PATH ZS_PC_UP "/x/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/x")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/zeroshard.pc.in ${PROJECT_BINARY_DIR}/zeroshard.pc @ONLY)

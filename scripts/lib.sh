@@ -7,8 +7,9 @@
 # instructions; the build works without it (they are then emulated).
 # liburing-dev: io_uring for the NVMe tier's direct I/O (src/aio); without it
 # the build works and a config asking for the tier is refused.
+# libisal-dev (ISA-L): checkpoint CRC-32s 3.4x zlib's; without it, zlib's.
 ZS_DEBS=(cmake make gcc g++ pkg-config openmpi-bin libopenmpi-dev libcjson-dev
-         zlib1g-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev liburing-dev gnuplot-nox python3)
+         zlib1g-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev liburing-dev libisal-dev gnuplot-nox python3)
 
 # zs_log_step LOG WHAT COMMAND...: one line on stderr ("WHAT"), the command's
 # output appended to LOG; if it fails, the log's last lines follow on stderr
