@@ -90,9 +90,12 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
  * trainer goes on. zs_checkpoint_wait then puts the manifest in place (last,
  * as ever): until it returns ZS_OK the directory's previous checkpoint is the
  * one that loads, and a crash or failure leaves that one. The copy takes host
- * memory of the rank file's size (counted ZS_MEM_OTHER, freed once the file is
- * written); a rank that cannot have it makes the call ZS_ERR_NOMEM on every
- * rank, nothing saved (zs_checkpoint_save needs no such copy).
+ * memory of the rank file's size (counted ZS_MEM_OTHER, its pages given back
+ * to the kernel once the file is written); a rank that cannot have it (the
+ * host room setup's check uses, split among the node's ranks; ZS_MEM_CHECK=0
+ * skips that check) makes the call ZS_ERR_NOMEM on every rank, nothing saved
+ * (zs_checkpoint_save needs no such copy). While it is pending the folder is
+ * this engine's: another engine's save there is ZS_ERR_INVALID (above).
  * A save still pending is finished first (as zs_checkpoint_wait) by
  * zs_checkpoint_save, zs_checkpoint_save_async and zs_checkpoint_load; when it
  * failed they return its error, naming it, and do nothing else.

@@ -32,7 +32,7 @@
  * persistent stage-3 units; only fp32 at stages 0-2 happened to keep it).
  * Gradient slots are valid between zs_gather and zs_reduce in backward (stage 0-1:
  * always, but see the next sentence). Gradient buffers are zeroed by the engine
- * at the start of each step (stages 0-1) or each round (2-3); the trainer ADDS
+ * at the end of each zs_step (stages 0-1) or for each round (2-3); the trainer ADDS
  * its gradients into them. With 16-bit parameters, grad_accum > 1 and stage
  * 0-1, each zs_reduce adds the slot into an fp32 sum and zeroes it, so the slot
  * holds the current round only, and is the trainer's between zs_gather and
@@ -275,7 +275,9 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
  * update pending lands first (zs_flush), and a persistent stage-3 unit is
  * gathered again. A bad argument on any rank is that error on every rank;
  * values that differ between the data-parallel ranks (a hash of each rank's
- * numel values, compared) are ZS_ERR_MISMATCH on every rank, nothing set. */
+ * numel values, compared) are ZS_ERR_MISMATCH on every rank of the engine's
+ * comm, nothing set. With model parallelism both are decided per data-parallel
+ * group: another part's ranks, which pass their own part's values, go on. */
 zs_status_t zs_param_set(zs_engine_t *zs, int param, const float *full);
 /* Parameter groups: the parameter's update uses the learning rate (optim.lr,
  * zs_engine_set_lr's, or the schedule's) x lr_scale and optim.weight_decay x

@@ -11,10 +11,12 @@
  * allocator (which may be used from several threads, device.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
@@ -29,6 +31,7 @@ typedef struct ck_async {
   ck_save_t s;
   ck_copy_t c; /* this rank's file, until written */
   int blk;     /* the int8 state block (0: none), for the CRCs */
+  int rank;    /* in the writer's message */
   int direct;  /* the writer uses direct I/O (ZS_CKPT_DIRECT, on by default, and the file system's) */
   char final[CK_PATH], tmp[CK_PATH + 8];
   atomic_int done; /* the writer has finished: st and err are its outcome */
@@ -74,16 +77,21 @@ static void writer(ck_async_t *a) {
       a->direct = 0;
       err = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0 ? errno : write_all(fd, a->c.buf, a->c.bytes);
     }
-    if (!err && a->direct && ftruncate(fd, (off_t)a->c.bytes) != 0) err = errno, what = "cutting to its size";
+    /* the padding written (direct I/O, or a direct write that reached it before a fallback) goes */
+    if (!err && ftruncate(fd, (off_t)a->c.bytes) != 0) err = errno, what = "cutting to its size";
     if (!err && fsync(fd) != 0) err = errno, what = "syncing";
     if (close(fd) != 0 && !err) err = errno, what = "closing";
   }
+  /* its pages back to the kernel: the host allocator keeps large freed
+   * extents resident for reuse, and the copy is the size of this rank's whole
+   * optimizer state (it would stay counted by the kernel, not the accountant) */
+  madvise(a->c.buf, (size_t)a->c.padded, MADV_DONTNEED);
   zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
   memset(&a->c, 0, sizeof a->c);
   if (a->st == ZS_OK && !err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
   if (err) {
     if (fd >= 0) unlink(a->tmp);
-    snprintf(a->err, sizeof a->err, "%s %.400s failed: %s", what, a->tmp, strerror(err));
+    snprintf(a->err, sizeof a->err, "rank %d: %s %.400s failed: %s", a->rank, what, a->tmp, strerror(err));
     a->st = ZS_ERR_IO;
   }
   atomic_store_explicit(&a->done, 1, memory_order_release);
@@ -105,6 +113,15 @@ static void async_join(ck_async_t *a) {
   a->started = 0;
 }
 
+/* The pending save's folder, counted as this engine's while it is pending
+ * (zs__eng_folder_taken): another engine's save there would otherwise remove
+ * its files, or have its own replaced by the wait. */
+static void pending_folder(zs_engine_t *zs, const char *dir) {
+  char real[PATH_MAX];
+  if (dir && realpath(dir, real)) snprintf(zs->ck_pending, sizeof zs->ck_pending, "%s", real);
+  else zs->ck_pending[0] = '\0';
+}
+
 static void async_free(ck_async_t *a) {
   if (a->c.mem) zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
   free(a->s.text);
@@ -122,9 +139,10 @@ static void async_drop(zs_engine_t *zs) {
   async_join(a);
   if (a->st == ZS_OK) unlink(a->final);
   ZS_LOG_W("zs_engine_destroy (rank %d): the background checkpoint save of step %lld into %s was not finished with "
-           "zs_checkpoint_wait: this rank's file of it is removed, the previous checkpoint there is the one that "
-           "loads",
-           zs->rank, a->s.step, a->dir);
+           "zs_checkpoint_wait: %s; the previous checkpoint there is the one that loads",
+           zs->rank, a->s.step, a->dir,
+           a->st == ZS_OK ? "this rank's file of it is removed" : "this rank's write of it had failed, nothing is left");
+  pending_folder(zs, NULL);
   async_free(a);
 }
 
@@ -134,6 +152,7 @@ zs_status_t zs__ck_async_finish(zs_engine_t *zs, const char *fn) {
   zs->ck_async = NULL;
   zs->ck_async_drop = NULL;
   async_join(a);
+  pending_folder(zs, NULL); /* the commit records the folder as this engine's once it is in place */
   if (a->st != ZS_OK) ZS_FAIL(zs->err, a->st, "%s", a->err); /* this rank's message, for the agreement */
   zs_status_t st = zs__ck_save_commit(zs, a->top, a->dir, &a->s, a->st, a->st == ZS_OK);
   if (st != ZS_OK && strcmp(fn, "zs_checkpoint_wait")) {
@@ -157,6 +176,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
   st = zs__ck_agree(zs, st, fn);
   if (st == ZS_OK) {
     a->dev = zs->dev;
+    a->rank = zs->rank;
     a->direct = zs__env_flag("ZS_CKPT_DIRECT", 1);
     a->blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
     a->dir = dir;
@@ -179,6 +199,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
     return st;
   }
   /* every rank has its copy: from here the save fails only in zs_checkpoint_wait */
+  pending_folder(zs, a->dir);
   if (zs__worker_start(&a->w, &writer_ops, a) == ZS_OK) {
     a->started = 1;
     zs__worker_push(&a->w, &a->job);

@@ -32,8 +32,7 @@ static cJSON *shape_json(const zs_param_t *p) {
 /* The manifest's text, sealed with its checksum (*crc), from rank 0's engine;
  * read back through the loader's own parser, so that a save never writes what
  * a load would refuse. */
-static zs_status_t make_manifest(zs_engine_t *zs, uint64_t id, char **text_out, uint32_t *crc) {
-  static const char fn[] = "zs_checkpoint_save";
+static zs_status_t make_manifest(zs_engine_t *zs, const char *fn, uint64_t id, char **text_out, uint32_t *crc) {
   *text_out = NULL;
   cJSON *m = cJSON_CreateObject();
   if (!m) return ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: manifest: out of host memory", fn);
@@ -349,7 +348,7 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
 
   /* the manifest first (rank 0), so that every rank file records its checksum */
   uint32_t mcrc = 0;
-  st = zs->rank == 0 ? make_manifest(zs, s->id, &s->text, &mcrc) : ZS_OK;
+  st = zs->rank == 0 ? make_manifest(zs, fn, s->id, &s->text, &mcrc) : ZS_OK;
   snprintf(what, sizeof what, "%s: making the manifest", fn);
   st = zs__ck_agree(zs, st, what);
   if (st == ZS_OK) {

@@ -154,9 +154,10 @@ static zs_status_t fill_rank_file(zs_engine_t *zs, ck_out_t *o, const char *name
       }
       for (int64_t off = 0; enc == CK_ENC_F32 && off < b - a; off += (int64_t)CK_CHUNK) {
         size_t n = (size_t)(b - a - off < (int64_t)CK_CHUNK ? b - a - off : (int64_t)CK_CHUNK);
-        /* into the snapshot itself where it is aligned for floats (not after an odd bf16 block) */
+        /* into the copy itself where it is aligned for floats (not after an odd bf16 block), on the cpu
+         * device (a GPU's copies go through the pinned staging buffer: to pageable memory they are slow) */
         float *dst = pinned;
-        if (!o->f && ((uintptr_t)(o->mem + o->pos) & 3) == 0) {
+        if (!o->f && ((uintptr_t)(o->mem + o->pos) & 3) == 0 && zs_device_kind(zs->dev) == ZS_DEVICE_CPU) {
           if ((int64_t)(n * 4) > o->cap - o->pos) {
             errno = ENOSPC;
             goto io;
@@ -219,13 +220,18 @@ zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s
   char name[64], path[CK_PATH];
   zs__ck_rank_file_name(name, sizeof name, s->id, zs->rank);
   snprintf(path, sizeof path, "%s/%s (its copy in host memory)", dir, name);
-  zs_host_room_t room; /* what the kernel gives before it refuses or kills */
+  zs_host_room_t room; /* what the kernel gives before it refuses or kills, shared as setup's check shares it */
   zs__host_room(&room);
-  if ((uint64_t)c->mem_bytes > room.bytes)
+  const zs_node_ranks_t nr = zs__node_ranks();
+  const int share = room.shared && nr.local_size > 1 ? nr.local_size : 1;
+  const uint64_t mine = room.bytes == UINT64_MAX ? room.bytes : room.bytes / (uint64_t)share;
+  if (zs__settings()->mem_check && (uint64_t)c->mem_bytes > mine)
     return ZS_FAIL(zs->err, ZS_ERR_NOMEM,
-                   "%s: this rank's %lld bytes of state do not fit in host memory for the copy (%s); nothing was "
-                   "saved: zs_checkpoint_save writes without a copy",
-                   s->fn, (long long)c->bytes, room.what);
+                   "%s: this rank's %lld bytes of state do not fit in host memory for the copy (%s%s: %lld bytes "
+                   "for this rank); nothing was saved: zs_checkpoint_save writes without a copy (ZS_MEM_CHECK=0 "
+                   "skips this check)",
+                   s->fn, (long long)c->bytes, room.what, share > 1 ? ", split among this node's ranks" : "",
+                   (long long)mine);
   zs_status_t st = zs_device_host_alloc(zs->dev, c->mem_bytes, ZS_MEM_OTHER, ZS_HOST_PAGEABLE, &c->mem);
   if (st != ZS_OK) {
     c->mem = NULL;

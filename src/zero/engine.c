@@ -339,11 +339,11 @@ void zs__eng_live_remove(zs_engine_t *zs) {
 }
 
 int zs__eng_folder_taken(const zs_engine_t *zs, const char *dir, char *other, size_t n) {
-  if (!strcmp(zs->ck_own, dir)) return 0;
+  if (!strcmp(zs->ck_own, dir) || !strcmp(zs->ck_pending, dir)) return 0;
   int taken = 0;
   pthread_mutex_lock(&live_mu);
   for (int i = 0; i < nlive && !taken; i++)
-    if (live[i] != zs && !strcmp(live[i]->ck_own, dir)) {
+    if (live[i] != zs && (!strcmp(live[i]->ck_own, dir) || !strcmp(live[i]->ck_pending, dir))) {
       taken = 1;
       snprintf(other, n, "the engine of %d parameter%s%s%s%s", live[i]->nparams, live[i]->nparams == 1 ? "" : "s",
                live[i]->nparams ? ", '" : "", live[i]->nparams ? live[i]->params[0].name : "",

@@ -247,6 +247,7 @@ struct zs_engine {
   char ck_attr[16][2][64]; /* zs_checkpoint_set_attr: key, value ("" key: free; ZS_CKPT_ATTRS) */
   char ck_loaded_attr[16][2][64]; /* the last loaded manifest's attrs (zs_checkpoint_loaded_attr) */
   char ck_own[4096]; /* the folder (its realpath) this engine last saved into or loaded from; "" none */
+  char ck_pending[4096]; /* the folder of its background save still pending (zs_checkpoint_save_async); "" none */
   int ck_loaded_nattr;
   /* zs_checkpoint_save_async's save in the background (src/ckpt/ckpt_async.c),
    * or NULL; zs_engine_destroy calls ck_async_drop when it is set: the writer
@@ -339,9 +340,9 @@ zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out);
   } while (0)
 /* The process's live engines (create adds, destroy removes), for the checks
  * one engine makes against the others: whether another live engine last
- * saved into or loaded from the folder `dir` (a realpath) and this one did
- * not; if so, its description ("the engine of N parameters, 'name' first")
- * into other (n bytes). */
+ * saved into or loaded from the folder `dir` (a realpath), or has a background
+ * save pending there, and this one did not; if so, its description ("the
+ * engine of N parameters, 'name' first") into other (n bytes). */
 void zs__eng_live_add(zs_engine_t *zs);
 void zs__eng_live_remove(zs_engine_t *zs);
 int zs__eng_folder_taken(const zs_engine_t *zs, const char *dir, char *other, size_t n);

@@ -70,8 +70,8 @@ static zs_status_t same_values(zs_engine_t *zs, int param, const float *full) {
                    zs_last_error());
   if (v[0] == -v[1]) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "zs_param_set: the ranks passed different values for '%s' (this rank, %d, and at least one "
-                 "other): pass every data-parallel rank the same whole tensor; nothing was set",
+                 "zs_param_set: the ranks passed different values for '%s' (this data-parallel rank, %d, and at "
+                 "least one other): pass every data-parallel rank the same whole tensor; nothing was set",
                  p->name, zs->rank);
 }
 
@@ -124,8 +124,8 @@ static zs_status_t set_scales(zs_engine_t *zs, int param, float lr_scale, float 
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: comparing the ranks' values failed: %s", fn, zs_last_error());
     if (v[0] != -v[1])
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                     "%s: the ranks passed different multipliers or parameters (this rank, %d: '%s', lr x %g, "
-                     "weight decay x %g): pass every data-parallel rank the same; nothing was changed",
+                     "%s: the ranks passed different multipliers or parameters (this data-parallel rank, %d: '%s', "
+                     "lr x %g, weight decay x %g): pass every data-parallel rank the same; nothing was changed",
                      fn, zs->rank, zs->params[param].name, (double)lr_scale, (double)wd_scale);
   }
   ZS_CHECK(zs__eng_flush(zs)); /* a delayed update runs on the segments: it finishes with the old values */
