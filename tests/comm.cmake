@@ -19,6 +19,9 @@ if(TARGET zs_comm AND ZS_HAVE_MPI)
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 4 TIMEOUT 60)
   zs_add_test(NAME test_comm_revoke SOURCES test_comm_revoke.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 3 4 TIMEOUT 60)
+  # a program that initialised MPI itself: mismatched collectives are errors, not the job's end
+  zs_add_test(NAME test_comm_world_eh SOURCES test_comm_world_eh.c test_comm_lsan.c
+              LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 TIMEOUT 60)
   zs_add_test(NAME test_mpi_finalize SOURCES test_mpi_finalize.c test_comm_lsan.c
               LAYERS zs_common zs_memory zs_device zs_comm RANKS 2 TIMEOUT 60)
   zs_add_test_run(TARGET test_mpi_finalize NAME_SUFFIX _world RANKS 2 ARGS world TIMEOUT 60)

@@ -23,7 +23,17 @@ extern "C" {
 /* Duplicates `mpi_comm` (the caller keeps ownership of its own). MPI must be
  * initialised with MPI_THREAD_MULTIPLE (ZS_ERR_UNSUPPORTED otherwise). dev may
  * be a cpu device (host buffers) or a cuda device (device buffers through
- * pinned host staging: see zeroshard/comm.h). */
+ * pinned host staging: see zeroshard/comm.h).
+ * Where the program initialised MPI itself, its comms also set a handler of
+ * their own on MPI_COMM_WORLD while any lives: Open MPI 4 reports a failed
+ * non-blocking collective (ranks that issued different collectives) on
+ * MPI_COMM_WORLD, whose default handler would end the job from inside
+ * zeroshard; those errors now return to zeroshard (ZS_ERR_COMM on the comm).
+ * Every other error on MPI_COMM_WORLD goes to the program's handler as before
+ * (MPI_ERRORS_ARE_FATAL still ends the job; a handler function of the
+ * program's is called with a duplicate of MPI_COMM_SELF in place of
+ * MPI_COMM_WORLD). The program's handler is back once the last comm is
+ * destroyed; one it sets meanwhile replaces the guard. */
 zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
 
 /* The CUDA ordinal this rank should use (for zs_device_create_cuda): its rank

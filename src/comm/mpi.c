@@ -64,11 +64,62 @@ static atomic_int g_broken;
 
 void zs__mpi_note_broken(void) { atomic_store(&g_broken, 1); }
 
+_Thread_local int zs__mpi_ours;
+
+/* MPI_COMM_WORLD's handler while comms live in a program that initialised MPI
+ * itself (mpi_impl.h, zs__mpi_ours): an error raised inside zeroshard's own
+ * request tests returns (zeroshard reports it, ZS_ERR_COMM on the comm);
+ * any other goes to the handler the program had, kept on a duplicate of
+ * MPI_COMM_SELF (g_shadow), which MPI_Comm_call_errhandler runs: the default
+ * MPI_ERRORS_ARE_FATAL still ends the job, a function of the program's is
+ * called with that duplicate instead of MPI_COMM_WORLD. Installed with the
+ * first comm, the program's handler restored after the last one (unless the
+ * program set another meanwhile). Under g_mu. */
+static MPI_Errhandler g_world_eh = MPI_ERRHANDLER_NULL, g_prog_eh = MPI_ERRHANDLER_NULL;
+static MPI_Comm g_shadow = MPI_COMM_NULL;
+
+static void world_eh(MPI_Comm *comm, int *code, ...) {
+  (void)comm;
+  if (zs__mpi_ours) return;
+  if (g_shadow != MPI_COMM_NULL) MPI_Comm_call_errhandler(g_shadow, *code);
+}
+
+static void guard_world(void) {
+  if (g_we_init || g_world_eh != MPI_ERRHANDLER_NULL) return;
+  MPI_Errhandler prog = MPI_ERRHANDLER_NULL;
+  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &prog) != MPI_SUCCESS) return;
+  if (MPI_Comm_dup(MPI_COMM_SELF, &g_shadow) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(g_shadow, prog) != MPI_SUCCESS ||
+      MPI_Comm_create_errhandler(world_eh, &g_world_eh) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_world_eh) != MPI_SUCCESS) {
+    if (g_world_eh != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&g_world_eh);
+    if (g_shadow != MPI_COMM_NULL) MPI_Comm_free(&g_shadow);
+    MPI_Errhandler_free(&prog);
+    return;
+  }
+  g_prog_eh = prog;
+}
+
+static void unguard_world(void) {
+  if (g_world_eh == MPI_ERRHANDLER_NULL) return;
+  MPI_Errhandler cur = MPI_ERRHANDLER_NULL;
+  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &cur) == MPI_SUCCESS) {
+    if (cur == g_world_eh) MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_prog_eh);
+    MPI_Errhandler_free(&cur);
+  }
+  MPI_Errhandler_free(&g_prog_eh);
+  MPI_Errhandler_free(&g_world_eh);
+  MPI_Comm_free(&g_shadow);
+}
+
 zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what) {
   double limit = limit_s > 0 ? limit_s : zs__settings()->comm_timeout_s, t0 = zs__now();
   long pause = 1000;
   for (;;) {
-    int flag = 0, rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    int flag = 0;
+    zs__mpi_ours++;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    zs__mpi_ours--;
     if (rc != MPI_SUCCESS) {
       char msg[MPI_MAX_ERROR_STRING];
       int len = 0;
@@ -205,6 +256,7 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   zs__family_join(fam, &ctx->fm, id, zs__family_ranks(fam, mc, ctx->size));
   pthread_mutex_lock(&g_mu);
   g_live++;
+  guard_world();
   pthread_mutex_unlock(&g_mu);
   return ZS_OK;
 
@@ -257,8 +309,13 @@ static void mpi_destroy(void *vctx) {
   int outstanding = 0;
   for (orphan_t *o = ctx->orphans, *next; o; o = next) {
     next = o->next;
-    int flag = fin;
-    if (fin || (MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag))
+    int flag = fin, rc = MPI_SUCCESS;
+    if (!fin) {
+      zs__mpi_ours++;
+      rc = MPI_Testall(o->nreq, o->req, &flag, MPI_STATUSES_IGNORE);
+      zs__mpi_ours--;
+    }
+    if (fin || (rc == MPI_SUCCESS && flag))
     {
       zs__mpi_scratch_free(ctx, o->scratch, o->scratch_bytes);
       zs__mpi_scratch_free(ctx, o->src, o->src_bytes);
@@ -286,6 +343,7 @@ static void mpi_destroy(void *vctx) {
 
   pthread_mutex_lock(&g_mu);
   if (--g_live == 0 && g_we_init) finalize_mpi();
+  else if (g_live == 0 && !fin) unguard_world();
   pthread_mutex_unlock(&g_mu);
 }
 

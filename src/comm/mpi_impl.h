@@ -109,6 +109,15 @@ struct mpi_ctx {
 /* A comm of this process broke (timeout, abort, failure): MPI_Finalize may wait
  * forever for a lost rank, so the last destroy fences first (see mpi.c). */
 void zs__mpi_note_broken(void);
+/* Nonzero on a thread inside zeroshard's own test of MPI requests (the
+ * progress threads always; zs__mpi_poll and a comm's destroy while they test).
+ * Open MPI 4 reports an error of a non-blocking collective's request (libnbc:
+ * a truncation when ranks issue different collectives) on MPI_COMM_WORLD,
+ * whatever the request's communicator; where the program initialised MPI, the
+ * comms keep MPI_COMM_WORLD's handler from ending the job for those
+ * (mpi.c, guard_world): errors raised while this is set return to zeroshard,
+ * the rest go to the program's own handler. */
+extern _Thread_local int zs__mpi_ours;
 /* Polls a request with the comm timeout (ZS_COMM_TIMEOUT_S; limit_s overrides it
  * when > 0). ZS_OK, ZS_ERR_TIMEOUT (the request is left outstanding) or
  * ZS_ERR_COMM with MPI's message; `what` names the call. For comm creation and

@@ -481,6 +481,7 @@ static zs_status_t run_op(mpi_ctx_t *ctx, mpi_op_t *op) {
  * it runs, and is finished (flag, waiter) under the lock once it is out. */
 static void progress_start(void *vctx) {
   (void)vctx;
+  zs__mpi_ours = 1; /* every MPI call here is zeroshard's own (mpi_impl.h) */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: see zs__mpi_wait_req */
 }
 
