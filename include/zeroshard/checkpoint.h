@@ -19,7 +19,10 @@
  * Every file is written under a temporary name, fsynced and renamed; the manifest
  * goes last, so a directory whose manifest exists holds a complete checkpoint,
  * and a save that fails midway leaves the previous one loadable (and removes
- * the files it wrote, so a full disk does not stay full). After a successful
+ * the files it wrote, so a full disk does not stay full); rank files no
+ * manifest names (a crash before the manifest) are removed by the folder's
+ * next save before it writes. A file size limit (RLIMIT_FSIZE) is ZS_ERR_IO:
+ * calls that write files hold SIGXFSZ off their thread while they write. After a successful
  * save, rank files of earlier saves in the directory are removed, and so is an
  * earlier save of another layout there (model-parallel parts dir/mp<k>, or the
  * single part in dir), which a run in that layout would otherwise load as the

@@ -2,6 +2,7 @@
  * format): CRCs, the manifest's checksum, the collectives on the engine's comm,
  * engine-state helpers, file commits and names. */
 #include <ctype.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -38,6 +39,26 @@ uint32_t zs__ck_crc_more(uint32_t c, const void *p, size_t n) {
   }
   return (uint32_t)r;
 #endif
+}
+
+void zs__ck_xfsz_hold(ck_xfsz_t *h) {
+  sigset_t set, pend;
+  sigemptyset(&set);
+  sigaddset(&set, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &set, &h->old);
+  h->pending = sigpending(&pend) == 0 && sigismember(&pend, SIGXFSZ) == 1;
+}
+
+void zs__ck_xfsz_release(ck_xfsz_t *h) {
+  if (!h->pending) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGXFSZ);
+    const struct timespec none = {0, 0};
+    while (sigtimedwait(&set, NULL, &none) == SIGXFSZ) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &h->old, NULL);
 }
 
 uint32_t zs__ck_crc(const void *p, size_t n) { return zs__ck_crc_more((uint32_t)crc32(0L, Z_NULL, 0), p, n); }

@@ -59,7 +59,15 @@ static int write_all(int fd, const unsigned char *buf, int64_t n) {
  * padded to CK_DIRECT_ALIGN and cut to its size; buffered with
  * ZS_CKPT_DIRECT=0, or where the file system has no direct I/O or refuses it
  * for this write. */
+static void writer_held(ck_async_t *a);
 static void writer(ck_async_t *a) {
+  ck_xfsz_t x;
+  zs__ck_xfsz_hold(&x);
+  writer_held(a);
+  zs__ck_xfsz_release(&x);
+}
+
+static void writer_held(ck_async_t *a) {
   a->st = zs__ck_seal_snapshot(a->c.buf, a->c.bytes, a->blk, a->err, sizeof a->err);
   const char *what = "creating";
   int err = 0, fd = -1;
@@ -213,8 +221,10 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
 }
 
 /* One call at a time on the engine (zs__eng_enter), as the step's calls. */
+static zs_status_t save_async_held(zs_engine_t *zs, const char *dir) { ZS__CK_WRITES(save_async(zs, dir)); }
+
 zs_status_t zs_checkpoint_save_async(zs_engine_t *zs, const char *dir) {
-  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save_async", save_async(zs, dir));
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save_async", save_async_held(zs, dir));
 }
 
 static zs_status_t checkpoint_wait(zs_engine_t *zs) {
@@ -222,7 +232,7 @@ static zs_status_t checkpoint_wait(zs_engine_t *zs) {
   if (zs->phase != ZS_PH_IDLE)
     return ZS_FAIL(zs->err, ZS_ERR_STATE,
                    "zs_checkpoint_wait during a step: call it between zs_step and the next zs_forward_begin");
-  return zs__ck_async_finish(zs, "zs_checkpoint_wait");
+  ZS__CK_WRITES(zs__ck_async_finish(zs, "zs_checkpoint_wait"));
 }
 
 zs_status_t zs_checkpoint_wait(zs_engine_t *zs) {

@@ -82,7 +82,10 @@ static int kinds_of(const ck_source_t *s, const ck_whole_t *w, int k) {
   return s->part[0].m.has[k] && (k == K_MASTER || !zs__ck_whole_frozen(s, w));
 }
 
-zs_status_t zs_checkpoint_convert(const char *src, const char *dst) {
+static zs_status_t convert(const char *src, const char *dst);
+zs_status_t zs_checkpoint_convert(const char *src, const char *dst) { ZS__CK_WRITES(convert(src, dst)); }
+
+static zs_status_t convert(const char *src, const char *dst) {
   static const char fn[] = "zs_checkpoint_convert";
   if (!src || !*src || !dst || !*dst) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: src and dst must be given", fn);
   if (strlen(dst) > CK_PATH - 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);

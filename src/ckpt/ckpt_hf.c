@@ -127,7 +127,12 @@ static char *config_json(int64_t V, int64_t T, int64_t C, int L, int H) {
   return text;
 }
 
+static zs_status_t export_hf(const char *src, const char *dir, int n_head, int64_t max_shard_bytes);
 zs_status_t zs_checkpoint_export_hf_gpt2(const char *src, const char *dir, int n_head, int64_t max_shard_bytes) {
+  ZS__CK_WRITES(export_hf(src, dir, n_head, max_shard_bytes));
+}
+
+static zs_status_t export_hf(const char *src, const char *dir, int n_head, int64_t max_shard_bytes) {
   static const char fn[] = "zs_checkpoint_export_hf_gpt2";
   if (!src || !*src || !dir || !*dir) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: src and dir must be given", fn);
   if (strlen(dir) > CK_PATH - 96) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);

@@ -44,6 +44,7 @@
 #define ZS_CKPT_IMPL_H
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -190,6 +191,28 @@ zs_status_t zs__ck_seal_snapshot(void *buf, int64_t bytes, int blk, char *err, s
  * s->text. */
 zs_status_t zs__ck_save_commit(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s, zs_status_t st,
                                int wrote);
+/* A file size limit (RLIMIT_FSIZE) makes a write past it raise SIGXFSZ, whose
+ * default action ends the process (a new-user trial's job died so): the
+ * public calls that write files hold SIGXFSZ blocked on the calling thread
+ * (the background writer on its own), and take back one their writes raised
+ * before restoring the mask, so the write's EFBIG is a ZS_ERR_IO. A SIGXFSZ
+ * already pending when the call began is left to the program. */
+typedef struct {
+  sigset_t old;
+  int pending; /* already pending at the start */
+} ck_xfsz_t;
+void zs__ck_xfsz_hold(ck_xfsz_t *h);
+void zs__ck_xfsz_release(ck_xfsz_t *h);
+/* return expr's status, evaluated with SIGXFSZ held */
+#define ZS__CK_WRITES(expr)                   \
+  do {                                        \
+    ck_xfsz_t ck_x_;                          \
+    zs__ck_xfsz_hold(&ck_x_);                 \
+    const zs_status_t ck_wst_ = (expr);       \
+    zs__ck_xfsz_release(&ck_x_);              \
+    return ck_wst_;                           \
+  } while (0)
+
 /* Finishes a background save (zs_checkpoint_wait's work) if one is pending:
  * ZS_OK when none; else its outcome, its message prefixed by fn. */
 zs_status_t zs__ck_async_finish(zs_engine_t *zs, const char *fn);

@@ -294,8 +294,12 @@ static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const
 static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top);
 
 /* One call at a time on the engine (zs__eng_enter), as the step's calls. */
+static zs_status_t checkpoint_load_held(zs_engine_t *zs, const char *top) {
+  ZS__CK_WRITES(checkpoint_load(zs, top)); /* it may finish a background save */
+}
+
 zs_status_t zs_checkpoint_load(zs_engine_t *zs, const char *top) {
-  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_load", checkpoint_load(zs, top));
+  ZS__ENG_ONE_CALL(zs, "zs_checkpoint_load", checkpoint_load_held(zs, top));
 }
 
 static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {

@@ -59,8 +59,10 @@ zs_status_t zs__ck_st_begin(const char *tmp, const ck_tensor_t *t, int n, int64_
 static zs_status_t export_safetensors(zs_engine_t *zs, const char *path);
 
 /* One call at a time on the engine (zs__eng_enter), as the step's calls. */
+static zs_status_t export_held(zs_engine_t *zs, const char *path) { ZS__CK_WRITES(export_safetensors(zs, path)); }
+
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path) {
-  ZS__ENG_ONE_CALL(zs, "zs_export_safetensors", export_safetensors(zs, path));
+  ZS__ENG_ONE_CALL(zs, "zs_export_safetensors", export_held(zs, path));
 }
 
 static zs_status_t export_safetensors(zs_engine_t *zs, const char *path) {
@@ -152,7 +154,10 @@ int64_t zs__ck_largest_whole(const ck_source_t *s, const ck_whole_t *w) {
   return most;
 }
 
-zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) {
+static zs_status_t to_safetensors(const char *dir, const char *path);
+zs_status_t zs_checkpoint_to_safetensors(const char *dir, const char *path) { ZS__CK_WRITES(to_safetensors(dir, path)); }
+
+static zs_status_t to_safetensors(const char *dir, const char *path) {
   static const char fn[] = "zs_checkpoint_to_safetensors";
   if (!dir || !*dir || !path || !*path) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir and path must be given", fn);
   if (strlen(dir) > CK_PATH - 64 || strlen(path) > CK_PATH - 64)

@@ -141,9 +141,18 @@ static zs_status_t put_manifest(zs_engine_t *zs, const char *tmp, const char *fi
 
 /* Rank files of other saves (not `id`) left in dir: removed once the new
  * manifest is in place. Failures only warn: the checkpoint itself is complete. */
+static int remove_stale_counted(const char *dir, uint64_t id, int64_t *bytes);
 static void remove_stale(const char *dir, uint64_t id) {
+  int64_t bytes;
+  remove_stale_counted(dir, id, &bytes);
+}
+
+/* The same, counting the files removed and their bytes. */
+static int remove_stale_counted(const char *dir, uint64_t id, int64_t *bytes) {
+  *bytes = 0;
+  int n = 0;
   DIR *d = opendir(dir);
-  if (!d) return;
+  if (!d) return 0;
   char keep[32];
   snprintf(keep, sizeof keep, "%016" PRIx64 ".", id);
   struct dirent *e;
@@ -153,9 +162,46 @@ static void remove_stale(const char *dir, uint64_t id) {
     if (!ours || !strncmp(e->d_name, keep, strlen(keep))) continue;
     char path[CK_PATH];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    struct stat sb;
+    const int64_t size = stat(path, &sb) == 0 ? (int64_t)sb.st_size : 0;
     if (unlink(path) != 0) ZS_LOG_W("checkpoint: could not remove the stale file %s: %s", path, strerror(errno));
+    else n++, *bytes += size;
   }
   closedir(d);
+  return n;
+}
+
+/* Before a save writes (rank 0 of its part): rank files that the folder's
+ * manifest does not name, left by a save that never finished (a crash between
+ * its rank files and its manifest; a failed save removes its own). Only a
+ * successful save removed them before, so on a disk with room for two
+ * checkpoints every later save failed for want of the room they took. Nothing
+ * goes when the manifest is there but does not read as a checkpoint's. */
+static void remove_leftovers(const char *dir, const char *fn) {
+  char path[CK_PATH + 32];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  uint64_t keep = UINT64_MAX; /* no manifest: no save's files are named */
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    manifest_t m;
+    char err[ZS_ERRBUF], last[ZS_ERRBUF];
+    snprintf(last, sizeof last, "%s", zs_last_error());
+    zs_status_t st = zs__ck_parse_manifest(dir, &m, err, fn);
+    zs_set_last_error("%s", last); /* a probe: its complaint is no failure of this save */
+    if (st != ZS_OK) return;
+    keep = m.id;
+    zs__ck_manifest_free(&m);
+  } else if (errno != ENOENT) {
+    return;
+  }
+  int64_t bytes;
+  const int n = remove_stale_counted(dir, keep, &bytes);
+  snprintf(path, sizeof path, "%s/manifest.json.tmp", dir);
+  unlink(path);
+  if (n)
+    ZS_LOG_W("%s: removed %d file%s (%lld bytes) from %s that no manifest names: an earlier save there never "
+             "finished (a crash between its rank files and its manifest)",
+             fn, n, n == 1 ? "" : "s", (long long)bytes, dir);
 }
 
 /* Before the manifest names them (rank 0 of a part): every rank file of this
@@ -343,6 +389,7 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
   struct stat sb;
   if (st == ZS_OK && zs->rank == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: %s exists and is not a directory", fn, dir);
+  if (st == ZS_OK && zs->rank == 0) remove_leftovers(dir, fn);
   snprintf(what, sizeof what, "%s: creating the directory", fn);
   ZS_CHECK(zs__ck_agree(zs, st, what));
 
@@ -424,7 +471,10 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *top) {
   ZS__ENG_ONE_CALL(zs, "zs_checkpoint_save", checkpoint_save(zs, top));
 }
 
-static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) {
+static zs_status_t checkpoint_save_in(zs_engine_t *zs, const char *top);
+static zs_status_t checkpoint_save(zs_engine_t *zs, const char *top) { ZS__CK_WRITES(checkpoint_save_in(zs, top)); }
+
+static zs_status_t checkpoint_save_in(zs_engine_t *zs, const char *top) {
   char *dir = NULL;
   ZS_CHECK(zs__ck_save_start(zs, top, "zs_checkpoint_save", &dir));
   ck_save_t s = {.fn = "zs_checkpoint_save"};
