@@ -15,9 +15,11 @@
  *   - zs_engine_destroy with a save pending removes its files;
  *   - another engine's save into the folder of a pending one is refused;
  *   - the copy's memory goes back to the kernel once the file is written;
+ *   - a rank that cannot create its file fails the call on every rank;
  *   - no room for the copy on one rank: ZS_ERR_NOMEM on every rank, nothing
  *     saved; no thread for the writer: the call writes the file itself;
  *   - the calls in a step are ZS_ERR_STATE. */
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -336,6 +338,40 @@ static void test_no_room_no_thread(void) {
   close_run(&a);
 }
 
+/* A rank that cannot create its file (here: no file descriptor left; a
+ * read-only folder in a trial) fails the call itself on every rank, before
+ * any copy: before, the call returned ZS_OK and the error came a save later. */
+static void test_cannot_create(void) {
+  char dir[320];
+  zs_config_t c;
+  run_t a;
+  assert_ok(start(&a, &c, 2, 1, dir, sizeof dir, "nofd"));
+  struct rlimit old, lim;
+  if (rank == nranks - 1) {
+    getrlimit(RLIMIT_NOFILE, &old);
+    int lowest = 0; /* the lowest free descriptor: opening one more needs a limit above it */
+    while (fcntl(lowest, F_GETFD) != -1) lowest++;
+    lim = old;
+    lim.rlim_cur = (rlim_t)lowest;
+    expect_true(setrlimit(RLIMIT_NOFILE, &lim) == 0);
+  }
+  expect_status(zs_checkpoint_save_async(a.zs, dir), ZS_ERR_IO);
+  if (rank == nranks - 1) {
+    expect_true(setrlimit(RLIMIT_NOFILE, &old) == 0);
+    expect_str_contains(zs_last_error(), "cannot create");
+  } else {
+    expect_str_contains(zs_last_error(), "failed on rank");
+  }
+  expect_int_eq(zs_checkpoint_writing(a.zs), 0);
+  expect_ok(zs_checkpoint_wait(a.zs)); /* nothing pending */
+  barrier();
+  expect_int_eq(count_files(dir, ".zsr"), 0);
+  expect_int_eq(count_files(dir, ".tmp"), 0);
+  expect_ok(zs_checkpoint_save_async(a.zs, dir)); /* and it works again */
+  expect_ok(zs_checkpoint_wait(a.zs));
+  close_run(&a);
+}
+
 static void test_in_a_step(void) {
   char dir[320];
   zs_config_t c;
@@ -364,6 +400,7 @@ int main(void) {
   zs_test_run(test_folder_held_while_pending);
   zs_test_run(test_copy_returned);
   zs_test_run(test_no_room_no_thread);
+  zs_test_run(test_cannot_create);
   zs_test_run(test_in_a_step);
   return ckpt_world_close();
 }

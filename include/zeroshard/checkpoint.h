@@ -97,8 +97,15 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
  * to the kernel once the file is written); a rank that cannot have it (the
  * host room setup's check uses, split among the node's ranks; ZS_MEM_CHECK=0
  * skips that check) makes the call ZS_ERR_NOMEM on every rank, nothing saved
- * (zs_checkpoint_save needs no such copy). While it is pending the folder is
- * this engine's: another engine's save there is ZS_ERR_INVALID (above).
+ * (zs_checkpoint_save needs no such copy; both take a 4 MiB staging buffer
+ * too while they read the state). A rank that cannot create its file (a
+ * read-only folder) makes the call ZS_ERR_IO on every rank, nothing saved.
+ * While it is pending the folder is this engine's: another engine's save
+ * there is ZS_ERR_INVALID (above). With delayed_param_update, a save lands
+ * the pending update first (as zs_flush): a run that saves follows a path
+ * slightly off one that does not (each save brings one update a step
+ * forward), and a resumed run is bit for bit the run that saved at the same
+ * steps.
  * A save still pending is finished first (as zs_checkpoint_wait) by
  * zs_checkpoint_save, zs_checkpoint_save_async and zs_checkpoint_load; when it
  * failed they return its error, naming it, and do nothing else.
@@ -114,7 +121,10 @@ zs_status_t zs_checkpoint_wait(zs_engine_t *zs);
 /* 1 while this rank's file of a background save is still being written; 0
  * once it is written (zs_checkpoint_wait then waits for the other ranks and
  * the manifest only), when none is pending, and for NULL. Not collective; from
- * the thread that drives the engine. */
+ * the thread that drives the engine. Each rank answers for itself: a decision
+ * to call zs_checkpoint_wait taken from it must be the same on every rank
+ * (all-reduce the answer first, e.g. a MAX over the ranks), or the ranks issue
+ * different collectives. */
 int zs_checkpoint_writing(const zs_engine_t *zs);
 /* Loads the checkpoint in `dir` into an engine that was set up with the same
  * parameters (names, shapes, order); restores the step count and loss scale.

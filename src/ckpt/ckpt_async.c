@@ -34,6 +34,7 @@ typedef struct ck_async {
   int rank;    /* in the writer's message */
   int direct;  /* the writer uses direct I/O (ZS_CKPT_DIRECT, on by default, and the file system's) */
   char final[CK_PATH], tmp[CK_PATH + 8];
+  int fd; /* tmp, opened by the call (a folder this rank cannot write into fails there) */
   atomic_int done; /* the writer has finished: st and err are its outcome */
   zs_status_t st;
   char err[ZS_ERRBUF];
@@ -67,18 +68,23 @@ static void writer(ck_async_t *a) {
   zs__ck_xfsz_release(&x);
 }
 
+/* The call's part: tmp created (direct I/O where asked and the file system
+ * takes it). ZS_ERR_IO naming it when this rank cannot create it. */
+static zs_status_t open_tmp(zs_engine_t *zs, ck_async_t *a, const char *fn) {
+  a->fd = a->direct ? open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0666) : -1;
+  if (!a->direct || (a->fd < 0 && errno == EINVAL))
+    a->direct = 0, a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (a->fd >= 0) return ZS_OK;
+  return ZS_FAIL(zs->err, ZS_ERR_IO, "%s: cannot create %s: %s", fn, a->tmp, strerror(errno));
+}
+
 static void writer_held(ck_async_t *a) {
   a->st = zs__ck_seal_snapshot(a->c.buf, a->c.bytes, a->blk, a->err, sizeof a->err);
-  const char *what = "creating";
-  int err = 0, fd = -1;
-  if (a->st == ZS_OK) {
-    if (a->direct) fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0666);
-    if (!a->direct || (fd < 0 && errno == EINVAL))
-      a->direct = 0, fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) err = errno;
-  }
-  if (fd >= 0) {
-    what = "writing";
+  const char *what = "writing";
+  int err = 0, fd = a->fd;
+  a->fd = -1;
+  if (a->st != ZS_OK) close(fd);
+  else {
     err = a->direct ? write_all(fd, a->c.buf, a->c.padded) : write_all(fd, a->c.buf, a->c.bytes);
     if (err == EINVAL && a->direct) { /* opened, then refused: the same file, buffered */
       int fl = fcntl(fd, F_GETFL);
@@ -97,8 +103,8 @@ static void writer_held(ck_async_t *a) {
   zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
   memset(&a->c, 0, sizeof a->c);
   if (a->st == ZS_OK && !err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
+  if (err || a->st != ZS_OK) unlink(a->tmp);
   if (err) {
-    if (fd >= 0) unlink(a->tmp);
     snprintf(a->err, sizeof a->err, "rank %d: %s %.400s failed: %s", a->rank, what, a->tmp, strerror(err));
     a->st = ZS_ERR_IO;
   }
@@ -131,6 +137,10 @@ static void pending_folder(zs_engine_t *zs, const char *dir) {
 }
 
 static void async_free(ck_async_t *a) {
+  if (a->fd >= 0) { /* made by the call, never written: the save failed before its writer */
+    close(a->fd);
+    unlink(a->tmp);
+  }
   if (a->c.mem) zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
   free(a->s.text);
   free(a->top);
@@ -180,6 +190,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
   char *dir = NULL, what[96];
   ZS_CHECK(zs__ck_save_start(zs, top, fn, &dir));
   ck_async_t *a = calloc(1, sizeof *a);
+  if (a) a->fd = -1;
   zs_status_t st = a && (a->top = strdup(top)) ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   st = zs__ck_agree(zs, st, fn);
   if (st == ZS_OK) {
@@ -197,8 +208,9 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
     zs__ck_rank_file_name(name, sizeof name, a->s.id, zs->rank);
     snprintf(a->final, sizeof a->final, "%s/%s", a->dir, name);
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp", a->final);
-    st = zs__ck_snapshot(zs, a->dir, &a->s, &a->c);
-    snprintf(what, sizeof what, "%s: copying the state into host memory", fn);
+    st = open_tmp(zs, a, fn);
+    if (st == ZS_OK) st = zs__ck_snapshot(zs, a->dir, &a->s, &a->c);
+    snprintf(what, sizeof what, "%s: creating this rank's file and copying the state into host memory", fn);
     st = zs__ck_agree(zs, st, what);
   }
   if (st != ZS_OK) {
