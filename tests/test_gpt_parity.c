@@ -403,7 +403,8 @@ static void test_errors(void) {
   gpt_result_free(&r);
 }
 
-/* Checkpoints in the trainer: 10 steps, saving at the end; a second run loads it
+/* Checkpoints in the trainer: 10 steps, saving every 3 in the background and at
+ * the end (the losses those of the run without saves); a second run loads it
  * and trains 10 more; the losses equal steps 10-19 of the reference run, bit for
  * bit at stage 2 here, and to fp32 parity when the resumed run is at stage 3
  * (the checkpoint reshards). */
@@ -421,10 +422,19 @@ static void test_resume(void) {
   o.steps = STEPS / 2;
   o.lr_steps = STEPS; /* the cosine schedule spans the reference's 20 steps */
   o.save = dir;
+  o.save_every = 3, o.save_async = 1; /* saves in the background along the way: training as without them */
   gpt_result_t r;
   assert_ok(gpt_train_run(&o, g_dev, g_world, &r));
+  for (int i = 0; i < STEPS / 2; i++)
+    if (g_size == 1 ? r.losses[i] != g_ref_loss[i] : fabs(r.losses[i] - g_ref_loss[i]) > 1e-5 * fabs(g_ref_loss[i])) {
+      ZS_T_REPORT("saving in the background: step %d loss %.9g vs %.9g without", i, (double)r.losses[i],
+                  (double)g_ref_loss[i]);
+      break;
+    }
+  expect_true(r.save_s >= 0);
   gpt_result_free(&r);
   o.save = NULL;
+  o.save_every = 0, o.save_async = 0;
   o.load = dir;
   o.lr_steps = 0; /* the default: the checkpoint's step + --steps = 20 */
   zs_schedule_t sched = {.kind = ZS_SCHED_COSINE, .warmup_steps = STEPS / 20, .total_steps = STEPS};

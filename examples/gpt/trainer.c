@@ -420,6 +420,15 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       const double s0 = trainer_now_s();
       st = o->save_async ? zs_checkpoint_save_async(t->zs, o->save) : zs_checkpoint_save(t->zs, o->save);
       res->save_s += trainer_now_s() - s0;
+      /* a background save that failed on the disk or for memory (every rank's
+       * status: the checkpoint calls agree it) leaves the previous checkpoint:
+       * training goes on and the next interval tries again */
+      if (o->save_async && (st == ZS_ERR_IO || st == ZS_ERR_NOMEM)) {
+        if (t->rank == 0)
+          fprintf(stderr, "zs-train-gpt: warning: a periodic background save failed, training goes on (the previous "
+                          "checkpoint in %s stays): %s\n", o->save, zs_engine_last_error(t->zs));
+        st = ZS_OK;
+      }
       if (st != ZS_OK)
         return trainer_fail(res, st, o->save_async ? "zs_checkpoint_save_async" : "zs_checkpoint_save",
                             zs_engine_last_error(t->zs));
