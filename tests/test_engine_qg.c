@@ -381,7 +381,8 @@ static void test_training(void) {
 }
 
 /* A qgZ group or a qwZ block with its feature off is a warning on rank 0 (a
- * config file's settings with the feature turned off by the environment). */
+ * config file's settings with the feature turned off by the environment), and
+ * so is a static loss scale for parameters that are not fp16. */
 static char warned[1024];
 static void capture(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
   (void)file, (void)line, (void)user;
@@ -391,6 +392,7 @@ static void capture(zs_log_level_t level, const char *file, int line, const char
 static void test_orphan_settings(void) {
   zs_config_t c = ZS_CONFIG_INIT;
   c.stage = 2, c.quantized_gradients_group = 2, c.quantized_weights_block = 64;
+  c.loss_scale = 128; /* fp32 parameters take no scale (a trial's fp32 run ignored it silently) */
   zs_engine_t *zs = NULL;
   warned[0] = 0;
   zs_log_set_callback(capture, NULL);
@@ -401,12 +403,13 @@ static void test_orphan_settings(void) {
     expect_str_contains(warned, "quantized_gradients_group 2 has no effect: quantized_gradients is off");
     expect_str_contains(warned, "quantized_weights_block 64 has no effect: quantized_weights and quantized_gradients "
                                 "are off");
+    expect_str_contains(warned, "loss_scale 128 has no effect: loss scaling is for fp16 parameters (these are fp32)");
   } else {
     expect_true(warned[0] == 0);
   }
   zs_engine_destroy(zs);
   /* with qgZ on, the block is its codes' block: no warning */
-  c.quantized_gradients = 8, c.quantized_gradients_group = 0;
+  c.quantized_gradients = 8, c.quantized_gradients_group = 0, c.loss_scale = 0;
   warned[0] = 0;
   zs_log_set_callback(capture, NULL);
   st = zs_engine_create(&zs, &c, dev, world);

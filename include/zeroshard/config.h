@@ -131,7 +131,8 @@ typedef struct {
   int offload_strict;  /* offload: fail instead of using pageable memory when pinning fails */
   int delayed_param_update; /* offload: overlap step t with forward/backward of t+1 */
   /* fp16 loss scaling (param_dtype fp16 only: fp32 and bf16 parameters take
-   * no scale, these fields are not read and zs_loss_scale() is 1):
+   * no scale, these fields are not read, a static loss_scale is a warning, and
+   * zs_loss_scale() is 1):
    * loss_scale > 0 is static; 0 = dynamic */
   float loss_scale;
   float initial_scale; /* dynamic: starting scale (2^16) */

@@ -113,6 +113,9 @@ static zs_status_t engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_d
   if (zs_comm_rank(comm) == 0 && !cfg->quantized_weights && !cfg->quantized_gradients && cfg->quantized_weights_block)
     ZS_LOG_W("zs_engine_create: quantized_weights_block %d has no effect: quantized_weights and quantized_gradients "
              "are off", cfg->quantized_weights_block);
+  if (zs_comm_rank(comm) == 0 && cfg->param_dtype != ZS_FP16 && cfg->loss_scale > 0)
+    ZS_LOG_W("zs_engine_create: loss_scale %g has no effect: loss scaling is for fp16 parameters (these are %s)",
+             (double)cfg->loss_scale, zs_dtype_name(cfg->param_dtype));
   zs_engine_t *zs = calloc(1, sizeof *zs);
   if (!zs) return create_give_up(comm, ZS_FAIL(NULL, ZS_ERR_NOMEM, "zs_engine_create: out of host memory"));
   zs->offload = cfg->offload_optimizer != ZS_OFFLOAD_NONE; /* the optimizer steps on the host */
