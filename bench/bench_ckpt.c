@@ -18,10 +18,12 @@
  * the trainer is held by the call (the copy into host memory), the time until
  * every rank's file is written, and the wait's (the manifest), against
  * zs_checkpoint_save's, the time it holds the trainer; stall_ratio is
- * save / async_call. --dir defaults to a fresh directory under $TMPDIR or /tmp.
+ * save / async_call; the _kept figures with the copy kept between saves
+ * (ZS_CKPT_KEEP_COPY=1). --dir defaults to a fresh directory under $TMPDIR or /tmp.
  * --json prints one document: {"world","stage","params","bytes_per_rank",
  *  "save_gbps","load_gbps","raw_write_gbps","raw_read_gbps","save_ratio","load_ratio",
- *  "save_s","async_call_s","async_written_s","async_wait_s","stall_ratio"}. */
+ *  "save_s","async_call_s","async_written_s","async_wait_s","stall_ratio",
+ *  "async_call_kept_s","stall_ratio_kept"}. */
 #include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -141,9 +143,13 @@ int main(int argc, char **argv) {
     t = max_time(now_s() - t0);
     load = t < load ? t : load;
   }
-  /* in the background: the call, the writing (polled), the wait; best of iters each */
-  double acall = 1e30, awrite = 1e30, await_ = 1e30;
-  for (int it = 0; it < iters; it++) {
+  /* in the background: the call, the writing (polled), the wait; best of iters
+   * each; then the call again with the copy kept between saves
+   * (ZS_CKPT_KEEP_COPY=1: no fresh pages to fault in) */
+  double acall = 1e30, awrite = 1e30, await_ = 1e30, kcall = 1e30;
+  for (int it = 0; it < 2 * iters + 1; it++) {
+    const int kept = it >= iters;
+    if (it == iters) setenv("ZS_CKPT_KEEP_COPY", "1", 1); /* its first save makes the copy it keeps: not timed */
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now_s();
     CHECK_ABORT(zs_checkpoint_save_async(zs, ck));
@@ -158,10 +164,15 @@ int main(int argc, char **argv) {
     CHECK_ABORT(zs_checkpoint_wait(zs));
     double t4 = now_s();
     double c = max_time(t1 - t0), w = max_time(t2 - t1), x = max_time(t4 - t3);
+    if (kept) {
+      if (it > iters) kcall = c < kcall ? c : kcall;
+      continue;
+    }
     acall = c < acall ? c : acall;
     awrite = w < awrite ? w : awrite;
     await_ = x < await_ ? x : await_;
   }
+  unsetenv("ZS_CKPT_KEEP_COPY");
   /* bytes: every rank saves (and at the same layout loads) 12 bytes per element
    * of its shard; the raw file moves the same */
   int64_t total = per * units, bytes = 12 * ((total + world - 1) / world);
@@ -211,15 +222,17 @@ int main(int argc, char **argv) {
     fprintf(out, "\n%-34s %10s\n", "the trainer is held by", "seconds");
     fprintf(out, "%-34s %10.4f\n", "zs_checkpoint_save", save);
     fprintf(out, "%-34s %10.4f  (%.1fx less)\n", "zs_checkpoint_save_async (copy)", acall, save / acall);
+    fprintf(out, "%-34s %10.4f  (%.1fx less)\n", "  the copy kept (ZS_CKPT_KEEP_COPY)", kcall, save / kcall);
     fprintf(out, "%-34s %10.4f\n", "  then writing, in the background", awrite);
     fprintf(out, "%-34s %10.4f\n", "  zs_checkpoint_wait, once written", await_);
     if (json)
       printf("{\"world\": %d, \"stage\": %d, \"params\": %lld, \"bytes_per_rank\": %lld, \"save_gbps\": %.6g, "
              "\"load_gbps\": %.6g, \"raw_write_gbps\": %.6g, \"raw_read_gbps\": %.6g, \"save_ratio\": %.6g, "
              "\"load_ratio\": %.6g, \"save_s\": %.6g, \"async_call_s\": %.6g, \"async_written_s\": %.6g, "
-             "\"async_wait_s\": %.6g, \"stall_ratio\": %.6g}\n",
+             "\"async_wait_s\": %.6g, \"stall_ratio\": %.6g, \"async_call_kept_s\": %.6g, "
+             "\"stall_ratio_kept\": %.6g}\n",
              world, stage, (long long)total, (long long)bytes, gb / save, gb / load, gb / wr, gb / rd, wr / save,
-             rd / load, save, acall, awrite, await_, save / acall);
+             rd / load, save, acall, awrite, await_, save / acall, kcall, save / kcall);
   }
   zs_engine_destroy(zs);
   free(slots);

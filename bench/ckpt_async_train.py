@@ -13,10 +13,11 @@ alternating which goes first. Per run: save_s, the seconds the periodic saves
 held the run (the trainer's JSON; the final save, synchronous in both, is not
 in it); tokens/s over the training steps (saves excluded); the run's wall time
 (launch to exit, final save included); its final loss, which must be the same
-in both modes (the save does not touch training: exit 2 if it differs). The
+in both modes (the save does not touch training: exit 2 if it differs);
+ZS_CKPT_KEEP_COPY and ZS_CKPT_DIRECT, when set, are named in the output. The
 table gives each mode's median over the rounds and the spread (min-max), and
 the ratios sync/async of save_s and of wall time. --json prints one document:
-  {"np","rounds","steps","every","trainer_args":[...],"runs":[{"mode","round",
+  {"np","rounds","steps","every","trainer_args":[...],"env":{ZS_CKPT_* set},"runs":[{"mode","round",
    "save_s","tokens_per_s","wall_s","final_loss"}],"median":{"sync":{...},
    "async":{...}},"held_ratio","wall_ratio"}
 Exit 2 on bad arguments or a run that fails (its output's tail on stderr).
@@ -127,6 +128,9 @@ def main():
     wall = med["sync"]["wall_s"] / med["async"]["wall_s"]
     out = sys.stderr if o["json"] else sys.stdout
     saves = (o["steps"] - 1) // o["every"]
+    env = {k: os.environ[k] for k in ("ZS_CKPT_KEEP_COPY", "ZS_CKPT_DIRECT") if k in os.environ}
+    if env:
+        out.write("# with %s\n" % " ".join("%s=%s" % kv for kv in sorted(env.items())))
     out.write("# zs-train-gpt on %d ranks, %d steps, %d periodic saves, %d rounds interleaved; final loss %.9g in "
               "every run\n" % (o["np"], o["steps"], saves, o["rounds"], runs[0]["final_loss"]))
     out.write("%-6s %22s %22s %22s\n" % ("mode", "held by saves, s", "tokens/s (steps)", "wall, s"))
@@ -138,7 +142,7 @@ def main():
     out.write("held: sync/async %.1fx; wall: sync/async %.3f\n" % (held, wall))
     if o["json"]:
         print(json.dumps({"np": o["np"], "rounds": o["rounds"], "steps": o["steps"], "every": o["every"],
-                          "trainer_args": o["trainer"], "runs": runs, "median": med, "held_ratio": held,
+                          "trainer_args": o["trainer"], "env": env, "runs": runs, "median": med, "held_ratio": held,
                           "wall_ratio": wall}))
 
 

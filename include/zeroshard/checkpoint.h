@@ -94,7 +94,8 @@ zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
  * as ever): until it returns ZS_OK the directory's previous checkpoint is the
  * one that loads, and a crash or failure leaves that one. The copy takes host
  * memory of the rank file's size (counted ZS_MEM_OTHER, its pages given back
- * to the kernel once the file is written); a rank that cannot have it (the
+ * to the kernel once the file is written, or with ZS_CKPT_KEEP_COPY=1 kept,
+ * counted, for the next background save); a rank that cannot have it (the
  * host room setup's check uses, split among the node's ranks; ZS_MEM_CHECK=0
  * skips that check) makes the call ZS_ERR_NOMEM on every rank, nothing saved
  * (zs_checkpoint_save needs no such copy; both take a 4 MiB staging buffer

@@ -33,6 +33,7 @@ typedef struct ck_async {
   int blk;     /* the int8 state block (0: none), for the CRCs */
   int rank;    /* in the writer's message */
   int direct;  /* the writer uses direct I/O (ZS_CKPT_DIRECT, on by default, and the file system's) */
+  int keep;    /* ZS_CKPT_KEEP_COPY: the copy stays for the next save instead of going back to the kernel */
   char final[CK_PATH], tmp[CK_PATH + 8];
   int fd; /* tmp, opened by the call (a folder this rank cannot write into fails there) */
   atomic_int done; /* the writer has finished: st and err are its outcome */
@@ -98,10 +99,13 @@ static void writer_held(ck_async_t *a) {
   }
   /* its pages back to the kernel: the host allocator keeps large freed
    * extents resident for reuse, and the copy is the size of this rank's whole
-   * optimizer state (it would stay counted by the kernel, not the accountant) */
-  madvise(a->c.buf, (size_t)a->c.padded, MADV_DONTNEED);
-  zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
-  memset(&a->c, 0, sizeof a->c);
+   * optimizer state (it would stay counted by the kernel, not the accountant);
+   * kept whole with ZS_CKPT_KEEP_COPY, for the next save (zs__ck_async_finish) */
+  if (!a->keep) {
+    madvise(a->c.buf, (size_t)a->c.padded, MADV_DONTNEED);
+    zs_device_host_free(a->dev, a->c.mem, a->c.mem_bytes, ZS_MEM_OTHER);
+    memset(&a->c, 0, sizeof a->c);
+  }
   if (a->st == ZS_OK && !err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
   if (err || a->st != ZS_OK) unlink(a->tmp);
   if (err) {
@@ -154,6 +158,9 @@ static void async_drop(zs_engine_t *zs) {
   ck_async_t *a = zs->ck_async;
   zs->ck_async = NULL;
   zs->ck_async_drop = NULL;
+  if (zs->ck_keep) zs_device_host_free(zs->dev, zs->ck_keep, zs->ck_keep_bytes, ZS_MEM_OTHER);
+  zs->ck_keep = NULL;
+  if (!a) return;
   async_join(a);
   if (a->st == ZS_OK) unlink(a->final);
   ZS_LOG_W("zs_engine_destroy (rank %d): the background checkpoint save of step %lld into %s was not finished with "
@@ -171,6 +178,11 @@ zs_status_t zs__ck_async_finish(zs_engine_t *zs, const char *fn) {
   zs->ck_async_drop = NULL;
   async_join(a);
   pending_folder(zs, NULL); /* the commit records the folder as this engine's once it is in place */
+  if (a->keep && a->c.mem) { /* for the next save (save_async); destroy frees it */
+    zs->ck_keep = a->c.mem, zs->ck_keep_bytes = a->c.mem_bytes;
+    memset(&a->c, 0, sizeof a->c);
+    zs->ck_async_drop = async_drop;
+  }
   if (a->st != ZS_OK) ZS_FAIL(zs->err, a->st, "%s", a->err); /* this rank's message, for the agreement */
   zs_status_t st = zs__ck_save_commit(zs, a->top, a->dir, &a->s, a->st, a->st == ZS_OK);
   if (st != ZS_OK && strcmp(fn, "zs_checkpoint_wait")) {
@@ -197,6 +209,12 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
     a->dev = zs->dev;
     a->rank = zs->rank;
     a->direct = zs__env_flag("ZS_CKPT_DIRECT", 1);
+    a->keep = zs__env_flag("ZS_CKPT_KEEP_COPY", 0);
+    if (zs->ck_keep) { /* the last save's copy: this one's, or gone */
+      if (a->keep) a->c.mem = zs->ck_keep, a->c.mem_bytes = zs->ck_keep_bytes;
+      else zs_device_host_free(zs->dev, zs->ck_keep, zs->ck_keep_bytes, ZS_MEM_OTHER);
+      zs->ck_keep = NULL;
+    }
     a->blk = zs->cfg.optim.state_dtype == ZS_STATE_INT8 ? zs__optim_state_block(&zs->cfg.optim) : 0;
     a->dir = dir;
     dir = NULL;

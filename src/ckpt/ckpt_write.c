@@ -211,15 +211,8 @@ zs_status_t zs__ck_write_rank_file(zs_engine_t *zs, const char *dir, uint64_t id
   return st;
 }
 
-zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, ck_copy_t *c) {
-  int64_t nblocks;
-  memset(c, 0, sizeof *c);
-  zs__ck_rank_file_layout(zs, zs->rank, &c->bytes, &nblocks);
-  c->padded = (c->bytes + CK_DIRECT_ALIGN - 1) / CK_DIRECT_ALIGN * CK_DIRECT_ALIGN;
-  c->mem_bytes = (size_t)c->padded + CK_DIRECT_ALIGN; /* room to align the start */
-  char name[64], path[CK_PATH];
-  zs__ck_rank_file_name(name, sizeof name, s->id, zs->rank);
-  snprintf(path, sizeof path, "%s/%s (its copy in host memory)", dir, name);
+/* The copy's memory (c->mem_bytes), after the room check. */
+static zs_status_t copy_alloc(zs_engine_t *zs, const ck_save_t *s, ck_copy_t *c) {
   zs_host_room_t room; /* what the kernel gives before it refuses or kills, shared as setup's check shares it */
   zs__host_room(&room);
   const zs_node_ranks_t nr = zs__node_ranks();
@@ -240,12 +233,34 @@ zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s
                    "zs_checkpoint_save writes without a copy",
                    s->fn, (long long)c->bytes, zs_last_error());
   }
-  c->buf = (unsigned char *)(((uintptr_t)c->mem + CK_DIRECT_ALIGN - 1) & ~(uintptr_t)(CK_DIRECT_ALIGN - 1));
   /* small pages: the copy is written once, and a huge page's first touch can
    * wait for the kernel to compact memory (746 MB on the development VM: 1.1 s
    * advised for huge pages, 0.41 s not); the hint goes with the pages, so a
    * later buffer in them advises again (zs__host_malloc) */
-  madvise(c->buf, (size_t)c->padded, MADV_NOHUGEPAGE);
+  madvise((void *)(((uintptr_t)c->mem + CK_DIRECT_ALIGN - 1) & ~(uintptr_t)(CK_DIRECT_ALIGN - 1)), (size_t)c->padded,
+          MADV_NOHUGEPAGE);
+  return ZS_OK;
+}
+
+zs_status_t zs__ck_snapshot(zs_engine_t *zs, const char *dir, const ck_save_t *s, ck_copy_t *c) {
+  int64_t nblocks;
+  void *kept = c->mem; /* an earlier save's copy (ZS_CKPT_KEEP_COPY): reused where it is large enough */
+  const size_t kept_bytes = c->mem_bytes;
+  memset(c, 0, sizeof *c);
+  zs__ck_rank_file_layout(zs, zs->rank, &c->bytes, &nblocks);
+  c->padded = (c->bytes + CK_DIRECT_ALIGN - 1) / CK_DIRECT_ALIGN * CK_DIRECT_ALIGN;
+  c->mem_bytes = (size_t)c->padded + CK_DIRECT_ALIGN; /* room to align the start */
+  zs_status_t st = ZS_OK;
+  if (kept && kept_bytes >= c->mem_bytes) {
+    c->mem = kept, c->mem_bytes = kept_bytes;
+  } else {
+    if (kept) zs_device_host_free(zs->dev, kept, kept_bytes, ZS_MEM_OTHER);
+    ZS_CHECK(copy_alloc(zs, s, c));
+  }
+  char name[64], path[CK_PATH];
+  zs__ck_rank_file_name(name, sizeof name, s->id, zs->rank);
+  snprintf(path, sizeof path, "%s/%s (its copy in host memory)", dir, name);
+  c->buf = (unsigned char *)(((uintptr_t)c->mem + CK_DIRECT_ALIGN - 1) & ~(uintptr_t)(CK_DIRECT_ALIGN - 1));
   memset(c->buf + c->bytes, 0, (size_t)(c->padded - c->bytes));
   ck_out_t o = {.mem = c->buf, .cap = c->bytes};
   st = fill_rank_file(zs, &o, path, s->id, s->mcrc);

@@ -103,7 +103,7 @@ static const char *const lib_names[] = {
     /* src/zero/engine.c (a debugging switch) */
     "ZS_POISON_RELEASED",
     /* src/ckpt/ckpt_async.c */
-    "ZS_CKPT_DIRECT",
+    "ZS_CKPT_DIRECT", "ZS_CKPT_KEEP_COPY",
     /* src/config/config_env.c (zs_config_from_env, zs_config_apply_env) */
     "ZS_STAGE", "ZS_PARAM_DTYPE", "ZS_REDUCE_DTYPE", "ZS_OPTIM", "ZS_LR", "ZS_BETA1", "ZS_BETA2", "ZS_EPS",
     "ZS_WEIGHT_DECAY", "ZS_MOMENTUM", "ZS_NESTEROV", "ZS_OPTIM_STATE", "ZS_OPTIM_STATE_BLOCK", "ZS_GRAD_ACCUM", "ZS_GRAD_CLIP",

@@ -251,9 +251,11 @@ struct zs_engine {
   int ck_loaded_nattr;
   /* zs_checkpoint_save_async's save in the background (src/ckpt/ckpt_async.c),
    * or NULL; zs_engine_destroy calls ck_async_drop when it is set: the writer
-   * joined, its unfinished save removed */
+   * joined, its unfinished save removed, a kept copy freed */
   struct ck_async *ck_async;
   void (*ck_async_drop)(zs_engine_t *zs);
+  void *ck_keep; /* ZS_CKPT_KEEP_COPY: the last background save's copy, kept for the next (ck_keep_bytes, ZS_MEM_OTHER) */
+  size_t ck_keep_bytes;
   char err[ZS_ERRBUF];
 };
 
