@@ -69,6 +69,43 @@ static void test_mismatch_returns(void) {
   MPI_Errhandler_free(&eh);
 }
 
+/* Two things a review found (each silent or a crash before):
+ *   - a communicator the program made from MPI_COMM_WORLD while a comm lived
+ *     inherited the guard's handler; after the last comm it must still reach
+ *     the program's handler (it returned every error silently);
+ *   - the program saves MPI_COMM_WORLD's handler while a comm lives (the
+ *     guard's), puts it back after the last comm, and makes a comm again: an
+ *     error on MPI_COMM_WORLD reaches its handler once (the guard wrapped
+ *     itself and recursed until the stack overflowed). */
+static void test_inherited_and_restored(void) {
+  MPI_Errhandler eh, saved;
+  MPI_Comm_create_errhandler(prog_eh, &eh);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+  zs_device_t *dev = NULL;
+  zs_comm_t *c = NULL;
+  assert_ok(zs_device_create_cpu(&dev));
+  assert_ok(zs_comm_create_mpi(&c, dev, MPI_COMM_WORLD));
+  MPI_Comm mine = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &mine);
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved); /* the guard's, while the comm lives */
+  zs_comm_destroy(c);
+  int x = 0;
+  prog_calls = 0;
+  expect_true(MPI_Send(&x, 1, MPI_INT, nranks + 5, 0, mine) != MPI_SUCCESS);
+  expect_int_eq(prog_calls, 1);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved); /* the guard's handler back on MPI_COMM_WORLD */
+  assert_ok(zs_comm_create_mpi(&c, dev, MPI_COMM_WORLD));
+  prog_calls = 0;
+  expect_true(MPI_Send(&x, 1, MPI_INT, nranks + 5, 0, MPI_COMM_WORLD) != MPI_SUCCESS);
+  expect_int_eq(prog_calls, 1);
+  zs_comm_destroy(c);
+  zs_device_destroy(dev);
+  MPI_Comm_free(&mine);
+  MPI_Errhandler_free(&saved);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  MPI_Errhandler_free(&eh);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -78,6 +115,7 @@ int main(int argc, char **argv) {
   setenv("ZS_COMM_TIMEOUT_S", "20", 1);
   zs_log_set_level(ZS_LOG_NONE);
   zs_test_run(test_mismatch_returns);
+  zs_test_run(test_inherited_and_restored);
   int rc = zs_test_finish();
   MPI_Finalize(); /* the mismatched requests are kept by the destroyed comm: MPI's own business now */
   return rc;

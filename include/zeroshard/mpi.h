@@ -24,16 +24,20 @@ extern "C" {
  * initialised with MPI_THREAD_MULTIPLE (ZS_ERR_UNSUPPORTED otherwise). dev may
  * be a cpu device (host buffers) or a cuda device (device buffers through
  * pinned host staging: see zeroshard/comm.h).
- * Where the program initialised MPI itself, its comms also set a handler of
- * their own on MPI_COMM_WORLD while any lives: Open MPI 4 reports a failed
- * non-blocking collective (ranks that issued different collectives) on
- * MPI_COMM_WORLD, whose default handler would end the job from inside
- * zeroshard; those errors now return to zeroshard (ZS_ERR_COMM on the comm).
- * Every other error on MPI_COMM_WORLD goes to the program's handler as before
- * (MPI_ERRORS_ARE_FATAL still ends the job; a handler function of the
- * program's is called with a duplicate of MPI_COMM_SELF in place of
- * MPI_COMM_WORLD). The program's handler is back once the last comm is
- * destroyed; one it sets meanwhile replaces the guard. */
+ * Where the program initialised MPI itself, zeroshard sets a handler of its
+ * own on MPI_COMM_WORLD while any mpi comm lives or is being made (and while
+ * zs_comm_create_nccl_mpi runs): Open MPI 4 reports a failed non-blocking
+ * collective (ranks that issued different collectives) on MPI_COMM_WORLD,
+ * whose default handler would end the job from inside zeroshard; those errors
+ * now return to zeroshard (ZS_ERR_COMM on the comm). Every other error on
+ * MPI_COMM_WORLD, or on a communicator the program made from it meanwhile
+ * (which inherits the handler), goes to the program's handler as before
+ * (MPI_ERRORS_ARE_FATAL still ends the job, after a line on stderr naming the
+ * error, since MPI then names zeroshard's duplicate of MPI_COMM_SELF that
+ * carries the handler; a handler function of the program's is called with
+ * that duplicate in place of the communicator). The program's handler is back
+ * on MPI_COMM_WORLD once the last comm is destroyed; one the program sets
+ * meanwhile replaces the guard. */
 zs_status_t zs_comm_create_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm);
 
 /* The CUDA ordinal this rank should use (for zs_device_create_cuda): its rank

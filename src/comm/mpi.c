@@ -66,50 +66,90 @@ void zs__mpi_note_broken(void) { atomic_store(&g_broken, 1); }
 
 _Thread_local int zs__mpi_ours;
 
-/* MPI_COMM_WORLD's handler while comms live in a program that initialised MPI
- * itself (mpi_impl.h, zs__mpi_ours): an error raised inside zeroshard's own
- * request tests returns (zeroshard reports it, ZS_ERR_COMM on the comm);
- * any other goes to the handler the program had, kept on a duplicate of
- * MPI_COMM_SELF (g_shadow), which MPI_Comm_call_errhandler runs: the default
- * MPI_ERRORS_ARE_FATAL still ends the job, a function of the program's is
- * called with that duplicate instead of MPI_COMM_WORLD. Installed with the
- * first comm, the program's handler restored after the last one (unless the
- * program set another meanwhile). Under g_mu. */
-static MPI_Errhandler g_world_eh = MPI_ERRHANDLER_NULL, g_prog_eh = MPI_ERRHANDLER_NULL;
-static MPI_Comm g_shadow = MPI_COMM_NULL;
+/* MPI_COMM_WORLD's handler while zeroshard uses MPI in a program that
+ * initialised it itself (mpi_impl.h, zs__mpi_ours): an error raised inside
+ * zeroshard's own request tests returns (zeroshard reports it, ZS_ERR_COMM on
+ * the comm); any other goes to the handler the program had, kept on a
+ * duplicate of MPI_COMM_SELF (g_shadow), which MPI_Comm_call_errhandler runs:
+ * the default MPI_ERRORS_ARE_FATAL still ends the job (a line on stderr first
+ * names the error and MPI_COMM_WORLD, since MPI then names the duplicate), a
+ * function of the program's is called with the duplicate instead of
+ * MPI_COMM_WORLD. Held while an mpi comm lives or is being made, and while an
+ * NCCL comm is made over MPI (zs__mpi_guard_hold/_drop, counted); the
+ * program's handler is restored when the last holder drops it, unless the
+ * program set another meanwhile. The handler and the duplicate are made once
+ * and never freed: communicators the program made from MPI_COMM_WORLD while
+ * the guard was on inherited it, and keep reaching the program's handler
+ * through them; a guard held again after the program put the guard's handler
+ * back on MPI_COMM_WORLD (saved while it was on) is not wrapped twice. */
+static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_guards, g_prog_fatal;
+static MPI_Errhandler g_world_eh = MPI_ERRHANDLER_NULL; /* made once */
+static MPI_Errhandler g_prog_eh = MPI_ERRHANDLER_NULL;  /* the handler replaced, to restore; NULL: none */
+static MPI_Comm g_shadow = MPI_COMM_NULL;                /* made once; carries the program's handler */
 
 static void world_eh(MPI_Comm *comm, int *code, ...) {
-  (void)comm;
-  if (zs__mpi_ours) return;
-  if (g_shadow != MPI_COMM_NULL) MPI_Comm_call_errhandler(g_shadow, *code);
+  if (zs__mpi_ours || *comm == g_shadow) return;
+  if (g_prog_fatal) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(*code, msg, &len);
+    fprintf(stderr, "zeroshard: an MPI error on MPI_COMM_WORLD (or a communicator made from it), not in a "
+                    "zeroshard call: %s; the program's handler MPI_ERRORS_ARE_FATAL ends the job (MPI names "
+                    "zeroshard's duplicate of MPI_COMM_SELF that carries it)\n",
+            msg);
+  }
+  MPI_Comm_call_errhandler(g_shadow, *code);
 }
 
-static void guard_world(void) {
-  if (g_we_init || g_world_eh != MPI_ERRHANDLER_NULL) return;
-  MPI_Errhandler prog = MPI_ERRHANDLER_NULL;
-  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &prog) != MPI_SUCCESS) return;
-  if (MPI_Comm_dup(MPI_COMM_SELF, &g_shadow) != MPI_SUCCESS ||
-      MPI_Comm_set_errhandler(g_shadow, prog) != MPI_SUCCESS ||
-      MPI_Comm_create_errhandler(world_eh, &g_world_eh) != MPI_SUCCESS ||
-      MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_world_eh) != MPI_SUCCESS) {
-    if (g_world_eh != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&g_world_eh);
-    if (g_shadow != MPI_COMM_NULL) MPI_Comm_free(&g_shadow);
-    MPI_Errhandler_free(&prog);
+static void guard_install(void) {
+  MPI_Errhandler cur = MPI_ERRHANDLER_NULL;
+  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &cur) != MPI_SUCCESS) return;
+  if (g_world_eh != MPI_ERRHANDLER_NULL && cur == g_world_eh) { /* put back by the program: on already */
+    MPI_Errhandler_free(&cur);
     return;
   }
-  g_prog_eh = prog;
+  if (g_world_eh == MPI_ERRHANDLER_NULL &&
+      (MPI_Comm_dup(MPI_COMM_SELF, &g_shadow) != MPI_SUCCESS ||
+       MPI_Comm_create_errhandler(world_eh, &g_world_eh) != MPI_SUCCESS)) {
+    g_world_eh = MPI_ERRHANDLER_NULL;
+    MPI_Errhandler_free(&cur);
+    return;
+  }
+  if (MPI_Comm_set_errhandler(g_shadow, cur) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_world_eh) != MPI_SUCCESS) {
+    MPI_Errhandler_free(&cur);
+    return;
+  }
+  g_prog_fatal = cur == MPI_ERRORS_ARE_FATAL;
+  g_prog_eh = cur;
 }
 
-static void unguard_world(void) {
-  if (g_world_eh == MPI_ERRHANDLER_NULL) return;
+static void guard_remove(void) {
+  if (g_prog_eh == MPI_ERRHANDLER_NULL) return;
   MPI_Errhandler cur = MPI_ERRHANDLER_NULL;
   if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &cur) == MPI_SUCCESS) {
     if (cur == g_world_eh) MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_prog_eh);
     MPI_Errhandler_free(&cur);
   }
   MPI_Errhandler_free(&g_prog_eh);
-  MPI_Errhandler_free(&g_world_eh);
-  MPI_Comm_free(&g_shadow);
+  g_prog_eh = MPI_ERRHANDLER_NULL;
+}
+
+void zs__mpi_guard_hold(void) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  pthread_mutex_lock(&g_guard_mu);
+  if (g_guards++ == 0 && !g_we_init && !fin) guard_install();
+  pthread_mutex_unlock(&g_guard_mu);
+}
+
+void zs__mpi_guard_drop(void) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  pthread_mutex_lock(&g_guard_mu);
+  if (--g_guards == 0 && !fin) guard_remove();
+  pthread_mutex_unlock(&g_guard_mu);
 }
 
 zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what) {
@@ -256,8 +296,8 @@ static zs_status_t ctx_create(MPI_Comm mc, zs_device_t *dev, uint64_t ring_min_b
   zs__family_join(fam, &ctx->fm, id, zs__family_ranks(fam, mc, ctx->size));
   pthread_mutex_lock(&g_mu);
   g_live++;
-  guard_world();
   pthread_mutex_unlock(&g_mu);
+  zs__mpi_guard_hold(); /* until its destroy */
   return ZS_OK;
 
 mpi_error: {
@@ -343,8 +383,8 @@ static void mpi_destroy(void *vctx) {
 
   pthread_mutex_lock(&g_mu);
   if (--g_live == 0 && g_we_init) finalize_mpi();
-  else if (g_live == 0 && !fin) unguard_world();
   pthread_mutex_unlock(&g_mu);
+  zs__mpi_guard_drop(); /* the comm's own hold (ctx_create) */
 }
 
 /* Runs MPI_Comm_split through the FIFO (in order with the queued calls, bounded
@@ -510,7 +550,16 @@ static void poll_modes(const char *fn, int spin[3]) {
  * here instead of a hang. Errors return (MPI_ERRORS_RETURN) rather than abort
  * the job: the caller's communicator has its handler switched for the duplicate
  * (which inherits it) and then restored. */
+static zs_status_t dup_and_create_in(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn);
+/* With MPI_COMM_WORLD's guard held through the creation's own collectives. */
 static zs_status_t dup_and_create(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
+  zs__mpi_guard_hold();
+  const zs_status_t st = dup_and_create_in(out, dev, mpi_comm, fn);
+  zs__mpi_guard_drop();
+  return st;
+}
+
+static zs_status_t dup_and_create_in(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
   MPI_Comm mc = MPI_COMM_NULL;
   MPI_Errhandler user_eh = MPI_ERRHANDLER_NULL;
   MPI_Request req = MPI_REQUEST_NULL;

@@ -118,6 +118,10 @@ void zs__mpi_note_broken(void);
  * (mpi.c, guard_world): errors raised while this is set return to zeroshard,
  * the rest go to the program's own handler. */
 extern _Thread_local int zs__mpi_ours;
+/* The guard on MPI_COMM_WORLD (mpi.c): held by every mpi comm, by a comm's
+ * creation while it runs, and by an NCCL comm's creation over MPI; counted. */
+void zs__mpi_guard_hold(void);
+void zs__mpi_guard_drop(void);
 /* Polls a request with the comm timeout (ZS_COMM_TIMEOUT_S; limit_s overrides it
  * when > 0). ZS_OK, ZS_ERR_TIMEOUT (the request is left outstanding) or
  * ZS_ERR_COMM with MPI's message; `what` names the call. For comm creation and

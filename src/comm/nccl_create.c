@@ -275,13 +275,20 @@ static zs_status_t init_rank(const char *fn, zs_device_t *dev, ncclUniqueId id, 
 }
 
 static zs_status_t create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn);
+/* With MPI_COMM_WORLD's guard (mpi.c) held through its MPI collectives. */
+static zs_status_t create_nccl_mpi_guarded(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {
+  zs__mpi_guard_hold();
+  const zs_status_t st = create_nccl_mpi(out, dev, mpi_comm, fn);
+  zs__mpi_guard_drop();
+  return st;
+}
 
 zs_status_t zs_comm_create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm) {
-  return create_nccl_mpi(out, dev, mpi_comm, "zs_comm_create_nccl_mpi");
+  return create_nccl_mpi_guarded(out, dev, mpi_comm, "zs_comm_create_nccl_mpi");
 }
 
 zs_status_t zs_comm_create_nccl_mpi_f(zs_comm_t **out, zs_device_t *dev, MPI_Fint fortran_comm) {
-  return create_nccl_mpi(out, dev, zs__mpi_comm_f2c(fortran_comm), "zs_comm_create_nccl_mpi_f");
+  return create_nccl_mpi_guarded(out, dev, zs__mpi_comm_f2c(fortran_comm), "zs_comm_create_nccl_mpi_f");
 }
 
 static zs_status_t create_nccl_mpi(zs_comm_t **out, zs_device_t *dev, MPI_Comm mpi_comm, const char *fn) {

@@ -17,7 +17,7 @@
 
 #include "device/cuda_checks.h"
 #include "comm/comm_impl.h"
-#include "comm/mpi_impl.h" // defines: zs__mpi_poll
+#include "comm/mpi_impl.h" // defines: zs__mpi_poll, zs__mpi_guard_hold
 #include "common/worker.h"
 #include "device/device_impl.h"
 #include "trace/trace_impl.h" // defines: zs__trace_on, zs_trace_now_us
