@@ -418,17 +418,11 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
     if (val) trainer_result_add_val(res, step, sum[1] / vtokens);
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps) {
       const double s0 = trainer_now_s();
-      st = o->save_async ? zs_checkpoint_save_async(t->zs, o->save) : zs_checkpoint_save(t->zs, o->save);
+      st = o->save_async ? trainer_background_saved(t->rank, o->save, t->zs, zs_checkpoint_wait(t->zs)) : ZS_OK; /* the last one's outcome */
+      if (st == ZS_OK)
+        st = o->save_async ? trainer_background_saved(t->rank, o->save, t->zs, zs_checkpoint_save_async(t->zs, o->save))
+                           : zs_checkpoint_save(t->zs, o->save);
       res->save_s += trainer_now_s() - s0;
-      /* a background save that failed on the disk or for memory (every rank's
-       * status: the checkpoint calls agree it) leaves the previous checkpoint:
-       * training goes on and the next interval tries again */
-      if (o->save_async && (st == ZS_ERR_IO || st == ZS_ERR_NOMEM)) {
-        if (t->rank == 0)
-          fprintf(stderr, "zs-train-gpt: warning: a periodic background save failed, training goes on (the previous "
-                          "checkpoint in %s stays): %s\n", o->save, zs_engine_last_error(t->zs));
-        st = ZS_OK;
-      }
       if (st != ZS_OK)
         return trainer_fail(res, st, o->save_async ? "zs_checkpoint_save_async" : "zs_checkpoint_save",
                             zs_engine_last_error(t->zs));
@@ -557,6 +551,9 @@ static zs_status_t train_dense(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t 
     st = trainer_fail(res, ZS_ERR_NOMEM, "setup", "out of host memory");
   if (st == ZS_OK && t.rank == 0 && !o->quiet) print_header(&t, res);
   if (st == ZS_OK) st = run_steps(&t, res);
+  /* a background save still pending is finished first, its failure a warning:
+   * the final save itself is what counts */
+  if (st == ZS_OK && o->save && o->save_async) st = trainer_background_saved(t.rank, o->save, t.zs, zs_checkpoint_wait(t.zs));
   if (st == ZS_OK && o->save && (st = zs_checkpoint_save(t.zs, o->save)) != ZS_OK)
     st = trainer_fail(res, st, "zs_checkpoint_save", zs_engine_last_error(t.zs));
   if (st == ZS_OK && o->export_path && t.split) /* whole tensors from the tp and pp parts */

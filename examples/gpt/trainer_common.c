@@ -34,6 +34,14 @@ zs_status_t trainer_fail(gpt_result_t *res, zs_status_t st, const char *what, co
   return st;
 }
 
+zs_status_t trainer_background_saved(int rank, const char *dir, const zs_engine_t *zs, zs_status_t st) {
+  if (st != ZS_ERR_IO && st != ZS_ERR_NOMEM) return st;
+  if (rank == 0)
+    fprintf(stderr, "zs-train-gpt: warning: a periodic background save failed, training goes on (a previous "
+                    "checkpoint in %s, if any, stays): %s\n", dir, zs_engine_last_error(zs));
+  return ZS_OK;
+}
+
 double trainer_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -30,6 +30,13 @@ static inline int trainer_acts_mode_of(const gpt_opts_t *o) {
 /* CLOCK_MONOTONIC in seconds. */
 double trainer_now_s(void);
 
+/* --save-async: st of a background save (or of the wait that finished one)
+ * into dir; one that failed on the disk or for memory (every rank's status:
+ * the checkpoint calls agree it) leaves the folder's previous checkpoint, so
+ * rank 0 warns and ZS_OK comes back: training goes on, the next interval
+ * tries again. Any other st is returned as it is. */
+zs_status_t trainer_background_saved(int rank, const char *dir, const zs_engine_t *zs, zs_status_t st);
+
 /* An all-gather of `count` elements of dt from host memory into host memory;
  * trainer_sum_over_ranks calls it (zs_comm_all_gather on comm when NULL). */
 typedef zs_status_t (*trainer_gather_fn)(void *user, const void *send, void *recv, size_t count, zs_dtype_t dt);

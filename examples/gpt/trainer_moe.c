@@ -387,8 +387,12 @@ static void teardown(moet_t *t) {
  * checkpoint loads only at the ep that saved it). Collective. */
 static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir, int async) {
   char path[4096];
+  /* background saves still pending finish first, a failure of theirs a warning */
+  zs_status_t st = trainer_background_saved(t->rank, dir, t->dz, zs_checkpoint_wait(t->dz));
+  if (st == ZS_OK) st = trainer_background_saved(t->rank, dir, t->xz, zs_checkpoint_wait(t->xz));
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_checkpoint_wait", zs_last_error());
   int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
-  zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
+  st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
   if (st == ZS_OK && bad) st = ZS_ERR_IO;
   if (st != ZS_OK) return trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
   /* one value for this save in both engines' manifests, rank 0's (load pairs
@@ -406,11 +410,16 @@ static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir, int async
     return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
   zs_status_t (*fn)(zs_engine_t *, const char *) = async ? zs_checkpoint_save_async : zs_checkpoint_save;
   snprintf(path, sizeof path, "%s/dense", dir);
-  if ((st = fn(t->dz, path)) != ZS_OK)
+  if ((st = fn(t->dz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->dz, st) == ZS_OK)
+    return ZS_OK; /* the experts' save skipped with it (an experts' save that fails after the dense one went
+                   * through leaves dense/ and experts/ of different saves, which --load refuses by their tags) */
+  if (st != ZS_OK)
     return trainer_fail(res, st, async ? "zs_checkpoint_save_async (dense)" : "zs_checkpoint_save (dense)",
                         zs_engine_last_error(t->dz));
   snprintf(path, sizeof path, "%s/experts", dir);
-  if ((st = fn(t->xz, path)) != ZS_OK)
+  if ((st = fn(t->xz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->xz, st) == ZS_OK)
+    return ZS_OK;
+  if (st != ZS_OK)
     return trainer_fail(res, st, async ? "zs_checkpoint_save_async (experts)" : "zs_checkpoint_save (experts)",
                         zs_engine_last_error(t->xz));
   return ZS_OK;
