@@ -137,10 +137,11 @@ static void guard_remove(void) {
 }
 
 void zs__mpi_guard_hold(void) {
-  int fin = 0;
+  int init = 0, fin = 0; /* callable before the caller checks MPI's state (zs_comm_create_nccl_mpi) */
+  MPI_Initialized(&init);
   MPI_Finalized(&fin);
   pthread_mutex_lock(&g_guard_mu);
-  if (g_guards++ == 0 && !g_we_init && !fin) guard_install();
+  if (g_guards++ == 0 && !g_we_init && init && !fin) guard_install();
   pthread_mutex_unlock(&g_guard_mu);
 }
 
