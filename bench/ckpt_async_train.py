@@ -22,6 +22,7 @@ the ratios sync/async of save_s and of wall time. --json prints one document:
    "async":{...}},"held_ratio","wall_ratio"}
 Exit 2 on bad arguments or a run that fails (its output's tail on stderr).
 """
+import argparse
 import json
 import os
 import shutil
@@ -40,36 +41,26 @@ def usage(msg):
     sys.exit(2)
 
 
+def positive(v):
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("wants a count, not '%s'" % v)
+    if n < 1:
+        raise argparse.ArgumentTypeError("wants at least 1, not %d" % n)
+    return n
+
+
 def parse(argv):
-    o = {"bin": "build/bin", "np": 2, "rounds": 3, "steps": 10, "every": 2, "dir": None, "json": False,
-         "trainer": list(DEFAULT_MODEL)}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            o["trainer"] = argv[i + 1:]
-            break
-        if a == "--json":
-            o["json"] = True
-            i += 1
-            continue
-        if i + 1 >= len(argv):
-            usage("%s needs a value" % a)
-        v = argv[i + 1]
-        if a in ("--np", "--rounds", "--steps", "--every"):
-            try:
-                o[a[2:]] = int(v)
-            except ValueError:
-                usage("%s wants a count, not '%s'" % (a, v))
-            if o[a[2:]] < 1:
-                usage("%s wants at least 1" % a)
-        elif a == "--bin":
-            o["bin"] = v
-        elif a == "--dir":
-            o["dir"] = v
-        else:
-            usage("unknown argument %s" % a)
-        i += 2
+    ap = argparse.ArgumentParser(prog="ckpt_async_train.py", usage=__doc__.split("\n\n")[1].replace("usage: ", ""))
+    ap.add_argument("--bin", default="build/bin")
+    for name, default in (("np", 2), ("rounds", 3), ("steps", 10), ("every", 2)):
+        ap.add_argument("--" + name, type=positive, default=default)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("trainer", nargs="*", help="after --: the trainer's own arguments")
+    o = vars(ap.parse_args(argv))  # exits 2 on bad arguments
+    o["trainer"] = o["trainer"] or list(DEFAULT_MODEL)
     if o["every"] >= o["steps"]:
         usage("--every must be below --steps (the periodic saves are the ones before the last step)")
     return o

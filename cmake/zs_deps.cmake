@@ -1,4 +1,21 @@
 # Finds the engines zeroshard builds on and sets ZS_HAVE_* plus the link lists.
+
+# An optional engine found through pkg-config: the cache setting `option`
+# (AUTO|ON|OFF) decides; found, `have` is ON and PkgConfig::<prefix> joins
+# the private link list; ON and missing stops the configure naming the Debian
+# package. A macro: it sets the caller's variables.
+macro(zs_optional_pkg option have prefix module what debian)
+  set(${have} OFF)
+  if(NOT ${option} STREQUAL "OFF")
+    pkg_check_modules(${prefix} IMPORTED_TARGET ${module})
+    if(${prefix}_FOUND)
+      set(${have} ON)
+      list(APPEND ZS_PRIVATE_LIBS PkgConfig::${prefix})
+    elseif(${option} STREQUAL "ON")
+      message(FATAL_ERROR "${option}=ON but ${what} was not found (apt-get install ${debian})")
+    endif()
+  endif()
+endmacro()
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 include(${CMAKE_CURRENT_LIST_DIR}/zs_jemalloc.cmake) # target zs_jemalloc, ZS_JEMALLOC_LIBS
