@@ -24,6 +24,14 @@ zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t o
   return zs__eng_xall_reduce_on(zs, zs->comm, v, n, op);
 }
 
+zs_status_t zs__eng_alike_on(zs_engine_t *zs, zs_comm_t *comm, uint64_t h, int *alike) {
+  int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)};
+  *alike = 0;
+  ZS_CHECK(zs__eng_xall_reduce_on(zs, comm, v, 2, ZS_MIN));
+  *alike = v[0] == -v[1];
+  return ZS_OK;
+}
+
 zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op) {
   size_t bytes = (size_t)n * 8;
   zs_status_t st;

@@ -377,6 +377,10 @@ zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t o
 zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root);
 /* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
 zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
+/* Collective over comm: *alike = 1 when every rank passed the same hash h (one
+ * all-reduce of MIN of h and of -h, which differ exactly when some rank's h
+ * is another). The comm's failure is returned as it is. */
+zs_status_t zs__eng_alike_on(zs_engine_t *zs, zs_comm_t *comm, uint64_t h, int *alike);
 /* h over n floats' bits, word by word (FNV-1a's constants, 4-byte words; the
  * offset basis 0xcbf29ce484222325 to start): setup's and zs_param_set's
  * comparison of the values the ranks were given. */

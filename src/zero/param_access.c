@@ -62,13 +62,13 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
 static zs_status_t same_values(zs_engine_t *zs, int param, const float *full) {
   if (zs->world < 2) return ZS_OK;
   const zs_param_t *p = &zs->params[param];
-  const uint64_t h = zs__eng_hash_floats(0xcbf29ce484222325ull, full, (size_t)p->numel);
-  int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)};
-  zs_status_t st = zs__eng_xall_reduce_on(zs, zs->comm, v, 2, ZS_MIN);
+  int alike = 0;
+  zs_status_t st = zs__eng_alike_on(zs, zs->comm, zs__eng_hash_floats(0xcbf29ce484222325ull, full, (size_t)p->numel),
+                                    &alike);
   if (st != ZS_OK)
     return ZS_FAIL(zs->err, st, "zs_param_set: comparing the ranks' values of '%s' failed: %s", p->name,
                    zs_last_error());
-  if (v[0] == -v[1]) return ZS_OK;
+  if (alike) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "zs_param_set: the ranks passed different values for '%s' (this data-parallel rank, %d, and at "
                  "least one other): pass every data-parallel rank the same whole tensor; nothing was set",
@@ -118,11 +118,10 @@ static zs_status_t set_scales(zs_engine_t *zs, int param, float lr_scale, float 
   ZS_CHECK(zs__eng_agree(zs, st, fn));
   if (zs->world > 1) { /* the same values on every rank, or a replica or shard would move at its own rate */
     float f[2] = {lr_scale, wd_scale};
-    const uint64_t h = zs__eng_hash_floats(0xcbf29ce484222325ull ^ (uint64_t)param, f, 2);
-    int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)};
-    st = zs__eng_xall_reduce_on(zs, zs->comm, v, 2, ZS_MIN);
+    int alike = 0;
+    st = zs__eng_alike_on(zs, zs->comm, zs__eng_hash_floats(0xcbf29ce484222325ull ^ (uint64_t)param, f, 2), &alike);
     if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: comparing the ranks' values failed: %s", fn, zs_last_error());
-    if (v[0] != -v[1])
+    if (!alike)
       return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                      "%s: the ranks passed different multipliers or parameters (this data-parallel rank, %d: '%s', "
                      "lr x %g, weight decay x %g): pass every data-parallel rank the same; nothing was changed",

@@ -318,9 +318,9 @@ static zs_status_t check_replicas_alike(zs_engine_t *zs) {
   zs_comm_t *rc = zs->cfg.stage == 0 ? zs->comm : zs->nshard < zs->world ? zs->rep_comm : NULL;
   zs_status_t st = ZS_OK;
   if (rc && zs_comm_size(rc) > 1) {
-    int64_t v[3] = {(int64_t)(zs->init_hash >> 1), -(int64_t)(zs->init_hash >> 1), 0};
-    st = zs__eng_xall_reduce_on(zs, rc, v, 2, ZS_MIN);
-    if (st == ZS_OK && v[0] != -v[1])
+    int alike = 0;
+    st = zs__eng_alike_on(zs, rc, zs->init_hash, &alike);
+    if (st == ZS_OK && !alike)
       st = ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                    "zs_engine_setup: the init callback gave the ranks that keep the same %s different values (this "
                    "rank, %d, and at least one other): initialise every rank alike (the same seed), or set the "
