@@ -19,6 +19,9 @@ if(TARGET zs_zero AND TARGET zs_comm)
   zs_add_test(NAME test_engine_peers SOURCES test_engine_peers.c test_comm_lsan.c LIBS zeroshard_static RANKS 2 TIMEOUT 60)
   # per-parameter learning-rate and weight-decay multipliers (parameter groups)
   zs_add_test(NAME test_param_scales SOURCES test_param_scales.c LIBS zeroshard_static RANKS 1 2 3 TIMEOUT 60)
+  # an optimizer moment per parameter, read and written as full fp32 values, and the step count
+  zs_add_test(NAME test_param_state SOURCES test_param_state.c LIBS zeroshard_static RANKS 1 2 3 TIMEOUT 120
+              ENV ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
   # zs_engine_set_stream between steps: the new stream waits for the old one's step (a
   # new-user trial's stale forward and diverged replicas)
   zs_add_test(NAME test_set_stream SOURCES test_set_stream.c LIBS zeroshard_static RANKS 1 2 TIMEOUT 60)

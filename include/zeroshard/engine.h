@@ -299,6 +299,42 @@ zs_status_t zs_param_set_scales(zs_engine_t *zs, int param, float lr_scale, floa
  * stage 0. */
 zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out);
 
+/* ---- optimizer state per parameter --------------------------------------------
+ * An optimizer moment of one parameter as full fp32 values (numel), to inspect
+ * it or to carry a run's state from or to another trainer (PyTorch's
+ * optimizer.state[p], DeepSpeed's safe_get/set_full_optimizer_state):
+ *   ZS_MOMENT_M: Adam's and AdamW's exp_avg, Lion's exp_avg, SGD's momentum_buffer;
+ *   ZS_MOMENT_V: Adam's and AdamW's exp_avg_sq.
+ * Values as the optimizer uses them (no bias correction; moments of the
+ * averaged, unscaled gradient): compact states (optim.state_dtype bf16, int8)
+ * are decoded on the way out and encoded on the way in (bf16 rounded to
+ * nearest; int8 with its block's scale from the values set), wherever they
+ * live (device, host offload, the NVMe tier). Both between steps, like
+ * zs_param_get / zs_param_set (set collective; get collective at stages 1-3,
+ * local at stage 0): a bad argument on any rank is that error on every rank
+ * taking part (ZS_ERR_STATE before setup or in a step; ZS_ERR_INVALID for an
+ * undeclared parameter, a NULL pointer, a moment the optimizer does not keep:
+ * SGD without momentum, Lion's v; or a parameter of a unit all frozen, which
+ * has no state); set's values must be the same on every data-parallel rank
+ * (ZS_ERR_MISMATCH on every rank otherwise, nothing set); a delayed update
+ * pending lands first. At stages 1-3 get all-gathers the unit's moment over the
+ * shard group (fp32, counted in the comm stats) and set writes each rank's part. With
+ * model parallelism, each part's engine addresses its own part's values.
+ * Not a step: the moments of a run carried over also need its step count
+ * (zs_engine_set_step_count), which Adam's bias correction and the schedule use. */
+typedef enum { ZS_MOMENT_M = 1, ZS_MOMENT_V = 2 } zs_moment_t;
+zs_status_t zs_param_state_get(zs_engine_t *zs, int param, zs_moment_t which, float *out);
+zs_status_t zs_param_state_set(zs_engine_t *zs, int param, zs_moment_t which, const float *in);
+/* Sets the engine's optimizer step count, as if `step` steps had been taken
+ * (zs_engine_step_count): the next zs_step is step + 1 for Adam's bias
+ * correction (1 - beta^t) and uses the schedule's rate at `step` (zs_engine_lr).
+ * step >= 0 (ZS_ERR_INVALID); collective between steps, the same on every
+ * data-parallel rank (ZS_ERR_MISMATCH on every rank otherwise, nothing set);
+ * a delayed update pending lands first. SGD with momentum starts its buffer
+ * from the gradient at step 1, as PyTorch does when it has none: a momentum
+ * buffer set with zs_param_state_set is used when the step count is >= 1. */
+zs_status_t zs_engine_set_step_count(zs_engine_t *zs, int64_t step);
+
 /* The step's calls, in order (README "The step"): zs_forward_begin; per unit
  * zs_gather (its parameters are in their slots once it returns, on the
  * compute stream's order) and zs_release (the slots may be freed: stage 3's

@@ -59,20 +59,18 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out) {
  * 1: the forward reading one rank's values, zs_param_get another's). The
  * values' hash compared over the engine's comm (setup compares its init
  * callback's the same way); nothing is written on a mismatch. */
-static zs_status_t same_values(zs_engine_t *zs, int param, const float *full) {
+static zs_status_t same_values(zs_engine_t *zs, int param, const float *full, uint64_t seed, const char *fn) {
   if (zs->world < 2) return ZS_OK;
   const zs_param_t *p = &zs->params[param];
   int alike = 0;
-  zs_status_t st = zs__eng_alike_on(zs, zs->comm, zs__eng_hash_floats(0xcbf29ce484222325ull, full, (size_t)p->numel),
-                                    &alike);
+  zs_status_t st = zs__eng_alike_on(zs, zs->comm, zs__eng_hash_floats(seed, full, (size_t)p->numel), &alike);
   if (st != ZS_OK)
-    return ZS_FAIL(zs->err, st, "zs_param_set: comparing the ranks' values of '%s' failed: %s", p->name,
-                   zs_last_error());
+    return ZS_FAIL(zs->err, st, "%s: comparing the ranks' values of '%s' failed: %s", fn, p->name, zs_last_error());
   if (alike) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-                 "zs_param_set: the ranks passed different values for '%s' (this data-parallel rank, %d, and at "
+                 "%s: the ranks passed different values for '%s' (this data-parallel rank, %d, and at "
                  "least one other): pass every data-parallel rank the same whole tensor; nothing was set",
-                 p->name, zs->rank);
+                 fn, p->name, zs->rank);
 }
 
 static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
@@ -83,7 +81,7 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   zs_status_t st = check_param(zs, param, "zs_param_set");
   if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
   ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
-  ZS_CHECK(same_values(zs, param, full));
+  ZS_CHECK(same_values(zs, param, full, 0xcbf29ce484222325ull, "zs_param_set"));
   ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
   /* a regather still in flight (after a step or that flush) would write the
    * old values over the new ones */
@@ -145,6 +143,17 @@ zs_status_t zs_param_set_scales(zs_engine_t *zs, int param, float lr_scale, floa
   ZS__ENG_ONE_CALL(zs, "zs_param_set_scales", set_scales(zs, param, lr_scale, wd_scale));
 }
 
+/* The unit's fp32 shards (this rank's at send, in its slot of tmp) all-gathered
+ * into tmp over the shard group; p's values copied out. Synchronous. */
+static zs_status_t gather_out(zs_engine_t *zs, const zs_unit_t *u, const zs_param_t *p, const float *send, float *tmp,
+                              float *out) {
+  ZS_CHECK(zs__eng_comm_order(zs, zs->shard_comm, zs->compute));
+  ZS_CHECK(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute));
+  ZS_CHECK(zs__eng_comm_mark(zs, zs->shard_comm, zs->compute));
+  ZS_CHECK(zs_memcpy_async(zs->dev, out, tmp + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute));
+  return zs__eng_sync_compute(zs);
+}
+
 zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {
   zs_status_t st = check_param(zs, param, "zs_param_get");
   if (st == ZS_OK && !out) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_get: out is NULL");
@@ -198,13 +207,126 @@ zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {
     send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;
     ZS_CHECK_GOTO(stage_shard(zs, u, 1, (void *)send), st, done);
   }
-  ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, send, tmp, (size_t)u->shard, ZS_FP32, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs__eng_comm_mark(zs, zs->shard_comm, zs->compute), st, done);
-  ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, out, tmp + p->flat_off, (size_t)p->numel * 4, ZS_COPY_D2H, zs->compute), st,
-                done);
-  st = zs__eng_sync_compute(zs);
+  st = gather_out(zs, u, p, send, tmp, out);
 done:
   zs__eng_free_on(zs, (void **)&tmp, bytes, ZS_MEM_OTHER, zs->compute);
   return st;
+}
+
+/* ---- optimizer moments per parameter (zs_param_state_get / _set) ---- */
+
+/* The checks every rank makes before agreeing: the engine's state, the
+ * parameter, the moment (kept by this optimizer, for a unit not all frozen). */
+static zs_status_t check_moment(zs_engine_t *zs, int param, int which, const void *ptr, const char *fn) {
+  if (zs->phase != ZS_PH_IDLE) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s during a step: call it between steps", fn);
+  zs_status_t st = check_param(zs, param, fn);
+  if (st != ZS_OK) return st;
+  const zs_param_t *p = &zs->params[param];
+  if (which != ZS_MOMENT_M && which != ZS_MOMENT_V)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: moment %d is neither ZS_MOMENT_M (1) nor ZS_MOMENT_V (2)", fn, which);
+  if (!ptr) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: the values' pointer is NULL", fn);
+  if (zs->units[p->unit].frozen)
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s' is frozen, with every parameter of its unit: it has no optimizer state",
+                   fn, p->name);
+  if (!zs__eng_unit_keeps(zs, &zs->units[p->unit], which)) {
+    static const char *const names[] = {"adamw", "adam", "sgd", "lion"};
+    const zs_optim_kind_t k = zs->cfg.optim.kind;
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: %s%s keeps no %s (ZS_MOMENT_%s)", fn,
+                   (unsigned)k < 4 ? names[k] : "this optimizer", k == ZS_SGD ? " without momentum" : "",
+                   which == ZS_MOMENT_M ? "first moment" : "second moment", which == ZS_MOMENT_M ? "M" : "V");
+  }
+  return ZS_OK;
+}
+
+/* This rank's owned elements of p, [a, b) in the unit's flat offsets; 0 when none. */
+static int owned_part(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b) {
+  const zs_unit_t *u = &zs->units[p->unit];
+  int64_t f0 = p->flat_off, f1 = f0 + p->numel;
+  *a = f0 > u->opt_off ? f0 : u->opt_off;
+  *b = f1 < u->opt_off + u->opt_n ? f1 : u->opt_off + u->opt_n;
+  return *a < *b;
+}
+
+static zs_status_t moment_get(zs_engine_t *zs, int param, int which, float *out) {
+  static const char fn[] = "zs_param_state_get";
+  zs_status_t st = check_moment(zs, param, which, out, fn);
+  if (st != ZS_OK && zs->phase != ZS_PH_IDLE) return st; /* the others are in the step's collectives */
+  if (st == ZS_OK) st = zs__eng_dpu_join(zs); /* the moments are current once a delayed update is done */
+  if (st == ZS_OK) st = zs_engine_synchronize(zs);
+  const zs_param_t *p = st == ZS_OK ? &zs->params[param] : NULL;
+  const zs_unit_t *u = p ? &zs->units[p->unit] : NULL;
+  if (zs->cfg.stage == 0) { /* every rank keeps the whole unit */
+    ZS_CHECK(st);
+    return zs__eng_state_get(zs, u, which, p->flat_off, (size_t)p->numel, out);
+  }
+  /* this rank decodes its part into its slot of a unit-sized buffer, which the
+   * shard group then all-gathers in place (fp32) */
+  float *tmp = NULL, *part = NULL;
+  size_t bytes = u ? (size_t)u->padded * 4 : 0;
+  int64_t a = 0, b = 0;
+  if (st == ZS_OK && owned_part(zs, p, &a, &b) && !(part = malloc((size_t)(b - a) * 4)))
+    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory staging '%s'", fn, p->name);
+  if (st == ZS_OK) st = zs__eng_alloc_on(zs, bytes, ZS_MEM_OTHER, zs->compute, (void **)&tmp);
+  ZS_CHECK_GOTO(zs__eng_agree(zs, st, fn), st, done);
+  if (part) {
+    ZS_CHECK_GOTO(zs__eng_state_get(zs, u, which, a - u->opt_off, (size_t)(b - a), part), st, done);
+    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, tmp + a, part, (size_t)(b - a) * 4, ZS_COPY_H2D, zs->compute), st, done);
+  }
+  float *send = tmp + u->opt_off;
+  st = gather_out(zs, u, p, send, tmp, out);
+done:
+  if (part && st != ZS_OK) zs_stream_synchronize(zs->dev, zs->compute); /* a queued copy may still read part */
+  free(part);
+  zs__eng_free_on(zs, (void **)&tmp, bytes, ZS_MEM_OTHER, zs->compute);
+  return st;
+}
+
+static zs_status_t moment_set(zs_engine_t *zs, int param, int which, const float *in) {
+  static const char fn[] = "zs_param_state_set";
+  zs_status_t st = check_moment(zs, param, which, in, fn);
+  if (st != ZS_OK && zs->phase != ZS_PH_IDLE) return st;
+  ZS_CHECK(zs__eng_agree(zs, st, fn));
+  ZS_CHECK(same_values(zs, param, in, 0x84222325cbf29ce4ull ^ (uint64_t)which, fn));
+  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
+  st = zs_engine_synchronize(zs); /* the last step's update of the moments is done */
+  zs_param_t *p = &zs->params[param];
+  zs_unit_t *u = &zs->units[p->unit];
+  int64_t a, b;
+  if (st == ZS_OK && owned_part(zs, p, &a, &b))
+    st = zs__eng_state_set(zs, u, which, a - u->opt_off, (size_t)(b - a), in + (a - p->flat_off));
+  return zs__eng_agree(zs, st, fn);
+}
+
+zs_status_t zs_param_state_get(zs_engine_t *zs, int param, zs_moment_t which, float *out) {
+  ZS__ENG_ONE_CALL(zs, "zs_param_state_get", moment_get(zs, param, (int)which, out));
+}
+zs_status_t zs_param_state_set(zs_engine_t *zs, int param, zs_moment_t which, const float *in) {
+  ZS__ENG_ONE_CALL(zs, "zs_param_state_set", moment_set(zs, param, (int)which, in));
+}
+
+static zs_status_t set_step_count(zs_engine_t *zs, int64_t step) {
+  static const char fn[] = "zs_engine_set_step_count";
+  if (zs->phase != ZS_PH_IDLE) return ZS_FAIL(zs->err, ZS_ERR_STATE, "%s during a step: call it between steps", fn);
+  zs_status_t st = zs->setup_done ? ZS_OK : ZS_FAIL(zs->err, ZS_ERR_STATE, "%s before zs_engine_setup", fn);
+  if (st == ZS_OK && step < 0) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: step %lld is negative", fn, (long long)step);
+  ZS_CHECK(zs__eng_agree(zs, st, fn));
+  if (zs->world > 1) {
+    int alike = 0;
+    float f[2];
+    memcpy(f, &step, sizeof f);
+    st = zs__eng_alike_on(zs, zs->comm, zs__eng_hash_floats(0x5eed5eed5eed5eedull, f, 2), &alike);
+    if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: comparing the ranks' values failed: %s", fn, zs_last_error());
+    if (!alike)
+      return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
+                     "%s: the ranks passed different step counts (this data-parallel rank, %d: %lld): pass every "
+                     "data-parallel rank the same; nothing was changed",
+                     fn, zs->rank, (long long)step);
+  }
+  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update finishes the step it belongs to */
+  zs->step = step;
+  return ZS_OK;
+}
+
+zs_status_t zs_engine_set_step_count(zs_engine_t *zs, int64_t step) {
+  ZS__ENG_ONE_CALL(zs, "zs_engine_set_step_count", set_step_count(zs, step));
 }

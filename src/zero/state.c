@@ -1,5 +1,5 @@
 /* Optimizer moments in fp32 for the engine's readers and writers
- * (checkpoints, zs_engine_read_state): the compact states (bf16, int8 blocks;
+ * (checkpoints, zs_param_state_get/_set): the compact states (bf16, int8 blocks;
  * kernels/optim_state.h) are decoded on the way out and encoded on the way in,
  * so a checkpoint holds the values the optimizer uses, whatever it stores.
  * Outside any step; host staging, in chunks of whole blocks. */
