@@ -117,6 +117,17 @@ static void test_quantized_grads(void) {
   assert_true(flat && q && all);
   expect_int_eq(num(flat, "comm_bytes_per_step") - num(q, "comm_bytes_per_step"), 4 * (P * 7 / 8 - (3 * 2 * Q + Q)));
   expect_true(num(all, "inter_link_bytes_per_step") < 0.2 * num(flat, "inter_link_bytes_per_step"));
+  /* the device peak holds G = N / K shards of node sums (qgrad.c): at one rank a
+   * node (K = 1, G = 8) 6 shards of S fp32 more than at 4 (K = 4, G = 2); the
+   * plan's engine was given no group and counted G = 8 at every node size */
+  cJSON *d1 = plan_json(UNITS4 " --world 8 --ranks-per-node 1 --inter-gbps 1 --quantized-grads", &code);
+  assert_true(d1 != NULL);
+  g_qg = 1;
+  const cJSON *q1 = option(d1, 3, 8, 0);
+  g_qg = 0;
+  assert_true(q1 != NULL);
+  expect_int_eq(num(q1, "device_peak_bytes") - num(q, "device_peak_bytes"), (8 - 2) * S * 4);
+  cJSON_Delete(d1);
   cJSON_Delete(d);
 }
 

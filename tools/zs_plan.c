@@ -246,6 +246,7 @@ static void estimate(const pl_opts_t *o, pl_option_t *x) {
   cfg.quantized_weights_block = o->qw_block;
   cfg.hpz_partition_size = x->hpz;
   cfg.quantized_gradients = x->qg ? o->qg : 0;
+  cfg.quantized_gradients_group = x->qg ? pl_qg_group(o, x->shard) : 0; /* the device peak's sums: G = N / it */
   zs_engine_t *zs = NULL;
   zs_status_t st = zs_engine_create(&zs, &cfg, dev, comm);
   for (int u = 0; st == ZS_OK && u < o->m.nunits; u++) {

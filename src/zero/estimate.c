@@ -199,9 +199,14 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   if (c->stage >= 2 && off) t += 2 * maxSt * rb;
   t += maxS * rb; /* the mpi comm's scratch for an in-place or ring reduction: one block */
   /* qgZ: one reduction's packed shards (two of N), node sums (G shards) and
-   * result (qgrad.c); G = N / the group, N before setup knows the group */
+   * result (qgrad.c); G = N / the group: setup's, else the config's where it
+   * divides N, else N (before setup, a group from the node's ranks is not known) */
   if (c->quantized_gradients && maxSt) {
-    uint64_t Q = zs__eng_qg_bytes(c, (size_t)maxSt), G = (uint64_t)world / (zs->nqg ? (uint64_t)zs->nqg : 1);
+    const int K = zs->nqg ? zs->nqg
+                  : c->quantized_gradients_group > 0 && world % c->quantized_gradients_group == 0
+                      ? c->quantized_gradients_group
+                      : 1;
+    uint64_t Q = zs__eng_qg_bytes(c, (size_t)maxSt), G = (uint64_t)world / (uint64_t)K;
     t += 2 * (uint64_t)world * Q + G * maxSt * 4 + maxSt * 4;
   }
   /* qwZ: a gather's packed shards, one gather at a time (freed once decoded) */
