@@ -335,6 +335,53 @@ static void test_param_access_agrees(void) {
   zs_log_set_level(saved);
 }
 
+/* zs_engine_comm_stats counts what the engine's calls issue; the trainer's own
+ * collectives on the same comm stay in zs_comm_stats alone, and neither reset
+ * clears the other's counts (a trial: setup zeroed the trainer's counts, each
+ * reset cleared both, the trainer's loss all-gather showed as engine traffic) */
+static void test_stats_shared_comm(void) {
+  zs_config_t c = ZS_CONFIG_INIT;
+  c.stage = 3;
+  zs_engine_t *zs;
+  tm_model_t *m = calloc(1, sizeof *m);
+  float x = 1.0f, y, v[64];
+  zs_comm_stats_t cs, es;
+  const int AR = ZS_COLL_ALL_REDUCE, AG = ZS_COLL_ALL_GATHER, hp = 2 + 3 * NBLK;
+  zs_comm_stats_reset(world);
+  assert_ok(zs_comm_all_reduce(world, &x, &y, 1, ZS_FP32, ZS_SUM, NULL)); /* the trainer's */
+  assert_ok(zs_stream_synchronize(dev, NULL));
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(tm_declare(zs, m, NBLK, ZS_FP32));
+  assert_ok(zs_engine_setup(zs, tm_init, zs));
+  zs_comm_stats(world, &cs);
+  const uint64_t after_setup = cs.calls[AR];
+  expect_true(after_setup >= 1); /* setup's own all-reduces, and the trainer's kept */
+  assert_ok(zs_engine_comm_stats(zs, &es));
+  expect_u64_eq(es.calls[AR] + es.calls[AG], 0);
+  assert_ok(zs_param_get(zs, hp, v)); /* the engine's: an agreement, one all-gather of the unit */
+  zs_comm_stats_t one;
+  assert_ok(zs_engine_comm_stats(zs, &one));
+  expect_u64_eq(one.calls[AG], 1);
+  assert_ok(zs_comm_all_reduce(world, &x, &y, 1, ZS_FP32, ZS_SUM, NULL));
+  assert_ok(zs_stream_synchronize(dev, NULL));
+  assert_ok(zs_param_get(zs, hp, v));
+  assert_ok(zs_engine_comm_stats(zs, &es));
+  expect_u64_eq(es.calls[AR], 2 * one.calls[AR]); /* not the trainer's between them */
+  expect_u64_eq(es.bytes_sent[AR], 2 * one.bytes_sent[AR]);
+  expect_u64_eq(es.calls[AG], 2);
+  zs_comm_stats_reset(world); /* the comm's totals: the engine's share stays */
+  assert_ok(zs_engine_comm_stats(zs, &es));
+  expect_u64_eq(es.calls[AG], 2);
+  assert_ok(zs_comm_all_reduce(world, &x, &y, 1, ZS_FP32, ZS_SUM, NULL));
+  assert_ok(zs_stream_synchronize(dev, NULL));
+  zs_engine_comm_stats_reset(zs); /* the engine's share: the comm's totals stay */
+  zs_comm_stats(world, &cs);
+  expect_u64_eq(cs.calls[AR], 1);
+  zs_engine_destroy(zs);
+  tm_free(m);
+  free(m);
+}
+
 #include "test_engine_api_step.h" // defines: the step's tests run below (clip, stepcount, mpnorm, ...)
 
 int main(int argc, char **argv) {
@@ -347,6 +394,7 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "setup")) zs_test_run(test_setup_fails_on_one_rank);
   if (!*only || strstr(only, "alloc")) zs_test_run(test_setup_alloc_fails_on_one_rank);
   if (!*only || strstr(only, "access")) zs_test_run(test_param_access_agrees);
+  if (!*only || strstr(only, "stats")) zs_test_run(test_stats_shared_comm);
   if (!*only || strstr(only, "clip")) zs_test_run(test_clip_rule);
   if (!*only || strstr(only, "stepcount")) zs_test_run(test_step_count_alias);
   if (!*only || strstr(only, "layout")) zs_test_run(test_layout_numel);

@@ -539,9 +539,15 @@ typedef struct {
   uint64_t nvme_model_state;
 } zs_mem_estimate_t;
 zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate_t *out);
-/* Calls and bytes per collective kind on the engine's comms since setup or the
- * last reset: every group (zs_engine_comm_stats), or one group: the world comm
- * (setup's checks, evaluation of agreement), the shard group (gathers,
+/* Calls and bytes per collective kind that engine calls issued on the engine's
+ * comms since setup or the last reset. The trainer's own collectives on those
+ * comms (a loss average on the world comm) are not in them; zs_comm_stats
+ * counts everything issued on a comm, the engine's traffic included, and
+ * neither setup nor zs_engine_comm_stats_reset clears it. Engines sharing a
+ * comm see each other's share (and reset it). Every group
+ * (zs_engine_comm_stats), or one group: the world comm (the agreements of
+ * calls between steps: zs_param_get/_set, checkpoints, the schedule's
+ * setters; a hybrid engine's replica checks), the shard group (gathers,
  * reduce-scatters, the norm; with flat sharding that is the world comm), the
  * replica group (hybrid: the gradient shards' all-reduce across replicas), the
  * hpZ partition (hpz_partition_size: backward's gathers; none without it), qgZ's

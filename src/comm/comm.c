@@ -141,6 +141,26 @@ void zs_comm_stats_reset(zs_comm_t *comm) {
   pthread_mutex_unlock(&comm->stats_mu);
 }
 
+static _Thread_local int engine_scope; /* > 0 inside an engine's call on this thread */
+
+void zs__comm_engine_scope(int delta) { engine_scope += delta; }
+
+void zs__comm_engine_stats(const zs_comm_t *comm, zs_comm_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!comm) return;
+  zs_comm_t *c = (zs_comm_t *)comm; /* the lock is not part of the logical state */
+  pthread_mutex_lock(&c->stats_mu);
+  *out = c->eng_stats;
+  pthread_mutex_unlock(&c->stats_mu);
+}
+
+void zs__comm_engine_stats_reset(zs_comm_t *comm) {
+  if (!comm) return;
+  pthread_mutex_lock(&comm->stats_mu);
+  memset(&comm->eng_stats, 0, sizeof comm->eng_stats);
+  pthread_mutex_unlock(&comm->stats_mu);
+}
+
 /* floor(num * x / den) without overflow for any x < 2^64 (num, den small). */
 static uint64_t muldiv(uint64_t x, uint64_t num, uint64_t den) {
   return (x / den) * num + ((x % den) * num) / den;
@@ -194,6 +214,11 @@ static void count(zs_comm_t *c, const zs__coll_args_t *a) {
   c->stats.calls[a->kind]++;
   c->stats.bytes_sent[a->kind] += a->bytes_sent;
   c->stats.bytes_recv[a->kind] += a->bytes_recv;
+  if (engine_scope > 0) {
+    c->eng_stats.calls[a->kind]++;
+    c->eng_stats.bytes_sent[a->kind] += a->bytes_sent;
+    c->eng_stats.bytes_recv[a->kind] += a->bytes_recv;
+  }
   pthread_mutex_unlock(&c->stats_mu);
 }
 

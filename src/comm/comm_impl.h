@@ -98,6 +98,7 @@ struct zs_comm {
   int rank, size;
   pthread_mutex_t stats_mu;
   zs_comm_stats_t stats;
+  zs_comm_stats_t eng_stats; /* the part issued inside an engine's calls (zs__comm_engine_scope) */
   char err[ZS_ERRBUF]; /* last error of a call on this comm (zs_comm_last_error) */
   zs__node_layout_t *node; /* NULL until the first zs__comm_node_layout */
   atomic_int users; /* the caller's reference (until zs_comm_destroy) + zs__comm_hold's */
@@ -177,5 +178,14 @@ void zs__comm_keep(void *bufs, int n);
 void zs__reduce_half(zs_dtype_t dt, zs_redop_t op, const uint16_t *src, uint16_t *dst, size_t n);
 /* In place: x[i] /= n (floats: in fp32, bf16/fp16 rounded back; integers truncate). */
 void zs__divide(zs_dtype_t dt, void *x, size_t count, int n);
+
+/* The engine's share of a comm's counts: collectives a thread issues while it is
+ * inside an engine call (zs__comm_engine_scope(+1) on entering, -1 on leaving;
+ * per thread, nested calls counted) are also counted in eng_stats, which the
+ * engine reports and resets (zs_engine_comm_stats) without touching the
+ * comm's own totals (zs_comm_stats: everything issued on it). */
+void zs__comm_engine_scope(int delta);
+void zs__comm_engine_stats(const zs_comm_t *comm, zs_comm_stats_t *out);
+void zs__comm_engine_stats_reset(zs_comm_t *comm);
 
 #endif

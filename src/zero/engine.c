@@ -305,7 +305,10 @@ void zs_engine_destroy(zs_engine_t *zs) {
 }
 
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn) {
-  if (!atomic_flag_test_and_set_explicit(&zs->busy, memory_order_acquire)) return ZS_OK;
+  if (!atomic_flag_test_and_set_explicit(&zs->busy, memory_order_acquire)) {
+    zs__comm_engine_scope(1); /* the collectives this thread issues until zs__eng_leave are the engine's */
+    return ZS_OK;
+  }
   /* the thread's message only: the engine's buffer is the other call's */
   return ZS_FAIL(NULL, ZS_ERR_STATE,
                  "%s: another thread is in a call on this engine: an engine is driven from one thread at a time "
@@ -481,7 +484,7 @@ zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, 
   for (int i = 0; i < 6; i++) {
     if (!c[i]) continue;
     zs_comm_stats_t s;
-    zs_comm_stats(c[i], &s);
+    zs__comm_engine_stats(c[i], &s);
     for (int k = 0; k < ZS_COLL_COUNT; k++) {
       out->calls[k] += s.calls[k];
       out->bytes_sent[k] += s.bytes_sent[k];
@@ -498,12 +501,8 @@ zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out) {
 
 void zs_engine_comm_stats_reset(zs_engine_t *zs) {
   if (!zs) return;
-  zs_comm_stats_reset(zs->comm);
-  if (zs->shard_comm != zs->comm) zs_comm_stats_reset(zs->shard_comm);
-  if (zs->rep_comm) zs_comm_stats_reset(zs->rep_comm);
-  if (zs->hpz_comm) zs_comm_stats_reset(zs->hpz_comm);
-  if (zs->qg_intra) zs_comm_stats_reset(zs->qg_intra);
-  if (zs->qg_inter) zs_comm_stats_reset(zs->qg_inter);
+  zs_comm_t *c[] = {zs->comm, zs->shard_comm, zs->rep_comm, zs->hpz_comm, zs->qg_intra, zs->qg_inter};
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) zs__comm_engine_stats_reset(c[i]); /* NULL: none */
 }
 
 int zs_engine_shard_group(const zs_engine_t *zs) { return zs ? zs->nshard : 0; }

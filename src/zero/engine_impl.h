@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "comm/comm_impl.h" /* zs__comm_engine_scope */
 #include "common/common.h"
 #include "device/work.h"
 #include "offload/offload.h"
@@ -321,7 +322,10 @@ static inline size_t zs__eng_wq_block(const zs_config_t *c) {
  * instead of a race on the engine's state. enter fails with the message; leave
  * after every entered call. */
 zs_status_t zs__eng_enter(zs_engine_t *zs, const char *fn);
-static inline void zs__eng_leave(zs_engine_t *zs) { atomic_flag_clear_explicit(&zs->busy, memory_order_release); }
+static inline void zs__eng_leave(zs_engine_t *zs) {
+  zs__comm_engine_scope(-1);
+  atomic_flag_clear_explicit(&zs->busy, memory_order_release);
+}
 /* ZS_POISON_RELEASED's held buffers back to the device's cache, each on the
  * stream of its fill and last use (idle: the streams are synchronised, at
  * release). */
