@@ -528,7 +528,9 @@ typedef struct {
                                              scalars and bookkeeping (8 bytes, the comm
                                              category's few hundred: design.md 3.9) are
                                              in device_peak_bound, not here */
-  uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned staging */
+  uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned
+                                             staging and the engine's host scratch (528 bytes
+                                             up to 30 ranks), exactly the accountant's */
   uint64_t device_model_state, host_model_state;
   uint64_t device_peak_bound;
   /* the NVMe tier's file (offload_* = ZS_OFFLOAD_NVME), by category: every

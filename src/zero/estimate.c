@@ -159,6 +159,9 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
     out->host_model_state += out->host[k];
     out->nvme_model_state += out->nvme[k];
   }
+  /* the engine's own host scratch: the small collectives' (create) and the
+   * norm's scalar (setup), in every configuration */
+  out->host[ZS_MEM_COMM] += zs__eng_scratch_bytes(world) + sizeof(double);
   /* offload's pinned staging: a gradient shard, and two parameter slots for
    * 16-bit params (the delayed update writes into its own host param copies) */
   if (off) {
