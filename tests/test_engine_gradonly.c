@@ -4,16 +4,21 @@
  * bf16: the same parameters bit for bit after 4 steps as without the flag; at
  * stage 3 the embedding's parameter slots are NULL in its backward and every
  * step's all-gathers receive exactly its gathered bytes less (the first
- * step's prefetch, by the default order, leaves it out too); at stage 1 its
+ * step's prefetch, by the default order, leaves it out too) and the trace's
+ * backward "gather embed" says 0 bytes; at stage 1 its
  * parameters are there as always, the same bytes. Run at 1 and 2 ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "engine_world.h"
 #include "harness.h"
 #include "tiny_model.h"
+#include "trace_json.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/trace.h"
 
 #define G 16
 #define NBLK 2
@@ -29,7 +34,27 @@ typedef struct {
   int64_t n, embed_shard; /* the embedding's shard (elements) */
   uint64_t ag_recv; /* all-gather bytes this rank received over the steps */
   int embed_null;   /* the embedding's parameter slots were NULL at its backward's zs_gather */
+  int traced_gathers, traced_empty; /* the trace's "gather embed" events, and those of 0 bytes */
 } outcome_t;
+
+/* The "gather embed" events of this rank's trace file: how many, and how many
+ * say 0 bytes (a backward gather that gathers nothing). */
+static void count_gathers(const char *file, outcome_t *o) {
+  char path[600];
+  snprintf(path, sizeof path, "%s.rank%d", file, rank);
+  cJSON *j = read_json(path);
+  if (!j) ZS_T_REPORT("cannot read the trace %s", path);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "traceEvents")) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, "gather embed")) continue;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "args"), "bytes");
+    o->traced_gathers++;
+    o->traced_empty += cJSON_IsNumber(b) && b->valuedouble == 0;
+  }
+  cJSON_Delete(j);
+  unlink(path);
+}
 
 static void run(int stage, zs_dtype_t dt, int grads_only, outcome_t *o) {
   zs_config_t c = ZS_CONFIG_INIT;
@@ -42,12 +67,19 @@ static void run(int stage, zs_dtype_t dt, int grads_only, outcome_t *o) {
   m.mirror = device_async(dev) ? dev : NULL;
   m.grads_only0 = grads_only;
   assert_ok(tm_open(&c, dev, world, NBLK, &zs, &m));
+  char file[512];
+  snprintf(file, sizeof file, "%s/zs_gradonly_trace.%d.%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+           (int)getppid(), stage);
+  o->traced_gathers = o->traced_empty = 0;
+  assert_ok(zs_trace_start(file));
   const int per = G / nranks;
   for (int s = 0; s < STEPS; s++) {
     double loss;
     assert_ok(tm_round(zs, &m, X, T, rank * per, per, &loss));
     assert_ok(zs_step(zs, NULL));
   }
+  assert_ok(zs_trace_stop());
+  count_gathers(file, o);
   zs_comm_stats_t cs;
   assert_ok(zs_engine_comm_stats(zs, &cs));
   o->ag_recv = cs.bytes_recv[ZS_COLL_ALL_GATHER];
@@ -73,6 +105,12 @@ static void check(int stage, zs_dtype_t dt) {
   for (int64_t i = 0; i < a.n && i < b.n; i++) diff += memcmp(&a.values[i], &b.values[i], sizeof(float)) != 0;
   if (diff) ZS_T_REPORT("stage %d %s: %lld parameters differ from the run without the flag", stage, what, (long long)diff);
   expect_int_eq(b.embed_null, stage == 3);
+  /* the trace: each step's two gathers of the embedding, its backward one of 0
+   * bytes where it gathered nothing (it said the unit's bytes) */
+  expect_int_eq(a.traced_gathers, 2 * STEPS);
+  expect_int_eq(b.traced_gathers, 2 * STEPS);
+  expect_int_eq(a.traced_empty, 0);
+  expect_int_eq(b.traced_empty, stage == 3 ? STEPS : 0);
   /* once a step less: the embedding's gathered bytes, all shards but this
    * rank's own at the parameter dtype (stage 1 regathers after the step, as
    * ever) */

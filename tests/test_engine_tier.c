@@ -281,7 +281,31 @@ static void formula(int param_nvme, uint64_t *opt, uint64_t *par, uint64_t *grad
   }
 }
 
+static int g_logged;
+static void count_lines(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)level, (void)file, (void)line, (void)msg, (void)user;
+  g_logged++;
+}
+
 static void test_memory(void) {
+  { /* without a tier: ZS_ERR_STATE, not logged (a monitor asking every step
+     * printed an ERROR line each time) */
+    zs_config_t c = config(3, ZS_BF16, 1);
+    zs_engine_t *zs;
+    model_t m;
+    assert_ok(make(&zs, &m, &c));
+    zs_nvme_stats_t ns;
+    zs_log_level_t was = zs_log_get_level();
+    zs_log_set_level(ZS_LOG_DEBUG);
+    g_logged = 0;
+    zs_log_set_callback(count_lines, NULL);
+    expect_status(zs_engine_nvme_stats(zs, &ns), ZS_ERR_STATE);
+    zs_log_set_callback(NULL, NULL);
+    zs_log_set_level(was);
+    expect_int_eq(g_logged, 0);
+    expect_str_contains(zs_engine_last_error(zs), "no NVMe tier");
+    zs_engine_destroy(zs);
+  }
   for (int pn = 0; pn < 2; pn++) {
     zs_config_t c = config(3, ZS_BF16, 1);
     c.optim.state_dtype = ZS_STATE_INT8;

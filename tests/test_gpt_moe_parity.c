@@ -469,7 +469,7 @@ static void test_trace(void) {
   gpt_opts_t o;
   tiny(&o);
   o.ep = 2, o.steps = 2, o.collect_params = 0;
-  const char *need[] = {"\"step 0\"", "\"step 1\"", "\"gather embed\"", "\"all_to_all\"", "\"update step"};
+  const char *need[] = {"\"step 1\"", "\"step 2\"", "\"gather embed\"", "\"all_to_all\"", "\"update step"};
   gpt_trace_check(g_dev, g_world, &o, need, (int)(sizeof need / sizeof need[0]));
 }
 

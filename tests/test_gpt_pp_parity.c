@@ -373,7 +373,7 @@ static void test_trace(void) {
   tiny(&o);
   o.pp = 2, o.microbatches = M, o.steps = 2, o.collect_params = 0;
   /* rank 0 holds the embedding (unit 0), rank 1 the final LayerNorm; both blocks' units */
-  const char *need[] = {"\"step 0\"", "\"step 1\"", "\"zs_step\"", "\"F 3.0\"", "\"B 3.0\"",
+  const char *need[] = {"\"step 1\"", "\"step 2\"", "\"zs_step\"", "\"F 3.0\"", "\"B 3.0\"",
                         g_rank == 0 ? "\"gather embed\"" : "\"gather lnf\"",
                         g_rank == 0 ? "\"send_act 0.0\"" : "\"recv_act 0.0\"",
                         /* 1F1B's steady state: a send and a receive as one sendrecv */

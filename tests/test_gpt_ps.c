@@ -170,7 +170,7 @@ static void test_trace(void) {
   gpt_opts_t o;
   tiny(&o);
   o.ps_servers = 1, o.steps = 2, o.collect_params = 0;
-  const char *worker[] = {"\"step 0\"", "\"step 1\"", "\"send\"", "\"recv\""}, *server[] = {"\"send\"", "\"recv\""};
+  const char *worker[] = {"\"step 1\"", "\"step 2\"", "\"send\"", "\"recv\""}, *server[] = {"\"send\"", "\"recv\""};
   if (g_rank < o.ps_servers) gpt_trace_check(g_dev, g_world, &o, server, 2);
   else gpt_trace_check(g_dev, g_world, &o, worker, 4);
 }

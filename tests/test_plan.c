@@ -160,6 +160,13 @@ static void test_fits_only_at_stage3(void) {
   expect_int_eq(code, 3);
   expect_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(d, "best")));
   cJSON_Delete(d);
+  /* why not, in units that show the numbers: a toy model's "0.000 GiB of 0.000" */
+  d = plan_json("--units 3007,1000,2500 --world 4 --device-mem 0.00001", &code);
+  assert_true(d != NULL);
+  const cJSON *why = cJSON_GetObjectItemCaseSensitive(option(d, 1, 4, 0), "why");
+  expect_true(cJSON_IsString(why));
+  if (cJSON_IsString(why)) expect_str_contains(why->valuestring, " KiB of 10.486");
+  cJSON_Delete(d);
 }
 
 /* 2 nodes of 4 ranks. A slow network: hybrid (the group a node) keeps gathers

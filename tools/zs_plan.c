@@ -387,20 +387,28 @@ static void disk(const pl_opts_t *o, pl_option_t *x) {
  * the options, what fits, the fastest
  * ========================================================================== */
 
+/* "<what> needs A U of B": in GiB, or MiB / KiB where both are small (a toy
+ * model's 0.000 GiB of 0.000 said nothing) */
+static void needs(char *why, size_t n, const char *what, double need, double have) {
+  const double top = need > have ? need : have;
+  const double u = top >= 0.1 * GIB ? GIB : top >= 0.1 * 1048576.0 ? 1048576.0 : 1024.0;
+  snprintf(why, n, "%s needs %.3f %s of %.3f", what, need / u, u == GIB ? "GiB" : u == 1024.0 ? "KiB" : "MiB",
+           have / u);
+}
+
 static void judge(const pl_opts_t *o, pl_option_t *x) {
   double dev_need = (double)x->est.device_peak_bound + o->reserve;
   double host_need = o->per_node * (double)(x->est.host_model_state + x->est.host[ZS_MEM_COMM]);
   x->fits = 1;
   if (o->device_mem > 0 && dev_need > o->device_mem) {
     x->fits = 0;
-    snprintf(x->why, sizeof x->why, "device: needs %.3f GiB of %.3f", dev_need / GIB, o->device_mem / GIB);
+    needs(x->why, sizeof x->why, "device:", dev_need, o->device_mem);
   } else if (o->host_mem > 0 && host_need > o->host_mem) {
     x->fits = 0;
-    snprintf(x->why, sizeof x->why, "host: a node needs %.3f GiB of %.3f", host_need / GIB, o->host_mem / GIB);
+    needs(x->why, sizeof x->why, "host: a node", host_need, o->host_mem);
   } else if (uses_tier(x) && o->nvme_bytes >= 0 && (double)x->est.nvme_model_state > o->nvme_bytes) {
     x->fits = 0;
-    snprintf(x->why, sizeof x->why, "disk: a rank needs %.3f GiB of %.3f", (double)x->est.nvme_model_state / GIB,
-             o->nvme_bytes / GIB);
+    needs(x->why, sizeof x->why, "disk: a rank", (double)x->est.nvme_model_state, o->nvme_bytes);
   }
   x->tier_fit = x->fits && uses_tier(x);
   if (o->tp > 1) { /* the tp comm on the intra-node links, after the data-parallel traffic */

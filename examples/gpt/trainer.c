@@ -431,7 +431,7 @@ static zs_status_t run_steps(trainer_t *t, gpt_result_t *res) {
       zs_memory_stats_t ms;
       zs_memory_stats(t->zs, &ms);
       /* numbered as the run's steps: a resumed run continues the checkpoint's count */
-      fprintf(stderr, "step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %8.0f tok/s | device peak %.2f MiB%s",
+      fprintf(stderr, "step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %8.0f tok/s | device peak so far %.2f MiB%s",
               (long long)(t->step0 + step + 1), (long long)(t->step0 + o->steps), res->losses[step], (double)rep.lr, rep.grad_norm, (double)o->batch * T / dt,
               (double)ms.peak_total[ZS_DOMAIN_DEVICE] / 1048576.0, rep.skipped ? " | skipped" : "");
       if (val) fprintf(stderr, " | val loss %.6f (before this step)", res->val_loss);

@@ -87,7 +87,7 @@ void trainer_val_split(const gpt_data_t *data, const gpt_opts_t *o, int part, in
 
 void trainer_trace_step(int64_t step) {
   char range[32];
-  snprintf(range, sizeof range, "step %lld", (long long)step);
+  snprintf(range, sizeof range, "step %lld", (long long)step + 1); /* as printed, and the engine's "update step N" */
   zs_trace_begin(range);
 }
 

@@ -62,7 +62,9 @@ int trainer_val_due(const gpt_opts_t *o, int step);
 void trainer_val_split(const gpt_data_t *data, const gpt_opts_t *o, int part, int parts, int *total, int *first,
                        int *count);
 
-/* Opens the trace range "step N" that zs-trace's bubble measures one step by. */
+/* Opens the trace range "step N" that zs-trace's bubble measures one step by, for
+ * the run's 0-based step: N = step + 1, the number the trainer prints and, for
+ * a run from scratch, the engine's "update step N" inside it. */
 void trainer_trace_step(int64_t step);
 
 /* --data FILE, or the built-in licenses text, checked for windows of o->seq;

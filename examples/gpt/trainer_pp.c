@@ -74,6 +74,7 @@
 #include <string.h>
 
 #include "trainer_pp_impl.h" // defines: struct trainer_pp, is_first, is_last
+#include "zeroshard/trace.h"
 
 /* ============================================================================
  * options and declaration
@@ -597,7 +598,10 @@ zs_status_t trainer_pp_validate(trainer_t *t, double *vsum) {
   TRY(zs_forward_begin(t->zs));
   TRY(trainer_pp_gather_all(t, 0));
   TRY(head_refresh(t));
-  TRY(val_chain(t, vsum));
+  zs_trace_begin("validation"); /* inside the step's range (zs-trace summary's own kind) */
+  zs_status_t vst = val_chain(t, vsum);
+  zs_trace_end();
+  TRY(vst);
   trainer_pp_forget_all(t);
   for (int uid = 0; uid < q->nunits; uid++) TRY(zs_release(t->zs, uid));
   return zs_forward_end(t->zs);

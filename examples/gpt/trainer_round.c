@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "trainer_impl.h"
+#include "zeroshard/trace.h"
 #include "bf16_bits.h" // defines: gpt_bf16_widen, gpt_bf16_add (the library's rounding, inline)
 
 /* ============================================================================
@@ -228,7 +229,17 @@ zs_status_t trainer_unit_reduce(trainer_t *t, int u) { return unit_reduce(t, u);
 /* Runs the validation windows through one piece of the model. */
 typedef enum { V_EMBED, V_BLOCK, V_LNF, V_HEAD } vpart_t;
 
-static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+/* A validation piece inside the step's trace range, marked "validation" (zs-trace
+ * summary shows it as its own kind; the step's mean includes it). */
+static zs_status_t val_traced(zs_status_t (*run)(trainer_t *, vpart_t, int, double *), trainer_t *t, vpart_t part,
+                              int l, double *vsum) {
+  zs_trace_begin("validation");
+  const zs_status_t st = run(t, part, l, vsum);
+  zs_trace_end();
+  return st;
+}
+
+static zs_status_t val_part_run(trainer_t *t, vpart_t part, int l, double *vsum) {
   const int T = t->o->seq, C = t->mc.channels;
   gpt_acts_t *va = t->m->acts(t, 1);
   double t0 = trainer_now_s();
@@ -255,7 +266,11 @@ static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
  * summed over tp before each reduce when the tokens are split (sp).
  * ========================================================================== */
 
-static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+static zs_status_t val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+  return val_traced(val_part_run, t, part, l, vsum);
+}
+
+static zs_status_t tp_val_part_run(trainer_t *t, vpart_t part, int l, double *vsum) {
   const int T = t->o->seq, C = t->mc.channels;
   gpt_tp_acts_t *va = &t->tvacts;
   double t0 = trainer_now_s();
@@ -276,6 +291,10 @@ static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) 
   }
   t->val_time += trainer_now_s() - t0;
   return ZS_OK;
+}
+
+static zs_status_t tp_val_part(trainer_t *t, vpart_t part, int l, double *vsum) {
+  return val_traced(tp_val_part_run, t, part, l, vsum);
 }
 
 /* The sum over tp of the replicated parameters' partial gradients (sp), once

@@ -566,8 +566,9 @@ void zs_engine_comm_stats_reset(zs_engine_t *zs);
  * writing chunk i-1): seconds runs from its first read to its last write,
  * read_wait_s is the time the update waited for reads (queuing them included),
  * update_s the CPU optimizer's, write_wait_s the time queuing writes and
- * waiting for the last ones. ZS_ERR_STATE without
- * a tier or before setup. */
+ * waiting for the last ones. ZS_ERR_STATE without a tier or before setup,
+ * its message in zs_engine_last_error but not logged (a monitor may ask every
+ * step whether there is a tier). */
 typedef struct {
   char path[320];             /* the tier's file */
   uint64_t file_bytes;        /* its size: both regions (docs/design.md, "The NVMe tier") */

@@ -33,7 +33,9 @@
  *                    all-reduce, whose comm event has the bytes); args: unit,
  *                    bytes (the unit's padded bytes in the parameter dtype: what
  *                    a gather holds, or the gradients a reduce sums; 0 for a
- *                    frozen unit's reduce).
+ *                    frozen unit's reduce, and for a backward gather of a unit
+ *                    of ZS_PARAM_BACKWARD_UNREAD parameters, which gathers
+ *                    nothing).
  *   tid 2 "comm": every collective, send and receive of every comm (cat
  *                    "comm"), from the moment its backend starts running it to
  *                    its end: on the mpi backend as its progress thread runs
@@ -48,10 +50,13 @@
  *                    bytes_recv (comm.h's formulas, the same as
  *                    zs_comm_stats), comm size.
  *   tid 3 "optimizer": cat "engine", the optimizer's update, one "update step
- *                    N" event a step (args: step, segments, elements), with
- *                    offload one "update blk.3" inside it per unit (args:
- *                    unit, elements); the delayed update (ZeRO-Offload's DPU)
- *                    records them on its own thread while the trainer goes on.
+ *                    N" event a step, N the step count it makes (args: step,
+ *                    segments, elements; with offload: step, units, and
+ *                    delayed 1 for the delayed update), with offload one
+ *                    "update blk.3" inside it per unit (args: unit, elements);
+ *                    the delayed update (ZeRO-Offload's DPU) records them on
+ *                    its own thread while the trainer goes on; the NVMe tier's
+ *                    is "nvme update step N".
  *                    Without offload the update is a device call on the
  *                    engine's compute stream: on the cpu device with the
  *                    default (NULL) stream the event is the update itself, on

@@ -90,6 +90,7 @@ typedef struct {
   int param_where;
   int frozen;                   /* every parameter ZS_PARAM_FROZEN: parameters only */
   int bwd_unread;               /* every parameter ZS_PARAM_BACKWARD_UNREAD: not gathered for a backward */
+  int gather_skipped;           /* the last zs_gather gathered nothing (bwd_unread in a backward) */
 
   void *full;       /* full params: resident (0-2, persistent) or gathered (3) */
   void *pshard;     /* stage 3: param shard (param dtype) */

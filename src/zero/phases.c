@@ -347,6 +347,7 @@ static zs_status_t gather(zs_engine_t *zs, int unit) {
   /* the parameters are skipped where they would be gathered now (not where a
    * prefetch or a kept forward copy already holds them) */
   const int skip = grads_only && gathers_on_demand(zs, u) && u->st == ZS_U_IDLE;
+  u->gather_skipped = skip;
   record_order(zs, unit, !grads_only); /* not predicted: the next step does not prefetch it */
   if (backward) ZS_CHECK(zs__eng_free_grads(zs, 1));
 
@@ -615,7 +616,9 @@ static zs_status_t traced(zs_engine_t *zs, int unit, const char *verb, int with_
   /* bytes: the unit's gathered parameters (gather), its gradients (reduce; a
    * frozen unit has none) */
   int n = snprintf(args, sizeof args, "\"unit\":%d", unit);
-  unsigned long long bytes = fn == reduce && u->frozen ? 0 : (unsigned long long)u->padded * zs->pb;
+  unsigned long long bytes = (fn == reduce && u->frozen) || (fn == gather && u->gather_skipped)
+                                 ? 0
+                                 : (unsigned long long)u->padded * zs->pb;
   if (with_bytes) snprintf(args + n, sizeof args - (size_t)n, ",\"bytes\":%llu", bytes);
   zs__trace_close(st == ZS_OK ? "engine" : NULL, name, ZS_TRACE_TID_COMPUTE, t0, args);
   return st;

@@ -354,8 +354,8 @@ zs_status_t zs__tier_put(zs_engine_t *zs, const zs_unit_t *u, int f, uint64_t of
 
 zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out) {
   if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_nvme_stats: engine and out must not be NULL");
-  if (!zs->tier)
-    return ZS_FAIL((char *)zs->err, ZS_ERR_STATE,
+  if (!zs->tier) /* a query's answer, not a failure: no log line (a monitor may poll it every step) */
+    return zs__fail_quiet((char *)zs->err, ZS_ERR_STATE,
                    "zs_engine_nvme_stats: this engine has no NVMe tier (%s)",
                    zs->setup_done ? "offload_optimizer and offload_param are not \"nvme\"" : "before zs_engine_setup");
   *out = zs->tier->last;
