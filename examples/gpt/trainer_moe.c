@@ -34,10 +34,12 @@
  * Validation (--val-seqs windows split over the ranks, at the start, every
  * --val-every steps and at the end) is a forward-only pass of its own, layer by
  * layer over the windows' residual stream.
- * Checkpoints (--save, --save-every, --load): both engines, dir/dense and
- * dir/experts, the latter in zs_checkpoint_save's model-parallel layout (one
- * part per ep rank; every expert a whole tensor under its global name), so it
- * loads at any ep, stage and edp (another ep reads every part, issue 29).
+ * Checkpoints (--save, --save-every, --load): both engines as one pair,
+ * dir/slot<k>/dense and dir/slot<k>/experts, the latter in zs_checkpoint_save's
+ * model-parallel layout (one part per ep rank; every expert a whole tensor
+ * under its global name), so it loads at any ep, stage and edp (another ep
+ * reads every part, issue 29); dir/moe_pair names the last complete pair
+ * (trainer_moe_ckpt.c).
  * --export FILE writes the whole model (every expert under its global name)
  * as one safetensors file, the same at any ep; --init-from FILE starts both
  * engines from such a file at any ep (trainer_moe_whole.c).
@@ -51,11 +53,9 @@
  * --tp; with --pp (no --tp) trainer_moe_pp.c's step with trainer_moe_cuda_pp.c's
  * callbacks and device buffers.
  * Limits: --ps-servers and --sequence-parallel are refused. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -296,34 +296,7 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
   if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
-  if (o->load) { /* dir/dense, dir/experts (whose mp<q> parts zs_checkpoint_load finds) */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/dense", o->load);
-    if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
-      return trainer_fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
-    snprintf(path, sizeof path, "%s/experts", o->load);
-    if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
-      return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
-    /* the two engines step as one model: a dense and an expert checkpoint of
-     * different saves would go on from different steps, or from two runs' same
-     * step. save() records one value ("moe_save") in both; checkpoints without
-     * it are paired by step. Each rank sees the same loaded values, so every
-     * rank fails here alike. */
-    const char *dsave = zs_checkpoint_loaded_attr(t->dz, "moe_save"),
-               *xsave = zs_checkpoint_loaded_attr(t->xz, "moe_save");
-    if ((dsave || xsave) && (!dsave || !xsave || strcmp(dsave, xsave))) {
-      char why[8400];
-      snprintf(why, sizeof why, "%s/dense (save %s) and %s/experts (save %s) are parts of different saves", o->load,
-               dsave ? dsave : "unrecorded", o->load, xsave ? xsave : "unrecorded");
-      return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
-    }
-    if (zs_engine_step_count(t->dz) != zs_engine_step_count(t->xz)) {
-      char why[4300];
-      snprintf(why, sizeof why, "%s/dense is at step %lld but %s/experts at step %lld: parts of different saves",
-               o->load, (long long)zs_engine_step_count(t->dz), o->load, (long long)zs_engine_step_count(t->xz));
-      return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
-    }
-  }
+  if (o->load) TRY(trainer_moe_load(t, res, o->load)); /* the pair moe_pair names (trainer_moe_ckpt.c) */
   if (o->init_from && !o->load) TRY(trainer_moe_init_from(t, o->init_from, res)); /* --load wins */
   t->step0 = zs_engine_step_count(t->dz);
   zs_schedule_t s;
@@ -381,49 +354,6 @@ static void teardown(moet_t *t) {
 /* ============================================================================
  * the run
  * ========================================================================== */
-
-/* A checkpoint of both engines: dir/dense, and dir/experts (one mp<q> part per
- * ep rank when ep > 1: zs_checkpoint_save's model-parallel layout, so that a
- * checkpoint loads only at the ep that saved it). Collective. */
-static zs_status_t save(moet_t *t, gpt_result_t *res, const char *dir, int async) {
-  char path[4096];
-  /* background saves still pending finish first, a failure of theirs a warning */
-  zs_status_t st = trainer_background_saved(t->rank, dir, t->dz, zs_checkpoint_wait(t->dz));
-  if (st == ZS_OK) st = trainer_background_saved(t->rank, dir, t->xz, zs_checkpoint_wait(t->xz));
-  if (st != ZS_OK) return trainer_fail(res, st, "zs_checkpoint_wait", zs_last_error());
-  int64_t bad = t->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST;
-  st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
-  if (st == ZS_OK && bad) st = ZS_ERR_IO;
-  if (st != ZS_OK) return trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
-  /* one value for this save in both engines' manifests, rank 0's (load pairs
-   * them): its clock and process id, never 0 */
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t tag = t->rank ? 0 : (((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) ^ ((int64_t)getpid() << 40)) & INT64_MAX;
-  if (t->rank == 0 && tag == 0) tag = 1;
-  if ((st = trainer_host_coll(t->comm, &tag, &tag, 1, ZS_INT64, ZS_MAX)) != ZS_OK)
-    return trainer_fail(res, st, "--save", "agreeing on the save's tag");
-  char tagstr[24];
-  snprintf(tagstr, sizeof tagstr, "%llx", (unsigned long long)tag);
-  if ((st = zs_checkpoint_set_attr(t->dz, "moe_save", tagstr)) != ZS_OK ||
-      (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK)
-    return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
-  zs_status_t (*fn)(zs_engine_t *, const char *) = async ? zs_checkpoint_save_async : zs_checkpoint_save;
-  snprintf(path, sizeof path, "%s/dense", dir);
-  if ((st = fn(t->dz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->dz, st) == ZS_OK)
-    return ZS_OK; /* the experts' save skipped with it (an experts' save that fails after the dense one went
-                   * through leaves dense/ and experts/ of different saves, which --load refuses by their tags) */
-  if (st != ZS_OK)
-    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (dense)" : "zs_checkpoint_save (dense)",
-                        zs_engine_last_error(t->dz));
-  snprintf(path, sizeof path, "%s/experts", dir);
-  if ((st = fn(t->xz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->xz, st) == ZS_OK)
-    return ZS_OK;
-  if (st != ZS_OK)
-    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (experts)" : "zs_checkpoint_save (experts)",
-                        zs_engine_last_error(t->xz));
-  return ZS_OK;
-}
 
 /* Validation at `step` (updates done): the pass, the sum over ranks, the point. */
 static zs_status_t validate(moet_t *t, gpt_result_t *res, int step) {
@@ -498,7 +428,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
     mi->aux[step] = (float)(sum[1] / ((double)t->dworld * t->nmb * t->L));
     if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < o->steps) {
       const double s0 = trainer_now_s();
-      st = save(t, res, o->save, o->save_async);
+      st = trainer_moe_save(t, res, o->save, o->save_async);
       res->save_s += trainer_now_s() - s0;
       TRY(st);
     }
@@ -514,7 +444,7 @@ static zs_status_t run_steps(moet_t *t, gpt_result_t *res) {
   /* the final parameters: a delayed update lands first */
   if ((st = zs_flush(t->dz)) != ZS_OK || (st = zs_flush(t->xz)) != ZS_OK)
     return trainer_fail(res, st, "zs_flush", zs_last_error());
-  if (o->save) TRY(save(t, res, o->save, 0)); /* a background save still pending is finished first */
+  if (o->save) TRY(trainer_moe_save(t, res, o->save, 0)); /* a background save still pending is finished first */
   if (o->export_path) TRY(trainer_moe_export(t, o->export_path, res));
   if (t->v_total > 0) TRY(validate(t, res, o->steps));
   trainer_result_rate(res, o, res->steps, train_time);
@@ -575,6 +505,7 @@ zs_status_t gpt_train_moe(const gpt_opts_t *o, zs_device_t *dev, zs_comm_t *comm
   memset(&t, 0, sizeof t);
   t.o = o, t.dev = dev, t.comm = comm;
   t.rank = zs_comm_rank(comm), t.world = zs_comm_size(comm);
+  t.pair_slot = t.pending_slot = -1; /* no checkpoint pair named yet */
   res->world = t.world, res->stage = o->stage;
   zs_device_memory_reset_peaks(dev);
   zs_status_t st = result_alloc(&t, res);

@@ -82,7 +82,17 @@ typedef struct {
   struct moe_cuda *cu;
   void *stage;                   /* trainer_moe_host_gather's device staging (freed at teardown) */
   size_t stage_bytes;
+  /* checkpoints (trainer_moe_ckpt.c): the slot moe_pair names in --save's dir
+   * (-1: not known yet), and a background save's slot and tag not named yet */
+  int pair_slot, pending_slot;
+  unsigned long long pending_tag;
 } moet_t;
+
+/* trainer_moe_ckpt.c. Both engines' checkpoint as one pair into dir (the slot
+ * the named pair does not use; named once both went through: at once, or for a
+ * background save at the next save), and the named pair loaded. Collective. */
+zs_status_t trainer_moe_save(moet_t *t, gpt_result_t *res, const char *dir, int async);
+zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir);
 
 /* trainer_moe_round.c. One training round on the micro-batch in t->tin / ttg
  * (its mean token loss into *loss). Collective over both engines' groups. */

@@ -1,0 +1,168 @@
+/* trainer_moe_ckpt.c: the MoE trainer's checkpoints, both engines saved as one
+ * pair that a failure half-way cannot break.
+ *
+ * DIR/slot0 and DIR/slot1 each hold a pair, dense/ and experts/ (the latter
+ * with one mp<q> part per ep rank, zs_checkpoint_save's model-parallel layout);
+ * DIR/moe_pair names the slot of the last complete pair and its save's tag
+ * ("slot1 5e1c0a9f3b2d7e11"). A save writes the other slot, and once both
+ * engines' saves went through on every rank, rank 0 replaces moe_pair (a
+ * temporary file, fsync, rename, the folder's fsync): a save that fails after
+ * the dense one (the experts' disk full, the process killed) leaves the
+ * previous pair the one that loads. Two pairs on disk, as the price. A
+ * background save's pair is named once both waits succeed (the next save, or
+ * the final one). A folder without moe_pair is read as DIR/dense and
+ * DIR/experts (the layout of earlier saves). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainer_moe_impl.h"
+#include "zeroshard/checkpoint.h"
+
+/* The pair DIR/moe_pair names: 0 and its slot and tag; 1 when there is no such
+ * file; -1 (with why) when it cannot be read. */
+static int read_pair(const char *dir, int *slot, unsigned long long *tag, char *why, size_t n) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/moe_pair", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (errno == ENOENT) return 1;
+    snprintf(why, n, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  int ok = fscanf(f, "slot%d %llx", slot, tag) == 2 && (*slot == 0 || *slot == 1);
+  fclose(f);
+  if (!ok) snprintf(why, n, "%s does not name a slot and a tag (\"slot0 <hex>\"): not written by zs-train-gpt", path);
+  return ok ? 0 : -1;
+}
+
+/* Rank 0 names slot's pair (tag) in DIR/moe_pair by a rename; every rank
+ * returns the outcome. */
+static zs_status_t name_pair(moet_t *t, gpt_result_t *res, const char *dir, int slot, unsigned long long tag) {
+  int64_t bad = 0;
+  char why[4400] = "";
+  if (t->rank == 0) {
+    char path[4200], tmp[4220];
+    snprintf(path, sizeof path, "%s/moe_pair", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    bad = !f || fprintf(f, "slot%d %llx\n", slot, tag) < 0;
+    if (f) bad |= fflush(f) != 0 || fsync(fileno(f)) != 0, bad |= fclose(f) != 0;
+    if (!bad) bad = rename(tmp, path) != 0;
+    int d = bad ? -1 : open(dir, O_RDONLY | O_DIRECTORY);
+    if (d >= 0) bad = fsync(d) != 0, close(d);
+    if (bad) snprintf(why, sizeof why, "naming the saved pair in %s: %s", path, strerror(errno));
+    if (bad) unlink(tmp);
+  }
+  zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
+  if (st == ZS_OK && bad) st = ZS_ERR_IO;
+  if (st != ZS_OK) return trainer_fail(res, st, "--save", t->rank == 0 && why[0] ? why : "rank 0 could not name the pair");
+  t->pair_slot = slot;
+  return ZS_OK;
+}
+
+/* Rank 0 makes DIR and DIR/slot<k>; every rank returns the outcome. */
+static zs_status_t make_dirs(moet_t *t, gpt_result_t *res, const char *dir, int slot) {
+  char sub[4200];
+  snprintf(sub, sizeof sub, "%s/slot%d", dir, slot);
+  int64_t bad = t->rank == 0 && ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(sub, 0777) != 0 && errno != EEXIST));
+  zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
+  if (st == ZS_OK && bad) st = ZS_ERR_IO;
+  return st == ZS_OK ? ZS_OK : trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
+}
+
+zs_status_t trainer_moe_save(moet_t *t, gpt_result_t *res, const char *dir, int async) {
+  char path[4300];
+  /* background saves still pending finish first (a failure of theirs a
+   * warning); their pair is named once both went through */
+  const zs_status_t wd = zs_checkpoint_wait(t->dz), wx = zs_checkpoint_wait(t->xz);
+  zs_status_t st = trainer_background_saved(t->rank, dir, t->dz, wd);
+  if (st == ZS_OK) st = trainer_background_saved(t->rank, dir, t->xz, wx);
+  if (st != ZS_OK) return trainer_fail(res, st, "zs_checkpoint_wait", zs_last_error());
+  if (t->pending_slot >= 0 && wd == ZS_OK && wx == ZS_OK) TRY(name_pair(t, res, dir, t->pending_slot, t->pending_tag));
+  t->pending_slot = -1;
+  if (t->pair_slot < 0) { /* the first save into dir: the pair a previous run named there, if any */
+    char why[4400] = "";
+    int slot = -1;
+    unsigned long long tag = 0;
+    int64_t have = read_pair(dir, &slot, &tag, why, sizeof why) == 0 ? slot : -1;
+    if ((st = trainer_host_coll(t->comm, &have, &have, 1, ZS_INT64, ZS_MAX)) != ZS_OK) /* rank 0's reading */
+      return trainer_fail(res, st, "--save", "agreeing on the checkpoint's slot");
+    t->pair_slot = (int)have;
+  }
+  const int slot = t->pair_slot == 0 ? 1 : 0; /* never the named pair's */
+  TRY(make_dirs(t, res, dir, slot));
+  /* one value for this save in both engines' manifests, rank 0's (load pairs
+   * them): its clock and process id, never 0 */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t tag = t->rank ? 0 : (((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) ^ ((int64_t)getpid() << 40)) & INT64_MAX;
+  if (t->rank == 0 && tag == 0) tag = 1;
+  if ((st = trainer_host_coll(t->comm, &tag, &tag, 1, ZS_INT64, ZS_MAX)) != ZS_OK)
+    return trainer_fail(res, st, "--save", "agreeing on the save's tag");
+  char tagstr[24];
+  snprintf(tagstr, sizeof tagstr, "%llx", (unsigned long long)tag);
+  if ((st = zs_checkpoint_set_attr(t->dz, "moe_save", tagstr)) != ZS_OK ||
+      (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK)
+    return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
+  zs_status_t (*fn)(zs_engine_t *, const char *) = async ? zs_checkpoint_save_async : zs_checkpoint_save;
+  snprintf(path, sizeof path, "%s/slot%d/dense", dir, slot);
+  if ((st = fn(t->dz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->dz, st) == ZS_OK)
+    return ZS_OK; /* the experts' save skipped with it; the named pair stays */
+  if (st != ZS_OK)
+    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (dense)" : "zs_checkpoint_save (dense)",
+                        zs_engine_last_error(t->dz));
+  snprintf(path, sizeof path, "%s/slot%d/experts", dir, slot);
+  if ((st = fn(t->xz, path)) != ZS_OK && async && trainer_background_saved(t->rank, dir, t->xz, st) == ZS_OK)
+    return ZS_OK; /* the dense half in an unnamed slot: the named pair stays the one that loads */
+  if (st != ZS_OK)
+    return trainer_fail(res, st, async ? "zs_checkpoint_save_async (experts)" : "zs_checkpoint_save (experts)",
+                        zs_engine_last_error(t->xz));
+  if (async) { /* named once written: the next save's or the final save's waits */
+    t->pending_slot = slot;
+    t->pending_tag = (unsigned long long)tag;
+    return ZS_OK;
+  }
+  return name_pair(t, res, dir, slot, (unsigned long long)tag);
+}
+
+zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir) {
+  char path[4400], why[8800] = "", part[4300];
+  int slot = -1;
+  unsigned long long tag = 0;
+  const int r = read_pair(dir, &slot, &tag, why, sizeof why);
+  if (r < 0) return trainer_fail(res, ZS_ERR_CORRUPT, "--load", why); /* the same file on every rank */
+  if (r == 0) snprintf(part, sizeof part, "%s/slot%d", dir, slot);
+  else snprintf(part, sizeof part, "%s", dir); /* saved before the slots */
+  zs_status_t st;
+  snprintf(path, sizeof path, "%s/dense", part);
+  if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
+  snprintf(path, sizeof path, "%s/experts", part);
+  if ((st = zs_checkpoint_load(t->xz, path)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_load (experts)", zs_engine_last_error(t->xz));
+  /* the two engines step as one model: a dense and an expert checkpoint of
+   * different saves would go on from different steps, or from two runs' same
+   * step. save() records one value ("moe_save") in both, and moe_pair the
+   * pair's; checkpoints without it are paired by step. Each rank sees the same
+   * loaded values, so every rank fails here alike. */
+  const char *dsave = zs_checkpoint_loaded_attr(t->dz, "moe_save"), *xsave = zs_checkpoint_loaded_attr(t->xz, "moe_save");
+  char named[24] = "";
+  if (r == 0) snprintf(named, sizeof named, "%llx", tag);
+  if ((dsave || xsave) && (!dsave || !xsave || strcmp(dsave, xsave) || (named[0] && strcmp(dsave, named)))) {
+    snprintf(why, sizeof why, "%s/dense (save %s) and %s/experts (save %s)%s%s are parts of different saves", part,
+             dsave ? dsave : "unrecorded", part, xsave ? xsave : "unrecorded", named[0] ? ", named in moe_pair as " : "",
+             named);
+    return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+  }
+  if (zs_engine_step_count(t->dz) != zs_engine_step_count(t->xz)) {
+    snprintf(why, sizeof why, "%s/dense is at step %lld but %s/experts at step %lld: parts of different saves", part,
+             (long long)zs_engine_step_count(t->dz), part, (long long)zs_engine_step_count(t->xz));
+    return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+  }
+  return ZS_OK;
+}
