@@ -45,6 +45,10 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/examples/gpt/gpt.c)
     # --comm nccl on the cpu device: refused, saying why, before any comm is made
     zs_add_test_run(NAME test_gpt_comm_nccl_cpu COMMAND $<TARGET_FILE:zs-train-gpt> --comm nccl --steps 1
                     TIMEOUT 30 PROPERTIES PASS_REGULAR_EXPRESSION "--comm nccl needs --device cuda")
+    # a schedule shorter than the run: its last steps at the floor, said (a trial's ran at lr 0 silently)
+    zs_add_test_run(NAME test_gpt_lr_steps_short COMMAND $<TARGET_FILE:zs-train-gpt> --layers 1 --channels 32
+                    --heads 2 --seq 16 --batch 2 --steps 5 --lr-steps 3 --quiet
+                    TIMEOUT 30 PROPERTIES PASS_REGULAR_EXPRESSION "--lr-steps 3 ends before this run does \\(step 5\\): steps 4..5")
     # The CUDA path against the CPU one (label gpu; exits 77 without a GPU or CUDA
     # build; its trainer half needs NCCL). One rank, through mpiexec for MPI.
     # The --export file read back by Python's safetensors (skips without it).

@@ -380,6 +380,9 @@ static void test_matmul(void) {
   p.save = "";
   expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
   expect_str_contains(err, "give a path");
+  p.save = "/dev/null"; /* a file: failed only after the steps (a trial) */
+  expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
+  expect_str_contains(err, "exists and is not a directory");
   /* --export naming a directory failed only after the steps (a trial lost its run) */
   p.save = NULL, p.export_path = "/tmp";
   expect_int_eq(gpt_opts_check_paths(&p, err, sizeof err), -1);
@@ -458,6 +461,13 @@ static void test_resume(void) {
     }
     gpt_result_free(&r);
   }
+  /* another --heads: every shape agrees, so the load went through and the run
+   * trained (and saved) another model under the checkpoint's n_head (a trial) */
+  o.heads = 4;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_MISMATCH);
+  expect_str_contains(r.err, "saved with --heads 2 (n_head), this run has --heads 4");
+  gpt_result_free(&r);
+  o.heads = 2;
   /* --export, then --init-from that file: the exported model's validation
    * loss, at another stage */
   char path[192];

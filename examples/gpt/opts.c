@@ -299,6 +299,10 @@ static int parent_dir_ok(const char *flag, const char *path, char *err, size_t n
     snprintf(err, n, "%s '%s': the directory does not take writes", flag, path);
     return -1;
   }
+  if (*path && !strcmp(flag, "--save") && stat(path, &st) == 0) { /* not a directory: the save could not make one */
+    snprintf(err, n, "%s '%s' exists and is not a directory: give a directory (made or to be made)", flag, path);
+    return -1;
+  }
   if (*path && !strcmp(flag, "--export") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
     snprintf(err, n, "%s '%s' is a directory: give the file to write (e.g. '%s/model.safetensors')", flag, path, path);
     return -1;

@@ -290,6 +290,13 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
   if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
+  const char *heads = o->load ? zs_checkpoint_loaded_attr(t->zs, "n_head") : NULL;
+  if (heads && atoi(heads) != t->mc.heads) { /* every shape agrees: attention would split its channels otherwise */
+    char why[4400];
+    snprintf(why, sizeof why, "%s was saved with --heads %s (n_head), this run has --heads %d: give --heads %s",
+             o->load, heads, t->mc.heads, heads);
+    return trainer_fail(res, ZS_ERR_MISMATCH, "zs_checkpoint_load", why);
+  }
   if (o->init_from && !o->load && (st = trainer_init_from(t, o->init_from, res->err, sizeof res->err)) != ZS_OK)
     return st; /* res->err says which tensor or option */
   t->step0 = zs_engine_step_count(t->zs); /* batches continue where the checkpoint stopped */

@@ -12,6 +12,7 @@
 
 #include "zeroshard/checkpoint.h" // defines: ZS_CKPT_LAYOUT_MAX
 #include "zeroshard/device.h"     // defines: zs_device_alloc, zs_memcpy_async (trainer_host_coll)
+#include "zeroshard/log.h"        // defines: zs_log_rank
 #include "zeroshard/pipeline.h"
 #include "zeroshard/trace.h"
 
@@ -69,6 +70,12 @@ int trainer_schedule(const gpt_opts_t *o, int64_t step0, zs_schedule_t *s) {
   const int64_t warmup = o->warmup >= 0 ? o->warmup : total / 20;
   *s = (zs_schedule_t){.kind = o->lr_schedule, .warmup_steps = warmup, .total_steps = total, .min_lr = o->min_lr};
   if (o->lr_schedule == ZS_SCHED_CONSTANT) return 0;
+  if (o->lr_steps > 0 && step0 + o->steps > o->lr_steps && zs_log_rank() <= 0) /* a trial's run went on at lr 0 */
+    fprintf(stderr,
+            "zs-train-gpt: warning: --lr-steps %d ends before this run does (step %lld): steps %lld..%lld run at "
+            "the schedule's end, lr %g (--min-lr)\n",
+            o->lr_steps, (long long)(step0 + o->steps), (long long)(o->lr_steps > step0 ? o->lr_steps + 1 : step0 + 1),
+            (long long)(step0 + o->steps), (double)o->min_lr);
   if (total > warmup) return 1;
   return o->lr_steps == 0 && o->warmup < 0 ? 0 : -1; /* nothing to schedule (--steps 0) : no room */
 }
