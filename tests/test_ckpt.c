@@ -496,6 +496,12 @@ static void test_layout(void) {
            "recorded), this run is model-parallel part %d of %d (no layout given)", rank, nranks, rank, nranks);
   expect_load_fails(&b, old, ZS_ERR_MISMATCH, want);
   close_run(&b);
+  /* another model in the same words and part: the layout is not named as a
+   * cause (a trial: "it was saved with tp=1 pp=1 ..., this run is tp=1 pp=1 ...") */
+  assert_ok(open_run_mp(&b, self, world, "tp=2 pp=1", &c, NBLK - 1));
+  expect_load_fails(&b, dir, ZS_ERR_MISMATCH, "'");
+  expect_true(strstr(zs_last_error(), "another layout") == NULL);
+  close_run(&b);
   /* an engine without model parallelism, with and without words */
   assert_ok(open_run_mp(&b, world, NULL, "tp=1 pp=1", &c, NBLK));
   snprintf(want, sizeof want, "checkpoint %s was saved with tp=2 pp=1 (%d model-parallel parts); this run is tp=1 "

@@ -19,7 +19,8 @@ extern "C" {
   X(ZS_ERR_INVALID, "invalid argument: check the call against its header comment")     \
   X(ZS_ERR_STATE, "call out of order: see the phase rules in zeroshard/engine.h")      \
   X(ZS_ERR_MISMATCH,                                                                    \
-    "ranks disagree: every rank must declare the same units, parameters and options")  \
+    "mismatch: the ranks disagree, or a checkpoint or file does not fit this model, "  \
+    "optimizer or layout; the detailed message names both sides")                      \
   X(ZS_ERR_NOMEM, "out of memory: reduce the model, raise the stage or offload")       \
   X(ZS_ERR_DEVICE, "device runtime failed: see the detailed message for the call")     \
   X(ZS_ERR_COMM, "collective backend failed: see the detailed message; the comm may "  \

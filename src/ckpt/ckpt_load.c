@@ -29,6 +29,9 @@ static const char *layout_hint(char *buf, size_t n, const zs_engine_t *zs, const
   char saved[ZS_CKPT_LAYOUT_MAX + 96], run[ZS_CKPT_LAYOUT_MAX + 96];
   int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
   if (mp == 1 && m->mp_size == 1 && !m->layout[0] && !zs->ck_layout[0]) return "";
+  /* the same words and part: the layout is not why (without words it may be) */
+  if (m->layout[0] && !strcmp(m->layout, zs->ck_layout) && m->mp_size == mp && (mp == 1 || m->mp_rank == zs->mp_rank))
+    return "";
   snprintf(buf, n, "; or of another layout: it was saved %s, this run is %s",
            layout_words(saved, sizeof saved, 1, m->layout, m->mp_rank, m->mp_size),
            layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp));
