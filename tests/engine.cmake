@@ -20,7 +20,7 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # per-parameter learning-rate and weight-decay multipliers (parameter groups)
   zs_add_test(NAME test_param_scales SOURCES test_param_scales.c LIBS zeroshard_static RANKS 1 2 3 TIMEOUT 60)
   # an optimizer moment per parameter, read and written as full fp32 values, and the step count
-  zs_add_test(NAME test_param_state SOURCES test_param_state.c LIBS zeroshard_static RANKS 1 2 3 TIMEOUT 120
+  zs_add_test(NAME test_param_state SOURCES test_param_state.c LIBS zeroshard_static RANKS 1 2 3 4 TIMEOUT 120
               ENV ZS_TEST_NVME_DIR=${CMAKE_CURRENT_BINARY_DIR})
   # zs_engine_set_stream between steps: the new stream waits for the old one's step (a
   # new-user trial's stale forward and diverged replicas)

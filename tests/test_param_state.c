@@ -153,6 +153,13 @@ static void test_moments_after_steps(void) {
   c.offload_optimizer = ZS_OFFLOAD_CPU;
   moments_case(c, "stage 2, offload", 1e-6);
   if (nvme_dir(&c)) moments_case(c, "stage 2, the NVMe tier", 1e-6);
+  if (nranks == 4) { /* hybrid: shard groups of 2, replicated across */
+    c = adamw(3);
+    c.shard_group = 2;
+    moments_case(c, "stage 3, hybrid 2 x 2", 1e-6);
+    c.optim.state_dtype = ZS_STATE_INT8;
+    moments_case(c, "stage 3, hybrid 2 x 2, int8 states", 1.0 / 16);
+  }
   c = adamw(3);
   c.optim.state_dtype = ZS_STATE_BF16;
   moments_case(c, "stage 3, bf16 states", 1.0 / 64);
@@ -218,8 +225,9 @@ static void test_roundtrip(void) {
 
 /* ---- moments and a step count set drive the next step ---- */
 
-static void drives_case(int stage) {
+static void drives_case(int stage, int delayed) {
   zs_config_t c = adamw(stage);
+  if (delayed) c.offload_optimizer = ZS_OFFLOAD_CPU, c.delayed_param_update = 1;
   model_t m;
   assert_ok(setup(&m, &c));
   enum { T = 5 }; /* steps taken before: 1 - beta^6 in the bias corrections, not 1 - beta */
@@ -233,6 +241,7 @@ static void drives_case(int stage) {
   if (zs_engine_step_count(m.zs) != T) ZS_T_REPORT("stage %d: step count %lld, set %d", stage,
                                                    (long long)zs_engine_step_count(m.zs), T);
   assert_ok(step(&m, 7));
+  if (delayed) assert_ok(zs_flush(m.zs));
   const double b1 = c.optim.beta1, b2 = c.optim.beta2, lr = c.optim.lr, wd = c.optim.weight_decay, eps = c.optim.eps;
   const double bc1 = 1 - pow(b1, T + 1), bc2 = 1 - pow(b2, T + 1);
   for (int p = 0; p < 3; p++) {
@@ -251,7 +260,8 @@ static void drives_case(int stage) {
 }
 
 static void test_set_drives_step(void) {
-  for (int stage = 0; stage <= 3; stage++) drives_case(stage);
+  for (int stage = 0; stage <= 3; stage++) drives_case(stage, 0);
+  drives_case(1, 1); /* the delayed update: set lands after its pending update, the step uses them */
 }
 
 /* ---- a run carried to another layout through the calls ---- */
@@ -299,6 +309,11 @@ static void carry_case(zs_config_t from, zs_config_t to, const char *what) {
 
 static void test_carry(void) {
   carry_case(adamw(3), adamw(0), "adamw, stage 3 to stage 0");
+  if (nranks == 4) {
+    zs_config_t h = adamw(2);
+    h.shard_group = 2;
+    carry_case(h, adamw(3), "adamw, hybrid 2 x 2 stage 2 to stage 3");
+  }
   zs_config_t sgd = adamw(0);
   sgd.optim.kind = ZS_SGD;
   sgd.optim.momentum = 0.9f;
@@ -339,6 +354,22 @@ static void test_refusals(void) {
   assert_ok(zs_param_state_get(m.zs, 1, ZS_MOMENT_M, after));
   if (memcmp(before, after, NB * 4)) ZS_T_REPORT("a refused set changed m of '%s'", "b");
   if (zs_engine_step_count(m.zs) != 1) ZS_T_REPORT("a refused set changed the step count (%lld)", (long long)zs_engine_step_count(m.zs));
+  /* values a moment cannot hold (a NaN m, a negative v made the next step's
+   * parameters NaN): refused on every rank, nothing set */
+  for (int64_t i = 0; i < NB; i++) buf[i] = 0.5f;
+  buf[7] = NAN;
+  expect_status(zs_param_state_set(m.zs, 1, ZS_MOMENT_M, buf), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "'b'[7] is nan");
+  buf[7] = -1.0f;
+  expect_status(zs_param_state_set(m.zs, 1, ZS_MOMENT_V, buf), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "v >= 0");
+  assert_ok(zs_param_state_get(m.zs, 1, ZS_MOMENT_M, after));
+  if (memcmp(before, after, NB * 4)) ZS_T_REPORT("a refused set changed m of '%s'", "b");
+  if (nranks > 1) { /* different calls on the ranks: named as such */
+    for (int64_t i = 0; i < NB; i++) buf[i] = 0.5f;
+    expect_status(zs_param_state_set(m.zs, 1, rank == 0 ? ZS_MOMENT_M : ZS_MOMENT_V, buf), ZS_ERR_MISMATCH);
+    expect_str_contains(zs_last_error(), "or made different calls");
+  }
   assert_ok(zs_forward_begin(m.zs));
   expect_status(zs_param_state_get(m.zs, 0, ZS_MOMENT_M, buf), ZS_ERR_STATE);
   expect_status(zs_param_state_set(m.zs, 0, ZS_MOMENT_M, buf), ZS_ERR_STATE);
@@ -352,12 +383,69 @@ static void test_refusals(void) {
   expect_status(zs_param_state_get(m.zs, 0, ZS_MOMENT_M, buf), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "sgd without momentum keeps no first moment");
   zs_engine_destroy(m.zs);
+  c.optim.momentum = 0.9f; /* m kept, v not (it said "without momentum" here too) */
+  assert_ok(setup(&m, &c));
+  expect_status(zs_param_state_get(m.zs, 0, ZS_MOMENT_V, buf), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "sgd keeps no second moment");
+  zs_engine_destroy(m.zs);
+  c.optim.momentum = 0.0f;
   c.optim.kind = ZS_LION;
   assert_ok(setup(&m, &c));
   assert_ok(zs_param_state_get(m.zs, 0, ZS_MOMENT_M, buf));
   expect_status(zs_param_state_set(m.zs, 0, ZS_MOMENT_V, buf), ZS_ERR_INVALID);
   expect_str_contains(zs_last_error(), "lion keeps no second moment");
   zs_engine_destroy(m.zs);
+}
+
+/* A frozen parameter inside a unit with trainable ones: the optimizer never reads
+ * its state, so setting it is refused (it returned ZS_OK and did nothing). */
+static void test_frozen_in_unit(void) {
+  zs_config_t c = adamw(2);
+  zs_engine_t *zs;
+  void *w[2], *g = NULL;
+  int u;
+  static float buf[NA];
+  assert_ok(zs_engine_create(&zs, &c, dev, world));
+  assert_ok(zs_unit_add(zs, "u", &u));
+  assert_ok(zs_param_add(zs, u, "t", 1, (int64_t[]){NA}, 0, &w[0], &g, NULL));
+  assert_ok(zs_param_add(zs, u, "fz", 1, (int64_t[]){NA}, ZS_PARAM_FROZEN, &w[1], NULL, NULL));
+  assert_ok(zs_engine_setup(zs, init_fn, NULL));
+  assert_ok(zs_param_state_get(zs, 0, ZS_MOMENT_M, buf));
+  expect_status(zs_param_state_set(zs, 1, ZS_MOMENT_M, buf), ZS_ERR_INVALID);
+  expect_str_contains(zs_last_error(), "'fz' is frozen");
+  zs_engine_destroy(zs);
+}
+
+static int g_warned;
+static void count_warnings(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level == ZS_LOG_WARN && strstr(msg, "set at step count 0")) g_warned++;
+}
+
+/* Moments set and no step count: the first step says so (rank 0), once; with a
+ * step count set it does not. */
+static void test_step_count_forgotten(void) {
+  static float buf[NC];
+  for (int with = 0; with < 2; with++) {
+    model_t m;
+    zs_config_t c = adamw(1);
+    assert_ok(setup(&m, &c));
+    for (int p = 0; p < 3; p++) {
+      for (int64_t i = 0; i < numel[p]; i++) buf[i] = moment_value(ZS_MOMENT_M, p, i);
+      assert_ok(zs_param_state_set(m.zs, p, ZS_MOMENT_M, buf));
+    }
+    if (with) assert_ok(zs_engine_set_step_count(m.zs, 4));
+    zs_log_level_t was = zs_log_get_level();
+    zs_log_set_level(ZS_LOG_WARN);
+    g_warned = 0;
+    zs_log_set_callback(count_warnings, NULL);
+    assert_ok(step(&m, 0));
+    assert_ok(step(&m, 1));
+    zs_log_set_callback(NULL, NULL);
+    zs_log_set_level(was);
+    expect_int_eq(g_warned, !with && rank == 0);
+    zs_engine_destroy(m.zs);
+  }
 }
 
 int main(void) {
@@ -368,6 +456,8 @@ int main(void) {
   zs_test_run(test_set_drives_step);
   zs_test_run(test_carry);
   zs_test_run(test_refusals);
+  zs_test_run(test_frozen_in_unit);
+  zs_test_run(test_step_count_forgotten);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

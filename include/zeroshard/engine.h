@@ -84,7 +84,8 @@
  * Thread rules: one engine is driven from one thread at a time (it may be
  * handed to another between calls). A step call (zs_forward_begin/_end,
  * zs_backward_begin, zs_gather, zs_release, zs_reduce, zs_step, zs_step_group)
- * or another collective call on it (zs_param_get/_set, zs_engine_set_lr/
+ * or another collective call on it (zs_param_get/_set, zs_param_set_scales,
+ * zs_param_state_get/_set, zs_engine_set_step_count, zs_engine_set_lr/
  * _set_schedule, zs_checkpoint_save/_load, zs_export/import_safetensors,
  * zs_flush) made while another thread's runs on the same engine is
  * ZS_ERR_STATE, the message in that thread's zs_last_error() only, and
@@ -314,9 +315,10 @@ zs_status_t zs_param_get(zs_engine_t *zs, int param, float *out);
  * local at stage 0): a bad argument on any rank is that error on every rank
  * taking part (ZS_ERR_STATE before setup or in a step; ZS_ERR_INVALID for an
  * undeclared parameter, a NULL pointer, a moment the optimizer does not keep:
- * SGD without momentum, Lion's v; or a parameter of a unit all frozen, which
- * has no state); set's values must be the same on every data-parallel rank
- * (ZS_ERR_MISMATCH on every rank otherwise, nothing set); a delayed update
+ * SGD without momentum, Lion's v; a frozen parameter (ZS_PARAM_FROZEN, which
+ * the optimizer never reads); set's values not finite, or a negative v); set's
+ * values must be the same on every data-parallel rank (ZS_ERR_MISMATCH on
+ * every rank otherwise, nothing set); a delayed update
  * pending lands first. At stages 1-3 get all-gathers the unit's moment over the
  * shard group (fp32, counted in the comm stats) and set writes each rank's part. With
  * model parallelism, each part's engine addresses its own part's values.
@@ -530,7 +532,9 @@ typedef struct {
                                              in device_peak_bound, not here */
   uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned
                                              staging and the engine's host scratch (528 bytes
-                                             up to 30 ranks), exactly the accountant's */
+                                             up to 31 ranks in its data-parallel world, the
+                                             larger of `world` and its comm's), exactly the
+                                             accountant's */
   uint64_t device_model_state, host_model_state;
   uint64_t device_peak_bound;
   /* the NVMe tier's file (offload_* = ZS_OFFLOAD_NVME), by category: every
@@ -549,7 +553,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
  * comm see each other's share (and reset it). Every group
  * (zs_engine_comm_stats), or one group: the world comm (the agreements of
  * calls between steps: zs_param_get/_set, checkpoints, the schedule's
- * setters; a hybrid engine's replica checks), the shard group (gathers,
+ * setters), the shard group (gathers,
  * reduce-scatters, the norm; with flat sharding that is the world comm), the
  * replica group (hybrid: the gradient shards' all-reduce across replicas), the
  * hpZ partition (hpz_partition_size: backward's gathers; none without it), qgZ's

@@ -194,6 +194,7 @@ struct zs_engine {
   int phase_before_forward; /* restored by zs_forward_end */
   int round;       /* backward rounds begun since the last step */
   int64_t step;
+  int moments_set_at_zero; /* zs_param_state_set at step count 0 and no zs_engine_set_step_count since */
   int64_t forwards; /* zs_forward_begin calls: which forward filled an hpZ copy */
   uint64_t init_hash; /* the initial values this rank stored, hashed in order (setup.c) */
   float loss_scale;

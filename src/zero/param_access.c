@@ -69,7 +69,8 @@ static zs_status_t same_values(zs_engine_t *zs, int param, const float *full, ui
   if (alike) return ZS_OK;
   return ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
                  "%s: the ranks passed different values for '%s' (this data-parallel rank, %d, and at "
-                 "least one other): pass every data-parallel rank the same whole tensor; nothing was set",
+                 "least one other), or made different calls (another parameter, moment or function): pass every "
+                 "data-parallel rank the same whole tensor in the same call; nothing was set",
                  fn, p->name, zs->rank);
 }
 
@@ -191,7 +192,8 @@ zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {
     const void *shard = u->pshard;
     if (u->param_where != ZS_OFFLOAD_NONE) { /* offloaded: up into the gathered buffer's own slot */
       shard = (char *)tmp + (size_t)zs->shard_rank * (size_t)u->shard * zs->pb;
-      ZS_CHECK_GOTO(stage_shard(zs, u, 0, (void *)shard), st, done);
+      st = stage_shard(zs, u, 0, (void *)shard); /* a read that fails here: no rank left in the gather */
+      ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
     }
     ZS_CHECK_GOTO(zs__eng_comm_order(zs, zs->shard_comm, zs->compute), st, done);
     ZS_CHECK_GOTO(zs_comm_all_gather(zs->shard_comm, shard, tmp, (size_t)u->shard, zs->cfg.param_dtype, zs->compute),
@@ -205,7 +207,8 @@ zs_status_t zs__eng_param_get(zs_engine_t *zs, int param, float *out) {
   const float *send = u->master;
   if (zs->offload) { /* the master lives on the host or disk: stage it in the gathered buffer's own slot */
     send = tmp + (size_t)zs->shard_rank * (size_t)u->shard;
-    ZS_CHECK_GOTO(stage_shard(zs, u, 1, (void *)send), st, done);
+    st = stage_shard(zs, u, 1, (void *)send);
+    ZS_CHECK_GOTO(zs__eng_agree(zs, st, "zs_param_get"), st, done);
   }
   st = gather_out(zs, u, p, send, tmp, out);
 done:
@@ -225,14 +228,15 @@ static zs_status_t check_moment(zs_engine_t *zs, int param, int which, const voi
   if (which != ZS_MOMENT_M && which != ZS_MOMENT_V)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: moment %d is neither ZS_MOMENT_M (1) nor ZS_MOMENT_V (2)", fn, which);
   if (!ptr) return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: the values' pointer is NULL", fn);
-  if (zs->units[p->unit].frozen)
-    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s' is frozen, with every parameter of its unit: it has no optimizer state",
+  if (zs->units[p->unit].frozen || (p->flags & ZS_PARAM_FROZEN)) /* the optimizer never reads it */
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s' is frozen (ZS_PARAM_FROZEN): the optimizer keeps no state for it",
                    fn, p->name);
   if (!zs__eng_unit_keeps(zs, &zs->units[p->unit], which)) {
     static const char *const names[] = {"adamw", "adam", "sgd", "lion"};
     const zs_optim_kind_t k = zs->cfg.optim.kind;
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: %s%s keeps no %s (ZS_MOMENT_%s)", fn,
-                   (unsigned)k < 4 ? names[k] : "this optimizer", k == ZS_SGD ? " without momentum" : "",
+                   (unsigned)k < 4 ? names[k] : "this optimizer",
+                   k == ZS_SGD && which == ZS_MOMENT_M ? " without momentum" : "",
                    which == ZS_MOMENT_M ? "first moment" : "second moment", which == ZS_MOMENT_M ? "M" : "V");
   }
   return ZS_OK;
@@ -268,10 +272,11 @@ static zs_status_t moment_get(zs_engine_t *zs, int param, int which, float *out)
     st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "%s: out of host memory staging '%s'", fn, p->name);
   if (st == ZS_OK) st = zs__eng_alloc_on(zs, bytes, ZS_MEM_OTHER, zs->compute, (void **)&tmp);
   ZS_CHECK_GOTO(zs__eng_agree(zs, st, fn), st, done);
-  if (part) {
-    ZS_CHECK_GOTO(zs__eng_state_get(zs, u, which, a - u->opt_off, (size_t)(b - a), part), st, done);
-    ZS_CHECK_GOTO(zs_memcpy_async(zs->dev, tmp + a, part, (size_t)(b - a) * 4, ZS_COPY_H2D, zs->compute), st, done);
+  if (part) { /* a read that fails here (the tier's disk) must not leave the others in the gather */
+    st = zs__eng_state_get(zs, u, which, a - u->opt_off, (size_t)(b - a), part);
+    if (st == ZS_OK) st = zs_memcpy_async(zs->dev, tmp + a, part, (size_t)(b - a) * 4, ZS_COPY_H2D, zs->compute);
   }
+  ZS_CHECK_GOTO(zs__eng_agree(zs, st, fn), st, done);
   float *send = tmp + u->opt_off;
   st = gather_out(zs, u, p, send, tmp, out);
 done:
@@ -281,20 +286,34 @@ done:
   return st;
 }
 
+/* Values a moment can hold: finite, and v >= 0 (a negative v made the next
+ * step's square root NaN). */
+static zs_status_t check_values(zs_engine_t *zs, const zs_param_t *p, int which, const float *in, const char *fn) {
+  for (int64_t i = 0; i < p->numel; i++)
+    if (!isfinite(in[i]) || (which == ZS_MOMENT_V && in[i] < 0.0f))
+      return ZS_FAIL(zs->err, ZS_ERR_INVALID, "%s: '%s'[%lld] is %g: a moment is finite%s; nothing was set", fn,
+                     p->name, (long long)i, (double)in[i], which == ZS_MOMENT_V ? " and v >= 0" : "");
+  return ZS_OK;
+}
+
 static zs_status_t moment_set(zs_engine_t *zs, int param, int which, const float *in) {
   static const char fn[] = "zs_param_state_set";
   zs_status_t st = check_moment(zs, param, which, in, fn);
   if (st != ZS_OK && zs->phase != ZS_PH_IDLE) return st;
+  if (st == ZS_OK) st = check_values(zs, &zs->params[param], which, in, fn);
   ZS_CHECK(zs__eng_agree(zs, st, fn));
   ZS_CHECK(same_values(zs, param, in, 0x84222325cbf29ce4ull ^ (uint64_t)which, fn));
-  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
+  st = zs__eng_flush(zs); /* a delayed update lands first, then these values */
+  ZS_CHECK(zs__eng_agree(zs, st, fn)); /* its failure on one rank: none writes */
   st = zs_engine_synchronize(zs); /* the last step's update of the moments is done */
   zs_param_t *p = &zs->params[param];
   zs_unit_t *u = &zs->units[p->unit];
   int64_t a, b;
   if (st == ZS_OK && owned_part(zs, p, &a, &b))
     st = zs__eng_state_set(zs, u, which, a - u->opt_off, (size_t)(b - a), in + (a - p->flat_off));
-  return zs__eng_agree(zs, st, fn);
+  st = zs__eng_agree(zs, st, fn);
+  if (st == ZS_OK && zs->step == 0) zs->moments_set_at_zero = 1; /* zs_step warns unless a step count is set */
+  return st;
 }
 
 zs_status_t zs_param_state_get(zs_engine_t *zs, int param, zs_moment_t which, float *out) {
@@ -322,8 +341,10 @@ static zs_status_t set_step_count(zs_engine_t *zs, int64_t step) {
                      "data-parallel rank the same; nothing was changed",
                      fn, zs->rank, (long long)step);
   }
-  ZS_CHECK(zs__eng_flush(zs)); /* a delayed update finishes the step it belongs to */
+  st = zs__eng_flush(zs); /* a delayed update finishes the step it belongs to */
+  ZS_CHECK(zs__eng_agree(zs, st, fn)); /* its failure on one rank: the count set on none */
   zs->step = step;
+  zs->moments_set_at_zero = 0;
   return ZS_OK;
 }
 

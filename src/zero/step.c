@@ -322,6 +322,11 @@ static zs_status_t step_update(zs_engine_t *zs, double norm, int finite, zs_step
     /* torch.nn.utils.clip_grad_norm_'s rule (optim.h): the gradients are
      * always multiplied by min(1, clip / (norm + 1e-6)) */
     coef = zs__clip_coef(c->grad_clip, norm);
+    if (zs->moments_set_at_zero && zs->step == 0 && zs->rank == 0) /* a trial carried a run in and forgot it */
+      ZS_LOG_W("zs_step: optimizer moments were set at step count 0 and no step count since: this step is step 1 "
+               "(Adam's bias correction at t = 1; SGD's momentum buffer starts from the gradient, replacing the one "
+               "set): call zs_engine_set_step_count with the run's steps if it goes on from another trainer");
+    zs->moments_set_at_zero = 0;
     zs->step++;
     zs_optim_hyper_t h = {.cfg = c->optim, .step = zs->step, .grad_mult = (float)(base * coef),
                           .grad_dtype = zs->grad_dtype, .param_dtype = c->param_dtype};
