@@ -142,8 +142,8 @@ static void test_env(void) {
   want.param_dtype = want.reduce_dtype = ZS_BF16;
   want.optim.kind = ZS_SGD;
   want.optim.lr = 0.05f;
-  want.optim.beta1 = 0.8f;
-  want.optim.beta2 = 0.95f;
+  want.optim.beta1 = 0.8;
+  want.optim.beta2 = 0.95;
   want.optim.eps = 1e-6f;
   want.optim.weight_decay = 0.01f;
   want.optim.momentum = 0.9f;
@@ -232,8 +232,8 @@ static void test_json_ds_zero3(void) {
   want.reduce_dtype = ZS_FP32; /* no communication_data_type: we reduce in fp32 */
   want.optim.kind = ZS_ADAMW;
   want.optim.lr = 3e-4f;
-  want.optim.beta1 = 0.9f;
-  want.optim.beta2 = 0.95f;
+  want.optim.beta1 = 0.9;
+  want.optim.beta2 = 0.95;
   want.optim.eps = 1e-8f;
   want.optim.weight_decay = 0.1f;
   want.grad_accum = 4;
@@ -270,8 +270,8 @@ static void test_json_ds_fp16(void) {
   want.reduce_dtype = ZS_FP16;
   want.optim.kind = ZS_ADAMW; /* DeepSpeed's "Adam" decouples weight decay by default */
   want.optim.lr = 1e-4f;
-  want.optim.beta1 = 0.8f;
-  want.optim.beta2 = 0.99f;
+  want.optim.beta1 = 0.8;
+  want.optim.beta2 = 0.99;
   want.optim.eps = 1e-6f;
   want.optim.weight_decay = 0.01f;
   want.grad_accum = 2;

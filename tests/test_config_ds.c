@@ -114,7 +114,7 @@ static void test_corpus(void) {
   w.stage = 3;
   w.offload_optimizer = ZS_OFFLOAD_CPU;
   w.optim.lr = 2e-5f;
-  w.optim.beta2 = 0.999f;
+  w.optim.beta2 = 0.999;
   w.optim.weight_decay = 0.0f;
   w.schedule = (zs_schedule_t){.kind = ZS_SCHED_WARMUP, .warmup_type = ZS_WARMUP_LOG, .warmup_steps = 500,
                                .min_lr = 0.0f, .cos_min_ratio = 1e-4f};
@@ -184,7 +184,7 @@ static void test_corpus(void) {
   w.param_dtype = ZS_BF16;
   w.grad_clip = 1.0f;
   w.optim.lr = 3e-5f;
-  w.optim.beta2 = 0.98f;
+  w.optim.beta2 = 0.98;
   w.optim.eps = 1e-6f;
   w.optim.weight_decay = 0.01f;
   w.schedule = (zs_schedule_t){.kind = ZS_SCHED_WARMUP_DECAY, .warmup_type = ZS_WARMUP_LINEAR, .warmup_steps = 500,

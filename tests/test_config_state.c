@@ -42,7 +42,7 @@ static void test_json(void) {
   expect_true(strstr(zs_last_error(), "AdamW8bit") != NULL && strstr(zs_last_error(), "Lion8bit") != NULL);
   /* Lion under DeepSpeed's and bitsandbytes' names, and ours */
   expect_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lion\", \"params\": {\"betas\": [0.9, 0.99]}}}"));
-  expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_FP32 && c.optim.beta2 == 0.99f);
+  expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_FP32 && c.optim.beta2 == 0.99);
   expect_ok(zs_config_from_json(&c, "{\"optimizer\": {\"type\": \"Lion8bit\"}}"));
   expect_true(c.optim.kind == ZS_LION && c.optim.state_dtype == ZS_STATE_INT8);
   expect_ok(zs_config_from_json(&c, "{\"optim\": {\"kind\": \"lion\", \"state_dtype\": \"bf16\"}}"));

@@ -50,8 +50,8 @@ void gpt_opts_engine_config(const gpt_opts_t *o, zs_config_t *cfg) {
   cfg->optim.kind = o->optim;
   cfg->optim.lr = o->lr;
   /* AdamW: GPT-2's betas; Lion: its paper's (Chen et al. 2023), eps unused */
-  cfg->optim.beta1 = 0.9f;
-  cfg->optim.beta2 = o->optim == ZS_LION ? 0.99f : 0.95f;
+  cfg->optim.beta1 = 0.9;
+  cfg->optim.beta2 = o->optim == ZS_LION ? 0.99 : 0.95;
   cfg->optim.eps = 1e-8f;
   cfg->optim.weight_decay = o->weight_decay;
   cfg->optim.state_dtype = o->optim_state;

@@ -101,7 +101,12 @@ typedef struct {
   float lr;                /* finite > 0: 0 is refused here, since a config zero-filled
                               instead of ZS_CONFIG_INIT has it; zs_engine_set_lr takes 0
                               (updates paused: weight decay too), as schedules reach it */
-  float beta1, beta2, eps; /* Adam; Lion: beta1, beta2 (eps unused) */
+  /* Adam; Lion: beta1, beta2 (eps unused). The betas are doubles so that 1 - beta
+   * is the decimal's (1 - 0.999 = 0.001, as PyTorch forms it in double; from a
+   * float 0.999f it is 0.000999987, 1.3e-5 away in every v update); the step
+   * uses both rounded to float once. */
+  double beta1, beta2;
+  float eps;
   float weight_decay;      /* AdamW, Lion: decoupled; Adam and SGD: L2 added to the gradient */
   float momentum;          /* SGD; 0 = plain SGD */
   int nesterov;            /* SGD */
@@ -217,7 +222,7 @@ typedef struct {
   {                                                                                         \
     .version = ZS_CONFIG_VERSION, .stage = 0, .param_dtype = ZS_FP32,                       \
     .reduce_dtype = ZS_FP32,                                                                \
-    .optim = {.kind = ZS_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,  \
+    .optim = {.kind = ZS_ADAMW, .lr = 1e-3f, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8f,    \
               .weight_decay = 0.0f, .momentum = 0.0f, .nesterov = 0,   \
               .state_dtype = ZS_STATE_FP32, .state_block = 0},                     \
     .grad_accum = 1, .grad_clip = 0.0f, .prefetch = 1, .reshard_after_forward = 1,          \

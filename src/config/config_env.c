@@ -19,6 +19,7 @@
 const char *const zs__config_kind_expect[] = {
     [K_INT] = "an integer",
     [K_FLOAT] = "a finite number such as 3e-4",
+    [K_DOUBLE] = "a finite number such as 0.999",
     [K_SIZE] = "a whole number >= 0",
     [K_BOOL] = "true or false (or 1/0, on/off, yes/no)",
     [K_DTYPE] = "fp32, bf16 or fp16 (or float32, bfloat16, float16)",
@@ -122,6 +123,7 @@ void zs__config_store(zs_config_t *c, size_t off, kind_t kind, double num, int w
   switch (kind) {
     case K_INT: case K_BOOL: *(int *)f = kind == K_INT ? (int)num : word; break;
     case K_FLOAT: *(float *)f = (float)num; break;
+    case K_DOUBLE: *(double *)f = num; break;
     case K_SIZE: *(size_t *)f = (size_t)num; break;
     case K_STEPS: *(int64_t *)f = (int64_t)num; break;
     case K_SCHED: *(zs_sched_kind_t *)f = (zs_sched_kind_t)word; break;
@@ -151,8 +153,8 @@ static const struct {
     {"ZS_REDUCE_DTYPE", K_DTYPE, offsetof(zs_config_t, reduce_dtype), "reduce_dtype"},
     {"ZS_OPTIM", K_OPTIM, offsetof(zs_config_t, optim.kind), "optim.kind"},
     {"ZS_LR", K_FLOAT, offsetof(zs_config_t, optim.lr), "optim.lr"},
-    {"ZS_BETA1", K_FLOAT, offsetof(zs_config_t, optim.beta1), "optim.beta1"},
-    {"ZS_BETA2", K_FLOAT, offsetof(zs_config_t, optim.beta2), "optim.beta2"},
+    {"ZS_BETA1", K_DOUBLE, offsetof(zs_config_t, optim.beta1), "optim.beta1"},
+    {"ZS_BETA2", K_DOUBLE, offsetof(zs_config_t, optim.beta2), "optim.beta2"},
     {"ZS_EPS", K_FLOAT, offsetof(zs_config_t, optim.eps), "optim.eps"},
     {"ZS_WEIGHT_DECAY", K_FLOAT, offsetof(zs_config_t, optim.weight_decay), "optim.weight_decay"},
     {"ZS_MOMENTUM", K_FLOAT, offsetof(zs_config_t, optim.momentum), "optim.momentum"},
@@ -218,10 +220,12 @@ int zs__config_parse_text(const char *s, kind_t kind, double *num, int *word) {
       *num = (double)v;
       return errno == ERANGE || v > (1ull << 53) || v > SIZE_MAX ? VAL_RANGE : VAL_OK;
     }
-    case K_FLOAT: {
+    case K_FLOAT:
+    case K_DOUBLE: {
       double v = zs__config_strtod(tmp, &end);
       if (*end || isnan(v) || (isinf(v) && errno != ERANGE)) return VAL_TYPE; /* "inf", "nan" */
       *num = v;
+      if (kind == K_DOUBLE) return isinf(v) || (errno == ERANGE && v == 0) ? VAL_RANGE : VAL_OK;
       /* too large, or nonzero and rounding to 0 (strtod says ERANGE, or the float does) */
       if (fabs(v) > FLT_MAX || (errno == ERANGE && v == 0) || (v != 0 && (float)v == 0)) return VAL_RANGE;
       return VAL_OK;

@@ -55,6 +55,7 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
 typedef enum {
   K_INT,      /* int */
   K_FLOAT,    /* float, finite */
+  K_DOUBLE,   /* double, finite (the betas: 1 - beta in double, as PyTorch's) */
   K_SIZE,     /* size_t */
   K_BOOL,     /* int 0|1 */
   K_DTYPE,    /* zs_dtype_t from "fp32"|"bf16"|"fp16" */

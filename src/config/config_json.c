@@ -113,6 +113,7 @@ int zs__config_json_value(const cJSON *item, kind_t kind, double *num, int *word
     case K_FLOAT:
       if (fabs(v) > FLT_MAX || (v != 0 && (float)v == 0)) return VAL_RANGE;
       return VAL_OK;
+    case K_DOUBLE: return isfinite(v) ? VAL_OK : VAL_RANGE;
     case K_BOOL:
       if (v != 0 && v != 1) return VAL_TYPE;
       *word = (int)v;

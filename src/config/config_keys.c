@@ -343,8 +343,8 @@ static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
     const cJSON *b = cJSON_GetArrayItem(item, i);
     ZS_CHECK(zs__config_get(x, b, at, K_FLOAT, zs__config_kind_expect[K_FLOAT], &v[i], &w));
   }
-  x->cfg.optim.beta1 = (float)v[0];
-  x->cfg.optim.beta2 = (float)v[1];
+  x->cfg.optim.beta1 = v[0];
+  x->cfg.optim.beta2 = v[1];
   origin_set(&x->org, "optim.beta1", path);
   origin_set(&x->org, "optim.beta2", path);
   return ZS_OK;
@@ -406,8 +406,8 @@ static zs_status_t fn_optimizer(ctx_t *x, const cJSON *item, const char *path) {
 static const spec_t our_optim_keys[] = {
     {"kind", K_OPTIM, OFF(optim.kind), "optim.kind", NULL, 0, NULL},
     {"lr", K_FLOAT, OFF(optim.lr), "optim.lr", NULL, 0, NULL},
-    {"beta1", K_FLOAT, OFF(optim.beta1), "optim.beta1", NULL, 0, NULL},
-    {"beta2", K_FLOAT, OFF(optim.beta2), "optim.beta2", NULL, 0, NULL},
+    {"beta1", K_DOUBLE, OFF(optim.beta1), "optim.beta1", NULL, 0, NULL},
+    {"beta2", K_DOUBLE, OFF(optim.beta2), "optim.beta2", NULL, 0, NULL},
     {"eps", K_FLOAT, OFF(optim.eps), "optim.eps", NULL, 0, NULL},
     {"weight_decay", K_FLOAT, OFF(optim.weight_decay), "optim.weight_decay", NULL, 0, NULL},
     {"momentum", K_FLOAT, OFF(optim.momentum), "optim.momentum", NULL, 0, NULL},

@@ -95,10 +95,10 @@ void zs__optim_fold(const zs_optim_hyper_t *h, zs_k_hyper_t *k) {
     k->first = h->step == 1;
     return;
   }
-  k->b1 = c->beta1;
-  k->a1 = (float)(1.0 - (double)c->beta1);
-  k->b2 = c->beta2;
-  k->a2 = (float)(1.0 - (double)c->beta2);
+  k->b1 = (float)c->beta1; /* each rounded once, as PyTorch's scalars: 1 - beta from the double */
+  k->a1 = (float)(1.0 - c->beta1);
+  k->b2 = (float)c->beta2;
+  k->a2 = (float)(1.0 - c->beta2);
   if (c->kind == ZS_LION) {
     k->kind = ZS_K_LION;
     return;

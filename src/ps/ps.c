@@ -94,13 +94,18 @@ static uint64_t fbits(float f) {
   memcpy(&u, &f, sizeof u);
   return u;
 }
+static uint64_t dbits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
 
 static uint64_t config_hash(const zs_ps_config_t *c) {
   uint64_t h = 1469598103934665603ULL;
   const zs_optim_config_t *o = &c->optim;
   uint64_t v[] = {(uint64_t)c->servers, (uint64_t)c->mode, (uint64_t)c->staleness, (uint64_t)c->steps,
-                  (uint64_t)c->count, fbits(c->grad_clip), (uint64_t)o->kind, fbits(o->lr), fbits(o->beta1),
-                  fbits(o->beta2), fbits(o->eps), fbits(o->weight_decay), fbits(o->momentum), (uint64_t)o->nesterov,
+                  (uint64_t)c->count, fbits(c->grad_clip), (uint64_t)o->kind, fbits(o->lr), dbits(o->beta1),
+                  dbits(o->beta2), fbits(o->eps), fbits(o->weight_decay), fbits(o->momentum), (uint64_t)o->nesterov,
                   (uint64_t)c->n_no_decay};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = mix(h, v[i]);
   for (int i = 0; i < c->n_no_decay; i++) h = mix(mix(h, (uint64_t)c->no_decay[i].offset), (uint64_t)c->no_decay[i].count);

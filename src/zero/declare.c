@@ -275,7 +275,7 @@ static void describe(const zs_engine_t *zs, int i, char *buf) {
   const zs_schedule_t *s = &c->schedule;
   if (i == 1) {
     snprintf(buf, ZS_DESC,
-             "lr %.9g, betas %.9g/%.9g, eps %.9g, weight_decay %.9g, momentum %.9g, nesterov %d, states %s "
+             "lr %.9g, betas %.17g/%.17g, eps %.9g, weight_decay %.9g, momentum %.9g, nesterov %d, states %s "
              "block %d, grad_clip %.9g",
              (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
              (double)o->momentum, o->nesterov, zs_state_dtype_name(o->state_dtype), zs__optim_state_block(o),
