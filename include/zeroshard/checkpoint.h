@@ -179,7 +179,8 @@ zs_status_t zs_checkpoint_set_layout(zs_engine_t *zs, const char *layout);
  * column slice of a [C, 3C] matrix whose q, k and v are each split is
  * {dims [C, 3, C], dim 2, start r*C/tp, count C/tp}; a vocabulary slice of a
  * [V, C] embedding padded to R rows {dims [V, C], dim 0, start, count, padded
- * R}. ndim 0: the parameter holds the whole tensor named `whole`, which with a
+ * R}; a part of padding only has count 0 (5 rows over 4 parts of 2: the last
+ * {start 5, count 0, padded 2}). ndim 0: the parameter holds the whole tensor named `whole`, which with a
  * name other than its own makes it a copy (a tied head's embedding): it loads
  * from that tensor and is not written into the layout-free form.
  * whole_ndim / whole_shape: the whole tensor's shape (required with ndim > 0;

@@ -50,7 +50,8 @@ zs_status_t zs__ck_split_check(zs_ck_split_t *s, const char *name, int ndim, con
                    zs__ck_shape_str((char[128]){0}, 128, s->wndim, s->wshape));
   const int64_t ext = s->view[s->dim];
   if (s->padded == 0) s->padded = s->count;
-  if (s->start < 0 || s->count < 1 || s->count > ext || s->start > ext - s->count || s->padded < s->count ||
+  /* count 0: a part of padding only (5 rows over 4 parts of 2 leave the last none) */
+  if (s->start < 0 || s->count < 0 || s->count > ext || s->start > ext - s->count || s->padded < s->count ||
       s->padded > CK_MAX_ELEMS)
     return ZS_FAIL(err, code,
                    "%s: '%s': the part [%lld, %lld) padded to %lld is not inside dimension %d of the view (extent %lld)",
@@ -235,7 +236,7 @@ zs_status_t zs__ck_split_parse(const cJSON *j, const char *name, int ndim, const
   if (ok && cJSON_GetObjectItemCaseSensitive(j, "view"))
     ok = get_dims(j, "view", out->view, &out->vndim) && out->vndim > 0 && get_num(j, "dim", 0, ZS_MAX_DIMS - 1, &dim) &&
          get_num(j, "start", 0, (double)CK_MAX_ELEMS, &out->start) &&
-         get_num(j, "count", 1, (double)CK_MAX_ELEMS, &out->count) &&
+         get_num(j, "count", 0, (double)CK_MAX_ELEMS, &out->count) &&
          get_num(j, "padded", 1, (double)CK_MAX_ELEMS, &out->padded);
   if (!ok)
     return ZS_FAIL(err, ZS_ERR_CORRUPT, "%s: %s: tensor '%s' has a \"split\" member that is not a valid split", fn,
