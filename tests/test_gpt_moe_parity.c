@@ -402,6 +402,19 @@ static void test_resume(void) {
   o.ep = 1; /* the experts were saved in two parts: read by whole tensors (issue 29; test_gpt_layouts) */
   expect_ok(gpt_train_run(&o, g_dev, g_world, &r));
   gpt_result_free(&r);
+  { /* the dense trainer pointed at it is told what it is (it was told to name a subdirectory) */
+    gpt_opts_t d = o;
+    d.moe_experts = 0, d.ep = 1;
+    expect_true(gpt_train_run(&d, g_dev, g_world, &r) != ZS_OK);
+    expect_str_contains(r.err, "run with --moe-experts");
+    gpt_result_free(&r);
+    char half[200]; /* and --init-from a checkpoint folder: --load or zs-ckpt export */
+    snprintf(half, sizeof half, "%s/slot0/dense", dir);
+    d.load = NULL, d.init_from = half;
+    expect_true(gpt_train_run(&d, g_dev, g_world, &r) != ZS_OK);
+    expect_str_contains(r.err, "it is a zeroshard checkpoint");
+    gpt_result_free(&r);
+  }
   /* a save that fails half-way, the experts' after the dense one went through
    * (here: a file where the experts' folder goes): the pair moe_pair names
    * stays the one that loads, and resumes as before (before the slots, dense/

@@ -288,8 +288,15 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   TRY(declare_splits(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
-  if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK)
-    return trainer_fail(res, st, "zs_checkpoint_load", zs_engine_last_error(t->zs));
+  if (o->load && (st = zs_checkpoint_load(t->zs, o->load)) != ZS_OK) {
+    char moe[4200], why[8600];
+    struct stat sb;
+    snprintf(moe, sizeof moe, "%s/moe_pair", o->load);
+    const int is_moe = stat(moe, &sb) == 0 || (snprintf(moe, sizeof moe, "%s/experts", o->load), stat(moe, &sb) == 0);
+    snprintf(why, sizeof why, "%s%s", zs_engine_last_error(t->zs),
+             is_moe ? " (it is the mixture-of-experts trainer's checkpoint, both engines: run with --moe-experts)" : "");
+    return trainer_fail(res, st, "zs_checkpoint_load", why);
+  }
   const char *heads = o->load ? zs_checkpoint_loaded_attr(t->zs, "n_head") : NULL;
   if (heads && atoi(heads) != t->mc.heads) { /* every shape agrees: attention would split its channels otherwise */
     char why[4400];

@@ -429,9 +429,17 @@ zs_status_t zs__st_open(const char *path, st_set_t *set, char *err, const char *
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
     if (stat(p, &sb) != 0) {
       snprintf(p, sizeof p, "%s/model.safetensors", path);
-      if (stat(p, &sb) != 0)
-        return ZS_FAIL(err, ZS_ERR_IO, "%s: %s holds neither model.safetensors.index.json nor model.safetensors", fn,
-                       path);
+      if (stat(p, &sb) != 0) {
+        char m0[CK_PATH], m1[CK_PATH];
+        snprintf(m0, sizeof m0, "%s/manifest.json", path);
+        snprintf(m1, sizeof m1, "%s/mp0/manifest.json", path);
+        const int ckpt = stat(m0, &sb) == 0 || stat(m1, &sb) == 0; /* a zeroshard checkpoint given as a file set */
+        return ZS_FAIL(err, ZS_ERR_IO, "%s: %s holds neither model.safetensors.index.json nor model.safetensors%s", fn,
+                       path,
+                       ckpt ? ": it is a zeroshard checkpoint; load it with zs_checkpoint_load (zs-train-gpt --load), "
+                              "or write a safetensors file from it with zs-ckpt export"
+                            : "");
+      }
     }
   } else {
     snprintf(p, sizeof p, "%s", path);
