@@ -290,5 +290,9 @@ zs_status_t trainer_export_whole(trainer_t *t, const char *path, char *err, size
  * model's file into this rank's parts (each stage takes its own tensors, the
  * last one wte into its tied copy; each tp rank its slices). */
 zs_status_t trainer_init_from(trainer_t *t, const char *path, char *err, size_t n);
+/* trainer_ckpt.c: the checkpoint metadata declared before setup (tp splits, the
+ * model's sizes), and --load with what the checkpoint must match (--heads). */
+zs_status_t trainer_ckpt_meta(trainer_t *t, gpt_result_t *res);
+zs_status_t trainer_ckpt_load(trainer_t *t, gpt_result_t *res);
 
 #endif
