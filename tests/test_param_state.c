@@ -268,10 +268,16 @@ static void test_set_drives_step(void) {
 
 /* ---- a run carried to another layout through the calls ---- */
 
-/* Copies a's parameters, moments and step count into b. */
+/* Copies a's parameters, moments and step count into b, by name (b's ids found
+ * with zs_param_find, shapes compared with zs_param_shape). */
 static void carry(model_t *a, model_t *b, const zs_config_t *c) {
   static float buf[NC];
   for (int p = 0; p < NP; p++) {
+    const int q = zs_param_find(b->zs, zs_param_name(a->zs, p));
+    int64_t sa[ZS_MAX_DIMS], sb[ZS_MAX_DIMS];
+    const int na = zs_param_shape(a->zs, p, sa), nb = zs_param_shape(b->zs, q, sb);
+    expect_int_eq(q, p);
+    if (na != 1 || nb != 1 || sa[0] != numel[p] || sb[0] != numel[p]) ZS_T_REPORT("'%c': shapes %d/%d", "abcf"[p], na, nb);
     assert_ok(zs_param_get(a->zs, p, buf));
     assert_ok(zs_param_set(b->zs, p, buf));
     for (int which = ZS_MOMENT_M; p < 3 && which <= ZS_MOMENT_V; which++) {
@@ -332,6 +338,12 @@ static void test_refusals(void) {
   model_t m;
   static float buf[NC], before[NC], after[NC];
   assert_ok(declare(&m, &c));
+  expect_int_eq(zs_param_find(m.zs, "c"), 2);
+  expect_int_eq(zs_param_find(m.zs, "nope"), -1);
+  expect_int_eq(zs_param_find(m.zs, NULL), -1);
+  expect_int_eq(zs_param_find(NULL, "c"), -1);
+  expect_int_eq(zs_param_shape(m.zs, NP, NULL), -1);
+  expect_int_eq(zs_param_shape(m.zs, 3, NULL), 1);
   expect_status(zs_param_state_get(m.zs, 0, ZS_MOMENT_M, buf), ZS_ERR_STATE);
   expect_status(zs_engine_set_step_count(m.zs, 1), ZS_ERR_STATE);
   assert_ok(zs_engine_setup(m.zs, init_fn, NULL));

@@ -498,6 +498,15 @@ int zs_engine_unit_count(const zs_engine_t *zs);
 int zs_engine_param_count(const zs_engine_t *zs);
 int64_t zs_param_numel(const zs_engine_t *zs, int param);
 const char *zs_param_name(const zs_engine_t *zs, int param);
+/* The parameter declared under `name` (names are unique), or -1: none, or a
+ * NULL engine or name. For carrying tensors by name (a PyTorch state_dict's
+ * keys) into zs_param_set / zs_param_state_set. */
+int zs_param_find(const zs_engine_t *zs, const char *name);
+/* A parameter's declared shape into shape[0..ndim) (ZS_MAX_DIMS entries; may
+ * be NULL) and its ndim returned; -1 for a NULL engine or an id out of range.
+ * To check a tensor from elsewhere against it before copying numel values
+ * (a transposed [in, out] weight has the same numel). */
+int zs_param_shape(const zs_engine_t *zs, int param, int64_t *shape);
 
 /* Layout of a unit after setup (elements): numel, the unit's element count;
  * padded, its flat buffer (each parameter starting at a multiple of 64, the total

@@ -444,6 +444,17 @@ int64_t zs_param_numel(const zs_engine_t *zs, int param) {
 const char *zs_param_name(const zs_engine_t *zs, int param) {
   return (zs && param >= 0 && param < zs->nparams) ? zs->params[param].name : NULL;
 }
+int zs_param_find(const zs_engine_t *zs, const char *name) {
+  for (int i = 0; zs && name && i < zs->nparams; i++)
+    if (!strcmp(zs->params[i].name, name)) return i;
+  return -1;
+}
+int zs_param_shape(const zs_engine_t *zs, int param, int64_t *shape) {
+  if (!zs || param < 0 || param >= zs->nparams) return -1;
+  const zs_param_t *p = &zs->params[param];
+  if (shape) memcpy(shape, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+  return p->ndim;
+}
 
 zs_status_t zs_unit_layout(const zs_engine_t *zs, int unit, int64_t *numel, int64_t *padded, int64_t *shard) {
   if (!zs || !zs->setup_done || unit < 0 || unit >= zs->nunits)
