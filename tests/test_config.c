@@ -341,7 +341,8 @@ static void test_json_ours(void) {
       " \"offload_strict\": 1, \"delayed_param_update\": true, \"loss_scale\": 0, \"initial_scale\": 1024,\n"
       " \"scale_window\": 200, \"hysteresis\": 4, \"min_scale\": 2}";
   zs_config_t c;
-  assert_ok(zs_config_from_json(&c, text));
+  assert_ok(zs_config_from_json(&c, text)); /* version 1: the same keys, read as the current struct */
+  expect_int_eq(c.version, ZS_CONFIG_VERSION);
   zs_config_t w = ZS_CONFIG_INIT;
   w.stage = 2;
   w.param_dtype = w.reduce_dtype = ZS_BF16;

@@ -373,6 +373,17 @@ static void shared_rmdir(const char *dir) {
   }
 }
 
+/* A shell command in dir (its one %s), run by rank 0 between two barriers. */
+static void on_rank0(const char *fmt, const char *dir) {
+  zs_comm_barrier(g_world, NULL);
+  if (g_rank == 0) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, fmt, dir);
+    expect_int_eq(system(cmd), 0);
+  }
+  zs_comm_barrier(g_world, NULL);
+}
+
 /* Checkpoints of both engines: 5 + 5 steps equal the 10 steps bit for bit
  * (saved at stage 3, resumed at stage 1); another ep loads. */
 static void test_resume(void) {
@@ -407,6 +418,7 @@ static void test_resume(void) {
     d.moe_experts = 0, d.ep = 1;
     expect_true(gpt_train_run(&d, g_dev, g_world, &r) != ZS_OK);
     expect_str_contains(r.err, "run with --moe-experts");
+    expect_str_contains(r.err, "slot0/dense"); /* the library's hint looks two levels down */
     gpt_result_free(&r);
     char half[200]; /* and --init-from a checkpoint folder: --load or zs-ckpt export */
     snprintf(half, sizeof half, "%s/slot0/dense", dir);
@@ -414,30 +426,23 @@ static void test_resume(void) {
     expect_true(gpt_train_run(&d, g_dev, g_world, &r) != ZS_OK);
     expect_str_contains(r.err, "it is a zeroshard checkpoint");
     gpt_result_free(&r);
+    gpt_opts_t h = o; /* another --heads: every shape agrees, so it loaded and trained (a review) */
+    h.heads = o.heads * 2;
+    expect_status(gpt_train_run(&h, g_dev, g_world, &r), ZS_ERR_MISMATCH);
+    expect_str_contains(r.err, "(n_head), this run has --heads");
+    gpt_result_free(&r);
   }
   /* a save that fails half-way, the experts' after the dense one went through
    * (here: a file where the experts' folder goes): the pair moe_pair names
    * stays the one that loads, and resumes as before (before the slots, dense/
    * was replaced and the load refused the pair) */
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "grep -q '^slot0 ' '%s/moe_pair' && mkdir -p '%s/slot1' && : > '%s/slot1/experts'", dir,
-             dir, dir);
-    expect_int_eq(system(cmd), 0);
-  }
-  zs_comm_barrier(g_world, NULL);
+  on_rank0("cd '%s' && grep -q '^slot0 ' moe_pair && mkdir -p slot1 && : > slot1/experts", dir);
   o.ep = 2, o.save = dir;
   st = gpt_train_run(&o, g_dev, g_world, &r);
   expect_true(st != ZS_OK);
   expect_str_contains(r.err, "experts");
   gpt_result_free(&r);
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "test -d '%s/slot1/dense' && rm -rf '%s/slot1'", dir, dir); /* the dense half was written */
-    expect_int_eq(system(cmd), 0);
-  }
+  on_rank0("cd '%s' && test -d slot1/dense && rm -rf slot1", dir); /* the dense half was written */
   o.save = NULL;
   st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("resume after a half-failed save: %s", r.err);
@@ -448,13 +453,21 @@ static void test_resume(void) {
       break;
     }
   gpt_result_free(&r);
+  /* a moe_pair that cannot be read: the save refuses (which slot is the named
+   * pair's is not known; it wrote slot 0, which may be it), as the load does */
+  on_rank0("cd '%s' && cp moe_pair moe_pair.good && echo junk > moe_pair", dir);
+  o.save = dir, o.load = NULL;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
+  expect_str_contains(r.err, "--save");
+  expect_str_contains(r.err, "moe_pair");
+  gpt_result_free(&r);
+  o.save = NULL, o.load = dir;
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
+  expect_str_contains(r.err, "moe_pair");
+  gpt_result_free(&r);
+  on_rank0("cd '%s' && mv moe_pair.good moe_pair", dir);
   /* a folder in the layout before the slots (dense/, experts/, no moe_pair) loads as before */
-  zs_comm_barrier(g_world, NULL);
-  if (g_rank == 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "cd '%s' && mv slot0/dense slot0/experts . && rm -r slot0 moe_pair", dir);
-    expect_int_eq(system(cmd), 0);
-  }
+  on_rank0("cd '%s' && mv slot0/dense slot0/experts . && rm -r slot0 moe_pair", dir);
   st = gpt_train_run(&o, g_dev, g_world, &r);
   if (st != ZS_OK) ZS_T_REPORT("resume from the layout before the slots: %s", r.err);
   if (st == ZS_OK && r.losses[0] != whole.losses[STEPS / 2])

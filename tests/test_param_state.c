@@ -15,6 +15,7 @@
  *     ranks (ZS_ERR_MISMATCH on every rank, nothing changed). */
 #include <math.h>
 
+#include "common/common.h" /* zs__fault_arm */
 #include "common/half.h"
 #include "engine_world.h"
 #include "zeroshard/engine.h"
@@ -462,6 +463,35 @@ static void test_step_count_forgotten(void) {
   }
 }
 
+/* A delayed update that fails on one rank: the call that lands it (here
+ * zs_engine_set_step_count, zs_param_state_set, zs_flush) returns its error on
+ * every rank, and no rank is left in another's collective (at stages 1-2 the
+ * others went on into the regather's all-gathers: ZS_ERR_PEER, the comm
+ * broken). */
+static void test_delayed_failure(void) {
+  if (nranks < 2) zs_test_skip("a failure on one rank of several");
+  static float buf[NC];
+  for (int stage = 1; stage <= 3; stage++)
+    for (int call = 0; call < 3; call++) {
+      zs_config_t c = adamw(stage);
+      c.offload_optimizer = ZS_OFFLOAD_CPU, c.delayed_param_update = 1;
+      model_t m;
+      assert_ok(setup(&m, &c));
+      if (call == 1) assert_ok(zs_param_state_get(m.zs, 2, ZS_MOMENT_M, buf));
+      if (rank == nranks - 1) zs__fault_arm(ZS_FAULT_DPU, 0, 1);
+      assert_ok(step(&m, 0)); /* the update runs behind the caller's back */
+      zs_status_t st = call == 0   ? zs_engine_set_step_count(m.zs, 7)
+                       : call == 1 ? zs_param_state_set(m.zs, 2, ZS_MOMENT_M, buf)
+                                   : zs_flush(m.zs);
+      zs__fault_arm(ZS_FAULT_DPU, 0, 0);
+      if (st != ZS_ERR_IO)
+        ZS_T_REPORT("stage %d, call %d: %s (%s), want ZS_ERR_IO on every rank", stage, call, zs_status_name(st),
+                    zs_last_error());
+      if (call == 0 && zs_engine_step_count(m.zs) == 7) ZS_T_REPORT("stage %d: the step count was set", stage);
+      zs_engine_destroy(m.zs);
+    }
+}
+
 int main(void) {
   open_world_or_exit(&dev, &world, &rank, &nranks);
   zs_log_set_level(ZS_LOG_NONE);
@@ -472,6 +502,7 @@ int main(void) {
   zs_test_run(test_refusals);
   zs_test_run(test_frozen_in_unit);
   zs_test_run(test_step_count_forgotten);
+  zs_test_run(test_delayed_failure);
   int rc = zs_test_finish();
   zs_comm_destroy(world);
   zs_device_destroy(dev);

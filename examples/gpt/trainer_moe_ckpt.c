@@ -14,7 +14,9 @@
  * DIR/experts (the layout of earlier saves). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -38,6 +40,23 @@ static int read_pair(const char *dir, int *slot, unsigned long long *tag, char *
   fclose(f);
   if (!ok) snprintf(why, n, "%s does not name a slot and a tag (\"slot0 <hex>\"): not written by zs-train-gpt", path);
   return ok ? 0 : -1;
+}
+
+/* read_pair on rank 0, its outcome on every rank (a rank whose own reading
+ * failed or saw another file would load another pair, or skip the collective
+ * load the others entered). 0, 1 or -1 as read_pair; why is rank 0's. */
+static int shared_pair(moet_t *t, const char *dir, int *slot, unsigned long long *tag, char *why, size_t n,
+                       zs_status_t *st) {
+  int64_t v[3] = {-2, -1, -1}; /* the others' share of the MAX: below any value of rank 0's */
+  if (t->rank == 0) {
+    int s = -1;
+    unsigned long long g = 0;
+    v[0] = read_pair(dir, &s, &g, why, n), v[1] = s, v[2] = (int64_t)(g & INT64_MAX);
+  }
+  *st = trainer_host_coll(t->comm, v, v, 3, ZS_INT64, ZS_MAX);
+  if (v[0] < 0 && t->rank != 0) snprintf(why, n, "%s/moe_pair: rank 0 cannot read a pair from it (its message says why)", dir);
+  *slot = (int)v[1], *tag = (unsigned long long)v[2];
+  return (int)v[0];
 }
 
 /* Rank 0 names slot's pair (tag) in DIR/moe_pair by a rename; every rank
@@ -89,10 +108,11 @@ zs_status_t trainer_moe_save(moet_t *t, gpt_result_t *res, const char *dir, int 
     char why[4400] = "";
     int slot = -1;
     unsigned long long tag = 0;
-    int64_t have = read_pair(dir, &slot, &tag, why, sizeof why) == 0 ? slot : -1;
-    if ((st = trainer_host_coll(t->comm, &have, &have, 1, ZS_INT64, ZS_MAX)) != ZS_OK) /* rank 0's reading */
-      return trainer_fail(res, st, "--save", "agreeing on the checkpoint's slot");
-    t->pair_slot = (int)have;
+    const int r = shared_pair(t, dir, &slot, &tag, why, sizeof why, &st);
+    if (st != ZS_OK) return trainer_fail(res, st, "--save", "agreeing on the checkpoint's slot");
+    if (r < 0) /* which slot is the named pair's is not known: writing either could break it */
+      return trainer_fail(res, ZS_ERR_CORRUPT, "--save", why);
+    t->pair_slot = r == 0 ? slot : -1;
   }
   const int slot = t->pair_slot == 0 ? 1 : 0; /* never the named pair's */
   TRY(make_dirs(t, res, dir, slot));
@@ -106,8 +126,11 @@ zs_status_t trainer_moe_save(moet_t *t, gpt_result_t *res, const char *dir, int 
     return trainer_fail(res, st, "--save", "agreeing on the save's tag");
   char tagstr[24];
   snprintf(tagstr, sizeof tagstr, "%llx", (unsigned long long)tag);
+  char heads[16]; /* every shape agrees at another --heads: the load compares it */
+  snprintf(heads, sizeof heads, "%d", t->o->heads);
   if ((st = zs_checkpoint_set_attr(t->dz, "moe_save", tagstr)) != ZS_OK ||
-      (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK)
+      (st = zs_checkpoint_set_attr(t->xz, "moe_save", tagstr)) != ZS_OK ||
+      (st = zs_checkpoint_set_attr(t->dz, "n_head", heads)) != ZS_OK)
     return trainer_fail(res, st, "--save", zs_engine_last_error(t->dz));
   zs_status_t (*fn)(zs_engine_t *, const char *) = async ? zs_checkpoint_save_async : zs_checkpoint_save;
   snprintf(path, sizeof path, "%s/slot%d/dense", dir, slot);
@@ -134,11 +157,12 @@ zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir) {
   char path[4400], why[8800] = "", part[4300];
   int slot = -1;
   unsigned long long tag = 0;
-  const int r = read_pair(dir, &slot, &tag, why, sizeof why);
-  if (r < 0) return trainer_fail(res, ZS_ERR_CORRUPT, "--load", why); /* the same file on every rank */
+  zs_status_t st;
+  const int r = shared_pair(t, dir, &slot, &tag, why, sizeof why, &st);
+  if (st != ZS_OK) return trainer_fail(res, st, "--load", "agreeing on the checkpoint's slot");
+  if (r < 0) return trainer_fail(res, ZS_ERR_CORRUPT, "--load", why);
   if (r == 0) snprintf(part, sizeof part, "%s/slot%d", dir, slot);
   else snprintf(part, sizeof part, "%s", dir); /* saved before the slots */
-  zs_status_t st;
   snprintf(path, sizeof path, "%s/dense", part);
   if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));
@@ -158,6 +182,12 @@ zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir) {
              dsave ? dsave : "unrecorded", part, xsave ? xsave : "unrecorded", named[0] ? ", named in moe_pair as " : "",
              named);
     return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+  }
+  const char *heads = zs_checkpoint_loaded_attr(t->dz, "n_head");
+  if (heads && atoi(heads) != t->o->heads) {
+    snprintf(why, sizeof why, "%s was saved with --heads %s (n_head), this run has --heads %d: give --heads %s", dir,
+             heads, t->o->heads, heads);
+    return trainer_fail(res, ZS_ERR_MISMATCH, "zs_checkpoint_load", why);
   }
   if (zs_engine_step_count(t->dz) != zs_engine_step_count(t->xz)) {
     snprintf(why, sizeof why, "%s/dense is at step %lld but %s/experts at step %lld: parts of different saves", part,

@@ -19,7 +19,9 @@
 extern "C" {
 #endif
 
-#define ZS_CONFIG_VERSION 1
+/* 2: optim.beta1 and beta2 became doubles (the fields after them moved): a
+ * program built against version 1's header is refused at create, not read wrong */
+#define ZS_CONFIG_VERSION 2
 
 /* ZS_LION: Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
  * Algorithms"): w -= lr (sign(beta1 m + (1-beta1) g) + wd w), then

@@ -111,7 +111,8 @@ zs_status_t zs_config_apply_env(zs_config_t *cfg);
 /* Fills *cfg from ZS_CONFIG_INIT plus a JSON object (NUL-terminated UTF-8),
  * then validates. Two vocabularies are accepted in one document:
  *
- * Our own keys, named as the struct fields: "version", "stage", "param_dtype"
+ * Our own keys, named as the struct fields: "version" (1 or 2: the same keys;
+ * it is the C struct's layout that changed with 2), "stage", "param_dtype"
  * and "reduce_dtype" ("fp32"|"bf16"|"fp16"), "optim": {"kind":
  * "adamw"|"adam"|"sgd"|"lion", "lr", "beta1", "beta2", "eps", "weight_decay",
  * "momentum", "nesterov", "state_dtype" ("fp32"|"bf16"|"int8"), "state_block"}, "grad_accum", "grad_clip", "prefetch",

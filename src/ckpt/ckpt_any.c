@@ -48,26 +48,45 @@ static zs_status_t open_part(ck_part_t *p, const char *dir, char *err, const cha
   return zs__ck_read_files(dir, &p->m, &sink, err, fn); /* every block where it is, each kind tiling its tensor */
 }
 
-void zs__ck_held_below(const char *top, char *out, size_t n) {
-  out[0] = 0;
-  DIR *d = opendir(top);
+/* Whether dir holds a checkpoint (its manifest, or a model-parallel part's). */
+static int holds_checkpoint(const char *dir) {
+  char probe[CK_PATH + 640];
+  struct stat sb;
+  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+  if (stat(probe, &sb) == 0) return 1;
+  snprintf(probe, sizeof probe, "%s/mp0/manifest.json", dir);
+  return stat(probe, &sb) == 0;
+}
+
+/* Appends the checkpoints in top's subdirectories, and in theirs (a trainer
+ * keeping several, as the MoE trainer's slot0/dense), to out. */
+static void list_below(const char *top, const char *rel, int depth, char *out, size_t n, size_t *at, int *found) {
+  char dir[CK_PATH + 300];
+  snprintf(dir, sizeof dir, "%s%s%s", top, rel[0] ? "/" : "", rel);
+  DIR *d = opendir(dir);
   if (!d) return;
-  size_t at = 0;
-  int found = 0;
   struct dirent *e;
-  while ((e = readdir(d)) && at + 64 < n) {
+  while ((e = readdir(d)) && *at + 64 < n) {
     if (e->d_name[0] == '.') continue;
-    char probe[CK_PATH + 300];
-    struct stat sb;
-    snprintf(probe, sizeof probe, "%s/%s/manifest.json", top, e->d_name);
-    int here = stat(probe, &sb) == 0;
-    snprintf(probe, sizeof probe, "%s/%s/mp0/manifest.json", top, e->d_name);
-    if (!here && stat(probe, &sb) != 0) continue;
-    int w = snprintf(out + at, n - at, "%s%s", found++ ? ", " : "; it holds checkpoints in its subdirectories ",
-                     e->d_name);
-    if (w > 0) at += (size_t)w < n - at ? (size_t)w : n - at - 1;
+    char sub[CK_PATH + 600], name[600];
+    snprintf(name, sizeof name, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+    snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+    if (!holds_checkpoint(sub)) {
+      if (depth < 1) list_below(top, name, depth + 1, out, n, at, found);
+      continue;
+    }
+    int w = snprintf(out + *at, n - *at, "%s%s", (*found)++ ? ", " : "; it holds checkpoints in its subdirectories ",
+                     name);
+    if (w > 0) *at += (size_t)w < n - *at ? (size_t)w : n - *at - 1;
   }
   closedir(d);
+}
+
+void zs__ck_held_below(const char *top, char *out, size_t n) {
+  out[0] = 0;
+  size_t at = 0;
+  int found = 0;
+  list_below(top, "", 0, out, n, &at, &found);
   if (found && at + 20 < n) snprintf(out + at, n - at, ": name one of them");
 }
 

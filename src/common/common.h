@@ -184,6 +184,7 @@ typedef enum {
   ZS_FAULT_THREAD,         /* starting a worker thread (zs__worker_start) */
   ZS_FAULT_AIO_READ,       /* a read request of src/aio: fails with EIO, as from the device */
   ZS_FAULT_AIO_WRITE,      /* a write request of src/aio: the same */
+  ZS_FAULT_DPU,            /* a delayed update's job (src/offload/delayed.c): fails with ZS_ERR_IO */
   ZS_FAULT_COUNT
 } zs_fault_t;
 

@@ -124,7 +124,7 @@ static const char *const exempt_prefixes[] = {"ZS_TEST_", "ZS_BUILD_", "ZS_CMAKE
 
 const char *const zs__fault_env[ZS_FAULT_COUNT] = {"ZS_FAULT_HOST_ALLOC", "ZS_FAULT_DEVICE_ALLOC",
                                                    "ZS_FAULT_PINNED",     "ZS_FAULT_THREAD",
-                                                   "ZS_FAULT_AIO_READ",   "ZS_FAULT_AIO_WRITE"};
+                                                   "ZS_FAULT_AIO_READ",   "ZS_FAULT_AIO_WRITE", "ZS_FAULT_DPU"};
 
 enum { NLIB = sizeof lib_names / sizeof *lib_names };
 /* The i-th known name (lib_names, then zs__fault_env), NULL past the last. */

@@ -331,6 +331,17 @@ static zs_status_t fn_opt_type(ctx_t *x, const cJSON *item, const char *path) {
                           "with 8-bit states \"AdamW8bit\", \"Adam8bit\", \"SGD8bit\" and \"Lion8bit\"");
 }
 
+/* "version": the JSON format's; files of version 1 (float betas in the C
+ * struct, the same keys) read as the current one, whose struct this fills */
+static zs_status_t fn_version(ctx_t *x, const cJSON *item, const char *path) {
+  double num = 0;
+  int word = 0;
+  ZS_CHECK(zs__config_get(x, item, path, K_INT, zs__config_kind_expect[K_INT], &num, &word));
+  x->cfg.version = num >= 1 && num <= ZS_CONFIG_VERSION ? ZS_CONFIG_VERSION : (int)num; /* others: validation's */
+  origin_set(&x->org, "version", path);
+  return ZS_OK;
+}
+
 static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
   if (zs__config_skip_auto(x, item, path)) return ZS_OK;
   if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2)
@@ -341,7 +352,7 @@ static zs_status_t fn_betas(ctx_t *x, const cJSON *item, const char *path) {
     char at[272];
     snprintf(at, sizeof at, "%s[%d]", path, i);
     const cJSON *b = cJSON_GetArrayItem(item, i);
-    ZS_CHECK(zs__config_get(x, b, at, K_FLOAT, zs__config_kind_expect[K_FLOAT], &v[i], &w));
+    ZS_CHECK(zs__config_get(x, b, at, K_DOUBLE, zs__config_kind_expect[K_DOUBLE], &v[i], &w));
   }
   x->cfg.optim.beta1 = v[0];
   x->cfg.optim.beta2 = v[1];
@@ -465,7 +476,7 @@ zs_status_t zs__config_batch_finish(ctx_t *x) {
 
 const spec_t zs__config_root_keys[] = {
     /* ours (applied second) */
-    FIELD("version", K_INT, version, 0),
+    FN("version", fn_version, 0),
     FIELD("stage", K_INT, stage, 0),
     FIELD("param_dtype", K_DTYPE, param_dtype, 0),
     FIELD("reduce_dtype", K_DTYPE, reduce_dtype, 0),

@@ -58,6 +58,8 @@ static zs_status_t run_units(zs_offload_worker_t *w) {
 }
 
 static zs_status_t run_job(zs_offload_worker_t *w) {
+  if (zs__fault_hit(ZS_FAULT_DPU)) /* tests: a job that fails on one rank */
+    return ZS_FAIL(w->err, ZS_ERR_IO, "delayed update of step %lld: an injected failure", (long long)w->h.step);
   if (!zs__trace_on()) return run_units(w);
   char name[48], args[80];
   snprintf(name, sizeof name, "update step %lld", (long long)w->h.step);

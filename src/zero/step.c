@@ -161,10 +161,13 @@ zs_status_t zs__eng_flush(zs_engine_t *zs) {
     return ZS_FAIL(zs->err, ZS_ERR_STATE,
                    "zs_flush during a step: call it between zs_step and the next zs_forward_begin");
   if (!zs->dpu) return ZS_OK;
-  int applied;
-  ZS_CHECK(dpu_apply(zs, &applied));
+  int applied = 0;
+  zs_status_t st = dpu_apply(zs, &applied);
+  /* agreed before the regather: a rank whose update failed returned here while
+   * the others went on into its all-gathers (stages 1-2, persistent units) */
+  ZS_CHECK(zs__eng_agree(zs, st, "applying the delayed update"));
   if (!applied) return ZS_OK;
-  zs_status_t st = zs_event_record(zs->dev, zs->ev_step, zs->compute);
+  st = zs_event_record(zs->dev, zs->ev_step, zs->compute);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
   return zs__eng_regather(zs, ZS_REGATHER_UPDATED);
 }
