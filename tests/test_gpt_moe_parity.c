@@ -465,6 +465,10 @@ static void test_resume(void) {
   expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
   expect_str_contains(r.err, "moe_pair");
   gpt_result_free(&r);
+  on_rank0("cd '%s' && rm moe_pair", dir); /* slots and no moe_pair: said so (it named the layout before the slots) */
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
+  expect_str_contains(r.err, "has slots but no moe_pair");
+  gpt_result_free(&r);
   on_rank0("cd '%s' && mv moe_pair.good moe_pair", dir);
   /* a folder in the layout before the slots (dense/, experts/, no moe_pair) loads as before */
   on_rank0("cd '%s' && mv slot0/dense slot0/experts . && rm -r slot0 moe_pair", dir);

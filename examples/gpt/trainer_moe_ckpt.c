@@ -8,12 +8,15 @@
  * engines' saves went through on every rank, rank 0 replaces moe_pair (a
  * temporary file, fsync, rename, the folder's fsync): a save that fails after
  * the dense one (the experts' disk full, the process killed) leaves the
- * previous pair the one that loads. Two pairs on disk, as the price. A
+ * previous pair the one that loads. Two pairs on disk at most, as the price
+ * (the slot a save writes is emptied of its checkpoints first). A
  * background save's pair is named once both waits succeed (the next save, or
  * the final one). A folder without moe_pair is read as DIR/dense and
  * DIR/experts (the layout of earlier saves). */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +39,10 @@ static int read_pair(const char *dir, int *slot, unsigned long long *tag, char *
     snprintf(why, n, "%s: %s", path, strerror(errno));
     return -1;
   }
-  int ok = fscanf(f, "slot%d %llx", slot, tag) == 2 && (*slot == 0 || *slot == 1);
+  char line[96] = "", end[2];
+  int ok = fgets(line, sizeof line, f) && fgetc(f) == EOF && /* one line: "slot<k> <hex tag>\n", nothing else */
+           sscanf(line, "slot%d %llx%1s", slot, tag, end) == 2 && (*slot == 0 || *slot == 1) &&
+           strspn(line + 6, "0123456789abcdef") == strlen(line + 6) - 1 && line[strlen(line) - 1] == '\n';
   fclose(f);
   if (!ok) snprintf(why, n, "%s does not name a slot and a tag (\"slot0 <hex>\"): not written by zs-train-gpt", path);
   return ok ? 0 : -1;
@@ -84,11 +90,27 @@ static zs_status_t name_pair(moet_t *t, gpt_result_t *res, const char *dir, int 
   return ZS_OK;
 }
 
-/* Rank 0 makes DIR and DIR/slot<k>; every rank returns the outcome. */
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path) != 0 && errno != ENOENT;
+}
+
+/* Rank 0 removes the checkpoints in DIR/slot<k> (its dense/ and experts/
+ * folders: no pair there is named, a save's of two saves ago or one cut
+ * short), so the disk holds the named pair and this one, not a third copy of
+ * the slot's files beside the new ones (anything else there stays: the save
+ * then names it); then makes DIR and the slot; every rank returns the outcome. */
 static zs_status_t make_dirs(moet_t *t, gpt_result_t *res, const char *dir, int slot) {
-  char sub[4200];
+  char sub[4200], half[4300];
   snprintf(sub, sizeof sub, "%s/slot%d", dir, slot);
-  int64_t bad = t->rank == 0 && ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(sub, 0777) != 0 && errno != EEXIST));
+  int64_t bad = 0;
+  for (int k = 0; k < 2 && t->rank == 0 && !bad; k++) {
+    struct stat sb;
+    snprintf(half, sizeof half, "%s/%s", sub, k ? "experts" : "dense");
+    if (lstat(half, &sb) == 0 && S_ISDIR(sb.st_mode)) bad = nftw(half, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0;
+  }
+  if (t->rank == 0 && !bad)
+    bad = (mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(sub, 0777) != 0 && errno != EEXIST);
   zs_status_t st = trainer_host_coll(t->comm, &bad, &bad, 1, ZS_INT64, ZS_MAX);
   if (st == ZS_OK && bad) st = ZS_ERR_IO;
   return st == ZS_OK ? ZS_OK : trainer_fail(res, st, "--save", "cannot create the checkpoint directory on rank 0");
@@ -163,6 +185,15 @@ zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir) {
   if (r < 0) return trainer_fail(res, ZS_ERR_CORRUPT, "--load", why);
   if (r == 0) snprintf(part, sizeof part, "%s/slot%d", dir, slot);
   else snprintf(part, sizeof part, "%s", dir); /* saved before the slots */
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/slot0", dir);
+  const int slots = r == 1 && stat(path, &sb) == 0;
+  snprintf(path, sizeof path, "%s/slot1", dir);
+  if (r == 1 && (slots || stat(path, &sb) == 0) && (snprintf(path, sizeof path, "%s/dense", dir), stat(path, &sb) != 0)) {
+    snprintf(why, sizeof why, "%s has slots but no moe_pair naming a complete pair in them: no save into it finished "
+             "(the first one was cut short?); nothing there is known to load", dir);
+    return trainer_fail(res, ZS_ERR_CORRUPT, "--load", why);
+  }
   snprintf(path, sizeof path, "%s/dense", part);
   if ((st = zs_checkpoint_load(t->dz, path)) != ZS_OK)
     return trainer_fail(res, st, "zs_checkpoint_load (dense)", zs_engine_last_error(t->dz));

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "zeroshard/log.h" /* zs_log_rank */
 #include "common/worker.h"
 
 typedef struct ck_async {
@@ -31,7 +32,7 @@ typedef struct ck_async {
   ck_save_t s;
   ck_copy_t c; /* this rank's file, until written */
   int blk;     /* the int8 state block (0: none), for the CRCs */
-  int rank;    /* in the writer's message */
+  int rank, proc; /* in the writer's message: the engine's rank and the process's (zs_log_rank) */
   int direct;  /* the writer uses direct I/O (ZS_CKPT_DIRECT, on by default, and the file system's) */
   int keep;    /* ZS_CKPT_KEEP_COPY: the copy stays for the next save instead of going back to the kernel */
   char final[CK_PATH], tmp[CK_PATH + 8];
@@ -109,7 +110,8 @@ static void writer_held(ck_async_t *a) {
   if (a->st == ZS_OK && !err && rename(a->tmp, a->final) != 0) err = errno, what = "renaming";
   if (err || a->st != ZS_OK) unlink(a->tmp);
   if (err) {
-    snprintf(a->err, sizeof a->err, "rank %d: %s %.400s failed: %s", a->rank, what, a->tmp, strerror(err));
+    snprintf(a->err, sizeof a->err, "data-parallel rank %d (process rank %d): %s %.400s failed: %s", a->rank,
+             a->proc, what, a->tmp, strerror(err));
     a->st = ZS_ERR_IO;
   }
   atomic_store_explicit(&a->done, 1, memory_order_release);
@@ -207,7 +209,7 @@ static zs_status_t save_async(zs_engine_t *zs, const char *top) {
   st = zs__ck_agree(zs, st, fn);
   if (st == ZS_OK) {
     a->dev = zs->dev;
-    a->rank = zs->rank;
+    a->rank = zs->rank, a->proc = zs_log_rank();
     a->direct = zs__env_flag("ZS_CKPT_DIRECT", 1);
     a->keep = zs__env_flag("ZS_CKPT_KEEP_COPY", 0);
     if (zs->ck_keep) { /* the last save's copy: this one's, or gone */
