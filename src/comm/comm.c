@@ -124,42 +124,33 @@ const char *zs_coll_name(zs_coll_kind_t kind) {
   return ((int)kind >= 0 && kind < ZS_COLL_COUNT) ? n[kind] : "invalid";
 }
 
-void zs_comm_stats(const zs_comm_t *comm, zs_comm_stats_t *out) {
-  if (!out) return;
+/* A bank of the comm's counts (eng: the engine's share, else the total) read or
+ * zeroed under its lock. */
+static void bank_read(const zs_comm_t *comm, int eng, zs_comm_stats_t *out) {
   memset(out, 0, sizeof *out);
   if (!comm) return;
   zs_comm_t *c = (zs_comm_t *)comm; /* the lock is not part of the logical state */
   pthread_mutex_lock(&c->stats_mu);
-  *out = c->stats;
+  *out = eng ? c->eng_stats : c->stats;
   pthread_mutex_unlock(&c->stats_mu);
 }
-
-void zs_comm_stats_reset(zs_comm_t *comm) {
+static void bank_reset(zs_comm_t *comm, int eng) {
   if (!comm) return;
   pthread_mutex_lock(&comm->stats_mu);
-  memset(&comm->stats, 0, sizeof comm->stats);
+  memset(eng ? &comm->eng_stats : &comm->stats, 0, sizeof comm->stats);
   pthread_mutex_unlock(&comm->stats_mu);
 }
+
+void zs_comm_stats(const zs_comm_t *comm, zs_comm_stats_t *out) {
+  if (out) bank_read(comm, 0, out);
+}
+void zs_comm_stats_reset(zs_comm_t *comm) { bank_reset(comm, 0); }
 
 static _Thread_local int engine_scope; /* > 0 inside an engine's call on this thread */
 
 void zs__comm_engine_scope(int delta) { engine_scope += delta; }
-
-void zs__comm_engine_stats(const zs_comm_t *comm, zs_comm_stats_t *out) {
-  memset(out, 0, sizeof *out);
-  if (!comm) return;
-  zs_comm_t *c = (zs_comm_t *)comm; /* the lock is not part of the logical state */
-  pthread_mutex_lock(&c->stats_mu);
-  *out = c->eng_stats;
-  pthread_mutex_unlock(&c->stats_mu);
-}
-
-void zs__comm_engine_stats_reset(zs_comm_t *comm) {
-  if (!comm) return;
-  pthread_mutex_lock(&comm->stats_mu);
-  memset(&comm->eng_stats, 0, sizeof comm->eng_stats);
-  pthread_mutex_unlock(&comm->stats_mu);
-}
+void zs__comm_engine_stats(const zs_comm_t *comm, zs_comm_stats_t *out) { bank_read(comm, 1, out); }
+void zs__comm_engine_stats_reset(zs_comm_t *comm) { bank_reset(comm, 1); }
 
 /* floor(num * x / den) without overflow for any x < 2^64 (num, den small). */
 static uint64_t muldiv(uint64_t x, uint64_t num, uint64_t den) {
