@@ -1,5 +1,6 @@
 /* Internal: the mpi backend's context and the functions its files share.
  *   mpi.c        create / destroy, bf16/fp16 MPI types and ops, the interface table
+ *   mpi_world.c  process-wide: MPI_Init/Finalize, live comms, MPI_COMM_WORLD's guard, polled waits
  *   mpi_run.c    running one op on the progress thread: polling, timeouts, orphans, MPI calls
  *   mpi_ring.c   ring reduce_scatter / all_reduce over point-to-point
  *   mpi_queue.c  queuing calls in order on their streams, host staging of device buffers
@@ -104,10 +105,10 @@ struct mpi_ctx {
   staging_t *spare_stagings;/* done: for reuse */
 };
 
-/* ---- mpi.c ---- */
+/* ---- mpi_world.c ---- */
 
 /* A comm of this process broke (timeout, abort, failure): MPI_Finalize may wait
- * forever for a lost rank, so the last destroy fences first (see mpi.c). */
+ * forever for a lost rank, so the last destroy fences first (see mpi_world.c). */
 void zs__mpi_note_broken(void);
 /* Nonzero on a thread inside zeroshard's own test of MPI requests (the
  * progress threads always; zs__mpi_poll and a comm's destroy while they test).
@@ -115,10 +116,10 @@ void zs__mpi_note_broken(void);
  * a truncation when ranks issue different collectives) on MPI_COMM_WORLD,
  * whatever the request's communicator; where the program initialised MPI, the
  * comms keep MPI_COMM_WORLD's handler from ending the job for those
- * (mpi.c, guard_world): errors raised while this is set return to zeroshard,
+ * (mpi_world.c, world_eh): errors raised while this is set return to zeroshard,
  * the rest go to the program's own handler. */
 extern _Thread_local int zs__mpi_ours;
-/* The guard on MPI_COMM_WORLD (mpi.c): held by every mpi comm, by a comm's
+/* The guard on MPI_COMM_WORLD (mpi_world.c): held by every mpi comm, by a comm's
  * creation while it runs, and by an NCCL comm's creation over MPI; counted. */
 void zs__mpi_guard_hold(void);
 void zs__mpi_guard_drop(void);
@@ -127,6 +128,15 @@ void zs__mpi_guard_drop(void);
  * ZS_ERR_COMM with MPI's message; `what` names the call. For comm creation and
  * teardown, where no progress thread runs yet. */
 zs_status_t zs__mpi_poll(MPI_Request *req, double limit_s, const char *what);
+/* A comm was made / destroyed: the last one's destroy finalises MPI where
+ * zeroshard initialised it (after a fence when a comm broke: mpi_world.c). */
+void zs__mpi_live_add(void);
+void zs__mpi_live_drop(void);
+/* zs_comm_create_mpi_world's start: initialises MPI with MPI_THREAD_MULTIPLE
+ * unless the program did (then checks its level); refuses a finalised MPI.
+ * _undo: finalises it again when the creation failed and no comm lives. */
+zs_status_t zs__mpi_world_init(const char *fn);
+void zs__mpi_world_init_undo(void);
 
 /* ---- mpi_run.c ---- */
 

@@ -127,7 +127,7 @@ static zs_status_t engine_create(zs_engine_t **out, const zs_config_t *cfg, zs_d
   zs->rank = zs_comm_rank(comm);
   zs->world = zs_comm_size(comm);
   /* a debugging switch: a released unit's gathered buffer is filled with NaN
-   * bytes before it goes back to the cache (phases.c, drop_gathered) */
+   * bytes before it goes back to the cache (gather.c, zs__eng_drop_gathered) */
   zs->poison_released = zs__env_flag("ZS_POISON_RELEASED", 0);
   zs->nshard = cfg->shard_group > 0 ? cfg->shard_group : zs->world; /* a divisor (create_checks) */
   /* hpZ's partition is checked against the world at setup (zs_engine_estimate

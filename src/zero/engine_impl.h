@@ -138,7 +138,7 @@ struct zs_engine {
   int rank, world;
   int warned_blank_name; /* a declared name ended in blanks: said once (declare.c) */
   int poison_released;   /* ZS_POISON_RELEASED: released gathered buffers filled with 0xFF bytes (NaN) */
-  struct zs__held *held; /* ... and held until the next zs_forward_begin (phases.c) */
+  struct zs__held *held; /* ... and held until the next zs_forward_begin (gather.c) */
   int nheld, held_cap;
   /* Hybrid sharding (cfg.shard_group): state is sharded over the shard group
    * (nshard consecutive ranks; this rank is shard_rank in it) and replicated
@@ -416,8 +416,11 @@ zs_status_t zs__eng_sync_compute(zs_engine_t *zs);
 /* The range [*a, *b) of parameter p this rank stores (everything at stages 0-2,
  * the intersection with its shard at stage 3); 0 when empty. */
 int zs__eng_stored_range(const zs_engine_t *zs, const zs_param_t *p, int64_t *a, int64_t *b);
-/* phases.c */
+/* gather.c */
 zs_status_t zs__eng_issue_gather(zs_engine_t *zs, int u);
+/* The unit's gathered copy goes back to the cache after its last use on
+ * `last` (held instead under ZS_POISON_RELEASED); the unit is idle. */
+void zs__eng_drop_gathered(zs_engine_t *zs, zs_unit_t *u, zs_stream_t *last);
 zs_status_t zs__eng_free_released(zs_engine_t *zs);
 zs_status_t zs__eng_free_grads(zs_engine_t *zs, int keep_latest);
 zs_status_t zs__eng_evict_prefetched(zs_engine_t *zs);

@@ -335,7 +335,7 @@ static zs_status_t check_replicas_alike(zs_engine_t *zs) {
 /* The gradient norm's plan (grad_sumsq): the segments in the norm, at the
  * addresses it reads every step. Those are fixed from here to release: without
  * offload, stage 0-1 gradients live in gfull and stage 2-3 (hybrid and qgZ
- * too) in gshard, both made once by unit_alloc (phases.c allocates and frees
+ * too) in gshard, both made once by unit_alloc (phases.c allocates, gather.c frees
  * gfull per step at stages 2-3, never gshard); with offload the host sums the
  * host shards (or the conversion thread's sums), so no plan. Its memory is
  * counted in zs_engine_estimate's peak (estimate.c's norm_plan_bound). */
