@@ -120,8 +120,10 @@ static void test_hybrid(void) {
   assert_ok(steps(&h, 3, NULL, NULL));
   assert_ok(zs_checkpoint_save(h.zs, dir));
   float *vh = values(&h, &nh);
-  zs_checkpoint_info_t info;
+  zs_checkpoint_info_t info, quick;
   assert_ok(zs_checkpoint_verify(dir, &info));
+  assert_ok(zs_checkpoint_inspect(dir, &quick)); /* the same info without reading the values */
+  expect_true(!memcmp(&info, &quick, sizeof info));
   assert_ok(open_run(&one, self, &c0, NBLK));
   assert_ok(zs_checkpoint_load(one.zs, dir));
   float *v1 = values(&one, &n1);
@@ -178,6 +180,11 @@ static void test_damage(void) {
   if (rank == nranks - 1) { /* the offline check sees it too, from any process */
     expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
     expect_str_contains(zs_last_error(), "fails its CRC");
+    /* inspect reads no values: the flipped bit passes it, the rest as verify's */
+    zs_checkpoint_info_t ii;
+    expect_ok(zs_checkpoint_inspect(dir, &ii));
+    expect_int_eq(ii.world, nranks);
+    expect_int_eq(ii.step, 2);
     char out[400];
     snprintf(out, sizeof out, "%s/never.safetensors", base);
     expect_status(zs_checkpoint_to_safetensors(dir, out), ZS_ERR_CORRUPT);
@@ -189,6 +196,10 @@ static void test_damage(void) {
   if (rank == 0) flip_byte(file, FILE_HEAD + 20);
   barrier();
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "bad header");
+  if (rank == 0) {
+    expect_status(zs_checkpoint_inspect(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "bad header");
+  }
   barrier();
   if (rank == 0) flip_byte(file, FILE_HEAD + 20);
   barrier();
@@ -200,6 +211,8 @@ static void test_damage(void) {
   expect_load_fails(&b, dir, ZS_ERR_CORRUPT, "truncated");
   if (rank == 0) {
     expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "truncated");
+    expect_status(zs_checkpoint_inspect(dir, NULL), ZS_ERR_CORRUPT);
     expect_str_contains(zs_last_error(), "truncated");
   }
   barrier();

@@ -25,9 +25,9 @@ static int append_text(const char *path, const char *text) { return put_text(pat
 
 /* ---- the offline checks: zs_checkpoint_verify and the zs-ckpt tool --------------- */
 
-/* `$ZS_CKPT_TOOL verify dir`: its exit status and what it printed on stderr;
- * -1 when ZS_CKPT_TOOL is not set (said once). */
-static int cli_verify(const char *dir, char *err, size_t n) {
+/* `$ZS_CKPT_TOOL verb dir` (verify, info): its exit status and what it printed
+ * on stderr; -1 when ZS_CKPT_TOOL is not set (said once). */
+static int cli_check(const char *verb, const char *dir, char *err, size_t n) {
   static int told;
   const char *tool = getenv("ZS_CKPT_TOOL");
   err[0] = 0;
@@ -37,7 +37,7 @@ static int cli_verify(const char *dir, char *err, size_t n) {
   }
   char out[400], cmd[1600];
   snprintf(out, sizeof out, "%s/cli.err", base);
-  snprintf(cmd, sizeof cmd, "'%s' verify '%s' >/dev/null 2>'%s'", tool, dir, out);
+  snprintf(cmd, sizeof cmd, "'%s' %s '%s' >/dev/null 2>'%s'", tool, verb, dir, out);
   int rc = system(cmd);
   char *t = read_text(out);
   snprintf(err, n, "%s", t ? t : "");
@@ -47,24 +47,29 @@ static int cli_verify(const char *dir, char *err, size_t n) {
 }
 
 /* The checkpoint in dir is rejected everywhere with status want: the load on
- * every rank (the engine unchanged), and on rank 0 zs_checkpoint_verify and the
- * tool; the messages name msg (but for the tool's, and the load's on a rank
- * that reports another rank's failure). */
+ * every rank (the engine unchanged), and on rank 0 zs_checkpoint_verify,
+ * zs_checkpoint_inspect (none of these damages a block's values only) and the
+ * tool's verify and info; the messages name msg (but for the tool's, and the
+ * load's on a rank that reports another rank's failure). */
 static void expect_rejected(run_t *r, const char *dir, zs_status_t want, const char *msg, const char *what) {
   int failed = zs_t_failed_checks;
   expect_load_fails(r, dir, want, msg);
   if (rank == 0) {
     zs_checkpoint_info_t info;
-    zs_status_t st = zs_checkpoint_verify(dir, &info);
-    if (st != want)
-      ZS_T_REPORT("verify: %s, wanted %s (%s)", zs_status_name(st), zs_status_name(want),
-                  st ? zs_last_error() : "passed");
-    else if (msg && !strstr(zs_last_error(), msg))
-      ZS_T_REPORT("verify: message \"%s\" lacks \"%s\"", zs_last_error(), msg);
-    char err[2048];
-    int rc = cli_verify(dir, err, sizeof err);
-    if (rc != -1 && (rc != 1 || !strstr(err, zs_status_name(want))))
-      ZS_T_REPORT("zs-ckpt verify: exit %d, wanted 1 with %s: %s", rc, zs_status_name(want), err);
+    for (int quick = 0; quick < 2; quick++) {
+      const char *verb = quick ? "inspect" : "verify";
+      zs_status_t st = quick ? zs_checkpoint_inspect(dir, &info) : zs_checkpoint_verify(dir, &info);
+      if (st != want)
+        ZS_T_REPORT("%s: %s, wanted %s (%s)", verb, zs_status_name(st), zs_status_name(want),
+                    st ? zs_last_error() : "passed");
+      else if (msg && !strstr(zs_last_error(), msg))
+        ZS_T_REPORT("%s: message \"%s\" lacks \"%s\"", verb, zs_last_error(), msg);
+      char err[2048];
+      const char *cli = quick ? "info" : "verify";
+      int rc = cli_check(cli, dir, err, sizeof err);
+      if (rc != -1 && (rc != 1 || !strstr(err, zs_status_name(want))))
+        ZS_T_REPORT("zs-ckpt %s: exit %d, wanted 1 with %s: %s", cli, rc, zs_status_name(want), err);
+    }
   }
   if (zs_t_failed_checks != failed) fprintf(stderr, "[rank %d] ^ %s\n", rank, what);
 }
@@ -142,9 +147,11 @@ static void test_manifest_edits(void) {
   expect_ok(zs_checkpoint_load(b.zs, dir));
   if (rank == 0) {
     char err[2048];
-    int rc = cli_verify(dir, err, sizeof err);
+    int rc = cli_check("verify", dir, err, sizeof err), rci = cli_check("info", dir, err, sizeof err);
     expect_ok(zs_checkpoint_verify(dir, NULL));
+    expect_ok(zs_checkpoint_inspect(dir, NULL));
     if (rc != -1) expect_int_eq(rc, 0);
+    if (rci != -1) expect_int_eq(rci, 0);
   }
   close_run(&a);
   close_run(&b);
@@ -440,6 +447,7 @@ static void test_forged_fields(void) {
     if (x->want == ZS_OK) { /* the forger alone breaks nothing */
       expect_ok(zs_checkpoint_load(b.zs, dir));
       if (rank == 0) expect_ok(zs_checkpoint_verify(dir, NULL));
+      if (rank == 0) expect_ok(zs_checkpoint_inspect(dir, NULL));
       assert_ok(steps(&b, 1, NULL, NULL)); /* away from the checkpoint's state again */
     } else {
       expect_rejected(&b, dir, x->want, x->msg, x->what);

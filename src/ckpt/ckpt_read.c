@@ -246,42 +246,14 @@ float *zs__ck_null_dest(void *ctx, uint32_t t, uint32_t k, int64_t *a, int64_t *
 
 /* ---- verify ------------------------------------------------------------------------- */
 
-static zs_status_t verify_one(const char *dir, zs_checkpoint_info_t *info);
-
-zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info) {
-  static const char fn[] = "zs_checkpoint_verify";
-  if (!dir || !*dir) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir is NULL or empty", fn);
-  if (strlen(dir) > CK_PATH - 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);
-  char probe[CK_PATH + 32];
-  struct stat sb;
-  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
-  if (stat(probe, &sb) == 0) return verify_one(dir, info);
-  snprintf(probe, sizeof probe, "%s/mp0/manifest.json", dir);
-  if (stat(probe, &sb) != 0) return verify_one(dir, info); /* says what is missing */
-  /* a model-parallel save: every part, and that they are one save's */
-  ck_source_t s;
-  ZS_CHECK(zs__ck_source_open(dir, &s, NULL, fn));
-  zs_status_t st = ZS_OK;
-  zs_checkpoint_info_t all, one;
-  memset(&all, 0, sizeof all);
-  for (int i = 0; i < s.nparts && st == ZS_OK; i++) {
-    if ((st = verify_one(s.part[i].dir, &one)) != ZS_OK) break;
-    all.world += one.world, all.ntensors += one.ntensors, all.params += one.params, all.bytes += one.bytes;
-    all.step = one.step;
-    snprintf(all.optimizer, sizeof all.optimizer, "%s", one.optimizer);
-  }
-  zs__ck_source_close(&s);
-  if (st == ZS_OK && info) *info = all;
-  return st;
-}
-
-static zs_status_t verify_one(const char *dir, zs_checkpoint_info_t *info) {
-  static const char fn[] = "zs_checkpoint_verify";
+/* One part (or a plain save): the manifest, every rank file's header and size,
+ * every block's header, every element of every tensor once in every kind the
+ * manifest lists; with `data`, every block's values read and CRC-checked too. */
+static zs_status_t check_one(const char *dir, int data, zs_checkpoint_info_t *info, const char *fn) {
   manifest_t m;
   ZS_CHECK(zs__ck_parse_manifest(dir, &m, NULL, fn));
-  /* every block of every rank file read and CRC-checked; every element of every
-   * tensor once in every kind the manifest lists */
-  sink_t sink = {.dest = zs__ck_null_dest, .spans = zs__ck_spans_new(m.ntensors), .verify_all = 1};
+  sink_t sink = {.dest = zs__ck_null_dest, .spans = zs__ck_spans_new(m.ntensors), .verify_all = data,
+                 .index_only = !data};
   zs_status_t st = sink.spans ? zs__ck_read_files(dir, &m, &sink, NULL, fn)
                               : ZS_FAIL(NULL, ZS_ERR_NOMEM, "%s: out of host memory", fn);
   if (st == ZS_OK && info) {
@@ -296,4 +268,39 @@ static zs_status_t verify_one(const char *dir, zs_checkpoint_info_t *info) {
   zs__ck_spans_free(sink.spans, m.ntensors);
   zs__ck_manifest_free(&m);
   return st;
+}
+
+/* A plain save, or every part of a model-parallel one (dir/mp<r>) and that
+ * they are one save's; info sums the parts. */
+static zs_status_t check_save(const char *dir, int data, zs_checkpoint_info_t *info, const char *fn) {
+  if (!dir || !*dir) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: dir is NULL or empty", fn);
+  if (strlen(dir) > CK_PATH - 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);
+  char probe[CK_PATH + 32];
+  struct stat sb;
+  snprintf(probe, sizeof probe, "%s/manifest.json", dir);
+  if (stat(probe, &sb) == 0) return check_one(dir, data, info, fn);
+  snprintf(probe, sizeof probe, "%s/mp0/manifest.json", dir);
+  if (stat(probe, &sb) != 0) return check_one(dir, data, info, fn); /* says what is missing */
+  ck_source_t s;
+  ZS_CHECK(zs__ck_source_open(dir, &s, NULL, fn));
+  zs_status_t st = ZS_OK;
+  zs_checkpoint_info_t all, one;
+  memset(&all, 0, sizeof all);
+  for (int i = 0; i < s.nparts && st == ZS_OK; i++) {
+    if ((st = check_one(s.part[i].dir, data, &one, fn)) != ZS_OK) break;
+    all.world += one.world, all.ntensors += one.ntensors, all.params += one.params, all.bytes += one.bytes;
+    all.step = one.step;
+    snprintf(all.optimizer, sizeof all.optimizer, "%s", one.optimizer);
+  }
+  zs__ck_source_close(&s);
+  if (st == ZS_OK && info) *info = all;
+  return st;
+}
+
+zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info) {
+  return check_save(dir, 1, info, "zs_checkpoint_verify");
+}
+
+zs_status_t zs_checkpoint_inspect(const char *dir, zs_checkpoint_info_t *info) {
+  return check_save(dir, 0, info, "zs_checkpoint_inspect");
 }

@@ -1,5 +1,7 @@
 # zs-ckpt on a checkpoint the trainer saved on 2 ranks: `verify` says ok with the
-# step and parameter count, `export` writes a safetensors file of 4 bytes per
+# step and parameter count, `info` the same from the manifest and the blocks'
+# headers (with the attributes, --tensors, --json; a damaged value passes it,
+# not verify; a truncated file fails both), `export` writes a safetensors file of 4 bytes per
 # parameter plus its header, and a damaged rank file makes `verify` exit 1.
 # `export --hf` (a trial's findings): a second export into the folder of a
 # sharded one leaves no index or shard of the first (transformers would load
@@ -21,6 +23,30 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "ok: step 3, saved by 2 rank\\(s\\), [0-9]+
   message(FATAL_ERROR "verify: rc ${rc}: ${out}${err}")
 endif()
 set(params ${CMAKE_MATCH_1})
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "step 3, saved by 2 rank\\(s\\) at stage 2, ([0-9]+) tensors, ${params} parameters, optimizer adamw, states fp32, parameters fp32, [0-9]+ bytes; values not read")
+  message(FATAL_ERROR "info: rc ${rc}: ${out}${err}")
+endif()
+set(ntensors ${CMAKE_MATCH_1})
+if(NOT out MATCHES "\n +n_head = 2\n")
+  message(FATAL_ERROR "info: no n_head = 2 among the attributes: ${out}")
+endif()
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --json --tensors RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(JSON step ERROR_VARIABLE jerr GET "${out}" step)
+string(JSON heads ERROR_VARIABLE jerr2 GET "${out}" attrs n_head)
+string(JSON listed ERROR_VARIABLE jerr3 LENGTH "${out}" parts 0 tensor_list)
+string(JSON name0 ERROR_VARIABLE jerr4 GET "${out}" parts 0 tensor_list 0 name)
+if(NOT rc EQUAL 0 OR NOT step EQUAL 3 OR NOT heads STREQUAL "2" OR NOT listed EQUAL ntensors OR NOT name0 STREQUAL "wte")
+  message(FATAL_ERROR "info --json --tensors: rc ${rc} step ${step} n_head ${heads} ${listed} of ${ntensors} tensors, first ${name0}: ${out}${err}")
+endif()
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --tensors RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "\n  wte +\\[256, 32\\] +8192\n")
+  message(FATAL_ERROR "info --tensors: rc ${rc}: ${out}")
+endif()
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --bogus RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+if(NOT rc EQUAL 2)
+  message(FATAL_ERROR "info --bogus: rc ${rc}, wanted 2")
+endif()
 execute_process(COMMAND ${ZS_CKPT} export ${WORK}/ck ${WORK}/m.safetensors RESULT_VARIABLE rc)
 file(SIZE ${WORK}/m.safetensors size)
 math(EXPR data "${params} * 4")
@@ -76,11 +102,21 @@ execute_process(COMMAND ${ZS_CKPT} export --hf ${WORK}/hfnew ${WORK}/bad/ck RESU
 if(NOT rc EQUAL 1 OR EXISTS ${WORK}/hfnew)
   message(FATAL_ERROR "a failed export --hf into a new folder: rc ${rc}, the folder stays")
 endif()
+# info reads no values: the damaged one passes it; verify reads it
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/bad/ck RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+execute_process(COMMAND ${ZS_CKPT} verify ${WORK}/bad/ck RESULT_VARIABLE rcv OUTPUT_QUIET ERROR_VARIABLE errv)
+if(NOT rc EQUAL 0 OR NOT rcv EQUAL 1 OR NOT errv MATCHES "fails its CRC")
+  message(FATAL_ERROR "a damaged value: info rc ${rc} (${err}), verify rc ${rcv} (${errv})")
+endif()
 file(GLOB files ${WORK}/ck/*.rank00001.zsr)
 file(WRITE ${files} "") # the rank file emptied
 execute_process(COMMAND ${ZS_CKPT} verify ${WORK}/ck RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 1 OR NOT err MATCHES "ZS_ERR_CORRUPT")
   message(FATAL_ERROR "verify of a truncated checkpoint: rc ${rc}: ${err}")
+endif()
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "ZS_ERR_CORRUPT.*bytes, the manifest says" OR out)
+  message(FATAL_ERROR "info of a truncated checkpoint: rc ${rc}: ${out}${err}")
 endif()
 execute_process(COMMAND ${ZS_CKPT} RESULT_VARIABLE rc ERROR_QUIET)
 if(NOT rc EQUAL 2)
