@@ -10,8 +10,12 @@ install(TARGETS zeroshard zeroshard_static EXPORT zeroshardTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT zeroshardTargets NAMESPACE zeroshard:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
+# the Fortran module's source (include/zeroshard/zeroshard.f90, installed with the
+# headers above), for the package's zeroshard::fortran
+set(ZS_FORTRAN_MODULE ${CMAKE_INSTALL_INCLUDEDIR}/zeroshard/zeroshard.f90)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zeroshardConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard)
+  ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zeroshard
+  PATH_VARS ZS_FORTRAN_MODULE)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake ${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake

@@ -2,10 +2,40 @@
 # with find_package(zeroshard), then with pkg-config; runs both. Then the same
 # for tests/consumer_cxx, a project of C++ alone: find_package, and the headers
 # under -std=c++17 -pedantic-errors on pkg-config's flags; and tests/
-# consumer_fortran, a project of Fortran alone (bind(C), docs/fortran.md). Where the libtorch
+# consumer_fortran, a project of Fortran alone (`use zeroshard`, docs/fortran.md):
+# find_package with zeroshard::fortran in two targets (and, with Ninja, the
+# module in one target of its own), and mpif90 on the installed module's
+# source with pkg-config's flags. Where the libtorch
 # adapter was built (and not under the sanitizers: libtorch is not
 # instrumented, and the plain pass covers the package), tests/consumer_torch
 # too: find_package(zeroshard COMPONENTS torch), trained against plain libtorch.
+# The Fortran module, include/zeroshard/zeroshard.f90 (scripts/gen-fortran writes
+# it from the headers), needs no install: test_fortran_module_current writes it
+# afresh into the build folder and fails, saying to run scripts/gen-fortran,
+# where the committed file differs (a header changed without it);
+# test_fortran_module_compile compiles the committed file as Fortran 2008 with
+# every warning an error, and again through the C preprocessor (-cpp, as
+# projects and CMake's Ninja generator run it), skipped without gfortran.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  zs_add_test_run(NAME test_fortran_module_current
+                  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gen-fortran --check
+                          -o ${CMAKE_CURRENT_BINARY_DIR}/fortran/zeroshard.f90)
+else()
+  zs_add_test_run(NAME test_fortran_module_current COMMAND ${CMAKE_COMMAND} -E echo "skipped: no python3 found"
+                  PROPERTIES SKIP_REGULAR_EXPRESSION "skipped:")
+endif()
+find_program(ZS_TEST_FC NAMES gfortran)
+zs_add_test_run(NAME test_fortran_module_compile
+                COMMAND sh -c "if [ ! -x \"$0\" ]
+                               then echo 'skipped: no gfortran' && exit 77
+                               fi
+                               mkdir -p \"$2\" && cd \"$2\" &&
+                               \"$0\" -std=f2008 -pedantic -Wall -Wextra -Werror -c \"$1\" -o zeroshard.o &&
+                               \"$0\" -cpp -std=f2008 -pedantic -Wall -Wextra -Werror -c \"$1\" -o zeroshard_cpp.o"
+                        ${ZS_TEST_FC} ${PROJECT_SOURCE_DIR}/include/zeroshard/zeroshard.f90
+                        ${CMAKE_CURRENT_BINARY_DIR}/fortran/compile
+                SKIP_RETURN_CODE 77)
 if(NOT ZS_INSTALL) # -DZS_INSTALL=OFF: nothing to install
   return()
 endif()
@@ -24,12 +54,20 @@ if(ZS_HAVE_MPI AND NOT ZS_SANITIZE)
   if(ZS_TEST_FC AND ZS_TEST_MPIF90)
     set(zs_fc ${ZS_TEST_FC})
   endif()
+  # and, where Ninja is there, docs/fortran.md's pattern for it (the module
+  # compiled in one target: Ninja refuses two rules writing one zeroshard.mod)
+  find_program(ZS_TEST_NINJA NAMES ninja)
+endif()
+set(zs_ninja "")
+if(zs_fc AND ZS_TEST_NINJA)
+  set(zs_ninja ${ZS_TEST_NINJA})
 endif()
 zs_add_test_run(NAME install_consumer
                 COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/consumer
                         -DSRC_CXX=${CMAKE_CURRENT_SOURCE_DIR}/consumer_cxx -DCXX=${CMAKE_CXX_COMPILER}
                         -DSRC_TORCH=${zs_consumer_torch}
                         -DSRC_FORTRAN=${CMAKE_CURRENT_SOURCE_DIR}/consumer_fortran -DFC=${zs_fc}
+                        -DMPIF90=${ZS_TEST_MPIF90} -DNINJA=${zs_ninja}
                         -DWORK=${PROJECT_BINARY_DIR}/consumer-test -DCC=${CMAKE_C_COMPILER} -DSAN=${ZS_SANITIZE}
                         -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/install_consumer.cmake
                 TIMEOUT 300)

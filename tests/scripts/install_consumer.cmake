@@ -57,6 +57,7 @@ if(NOT last_out MATCHES "consumer ok")
   message(FATAL_ERROR "consumer_cxx (pkg-config, c++17): ${last_out}")
 endif()
 set(fortran_done "")
+set(fortran_ninja "")
 if(FC) # Fortran alone: find_package in a project whose only language is Fortran
   run(${CMAKE_COMMAND} -S ${SRC_FORTRAN} -B ${WORK}/build_fortran -DCMAKE_PREFIX_PATH=${prefix}
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_Fortran_COMPILER=${FC})
@@ -65,7 +66,29 @@ if(FC) # Fortran alone: find_package in a project whose only language is Fortran
   if(NOT last_out MATCHES "consumer ok")
     message(FATAL_ERROR "consumer_fortran: ${last_out}")
   endif()
-  set(fortran_done "; Fortran alone: find_package, bind(C)")
+  if(NINJA) # Ninja, and the module compiled once for the two targets (docs/fortran.md)
+    run(${CMAKE_COMMAND} -S ${SRC_FORTRAN} -B ${WORK}/build_fortran_ninja -G Ninja -DCMAKE_MAKE_PROGRAM=${NINJA}
+        -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DCMAKE_Fortran_COMPILER=${FC}
+        -DONE_MODULE_TARGET=ON)
+    run(${CMAKE_COMMAND} --build ${WORK}/build_fortran_ninja)
+    run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK}/build_fortran_ninja/consumer_fortran)
+    if(NOT last_out MATCHES "consumer ok")
+      message(FATAL_ERROR "consumer_fortran (Ninja, ONE_MODULE_TARGET): ${last_out}")
+    endif()
+    set(fortran_ninja ", with Ninja in one target")
+  endif()
+  # the same program by mpif90 and pkg-config: the installed module's source
+  # compiled with it, as docs/fortran.md says
+  run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} pkg-config --variable=includedir zeroshard)
+  string(STRIP "${last_out}" fincdir)
+  file(MAKE_DIRECTORY ${WORK}/fortran_pc)
+  run(${MPIF90} -J ${WORK}/fortran_pc ${fincdir}/zeroshard/zeroshard.f90 ${SRC_FORTRAN}/check.f90
+      ${SRC_FORTRAN}/main.f90 -o ${WORK}/fortran_pc/consumer_fortran ${flags})
+  run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${WORK}/fortran_pc/consumer_fortran)
+  if(NOT last_out MATCHES "consumer ok")
+    message(FATAL_ERROR "consumer_fortran (mpif90, pkg-config): ${last_out}")
+  endif()
+  set(fortran_done "; Fortran alone: find_package (the module in two targets${fortran_ninja}) and mpif90 with pkg-config")
 endif()
 set(torch_done "")
 if(SRC_TORCH) # the libtorch adapter: find_package(zeroshard COMPONENTS torch)
