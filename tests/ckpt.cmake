@@ -33,6 +33,11 @@ if(TARGET zs-ckpt AND TARGET zs-train-gpt)
                           -D ZS_CKPT=$<TARGET_FILE:zs-ckpt> -D WORK=${CMAKE_CURRENT_BINARY_DIR}/zs_ckpt_cli
                           -P ${CMAKE_CURRENT_SOURCE_DIR}/scripts/zs_ckpt_cli.cmake
                   LABELS mpi TIMEOUT 120 ENV ${ZS_MPIEXEC_ENV})
+  # two runs of the trainer saving into one folder (zs_checkpoint_claim, the lock of ckpt_lock.c)
+  zs_add_test_run(NAME ckpt_two_runs
+                  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/two_runs_one_folder.sh ${MPIEXEC_EXECUTABLE}
+                          $<TARGET_FILE:zs-train-gpt> ${CMAKE_CURRENT_BINARY_DIR}/ckpt_two_runs
+                  LABELS mpi TIMEOUT 180 ENV ${ZS_MPIEXEC_ENV})
 endif()
 # zs_import_safetensors (test_import): exports and Hugging Face GPT-2 files (written here and,
 # when python3 has safetensors + numpy, by tests/scripts/write_hf_gpt2.py), damage, mismatch,

@@ -13,7 +13,14 @@
  *     checkpoint loadable, and leaves none of the failed save's files;
  *   - a directory without a checkpoint whose subdirectories hold some (the
  *     example MoE trainer's dense/ and experts/) says which;
- *   - the attributes a save records are the loaded engine's to read. */
+ *   - the attributes a save records are the loaded engine's to read;
+ *   - another run's folder (its lock held by another process, emulated here by
+ *     this process's own flock on a file description of its own) is refused to
+ *     a save on every rank, nothing in it changed, and a load from it warns;
+ *     an engine holds its folder's lock from its save until it is destroyed. */
+#include <fcntl.h>
+#include <sys/file.h>
+
 #include "ckpt_world.h"
 
 /* Stage 1, tp=2: rank r is model-parallel part r (data-parallel alone). */
@@ -203,6 +210,87 @@ static void test_attrs(void) {
   close_run(&b);
 }
 
+/* ---- another run's folder --------------------------------------------------------- */
+
+static char warned[1024];
+static void keep_warning(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level == ZS_LOG_WARN && strstr(msg, "still runs")) snprintf(warned, sizeof warned, "%s", msg);
+}
+
+/* dir/.zs-lock on a file description of its own, locked without waiting: its
+ * fd, or -1 (errno EWOULDBLOCK: a lock is held there). */
+static int try_lock(const char *dir) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/.zs-lock", dir);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+static void test_other_run(void) {
+  char dir[320], man[400];
+  path_of(dir, sizeof dir, "other-run");
+  snprintf(man, sizeof man, "%s/manifest.json", dir);
+  zs_config_t c = cfg(2, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run(&a, world, &c, NBLK));
+  assert_ok(steps(&a, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  int fd = -1;
+  if (rank == 0) { /* the engine's process holds it, and says who it is */
+    expect_true(try_lock(dir) < 0 && errno == EWOULDBLOCK);
+    char p[400], want[64];
+    snprintf(p, sizeof p, "%s/.zs-lock", dir);
+    char *who = read_text(p);
+    snprintf(want, sizeof want, "process %ld on host ", (long)getpid());
+    expect_true(who && !strncmp(who, want, strlen(want)) && strstr(who, " since "));
+    free(who);
+  }
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir)); /* again: its own lock */
+  close_run(&a);
+  barrier();
+  if (rank == 0) { /* released by destroy; now "another run" takes it */
+    fd = try_lock(dir);
+    expect_true(fd >= 0);
+    static const char who[] = "process 424242 on host elsewhere since 2026-12-07 10:00:00 UTC\n";
+    expect_true(fd >= 0 && ftruncate(fd, 0) == 0 && pwrite(fd, who, sizeof who - 1, 0) == (ssize_t)(sizeof who - 1));
+  }
+  barrier();
+  char *before = rank == 0 ? read_text(man) : NULL;
+  assert_ok(open_run(&b, world, &c, NBLK));
+  warned[0] = 0;
+  zs_log_set_callback(keep_warning, NULL);
+  expect_ok(zs_checkpoint_load(b.zs, dir)); /* it loads, with a warning */
+  zs_log_set_callback(NULL, NULL);
+  if (rank == 0) expect_str_contains(warned, "process 424242 on host elsewhere");
+  assert_ok(steps(&b, 1, NULL, NULL));
+  expect_status(zs_checkpoint_save(b.zs, dir), ZS_ERR_STATE); /* every rank */
+  expect_str_contains(zs_last_error(), rank == 0 ? "another run's checkpoint folder: process 424242 on host "
+                                                    "elsewhere since 2026-12-07 10:00:00 UTC saves there"
+                                                  : "another run's checkpoint folder");
+  expect_status(zs_checkpoint_save_async(b.zs, dir), ZS_ERR_STATE);
+  barrier();
+  if (rank == 0) {
+    char *after = read_text(man);
+    expect_true(before && after && !strcmp(before, after)); /* nothing in it changed */
+    free(after);
+    expect_int_eq(count_files(dir, ".zsr"), nranks);
+    close(fd); /* the other run ends */
+  }
+  free(before);
+  barrier();
+  expect_ok(zs_checkpoint_save(b.zs, dir));
+  expect_int_eq(zs_engine_step_count(b.zs), 4);
+  close_run(&b);
+}
+
 int main(void) {
   ckpt_world_open();
   zs_test_run(test_mixed_parts);
@@ -211,5 +299,6 @@ int main(void) {
   zs_test_run(test_part_fails);
   zs_test_run(test_held_below);
   zs_test_run(test_attrs);
+  zs_test_run(test_other_run);
   return ckpt_world_close();
 }

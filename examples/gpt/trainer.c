@@ -264,6 +264,9 @@ static zs_status_t trainer_init(trainer_t *t, const gpt_opts_t *o, zs_device_t *
   TRY(trainer_ckpt_meta(t, res));
   if ((st = zs_engine_setup(t->zs, init_cb, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup", zs_engine_last_error(t->zs));
+  /* another live run saving into --save's folder: refused before the steps */
+  if (o->save && (st = zs_checkpoint_claim(t->zs, o->save)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_claim", zs_engine_last_error(t->zs));
   if (o->load) TRY(trainer_ckpt_load(t, res)); /* trainer_ckpt.c: the load and what it must match */
   if (o->init_from && !o->load && (st = trainer_init_from(t, o->init_from, res->err, sizeof res->err)) != ZS_OK)
     return st; /* res->err says which tensor or option */

@@ -296,6 +296,11 @@ static zs_status_t setup(moet_t *t, gpt_result_t *res) {
     return trainer_fail(res, st, "zs_engine_setup (dense)", zs_engine_last_error(t->dz));
   if ((st = zs_engine_setup(t->xz, expert_init, t)) != ZS_OK)
     return trainer_fail(res, st, "zs_engine_setup (experts)", zs_engine_last_error(t->xz));
+  /* the folder of slots and moe_pair this run manages: another live run's is
+   * refused before its slots are touched (the engines' saves lock only their
+   * slot's folders) */
+  if (o->save && (st = zs_checkpoint_claim(t->dz, o->save)) != ZS_OK)
+    return trainer_fail(res, st, "zs_checkpoint_claim", zs_engine_last_error(t->dz));
   if (o->load) TRY(trainer_moe_load(t, res, o->load)); /* the pair moe_pair names (trainer_moe_ckpt.c) */
   if (o->init_from && !o->load) TRY(trainer_moe_init_from(t, o->init_from, res)); /* --load wins */
   t->step0 = zs_engine_step_count(t->dz);

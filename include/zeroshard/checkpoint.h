@@ -83,8 +83,21 @@ extern "C" {
  * earlier saves, so saving into a folder another live engine of this process
  * saved into or loaded from (and this one did not) is ZS_ERR_INVALID, saving
  * nothing (two models' engines in one folder left only the second's, which
- * both then loaded). */
+ * both then loaded). Across processes, a run that saved into a folder holds
+ * it (an flock(2) on dir/.zs-lock, taken by one process of the run at its
+ * first save there and held until its engine is destroyed or it exits):
+ * another run's save there is ZS_ERR_STATE on every rank, naming the process
+ * and host that holds it, before anything in the folder changes (a job started
+ * twice replaced its own checkpoints); a load from such a folder warns. Where
+ * the file system has no flock, nothing is detected. */
 zs_status_t zs_checkpoint_save(zs_engine_t *zs, const char *dir);
+/* Claims `dir` for this run's saves before the first one (created if missing;
+ * its parent must exist): the lock zs_checkpoint_save takes (above), without
+ * saving. ZS_ERR_STATE on every rank when another live run holds it, so a
+ * trainer learns before its steps, not at its first save; a program that
+ * manages files of its own there (slots, a pointer to the newest) claims the
+ * folder before it touches them. Collective like a save; between steps. */
+zs_status_t zs_checkpoint_claim(zs_engine_t *zs, const char *dir);
 /* zs_checkpoint_save in the background, for saves that should not stop
  * training. Collective and between steps, as zs_checkpoint_save, with its
  * checks; it returns once every rank has copied its rank file (its shard of the

@@ -228,6 +228,11 @@ module zeroshard
       type(c_ptr), value :: zs ! zs_engine_t *
       character(kind=c_char), dimension(*), intent(in) :: dir
     end function zs_checkpoint_save
+    integer(c_int) function zs_checkpoint_claim(zs, dir) bind(c, name='zs_checkpoint_claim')
+      import :: c_char, c_int, c_ptr
+      type(c_ptr), value :: zs ! zs_engine_t *
+      character(kind=c_char), dimension(*), intent(in) :: dir
+    end function zs_checkpoint_claim
     integer(c_int) function zs_checkpoint_save_async(zs, dir) &
         bind(c, name='zs_checkpoint_save_async')
       import :: c_char, c_int, c_ptr

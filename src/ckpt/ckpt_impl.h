@@ -160,6 +160,16 @@ zs_status_t zs__ck_save_start(zs_engine_t *zs, const char *top, const char *fn, 
 /* Pending work finished, the id agreed, the directory made, the manifest made
  * (s->text on rank 0) and its checksum shared. On failure s->text is freed. */
 zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *dir, ck_save_t *s);
+/* ---- ckpt_lock.c: a folder's writer across processes ---- */
+
+/* Takes (and keeps until zs_engine_destroy) the exclusive lock of the existing
+ * folder top; ZS_ERR_STATE with who holds it when another process does. Held
+ * already, or no lock possible there: ZS_OK. Local: one process of a run
+ * calls it, and the run agrees on the outcome. */
+zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn);
+/* A warning when another process holds top's lock (a load from a live run's folder). */
+void zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn);
+
 /* ---- ckpt_write.c: a rank file's bytes ---- */
 
 /* Rank r's file: its size and block count, which follow from the layout alone

@@ -313,6 +313,7 @@ static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
+  if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) zs__ck_lock_peek(zs, top, "zs_checkpoint_load");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);
   if (st == ZS_OK) zs__ck_own(zs, dir);
   free(dir);

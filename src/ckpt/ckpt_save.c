@@ -389,9 +389,11 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
   struct stat sb;
   if (st == ZS_OK && zs->rank == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: %s exists and is not a directory", fn, dir);
-  if (st == ZS_OK && zs->rank == 0) remove_leftovers(dir, fn);
+  /* another run's folder (ckpt_lock.c): refused before anything in it changes */
+  if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) st = zs__ck_lock_folder(zs, top, fn);
   snprintf(what, sizeof what, "%s: creating the directory", fn);
   ZS_CHECK(zs__ck_agree(zs, st, what));
+  if (zs->rank == 0) remove_leftovers(dir, fn);
 
   /* the manifest first (rank 0), so that every rank file records its checksum */
   uint32_t mcrc = 0;

@@ -265,6 +265,7 @@ void zs_engine_destroy(zs_engine_t *zs) {
              zs->rank, zs->phase == ZS_PH_FORWARD ? "forward" : zs->phase == ZS_PH_BACKWARD ? "backward" : "between rounds",
              zs->round);
   if (zs->ck_async_drop) zs->ck_async_drop(zs); /* before the device goes: it frees the snapshot */
+  if (zs->ck_locks_drop) zs->ck_locks_drop(zs); /* after it: the writer is done */
   zs__eng_release_setup(zs);
   zs__eng_free(zs, (void **)&zs->xdev, (size_t)zs->xcount * 8, ZS_MEM_COMM);
   zs__eng_host_free(zs, (void **)&zs->xhost, (size_t)zs->xcount * 8, ZS_MEM_COMM);

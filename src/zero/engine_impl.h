@@ -259,6 +259,11 @@ struct zs_engine {
   void (*ck_async_drop)(zs_engine_t *zs);
   void *ck_keep; /* ZS_CKPT_KEEP_COPY: the last background save's copy, kept for the next (ck_keep_bytes, ZS_MEM_OTHER) */
   size_t ck_keep_bytes;
+  /* the checkpoint folders (realpaths) whose writer lock this engine shares
+   * (src/ckpt/ckpt_lock.c), NULL: none; zs_engine_destroy calls ck_locks_drop
+   * when it is set, after ck_async_drop */
+  char *ck_locked[4];
+  void (*ck_locks_drop)(zs_engine_t *zs);
   char err[ZS_ERRBUF];
 };
 
