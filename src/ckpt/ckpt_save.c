@@ -157,8 +157,9 @@ static int remove_stale_counted(const char *dir, uint64_t id, int64_t *bytes) {
   snprintf(keep, sizeof keep, "%016" PRIx64 ".", id);
   struct dirent *e;
   while ((e = readdir(d))) {
-    size_t n = strlen(e->d_name);
-    int ours = (n > 4 && !strcmp(e->d_name + n - 4, ".zsr")) || (n > 8 && !strcmp(e->d_name + n - 8, ".zsr.tmp"));
+    const size_t len = strlen(e->d_name);
+    int ours = (len > 4 && !strcmp(e->d_name + len - 4, ".zsr")) ||
+               (len > 8 && !strcmp(e->d_name + len - 8, ".zsr.tmp"));
     if (!ours || !strncmp(e->d_name, keep, strlen(keep))) continue;
     char path[CK_PATH];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
