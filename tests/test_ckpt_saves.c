@@ -14,10 +14,15 @@
  *   - a directory without a checkpoint whose subdirectories hold some (the
  *     example MoE trainer's dense/ and experts/) says which;
  *   - the attributes a save records are the loaded engine's to read;
+ *   - a model-parallel save cut between its parts' renames (part 1 still holds
+ *     the previous save's manifest beside the new one's manifest.json.tmp):
+ *     the load completes the renames, with a warning, and takes the new save
+ *     (no load took either before: "parts of different saves");
  *   - another run's folder (its lock held by another process, emulated here by
  *     this process's own flock on a file description of its own) is refused to
  *     a save on every rank, nothing in it changed, and a load from it warns;
  *     an engine holds its folder's lock from its save until it is destroyed. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 
@@ -210,6 +215,70 @@ static void test_attrs(void) {
   close_run(&b);
 }
 
+/* ---- a save cut between its parts' renames ---------------------------------------- */
+
+static char cut_warning[1024];
+static void keep_cut_warning(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line, (void)user;
+  if (level == ZS_LOG_WARN && strstr(msg, "completes it")) snprintf(cut_warning, sizeof cut_warning, "%s", msg);
+}
+
+static void test_renames_cut(void) {
+  if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
+  char dir[320], old[320], part[400], oldpart[400], p[700], q[700];
+  path_of(dir, sizeof dir, "cut");
+  path_of(old, sizeof old, "cut-old");
+  snprintf(part, sizeof part, "%s/mp1", dir);
+  snprintf(oldpart, sizeof oldpart, "%s/mp1", old);
+  run_t a, b;
+  assert_ok(open_tp2(&a));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, old)); /* the previous save (step 1) */
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir)); /* the new one (step 2) */
+  barrier();
+  if (rank == 0) { /* part 1 as a crash before its rename left it: the old manifest and files, the new .tmp */
+    snprintf(p, sizeof p, "%s/manifest.json", part);
+    snprintf(q, sizeof q, "%s/manifest.json.tmp", part);
+    expect_true(rename(p, q) == 0);
+    DIR *d = opendir(oldpart);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+      if (e->d_name[0] != '.') {
+        snprintf(p, sizeof p, "%s/%s", oldpart, e->d_name);
+        snprintf(q, sizeof q, "%s/%s", part, e->d_name);
+        expect_true(rename(p, q) == 0);
+      }
+    if (d) closedir(d);
+  }
+  barrier();
+  if (rank == 0) { /* offline, nothing changed: refused, saying what a load does */
+    expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "a save cut between its parts' renames");
+  }
+  barrier();
+  assert_ok(open_tp2(&b));
+  cut_warning[0] = 0;
+  zs_log_set_callback(keep_cut_warning, NULL);
+  expect_ok(zs_checkpoint_load(b.zs, dir));
+  zs_log_set_callback(NULL, NULL);
+  expect_int_eq(zs_engine_step_count(b.zs), 2);
+  if (rank == 0) {
+    expect_str_contains(cut_warning, "(step 2) whose manifests were put in place in some parts only");
+    expect_str_contains(cut_warning, "in mp1, which completes it");
+    expect_true(!exists(part, "manifest.json.tmp"));
+    expect_ok(zs_checkpoint_verify(dir, NULL));
+  }
+  /* the same values as the run that saved */
+  int64_t na = 0, nb = 0;
+  float *va = values(&a, &na), *vb = values(&b, &nb);
+  expect_true(va && vb && na == nb && count_diff(va, vb, na, 0) == 0);
+  free(va);
+  free(vb);
+  close_run(&a);
+  close_run(&b);
+}
+
 /* ---- another run's folder --------------------------------------------------------- */
 
 static char warned[1024];
@@ -300,5 +369,6 @@ int main(void) {
   zs_test_run(test_held_below);
   zs_test_run(test_attrs);
   zs_test_run(test_other_run);
+  zs_test_run(test_renames_cut);
   return ckpt_world_close();
 }

@@ -28,13 +28,23 @@ static zs_status_t same_save(const ck_source_t *s, int i, char *err, const char 
              !strcmp(a->state_dtype, b->state_dtype) && a->state_block == b->state_block &&
              b->mp_size == s->nparts && b->mp_rank == i;
   for (int k = 0; k < K_COUNT; k++) same = same && a->has[k] == b->has[k];
-  if (!same)
+  if (!same) {
+    /* a save cut between its parts' renames leaves the newer manifest as a .tmp */
+    char tmp[CK_PATH + 32];
+    struct stat sb;
+    int cut = 0;
+    for (int p = 0; p < s->nparts && !cut; p++)
+      cut = snprintf(tmp, sizeof tmp, "%s/manifest.json.tmp", s->part[p].dir) > 0 && stat(tmp, &sb) == 0;
     return ZS_FAIL(err, ZS_ERR_CORRUPT,
                    "%s: %s is not part %d of %d of the save in %s (it says part %d of %d of save %016llx, step %lld, "
-                   "optimizer %s/%s, against save %016llx, step %lld, %s/%s): parts of different saves",
+                   "optimizer %s/%s, against save %016llx, step %lld, %s/%s): parts of different saves%s",
                    fn, s->part[i].dir, i, s->nparts, s->part[0].dir, b->mp_rank, b->mp_size, (unsigned long long)b->id,
                    (long long)b->step, b->optimizer, b->state_dtype, (unsigned long long)a->id, (long long)a->step,
-                   a->optimizer, a->state_dtype);
+                   a->optimizer, a->state_dtype,
+                   cut ? " (a part holds a manifest.json.tmp: a save cut between its parts' renames, which "
+                         "zs_checkpoint_load completes when every part names the newer save)"
+                       : "");
+  }
   return ZS_OK;
 }
 

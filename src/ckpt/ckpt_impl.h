@@ -167,8 +167,9 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
  * already, or no lock possible there: ZS_OK. Local: one process of a run
  * calls it, and the run agrees on the outcome. */
 zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn);
-/* A warning when another process holds top's lock (a load from a live run's folder). */
-void zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn);
+/* A warning when another process holds top's lock (a load from a live run's
+ * folder); returns whether it does. */
+int zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn);
 
 /* ---- ckpt_write.c: a rank file's bytes ---- */
 
@@ -297,6 +298,8 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
                                        const char *fn);
 /* The same for dir/manifest.json (ZS_ERR_IO when it cannot be read). */
 zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn);
+/* The same for dir/name (a manifest.json.tmp a save left). */
+zs_status_t zs__ck_parse_manifest_named(const char *dir, const char *name, manifest_t *m, char *err, const char *fn);
 
 /* ---- ckpt_read.c ---- */
 

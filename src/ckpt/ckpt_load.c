@@ -1,9 +1,12 @@
 /* Checkpoints: loading into an engine (its owned ranges, in pinned staging). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
 
@@ -294,6 +297,71 @@ static zs_status_t same_save_parts(zs_engine_t *zs, zs_status_t st, const char *
 
 static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
 
+/* A model-parallel save's manifests go in place in two rounds: every part
+ * writes manifest.json.tmp (its rank files all there), then each renames its
+ * own. A crash between the renames left parts whose manifest.json names the
+ * new save and parts whose manifest.json still names the old one beside the
+ * new one's .tmp: no load took either (parts of different saves), though the
+ * new save is complete. When every part names the newest save in its
+ * manifest.json or its manifest.json.tmp, the renames are completed here
+ * (one process; its outcome agreed by the caller), with a warning. Anything
+ * else is left for the load to refuse. */
+static void complete_renames(const char *top) {
+  enum { MAXP = 4096 };
+  char part[CK_PATH + 32];
+  struct stat sb;
+  int n = 0;
+  while (n < MAXP && snprintf(part, sizeof part, "%s/mp%d", top, n) > 0 && stat(part, &sb) == 0 && S_ISDIR(sb.st_mode))
+    n++;
+  if (n < 2) return;
+  uint64_t *id = calloc((size_t)n, sizeof *id), *tid = calloc((size_t)n, sizeof *tid), newest = 0;
+  long long step = 0;
+  int ok = id && tid, differ = 0;
+  for (int p = 0; ok && p < n; p++) {
+    manifest_t m;
+    char err[ZS_ERRBUF];
+    snprintf(part, sizeof part, "%s/mp%d", top, p);
+    if (zs__ck_parse_manifest(part, &m, err, "zs_checkpoint_load") == ZS_OK) {
+      id[p] = m.id;
+      if (m.mp_size != n || m.mp_rank != p) ok = 0;
+      if (m.id > newest) newest = m.id, step = m.step;
+      zs__ck_manifest_free(&m);
+    }
+    if (zs__ck_parse_manifest_named(part, "manifest.json.tmp", &m, err, "zs_checkpoint_load") == ZS_OK) {
+      tid[p] = m.mp_size == n && m.mp_rank == p ? m.id : 0;
+      zs__ck_manifest_free(&m);
+    }
+    differ |= p && id[p] != id[0];
+  }
+  for (int p = 0; ok && p < n; p++) ok = id[p] == newest || tid[p] == newest;
+  if (ok && differ && newest) {
+    char moved[512] = "";
+    size_t k = 0;
+    for (int p = 0; p < n; p++) {
+      if (id[p] == newest) continue;
+      char from[CK_PATH + 64], to[CK_PATH + 64];
+      snprintf(part, sizeof part, "%s/mp%d", top, p);
+      snprintf(from, sizeof from, "%s/manifest.json.tmp", part);
+      snprintf(to, sizeof to, "%s/manifest.json", part);
+      if (rename(from, to) != 0) {
+        ZS_LOG_W("zs_checkpoint_load: completing an interrupted save in %s: renaming %s failed: %s", top, from,
+                 strerror(errno));
+        break;
+      }
+      int fd = open(part, O_RDONLY | O_DIRECTORY);
+      if (fd >= 0) fsync(fd), close(fd);
+      if (k < sizeof moved) k += (size_t)snprintf(moved + k, sizeof moved - k, "%smp%d", k ? ", " : "", p);
+    }
+    if (k)
+      ZS_LOG_W("zs_checkpoint_load: %s held a save (step %lld) whose manifests were put in place in some parts "
+               "only (a crash between the parts' renames): its manifest.json.tmp put in place in %s, which "
+               "completes it",
+               top, step, moved);
+  }
+  free(id);
+  free(tid);
+}
+
 static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top);
 
 /* One call at a time on the engine (zs__eng_enter), as the step's calls. */
@@ -313,7 +381,12 @@ static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   char *dir = st == ZS_OK ? zs__ck_dir(zs, top) : NULL; /* top, or top/mp<rank> for a model-parallel part */
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
-  if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) zs__ck_lock_peek(zs, top, "zs_checkpoint_load");
+  if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) {
+    /* before any rank reads a manifest (the agreement below orders them); not
+     * in a live run's folder, whose own save may be between its renames */
+    if (!zs__ck_lock_peek(zs, top, "zs_checkpoint_load")) complete_renames(top);
+  }
+  if (st == ZS_OK) st = zs__ck_agree(zs, ZS_OK, "zs_checkpoint_load: looking at the parts");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);
   if (st == ZS_OK) zs__ck_own(zs, dir);
   free(dir);

@@ -176,23 +176,25 @@ out:
   return st;
 }
 
-void zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn) {
+int zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn) {
   char real[PATH_MAX], path[PATH_MAX + 16], who[256];
   (void)zs;
-  if (!realpath(top, real) || !lock_path(path, sizeof path, real)) return;
+  if (!realpath(top, real) || !lock_path(path, sizeof path, real)) return 0;
   pthread_mutex_lock(&g_mu);
   const int ours = find_locked(real) != NULL;
   pthread_mutex_unlock(&g_mu);
-  if (ours) return;
+  if (ours) return 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+  if (fd < 0) return 0;
+  const int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  if (held) {
     holder(fd, who, sizeof who);
     ZS_LOG_W("%s: %s is the checkpoint folder of a run that still runs (%s): this run's saves into it will be "
                "refused while that one runs",
                fn, top, who);
   }
   close(fd); /* a shared lock taken here goes with it */
+  return held;
 }
 
 /* ---- zs_checkpoint_claim -------------------------------------------------------- */

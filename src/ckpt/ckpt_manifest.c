@@ -301,9 +301,13 @@ done:
 }
 
 zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn) {
+  return zs__ck_parse_manifest_named(dir, "manifest.json", m, err, fn);
+}
+
+zs_status_t zs__ck_parse_manifest_named(const char *dir, const char *name, manifest_t *m, char *err, const char *fn) {
   memset(m, 0, sizeof *m);
   char path[CK_PATH];
-  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
