@@ -59,6 +59,7 @@ static void test_invalid_fields(void) {
   BAD(c.stage = 5, "config.stage is 5: use 0 (DDP), 1, 2 or 3");
   BAD(c.stage = -1, "config.stage is -1");
   BAD(c.version = 7, "config.version is 7: start from ZS_CONFIG_INIT");
+  BAD(c.version = 0, "zs_config_from_json(cfg, \"{}\") (from Fortran: bytes only zeroed hold version 0)");
   BAD(c.param_dtype = ZS_INT32, "config.param_dtype is int32: use fp32, bf16 or fp16");
   BAD(c.param_dtype = (zs_dtype_t)99, "config.param_dtype is invalid");
   BAD(c.reduce_dtype = ZS_UINT8, "config.reduce_dtype is uint8: use fp32 or bf16");

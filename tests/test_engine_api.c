@@ -168,6 +168,9 @@ static void test_declaration_errors(void) {
                              NULL),
                 ZS_ERR_INVALID);
   expect_str_contains(zs_engine_last_error(zs), "'huge'");
+  /* a NULL shape is said to be one (a trial was told its ndim 2 was wrong) */
+  expect_status(zs_param_add(zs, u0, "noshape", 2, NULL, 0, NULL, NULL, NULL), ZS_ERR_INVALID);
+  expect_str_contains(zs_engine_last_error(zs), "'noshape': shape is NULL: pass an array of its 2 dimensions");
   expect_int_eq(zs_engine_param_count(zs), 2); /* refused declarations leave nothing */
   assert_ok(zs_unit_add(zs, "blk2", &u1));
   expect_status(zs_param_add(zs, u1, "w", 1, (int64_t[]){4}, 0, NULL, NULL, NULL), ZS_ERR_INVALID);

@@ -111,7 +111,9 @@ zs_status_t zs__config_validate(const zs_config_t *c, const origins_t *o, const 
   if (!c)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "config is NULL: pass a zs_config_t started from ZS_CONFIG_INIT");
   if (c->version != ZS_CONFIG_VERSION)
-    return bad(prefix, o, "version", int_value(c->version).s, "start from ZS_CONFIG_INIT (version %d)",
+    return bad(prefix, o, "version", int_value(c->version).s,
+               "start from ZS_CONFIG_INIT (version %d), zs_config_defaults(), or zs_config_from_json(cfg, \"{}\") "
+               "(from Fortran: bytes only zeroed hold version 0)",
                ZS_CONFIG_VERSION);
   if (c->stage < 0 || c->stage > 3) return bad(prefix, o, "stage", int_value(c->stage).s, "use 0 (DDP), 1, 2 or 3");
   if (!dtype_is_float(c->param_dtype))

@@ -188,9 +188,12 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
                    "each unit's parameters right after the unit",
                    zs->nunits - 1, unit);
   ZS_CHECK(check_name(zs, "zs_param_add", "parameter", name));
-  if (ndim < 1 || ndim > ZS_MAX_DIMS || !shape)
+  if (ndim < 1 || ndim > ZS_MAX_DIMS)
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has ndim %d: use 1..%d with a shape array",
                    name, ndim, ZS_MAX_DIMS);
+  if (!shape) /* (a trial's NULL shape was told its ndim was wrong) */
+    return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s': shape is NULL: pass an array of its %d dimension%s",
+                   name, ndim, ndim == 1 ? "" : "s");
   if (flags & ~(ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN | ZS_PARAM_MP_REPLICATED | ZS_PARAM_TIED_COPY |
                 ZS_PARAM_BACKWARD_UNREAD))
     return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_add: '%s' has unknown flags 0x%x", name, flags);
