@@ -141,10 +141,30 @@ static void print_tensors(const manifest_t *m) {
     }
     else if (sp->set)
       printf("  a copy of %s %s", sp->whole, dims_str(b, sizeof b, sp->wshape, sp->wndim));
-    if (m->trep[t]) printf("  replicated on every part");
+    if (m->trep[t]) printf("  the same on each tensor-parallel rank");
     if (m->tfrozen[t]) printf("  frozen (values only)");
     printf("\n");
   }
+}
+
+/* The whole model's elements: each whole tensor once, by name (a tensor split
+ * across parts counts its whole's elements; copies of a tensor in several
+ * parts, the same name, count once; pipeline stages' tensors differ by name). */
+static long long model_params(const manifest_t *m, int nm) {
+  long long total = 0;
+  for (int p = 0; p < nm; p++)
+    for (int t = 0; t < m[p].ntensors; t++) {
+      const zs_ck_split_t *sp = &m[p].tsplit[t];
+      const char *name = sp->set ? sp->whole : m[p].tname[t];
+      int seen = 0;
+      for (int q = 0; q <= p && !seen; q++)
+        for (int u = 0; u < (q < p ? m[q].ntensors : t) && !seen; u++) {
+          const zs_ck_split_t *s2 = &m[q].tsplit[u];
+          seen = !strcmp(name, s2->set ? s2->whole : m[q].tname[u]);
+        }
+      if (!seen) total += sp->set ? sp->wnumel : m[p].tnumel[t];
+    }
+  return total;
 }
 
 /* The human form: the header lines, then each part's tensors. */
@@ -155,7 +175,9 @@ static void print_info(const char *dir, const zs_checkpoint_info_t *info, const 
          info->optimizer, m[0].state_dtype);
   if (m[0].state_block) printf(" (blocks of %d)", m[0].state_block);
   printf(", parameters %s, %lld bytes", m[0].param_dtype, (long long)info->bytes);
-  if (parts) printf(" (in %d model-parallel parts: tensors and parameters as the parts hold them)", parts);
+  if (parts)
+    printf(" (in %d model-parallel parts: tensors and parameters as the parts hold them; the whole model %lld "
+           "parameters)", parts, model_params(m, nm));
   printf("; values not read (zs-ckpt verify reads them)\n");
   if (m[0].layout[0]) printf("layout: %s\n", m[0].layout);
   for (int i = 0; i < m[0].nattr; i++) printf("%s %s = %s\n", i ? "      " : "attrs:", m[0].attr[i][0], m[0].attr[i][1]);
@@ -173,6 +195,7 @@ static cJSON *info_json(const char *dir, const zs_checkpoint_info_t *info, const
   cJSON_AddNumberToObject(root, "stage", m[0].stage);
   cJSON_AddNumberToObject(root, "tensors", info->ntensors);
   cJSON_AddNumberToObject(root, "params", (double)info->params);
+  cJSON_AddNumberToObject(root, "model_params", (double)model_params(m, nm)); /* each whole tensor once */
   cJSON_AddNumberToObject(root, "bytes", (double)info->bytes);
   cJSON_AddStringToObject(root, "optimizer", info->optimizer);
   cJSON_AddStringToObject(root, "state_dtype", m[0].state_dtype);

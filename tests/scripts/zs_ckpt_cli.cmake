@@ -43,6 +43,16 @@ execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --tensors RESULT_VARIABLE rc 
 if(NOT rc EQUAL 0 OR NOT out MATCHES "\n  wte +\\[256, 32\\] +8192\n")
   message(FATAL_ERROR "info --tensors: rc ${rc}: ${out}")
 endif()
+# the same model at --tp 2: the parts' tensors as they hold them, the whole model counted once
+# (split tensors by their whole, the replicated ones once)
+execute_process(COMMAND ${MPIEXEC} -n 2 --oversubscribe ${TRAINER} --tp 2 --layers 1 --channels 32 --heads 2
+                        --seq 16 --batch 4 --steps 1 --val-seqs 0 --quiet --save ${WORK}/tp RESULT_VARIABLE rc)
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/tp --tensors RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "in 2 model-parallel parts: .* the whole model ${params} parameters\\)"
+   OR NOT out MATCHES "ln1.w +\\[32\\] +32  the same on each tensor-parallel rank\n"
+   OR NOT out MATCHES "part of wte \\[256, 32\\]: \\[128, 256\\) of dim 0\n")
+  message(FATAL_ERROR "info of a tp 2 save: rc ${rc}: ${out}${err}")
+endif()
 execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --bogus RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
 if(NOT rc EQUAL 2)
   message(FATAL_ERROR "info --bogus: rc ${rc}, wanted 2")
