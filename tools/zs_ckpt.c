@@ -179,6 +179,9 @@ static void print_info(const char *dir, const zs_checkpoint_info_t *info, const 
     printf(" (in %d model-parallel parts: tensors and parameters as the parts hold them; the whole model %lld "
            "parameters)", parts, model_params(m, nm));
   printf("; values not read (zs-ckpt verify reads them)\n");
+  if (!parts && m[0].mp_size > 1)
+    printf("note: this is model-parallel part %d of %d on its own: a load takes the folder that holds mp0..mp%d\n",
+           m[0].mp_rank, m[0].mp_size, m[0].mp_size - 1);
   if (m[0].layout[0]) printf("layout: %s\n", m[0].layout);
   for (int i = 0; i < m[0].nattr; i++) printf("%s %s = %s\n", i ? "      " : "attrs:", m[0].attr[i][0], m[0].attr[i][1]);
   for (int p = 0; tensors && p < nm; p++) {
