@@ -18,6 +18,10 @@
  *     the previous save's manifest beside the new one's manifest.json.tmp):
  *     the load completes the renames, with a warning, and takes the new save
  *     (no load took either before: "parts of different saves");
+ *   - a save cut before it removed the older save of the other layout (a
+ *     newer single part beside older tp parts): verify says so; the load
+ *     removes the older, as the save would have, and every layout then
+ *     resumes from the newer (each took its own layout's before);
  *   - another run's folder (its lock held by another process, emulated here by
  *     this process's own flock on a file description of its own) is refused to
  *     a save on every rank, nothing in it changed, and a load from it warns;
@@ -279,6 +283,53 @@ static void test_renames_cut(void) {
   close_run(&b);
 }
 
+/* ---- a save cut before it removed the other layout's ------------------------------ */
+
+static void test_two_layouts_cut(void) {
+  if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
+  char dir[320], one[320], p[700], q[700];
+  path_of(dir, sizeof dir, "two-layouts");
+  path_of(one, sizeof one, "two-layouts-one");
+  zs_config_t c = cfg(1, ZS_FP32, 0);
+  run_t mp, dp, mp2;
+  assert_ok(open_tp2(&mp));
+  assert_ok(open_run(&dp, world, &c, NBLK));
+  assert_ok(steps(&mp, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(mp.zs, dir)); /* tp parts, step 1 */
+  assert_ok(steps(&dp, 2, NULL, NULL));
+  assert_ok(zs_checkpoint_save(dp.zs, one)); /* one part, step 2, newer */
+  barrier();
+  if (rank == 0) { /* a conversion into the parts' folder is refused (it made such a folder) */
+    expect_status(zs_checkpoint_convert(one, dir), ZS_ERR_INVALID);
+    expect_str_contains(zs_last_error(), "holds a checkpoint already");
+  }
+  if (rank == 0) { /* as a crash after the single part's manifest, before the parts were removed */
+    DIR *d = opendir(one);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+      if (e->d_name[0] != '.') {
+        snprintf(p, sizeof p, "%s/%s", one, e->d_name);
+        snprintf(q, sizeof q, "%s/%s", dir, e->d_name);
+        expect_true(rename(p, q) == 0);
+      }
+    if (d) closedir(d);
+    expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
+    expect_str_contains(zs_last_error(), "two saves of different layouts, step 2 in one part and step 1 in 2");
+  }
+  barrier();
+  assert_ok(open_tp2(&mp2));
+  expect_ok(zs_checkpoint_load(mp2.zs, dir)); /* the tp run takes the newer, the single part */
+  expect_int_eq(zs_engine_step_count(mp2.zs), 2);
+  barrier();
+  if (rank == 0) {
+    expect_true(!exists(dir, "mp0") && !exists(dir, "mp1"));
+    expect_ok(zs_checkpoint_verify(dir, NULL));
+  }
+  close_run(&mp);
+  close_run(&dp);
+  close_run(&mp2);
+}
+
 /* ---- another run's folder --------------------------------------------------------- */
 
 static char warned[1024];
@@ -378,5 +429,6 @@ int main(void) {
   zs_test_run(test_attrs);
   zs_test_run(test_other_run);
   zs_test_run(test_renames_cut);
+  zs_test_run(test_two_layouts_cut);
   return ckpt_world_close();
 }

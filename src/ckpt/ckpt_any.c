@@ -341,3 +341,32 @@ void zs__ck_whole_split(const ck_source_t *s, const ck_whole_t *w, zs_ck_split_t
 }
 
 int zs__ck_whole_frozen(const ck_source_t *s, const ck_whole_t *w) { return s->part[w->part].m.tfrozen[w->t]; }
+
+/* ---- two layouts in one folder ---------------------------------------------------- */
+
+int zs__ck_probe_manifest(const char *dir, const char *name, manifest_t *m) {
+  char path[CK_PATH + 64], err[ZS_ERRBUF], last[ZS_ERRBUF];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (stat(path, &sb) != 0) return 0;
+  snprintf(last, sizeof last, "%s", zs_last_error());
+  const zs_status_t st = zs__ck_parse_manifest_named(dir, name, m, err, "checkpoint");
+  zs_set_last_error("%s", last); /* a probe: its complaint is no failure of the caller */
+  return st == ZS_OK;
+}
+
+int zs__ck_two_layouts(const char *top, uint64_t *one_id, long long *one_step, uint64_t *parts_id,
+                       long long *parts_step, int *nparts) {
+  char part[CK_PATH + 32];
+  manifest_t a, b;
+  if (!zs__ck_probe_manifest(top, "manifest.json", &a)) return 0;
+  const int lone = a.mp_size > 1; /* a part on its own at top: not a save of one part */
+  *one_id = a.id, *one_step = a.step;
+  zs__ck_manifest_free(&a);
+  snprintf(part, sizeof part, "%s/mp0", top);
+  if (lone || !zs__ck_probe_manifest(part, "manifest.json", &b)) return 0;
+  const int ok = b.mp_size > 1 && b.mp_rank == 0;
+  *parts_id = b.id, *parts_step = b.step, *nparts = b.mp_size;
+  zs__ck_manifest_free(&b);
+  return ok;
+}

@@ -92,7 +92,10 @@ static zs_status_t convert(const char *src, const char *dst) {
   char path[CK_PATH + 32], tmp[CK_PATH + 40], fname[64];
   struct stat sb;
   snprintf(path, sizeof path, "%s/manifest.json", dst);
-  if (stat(path, &sb) == 0)
+  int held = stat(path, &sb) == 0;
+  snprintf(path, sizeof path, "%s/mp0/manifest.json", dst); /* model-parallel parts: a mixed folder after (a trial) */
+  held = held || stat(path, &sb) == 0;
+  if (held)
     return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: %s holds a checkpoint already: convert into a new directory", fn, dst);
   if (mkdir(dst, 0755) != 0 && errno != EEXIST)
     return ZS_FAIL(NULL, ZS_ERR_IO, "%s: cannot create %s: %s", fn, dst, strerror(errno));

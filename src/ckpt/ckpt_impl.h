@@ -171,6 +171,9 @@ zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn)
  * folder); returns whether it does. */
 int zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn);
 
+/* After a save in one layout (mp_size > 1: parts mp0..; else one part in top):
+ * the older save another layout left in top removed (ckpt_save.c). */
+void zs__ck_remove_other_layout(const char *top, int mp_size);
 /* ---- ckpt_write.c: a rank file's bytes ---- */
 
 /* Rank r's file: its size and block count, which follow from the layout alone
@@ -300,6 +303,14 @@ zs_status_t zs__ck_parse_manifest_text(const char *text, size_t n, const char *p
 zs_status_t zs__ck_parse_manifest(const char *dir, manifest_t *m, char *err, const char *fn);
 /* The same for dir/name (a manifest.json.tmp a save left). */
 zs_status_t zs__ck_parse_manifest_named(const char *dir, const char *name, manifest_t *m, char *err, const char *fn);
+/* dir/name parsed as a manifest where it exists (1; free m), else 0: a probe,
+ * which leaves the thread's last error as it was. */
+int zs__ck_probe_manifest(const char *dir, const char *name, manifest_t *m);
+/* Whether top holds a save in one part (its manifest there) and one in
+ * model-parallel parts (mp0/manifest.json) at once: a save cut before it
+ * removed the other layout's. Fills the two saves' ids and steps (parts: mp0's). */
+int zs__ck_two_layouts(const char *top, uint64_t *one_id, long long *one_step, uint64_t *parts_id,
+                       long long *parts_step, int *nparts);
 
 /* ---- ckpt_read.c ---- */
 

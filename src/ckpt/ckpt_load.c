@@ -297,6 +297,34 @@ static zs_status_t same_save_parts(zs_engine_t *zs, zs_status_t st, const char *
 
 static zs_status_t zs_checkpoint_load_in(zs_engine_t *zs, const char *top, const char *dir);
 
+/* A save in one layout removes the older save another layout left in the
+ * folder once its own is in place; a crash between the two left both, and a
+ * run in each layout loaded its own (a trial's tp 2 run went on from step 3,
+ * the tp 1 run silently from step 2). The older of the two goes here, as the
+ * save would have done, when the newer is whole (its parts of one save). */
+static void settle_layouts(const char *top) {
+  uint64_t one, parts;
+  long long one_step, parts_step;
+  int n = 0;
+  if (!zs__ck_two_layouts(top, &one, &one_step, &parts, &parts_step, &n) || one == parts) return;
+  if (parts > one) { /* the parts are newer: each names that save (complete_renames ran) */
+    for (int p = 1; p < n; p++) {
+      char dir[CK_PATH + 32];
+      manifest_t m;
+      snprintf(dir, sizeof dir, "%s/mp%d", top, p);
+      if (!zs__ck_probe_manifest(dir, "manifest.json", &m)) return;
+      const int same = m.id == parts && m.mp_size == n && m.mp_rank == p;
+      zs__ck_manifest_free(&m);
+      if (!same) return;
+    }
+  }
+  ZS_LOG_W("zs_checkpoint_load: %s held two saves of different layouts, step %lld in one part and step %lld in %d "
+           "model-parallel parts (a save cut before it removed the older): the older, step %lld, is removed, as "
+           "that save would have done",
+           top, one_step, parts_step, n, parts > one ? one_step : parts_step);
+  zs__ck_remove_other_layout(top, parts > one ? n : 1);
+}
+
 /* A model-parallel save's manifests go in place in two rounds: every part
  * writes manifest.json.tmp (its rank files all there), then each renames its
  * own. A crash between the renames left parts whose manifest.json names the
@@ -319,15 +347,14 @@ static void complete_renames(const char *top) {
   int ok = id && tid, differ = 0;
   for (int p = 0; ok && p < n; p++) {
     manifest_t m;
-    char err[ZS_ERRBUF];
     snprintf(part, sizeof part, "%s/mp%d", top, p);
-    if (zs__ck_parse_manifest(part, &m, err, "zs_checkpoint_load") == ZS_OK) {
+    if (zs__ck_probe_manifest(part, "manifest.json", &m)) {
       id[p] = m.id;
       if (m.mp_size != n || m.mp_rank != p) ok = 0;
       if (m.id > newest) newest = m.id, step = m.step;
       zs__ck_manifest_free(&m);
     }
-    if (zs__ck_parse_manifest_named(part, "manifest.json.tmp", &m, err, "zs_checkpoint_load") == ZS_OK) {
+    if (zs__ck_probe_manifest(part, "manifest.json.tmp", &m)) {
       tid[p] = m.mp_size == n && m.mp_rank == p ? m.id : 0;
       zs__ck_manifest_free(&m);
     }
@@ -384,7 +411,10 @@ static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) {
     /* before any rank reads a manifest (the agreement below orders them); not
      * in a live run's folder, whose own save may be between its renames */
-    if (!zs__ck_lock_peek(zs, top, "zs_checkpoint_load")) complete_renames(top);
+    if (!zs__ck_lock_peek(zs, top, "zs_checkpoint_load")) {
+      complete_renames(top);
+      settle_layouts(top);
+    }
   }
   if (st == ZS_OK) st = zs__ck_agree(zs, ZS_OK, "zs_checkpoint_load: looking at the parts");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);

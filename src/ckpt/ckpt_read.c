@@ -277,6 +277,15 @@ static zs_status_t check_save(const char *dir, int data, zs_checkpoint_info_t *i
   if (strlen(dir) > CK_PATH - 64) return ZS_FAIL(NULL, ZS_ERR_INVALID, "%s: the path is too long", fn);
   char probe[CK_PATH + 32];
   struct stat sb;
+  uint64_t one_id, parts_id;
+  long long one_step, parts_step;
+  int n = 0;
+  if (zs__ck_two_layouts(dir, &one_id, &one_step, &parts_id, &parts_step, &n))
+    return ZS_FAIL(NULL, ZS_ERR_CORRUPT,
+                   "%s: %s holds two saves of different layouts, step %lld in one part and step %lld in %d "
+                   "model-parallel parts (mp0..): a save cut before it removed the older; zs_checkpoint_load keeps "
+                   "the newer (step %lld) and removes the other",
+                   fn, dir, one_step, parts_step, n, one_id > parts_id ? one_step : parts_step);
   snprintf(probe, sizeof probe, "%s/manifest.json", dir);
   if (stat(probe, &sb) == 0) return check_one(dir, data, info, fn);
   snprintf(probe, sizeof probe, "%s/mp0/manifest.json", dir);

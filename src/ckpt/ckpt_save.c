@@ -271,7 +271,7 @@ static void clear_part(const char *dir) {
  * that layout would otherwise load it as if it were the latest save. Only what
  * its manifest shows to be such a part goes (a directory mp16 of something
  * else stays). */
-static void remove_other_layout(const char *top, int mp_size) {
+void zs__ck_remove_other_layout(const char *top, int mp_size) {
   DIR *d = opendir(top);
   if (!d) return;
   struct dirent *e;
@@ -459,7 +459,7 @@ zs_status_t zs__ck_save_commit(zs_engine_t *zs, const char *top, const char *dir
   /* older saves (their rank files; the other layout's save), once every part
    * of this one is in place, and before anyone returns */
   if (zs->rank == 0) remove_stale(dir, s->id);
-  if (zs->rank == 0 && (!zs__ck_mp_size(zs) || zs->mp_rank == 0)) remove_other_layout(top, zs__ck_mp_size(zs));
+  if (zs->rank == 0 && (!zs__ck_mp_size(zs) || zs->mp_rank == 0)) zs__ck_remove_other_layout(top, zs__ck_mp_size(zs));
   snprintf(what, sizeof what, "%s: removing older saves", fn);
   ZS_CHECK(zs__ck_agree(zs, ZS_OK, what));
   zs__ck_own(zs, dir);
