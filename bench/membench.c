@@ -256,8 +256,6 @@ int main(int argc, char **argv) {
      * engine's world each): that this step's data arrived, before the norm, and that every rank
      * wrote every chunk, before the commit */
     x->comm_agree = (x->nvme || x->param == ZS_OFFLOAD_NVME) && dpw > 1 ? 2 * (2 * (int64_t)(dpw - 1) * 8 / dpw) : 0;
-    /* and every step compares the ranks' calls (zs_step: two int64 all-reduced over the world comm) */
-    x->comm_agree += dpw > 1 ? 2 * (int64_t)(dpw - 1) * 16 / dpw : 0;
     x->comm_inter_theory = x->shard_group < dpw ? mb_comm_inter_theory(&o, &m, rb, x->shard_group, dpw / x->shard_group) : 0;
     x->comm_theory += x->comm_inter_theory;
     /* the same by comm group: the norm on the shard group, the tier's agreements on the world comm */

@@ -18,7 +18,7 @@
  *                 "device_syncs_per_step", "host_waits_per_step" (steps after the
  *                 first, the most over ranks; the first three are 0 in steady state),
  *                 "comm_theory_bytes", "comm_norm_bytes", "comm_agree_bytes" (the NVMe tier's
- *                 two agreements a step, and every step's check of the ranks' calls), "comm_extra_bytes",
+ *                 two agreements a step), "comm_extra_bytes",
  *                 "comm_by_kind": {"all_gather", "reduce_scatter", "all_reduce"},
  *                 "ranks_per_node" (null where the nodes are not equal runs of
  *                 consecutive ranks: then the next two are null too),

@@ -83,10 +83,9 @@ static void test_hpz(void) {
   const cJSON *hq = option(d, 3, 8, 0);
   g_qw = g_hpz = 0;
   assert_true(flat && h && hq);
-  /* + zs_step's check of the ranks' calls over the 8 ranks: 2 x 7/8 x 16 bytes, 16 on a node link */
-  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 14 + 28);
-  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 8 + 16);
-  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 8 + 16);
+  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 14);
+  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 8);
+  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 8);
   expect_int_eq(num(h, "model_state_bytes") - num(flat, "model_state_bytes"), 4 * P / 4);
   expect_true(num(hq, "inter_link_bytes_per_step") < num(h, "inter_link_bytes_per_step"));
   cJSON_Delete(d);
@@ -200,9 +199,6 @@ static void links_of(const cJSON *r, double *intra, double *inter) {
 
 static void test_membench_links(void) {
   const int64_t P = 65536 + 131072, S1 = 65536 / 4, S2 = 131072 / 4;
-  /* zs_step's check of the ranks' calls: two int64 over the world's 4 ranks, on the node
-   * links where there are 2 nodes */
-  const int64_t check = 2 * 3 * 16 / 4;
   for (int bits = 8; bits >= 4; bits -= 4) {
     char flags[256];
     snprintf(flags, sizeof flags, "--stages 2,3 --offload --ranks-per-node 2 --quantized-grads %d "
@@ -220,7 +216,7 @@ static void test_membench_links(void) {
       fprintf(stderr, "  int%d stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", bits, stage,
               flag(r, "offload"), intra, inter);
       expect_int_eq(intra, 1 * 2 * Q + (stage == 3 ? P * 4 / 2 : 0));
-      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 12 + 1 * Q + check);
+      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 12 + 1 * Q);
       n++;
     }
     expect_int_eq(n, 4);
@@ -241,8 +237,8 @@ static void test_membench_links(void) {
       int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 8, replica = 2 * (P / 2) * 4 / 2;
       fprintf(stderr, "  hybrid, %d a node, stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", rpn, stage,
               flag(r, "offload"), intra, inter);
-      expect_int_eq(intra, rpn == 2 ? shard : shard + replica + check);
-      expect_int_eq(inter, rpn == 2 ? replica + check : 0);
+      expect_int_eq(intra, rpn == 2 ? shard : shard + replica);
+      expect_int_eq(inter, rpn == 2 ? replica : 0);
       n++;
     }
     expect_int_eq(n, 6);

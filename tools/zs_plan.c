@@ -61,7 +61,6 @@
  *             the tied LM head, and not in backward, which reads none of its
  *             parameters: ZS_PARAM_BACKWARD_UNREAD), a reduce_scatter per round
  *   stages 1-3 the gradient norm's all_reduce of one fp64 (its double total)
- *   every step an all_reduce of two int64 over the world: the ranks' calls compared
  *   hybrid    the above inside the shard group (n = Ns), plus an all_reduce of
  *             each gradient shard (psi/Ns) across the Nr = N/Ns replicas: once
  *             per step, or per round with offload
@@ -350,8 +349,6 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
   if (x->stage > 0) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_SHARD, 8, 1); /* the norm's double total */
   /* the tier's two agreements (zs__eng_agree): this step's data arrived (before the norm), every chunk written */
   if (uses_tier(x)) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 8, 2);
-  /* zs_step's check that the ranks made the same gather and reduce calls: two int64 */
-  pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 16, 1);
   pl_sched_result(s, &x->net);
   pl_sched_destroy(s);
 }

@@ -371,11 +371,7 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * norm to the fp32 bit but for a rounding tie with grad_accum 1 (with more
  * rounds, stages 0-1 add the rounds into the full gradient and 2-3 into the
  * shard in another order: the norms may differ in the last fp32 bit); rank 0
- * logs one warning per skipped step. First it compares the ranks' calls since
- * the last step (stage 3's zs_gather and every zs_reduce, collectives matched
- * by their order): where a rank's program skipped, added or reordered one,
- * the step is ZS_ERR_MISMATCH on every rank, its gradients dropped and
- * nothing updated (the ranks had exchanged other units' data). */
+ * logs one warning per skipped step. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
 /* One step of a model whose parameters live in several engines, e.g. a
  * mixture of experts (DeepSpeed-MoE's layout): a dense engine over the whole

@@ -202,10 +202,6 @@ struct zs_engine {
 
   /* prefetch: predicted order per phase (last step's record) and this step's record */
   int *order[3], order_len[3], *rec[3], rec_len[3], pos;
-  /* the calls whose order the ranks must share since the last zs_step (stage
-   * 3's zs_gather, every zs_reduce: collectives matched by order, and the
-   * recorded order the next step prefetches by), hashed; compared in zs_step */
-  uint64_t call_hash;
   int last_reduced;     /* unit whose reduction was queued last */
   zs_event_t *ev_reduced_all;
   double *hscalar;      /* pinned host scalar for the norm (its double total) */

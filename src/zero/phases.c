@@ -35,11 +35,6 @@ static void set_grad_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
   }
 }
 
-/* One call in the order the ranks must share (engine_impl.h, call_hash). */
-static void hash_call(zs_engine_t *zs, int unit, int kind) {
-  zs->call_hash = (zs->call_hash ^ ((uint64_t)unit * 4 + (uint64_t)kind + 1)) * 1099511628211ull;
-}
-
 static int gathers_on_demand(const zs_engine_t *zs, const zs_unit_t *u) {
   return zs->cfg.stage == 3 && !u->persistent;
 }
@@ -194,7 +189,6 @@ static zs_status_t gather(zs_engine_t *zs, int unit) {
    * prefetch or a kept forward copy already holds them) */
   const int skip = grads_only && gathers_on_demand(zs, u) && u->st == ZS_U_IDLE;
   u->gather_skipped = skip;
-  if (zs->cfg.stage == 3) hash_call(zs, unit, backward);
   record_order(zs, unit, !grads_only); /* not predicted: the next step does not prefetch it */
   if (backward) ZS_CHECK(zs__eng_free_grads(zs, 1));
 
@@ -277,7 +271,6 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
   if (u->st != ZS_U_HELD)
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_reduce(%d): unit '%s' is not gathered in this backward: zs_gather it",
                    unit, u->name);
-  hash_call(zs, unit, 2);
   const zs_config_t *c = &zs->cfg;
   zs_stream_t *rs = zs->rs_stream;
   int last = zs->round == c->grad_accum;

@@ -194,61 +194,6 @@ static zs_status_t zero_grads(zs_engine_t *zs) {
  * step_update with the norm of the whole model (clip coefficient, the inf/NaN
  * decision, the update, the regather, the report). */
 
-/* Stage 3's gathers and every reduce are collectives that the ranks match by
- * their order, and the next step prefetches in the order recorded in this
- * one: a rank whose program skipped or reordered one of those calls exchanged
- * another unit's data (of the same size, silently) and would go on doing so.
- * The calls' hash since the last step (phases.c, hash_call) is compared over
- * the engine's ranks before anything is updated: queued here on the compute
- * stream (two int64 into the bookkeeping scratch, a MIN all-reduce, back to
- * the host) so that the norm's one wait for that stream covers it, and read
- * by calls_differ after that wait. */
-static zs_status_t calls_queue(zs_engine_t *zs) {
-  const uint64_t h = zs->call_hash;
-  zs->call_hash = 0;
-  if (zs->world == 1) return ZS_OK;
-  zs->xhost[0] = (int64_t)(h >> 1), zs->xhost[1] = -(int64_t)(h >> 1);
-  zs_status_t st;
-  if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, 16, ZS_COPY_H2D, zs->compute)) != ZS_OK ||
-      (st = zs__eng_comm_order(zs, zs->comm, zs->compute)) != ZS_OK ||
-      (st = zs_comm_all_reduce(zs->comm, zs->xdev, zs->xdev, 2, ZS_INT64, ZS_MIN, zs->compute)) != ZS_OK ||
-      (st = zs__eng_comm_mark(zs, zs->comm, zs->compute)) != ZS_OK ||
-      (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, 16, ZS_COPY_D2H, zs->compute)) != ZS_OK)
-    return ZS_FAIL(zs->err, st, "comparing the ranks' calls on rank %d failed: %s", zs->rank, zs_last_error());
-  return ZS_OK;
-}
-
-/* After the compute stream's wait: whether the ranks' calls differed. Then
- * the prediction is forgotten (the next step gathers in the order called) and
- * the step is ZS_ERR_MISMATCH on every rank (discard_step). */
-static int calls_differ(zs_engine_t *zs) {
-  if (zs->world == 1 || zs->xhost[0] == -zs->xhost[1]) return 0;
-  for (int ph = 0; ph < 3; ph++) zs->order_len[ph] = zs->rec_len[ph] = 0;
-  ZS_FAIL(zs->err, ZS_ERR_MISMATCH,
-          "zs_step: the ranks made different sequences of %s calls since the last step (a rank's program "
-          "skipped, added or reordered one: every rank makes the same calls, a rank without data too); "
-          "these are collectives matched by their order, so the ranks exchanged other units' data. The "
-          "step is not taken: its gradients are dropped, nothing updated, and the next step gathers in the "
-          "order called",
-          zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce");
-  return 1;
-}
-
-/* A step that must not be taken (calls_differ): its gradients are zeroed, the
- * engine is between steps again, the step count and the rate stay; the error
- * that stopped it is returned (its message kept). */
-static zs_status_t discard_step(zs_engine_t *zs) {
-  char msg[ZS_ERRBUF];
-  snprintf(msg, sizeof msg, "%s", zs_last_error());
-  ZS_CHECK(zero_grads(zs));
-  zs_status_t st = zs_event_record(zs->dev, zs->ev_step, zs->compute);
-  if (st != ZS_OK) return ZS_FAIL(zs->err, st, "recording the step event failed: %s", zs_last_error());
-  zs->phase = ZS_PH_IDLE;
-  zs->round = 0;
-  for (int i = 0; i < zs->nunits; i++) zs->units[i].reduced_round = 0;
-  return ZS_FAIL(zs->err, ZS_ERR_MISMATCH, "%s", msg);
-}
-
 static zs_status_t step_prepare(zs_engine_t *zs) {
   if (!zs->setup_done) return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_step before zs_engine_setup");
   const zs_config_t *c = &zs->cfg;
@@ -309,8 +254,7 @@ static zs_status_t step_prepare(zs_engine_t *zs) {
   for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
     if (streams[i] && (st = zs__stream_error(zs->dev, streams[i])) != ZS_OK)
       return ZS_FAIL(zs->err, st, "zs_step on rank %d: work of this step failed: %s", zs->rank, zs_last_error());
-  ZS_CHECK(zs__eng_free_grads(zs, 0));
-  return calls_queue(zs);
+  return zs__eng_free_grads(zs, 0);
 }
 
 /* What turns this engine's summed, scaled gradients into the average: its
@@ -515,8 +459,6 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
     norm = part;
     sq += part * part;
   }
-  for (int i = 0; i < n; i++) /* read after grad_sumsq's wait for the compute stream */
-    if (calls_differ(engines[i])) return discard_step(engines[i]);
   if (n > 1) norm = sqrt(sq);
   if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm));
   zs_status_t result = ZS_OK;
