@@ -72,12 +72,18 @@ static int export_hf(int argc, char **argv) {
   return done(zs_checkpoint_export_hf_gpt2(argv[4], argv[3], (int)heads, (int64_t)mb), argv[3], argv[4]);
 }
 
-/* The model-parallel parts of a save (DIR/mp0, mp1, ...), 0 for a plain one. */
+/* The model-parallel parts of a save (DIR/mp0, mp1, ...): as many as mp0's
+ * manifest says (folders past them are an older layout's), 0 for a plain one. */
 static int mp_parts(const char *dir) {
   char p[4096];
   struct stat sb;
-  int n = 0;
-  while (n < 1 << 20 && snprintf(p, sizeof p, "%s/mp%d/manifest.json", dir, n) < (int)sizeof p && stat(p, &sb) == 0) n++;
+  snprintf(p, sizeof p, "%s/manifest.json", dir);
+  if (stat(p, &sb) == 0) return 0;
+  snprintf(p, sizeof p, "%s/mp0", dir);
+  manifest_t m;
+  if (!zs__ck_probe_manifest(p, "manifest.json", &m)) return 0;
+  const int n = m.mp_size > 1 ? m.mp_size : 0;
+  zs__ck_manifest_free(&m);
   return n;
 }
 
@@ -226,7 +232,7 @@ static int info_cmd(int argc, char **argv) {
   zs_status_t st = zs_checkpoint_inspect(dir, &info);
   if (st != ZS_OK) {
     fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
-    return 1;
+    return st == ZS_ERR_INVALID ? 2 : 1; /* as the usage says */
   }
   const int parts = mp_parts(dir), nm = parts ? parts : 1;
   manifest_t *m = calloc((size_t)nm, sizeof *m);

@@ -170,6 +170,11 @@ zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn)
 /* A warning when another process holds top's lock (a load from a live run's
  * folder); returns whether it does. */
 int zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn);
+/* For a load's fix-ups of top (renames a cut save left, the other layout's
+ * older save): 1 when they may run, holding top's lock in *fd (-1: this
+ * process holds it already, or the file system has no flock; close *fd
+ * after); 0 when another live run holds it (warned) or top takes no writes. */
+int zs__ck_lock_fixups(const char *top, int *fd, const char *fn);
 
 /* After a save in one layout (mp_size > 1: parts mp0..; else one part in top):
  * the older save another layout left in top removed (ckpt_save.c). */

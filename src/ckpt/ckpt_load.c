@@ -342,25 +342,31 @@ static void complete_renames(const char *top) {
   while (n < MAXP && snprintf(part, sizeof part, "%s/mp%d", top, n) > 0 && stat(part, &sb) == 0 && S_ISDIR(sb.st_mode))
     n++;
   if (n < 2) return;
+  /* the newest save's part count decides which folders are its parts (more
+   * folders: an older layout's, which settle_layouts or the next save removes) */
   uint64_t *id = calloc((size_t)n, sizeof *id), *tid = calloc((size_t)n, sizeof *tid), newest = 0;
+  int *size = calloc((size_t)n, sizeof *size), *tsize = calloc((size_t)n, sizeof *tsize), N = 0;
   long long step = 0;
-  int ok = id && tid, differ = 0;
+  int ok = id && tid && size && tsize, differ = 0;
   for (int p = 0; ok && p < n; p++) {
     manifest_t m;
     snprintf(part, sizeof part, "%s/mp%d", top, p);
     if (zs__ck_probe_manifest(part, "manifest.json", &m)) {
-      id[p] = m.id;
-      if (m.mp_size != n || m.mp_rank != p) ok = 0;
-      if (m.id > newest) newest = m.id, step = m.step;
+      id[p] = m.mp_rank == p ? m.id : 0, size[p] = m.mp_size;
+      if (id[p] > newest) newest = id[p], step = m.step, N = m.mp_size;
       zs__ck_manifest_free(&m);
     }
     if (zs__ck_probe_manifest(part, "manifest.json.tmp", &m)) {
-      tid[p] = m.mp_size == n && m.mp_rank == p ? m.id : 0;
+      tid[p] = m.mp_rank == p ? m.id : 0, tsize[p] = m.mp_size;
       zs__ck_manifest_free(&m);
     }
-    differ |= p && id[p] != id[0];
   }
-  for (int p = 0; ok && p < n; p++) ok = id[p] == newest || tid[p] == newest;
+  if (N < 2 || N > n) ok = 0;
+  for (int p = 0; ok && p < N; p++) {
+    ok = (id[p] == newest && size[p] == N) || (tid[p] == newest && tsize[p] == N);
+    differ |= id[p] != newest;
+  }
+  n = ok ? N : 0;
   if (ok && differ && newest) {
     char moved[512] = "";
     size_t k = 0;
@@ -387,6 +393,8 @@ static void complete_renames(const char *top) {
   }
   free(id);
   free(tid);
+  free(size);
+  free(tsize);
 }
 
 static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top);
@@ -409,12 +417,15 @@ static zs_status_t checkpoint_load(zs_engine_t *zs, const char *top) {
   if (st == ZS_OK && !dir) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "zs_checkpoint_load: out of host memory");
   st = zs__ck_agree(zs, st, "zs_checkpoint_load: naming the directory");
   if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) {
-    /* before any rank reads a manifest (the agreement below orders them); not
-     * in a live run's folder, whose own save may be between its renames */
-    if (!zs__ck_lock_peek(zs, top, "zs_checkpoint_load")) {
+    /* before any rank reads a manifest (the agreement below orders them),
+     * holding the folder's lock: not in a live run's folder, whose own save
+     * may be between its renames, and no run's first save starts meanwhile */
+    int fd = -1;
+    if (zs__ck_lock_fixups(top, &fd, "zs_checkpoint_load")) {
       complete_renames(top);
       settle_layouts(top);
     }
+    if (fd >= 0) close(fd);
   }
   if (st == ZS_OK) st = zs__ck_agree(zs, ZS_OK, "zs_checkpoint_load: looking at the parts");
   if (st == ZS_OK) st = zs_checkpoint_load_in(zs, top, dir);

@@ -13,8 +13,9 @@
  * has no flock (some network file systems), nothing is detected (logged at
  * debug). A lock is the process's: its engines share it (their conflicts are
  * folder_free's), and it goes when the last engine that saved there is
- * destroyed. An engine keeps the locks of the last folders it saved into (the
- * MoE trainer's two slots; engine_impl.h, ck_locked). */
+ * destroyed (engine_impl.h, ck_locked: every folder it saved into or
+ * claimed). A child forked without exec closes the process's locks (they
+ * are its parent's, whose end must free them). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,8 +32,6 @@
 
 #define CK_LOCK_NAME ".zs-lock"
 
-#define NLOCKED (sizeof(((zs_engine_t *)0)->ck_locked) / sizeof(((zs_engine_t *)0)->ck_locked[0]))
-_Static_assert(NLOCKED >= 2, "the MoE trainer's two slots");
 
 /* The process's locks: a folder's realpath, the locked descriptor, how many
  * engines hold it. */
@@ -61,38 +60,47 @@ static void unref_locked(const char *real) {
 
 static void drop_engine_locks(zs_engine_t *zs) {
   pthread_mutex_lock(&g_mu);
-  for (size_t i = 0; i < NLOCKED; i++) {
-    if (zs->ck_locked[i]) unref_locked(zs->ck_locked[i]);
+  for (int i = 0; i < zs->ck_nlocked; i++) {
+    unref_locked(zs->ck_locked[i]);
     free(zs->ck_locked[i]);
-    zs->ck_locked[i] = NULL;
   }
+  free(zs->ck_locked);
+  zs->ck_locked = NULL, zs->ck_nlocked = 0;
   pthread_mutex_unlock(&g_mu);
 }
 
-/* The engine holds `real` from now (it saved there); its oldest goes when all
- * its places are taken (caller holds g_mu). */
+/* The engine holds `real` from now on (it saved there or claimed it), until
+ * its destroy (caller holds g_mu). Without memory the lock stays the
+ * process's until it exits. */
 static void engine_keeps(zs_engine_t *zs, const char *real) {
-  for (size_t i = 0; i < NLOCKED; i++)
-    if (zs->ck_locked[i] && !strcmp(zs->ck_locked[i], real)) return;
-  char *d = strdup(real);
-  held_t *h = find_locked(real);
-  if (!d) { /* no memory: the process keeps it until exit */
+  for (int i = 0; i < zs->ck_nlocked; i++)
+    if (!strcmp(zs->ck_locked[i], real)) return;
+  char *d = strdup(real), **n = d ? realloc(zs->ck_locked, (size_t)(zs->ck_nlocked + 1) * sizeof *n) : NULL;
+  if (!n) {
+    free(d);
     return;
   }
-  h->refs++;
-  if (zs->ck_locked[NLOCKED - 1]) {
-    unref_locked(zs->ck_locked[0]);
-    free(zs->ck_locked[0]);
-    memmove(&zs->ck_locked[0], &zs->ck_locked[1], (NLOCKED - 1) * sizeof zs->ck_locked[0]);
-    zs->ck_locked[NLOCKED - 1] = NULL;
-  }
-  for (size_t i = 0; i < NLOCKED; i++)
-    if (!zs->ck_locked[i]) {
-      zs->ck_locked[i] = d;
-      break;
-    }
+  zs->ck_locked = n;
+  zs->ck_locked[zs->ck_nlocked++] = d;
+  find_locked(real)->refs++;
   zs->ck_locks_drop = drop_engine_locks;
 }
+
+/* fork without exec: the child shares its parent's open file descriptions,
+ * so a lock it kept open would outlive the parent (a data loader's workers):
+ * the child closes them (g_mu held across the fork, so the table is whole). */
+static void fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_mu); }
+static void fork_child(void) {
+  for (int i = 0; i < g_nheld; i++) {
+    close(g_held[i].fd);
+    free(g_held[i].dir);
+  }
+  g_nheld = 0;
+  pthread_mutex_unlock(&g_mu);
+}
+static pthread_once_t g_atfork = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 static int lock_path(char *buf, size_t n, const char *dir) {
   return snprintf(buf, n, "%s/%s", dir, CK_LOCK_NAME) < (int)n;
@@ -112,6 +120,7 @@ static const char *holder(int fd, char *buf, size_t n) {
 zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn) {
   char real[PATH_MAX], path[PATH_MAX + 16], who[256];
   if (!realpath(top, real) || !lock_path(path, sizeof path, real)) return ZS_OK; /* not there: the save says why */
+  pthread_once(&g_atfork, register_atfork);
   pthread_mutex_lock(&g_mu);
   zs_status_t st = ZS_OK;
   held_t *h = find_locked(real);
@@ -128,7 +137,15 @@ zs_status_t zs__ck_lock_folder(zs_engine_t *zs, const char *top, const char *fn)
              top);
     goto out;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  /* a load's or a check's brief look (zs__ck_lock_peek, the load's fix-ups)
+   * holds it for moments: tried again for up to 0.5 s before refusing */
+  for (int k = 0; !locked && errno == EWOULDBLOCK && k < 50; k++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  }
+  if (!locked) {
     int e = errno;
     if (e == EWOULDBLOCK) {
       holder(fd, who, sizeof who);
@@ -195,6 +212,31 @@ int zs__ck_lock_peek(const zs_engine_t *zs, const char *top, const char *fn) {
   }
   close(fd); /* a shared lock taken here goes with it */
   return held;
+}
+
+int zs__ck_lock_fixups(const char *top, int *fd, const char *fn) {
+  char real[PATH_MAX], path[PATH_MAX + 16], who[256];
+  *fd = -1;
+  if (!realpath(top, real) || !lock_path(path, sizeof path, real)) return 0;
+  pthread_mutex_lock(&g_mu);
+  const int ours = find_locked(real) != NULL;
+  pthread_mutex_unlock(&g_mu);
+  if (ours) return 1; /* this process saves there: its own saves are not running now (one call at a time) */
+  int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (f < 0) return 0; /* a folder it cannot write into: nothing to fix there either */
+  if (flock(f, LOCK_EX | LOCK_NB) == 0) {
+    *fd = f; /* closed by the caller: the lock goes with it */
+    return 1;
+  }
+  const int e = errno;
+  if (e == EWOULDBLOCK) {
+    holder(f, who, sizeof who);
+    ZS_LOG_W("%s: %s is the checkpoint folder of a run that still runs (%s): this run's saves into it will be "
+             "refused while that one runs",
+             fn, top, who);
+  }
+  close(f);
+  return e != EWOULDBLOCK; /* no flock on this file system: fixed as before, unguarded */
 }
 
 /* ---- zs_checkpoint_claim -------------------------------------------------------- */

@@ -383,6 +383,16 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "%s: agreeing on an id failed: %s", fn, zs_last_error());
   s->id = (uint64_t)id;
   st = ZS_OK;
+  /* another run's folder (ckpt_lock.c): refused before anything in it
+   * changes, a part's folder included (one process makes top and locks it) */
+  if (zs->rank == 0 && zs->mp_rank == 0) {
+    if (mkdir(top, 0777) != 0 && errno != EEXIST)
+      st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: cannot create directory %s: %s", fn, top, strerror(errno));
+    else
+      st = zs__ck_lock_folder(zs, top, fn);
+  }
+  snprintf(what, sizeof what, "%s: claiming the directory", fn);
+  ZS_CHECK(zs__ck_agree(zs, st, what));
   if (zs->rank == 0 && strcmp(dir, top) && mkdir(top, 0777) != 0 && errno != EEXIST)
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: cannot create directory %s: %s", fn, top, strerror(errno));
   if (st == ZS_OK && zs->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
@@ -390,8 +400,6 @@ zs_status_t zs__ck_save_prepare(zs_engine_t *zs, const char *top, const char *di
   struct stat sb;
   if (st == ZS_OK && zs->rank == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
     st = ZS_FAIL(zs->err, ZS_ERR_IO, "%s: %s exists and is not a directory", fn, dir);
-  /* another run's folder (ckpt_lock.c): refused before anything in it changes */
-  if (st == ZS_OK && zs->rank == 0 && zs->mp_rank == 0) st = zs__ck_lock_folder(zs, top, fn);
   snprintf(what, sizeof what, "%s: creating the directory", fn);
   ZS_CHECK(zs__ck_agree(zs, st, what));
   if (zs->rank == 0) remove_leftovers(dir, fn);

@@ -262,7 +262,8 @@ struct zs_engine {
   /* the checkpoint folders (realpaths) whose writer lock this engine shares
    * (src/ckpt/ckpt_lock.c), NULL: none; zs_engine_destroy calls ck_locks_drop
    * when it is set, after ck_async_drop */
-  char *ck_locked[4];
+  char **ck_locked;
+  int ck_nlocked;
   void (*ck_locks_drop)(zs_engine_t *zs);
   char err[ZS_ERRBUF];
 };
