@@ -221,13 +221,20 @@ static void test_attrs(void) {
   close_run(&b);
 }
 
-/* ---- a save cut between its parts' renames ---------------------------------------- */
+/* ---- warnings caught ---------------------------------------------------------------- */
 
-static char cut_warning[1024];
-static void keep_cut_warning(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
-  (void)file, (void)line, (void)user;
-  if (level == ZS_LOG_WARN && strstr(msg, "completes it")) snprintf(cut_warning, sizeof cut_warning, "%s", msg);
+/* The last warning holding `wanted` (user: the needle) since keep_warnings. */
+static char caught[1024];
+static void keep_warning(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
+  (void)file, (void)line;
+  if (level == ZS_LOG_WARN && strstr(msg, (const char *)user)) snprintf(caught, sizeof caught, "%s", msg);
 }
+static void keep_warnings(const char *wanted) {
+  caught[0] = 0;
+  zs_log_set_callback(keep_warning, (void *)wanted);
+}
+
+/* ---- a save cut between its parts' renames ---------------------------------------- */
 
 static void test_renames_cut(void) {
   if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
@@ -264,14 +271,13 @@ static void test_renames_cut(void) {
   }
   barrier();
   assert_ok(open_tp2(&b));
-  cut_warning[0] = 0;
-  zs_log_set_callback(keep_cut_warning, NULL);
+  keep_warnings("completes it");
   expect_ok(zs_checkpoint_load(b.zs, dir));
   zs_log_set_callback(NULL, NULL);
   expect_int_eq(zs_engine_step_count(b.zs), 2);
   if (rank == 0) {
-    expect_str_contains(cut_warning, "(step 2) whose manifests were put in place in some parts only");
-    expect_str_contains(cut_warning, "in mp1, which completes it");
+    expect_str_contains(caught, "(step 2) whose manifests were put in place in some parts only");
+    expect_str_contains(caught, "in mp1, which completes it");
     expect_true(!exists(part, "manifest.json.tmp"));
     expect_ok(zs_checkpoint_verify(dir, NULL));
   }
@@ -334,12 +340,6 @@ static void test_two_layouts_cut(void) {
 
 /* ---- another run's folder --------------------------------------------------------- */
 
-static char warned[1024];
-static void keep_warning(zs_log_level_t level, const char *file, int line, const char *msg, void *user) {
-  (void)file, (void)line, (void)user;
-  if (level == ZS_LOG_WARN && strstr(msg, "still runs")) snprintf(warned, sizeof warned, "%s", msg);
-}
-
 /* dir/.zs-lock on a file description of its own, locked without waiting: its
  * fd, or -1 (errno EWOULDBLOCK: a lock is held there). */
 static int try_lock(const char *dir) {
@@ -387,11 +387,10 @@ static void test_other_run(void) {
   barrier();
   char *before = rank == 0 ? read_text(man) : NULL;
   assert_ok(open_run(&b, world, &c, NBLK));
-  warned[0] = 0;
-  zs_log_set_callback(keep_warning, NULL);
+  keep_warnings("still runs");
   expect_ok(zs_checkpoint_load(b.zs, dir)); /* it loads, with a warning */
   zs_log_set_callback(NULL, NULL);
-  if (rank == 0) expect_str_contains(warned, "process 424242 on host elsewhere");
+  if (rank == 0) expect_str_contains(caught, "process 424242 on host elsewhere");
   assert_ok(steps(&b, 1, NULL, NULL));
   expect_status(zs_checkpoint_save(b.zs, dir), ZS_ERR_STATE); /* every rank */
   expect_str_contains(zs_last_error(), rank == 0 ? "another run's checkpoint folder: process 424242 on host "
