@@ -6,7 +6,8 @@
  *                                      prints what the checkpoint holds
  *   zs-ckpt info DIR [--tensors] [--json]
  *                                      the same checks but for the values (block
- *                                      headers only: a moment at any size), then
+ *                                      headers only: time with the blocks, not
+ *                                      the bytes), then
  *                                      what the manifest records: step, ranks,
  *                                      stage, optimizer and states, layout words,
  *                                      attributes; --tensors each tensor's name,

@@ -256,9 +256,10 @@ zs_status_t zs_checkpoint_verify(const char *dir, zs_checkpoint_info_t *info);
 /* zs_checkpoint_verify without reading the values: the manifest, every rank
  * file's header and size, every block's header (seeking over its data), every
  * tensor's elements present once per kind; what the blocks hold and their
- * CRCs are not read. A moment for a checkpoint of any size (verify reads every
- * byte); a flipped bit inside a block's values passes here and fails
- * verify or a load. The same statuses and info. */
+ * CRCs are not read. Its time grows with the blocks (one read each), not the
+ * bytes (verify reads every byte): far quicker for large blocks, no quicker
+ * for thousands of small ones. A flipped bit inside a block's values passes
+ * here and fails verify or a load. The same statuses and info. */
 zs_status_t zs_checkpoint_inspect(const char *dir, zs_checkpoint_info_t *info);
 /* Assembles the full fp32 master tensors from the rank files and writes them to
  * `path` in the safetensors format: the same file zs_export_safetensors writes
