@@ -200,6 +200,7 @@ static void print_info(const char *dir, const zs_checkpoint_info_t *info, const 
 static cJSON *info_json(const char *dir, const zs_checkpoint_info_t *info, const manifest_t *m, int nm, int tensors) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "dir", dir);
+  cJSON_AddBoolToObject(root, "ok", 1);
   cJSON_AddNumberToObject(root, "step", (double)info->step);
   cJSON_AddNumberToObject(root, "world", info->world);
   cJSON_AddNumberToObject(root, "stage", m[0].stage);
@@ -233,6 +234,17 @@ static int info_cmd(int argc, char **argv) {
   zs_status_t st = zs_checkpoint_inspect(dir, &info);
   if (st != ZS_OK) {
     fprintf(stderr, "zs-ckpt: %s: %s\n", zs_status_name(st), zs_last_error());
+    if (json) { /* a tool reads the verdict from stdout too (a trial's script got nothing) */
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "dir", dir);
+      cJSON_AddBoolToObject(o, "ok", 0);
+      cJSON_AddStringToObject(o, "status", zs_status_name(st));
+      cJSON_AddStringToObject(o, "error", zs_last_error());
+      char *text = cJSON_Print(o);
+      if (text) printf("%s\n", text);
+      cJSON_free(text);
+      cJSON_Delete(o);
+    }
     return st == ZS_ERR_INVALID ? 2 : 1; /* as the usage says */
   }
   const int parts = mp_parts(dir), nm = parts ? parts : 1;

@@ -128,6 +128,13 @@ execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck RESULT_VARIABLE rc OUTPUT_VAR
 if(NOT rc EQUAL 1 OR NOT err MATCHES "ZS_ERR_CORRUPT.*bytes, the manifest says" OR out)
   message(FATAL_ERROR "info of a truncated checkpoint: rc ${rc}: ${out}${err}")
 endif()
+# with --json the verdict is on stdout too
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_QUIET)
+string(JSON okv ERROR_VARIABLE jerr GET "${out}" ok)
+string(JSON stv ERROR_VARIABLE jerr2 GET "${out}" status)
+if(NOT rc EQUAL 1 OR NOT okv STREQUAL "OFF" OR NOT stv STREQUAL "ZS_ERR_CORRUPT")
+  message(FATAL_ERROR "info --json of a truncated checkpoint: rc ${rc} ok ${okv} status ${stv}: ${out}")
+endif()
 execute_process(COMMAND ${ZS_CKPT} RESULT_VARIABLE rc ERROR_QUIET)
 if(NOT rc EQUAL 2)
   message(FATAL_ERROR "no arguments: rc ${rc}, wanted 2")
