@@ -234,6 +234,21 @@ static void keep_warnings(const char *wanted) {
   zs_log_set_callback(keep_warning, (void *)wanted);
 }
 
+/* Every file of `from` (not its hidden ones) renamed into `to`. */
+static void move_files(const char *from, const char *to) {
+  char p[800], q[800];
+  DIR *d = opendir(from);
+  struct dirent *e;
+  expect_true(d != NULL);
+  while (d && (e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      snprintf(p, sizeof p, "%s/%s", from, e->d_name);
+      snprintf(q, sizeof q, "%s/%s", to, e->d_name);
+      expect_true(rename(p, q) == 0);
+    }
+  if (d) closedir(d);
+}
+
 /* ---- a save cut between its parts' renames ---------------------------------------- */
 
 static void test_renames_cut(void) {
@@ -254,15 +269,7 @@ static void test_renames_cut(void) {
     snprintf(p, sizeof p, "%s/manifest.json", part);
     snprintf(q, sizeof q, "%s/manifest.json.tmp", part);
     expect_true(rename(p, q) == 0);
-    DIR *d = opendir(oldpart);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-      if (e->d_name[0] != '.') {
-        snprintf(p, sizeof p, "%s/%s", oldpart, e->d_name);
-        snprintf(q, sizeof q, "%s/%s", part, e->d_name);
-        expect_true(rename(p, q) == 0);
-      }
-    if (d) closedir(d);
+    move_files(oldpart, part);
   }
   barrier();
   if (rank == 0) { /* offline, nothing changed: refused, saying what a load does */
@@ -295,7 +302,7 @@ static void test_renames_cut(void) {
 
 static void test_two_layouts_cut(void) {
   if (nranks != 2) zs_test_skip("two model-parallel parts: 2 ranks");
-  char dir[320], one[320], p[700], q[700];
+  char dir[320], one[320];
   path_of(dir, sizeof dir, "two-layouts");
   path_of(one, sizeof one, "two-layouts-one");
   zs_config_t c = cfg(1, ZS_FP32, 0);
@@ -312,15 +319,7 @@ static void test_two_layouts_cut(void) {
     expect_str_contains(zs_last_error(), "holds a checkpoint already");
   }
   if (rank == 0) { /* as a crash after the single part's manifest, before the parts were removed */
-    DIR *d = opendir(one);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-      if (e->d_name[0] != '.') {
-        snprintf(p, sizeof p, "%s/%s", one, e->d_name);
-        snprintf(q, sizeof q, "%s/%s", dir, e->d_name);
-        expect_true(rename(p, q) == 0);
-      }
-    if (d) closedir(d);
+    move_files(one, dir);
     expect_status(zs_checkpoint_verify(dir, NULL), ZS_ERR_CORRUPT);
     expect_str_contains(zs_last_error(), "two saves of different layouts, step 2 in one part and step 1 in 2");
   }
