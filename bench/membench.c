@@ -251,12 +251,13 @@ int main(int argc, char **argv) {
     size_t qwb = o.quantized_weights ? (o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT) : 0;
     size_t qgb = o.qw_block ? (size_t)o.qw_block : ZS_WQ_BLOCK_DEFAULT; /* the block qgZ packs with */
     x->comm_theory = mb_comm_theory(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg ? qg_k : 0,
-                                 qgb, &x->comm_norm);
+                                 qgb, mb_norm_slots(dpw, o.tp), &x->comm_norm);
     /* with the tier every rank agrees twice a step (zs__eng_agree: one int64 all-reduced over the
      * engine's world each): that this step's data arrived, before the norm, and that every rank
      * wrote every chunk, before the commit */
     x->comm_agree = (x->nvme || x->param == ZS_OFFLOAD_NVME) && dpw > 1 ? 2 * (2 * (int64_t)(dpw - 1) * 8 / dpw) : 0;
-    x->comm_inter_theory = x->shard_group < dpw ? mb_comm_inter_theory(&o, &m, rb, x->shard_group, dpw / x->shard_group) : 0;
+    x->comm_inter_theory = x->shard_group < dpw ? mb_comm_inter_theory(&o, &m, rb, x->shard_group, dpw / x->shard_group,
+                                                                        mb_norm_slots(dpw, o.tp)) : 0;
     x->comm_theory += x->comm_inter_theory;
     /* the same by comm group: the norm on the shard group, the tier's agreements on the world comm */
     mb_comm_theory_groups(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg ? qg_k : 0, qgb, x->group_theory);

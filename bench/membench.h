@@ -153,7 +153,7 @@ typedef struct {
   int shard_group;               /* ranks sharing a shard (the world when flat) */
   double comm_inter_bytes_per_step; /* rank 0's bytes sent across shard groups (the replica group) */
   int64_t comm_inter_theory;     /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype; 0 when flat */
-  int64_t comm_norm;             /* the gradient norm's fp32 all-reduce (stages 1-3) */
+  int64_t comm_norm;             /* the norm buffer's all-reduce over the shard group (step.c: stages 1-3; stage 0 its calls' slots) */
   int64_t comm_agree;            /* the NVMe tier's agreements: two int64 all-reduces over the engine's world a step */
   int64_t padded;                /* parameters including padding */
   /* rank 0's bytes a step on each comm group (MB_G_*) in theory, whether its
@@ -209,14 +209,16 @@ void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
                 int64_t f_dev[MB_F_COUNT], int64_t f_host[MB_F_COUNT], int64_t f_nvme[MB_F_COUNT]);
 /* Ring bytes a rank sends per step (the gradient norm's all-reduce in *norm). */
 int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
-                       int qgk, size_t qgb, int64_t *norm);
+                       int qgk, size_t qgb, int slots, int64_t *norm);
 /* The same bytes (the norm aside) by the comm group that carries them: the
  * shard group's collectives, hpZ's backward gathers, qgZ's two all-to-alls
  * (MB_G_SHARD, MB_G_HPZ, MB_G_QG_NODE, MB_G_QG_CROSS; the rest 0). */
 void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb,
                            int hpz, int qgk, size_t qgb, int64_t by_group[MB_G_COUNT]);
 /* Hybrid: what crosses the shard groups per step (ns ranks a group, nr replicas). */
-int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr);
+int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr, int slots);
+/* Doubles in zs_step's norm buffer at dpw data-parallel ranks and tp (src/zero/step.c) */
+static inline int mb_norm_slots(int dpw, int tp) { return dpw > 1 ? 1 + 2 * tp : 1; }
 
 /* ---- membench_links.c --------------------------------------------------------------------- */
 

@@ -138,7 +138,9 @@ void mb_formula(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
  * parameters; 3 gathers the parameters in forward and again in backward and
  * reduce-scatters the gradients. With pb == rb that is 2psi(N-1)/N and
  * 3psi(N-1)/N, psi in bytes with padding. Stages 1-3 add the gradient norm's
- * all-reduce of one fp64, its double total (returned apart in *norm). */
+ * all-reduce of `slots` fp64, its double total and the ranks' calls compared
+ * (src/zero/step.c), stage 0 the calls' slots - 1 alone (returned apart in
+ * *norm). */
 void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb,
                            int hpz, int qgk, size_t qgb, int64_t g[MB_G_COUNT]) {
   const int64_t N = n;
@@ -174,18 +176,19 @@ void mb_comm_theory_groups(const mb_opts_t *o, const mb_model_t *m, int stage, s
 }
 
 int64_t mb_comm_theory(const mb_opts_t *o, const mb_model_t *m, int stage, size_t pb, size_t rb, int n, size_t qwb, int hpz,
-                       int qgk, size_t qgb, int64_t *norm) {
+                       int qgk, size_t qgb, int slots, int64_t *norm) {
   int64_t g[MB_G_COUNT], t = 0;
   mb_comm_theory_groups(o, m, stage, pb, rb, n, qwb, hpz, qgk, qgb, g);
   for (int k = 0; k < MB_G_COUNT; k++) t += g[k];
-  *norm = stage >= 1 && n > 1 ? 2 * (int64_t)(n - 1) * 8 / n : 0;
+  *norm = n > 1 ? 2 * (int64_t)(n - 1) * 8 * (stage >= 1 ? slots : slots - 1) / n : 0;
   return t;
 }
 
 /* Hybrid sharding: what crosses the shard groups per step, one all-reduce of
- * each unit's shard (S = P/Ns elements) across the nr replicas. */
-int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr) {
-  int64_t t = 0;
+ * each unit's shard (S = P/Ns elements) across the nr replicas, and zs_step's
+ * slots - 1 fp64 comparing the ranks' calls. */
+int64_t mb_comm_inter_theory(const mb_opts_t *o, const mb_model_t *m, size_t rb, int ns, int nr, int slots) {
+  int64_t t = 2 * (int64_t)(nr - 1) * 8 * (slots - 1) / nr; /* the calls compared across the replicas (step.c) */
   for (int u = 0; u < m->nunits; u++)
     if (!unit_frozen(m, u)) t += 2 * (int64_t)(nr - 1) * (mb_unit_padded(o, m, u, ns) / ns) * (int64_t)rb / nr;
   return t;

@@ -405,7 +405,8 @@ int64_t mb_gpt_layer_floats_formula(const mb_opts_t *o) {
  *          (10L + 4) halves of an all-reduce of X; plus an all-reduce of each
  *          replicated parameter's gradient (gpt_tp_sum_replicated_grads)
  *   both:  the vocab-parallel cross-entropy, per chunk of n rows, all-reduces of
- *          n (max) and 2n floats; the engine's norm, one fp64 over the tp group. */
+ *          n (max) and 2n floats; the engine's norm, `norm` fp64 over the tp group
+ *          (its double total and the ranks' calls compared: mb_norm_slots). */
 int64_t mb_gpt_tp_comm_theory(const mb_gpt_t *g, const mb_model_t *m, int norm) {
 #ifdef ZS_GPT_TP
   if (!g || !g->tpn) return 0;
@@ -427,7 +428,7 @@ int64_t mb_gpt_tp_comm_theory(const mb_gpt_t *g, const mb_model_t *m, int norm) 
       total += AR(4 * n) + AR(8 * n);
     }
   }
-  if (norm) total += AR(8); /* the norm's double total */
+  total += AR(8 * norm); /* the norm's buffer: its double total, the ranks' calls compared (mb_norm_slots) */
 #undef AR
 #undef HALF
   return total;

@@ -225,7 +225,7 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
     me->tp_ag = (int64_t)ts.bytes_sent[ZS_COLL_ALL_GATHER];
     me->tp_rs = (int64_t)ts.bytes_sent[ZS_COLL_REDUCE_SCATTER];
     /* the engine's norm crosses the tp comm when the mesh's mp group is it */
-    me->tp_comm_theory = mb_gpt_tp_comm_theory(g, m, cfg.grad_clip > 0 && mpc == tpc);
+    me->tp_comm_theory = mb_gpt_tp_comm_theory(g, m, cfg.grad_clip > 0 && mpc == tpc ? mb_norm_slots(mb_world / o->tp, o->tp) : 0);
     for (int i = 0; i < m->nparams; i++) me->tp_numel += zs_param_numel(zs, i);
     me->tp_numel_formula = m->tp_formula;
     me->act_bytes = 4 * mb_gpt_layer_floats(g);

@@ -17,6 +17,9 @@ if(TARGET zs_zero AND TARGET zs_comm)
   # one rank's bad input or failure: the others hear of it at once, with the
   # right status (a new-user trial's bad values)
   zs_add_test(NAME test_engine_peers SOURCES test_engine_peers.c test_comm_lsan.c LIBS zeroshard_static RANKS 2 TIMEOUT 60)
+  # the ranks' zs_gather / zs_reduce calls in different orders: refused at zs_step on every rank of
+  # the model, hybrid, model-parallel and zs_step_group included (a trial's silent unit swap)
+  zs_add_test(NAME test_engine_order SOURCES test_engine_order.c test_comm_lsan.c LIBS zeroshard_static m RANKS 4 TIMEOUT 90)
   # per-parameter learning-rate and weight-decay multipliers (parameter groups)
   zs_add_test(NAME test_param_scales SOURCES test_param_scales.c LIBS zeroshard_static RANKS 1 2 3 TIMEOUT 60)
   # an optimizer moment per parameter, read and written as full fp32 values, and the step count

@@ -158,9 +158,10 @@ static void test_results(void) {
     if (ns == dpr) expect_true(inter == 0 && inter_theory == 0);
     else if (units_model) {
       expect_near(inter, (double)inter_theory, 0, 0);
-      /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype: psi/Ns elements cross per step */
+      /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype: psi/Ns elements cross per step, */
       long long nr = dpr / ns, rbb = same_dtypes ? pb : 4;
-      if (!frozen) expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr);
+      /* and zs_step's two fp64 comparing the ranks' calls across the replicas (step.c) */
+      if (!frozen) expect_int_eq(inter_theory, 2 * (nr - 1) * S * rbb / nr + 2 * (nr - 1) * 16 / nr);
     }
     const cJSON *off = item(r, "offload"), *ranks = item(r, "ranks");
     assert_true(cJSON_IsBool(off) && cJSON_IsArray(ranks));
@@ -284,7 +285,8 @@ static void test_tier_files_removed(void) {
  *   act/layer = 4 (4 Nr C + 4 Nr + 12 N C/tp + B NH/tp T^2), Nr = N (N/tp with sp);
  *   tp comm/step = 2(t-1)/t x 4NC x (4L+2) plain, (t-1)/t x 4NC x (10L+4) + the
  *   replicated gradients' all-reduce with sp; + the cross-entropy's 3 floats a
- *   token and the norm's one fp64, all-reduced. */
+ *   token and the norm's buffer (1 + 2 tp fp64 with more than one data-parallel
+ *   rank: step.c compares the ranks' calls in it), all-reduced. */
 static void test_tp(void) {
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(doc, "tp");
   if (!tp) return;
@@ -299,7 +301,10 @@ static void test_tp(void) {
   const long long Nr = sp ? N / t : N, act = 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / t + B * (H / t) * T * T);
   long long X = 4 * N * C, comm = sp ? (t - 1) * X / t * (10 * L + 4) + 2 * (t - 1) * 4 * rep / t
                                      : 2 * (t - 1) * X / t * (4 * L + 2);
-  comm += 2 * (t - 1) * (12 * N + 8) / t; /* the norm: one fp64 */
+  /* the norm's buffer: its fp64 total and, with more than one data-parallel
+   * rank, two fp64 per tp position comparing the ranks' calls (step.c) */
+  const long long K = num(doc, "world") / t > 1 ? 1 + 2 * t : 1;
+  comm += 2 * (t - 1) * (12 * N + 8 * K) / t;
   const cJSON *r;
   cJSON_ArrayForEach(r, item(doc, "results")) {
     const cJSON *x;

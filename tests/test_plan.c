@@ -108,21 +108,23 @@ static void test_formulas(void) {
   expect_int_eq(num(f3o, "model_state_bytes"), 4 * P / 4); /* the parameter shard */
   expect_int_eq(num(f3o, "host_state_bytes"), 16 * P / 4); /* master (none of its own), m, v, grad shard */
   expect_int_eq(num(f3, "host_state_bytes"), 0);
-  /* traffic per rank: 2psi(N-1)/N at stage 0; 3psi(N-1)/N + the norm's 2(N-1)/N x 8 bytes at stage 3;
-   * hybrid 3psi(Ns-1)/Ns + 2 (psi/Ns)(Nr-1)/Nr + the norm over the shard group */
-  expect_int_eq(num(s0, "comm_bytes_per_step"), 2 * psi * 3 / 4);
-  expect_int_eq(num(f1, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 12);
-  expect_int_eq(num(f3, "comm_bytes_per_step"), 3 * psi * 3 / 4 + 12);
-  expect_int_eq(num(h3, "comm_bytes_per_step"), 3 * psi / 2 + 2 * (psi / 2) / 2 + 8);
-  expect_int_eq(num(h3, "replica_bytes_per_step"), psi / 2);
+  /* traffic per rank: 2psi(N-1)/N at stage 0 + the ranks' calls compared (step.c: 2 fp64, 16 bytes,
+   * all-reduced: 2(N-1)/N x 16); 3psi(N-1)/N + the norm's 2(N-1)/N x 24 bytes (its fp64 total and
+   * the calls' two) at stage 3; hybrid 3psi(Ns-1)/Ns + 2 (psi/Ns)(Nr-1)/Nr + the norm over the
+   * shard group + the calls' 16 bytes across the replicas */
+  expect_int_eq(num(s0, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 24);
+  expect_int_eq(num(f1, "comm_bytes_per_step"), 2 * psi * 3 / 4 + 36);
+  expect_int_eq(num(f3, "comm_bytes_per_step"), 3 * psi * 3 / 4 + 36);
+  expect_int_eq(num(h3, "comm_bytes_per_step"), 3 * psi / 2 + 2 * (psi / 2) / 2 + 24 + 16);
+  expect_int_eq(num(h3, "replica_bytes_per_step"), psi / 2 + 16);
   expect_int_eq(num(f3, "replica_bytes_per_step"), 0);
   /* what crosses a host link each way at 2 x 2: the ring's one rank share at stage 0; stage 3's
    * two ring all-gathers 3 blocks of psi/4 each (Open MPI's linear one would put 4), its ring
-   * reduce-scatter 3psi/4, the norm's binomial tree 8 bytes; hybrid: both ranks' replica
-   * all-reduce of psi/2 */
-  expect_int_eq(num(s0, "inter_link_bytes_per_step"), 2 * psi * 3 / 4);
-  expect_int_eq(num(f3, "inter_link_bytes_per_step"), 3 * (psi * 3 / 4) + 8);
-  expect_int_eq(num(h3, "inter_link_bytes_per_step"), psi);
+   * reduce-scatter 3psi/4, the norm's binomial tree 24 bytes (stage 0: the calls' 16); hybrid:
+   * both ranks' replica all-reduce of psi/2 and of the calls' 16 bytes */
+  expect_int_eq(num(s0, "inter_link_bytes_per_step"), 2 * psi * 3 / 4 + 16);
+  expect_int_eq(num(f3, "inter_link_bytes_per_step"), 3 * (psi * 3 / 4) + 24);
+  expect_int_eq(num(h3, "inter_link_bytes_per_step"), psi + 2 * 16);
   /* time: the link dominates at 1 Gbit/s: wire bytes x 8 / 1e9 plus a little */
   double wire = num(h3, "inter_link_wire_bytes_per_step");
   expect_true(wire > psi * 1.045 && wire < psi * 1.046);
@@ -353,12 +355,15 @@ static void test_nccl(void) {
   const int64_t psi = 4 * 4194304; /* the 4 units' fp32 bytes, 64 x 16 aligned already */
   const cJSON *nf3 = option(n, 3, 16, 0), *mf3 = option(m, 3, 16, 0), *ns0 = option(n, 0, 16, 0);
   assert_true(nf3 && mf3 && ns0);
-  expect_int_eq(num(nf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 15);
-  expect_int_eq(num(mf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 8);
-  expect_int_eq(num(ns0, "inter_link_bytes_per_step"), 2 * psi * 15 / 16);
-  /* one all-reduce per unit (4), each the ring's 2 x 15 rounds at 10 us, after one another, and
-   * the bytes over a node link at 3200 Gbit/s: 4 x 2 x 15 x 10 us + 2psi x 15/16 / 400 GB/s */
-  double want = 4 * 2 * 15 * 10e-6 + 2.0 * psi * 15 / 16 / 400e9;
+  /* the norm's 24 bytes (its fp64 total, the ranks' calls compared): nccl's ring 45, mpi's tree 24;
+   * stage 0: the calls' 16 bytes alone, 30 over nccl's ring */
+  expect_int_eq(num(nf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 45);
+  expect_int_eq(num(mf3, "inter_link_bytes_per_step"), 3 * (psi * 15 / 16) + 24);
+  expect_int_eq(num(ns0, "inter_link_bytes_per_step"), 2 * psi * 15 / 16 + 30);
+  /* one all-reduce per unit (4) and the calls' one, each the ring's 2 x 15 rounds at 10 us, after
+   * one another, and the bytes over a node link at 3200 Gbit/s: 5 x 2 x 15 x 10 us + 2psi x 15/16
+   * / 400 GB/s */
+  double want = 5 * 2 * 15 * 10e-6 + 2.0 * psi * 15 / 16 / 400e9;
   expect_true(fabs(num(ns0, "comm_s_per_step") - want) < 0.02 * want);
   cJSON_Delete(n), cJSON_Delete(m), cJSON_Delete(g);
 }
@@ -422,7 +427,9 @@ static void test_tp(void) {
     expect_int_eq(num(tp, "params_per_rank"), rep + num(tp, "split_params") / 2);
     expect_int_eq(num(d, "params"), num(tp, "params_per_rank"));
     long long comm = sp ? (10 * L + 4) * 2 * N * C + 4 * rep : (4 * L + 2) * 4 * N * C;
-    expect_int_eq(num(tp, "comm_bytes_per_step"), comm + 12 * N + 8); /* + the norm's fp64 */
+    /* + the norm's buffer: its fp64 total and, over 4 data-parallel ranks, two fp64 per tp position
+     * comparing the ranks' calls (step.c): 5 fp64 */
+    expect_int_eq(num(tp, "comm_bytes_per_step"), comm + 12 * N + 40);
     const long long Nr = sp ? N / 2 : N;
     expect_int_eq(num(tp, "act_bytes_per_layer"), 4 * (4 * Nr * C + 4 * Nr + 12 * N * C / 2 + B * 2 * T * T));
     /* stage 0 holds 16 bytes per parameter of the part (with padding); the

@@ -83,9 +83,10 @@ static void test_hpz(void) {
   const cJSON *hq = option(d, 3, 8, 0);
   g_qw = g_hpz = 0;
   assert_true(flat && h && hq);
-  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 14);
-  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 8);
-  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 8);
+  /* + the norm's 3 fp64 (its total, the ranks' calls compared: step.c), 2 x 7/8 x 24 on the ring */
+  expect_int_eq(num(h, "comm_bytes_per_step"), 4 * (2 * (P * 7 / 8) + P * 3 / 4) + 42);
+  expect_int_eq(num(h, "inter_link_bytes_per_step"), 4 * 2 * (P * 7 / 8) + 24);
+  expect_int_eq(num(flat, "inter_link_bytes_per_step"), 4 * 3 * (P * 7 / 8) + 24);
   expect_int_eq(num(h, "model_state_bytes") - num(flat, "model_state_bytes"), 4 * P / 4);
   expect_true(num(hq, "inter_link_bytes_per_step") < num(h, "inter_link_bytes_per_step"));
   cJSON_Delete(d);
@@ -216,7 +217,7 @@ static void test_membench_links(void) {
       fprintf(stderr, "  int%d stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", bits, stage,
               flag(r, "offload"), intra, inter);
       expect_int_eq(intra, 1 * 2 * Q + (stage == 3 ? P * 4 / 2 : 0));
-      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 12 + 1 * Q);
+      expect_int_eq(inter, (stage == 3 ? 3 * Qw : 3 * P * 4 / 4) + 36 + 1 * Q); /* the norm: 3 fp64 */
       n++;
     }
     expect_int_eq(n, 4);
@@ -234,7 +235,8 @@ static void test_membench_links(void) {
       double intra, inter;
       links_of(r, &intra, &inter);
       expect_int_eq(num(r, "ranks_per_node"), rpn);
-      int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 8, replica = 2 * (P / 2) * 4 / 2;
+      /* the norm's 3 fp64 in the shard group, the calls' 2 across the replicas (step.c) */
+      int64_t shard = (stage == 3 ? 3 : 2) * P * 4 / 2 + 24, replica = 2 * (P / 2) * 4 / 2 + 16;
       fprintf(stderr, "  hybrid, %d a node, stage %d offload %d: intra %.0f, inter %.0f bytes a step\n", rpn, stage,
               flag(r, "offload"), intra, inter);
       expect_int_eq(intra, rpn == 2 ? shard : shard + replica);

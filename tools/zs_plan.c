@@ -60,7 +60,9 @@
  *             gathers its embedding twice in forward, the second time for
  *             the tied LM head, and not in backward, which reads none of its
  *             parameters: ZS_PARAM_BACKWARD_UNREAD), a reduce_scatter per round
- *   stages 1-3 the gradient norm's all_reduce of one fp64 (its double total)
+ *   stages 1-3 the gradient norm's all_reduce: its fp64 total and, with more
+ *             than one rank, 2 tp fp64 comparing the ranks' calls (stage 0:
+ *             those alone, over the world; hybrid: again across the replicas)
  *   hybrid    the above inside the shard group (n = Ns), plus an all_reduce of
  *             each gradient shard (psi/Ns) across the Nr = N/Ns replicas: once
  *             per step, or per round with offload
@@ -153,7 +155,7 @@
  * parallel rank, (4L+2) all-reduces of the B T C fp32 activations, or with sp
  * (10L+4) all-gathers / reduce-scatters of them plus the replicated gradients'
  * all-reduces, the vocab-parallel cross-entropy's 3 floats per token, and the
- * norm's one fp64) crosses each rank's intra-node link: tp_s = those bytes /
+ * norm's buffer, 1 + 2 tp fp64) crosses each rank's intra-node link: tp_s = those bytes /
  * --intra-gbps + ring rounds x --intra-latency-us, added to comm_s (no overlap).
  * "tp" in the JSON gives the figures, with the activation bytes a layer keeps.
  *
@@ -346,7 +348,13 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
     if (hybrid && x->stage > 0)
       pl_sched_add(s, PL_BACKWARD, PL_ALL_REDUCE, PL_REPLICA, S * rb, x->offload && x->stage >= 2 ? A : 1);
   }
-  if (x->stage > 0) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_SHARD, 8, 1); /* the norm's double total */
+  /* zs_step's norm buffer (src/zero/step.c): its double total and, with more than one data-parallel
+   * rank, two slots per tp position comparing the ranks' calls; stages 1-3 all-reduce it whole over
+   * the shard group, stage 0 the slots alone over the world, hybrid the slots again across replicas */
+  const int64_t K = o->world > 1 ? 1 + 2 * (int64_t)o->tp : 1;
+  if (x->stage > 0) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_SHARD, 8 * K, 1);
+  else if (K > 1) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 8 * (K - 1), 1);
+  if (hybrid && K > 1) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_REPLICA, 8 * (K - 1), 1);
   /* the tier's two agreements (zs__eng_agree): this step's data arrived (before the norm), every chunk written */
   if (uses_tier(x)) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 8, 2);
   pl_sched_result(s, &x->net);

@@ -131,7 +131,9 @@ static void tp_traffic(pl_opts_t *o) {
     const int64_t n = N - r0 < rows ? N - r0 : rows;
     round += AR(4 * n) + AR(8 * n), ar += 2;
   }
-  o->tp_bytes = round * o->accum + AR(8); /* + the engine's norm over tp (its double total), once per step */
+  /* + the engine's norm over tp, once per step: its double total and, with more than one data-parallel
+   * rank, two slots per tp position comparing the ranks' calls (src/zero/step.c) */
+  o->tp_bytes = round * o->accum + AR(8 * (o->world > 1 ? 1 + 2 * (int64_t)o->tp : 1));
   o->tp_calls_ar = ar * o->accum + 1, o->tp_calls_half = half * o->accum;
 #undef AR
 #undef HALF

@@ -371,7 +371,14 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * norm to the fp32 bit but for a rounding tie with grad_accum 1 (with more
  * rounds, stages 0-1 add the rounds into the full gradient and 2-3 into the
  * shard in another order: the norms may differ in the last fp32 bit); rank 0
- * logs one warning per skipped step. */
+ * logs one warning per skipped step. It also compares the ranks' calls since
+ * the last step (stage 3's zs_gather and every zs_reduce that issues a
+ * collective: collectives matched by their order) inside the norm's own
+ * all-reduces: where a rank's program skipped, added or reordered one while
+ * the collectives still matched in number, the step is ZS_ERR_MISMATCH on
+ * every rank of the model (data-parallel, replicas, model-parallel), its
+ * gradients dropped and nothing updated (the ranks had exchanged other units'
+ * data); the next step gathers in the order called. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
 /* One step of a model whose parameters live in several engines, e.g. a
  * mixture of experts (DeepSpeed-MoE's layout): a dense engine over the whole
@@ -402,7 +409,9 @@ zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
  * after every engine has stepped. The group is one model: each engine's comm
  * must span ranks that step the same group, so that every rank computes the
  * same norm (checked over each engine's comm before anything is updated:
- * ZS_ERR_MISMATCH). Two separate models (a distillation's teacher and
+ * ZS_ERR_MISMATCH). Where the ranks' calls differ on any engine (zs_step), no
+ * engine of the group is updated on any rank: each rank's verdict goes into
+ * that check, over every engine's comm. Two separate models (a distillation's teacher and
  * student, an actor and a critic) are stepped each with zs_step: a group
  * would clip one by the other's norm. */
 zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep);

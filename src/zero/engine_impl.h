@@ -202,9 +202,14 @@ struct zs_engine {
 
   /* prefetch: predicted order per phase (last step's record) and this step's record */
   int *order[3], order_len[3], *rec[3], rec_len[3], pos;
+  /* the calls whose order the ranks must share since the last zs_step: stage
+   * 3's zs_gather of units gathered on demand and every zs_reduce that issues
+   * a collective (matched by their order; the next step prefetches in the
+   * order recorded), hashed (phases.c); compared in zs_step's norm (step.c) */
+  uint64_t call_hash;
   int last_reduced;     /* unit whose reduction was queued last */
   zs_event_t *ev_reduced_all;
-  double *hscalar;      /* pinned host scalar for the norm (its double total) */
+  double *hscalar;      /* pinned host: the norm's double total, then the calls' slots (nslots in all) */
 
   /* offload: the optimizer steps on the host (offload_optimizer cpu or nvme) */
   int offload;
@@ -230,7 +235,8 @@ struct zs_engine {
 
   size_t pb, rb;        /* bytes per param / reduce element */
   zs_dtype_t grad_dtype;/* dtype the optimizer reads gradients in */
-  double *scalar;       /* device: the norm's double total */
+  double *scalar;       /* device: the norm's double total, then the calls' slots (zs__eng_norm_slots) */
+  int nslots;
   /* the norm's sum of squares over the segments in it, planned once (work.h:
    * one launch on cuda); NULL with offload (the host sums) or no such segment */
   zs__sumsq_plan_t *norm_plan;
@@ -383,6 +389,12 @@ int zs__eng_rep_overlaps(const zs_engine_t *zs);
 /* agree.c */
 /* Bytes of the engine's scratch (xdev/xhost) at `world` ranks. */
 uint64_t zs__eng_scratch_bytes(int world);
+/* Doubles in the norm's buffer (scalar, hscalar) at `world` data-parallel
+ * ranks: the sum of squares, and with more than one rank a hash's sum and its
+ * square's sum for each model-parallel position (step.c, calls_agree) */
+static inline int zs__eng_norm_slots(const zs_engine_t *zs, int world) {
+  return world > 1 ? 1 + 2 * (zs->mp_comm ? zs_comm_size(zs->mp_comm) : 1) : 1;
+}
 /* Collectives of a few values through the scratch, on the NULL stream; they
  * complete before returning. v holds n int64 (n <= xcount). */
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);

@@ -51,12 +51,12 @@ void zs__eng_release_setup(zs_engine_t *zs) {
   zs->held = NULL;
   zs->held_cap = 0;
   for (int i = 0; i < zs->nunits; i++) unit_free_buffers(zs, &zs->units[i]);
-  zs__eng_free(zs, (void **)&zs->scalar, sizeof(double), ZS_MEM_COMM);
+  zs__eng_free(zs, (void **)&zs->scalar, (size_t)zs->nslots * sizeof(double), ZS_MEM_COMM);
   zs__sumsq_plan_destroy(zs->norm_plan); /* compute is idle: its last run is done */
   zs->norm_plan = NULL;
   zs__eng_free(zs, &zs->norm_mem, zs->norm_mem_bytes, ZS_MEM_COMM);
   zs->norm_mem_bytes = 0;
-  zs__eng_host_free(zs, (void **)&zs->hscalar, sizeof(double), ZS_MEM_COMM);
+  zs__eng_host_free(zs, (void **)&zs->hscalar, (size_t)zs->nslots * sizeof(double), ZS_MEM_COMM);
   zs__eng_host_free(zs, &zs->hstage_grad, zs->hstage_grad_bytes, ZS_MEM_COMM);
   for (int k = 0; k < 2; k++) zs__eng_host_free(zs, &zs->hstage_param[k], zs->hstage_param_bytes, ZS_MEM_COMM);
   zs->hstage_grad_bytes = zs->hstage_param_bytes = 0;

@@ -376,8 +376,9 @@ static zs_status_t setup_local(zs_engine_t *zs, zs_init_fn init, void *user) {
   }
   zs->grad_dtype = zs->offload ? ZS_FP32 : zs->cfg.stage <= 1 ? zs->cfg.param_dtype : zs->cfg.reduce_dtype;
   for (int i = 0; i < zs->nunits; i++) ZS_CHECK(unit_alloc(zs, &zs->units[i]));
-  ZS_CHECK(zs__eng_alloc(zs, sizeof(double), ZS_MEM_COMM, (void **)&zs->scalar));
-  ZS_CHECK(zs__eng_host_alloc(zs, sizeof(double), ZS_MEM_COMM, (void **)&zs->hscalar));
+  zs->nslots = zs__eng_norm_slots(zs, zs->world);
+  ZS_CHECK(zs__eng_alloc(zs, (size_t)zs->nslots * sizeof(double), ZS_MEM_COMM, (void **)&zs->scalar));
+  ZS_CHECK(zs__eng_host_alloc(zs, (size_t)zs->nslots * sizeof(double), ZS_MEM_COMM, (void **)&zs->hscalar));
   if (zs->offload) {
     /* one grad staging buffer (the copy stream serialises its users) and two
      * parameter staging slots (stepping unit i while unit i-1 copies) */

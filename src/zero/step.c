@@ -37,48 +37,111 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
   return ZS_OK;
 }
 
+/* ---- the norm, and the ranks' calls compared -----------------------------------
+ * Stage 3's gathers and every reduce are collectives that the ranks match by
+ * their order, and the next step prefetches in the order recorded in this one:
+ * a rank whose program skipped, added or reordered one of those calls
+ * exchanged another unit's data (of the same size: silently, every call
+ * ZS_OK) and would go on doing so. The calls' hash since the last step
+ * (phases.c, hash_call) rides in the norm's own buffer, so that comparing it
+ * costs no collective of its own where the norm has one and no host wait:
+ * after the sum of squares, for each model-parallel position m, the slots
+ * [1 + 2m] and [2 + 2m] hold h and h * h of this rank's hash (cut to b bits,
+ * b such that the sums stay exact integers in double), zeros elsewhere. The
+ * shard group's all-reduce (stages 1-3; at stage 0 one of the slots alone),
+ * the replica group's (hybrid: the slots alone) and the model-parallel one
+ * (the whole buffer) sum them, so every rank of the model ends with, for each
+ * position, S1 = the sum of h and S2 = the sum of h * h over its n
+ * data-parallel ranks: their hashes were all equal exactly when n * S2 = S1 *
+ * S1 (the sum of the squared deviations from the mean, n * S2 - S1 * S1, is 0
+ * only then). Each rank reads every position's, so all of them agree on the
+ * verdict. */
+
+/* Bits of the hash at n ranks: n * (2^b)^2 stays below 2^53. */
+static int calls_bits(int n) {
+  int lg = 0;
+  while (lg < 30 && (1 << lg) < n) lg++;
+  return (53 - lg) / 2;
+}
+
+/* The slots of this rank's calls (hscalar[1..nslots)), the hash reset. */
+static void calls_slots(zs_engine_t *zs) {
+  const uint64_t h = zs->call_hash;
+  zs->call_hash = 0;
+  const int b = calls_bits(zs->world);
+  const uint64_t x = (h ^ (h >> 29) ^ (h >> 47)) & ((1ull << b) - 1);
+  const int m = zs->mp_comm ? zs_comm_rank(zs->mp_comm) : 0;
+  for (int k = 1; k < zs->nslots; k++) zs->hscalar[k] = 0.0;
+  zs->hscalar[1 + 2 * m] = (double)x;
+  zs->hscalar[2 + 2 * m] = (double)x * (double)x;
+}
+
+/* After the all-reduces: whether every position's ranks made the same calls. */
+static int calls_agree(const zs_engine_t *zs) {
+  const unsigned __int128 n = (unsigned)zs->world;
+  for (int k = 1; k + 1 < zs->nslots; k += 2) {
+    const unsigned __int128 s1 = (uint64_t)zs->hscalar[k], s2 = (uint64_t)zs->hscalar[k + 1];
+    if (n * s2 != s1 * s1) return 0;
+  }
+  return 1;
+}
+
 /* Global sum of squares of the (summed, still scaled) gradients this rank owns.
  * Per segment a double sum added into a double total, in segment order, on the
  * device or (offload) on the host the same way, so both give the same bits;
  * the ranks' totals add up in double (ZS_FP64). In double the total hardly
  * depends on how the stage cuts the gradients into segments and ranks: an
  * fp32 total gave stages 1-3 a norm an ulp from stage 0's, which clipping
- * turned into different updates (a trial: 4.8e-3 apart after 20 AdamW steps). */
-static zs_status_t grad_sumsq(zs_engine_t *zs, double *out) {
+ * turned into different updates (a trial: 4.8e-3 apart after 20 AdamW steps).
+ * *same_calls: the ranks' calls compared (above). */
+static zs_status_t grad_sumsq(zs_engine_t *zs, double *out, int *same_calls) {
   zs_status_t st;
+  const int K = zs->nslots;
+  if (K > 1) calls_slots(zs);
   if (zs->offload) {
     double acc = 0.0;
     for (int i = 0; i < zs->nsegs; i++) /* gradients on disk: the conversion thread summed them, the same way */
       if (zs->seg_in_norm[i])
         acc += zs->seg_sumsq ? zs->seg_sumsq[i] : zs__sumsq_cpu(zs->segs[i].grad, ZS_FP32, zs->segs[i].n);
     *zs->hscalar = acc;
-    if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, sizeof(double), ZS_COPY_H2D, zs->compute)) != ZS_OK)
+    if ((st = zs_memcpy_async(zs->dev, zs->scalar, zs->hscalar, K * sizeof(double), ZS_COPY_H2D, zs->compute)) != ZS_OK)
       goto fail;
   } else {
     /* the segments in the norm, planned at setup (norm_plan_setup): on cuda one
      * launch, the bits of zs__sumsq per segment in order */
     if ((st = zs_memset_async(zs->dev, zs->scalar, 0, sizeof(double), zs->compute)) != ZS_OK ||
-        (zs->norm_plan && (st = zs__sumsq_plan_run(zs->norm_plan, zs->compute, zs->scalar)) != ZS_OK))
+        (zs->norm_plan && (st = zs__sumsq_plan_run(zs->norm_plan, zs->compute, zs->scalar)) != ZS_OK) ||
+        (K > 1 && (st = zs_memcpy_async(zs->dev, zs->scalar + 1, zs->hscalar + 1, (K - 1) * sizeof(double),
+                                        ZS_COPY_H2D, zs->compute)) != ZS_OK))
       goto fail;
   }
-  /* stage 0: every rank holds the whole reduced gradient, nothing to add up;
-   * hybrid: the replicas hold the same shards, so the shard group's sum is the
-   * model's */
-  if (zs->cfg.stage >= 1 && zs->nshard > 1 &&
+  /* stage 0: every rank holds the whole reduced gradient, nothing to add up
+   * (the calls' slots alone); hybrid: the replicas hold the same shards, so
+   * the shard group's sum is the model's (the replicas add the slots alone) */
+  const int sum_shard = zs->cfg.stage >= 1;
+  if (zs->nshard > 1 && (sum_shard || K > 1) &&
       ((st = zs__eng_comm_order(zs, zs->shard_comm, zs->compute)) != ZS_OK ||
-       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar, zs->scalar, 1, ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->shard_comm, zs->scalar + !sum_shard, zs->scalar + !sum_shard,
+                                (size_t)(K - !sum_shard), ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
        (st = zs__eng_comm_mark(zs, zs->shard_comm, zs->compute)) != ZS_OK))
+    goto fail;
+  if (K > 1 && zs->rep_comm && zs->nrep > 1 &&
+      ((st = zs__eng_comm_order(zs, zs->rep_comm, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->rep_comm, zs->scalar + 1, zs->scalar + 1, (size_t)(K - 1), ZS_FP64, ZS_SUM,
+                                zs->compute)) != ZS_OK ||
+       (st = zs__eng_comm_mark(zs, zs->rep_comm, zs->compute)) != ZS_OK))
     goto fail;
   /* the other parts of the model (tensor/pipeline parallel ranks) */
   if (zs->mp_comm && zs_comm_size(zs->mp_comm) > 1 &&
       ((st = zs__eng_comm_order(zs, zs->mp_comm, zs->compute)) != ZS_OK ||
-       (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, 1, ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
+       (st = zs_comm_all_reduce(zs->mp_comm, zs->scalar, zs->scalar, (size_t)K, ZS_FP64, ZS_SUM, zs->compute)) != ZS_OK ||
        (st = zs__eng_comm_mark(zs, zs->mp_comm, zs->compute)) != ZS_OK))
     goto fail;
-  if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, sizeof(double), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
+  if ((st = zs_memcpy_async(zs->dev, zs->hscalar, zs->scalar, K * sizeof(double), ZS_COPY_D2H, zs->compute)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
     goto fail;
   *out = *zs->hscalar;
+  *same_calls = K == 1 || calls_agree(zs);
   return ZS_OK;
 fail:
   return ZS_FAIL(zs->err, st, "gradient norm failed on rank %d: %s", zs->rank, zs_last_error());
@@ -422,27 +485,63 @@ zs_status_t zs_step_group(zs_engine_t *const *engines, int n, zs_step_report_t *
  * added up the same engines' parts: engines over comms that split the ranks
  * otherwise (another model per rank, say) give each rank its own norm and
  * clip, and replicas that drift apart. Compared bit for bit over each
- * engine's comm before anything is updated. */
-static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm) {
+ * engine's comm before anything is updated, with each rank's verdict on the
+ * calls (*calls_bad, made the largest over every comm: an engine over a few
+ * ranks, an expert group's, found what the others must hear). Every rank
+ * makes all n all-reduces before it decides, so that none waits in one that
+ * a rank which decided early left out. */
+static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm, int *calls_bad) {
   int64_t bits;
   memcpy(&bits, &norm, sizeof bits);
+  int differ = -1, bad = *calls_bad;
+  double lo = 0, hi = 0;
   for (int i = 0; i < n; i++) {
     if (e[i]->world == 1) continue;
-    int64_t v[2] = {bits, ~bits}; /* the largest, and (complemented) the smallest */
-    ZS_CHECK(zs__eng_xall_reduce(e[i], v, 2, ZS_MAX));
-    if (v[0] == ~v[1]) continue;
-    double lo, hi;
+    int64_t v[3] = {bits, ~bits, *calls_bad}; /* the largest, and (complemented) the smallest */
+    ZS_CHECK(zs__eng_xall_reduce(e[i], v, 3, ZS_MAX));
+    if (v[2]) bad = 1;
+    if (v[0] == ~v[1] || differ >= 0) continue;
     int64_t b = ~v[1];
     memcpy(&lo, &b, sizeof lo);
     memcpy(&hi, &v[0], sizeof hi);
-    return ZS_FAIL(e[i]->err, ZS_ERR_MISMATCH,
-                   "zs_step_group: the ranks of engines[%d]'s comm computed different group norms (this rank %.9g; "
-                   "among them %.9g and %.9g): the group's engines must hold parts of one model, each engine's comm "
-                   "spanning ranks that step the same group (a second model, as in distillation, is stepped alone "
-                   "with zs_step); nothing was updated",
-                   i, norm, lo, hi);
+    differ = i;
   }
-  return ZS_OK;
+  *calls_bad = bad;
+  if (bad || differ < 0) return ZS_OK;
+  return ZS_FAIL(e[differ]->err, ZS_ERR_MISMATCH,
+                 "zs_step_group: the ranks of engines[%d]'s comm computed different group norms (this rank %.9g; "
+                 "among them %.9g and %.9g): the group's engines must hold parts of one model, each engine's comm "
+                 "spanning ranks that step the same group (a second model, as in distillation, is stepped alone "
+                 "with zs_step); nothing was updated",
+                 differ, norm, lo, hi);
+}
+
+/* A step the ranks' calls did not agree on: on every engine of the group the
+ * gradients are zeroed, the prediction forgotten (the next step gathers in the
+ * order called), the engine between steps again; the step count, the rate and
+ * the loss scale stay. */
+static zs_status_t discard_step(zs_engine_t *const *e, int n) {
+  zs_status_t st = ZS_OK;
+  for (int i = 0; i < n; i++) {
+    zs_engine_t *zs = e[i];
+    for (int ph = 0; ph < 3; ph++) zs->order_len[ph] = zs->rec_len[ph] = 0;
+    zs->phase = ZS_PH_IDLE;
+    zs->round = 0;
+    for (int k = 0; k < zs->nunits; k++) zs->units[k].reduced_round = 0;
+    zs_status_t zst = zero_grads(zs);
+    if (zst == ZS_OK && (zst = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
+      zst = ZS_FAIL(zs->err, zst, "recording the step event failed: %s", zs_last_error());
+    if (st == ZS_OK) st = zst;
+  }
+  if (st != ZS_OK) return st;
+  const zs_engine_t *zs = e[0];
+  return ZS_FAIL(e[0]->err, ZS_ERR_MISMATCH,
+                 "%s: the ranks made different sequences of %s calls since the last step (a rank's program "
+                 "skipped, added or reordered one: every rank makes the same calls, in the same order, a rank "
+                 "without data too); these are collectives matched by their order, so the ranks exchanged other "
+                 "units' data. The step is not taken on any rank: its gradients are dropped, nothing is updated, "
+                 "and the next step gathers in the order called",
+                 n > 1 ? "zs_step_group" : "zs_step", zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce");
 }
 
 static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
@@ -450,17 +549,20 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
   /* the norm of the whole model: each engine's share in double, averaged by
    * its own base; one engine keeps zs_step's arithmetic exactly */
   double norm = 0, sq = 0;
-  int finite = 1;
+  int finite = 1, calls_bad = 0;
   for (int i = 0; i < n; i++) {
     double sumsq = 0;
-    ZS_CHECK(grad_sumsq(engines[i], &sumsq));
+    int same = 1;
+    ZS_CHECK(grad_sumsq(engines[i], &sumsq, &same));
+    calls_bad |= !same;
     finite &= isfinite(sumsq) != 0;
     double part = sqrt(sumsq) * grad_base(engines[i]);
     norm = part;
     sq += part * part;
   }
   if (n > 1) norm = sqrt(sq);
-  if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm));
+  if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm, &calls_bad));
+  if (calls_bad) return discard_step(engines, n);
   zs_status_t result = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_status_t st = step_update(engines[i], norm, finite, i == 0 ? rep : NULL);
