@@ -314,6 +314,39 @@ static void test_param_access_agrees(void) {
   for (int i = 0; i < 64; i++) v[i] = 0.25f * (float)i;
   expect_status(zs_param_set(zs, hp, rank == bad ? NULL : v), ZS_ERR_INVALID);
   expect_str_contains(zs_engine_last_error(zs), want);
+  /* a NaN or an inf on one rank: refused on every rank, nothing set (a trial's
+   * NaN was stored and its next step's norm NaN: zs_param_state_set refused
+   * the same values in a moment) */
+  float before0[64], nonfinite[64];
+  expect_ok(zs_param_get(zs, hp, before0));
+  for (int k = 0; k < 2; k++) {
+    memcpy(nonfinite, v, sizeof v);
+    if (rank == bad) nonfinite[7] = k ? -INFINITY : NAN;
+    expect_status(zs_param_set(zs, hp, nonfinite), ZS_ERR_INVALID);
+    expect_str_contains(zs_engine_last_error(zs), k ? "'head.W'[7] is -inf" : "'head.W'[7] is nan");
+    float now[64];
+    expect_ok(zs_param_get(zs, hp, now));
+    expect_true(!memcmp(now, before0, 39 * sizeof(float)));
+  }
+  /* a value fp16 parameters would hold as inf: refused there, kept in fp32 */
+  {
+    zs_config_t h = ZS_CONFIG_INIT;
+    h.param_dtype = ZS_FP16;
+    zs_engine_t *e16;
+    tm_model_t *m16 = calloc(1, sizeof *m16);
+    assert_ok(zs_engine_create(&e16, &h, dev, world));
+    assert_ok(tm_declare(e16, m16, NBLK, ZS_FP16));
+    assert_ok(zs_engine_setup(e16, tm_init, e16));
+    memcpy(nonfinite, v, sizeof v);
+    nonfinite[3] = 65520.0f;
+    expect_status(zs_param_set(e16, hp, nonfinite), ZS_ERR_INVALID);
+    expect_str_contains(zs_engine_last_error(e16), "'head.W'[3] is 65520");
+    nonfinite[3] = 65504.0f; /* fp16's largest */
+    expect_ok(zs_param_set(e16, hp, nonfinite));
+    zs_engine_destroy(e16);
+    tm_free(m16);
+    free(m16);
+  }
   /* different values on one rank: ZS_ERR_MISMATCH on every rank, nothing set
    * (before, each rank wrote its stored range from its own array, a parameter
    * whose ranks disagreed) */

@@ -274,7 +274,9 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
 /* Collective (every rank, same parameter, same values): copies this rank's part
  * of the parameter's full fp32 data (numel values) into its storage; a delayed
  * update pending lands first (zs_flush), and a persistent stage-3 unit is
- * gathered again. A bad argument on any rank is that error on every rank;
+ * gathered again. A bad argument on any rank (NULL, an undeclared parameter,
+ * a value that is not finite or, with fp16 parameters, of magnitude 65520 or
+ * more, which fp16 rounds to inf) is that error on every rank, nothing set;
  * values that differ between the data-parallel ranks (a hash of each rank's
  * numel values, compared) are ZS_ERR_MISMATCH on every rank of the engine's
  * comm, nothing set. With model parallelism both are decided per data-parallel

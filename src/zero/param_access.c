@@ -74,6 +74,19 @@ static zs_status_t same_values(zs_engine_t *zs, int param, const float *full, ui
                  fn, p->name, zs->rank);
 }
 
+/* A parameter's values are finite, and within fp16's range where it is
+ * stored in fp16 (a larger value rounds to inf there): a NaN set here made
+ * the next step's norm NaN, the step skipped and never recovered. */
+static zs_status_t finite_values(zs_engine_t *zs, const zs_param_t *p, const float *full) {
+  const int half = zs->cfg.param_dtype == ZS_FP16;
+  for (int64_t i = 0; i < p->numel; i++)
+    if (!isfinite(full[i]) || (half && fabsf(full[i]) >= 65520.0f))
+      return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: '%s'[%lld] is %g: a parameter's values are finite%s; "
+                     "nothing was set", p->name, (long long)i, (double)full[i],
+                     half ? " and within fp16's range (|x| < 65520, which rounds to at most 65504)" : "");
+  return ZS_OK;
+}
+
 static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
   /* during a step the other ranks are in the step's collectives: refused at
    * once, with none of its own (the others may not be making this call) */
@@ -81,6 +94,7 @@ static zs_status_t param_set(zs_engine_t *zs, int param, const float *full) {
     return ZS_FAIL(zs->err, ZS_ERR_STATE, "zs_param_set during a step: set parameters between steps");
   zs_status_t st = check_param(zs, param, "zs_param_set");
   if (st == ZS_OK && !full) st = ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: data is NULL");
+  if (st == ZS_OK) st = finite_values(zs, &zs->params[param], full);
   ZS_CHECK(zs__eng_agree(zs, st, "zs_param_set"));
   ZS_CHECK(same_values(zs, param, full, 0xcbf29ce484222325ull, "zs_param_set"));
   ZS_CHECK(zs__eng_flush(zs)); /* a delayed update lands first, then these values */
