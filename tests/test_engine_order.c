@@ -17,6 +17,8 @@
  *   test_reordered_reduce stage 0, rank 1 reduces b before a: the all-reduces
  *                         summed a's gradient into b's (same size) with every
  *                         call ZS_OK; now the same refusal
+ *   test_delayed_update   with the delayed update, a refused step lands the
+ *                         previous step's update as a skipped step does
  *   test_hybrid           shard groups {0,1} {2,3}: rank 3 reorders; ranks 0
  *                         and 1, whose own group agreed, hear it through the
  *                         replicas' all-reduce
@@ -53,9 +55,12 @@ typedef struct {
 } two_t;
 
 typedef struct {
-  int stage, shard_group, accum;
+  int stage, shard_group, accum, delayed; /* delayed: offload cpu, delayed_param_update */
   zs_comm_t *comm, *mp; /* NULL: the world, no model-parallel group */
 } layout_t;
+
+static float seen_a0; /* the last forward's a[0] */
+static int nan_grads; /* passes() adds NaN to b's gradient: a skipped step */
 
 static zs_status_t open_two(two_t *t, const layout_t *l) {
   memset(t, 0, sizeof *t);
@@ -67,6 +72,7 @@ static zs_status_t open_two(two_t *t, const layout_t *l) {
   c.optim.lr = 0.5f;
   c.optim.momentum = 0.0f;
   c.optim.weight_decay = 0.0f;
+  if (l->delayed) c.offload_optimizer = ZS_OFFLOAD_CPU, c.delayed_param_update = 1;
   ZS_CHECK(zs_engine_create(&t->zs, &c, dev, l->comm ? l->comm : world));
   if (l->mp) ZS_CHECK(zs_engine_set_model_parallel(t->zs, l->mp));
   const int64_t shape[1] = {N};
@@ -95,6 +101,7 @@ static zs_status_t passes(two_t *t, int skip_a, int swap, int rounds, int swap_r
     for (int k = 0; k < 2; k++) {
       if (k == 0 && skip_a) continue;
       ZS_CHECK(zs_gather(t->zs, t->u[k]));
+      if (k == 0) seen_a0 = t->w[0][0];
       for (int i = 0; want && i < N; i++) *bad += t->w[k][i] != want[k][i];
       ZS_CHECK(zs_release(t->zs, t->u[k]));
     }
@@ -103,6 +110,7 @@ static zs_status_t passes(two_t *t, int skip_a, int swap, int rounds, int swap_r
       const int k = swap && r == swap_round ? j : 1 - j;
       ZS_CHECK(zs_gather(t->zs, t->u[k]));
       for (int i = 0; i < N; i++) t->g[k][i] += t->w[k][i]; /* slots add up over rounds */
+      if (nan_grads && k == 1) t->g[k][0] = NAN;
       ZS_CHECK(zs_reduce(t->zs, t->u[k]));
     }
   }
@@ -214,6 +222,34 @@ static void test_reordered_reduce(void) {
   }
 }
 
+/* With the delayed update (stage 2, offload cpu), a refused step lands the
+ * update the previous step launched, as a skipped step (NaN gradients) does:
+ * each step's forward sees the same values in both runs (before, a refused
+ * step left it for the next one: the forward after it ran two updates old). */
+static void test_delayed_update(void) {
+  float seen[2][6];
+  for (int run = 0; run < 2; run++) {
+    two_t t;
+    layout_t l = {.stage = 2, .delayed = 1};
+    assert_ok(open_two(&t, &l));
+    int bad = 0;
+    for (int s = 0; s < 6; s++) {
+      nan_grads = run == 1 && s == 2;
+      zs_status_t st = step(&t, 0, run == 0 && s == 2 && rank == 1, NULL, &bad);
+      nan_grads = 0;
+      seen[run][s] = seen_a0;
+      if (s == 2 && run == 0) expect_status(st, ZS_ERR_MISMATCH);
+      else expect_ok(st);
+    }
+    expect_int_eq(zs_engine_step_count(t.zs), 5);
+    zs_engine_destroy(t.zs);
+  }
+  for (int s = 0; s < 6; s++)
+    if (seen[0][s] != seen[1][s])
+      ZS_T_REPORT("step %d's forward saw a[0] = %g after a refused step 2, %g after a skipped one", s,
+                  (double)seen[0][s], (double)seen[1][s]);
+}
+
 static void test_hybrid(void) {
   for (int stage = 1; stage <= 2; stage++) {
     two_t t;
@@ -274,6 +310,7 @@ int main(void) {
   zs_test_run(test_same_calls);
   zs_test_run(test_skipped_gather);
   zs_test_run(test_reordered_reduce);
+  zs_test_run(test_delayed_update);
   zs_test_run(test_hybrid);
   zs_test_run(test_model_parallel);
   zs_test_run(test_group);

@@ -547,12 +547,13 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out);
 typedef struct {
   int world;
   uint64_t device[ZS_MEM_CATEGORY_COUNT]; /* between steps, by category; the engine's own
-                                             scalars and bookkeeping (8 bytes, the comm
+                                             scalars and bookkeeping (8 (1 + 2P) bytes, the comm
                                              category's few hundred: design.md 3.9) are
                                              in device_peak_bound, not here */
   uint64_t host[ZS_MEM_CATEGORY_COUNT];   /* offloaded state (host domain); comm: its pinned
-                                             staging and the engine's host scratch (528 bytes
-                                             up to 31 ranks in its data-parallel world, the
+                                             staging and the engine's host scratch (544 bytes
+                                             from 2 to 31 ranks without model parallelism
+                                             in its data-parallel world, the
                                              larger of `world` and its comm's), exactly the
                                              accountant's */
   uint64_t device_model_state, host_model_state;

@@ -162,7 +162,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   /* the engine's own host scratch: the small collectives' (create) and the
    * norm's buffer (setup), in every configuration */
   out->host[ZS_MEM_COMM] += zs__eng_scratch_bytes(world > zs->world ? world : zs->world) +
-                            (uint64_t)zs__eng_norm_slots(zs, world) * sizeof(double);
+                            (uint64_t)zs__eng_norm_slots(zs, world > zs->world ? world : zs->world) * sizeof(double);
   /* offload's pinned staging: a gradient shard, and two parameter slots for
    * 16-bit params (the delayed update writes into its own host param copies) */
   if (off) {
@@ -219,7 +219,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   uint64_t norm_plan;
   ZS_CHECK(norm_plan_bound(zs, world, &norm_plan));
   /* the norm's buffer: its double total and the ranks' calls compared (step.c) */
-  t += 8 * (uint64_t)zs__eng_norm_slots(zs, world) + zs__eng_scratch_bytes(world > zs->world ? world : zs->world) +
+  t += 8 * (uint64_t)zs__eng_norm_slots(zs, world > zs->world ? world : zs->world) +
+       zs__eng_scratch_bytes(world > zs->world ? world : zs->world) +
        norm_plan;
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;

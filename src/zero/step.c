@@ -497,7 +497,7 @@ static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm, in
   double lo = 0, hi = 0;
   for (int i = 0; i < n; i++) {
     if (e[i]->world == 1) continue;
-    int64_t v[3] = {bits, ~bits, *calls_bad}; /* the largest, and (complemented) the smallest */
+    int64_t v[3] = {bits, ~bits, bad}; /* the largest, and (complemented) the smallest; what it heard so far */
     ZS_CHECK(zs__eng_xall_reduce(e[i], v, 3, ZS_MAX));
     if (v[2]) bad = 1;
     if (v[0] == ~v[1] || differ >= 0) continue;
@@ -519,19 +519,32 @@ static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm, in
 /* A step the ranks' calls did not agree on: on every engine of the group the
  * gradients are zeroed, the prediction forgotten (the next step gathers in the
  * order called), the engine between steps again; the step count, the rate and
- * the loss scale stay. */
-static zs_status_t discard_step(zs_engine_t *const *e, int n) {
+ * the loss scale stay. A delayed update launched by the previous step lands
+ * as a skipped step lands it (step_update), or the next forward would run on
+ * parameters two updates old. rep: engines[0]'s step, skipped. */
+static zs_status_t discard_step(zs_engine_t *const *e, int n, double norm, zs_step_report_t *rep) {
   zs_status_t st = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_engine_t *zs = e[i];
     for (int ph = 0; ph < 3; ph++) zs->order_len[ph] = zs->rec_len[ph] = 0;
+    int applied = 0;
+    zs_status_t zst = zs->dpu ? dpu_apply(zs, &applied) : ZS_OK;
+    if (zst == ZS_OK) zst = zero_grads(zs);
+    if (zst == ZS_OK && (zst = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
+      zst = ZS_FAIL(zs->err, zst, "recording the step event failed: %s", zs_last_error());
+    if (zst == ZS_OK && applied) zst = zs__eng_regather(zs, ZS_REGATHER_UPDATED);
     zs->phase = ZS_PH_IDLE;
     zs->round = 0;
     for (int k = 0; k < zs->nunits; k++) zs->units[k].reduced_round = 0;
-    zs_status_t zst = zero_grads(zs);
-    if (zst == ZS_OK && (zst = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
-      zst = ZS_FAIL(zs->err, zst, "recording the step event failed: %s", zs_last_error());
     if (st == ZS_OK) st = zst;
+  }
+  if (rep) {
+    rep->step = e[0]->step;
+    rep->grad_norm = (float)norm;
+    rep->clip_coef = 1.0f;
+    rep->skipped = 1;
+    rep->loss_scale = e[0]->loss_scale;
+    rep->lr = zs_engine_lr(e[0]);
   }
   if (st != ZS_OK) return st;
   const zs_engine_t *zs = e[0];
@@ -562,7 +575,7 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
   }
   if (n > 1) norm = sqrt(sq);
   if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm, &calls_bad));
-  if (calls_bad) return discard_step(engines, n);
+  if (calls_bad) return discard_step(engines, n, norm, rep);
   zs_status_t result = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_status_t st = step_update(engines[i], norm, finite, i == 0 ? rep : NULL);
