@@ -470,6 +470,13 @@ static void test_resume(void) {
   expect_str_contains(r.err, "has slots but no moe_pair");
   gpt_result_free(&r);
   on_rank0("cd '%s' && mv moe_pair.good moe_pair", dir);
+  /* moe_pair naming the slot with another save's tag: the slot's two parts
+   * agree with each other, not with it (the message quoted one save twice) */
+  on_rank0("cd '%s' && cp moe_pair moe_pair.good && sed -i 's/ .*/ 1234abcd/' moe_pair", dir);
+  expect_status(gpt_train_run(&o, g_dev, g_world, &r), ZS_ERR_CORRUPT);
+  expect_str_contains(r.err, "but moe_pair names save 1234abcd in that slot");
+  gpt_result_free(&r);
+  on_rank0("cd '%s' && mv moe_pair.good moe_pair", dir);
   /* a folder in the layout before the slots (dense/, experts/, no moe_pair) loads as before */
   on_rank0("cd '%s' && mv slot0/dense slot0/experts . && rm -r slot0 moe_pair", dir);
   st = gpt_train_run(&o, g_dev, g_world, &r);

@@ -208,6 +208,11 @@ zs_status_t trainer_moe_load(moet_t *t, gpt_result_t *res, const char *dir) {
   const char *dsave = zs_checkpoint_loaded_attr(t->dz, "moe_save"), *xsave = zs_checkpoint_loaded_attr(t->xz, "moe_save");
   char named[24] = "";
   if (r == 0) snprintf(named, sizeof named, "%llx", tag);
+  if (dsave && xsave && !strcmp(dsave, xsave) && named[0] && strcmp(dsave, named)) { /* the slot's pair, not moe_pair's */
+    snprintf(why, sizeof why, "%s: dense and experts are both parts of save %s, but moe_pair names save %s in that "
+             "slot: moe_pair is another save's (copied from another run's folder?)", part, dsave, named);
+    return trainer_fail(res, ZS_ERR_CORRUPT, "zs_checkpoint_load", why);
+  }
   if ((dsave || xsave) && (!dsave || !xsave || strcmp(dsave, xsave) || (named[0] && strcmp(dsave, named)))) {
     snprintf(why, sizeof why, "%s/dense (save %s) and %s/experts (save %s)%s%s are parts of different saves", part,
              dsave ? dsave : "unrecorded", part, xsave ? xsave : "unrecorded", named[0] ? ", named in moe_pair as " : "",
