@@ -11,6 +11,7 @@
  *   - a rank that saves into another directory than rank 0 sees (node-local
  *     disks, another path) fails the save on every rank, keeps the previous
  *     checkpoint loadable, and leaves none of the failed save's files;
+ *   - two ranks' files swapped by name: their headers say so;
  *   - a directory without a checkpoint whose subdirectories hold some (the
  *     example MoE trainer's dense/ and experts/) says which;
  *   - the attributes a save records are the loaded engine's to read;
@@ -171,6 +172,50 @@ static void test_rank_elsewhere(void) {
   expect_ok(zs_checkpoint_load(b.zs, dir));
   expect_int_eq(zs_engine_step_count(b.zs), 2);
   close_run(&a);
+  close_run(&b);
+}
+
+/* Two ranks' files swapped by name: each file's header names its rank, and
+ * load, verify and inspect say so (a trial's swapped files, of different
+ * sizes, were reported as "truncated or from another save"). Stage 0: rank
+ * 0's file holds the state, rank 1's much less, so the sizes differ. */
+static void test_files_swapped(void) {
+  if (nranks != 2) zs_test_skip("needs 2 ranks");
+  char dir[320];
+  path_of(dir, sizeof dir, "swapped");
+  zs_config_t c = cfg(0, ZS_FP32, 0);
+  run_t a, b;
+  assert_ok(open_run(&a, world, &c, NBLK));
+  assert_ok(steps(&a, 1, NULL, NULL));
+  assert_ok(zs_checkpoint_save(a.zs, dir));
+  close_run(&a);
+  barrier();
+  char f[2][700];
+  int n = 0;
+  DIR *d = opendir(dir);
+  assert_true(d != NULL);
+  for (struct dirent *e; (e = readdir(d)) && n < 2;)
+    if (strstr(e->d_name, ".rank0000") && strstr(e->d_name, ".zsr")) snprintf(f[n++], sizeof f[0], "%s/%s", dir, e->d_name);
+  closedir(d);
+  assert_int_eq(n, 2);
+  struct stat s0, s1;
+  assert_true(stat(f[0], &s0) == 0 && stat(f[1], &s1) == 0);
+  expect_true(s0.st_size != s1.st_size);
+  barrier();
+  if (rank == 0) {
+    char tmp[720];
+    snprintf(tmp, sizeof tmp, "%s.x", f[0]);
+    expect_true(rename(f[0], tmp) == 0 && rename(f[1], f[0]) == 0 && rename(tmp, f[1]) == 0);
+  }
+  barrier();
+  zs_checkpoint_info_t info;
+  expect_status(zs_checkpoint_verify(dir, &info), ZS_ERR_CORRUPT);
+  expect_str_contains(zs_last_error(), "by its header, but the manifest names it rank");
+  expect_status(zs_checkpoint_inspect(dir, &info), ZS_ERR_CORRUPT);
+  expect_str_contains(zs_last_error(), "by its header, but the manifest names it rank");
+  assert_ok(open_run(&b, world, &c, NBLK));
+  expect_status(zs_checkpoint_load(b.zs, dir), ZS_ERR_CORRUPT);
+  expect_str_contains(zs_last_error(), "by its header");
   close_run(&b);
 }
 
@@ -461,6 +506,7 @@ int main(void) {
   zs_test_run(test_mixed_parts);
   zs_test_run(test_other_layout_removed);
   zs_test_run(test_rank_elsewhere);
+  zs_test_run(test_files_swapped);
   zs_test_run(test_part_fails);
   zs_test_run(test_held_below);
   zs_test_run(test_attrs);
