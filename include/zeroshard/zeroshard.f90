@@ -221,6 +221,30 @@ module zeroshard
     real(c_float) :: lr
   end type zs_step_report_t
 
+  ! ---- zs_memory_stats_t (zeroshard/memory.h), a struct the library fills: pass c_loc of a
+  ! type(zs_memory_stats_t), target variable
+  type, bind(c) :: zs_memory_stats_t
+    integer(c_int64_t) :: current(ZS_MEM_CATEGORY_COUNT, ZS_DOMAIN_COUNT)
+    integer(c_int64_t) :: peak(ZS_MEM_CATEGORY_COUNT, ZS_DOMAIN_COUNT)
+    integer(c_int64_t) :: current_total(ZS_DOMAIN_COUNT)
+    integer(c_int64_t) :: peak_total(ZS_DOMAIN_COUNT)
+    integer(c_int64_t) :: pageable_copies
+    integer(c_int64_t) :: cache_bytes, cache_peak
+    integer(c_int64_t) :: backend_allocs
+    integer(c_int64_t) :: backend_frees
+    integer(c_int64_t) :: device_syncs
+    integer(c_int64_t) :: host_waits
+    integer(c_int64_t) :: host_funcs
+  end type zs_memory_stats_t
+
+  ! ---- zs_comm_stats_t (zeroshard/comm.h), a struct the library fills: pass c_loc of a
+  ! type(zs_comm_stats_t), target variable
+  type, bind(c) :: zs_comm_stats_t
+    integer(c_int64_t) :: calls(ZS_COLL_COUNT)
+    integer(c_int64_t) :: bytes_sent(ZS_COLL_COUNT)
+    integer(c_int64_t) :: bytes_recv(ZS_COLL_COUNT)
+  end type zs_comm_stats_t
+
   interface
     ! ---- zeroshard/checkpoint.h
     integer(c_int) function zs_checkpoint_save(zs, dir) bind(c, name='zs_checkpoint_save')

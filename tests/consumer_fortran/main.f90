@@ -2,7 +2,8 @@
 ! zeroshard at stage 3 (SGD, lr 0.1, loss = sum(w**2)/2, so grad = w) through
 ! the module `zeroshard` (docs/fortran.md), checked against the arithmetic:
 ! after two steps w = 0.81 * w0, and each step's report (the mirrored
-! zs_step_report_t) gives the norm of w, lr 0.1, no clipping. Also the
+! zs_step_report_t) gives the norm of w, lr 0.1, no clipping; the mirrored
+! memory and comm statistics read as C fills them. Also the
 ! module's constants against the library's names for them. Prints
 ! "consumer ok".
 program consumer_fortran
@@ -19,6 +20,10 @@ program consumer_fortran
   integer(c_int), target :: unit, pid
   integer(c_int64_t), target :: shape(1) = [4_c_int64_t]
   type(zs_step_report_t), target :: rep
+  type(zs_memory_stats_t), target :: ms
+  type(zs_comm_stats_t), target :: cs
+  real(c_float), target :: one(3) = [1.0, 2.0, 3.0], summed(3)
+  integer :: d
   real(c_float), pointer :: w(:), g(:)
   real(c_float), target :: w0(4) = [1.0, 2.0, 3.0, 4.0], got(4)
   real(c_float) :: want
@@ -68,6 +73,22 @@ program consumer_fortran
       error stop 1
     end if
   end do
+  ! the mirrored zs_memory_stats_t: C's current[domain][category] is current(category, domain),
+  ! each domain's categories adding up to its total; the parameters on the device, none on disk
+  call zs_device_memory_stats(dev, c_loc(ms))
+  do d = 1, ZS_DOMAIN_COUNT
+    call expect(sum(ms%current(:, d)) == ms%current_total(d), 'zs_memory_stats_t: current(:, d) adds up to current_total(d)')
+    call expect(ms%peak_total(d) >= ms%current_total(d), 'zs_memory_stats_t: peak_total >= current_total')
+  end do
+  call expect(ms%current(ZS_MEM_PARAMS + 1, ZS_DOMAIN_DEVICE + 1) >= 16, 'zs_memory_stats_t: the 4 parameters on the device')
+  call expect(ms%current(ZS_MEM_PARAMS + 1, ZS_DOMAIN_NVME + 1) == 0, 'zs_memory_stats_t: nothing on disk')
+  ! the mirrored zs_comm_stats_t: one all-reduce counted where it belongs
+  call zs_comm_stats_reset(comm)
+  call check(zs_comm_all_reduce(comm, c_loc(one), c_loc(summed), 3_c_size_t, ZS_FP32, ZS_SUM, c_null_ptr), &
+             'zs_comm_all_reduce')
+  call zs_comm_stats(comm, c_loc(cs))
+  call expect(cs%calls(ZS_COLL_ALL_REDUCE + 1) == 1 .and. sum(cs%calls) == 1, 'zs_comm_stats_t: one all-reduce')
+  call expect(all(summed == one), 'zs_comm_all_reduce on one rank')
   call check(zs_param_get(zs, pid, c_loc(got)), 'zs_param_get')
   do i = 1, 4
     if (abs(got(i) - 0.81 * w0(i)) > 1e-6 * w0(i)) then
