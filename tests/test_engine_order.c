@@ -151,8 +151,15 @@ static void expect_params(two_t *t, int steps, const char *what) {
 static void refused_then_on(two_t *t, int who, const char *what) {
   int bad = 0;
   assert_ok(step(t, 0, 0, NULL, &bad));
-  expect_status(step(t, 0, rank == who, NULL, &bad), ZS_ERR_MISMATCH);
+  zs_step_report_t rep = {.skipped = 0, .grad_norm = 1.0f};
+  expect_ok(passes(t, 0, rank == who, 1, 0, NULL, &bad));
+  expect_status(zs_step(t->zs, &rep), ZS_ERR_MISMATCH);
   expect_str_contains(zs_last_error(), MISMATCH_MSG);
+  /* the report: skipped, the step count kept, no norm (the gradients may
+   * hold other units' sums: a trial logged their norm as the step's) */
+  expect_int_eq(rep.skipped, 1);
+  expect_int_eq(rep.step, 1);
+  expect_true(isnan(rep.grad_norm));
   expect_params(t, 1, what);
   expect_ok(step(t, 0, 0, NULL, &bad));
   expect_ok(step(t, 0, 0, NULL, &bad));

@@ -275,8 +275,9 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
  * of the parameter's full fp32 data (numel values) into its storage; a delayed
  * update pending lands first (zs_flush), and a persistent stage-3 unit is
  * gathered again. A bad argument on any rank (NULL, an undeclared parameter,
- * a value that is not finite or, with fp16 parameters, of magnitude 65520 or
- * more, which fp16 rounds to inf) is that error on every rank, nothing set;
+ * a value that is not finite or, with 16-bit parameters, one their type
+ * rounds to inf: fp16 from 65520, bf16 from 3.3961776e38) is that error on
+ * every rank, nothing set;
  * values that differ between the data-parallel ranks (a hash of each rank's
  * numel values, compared) are ZS_ERR_MISMATCH on every rank of the engine's
  * comm, nothing set. With model parallelism both are decided per data-parallel
@@ -379,8 +380,10 @@ zs_status_t zs_reduce(zs_engine_t *zs, int unit);
  * all-reduces: where a rank's program skipped, added or reordered one while
  * the collectives still matched in number, the step is ZS_ERR_MISMATCH on
  * every rank of the model (data-parallel, replicas, model-parallel), its
- * gradients dropped and nothing updated (the ranks had exchanged other units'
- * data); the next step gathers in the order called. */
+ * gradients dropped and nothing updated (the ranks may have exchanged other
+ * units' data); the next step gathers in the order called; rep says skipped,
+ * grad_norm NaN. At stage 3 the prefetch turns most such differences into
+ * another number of all-gathers: a comm error or timeout instead. */
 zs_status_t zs_step(zs_engine_t *zs, zs_step_report_t *rep);
 /* One step of a model whose parameters live in several engines, e.g. a
  * mixture of experts (DeepSpeed-MoE's layout): a dense engine over the whole

@@ -74,16 +74,26 @@ static zs_status_t same_values(zs_engine_t *zs, int param, const float *full, ui
                  fn, p->name, zs->rank);
 }
 
-/* A parameter's values are finite, and within fp16's range where it is
- * stored in fp16 (a larger value rounds to inf there): a NaN set here made
- * the next step's norm NaN, the step skipped and never recovered. */
+/* A parameter's values are finite, and within the range of the 16-bit type
+ * it is stored in (a larger value rounds to inf there): a NaN set here made
+ * the next step's norm NaN, the step skipped and never recovered. The bounds
+ * are the halfway points past the largest finite value, which round to inf:
+ * fp16 65520 (65504 the largest), bf16 0x7f7f8000 (3.3961776e38; 3.3895314e38
+ * the largest). */
 static zs_status_t finite_values(zs_engine_t *zs, const zs_param_t *p, const float *full) {
-  const int half = zs->cfg.param_dtype == ZS_FP16;
+  const zs_dtype_t dt = zs->cfg.param_dtype;
+  const uint32_t bf16_inf_bits = 0x7f7f8000u;
+  float bf16_inf;
+  memcpy(&bf16_inf, &bf16_inf_bits, sizeof bf16_inf);
+  const float lim = dt == ZS_FP16 ? 65520.0f : dt == ZS_BF16 ? bf16_inf : INFINITY;
   for (int64_t i = 0; i < p->numel; i++)
-    if (!isfinite(full[i]) || (half && fabsf(full[i]) >= 65520.0f))
+    if (!isfinite(full[i]) || fabsf(full[i]) >= lim)
       return ZS_FAIL(zs->err, ZS_ERR_INVALID, "zs_param_set: '%s'[%lld] is %g: a parameter's values are finite%s; "
                      "nothing was set", p->name, (long long)i, (double)full[i],
-                     half ? " and within fp16's range (|x| < 65520, which rounds to at most 65504)" : "");
+                     dt == ZS_FP16   ? " and within fp16's range (|x| < 65520, which rounds to at most 65504)"
+                     : dt == ZS_BF16 ? " and within bf16's range (|x| < 3.3961776e38, which rounds to at most "
+                                       "3.3895314e38)"
+                                     : "");
   return ZS_OK;
 }
 

@@ -521,8 +521,8 @@ static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm, in
  * order called), the engine between steps again; the step count, the rate and
  * the loss scale stay. A delayed update launched by the previous step lands
  * as a skipped step lands it (step_update), or the next forward would run on
- * parameters two updates old. rep: engines[0]'s step, skipped. */
-static zs_status_t discard_step(zs_engine_t *const *e, int n, double norm, zs_step_report_t *rep) {
+ * parameters two updates old. rep: engines[0]'s step, skipped, the norm NaN. */
+static zs_status_t discard_step(zs_engine_t *const *e, int n, zs_step_report_t *rep) {
   zs_status_t st = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_engine_t *zs = e[i];
@@ -540,7 +540,7 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, double norm, zs_st
   }
   if (rep) {
     rep->step = e[0]->step;
-    rep->grad_norm = (float)norm;
+    rep->grad_norm = NAN; /* the norm of gradients that may hold other units' sums: none to report */
     rep->clip_coef = 1.0f;
     rep->skipped = 1;
     rep->loss_scale = e[0]->loss_scale;
@@ -551,7 +551,7 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, double norm, zs_st
   return ZS_FAIL(e[0]->err, ZS_ERR_MISMATCH,
                  "%s: the ranks made different sequences of %s calls since the last step (a rank's program "
                  "skipped, added or reordered one: every rank makes the same calls, in the same order, a rank "
-                 "without data too); these are collectives matched by their order, so the ranks exchanged other "
+                 "without data too); these are collectives matched by their order, so the ranks may have exchanged other "
                  "units' data. The step is not taken on any rank: its gradients are dropped, nothing is updated, "
                  "and the next step gathers in the order called",
                  n > 1 ? "zs_step_group" : "zs_step", zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce");
@@ -575,7 +575,7 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
   }
   if (n > 1) norm = sqrt(sq);
   if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm, &calls_bad));
-  if (calls_bad) return discard_step(engines, n, norm, rep);
+  if (calls_bad) return discard_step(engines, n, rep);
   zs_status_t result = ZS_OK;
   for (int i = 0; i < n; i++) {
     zs_status_t st = step_update(engines[i], norm, finite, i == 0 ? rep : NULL);
