@@ -96,6 +96,9 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   const zs_config_t *c = &zs->cfg;
   memset(out, 0, sizeof *out);
   out->world = world;
+  /* the data-parallel ranks the engine's scratch and norm buffer are sized by:
+   * the larger of `world` and its comm's (a shard group may be smaller) */
+  const int dpw = world > zs->world ? world : zs->world;
   uint64_t pb = zs->pb, rb = zs->rb;
   int off = zs->offload, has_m = zs__optim_has_m(&c->optim), has_v = zs__optim_has_v(&c->optim);
   uint64_t *opt = off ? out->host : out->device;
@@ -161,8 +164,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   }
   /* the engine's own host scratch: the small collectives' (create) and the
    * norm's buffer (setup), in every configuration */
-  out->host[ZS_MEM_COMM] += zs__eng_scratch_bytes(world > zs->world ? world : zs->world) +
-                            (uint64_t)zs__eng_norm_slots(zs, world > zs->world ? world : zs->world) * sizeof(double);
+  out->host[ZS_MEM_COMM] += zs__eng_scratch_bytes(dpw) + (uint64_t)zs__eng_norm_slots(zs, dpw) * sizeof(double);
   /* offload's pinned staging: a gradient shard, and two parameter slots for
    * 16-bit params (the delayed update writes into its own host param copies) */
   if (off) {
@@ -219,9 +221,7 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
   uint64_t norm_plan;
   ZS_CHECK(norm_plan_bound(zs, world, &norm_plan));
   /* the norm's buffer: its double total and the ranks' calls compared (step.c) */
-  t += 8 * (uint64_t)zs__eng_norm_slots(zs, world > zs->world ? world : zs->world) +
-       zs__eng_scratch_bytes(world > zs->world ? world : zs->world) +
-       norm_plan;
+  t += 8 * (uint64_t)zs__eng_norm_slots(zs, dpw) + zs__eng_scratch_bytes(dpw) + norm_plan;
   out->device_peak_bound = out->device_model_state + out->device[ZS_MEM_COMM] + t;
   return ZS_OK;
 }

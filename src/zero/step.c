@@ -48,7 +48,7 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
  * after the sum of squares, for each model-parallel position m, the slots
  * [1 + 2m] and [2 + 2m] hold h and h * h of this rank's hash (cut to b bits,
  * b such that the sums stay exact integers in double), zeros elsewhere. The
- * shard group's all-reduce (stages 1-3; at stage 0 one of the slots alone),
+ * shard group's all-reduce (the whole buffer at stages 1-3; at stage 0 the slots alone),
  * the replica group's (hybrid: the slots alone) and the model-parallel one
  * (the whole buffer) sum them, so every rank of the model ends with, for each
  * position, S1 = the sum of h and S2 = the sum of h * h over its n
