@@ -262,6 +262,9 @@ int main(int argc, char **argv) {
     /* the same by comm group: the norm on the shard group, the tier's agreements on the world comm */
     mb_comm_theory_groups(&o, &m, x->stage, pb, rb, x->shard_group, qwb, o.hpz, o.qg ? qg_k : 0, qgb, x->group_theory);
     x->group_theory[MB_G_SHARD] += x->comm_norm;
+    /* with --tp the norm's buffer is all-reduced across the tp ranks too (the engine's model-parallel comm) */
+    x->group_theory[MB_G_MODEL] = o.tp > 1 ? 2 * (int64_t)(o.tp - 1) * 8 * mb_norm_slots(dpw, o.tp) / o.tp : 0;
+    x->comm_norm += x->group_theory[MB_G_MODEL];
     x->group_theory[MB_G_WORLD] += x->comm_agree;
     x->group_theory[MB_G_REPLICA] = x->comm_inter_theory;
     if (x->shard_group == dpw) x->group_theory[MB_G_WORLD] += x->group_theory[MB_G_SHARD], x->group_theory[MB_G_SHARD] = 0;

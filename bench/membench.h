@@ -63,7 +63,7 @@ typedef struct {
 
 /* The engine's comm groups, in zs_group_t's order from ZS_GROUP_WORLD (flat
  * sharding: the shard group is the world comm, its bytes counted under world). */
-enum { MB_G_WORLD = 0, MB_G_SHARD, MB_G_REPLICA, MB_G_HPZ, MB_G_QG_NODE, MB_G_QG_CROSS, MB_G_COUNT };
+enum { MB_G_WORLD = 0, MB_G_SHARD, MB_G_REPLICA, MB_G_HPZ, MB_G_QG_NODE, MB_G_QG_CROSS, MB_G_MODEL, MB_G_COUNT };
 
 /* ---- the model as declared: units of parameters ------------------------------------ */
 
@@ -153,7 +153,8 @@ typedef struct {
   int shard_group;               /* ranks sharing a shard (the world when flat) */
   double comm_inter_bytes_per_step; /* rank 0's bytes sent across shard groups (the replica group) */
   int64_t comm_inter_theory;     /* 2 (psi/Ns)(Nr-1)/Nr in the reduce dtype; 0 when flat */
-  int64_t comm_norm;             /* the norm buffer's all-reduce over the shard group (step.c: stages 1-3; stage 0 its calls' slots) */
+  int64_t comm_norm;             /* the norm buffer's all-reduce over the shard group (step.c: stages 1-3; stage 0 its calls' slots),
+                                    and with --tp over the tp ranks (the model-parallel comm) */
   int64_t comm_agree;            /* the NVMe tier's agreements: two int64 all-reduces over the engine's world a step */
   int64_t padded;                /* parameters including padding */
   /* rank 0's bytes a step on each comm group (MB_G_*) in theory, whether its

@@ -16,7 +16,7 @@
 
 #include "membench.h"
 
-const char *const mb_group_names[MB_G_COUNT] = {"world", "shard", "replica", "hpz", "qg_node", "qg_cross"};
+const char *const mb_group_names[MB_G_COUNT] = {"world", "shard", "replica", "hpz", "qg_node", "qg_cross", "model"};
 
 /* ============================================================================
  * nodes and groups
@@ -50,6 +50,7 @@ static void group_spans(const mb_opts_t *o, const mb_result_t *x, int D, int qg_
   out[MB_G_HPZ] = hz ? spans(e / o->hpz * o->hpz, 1, o->hpz, tp, t, r) : -1;
   out[MB_G_QG_NODE] = qg && qg_k > 1 ? spans(sb + sr / qg_k * qg_k, 1, qg_k, tp, t, r) : -1;
   out[MB_G_QG_CROSS] = qg && qg_k < Ns ? spans(sb + sr % qg_k, qg_k, Ns / qg_k, tp, t, r) : -1;
+  out[MB_G_MODEL] = tp > 1 ? (tp - 1) / r > 0 : -1; /* world ranks 0 .. tp-1 */
 }
 
 void mb_links_split(const mb_opts_t *o, mb_result_t *x, int dp_world, int qg_k, int r) {
@@ -101,6 +102,7 @@ void mb_links_group_formula(const mb_opts_t *o, const mb_result_t *x, int g, cha
     case MB_G_REPLICA: snprintf(b, n, "2 (Nr-1)/Nr sum_t S rb (each shard all-reduced across the Nr replicas)"); break;
     case MB_G_HPZ: snprintf(b, n, "(K-1)/K sum_u P pb (backward's gathers among the hpZ partition of K)"); break;
     case MB_G_QG_NODE: snprintf(b, n, "(K-1) G sum_t Q (the all-to-all inside qgZ's group of K; %s)", q); break;
+    case MB_G_MODEL: snprintf(b, n, "2 (T-1)/T x 8 (1 + 2T) (the norm's all-reduce across the T tp ranks)"); break;
     default: snprintf(b, n, "(G-1) sum_t Q (the all-to-all across qgZ's G groups; %s)", q); break;
   }
 }

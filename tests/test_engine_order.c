@@ -24,13 +24,16 @@
  *                         replicas' all-reduce
  *   test_model_parallel   data-parallel {0,2} {1,3}, model-parallel {0,1}
  *                         {2,3}: rank 2 reorders; ranks 1 and 3 hear it
- *                         through the model-parallel all-reduce
+ *                         through the model-parallel all-reduce; that
+ *                         all-reduce is in the engine's comm statistics
+ *                         (ZS_GROUP_MODEL, and so ZS_GROUP_ALL)
  *   test_group            zs_step_group of an engine over the world and one
  *                         over pairs {0,1} {2,3}: rank 3 reorders the pair
  *                         engine's reductions; ranks 0 and 1 hear it through
  *                         the group's norm comparison, and no engine of the
  *                         group is stepped on any rank */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,15 +149,27 @@ static void expect_params(two_t *t, int steps, const char *what) {
   }
 }
 
-/* A step where rank `who` swaps its reductions: refused on every rank,
- * nothing updated; then two good steps. */
-static void refused_then_on(two_t *t, int who, const char *what) {
+/* The message's naming of the ranks when ranks `dev` (of n, in the engine's
+ * comm) reduce b before a, the others a before b */
+static const char *named_swap(const char *dp, const char *dev, int alike, int n) {
+  static char s[256];
+  snprintf(s, sizeof s, "the calls of %s%s differ from rank 0's (%d of %d alike with it): %s's call 1 was "
+           "zs_reduce(0) 'a', rank 0's zs_reduce(1) 'b'", dp, dev, alike, n, strchr(dev, ',') || strstr(dev, " and ")
+           ? "rank 1" : dev);
+  return s;
+}
+
+/* A step where this rank swaps its reductions when `swap`: refused on every
+ * rank, nothing updated, the message naming the ranks as `named` says; then
+ * two good steps. */
+static void refused_then_on(two_t *t, int swap, const char *what, const char *named) {
   int bad = 0;
   assert_ok(step(t, 0, 0, NULL, &bad));
   zs_step_report_t rep = {.skipped = 0, .grad_norm = 1.0f};
-  expect_ok(passes(t, 0, rank == who, 1, 0, NULL, &bad));
+  expect_ok(passes(t, 0, swap, 1, 0, NULL, &bad));
   expect_status(zs_step(t->zs, &rep), ZS_ERR_MISMATCH);
   expect_str_contains(zs_last_error(), MISMATCH_MSG);
+  expect_str_contains(zs_last_error(), named);
   /* the report: skipped, the step count kept, no norm (the gradients may
    * hold other units' sums: a trial logged their norm as the step's) */
   expect_int_eq(rep.skipped, 1);
@@ -204,6 +219,8 @@ static void test_skipped_gather(void) {
   assert_ok(step(&t, 0, 0, want, &bad)); /* records the order a, b */
   expect_status(step(&t, rank == 1, 0, NULL, &bad), ZS_ERR_MISMATCH);
   expect_str_contains(zs_last_error(), MISMATCH_MSG " zs_gather and zs_reduce calls");
+  expect_str_contains(zs_last_error(), "the calls of rank 1 differ from rank 0's (3 of 4 alike with it): rank 1's "
+                      "call 1 was zs_gather(1) 'b' in forward, rank 0's zs_gather(0) 'a' in forward");
   expect_params(&t, 1, "after the refused step");
   for (int s = 1; s < 4; s++) { /* on again: what each rank gathers is its own unit's */
     expected(s, want);
@@ -224,7 +241,14 @@ static void test_reordered_reduce(void) {
     two_t t;
     layout_t l = {.stage = stage};
     assert_ok(open_two(&t, &l));
-    refused_then_on(&t, 1, "after the refused step");
+    refused_then_on(&t, rank == 1, "after the refused step", named_swap("", "rank 1", 3, 4));
+    zs_engine_destroy(t.zs);
+  }
+  { /* two ranks of four: both named; a tie names the lowest rank's calls the others' */
+    two_t t;
+    layout_t l = {.stage = 2};
+    assert_ok(open_two(&t, &l));
+    refused_then_on(&t, rank % 2 == 1, "two ranks reordering", named_swap("", "ranks 1 and 3", 2, 4));
     zs_engine_destroy(t.zs);
   }
 }
@@ -262,7 +286,7 @@ static void test_hybrid(void) {
     two_t t;
     layout_t l = {.stage = stage, .shard_group = 2};
     assert_ok(open_two(&t, &l));
-    refused_then_on(&t, 3, "hybrid, after the refused step");
+    refused_then_on(&t, rank == 3, "hybrid, after the refused step", named_swap("", "rank 3", 3, 4));
     zs_engine_destroy(t.zs);
   }
 }
@@ -275,7 +299,24 @@ static void test_model_parallel(void) {
     two_t t;
     layout_t l = {.stage = stage, .comm = dp, .mp = mp};
     assert_ok(open_two(&t, &l));
-    refused_then_on(&t, 2, "model-parallel, after the refused step");
+    /* the data-parallel group {0,2} names its rank 1; {1,3} made the same calls */
+    refused_then_on(&t, rank == 2, "model-parallel, after the refused step",
+                    rank % 2 == 0 ? named_swap("data-parallel ", "rank 1", 1, 2)
+                                  : "this engine's data-parallel ranks made the same calls; those of another "
+                                    "model-parallel position or engine did not");
+    /* the norm's all-reduce over the model-parallel pair is the engine's
+     * traffic: 8 (1 + 2 x 2) bytes, ring 2 (2-1)/2 of them sent (it was left
+     * out of zs_engine_comm_stats) */
+    zs_comm_stats_t all, model, dp_only;
+    zs_engine_comm_stats_reset(t.zs);
+    int bad = 0;
+    expect_ok(step(&t, 0, 0, NULL, &bad));
+    expect_ok(zs_engine_comm_stats(t.zs, &all));
+    expect_ok(zs_engine_comm_stats_group(t.zs, ZS_GROUP_MODEL, &model));
+    expect_ok(zs_engine_comm_stats_group(t.zs, ZS_GROUP_WORLD, &dp_only));
+    expect_int_eq(model.calls[ZS_COLL_ALL_REDUCE], 1);
+    expect_int_eq(model.bytes_sent[ZS_COLL_ALL_REDUCE], 40);
+    expect_int_eq(all.bytes_sent[ZS_COLL_ALL_REDUCE], dp_only.bytes_sent[ZS_COLL_ALL_REDUCE] + 40);
     zs_engine_destroy(t.zs);
   }
   zs_comm_destroy(mp);
@@ -298,6 +339,14 @@ static void test_group(void) {
     if (s == 1) {
       expect_status(st, ZS_ERR_MISMATCH);
       expect_str_contains(zs_last_error(), MISMATCH_MSG);
+      if (rank >= 2) {
+        char want[300];
+        snprintf(want, sizeof want, "on engines[1]'s comm, %s", named_swap("", "rank 1", 1, 2));
+        expect_str_contains(zs_last_error(), want);
+      } else {
+        expect_str_contains(zs_last_error(), "this engine's ranks made the same calls; those of another engine of "
+                                             "the group did not");
+      }
       expect_params(&a, 1, "the world's engine, after the refused step");
       expect_params(&b, 1, "the pairs' engine, after the refused step");
     } else {

@@ -359,6 +359,9 @@ static void traffic(const pl_opts_t *o, pl_option_t *x) {
   if (uses_tier(x)) pl_sched_add(s, PL_STEP, PL_ALL_REDUCE, PL_WORLD, 8, 2);
   pl_sched_result(s, &x->net);
   pl_sched_destroy(s);
+  /* with tp the engine's comm stats also count the norm's all-reduce across the tp ranks (its
+   * bytes and time are the tp comm's, tp_bytes and tp_s: not scheduled here) */
+  if (o->tp > 1) x->net.comm_bytes += (int64_t)((uint64_t)(8 * K) * 2 * (o->tp - 1) / o->tp);
 }
 
 /* The NVMe tier's bytes on a rank's disk a step: the optimizer phase reads

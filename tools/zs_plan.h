@@ -44,7 +44,7 @@ typedef struct {
 
 /* One step's traffic and time. Bytes are payload (no frame overhead). */
 typedef struct {
-  int64_t comm_bytes;       /* bytes one rank sends (the engine's comm stats, ring theory) */
+  int64_t comm_bytes;       /* bytes one rank sends (the engine's comm stats, ring theory; with tp its norm's all-reduce over tp too) */
   int64_t replica_bytes;    /* of which across shard groups (hybrid) */
   double inter_link_bytes;  /* the busiest node link, its busier direction */
   double intra_bytes;       /* the busiest rank's bytes inside its node, its busier direction */

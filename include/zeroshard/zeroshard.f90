@@ -112,6 +112,7 @@ module zeroshard
   integer(c_int), parameter :: ZS_MOMENT_M = 1 ! zs_moment_t
   integer(c_int), parameter :: ZS_MOMENT_V = 2 ! zs_moment_t
   real(c_float), parameter :: ZS_HYPER_KEEP = -1.0_c_float
+  ! ---- constants of zeroshard/engine_info.h
   integer(c_int), parameter :: ZS_GROUP_ALL = 0 ! zs_group_t
   integer(c_int), parameter :: ZS_GROUP_WORLD = 1 ! zs_group_t
   integer(c_int), parameter :: ZS_GROUP_SHARD = 2 ! zs_group_t
@@ -119,6 +120,7 @@ module zeroshard
   integer(c_int), parameter :: ZS_GROUP_HPZ = 4 ! zs_group_t
   integer(c_int), parameter :: ZS_GROUP_QG_NODE = 5 ! zs_group_t
   integer(c_int), parameter :: ZS_GROUP_QG_CROSS = 6 ! zs_group_t
+  integer(c_int), parameter :: ZS_GROUP_MODEL = 7 ! zs_group_t
   ! ---- constants of zeroshard/log.h
   integer(c_int), parameter :: ZS_LOG_NONE = 0 ! zs_log_level_t
   integer(c_int), parameter :: ZS_LOG_ERROR = 1 ! zs_log_level_t
@@ -981,6 +983,8 @@ module zeroshard
       import :: c_int, c_ptr
       type(c_ptr), value :: zs ! zs_engine_t *
     end function zs_engine_synchronize
+
+    ! ---- zeroshard/engine_info.h
     integer(c_int64_t) function zs_engine_step_count(zs) bind(c, name='zs_engine_step_count')
       import :: c_int64_t, c_ptr
       type(c_ptr), value :: zs ! const zs_engine_t *

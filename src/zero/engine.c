@@ -476,11 +476,11 @@ zs_status_t zs_memory_stats(const zs_engine_t *zs, zs_memory_stats_t *out) {
 zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, zs_comm_stats_t *out) {
   if (!zs || !out) return ZS_FAIL(NULL, ZS_ERR_INVALID, "zs_engine_comm_stats_group: engine and out must not be NULL");
   memset(out, 0, sizeof *out);
-  zs_comm_t *c[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  zs_comm_t *c[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   switch (group) {
     case ZS_GROUP_ALL:
       c[0] = zs->comm, c[1] = zs->shard_comm != zs->comm ? zs->shard_comm : NULL, c[2] = zs->rep_comm;
-      c[3] = zs->hpz_comm, c[4] = zs->qg_intra, c[5] = zs->qg_inter;
+      c[3] = zs->hpz_comm, c[4] = zs->qg_intra, c[5] = zs->qg_inter, c[6] = zs->mp_comm;
       break;
     case ZS_GROUP_WORLD: c[0] = zs->comm; break;
     case ZS_GROUP_SHARD: c[0] = zs->shard_comm; break;
@@ -488,12 +488,13 @@ zs_status_t zs_engine_comm_stats_group(const zs_engine_t *zs, zs_group_t group, 
     case ZS_GROUP_HPZ: c[0] = zs->hpz_comm; break;
     case ZS_GROUP_QG_NODE: c[0] = zs->qg_intra; break;
     case ZS_GROUP_QG_CROSS: c[0] = zs->qg_inter; break;
+    case ZS_GROUP_MODEL: c[0] = zs->mp_comm; break;
     default:
       return ZS_FAIL((char *)zs->err, ZS_ERR_INVALID, "zs_engine_comm_stats_group: group %d is not a zs_group_t",
                      (int)group);
   }
   /* flat: the world comm is the shard group too; its traffic shows under both */
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 7; i++) {
     if (!c[i]) continue;
     zs_comm_stats_t s;
     zs__comm_engine_stats(c[i], &s);
@@ -513,7 +514,7 @@ zs_status_t zs_engine_comm_stats(const zs_engine_t *zs, zs_comm_stats_t *out) {
 
 void zs_engine_comm_stats_reset(zs_engine_t *zs) {
   if (!zs) return;
-  zs_comm_t *c[] = {zs->comm, zs->shard_comm, zs->rep_comm, zs->hpz_comm, zs->qg_intra, zs->qg_inter};
+  zs_comm_t *c[] = {zs->comm, zs->shard_comm, zs->rep_comm, zs->hpz_comm, zs->qg_intra, zs->qg_inter, zs->mp_comm};
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) zs__comm_engine_stats_reset(c[i]); /* NULL: none */
 }
 

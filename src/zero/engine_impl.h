@@ -41,6 +41,8 @@
 /* The most elements a model may declare (64-aligned parameters): with at most
  * ~32 bytes per element across every buffer, byte sizes stay below 2^62. */
 #define ZS_MAX_ELEMS ((int64_t)1 << 56)
+/* calls logged per step for naming the ranks of a refused one (calls.c) */
+#define ZS_CALL_LOG 256
 
 /* declare.c: an open-addressing set of entries (indices) with their hashes */
 typedef struct {
@@ -205,8 +207,14 @@ struct zs_engine {
   /* the calls whose order the ranks must share since the last zs_step: stage
    * 3's zs_gather of units gathered on demand and every zs_reduce that issues
    * a collective (matched by their order; the next step prefetches in the
-   * order recorded), hashed (phases.c); compared in zs_step's norm (step.c) */
-  uint64_t call_hash;
+   * order recorded), hashed and logged (calls.c); compared in zs_step's norm
+   * (step.c). The log of the calls since the last step fills call_log[call_cur]
+   * (its first ZS_CALL_LOG); the last step's stays in the other one, with its
+   * hash and count, for naming the ranks of a refused step */
+  uint64_t call_hash, call_prev_hash;
+  int64_t call_n, call_prev_n;
+  int call_cur;
+  int32_t call_log[2][ZS_CALL_LOG];
   int last_reduced;     /* unit whose reduction was queued last */
   zs_event_t *ev_reduced_all;
   double *hscalar;      /* pinned host: the norm's double total, then the calls' slots (nslots in all) */
@@ -391,10 +399,20 @@ int zs__eng_rep_overlaps(const zs_engine_t *zs);
 uint64_t zs__eng_scratch_bytes(int world);
 /* Doubles in the norm's buffer (scalar, hscalar) at `world` data-parallel
  * ranks: the sum of squares, and with more than one rank a hash's sum and its
- * square's sum for each model-parallel position (step.c, calls_agree) */
+ * square's sum for each model-parallel position (calls.c) */
 static inline int zs__eng_norm_slots(const zs_engine_t *zs, int world) {
   return world > 1 ? 1 + 2 * (zs->mp_comm ? zs_comm_size(zs->mp_comm) : 1) : 1;
 }
+/* calls.c: the ranks' calls. note: one call (kind 0 a forward gather, 1 a
+ * backward gather, 2 a reduce); close: the step's log closed, its hash into
+ * the norm's slots (hscalar[1..nslots)); agree: after the norm's all-reduces,
+ * whether every position's ranks made the same calls; name (a collective of
+ * zs->comm, after a refusal): which ranks differ and at which call, into out
+ * (*found 1), or that this engine's ranks made the same calls (*found 0) */
+void zs__eng_call_note(zs_engine_t *zs, int unit, int kind);
+void zs__eng_calls_close(zs_engine_t *zs);
+int zs__eng_calls_agree(const zs_engine_t *zs);
+zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t len);
 /* Collectives of a few values through the scratch, on the NULL stream; they
  * complete before returning. v holds n int64 (n <= xcount). */
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);

@@ -35,12 +35,6 @@ static void set_grad_slots(zs_engine_t *zs, zs_unit_t *u, void *base) {
   }
 }
 
-/* One call in the order the ranks must share (engine_impl.h, call_hash):
- * kind 0 a forward gather, 1 a backward gather, 2 a reduce's collective. */
-static void hash_call(zs_engine_t *zs, int unit, int kind) {
-  zs->call_hash = (zs->call_hash ^ ((uint64_t)unit * 4 + (uint64_t)kind + 1)) * 1099511628211ull;
-}
-
 static int gathers_on_demand(const zs_engine_t *zs, const zs_unit_t *u) {
   return zs->cfg.stage == 3 && !u->persistent;
 }
@@ -195,7 +189,7 @@ static zs_status_t gather(zs_engine_t *zs, int unit) {
    * prefetch or a kept forward copy already holds them) */
   const int skip = grads_only && gathers_on_demand(zs, u) && u->st == ZS_U_IDLE;
   u->gather_skipped = skip;
-  if (gathers_on_demand(zs, u)) hash_call(zs, unit, backward);
+  if (gathers_on_demand(zs, u)) zs__eng_call_note(zs, unit, backward);
   record_order(zs, unit, !grads_only); /* not predicted: the next step does not prefetch it */
   if (backward) ZS_CHECK(zs__eng_free_grads(zs, 1));
 
@@ -306,7 +300,7 @@ static zs_status_t reduce(zs_engine_t *zs, int unit) {
   }
 
   if (!u->frozen && (c->stage >= 2 || last)) {
-    hash_call(zs, unit, 2);
+    zs__eng_call_note(zs, unit, 2);
     /* reduce in reduce dtype: stage through gtemp when it differs from the
      * source's (the grads', or at stages 0-1 their fp32 sum over the rounds).
      * Stages 0-1 with 16-bit params (zs__eng_grad_avg) scale the source by

@@ -43,48 +43,13 @@ zs_status_t zs__eng_regather(zs_engine_t *zs, int all) {
  * a rank whose program skipped, added or reordered one of those calls
  * exchanged another unit's data (of the same size: silently, every call
  * ZS_OK) and would go on doing so. The calls' hash since the last step
- * (phases.c, hash_call) rides in the norm's own buffer, so that comparing it
- * costs no collective of its own where the norm has one and no host wait:
- * after the sum of squares, for each model-parallel position m, the slots
- * [1 + 2m] and [2 + 2m] hold h and h * h of this rank's hash (cut to b bits,
- * b such that the sums stay exact integers in double), zeros elsewhere. The
- * shard group's all-reduce (the whole buffer at stages 1-3; at stage 0 the slots alone),
- * the replica group's (hybrid: the slots alone) and the model-parallel one
- * (the whole buffer) sum them, so every rank of the model ends with, for each
- * position, S1 = the sum of h and S2 = the sum of h * h over its n
- * data-parallel ranks: their hashes were all equal exactly when n * S2 = S1 *
- * S1 (the sum of the squared deviations from the mean, n * S2 - S1 * S1, is 0
- * only then). Each rank reads every position's, so all of them agree on the
- * verdict. */
-
-/* Bits of the hash at n ranks: n * (2^b)^2 stays below 2^53. */
-static int calls_bits(int n) {
-  int lg = 0;
-  while (lg < 30 && (1 << lg) < n) lg++;
-  return (53 - lg) / 2;
-}
-
-/* The slots of this rank's calls (hscalar[1..nslots)), the hash reset. */
-static void calls_slots(zs_engine_t *zs) {
-  const uint64_t h = zs->call_hash;
-  zs->call_hash = 0;
-  const int b = calls_bits(zs->world);
-  const uint64_t x = (h ^ (h >> 29) ^ (h >> 47)) & ((1ull << b) - 1);
-  const int m = zs->mp_comm ? zs_comm_rank(zs->mp_comm) : 0;
-  for (int k = 1; k < zs->nslots; k++) zs->hscalar[k] = 0.0;
-  zs->hscalar[1 + 2 * m] = (double)x;
-  zs->hscalar[2 + 2 * m] = (double)x * (double)x;
-}
-
-/* After the all-reduces: whether every position's ranks made the same calls. */
-static int calls_agree(const zs_engine_t *zs) {
-  const unsigned __int128 n = (unsigned)zs->world;
-  for (int k = 1; k + 1 < zs->nslots; k += 2) {
-    const unsigned __int128 s1 = (uint64_t)zs->hscalar[k], s2 = (uint64_t)zs->hscalar[k + 1];
-    if (n * s2 != s1 * s1) return 0;
-  }
-  return 1;
-}
+ * (calls.c) rides in the norm's own buffer, so that comparing it costs no
+ * collective of its own where the norm has one and no host wait: after the
+ * sum of squares, a hash's sum and its square's sum for each model-parallel
+ * position. The shard group's all-reduce (the whole buffer at stages 1-3; at
+ * stage 0 the slots alone), the replica group's (hybrid: the slots alone) and
+ * the model-parallel one (the whole buffer) sum them, so every rank of the
+ * model reads every position's verdict. */
 
 /* Global sum of squares of the (summed, still scaled) gradients this rank owns.
  * Per segment a double sum added into a double total, in segment order, on the
@@ -97,7 +62,7 @@ static int calls_agree(const zs_engine_t *zs) {
 static zs_status_t grad_sumsq(zs_engine_t *zs, double *out, int *same_calls) {
   zs_status_t st;
   const int K = zs->nslots;
-  if (K > 1) calls_slots(zs);
+  zs__eng_calls_close(zs);
   if (zs->offload) {
     double acc = 0.0;
     for (int i = 0; i < zs->nsegs; i++) /* gradients on disk: the conversion thread summed them, the same way */
@@ -141,7 +106,7 @@ static zs_status_t grad_sumsq(zs_engine_t *zs, double *out, int *same_calls) {
       (st = zs_stream_synchronize(zs->dev, zs->compute)) != ZS_OK)
     goto fail;
   *out = *zs->hscalar;
-  *same_calls = K == 1 || calls_agree(zs);
+  *same_calls = K == 1 || zs__eng_calls_agree(zs);
   return ZS_OK;
 fail:
   return ZS_FAIL(zs->err, st, "gradient norm failed on rank %d: %s", zs->rank, zs_last_error());
@@ -547,14 +512,27 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, zs_step_report_t *
     rep->lr = zs_engine_lr(e[0]);
   }
   if (st != ZS_OK) return st;
+  /* which ranks, and their first call that differs: every engine's comm in
+   * turn (all their ranks are here); the first whose ranks differ is named */
+  char who[360] = "", same[320] = "";
+  for (int i = 0; i < n && !who[0]; i++) {
+    if (e[i]->world < 2) continue;
+    char w[300];
+    int found = 0;
+    if (zs__eng_calls_name(e[i], &found, w, sizeof w) != ZS_OK)
+      snprintf(w, sizeof w, "(naming the ranks failed: %s)", zs_last_error()), found = 1;
+    if (found && n > 1) snprintf(who, sizeof who, "on engines[%d]'s comm, %s", i, w);
+    else if (found) snprintf(who, sizeof who, "%s", w);
+    else if (!same[0]) snprintf(same, sizeof same, "%s", w);
+  }
   const zs_engine_t *zs = e[0];
   return ZS_FAIL(e[0]->err, ZS_ERR_MISMATCH,
-                 "%s: the ranks made different sequences of %s calls since the last step (a rank's program "
-                 "skipped, added or reordered one: every rank makes the same calls, in the same order, a rank "
-                 "without data too); these are collectives matched by their order, so the ranks may have exchanged other "
-                 "units' data. The step is not taken on any rank: its gradients are dropped, nothing is updated, "
-                 "and the next step gathers in the order called",
-                 n > 1 ? "zs_step_group" : "zs_step", zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce");
+                 "%s: the ranks made different sequences of %s calls since the last step: %s. Every rank makes "
+                 "the same calls in the same order, one without data too (they are collectives matched by order: "
+                 "other units' data may have been exchanged). Not taken on any rank: gradients dropped, nothing "
+                 "updated",
+                 n > 1 ? "zs_step_group" : "zs_step", zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce",
+                 who[0] ? who : same);
 }
 
 static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report_t *rep) {
