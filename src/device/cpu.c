@@ -203,7 +203,7 @@ static task_t *task_new(cpu_ctx_t *ctx, task_kind_t kind) {
 
 /* The stream a call given s runs on: NULL (the caller) unless the NULL stream
  * is asynchronous (ZS_CPU_ASYNC_NULL_STREAM). */
-static zs_stream_t *on(void *vctx, zs_stream_t *s) { return s ? s : ((cpu_ctx_t *)vctx)->null_s; }
+zs_stream_t *zs__cpu_on(void *vctx, zs_stream_t *s) { return s ? s : ((cpu_ctx_t *)vctx)->null_s; }
 
 static zs_status_t cpu_stream_create(void *vctx, zs_stream_t **out) {
   cpu_ctx_t *ctx = vctx;
@@ -231,7 +231,7 @@ static void cpu_stream_destroy(void *vctx, zs_stream_t *s) {
 }
 
 static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK; /* NULL-stream work already ran */
   zs__worker_lock(&s->wk);
@@ -247,7 +247,7 @@ static zs_status_t cpu_stream_synchronize(void *vctx, zs_stream_t *s) {
 
 static zs_status_t cpu_memcpy_async(void *vctx, void *dst, const void *src, size_t bytes,
                                     zs_copy_kind_t kind, zs_stream_t *s) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   (void)kind; /* all host memory */
   if (!s) {
     memcpy(dst, src, bytes);
@@ -264,7 +264,7 @@ static zs_status_t cpu_memcpy_async(void *vctx, void *dst, const void *src, size
 
 static zs_status_t cpu_memset_async(void *vctx, void *dst, int value, size_t bytes,
                                     zs_stream_t *s) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   if (!s) {
     memset(dst, value, bytes);
     return ZS_OK;
@@ -278,8 +278,8 @@ static zs_status_t cpu_memset_async(void *vctx, void *dst, int value, size_t byt
   return ZS_OK;
 }
 
-static zs_status_t push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_task_fn fn, void *arg,
-                             const void *label, void (*discard)(void *)) {
+zs_status_t zs__cpu_push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_task_fn fn, void *arg,
+                            const void *label, void (*discard)(void *)) {
   task_t *t = task_new(vctx, kind);
   if (!t) return ZS_ERR_NOMEM;
   t->u.call.fn = fn;
@@ -293,18 +293,18 @@ static zs_status_t push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_ta
 /* A host function: on the NULL stream the caller runs it (it is the host). */
 static zs_status_t cpu_enqueue(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg, const void *label,
                                void (*discard)(void *)) {
-  s = on(vctx, s);
-  return s ? push_call(vctx, s, TASK_HOSTFN, fn, arg, label, discard) : fn(arg);
+  s = zs__cpu_on(vctx, s);
+  return s ? zs__cpu_push_call(vctx, s, TASK_HOSTFN, fn, arg, label, discard) : fn(arg);
 }
 
 /* The cpu device's own kernels: on the stream's worker. */
 static zs_status_t cpu_enqueue_work(void *vctx, zs_stream_t *s, zs_task_fn fn, void *arg) {
-  s = on(vctx, s);
-  return s ? push_call(vctx, s, TASK_CALL, fn, arg, NULL, NULL) : fn(arg);
+  s = zs__cpu_on(vctx, s);
+  return s ? zs__cpu_push_call(vctx, s, TASK_CALL, fn, arg, NULL, NULL) : fn(arg);
 }
 
 static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *f, uint32_t v) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) {
     char msg[ZS_ERRBUF];
@@ -323,7 +323,7 @@ static zs_status_t cpu_stream_wait_flag(void *vctx, zs_stream_t *s, zs__flag_t *
 }
 
 static zs_status_t cpu_stream_error(void *vctx, zs_stream_t *s) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   cpu_ctx_t *ctx = vctx;
   if (!s) return ZS_OK;
   char msg[ZS_ERRBUF];
@@ -335,7 +335,7 @@ static zs_status_t cpu_stream_error(void *vctx, zs_stream_t *s) {
 }
 
 static zs_status_t cpu_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   task_t *t = NULL;
   if (s && !(t = task_new(vctx, TASK_RECORD))) return ZS_ERR_NOMEM;
   pthread_mutex_lock(&ev->mu);
@@ -354,7 +354,7 @@ static zs_status_t cpu_event_record(void *vctx, zs_event_t *ev, zs_stream_t *s) 
 }
 
 static zs_status_t cpu_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t *ev) {
-  s = on(vctx, s);
+  s = zs__cpu_on(vctx, s);
   pthread_mutex_lock(&ev->mu);
   uint64_t gen = ev->last_gen;
   int done = gen_done(ev, gen);
@@ -379,117 +379,6 @@ static zs_status_t cpu_stream_wait_event(void *vctx, zs_stream_t *s, zs_event_t 
 static void *cpu_stream_native(void *vctx, zs_stream_t *s) {
   (void)vctx, (void)s;
   return NULL;
-}
-
-/* ---- kernels: the CPU functions (src/optim) as device work ---------------------
- * A heap task holds copies of the arguments, so the caller's arrays may die at
- * once; the task frees itself. The NULL stream runs them directly. */
-
-typedef struct {
-  zs_optim_hyper_t h;
-  int nseg;
-  zs_optim_seg_t segs[]; /* copy of the caller's array */
-} step_task_t;
-
-static zs_status_t step_run(void *p) {
-  step_task_t *t = p;
-  zs_status_t st = zs__optim_step_cpu(&t->h, t->segs, t->nseg);
-  free(t);
-  return st;
-}
-
-static zs_status_t cpu_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
-                                  int nseg) {
-  s = on(vctx, s);
-  cpu_ctx_t *ctx = vctx;
-  if (!s) return zs__optim_step_cpu(h, segs, nseg);
-  step_task_t *t = malloc(sizeof *t + (size_t)nseg * sizeof *segs);
-  if (!t) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "zs__optim_step: out of memory for a task of %d segments", nseg);
-  t->h = *h;
-  t->nseg = nseg;
-  if (nseg) memcpy(t->segs, segs, (size_t)nseg * sizeof *segs);
-  zs_status_t st = push_call(vctx, s, TASK_CALL, step_run, t, NULL, NULL);
-  if (st != ZS_OK) free(t);
-  return st;
-}
-
-static void elem_do(const zs_elem_op_t *t) {
-  switch (t->op) {
-    case ZS_ELEM_SUMSQ: {
-      float *acc = t->out;
-      *acc = (float)((double)*acc + zs__sumsq_cpu(t->src, t->sdt, t->n));
-      break;
-    }
-    case ZS_ELEM_NONFINITE:
-      if (zs__nonfinite_cpu(t->src, t->sdt, t->n)) *(int *)t->out = 1;
-      break;
-    case ZS_ELEM_CAST: zs__cast_cpu(t->dst, t->ddt, t->src, t->sdt, t->n); break;
-    case ZS_ELEM_SCALE: zs__scale_cpu(t->dst, t->ddt, t->n, t->f); break;
-    case ZS_ELEM_ACC: zs__accumulate_cpu(t->dst, t->src, t->sdt, t->n); break;
-    case ZS_ELEM_WQ_PACK: zs__wq_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
-    case ZS_ELEM_WQ_UNPACK: zs__wq_unpack_cpu(t->dst, t->ddt, t->src, t->n, t->block, t->parts); break;
-    case ZS_ELEM_WQ_UNPACK_SUM: zs__wq_unpack_sum_cpu(t->dst, t->src, t->n, t->block, t->parts, t->stride); break;
-    case ZS_ELEM_WQ4_PACK: zs__wq4_pack_cpu(t->dst, t->src, t->sdt, t->n, t->block); break;
-    case ZS_ELEM_WQ4_UNPACK_SUM: zs__wq4_unpack_sum_cpu(t->dst, t->src, t->n, t->block, t->parts, t->stride); break;
-  }
-}
-
-/* The gradient norm's segments (work.h's zs__sumsq_plan_*): each run one task
- * that adds the segments' double sums into the double total, in order. */
-typedef struct {
-  int nseg;
-  zs__sumsq_seg_t segs[];
-} sumsq_plan_t;
-typedef struct {
-  const sumsq_plan_t *p;
-  double *acc;
-} sumsq_run_t;
-
-static zs_status_t cpu_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl) {
-  (void)mem;
-  cpu_ctx_t *ctx = vctx;
-  sumsq_plan_t *p = malloc(sizeof *p + (size_t)nseg * sizeof *segs);
-  if (!p) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "zs__sumsq_plan_create: out of memory for %d segments", nseg);
-  p->nseg = nseg;
-  memcpy(p->segs, segs, (size_t)nseg * sizeof *segs);
-  *impl = p;
-  return ZS_OK;
-}
-static void sumsq_plan_do(void *arg) {
-  const sumsq_run_t *r = arg;
-  double a = *r->acc;
-  for (int k = 0; k < r->p->nseg; k++) a += zs__sumsq_cpu(r->p->segs[k].x, r->p->segs[k].dt, r->p->segs[k].n);
-  *r->acc = a;
-}
-static zs_status_t cpu_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, double *acc) {
-  cpu_ctx_t *ctx = vctx;
-  sumsq_run_t r = {impl, acc};
-  return zs__device_enqueue_work_copy(ctx->dev, s, sumsq_plan_do, &r, sizeof r, ctx->dev->err, "zs__sumsq_plan_run");
-}
-static void cpu_sumsq_plan_fini(void *vctx, void *impl) {
-  (void)vctx;
-  free(impl);
-}
-
-static zs_status_t elem_run(void *p) {
-  elem_do(p);
-  free(p);
-  return ZS_OK;
-}
-
-static zs_status_t cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *op) {
-  s = on(vctx, s);
-  cpu_ctx_t *ctx = vctx;
-  if (!s) {
-    elem_do(op);
-    return ZS_OK;
-  }
-  zs_elem_op_t *c = malloc(sizeof *c);
-  if (!c) return ZS_FAIL(ctx->dev->err, ZS_ERR_NOMEM, "cpu device: out of memory for a task");
-  *c = *op;
-  zs_status_t st = push_call(vctx, s, TASK_CALL, elem_run, c, NULL, NULL);
-  if (st != ZS_OK) free(c);
-  return st;
 }
 
 static void cpu_destroy(void *vctx) {
@@ -526,12 +415,12 @@ static const zs_device_i cpu_iface = {
     .flag_set = zs__cpu_flag_set,
     .stream_wait_flag = cpu_stream_wait_flag,
     .stream_error = cpu_stream_error,
-    .optim_step = cpu_optim_step,
-    .elementwise = cpu_elementwise,
+    .optim_step = zs__cpu_optim_step,
+    .elementwise = zs__cpu_elementwise,
     .sumsq_scratch_bytes = 0,
-    .sumsq_plan_init = cpu_sumsq_plan_init,
-    .sumsq_plan_run = cpu_sumsq_plan_run,
-    .sumsq_plan_fini = cpu_sumsq_plan_fini,
+    .sumsq_plan_init = zs__cpu_sumsq_plan_init,
+    .sumsq_plan_run = zs__cpu_sumsq_plan_run,
+    .sumsq_plan_fini = zs__cpu_sumsq_plan_fini,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

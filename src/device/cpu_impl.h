@@ -109,4 +109,17 @@ extern const zs__worker_ops_t zs__cpu_host_ops;
 /* Runs a HOSTFN task's function: on the shared host thread when there is one. */
 zs_status_t zs__cpu_run_host_fn(cpu_ctx_t *ctx, zs_stream_t *s, const task_t *t);
 
+/* cpu.c: the stream a call given s runs on (NULL: the caller, unless the NULL
+ * stream is asynchronous); a CALL task queued on s */
+zs_stream_t *zs__cpu_on(void *vctx, zs_stream_t *s);
+zs_status_t zs__cpu_push_call(void *vctx, zs_stream_t *s, task_kind_t kind, zs_task_fn fn, void *arg,
+                              const void *label, void (*discard)(void *));
+/* cpu_kernels.c: the device interface's kernels */
+zs_status_t zs__cpu_optim_step(void *vctx, zs_stream_t *s, const zs_optim_hyper_t *h, const zs_optim_seg_t *segs,
+                               int nseg);
+zs_status_t zs__cpu_elementwise(void *vctx, zs_stream_t *s, const zs_elem_op_t *op);
+zs_status_t zs__cpu_sumsq_plan_init(void *vctx, const zs__sumsq_seg_t *segs, int nseg, void *mem, void **impl);
+zs_status_t zs__cpu_sumsq_plan_run(void *vctx, void *impl, zs_stream_t *s, double *acc);
+void zs__cpu_sumsq_plan_fini(void *vctx, void *impl);
+
 #endif
