@@ -577,6 +577,9 @@ static void test_padding_only_part(void) {
   expect_ok(zs_checkpoint_set_split(zs, pid, &s));
   assert_ok(zs_engine_setup(zs, rows_init, &rank));
   expect_ok(zs_checkpoint_save(zs, dir));
+  zs_checkpoint_info_t info = {0}; /* four parts of one rank each */
+  if (rank == 0) expect_ok(zs_checkpoint_inspect(dir, &info));
+  if (rank == 0) expect_true(info.parts == 4 && info.world == 4);
   zs_engine_destroy(zs);
   /* one engine, the whole tensor: rows 1..15 */
   assert_ok(zs_engine_create(&zs, &c, dev, self));

@@ -448,7 +448,23 @@ static void test_ckpt_words(void) {
   expect_status(zs_checkpoint_save(zs, path), ZS_ERR_MISMATCH);
   if (rank == 1) expect_ok(zs_checkpoint_set_attr(zs, "k", NULL));
   expect_ok(zs_checkpoint_save(zs, path));
-  if (rank == 0) expect_ok(zs_checkpoint_verify(path, &info));
+  uint64_t first = 0;
+  if (rank == 0) { /* what the manifest records, for a program's own checks before a load */
+    expect_ok(zs_checkpoint_verify(path, &info));
+    expect_true(!strcmp(info.layout, "tp=1"));
+    expect_int_eq(info.stage, 1);
+    expect_int_eq(info.parts, 0);
+    expect_true(!strcmp(info.param_dtype, "fp32"));
+    expect_true(!strcmp(info.state_dtype, "fp32"));
+    expect_int_eq(info.state_block, 0);
+    expect_true(info.save_id != 0);
+    first = info.save_id;
+  }
+  expect_ok(zs_checkpoint_save(zs, path)); /* another save: another id */
+  if (rank == 0) {
+    expect_ok(zs_checkpoint_inspect(path, &info));
+    expect_true(info.save_id != first);
+  }
   close_tiny(zs, m);
   gpt_tmpdir_remove(keep, dir);
 }

@@ -104,8 +104,9 @@ static const char *dims_str(char *buf, size_t n, const int64_t *d, int nd) {
 }
 
 /* One part's (or a plain save's) manifest as JSON. */
-static cJSON *part_json(const manifest_t *m, int tensors) {
+static cJSON *part_json(const manifest_t *m, const char *pdir, int tensors) {
   cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "dir", pdir); /* the part's folder: its manifest.json and rank files */
   int64_t params = 0, bytes = 0;
   for (int t = 0; t < m->ntensors; t++) params += m->tnumel[t];
   for (int r = 0; r < m->nfiles; r++) bytes += m->file_bytes[r];
@@ -118,6 +119,13 @@ static cJSON *part_json(const manifest_t *m, int tensors) {
   cJSON_AddNumberToObject(j, "tensors", m->ntensors);
   cJSON_AddNumberToObject(j, "params", (double)params);
   cJSON_AddNumberToObject(j, "bytes", (double)bytes);
+  cJSON *fl = cJSON_AddArrayToObject(j, "files"); /* the rank files, rank order, beside the manifest */
+  for (int r = 0; r < m->nfiles; r++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "name", m->file[r]);
+    cJSON_AddNumberToObject(f, "bytes", (double)m->file_bytes[r]);
+    cJSON_AddItemToArray(fl, f);
+  }
   if (!tensors) return j;
   cJSON *a = cJSON_AddArrayToObject(j, "tensor_list");
   for (int t = 0; t < m->ntensors; t++) {
@@ -214,10 +222,17 @@ static cJSON *info_json(const char *dir, const zs_checkpoint_info_t *info, const
   cJSON_AddStringToObject(root, "param_dtype", m[0].param_dtype);
   cJSON_AddNumberToObject(root, "loss_scale", m[0].loss_scale);
   cJSON_AddStringToObject(root, "layout", m[0].layout);
+  char id[24];
+  snprintf(id, sizeof id, "%016llx", (unsigned long long)info->save_id);
+  cJSON_AddStringToObject(root, "save_id", id); /* 64 bits: a string, as JSON numbers are doubles */
   cJSON *at = cJSON_AddObjectToObject(root, "attrs");
   for (int i = 0; i < m[0].nattr; i++) cJSON_AddStringToObject(at, m[0].attr[i][0], m[0].attr[i][1]);
   cJSON *pj = cJSON_AddArrayToObject(root, "parts");
-  for (int p = 0; p < nm; p++) cJSON_AddItemToArray(pj, part_json(&m[p], tensors));
+  for (int p = 0; p < nm; p++) {
+    char pdir[4096];
+    snprintf(pdir, sizeof pdir, nm > 1 ? "%s/mp%d" : "%s", dir, p); /* one: a plain save, or a part on its own */
+    cJSON_AddItemToArray(pj, part_json(&m[p], pdir, tensors));
+  }
   return root;
 }
 

@@ -244,6 +244,15 @@ typedef struct {
   int64_t params;     /* elements over all tensors */
   int64_t bytes;      /* rank files' bytes */
   char optimizer[16]; /* "adamw", "adam", "sgd", "lion" */
+  /* from the manifest (a model-parallel save: its first part's, the same in
+   * every part): */
+  int stage;              /* the ZeRO stage it was saved at */
+  int parts;              /* model-parallel parts (dir/mp0 ..), 0 for a plain save */
+  char param_dtype[16];   /* "fp32", "bf16", "fp16" */
+  char state_dtype[16];   /* the optimizer states' encoding: "fp32", "bf16", "int8" */
+  int state_block;        /* int8 states: their block size, else 0 */
+  uint64_t save_id;       /* the save's id, in every rank file's header (each save its own) */
+  char layout[ZS_CKPT_LAYOUT_MAX]; /* zs_checkpoint_set_layout's words, "" when none */
 } zs_checkpoint_info_t;
 /* Everything a load checks, for every rank at once: the manifest (its checksum
  * and every field), every rank file's header against it, every block's header

@@ -274,6 +274,12 @@ static zs_status_t check_one(const char *dir, int data, zs_checkpoint_info_t *in
     for (int t = 0; t < m.ntensors; t++) info->params += m.tnumel[t];
     for (int r = 0; r < m.nfiles; r++) info->bytes += m.file_bytes[r];
     snprintf(info->optimizer, sizeof info->optimizer, "%s", m.optimizer);
+    info->stage = m.stage;
+    snprintf(info->param_dtype, sizeof info->param_dtype, "%s", m.param_dtype);
+    snprintf(info->state_dtype, sizeof info->state_dtype, "%s", m.state_dtype);
+    info->state_block = m.state_block;
+    info->save_id = m.id;
+    snprintf(info->layout, sizeof info->layout, "%s", m.layout);
   }
   zs__ck_spans_free(sink.spans, m.ntensors);
   zs__ck_manifest_free(&m);
@@ -307,10 +313,12 @@ static zs_status_t check_save(const char *dir, int data, zs_checkpoint_info_t *i
   memset(&all, 0, sizeof all);
   for (int i = 0; i < s.nparts && st == ZS_OK; i++) {
     if ((st = check_one(s.part[i].dir, data, &one, fn)) != ZS_OK) break;
-    all.world += one.world, all.ntensors += one.ntensors, all.params += one.params, all.bytes += one.bytes;
-    all.step = one.step;
-    snprintf(all.optimizer, sizeof all.optimizer, "%s", one.optimizer);
+    const int world = all.world + one.world, nt = all.ntensors + one.ntensors;
+    const int64_t params = all.params + one.params, bytes = all.bytes + one.bytes;
+    if (i == 0) all = one; /* the manifest's fields: the first part's */
+    all.world = world, all.ntensors = nt, all.params = params, all.bytes = bytes;
   }
+  all.parts = s.nparts;
   zs__ck_source_close(&s);
   if (st == ZS_OK && info) *info = all;
   return st;

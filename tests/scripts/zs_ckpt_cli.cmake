@@ -1,6 +1,7 @@
 # zs-ckpt on a checkpoint the trainer saved on 2 ranks: `verify` says ok with the
 # step and parameter count, `info` the same from the manifest and the blocks'
-# headers (with the attributes, --tensors, --json; a damaged value passes it,
+# headers (with the attributes, --tensors, --json: the save's id, each part's
+# folder and rank files with their sizes; a damaged value passes it,
 # not verify; a truncated file fails both), `export` writes a safetensors file of 4 bytes per
 # parameter plus its header, and a damaged rank file makes `verify` exit 1.
 # `export --hf` (a trial's findings): a second export into the folder of a
@@ -39,6 +40,21 @@ string(JSON name0 ERROR_VARIABLE jerr4 GET "${out}" parts 0 tensor_list 0 name)
 if(NOT rc EQUAL 0 OR NOT step EQUAL 3 OR NOT heads STREQUAL "2" OR NOT listed EQUAL ntensors OR NOT name0 STREQUAL "wte")
   message(FATAL_ERROR "info --json --tensors: rc ${rc} step ${step} n_head ${heads} ${listed} of ${ntensors} tensors, first ${name0}: ${out}${err}")
 endif()
+# the save's id (16 hex digits), the part's folder and its rank files, each there with the size listed
+string(JSON sid ERROR_VARIABLE jerr GET "${out}" save_id)
+string(JSON pdir ERROR_VARIABLE jerr2 GET "${out}" parts 0 dir)
+string(JSON nfiles ERROR_VARIABLE jerr3 LENGTH "${out}" parts 0 files)
+if(NOT sid MATCHES "^[0-9a-f]+$" OR NOT pdir STREQUAL "${WORK}/ck" OR NOT nfiles EQUAL 2)
+  message(FATAL_ERROR "info --json: save_id '${sid}', part dir '${pdir}', ${nfiles} files: ${out}")
+endif()
+foreach(i 0 1)
+  string(JSON fname GET "${out}" parts 0 files ${i} name)
+  string(JSON fbytes GET "${out}" parts 0 files ${i} bytes)
+  file(SIZE ${pdir}/${fname} fsize)
+  if(NOT fsize EQUAL fbytes)
+    message(FATAL_ERROR "info --json: file ${i} ${fname}: ${fbytes} bytes listed, ${fsize} on disk")
+  endif()
+endforeach()
 execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --tensors RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "\n  wte +\\[256, 32\\] +8192\n")
   message(FATAL_ERROR "info --tensors: rc ${rc}: ${out}")
@@ -52,6 +68,11 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "in 2 model-parallel parts: .* the whole mo
    OR NOT out MATCHES "ln1.w +\\[32\\] +32  the same on each tensor-parallel rank\n"
    OR NOT out MATCHES "part of wte \\[256, 32\\]: \\[128, 256\\) of dim 0\n")
   message(FATAL_ERROR "info of a tp 2 save: rc ${rc}: ${out}${err}")
+endif()
+execute_process(COMMAND ${ZS_CKPT} info ${WORK}/tp --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(JSON pdir ERROR_VARIABLE jerr GET "${out}" parts 1 dir)
+if(NOT rc EQUAL 0 OR NOT pdir STREQUAL "${WORK}/tp/mp1")
+  message(FATAL_ERROR "info --json of a tp 2 save: part 1's dir '${pdir}': ${out}${err}")
 endif()
 execute_process(COMMAND ${ZS_CKPT} info ${WORK}/ck --bogus RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
 if(NOT rc EQUAL 2)
