@@ -102,7 +102,10 @@ void mb_links_group_formula(const mb_opts_t *o, const mb_result_t *x, int g, cha
     case MB_G_REPLICA: snprintf(b, n, "2 (Nr-1)/Nr sum_t S rb (each shard all-reduced across the Nr replicas)"); break;
     case MB_G_HPZ: snprintf(b, n, "(K-1)/K sum_u P pb (backward's gathers among the hpZ partition of K)"); break;
     case MB_G_QG_NODE: snprintf(b, n, "(K-1) G sum_t Q (the all-to-all inside qgZ's group of K; %s)", q); break;
-    case MB_G_MODEL: snprintf(b, n, "2 (T-1)/T x 8 (1 + 2T) (the norm's all-reduce across the T tp ranks)"); break;
+    case MB_G_MODEL:
+      snprintf(b, n, "2 (T-1)/T x 8 K (the norm's all-reduce across the T tp ranks; K = 1 + 2T with more than one "
+               "data-parallel rank, else 1)");
+      break;
     default: snprintf(b, n, "(G-1) sum_t Q (the all-to-all across qgZ's G groups; %s)", q); break;
   }
 }

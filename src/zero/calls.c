@@ -118,11 +118,12 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
    * fills its own pair) */
   int64_t *v = calloc((size_t)W * 2, sizeof *v);
   int *dev = malloc((size_t)W * sizeof *dev);
-  zs_status_t st = ZS_OK;
-  if (!v || !dev) {
-    st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "no host memory to name the ranks");
-    goto done;
-  }
+  /* whether every rank has the memory, agreed first: a rank without it must
+   * not leave the others waiting in the all-reduce below */
+  int64_t ok = v && dev;
+  zs_status_t st = zs__eng_xall_reduce(zs, &ok, 1, ZS_MIN);
+  if (st == ZS_OK && !ok) st = ZS_FAIL(zs->err, ZS_ERR_NOMEM, "no host memory on a rank to name the ranks");
+  if (st != ZS_OK) goto done;
   memcpy(&v[2 * zs->rank], &zs->call_prev_hash, sizeof(int64_t));
   v[2 * zs->rank + 1] = zs->call_prev_n;
   if ((st = zs__eng_xall_reduce(zs, v, 2 * W, ZS_SUM)) != ZS_OK) goto done;
@@ -136,8 +137,11 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
   for (int i = 0; i < W; i++)
     if (v[2 * i] != v[2 * q]) dev[nd++] = i;
   if (nd == 0) {
-    snprintf(out, len, "this engine's %sranks made the same calls; those of another %s did not", dp,
-             zs->mp_comm ? "model-parallel position or engine" : "engine of the group");
+    if (zs->mp_comm)
+      snprintf(out, len, "this engine's data-parallel ranks (model-parallel rank %d) made the same calls; those of "
+               "another model-parallel position or engine did not", zs_comm_rank(zs->mp_comm));
+    else
+      snprintf(out, len, "this engine's ranks made the same calls; those of another engine of the group did not");
     goto done;
   }
   *found = 1;
@@ -145,8 +149,12 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
   int64_t at;
   int32_t cq = -1, cd = -1;
   if ((st = first_difference(zs, q, v[2 * q + 1], d, v[2 * d + 1], &at, &cq, &cd)) != ZS_OK) goto done;
-  char who[128], wq[64], wd[64];
+  char who[160], wq[64], wd[64];
   rank_list(dev, nd, dp, who, sizeof who);
+  if (zs->mp_comm) { /* which position's data-parallel group this is */
+    const size_t o = strlen(who);
+    snprintf(who + o, sizeof who - o, " (model-parallel rank %d)", zs_comm_rank(zs->mp_comm));
+  }
   if (at < 0) {
     snprintf(out, len, "%s differ from rank %d's (%d of %d alike with it) after their first %d calls", who, q, best, W,
              ZS_CALL_LOG);

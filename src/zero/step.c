@@ -511,26 +511,29 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, zs_step_report_t *
     rep->loss_scale = e[0]->loss_scale;
     rep->lr = zs_engine_lr(e[0]);
   }
-  if (st != ZS_OK) return st;
-  /* which ranks, and their first call that differs: every engine's comm in
-   * turn (all their ranks are here); the first whose ranks differ is named */
+  /* which ranks, and their first call that differs: on every engine's comm
+   * (every rank of each is here, whatever it found on another engine or
+   * above: each naming is collectives over that comm), the first engine
+   * whose ranks differ named */
   char who[360] = "", same[320] = "";
-  for (int i = 0; i < n && !who[0]; i++) {
+  for (int i = 0; i < n; i++) {
     if (e[i]->world < 2) continue;
     char w[300];
     int found = 0;
     if (zs__eng_calls_name(e[i], &found, w, sizeof w) != ZS_OK)
       snprintf(w, sizeof w, "(naming the ranks failed: %s)", zs_last_error()), found = 1;
+    if (who[0]) continue;
     if (found && n > 1) snprintf(who, sizeof who, "on engines[%d]'s comm, %s", i, w);
     else if (found) snprintf(who, sizeof who, "%s", w);
     else if (!same[0]) snprintf(same, sizeof same, "%s", w);
   }
+  if (st != ZS_OK) return st;
   const zs_engine_t *zs = e[0];
+  /* the naming before the rule, so that ZS_ERRBUF cuts the rule, if anything */
   return ZS_FAIL(e[0]->err, ZS_ERR_MISMATCH,
-                 "%s: the ranks made different sequences of %s calls since the last step: %s. Every rank makes "
-                 "the same calls in the same order, one without data too (they are collectives matched by order: "
-                 "other units' data may have been exchanged). Not taken on any rank: gradients dropped, nothing "
-                 "updated",
+                 "%s: the ranks made different sequences of %s calls since the last step; not taken on any rank "
+                 "(gradients dropped, nothing updated: these collectives match by order, so other units' data may "
+                 "have been exchanged): %s. Every rank makes the same calls in the same order, one without data too",
                  n > 1 ? "zs_step_group" : "zs_step", zs->cfg.stage == 3 ? "zs_gather and zs_reduce" : "zs_reduce",
                  who[0] ? who : same);
 }
