@@ -190,10 +190,9 @@ void mb_run_one(const mb_opts_t *o, const mb_model_t *m, const mb_result_t *run,
   }
   if (tier) { /* the file itself: its size as the engine states it and as the file system does */
     zs_nvme_stats_t nst;
-    struct stat sb;
     ECHECK(zs_engine_nvme_stats(zs, &nst), "zs_engine_nvme_stats");
     me->nvme_file_bytes = (int64_t)nst.file_bytes;
-    me->nvme_file_stat = stat(nst.path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    me->nvme_file_stat = (int64_t)nst.fs_bytes; /* fstat of the open file: its name is removed at setup */
     me->nvme_read = (int64_t)nst.bytes_read;
     me->nvme_written = (int64_t)nst.bytes_written;
     me->nvme_param_read = (int64_t)nst.param_bytes_read;

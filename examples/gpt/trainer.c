@@ -455,13 +455,13 @@ static zs_status_t gather_peaks(trainer_t *t, gpt_result_t *res) {
     const int64_t in = (ga ? (int64_t)ga->B * ga->T : t->tacts.Nr) * t->mc.channels;
     act = trainer_kept_bytes(nblk, lf, in, t->L + 1, ga ? ga->shared_floats : t->tacts.shared_floats), mb = 1;
   }
-  /* the NVMe tier: its file on disk (stat) beside the estimate's figure */
+  /* the NVMe tier: its file on disk (the file system's size of the open file:
+   * its name is removed at setup) beside the estimate's figure */
   int64_t file = 0, est = 0;
   zs_nvme_stats_t ns;
   zs_mem_estimate_t e;
   if (t->o->nvme && zs_engine_nvme_stats(t->zs, &ns) == ZS_OK) { /* no tier: no call (it logs its refusal) */
-    struct stat sb;
-    file = stat(ns.path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    file = (int64_t)ns.fs_bytes;
     if (zs_engine_estimate(t->zs, zs_engine_shard_group(t->zs), &e) == ZS_OK) est = (int64_t)e.nvme_model_state;
   }
   const int64_t mine[TRAINER_PEAKS] = {(int64_t)ms.peak_total[ZS_DOMAIN_DEVICE],

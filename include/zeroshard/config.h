@@ -192,8 +192,9 @@ typedef struct {
    * keep theirs on the device. offload_optimizer NVME: master, m, v (any
    * state dtype) live in the tier and zs_step streams through them chunk by
    * chunk (read chunk i+1, update chunk i, write chunk i-1); the fp32 gradient
-   * shard stays in host memory. The tier is one file per rank and engine in
-   * nvme_path (O_DIRECT; removed at destroy); each chunk has two slots on
+   * shards are in the tier too (written in backward). The tier is one file per
+   * rank and engine in nvme_path (O_DIRECT; its name removed once made, so a
+   * killed process leaves nothing; freed at destroy); each chunk has two slots on
    * disk, a step writing the one it did not read and switching only when
    * every rank wrote every chunk, so a failed step leaves the previous one's
    * state whole (docs/design.md, "The NVMe tier"). */

@@ -110,7 +110,8 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
  * replica group (hybrid: the gradient shards' all-reduce across replicas), the
  * hpZ partition (hpz_partition_size: backward's gathers; none without it), qgZ's
  * groups (quantized_gradients: the all-to-all inside a node, and across them), the
- * model-parallel comm (zs_engine_set_model_parallel: the norm's all-reduce). */
+ * model-parallel comm (zs_engine_set_model_parallel: the norm's all-reduce; a
+ * mesh engine's checkpoint agreements). */
 typedef enum {
   ZS_GROUP_ALL = 0, ZS_GROUP_WORLD, ZS_GROUP_SHARD, ZS_GROUP_REPLICA, ZS_GROUP_HPZ, ZS_GROUP_QG_NODE, ZS_GROUP_QG_CROSS,
   ZS_GROUP_MODEL
@@ -128,12 +129,16 @@ void zs_engine_comm_stats_reset(zs_engine_t *zs);
  * its message in zs_engine_last_error but not logged (a monitor may ask every
  * step whether there is a tier). */
 typedef struct {
-  char path[320];             /* the tier's file */
+  char path[320];             /* the tier's file: its name is removed once it is made and reserved (the
+                                 data stays open, freed when the engine is destroyed or the process ends,
+                                 a killed one too), so the name is for messages: nothing is there */
   uint64_t file_bytes;        /* its size: both regions (docs/design.md, "The NVMe tier") */
   uint64_t steps;             /* optimizer phases streamed since setup */
   uint64_t bytes_read, bytes_written; /* the last step's optimizer phase */
   double seconds, read_wait_s, update_s, write_wait_s; /* the last step's optimizer phase */
   uint64_t param_bytes_read;  /* parameter shards read for gathers since setup */
+  uint64_t fs_bytes, fs_allocated_bytes; /* the file system's view of the open file (fstat): its size, and the
+                                            bytes allocated to it (reserved at setup: not sparse) */
 } zs_nvme_stats_t;
 zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out);
 /* Ranks in this engine's shard group (config shard_group; the world size when flat). */

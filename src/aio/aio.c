@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@ int zs__aio_available(void) { return 1; }
 
 struct zs_aio_file {
   int fd;
+  int unlinked; /* the name is gone (zs__aio_file_unlink): nothing to remove at close */
   uint64_t size;
   char path[]; /* NUL-terminated */
 };
@@ -53,6 +55,7 @@ zs_status_t zs__aio_file_create(zs_aio_file_t **out, const char *path, uint64_t 
   if (!f) return ZS_FAIL(NULL, ZS_ERR_NOMEM, "aio: out of host memory for file '%s'", path);
   memcpy(f->path, path, n + 1);
   f->size = bytes;
+  f->unlinked = 0;
   /* O_EXCL: never overwrite a file someone else owns. O_DIRECT comes after,
    * through fcntl, which makes the same check as open (the file system can do
    * direct I/O: EINVAL if not): an O_CREAT | O_DIRECT open that fails that
@@ -73,8 +76,8 @@ zs_status_t zs__aio_file_create(zs_aio_file_t **out, const char *path, uint64_t 
     free(f);
     if (e == EINVAL)
       return ZS_FAIL(NULL, ZS_ERR_IO,
-                     "aio: '%s': the file system does not support direct I/O (O_DIRECT), e.g. tmpfs: put nvme_path "
-                     "on a disk's file system",
+                     "aio: '%s': the file system does not support direct I/O (O_DIRECT), as tmpfs before Linux 6.6 "
+                     "and some network file systems: put nvme_path on a disk's file system",
                      path);
     return ZS_FAIL(NULL, ZS_ERR_IO, "aio: cannot turn on direct I/O (O_DIRECT) for '%s': %s", path, strerror(e));
   }
@@ -109,9 +112,28 @@ zs_status_t zs__aio_file_create(zs_aio_file_t **out, const char *path, uint64_t 
 void zs__aio_file_close(zs_aio_file_t *f, int remove) {
   if (!f) return;
   close(f->fd);
-  if (remove && unlink(f->path) != 0 && errno != ENOENT)
+  if (remove && !f->unlinked && unlink(f->path) != 0 && errno != ENOENT)
     ZS_LOG_W("aio: cannot remove '%s': %s", f->path, strerror(errno));
   free(f);
+}
+
+zs_status_t zs__aio_file_unlink(zs_aio_file_t *f) {
+  if (!f) return ZS_FAIL(NULL, ZS_ERR_INVALID, "aio: unlink of a NULL file");
+  if (f->unlinked) return ZS_OK;
+  if (unlink(f->path) != 0)
+    return ZS_FAIL(NULL, ZS_ERR_IO, "aio: cannot remove the name of '%s' (its data stays open): %s", f->path,
+                   strerror(errno));
+  f->unlinked = 1;
+  return ZS_OK;
+}
+
+zs_status_t zs__aio_file_fs(const zs_aio_file_t *f, uint64_t *size, uint64_t *allocated) {
+  struct stat sb;
+  if (!f || fstat(f->fd, &sb) != 0)
+    return ZS_FAIL(NULL, ZS_ERR_IO, "aio: cannot stat '%s': %s", f ? f->path : "(null)", strerror(f ? errno : EINVAL));
+  *size = (uint64_t)sb.st_size;
+  *allocated = (uint64_t)sb.st_blocks * 512;
+  return ZS_OK;
 }
 
 const char *zs__aio_file_path(const zs_aio_file_t *f) { return f ? f->path : NULL; }

@@ -54,7 +54,7 @@ int zs__aio_available(void);
  * `bytes` (a multiple of ZS_AIO_ALIGN) with fallocate, so that a disk without
  * room fails here, not in the middle of a step. Errors, each naming the path:
  * ZS_ERR_IO (cannot create: errno's text; a file system without direct I/O,
- * open's EINVAL: "does not support direct I/O (O_DIRECT), e.g. tmpfs: put
+ * open's EINVAL: "does not support direct I/O (O_DIRECT), as tmpfs before Linux 6.6 ...: put
  * nvme_path on a disk's file system"), ZS_ERR_NOMEM (ENOSPC or EDQUOT at
  * fallocate: "needs N bytes, the file system has M free"; the file is removed
  * again), ZS_ERR_INVALID (bytes not aligned). */
@@ -62,6 +62,13 @@ zs_status_t zs__aio_file_create(zs_aio_file_t **out, const char *path, uint64_t 
 /* Closes the file; removes it from the file system too when `remove`. NULL is
  * a no-op. No ring may have a request in flight on it. */
 void zs__aio_file_close(zs_aio_file_t *f, int remove);
+/* Removes the file's name now; its data stays the open descriptor's, freed
+ * when it closes or the process ends, however it ends (a killed run leaves
+ * nothing on the disk). ZS_ERR_IO when unlink fails (the file stays named). */
+zs_status_t zs__aio_file_unlink(zs_aio_file_t *f);
+/* The file system's view of the open file (fstat): its size, and the bytes
+ * allocated to it (st_blocks x 512). */
+zs_status_t zs__aio_file_fs(const zs_aio_file_t *f, uint64_t *size, uint64_t *allocated);
 const char *zs__aio_file_path(const zs_aio_file_t *f);
 uint64_t zs__aio_file_size(const zs_aio_file_t *f);
 

@@ -13,6 +13,10 @@ zs_status_t zs__aio_file_create(zs_aio_file_t **out, const char *path, uint64_t 
 }
 
 void zs__aio_file_close(zs_aio_file_t *f, int remove) {}
+zs_status_t zs__aio_file_unlink(zs_aio_file_t *f) { return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED, "aio: " AIO_NONE_MSG); }
+zs_status_t zs__aio_file_fs(const zs_aio_file_t *f, uint64_t *size, uint64_t *allocated) {
+  return ZS_FAIL(NULL, ZS_ERR_UNSUPPORTED, "aio: " AIO_NONE_MSG);
+}
 const char *zs__aio_file_path(const zs_aio_file_t *f) { return NULL; }
 uint64_t zs__aio_file_size(const zs_aio_file_t *f) { return 0; }
 

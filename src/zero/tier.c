@@ -170,6 +170,10 @@ zs_status_t zs__tier_setup(zs_engine_t *zs) {
   snprintf(t->path, sizeof t->path, "%s/zeroshard.%ld.%d.rank%d.tier", c->nvme_path, (long)getpid(),
            __atomic_fetch_add(&file_seq, 1, __ATOMIC_RELAXED), zs->rank);
   zs_status_t st = zs__aio_file_create(&t->file, t->path, t->bytes ? t->bytes : ZS_AIO_ALIGN);
+  /* created and reserved, its name removed at once: the data is the open
+   * descriptor's, freed however the process ends (a trial's killed runs left
+   * 350-700 MB files that the next run's disk check counted as used) */
+  if (st == ZS_OK) st = zs__aio_file_unlink(t->file);
   if (st != ZS_OK) return ZS_FAIL(zs->err, st, "zs_engine_setup: the NVMe tier on rank %d: %s", zs->rank, zs_last_error());
   zs_mem_acct_t *acct = zs__device_acct(zs->dev);
   for (int k = 0; k < ZS_MEM_CATEGORY_COUNT; k++)
@@ -360,5 +364,5 @@ zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out) {
                    zs->setup_done ? "offload_optimizer and offload_param are not \"nvme\"" : "before zs_engine_setup");
   *out = zs->tier->last;
   if (zs->tier->reader) out->param_bytes_read = zs__offload_preader_bytes(zs->tier->reader);
-  return ZS_OK;
+  return zs__aio_file_fs(zs->tier->file, &out->fs_bytes, &out->fs_allocated_bytes);
 }
