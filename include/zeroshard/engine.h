@@ -261,14 +261,16 @@ zs_status_t zs_param_add(zs_engine_t *zs, int unit, const char *name, int ndim,
  * (every rank at stage 0; the replicas of a shard with hybrid sharding) must be
  * given the same values: otherwise ZS_ERR_MISMATCH on every rank (a rank seeded
  * differently would train its replica apart; a hash of the values each rank
- * stored, compared across them). Before allocating anything, each
+ * stored, compared across them). Before any rank allocates anything, each
  * rank compares what it will take from the host (zs_engine_estimate: host-domain
- * state and staging, plus the device's peak where the device's memory is the
- * host's, the cpu device) with what the kernel will give it before refusing or
+ * state and staging, plus where the device's memory is the host's, the cpu
+ * device, the larger of a step's peak and what zs_param_get/_set and the state
+ * calls hold between steps) with what the kernel will give it before refusing or
  * killing: the least of MemAvailable and its memory cgroup's limit (every
  * ancestor; cgroup v1 or v2), both split among the node's ranks, and RLIMIT_AS;
- * more is ZS_ERR_NOMEM naming the numbers and the limit, so that the OOM killer
- * never picks a process (maybe another job's) for a model that cannot fit.
+ * more is ZS_ERR_NOMEM naming the numbers and the limit on every rank, so that
+ * the OOM killer never picks a process (maybe another job's) for a model that
+ * cannot fit. What the program allocates after setup is its own: leave room.
  * ZS_MEM_CHECK=0 skips the check. */
 zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user);
 /* Collective (every rank, same parameter, same values): copies this rank's part
