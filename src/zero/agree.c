@@ -47,11 +47,15 @@ zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v,
 }
 
 zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root) {
+  return zs__eng_xbroadcast_on(zs, zs->comm, buf, bytes, root);
+}
+
+zs_status_t zs__eng_xbroadcast_on(zs_engine_t *zs, zs_comm_t *comm, void *buf, size_t bytes, int root) {
   zs_status_t st;
   if (bytes > (size_t)zs->xcount * 8) return ZS_FAIL(zs->err, ZS_ERR_INTERNAL, "engine scratch: %zu bytes exceed it", bytes);
   memcpy(zs->xhost, buf, bytes);
   if ((st = zs_memcpy_async(zs->dev, zs->xdev, zs->xhost, bytes, ZS_COPY_H2D, NULL)) != ZS_OK ||
-      (st = zs_comm_broadcast(zs->comm, zs->xdev, zs->xdev, bytes, ZS_UINT8, root, NULL)) != ZS_OK ||
+      (st = zs_comm_broadcast(comm, zs->xdev, zs->xdev, bytes, ZS_UINT8, root, NULL)) != ZS_OK ||
       (st = zs_memcpy_async(zs->dev, zs->xhost, zs->xdev, bytes, ZS_COPY_D2H, NULL)) != ZS_OK ||
       (st = zs_stream_synchronize(zs->dev, NULL)) != ZS_OK)
     return x_fail(zs, st, "a broadcast of the engine's bookkeeping");
@@ -60,18 +64,24 @@ zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int roo
 }
 
 zs_status_t zs__eng_agree(zs_engine_t *zs, zs_status_t st, const char *what) {
+  return zs__eng_agree_on(zs, zs->comm, st, what);
+}
+
+zs_status_t zs__eng_agree_on(zs_engine_t *zs, zs_comm_t *comm, zs_status_t st, const char *what) {
   struct {
     int64_t status;
     char msg[ZS_ERRBUF];
   } m;
   memset(&m, 0, sizeof m);
   if (st != ZS_OK) snprintf(m.msg, sizeof m.msg, "%s", zs_last_error());
-  int64_t r = st != ZS_OK ? zs->rank : zs->world; /* the lowest failing rank speaks */
-  zs_status_t cst = zs__eng_xall_reduce(zs, &r, 1, ZS_MIN);
+  const int rank = zs_comm_rank(comm), size = zs_comm_size(comm);
+  int64_t r = st != ZS_OK ? rank : size; /* the lowest failing rank speaks */
+  zs_status_t cst = zs__eng_xall_reduce_on(zs, comm, &r, 1, ZS_MIN);
   if (cst != ZS_OK) return st != ZS_OK ? ZS_FAIL(zs->err, st, "%s failed: %s", what, m.msg) : cst;
-  if (r == zs->world) return ZS_OK;
+  if (r == size) return ZS_OK;
   m.status = st;
-  if ((cst = zs__eng_xbroadcast(zs, &m, sizeof m, (int)r)) != ZS_OK) return cst;
+  if ((cst = zs__eng_xbroadcast_on(zs, comm, &m, sizeof m, (int)r)) != ZS_OK) return cst;
   m.msg[ZS_ERRBUF - 1] = 0;
-  return ZS_FAIL(zs->err, (zs_status_t)m.status, "%s failed on rank %d: %s", what, (int)r, m.msg);
+  return ZS_FAIL(zs->err, (zs_status_t)m.status, "%s failed on %srank %d: %s", what,
+                 comm == zs->comm ? "" : "model-parallel ", (int)r, m.msg);
 }

@@ -417,6 +417,7 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
  * complete before returning. v holds n int64 (n <= xcount). */
 zs_status_t zs__eng_xall_reduce(zs_engine_t *zs, int64_t *v, int n, zs_redop_t op);
 zs_status_t zs__eng_xbroadcast(zs_engine_t *zs, void *buf, size_t bytes, int root);
+zs_status_t zs__eng_xbroadcast_on(zs_engine_t *zs, zs_comm_t *comm, void *buf, size_t bytes, int root);
 /* zs__eng_xall_reduce over another comm of this rank's (the tp group) */
 zs_status_t zs__eng_xall_reduce_on(zs_engine_t *zs, zs_comm_t *comm, int64_t *v, int n, zs_redop_t op);
 /* Collective over comm: *alike = 1 when every rank passed the same hash h (one
@@ -438,6 +439,8 @@ static inline uint64_t zs__eng_hash_floats(uint64_t h, const float *x, size_t n)
  * st == ZS_OK; otherwise every rank returns the lowest failing rank's status with
  * "<what> failed on rank R: <its message>". */
 zs_status_t zs__eng_agree(zs_engine_t *zs, zs_status_t st, const char *what);
+/* zs__eng_agree over another comm of this rank's (the model-parallel one) */
+zs_status_t zs__eng_agree_on(zs_engine_t *zs, zs_comm_t *comm, zs_status_t st, const char *what);
 /* release.c */
 /* Frees everything setup made and returns the engine to its declared state. */
 void zs__eng_release_setup(zs_engine_t *zs);

@@ -228,22 +228,30 @@ zs_status_t zs_engine_estimate(const zs_engine_t *zs, int world, zs_mem_estimate
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-/* Between steps zs_param_get and zs_param_set gather a unit in fp32 into a
- * device buffer of the unit (padded), and zs_param_state_get/_set stage this
- * rank's part of a parameter on the host too (its shard at most): the largest
- * of them, on the device (*dev) and the host (*host). Not in the estimate's
- * step peak (a trial's program, within its room check by under 1 MiB, was
- * killed in a zs_param_get loop that took 4.1 MB more). */
+/* Between steps, at stages 1-3, zs_param_get and zs_param_set gather a
+ * trainable unit in fp32 into a device buffer of the unit (padded; a frozen
+ * one's at stage 3 in param dtype, none at stages 1-2), and
+ * zs_param_state_get/_set stage this rank's part of a parameter on the host
+ * (its shard at most); zs_param_set with 16-bit parameters at stages 0-2
+ * stages the values it writes on the host in param dtype (the parameter at
+ * most). The largest of them, on the device (*dev) and the host (*host). Not
+ * in the estimate's step peak (a trial's program, within its room check by
+ * under 1 MiB, was killed in a zs_param_get loop that took 4.1 MB more). */
 static void between_steps(const zs_engine_t *zs, int world, uint64_t *dev, uint64_t *host) {
   *dev = *host = 0;
-  if (zs->cfg.stage == 0) return; /* every rank holds its units: read in place */
+  const int stage = zs->cfg.stage;
+  const uint64_t pb = zs->pb;
   for (int i = 0; i < zs->nunits; i++) {
     int64_t numel, padded;
     int persistent;
     zs__eng_unit_extent(zs, &zs->units[i], world, 0, &numel, &padded, &persistent);
-    const uint64_t P = (uint64_t)padded * 4, S = P / (uint64_t)world;
-    *dev = P > *dev ? P : *dev;
-    *host = S > *host ? S : *host;
+    const int frozen = zs__eng_unit_frozen(zs, &zs->units[i]);
+    const uint64_t P = (uint64_t)padded, S = P / (uint64_t)world;
+    const uint64_t d = stage == 0 ? 0 : !frozen ? P * 4 : stage == 3 ? P * pb : 0;
+    uint64_t h = stage > 0 && !frozen ? S * 4 : 0;
+    if (stage <= 2 && pb != 4 && P * pb > h) h = P * pb;
+    *dev = d > *dev ? d : *dev;
+    *host = h > *host ? h : *host;
   }
 }
 

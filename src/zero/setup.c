@@ -493,7 +493,12 @@ zs_status_t zs_engine_setup(zs_engine_t *zs, zs_init_fn init, void *user) {
    * a cgroup refused, "141 MiB in use", where every rank's fitted) */
   zs_status_t st = zs__eng_check_room(zs);
   if (st == ZS_OK) st = zs__eng_check_disk(zs);
-  ZS_CHECK(zs__eng_agree(zs, st, "zs_engine_setup"));
+  st = zs__eng_agree(zs, st, "zs_engine_setup");
+  /* and across the model-parallel ranks, whose data-parallel groups share
+   * nodes (a tensor-parallel group is often one): once both agreed, every
+   * rank of the mesh has checked (a review) */
+  if (zs->mp_comm && zs_comm_size(zs->mp_comm) > 1) st = zs__eng_agree_on(zs, zs->mp_comm, st, "zs_engine_setup");
+  ZS_CHECK(st);
   st = setup_local(zs, init, user);
   st = zs__eng_agree(zs, st, "zs_engine_setup");
   if (st == ZS_OK && init) st = check_replicas_alike(zs);

@@ -481,6 +481,19 @@ static zs_status_t group_same_norm(zs_engine_t *const *e, int n, double norm, in
                  differ, norm, lo, hi);
 }
 
+/* The report of a step refused before anything was updated: skipped, no
+ * norm (the gradients may hold other units' sums, or the ranks' norms
+ * differed), the step count, scale and rate as they stay. */
+static void report_refused(const zs_engine_t *e0, zs_step_report_t *rep) {
+  if (!rep) return;
+  rep->step = e0->step;
+  rep->grad_norm = NAN;
+  rep->clip_coef = 1.0f;
+  rep->skipped = 1;
+  rep->loss_scale = e0->loss_scale;
+  rep->lr = zs_engine_lr(e0);
+}
+
 /* A step the ranks' calls did not agree on: on every engine of the group the
  * gradients are zeroed, the prediction forgotten (the next step gathers in the
  * order called), the engine between steps again; the step count, the rate and
@@ -497,25 +510,23 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, zs_step_report_t *
     if (zst == ZS_OK) zst = zero_grads(zs);
     if (zst == ZS_OK && (zst = zs_event_record(zs->dev, zs->ev_step, zs->compute)) != ZS_OK)
       zst = ZS_FAIL(zs->err, zst, "recording the step event failed: %s", zs_last_error());
+    /* the regather's all-gathers (a delayed update landed) only where every
+     * rank got this far (a review: one rank's failed update left the others
+     * in them) */
+    if (zs->dpu) zst = zs__eng_agree(zs, zst, "zs_step: landing the delayed update of a refused step");
     if (zst == ZS_OK && applied) zst = zs__eng_regather(zs, ZS_REGATHER_UPDATED);
     zs->phase = ZS_PH_IDLE;
     zs->round = 0;
     for (int k = 0; k < zs->nunits; k++) zs->units[k].reduced_round = 0;
     if (st == ZS_OK) st = zst;
   }
-  if (rep) {
-    rep->step = e[0]->step;
-    rep->grad_norm = NAN; /* the norm of gradients that may hold other units' sums: none to report */
-    rep->clip_coef = 1.0f;
-    rep->skipped = 1;
-    rep->loss_scale = e[0]->loss_scale;
-    rep->lr = zs_engine_lr(e[0]);
-  }
+  report_refused(e[0], rep);
   /* which ranks, and their first call that differs: on every engine's comm
    * (every rank of each is here, whatever it found on another engine or
    * above: each naming is collectives over that comm), the first engine
    * whose ranks differ named */
-  char who[360] = "", same[320] = "";
+  char who[360] = "", same[320] = "", keep[ZS_ERRBUF] = "";
+  if (st != ZS_OK) snprintf(keep, sizeof keep, "%s", zs_last_error());
   for (int i = 0; i < n; i++) {
     if (e[i]->world < 2) continue;
     char w[300];
@@ -527,7 +538,7 @@ static zs_status_t discard_step(zs_engine_t *const *e, int n, zs_step_report_t *
     else if (found) snprintf(who, sizeof who, "%s", w);
     else if (!same[0]) snprintf(same, sizeof same, "%s", w);
   }
-  if (st != ZS_OK) return st;
+  if (st != ZS_OK) return ZS_FAIL(e[0]->err, st, "%s", keep); /* its own failure, not the naming's */
   const zs_engine_t *zs = e[0];
   /* the naming before the rule, so that ZS_ERRBUF cuts the rule, if anything */
   return ZS_FAIL(e[0]->err, ZS_ERR_MISMATCH,
@@ -555,7 +566,11 @@ static zs_status_t step_group(zs_engine_t *const *engines, int n, zs_step_report
     sq += part * part;
   }
   if (n > 1) norm = sqrt(sq);
-  if (n > 1) ZS_CHECK(group_same_norm(engines, n, norm, &calls_bad));
+  if (n > 1) {
+    zs_status_t gst = group_same_norm(engines, n, norm, &calls_bad);
+    if (gst != ZS_OK) report_refused(engines[0], rep); /* nothing updated (a trial read skipped 0) */
+    ZS_CHECK(gst);
+  }
   if (calls_bad) return discard_step(engines, n, rep);
   zs_status_t result = ZS_OK;
   for (int i = 0; i < n; i++) {
