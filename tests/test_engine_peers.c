@@ -488,8 +488,10 @@ static void test_group_split(void) {
   expect_ok(tm_round(a, ma, X, T, rank * (NS / size), NS / size, &loss));
   expect_ok(tm_round(b, mb, X, T, rank * (NS / size), NS / size, &loss)); /* each rank's own samples */
   zs_engine_t *g[2] = {a, b};
-  expect_status(zs_step_group(g, 2, NULL), ZS_ERR_MISMATCH);
+  zs_step_report_t grep = {.skipped = 0, .grad_norm = 0.0f};
+  expect_status(zs_step_group(g, 2, &grep), ZS_ERR_MISMATCH);
   expect_str_contains(zs_last_error(), "computed different group norms");
+  expect_true(grep.skipped == 1 && isnan(grep.grad_norm)); /* nothing updated, said so (a trial read skipped 0) */
   expect_ok(zs_param_get(a, 0, after));
   expect_true(memcmp(before, after, (size_t)n * sizeof *before) == 0);
   free(before), free(after);

@@ -149,6 +149,11 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
   int64_t at;
   int32_t cq = -1, cd = -1;
   if ((st = first_difference(zs, q, v[2 * q + 1], d, v[2 * d + 1], &at, &cq, &cd)) != ZS_OK) goto done;
+  /* as many ranks made d's calls as the reference's: which side is odd
+   * cannot be told (a trial's 2 ranks: rank 0 reordered, rank 1 was named) */
+  int same_d = 0;
+  for (int j = 0; j < W; j++) same_d += v[2 * j] == v[2 * d];
+  const int tie = same_d == best;
   char who[160], wq[64], wd[64];
   rank_list(dev, nd, dp, who, sizeof who);
   if (zs->mp_comm) { /* which position's data-parallel group this is */
@@ -156,14 +161,15 @@ zs_status_t zs__eng_calls_name(zs_engine_t *zs, int *found, char *out, size_t le
     snprintf(who + o, sizeof who - o, " (model-parallel rank %d)", zs_comm_rank(zs->mp_comm));
   }
   if (at < 0) {
-    snprintf(out, len, "%s differ from rank %d's (%d of %d alike with it) after their first %d calls", who, q, best, W,
-             ZS_CALL_LOG);
+    snprintf(out, len, "%s differ from rank %d's (%d of %d alike with it%s) after their first %d calls", who, q, best, W,
+             tie ? ", as many with the other" : "", ZS_CALL_LOG);
     goto done;
   }
   call_words(zs, cq, wq, sizeof wq);
   call_words(zs, cd, wd, sizeof wd);
-  snprintf(out, len, "%s differ from rank %d's (%d of %d alike with it): rank %d's call %lld was %s, rank %d's %s",
-           who, q, best, W, d, (long long)at + 1, wd, q, wq);
+  snprintf(out, len, "%s differ from rank %d's (%d of %d alike with it%s): rank %d's call %lld was %s, rank %d's %s",
+           who, q, best, W, tie ? ", as many with the other: either side may be the odd one" : "", d,
+           (long long)at + 1, wd, q, wq);
 done:
   free(v);
   free(dev);
