@@ -579,13 +579,18 @@ static void test_padding_only_part(void) {
   expect_ok(zs_checkpoint_save(zs, dir));
   zs_checkpoint_info_t info = {0}; /* four parts of one rank each */
   if (rank == 0) expect_ok(zs_checkpoint_inspect(dir, &info));
-  if (rank == 0) expect_true(info.parts == 4 && info.world == 4);
+  if (rank == 0) expect_true(info.parts == 4 && info.world == 4 && info.mp_size == 4);
+  char part[400]; /* one part on its own: which it is */
+  snprintf(part, sizeof part, "%s/mp1", dir);
+  if (rank == 0) expect_true(zs_checkpoint_inspect(part, &info) == ZS_OK && info.parts == 0 && info.mp_rank == 1);
   zs_engine_destroy(zs);
   /* one engine, the whole tensor: rows 1..15 */
   assert_ok(zs_engine_create(&zs, &c, dev, self));
   assert_ok(zs_unit_add(zs, "u", &u));
   assert_ok(zs_param_add(zs, u, "W", 2, (int64_t[]){5, 3}, 0, &slot, &grad, &pid));
   assert_ok(zs_engine_setup(zs, whole_init, NULL));
+  expect_status(zs_checkpoint_load(zs, part), ZS_ERR_MISMATCH); /* its rows alone: which part, where the rest is */
+  expect_str_contains(zs_last_error(), "part 1 of 4 (no layout recorded) (a part on its own: load the folder that holds mp0..mp3)");
   expect_ok(zs_checkpoint_load(zs, dir));
   float w[15];
   assert_ok(zs_param_get(zs, pid, w));

@@ -236,7 +236,8 @@ const char *zs_checkpoint_loaded_attr(const zs_engine_t *zs, const char *key);
 zs_status_t zs_export_safetensors(zs_engine_t *zs, const char *path);
 
 /* Offline, on one process, without an engine or MPI (build/bin/zs-ckpt wraps
- * these; messages in zs_last_error()): */
+ * these; messages in zs_last_error(), and logged as every failure is:
+ * zs_log_set_level(ZS_LOG_NONE) keeps a tool's stderr quiet): */
 typedef struct {
   int world;          /* ranks that saved it */
   int64_t step;       /* optimizer steps taken */
@@ -253,6 +254,8 @@ typedef struct {
   int state_block;        /* int8 states: their block size, else 0 */
   uint64_t save_id;       /* the save's id, in every rank file's header (each save its own) */
   char layout[ZS_CKPT_LAYOUT_MAX]; /* zs_checkpoint_set_layout's words, "" when none */
+  int mp_rank, mp_size;   /* the model-parallel part dir is (its manifest's): 0 and 1 for a plain save, 0 and
+                             parts for a whole model-parallel one; a part on its own (dir/mp1) says which */
 } zs_checkpoint_info_t;
 /* Everything a load checks, for every rank at once: the manifest (its checksum
  * and every field), every rank file's header against it, every block's header

@@ -94,6 +94,16 @@ static void list_below(const char *top, const char *rel, int depth, char *out, s
 
 void zs__ck_held_below(const char *top, char *out, size_t n) {
   out[0] = 0;
+  char probe[CK_PATH + 64];
+  struct stat sb;
+  snprintf(probe, sizeof probe, "%s/mp0/manifest.json", top);
+  const int mp0 = stat(probe, &sb) == 0;
+  snprintf(probe, sizeof probe, "%s/mp1/manifest.json", top);
+  if (!mp0 && stat(probe, &sb) == 0) { /* parts without the first: none of them loads alone (a trial) */
+    snprintf(out, n, "; it holds model-parallel parts (mp1 ..) but no mp0/manifest.json: the save is incomplete or "
+             "damaged (a part alone does not load)");
+    return;
+  }
   size_t at = 0;
   int found = 0;
   list_below(top, "", 0, out, n, &at, &found);

@@ -250,9 +250,16 @@ static zs_status_t read_any(zs_engine_t *zs, const char *top, ck_source_t *src, 
     const char *pre = "zs_checkpoint_load: ";
     snprintf(why, sizeof why, "%s", strncmp(zs->err, pre, strlen(pre)) ? zs->err : zs->err + strlen(pre));
     const int mp = zs__ck_mp_size(zs) ? zs__ck_mp_size(zs) : 1;
-    st = ZS_FAIL(zs->err, st, "zs_checkpoint_load: checkpoint %s was saved %s; this run is %s: %s", top,
-                 layout_words(saved, sizeof saved, 1, src->part[0].m.layout, -1, src->nparts),
-                 layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp), why);
+    /* a part on its own (dir/mp1 named): its manifest's place, and where the whole save is */
+    const manifest_t *m0 = &src->part[0].m;
+    const int lone = src->nparts <= 1 && m0->mp_size > 1;
+    char whole[96] = "";
+    if (lone)
+      snprintf(whole, sizeof whole, " (a part on its own: load the folder that holds mp0..mp%d)", m0->mp_size - 1);
+    st = ZS_FAIL(zs->err, st, "zs_checkpoint_load: checkpoint %s was saved %s%s; this run is %s: %s", top,
+                 layout_words(saved, sizeof saved, 1, m0->layout, lone ? m0->mp_rank : -1,
+                              lone ? m0->mp_size : src->nparts),
+                 whole, layout_words(run, sizeof run, 0, zs->ck_layout, mp > 1 ? zs->mp_rank : 0, mp), why);
   }
   return st;
 }

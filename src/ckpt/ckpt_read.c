@@ -280,6 +280,7 @@ static zs_status_t check_one(const char *dir, int data, zs_checkpoint_info_t *in
     info->state_block = m.state_block;
     info->save_id = m.id;
     snprintf(info->layout, sizeof info->layout, "%s", m.layout);
+    info->mp_rank = m.mp_rank, info->mp_size = m.mp_size > 1 ? m.mp_size : 1;
   }
   zs__ck_spans_free(sink.spans, m.ntensors);
   zs__ck_manifest_free(&m);
