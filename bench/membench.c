@@ -24,7 +24,7 @@
  *   host_model_state_bytes  the same in the host domain (offload)
  *   nvme_model_state_bytes  the same in the accountant's nvme domain (the tier's
  *                           file, by category), beside nvme_file_bytes, the file's
- *                           size (zs_engine_nvme_stats, and stat(2)'s)
+ *                           size (zs_engine_nvme_stats, and fstat(2)'s of the open file)
  *   formula_bytes           docs/design.md's table computed here from the shapes alone
  *                           (not from the engine's layout): each parameter starts
  *                           at a multiple of 64 elements, a unit is padded to a

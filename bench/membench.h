@@ -108,7 +108,7 @@ typedef struct {
   int64_t hcur[ZS_MEM_CATEGORY_COUNT], hpk[ZS_MEM_CATEGORY_COUNT]; /* host domain */
   /* the NVMe tier (runs with --nvme; 0 otherwise): the accountant's nvme domain
    * (its model state and by category), the formula (docs/design.md 3.3.1) by
-   * category, the tier file's size by zs_engine_nvme_stats and by stat(2), the
+   * category, the tier file's size by zs_engine_nvme_stats and by fstat(2) of the open file, the
    * last step's optimizer phase's bytes read and written (the records and the
    * gradients it reads; not the conversion thread's gradient writes in
    * backward), and the parameter shards read for gathers over all steps */

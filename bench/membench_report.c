@@ -41,7 +41,7 @@
  *                            "host_by_category": {... the host domain, same keys},
  *                            "nvme_model_state_bytes" (the accountant's nvme domain),
  *                            "nvme_formula_bytes" (docs/design.md 3.3.1), "nvme_file_bytes"
- *                            (zs_engine_nvme_stats), "nvme_file_stat_bytes" (stat(2)),
+ *                            (zs_engine_nvme_stats), "nvme_file_stat_bytes" (fstat(2) of the open file),
  *                            "nvme_read_bytes", "nvme_written_bytes" (the last step's
  *                            optimizer phase: its records and the gradient shards it
  *                            reads; backward's gradient writes are not in them),
@@ -173,7 +173,7 @@ void mb_report_table(const mb_report_t *rep, FILE *f) {
   if (any_tier) {
     const double steps = rep->o->steps;
     fprintf(f, "# NVMe tier under %s (chunks of %lld elements), rank 0: the accountant's nvme domain by category\n"
-               "# and docs/design.md 3.3.1's formula below it; file = its size (zs_engine_nvme_stats), stat = stat(2)'s;\n"
+               "# and docs/design.md 3.3.1's formula below it; file = its size (zs_engine_nvme_stats), stat = fstat(2)'s;\n"
                "# read, written = the last step's optimizer phase (records, and the gradients it reads; not backward's\n"
                "# gradient writes); param_read = parameter shards read for gathers a step\n",
             rep->o->nvme, (long long)(rep->o->nvme_chunk ? rep->o->nvme_chunk : (int64_t)ZS_NVME_CHUNK_DEFAULT));

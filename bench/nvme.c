@@ -21,7 +21,8 @@
  *      ratio    = step_nvme / (t_disk + t_params + step_mem)         goal <= 1.3
  *    rest: the phase less read_wait, update and write_wait (zs_engine_nvme_stats),
  *    i.e. the time blocked in zs__aio_submit on a full ring.
- * 3. Per rank: the tier file's size (stat) == zs_engine_nvme_stats' file_bytes
+ * 3. Per rank: the tier file's size (fstat of the open file, zs_engine_nvme_stats'
+ *    fs_bytes) == zs_engine_nvme_stats' file_bytes
  *    == zs_engine_estimate's nvme_model_state == the accountant's nvme domain.
  *
  * A table on stdout (stderr with --json); --json: one JSON document on stdout

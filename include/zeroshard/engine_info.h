@@ -138,7 +138,8 @@ typedef struct {
   double seconds, read_wait_s, update_s, write_wait_s; /* the last step's optimizer phase */
   uint64_t param_bytes_read;  /* parameter shards read for gathers since setup */
   uint64_t fs_bytes, fs_allocated_bytes; /* the file system's view of the open file (fstat): its size, and the
-                                            bytes allocated to it (reserved at setup: not sparse) */
+                                            bytes allocated to it (reserved at setup where the file
+                                            system can fallocate: not sparse) */
 } zs_nvme_stats_t;
 zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out);
 /* Ranks in this engine's shard group (config shard_group; the world size when flat). */

@@ -364,5 +364,6 @@ zs_status_t zs_engine_nvme_stats(const zs_engine_t *zs, zs_nvme_stats_t *out) {
                    zs->setup_done ? "offload_optimizer and offload_param are not \"nvme\"" : "before zs_engine_setup");
   *out = zs->tier->last;
   if (zs->tier->reader) out->param_bytes_read = zs__offload_preader_bytes(zs->tier->reader);
-  return zs__aio_file_fs(zs->tier->file, &out->fs_bytes, &out->fs_allocated_bytes);
+  zs_status_t st = zs__aio_file_fs(zs->tier->file, &out->fs_bytes, &out->fs_allocated_bytes);
+  return st == ZS_OK ? ZS_OK : ZS_FAIL((char *)zs->err, st, "zs_engine_nvme_stats: %s", zs_last_error());
 }
